@@ -1,0 +1,8 @@
+"""gymflow: evaluate LLM policies on verifiable environments."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("gymflow")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0.0.0+local"

@@ -1,0 +1,48 @@
+"""The Typer application and the helpers every command shares."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+# Prefect's INFO logs would bury the progress bar; the Prefect UI still has the run.
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+# The machines gymflow runs on are often offline; telemetry would only log a failure.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+app = typer.Typer(
+    name="gym",
+    help="gymflow: evaluate LLM policies on verifiable environments.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+eval_app = typer.Typer(help="Run, check, profile and diagnose evaluations.", no_args_is_help=True)
+app.add_typer(eval_app, name="eval")
+
+console = Console()
+errors = Console(stderr=True)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    errors.print(Text("error: ", style="bold red") + Text(message), highlight=False)
+    raise typer.Exit(code)
+
+
+def guarded(fn: Callable[[], Any], *expected: type[BaseException]) -> Any:
+    """Run fn; an expected error is printed plainly (no traceback) and exits 1."""
+    try:
+        return fn()
+    except expected as exc:
+        fail(str(exc))
+
+
+def print_json(payload: Any) -> None:
+    sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")

@@ -1,0 +1,130 @@
+"""`gym eval run` and `gym demo`: collect rollouts through the Prefect evaluation loop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from gymflow import progress
+from gymflow.cli.app import app, console, eval_app, fail
+from gymflow.config import (
+    ConfigError,
+    EvalConfig,
+    ShardSpec,
+    load_config_file,
+    merge_overrides,
+    parse_config,
+)
+from gymflow.environments.registry import RegistryError
+from gymflow.rollouts.plan import resolve
+from gymflow.store.db import StoreError
+
+
+class _Bar:
+    """Adapts the collector's progress events to a Rich progress bar."""
+
+    def __init__(self, bar: Progress) -> None:
+        self.bar = bar
+        self.task_id = bar.add_task("rollouts", total=None)
+
+    def started(self, total: int) -> None:
+        self.bar.update(self.task_id, total=total)
+
+    def advanced(self, count: int) -> None:
+        self.bar.advance(self.task_id, count)
+
+
+def build_config(path: Path | None, overrides: dict[str, Any]) -> EvalConfig:
+    source = str(path) if path else "command line"
+    base = load_config_file(path) if path else {}
+    return parse_config(merge_overrides(base, overrides), source)
+
+
+def run_loop(config: EvalConfig, *, resume: bool) -> dict[str, Any]:
+    """Check the config, then run the evaluation loop flow with a progress bar."""
+    resolve(config)  # every config problem is reported before Prefect or a server starts
+    from gymflow.flows.eval_run import evaluation_loop
+
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+        progress.set_listener(_Bar(bar))
+        try:
+            return evaluation_loop(config, resume)
+        finally:
+            progress.set_listener(None)
+
+
+def print_headline(result: dict[str, Any]) -> None:
+    profile = result["profile"]
+    coverage = profile["coverage"]
+    lo, hi = profile["ci95"] or (None, None)
+
+    def pct(value: float | None) -> str:
+        return "n/a" if value is None else f"{100 * value:.1f}%"
+
+    console.print(f"[bold]{profile['benchmark'] or profile['environment']}[/] · {profile['model']}"
+                  f" · run {profile['run_id']}")
+    console.print(f"pass@1 = [bold]{pct(profile['pass@1'])}[/]  (95% CI {pct(lo)} – {pct(hi)})")
+    table = Table("k", "pass@k", "pass^k")
+    for k, value in profile["pass@k"].items():
+        table.add_row(k, pct(value), pct(profile["pass^k"][k]))
+    console.print(table)
+    console.print(f"coverage: expected {coverage['expected']}, scored {coverage['scored']}, "
+                  f"failed {coverage['failed']}, missing {coverage['missing']} "
+                  f"(failures {profile['failures']})")
+    console.print(f"health: {result['health']['verdict']}")
+    console.print(f"report: {result['report']}")
+
+
+def _execute(path: Path | None, overrides: dict[str, Any], resume: bool) -> None:
+    try:
+        config = build_config(path, overrides)
+        result = run_loop(config, resume=resume)
+    except (ConfigError, RegistryError, StoreError) as exc:
+        fail(str(exc))
+    print_headline(result)
+
+
+@eval_app.command("run")
+def eval_run(
+    config: Annotated[Path | None, typer.Argument(help="Eval config YAML.")] = None,
+    benchmark: Annotated[str | None, typer.Option(help="Benchmark name.")] = None,
+    environment: Annotated[str | None, typer.Option(help="Environment name.")] = None,
+    repeats: Annotated[int | None, typer.Option(help="Rollouts per task.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Only the first N tasks.")] = None,
+    out: Annotated[str | None, typer.Option(help="Run directory.")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue a stored run; only missing rollouts.")] = False,
+    shard: Annotated[str | None, typer.Option(help="Run only shard I of N, as I/N.")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Rollouts in flight.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampling seed.")] = None,
+    model_kind: Annotated[str | None, typer.Option(help="local | responses | chat_completions")] = None,
+    model_url: Annotated[str | None, typer.Option(help="Model server base URL (…/v1).")] = None,
+    model_name: Annotated[str | None, typer.Option(help="Model name sent to the server.")] = None,
+) -> None:
+    """Collect rollouts, then check health, profile and write the report."""
+    if config is None and benchmark is None and environment is None:
+        fail("give a CONFIG file, --benchmark NAME or --environment NAME")
+    try:
+        shard_spec = ShardSpec.parse(shard).model_dump() if shard else None
+    except ConfigError as exc:
+        fail(str(exc))
+    overrides = {
+        "benchmark": benchmark, "environment": environment, "repeats": repeats, "limit": limit,
+        "out": out, "shard": shard_spec, "concurrency": concurrency, "sampling.seed": seed,
+        "model.kind": model_kind, "model.base_url": model_url, "model.name": model_name,
+    }
+    if seed is not None and config is None:
+        overrides.pop("sampling.seed")
+        overrides["sampling"] = {"seed": seed}
+    _execute(config, overrides, resume)
+
+
+@app.command("demo")
+def demo(out: Annotated[str, typer.Option(help="Run directory.")] = "runs/demo") -> None:
+    """Run the whole loop on arithmetic-smoke against the local (simulated) policy server."""
+    _execute(None, {"benchmark": "arithmetic-smoke", "out": out}, resume=True)

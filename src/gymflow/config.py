@@ -1,0 +1,169 @@
+"""The eval config: pydantic models validated at the edge (YAML files, CLI flags, Prefect forms)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message names the file and every bad field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Sampling(_Strict):
+    """Sampling settings sent on every model call, fixed for the whole run."""
+
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_output_tokens: int = Field(1024, ge=1)
+    seed: int | None = Field(
+        0,
+        description="Run seed. Each rollout is sent a seed derived from it, its task and repeat, "
+        "so a resumed or sharded run asks for exactly the same samples.",
+    )
+
+
+class FaultSpec(_Strict):
+    """Faults the local policy server injects, as rates per request (seeded, deterministic)."""
+
+    latency_ms: float = Field(0.0, ge=0.0)
+    rate_429: float = Field(0.0, ge=0.0, le=1.0)
+    rate_500: float = Field(0.0, ge=0.0, le=1.0)
+    rate_malformed: float = Field(0.0, ge=0.0, le=1.0)
+    rate_truncated: float = Field(0.0, ge=0.0, le=1.0)
+    rate_timeout: float = Field(0.0, ge=0.0, le=1.0)
+
+
+class ModelConfig(_Strict):
+    """Where the policy's model lives. `local` starts the seeded local policy server."""
+
+    kind: Literal["local", "responses", "chat_completions"] = "local"
+    base_url: str | None = Field(None, description="e.g. http://127.0.0.1:8000/v1")
+    name: str = "gymflow-local-policy"
+    api_key_env: str | None = Field(
+        None, description="Name of the environment variable holding the API key (never the key)."
+    )
+    timeout_s: float = Field(60.0, gt=0.0, description="Total time allowed for one call.")
+    connect_timeout_s: float = Field(5.0, gt=0.0)
+    max_retries: int = Field(4, ge=0, le=20)
+    backoff_s: float = Field(0.5, ge=0.0, description="First retry delay; doubles with jitter.")
+    requests_per_minute: float | None = Field(None, gt=0.0)
+    skill_seed: int = Field(0, description="Local policy only: which tasks it can and cannot do.")
+    faults: FaultSpec = FaultSpec()
+
+    @model_validator(mode="after")
+    def _remote_needs_url(self) -> ModelConfig:
+        if self.kind != "local" and not self.base_url:
+            raise ValueError(f"model.base_url is required when model.kind is {self.kind!r}")
+        return self
+
+
+class HarnessConfig(_Strict):
+    name: str | None = Field(None, description="Harness name; the environment's default if unset.")
+    system_prompt: str | None = None
+    max_turns: int = Field(8, ge=1)
+
+
+class ShardSpec(_Strict):
+    index: int = Field(0, ge=0)
+    count: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _index_in_range(self) -> ShardSpec:
+        if self.index >= self.count:
+            raise ValueError(f"shard index {self.index} is not below shard count {self.count}")
+        return self
+
+    @classmethod
+    def parse(cls, text: str) -> ShardSpec:
+        """Parse the CLI's `I/N` form."""
+        try:
+            index, count = (int(part) for part in text.split("/"))
+        except ValueError as exc:
+            raise ConfigError(f"--shard {text!r}: expected I/N, e.g. 0/4") from exc
+        return cls(index=index, count=count)
+
+
+class EvalConfig(_Strict):
+    """One evaluation: what to run, against which policy, how often, and where results go."""
+
+    benchmark: str | None = Field(None, description="Benchmark name, e.g. arithmetic-smoke.")
+    environment: str | None = Field(None, description="Environment name, when no benchmark.")
+    limit: int | None = Field(None, ge=1, description="Use only the first N tasks.")
+    repeats: int | None = Field(None, ge=1, description="Rollouts per task (benchmark default).")
+    model: ModelConfig = ModelConfig()
+    harness: HarnessConfig = HarnessConfig()
+    sampling: Sampling | None = None
+    verifier_params: dict[str, Any] = Field(default_factory=dict)
+    concurrency: int = Field(64, ge=1, le=4096)
+    batch_size: int = Field(2000, ge=1, description="Rollouts per Prefect task.")
+    out: str = Field("runs/latest", description="Run directory (store and report).")
+    shard: ShardSpec = ShardSpec()
+    prompt_template: str | None = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> EvalConfig:
+        if not self.benchmark and not self.environment:
+            raise ValueError("set either benchmark or environment")
+        return self
+
+    def fingerprint(self) -> str:
+        """Hash of everything that decides the rollouts (not where they go or which shard)."""
+        identity = self.model_dump(mode="json", exclude={"out", "shard", "concurrency", "batch_size"})
+        identity["model"].pop("api_key_env", None)
+        blob = json.dumps(identity, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def format_validation_error(error: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid config ({error.error_count()} problem(s))"]
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        lines.append(f"  - {field}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def parse_config(data: Any, source: str) -> EvalConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of config keys, got {type(data).__name__}")
+    try:
+        return EvalConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source)) from None
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}:{where} malformed YAML: {exc}") from None
+    return data if data is not None else {}
+
+
+def merge_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Overlay CLI flags (dotted keys allowed) on a config mapping."""
+    merged = json.loads(json.dumps(base))
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        node = merged
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return merged

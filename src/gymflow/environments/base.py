@@ -1,0 +1,130 @@
+"""What an environment is: a manifest, its tasks, and a resources server that holds session state."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One dataset row.
+
+    `inputs` feed the prompt template; `data` is what the verifier reads (answers, tests, expected
+    state). `reference` is a response a perfect policy gives and `distractor` a plausible wrong one:
+    the local policy server plays from them. `reference_actions` is the tool-call plan, one tuple of
+    (possibly parallel) calls per turn, for environments with tools."""
+
+    task_id: str
+    inputs: dict[str, Any]
+    data: dict[str, Any]
+    reference: str
+    distractor: str
+    reference_actions: tuple[tuple[ToolCall, ...], ...] = ()
+    tags: tuple[str, ...] = ()
+    difficulty: str | None = None
+
+
+def content_task_id(prefix: str, row: dict[str, Any]) -> str:
+    """A stable id for rows that have none of their own: a hash of the row's content."""
+    blob = json.dumps(row, sort_keys=True, default=str).encode()
+    return f"{prefix}-{hashlib.sha256(blob).hexdigest()[:12]}"
+
+
+class VerifierRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class SplitSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    description: str = ""
+    size: int | None = None
+
+
+class EnvironmentManifest(BaseModel):
+    """The contents of `environment.yaml`."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[a-z][a-z0-9_\-]*$")
+    description: str
+    domain: str
+    tags: list[str] = Field(default_factory=list)
+    tools: list[str] = Field(default_factory=list)
+    verifier: VerifierRef
+    reward_range: tuple[float, float] = (0.0, 1.0)
+    pass_threshold: float = 1.0
+    reverify_stateless: bool = True
+    harness: str = "single_turn"
+    prompt_template: str
+    splits: dict[str, SplitSpec]
+    default_split: str
+    id_field: str = "task_id"
+    entrypoint: str = Field("env:Environment", description="module:class inside the folder")
+
+
+class Environment:
+    """Base class of every environment. Subclasses load tasks and may bring tools.
+
+    Instances are cheap; tasks are loaded on demand and cached per split."""
+
+    def __init__(self, manifest: EnvironmentManifest, folder: Path) -> None:
+        self.manifest = manifest
+        self.folder = folder
+        self._tasks: dict[str, list[Task]] = {}
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    def generate(self, split: str) -> list[Task]:
+        """Return every task of a split. Subclasses implement it."""
+        raise NotImplementedError
+
+    def tasks(self, split: str | None = None) -> list[Task]:
+        split = split or self.manifest.default_split
+        if split not in self.manifest.splits:
+            known = ", ".join(sorted(self.manifest.splits))
+            raise KeyError(f"environment {self.name!r} has no split {split!r} (splits: {known})")
+        if split not in self._tasks:
+            tasks = self.generate(split)
+            _check_unique_ids(self.name, split, tasks)
+            self._tasks[split] = tasks
+        return self._tasks[split]
+
+    def dataset_version(self, split: str) -> str:
+        """A hash of a split's content, so a changed dataset is a changed benchmark."""
+        digest = hashlib.sha256()
+        for task in self.tasks(split):
+            digest.update(task.task_id.encode())
+            digest.update(json.dumps(task.data, sort_keys=True, default=str).encode())
+        return digest.hexdigest()[:12]
+
+    def resources_server(self, verifier_params: dict[str, Any] | None = None):
+        """The server that holds this environment's tools, sessions and verification."""
+        from gymflow.environments.resources import ResourcesServer
+
+        return ResourcesServer(self, verifier_params)
+
+
+def _check_unique_ids(env: str, split: str, tasks: list[Task]) -> None:
+    seen: dict[str, int] = {}
+    for row, task in enumerate(tasks):
+        if task.task_id in seen:
+            raise ValueError(
+                f"environment {env!r} split {split!r}: row {row} repeats task_id "
+                f"{task.task_id!r} of row {seen[task.task_id]}"
+            )
+        seen[task.task_id] = row

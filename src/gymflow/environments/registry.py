@@ -1,0 +1,150 @@
+"""Finding environments and benchmarks: the shipped ones, a user folder, and entry points."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gymflow.config import Sampling, format_validation_error
+from gymflow.environments.base import Environment, EnvironmentManifest
+
+PACKAGE_DIR = Path(__file__).parent
+#: Extra folders (os.pathsep-separated) holding environment folders and a `benchmarks/` folder.
+PATH_VARIABLE = "GYMFLOW_ENVIRONMENTS_PATH"
+ENTRY_POINT_GROUP = "gymflow.environments"
+
+
+class RegistryError(LookupError):
+    """An environment or benchmark that cannot be found or loaded; names the file."""
+
+
+class Benchmark(BaseModel):
+    """A versioned evaluation protocol over an environment (`benchmarks/NAME.yaml`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    environment: str
+    split: str | None = None
+    limit: int | None = Field(None, ge=1)
+    prompt_template: str | None = None
+    repeats: int = Field(1, ge=1)
+    sampling: Sampling = Sampling()
+    verifier_params: dict[str, Any] = Field(default_factory=dict)
+    tags: list[str] = Field(default_factory=list)
+
+    def version(self) -> str:
+        """Any change to split, template, repeats, sampling or verifier parameters is a new version."""
+        protocol = self.model_dump(mode="json", exclude={"description", "tags"})
+        return hashlib.sha256(json.dumps(protocol, sort_keys=True).encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class EnvironmentSource:
+    manifest: EnvironmentManifest
+    folder: Path
+
+
+def search_roots() -> list[Path]:
+    roots = [PACKAGE_DIR]
+    for part in os.environ.get(PATH_VARIABLE, "").split(os.pathsep):
+        if part:
+            roots.append(Path(part).expanduser())
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        target = entry.load()
+        roots.append(Path(target() if callable(target) else target))
+    return roots
+
+
+def read_manifest(path: Path) -> EnvironmentManifest:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise RegistryError(f"{path}: cannot read manifest: {exc}") from None
+    try:
+        return EnvironmentManifest.model_validate(data)
+    except ValidationError as exc:
+        raise RegistryError(format_validation_error(exc, str(path))) from None
+
+
+@cache
+def _sources(roots: tuple[Path, ...]) -> dict[str, EnvironmentSource]:
+    found: dict[str, EnvironmentSource] = {}
+    for root in roots:
+        candidates = [root] if (root / "environment.yaml").exists() else sorted(root.glob("*/"))
+        for folder in candidates:
+            manifest_path = folder / "environment.yaml"
+            if manifest_path.exists():
+                manifest = read_manifest(manifest_path)
+                found.setdefault(manifest.name, EnvironmentSource(manifest, folder))
+    return found
+
+
+def environment_sources() -> dict[str, EnvironmentSource]:
+    return _sources(tuple(search_roots()))
+
+
+def _import_entrypoint(source: EnvironmentSource) -> type[Environment]:
+    module_name, _, class_name = source.manifest.entrypoint.partition(":")
+    path = source.folder / f"{module_name}.py"
+    qualified = f"gymflow_env_{source.manifest.name.replace('-', '_')}_{module_name}"
+    module = sys.modules.get(qualified)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(qualified, path)
+        if spec is None or spec.loader is None:
+            raise RegistryError(f"{path}: cannot import environment module")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[qualified] = module
+        spec.loader.exec_module(module)
+    try:
+        return getattr(module, class_name)
+    except AttributeError:
+        raise RegistryError(f"{path}: no class {class_name!r} (manifest entrypoint)") from None
+
+
+@cache
+def _load_environment(name: str, roots: tuple[Path, ...]) -> Environment:
+    sources = _sources(roots)
+    if name not in sources:
+        known = ", ".join(sorted(sources)) or "none"
+        raise RegistryError(f"unknown environment {name!r} (known: {known})")
+    source = sources[name]
+    return _import_entrypoint(source)(source.manifest, source.folder)
+
+
+def load_environment(name: str) -> Environment:
+    return _load_environment(name, tuple(search_roots()))
+
+
+def benchmark_files() -> dict[str, Path]:
+    files: dict[str, Path] = {}
+    for root in search_roots():
+        for path in sorted((root / "benchmarks").glob("*.yaml")):
+            files.setdefault(path.stem, path)
+    return files
+
+
+def load_benchmark(name: str) -> Benchmark:
+    files = benchmark_files()
+    if name not in files:
+        known = ", ".join(sorted(files)) or "none"
+        raise RegistryError(f"unknown benchmark {name!r} (known: {known})")
+    path = files[name]
+    try:
+        data = yaml.safe_load(path.read_text())
+        return Benchmark.model_validate(data)
+    except yaml.YAMLError as exc:
+        raise RegistryError(f"{path}: malformed YAML: {exc}") from None
+    except ValidationError as exc:
+        raise RegistryError(format_validation_error(exc, str(path))) from None

@@ -1,0 +1,99 @@
+"""The resources server: tools, per-rollout session state, and verification.
+
+Used in-process by default (direct calls, no socket); an ASGI app can serve the same object on a
+port. Environments with tools subclass it and register tool handlers."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from gymflow.environments.base import Environment, Task
+from gymflow.records import VERIFIED, VERIFY_ERROR, Verification
+from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
+
+ToolHandler = Callable[[dict[str, Any], dict[str, Any]], Any]
+
+
+class ToolError(Exception):
+    """A tool refused its input. The message goes back to the model as the tool's output."""
+
+
+class ResourcesServer:
+    """Stateless by default: no tools, and verification of the final answer only."""
+
+    #: Responses API function tools this server offers, by name.
+    tool_schemas: dict[str, dict[str, Any]] = {}
+
+    def __init__(self, env: Environment, verifier_params: dict[str, Any] | None = None) -> None:
+        self.env = env
+        self.verifier = get_verifier(env.manifest.verifier.name)
+        merged = {**env.manifest.verifier.params, **(verifier_params or {})}
+        self.params = self.verifier.params(merged)
+        self.verifier_version = self.verifier.version(self.params)
+        self._sessions: dict[str, dict[str, Any]] = {}
+        self._ids = itertools.count()
+
+    # -- tools ---------------------------------------------------------------------------------
+    def tools(self) -> list[dict[str, Any]]:
+        return list(self.tool_schemas.values())
+
+    def handlers(self) -> dict[str, ToolHandler]:
+        """name -> handler(state, arguments). Subclasses with tools override this."""
+        return {}
+
+    def initial_state(self, task: Task) -> dict[str, Any]:
+        return {}
+
+    async def seed_session(self, task: Task) -> str:
+        session_id = f"s{next(self._ids)}"
+        self._sessions[session_id] = {"task": task, "state": self.initial_state(task)}
+        return session_id
+
+    async def call_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> str:
+        handler = self.handlers().get(name)
+        if handler is None:
+            raise ToolError(f"unknown tool {name!r}")
+        result = handler(self._sessions[session_id]["state"], arguments)
+        if isinstance(result, Awaitable):
+            result = await result
+        return result if isinstance(result, str) else json.dumps(result, default=str)
+
+    def final_state(self, session_id: str) -> dict[str, Any] | None:
+        session = self._sessions.get(session_id)
+        return session["state"] if session and session["state"] else None
+
+    async def close_session(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    # -- verification --------------------------------------------------------------------------
+    def verify_sync(self, inp: VerifyInput) -> Verification:
+        """Run the verifier; an exception is a verifier error, never a reward of 0."""
+        try:
+            verdict = self.verifier.fn(inp, self.params)
+        except VerifierError as exc:
+            return Verification(self.verifier_version, VERIFY_ERROR, None, None, exc.kind,
+                                {"error": str(exc)})
+        except Exception as exc:
+            return Verification(self.verifier_version, VERIFY_ERROR, None, None, "verifier_error",
+                                {"error": f"{type(exc).__name__}: {exc}"})
+        low, high = self.env.manifest.reward_range
+        passed = verdict.reward >= self.env.manifest.pass_threshold
+        details = dict(verdict.details)
+        if not low <= verdict.reward <= high:
+            details["out_of_range"] = True
+        return Verification(self.verifier_version, VERIFIED, verdict.reward, passed, None, details)
+
+    async def verify(
+        self, session_id: str, task: Task, output_text: str, trajectory: list[dict[str, Any]]
+    ) -> Verification:
+        inp = VerifyInput(task, output_text, trajectory, self.final_state(session_id))
+        if self.heavy_verification:
+            return await asyncio.to_thread(self.verify_sync, inp)
+        return self.verify_sync(inp)
+
+    #: Set by environments whose verifier is slow (sandboxes, judges) to keep the loop responsive.
+    heavy_verification: bool = False

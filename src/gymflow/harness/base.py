@@ -1,0 +1,63 @@
+"""Harnesses turn a model into an agent. A harness is a small registered component chosen by name
+in the config; it runs one rollout and reports exactly what happened."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gymflow.config import HarnessConfig
+from gymflow.environments.base import Task
+from gymflow.environments.resources import ResourcesServer
+from gymflow.models.client import ResponsesClient
+from gymflow.records import ModelCall
+
+
+@dataclass(slots=True)
+class Episode:
+    """What a harness hands back: the trajectory and the evidence, or the failure that ended it."""
+
+    trajectory: list[dict[str, Any]]
+    calls: list[ModelCall] = field(default_factory=list)
+    output_text: str = ""
+    failure_kind: str | None = None
+    error: str | None = None
+    incomplete: bool = False
+    num_turns: int = 0
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+class Harness(Protocol):
+    async def __call__(self, *, client: ResponsesClient, server: ResourcesServer, session_id: str,
+                       task: Task, prompt: str, seed: int | None,
+                       config: HarnessConfig) -> Episode: ...
+
+
+HARNESSES: dict[str, Harness] = {}
+
+
+def harness(name: str) -> Callable[[Harness], Harness]:
+    def register(fn: Harness) -> Harness:
+        HARNESSES[name] = fn
+        return fn
+
+    return register
+
+
+def get_harness(name: str) -> Harness:
+    import gymflow.harness  # noqa: F401  (registers the built-in harnesses)
+
+    try:
+        return HARNESSES[name]
+    except KeyError:
+        known = ", ".join(sorted(HARNESSES))
+        raise KeyError(f"unknown harness {name!r} (known: {known})") from None
+
+
+def opening_items(prompt: str, config: HarnessConfig) -> list[dict[str, Any]]:
+    from gymflow.models.responses import system_message, user_message
+
+    items = [system_message(config.system_prompt)] if config.system_prompt else []
+    items.append(user_message(prompt))
+    return items

@@ -1,0 +1,27 @@
+"""One model call; the answer is the assistant's text."""
+
+from __future__ import annotations
+
+from gymflow.config import HarnessConfig
+from gymflow.environments.base import Task
+from gymflow.environments.resources import ResourcesServer
+from gymflow.harness.base import Episode, harness, opening_items
+from gymflow.models.client import ResponsesClient
+from gymflow.models.responses import output_text
+
+
+@harness("single_turn")
+async def single_turn(*, client: ResponsesClient, server: ResourcesServer, session_id: str,
+                      task: Task, prompt: str, seed: int | None,
+                      config: HarnessConfig) -> Episode:
+    items = opening_items(prompt, config)
+    outcome = await client.create(items, tools=None, call_index=0, seed=seed)
+    episode = Episode(trajectory=items, calls=outcome.calls, num_turns=1)
+    if outcome.error is not None:
+        episode.failure_kind, episode.error = outcome.error.kind, str(outcome.error)
+        return episode
+    output = outcome.raw["output"]
+    episode.trajectory = [*items, *output]
+    episode.output_text = output_text(output)
+    episode.incomplete = outcome.response.status == "incomplete"
+    return episode

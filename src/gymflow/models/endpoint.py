@@ -1,0 +1,27 @@
+"""Where a run's model calls go: the configured server, or a local policy server started for it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from gymflow.models.local_server import LocalPolicyServer
+from gymflow.models.policy import build_table
+from gymflow.rollouts.plan import RunPlan
+
+
+def local_policy_server(plan: RunPlan) -> LocalPolicyServer:
+    tasks = list(plan.all_tasks)
+    table = build_table(tasks, [plan.prompts[t.task_id] for t in tasks], plan.config.model.skill_seed)
+    model = plan.config.model
+    return LocalPolicyServer(table, seed=model.skill_seed, faults=model.faults)
+
+
+@contextmanager
+def model_endpoint(plan: RunPlan) -> Iterator[str]:
+    """Yield the base URL (…/v1) to send this run's requests to."""
+    if plan.config.model.kind != "local":
+        yield plan.config.model.base_url
+        return
+    with local_policy_server(plan) as server:
+        yield server.base_url

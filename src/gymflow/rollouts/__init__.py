@@ -1,0 +1,1 @@
+"""Rollout collection: turning a config into a plan, and a plan into stored rollouts."""

@@ -1,0 +1,107 @@
+"""The collector: runs rollouts concurrently on asyncio and commits them as they finish."""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from gymflow import progress
+from gymflow.environments.resources import ResourcesServer
+from gymflow.harness.base import get_harness
+from gymflow.models.client import ResponsesClient
+from gymflow.records import COMPLETED, FAILED, Rollout, rollout_id, rollout_seed
+from gymflow.rollouts.plan import RolloutKey, RunPlan
+from gymflow.store.writer import write_rollouts
+
+#: Finished rollouts are committed in groups this large (or when the batch ends).
+FLUSH_EVERY = 200
+
+
+@dataclass
+class CollectStats:
+    attempted: int = 0
+    completed: int = 0
+    failed: int = 0
+
+
+async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) -> CollectStats:
+    """Run `keys` and write each rollout; a cancelled or crashing batch still commits what finished."""
+    stats = CollectStats()
+    if not keys:
+        return stats
+    server = plan.env.resources_server(plan.verifier_params)
+    run_harness = get_harness(plan.harness)
+    queue: asyncio.Queue[RolloutKey] = asyncio.Queue()
+    for key in keys:
+        queue.put_nowait(key)
+    pending: list[Rollout] = []
+
+    def flush() -> None:
+        if pending:
+            write_rollouts(con, pending)
+            progress.advanced(len(pending))
+            pending.clear()
+
+    async with ResponsesClient(plan.config.model, base_url, plan.sampling,
+                               concurrency=plan.config.concurrency) as client:
+
+        async def worker() -> None:
+            while True:
+                try:
+                    key = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                rollout = await run_one(plan, key, client, server, run_harness)
+                stats.attempted += 1
+                if rollout.status == COMPLETED:
+                    stats.completed += 1
+                else:
+                    stats.failed += 1
+                pending.append(rollout)
+                if len(pending) >= FLUSH_EVERY:
+                    flush()
+
+        try:
+            await asyncio.gather(*(worker() for _ in range(min(plan.config.concurrency, len(keys)))))
+        finally:
+            flush()
+    return stats
+
+
+async def run_one(plan: RunPlan, key: RolloutKey, client: ResponsesClient,
+                  server: ResourcesServer, run_harness) -> Rollout:
+    task_id, repeat_index = key
+    task = plan.task_by_id[task_id]
+    seed = (rollout_seed(plan.sampling.seed, task_id, repeat_index)
+            if plan.sampling.seed is not None else None)
+    started = datetime.now(UTC)
+    rollout = Rollout(
+        rollout_id=rollout_id(plan.run_id, task_id, repeat_index), run_id=plan.run_id,
+        task_id=task_id, repeat_index=repeat_index, seed=seed or 0, status=FAILED,
+        started_at=started, finished_at=started, trajectory=[], calls=[],
+    )
+    session_id = None
+    try:
+        session_id = await server.seed_session(task)
+        episode = await run_harness(client=client, server=server, session_id=session_id, task=task,
+                                    prompt=plan.prompts[task_id], seed=seed,
+                                    config=plan.config.harness)
+        rollout.trajectory, rollout.calls = episode.trajectory, episode.calls
+        rollout.output_text, rollout.incomplete = episode.output_text, episode.incomplete
+        rollout.num_turns = episode.num_turns
+        if episode.failure_kind is not None:
+            rollout.failure_kind, rollout.error = episode.failure_kind, episode.error
+        else:
+            rollout.status = COMPLETED
+            rollout.verification = await server.verify(session_id, task, episode.output_text,
+                                                       episode.trajectory)
+    except Exception as exc:  # a harness or resources-server bug must not take the batch down
+        rollout.failure_kind = "harness_error"
+        rollout.error = "".join(traceback.format_exception_only(exc)).strip()
+    finally:
+        if session_id is not None:
+            await server.close_session(session_id)
+        rollout.finished_at = datetime.now(UTC)
+    return rollout

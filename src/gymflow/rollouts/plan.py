@@ -1,0 +1,136 @@
+"""A run plan: the config resolved against the registry into tasks, prompts and rollout keys."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from gymflow.config import ConfigError, EvalConfig, Sampling
+from gymflow.environments.base import Environment, Task
+from gymflow.environments.registry import Benchmark, RegistryError, load_benchmark, load_environment
+from gymflow.rollouts.prompts import PromptError, render_prompt
+from gymflow.verifiers.base import get_verifier
+
+RolloutKey = tuple[str, int]  # (task_id, repeat_index)
+
+
+def shard_of(task_id: str, count: int) -> int:
+    """Stable across runs and machines, so a shard's work never depends on other shards."""
+    digest = hashlib.blake2b(task_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % count
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    config: EvalConfig
+    env: Environment
+    benchmark: Benchmark | None
+    split: str
+    template: str
+    repeats: int
+    sampling: Sampling
+    verifier_params: dict[str, Any]
+    harness: str
+    all_tasks: tuple[Task, ...]
+
+    @property
+    def run_id(self) -> str:
+        return self.config.fingerprint()
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.config.out)
+
+    @cached_property
+    def tasks(self) -> tuple[Task, ...]:
+        """This shard's tasks."""
+        count = self.config.shard.count
+        if count == 1:
+            return self.all_tasks
+        return tuple(t for t in self.all_tasks if shard_of(t.task_id, count) == self.config.shard.index)
+
+    @cached_property
+    def prompts(self) -> dict[str, str]:
+        return {task.task_id: render_prompt(self.template, task.inputs) for task in self.all_tasks}
+
+    @cached_property
+    def task_by_id(self) -> dict[str, Task]:
+        return {task.task_id: task for task in self.all_tasks}
+
+    def keys(self) -> list[RolloutKey]:
+        return [(task.task_id, r) for task in self.tasks for r in range(self.repeats)]
+
+    @cached_property
+    def verifier_version(self) -> str:
+        spec = get_verifier(self.env.manifest.verifier.name)
+        params = spec.params({**self.env.manifest.verifier.params, **self.verifier_params})
+        return spec.version(params)
+
+    @cached_property
+    def dataset_version(self) -> str:
+        return self.env.dataset_version(self.split)
+
+    @property
+    def benchmark_version(self) -> str:
+        if self.benchmark is not None:
+            return self.benchmark.version()
+        return hashlib.sha256(
+            f"{self.env.name}|{self.split}|{self.template}|{self.repeats}|"
+            f"{self.sampling.model_dump_json()}|{self.config.limit}".encode()
+        ).hexdigest()[:12]
+
+
+def resolve(config: EvalConfig) -> RunPlan:
+    """Resolve and check everything a run needs before any rollout starts."""
+    try:
+        benchmark = load_benchmark(config.benchmark) if config.benchmark else None
+        env = load_environment(config.environment or benchmark.environment)
+    except RegistryError as exc:
+        raise ConfigError(str(exc)) from None
+    if benchmark and config.environment and config.environment != benchmark.environment:
+        raise ConfigError(
+            f"environment: {config.environment!r} differs from benchmark {benchmark.name!r}'s "
+            f"environment {benchmark.environment!r}"
+        )
+    split = (benchmark.split if benchmark else None) or env.manifest.default_split
+    try:
+        tasks = env.tasks(split)
+    except (KeyError, ValueError) as exc:
+        raise ConfigError(str(exc).strip('"')) from None
+    limit = config.limit or (benchmark.limit if benchmark else None)
+    if limit:
+        tasks = tasks[:limit]
+    repeats = config.repeats or (benchmark.repeats if benchmark else 1)
+    sampling = config.sampling or (benchmark.sampling if benchmark else Sampling())
+    template = (config.prompt_template or (benchmark.prompt_template if benchmark else None)
+                or env.manifest.prompt_template)
+    verifier_params = {**(benchmark.verifier_params if benchmark else {}), **config.verifier_params}
+    plan = RunPlan(
+        config=config, env=env, benchmark=benchmark, split=split, template=template,
+        repeats=repeats, sampling=sampling, verifier_params=verifier_params,
+        harness=config.harness.name or env.manifest.harness,
+        all_tasks=tuple(tasks),
+    )
+    check_plan(plan)
+    return plan
+
+
+def check_plan(plan: RunPlan) -> None:
+    """Every task renders through the template, and the verifier accepts its parameters."""
+    problems: list[str] = []
+    for row, task in enumerate(plan.all_tasks):
+        try:
+            render_prompt(plan.template, task.inputs)
+        except PromptError as exc:
+            problems.append(f"{plan.env.name}/{plan.split} row {row} ({task.task_id}): prompt: {exc}")
+            if len(problems) >= 20:
+                break
+    try:
+        _ = plan.verifier_version
+    except ValueError as exc:
+        problems.append(f"verifier_params: {exc}")
+    if problems:
+        raise ConfigError("\n".join(problems))

@@ -1,0 +1,31 @@
+"""Prompt templates are Jinja, rendered in a sandbox with undefined names as errors."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from jinja2 import StrictUndefined, TemplateError
+from jinja2.sandbox import SandboxedEnvironment
+
+_JINJA = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False,
+                              autoescape=False)
+
+
+class PromptError(ValueError):
+    pass
+
+
+@cache
+def _compile(template: str):
+    try:
+        return _JINJA.from_string(template)
+    except TemplateError as exc:
+        raise PromptError(f"prompt template does not parse: {exc}") from None
+
+
+def render_prompt(template: str, inputs: dict[str, Any]) -> str:
+    try:
+        return _compile(template).render(**inputs)
+    except TemplateError as exc:
+        raise PromptError(str(exc)) from None

@@ -1,0 +1,77 @@
+"""Run metadata in the store: registering a run and its tasks, and reading them back."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from gymflow import __version__
+from gymflow.rollouts.plan import RolloutKey, RunPlan
+from gymflow.store.db import StoreError
+from gymflow.store.writer import insert_rows, register_verifier_version
+
+
+def register_run(con, plan: RunPlan, *, resume: bool) -> None:
+    """Record the run and its shard's tasks. A store holds one run: another config is refused."""
+    existing = con.execute("SELECT run_id FROM runs").fetchall()
+    stored = {row[0] for row in existing}
+    if stored and plan.run_id not in stored:
+        raise StoreError(
+            f"{plan.run_dir}: holds run {sorted(stored)[0]}, but this config is run {plan.run_id}; "
+            "use another --out for a different config"
+        )
+    has_rollouts = con.execute("SELECT count(*) FROM rollouts").fetchone()[0] > 0
+    if has_rollouts and not resume:
+        raise StoreError(
+            f"{plan.run_dir}: already holds rollouts of this run; pass --resume to continue it "
+            "or choose another --out"
+        )
+    cfg = plan.config
+    run_row = (
+        plan.run_id, datetime.now(UTC).replace(tzinfo=None), __version__,
+        cfg.model_dump_json(exclude={"shard"}), plan.run_id,
+        plan.benchmark.name if plan.benchmark else None, plan.benchmark_version, plan.env.name,
+        plan.dataset_version, plan.split, cfg.model.name, plan.harness, plan.template,
+        plan.sampling.model_dump_json(), plan.repeats, cfg.shard.count, plan.verifier_version,
+    )
+    insert_rows(con, "runs", [run_row], on_conflict_ignore=True)
+    con.execute("INSERT OR IGNORE INTO shards VALUES (?, ?, ?)",
+                [plan.run_id, cfg.shard.index, cfg.shard.count])
+    index = {task.task_id: i for i, task in enumerate(plan.all_tasks)}
+    task_rows = [
+        (plan.run_id, t.task_id, index[t.task_id], cfg.shard.index, plan.prompts[t.task_id],
+         t.reference, json.dumps(t.data, default=str), list(t.tags), t.difficulty)
+        for t in plan.tasks
+    ]
+    insert_rows(con, "tasks", task_rows, on_conflict_ignore=True)
+    spec_params = {**plan.env.manifest.verifier.params, **plan.verifier_params}
+    register_verifier_version(con, plan.verifier_version, plan.env.manifest.verifier.name,
+                              spec_params)
+
+
+def stored_keys(con, run_id: str) -> set[RolloutKey]:
+    rows = con.execute(
+        "SELECT task_id, repeat_index FROM rollouts WHERE run_id = ?", [run_id]
+    ).fetchall()
+    return {(task_id, repeat) for task_id, repeat in rows}
+
+
+def run_info(con) -> dict[str, Any]:
+    cursor = con.execute("SELECT * FROM runs LIMIT 1")
+    row = cursor.fetchone()
+    if row is None:
+        raise StoreError("store holds no run")
+    return dict(zip([d[0] for d in cursor.description], row, strict=True))
+
+
+def store_fingerprint(con) -> str:
+    """Changes whenever rollouts or verifications are added: the cache key of pure analysis."""
+    row = con.execute(
+        """
+        SELECT (SELECT count(*) FROM rollouts), (SELECT max(finished_at) FROM rollouts),
+               (SELECT count(*) FROM verifications), (SELECT max(created_at) FROM verifications),
+               (SELECT count(*) FROM verifier_versions)
+        """
+    ).fetchone()
+    return "|".join(str(part) for part in row)

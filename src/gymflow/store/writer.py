@@ -1,0 +1,80 @@
+"""Bulk writers. Rows go in as column lists through `unnest`, which is ~75x faster in DuckDB than
+`executemany` (measured: 20,000 rows in 0.2 s against 15 s) and needs no Arrow round trip."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from gymflow.records import Rollout
+from gymflow.store.schema import COLUMNS
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def insert_rows(
+    con, table: str, rows: Sequence[Sequence[Any]], *, on_conflict_ignore: bool = False
+) -> None:
+    """Insert row tuples, in `COLUMNS[table]` order, as one statement."""
+    if not rows:
+        return
+    columns = COLUMNS[table]
+    lists = [list(column) for column in zip(*rows, strict=True)]
+    selects = ", ".join(f"unnest(${i + 1})" for i in range(len(columns)))
+    verb = "INSERT OR IGNORE" if on_conflict_ignore else "INSERT"
+    con.execute(f"{verb} INTO {table} ({', '.join(columns)}) SELECT {selects}", lists)
+
+
+def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
+    """Commit finished rollouts with their model calls and verifications in one transaction.
+
+    A rollout is stored whole or not at all, so a kill between batches loses only unflushed work,
+    which `--resume` then redoes."""
+    rollout_rows, call_rows, verification_rows = [], [], []
+    now = datetime.now(UTC).replace(tzinfo=None)
+    for r in rollouts:
+        rollout_rows.append((
+            r.rollout_id, r.run_id, r.task_id, r.repeat_index, r.seed, r.status, r.failure_kind,
+            r.error, r.incomplete, r.output_text, _dumps(r.trajectory), r.num_turns, len(r.calls),
+            r.input_tokens, r.output_tokens,
+            (r.finished_at - r.started_at).total_seconds(),
+            r.started_at.replace(tzinfo=None), r.finished_at.replace(tzinfo=None),
+        ))
+        for c in r.calls:
+            call_rows.append((
+                r.rollout_id, c.call_index, c.attempt, c.status, c.failure_kind, c.http_status,
+                c.latency_s, c.input_tokens, c.cached_tokens, c.output_tokens, c.reasoning_tokens,
+                _dumps(c.sampling), _dumps(c.request),
+                c.response if isinstance(c.response, str) else _dumps(c.response), c.error,
+            ))
+        v = r.verification
+        if v is not None:
+            verification_rows.append((
+                r.rollout_id, v.verifier_version, v.status, v.reward, v.passed, v.failure_kind,
+                _dumps(v.details), now,
+            ))
+    if not rollout_rows:
+        return 0
+    con.execute("BEGIN TRANSACTION")
+    try:
+        insert_rows(con, "rollouts", rollout_rows)
+        insert_rows(con, "model_calls", call_rows)
+        insert_rows(con, "verifications", verification_rows)
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    return len(rollout_rows)
+
+
+def register_verifier_version(
+    con, version: str, name: str, params: dict[str, Any], source: str = "gymflow"
+) -> None:
+    con.execute(
+        "INSERT OR IGNORE INTO verifier_versions VALUES (?, ?, ?, ?, ?)",
+        [version, name, _dumps(params), source, datetime.now(UTC).replace(tzinfo=None)],
+    )

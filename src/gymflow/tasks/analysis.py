@@ -1,0 +1,54 @@
+"""Prefect tasks for the pure stages, cached on the store's content."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from gymflow.analysis.health import health
+from gymflow.analysis.profile import profile
+from gymflow.reports.render import write_report
+from gymflow.store.db import connect
+from gymflow.store.runs import run_info, store_fingerprint
+
+
+def _store_key(context, parameters: dict[str, Any]) -> str:
+    con = connect(parameters["run_dir"], read_only=True)
+    try:
+        fingerprint = store_fingerprint(con)
+    finally:
+        con.close()
+    return f"{context.task.name}|{Path(parameters['run_dir']).resolve()}|{fingerprint}"
+
+
+@task(name="check-health", cache_key_fn=_store_key)
+def check_health(run_dir: str) -> dict[str, Any]:
+    con = connect(run_dir, read_only=True)
+    try:
+        return health(con)
+    finally:
+        con.close()
+
+
+@task(name="profile-run", cache_key_fn=_store_key)
+def profile_run(run_dir: str) -> dict[str, Any]:
+    con = connect(run_dir, read_only=True)
+    try:
+        return profile(con)
+    finally:
+        con.close()
+
+
+@task(name="render-report", cache_policy=NO_CACHE)
+def render_report(run_dir: str, profile_result: dict[str, Any], health_result: dict[str, Any]) -> str:
+    con = connect(run_dir, read_only=True)
+    try:
+        run = run_info(con)
+    finally:
+        con.close()
+    path = write_report(Path(run_dir) / "report.html", profile=profile_result,
+                        health=health_result, run=run)
+    return str(path.resolve())

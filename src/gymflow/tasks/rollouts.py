@@ -1,0 +1,42 @@
+"""Prefect tasks for collection: one task per batch of rollouts, never one per rollout."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from gymflow import progress
+from gymflow.config import EvalConfig
+from gymflow.rollouts.collect import collect
+from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
+from gymflow.store.db import connect
+from gymflow.store.runs import register_run, stored_keys
+
+
+@task(name="prepare-run", cache_policy=NO_CACHE)
+def prepare_run(config: EvalConfig, resume: bool) -> RunPlan:
+    plan = resolve(config)
+    con = connect(plan.run_dir, create=True)
+    try:
+        register_run(con, plan, resume=resume)
+    finally:
+        con.close()
+    return plan
+
+
+# The store, not Prefect's cache, decides what is done: a retried or re-run batch queries it and
+# runs only the missing rollouts, so a deleted or partial store can never be mistaken for done.
+@task(name="collect-batch", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
+def collect_batch(plan: RunPlan, keys: list[RolloutKey], base_url: str) -> dict[str, int]:
+    con = connect(plan.run_dir)
+    try:
+        done = stored_keys(con, plan.run_id)
+        todo = [key for key in keys if key not in done]
+        progress.advanced(len(keys) - len(todo))
+        stats = asyncio.run(collect(plan, todo, con, base_url=base_url))
+    finally:
+        con.close()
+    return {"skipped": len(keys) - len(todo), **asdict(stats)}

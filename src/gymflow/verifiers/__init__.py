@@ -1,0 +1,22 @@
+"""Reward functions with versioned parameters. Importing this package registers the built-ins."""
+
+from gymflow.verifiers import numeric  # noqa: F401
+from gymflow.verifiers.base import (
+    REGISTRY,
+    Verdict,
+    VerifierError,
+    VerifierSpec,
+    VerifyInput,
+    get_verifier,
+    verifier,
+)
+
+__all__ = [
+    "REGISTRY",
+    "Verdict",
+    "VerifierError",
+    "VerifierSpec",
+    "VerifyInput",
+    "get_verifier",
+    "verifier",
+]

@@ -1,0 +1,101 @@
+"""Verifier registry. A verifier declares its parameters, reward range and pass threshold where it
+is defined; its version is its name plus a hash of the parameters it ran with."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from gymflow.environments.base import Task
+
+
+class VerifierError(Exception):
+    """The verifier could not judge this output (as opposed to judging it wrong)."""
+
+    def __init__(self, message: str, kind: str = "verifier_error") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyInput:
+    """What a verifier sees: the task, the final answer text, the trajectory, and for stateful
+    environments the session's final state."""
+
+    task: Task
+    output_text: str
+    trajectory: list[dict[str, Any]] = field(default_factory=list)
+    final_state: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    reward: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+VerifyFn = Callable[[VerifyInput, Any], Verdict]
+
+
+@dataclass(frozen=True, slots=True)
+class VerifierSpec:
+    name: str
+    params_model: type[BaseModel]
+    fn: VerifyFn
+    reward_range: tuple[float, float]
+    pass_threshold: float
+    description: str
+
+    def params(self, values: dict[str, Any]) -> BaseModel:
+        try:
+            return self.params_model.model_validate(values)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+            raise ValueError(f"verifier {self.name!r} parameters: {problems}") from None
+
+    def version(self, params: BaseModel) -> str:
+        blob = json.dumps(params.model_dump(mode="json"), sort_keys=True).encode()
+        return f"{self.name}@{hashlib.sha256(blob).hexdigest()[:8]}"
+
+
+REGISTRY: dict[str, VerifierSpec] = {}
+
+
+def verifier(
+    name: str,
+    *,
+    params: type[BaseModel],
+    reward_range: tuple[float, float] = (0.0, 1.0),
+    pass_threshold: float = 1.0,
+) -> Callable[[VerifyFn], VerifyFn]:
+    """Register a verify function under `name` with its parameter model."""
+
+    def register(fn: VerifyFn) -> VerifyFn:
+        REGISTRY[name] = VerifierSpec(
+            name=name,
+            params_model=params,
+            fn=fn,
+            reward_range=reward_range,
+            pass_threshold=pass_threshold,
+            description=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
+        )
+        return fn
+
+    return register
+
+
+def get_verifier(name: str) -> VerifierSpec:
+    import gymflow.verifiers  # noqa: F401  (registers the built-in verifiers)
+
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(REGISTRY))
+        raise KeyError(f"unknown verifier {name!r} (known: {known})") from None
