@@ -11,19 +11,31 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# The console script pip installed beside this interpreter: exactly what a user runs.
+GYM = str(Path(sys.executable).parent / "gym")
 
 
-def gym(*args: str, cwd: Path, timeout: float = 300, env: dict[str, str] | None = None,
-        check: bool = False) -> subprocess.CompletedProcess[str]:
+def gym(
+    *args: str,
+    cwd: Path,
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
+    check: bool = False,
+) -> subprocess.CompletedProcess[str]:
     """Run the `gym` CLI as a user would: a subprocess, its output captured."""
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
     result = subprocess.run(
-        [sys.executable, "-c", "from gymflow.cli import main; main()", *args],
-        cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout,
+        [GYM, *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     if check and result.returncode != 0:
-        raise AssertionError(f"gym {' '.join(args)} exited {result.returncode}:\n"
-                             f"{result.stdout}\n{result.stderr}")
+        raise AssertionError(
+            f"gym {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+        )
     return result
 
 

@@ -118,7 +118,9 @@ class EvalConfig(_Strict):
 
     def fingerprint(self) -> str:
         """Hash of everything that decides the rollouts (not where they go or which shard)."""
-        identity = self.model_dump(mode="json", exclude={"out", "shard", "concurrency", "batch_size"})
+        identity = self.model_dump(
+            mode="json", exclude={"out", "shard", "concurrency", "batch_size"}
+        )
         identity["model"].pop("api_key_env", None)
         blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

@@ -1,4 +1,4 @@
-"""The records a rollout produces. Plain dataclasses: the harness fills them, the store writes them."""
+"""The records a rollout produces: the harness fills these dataclasses, the store writes them."""
 
 from __future__ import annotations
 

@@ -43,7 +43,9 @@ def check_verifier_version(con, version: str | None) -> str:
         return newest_verifier_version(con)
     known = [r[0] for r in con.execute("SELECT verifier_version FROM verifier_versions").fetchall()]
     if version not in known:
-        raise StoreError(f"no verifier version {version!r} in this store (have: {', '.join(known)})")
+        raise StoreError(
+            f"no verifier version {version!r} in this store (have: {', '.join(known)})"
+        )
     return version
 
 
@@ -58,11 +60,14 @@ def coverage(con, verifier_version: str) -> Coverage:
         """,
         [verifier_version],
     ).fetchone()
-    return Coverage(expected=expected, scored=scored, failed=stored - scored,
-                    missing=max(0, expected - stored))
+    return Coverage(
+        expected=expected, scored=scored, failed=stored - scored, missing=max(0, expected - stored)
+    )
 
 
-def task_outcomes(con, verifier_version: str, *, failures_as_zero: bool = False) -> list[TaskOutcome]:
+def task_outcomes(
+    con, verifier_version: str, *, failures_as_zero: bool = False
+) -> list[TaskOutcome]:
     """(n, c) per task over scored rollouts. Every task in the store appears, n = 0 if none scored.
 
     With `failures_as_zero`, failed rollouts count as scored and not passed."""
@@ -71,7 +76,8 @@ def task_outcomes(con, verifier_version: str, *, failures_as_zero: bool = False)
         f"""
         SELECT t.task_id,
                count(r.rollout_id) FILTER (WHERE {scored_filter}) AS n,
-               count(r.rollout_id) FILTER (WHERE {scored_filter} AND coalesce(v.passed, FALSE)) AS c,
+               count(r.rollout_id)
+                 FILTER (WHERE {scored_filter} AND coalesce(v.passed, FALSE)) AS c,
                coalesce(sum(v.reward) FILTER (WHERE {scored_filter}), 0) AS reward_sum
         FROM tasks t
         LEFT JOIN rollouts r USING (task_id)

@@ -21,8 +21,9 @@ def _mean_over_tasks(pairs: Counter[tuple[int, int]], k: int, fn) -> float | Non
     return total / weight if weight else None
 
 
-def profile(con, *, verifier_version: str | None = None,
-            failures_as_zero: bool = False) -> dict[str, Any]:
+def profile(
+    con, *, verifier_version: str | None = None, failures_as_zero: bool = False
+) -> dict[str, Any]:
     version = check_verifier_version(con, verifier_version)
     run = run_info(con)
     outcomes = task_outcomes(con, version, failures_as_zero=failures_as_zero)
@@ -39,7 +40,8 @@ def profile(con, *, verifier_version: str | None = None,
         "model": run["model"],
         "verifier_version": version,
         "coverage": coverage(con, version).as_dict(),
-        "failures": "counted as failures (reward 0)" if failures_as_zero
+        "failures": "counted as failures (reward 0)"
+        if failures_as_zero
         else "excluded from scores",
         "tasks": len(outcomes),
         "tasks_scored": len(scored),

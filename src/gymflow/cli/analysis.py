@@ -18,14 +18,17 @@ def eval_profile(
     run_dir: Annotated[Path, typer.Argument(help="Run directory (or its .duckdb file).")],
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     verifier_version: Annotated[str | None, typer.Option(help="Verifier version to read.")] = None,
-    failures_as_zero: Annotated[bool, typer.Option(help="Count failed rollouts as reward 0.")] = False,
+    failures_as_zero: Annotated[
+        bool, typer.Option(help="Count failed rollouts as reward 0.")
+    ] = False,
 ) -> None:
     """pass@1 with its task-clustered 95% CI, pass@k, pass^k and coverage."""
     try:
         con = connect(run_dir, read_only=True)
         try:
-            result = profile(con, verifier_version=verifier_version,
-                             failures_as_zero=failures_as_zero)
+            result = profile(
+                con, verifier_version=verifier_version, failures_as_zero=failures_as_zero
+            )
         finally:
             con.close()
     except StoreError as exc:
@@ -34,7 +37,15 @@ def eval_profile(
         print_json(result)
         return
     table = Table("metric", "value")
-    for key in ("pass@1", "stderr", "ci95", "mean_reward", "coverage", "failures", "verifier_version"):
+    for key in (
+        "pass@1",
+        "stderr",
+        "ci95",
+        "mean_reward",
+        "coverage",
+        "failures",
+        "verifier_version",
+    ):
         table.add_row(key, str(result[key]))
     for k, value in result["pass@k"].items():
         table.add_row(f"pass@{k}", f"{value}")

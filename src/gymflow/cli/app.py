@@ -26,6 +26,12 @@ app = typer.Typer(
 )
 eval_app = typer.Typer(help="Run, check, profile and diagnose evaluations.", no_args_is_help=True)
 app.add_typer(eval_app, name="eval")
+list_app = typer.Typer(help="List environments and benchmarks.", no_args_is_help=True)
+app.add_typer(list_app, name="list")
+env_app = typer.Typer(help="Check and scaffold environments and configs.", no_args_is_help=True)
+app.add_typer(env_app, name="env")
+serve_app = typer.Typer(help="Serve a model or an environment over HTTP.", no_args_is_help=True)
+app.add_typer(serve_app, name="serve")
 
 console = Console()
 errors = Console(stderr=True)

@@ -49,8 +49,12 @@ def run_loop(config: EvalConfig, *, resume: bool) -> dict[str, Any]:
     resolve(config)  # every config problem is reported before Prefect or a server starts
     from gymflow.flows.eval_run import evaluation_loop
 
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeRemainingColumn())
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console, transient=False) as bar:
         progress.set_listener(_Bar(bar))
         try:
@@ -67,16 +71,20 @@ def print_headline(result: dict[str, Any]) -> None:
     def pct(value: float | None) -> str:
         return "n/a" if value is None else f"{100 * value:.1f}%"
 
-    console.print(f"[bold]{profile['benchmark'] or profile['environment']}[/] · {profile['model']}"
-                  f" · run {profile['run_id']}")
+    console.print(
+        f"[bold]{profile['benchmark'] or profile['environment']}[/] · {profile['model']}"
+        f" · run {profile['run_id']}"
+    )
     console.print(f"pass@1 = [bold]{pct(profile['pass@1'])}[/]  (95% CI {pct(lo)} – {pct(hi)})")
     table = Table("k", "pass@k", "pass^k")
     for k, value in profile["pass@k"].items():
         table.add_row(k, pct(value), pct(profile["pass^k"][k]))
     console.print(table)
-    console.print(f"coverage: expected {coverage['expected']}, scored {coverage['scored']}, "
-                  f"failed {coverage['failed']}, missing {coverage['missing']} "
-                  f"(failures {profile['failures']})")
+    console.print(
+        f"coverage: expected {coverage['expected']}, scored {coverage['scored']}, "
+        f"failed {coverage['failed']}, missing {coverage['missing']} "
+        f"(failures {profile['failures']})"
+    )
     console.print(f"health: {result['health']['verdict']}")
     console.print(f"report: {result['report']}")
 
@@ -98,11 +106,15 @@ def eval_run(
     repeats: Annotated[int | None, typer.Option(help="Rollouts per task.")] = None,
     limit: Annotated[int | None, typer.Option(help="Only the first N tasks.")] = None,
     out: Annotated[str | None, typer.Option(help="Run directory.")] = None,
-    resume: Annotated[bool, typer.Option(help="Continue a stored run; only missing rollouts.")] = False,
+    resume: Annotated[
+        bool, typer.Option(help="Continue a stored run; only missing rollouts.")
+    ] = False,
     shard: Annotated[str | None, typer.Option(help="Run only shard I of N, as I/N.")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Rollouts in flight.")] = None,
     seed: Annotated[int | None, typer.Option(help="Sampling seed.")] = None,
-    model_kind: Annotated[str | None, typer.Option(help="local | responses | chat_completions")] = None,
+    model_kind: Annotated[
+        str | None, typer.Option(help="local | responses | chat_completions")
+    ] = None,
     model_url: Annotated[str | None, typer.Option(help="Model server base URL (…/v1).")] = None,
     model_name: Annotated[str | None, typer.Option(help="Model name sent to the server.")] = None,
 ) -> None:
@@ -114,9 +126,17 @@ def eval_run(
     except ConfigError as exc:
         fail(str(exc))
     overrides = {
-        "benchmark": benchmark, "environment": environment, "repeats": repeats, "limit": limit,
-        "out": out, "shard": shard_spec, "concurrency": concurrency, "sampling.seed": seed,
-        "model.kind": model_kind, "model.base_url": model_url, "model.name": model_name,
+        "benchmark": benchmark,
+        "environment": environment,
+        "repeats": repeats,
+        "limit": limit,
+        "out": out,
+        "shard": shard_spec,
+        "concurrency": concurrency,
+        "sampling.seed": seed,
+        "model.kind": model_kind,
+        "model.base_url": model_url,
+        "model.name": model_name,
     }
     if seed is not None and config is None:
         overrides.pop("sampling.seed")

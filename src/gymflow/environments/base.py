@@ -1,10 +1,10 @@
-"""What an environment is: a manifest, its tasks, and a resources server that holds session state."""
+"""What an environment is: a manifest, its tasks, and a resources server holding session state."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 

@@ -45,7 +45,7 @@ class Benchmark(BaseModel):
     tags: list[str] = Field(default_factory=list)
 
     def version(self) -> str:
-        """Any change to split, template, repeats, sampling or verifier parameters is a new version."""
+        """A change to split, template, repeats, sampling or verifier params is a new version."""
         protocol = self.model_dump(mode="json", exclude={"description", "tags"})
         return hashlib.sha256(json.dumps(protocol, sort_keys=True).encode()).hexdigest()[:12]
 

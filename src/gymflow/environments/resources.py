@@ -9,7 +9,7 @@ import asyncio
 import itertools
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from gymflow.environments.base import Environment, Task
 from gymflow.records import VERIFIED, VERIFY_ERROR, Verification
@@ -26,7 +26,7 @@ class ResourcesServer:
     """Stateless by default: no tools, and verification of the final answer only."""
 
     #: Responses API function tools this server offers, by name.
-    tool_schemas: dict[str, dict[str, Any]] = {}
+    tool_schemas: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def __init__(self, env: Environment, verifier_params: dict[str, Any] | None = None) -> None:
         self.env = env
@@ -75,11 +75,18 @@ class ResourcesServer:
         try:
             verdict = self.verifier.fn(inp, self.params)
         except VerifierError as exc:
-            return Verification(self.verifier_version, VERIFY_ERROR, None, None, exc.kind,
-                                {"error": str(exc)})
+            return Verification(
+                self.verifier_version, VERIFY_ERROR, None, None, exc.kind, {"error": str(exc)}
+            )
         except Exception as exc:
-            return Verification(self.verifier_version, VERIFY_ERROR, None, None, "verifier_error",
-                                {"error": f"{type(exc).__name__}: {exc}"})
+            return Verification(
+                self.verifier_version,
+                VERIFY_ERROR,
+                None,
+                None,
+                "verifier_error",
+                {"error": f"{type(exc).__name__}: {exc}"},
+            )
         low, high = self.env.manifest.reward_range
         passed = verdict.reward >= self.env.manifest.pass_threshold
         details = dict(verdict.details)

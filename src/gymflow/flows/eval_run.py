@@ -30,7 +30,7 @@ def evaluation_loop(config: EvalConfig, resume: bool = False) -> dict[str, Any]:
         collected = [collect_batch(plan, batch, base_url) for batch in batches]
     health_result = check_health(run_dir)
     profile_result = profile_run(run_dir)
-    report_path = render_report(run_dir, profile_result, health_result)
+    report_path = render_report(run_dir)
     _publish(profile_result, health_result, report_path)
     return {
         "run_dir": run_dir,
@@ -42,8 +42,12 @@ def evaluation_loop(config: EvalConfig, resume: bool = False) -> dict[str, Any]:
 
 
 def _publish(profile: dict[str, Any], health: dict[str, Any], report_path: str) -> None:
-    create_link_artifact(key="gymflow-report", link=f"file://{report_path}",
-                         link_text="gymflow HTML report", description="Decision report")
+    create_link_artifact(
+        key="gymflow-report",
+        link=f"file://{report_path}",
+        link_text="gymflow HTML report",
+        description="Decision report",
+    )
     rows = [
         {"metric": "pass@1", "value": profile["pass@1"]},
         {"metric": "ci95_low", "value": (profile["ci95"] or [None])[0]},

@@ -29,9 +29,17 @@ class Episode:
 
 
 class Harness(Protocol):
-    async def __call__(self, *, client: ResponsesClient, server: ResourcesServer, session_id: str,
-                       task: Task, prompt: str, seed: int | None,
-                       config: HarnessConfig) -> Episode: ...
+    async def __call__(
+        self,
+        *,
+        client: ResponsesClient,
+        server: ResourcesServer,
+        session_id: str,
+        task: Task,
+        prompt: str,
+        seed: int | None,
+        config: HarnessConfig,
+    ) -> Episode: ...
 
 
 HARNESSES: dict[str, Harness] = {}

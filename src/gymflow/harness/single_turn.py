@@ -11,9 +11,16 @@ from gymflow.models.responses import output_text
 
 
 @harness("single_turn")
-async def single_turn(*, client: ResponsesClient, server: ResourcesServer, session_id: str,
-                      task: Task, prompt: str, seed: int | None,
-                      config: HarnessConfig) -> Episode:
+async def single_turn(
+    *,
+    client: ResponsesClient,
+    server: ResourcesServer,
+    session_id: str,
+    task: Task,
+    prompt: str,
+    seed: int | None,
+    config: HarnessConfig,
+) -> Episode:
     items = opening_items(prompt, config)
     outcome = await client.create(items, tools=None, call_index=0, seed=seed)
     episode = Episode(trajectory=items, calls=outcome.calls, num_turns=1)

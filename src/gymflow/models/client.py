@@ -40,7 +40,9 @@ def make_transport(max_connections: int) -> httpx.AsyncBaseTransport:
     """httpx over aiohttp: httpx's own pool degrades under concurrency (see bench/)."""
     from httpx_aiohttp import AiohttpTransport
 
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    limits = httpx.Limits(
+        max_connections=max_connections, max_keepalive_connections=max_connections
+    )
     return AiohttpTransport(limits=limits)
 
 
@@ -57,8 +59,9 @@ def _retry_after(headers: httpx.Headers) -> float | None:
 class ResponsesClient:
     """Calls a Responses API endpoint. Use as an async context manager."""
 
-    def __init__(self, config: ModelConfig, base_url: str, sampling: Sampling,
-                 *, concurrency: int = 64) -> None:
+    def __init__(
+        self, config: ModelConfig, base_url: str, sampling: Sampling, *, concurrency: int = 64
+    ) -> None:
         self.config = config
         self.base_url = base_url.rstrip("/")
         self.sampling = sampling
@@ -90,8 +93,14 @@ class ResponsesClient:
             params["seed"] = seed
         return params
 
-    async def create(self, input_items: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None,
-                     call_index: int, seed: int | None) -> CallOutcome:
+    async def create(
+        self,
+        input_items: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None,
+        call_index: int,
+        seed: int | None,
+    ) -> CallOutcome:
         sampling = self.sampling_params(seed)
         body: dict[str, Any] = {"model": self.config.name, "input": input_items, **sampling}
         if tools:
@@ -115,8 +124,9 @@ class ResponsesClient:
         base = self.config.backoff_s * (2**attempt)
         return base * (0.5 + random.random() / 2)
 
-    async def _attempt(self, body: dict[str, Any], call_index: int, attempt: int,
-                       sampling: dict[str, Any]):
+    async def _attempt(
+        self, body: dict[str, Any], call_index: int, attempt: int, sampling: dict[str, Any]
+    ):
         started = time.perf_counter()
         status: int | None = None
         text = ""
@@ -131,26 +141,55 @@ class ResponsesClient:
                 raw = json.loads(text)
                 response = Response.model_validate(raw)
             except (json.JSONDecodeError, ValidationError) as exc:
-                raise MalformedResponse(f"not a Responses API object: {exc}"[:500],
-                                        http_status=status) from None
+                raise MalformedResponse(
+                    f"not a Responses API object: {exc}"[:500], http_status=status
+                ) from None
         except ModelError as error:
-            return self._record(body, call_index, attempt, sampling, started, status,
-                                text, None, error), None, None, error
+            return (
+                self._record(
+                    body, call_index, attempt, sampling, started, status, text, None, error
+                ),
+                None,
+                None,
+                error,
+            )
         except (TimeoutError, httpx.TimeoutException):
             error = ModelTimeout(f"no complete answer within {self.config.timeout_s}s")
-            return self._record(body, call_index, attempt, sampling, started, status,
-                                text, None, error), None, None, error
+            return (
+                self._record(
+                    body, call_index, attempt, sampling, started, status, text, None, error
+                ),
+                None,
+                None,
+                error,
+            )
         except (httpx.TransportError, OSError) as exc:
             error = TransportFailure(f"{type(exc).__name__}: {exc}")
-            return self._record(body, call_index, attempt, sampling, started, status,
-                                text, None, error), None, None, error
-        call = self._record(body, call_index, attempt, sampling, started, status, raw,
-                            response, None)
+            return (
+                self._record(
+                    body, call_index, attempt, sampling, started, status, text, None, error
+                ),
+                None,
+                None,
+                error,
+            )
+        call = self._record(
+            body, call_index, attempt, sampling, started, status, raw, response, None
+        )
         return call, response, raw, None
 
     @staticmethod
-    def _record(body, call_index, attempt, sampling, started, status, payload,
-                response: Response | None, error: ModelError | None) -> ModelCall:
+    def _record(
+        body,
+        call_index,
+        attempt,
+        sampling,
+        started,
+        status,
+        payload,
+        response: Response | None,
+        error: ModelError | None,
+    ) -> ModelCall:
         usage = response.usage if response else None
         if error is not None:
             state = "error"

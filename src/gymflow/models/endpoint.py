@@ -12,7 +12,9 @@ from gymflow.rollouts.plan import RunPlan
 
 def local_policy_server(plan: RunPlan) -> LocalPolicyServer:
     tasks = list(plan.all_tasks)
-    table = build_table(tasks, [plan.prompts[t.task_id] for t in tasks], plan.config.model.skill_seed)
+    table = build_table(
+        tasks, [plan.prompts[t.task_id] for t in tasks], plan.config.model.skill_seed
+    )
     model = plan.config.model
     return LocalPolicyServer(table, seed=model.skill_seed, faults=model.faults)
 

@@ -8,8 +8,9 @@ class ModelError(Exception):
     kind = "model_error"
     retryable = False
 
-    def __init__(self, message: str, *, http_status: int | None = None,
-                 retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, *, http_status: int | None = None, retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
         self.http_status = http_status
         self.retry_after = retry_after

@@ -28,8 +28,14 @@ def free_port() -> int:
 class LocalPolicyServer:
     """`with LocalPolicyServer(table) as server: server.base_url` -> http://127.0.0.1:PORT/v1"""
 
-    def __init__(self, table: dict[str, PolicyEntry], *, seed: int = 0,
-                 faults: FaultSpec | None = None, startup_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        table: dict[str, PolicyEntry],
+        *,
+        seed: int = 0,
+        faults: FaultSpec | None = None,
+        startup_timeout_s: float = 30.0,
+    ) -> None:
         self.table = table
         self.seed = seed
         self.faults = faults or FaultSpec()
@@ -48,9 +54,19 @@ class LocalPolicyServer:
         save_table(self.table, table_path)
         self.port = free_port()
         command = [
-            sys.executable, "-m", "gymflow.models.policy_server", "--table", str(table_path),
-            "--port", str(self.port), "--seed", str(self.seed),
-            "--faults", self.faults.model_dump_json(), "--parent-pid", str(os.getpid()),
+            sys.executable,
+            "-m",
+            "gymflow.models.policy_server",
+            "--table",
+            str(table_path),
+            "--port",
+            str(self.port),
+            "--seed",
+            str(self.seed),
+            "--faults",
+            self.faults.model_dump_json(),
+            "--parent-pid",
+            str(os.getpid()),
         ]
         self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=os.environ.copy())
         deadline = time.monotonic() + self.startup_timeout_s

@@ -47,10 +47,16 @@ class PolicyEntry:
 def build_table(tasks: list[Task], prompts: list[str], skill_seed: int) -> dict[str, PolicyEntry]:
     table: dict[str, PolicyEntry] = {}
     for task, prompt in zip(tasks, prompts, strict=True):
-        actions = [[{"name": c.name, "arguments": c.arguments} for c in turn]
-                   for turn in task.reference_actions]
+        actions = [
+            [{"name": c.name, "arguments": c.arguments} for c in turn]
+            for turn in task.reference_actions
+        ]
         table[prompt_key(prompt)] = PolicyEntry(
-            task.task_id, task.reference, task.distractor, actions, task_skill(skill_seed, task.task_id)
+            task.task_id,
+            task.reference,
+            task.distractor,
+            actions,
+            task_skill(skill_seed, task.task_id),
         )
     return table
 

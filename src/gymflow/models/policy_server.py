@@ -42,8 +42,14 @@ def _first_user_text(items: list[dict[str, Any]]) -> str:
 
 
 class PolicyApp:
-    def __init__(self, table: dict[str, PolicyEntry], *, seed: int = 0,
-                 faults: FaultSpec | None = None, timeout_sleep_s: float = 3600.0) -> None:
+    def __init__(
+        self,
+        table: dict[str, PolicyEntry],
+        *,
+        seed: int = 0,
+        faults: FaultSpec | None = None,
+        timeout_sleep_s: float = 3600.0,
+    ) -> None:
         self.table = table
         self.seed = seed
         self.faults = faults or FaultSpec()
@@ -62,8 +68,13 @@ class PolicyApp:
         # Keyed on the body and how often it was seen, so a retry can succeed and the outcome
         # does not depend on which request happened to arrive first.
         u = _unit("fault", self.seed, body_key, self._seen[body_key])
-        for kind, rate in (("timeout", f.rate_timeout), ("429", f.rate_429), ("500", f.rate_500),
-                           ("malformed", f.rate_malformed), ("truncated", f.rate_truncated)):
+        for kind, rate in (
+            ("timeout", f.rate_timeout),
+            ("429", f.rate_429),
+            ("500", f.rate_500),
+            ("malformed", f.rate_malformed),
+            ("truncated", f.rate_truncated),
+        ):
             if u < rate:
                 return kind
             u -= rate
@@ -84,13 +95,15 @@ class PolicyApp:
         if truncated or _tokens(text) > max_tokens:
             keep = min(len(text) // 2, max_tokens * 4)
             text, status, incomplete = text[:keep], "incomplete", {"reason": "max_output_tokens"}
-        output = [{
-            "type": "message",
-            "id": f"msg_{next(self._ids)}",
-            "role": "assistant",
-            "status": status,
-            "content": [{"type": "output_text", "text": text, "annotations": []}],
-        }]
+        output = [
+            {
+                "type": "message",
+                "id": f"msg_{next(self._ids)}",
+                "role": "assistant",
+                "status": status,
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ]
         in_tokens = sum(_tokens(json.dumps(i)) for i in items)
         out_tokens = min(_tokens(text), max_tokens)
         return {
@@ -121,8 +134,16 @@ class PolicyApp:
             more = message.get("more_body", False)
         path, method = scope["path"], scope["method"]
         if path in ("/health", "/v1/health") and method == "GET":
-            await _send(send, 200, {"status": "ok", "model": SIMULATED_MODEL,
-                                    "tasks": len(self.table), "requests": self.requests})
+            await _send(
+                send,
+                200,
+                {
+                    "status": "ok",
+                    "model": SIMULATED_MODEL,
+                    "tasks": len(self.table),
+                    "requests": self.requests,
+                },
+            )
         elif path == "/v1/responses" and method == "POST":
             await self._responses(body, send)
         elif path == "/_gymflow/faults" and method == "POST":
@@ -146,8 +167,12 @@ class PolicyApp:
         if fault == "timeout":
             await asyncio.sleep(self.timeout_sleep_s)
         if fault == "429":
-            await _send(send, 429, {"error": {"message": "simulated rate limit"}},
-                        headers=[(b"retry-after", b"0")])
+            await _send(
+                send,
+                429,
+                {"error": {"message": "simulated rate limit"}},
+                headers=[(b"retry-after", b"0")],
+            )
         elif fault == "500":
             await _send(send, 500, {"error": {"message": "simulated server error"}})
         elif fault == "malformed":
@@ -161,11 +186,13 @@ async def _send(send, status: int, payload: Any, headers: list | None = None) ->
 
 
 async def _send_raw(send, status: int, data: bytes, headers: list | None = None) -> None:
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [(b"content-type", b"application/json"), *(headers or [])],
-    })
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), *(headers or [])],
+        }
+    )
     await send({"type": "http.response.body", "body": data})
 
 
@@ -191,10 +218,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.parent_pid:
         threading.Thread(target=_exit_with_parent, args=(args.parent_pid,), daemon=True).start()
 
-    app = PolicyApp(load_table(args.table), seed=args.seed,
-                    faults=FaultSpec.model_validate_json(args.faults))
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,
-                lifespan="off")
+    app = PolicyApp(
+        load_table(args.table), seed=args.seed, faults=FaultSpec.model_validate_json(args.faults)
+    )
+    uvicorn.run(
+        app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="off"
+    )
 
 
 if __name__ == "__main__":

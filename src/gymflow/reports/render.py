@@ -34,3 +34,18 @@ def write_report(path: Path, **sections: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_report(**sections), encoding="utf-8")
     return path
+
+
+def write_run_report(run_dir: Path, *, out: Path | None = None) -> Path:
+    """Compute every section from the run's store and write `report.html` (or `out`)."""
+    from gymflow.analysis.health import health
+    from gymflow.analysis.profile import profile
+    from gymflow.store.db import connect
+    from gymflow.store.runs import run_info
+
+    con = connect(run_dir, read_only=True)
+    try:
+        sections = {"profile": profile(con), "health": health(con), "run": run_info(con)}
+    finally:
+        con.close()
+    return write_report(out or Path(run_dir) / "report.html", **sections)

@@ -27,7 +27,7 @@ class CollectStats:
 
 
 async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) -> CollectStats:
-    """Run `keys` and write each rollout; a cancelled or crashing batch still commits what finished."""
+    """Run `keys`, writing each rollout; a cancelled or crashing batch commits what finished."""
     stats = CollectStats()
     if not keys:
         return stats
@@ -44,8 +44,9 @@ async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) 
             progress.advanced(len(pending))
             pending.clear()
 
-    async with ResponsesClient(plan.config.model, base_url, plan.sampling,
-                               concurrency=plan.config.concurrency) as client:
+    async with ResponsesClient(
+        plan.config.model, base_url, plan.sampling, concurrency=plan.config.concurrency
+    ) as client:
 
         async def worker() -> None:
             while True:
@@ -64,30 +65,49 @@ async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) 
                     flush()
 
         try:
-            await asyncio.gather(*(worker() for _ in range(min(plan.config.concurrency, len(keys)))))
+            await asyncio.gather(
+                *(worker() for _ in range(min(plan.config.concurrency, len(keys))))
+            )
         finally:
             flush()
     return stats
 
 
-async def run_one(plan: RunPlan, key: RolloutKey, client: ResponsesClient,
-                  server: ResourcesServer, run_harness) -> Rollout:
+async def run_one(
+    plan: RunPlan, key: RolloutKey, client: ResponsesClient, server: ResourcesServer, run_harness
+) -> Rollout:
     task_id, repeat_index = key
     task = plan.task_by_id[task_id]
-    seed = (rollout_seed(plan.sampling.seed, task_id, repeat_index)
-            if plan.sampling.seed is not None else None)
+    seed = (
+        rollout_seed(plan.sampling.seed, task_id, repeat_index)
+        if plan.sampling.seed is not None
+        else None
+    )
     started = datetime.now(UTC)
     rollout = Rollout(
-        rollout_id=rollout_id(plan.run_id, task_id, repeat_index), run_id=plan.run_id,
-        task_id=task_id, repeat_index=repeat_index, seed=seed or 0, status=FAILED,
-        started_at=started, finished_at=started, trajectory=[], calls=[],
+        rollout_id=rollout_id(plan.run_id, task_id, repeat_index),
+        run_id=plan.run_id,
+        task_id=task_id,
+        repeat_index=repeat_index,
+        seed=seed or 0,
+        status=FAILED,
+        started_at=started,
+        finished_at=started,
+        trajectory=[],
+        calls=[],
     )
     session_id = None
     try:
         session_id = await server.seed_session(task)
-        episode = await run_harness(client=client, server=server, session_id=session_id, task=task,
-                                    prompt=plan.prompts[task_id], seed=seed,
-                                    config=plan.config.harness)
+        episode = await run_harness(
+            client=client,
+            server=server,
+            session_id=session_id,
+            task=task,
+            prompt=plan.prompts[task_id],
+            seed=seed,
+            config=plan.config.harness,
+        )
         rollout.trajectory, rollout.calls = episode.trajectory, episode.calls
         rollout.output_text, rollout.incomplete = episode.output_text, episode.incomplete
         rollout.num_turns = episode.num_turns
@@ -95,8 +115,9 @@ async def run_one(plan: RunPlan, key: RolloutKey, client: ResponsesClient,
             rollout.failure_kind, rollout.error = episode.failure_kind, episode.error
         else:
             rollout.status = COMPLETED
-            rollout.verification = await server.verify(session_id, task, episode.output_text,
-                                                       episode.trajectory)
+            rollout.verification = await server.verify(
+                session_id, task, episode.output_text, episode.trajectory
+            )
     except Exception as exc:  # a harness or resources-server bug must not take the batch down
         rollout.failure_kind = "harness_error"
         rollout.error = "".join(traceback.format_exception_only(exc)).strip()

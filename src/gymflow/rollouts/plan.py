@@ -50,7 +50,9 @@ class RunPlan:
         count = self.config.shard.count
         if count == 1:
             return self.all_tasks
-        return tuple(t for t in self.all_tasks if shard_of(t.task_id, count) == self.config.shard.index)
+        return tuple(
+            t for t in self.all_tasks if shard_of(t.task_id, count) == self.config.shard.index
+        )
 
     @cached_property
     def prompts(self) -> dict[str, str]:
@@ -105,12 +107,21 @@ def resolve(config: EvalConfig) -> RunPlan:
         tasks = tasks[:limit]
     repeats = config.repeats or (benchmark.repeats if benchmark else 1)
     sampling = config.sampling or (benchmark.sampling if benchmark else Sampling())
-    template = (config.prompt_template or (benchmark.prompt_template if benchmark else None)
-                or env.manifest.prompt_template)
+    template = (
+        config.prompt_template
+        or (benchmark.prompt_template if benchmark else None)
+        or env.manifest.prompt_template
+    )
     verifier_params = {**(benchmark.verifier_params if benchmark else {}), **config.verifier_params}
     plan = RunPlan(
-        config=config, env=env, benchmark=benchmark, split=split, template=template,
-        repeats=repeats, sampling=sampling, verifier_params=verifier_params,
+        config=config,
+        env=env,
+        benchmark=benchmark,
+        split=split,
+        template=template,
+        repeats=repeats,
+        sampling=sampling,
+        verifier_params=verifier_params,
         harness=config.harness.name or env.manifest.harness,
         all_tasks=tuple(tasks),
     )
@@ -125,7 +136,9 @@ def check_plan(plan: RunPlan) -> None:
         try:
             render_prompt(plan.template, task.inputs)
         except PromptError as exc:
-            problems.append(f"{plan.env.name}/{plan.split} row {row} ({task.task_id}): prompt: {exc}")
+            problems.append(
+                f"{plan.env.name}/{plan.split} row {row} ({task.task_id}): prompt: {exc}"
+            )
             if len(problems) >= 20:
                 break
     try:

@@ -8,8 +8,9 @@ from typing import Any
 from jinja2 import StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
-_JINJA = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False,
-                              autoescape=False)
+_JINJA = SandboxedEnvironment(
+    undefined=StrictUndefined, keep_trailing_newline=False, autoescape=False
+)
 
 
 class PromptError(ValueError):

@@ -32,7 +32,9 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
     except duckdb.IOException as exc:
         raise StoreError(f"{path}: cannot open store: {exc}") from None
     except duckdb.Error as exc:
-        raise StoreError(f"{path}: not a readable DuckDB store (truncated or corrupt?): {exc}") from None
+        raise StoreError(
+            f"{path}: not a readable DuckDB store (truncated or corrupt?): {exc}"
+        ) from None
     if read_only:
         _check_version(con, path)
         return con
@@ -50,7 +52,11 @@ def _check_version(con, path: Path) -> None:
     try:
         row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     except duckdb.CatalogException:
-        raise StoreError(f"{path}: a DuckDB file, but not a gymflow store (no meta table)") from None
+        raise StoreError(
+            f"{path}: a DuckDB file, but not a gymflow store (no meta table)"
+        ) from None
     if row is None or int(row[0]) != SCHEMA_VERSION:
         found = row[0] if row else "none"
-        raise StoreError(f"{path}: store schema version {found}, this gymflow reads {SCHEMA_VERSION}")
+        raise StoreError(
+            f"{path}: store schema version {found}, this gymflow reads {SCHEMA_VERSION}"
+        )

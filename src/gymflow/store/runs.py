@@ -29,25 +29,49 @@ def register_run(con, plan: RunPlan, *, resume: bool) -> None:
         )
     cfg = plan.config
     run_row = (
-        plan.run_id, datetime.now(UTC).replace(tzinfo=None), __version__,
-        cfg.model_dump_json(exclude={"shard"}), plan.run_id,
-        plan.benchmark.name if plan.benchmark else None, plan.benchmark_version, plan.env.name,
-        plan.dataset_version, plan.split, cfg.model.name, plan.harness, plan.template,
-        plan.sampling.model_dump_json(), plan.repeats, cfg.shard.count, plan.verifier_version,
+        plan.run_id,
+        datetime.now(UTC).replace(tzinfo=None),
+        __version__,
+        cfg.model_dump_json(exclude={"shard"}),
+        plan.run_id,
+        plan.benchmark.name if plan.benchmark else None,
+        plan.benchmark_version,
+        plan.env.name,
+        plan.dataset_version,
+        plan.split,
+        cfg.model.name,
+        plan.harness,
+        plan.template,
+        plan.sampling.model_dump_json(),
+        plan.repeats,
+        cfg.shard.count,
+        plan.verifier_version,
     )
     insert_rows(con, "runs", [run_row], on_conflict_ignore=True)
-    con.execute("INSERT OR IGNORE INTO shards VALUES (?, ?, ?)",
-                [plan.run_id, cfg.shard.index, cfg.shard.count])
+    con.execute(
+        "INSERT OR IGNORE INTO shards VALUES (?, ?, ?)",
+        [plan.run_id, cfg.shard.index, cfg.shard.count],
+    )
     index = {task.task_id: i for i, task in enumerate(plan.all_tasks)}
     task_rows = [
-        (plan.run_id, t.task_id, index[t.task_id], cfg.shard.index, plan.prompts[t.task_id],
-         t.reference, json.dumps(t.data, default=str), list(t.tags), t.difficulty)
+        (
+            plan.run_id,
+            t.task_id,
+            index[t.task_id],
+            cfg.shard.index,
+            plan.prompts[t.task_id],
+            t.reference,
+            json.dumps(t.data, default=str),
+            list(t.tags),
+            t.difficulty,
+        )
         for t in plan.tasks
     ]
     insert_rows(con, "tasks", task_rows, on_conflict_ignore=True)
     spec_params = {**plan.env.manifest.verifier.params, **plan.verifier_params}
-    register_verifier_version(con, plan.verifier_version, plan.env.manifest.verifier.name,
-                              spec_params)
+    register_verifier_version(
+        con, plan.verifier_version, plan.env.manifest.verifier.name, spec_params
+    )
 
 
 def stored_keys(con, run_id: str) -> set[RolloutKey]:

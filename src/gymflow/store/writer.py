@@ -37,26 +37,62 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
     rollout_rows, call_rows, verification_rows = [], [], []
     now = datetime.now(UTC).replace(tzinfo=None)
     for r in rollouts:
-        rollout_rows.append((
-            r.rollout_id, r.run_id, r.task_id, r.repeat_index, r.seed, r.status, r.failure_kind,
-            r.error, r.incomplete, r.output_text, _dumps(r.trajectory), r.num_turns, len(r.calls),
-            r.input_tokens, r.output_tokens,
-            (r.finished_at - r.started_at).total_seconds(),
-            r.started_at.replace(tzinfo=None), r.finished_at.replace(tzinfo=None),
-        ))
+        rollout_rows.append(
+            (
+                r.rollout_id,
+                r.run_id,
+                r.task_id,
+                r.repeat_index,
+                r.seed,
+                r.status,
+                r.failure_kind,
+                r.error,
+                r.incomplete,
+                r.output_text,
+                _dumps(r.trajectory),
+                r.num_turns,
+                len(r.calls),
+                r.input_tokens,
+                r.output_tokens,
+                (r.finished_at - r.started_at).total_seconds(),
+                r.started_at.replace(tzinfo=None),
+                r.finished_at.replace(tzinfo=None),
+            )
+        )
         for c in r.calls:
-            call_rows.append((
-                r.rollout_id, c.call_index, c.attempt, c.status, c.failure_kind, c.http_status,
-                c.latency_s, c.input_tokens, c.cached_tokens, c.output_tokens, c.reasoning_tokens,
-                _dumps(c.sampling), _dumps(c.request),
-                c.response if isinstance(c.response, str) else _dumps(c.response), c.error,
-            ))
+            call_rows.append(
+                (
+                    r.rollout_id,
+                    c.call_index,
+                    c.attempt,
+                    c.status,
+                    c.failure_kind,
+                    c.http_status,
+                    c.latency_s,
+                    c.input_tokens,
+                    c.cached_tokens,
+                    c.output_tokens,
+                    c.reasoning_tokens,
+                    _dumps(c.sampling),
+                    _dumps(c.request),
+                    c.response if isinstance(c.response, str) else _dumps(c.response),
+                    c.error,
+                )
+            )
         v = r.verification
         if v is not None:
-            verification_rows.append((
-                r.rollout_id, v.verifier_version, v.status, v.reward, v.passed, v.failure_kind,
-                _dumps(v.details), now,
-            ))
+            verification_rows.append(
+                (
+                    r.rollout_id,
+                    v.verifier_version,
+                    v.status,
+                    v.reward,
+                    v.passed,
+                    v.failure_kind,
+                    _dumps(v.details),
+                    now,
+                )
+            )
     if not rollout_rows:
         return 0
     con.execute("BEGIN TRANSACTION")

@@ -10,9 +10,9 @@ from prefect.cache_policies import NO_CACHE
 
 from gymflow.analysis.health import health
 from gymflow.analysis.profile import profile
-from gymflow.reports.render import write_report
+from gymflow.reports.render import write_run_report
 from gymflow.store.db import connect
-from gymflow.store.runs import run_info, store_fingerprint
+from gymflow.store.runs import store_fingerprint
 
 
 def _store_key(context, parameters: dict[str, Any]) -> str:
@@ -43,12 +43,5 @@ def profile_run(run_dir: str) -> dict[str, Any]:
 
 
 @task(name="render-report", cache_policy=NO_CACHE)
-def render_report(run_dir: str, profile_result: dict[str, Any], health_result: dict[str, Any]) -> str:
-    con = connect(run_dir, read_only=True)
-    try:
-        run = run_info(con)
-    finally:
-        con.close()
-    path = write_report(Path(run_dir) / "report.html", profile=profile_result,
-                        health=health_result, run=run)
-    return str(path.resolve())
+def render_report(run_dir: str) -> str:
+    return str(write_run_report(Path(run_dir)).resolve())

@@ -36,10 +36,7 @@ def parse_number(text: str) -> float | None:
 
 
 def extract_answer(text: str, mode: str) -> str | None:
-    if mode == "answer_line":
-        matches = _ANSWER_LINE.findall(text)
-    else:
-        matches = _ANY_NUMBER.findall(text)
+    matches = (_ANSWER_LINE if mode == "answer_line" else _ANY_NUMBER).findall(text)
     return matches[-1] if matches else None
 
 
