@@ -24,7 +24,8 @@ class Task:
     `inputs` feed the prompt template; `data` is what the verifier reads (answers, tests, expected
     state). `reference` is a response a perfect policy gives and `distractor` a plausible wrong one:
     the local policy server plays from them. `reference_actions` is the tool-call plan, one tuple of
-    (possibly parallel) calls per turn, for environments with tools."""
+    (possibly parallel) calls per turn, for environments with tools; `distractor_actions` is the
+    plan a policy that gets the task wrong follows (wrong tool, wrong arguments, stopping early)."""
 
     task_id: str
     inputs: dict[str, Any]
@@ -32,6 +33,7 @@ class Task:
     reference: str
     distractor: str
     reference_actions: tuple[tuple[ToolCall, ...], ...] = ()
+    distractor_actions: tuple[tuple[ToolCall, ...], ...] = ()
     tags: tuple[str, ...] = ()
     difficulty: str | None = None
 

@@ -21,7 +21,14 @@ from typing import Any
 import orjson
 
 from gymflow.config import FaultSpec
-from gymflow.models.policy import PolicyEntry, _unit, decide, load_table, prompt_key
+from gymflow.models.policy import (
+    PolicyEntry,
+    decide,
+    load_table,
+    prompt_key,
+    turns_taken,
+    unit_draw,
+)
 
 SIMULATED_MODEL = "gymflow-simulated-policy"
 FAULT_KINDS = ("timeout", "429", "500", "malformed", "truncated")
@@ -67,7 +74,7 @@ class PolicyApp:
         f = self.faults
         # Keyed on the body and how often it was seen, so a retry can succeed and the outcome
         # does not depend on which request happened to arrive first.
-        u = _unit("fault", self.seed, body_key, self._seen[body_key])
+        u = unit_draw("fault", self.seed, body_key, self._seen[body_key])
         for kind, rate in (
             ("timeout", f.rate_timeout),
             ("429", f.rate_429),
@@ -86,26 +93,25 @@ class PolicyApp:
             items = [{"type": "message", "role": "user", "content": items}]
         entry = self.table.get(prompt_key(_first_user_text(items)))
         if entry is None:
-            text = "I am a simulated policy and do not know this task."
+            step: list[dict[str, Any]] | str = "I am a simulated policy and do not know this task."
         else:
-            correct = decide(entry, server_seed=self.seed, request_seed=body.get("seed"), turn=0)
-            text = entry.reference if correct else entry.distractor
+            correct = decide(entry, server_seed=self.seed, request_seed=body.get("seed"))
+            step = entry.turn(correct=correct, turn=turns_taken(items))
         max_tokens = int(body.get("max_output_tokens") or 1 << 30)
         status, incomplete = "completed", None
-        if truncated or _tokens(text) > max_tokens:
-            keep = min(len(text) // 2, max_tokens * 4)
-            text, status, incomplete = text[:keep], "incomplete", {"reason": "max_output_tokens"}
-        output = [
-            {
-                "type": "message",
-                "id": f"msg_{next(self._ids)}",
-                "role": "assistant",
-                "status": status,
-                "content": [{"type": "output_text", "text": text, "annotations": []}],
-            }
-        ]
+        if isinstance(step, str):
+            text = step
+            if truncated or _tokens(text) > max_tokens:
+                keep = min(len(text) // 2, max_tokens * 4)
+                text, status = text[:keep], "incomplete"
+                incomplete = {"reason": "max_output_tokens"}
+            output = [self._message(text, status)]
+            out_tokens = min(_tokens(text), max_tokens)
+        else:
+            turn = turns_taken(items)
+            output = [self._call(call, turn, i) for i, call in enumerate(step)]
+            out_tokens = sum(_tokens(o["arguments"]) + 2 for o in output)
         in_tokens = sum(_tokens(json.dumps(i)) for i in items)
-        out_tokens = min(_tokens(text), max_tokens)
         return {
             "id": f"resp_{next(self._ids)}",
             "object": "response",
@@ -122,6 +128,27 @@ class PolicyApp:
                 "total_tokens": in_tokens + out_tokens,
             },
             "metadata": {"simulation": "gymflow local policy server; answers are simulated"},
+        }
+
+    def _message(self, text: str, status: str) -> dict[str, Any]:
+        return {
+            "type": "message",
+            "id": f"msg_{next(self._ids)}",
+            "role": "assistant",
+            "status": status,
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }
+
+    def _call(self, call: dict[str, Any], turn: int, index: int) -> dict[str, Any]:
+        arguments = call["arguments"]
+        return {
+            "type": "function_call",
+            "id": f"fc_{next(self._ids)}",
+            "call_id": f"call_{turn}_{index}",
+            "name": call["name"],
+            # A plan may carry raw argument text to play a malformed call.
+            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+            "status": "completed",
         }
 
     # -- ASGI ----------------------------------------------------------------------------------
