@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import traceback
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,8 +16,10 @@ from gymflow.records import COMPLETED, FAILED, Rollout, rollout_id, rollout_seed
 from gymflow.rollouts.plan import RolloutKey, RunPlan
 from gymflow.store.writer import write_rollouts
 
-#: Finished rollouts are committed in groups this large (or when the batch ends).
+#: Finished rollouts are committed in groups this large, or this often, or when the batch ends:
+#: large enough that DuckDB commits stay cheap, small enough that a kill loses little.
 FLUSH_EVERY = 200
+FLUSH_INTERVAL_S = 0.5
 
 
 @dataclass
@@ -37,8 +40,11 @@ async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) 
     for key in keys:
         queue.put_nowait(key)
     pending: list[Rollout] = []
+    last_flush = time.monotonic()
 
     def flush() -> None:
+        nonlocal last_flush
+        last_flush = time.monotonic()
         if pending:
             write_rollouts(con, pending)
             progress.advanced(len(pending))
@@ -61,7 +67,7 @@ async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) 
                 else:
                     stats.failed += 1
                 pending.append(rollout)
-                if len(pending) >= FLUSH_EVERY:
+                if len(pending) >= FLUSH_EVERY or time.monotonic() - last_flush > FLUSH_INTERVAL_S:
                     flush()
 
         try:
