@@ -1,0 +1,211 @@
+"""`gym list environments|benchmarks` and `gym search`: find what to evaluate. Writes nothing."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from gymflow.cli.app import app, console, errors, fail, list_app, print_json
+from gymflow.environments.registry import (
+    RegistryError,
+    environment_sources,
+    load_benchmark,
+    load_environment,
+)
+from gymflow.environments.search import Catalog, load_catalog, search
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def _table(*columns: str) -> Table:
+    """Names never wrap; lists (tags, matched fields) and the description (last) wrap."""
+    table = Table()
+    for column in columns[:-1]:
+        table.add_column(column, no_wrap=column not in ("tags", "matched", "splits"))
+    table.add_column(columns[-1], ratio=1)
+    return table
+
+
+def _first_sentence(text: str) -> str:
+    head, dot, _ = text.partition(". ")
+    return head + dot.strip()
+
+
+def _catalog() -> Catalog:
+    try:
+        catalog = load_catalog()
+    except RegistryError as exc:
+        fail(str(exc))
+    for problem in catalog.problems:
+        errors.print(f"[yellow]warning:[/] {problem}", highlight=False)
+    return catalog
+
+
+def _environment_summary(name: str) -> dict[str, Any]:
+    source = environment_sources()[name]
+    m = source.manifest
+    return {
+        "name": m.name,
+        "domain": m.domain,
+        "tags": m.tags,
+        "harness": m.harness,
+        "verifier": m.verifier.name,
+        "tools": m.tools,
+        "splits": {k: v.size for k, v in m.splits.items()},
+        "default_split": m.default_split,
+        "description": " ".join(m.description.split()),
+        "path": str(source.folder),
+    }
+
+
+def _environment_detail(name: str, catalog: Catalog) -> dict[str, Any]:
+    """One environment in full: manifest, tool schemas, benchmarks over it, split sizes."""
+    sources = environment_sources()
+    if name not in sources:
+        fail(f"unknown environment {name!r} (known: {', '.join(sorted(sources)) or 'none'})")
+    try:
+        env = load_environment(name)
+        server = env.resources_server()
+        tools = server.tools()
+    except (RegistryError, KeyError, ValueError) as exc:
+        fail(f"environment {name!r} does not load: {exc}")
+    manifest = env.manifest.model_dump(mode="json")
+    manifest["description"] = " ".join(env.manifest.description.split())
+    return {
+        **manifest,
+        "path": str(env.folder),
+        "verifier_version": server.verifier_version,
+        "tool_schemas": tools,
+        "benchmarks": [b.name for b in catalog.benchmarks if b.environment == name],
+    }
+
+
+def _print_detail(detail: dict[str, Any]) -> None:
+    console.print(f"[bold]{detail['name']}[/]  ({detail['domain']})  {detail['path']}")
+    console.print(detail["description"], highlight=False)
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("tags", ", ".join(detail["tags"]))
+    table.add_row("harness", detail["harness"])
+    table.add_row(
+        "verifier",
+        f"{detail['verifier_version']}  params {detail['verifier']['params'] or '{}'}",
+    )
+    table.add_row("reward", f"{detail['reward_range']}  pass at >= {detail['pass_threshold']}")
+    table.add_row("reverify", "stateless" if detail["reverify_stateless"] else "needs state")
+    splits = ", ".join(
+        f"{name} ({spec['size'] if spec['size'] is not None else '?'})"
+        for name, spec in detail["splits"].items()
+    )
+    table.add_row("splits", f"{splits}; default {detail['default_split']}")
+    table.add_row("benchmarks", ", ".join(detail["benchmarks"]) or "none")
+    console.print(table)
+    if detail["tool_schemas"]:
+        tools = Table("tool", "parameters", "description", title="tools")
+        for tool in detail["tool_schemas"]:
+            params = ", ".join((tool.get("parameters") or {}).get("properties", {}))
+            tools.add_row(tool["name"], params, tool.get("description", ""))
+        console.print(tools)
+    console.print("[bold]prompt template[/]")
+    console.print(detail["prompt_template"], highlight=False, markup=False)
+
+
+@list_app.command("environments")
+def list_environments(
+    name: Annotated[str | None, typer.Argument(help="Show one environment in full.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Every environment: name, domain, tags, harness, verifier, splits."""
+    catalog = _catalog()
+    if name is not None:
+        detail = _environment_detail(name, catalog)
+        print_json(detail) if as_json else _print_detail(detail)
+        return
+    rows = [_environment_summary(e.name) for e in catalog.environments]
+    if as_json:
+        print_json(rows)
+        return
+    table = _table("name", "domain", "tags", "harness", "verifier", "splits", "description")
+    for row in rows:
+        splits = ", ".join(f"{k}:{v}" for k, v in row["splits"].items())
+        table.add_row(
+            row["name"],
+            row["domain"],
+            ", ".join(row["tags"]),
+            row["harness"],
+            row["verifier"],
+            splits,
+            _first_sentence(row["description"]),
+        )
+    console.print(table)
+
+
+@list_app.command("benchmarks")
+def list_benchmarks(as_json: JsonFlag = False) -> None:
+    """Every benchmark: environment, split, repeats, sampling and version."""
+    catalog = _catalog()
+    rows = []
+    for entry in catalog.benchmarks:
+        b = load_benchmark(entry.name)
+        rows.append(
+            {
+                "name": b.name,
+                "version": b.version(),
+                "environment": b.environment,
+                "split": b.split,
+                "limit": b.limit,
+                "repeats": b.repeats,
+                "sampling": b.sampling.model_dump(),
+                "verifier_params": b.verifier_params,
+                "tags": b.tags,
+                "description": entry.description,
+                "path": str(entry.path),
+            }
+        )
+    if as_json:
+        print_json(rows)
+        return
+    table = _table("name", "version", "environment", "split", "repeats", "temp", "description")
+    for row in rows:
+        table.add_row(
+            row["name"],
+            row["version"],
+            row["environment"],
+            row["split"] or "(default)",
+            str(row["repeats"]),
+            str(row["sampling"]["temperature"]),
+            _first_sentence(row["description"]),
+        )
+    console.print(table)
+
+
+@app.command("search")
+def search_command(
+    query: Annotated[str, typer.Argument(help="Words to look for, e.g. 'function calling'.")],
+    as_json: JsonFlag = False,
+    limit: Annotated[int, typer.Option(help="Show at most this many results.")] = 20,
+) -> None:
+    """Rank environments and benchmarks by name, tag, domain and description."""
+    hits = search(query, _catalog())[:limit]
+    if as_json:
+        print_json([hit.as_json() for hit in hits])
+        return
+    if not hits:
+        console.print(f"nothing matches {query!r}; try `gym list environments`", highlight=False)
+        return
+    table = _table("#", "kind", "name", "domain", "score", "matched", "description")
+    for rank, hit in enumerate(hits, 1):
+        e = hit.entry
+        table.add_row(
+            str(rank),
+            e.kind,
+            e.name,
+            e.domain,
+            f"{hit.score:.0f}",
+            ", ".join(hit.matched),
+            _first_sentence(e.description),
+        )
+    console.print(table)
