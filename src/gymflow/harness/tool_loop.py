@@ -1,0 +1,114 @@
+"""Call the model, run its tool calls on the resources server, feed the results back; repeat.
+
+A rollout ends when a turn makes no tool calls (its text is the answer), when the response is
+incomplete, when the model call fails, or after `max_turns` model calls. Hitting `max_turns` is a
+harness outcome, not a failure: the rollout is still verified, and `counters["max_turns_reached"]`
+says it happened. Every reasoning item the model returned stays in the conversation, so the server
+gets it back on the next turn."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from gymflow.config import HarnessConfig
+from gymflow.environments.base import Task
+from gymflow.environments.resources import ResourcesServer, ToolError
+from gymflow.harness.base import Episode, harness, opening_items
+from gymflow.harness.tool_arguments import MalformedArguments, parse_arguments
+from gymflow.models.client import ResponsesClient
+from gymflow.models.responses import function_calls, output_text
+
+#: Counter names a tool-loop episode reports (all present, zero when nothing happened).
+COUNTERS = (
+    "tool_calls",
+    "tool_errors",
+    "malformed_tool_calls",
+    "unknown_tool_calls",
+    "parallel_turns",
+    "max_turns_reached",
+)
+
+
+class ToolServerFailure(Exception):
+    """A tool crashed (not a ToolError): the resources server failed, not the model."""
+
+
+def _output(call_id: str, text: str) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": call_id, "output": text}
+
+
+async def _run_call(
+    server: ResourcesServer,
+    session_id: str,
+    call: dict[str, Any],
+    schemas: dict[str, dict[str, Any]],
+    counters: dict[str, int],
+) -> dict[str, Any]:
+    name, call_id = call.get("name", ""), call.get("call_id", "")
+    counters["tool_calls"] += 1
+    schema = schemas.get(name)
+    if schema is None:
+        counters["unknown_tool_calls"] += 1
+        counters["tool_errors"] += 1
+        known = ", ".join(sorted(schemas)) or "none"
+        return _output(call_id, f"error: unknown tool {name!r} (tools: {known})")
+    try:
+        arguments = parse_arguments(call.get("arguments"), schema.get("parameters"))
+    except MalformedArguments as exc:
+        counters["malformed_tool_calls"] += 1
+        counters["tool_errors"] += 1
+        return _output(call_id, f"error: malformed arguments for {name}: {exc}")
+    try:
+        result = await server.call_tool(session_id, name, arguments)
+    except ToolError as exc:
+        counters["tool_errors"] += 1
+        return _output(call_id, f"error: {exc}")
+    except Exception as exc:
+        raise ToolServerFailure(f"tool {name!r} crashed: {type(exc).__name__}: {exc}") from exc
+    return _output(call_id, result)
+
+
+@harness("tool_loop")
+async def tool_loop(
+    *,
+    client: ResponsesClient,
+    server: ResourcesServer,
+    session_id: str,
+    task: Task,
+    prompt: str,
+    seed: int | None,
+    config: HarnessConfig,
+) -> Episode:
+    tools = server.tools()
+    schemas = {tool["name"]: tool for tool in tools if tool.get("type") == "function"}
+    items = opening_items(prompt, config)
+    episode = Episode(trajectory=items, counters=dict.fromkeys(COUNTERS, 0))
+    for turn in range(config.max_turns):
+        outcome = await client.create(items, tools=tools or None, call_index=turn, seed=seed)
+        episode.calls.extend(outcome.calls)
+        episode.num_turns = turn + 1
+        if outcome.error is not None:
+            episode.failure_kind, episode.error = outcome.error.kind, str(outcome.error)
+            return episode
+        output = outcome.raw["output"]
+        items.extend(output)
+        episode.output_text = output_text(output)
+        if outcome.response.status == "incomplete":
+            episode.incomplete = True
+            return episode
+        calls = function_calls(output)
+        if not calls:
+            return episode
+        if len(calls) > 1:
+            episode.counters["parallel_turns"] += 1
+        try:
+            results = await asyncio.gather(
+                *(_run_call(server, session_id, call, schemas, episode.counters) for call in calls)
+            )
+        except ToolServerFailure as exc:
+            episode.failure_kind, episode.error = "tool_error", str(exc)
+            return episode
+        items.extend(results)
+    episode.counters["max_turns_reached"] = 1
+    return episode

@@ -1,0 +1,232 @@
+"""tool_loop: scripted models for the edge cases, the local policy server over HTTP end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, ClassVar
+
+import pytest
+
+from gymflow.config import HarnessConfig, ModelConfig, Sampling
+from gymflow.environments.base import Environment, Task
+from gymflow.environments.resources import ResourcesServer
+from gymflow.harness import get_harness
+from gymflow.models.client import CallOutcome, ResponsesClient
+from gymflow.models.local_server import LocalPolicyServer
+from gymflow.models.policy import PolicyEntry, build_table, prompt_key
+from gymflow.models.responses import Response, function_tool
+from gymflow.rollouts.prompts import render_prompt
+
+
+def _call(name: str, arguments: Any, call_id: str) -> dict[str, Any]:
+    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"type": "function_call", "call_id": call_id, "name": name, "arguments": raw}
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text}],
+    }
+
+
+class ScriptedClient:
+    """Answers each model call with the next scripted output; keeps what it was sent."""
+
+    def __init__(self, turns: list[list[dict[str, Any]]], status: str = "completed") -> None:
+        self.turns = list(turns)
+        self.status = status
+        self.requests: list[list[dict[str, Any]]] = []
+
+    async def create(self, items, *, tools, call_index, seed) -> CallOutcome:
+        self.requests.append(json.loads(json.dumps(items)))
+        output = self.turns.pop(0) if self.turns else [_text("out of script")]
+        status = self.status if not self.turns else "completed"
+        raw = {"id": f"r{call_index}", "model": "scripted", "status": status, "output": output}
+        return CallOutcome(Response.model_validate(raw), raw)
+
+
+async def _play(env: Environment, client, *, max_turns: int = 8, server=None):
+    task = env.tasks()[0]
+    server = server or env.resources_server()
+    session = await server.seed_session(task)
+    episode = await get_harness("tool_loop")(
+        client=client,
+        server=server,
+        session_id=session,
+        task=task,
+        prompt="play",
+        seed=1,
+        config=HarnessConfig(max_turns=max_turns),
+    )
+    return episode, server.final_state(session)
+
+
+def test_reference_plan_three_turns(ledger: Environment) -> None:
+    client = ScriptedClient(
+        [
+            [_call("deposit", {"amount": 3}, "a"), _call("deposit", {"amount": 10}, "b")],
+            [_call("balance", {}, "c")],
+            [_text("Answer: 13")],
+        ]
+    )
+    episode, state = asyncio.run(_play(ledger, client))
+    assert state == {"balance": 13}
+    assert (episode.num_turns, episode.output_text, episode.failure_kind) == (3, "Answer: 13", None)
+    assert episode.counters["tool_calls"] == 3
+    assert episode.counters["parallel_turns"] == 1
+    assert episode.counters["max_turns_reached"] == 0
+    # Each output answers its own call, and the second request already carries both.
+    second = client.requests[1]
+    outputs = {i["call_id"]: json.loads(i["output"]) for i in second if "output" in i}
+    assert outputs == {"a": {"balance": 3}, "b": {"balance": 13}}
+    assert [i["type"] for i in episode.trajectory][-2:] == ["function_call_output", "message"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "told"),
+    [
+        ('{"amount": 3', "not valid JSON"),
+        ("[3]", "must be a JSON object"),
+        ({"amount": "three"}, "amount: 'three' is not of type 'integer'"),
+        ({}, "'amount' is a required property"),
+    ],
+)
+def test_malformed_arguments_go_back_to_the_model(ledger: Environment, arguments, told) -> None:
+    client = ScriptedClient([[_call("deposit", arguments, "x")], [_text("Answer: 0")]])
+    episode, state = asyncio.run(_play(ledger, client))
+    assert state == {"balance": 0}  # the tool never ran
+    assert episode.counters["malformed_tool_calls"] == 1
+    assert episode.counters["tool_errors"] == 1
+    (feedback,) = [i for i in client.requests[1] if i["type"] == "function_call_output"]
+    assert feedback["call_id"] == "x"
+    assert feedback["output"].startswith("error: malformed arguments for deposit")
+    assert told in feedback["output"]
+    assert episode.failure_kind is None
+
+
+def test_tool_errors_and_unknown_tools_are_told_not_failed(ledger: Environment) -> None:
+    client = ScriptedClient(
+        [
+            [_call("deposit", {"amount": -4}, "neg"), _call("withdraw", {"amount": 1}, "nope")],
+            [_text("Answer: 0")],
+        ]
+    )
+    episode, _ = asyncio.run(_play(ledger, client))
+    outputs = {i["call_id"]: i["output"] for i in client.requests[1] if "output" in i}
+    assert outputs["neg"] == "error: amount must be positive, got -4"
+    assert outputs["nope"] == "error: unknown tool 'withdraw' (tools: balance, deposit)"
+    assert episode.counters["tool_errors"] == 2
+    assert episode.counters["unknown_tool_calls"] == 1
+    assert episode.counters["malformed_tool_calls"] == 0
+
+
+def test_max_turns_is_an_outcome_not_a_failure(ledger: Environment) -> None:
+    client = ScriptedClient([[_call("balance", {}, f"c{i}")] for i in range(5)])
+    episode, _ = asyncio.run(_play(ledger, client, max_turns=3))
+    assert episode.num_turns == 3 and len(client.requests) == 3
+    assert episode.counters["max_turns_reached"] == 1
+    assert episode.failure_kind is None
+
+
+def test_incomplete_response_stops_the_loop(ledger: Environment) -> None:
+    client = ScriptedClient([[_text("The bal")]], status="incomplete")
+    episode, _ = asyncio.run(_play(ledger, client))
+    assert (episode.incomplete, episode.num_turns, episode.output_text) == (True, 1, "The bal")
+
+
+class _Rendezvous(ResourcesServer):
+    """Two calls that each wait for the other: only concurrent execution lets both finish."""
+
+    tool_schemas: ClassVar[dict[str, dict[str, Any]]] = {
+        "meet": function_tool("meet", "wait for the other caller", {"type": "object"}),
+        "crash": function_tool("crash", "a buggy tool", {"type": "object"}),
+    }
+
+    def handlers(self):
+        return {"meet": self._meet, "crash": self._crash}
+
+    def initial_state(self, task: Task) -> dict[str, Any]:
+        return {"arrived": 0}
+
+    async def _meet(self, state, arguments):
+        state["arrived"] += 1
+        if state["arrived"] == 2:
+            self.both.set()
+        await asyncio.wait_for(self.both.wait(), timeout=30)
+        return "met"
+
+    def _crash(self, state, arguments):
+        raise KeyError("bug")
+
+
+def test_parallel_calls_run_concurrently_and_a_crash_is_a_tool_error(ledger) -> None:
+    async def scenario():
+        server = _Rendezvous(ledger)
+        server.both = asyncio.Event()
+        client = ScriptedClient(
+            [[_call("meet", {}, "m1"), _call("meet", {}, "m2")], [_call("crash", {}, "k")]]
+        )
+        return await _play(ledger, client, server=server)
+
+    episode, state = asyncio.run(scenario())
+    assert state == {"arrived": 2}
+    assert episode.failure_kind == "tool_error"
+    assert "tool 'crash' crashed: KeyError" in episode.error
+
+
+def test_local_policy_plays_the_ledger_over_http(ledger: Environment) -> None:
+    """Every task through the real policy server: right plans pass in 3 turns, wrong ones fail,
+    and a plan carrying raw argument text is a malformed call the model hears about."""
+    tasks = ledger.tasks()
+    prompts = [render_prompt(ledger.manifest.prompt_template, t.inputs) for t in tasks]
+    table = build_table(tasks, prompts, skill_seed=0)
+    broken = table[prompt_key(prompts[1])]
+    table[prompt_key(prompts[1])] = PolicyEntry(
+        broken.task_id,
+        broken.reference,
+        broken.distractor,
+        [[{"name": "deposit", "arguments": '{"amount": 4'}], *broken.reference_actions],
+        broken.distractor_actions,
+        1.0,
+    )
+
+    async def run_all(base_url: str):
+        server = ledger.resources_server()
+        results = []
+        async with ResponsesClient(ModelConfig(), base_url, Sampling(), concurrency=8) as client:
+            for task, prompt in zip(tasks, prompts, strict=True):
+                session = await server.seed_session(task)
+                episode = await get_harness("tool_loop")(
+                    client=client,
+                    server=server,
+                    session_id=session,
+                    task=task,
+                    prompt=prompt,
+                    seed=7,
+                    config=HarnessConfig(),
+                )
+                verdict = await server.verify(
+                    session, task, episode.output_text, episode.trajectory
+                )
+                results.append((task, episode, verdict))
+        return results
+
+    with LocalPolicyServer(table, seed=0) as policy:
+        results = asyncio.run(run_all(policy.base_url))
+
+    passed = [(t, e) for t, e, v in results if v.passed]
+    assert passed and len(passed) < len(results)  # skill differs across tasks
+    for _, episode in passed:
+        assert episode.failure_kind is None
+        assert episode.counters["tool_calls"] >= 3
+    for task, episode, verdict in results:
+        if task.task_id != tasks[1].task_id and verdict.passed:
+            assert episode.num_turns == 3
+    _, malformed, verdict = results[1]
+    assert malformed.counters["malformed_tool_calls"] == 1
+    sent = malformed.calls[1].request["input"]
+    feedback = next(i for i in sent if i["type"] == "function_call_output")
+    assert feedback["call_id"] == "call_0_0" and "not valid JSON" in feedback["output"]
