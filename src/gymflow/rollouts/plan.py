@@ -87,6 +87,13 @@ class RunPlan:
 
 def resolve(config: EvalConfig) -> RunPlan:
     """Resolve and check everything a run needs before any rollout starts."""
+    plan = build_plan(config)
+    check_plan(plan)
+    return plan
+
+
+def build_plan(config: EvalConfig) -> RunPlan:
+    """Resolve names against the registry; a name that does not resolve is a ConfigError."""
     try:
         benchmark = load_benchmark(config.benchmark) if config.benchmark else None
         env = load_environment(config.environment or benchmark.environment)
@@ -113,7 +120,7 @@ def resolve(config: EvalConfig) -> RunPlan:
         or env.manifest.prompt_template
     )
     verifier_params = {**(benchmark.verifier_params if benchmark else {}), **config.verifier_params}
-    plan = RunPlan(
+    return RunPlan(
         config=config,
         env=env,
         benchmark=benchmark,
@@ -125,25 +132,31 @@ def resolve(config: EvalConfig) -> RunPlan:
         harness=config.harness.name or env.manifest.harness,
         all_tasks=tuple(tasks),
     )
-    check_plan(plan)
-    return plan
 
 
 def check_plan(plan: RunPlan) -> None:
     """Every task renders through the template, and the verifier accepts its parameters."""
-    problems: list[str] = []
+    problems = plan_problems(plan)
+    if problems:
+        raise ConfigError("\n".join(problems))
+
+
+def plan_problems(plan: RunPlan, *, rows_shown: int = 5) -> list[str]:
+    """Every problem with a plan, not just the first. Rows failing the same way are one problem
+    (naming the first few rows and the count), so a bad template gives one line, not thousands."""
+    failing: dict[str, list[tuple[int, str]]] = {}
     for row, task in enumerate(plan.all_tasks):
         try:
             render_prompt(plan.template, task.inputs)
         except PromptError as exc:
-            problems.append(
-                f"{plan.env.name}/{plan.split} row {row} ({task.task_id}): prompt: {exc}"
-            )
-            if len(problems) >= 20:
-                break
+            failing.setdefault(str(exc), []).append((row, task.task_id))
+    problems = []
+    for message, rows in failing.items():
+        shown = ", ".join(f"row {row} ({task_id})" for row, task_id in rows[:rows_shown])
+        more = f" and {len(rows) - rows_shown} more rows" if len(rows) > rows_shown else ""
+        problems.append(f"{plan.env.name}/{plan.split} {shown}{more}: prompt: {message}")
     try:
         _ = plan.verifier_version
     except ValueError as exc:
         problems.append(f"verifier_params: {exc}")
-    if problems:
-        raise ConfigError("\n".join(problems))
+    return problems
