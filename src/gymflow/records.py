@@ -75,6 +75,8 @@ class Rollout:
     incomplete: bool = False
     num_turns: int = 0
     verification: Verification | None = None
+    #: Harness counters (tool calls, malformed calls, max_turns_reached, ...) for health checks.
+    counters: dict[str, int] = field(default_factory=dict)
 
     @property
     def input_tokens(self) -> int:

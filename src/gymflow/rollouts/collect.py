@@ -116,7 +116,7 @@ async def run_one(
         )
         rollout.trajectory, rollout.calls = episode.trajectory, episode.calls
         rollout.output_text, rollout.incomplete = episode.output_text, episode.incomplete
-        rollout.num_turns = episode.num_turns
+        rollout.num_turns, rollout.counters = episode.num_turns, episode.counters
         if episode.failure_kind is not None:
             rollout.failure_kind, rollout.error = episode.failure_kind, episode.error
         else:

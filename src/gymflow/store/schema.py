@@ -69,7 +69,8 @@ TABLES: dict[str, str] = {
             output_tokens BIGINT,
             latency_s DOUBLE,
             started_at TIMESTAMP,
-            finished_at TIMESTAMP
+            finished_at TIMESTAMP,
+            counters_json VARCHAR
         )""",
     "model_calls": """
         CREATE TABLE IF NOT EXISTS model_calls (
@@ -162,6 +163,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "latency_s",
         "started_at",
         "finished_at",
+        "counters_json",
     ),
     "model_calls": (
         "rollout_id",

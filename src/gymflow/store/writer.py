@@ -57,6 +57,7 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
                 (r.finished_at - r.started_at).total_seconds(),
                 r.started_at.replace(tzinfo=None),
                 r.finished_at.replace(tzinfo=None),
+                _dumps(r.counters),
             )
         )
         for c in r.calls:
