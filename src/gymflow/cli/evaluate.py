@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,17 +26,30 @@ from gymflow.store.db import StoreError
 
 
 class _Bar:
-    """Adapts the collector's progress events to a Rich progress bar."""
+    """Adapts the collector's progress events to a Rich progress bar on a terminal, and to a
+    plain line per second elsewhere (CI logs, scheduled runs), where a bar would not render."""
 
     def __init__(self, bar: Progress) -> None:
         self.bar = bar
         self.task_id = bar.add_task("rollouts", total=None)
+        self.total = self.done = 0
+        self.last_line = 0.0
 
     def started(self, total: int) -> None:
+        self.total = total
         self.bar.update(self.task_id, total=total)
 
     def advanced(self, count: int) -> None:
+        self.done += count
         self.bar.advance(self.task_id, count)
+        now = time.monotonic()
+        if (
+            not console.is_terminal
+            and count
+            and (now - self.last_line > 1 or self.done == self.total)
+        ):
+            self.last_line = now
+            self.bar.console.print(f"rollouts: {self.done}/{self.total}", highlight=False)
 
 
 def build_config(path: Path | None, overrides: dict[str, Any]) -> EvalConfig:

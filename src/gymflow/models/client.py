@@ -110,7 +110,7 @@ class ResponsesClient:
             call, response, raw, error = await self._attempt(body, call_index, attempt, sampling)
             outcome.calls.append(call)
             if error is None:
-                outcome.response, outcome.raw = response, raw
+                outcome.response, outcome.raw, outcome.error = response, raw, None
                 return outcome
             outcome.error = error
             if not error.retryable or attempt == self.config.max_retries:

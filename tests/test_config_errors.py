@@ -1,0 +1,41 @@
+"""Malformed configs exit non-zero, name the problem field, and write nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import gym
+
+CASES = {
+    "unknown_key": ("benchmark: arithmetic-smoke\nrepeets: 3\n", "repeets"),
+    "wrong_type": ("benchmark: arithmetic-smoke\nrepeats: many\n", "repeats"),
+    "nested_wrong_type": (
+        "benchmark: arithmetic-smoke\nsampling: {temperature: hot}\n",
+        "sampling.temperature",
+    ),
+    "missing_benchmark": ("benchmark: no-such-benchmark\n", "no-such-benchmark"),
+    "malformed_yaml": ("benchmark: [arithmetic-smoke\n", "malformed YAML"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_config_is_refused(case: str, tmp_path: Path) -> None:
+    text, expected = CASES[case]
+    config = tmp_path / "eval.yaml"
+    config.write_text(text + f"out: {tmp_path / 'out'}\n")
+    result = gym("eval", "run", str(config), cwd=tmp_path)
+    assert result.returncode != 0
+    assert expected in result.stderr, result.stderr
+    assert str(config) in result.stderr or case == "missing_benchmark"
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "runs").exists()
+
+
+def test_bad_flag_value_is_refused(tmp_path: Path) -> None:
+    result = gym("eval", "run", "--benchmark", "arithmetic-smoke", "--repeats", "0", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "repeats" in result.stderr
+    assert not (tmp_path / "runs").exists()
