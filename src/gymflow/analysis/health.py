@@ -1,12 +1,65 @@
-"""Health of a run's records: can its numbers be trusted? Each check is one SQL query."""
+"""Health of a run's records: can its numbers be trusted? Each check is one SQL query.
+
+A check yields the ids it flags: rollout ids for `rollout` checks, `task_id#repeat` keys for the
+`run` check on missing rows, task ids for the `task` check. Parameters reach the SQL as DuckDB
+session variables (`getvariable('name')`), so every check stays a plain, copyable query. Tool-call
+items are unnested once into a temporary table (`tool_items`) that the tool checks share."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-#: check name -> (description, SQL yielding the offending rollout ids or keys)
-CHECKS: dict[str, tuple[str, str]] = {
-    "missing_rollout": (
+import polars as pl
+
+from gymflow.analysis.environment import reward_spec
+from gymflow.analysis.frames import frame
+from gymflow.analysis.outcomes import check_verifier_version
+
+Level = Literal["rollout", "run", "task"]
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    description: str
+    sql: str
+    level: Level = "rollout"
+    #: session variables the query reads; when one is unknown the check is skipped, not guessed
+    needs: tuple[str, ...] = ()
+
+
+_TOOL_ITEMS = """
+CREATE OR REPLACE TEMP TABLE tool_items AS
+WITH items AS (
+    SELECT rollout_id, unnest(json_extract(trajectory_json, '$[*]')) AS item
+    FROM rollouts
+    WHERE trajectory_json LIKE '%function_call%'
+)
+SELECT rollout_id,
+       item->>'type' AS type,
+       item->>'call_id' AS call_id,
+       item->>'arguments' AS arguments
+FROM items
+WHERE item->>'type' IN ('function_call', 'function_call_output')
+"""
+
+_TOOL_PAIRS = """
+SELECT rollout_id, call_id,
+       count(*) FILTER (WHERE type = 'function_call') AS calls,
+       count(*) FILTER (WHERE type = 'function_call_output') AS outputs
+FROM tool_items GROUP BY rollout_id, call_id
+"""
+
+
+def _sampling_differs(key: str) -> str:
+    return (
+        f"TRY_CAST(json_extract_string(m.sampling_json, '$.{key}') AS DOUBLE) IS DISTINCT FROM "
+        f"TRY_CAST(json_extract_string(runs.sampling_json, '$.{key}') AS DOUBLE)"
+    )
+
+
+CHECKS: dict[str, Check] = {
+    "missing_rollout": Check(
         "expected (task_id, repeat_index) with no stored rollout",
         """
         SELECT t.task_id || '#' || gs.r AS id
@@ -14,29 +67,276 @@ CHECKS: dict[str, tuple[str, str]] = {
         CROSS JOIN (SELECT range AS r FROM range((SELECT max(repeats) FROM runs))) gs
         ANTI JOIN rollouts ro ON ro.task_id = t.task_id AND ro.repeat_index = gs.r
         """,
+        level="run",
     ),
-    "no_model_calls": (
+    "duplicate_identity": Check(
+        "rollouts sharing one (task_id, repeat_index), or model calls sharing one "
+        "(rollout_id, call_index, attempt)",
+        """
+        SELECT rollout_id AS id FROM rollouts
+        QUALIFY count(*) OVER (PARTITION BY run_id, task_id, repeat_index) > 1
+        UNION
+        SELECT rollout_id FROM model_calls
+        GROUP BY rollout_id, call_index, attempt HAVING count(*) > 1
+        """,
+    ),
+    "unknown_task": Check(
+        "rollout whose task_id is not among the run's tasks",
+        "SELECT r.rollout_id AS id FROM rollouts r ANTI JOIN tasks t USING (task_id)",
+    ),
+    "no_model_calls": Check(
         "rollout with no recorded model call",
         """
         SELECT r.rollout_id AS id FROM rollouts r
         ANTI JOIN model_calls m ON m.rollout_id = r.rollout_id
         """,
     ),
+    "last_call_failed": Check(
+        "the rollout's last model call (last turn, last attempt) failed",
+        """
+        SELECT rollout_id AS id FROM model_calls
+        GROUP BY rollout_id
+        HAVING arg_max(status, call_index::BIGINT * 1000000 + attempt) = 'error'
+        """,
+    ),
+    "empty_output": Check(
+        "completed rollout whose final output text is empty",
+        """
+        SELECT rollout_id AS id FROM rollouts
+        WHERE status = 'completed' AND coalesce(trim(output_text), '') = ''
+        """,
+    ),
+    "incomplete_response": Check(
+        "the response ended incomplete (output-token limit)",
+        "SELECT rollout_id AS id FROM rollouts WHERE incomplete",
+    ),
+    "zero_output_tokens": Check(
+        "completed rollout reporting zero output tokens",
+        """
+        SELECT rollout_id AS id FROM rollouts
+        WHERE status = 'completed' AND coalesce(output_tokens, 0) = 0
+        """,
+    ),
+    "token_mismatch": Check(
+        "token counts missing, or the rollout's totals differ from the sum over its model calls",
+        """
+        SELECT r.rollout_id AS id
+        FROM rollouts r
+        LEFT JOIN (
+            SELECT rollout_id,
+                   sum(coalesce(input_tokens, 0)) AS input_sum,
+                   sum(coalesce(output_tokens, 0)) AS output_sum,
+                   count(*) FILTER (
+                       WHERE status <> 'error' AND (input_tokens IS NULL OR output_tokens IS NULL)
+                   ) AS without_usage
+            FROM model_calls GROUP BY rollout_id
+        ) m USING (rollout_id)
+        WHERE r.input_tokens IS NULL OR r.output_tokens IS NULL
+           OR coalesce(m.without_usage, 0) > 0
+           OR r.input_tokens <> coalesce(m.input_sum, 0)
+           OR r.output_tokens <> coalesce(m.output_sum, 0)
+        """,
+    ),
+    "function_call_without_output": Check(
+        "a function_call in the trajectory with no function_call_output for its call_id",
+        f"SELECT DISTINCT rollout_id AS id FROM ({_TOOL_PAIRS}) WHERE calls > 0 AND outputs = 0",
+    ),
+    "output_without_function_call": Check(
+        "a function_call_output whose call_id no function_call in the trajectory made",
+        f"SELECT DISTINCT rollout_id AS id FROM ({_TOOL_PAIRS}) WHERE outputs > 0 AND calls = 0",
+    ),
+    "invalid_tool_arguments": Check(
+        "a function_call whose arguments are not valid JSON",
+        """
+        SELECT DISTINCT rollout_id AS id FROM tool_items
+        WHERE type = 'function_call' AND NOT coalesce(json_valid(arguments), FALSE)
+        """,
+    ),
+    "runaway_generation": Check(
+        "a model call whose output tokens reached its max_output_tokens",
+        """
+        SELECT DISTINCT rollout_id AS id FROM model_calls
+        WHERE output_tokens >=
+              TRY_CAST(json_extract_string(sampling_json, '$.max_output_tokens') AS BIGINT)
+        """,
+    ),
+    "sampling_mismatch": Check(
+        "a model call sent temperature, top_p or max_output_tokens other than the run's config",
+        f"""
+        SELECT DISTINCT m.rollout_id AS id FROM model_calls m CROSS JOIN runs
+        WHERE {_sampling_differs("temperature")}
+           OR {_sampling_differs("top_p")}
+           OR {_sampling_differs("max_output_tokens")}
+        """,
+    ),
+    "reward_out_of_range": Check(
+        "a reward (any verifier version) outside the environment's reward range",
+        """
+        SELECT DISTINCT rollout_id AS id FROM verifications
+        WHERE status = 'ok' AND (
+            reward IS NULL OR isnan(reward)
+            OR reward < getvariable('reward_low')::DOUBLE
+            OR reward > getvariable('reward_high')::DOUBLE)
+        """,
+        needs=("reward_low", "reward_high"),
+    ),
+    "verification_missing": Check(
+        "completed rollout with no verification under the verifier version read",
+        """
+        SELECT r.rollout_id AS id FROM rollouts r
+        ANTI JOIN (
+            SELECT rollout_id FROM verifications
+            WHERE verifier_version = getvariable('verifier_version')
+        ) v USING (rollout_id)
+        WHERE r.status = 'completed'
+        """,
+        needs=("verifier_version",),
+    ),
+    "verification_error": Check(
+        "the verifier could not judge the rollout (verifier error, judge failure)",
+        """
+        SELECT rollout_id AS id FROM verifications
+        WHERE verifier_version = getvariable('verifier_version') AND status <> 'ok'
+        """,
+        needs=("verifier_version",),
+    ),
 }
 
+#: Derived from the rollout checks above, so it runs after them.
+TASK_CHECK = "task_unhealthy_every_repeat"
+TASK_CHECK_DESCRIPTION = "task whose every stored rollout failed at least one rollout check"
+_TASK_SQL = """
+SELECT r.task_id AS id
+FROM rollouts r LEFT JOIN (SELECT DISTINCT id FROM health_hits) u ON u.id = r.rollout_id
+GROUP BY r.task_id HAVING count(*) = count(u.id)
+"""
 
-def health(con, *, max_examples: int = 20) -> dict[str, Any]:
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """A check fails the run when its share of expected rollouts exceeds its threshold."""
+
+    max_share: float = 0.0
+    per_check: dict[str, float] = field(default_factory=dict)
+
+    def threshold(self, check: str) -> float:
+        return self.per_check.get(check, self.max_share)
+
+
+def _set_variables(con, values: dict[str, Any]) -> None:
+    for name, value in values.items():
+        if value is None:
+            con.execute(f"RESET VARIABLE {name}")
+        else:
+            con.execute(f"SET VARIABLE {name} = ?", [value])
+
+
+def health(
+    con,
+    *,
+    verifier_version: str | None = None,
+    gate: Gate | None = None,
+    max_examples: int = 20,
+    max_listed: int | None = 1000,
+) -> dict[str, Any]:
+    """Run every check over the store.
+
+    Returns {"verdict": "healthy" | "unhealthy", "gate": "pass" | "fail", "gate_failures": [check],
+    "failing_checks": [check with any hit], "rollouts": stored, "expected": tasks x repeats,
+    "unhealthy_rollouts": count, "unhealthy_share": float, "verifier_version": str,
+    "reward_range": [low, high] | None,
+    "checks": {name: {"description", "level", "status": "ok" | "failed" | "skipped", "count",
+    "share", "threshold", "examples": [id]}},
+    "rollout_verdicts": [{"rollout_id", "task_id", "repeat_index", "checks": [name]}] for the
+    unhealthy rollouts only (the rest are healthy), at most `max_listed` (None: all),
+    "rollout_verdicts_truncated": bool}."""
+    gate = gate or Gate()
+    unknown = set(gate.per_check) - set(CHECKS) - {TASK_CHECK}
+    if unknown:
+        raise ValueError(f"no health check named {', '.join(sorted(unknown))}")
+    version = check_verifier_version(con, verifier_version)
+    spec = reward_spec(con)
+    variables = {
+        "verifier_version": version,
+        "reward_low": spec.low if spec else None,
+        "reward_high": spec.high if spec else None,
+    }
+    _set_variables(con, variables)
+    con.execute(_TOOL_ITEMS)
+    con.execute("CREATE OR REPLACE TEMP TABLE health_hits (id VARCHAR, check_name VARCHAR)")
+    expected, stored = con.execute(
+        "SELECT (SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0), "
+        "(SELECT count(*) FROM rollouts)"
+    ).fetchone()
+    denominator = max(expected, stored, 1)
     checks: dict[str, Any] = {}
-    for name, (description, sql) in CHECKS.items():
+
+    def record(name: str, description: str, level: Level, sql: str | None) -> None:
+        entry = {"description": description, "level": level, "threshold": gate.threshold(name)}
+        if sql is None:
+            checks[name] = {**entry, "status": "skipped", "count": 0, "share": 0.0, "examples": []}
+            return
+        con.execute(f"CREATE OR REPLACE TEMP TABLE check_ids AS SELECT DISTINCT id FROM ({sql})")
         count, examples = con.execute(
-            f"SELECT count(*), list(id ORDER BY id)[1:{max_examples}] FROM ({sql})"
+            f"SELECT count(*), list(id ORDER BY id)[1:{max_examples}] FROM check_ids"
         ).fetchone()
-        checks[name] = {"description": description, "count": count, "examples": examples or []}
-    total = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
+        if level == "rollout":
+            con.execute("INSERT INTO health_hits SELECT id, ? FROM check_ids", [name])
+        checks[name] = {
+            **entry,
+            "status": "failed" if count else "ok",
+            "count": count,
+            "share": count / denominator,
+            "examples": examples or [],
+        }
+
+    for name, check in CHECKS.items():
+        runnable = all(variables[need] is not None for need in check.needs)
+        record(name, check.description, check.level, check.sql if runnable else None)
+    record(TASK_CHECK, TASK_CHECK_DESCRIPTION, "task", _TASK_SQL)
+
+    unhealthy = con.execute("SELECT count(DISTINCT id) FROM health_hits").fetchone()[0]
+    verdicts = rollout_verdicts(con, unhealthy_only=True, limit=max_listed)
     failing = [name for name, check in checks.items() if check["count"]]
+    gate_failures = [name for name, check in checks.items() if check["share"] > check["threshold"]]
+    con.execute("DROP TABLE IF EXISTS check_ids")
     return {
         "verdict": "unhealthy" if failing else "healthy",
-        "rollouts": total,
+        "gate": "fail" if gate_failures else "pass",
+        "gate_failures": gate_failures,
         "failing_checks": failing,
+        "rollouts": stored,
+        "expected": expected,
+        "unhealthy_rollouts": unhealthy,
+        "unhealthy_share": unhealthy / denominator,
+        "verifier_version": version,
+        "reward_range": [spec.low, spec.high] if spec else None,
         "checks": checks,
+        "rollout_verdicts": verdicts.to_dicts(),
+        "rollout_verdicts_truncated": max_listed is not None and unhealthy > max_listed,
     }
+
+
+def rollout_verdicts(
+    con, *, unhealthy_only: bool = False, limit: int | None = None
+) -> pl.DataFrame:
+    """Per-rollout verdict after `health(con)` ran on this connection: rollout_id, task_id,
+    repeat_index, healthy (bool), checks (list of failed check names, empty when healthy)."""
+    where = "WHERE h.checks IS NOT NULL" if unhealthy_only else ""
+    limit_sql = f"LIMIT {int(limit)}" if limit is not None else ""
+    return frame(
+        con,
+        f"""
+        SELECT r.rollout_id, r.task_id, r.repeat_index,
+               h.checks IS NULL AS healthy,
+               coalesce(h.checks, []::VARCHAR[]) AS checks
+        FROM rollouts r
+        LEFT JOIN (
+            SELECT id, list(DISTINCT check_name ORDER BY check_name) AS checks
+            FROM health_hits GROUP BY id
+        ) h ON h.id = r.rollout_id
+        {where}
+        ORDER BY r.task_id, r.repeat_index, r.rollout_id
+        {limit_sql}
+        """,
+    )

@@ -1,0 +1,199 @@
+"""Every health check fires on a record built to fail it, and a clean run passes them all."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gymflow.analysis.health import CHECKS, TASK_CHECK, Gate, health
+from gymflow.records import FAILED, Verification
+from gymflow.store.db import connect
+from tests.analysis.builder import StoreBuilder
+from tests.conftest import gym
+
+
+def _clean() -> StoreBuilder:
+    b = StoreBuilder()
+    for i, answer in enumerate((7, 12, 30)):
+        b.task(f"t{i}", answer)
+        b.fill(f"t{i}", "10")
+    return b
+
+
+def _run(b: StoreBuilder, tmp_path: Path, **kwargs) -> dict:
+    b.write(tmp_path / "run")
+    con = connect(tmp_path / "run", read_only=True)
+    try:
+        return health(con, **kwargs)
+    finally:
+        con.close()
+
+
+def _tool_trajectory(*items: dict) -> list[dict]:
+    return [{"type": "message", "role": "user", "content": "q"}, *items]
+
+
+def _call(call_id: str, arguments: str = '{"x": 1}') -> dict:
+    return {"type": "function_call", "call_id": call_id, "name": "f", "arguments": arguments}
+
+
+def _output(call_id: str) -> dict:
+    return {"type": "function_call_output", "call_id": call_id, "output": "ok"}
+
+
+def _bend(b: StoreBuilder, task_id: str, repeat: int, **changes) -> str:
+    """Replace the rollout (task_id, repeat) by one with `changes`; returns its rollout id."""
+    b.rollouts = [r for r in b.rollouts if (r.task_id, r.repeat_index) != (task_id, repeat)]
+    return b.rollout(task_id, repeat, **changes).rollout_id
+
+
+def _with_call(b: StoreBuilder, task_id: str, repeat: int, **call_changes) -> str:
+    rid = _bend(b, task_id, repeat)
+    record = b.rollouts[-1]
+    record.calls = [replace(record.calls[0], **call_changes)]
+    return rid
+
+
+def _missing(b):
+    b.rollouts = [r for r in b.rollouts if (r.task_id, r.repeat_index) != ("t1", 1)]
+    return "t1#1"
+
+
+def _duplicate(b):
+    b.rollout("t0", 0, rollout_id="another-id-same-key")
+    return "another-id-same-key"
+
+
+def _unknown_task(b):
+    rid = _bend(b, "t0", 1)
+    b.rollouts[-1].task_id = "ghost"
+    return rid
+
+
+def _last_call_failed(b):
+    rid = _with_call(
+        b,
+        "t0",
+        1,
+        status="error",
+        failure_kind="rate_limited",
+        http_status=429,
+        input_tokens=None,
+        output_tokens=None,
+        response="rate limited",
+    )
+    record = b.rollouts[-1]
+    record.status, record.failure_kind, record.verification = FAILED, "rate_limited", None
+    return rid
+
+
+def _token_mismatch(b):
+    return _with_call(b, "t0", 1, output_tokens=None)
+
+
+def _out_of_range(b):
+    rid = _bend(b, "t0", 1)
+    v = b.rollouts[-1].verification
+    b.rollouts[-1].verification = replace(v, reward=2.0)
+    return rid
+
+
+def _verification_error(b):
+    return _bend(
+        b,
+        "t0",
+        1,
+        verification=Verification(b.verifier_version, "error", None, None, "judge_failed", {}),
+    )
+
+
+def _every_repeat(b):
+    _bend(b, "t2", 0, text="")
+    _bend(b, "t2", 1, text="")
+    return "t2"
+
+
+MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
+    "missing_rollout": _missing,
+    "duplicate_identity": _duplicate,
+    "unknown_task": _unknown_task,
+    "no_model_calls": lambda b: _bend(b, "t0", 1, calls=[]),
+    "last_call_failed": _last_call_failed,
+    "empty_output": lambda b: _bend(b, "t0", 1, text="  "),
+    "incomplete_response": lambda b: _bend(b, "t0", 1, incomplete=True),
+    "zero_output_tokens": lambda b: _bend(b, "t0", 1, output_tokens=0),
+    "token_mismatch": _token_mismatch,
+    "function_call_without_output": lambda b: _bend(
+        b, "t0", 1, trajectory=_tool_trajectory(_call("c1"), _call("c2"), _output("c1"))
+    ),
+    "output_without_function_call": lambda b: _bend(
+        b, "t0", 1, trajectory=_tool_trajectory(_call("c1"), _output("c1"), _output("c7"))
+    ),
+    "invalid_tool_arguments": lambda b: _bend(
+        b, "t0", 1, trajectory=_tool_trajectory(_call("c1", '{"x": 1'), _output("c1"))
+    ),
+    "runaway_generation": lambda b: _bend(b, "t0", 1, output_tokens=256),
+    "sampling_mismatch": lambda b: _with_call(
+        b, "t0", 1, sampling={"temperature": 1.0, "top_p": 1.0, "max_output_tokens": 256}
+    ),
+    "reward_out_of_range": _out_of_range,
+    "verification_missing": lambda b: _bend(b, "t0", 1, verification=None),
+    "verification_error": _verification_error,
+    TASK_CHECK: _every_repeat,
+}
+
+
+def test_every_check_has_a_failing_record() -> None:
+    assert set(MUTATIONS) == {*CHECKS, TASK_CHECK}
+
+
+def test_clean_run_passes_every_check(tmp_path: Path) -> None:
+    result = _run(_clean(), tmp_path)
+    assert result["verdict"] == "healthy" and result["gate"] == "pass"
+    assert {c["status"] for c in result["checks"].values()} == {"ok"}
+    assert result["rollouts"] == result["expected"] == 6
+    assert result["rollout_verdicts"] == []
+    assert result["reward_range"] == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("check", sorted(MUTATIONS))
+def test_check_fires_on_its_record(check: str, tmp_path: Path) -> None:
+    b = _clean()
+    flagged = MUTATIONS[check](b)
+    result = _run(b, tmp_path)
+    entry = result["checks"][check]
+    assert entry["status"] == "failed", entry
+    assert flagged in entry["examples"]
+    assert result["gate"] == "fail" and check in result["gate_failures"]
+    if entry["level"] == "rollout":
+        verdict = {v["rollout_id"]: v["checks"] for v in result["rollout_verdicts"]}
+        assert check in verdict[flagged]
+
+
+def test_gate_thresholds(tmp_path: Path) -> None:
+    b = _clean()
+    _bend(b, "t0", 1, incomplete=True)  # 1 of 6 rollouts
+    result = _run(b, tmp_path, gate=Gate(per_check={"incomplete_response": 0.2}))
+    assert result["verdict"] == "unhealthy"  # a check fired ...
+    assert result["gate"] == "pass"  # ... but within its threshold
+    assert result["checks"]["incomplete_response"]["share"] == pytest.approx(1 / 6)
+    with pytest.raises(ValueError, match="no health check named nope"):
+        _run(b, tmp_path / "again", gate=Gate(per_check={"nope": 0.1}))
+
+
+def test_health_cli_exit_code_and_json(tmp_path: Path) -> None:
+    b = _clean()
+    flagged = _bend(b, "t0", 1, incomplete=True)
+    b.write(tmp_path / "run")
+    failed = gym("eval", "health", "run", "--json", cwd=tmp_path)
+    assert failed.returncode == 1, failed.stderr
+    payload = json.loads(failed.stdout)
+    assert payload["gate_failures"] == ["incomplete_response"]
+    assert payload["rollout_verdicts"][0]["rollout_id"] == flagged
+    passed = gym("eval", "health", "run", "--threshold", "incomplete_response=0.5", cwd=tmp_path)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert "incomplete_response" in passed.stdout
