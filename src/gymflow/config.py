@@ -30,6 +30,9 @@ class Sampling(_Strict):
         description="Run seed. Each rollout is sent a seed derived from it, its task and repeat, "
         "so a resumed or sharded run asks for exactly the same samples.",
     )
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = Field(
+        None, description="Sent as reasoning.effort; the model then returns reasoning items."
+    )
 
 
 class FaultSpec(_Strict):
@@ -41,6 +44,9 @@ class FaultSpec(_Strict):
     rate_malformed: float = Field(0.0, ge=0.0, le=1.0)
     rate_truncated: float = Field(0.0, ge=0.0, le=1.0)
     rate_timeout: float = Field(0.0, ge=0.0, le=1.0)
+    rate_context_length: float = Field(0.0, ge=0.0, le=1.0)
+    rate_refused: float = Field(0.0, ge=0.0, le=1.0)
+    rate_reset: float = Field(0.0, ge=0.0, le=1.0, description="Connection dropped mid-answer.")
 
 
 class ModelConfig(_Strict):
@@ -54,6 +60,9 @@ class ModelConfig(_Strict):
     )
     timeout_s: float = Field(60.0, gt=0.0, description="Total time allowed for one call.")
     connect_timeout_s: float = Field(5.0, gt=0.0)
+    read_timeout_s: float | None = Field(
+        None, gt=0.0, description="Longest silence while reading an answer; timeout_s if unset."
+    )
     max_retries: int = Field(4, ge=0, le=20)
     backoff_s: float = Field(0.5, ge=0.0, description="First retry delay; doubles with jitter.")
     requests_per_minute: float | None = Field(None, gt=0.0)
