@@ -1,9 +1,15 @@
-"""The local policy server: a real HTTP server speaking `/v1/responses`, seeded and deterministic.
+"""The local policy server: a real HTTP server speaking `/v1/responses` and `/v1/chat/completions`,
+seeded and deterministic.
 
 It is a simulation, and says so in every response's `model` field. It answers from each task's
-reference (or a plausible wrong answer) with a per-task skill, and can inject faults: latency, 429,
-500, malformed JSON, truncated (`incomplete`) output and timeouts. A raw ASGI app, not a framework,
-because it is the other half of every throughput figure gymflow publishes."""
+reference (or a plausible wrong answer) with a per-task skill, and can inject every fault the client
+must tell apart: latency, 429, 500, malformed JSON, truncated (`incomplete`) output, timeouts, a
+context-length error, a refusal and a dropped connection. A raw ASGI app, not a framework, because
+it is the other half of every throughput figure gymflow publishes.
+
+Routes besides the two model endpoints: `GET /health`, `GET /v1/models`, `POST /_gymflow/faults`
+(`{"schedule": ["429", "ok", ...]}`: the next requests get these faults, in order) and
+`GET /_gymflow/stats` (requests served, requests in flight now and at most)."""
 
 from __future__ import annotations
 
@@ -11,27 +17,49 @@ import argparse
 import asyncio
 import itertools
 import json
+import logging
 import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from gymflow.config import FaultSpec
+from gymflow.models.chat_adapter import chat_to_request, response_to_completion
 from gymflow.models.policy import (
     PolicyEntry,
     decide,
     load_table,
+    plan_position,
     prompt_key,
-    turns_taken,
     unit_draw,
 )
 
 SIMULATED_MODEL = "gymflow-simulated-policy"
-FAULT_KINDS = ("timeout", "429", "500", "malformed", "truncated")
+#: Fault names a schedule may hold ("ok" means no fault), in the order rates are drawn.
+FAULT_KINDS = (
+    "timeout",
+    "429",
+    "500",
+    "malformed",
+    "truncated",
+    "context_length",
+    "refused",
+    "reset",
+)
+
+
+class SimulatedReset(Exception):
+    """Raised after the response has started, so the server drops the connection mid-answer."""
+
+
+class _QuietReset(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], SimulatedReset))
 
 
 def _tokens(text: str) -> int:
@@ -46,6 +74,10 @@ def _first_user_text(items: list[dict[str, Any]]) -> str:
                 return content
             return "".join(p.get("text", "") for p in content or ())
     return ""
+
+
+def _tool_names(body: dict[str, Any]) -> list[str]:
+    return [t.get("name", "") for t in body.get("tools") or () if t.get("type") == "function"]
 
 
 class PolicyApp:
@@ -63,8 +95,9 @@ class PolicyApp:
         self.schedule: list[str] = []
         self.timeout_sleep_s = timeout_sleep_s
         self._seen: Counter[str] = Counter()
-        self._ids = itertools.count()
         self.requests = 0
+        self.in_flight = 0
+        self.peak_in_flight = 0
 
     # -- policy --------------------------------------------------------------------------------
     def _fault(self, body_key: str) -> str | None:
@@ -75,84 +108,96 @@ class PolicyApp:
         # Keyed on the body and how often it was seen, so a retry can succeed and the outcome
         # does not depend on which request happened to arrive first.
         u = unit_draw("fault", self.seed, body_key, self._seen[body_key])
-        for kind, rate in (
-            ("timeout", f.rate_timeout),
-            ("429", f.rate_429),
-            ("500", f.rate_500),
-            ("malformed", f.rate_malformed),
-            ("truncated", f.rate_truncated),
-        ):
+        rates = (
+            f.rate_timeout,
+            f.rate_429,
+            f.rate_500,
+            f.rate_malformed,
+            f.rate_truncated,
+            f.rate_context_length,
+            f.rate_refused,
+            f.rate_reset,
+        )
+        for kind, rate in zip(FAULT_KINDS, rates, strict=True):
             if u < rate:
                 return kind
             u -= rate
         return None
 
-    def respond(self, body: dict[str, Any], truncated: bool) -> dict[str, Any]:
+    def respond(self, body: dict[str, Any], fault: str | None = None) -> dict[str, Any]:
+        """The Responses API object for `body`; `fault` may be "truncated" or "refused"."""
         items = body.get("input") or []
         if isinstance(items, str):
             items = [{"type": "message", "role": "user", "content": items}]
+        ids = _item_ids(body)
         entry = self.table.get(prompt_key(_first_user_text(items)))
-        if entry is None:
-            step: list[dict[str, Any]] | str = "I am a simulated policy and do not know this task."
+        if fault == "refused":
+            step: list[dict[str, Any]] | str = ""
+        elif entry is None:
+            step = "I am a simulated policy and do not know this task."
         else:
             correct = decide(entry, server_seed=self.seed, request_seed=body.get("seed"))
-            step = entry.turn(correct=correct, turn=turns_taken(items))
+
+            def draw(*parts: object) -> float:
+                return unit_draw(self.seed, body.get("seed"), entry.task_id, *parts)
+
+            step = entry.step(items, correct=correct, tools=_tool_names(body), draw=draw)
+        output: list[dict[str, Any]] = []
+        reasoning_tokens = 0
+        if body.get("reasoning") and fault != "refused":
+            thought = "Simulated reasoning: follow the plan for this task."
+            output.append(_reasoning(thought, next(ids)))
+            reasoning_tokens = _tokens(thought)
         max_tokens = int(body.get("max_output_tokens") or 1 << 30)
         status, incomplete = "completed", None
-        if isinstance(step, str):
+        if fault == "refused":
+            output.append(_refusal("I can't help with that. (simulated refusal)", next(ids)))
+            out_tokens = 8
+        elif isinstance(step, str):
             text = step
-            if truncated or _tokens(text) > max_tokens:
+            if fault == "truncated" or _tokens(text) > max_tokens:
                 keep = min(len(text) // 2, max_tokens * 4)
                 text, status = text[:keep], "incomplete"
                 incomplete = {"reason": "max_output_tokens"}
-            output = [self._message(text, status)]
+            output.append(_message(text, status, next(ids)))
             out_tokens = min(_tokens(text), max_tokens)
         else:
-            turn = turns_taken(items)
-            output = [self._call(call, turn, i) for i, call in enumerate(step)]
-            out_tokens = sum(_tokens(o["arguments"]) + 2 for o in output)
+            turn = len([i for i in items if i.get("type") == "function_call_output"])
+            output.extend(_call(call, turn, i, next(ids)) for i, call in enumerate(step))
+            out_tokens = sum(_tokens(o["arguments"]) + 2 for o in output if "arguments" in o)
+        out_tokens += reasoning_tokens
         in_tokens = sum(_tokens(json.dumps(i)) for i in items)
         return {
-            "id": f"resp_{next(self._ids)}",
+            "id": f"resp_{next(ids)}",
             "object": "response",
             "created_at": 0,
             "model": SIMULATED_MODEL,
             "status": status,
+            "error": None,
             "incomplete_details": incomplete,
+            "instructions": body.get("instructions"),
             "output": output,
+            "parallel_tool_calls": body.get("parallel_tool_calls", True),
+            "tool_choice": body.get("tool_choice", "auto"),
+            "tools": body.get("tools") or [],
+            "temperature": body.get("temperature"),
+            "top_p": body.get("top_p"),
+            "max_output_tokens": body.get("max_output_tokens"),
+            "reasoning": body.get("reasoning"),
             "usage": {
                 "input_tokens": in_tokens,
                 "input_tokens_details": {"cached_tokens": 0},
                 "output_tokens": out_tokens,
-                "output_tokens_details": {"reasoning_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
                 "total_tokens": in_tokens + out_tokens,
             },
             "metadata": {"simulation": "gymflow local policy server; answers are simulated"},
         }
 
-    def _message(self, text: str, status: str) -> dict[str, Any]:
-        return {
-            "type": "message",
-            "id": f"msg_{next(self._ids)}",
-            "role": "assistant",
-            "status": status,
-            "content": [{"type": "output_text", "text": text, "annotations": []}],
-        }
-
-    def _call(self, call: dict[str, Any], turn: int, index: int) -> dict[str, Any]:
-        arguments = call["arguments"]
-        return {
-            "type": "function_call",
-            "id": f"fc_{next(self._ids)}",
-            "call_id": f"call_{turn}_{index}",
-            "name": call["name"],
-            # A plan may carry raw argument text to play a malformed call.
-            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
-            "status": "completed",
-        }
-
     # -- ASGI ----------------------------------------------------------------------------------
     async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
         body = b""
         more = True
         while more:
@@ -171,21 +216,40 @@ class PolicyApp:
                     "requests": self.requests,
                 },
             )
-        elif path == "/v1/responses" and method == "POST":
-            await self._responses(body, send)
+        elif path == "/v1/models" and method == "GET":
+            model = {"id": SIMULATED_MODEL, "object": "model", "created": 0, "owned_by": "gymflow"}
+            await _send(send, 200, {"object": "list", "data": [model]})
+        elif path in ("/v1/responses", "/v1/chat/completions") and method == "POST":
+            self.requests += 1
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            try:
+                await self._model(body, send, chat=path.endswith("/chat/completions"))
+            finally:
+                self.in_flight -= 1
         elif path == "/_gymflow/faults" and method == "POST":
-            self.schedule = list(orjson.loads(body).get("schedule", []))
+            schedule = list(orjson.loads(body).get("schedule", []))
+            unknown = sorted(set(schedule) - {*FAULT_KINDS, "ok"})
+            if unknown:
+                message = f"unknown fault kinds {unknown}; known: {[*FAULT_KINDS, 'ok']}"
+                await _send(send, 400, {"error": {"message": message}})
+                return
+            self.schedule = schedule
             await _send(send, 200, {"schedule": self.schedule})
+        elif path == "/_gymflow/stats" and method == "GET":
+            stats = {"requests": self.requests, "in_flight": self.in_flight}
+            await _send(send, 200, {**stats, "peak_in_flight": self.peak_in_flight})
         else:
             await _send(send, 404, {"error": {"message": f"no route {method} {path}"}})
 
-    async def _responses(self, raw: bytes, send) -> None:
-        self.requests += 1
+    async def _model(self, raw: bytes, send, *, chat: bool) -> None:
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             await _send(send, 400, {"error": {"message": "request body is not JSON"}})
             return
+        if chat:
+            body = chat_to_request(body)
         body_key = prompt_key(raw.decode())
         fault = self._fault(body_key)
         self._seen[body_key] += 1
@@ -193,19 +257,114 @@ class PolicyApp:
             await asyncio.sleep(self.faults.latency_ms / 1000)
         if fault == "timeout":
             await asyncio.sleep(self.timeout_sleep_s)
+        missing = _missing_reasoning(body)
         if fault == "429":
-            await _send(
-                send,
-                429,
-                {"error": {"message": "simulated rate limit"}},
-                headers=[(b"retry-after", b"0")],
-            )
+            error = {"message": "simulated rate limit", "type": "rate_limit_error"}
+            await _send(send, 429, {"error": error}, headers=[(b"retry-after", b"0")])
         elif fault == "500":
             await _send(send, 500, {"error": {"message": "simulated server error"}})
         elif fault == "malformed":
             await _send_raw(send, 200, b'{"id": "resp_broken", "output": [')
+        elif fault == "context_length":
+            error = {
+                "message": "This model's maximum context length is 128 tokens (simulated).",
+                "type": "invalid_request_error",
+                "param": "input",
+                "code": "context_length_exceeded",
+            }
+            await _send(send, 400, {"error": error})
+        elif fault == "reset":
+            await _drop_connection(send)
+        elif missing:
+            error = {"message": missing, "type": "invalid_request_error", "param": "input"}
+            await _send(send, 400, {"error": error})
         else:
-            await _send(send, 200, self.respond(body, truncated=fault == "truncated"))
+            response = self.respond(body, fault)
+            await _send(send, 200, response_to_completion(response) if chat else response)
+
+
+def _missing_reasoning(body: dict[str, Any]) -> str | None:
+    """As reasoning models do: a function call passed back without the reasoning item that came
+    with it is rejected, so a harness that drops reasoning items is caught."""
+    if not body.get("reasoning"):
+        return None
+    items = body.get("input") or []
+    if not isinstance(items, list):
+        return None
+    calls = sum(1 for i in items if i.get("type") == "function_call")
+    turns = sum(
+        1
+        for i, item in enumerate(items)
+        if item.get("type") == "function_call"
+        and (i == 0 or items[i - 1].get("type") != "function_call")
+    )
+    reasoning = sum(1 for i in items if i.get("type") == "reasoning")
+    if calls and reasoning < turns:
+        return "function_call items were provided without their required reasoning items"
+    return None
+
+
+def _reasoning(text: str, item_id: str) -> dict[str, Any]:
+    return {
+        "type": "reasoning",
+        "id": f"rs_{item_id}",
+        "summary": [{"type": "summary_text", "text": text}],
+        "status": "completed",
+    }
+
+
+def _message(text: str, status: str, item_id: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": f"msg_{item_id}",
+        "role": "assistant",
+        "status": status,
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def _refusal(text: str, item_id: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": f"msg_{item_id}",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "refusal", "refusal": text}],
+    }
+
+
+def _call(call: dict[str, Any], turn: int, index: int, item_id: str) -> dict[str, Any]:
+    arguments = call["arguments"]
+    return {
+        "type": "function_call",
+        "id": f"fc_{item_id}",
+        "call_id": f"call_{turn}_{index}",
+        "name": call["name"],
+        # A plan may carry raw argument text to play a malformed call.
+        "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+        "status": "completed",
+    }
+
+
+def _item_ids(body: dict[str, Any]) -> Iterator[str]:
+    """Ids derived from the request, not from a server-wide counter, so a request gets the same
+    response whatever order requests arrive in: sharded and unsharded runs match byte for byte."""
+    base = prompt_key(orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode())[:16]
+    return (f"{base}_{i}" for i in itertools.count())
+
+
+async def _drop_connection(send) -> None:
+    # A body shorter than its Content-Length, then an error: the server closes the socket and the
+    # client sees the connection end mid-answer, as with a crashed or restarted upstream.
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", b"4096")],
+        }
+    )
+    await send({"type": "http.response.body", "body": b'{"id": "resp_', "more_body": True})
+    raise SimulatedReset("simulated connection reset")
 
 
 async def _send(send, status: int, payload: Any, headers: list | None = None) -> None:
@@ -231,6 +390,14 @@ def _exit_with_parent(pid: int) -> None:
             os._exit(0)
 
 
+def serve(app: PolicyApp, *, host: str, port: int) -> None:
+    """Serve `app` until interrupted (uvicorn, one process)."""
+    import uvicorn
+
+    logging.getLogger("uvicorn.error").addFilter(_QuietReset())
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="gymflow local policy server (a simulation)")
     parser.add_argument("--table", type=Path, required=True)
@@ -240,17 +407,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--faults", default="{}", help="FaultSpec as JSON")
     parser.add_argument("--parent-pid", type=int, help="exit when this process is gone")
     args = parser.parse_args(argv)
-    import uvicorn
-
     if args.parent_pid:
         threading.Thread(target=_exit_with_parent, args=(args.parent_pid,), daemon=True).start()
-
     app = PolicyApp(
         load_table(args.table), seed=args.seed, faults=FaultSpec.model_validate_json(args.faults)
     )
-    uvicorn.run(
-        app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="off"
-    )
+    serve(app, host=args.host, port=args.port)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from gymflow import __version__
-from gymflow.rollouts.plan import RolloutKey, RunPlan
+from gymflow.environments.base import Task
+from gymflow.rollouts.plan import RolloutKey, RunPlan, shard_of
 from gymflow.store.db import StoreError
 from gymflow.store.writer import insert_rows, register_verifier_version
 
@@ -52,26 +54,31 @@ def register_run(con, plan: RunPlan, *, resume: bool) -> None:
         "INSERT OR IGNORE INTO shards VALUES (?, ?, ?)",
         [plan.run_id, cfg.shard.index, cfg.shard.count],
     )
+    insert_rows(con, "tasks", task_rows(plan, plan.tasks), on_conflict_ignore=True)
+    spec_params = {**plan.env.manifest.verifier.params, **plan.verifier_params}
+    register_verifier_version(
+        con, plan.verifier_version, plan.env.manifest.verifier.name, spec_params
+    )
+
+
+def task_rows(plan: RunPlan, tasks: Iterable[Task]) -> list[tuple]:
+    """`tasks` rows, each with the shard its task_id hashes to under the plan's shard count."""
     index = {task.task_id: i for i, task in enumerate(plan.all_tasks)}
-    task_rows = [
+    count = plan.config.shard.count
+    return [
         (
             plan.run_id,
             t.task_id,
             index[t.task_id],
-            cfg.shard.index,
+            shard_of(t.task_id, count),
             plan.prompts[t.task_id],
             t.reference,
             json.dumps(t.data, default=str),
             list(t.tags),
             t.difficulty,
         )
-        for t in plan.tasks
+        for t in tasks
     ]
-    insert_rows(con, "tasks", task_rows, on_conflict_ignore=True)
-    spec_params = {**plan.env.manifest.verifier.params, **plan.verifier_params}
-    register_verifier_version(
-        con, plan.verifier_version, plan.env.manifest.verifier.name, spec_params
-    )
 
 
 def stored_keys(con, run_id: str) -> set[RolloutKey]:

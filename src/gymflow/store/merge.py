@@ -1,0 +1,234 @@
+"""Merging shard stores into a run store: idempotent, all-or-nothing, refusing foreign shards.
+
+Rollout ids are deterministic (`records.rollout_id(run_id, task_id, repeat)`), so a rollout met
+twice (a shard merged twice, two overlapping shards) is the same row and `INSERT OR IGNORE` keeps
+one. Every shard is checked before the destination is touched, and the copy is one transaction:
+a refused shard changes nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from gymflow.config import ConfigError, EvalConfig, ShardSpec
+from gymflow.environments.registry import RegistryError
+from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
+from gymflow.store.db import StoreError, connect, store_path
+from gymflow.store.runs import run_info, stored_keys, task_rows
+from gymflow.store.writer import insert_rows
+
+#: Tables copied from shards, in order. Keyed tables take `INSERT OR IGNORE`; `model_calls` has no
+#: key, so its rows are copied only for rollouts the destination does not hold yet, which is why
+#: it comes before `rollouts`. Derived tables (health, profile, ...) are recomputed, not merged.
+KEYED_TABLES = ("runs", "shards", "tasks", "verifier_versions")
+EVIDENCE_TABLES = ("model_calls", "rollouts", "verifications")
+
+#: The identity every shard of one run shares; a difference means another run.
+IDENTITY = ("run_id", "config_hash", "benchmark_version", "dataset_version", "repeats")
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    path: Path
+    run: dict[str, Any]
+    indices: tuple[int, ...]
+    rollouts: int
+
+
+@dataclass
+class MergeReport:
+    run_id: str
+    run_dir: Path
+    shard_count: int
+    merged: list[ShardInfo]
+    added: dict[str, int]
+    expected: int
+    stored: int
+    shards_present: list[int]
+    missing: list[RolloutKey] = field(default_factory=list)
+
+    @property
+    def shards_missing(self) -> list[int]:
+        return sorted(set(range(self.shard_count)) - set(self.shards_present))
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+    def as_dict(self, max_missing: int = 50) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "run_dir": str(self.run_dir),
+            "shard_count": self.shard_count,
+            "shards_present": self.shards_present,
+            "shards_missing": self.shards_missing,
+            "merged": [
+                {"path": str(s.path), "shards": list(s.indices), "rollouts": s.rollouts}
+                for s in self.merged
+            ],
+            "added": self.added,
+            "expected": self.expected,
+            "stored": self.stored,
+            "missing_count": len(self.missing),
+            "missing": [list(key) for key in self.missing[:max_missing]],
+        }
+
+
+def read_shard(path: Path | str) -> ShardInfo:
+    """Open a shard store read-only and read its run identity."""
+    con = connect(path, read_only=True)
+    try:
+        run = run_info(con)
+        runs = con.execute("SELECT count(DISTINCT run_id) FROM runs").fetchone()[0]
+        if runs != 1:
+            raise StoreError(f"{store_path(path)}: holds {runs} runs; a shard store holds one")
+        indices = tuple(
+            r[0] for r in con.execute("SELECT shard_index FROM shards ORDER BY 1").fetchall()
+        )
+        rollouts = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
+    finally:
+        con.close()
+    return ShardInfo(path=store_path(path), run=run, indices=indices, rollouts=rollouts)
+
+
+def check_identity(reference: dict[str, Any], shard: ShardInfo, reference_name: str) -> None:
+    for key in IDENTITY:
+        if shard.run[key] != reference[key]:
+            raise StoreError(
+                f"{shard.path.parent}: refused: its {key} is {shard.run[key]!r}, but "
+                f"{reference_name} has {reference[key]!r}; a shard of another run (or another "
+                "config or benchmark version) cannot be merged"
+            )
+
+
+def expected_plan(run: dict[str, Any]) -> RunPlan:
+    """The whole run's plan, from the config a shard stored: it names every expected task."""
+    try:
+        config = EvalConfig.model_validate_json(run["config_json"])
+        plan = resolve(
+            config.model_copy(update={"shard": ShardSpec(index=0, count=run["shard_count"])})
+        )
+    except (ConfigError, RegistryError, ValueError) as exc:
+        raise StoreError(
+            f"cannot resolve run {run['run_id']}'s stored config to list its tasks: {exc}"
+        ) from None
+    if plan.benchmark_version != run["benchmark_version"]:
+        raise StoreError(
+            f"run {run['run_id']} was collected at benchmark version "
+            f"{run['benchmark_version']}, but this machine's benchmark is version "
+            f"{plan.benchmark_version}; aggregate where the benchmark matches"
+        )
+    return plan
+
+
+def _destination_run(destination: Path) -> dict[str, Any] | None:
+    if not destination.exists():
+        return None
+    con = connect(destination, read_only=True)
+    try:
+        return (
+            None if con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0 else run_info(con)
+        )
+    finally:
+        con.close()
+
+
+def merge_shards(run_dir: Path | str, shard_dirs: list[Path | str]) -> MergeReport:
+    """Merge `shard_dirs` into the store at `run_dir`, then count what is still missing."""
+    if not shard_dirs:
+        raise StoreError("no shard stores given")
+    shards = [read_shard(path) for path in shard_dirs]
+    reference = shards[0].run
+    for shard in shards[1:]:
+        check_identity(reference, shard, str(shards[0].path.parent))
+    destination = store_path(run_dir)
+    existing = _destination_run(destination)
+    if existing is not None:
+        for shard in shards:
+            check_identity(existing, shard, f"the run store {destination.parent}")
+    for shard in shards:
+        if shard.path.resolve() == destination.resolve():
+            raise StoreError(f"{shard.path.parent}: is the destination itself")
+    plan = expected_plan(reference)
+
+    con = connect(run_dir, create=True)
+    try:
+        added = _copy(con, shards)
+        insert_rows(con, "tasks", task_rows(plan, plan.all_tasks), on_conflict_ignore=True)
+        report = MergeReport(
+            run_id=plan.run_id,
+            run_dir=Path(run_dir),
+            shard_count=plan.config.shard.count,
+            merged=shards,
+            added=added,
+            expected=len(plan.all_tasks) * plan.repeats,
+            stored=con.execute("SELECT count(*) FROM rollouts").fetchone()[0],
+            shards_present=[
+                r[0] for r in con.execute("SELECT shard_index FROM shards ORDER BY 1").fetchall()
+            ],
+            missing=missing_keys(con, plan),
+        )
+    finally:
+        con.close()
+    return report
+
+
+def _copy(con, shards: list[ShardInfo]) -> dict[str, int]:
+    added = dict.fromkeys(KEYED_TABLES + EVIDENCE_TABLES, 0)
+    aliases = [f"shard_{i}" for i in range(len(shards))]
+    try:
+        for alias, shard in zip(aliases, shards, strict=True):
+            con.execute(f"ATTACH '{_quote(shard.path)}' AS {alias} (READ_ONLY)")
+    except duckdb.Error as exc:
+        _detach(con, aliases)
+        raise StoreError(f"cannot attach a shard store read-only: {exc}") from None
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for alias in aliases:
+            for table in KEYED_TABLES:
+                added[table] += _insert(con, table, f"SELECT * FROM {alias}.{table}")
+            added["model_calls"] += _insert(
+                con,
+                "model_calls",
+                f"SELECT * FROM {alias}.model_calls m "
+                "WHERE m.rollout_id NOT IN (SELECT rollout_id FROM main.rollouts)",
+            )
+            for table in ("rollouts", "verifications"):
+                added[table] += _insert(con, table, f"SELECT * FROM {alias}.{table}")
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    finally:
+        _detach(con, aliases)
+    return added
+
+
+def _insert(con, table: str, select: str) -> int:
+    before = con.execute(f"SELECT count(*) FROM main.{table}").fetchone()[0]
+    verb = "INSERT" if table == "model_calls" else "INSERT OR IGNORE"
+    con.execute(f"{verb} INTO main.{table} BY NAME {select}")
+    return con.execute(f"SELECT count(*) FROM main.{table}").fetchone()[0] - before
+
+
+def _detach(con, aliases: list[str]) -> None:
+    attached = {
+        row[0] for row in con.execute("SELECT database_name FROM duckdb_databases()").fetchall()
+    }
+    for alias in aliases:
+        if alias in attached:
+            con.execute(f"DETACH {alias}")
+
+
+def _quote(path: Path) -> str:
+    return str(path).replace("'", "''")
+
+
+def missing_keys(con, plan: RunPlan) -> list[RolloutKey]:
+    """Expected (task_id, repeat_index) pairs with no stored rollout, in dataset order."""
+    stored = stored_keys(con, plan.run_id)
+    expected = ((task.task_id, r) for task in plan.all_tasks for r in range(plan.repeats))
+    return [key for key in expected if key not in stored]
