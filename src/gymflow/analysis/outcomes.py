@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import polars as pl
+
+from gymflow.analysis.frames import frame
 from gymflow.store.db import StoreError
 
 
@@ -18,14 +21,6 @@ class Coverage:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
-
-
-@dataclass(frozen=True, slots=True)
-class TaskOutcome:
-    task_id: str
-    n: int  # scored rollouts
-    c: int  # passing rollouts
-    reward_sum: float
 
 
 def newest_verifier_version(con) -> str:
@@ -65,26 +60,34 @@ def coverage(con, verifier_version: str) -> Coverage:
     )
 
 
-def task_outcomes(
-    con, verifier_version: str, *, failures_as_zero: bool = False
-) -> list[TaskOutcome]:
-    """(n, c) per task over scored rollouts. Every task in the store appears, n = 0 if none scored.
+SCORED_SQL = "v.status = 'ok' AND r.status = 'completed'"
 
-    With `failures_as_zero`, failed rollouts count as scored and not passed."""
-    scored_filter = "TRUE" if failures_as_zero else "v.status = 'ok' AND r.status = 'completed'"
-    rows = con.execute(
+
+def scored_filter(failures_as_zero: bool) -> str:
+    """SQL predicate over rollouts `r` joined to verifications `v`: which rollouts count.
+
+    With `failures_as_zero`, every stored rollout counts (failed ones as not passed, reward 0)."""
+    return "r.rollout_id IS NOT NULL" if failures_as_zero else SCORED_SQL
+
+
+def task_table(con, verifier_version: str, *, failures_as_zero: bool = False) -> pl.DataFrame:
+    """One row per task in the store: task_id, tags, difficulty, n (scored rollouts), c (passing),
+    reward_sum and reward_sq_sum over scored rollouts. Tasks with nothing scored have n = 0."""
+    scored = scored_filter(failures_as_zero)
+    reward = "coalesce(v.reward, 0.0)" if failures_as_zero else "v.reward"
+    return frame(
+        con,
         f"""
-        SELECT t.task_id,
-               count(r.rollout_id) FILTER (WHERE {scored_filter}) AS n,
-               count(r.rollout_id)
-                 FILTER (WHERE {scored_filter} AND coalesce(v.passed, FALSE)) AS c,
-               coalesce(sum(v.reward) FILTER (WHERE {scored_filter}), 0) AS reward_sum
+        SELECT t.task_id, t.tags, t.difficulty,
+               count(r.rollout_id) FILTER (WHERE {scored}) AS n,
+               count(r.rollout_id) FILTER (WHERE {scored} AND coalesce(v.passed, FALSE)) AS c,
+               coalesce(sum({reward}) FILTER (WHERE {scored}), 0.0) AS reward_sum,
+               coalesce(sum({reward} * {reward}) FILTER (WHERE {scored}), 0.0) AS reward_sq_sum
         FROM tasks t
         LEFT JOIN rollouts r USING (task_id)
         LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-        GROUP BY t.task_id
+        GROUP BY ALL
         ORDER BY t.task_id
         """,
         [verifier_version],
-    ).fetchall()
-    return [TaskOutcome(task_id, n, c, reward_sum) for task_id, n, c, reward_sum in rows]
+    )

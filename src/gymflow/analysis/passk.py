@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from math import prod
 
+import numpy as np
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """P(at least one of k samples drawn without replacement from n passes), c of n passing.
@@ -24,3 +26,39 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
     if c < k:
         return 0.0
     return prod((c - j) / (n - j) for j in range(k))
+
+
+def _curves(n: int, c: int, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """pass@k and pass^k of one (n, c) for every k in `ks` at once (NaN where k > n)."""
+    k = ks.astype(float)
+    if c == 0:
+        at, hat = np.zeros(len(ks)), np.zeros(len(ks))
+    else:
+        i = np.arange(n - c + 1, n + 1, dtype=float)
+        at = 1.0 - np.prod(1.0 - k[:, None] / i[None, :], axis=1)
+        at[ks > n - c] = 1.0
+        j = np.arange(n, dtype=float)
+        hat_by_k = np.maximum(np.cumprod((c - j) / (n - j)), 0.0)
+        hat = hat_by_k[np.minimum(ks, n) - 1]
+    too_big = ks > n
+    at[too_big], hat[too_big] = np.nan, np.nan
+    return at, hat
+
+
+def per_task_curves(n: np.ndarray, c: np.ndarray, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Tasks x ks matrices of pass@k and pass^k (NaN where a task has fewer than k scored
+    rollouts). Each distinct (n, c) is computed once, so the cost follows the number of distinct
+    pairs (about repeats^2 / 2 at most), not the number of tasks."""
+    if len(n) == 0:
+        empty = np.zeros((0, len(ks)))
+        return empty, empty.copy()
+    pairs, inverse = np.unique(np.stack([n, c], axis=1), axis=0, return_inverse=True)
+    at_table = np.empty((len(pairs), len(ks)))
+    hat_table = np.empty((len(pairs), len(ks)))
+    for row, (pair_n, pair_c) in enumerate(pairs):
+        if pair_n == 0:
+            at_table[row], hat_table[row] = np.nan, np.nan
+        else:
+            at_table[row], hat_table[row] = _curves(int(pair_n), int(pair_c), ks)
+    inverse = inverse.reshape(-1)
+    return at_table[inverse], hat_table[inverse]

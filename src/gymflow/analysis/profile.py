@@ -1,38 +1,176 @@
-"""The profile of a run: pass@1 with its task-clustered CI, pass@k and pass^k, and coverage."""
+"""The profile of a run: pass@1 with its task-clustered CI, pass@k and pass^k with bootstrap CIs,
+majority@k, mean reward, variance components, breakdowns by tag and difficulty, usage percentiles,
+and coverage heading it all."""
 
 from __future__ import annotations
 
-from collections import Counter
+import math
 from typing import Any
 
-from gymflow.analysis.outcomes import check_verifier_version, coverage, task_outcomes
-from gymflow.analysis.passk import pass_at_k, pass_hat_k
-from gymflow.analysis.stats import ci95, clustered_stderr
+import numpy as np
+import polars as pl
+
+from gymflow.analysis.answers import extracted_sql, normalised_sql
+from gymflow.analysis.outcomes import check_verifier_version, coverage, scored_filter, task_table
+from gymflow.analysis.passk import per_task_curves
+from gymflow.analysis.stats import bootstrap_ci95, ci95, clustered_stderr, variance_components
 from gymflow.store.runs import run_info
 
+#: rollout columns summarised by percentile
+USAGE_COLUMNS = ("input_tokens", "output_tokens", "num_turns", "num_model_calls", "latency_s")
 
-def _mean_over_tasks(pairs: Counter[tuple[int, int]], k: int, fn) -> float | None:
-    """Average fn(n, c, k) over tasks with n >= k; each distinct (n, c) is computed once."""
-    total = weight = 0.0
-    for (n, c), count in pairs.items():
-        if n >= k:
-            total += fn(n, c, k) * count
-            weight += count
-    return total / weight if weight else None
+
+def _number(value: float | None) -> float | None:
+    """JSON-safe float: NaN (undefined, e.g. a stderr over one task) becomes None."""
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def _estimate(values: list[float]) -> dict[str, Any]:
+    """Mean over tasks with its task-clustered standard error and 95% CI."""
+    if not values:
+        return {"mean": None, "stderr": None, "ci95": None}
+    mean = sum(values) / len(values)
+    se = clustered_stderr(values)
+    low, high = ci95(mean, se)
+    interval = None if math.isnan(low) else [low, high]
+    return {"mean": mean, "stderr": _number(se), "ci95": interval}
+
+
+def _breakdown(scored: pl.DataFrame, column: str) -> dict[str, Any]:
+    """pass@1 with clustered SE and CI per value of `column` (tags are exploded: a task with two
+    tags counts in both groups)."""
+    if scored.is_empty():
+        return {}
+    table = scored.select(column, "p")
+    if column == "tags":
+        table = table.explode("tags")
+    table = table.with_columns(pl.col(column).cast(pl.Utf8).fill_null("(none)"))
+    groups: dict[str, Any] = {}
+    for key, group in table.group_by(column, maintain_order=True):
+        name = key[0]
+        estimate = _estimate(group["p"].to_list())
+        groups[name] = {"tasks": group.height, "pass@1": estimate["mean"], **estimate}
+        del groups[name]["mean"]
+    return dict(sorted(groups.items()))
+
+
+def majority_at_k(con, verifier_version: str, *, failures_as_zero: bool = False) -> float | None:
+    """Mean over tasks of majority-vote correctness over all of a task's scored rollouts.
+
+    Votes are the verifier's extracted answers after normalisation; the task counts as solved
+    when the most common answer is a correct one, with ties split evenly (the expected score of
+    a random tie-break). A task whose rollouts extracted nothing scores 0. None when the verifier
+    reports no extracted answers at all."""
+    scored = scored_filter(failures_as_zero)
+    answer = normalised_sql(extracted_sql("v.details_json"))
+    row = con.execute(
+        f"""
+        WITH scored AS (
+            SELECT r.task_id, {answer} AS answer, coalesce(v.passed, FALSE) AS passed
+            FROM rollouts r
+            LEFT JOIN verifications v
+              ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+            WHERE {scored}
+        ),
+        votes AS (
+            SELECT task_id, answer, count(*) AS votes, bool_or(passed) AS correct
+            FROM scored WHERE answer IS NOT NULL AND answer <> '' GROUP BY ALL
+        ),
+        winners AS (
+            SELECT task_id, avg(correct::DOUBLE) AS score
+            FROM (SELECT *, max(votes) OVER (PARTITION BY task_id) AS top FROM votes)
+            WHERE votes = top
+            GROUP BY task_id
+        )
+        SELECT (SELECT count(*) FROM votes),
+               avg(coalesce(w.score, 0.0))
+        FROM (SELECT DISTINCT task_id FROM scored) s LEFT JOIN winners w USING (task_id)
+        """,
+        [verifier_version],
+    ).fetchone()
+    voted, score = row
+    return score if voted else None
+
+
+def usage_percentiles(con) -> dict[str, dict[str, float | None]]:
+    """mean, p50, p90, p99 and max of tokens, turns, model calls and latency per rollout."""
+    parts = []
+    for column in USAGE_COLUMNS:
+        parts.append(
+            f"avg({column}), quantile_cont({column}, [0.5, 0.9, 0.99]), max({column})::DOUBLE"
+        )
+    row = con.execute(f"SELECT {', '.join(parts)} FROM rollouts").fetchone()
+    usage: dict[str, dict[str, float | None]] = {}
+    for i, column in enumerate(USAGE_COLUMNS):
+        mean, quantiles, maximum = row[3 * i : 3 * i + 3]
+        p50, p90, p99 = quantiles or (None, None, None)
+        usage[column] = {
+            "mean": _number(mean),
+            "p50": _number(p50),
+            "p90": _number(p90),
+            "p99": _number(p99),
+            "max": _number(maximum),
+        }
+    return usage
 
 
 def profile(
-    con, *, verifier_version: str | None = None, failures_as_zero: bool = False
+    con,
+    *,
+    verifier_version: str | None = None,
+    failures_as_zero: bool = False,
+    bootstrap_samples: int = 1000,
+    seed: int = 0,
 ) -> dict[str, Any]:
+    """Profile the run in `con` under one verifier version (the newest unless given).
+
+    Returns a dict: run_id, benchmark, environment, model, verifier_version, coverage
+    {expected, scored, failed, missing}, failures (how failures were treated), tasks,
+    tasks_scored, repeats, "pass@1", stderr, ci95 [low, high] | None, "pass@k" {k: value},
+    "pass^k" {k: value}, "retry_value" {k: pass@k - pass@1}, "pass@k_bootstrap_ci95"
+    {k: [low, high]}, bootstrap {samples, seed}, "majority@k" {k: value} | None (k = repeats),
+    mean_reward, mean_reward_stderr, mean_reward_ci95, variance {pass: {between, within, total,
+    icc}, reward: {...}}, design_effect, by_tag {tag: {tasks, pass@1, stderr, ci95}},
+    by_difficulty {...}, usage {column: {mean, p50, p90, p99, max}}.
+
+    pass@k and pass^k average over the tasks with at least k scored rollouts; pass@1's stderr is
+    clustered on the task. All values are floats or None (None where undefined)."""
     version = check_verifier_version(con, verifier_version)
     run = run_info(con)
-    outcomes = task_outcomes(con, version, failures_as_zero=failures_as_zero)
-    scored = [o for o in outcomes if o.n > 0]
-    means = [o.c / o.n for o in scored]
-    p1 = sum(means) / len(means) if means else None
-    se = clustered_stderr(means) if means else None
-    pairs = Counter((o.n, o.c) for o in scored)
-    ks = range(1, run["repeats"] + 1)
+    tasks = task_table(con, version, failures_as_zero=failures_as_zero)
+    scored = tasks.filter(pl.col("n") > 0).with_columns(
+        p=pl.col("c") / pl.col("n"),
+        reward_mean=pl.col("reward_sum") / pl.col("n"),
+        reward_var=pl.col("reward_sq_sum") / pl.col("n")
+        - (pl.col("reward_sum") / pl.col("n")) ** 2,
+    )
+    repeats = int(run["repeats"] or 0)
+    ks = np.arange(1, max(repeats, 1) + 1)
+    n = scored["n"].to_numpy()
+    c = scored["c"].to_numpy()
+    at_k, hat_k = per_task_curves(n, c, ks)
+    with np.errstate(invalid="ignore"):
+        at_mean = [_number(v) for v in _nanmean(at_k)]
+        hat_mean = [_number(v) for v in _nanmean(hat_k)]
+    low, high = bootstrap_ci95(at_k, samples=bootstrap_samples, seed=seed)
+    p = scored["p"].to_numpy()
+    pass1 = _estimate(p.tolist())
+    reward = _estimate(scored["reward_mean"].to_list())
+    pass_variance = variance_components(p, p * (1 - p))
+    reward_variance = variance_components(
+        scored["reward_mean"].to_numpy(), np.maximum(scored["reward_var"].to_numpy(), 0.0)
+    )
+    rollouts_scored = int(n.sum())
+    naive_se = (
+        math.sqrt(pass1["mean"] * (1 - pass1["mean"]) / rollouts_scored)
+        if rollouts_scored and pass1["mean"] is not None
+        else None
+    )
+    majority = majority_at_k(con, version, failures_as_zero=failures_as_zero)
+    key = [str(k) for k in ks]
     return {
         "run_id": run["run_id"],
         "benchmark": run["benchmark"],
@@ -43,13 +181,39 @@ def profile(
         "failures": "counted as failures (reward 0)"
         if failures_as_zero
         else "excluded from scores",
-        "tasks": len(outcomes),
-        "tasks_scored": len(scored),
-        "repeats": run["repeats"],
-        "pass@1": p1,
-        "stderr": se,
-        "ci95": list(ci95(p1, se)) if p1 is not None else None,
-        "pass@k": {str(k): _mean_over_tasks(pairs, k, pass_at_k) for k in ks},
-        "pass^k": {str(k): _mean_over_tasks(pairs, k, pass_hat_k) for k in ks},
-        "mean_reward": (sum(o.reward_sum / o.n for o in scored) / len(scored)) if scored else None,
+        "tasks": tasks.height,
+        "tasks_scored": scored.height,
+        "repeats": repeats,
+        "pass@1": pass1["mean"],
+        "stderr": pass1["stderr"],
+        "ci95": pass1["ci95"],
+        "pass@k": dict(zip(key, at_mean, strict=True)),
+        "pass^k": dict(zip(key, hat_mean, strict=True)),
+        "retry_value": {
+            k: (v - at_mean[0]) if v is not None and at_mean[0] is not None else None
+            for k, v in zip(key, at_mean, strict=True)
+        },
+        "pass@k_bootstrap_ci95": {
+            k: None if math.isnan(lo) else [float(lo), float(hi)]
+            for k, lo, hi in zip(key, low, high, strict=True)
+        },
+        "bootstrap": {"samples": bootstrap_samples, "seed": seed, "unit": "task"},
+        "majority@k": None if majority is None else {str(repeats): majority},
+        "mean_reward": reward["mean"],
+        "mean_reward_stderr": reward["stderr"],
+        "mean_reward_ci95": reward["ci95"],
+        "variance": {"pass": pass_variance, "reward": reward_variance},
+        "design_effect": (pass1["stderr"] / naive_se) ** 2
+        if naive_se and pass1["stderr"] is not None
+        else None,
+        "by_tag": _breakdown(scored, "tags"),
+        "by_difficulty": _breakdown(scored, "difficulty"),
+        "usage": usage_percentiles(con),
     }
+
+
+def _nanmean(matrix: np.ndarray) -> np.ndarray:
+    """Column means over the tasks that count (non-NaN); NaN for a column no task fills."""
+    counts = (~np.isnan(matrix)).sum(axis=0)
+    sums = np.nansum(matrix, axis=0)
+    return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)

@@ -37,20 +37,69 @@ def eval_profile(
     if json_output:
         print_json(result)
         return
-    table = Table("metric", "value")
-    for key in (
-        "pass@1",
-        "stderr",
-        "ci95",
-        "mean_reward",
-        "coverage",
-        "failures",
-        "verifier_version",
-    ):
-        table.add_row(key, str(result[key]))
+    print_profile(result)
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def _interval(bounds: list[float] | None) -> str:
+    return "n/a" if bounds is None else f"{_pct(bounds[0])} – {_pct(bounds[1])}"
+
+
+def print_profile(result: dict) -> None:
+    coverage = result["coverage"]
+    console.print(
+        f"[bold]{result['benchmark'] or result['environment']}[/] · {result['model']} · "
+        f"verifier {result['verifier_version']}"
+    )
+    console.print(
+        f"coverage: expected {coverage['expected']}, scored {coverage['scored']}, "
+        f"failed {coverage['failed']}, missing {coverage['missing']} "
+        f"(failures {result['failures']})"
+    )
+    console.print(
+        f"pass@1 = [bold]{_pct(result['pass@1'])}[/] (95% CI {_interval(result['ci95'])}, "
+        f"task-clustered); mean reward {result['mean_reward']}"
+    )
+    table = Table("k", "pass@k", "bootstrap 95% CI", "pass^k", "retry value")
     for k, value in result["pass@k"].items():
-        table.add_row(f"pass@{k}", f"{value}")
+        table.add_row(
+            k,
+            _pct(value),
+            _interval(result["pass@k_bootstrap_ci95"][k]),
+            _pct(result["pass^k"][k]),
+            _pct(result["retry_value"][k]),
+        )
     console.print(table)
+    if result["majority@k"]:
+        for k, value in result["majority@k"].items():
+            console.print(f"majority@{k} = {_pct(value)}")
+    variance = result["variance"]["pass"]
+    if variance["icc"] is not None:
+        console.print(
+            f"variance: between tasks {variance['between']:.4f}, within tasks "
+            f"{variance['within']:.4f} (between share {variance['icc']:.2f})"
+        )
+    for title, groups in (("tag", result["by_tag"]), ("difficulty", result["by_difficulty"])):
+        if groups:
+            breakdown = Table(title, "tasks", "pass@1", "95% CI")
+            for name, group in groups.items():
+                breakdown.add_row(
+                    name, str(group["tasks"]), _pct(group["pass@1"]), _interval(group["ci95"])
+                )
+            console.print(breakdown)
+    usage = Table("per rollout", "mean", "p50", "p90", "p99", "max")
+    for name, stats in result["usage"].items():
+        usage.add_row(
+            name,
+            *(
+                f"{stats[key]:.4g}" if stats[key] is not None else "n/a"
+                for key in ("mean", "p50", "p90", "p99", "max")
+            ),
+        )
+    console.print(usage)
 
 
 def _parse_thresholds(values: list[str]) -> dict[str, float]:
