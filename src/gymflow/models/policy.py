@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,11 @@ def task_skill(skill_seed: int, task_id: str) -> float:
 
 Plan = list[list[dict[str, Any]]]  # turns of (parallel) calls: {"name": ..., "arguments": {...}}
 
+#: How a wrong rollout goes wrong when the task brings no distractor plan of its own.
+MISTAKES = ("wrong_tool", "wrong_arguments", "early_stop")
+#: Chance per turn of a malformed call (broken JSON or a wrong type) at skill 0; none at skill 1.
+MALFORMED_RATE = 0.3
+
 
 @dataclass(frozen=True, slots=True)
 class PolicyEntry:
@@ -48,11 +54,118 @@ class PolicyEntry:
     skill: float
 
     def turn(self, *, correct: bool, turn: int) -> list[dict[str, Any]] | str:
-        """The calls to make at `turn`, or the final text once the plan is played out."""
+        """The calls a plain plan makes at `turn`, or the final text once it is played out."""
         plan = self.reference_actions if correct else self.distractor_actions
         if turn < len(plan) and plan[turn]:
             return plan[turn]
         return self.reference if correct else self.distractor
+
+    def step(
+        self, items: list[dict[str, Any]], *, correct: bool, tools: list[str], draw: Draw
+    ) -> list[dict[str, Any]] | str:
+        """What the policy does next in the conversation `items`.
+
+        A correct rollout plays the reference plan; a wrong one plays the task's distractor plan,
+        or, when the task has none, a mistake of the reference plan chosen by `draw` (a wrong tool,
+        wrong arguments, or stopping early). Either may make a malformed call, more often the lower
+        the skill, and then makes that call again properly once told it was malformed."""
+        position, broken = plan_position(
+            items, self.reference_actions if correct else self.distractor_actions
+        )
+        if correct or self.distractor_actions or not self.reference_actions:
+            step = self.turn(correct=correct, turn=position)
+        else:
+            step = self._mistake(position, tools, draw)
+        if isinstance(step, str):
+            return step
+        if broken:
+            return [call for i, call in enumerate(step) if i in broken] or step
+        if draw("malformed", position) < MALFORMED_RATE * (1.0 - self.skill):
+            return _malformed(step, draw("how", position))
+        return step
+
+    def _mistake(self, position: int, tools: list[str], draw: Draw) -> list[dict[str, Any]] | str:
+        plan = self.reference_actions
+        kind = MISTAKES[int(draw("mistake") * len(MISTAKES))]
+        at = int(draw("mistake_turn") * len(plan))
+        if position >= len(plan) or (kind == "early_stop" and position >= at):
+            return self.distractor
+        calls = [dict(call) for call in plan[position]]
+        if position == at:
+            others = [name for name in tools if name != calls[0]["name"]]
+            if kind == "wrong_tool" and others:
+                calls[0]["name"] = others[int(draw("tool") * len(others))]
+            else:
+                calls[0]["arguments"] = _perturbed(calls[0]["arguments"])
+        return calls
+
+
+Draw = Callable[..., float]
+
+
+def plan_position(items: list[dict[str, Any]], plan: Plan) -> tuple[int, list[int]]:
+    """(plan turns already played, the indices of the last turn's malformed calls to repeat).
+
+    A turn with an accidental malformed call does not count as played: the next turn repeats
+    those calls. Raw argument text the plan itself carries is deliberate and is not repeated."""
+    played, broken = 0, []
+    for group in call_turns(items):
+        broken = [i for i, call in enumerate(group) if not _parses(call.get("arguments"))]
+        planned = plan[played] if played < len(plan) else []
+        if all(i < len(planned) and isinstance(planned[i]["arguments"], str) for i in broken):
+            played, broken = played + 1, []
+    return played, broken
+
+
+def call_turns(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The function calls in `items`, grouped by the turn that made them."""
+    turns: list[list[dict[str, Any]]] = []
+    previous = None
+    for item in items:
+        kind = item.get("type")
+        if kind == "function_call":
+            if previous != "function_call":
+                turns.append([])
+            turns[-1].append(item)
+        if kind != "reasoning":  # a reasoning item sits inside a turn, not between two
+            previous = kind
+    return turns
+
+
+def _parses(arguments: object) -> bool:
+    try:
+        return isinstance(json.loads(arguments), dict) if isinstance(arguments, str) else True
+    except json.JSONDecodeError:
+        return False
+
+
+def _malformed(calls: list[dict[str, Any]], how: float) -> list[dict[str, Any]]:
+    """The same turn with its first call broken: cut-off JSON, or a number sent as text."""
+    broken = [dict(call) for call in calls]
+    arguments = broken[0]["arguments"]
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    if how < 0.5 or not isinstance(arguments, dict) or not arguments:
+        broken[0]["arguments"] = text[: max(1, len(text) - 1)]
+    else:
+        key = next(iter(arguments))
+        broken[0]["arguments"] = json.dumps({**arguments, key: [arguments[key]]})
+    return broken
+
+
+def _perturbed(arguments: Any) -> Any:
+    """Plausible but wrong arguments: the first value nudged."""
+    if not isinstance(arguments, dict) or not arguments:
+        return arguments
+    key, value = next(iter(arguments.items()))
+    if isinstance(value, bool):
+        wrong: Any = not value
+    elif isinstance(value, int | float):
+        wrong = value + 1
+    elif isinstance(value, str):
+        wrong = value + "_x" if value else "x"
+    else:
+        wrong = None
+    return {**arguments, key: wrong}
 
 
 def _plan(turns: tuple) -> Plan:
@@ -71,17 +184,6 @@ def build_table(tasks: list[Task], prompts: list[str], skill_seed: int) -> dict[
             task_skill(skill_seed, task.task_id),
         )
     return table
-
-
-def turns_taken(items: list[dict[str, Any]]) -> int:
-    """How many tool-calling turns the conversation already holds (runs of function_call items)."""
-    turns, previous = 0, None
-    for item in items:
-        kind = item.get("type")
-        if kind == "function_call" and previous != "function_call":
-            turns += 1
-        previous = kind
-    return turns
 
 
 def save_table(table: dict[str, PolicyEntry], path: Path) -> None:

@@ -32,9 +32,9 @@ from gymflow.config import FaultSpec
 from gymflow.models.chat_adapter import chat_to_request, response_to_completion
 from gymflow.models.policy import (
     PolicyEntry,
+    call_turns,
     decide,
     load_table,
-    plan_position,
     prompt_key,
     unit_draw,
 )
@@ -162,7 +162,7 @@ class PolicyApp:
             output.append(_message(text, status, next(ids)))
             out_tokens = min(_tokens(text), max_tokens)
         else:
-            turn = len([i for i in items if i.get("type") == "function_call_output"])
+            turn = len(call_turns(items))
             output.extend(_call(call, turn, i, next(ids)) for i, call in enumerate(step))
             out_tokens = sum(_tokens(o["arguments"]) + 2 for o in output if "arguments" in o)
         out_tokens += reasoning_tokens

@@ -1,0 +1,276 @@
+"""Translation between Responses API items and `/v1/chat/completions` messages, both ways.
+
+The client uses `request_to_chat` and `completion_to_response` so that a server speaking only chat
+completions (vLLM, SGLang, Ollama) looks like a Responses API server to harnesses and the store.
+The local policy server uses the inverse pair, `chat_to_request` and `response_to_completion`, so
+the adapter is tested against a real HTTP server.
+
+Chat completions has no place for reasoning items on input: they stay in the trajectory but are not
+sent. A reasoning text a server returns (`reasoning_content`, as vLLM and SGLang do) becomes a
+`reasoning` item."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+#: The chat finish reason that means the output was cut off.
+_LENGTH = "length"
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(
+        part.get("text", "")
+        for part in content or ()
+        if part.get("type") in ("input_text", "output_text", "text")
+    )
+
+
+def _refusal_of(content: Any) -> str | None:
+    if isinstance(content, str):
+        return None
+    refusals = [part.get("refusal", "") for part in content or () if part.get("type") == "refusal"]
+    return "".join(refusals) if refusals else None
+
+
+# -- client side: Responses -> chat -> Responses ---------------------------------------------------
+def items_to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    for item in items:
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role", "user")
+            message: dict[str, Any] = {
+                "role": "system" if role == "developer" else role,
+                "content": _text_of(item.get("content")),
+            }
+            refusal = _refusal_of(item.get("content"))
+            if refusal is not None:
+                message["refusal"] = refusal
+            messages.append(message)
+        elif kind == "function_call":
+            last = messages[-1] if messages else None
+            # One assistant turn's text and its (parallel) calls are one chat message.
+            if last is None or last["role"] != "assistant" or "tool_call_id" in last:
+                last = {"role": "assistant", "content": None}
+                messages.append(last)
+            last.setdefault("tool_calls", []).append(
+                {
+                    "id": item["call_id"],
+                    "type": "function",
+                    "function": {"name": item["name"], "arguments": item.get("arguments", "")},
+                }
+            )
+        elif kind == "function_call_output":
+            output = item.get("output", "")
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": item["call_id"],
+                    "content": output if isinstance(output, str) else json.dumps(output),
+                }
+            )
+    return messages
+
+
+def tools_to_chat(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    chat_tools = []
+    for tool in tools:
+        if tool.get("type") != "function":
+            continue
+        function = {"name": tool["name"], "parameters": tool.get("parameters") or {}}
+        if tool.get("description"):
+            function["description"] = tool["description"]
+        if tool.get("strict") is not None:
+            function["strict"] = tool["strict"]
+        chat_tools.append({"type": "function", "function": function})
+    return chat_tools
+
+
+def request_to_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """A Responses API request body as a chat completions request body."""
+    chat: dict[str, Any] = {"model": body["model"], "messages": items_to_messages(body["input"])}
+    if body.get("tools"):
+        chat["tools"] = tools_to_chat(body["tools"])
+    for key in ("temperature", "top_p", "seed"):
+        if body.get(key) is not None:
+            chat[key] = body[key]
+    if body.get("max_output_tokens") is not None:
+        chat["max_tokens"] = body["max_output_tokens"]
+    effort = (body.get("reasoning") or {}).get("effort")
+    if effort:
+        chat["reasoning_effort"] = effort
+    return chat
+
+
+def completion_to_response(completion: dict[str, Any]) -> dict[str, Any]:
+    """A chat completion as a Responses API object (raises KeyError/TypeError when malformed)."""
+    choice = completion["choices"][0]
+    message = choice["message"]
+    index = 0
+    output: list[dict[str, Any]] = []
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if reasoning:
+        output.append(
+            {
+                "type": "reasoning",
+                "id": f"rs_{completion['id']}",
+                "summary": [{"type": "summary_text", "text": reasoning}],
+            }
+        )
+    incomplete = choice.get("finish_reason") == _LENGTH
+    parts: list[dict[str, Any]] = []
+    if message.get("content"):
+        parts.append({"type": "output_text", "text": message["content"], "annotations": []})
+    if message.get("refusal"):
+        parts.append({"type": "refusal", "refusal": message["refusal"]})
+    if parts:
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_{completion['id']}",
+                "role": "assistant",
+                "status": "incomplete" if incomplete else "completed",
+                "content": parts,
+            }
+        )
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{completion['id']}_{index}",
+                "call_id": call["id"],
+                "name": call["function"]["name"],
+                "arguments": call["function"].get("arguments") or "",
+                "status": "completed",
+            }
+        )
+    response: dict[str, Any] = {
+        "id": completion["id"],
+        "object": "response",
+        "created_at": completion.get("created", 0),
+        "model": completion["model"],
+        "status": "incomplete" if incomplete else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+        "output": output,
+    }
+    usage = completion.get("usage")
+    if usage:
+        prompt_details = usage.get("prompt_tokens_details") or {}
+        completion_details = usage.get("completion_tokens_details") or {}
+        response["usage"] = {
+            "input_tokens": usage.get("prompt_tokens", 0),
+            "input_tokens_details": {"cached_tokens": prompt_details.get("cached_tokens") or 0},
+            "output_tokens": usage.get("completion_tokens", 0),
+            "output_tokens_details": {
+                "reasoning_tokens": completion_details.get("reasoning_tokens") or 0
+            },
+            "total_tokens": usage.get("total_tokens"),
+        }
+    return response
+
+
+# -- server side: chat -> Responses -> chat --------------------------------------------------------
+def chat_to_request(chat: dict[str, Any]) -> dict[str, Any]:
+    """A chat completions request body as a Responses API request body."""
+    items: list[dict[str, Any]] = []
+    for message in chat.get("messages") or ():
+        role = message.get("role")
+        if role == "tool":
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": message.get("tool_call_id", ""),
+                    "output": _text_of(message.get("content")),
+                }
+            )
+            continue
+        text = _text_of(message.get("content"))
+        if text or not message.get("tool_calls"):
+            items.append({"type": "message", "role": role, "content": text})
+        for call in message.get("tool_calls") or ():
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call.get("id", ""),
+                    "name": call["function"]["name"],
+                    "arguments": call["function"].get("arguments", ""),
+                }
+            )
+    body: dict[str, Any] = {"model": chat.get("model"), "input": items}
+    tools = [
+        {"type": "function", **tool["function"]}
+        for tool in chat.get("tools") or ()
+        if tool.get("type") == "function"
+    ]
+    if tools:
+        body["tools"] = tools
+    for key in ("temperature", "top_p", "seed"):
+        if chat.get(key) is not None:
+            body[key] = chat[key]
+    limit = chat.get("max_completion_tokens") or chat.get("max_tokens")
+    if limit is not None:
+        body["max_output_tokens"] = limit
+    if chat.get("reasoning_effort"):
+        body["reasoning"] = {"effort": chat["reasoning_effort"]}
+    return body
+
+
+def response_to_completion(response: dict[str, Any]) -> dict[str, Any]:
+    """A Responses API object as a chat completion."""
+    output = response.get("output") or []
+    text = "".join(_text_of(i.get("content")) for i in output if i.get("type") == "message")
+    refusal = "".join(
+        _refusal_of(i.get("content")) or "" for i in output if i.get("type") == "message"
+    )
+    reasoning = "".join(
+        part.get("text", "")
+        for item in output
+        if item.get("type") == "reasoning"
+        for part in item.get("summary") or ()
+    )
+    calls = [
+        {
+            "id": item["call_id"],
+            "type": "function",
+            "function": {"name": item["name"], "arguments": item.get("arguments", "")},
+        }
+        for item in output
+        if item.get("type") == "function_call"
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if refusal:
+        message["refusal"] = refusal
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = calls
+    if response.get("status") == "incomplete":
+        finish = _LENGTH
+    else:
+        finish = "tool_calls" if calls else "stop"
+    completion: dict[str, Any] = {
+        "id": response["id"].replace("resp_", "chatcmpl-", 1),
+        "object": "chat.completion",
+        "created": response.get("created_at", 0),
+        "model": response["model"],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+    }
+    usage = response.get("usage")
+    if usage:
+        completion["usage"] = {
+            "prompt_tokens": usage["input_tokens"],
+            "completion_tokens": usage["output_tokens"],
+            "total_tokens": usage["input_tokens"] + usage["output_tokens"],
+            "prompt_tokens_details": {
+                "cached_tokens": (usage.get("input_tokens_details") or {}).get("cached_tokens", 0)
+            },
+            "completion_tokens_details": {
+                "reasoning_tokens": (usage.get("output_tokens_details") or {}).get(
+                    "reasoning_tokens", 0
+                )
+            },
+        }
+    return completion
