@@ -15,6 +15,8 @@ from gymflow.rollouts.prompts import PromptError, render_prompt
 from gymflow.verifiers.base import get_verifier
 
 RolloutKey = tuple[str, int]  # (task_id, repeat_index)
+#: The field a verifier-parameter problem is reported under.
+VERIFIER_PROBLEM = "verifier_params"
 
 
 def shard_of(task_id: str, count: int) -> int:
@@ -158,5 +160,5 @@ def plan_problems(plan: RunPlan, *, rows_shown: int = 5) -> list[str]:
     try:
         _ = plan.verifier_version
     except ValueError as exc:
-        problems.append(f"verifier_params: {exc}")
+        problems.append(f"{VERIFIER_PROBLEM}: {exc}")
     return problems

@@ -1,0 +1,45 @@
+"""`gym serve environment NAME --port P`: an environment's resources server on its own port."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gymflow.cli.app import console, fail, serve_app
+from gymflow.environments.registry import RegistryError, load_environment
+
+
+def _verifier_params(pairs: list[str]) -> dict[str, str]:
+    params: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            fail(f"--param {pair!r}: expected key=value")
+        params[key] = value
+    return params
+
+
+@serve_app.command("environment")
+def serve_environment(
+    name: Annotated[str, typer.Argument(help="Environment name (see `gym list environments`).")],
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8100,
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    param: Annotated[
+        list[str] | None, typer.Option(help="Verifier parameter override, key=value.")
+    ] = None,
+) -> None:
+    """Serve POST /seed_session, /tools/{name}, /verify and GET /health over HTTP."""
+    import uvicorn
+
+    from gymflow.environments.asgi import create_app
+
+    try:
+        server = load_environment(name).resources_server(_verifier_params(param or []))
+    except (RegistryError, KeyError, ValueError) as exc:
+        fail(str(exc).strip('"'))
+    console.print(
+        f"serving environment [bold]{name}[/] ({server.verifier_version}) on http://{host}:{port}",
+        highlight=False,
+    )
+    uvicorn.run(create_app(server), host=host, port=port, log_level="warning")

@@ -1,0 +1,159 @@
+"""`gym env init NAME`: a new environment folder that validates as created.
+
+The folder is a working example, not a stub: a manifest, an environment class generating a few
+tasks with references and distractors, a tool with per-session state, and a benchmark. Point
+GYMFLOW_ENVIRONMENTS_PATH at the parent folder and `gym list environments` shows it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from gymflow.environments.base import EnvironmentManifest
+
+_NAME = re.compile(EnvironmentManifest.model_fields["name"].metadata[0].pattern)
+
+
+class ScaffoldError(ValueError):
+    pass
+
+
+_MANIFEST = """\
+name: {name}
+description: >-
+  {title}: a starter environment made by `gym env init`. Each task asks for the sum of a short
+  list of numbers; the `note` tool keeps per-session notes. Replace the tasks, tools and verifier
+  with your own.
+domain: custom
+tags: [custom, starter]
+tools: [note]
+verifier:
+  name: numeric_match
+  params: {{extract: answer_line}}
+reward_range: [0.0, 1.0]
+pass_threshold: 1.0
+reverify_stateless: true
+harness: single_turn
+prompt_template: |-
+  Add these numbers: {{{{ numbers | join(", ") }}}}.
+
+  Give your final answer on its own line as: Answer: <number>
+splits:
+  test: {{description: all tasks, size: 20}}
+default_split: test
+id_field: task_id
+entrypoint: env:{cls}
+"""
+
+_ENV = '''\
+"""{title}: tasks generated from a fixed seed, so task `{name}-0003` is the same everywhere."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from gymflow.environments.base import Environment, Task
+from gymflow.environments.resources import ResourcesServer, ToolError
+from gymflow.models.responses import function_tool
+
+SEED = 1
+
+
+def make_task(index: int) -> Task:
+    rng = random.Random(f"{{SEED}}:{{index}}")
+    numbers = [rng.randint(1, 99) for _ in range(rng.randint(2, 5))]
+    answer = sum(numbers)
+    return Task(
+        task_id=f"{name}-{{index:04d}}",
+        inputs={{"numbers": numbers}},
+        data={{"answer": answer}},
+        reference=f"Answer: {{answer}}",
+        distractor=f"Answer: {{answer + 1}}",
+    )
+
+
+class {cls}Server(ResourcesServer):
+    """Each session has its own notes; a tool error is returned to the model as the output."""
+
+    tool_schemas = {{
+        "note": function_tool(
+            "note",
+            "Write a note to this session's notepad; returns every note so far.",
+            {{
+                "type": "object",
+                "properties": {{"text": {{"type": "string"}}}},
+                "required": ["text"],
+            }},
+        )
+    }}
+
+    def initial_state(self, task: Task) -> dict[str, Any]:
+        return {{"notes": []}}
+
+    def handlers(self):
+        return {{"note": self._note}}
+
+    @staticmethod
+    def _note(state: dict[str, Any], arguments: dict[str, Any]) -> list[str]:
+        text = arguments.get("text")
+        if not isinstance(text, str) or not text:
+            raise ToolError("note needs a non-empty 'text'")
+        state["notes"].append(text)
+        return state["notes"]
+
+
+class {cls}(Environment):
+    def generate(self, split: str) -> list[Task]:
+        return [make_task(i) for i in range(self.manifest.splits[split].size or 0)]
+
+    def resources_server(self, verifier_params=None):
+        return {cls}Server(self, verifier_params)
+'''
+
+_BENCHMARK = """\
+name: {name}-smoke
+description: {title} starter benchmark, ten tasks, two repeats each.
+environment: {name}
+split: test
+limit: 10
+repeats: 2
+sampling: {{temperature: 0.0, top_p: 1.0, max_output_tokens: 64, seed: 0}}
+tags: [custom, starter]
+"""
+
+_CONFIG = """\
+# Check with `gym env validate {name}/eval.yaml`, run with `gym eval run {name}/eval.yaml`
+# (set GYMFLOW_ENVIRONMENTS_PATH to the folder that holds `{name}/`).
+benchmark: {name}-smoke
+out: runs/{name}-smoke
+"""
+
+
+def class_name(name: str) -> str:
+    return "".join(part.capitalize() for part in re.split(r"[-_]", name)) + "Environment"
+
+
+def scaffold(name: str, parent: Path) -> list[Path]:
+    """Create `parent/name/` (the environment) and `parent/benchmarks/NAME-smoke.yaml`."""
+    if not _NAME.fullmatch(name):
+        raise ScaffoldError(
+            f"environment name {name!r}: use lowercase letters, digits, '-' and '_', "
+            "starting with a letter"
+        )
+    folder = parent / name
+    benchmark = parent / "benchmarks" / f"{name}-smoke.yaml"
+    for path in (folder, benchmark):
+        if path.exists():
+            raise ScaffoldError(f"{path} already exists; not overwriting it")
+    values = {"name": name, "cls": class_name(name), "title": name.replace("-", " ").title()}
+    files = {
+        folder / "environment.yaml": _MANIFEST,
+        folder / "env.py": _ENV,
+        folder / "eval.yaml": _CONFIG,
+        benchmark: _BENCHMARK,
+    }
+    for path, template in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(template.format(**values))
+    return list(files)

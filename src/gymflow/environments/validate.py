@@ -1,0 +1,192 @@
+"""`gym env validate`: check an eval config before spending compute, reporting every problem.
+
+Checks run in order and each one that can run does, even when an earlier one failed: a schema
+error in one field does not hide a broken prompt template, and a broken template does not hide bad
+verifier parameters. Nothing is written: no store, no run directory, no Prefect state."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from gymflow.config import ConfigError, EvalConfig, load_config_file
+from gymflow.environments.registry import benchmark_files, environment_sources
+from gymflow.rollouts.plan import VERIFIER_PROBLEM, RunPlan, build_plan, plan_problems
+
+
+@dataclass
+class ValidationReport:
+    source: str
+    passed: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "ok": self.ok,
+            "passed": self.passed,
+            "problems": self.problems,
+        }
+
+
+def _schema(data: dict[str, Any], source: str, report: ValidationReport) -> EvalConfig | None:
+    """Validate; on errors, record each one and retry without the offending top-level keys, so
+    the remaining checks still run on what is usable."""
+    data = dict(data)
+    for _ in range(len(data) + 1):
+        try:
+            config = EvalConfig.model_validate(data)
+        except ValidationError as exc:
+            bad = set()
+            for item in exc.errors():
+                where = ".".join(str(p) for p in item["loc"]) or "(top level)"
+                message = f"{source}: {where}: {item['msg']}"
+                if message not in report.problems:
+                    report.problems.append(message)
+                if item["loc"]:
+                    bad.add(item["loc"][0])
+            if not bad & data.keys():
+                return None
+            data = {k: v for k, v in data.items() if k not in bad}
+            continue
+        if not report.problems:
+            report.passed.append("config schema")
+        return config
+    return None
+
+
+def _template_source(config: EvalConfig, plan: RunPlan, source: str) -> str:
+    if config.prompt_template:
+        return f"{source} (prompt_template)"
+    if plan.benchmark is not None and plan.benchmark.prompt_template:
+        return f"{benchmark_files()[plan.benchmark.name]} (prompt_template)"
+    return f"{environment_sources()[plan.env.name].folder / 'environment.yaml'} (prompt_template)"
+
+
+def _dataset(config: EvalConfig, plan: RunPlan, source: str, report: ValidationReport) -> bool:
+    """Rows through the template, and verifier parameters; True when the verifier is usable."""
+    template = _template_source(config, plan, source)
+    row_problems, verifier_ok = [], True
+    for problem in plan_problems(plan):
+        if problem.startswith(VERIFIER_PROBLEM):
+            report.problems.append(f"{source}: {problem}")
+            verifier_ok = False
+        else:
+            row_problems.append(f"{problem} (template from {template})")
+    report.problems.extend(row_problems)
+    if not row_problems:
+        report.passed.append(
+            f"{len(plan.all_tasks)} rows of {plan.env.name}/{plan.split} render through the "
+            "prompt template"
+        )
+    if verifier_ok:
+        report.passed.append(f"verifier parameters ({plan.verifier_version})")
+    return verifier_ok
+
+
+def _harness(plan: RunPlan, source: str, report: ValidationReport) -> None:
+    from gymflow.harness.base import get_harness
+
+    try:
+        get_harness(plan.harness)
+    except KeyError as exc:
+        report.problems.append(f"{source}: harness.name: {str(exc).strip(chr(34))}")
+    else:
+        report.passed.append(f"harness {plan.harness!r}")
+
+
+async def _health(plan: RunPlan) -> str:
+    """Start the environment's resources server (its ASGI app, in-process), ask /health, and
+    seed, verify and close one session, as a run would."""
+    from gymflow.environments.asgi import create_app
+
+    server = plan.env.resources_server(plan.verifier_params)
+    transport = httpx.ASGITransport(app=create_app(server))
+    async with httpx.AsyncClient(transport=transport, base_url="http://resources") as client:
+        health = await client.get("/health")
+        health.raise_for_status()
+        if plan.all_tasks:
+            task = plan.all_tasks[0]
+            seeded = await client.post(
+                "/seed_session", json={"task_id": task.task_id, "split": plan.split}
+            )
+            seeded.raise_for_status()
+            verified = await client.post(
+                "/verify",
+                json={"session_id": seeded.json()["session_id"], "output_text": ""},
+            )
+            verified.raise_for_status()
+    return f"resources server starts and answers /health ({health.json()['environment']})"
+
+
+def _resources(plan: RunPlan, report: ValidationReport) -> None:
+    try:
+        report.passed.append(asyncio.run(_health(plan)))
+    except Exception as exc:
+        report.problems.append(
+            f"resources server of {plan.env.name!r} failed: {type(exc).__name__}: {exc}"
+        )
+
+
+async def _ask(plan: RunPlan, base_url: str) -> str:
+    from gymflow.models.client import ResponsesClient
+    from gymflow.models.responses import output_text, user_message
+
+    model = plan.config.model.model_copy(update={"max_retries": 1})
+    sampling = plan.sampling.model_copy(update={"max_output_tokens": 16})
+    prompt = plan.prompts[plan.all_tasks[0].task_id] if plan.all_tasks else "Reply with OK."
+    async with ResponsesClient(model, base_url, sampling, concurrency=1) as client:
+        outcome = await client.create([user_message(prompt)], tools=None, call_index=0, seed=0)
+    if outcome.error is not None:
+        raise RuntimeError(f"{outcome.error.kind}: {outcome.error}")
+    reply = output_text(outcome.raw["output"]) or "(tool calls)"
+    return f"model {model.name!r} at {base_url} answers ({reply[:40]!r})"
+
+
+def _ping(plan: RunPlan, report: ValidationReport) -> None:
+    from gymflow.models.endpoint import model_endpoint
+
+    try:
+        with model_endpoint(plan) as base_url:
+            report.passed.append(asyncio.run(_ask(plan, base_url)))
+    except Exception as exc:
+        model = plan.config.model
+        where = model.base_url or "the local policy server"
+        report.problems.append(f"model: ping of {model.name!r} at {where} failed: {exc}")
+
+
+def validate_config(path: Path, *, ping: bool = False) -> ValidationReport:
+    source = str(path)
+    report = ValidationReport(source)
+    try:
+        data = load_config_file(path)
+    except ConfigError as exc:
+        report.problems.append(str(exc))
+        return report
+    if not isinstance(data, dict):
+        report.problems.append(f"{source}: expected a mapping of config keys")
+        return report
+    config = _schema(data, source, report)
+    if config is None:
+        return report
+    try:
+        plan = build_plan(config)
+    except ConfigError as exc:
+        report.problems.append(f"{source}: {exc}")
+        return report
+    verifier_ok = _dataset(config, plan, source, report)
+    _harness(plan, source, report)
+    if verifier_ok:  # the server cannot start with parameters its verifier rejects
+        _resources(plan, report)
+    if ping:
+        _ping(plan, report)
+    return report
