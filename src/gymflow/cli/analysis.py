@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from gymflow.analysis.compare import CompareError, compare
 from gymflow.analysis.health import Gate, health
 from gymflow.analysis.profile import profile
 from gymflow.cli.app import console, eval_app, fail, print_json
@@ -22,22 +23,97 @@ def eval_profile(
     failures_as_zero: Annotated[
         bool, typer.Option(help="Count failed rollouts as reward 0.")
     ] = False,
+    compare_with: Annotated[
+        Path | None,
+        typer.Option("--compare", help="Second run: paired comparison, RUN_DIR minus this."),
+    ] = None,
+    compare_verifier_version: Annotated[
+        str | None, typer.Option(help="Verifier version to read in the --compare run.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the bootstrap over tasks.")] = 0,
 ) -> None:
-    """pass@1 with its task-clustered 95% CI, pass@k, pass^k and coverage."""
+    """pass@1 with its task-clustered 95% CI, pass@k, pass^k and coverage; with --compare, a
+    paired comparison of two runs."""
     try:
         con = connect(run_dir, read_only=True)
         try:
             result = profile(
-                con, verifier_version=verifier_version, failures_as_zero=failures_as_zero
+                con,
+                verifier_version=verifier_version,
+                failures_as_zero=failures_as_zero,
+                seed=seed,
             )
+            if compare_with is not None:
+                other = connect(compare_with, read_only=True)
+                try:
+                    comparison = compare(
+                        con,
+                        other,
+                        verifier_version_a=verifier_version,
+                        verifier_version_b=compare_verifier_version,
+                        failures_as_zero=failures_as_zero,
+                    )
+                    other_profile = profile(
+                        other,
+                        verifier_version=compare_verifier_version,
+                        failures_as_zero=failures_as_zero,
+                        seed=seed,
+                    )
+                finally:
+                    other.close()
         finally:
             con.close()
-    except StoreError as exc:
+    except (StoreError, CompareError) as exc:
         fail(str(exc))
+    if compare_with is not None:
+        payload = {**comparison, "profiles": {"a": result, "b": other_profile}}
+        if json_output:
+            print_json(payload)
+        else:
+            print_comparison(payload)
+        return
     if json_output:
         print_json(result)
         return
     print_profile(result)
+
+
+def print_comparison(result: dict) -> None:
+    a, b = result["a"], result["b"]
+    console.print(
+        f"[bold]{result['benchmark']}[/] {result['benchmark_version']}: "
+        f"A = run {a['run_id']} ({a['model']}), B = run {b['run_id']} ({b['model']})"
+    )
+    for side in ("a", "b"):
+        p = result["profiles"][side]
+        console.print(
+            f"  {side.upper()}: pass@1 {_pct(p['pass@1'])} (95% CI {_interval(p['ci95'])}), "
+            f"coverage {p['coverage']}"
+        )
+    console.print(
+        f"paired on {result['tasks']} tasks: A - B = [bold]{_pct(result['difference'])}[/] "
+        f"(SE {_pct(result['stderr'])}, 95% CI {_interval(result['ci95'])}); "
+        f"correlation {result['correlation']}"
+    )
+    m = result["mcnemar"]
+    console.print(
+        f"McNemar ({m['method']}, per-task majority): {m['b']} tasks solved only by A, "
+        f"{m['c']} only by B, p = {m['p_value']:.4g}"
+    )
+    for side, label in (("a_only", "solved only by A"), ("b_only", "solved only by B")):
+        tasks = result["flipped"][side]
+        if tasks:
+            shown = ", ".join(tasks[:10]) + (" …" if len(tasks) > 10 else "")
+            console.print(f"  {label}: {shown}")
+    power = result["power"]
+    if power["tasks_for_80pct_power"] is not None:
+        console.print(
+            f"power: {power['tasks_for_80pct_power']} paired tasks detect a difference of this "
+            f"size at 80% power (alpha 0.05); this comparison has {power['tasks_now']}"
+        )
+    for factor in result["factors"]:
+        console.print(f"  differs: {factor['factor']}: {factor['a']!r} vs {factor['b']!r}")
+    console.print(result["attribution"])
 
 
 def _pct(value: float | None) -> str:

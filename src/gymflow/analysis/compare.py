@@ -1,0 +1,171 @@
+"""Paired comparison of two runs of one benchmark version, task by task.
+
+Pairing is on `task_id`, the unit both runs sampled. Repeats are not paired: repeat 0 of run A
+has nothing in common with repeat 0 of run B, so McNemar's test uses one binary outcome per task,
+its majority verdict (solved when more than half of its scored rollouts pass; a tie is not a
+majority). With one repeat per task this is the usual per-sample McNemar test."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from gymflow.analysis.outcomes import check_verifier_version, task_table
+from gymflow.analysis.stats import Z95, mcnemar, tasks_for_power
+from gymflow.store.runs import run_info
+
+
+class CompareError(ValueError):
+    """Two runs that cannot be compared (different benchmark versions, no common tasks)."""
+
+
+#: factor name -> runs column; sampling is compared as parsed JSON
+FACTORS = {
+    "model": "model",
+    "harness": "harness",
+    "prompt template": "prompt_template",
+    "sampling": "sampling_json",
+    "dataset version": "dataset_version",
+    "gymflow version": "gymflow_version",
+}
+
+
+def _factor_value(run: dict[str, Any], column: str) -> Any:
+    value = run[column]
+    if column == "sampling_json" and value:
+        return json.loads(value)
+    return value
+
+
+def differing_factors(
+    run_a: dict[str, Any], run_b: dict[str, Any], version_a: str, version_b: str
+) -> list[dict[str, Any]]:
+    """[{factor, a, b}] for every recorded factor whose value differs between the two runs."""
+    found = [
+        {"factor": name, "a": _factor_value(run_a, column), "b": _factor_value(run_b, column)}
+        for name, column in FACTORS.items()
+        if _factor_value(run_a, column) != _factor_value(run_b, column)
+    ]
+    if version_a != version_b:
+        found.append({"factor": "verifier version", "a": version_a, "b": version_b})
+    return found
+
+
+def attribution(factors: list[dict[str, Any]]) -> str:
+    if not factors:
+        return (
+            "no recorded factor differs between the runs: a difference is sampling noise or "
+            "something gymflow does not record"
+        )
+    if len(factors) == 1:
+        return f"only the {factors[0]['factor']} differs: the difference can be attributed to it"
+    names = ", ".join(f["factor"] for f in factors)
+    return (
+        f"{len(factors)} factors differ ({names}): the difference cannot be attributed to any "
+        "one of them; vary one thing at a time"
+    )
+
+
+def _correlation(a: np.ndarray, b: np.ndarray) -> float | None:
+    if len(a) < 2 or np.std(a) == 0 or np.std(b) == 0:
+        return None
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def paired(per_task: pl.DataFrame) -> dict[str, Any]:
+    """Paired statistics from a frame with task_id, p_a, p_b (per-task pass rates).
+
+    Returns tasks, mean_a, mean_b, difference (a - b), stderr, ci95, correlation, mcnemar
+    {b, c, method, statistic, p_value}, flipped {a_only: [task_id], b_only: [task_id]},
+    power {sd_difference, tasks_for_80pct_power, tasks_now}."""
+    a = per_task["p_a"].to_numpy()
+    b = per_task["p_b"].to_numpy()
+    d = a - b
+    tasks = len(d)
+    mean = float(d.mean()) if tasks else None
+    sd = float(d.std(ddof=1)) if tasks > 1 else math.nan
+    se = sd / math.sqrt(tasks) if tasks > 1 else math.nan
+    solved = per_task.with_columns(solved_a=pl.col("p_a") > 0.5, solved_b=pl.col("p_b") > 0.5)
+    a_only = solved.filter(pl.col("solved_a") & ~pl.col("solved_b"))
+    b_only = solved.filter(~pl.col("solved_a") & pl.col("solved_b"))
+    return {
+        "tasks": tasks,
+        "mean_a": float(a.mean()) if tasks else None,
+        "mean_b": float(b.mean()) if tasks else None,
+        "difference": mean,
+        "stderr": None if math.isnan(se) else se,
+        "ci95": None if math.isnan(se) else [mean - Z95 * se, mean + Z95 * se],
+        "correlation": _correlation(a, b),
+        "mcnemar": mcnemar(a_only.height, b_only.height),
+        "flipped": {
+            "a_only": sorted(a_only["task_id"].to_list()),
+            "b_only": sorted(b_only["task_id"].to_list()),
+        },
+        "power": {
+            "sd_difference": None if math.isnan(sd) else sd,
+            "tasks_for_80pct_power": tasks_for_power(mean, sd) if mean is not None else None,
+            "tasks_now": tasks,
+        },
+    }
+
+
+def compare(
+    con_a,
+    con_b,
+    *,
+    verifier_version_a: str | None = None,
+    verifier_version_b: str | None = None,
+    failures_as_zero: bool = False,
+) -> dict[str, Any]:
+    """Compare run A with run B (difference = A - B), paired on task_id.
+
+    Returns {"a": {run_id, model, verifier_version}, "b": {...}, "benchmark",
+    "benchmark_version", "factors": [{factor, a, b}], "attribution": str, "unpaired_tasks":
+    {"a_only": n, "b_only": n}, "outcome": "pass rate per task, failures excluded | as 0",
+    "binary_outcome": str, **paired(...)}. Raises CompareError for different benchmark versions
+    or no common scored task."""
+    run_a, run_b = run_info(con_a), run_info(con_b)
+    if run_a["benchmark_version"] != run_b["benchmark_version"]:
+        raise CompareError(
+            f"runs {run_a['run_id']} and {run_b['run_id']} are on different benchmark versions "
+            f"({run_a['benchmark'] or run_a['environment']} {run_a['benchmark_version']} vs "
+            f"{run_b['benchmark'] or run_b['environment']} {run_b['benchmark_version']}): their "
+            "tasks, template, repeats or sampling protocol differ, so a paired comparison would "
+            "mislead; rerun both on one benchmark version"
+        )
+    version_a = check_verifier_version(con_a, verifier_version_a)
+    version_b = check_verifier_version(con_b, verifier_version_b)
+    rates = []
+    for con, version, suffix in ((con_a, version_a, "a"), (con_b, version_b, "b")):
+        table = task_table(con, version, failures_as_zero=failures_as_zero)
+        rates.append(
+            table.filter(pl.col("n") > 0).select(
+                "task_id", (pl.col("c") / pl.col("n")).alias(f"p_{suffix}")
+            )
+        )
+    per_task = rates[0].join(rates[1], on="task_id", how="inner").sort("task_id")
+    if per_task.is_empty():
+        raise CompareError(
+            f"runs {run_a['run_id']} and {run_b['run_id']} have no scored task in common"
+        )
+    factors = differing_factors(run_a, run_b, version_a, version_b)
+    return {
+        "a": {"run_id": run_a["run_id"], "model": run_a["model"], "verifier_version": version_a},
+        "b": {"run_id": run_b["run_id"], "model": run_b["model"], "verifier_version": version_b},
+        "benchmark": run_a["benchmark"] or run_a["environment"],
+        "benchmark_version": run_a["benchmark_version"],
+        "factors": factors,
+        "attribution": attribution(factors),
+        "unpaired_tasks": {
+            "a_only": rates[0].height - per_task.height,
+            "b_only": rates[1].height - per_task.height,
+        },
+        "outcome": "per-task pass rate, failures "
+        + ("counted as 0" if failures_as_zero else "excluded"),
+        "binary_outcome": "task solved when more than half of its scored rollouts pass",
+        **paired(per_task),
+    }

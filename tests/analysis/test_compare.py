@@ -1,0 +1,106 @@
+"""The paired comparison against a hand-computed example, McNemar's test, and refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+from gymflow.analysis.compare import CompareError, compare
+from gymflow.analysis.stats import mcnemar
+from gymflow.store.db import connect
+from tests.analysis.builder import RunMeta, StoreBuilder
+from tests.conftest import gym
+
+A = {"t0": "11", "t1": "10", "t2": "00", "t3": "11", "t4": "01"}
+B = {"t0": "11", "t1": "00", "t2": "11", "t3": "00", "t4": "10"}
+
+
+def _write(path: Path, outcomes: dict[str, str], meta: RunMeta) -> Path:
+    b = StoreBuilder(meta)
+    for i, (task_id, marks) in enumerate(outcomes.items()):
+        b.task(task_id, 40 + i)
+        b.fill(task_id, marks)
+    return b.write(path)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("compare")
+    _write(root / "a", A, RunMeta(run_id="run-a"))
+    _write(root / "b", B, RunMeta(run_id="run-b", model="model-b"))
+    _write(
+        root / "c",
+        B,
+        RunMeta(run_id="run-c", model="model-c", verifier_params={"extract": "last_number"}),
+    )
+    _write(root / "other", B, RunMeta(run_id="run-o", benchmark_version="bench-v2"))
+    return root
+
+
+def _compare(root: Path, a: str, b: str) -> dict:
+    con_a, con_b = connect(root / a, read_only=True), connect(root / b, read_only=True)
+    try:
+        return compare(con_a, con_b)
+    finally:
+        con_a.close()
+        con_b.close()
+
+
+def test_hand_computed_pairing(runs: Path) -> None:
+    result = _compare(runs, "a", "b")
+    # per-task pass rates: A = 1, .5, 0, 1, .5; B = 1, 0, 1, 0, .5; d = 0, .5, -1, 1, 0
+    assert result["tasks"] == 5
+    assert result["difference"] == pytest.approx(0.1)
+    sd = math.sqrt(2.2 / 4)  # squared deviations from 0.1 sum to 2.2
+    assert result["stderr"] == pytest.approx(sd / math.sqrt(5))
+    assert result["ci95"] == pytest.approx(
+        [0.1 - 1.96 * sd / math.sqrt(5), 0.1 + 1.96 * sd / 5**0.5], abs=2e-3
+    )
+    expected_r = statistics.correlation([1, 0.5, 0, 1, 0.5], [1, 0, 1, 0, 0.5])
+    assert result["correlation"] == pytest.approx(expected_r)
+    # majority verdicts: A solves t0, t3; B solves t0, t2
+    assert result["flipped"] == {"a_only": ["t3"], "b_only": ["t2"]}
+    assert result["mcnemar"]["method"] == "exact binomial"
+    assert result["mcnemar"]["p_value"] == 1.0
+    z = 1.959963984540054 + 0.8416212335729143
+    assert result["power"]["tasks_for_80pct_power"] == math.ceil((z * sd / 0.1) ** 2)
+    assert [f["factor"] for f in result["factors"]] == ["model"]
+    assert "attributed to it" in result["attribution"]
+
+
+def test_more_than_one_factor_is_not_attributed(runs: Path) -> None:
+    result = _compare(runs, "a", "c")
+    assert {f["factor"] for f in result["factors"]} == {"model", "verifier version"}
+    assert "cannot be attributed to any one of them" in result["attribution"]
+
+
+def test_different_benchmark_versions_are_refused(runs: Path) -> None:
+    with pytest.raises(CompareError, match="different benchmark versions"):
+        _compare(runs, "a", "other")
+    out = gym("eval", "profile", "a", "--compare", "other", cwd=runs)
+    assert out.returncode == 1
+    assert "different benchmark versions" in out.stderr
+
+
+def test_mcnemar_exact_and_chi_square() -> None:
+    exact = mcnemar(10, 2)
+    assert exact["p_value"] == pytest.approx(2 * (1 + 12 + 66) / 2**12)
+    large = mcnemar(30, 10)
+    assert large["method"].startswith("chi-square")
+    assert large["statistic"] == pytest.approx(19**2 / 40)
+    assert large["p_value"] == pytest.approx(math.erfc(math.sqrt(19**2 / 40 / 2)))
+
+
+def test_compare_cli_json_and_text(runs: Path) -> None:
+    payload = json.loads(
+        gym("eval", "profile", "a", "--compare", "b", "--json", cwd=runs, check=True).stdout
+    )
+    assert payload["difference"] == pytest.approx(0.1)
+    assert payload["profiles"]["a"]["pass@1"] == pytest.approx(0.6)
+    text = gym("eval", "profile", "a", "--compare", "c", cwd=runs, check=True).stdout
+    assert "A - B = 10.0%" in text
+    assert "vary one thing at a time" in text
