@@ -1,0 +1,205 @@
+"""The code sandbox under attack: each attack ends as a failed verification with a reason, and the
+host (this test process, files it owns, its process table) is unharmed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gymflow.environments.registry import load_environment
+from gymflow.records import VERIFIED, VERIFY_ERROR
+from gymflow.verifiers import sandbox
+from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
+from gymflow.verifiers.sandbox import SandboxLimits, run_python
+from tests.conftest import require_tool
+
+
+@pytest.fixture(autouse=True)
+def _bwrap() -> None:
+    require_tool("bwrap")
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_environment("humaneval").tasks("test")[0]  # has_close_elements
+
+
+def attack(task, body: str, **params) -> tuple[float, dict]:
+    """Verify a HumanEval answer whose function body is `body` (indented here)."""
+    spec = get_verifier("code_exec")
+    indented = "\n".join(f"    {line}" for line in body.strip().splitlines())
+    answer = f"```python\n{task.data['prompt']}{indented}\n```"
+    verdict = spec.fn(VerifyInput(task, answer), spec.params({"timeout_s": 3.0, **params}))
+    return verdict.reward, verdict.details
+
+
+def sandbox_processes() -> list[int]:
+    """Processes left running under any sandbox user id."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            uid = next(
+                int(line.split()[1])
+                for line in status.read_text().splitlines()
+                if line.startswith("Uid:")
+            )
+        except (OSError, StopIteration, ValueError):
+            continue
+        if uid >= sandbox._UID_BASE:
+            found.append(int(status.parent.name))
+    return found
+
+
+def no_sandbox_processes_left() -> bool:
+    deadline = time.monotonic() + 5
+    while sandbox_processes():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_infinite_loop_times_out(task) -> None:
+    started = time.monotonic()
+    reward, details = attack(task, "while True:\n    pass", timeout_s=1.0)
+    assert (reward, details["reason"]) == (0.0, "timeout")
+    assert time.monotonic() - started < 30  # killed, not waited for
+    assert no_sandbox_processes_left()
+
+
+def test_sleeping_forever_times_out_on_wall_clock(task) -> None:
+    reward, details = attack(task, "import time\ntime.sleep(3600)", timeout_s=1.0)
+    assert (reward, details["reason"]) == (0.0, "timeout")
+
+
+def test_memory_bomb_hits_the_memory_limit(task) -> None:
+    body = "hoard = []\nwhile True:\n    hoard.append(bytearray(100 * 1024 * 1024))"
+    reward, details = attack(task, body, memory_mb=256, timeout_s=20.0)
+    assert (reward, details["reason"]) == (0.0, "memory")
+    assert details["error_type"] == "MemoryError"
+
+
+def test_fork_bomb_is_capped_and_cleaned_up(task) -> None:
+    body = "import os\nwhile True:\n    os.fork()"
+    reward, details = attack(task, body, max_processes=8, timeout_s=3.0)
+    assert reward == 0.0
+    assert details["reason"] in {"process_limit", "timeout"}, details
+    assert no_sandbox_processes_left()
+
+
+def test_write_outside_its_directory_leaves_host_files_untouched(task, tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("original")
+    body = f"open({str(victim)!r}, 'w').write('pwned')\nreturn False"
+    reward, details = attack(task, body)
+    assert reward == 0.0
+    assert details["reason"] == "runtime_error"
+    assert details["error_type"] == "FileNotFoundError"
+    assert victim.read_text() == "original"
+
+    # A directory the sandbox does see (the interpreter's) is mounted read-only.
+    planted = Path(sys.base_prefix).resolve() / "gymflow-sandbox-escape.txt"
+    body = f"open({str(planted)!r}, 'w').write('pwned')\nreturn False"
+    reward, details = attack(task, body)
+    assert (reward, details["reason"]) == (0.0, "read_only_filesystem")
+    assert not planted.exists()
+
+
+def test_opening_a_socket_fails(task) -> None:
+    body = "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=2)\nreturn False"
+    reward, details = attack(task, body)
+    assert (reward, details["reason"]) == (0.0, "network")
+    body = "import socket\nsocket.getaddrinfo('pypi.org', 443)\nreturn False"
+    reward, details = attack(task, body)
+    assert (reward, details["reason"]) == (0.0, "network")
+
+
+def test_killing_its_parent_fails_and_parent_survives(task) -> None:
+    me = os.getpid()
+    for target in ("os.getppid()", str(me), "-1"):
+        body = f"import os, signal\nos.kill({target}, signal.SIGKILL)\nreturn False"
+        reward, details = attack(task, body)
+        assert reward == 0.0
+        assert details["reason"] in {"permission_denied", "runtime_error", "killed"}, details
+    assert os.getpid() == me  # this test process is still here to check
+    assert no_sandbox_processes_left()
+
+
+def test_huge_file_hits_the_file_size_limit(task) -> None:
+    body = "with open('big', 'wb') as f:\n    f.write(b'x' * (64 << 20))\nreturn False"
+    reward, details = attack(task, body, max_file_mb=4, memory_mb=1024)
+    assert (reward, details["reason"]) == (0.0, "file_size")
+
+
+def test_exiting_early_is_not_a_pass(task) -> None:
+    for body in ("import os\nos._exit(0)", "import sys\nsys.exit(0)"):
+        reward, details = attack(task, body)
+        assert (reward, details["reason"]) == (0.0, "exited")
+
+
+def test_missing_bwrap_is_a_verifier_error_not_a_failure(task, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(VerifierError) as caught:
+        attack(task, "return False")
+    assert caught.value.kind == "sandbox_error"
+    server = load_environment("humaneval").resources_server()
+    verification = server.verify_sync(VerifyInput(task, task.reference))
+    assert (verification.status, verification.failure_kind) == (VERIFY_ERROR, "sandbox_error")
+    assert verification.reward is None
+
+
+def test_program_runs_without_network_as_an_unprivileged_user() -> None:
+    probe = (
+        "import os, socket\n"
+        "print(os.getuid(), os.getgid(), socket.gethostname(), os.getcwd())\n"
+        "print(sorted(os.listdir('/')))"
+    )
+    result = run_python(probe, SandboxLimits(timeout_s=5))
+    assert result.ok, result
+    uid, gid, host, cwd = result.stdout_tail.splitlines()[0].split()
+    assert int(uid) != 0 and int(gid) != 0
+    assert (host, cwd) == ("sandbox", "/tmp")
+    assert "etc" not in result.stdout_tail and "home" not in result.stdout_tail
+
+
+def test_verification_runs_in_a_bounded_pool(task, monkeypatch) -> None:
+    """Many rollouts verify at once, off the event loop, at most one sandbox per core."""
+    active, peak, lock = 0, 0, threading.Lock()
+    real_execute = sandbox._execute
+
+    def counting_execute(*args, **kwargs):
+        nonlocal active, peak
+        with lock:
+            active += 1
+            peak = max(peak, active)
+        try:
+            return real_execute(*args, **kwargs)
+        finally:
+            with lock:
+                active -= 1
+
+    monkeypatch.setattr(sandbox, "_execute", counting_execute)
+    env = load_environment("humaneval")
+    server = env.resources_server()
+    assert server.heavy_verification
+    tasks = env.tasks("test")[:8]
+
+    async def verify_all():
+        sessions = [await server.seed_session(t) for t in tasks]
+        return await asyncio.gather(
+            *(
+                server.verify(s, t, t.reference if i % 2 else t.distractor, [])
+                for i, (s, t) in enumerate(zip(sessions, tasks, strict=True))
+            )
+        )
+
+    results = asyncio.run(verify_all())
+    assert [v.status for v in results] == [VERIFIED] * 8
+    assert [v.passed for v in results] == [i % 2 == 1 for i in range(8)]
+    assert 1 <= peak <= sandbox.pool_size()
