@@ -1,7 +1,13 @@
-"""An async client for `/v1/responses` with explicit timeouts, bounded retries and full evidence.
+"""An async model client with explicit timeouts, bounded retries and full evidence.
 
-Every HTTP attempt becomes a `ModelCall` record, successful or not; the caller gets the parsed
-response or the final `ModelError`, never an exception it has to guess the meaning of."""
+It speaks the Responses API to the caller whatever the server speaks: `model.kind` `responses` (and
+`local`) posts to `/responses`; `chat_completions` posts to `/chat/completions` through the chat
+adapter. Every HTTP attempt becomes a `ModelCall` record, successful or not; the caller gets the
+parsed response or the final `ModelError`, never an exception it has to guess the meaning of.
+
+The API key is read from the environment variable the config names, sent as a header, and never
+stored: records hold the request body only, and any echo of the key in a server's answer (some
+echo it in 401 messages) is replaced before it is parsed or kept."""
 
 from __future__ import annotations
 
@@ -11,21 +17,30 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
 from pydantic import ValidationError
 
 from gymflow.config import ModelConfig, Sampling
+from gymflow.models.chat_adapter import completion_to_response, request_to_chat
 from gymflow.models.errors import (
     MalformedResponse,
     ModelError,
     ModelTimeout,
-    TransportFailure,
+    Refused,
+    classify_failed_response,
     classify_http_error,
 )
-from gymflow.models.responses import Response
+from gymflow.models.rate_limit import RequestSpacer
+from gymflow.models.responses import Response, refusal_text
+from gymflow.models.transport import make_transport, transport_failure
 from gymflow.records import ModelCall
+
+REDACTED = "[redacted]"
+#: Longest wait a server's Retry-After may impose before a retry; longer ones are capped.
+MAX_RETRY_AFTER_S = 120.0
 
 
 @dataclass(slots=True)
@@ -36,28 +51,53 @@ class CallOutcome:
     error: ModelError | None = None
 
 
-def make_transport(max_connections: int) -> httpx.AsyncBaseTransport:
-    """httpx over aiohttp: httpx's own pool degrades under concurrency (see bench/)."""
-    from httpx_aiohttp import AiohttpTransport
-
-    limits = httpx.Limits(
-        max_connections=max_connections, max_keepalive_connections=max_connections
-    )
-    return AiohttpTransport(limits=limits)
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
+def retry_after_s(headers: httpx.Headers) -> float | None:
+    """Seconds a server asked us to wait: `retry-after-ms`, or `retry-after` as seconds or date."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
     value = headers.get("retry-after")
     if value is None:
         return None
     try:
         return max(0.0, float(value))
     except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
         return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+@dataclass(frozen=True, slots=True)
+class _Wire:
+    """What one server kind is sent and how its answer becomes a Responses object."""
+
+    path: str
+    chat: bool
+
+    def encode(self, body: dict[str, Any]) -> dict[str, Any]:
+        return request_to_chat(body) if self.chat else body
+
+    def decode(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return completion_to_response(payload) if self.chat else payload
+
+    def sampling(self, sent: dict[str, Any]) -> dict[str, Any]:
+        keys = ("temperature", "top_p", "seed", "max_output_tokens", "max_tokens")
+        params = {key: sent[key] for key in keys if key in sent}
+        if "reasoning" in sent:
+            params["reasoning"] = sent["reasoning"]
+        if "reasoning_effort" in sent:
+            params["reasoning_effort"] = sent["reasoning_effort"]
+        return params
 
 
 class ResponsesClient:
-    """Calls a Responses API endpoint. Use as an async context manager."""
+    """Calls a model server. Use as an async context manager."""
 
     def __init__(
         self, config: ModelConfig, base_url: str, sampling: Sampling, *, concurrency: int = 64
@@ -65,16 +105,24 @@ class ResponsesClient:
         self.config = config
         self.base_url = base_url.rstrip("/")
         self.sampling = sampling
+        chat = config.kind == "chat_completions"
+        self._wire = _Wire("/chat/completions" if chat else "/responses", chat)
         self._limit = asyncio.Semaphore(concurrency)
+        self._spacer = (
+            RequestSpacer(config.requests_per_minute) if config.requests_per_minute else None
+        )
         headers = {"content-type": "application/json"}
-        if config.api_key_env:
-            key = os.environ.get(config.api_key_env)
-            if key:
-                headers["authorization"] = f"Bearer {key}"
+        self._secret = os.environ.get(config.api_key_env) if config.api_key_env else None
+        if self._secret:
+            headers["authorization"] = f"Bearer {self._secret}"
         self._http = httpx.AsyncClient(
             transport=make_transport(concurrency),
             headers=headers,
-            timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s),
+            timeout=httpx.Timeout(
+                config.timeout_s,
+                connect=config.connect_timeout_s,
+                read=config.read_timeout_s or config.timeout_s,
+            ),
         )
 
     async def __aenter__(self) -> ResponsesClient:
@@ -83,15 +131,27 @@ class ResponsesClient:
     async def __aexit__(self, *exc: object) -> None:
         await self._http.aclose()
 
-    def sampling_params(self, seed: int | None) -> dict[str, Any]:
-        params: dict[str, Any] = {
+    def request_body(
+        self,
+        input_items: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        seed: int | None,
+    ) -> dict[str, Any]:
+        """The Responses API request for these items (what the store keeps as the request)."""
+        body: dict[str, Any] = {
+            "model": self.config.name,
+            "input": input_items,
             "temperature": self.sampling.temperature,
             "top_p": self.sampling.top_p,
             "max_output_tokens": self.sampling.max_output_tokens,
         }
         if seed is not None:
-            params["seed"] = seed
-        return params
+            body["seed"] = seed
+        if self.sampling.reasoning_effort:
+            body["reasoning"] = {"effort": self.sampling.reasoning_effort}
+        if tools:
+            body["tools"] = tools
+        return body
 
     async def create(
         self,
@@ -101,113 +161,95 @@ class ResponsesClient:
         call_index: int,
         seed: int | None,
     ) -> CallOutcome:
-        sampling = self.sampling_params(seed)
-        body: dict[str, Any] = {"model": self.config.name, "input": input_items, **sampling}
-        if tools:
-            body["tools"] = tools
+        body = self.request_body(input_items, tools, seed)
+        sent = self._wire.encode(body)
+        sampling = self._wire.sampling(sent)
         outcome = CallOutcome(None, None)
         for attempt in range(self.config.max_retries + 1):
-            call, response, raw, error = await self._attempt(body, call_index, attempt, sampling)
+            call, response, raw, error = await self._attempt(sent, body, call_index, attempt)
+            call.sampling = sampling
             outcome.calls.append(call)
-            if error is None:
-                outcome.response, outcome.raw, outcome.error = response, raw, None
-                return outcome
             outcome.error = error
+            if error is None:
+                outcome.response, outcome.raw = response, raw
+                return outcome
             if not error.retryable or attempt == self.config.max_retries:
                 return outcome
-            await asyncio.sleep(self._delay(attempt, error))
+            await asyncio.sleep(self.backoff(attempt, error))
         return outcome
 
-    def _delay(self, attempt: int, error: ModelError) -> float:
+    def backoff(self, attempt: int, error: ModelError) -> float:
+        """Retry-After when the server gave one, else exponential backoff with full jitter."""
         if error.retry_after is not None:
-            return error.retry_after
-        base = self.config.backoff_s * (2**attempt)
-        return base * (0.5 + random.random() / 2)
+            return min(error.retry_after, MAX_RETRY_AFTER_S)
+        return self.config.backoff_s * (2**attempt) * random.uniform(0.5, 1.0)
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._secret, REDACTED) if self._secret else text
 
     async def _attempt(
-        self, body: dict[str, Any], call_index: int, attempt: int, sampling: dict[str, Any]
-    ):
+        self, sent: dict[str, Any], body: dict[str, Any], call_index: int, attempt: int
+    ) -> tuple[ModelCall, Response | None, dict[str, Any] | None, ModelError | None]:
+        if self._spacer is not None:
+            await self._spacer.wait()
         started = time.perf_counter()
         status: int | None = None
         text = ""
+        raw: dict[str, Any] | None = None
+        response: Response | None = None
+        error: ModelError | None = None
         try:
-            async with self._limit, asyncio.timeout(self.config.timeout_s):
-                reply = await self._http.post(f"{self.base_url}/responses", json=body)
-                status = reply.status_code
-                text = reply.text
+            async with self._limit:
+                started = time.perf_counter()
+                async with asyncio.timeout(self.config.timeout_s):
+                    reply = await self._http.post(self.base_url + self._wire.path, json=sent)
+                    status = reply.status_code
+                    text = self._redact(reply.text)
             if status >= 400:
-                raise classify_http_error(status, text, _retry_after(reply.headers))
-            try:
-                raw = json.loads(text)
-                response = Response.model_validate(raw)
-            except (json.JSONDecodeError, ValidationError) as exc:
-                raise MalformedResponse(
-                    f"not a Responses API object: {exc}"[:500], http_status=status
-                ) from None
-        except ModelError as error:
-            return (
-                self._record(
-                    body, call_index, attempt, sampling, started, status, text, None, error
-                ),
-                None,
-                None,
-                error,
-            )
-        except (TimeoutError, httpx.TimeoutException):
+                raise classify_http_error(status, text, retry_after_s(reply.headers))
+            raw, response = self._parse(text, status)
+        except ModelError as exc:
+            error = exc
+        except TimeoutError:
             error = ModelTimeout(f"no complete answer within {self.config.timeout_s}s")
-            return (
-                self._record(
-                    body, call_index, attempt, sampling, started, status, text, None, error
-                ),
-                None,
-                None,
-                error,
-            )
         except (httpx.TransportError, OSError) as exc:
-            error = TransportFailure(f"{type(exc).__name__}: {exc}")
-            return (
-                self._record(
-                    body, call_index, attempt, sampling, started, status, text, None, error
-                ),
-                None,
-                None,
-                error,
-            )
-        call = self._record(
-            body, call_index, attempt, sampling, started, status, raw, response, None
-        )
-        return call, response, raw, None
-
-    @staticmethod
-    def _record(
-        body,
-        call_index,
-        attempt,
-        sampling,
-        started,
-        status,
-        payload,
-        response: Response | None,
-        error: ModelError | None,
-    ) -> ModelCall:
-        usage = response.usage if response else None
-        if error is not None:
-            state = "error"
-        else:
-            state = "incomplete" if response.status == "incomplete" else "completed"
-        return ModelCall(
+            error = transport_failure(exc)
+        call = ModelCall(
             call_index=call_index,
             attempt=attempt,
-            status=state,
+            status=_call_status(response, error),
             failure_kind=error.kind if error else None,
             http_status=status,
             latency_s=time.perf_counter() - started,
             request=body,
-            response=payload,
-            sampling=sampling,
-            input_tokens=usage.input_tokens if usage else None,
-            cached_tokens=usage.input_tokens_details.cached_tokens if usage else None,
-            output_tokens=usage.output_tokens if usage else None,
-            reasoning_tokens=usage.output_tokens_details.reasoning_tokens if usage else None,
-            error=str(error) if error else None,
+            response=raw if raw is not None else (text or None),
+            sampling={},
+            error=self._redact(str(error)) if error else None,
         )
+        usage = response.usage if response else None
+        if usage is not None:
+            call.input_tokens = usage.input_tokens
+            call.cached_tokens = usage.input_tokens_details.cached_tokens
+            call.output_tokens = usage.output_tokens
+            call.reasoning_tokens = usage.output_tokens_details.reasoning_tokens
+        return call, response if error is None else None, raw if error is None else None, error
+
+    def _parse(self, text: str, status: int) -> tuple[dict[str, Any], Response]:
+        try:
+            raw = self._wire.decode(json.loads(text))
+            response = Response.model_validate(raw)
+        except (json.JSONDecodeError, ValidationError, KeyError, IndexError, TypeError) as exc:
+            what = "chat completion" if self._wire.chat else "Responses API object"
+            raise MalformedResponse(f"not a {what}: {exc}"[:500], http_status=status) from None
+        if response.status == "failed":
+            raise classify_failed_response(response.error, status)
+        refusal = refusal_text(raw["output"])
+        if refusal is not None:
+            raise Refused(f"the model refused: {refusal}"[:500], http_status=status)
+        return raw, response
+
+
+def _call_status(response: Response | None, error: ModelError | None) -> str:
+    if error is not None or response is None:
+        return "error"
+    return "incomplete" if response.status == "incomplete" else "completed"

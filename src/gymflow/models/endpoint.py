@@ -6,17 +6,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gymflow.models.local_server import LocalPolicyServer
-from gymflow.models.policy import build_table
+from gymflow.models.policy import PolicyEntry, build_table
 from gymflow.rollouts.plan import RunPlan
 
 
-def local_policy_server(plan: RunPlan) -> LocalPolicyServer:
+def policy_table(plan: RunPlan) -> dict[str, PolicyEntry]:
+    """The local policy's table for every task of the plan, keyed by rendered prompt."""
     tasks = list(plan.all_tasks)
-    table = build_table(
+    return build_table(
         tasks, [plan.prompts[t.task_id] for t in tasks], plan.config.model.skill_seed
     )
+
+
+def local_policy_server(plan: RunPlan) -> LocalPolicyServer:
     model = plan.config.model
-    return LocalPolicyServer(table, seed=model.skill_seed, faults=model.faults)
+    return LocalPolicyServer(policy_table(plan), seed=model.skill_seed, faults=model.faults)
 
 
 @contextmanager

@@ -61,15 +61,46 @@ class ClientRequestError(ModelError):
     kind = "client_error"
 
 
+#: Every kind the client can record, for readers of the store (health, diagnose, reports).
+FAILURE_KINDS = (
+    "rate_limited",
+    "timeout",
+    "server_error",
+    "transport_error",
+    "malformed_response",
+    "context_length_exceeded",
+    "refused",
+    "client_error",
+)
+
+_CONTEXT_MARKERS = ("context_length", "maximum context", "context window", "too many tokens")
+_REFUSAL_MARKERS = ("content_policy", "content_filter", "refus", "safety")
+
+
 def classify_http_error(status: int, body: str, retry_after: float | None) -> ModelError:
+    """The failure an HTTP error status means, read from the status, then the error's code
+    (OpenAI, vLLM and SGLang all send `{"error": {"code": ...}}`), then its message."""
     text = body[:500]
     lowered = text.lower()
     if status == 429:
         return RateLimited(f"HTTP 429: {text}", http_status=status, retry_after=retry_after)
+    if any(marker in lowered for marker in _CONTEXT_MARKERS):
+        return ContextLengthExceeded(f"HTTP {status}: {text}", http_status=status)
     if status >= 500:
         return ServerError(f"HTTP {status}: {text}", http_status=status, retry_after=retry_after)
-    if "context_length" in lowered or "maximum context" in lowered or "too many tokens" in lowered:
-        return ContextLengthExceeded(f"HTTP {status}: {text}", http_status=status)
-    if "content_policy" in lowered or "refus" in lowered or "safety" in lowered:
+    if any(marker in lowered for marker in _REFUSAL_MARKERS):
         return Refused(f"HTTP {status}: {text}", http_status=status)
     return ClientRequestError(f"HTTP {status}: {text}", http_status=status)
+
+
+def classify_failed_response(error: dict | None, status: int) -> ModelError:
+    """A 200 whose Responses object says `status: failed`: its error code says which failure."""
+    code = str((error or {}).get("code") or "")
+    message = f"response failed: {code or 'no code'}: {(error or {}).get('message', '')}"[:500]
+    if "rate_limit" in code:
+        return RateLimited(message, http_status=status)
+    if any(marker in code for marker in _CONTEXT_MARKERS):
+        return ContextLengthExceeded(message, http_status=status)
+    if any(marker in code for marker in _REFUSAL_MARKERS):
+        return Refused(message, http_status=status)
+    return ServerError(message, http_status=status)

@@ -53,6 +53,10 @@ FAULT_KINDS = (
 )
 
 
+#: Joins a function call's id to the id of the reasoning item it was made with.
+_WITH = "_with_"
+
+
 class SimulatedReset(Exception):
     """Raised after the response has started, so the server drops the connection mid-answer."""
 
@@ -163,7 +167,12 @@ class PolicyApp:
             out_tokens = min(_tokens(text), max_tokens)
         else:
             turn = len(call_turns(items))
-            output.extend(_call(call, turn, i, next(ids)) for i, call in enumerate(step))
+            # A call made with reasoning names its reasoning item in its id, as `_missing_reasoning`
+            # expects when the call comes back.
+            thought_id = output[0]["id"] if output else None
+            output.extend(
+                _call(call, turn, i, next(ids), thought_id) for i, call in enumerate(step)
+            )
             out_tokens = sum(_tokens(o["arguments"]) + 2 for o in output if "arguments" in o)
         out_tokens += reasoning_tokens
         in_tokens = sum(_tokens(json.dumps(i)) for i in items)
@@ -284,23 +293,19 @@ class PolicyApp:
 
 
 def _missing_reasoning(body: dict[str, Any]) -> str | None:
-    """As reasoning models do: a function call passed back without the reasoning item that came
-    with it is rejected, so a harness that drops reasoning items is caught."""
-    if not body.get("reasoning"):
-        return None
+    """As reasoning models do: a function call passed back without the reasoning item it came
+    with is rejected, so a harness that drops reasoning items is caught."""
     items = body.get("input") or []
     if not isinstance(items, list):
         return None
-    calls = sum(1 for i in items if i.get("type") == "function_call")
-    turns = sum(
-        1
-        for i, item in enumerate(items)
-        if item.get("type") == "function_call"
-        and (i == 0 or items[i - 1].get("type") != "function_call")
-    )
-    reasoning = sum(1 for i in items if i.get("type") == "reasoning")
-    if calls and reasoning < turns:
-        return "function_call items were provided without their required reasoning items"
+    present = {item.get("id") for item in items if item.get("type") == "reasoning"}
+    for item in items:
+        _, sep, needed = str(item.get("id") or "").partition(_WITH)
+        if item.get("type") == "function_call" and sep and needed not in present:
+            return (
+                f"Item {item['id']!r} of type 'function_call' was provided without its required "
+                f"'reasoning' item: {needed!r}."
+            )
     return None
 
 
@@ -333,11 +338,13 @@ def _refusal(text: str, item_id: str) -> dict[str, Any]:
     }
 
 
-def _call(call: dict[str, Any], turn: int, index: int, item_id: str) -> dict[str, Any]:
+def _call(
+    call: dict[str, Any], turn: int, index: int, item_id: str, reasoning_id: str | None
+) -> dict[str, Any]:
     arguments = call["arguments"]
     return {
         "type": "function_call",
-        "id": f"fc_{item_id}",
+        "id": f"fc_{item_id}{_WITH}{reasoning_id}" if reasoning_id else f"fc_{item_id}",
         "call_id": f"call_{turn}_{index}",
         "name": call["name"],
         # A plan may carry raw argument text to play a malformed call.

@@ -81,5 +81,17 @@ def output_text(items: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
+def refusal_text(items: list[dict[str, Any]]) -> str | None:
+    """The text of any refusal content part among assistant messages, or None."""
+    parts = [
+        part.get("refusal", "")
+        for item in items
+        if item.get("type") == "message"
+        for part in (item.get("content") if isinstance(item.get("content"), list) else ())
+        if part.get("type") == "refusal"
+    ]
+    return "".join(parts) if parts else None
+
+
 def function_calls(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [item for item in items if item.get("type") == "function_call"]

@@ -1,0 +1,67 @@
+"""Model-boundary fixtures: the `ledger` tool environment's policy table, and `gym serve model`
+started as a subprocess on a free 127.0.0.1 port."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gymflow.environments.base import Environment
+from gymflow.environments.registry import load_environment
+from gymflow.models.local_server import free_port
+from gymflow.models.policy import PolicyEntry, build_table
+from gymflow.rollouts.prompts import render_prompt
+from tests.conftest import GYM
+
+ENVS = Path(__file__).resolve().parents[1] / "harness" / "envs"
+
+
+@pytest.fixture(scope="session")
+def ledger() -> Environment:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GYMFLOW_ENVIRONMENTS_PATH", str(ENVS))
+        return load_environment("ledger")
+
+
+def ledger_prompts(env: Environment) -> list[str]:
+    return [render_prompt(env.manifest.prompt_template, t.inputs) for t in env.tasks()]
+
+
+@pytest.fixture(scope="session")
+def ledger_table(ledger: Environment) -> dict[str, PolicyEntry]:
+    return build_table(ledger.tasks(), ledger_prompts(ledger), skill_seed=0)
+
+
+@pytest.fixture(scope="module")
+def served_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`gym serve model --environment ledger` as a user starts it; yields http://127.0.0.1:P."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    env = {**os.environ, "GYMFLOW_ENVIRONMENTS_PATH": str(ENVS)}
+    command = [GYM, "serve", "model", "--environment", "ledger", "--port", str(port)]
+    with log.open("w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise AssertionError(f"gym serve model exited:\n{log.read_text()}")
+            try:
+                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"no answer:\n{log.read_text()}") from None
+                time.sleep(0.1)
+        assert "a simulation" in log.read_text()
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
