@@ -70,14 +70,13 @@ def scored_filter(failures_as_zero: bool) -> str:
     return "r.rollout_id IS NOT NULL" if failures_as_zero else SCORED_SQL
 
 
-def task_table(con, verifier_version: str, *, failures_as_zero: bool = False) -> pl.DataFrame:
-    """One row per task in the store: task_id, tags, difficulty, n (scored rollouts), c (passing),
-    reward_sum and reward_sq_sum over scored rollouts. Tasks with nothing scored have n = 0."""
+def task_counts_sql(*, failures_as_zero: bool = False) -> str:
+    """SQL (one `?`: the verifier version) yielding one row per task in the store: task_id, tags,
+    difficulty, n (scored rollouts), c (passing), reward_sum and reward_sq_sum over scored
+    rollouts. Tasks with nothing scored have n = 0."""
     scored = scored_filter(failures_as_zero)
     reward = "coalesce(v.reward, 0.0)" if failures_as_zero else "v.reward"
-    return frame(
-        con,
-        f"""
+    return f"""
         SELECT t.task_id, t.tags, t.difficulty,
                count(r.rollout_id) FILTER (WHERE {scored}) AS n,
                count(r.rollout_id) FILTER (WHERE {scored} AND coalesce(v.passed, FALSE)) AS c,
@@ -87,7 +86,10 @@ def task_table(con, verifier_version: str, *, failures_as_zero: bool = False) ->
         LEFT JOIN rollouts r USING (task_id)
         LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
         GROUP BY ALL
-        ORDER BY t.task_id
-        """,
-        [verifier_version],
-    )
+        """
+
+
+def task_table(con, verifier_version: str, *, failures_as_zero: bool = False) -> pl.DataFrame:
+    """`task_counts_sql` as a Polars frame, ordered by task_id."""
+    sql = task_counts_sql(failures_as_zero=failures_as_zero)
+    return frame(con, f"{sql} ORDER BY t.task_id", [verifier_version])

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from gymflow.analysis.compare import CompareError, compare
+from gymflow.analysis.diagnose import diagnose
 from gymflow.analysis.health import Gate, health
 from gymflow.analysis.profile import profile
 from gymflow.cli.app import console, eval_app, fail, print_json
@@ -245,3 +246,66 @@ def eval_health(
         )
     if result["gate"] == "fail":
         raise typer.Exit(1)
+
+
+@eval_app.command("diagnose")
+def eval_diagnose(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (or its .duckdb file).")],
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    verifier_version: Annotated[str | None, typer.Option(help="Verifier version to read.")] = None,
+    top: Annotated[int, typer.Option(min=0, help="Sometimes-pass tasks to show.")] = 20,
+) -> None:
+    """Outcome buckets, failure taxonomy, sometimes-pass tasks, verifier suspects, and the
+    recommended next action."""
+    try:
+        con = connect(run_dir, read_only=True)
+        try:
+            result = diagnose(con, verifier_version=verifier_version, top=top)
+        finally:
+            con.close()
+    except StoreError as exc:
+        fail(str(exc))
+    if json_output:
+        print_json(result)
+        return
+    console.print(f"run {result['run_id']} · verifier {result['verifier_version']}")
+    buckets = Table("bucket", "tasks", "share")
+    for name, bucket in result["buckets"].items():
+        buckets.add_row(name, str(bucket["tasks"]), _pct(bucket["share"]))
+    console.print(buckets)
+    taxonomy = Table("failure", "kind", "rollouts", "share", "examples")
+    for row in result["taxonomy"]:
+        taxonomy.add_row(
+            row["category"],
+            row["kind"],
+            str(row["rollouts"]),
+            _pct(row["share"]),
+            ", ".join(row["examples"][:3]),
+        )
+    console.print(taxonomy)
+    if result["missing_rollouts"]:
+        console.print(f"missing rollouts: {result['missing_rollouts']}")
+    for task in result["sometimes_pass"][:top]:
+        passing, failing = task["passing"] or {}, task["failing"] or {}
+        console.print(
+            f"[bold]{task['task_id']}[/] passes {task['c']}/{task['n']}: "
+            f"pass {passing.get('rollout_id')} vs fail {failing.get('rollout_id')}"
+        )
+    for suspect in result["verifier_suspects"]:
+        console.print(
+            f"[yellow]verifier suspect[/] {suspect['kind']}: {suspect['count']} rollouts "
+            f"({suspect['description']}), e.g. {', '.join(suspect['examples'][:3])}"
+        )
+    decision = result["decision"]
+    if decision["action"] is None:
+        console.print(f"next action: none ({decision['why']})")
+        return
+    console.print(f"[bold]next action: {decision['label']}[/] — {decision['why']}")
+    evidence = decision["evidence"]
+    console.print(
+        f"  evidence: {evidence['rollouts']} rollouts {evidence['categories']}, "
+        f"e.g. {', '.join(evidence['examples'][:3])}"
+    )
+    runner = decision["runner_up"]
+    if runner:
+        console.print(f"  runner-up: {runner['label']} ({_pct(runner['share'])} of the evidence)")

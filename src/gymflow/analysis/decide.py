@@ -1,0 +1,144 @@
+"""From a diagnosis to one recommended next action, by fixed rules.
+
+Each non-passing rollout is evidence for one action:
+- verifier repair: verifier errors, unverified rollouts, and verifier suspects (right answer
+  failed, pass without an answer);
+- harness work: model-call failures (rate limits, timeouts, server errors), harness errors,
+  crashed tools, truncated outputs, max turns, malformed tool calls;
+- prompt change: no answer in the expected form (format);
+- skill improvement: wrong answers (and tool misuse) on sometimes-pass tasks: the policy can solve
+  them, not reliably;
+- model training: wrong answers (and tool misuse) on never-pass tasks: a capability gap.
+
+The rules: measurement first. Verifier repair wins when its share of the evidence reaches 5%,
+then harness work at 10%: until those are fixed the other numbers are distorted. Otherwise the
+action with the largest share wins, ties going to the cheaper action (prompt change, skill
+improvement, model training). The runner-up is the next action by share. Shares are over all
+non-passing rollouts plus suspect passes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ACTIONS: dict[str, str] = {
+    "verifier_repair": "verifier repair",
+    "harness_work": "harness work",
+    "prompt_change": "prompt change",
+    "skill_improvement": "skill improvement",
+    "model_training": "model training",
+}
+
+#: blocking actions and the share of evidence at which they win outright, in priority order
+BLOCKING = (("verifier_repair", 0.05), ("harness_work", 0.10))
+
+_HARNESS = {
+    "model_failure",
+    "harness_error",
+    "truncated",
+    "harness_max_turns",
+    "harness_malformed_tool_call",
+}
+_MODEL_SIDE = {"wrong_answer", "tool_error"}
+
+_WHY = {
+    "verifier_repair": "the verifier fails to judge, or judges visibly wrong, on {share} of the "
+    "evidence: fix it before trusting any score",
+    "harness_work": "{share} of the evidence is the harness or serving stack failing (model "
+    "calls, tools, turn or token limits), not the policy",
+    "prompt_change": "{share} of the evidence is answers missing or in the wrong format: the "
+    "prompt does not get the answer into the form the verifier reads",
+    "skill_improvement": "{share} of the evidence is wrong answers on tasks the policy solves "
+    "sometimes: it can do them, not reliably",
+    "model_training": "{share} of the evidence is wrong answers on tasks the policy never "
+    "solves: a capability gap",
+}
+
+
+def _action_of(row: dict[str, Any]) -> str | None:
+    category = row["category"]
+    if category in ("verifier_error", "unverified"):
+        return "verifier_repair"
+    if category in _HARNESS or (category == "tool_error" and row["kind"] == "tool_error"):
+        return "harness_work"
+    if category == "no_answer":
+        return "prompt_change"
+    if category in _MODEL_SIDE:
+        if row["bucket"] == "sometimes_pass":
+            return "skill_improvement"
+        if row["bucket"] == "never_pass":
+            return "model_training"
+    return None
+
+
+def decide(diagnosis: dict[str, Any]) -> dict[str, Any]:
+    """One recommended action from a `diagnose()` result.
+
+    Returns {"action": key | None, "label": str | None, "why": str, "evidence": candidate,
+    "runner_up": candidate | None, "candidates": [candidate], "rules": str}, where a candidate
+    is {action, label, rollouts, share, threshold (None unless blocking), fired,
+    categories: {category: rollouts}, examples: [rollout_id]}. `action` is None only when
+    there is no evidence at all (every stored rollout passed)."""
+    candidates = {
+        key: {
+            "action": key,
+            "label": label,
+            "rollouts": 0,
+            "share": 0.0,
+            "threshold": dict(BLOCKING).get(key),
+            "fired": False,
+            "categories": {},
+            "examples": [],
+        }
+        for key, label in ACTIONS.items()
+    }
+    for row in diagnosis["failures_by_bucket"]:
+        action = _action_of(row)
+        if action is None:
+            continue
+        entry = candidates[action]
+        entry["rollouts"] += row["rollouts"]
+        entry["categories"][row["category"]] = (
+            entry["categories"].get(row["category"], 0) + row["rollouts"]
+        )
+        entry["examples"].extend(row["examples"][: 5 - len(entry["examples"])])
+    for suspect in diagnosis["verifier_suspects"]:
+        if suspect["kind"].startswith("versions_disagree"):
+            continue  # expected after a deliberate reverify; shown, not weighed
+        entry = candidates["verifier_repair"]
+        entry["rollouts"] += suspect["count"]
+        entry["categories"][suspect["kind"]] = suspect["count"]
+        entry["examples"].extend(suspect["examples"][: 5 - len(entry["examples"])])
+    total = sum(entry["rollouts"] for entry in candidates.values())
+    for entry in candidates.values():
+        entry["share"] = entry["rollouts"] / total if total else 0.0
+        threshold = entry["threshold"]
+        entry["fired"] = entry["rollouts"] > 0 and (
+            threshold is None or entry["share"] >= threshold
+        )
+    order = list(ACTIONS)
+    ranked = sorted(
+        (e for e in candidates.values() if e["rollouts"] > 0),
+        key=lambda e: (-e["share"], order.index(e["action"])),
+    )
+    if not ranked:
+        return {
+            "action": None,
+            "label": None,
+            "why": "no evidence: every stored rollout passed and no verifier suspect was found",
+            "evidence": None,
+            "runner_up": None,
+            "candidates": list(candidates.values()),
+            "rules": __doc__,
+        }
+    blocking = [candidates[key] for key, _ in BLOCKING if candidates[key]["fired"]]
+    chosen = blocking[0] if blocking else ranked[0]
+    runner_up = next((e for e in ranked if e is not chosen), None)
+    return {
+        "action": chosen["action"],
+        "label": chosen["label"],
+        "why": _WHY[chosen["action"]].format(share=f"{chosen['share']:.0%}"),
+        "evidence": chosen,
+        "runner_up": runner_up,
+        "candidates": list(candidates.values()),
+        "rules": __doc__,
+    }

@@ -1,0 +1,312 @@
+"""Why tasks fail: outcome buckets per task, a failure taxonomy over rollouts, the sometimes-pass
+tasks worth reading, and rollouts whose verdict looks wrong (verifier suspects).
+
+Every rollout that did not pass gets exactly one category, the first that applies in this order
+(the earliest cause explains the rest): model failure (the rollout failed with a model error
+kind), tool error (the resources server crashed), harness error, truncated (incomplete response:
+output-token limit), unverified, verifier error (including judge failures), harness max turns,
+harness malformed tool call, tool error reported to the model, no answer / format, wrong answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from gymflow.analysis.answers import extracted_sql, normalised_sql
+from gymflow.analysis.frames import frame
+from gymflow.analysis.outcomes import check_verifier_version, task_counts_sql
+from gymflow.models.errors import ModelError
+from gymflow.store.runs import run_info
+
+CATEGORIES = (
+    "model_failure",
+    "tool_error",
+    "harness_error",
+    "truncated",
+    "unverified",
+    "verifier_error",
+    "harness_max_turns",
+    "harness_malformed_tool_call",
+    "no_answer",
+    "wrong_answer",
+)
+
+#: verification `details.reason` values that mean "no answer in the expected form"
+FORMAT_REASONS = ("no_answer_extracted", "unparsable_answer", "format", "no_code_block")
+
+
+def _model_kinds() -> list[str]:
+    kinds, stack = set(), [ModelError]
+    while stack:
+        cls = stack.pop()
+        kinds.add(cls.kind)
+        stack.extend(cls.__subclasses__())
+    return sorted(kinds)
+
+
+def _quoted(values: list[str] | tuple[str, ...]) -> str:
+    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+
+
+def _counter(name: str) -> str:
+    return f"coalesce(TRY_CAST(json_extract(r.counters_json, '$.{name}') AS INTEGER), 0)"
+
+
+_LAST_ITEM = "json_extract_string(r.trajectory_json, '$[#-1].type')"
+
+
+def _classify_sql() -> str:
+    """SQL over rollouts `r` and verifications `v`: (category, kind) of a non-passing rollout."""
+    reason = "json_extract_string(v.details_json, '$.reason')"
+    return f"""
+        CASE
+          WHEN r.status <> 'completed' AND r.failure_kind IN ({_quoted(_model_kinds())})
+            THEN 'model_failure'
+          WHEN r.status <> 'completed' AND r.failure_kind = 'tool_error' THEN 'tool_error'
+          WHEN r.status <> 'completed' THEN 'harness_error'
+          WHEN r.incomplete THEN 'truncated'
+          WHEN v.rollout_id IS NULL THEN 'unverified'
+          WHEN v.status <> 'ok' THEN 'verifier_error'
+          WHEN {_counter("max_turns_reached")} > 0
+               OR {_LAST_ITEM} IN ('function_call', 'function_call_output')
+            THEN 'harness_max_turns'
+          WHEN {_counter("malformed_tool_calls")} > 0 THEN 'harness_malformed_tool_call'
+          WHEN {_counter("tool_errors")} > 0 THEN 'tool_error'
+          WHEN {reason} IN ({_quoted(FORMAT_REASONS)}) THEN 'no_answer'
+          ELSE 'wrong_answer'
+        END AS category,
+        CASE
+          WHEN r.status <> 'completed' THEN coalesce(r.failure_kind, 'unknown')
+          WHEN v.status <> 'ok' THEN coalesce(v.failure_kind, 'verifier_error')
+          ELSE coalesce({reason}, '')
+        END AS kind
+    """
+
+
+def _bucket_sql() -> str:
+    return """CASE WHEN n = 0 THEN 'missing' WHEN c = n THEN 'always_pass'
+                   WHEN c = 0 THEN 'never_pass' ELSE 'sometimes_pass' END"""
+
+
+def _prepare(con, version: str) -> None:
+    """Temp tables shared by the sections: diag_tasks (bucket per task) and diag_failures (one
+    classified row per stored rollout that did not pass)."""
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE diag_tasks AS "
+        f"SELECT task_id, n, c, {_bucket_sql()} AS bucket FROM ({task_counts_sql()})",
+        [version],
+    )
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE diag_failures AS
+        SELECT r.rollout_id, r.task_id, r.repeat_index, t.bucket, {_classify_sql()}
+        FROM rollouts r
+        LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+        LEFT JOIN diag_tasks t ON t.task_id = r.task_id
+        WHERE NOT (r.status = 'completed' AND coalesce(v.status = 'ok' AND v.passed, FALSE))
+        """,
+        [version],
+    )
+
+
+def buckets(con) -> dict[str, Any]:
+    """{bucket: {"tasks": count, "share": of all tasks, "task_ids": [...]}} for always_pass,
+    sometimes_pass, never_pass and missing (no scored rollout)."""
+    rows = con.execute(
+        "SELECT bucket, count(*), list(task_id ORDER BY task_id) FROM diag_tasks GROUP BY bucket"
+    ).fetchall()
+    total = sum(count for _, count, _ in rows) or 1
+    found = {bucket: (count, ids) for bucket, count, ids in rows}
+    return {
+        name: {
+            "tasks": found.get(name, (0, []))[0],
+            "share": found.get(name, (0, []))[0] / total,
+            "task_ids": found.get(name, (0, []))[1],
+        }
+        for name in ("always_pass", "sometimes_pass", "never_pass", "missing")
+    }
+
+
+def failure_detail(con, examples: int) -> pl.DataFrame:
+    """category x kind x bucket: rollouts and example rollout ids, from diag_failures."""
+    return frame(
+        con,
+        f"""
+        SELECT category, kind, coalesce(bucket, 'unknown_task') AS bucket,
+               count(*) AS rollouts,
+               list(rollout_id ORDER BY task_id, repeat_index)[1:{examples}] AS examples
+        FROM diag_failures GROUP BY ALL ORDER BY rollouts DESC, category, kind, bucket
+        """,
+    )
+
+
+def taxonomy(detail: pl.DataFrame, examples: int) -> list[dict[str, Any]]:
+    """[{category, kind, rollouts, share (of non-passing rollouts), examples}] by count."""
+    total = int(detail["rollouts"].sum()) if detail.height else 0
+    if not total:
+        return []
+    grouped = (
+        detail.group_by("category", "kind")
+        .agg(
+            pl.col("rollouts").sum(),
+            pl.col("examples").list.explode(keep_nulls=False, empty_as_null=False).head(examples),
+        )
+        .sort(["rollouts", "category", "kind"], descending=[True, False, False])
+    )
+    return [
+        {**row, "share": row["rollouts"] / total}
+        for row in grouped.select("category", "kind", "rollouts", "examples").to_dicts()
+    ]
+
+
+def sometimes_pass(con, version: str, *, top: int, excerpt: int) -> list[dict[str, Any]]:
+    """The sometimes-pass tasks, most variable first (p(1 - p) descending, then task_id), each
+    with its first passing and first failing rollout: id, repeat and an output excerpt."""
+    return frame(
+        con,
+        f"""
+        WITH ranked AS (
+            SELECT task_id, n, c, c / n AS pass_rate, (c / n) * (1 - c / n) AS variance
+            FROM diag_tasks WHERE bucket = 'sometimes_pass'
+            ORDER BY variance DESC, task_id LIMIT {int(top)}
+        ),
+        scored AS (
+            SELECT r.task_id, r.rollout_id, r.repeat_index, v.passed,
+                   left(r.output_text, {int(excerpt)}) AS output
+            FROM rollouts r
+            JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+            WHERE r.task_id IN (SELECT task_id FROM ranked)
+              AND r.status = 'completed' AND v.status = 'ok'
+        ),
+        sides AS (
+            SELECT task_id,
+                   arg_min({{'rollout_id': rollout_id, 'repeat_index': repeat_index,
+                             'output': output}}, repeat_index) FILTER (WHERE passed) AS passing,
+                   arg_min({{'rollout_id': rollout_id, 'repeat_index': repeat_index,
+                             'output': output}}, repeat_index) FILTER (WHERE NOT passed)
+                     AS failing
+            FROM scored GROUP BY task_id
+        )
+        SELECT ranked.task_id, n, c, pass_rate, variance, passing, failing
+        FROM ranked JOIN sides USING (task_id)
+        ORDER BY variance DESC, task_id
+        """,
+        [version],
+    ).to_dicts()
+
+
+def verifier_suspects(con, version: str, *, examples: int) -> list[dict[str, Any]]:
+    """Rollouts whose verdict looks wrong. Each entry: {kind, description, count, examples}.
+
+    - extracted_equals_reference: the verifier extracted an answer equal to the expected one
+      (as text after normalisation, or as numbers) yet did not pass it;
+    - passed_without_answer: passed with an empty output or no extracted answer;
+    - versions_disagree:A|B: rollouts two stored verifier versions judge differently."""
+    extracted = normalised_sql(extracted_sql("v.details_json"))
+    expected = normalised_sql(
+        "coalesce(json_extract_string(v.details_json, '$.expected'), "
+        "json_extract_string(t.data_json, '$.answer'))"
+    )
+    suspects = []
+    rows = con.execute(
+        f"""
+        WITH judged AS (
+            SELECT r.rollout_id, r.task_id, r.repeat_index, v.passed, r.output_text,
+                   {extracted} AS extracted, {expected} AS expected,
+                   json_extract_string(v.details_json, '$.reason') AS reason
+            FROM rollouts r
+            JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+            LEFT JOIN tasks t ON t.task_id = r.task_id
+            WHERE r.status = 'completed' AND v.status = 'ok'
+        ),
+        flagged AS (
+            SELECT 'extracted_equals_reference' AS kind, rollout_id, task_id, repeat_index
+            FROM judged
+            WHERE NOT passed AND extracted IS NOT NULL AND extracted <> ''
+              AND (extracted = expected
+                   OR TRY_CAST(extracted AS DOUBLE) = TRY_CAST(expected AS DOUBLE))
+            UNION ALL
+            SELECT 'passed_without_answer', rollout_id, task_id, repeat_index
+            FROM judged
+            WHERE passed AND (coalesce(trim(output_text), '') = ''
+                              OR reason IN ({_quoted(FORMAT_REASONS)}))
+        )
+        SELECT kind, count(*), list(rollout_id ORDER BY task_id, repeat_index)[1:{examples}]
+        FROM flagged GROUP BY kind ORDER BY kind
+        """,
+        [version],
+    ).fetchall()
+    descriptions = {
+        "extracted_equals_reference": "extracted answer equals the expected answer after "
+        "normalisation, but the rollout did not pass",
+        "passed_without_answer": "passed with an empty output or no extracted answer",
+    }
+    for kind, count, ids in rows:
+        suspects.append(
+            {"kind": kind, "description": descriptions[kind], "count": count, "examples": ids}
+        )
+    disagreements = con.execute(
+        f"""
+        SELECT a.verifier_version, b.verifier_version, count(*),
+               list(a.rollout_id ORDER BY a.rollout_id)[1:{examples}]
+        FROM verifications a
+        JOIN verifications b
+          ON a.rollout_id = b.rollout_id AND a.verifier_version < b.verifier_version
+        WHERE a.status = 'ok' AND b.status = 'ok' AND a.passed <> b.passed
+        GROUP BY ALL ORDER BY 1, 2
+        """
+    ).fetchall()
+    for version_a, version_b, count, ids in disagreements:
+        suspects.append(
+            {
+                "kind": f"versions_disagree:{version_a}|{version_b}",
+                "description": f"verifier versions {version_a} and {version_b} disagree",
+                "count": count,
+                "examples": ids,
+            }
+        )
+    return suspects
+
+
+def diagnose(
+    con,
+    *,
+    verifier_version: str | None = None,
+    examples: int = 5,
+    top: int = 20,
+    excerpt: int = 2000,
+) -> dict[str, Any]:
+    """Diagnose the run in `con` under one verifier version (the newest unless given).
+
+    Returns {"run_id", "verifier_version", "rollouts": stored, "expected": tasks x repeats,
+    "missing_rollouts": int, "non_passing_rollouts": int, "buckets": {...} (see `buckets`),
+    "taxonomy": [...] (see `taxonomy`), "failures_by_bucket": [{category, kind, bucket,
+    rollouts, examples}], "sometimes_pass": [{task_id, n, c, pass_rate, variance, passing:
+    {rollout_id, repeat_index, output}, failing: {...}}], "verifier_suspects": [...],
+    "decision": see `gymflow.analysis.decide.decide`}."""
+    from gymflow.analysis.decide import decide
+
+    version = check_verifier_version(con, verifier_version)
+    run = run_info(con)
+    _prepare(con, version)
+    detail = failure_detail(con, examples)
+    stored, expected = con.execute(
+        "SELECT (SELECT count(*) FROM rollouts), "
+        "(SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0)"
+    ).fetchone()
+    result = {
+        "run_id": run["run_id"],
+        "verifier_version": version,
+        "rollouts": stored,
+        "expected": expected,
+        "missing_rollouts": max(0, expected - stored),
+        "non_passing_rollouts": int(detail["rollouts"].sum()) if detail.height else 0,
+        "buckets": buckets(con),
+        "taxonomy": taxonomy(detail, examples),
+        "failures_by_bucket": detail.to_dicts(),
+        "sometimes_pass": sometimes_pass(con, version, top=top, excerpt=excerpt),
+        "verifier_suspects": verifier_suspects(con, version, examples=examples),
+    }
+    result["decision"] = decide(result)
+    return result

@@ -1,0 +1,165 @@
+"""Diagnose buckets, taxonomy and suspects, and the decision rules, on constructed runs whose
+answers are known."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gymflow.analysis.diagnose import diagnose
+from gymflow.records import FAILED, Verification
+from gymflow.store.db import connect
+from tests.analysis.builder import RunMeta, StoreBuilder
+from tests.conftest import gym
+
+
+def _diagnose(b: StoreBuilder, path: Path) -> dict:
+    b.write(path)
+    con = connect(path, read_only=True)
+    try:
+        return diagnose(con)
+    finally:
+        con.close()
+
+
+def _fail(record, kind: str) -> None:
+    record.status, record.failure_kind, record.verification = FAILED, kind, None
+
+
+def _mixed() -> StoreBuilder:
+    b = StoreBuilder(RunMeta(repeats=2))
+    for i in range(6):
+        b.task(f"t{i}", 100 + i)
+    b.fill("t0", "11")  # always
+    b.fill("t1", "10")  # sometimes
+    b.fill("t2", "00")  # never
+    # t3: no rollout at all -> missing
+    _fail(b.rollout("t4", 0), "rate_limited")  # model failure
+    b.rollout("t4", 1, text="I believe it is 104")  # no Answer: line -> no_answer
+    b.rollout("t5", 0)  # passes
+    b.rollout(
+        "t5",
+        1,
+        verification=Verification(b.verifier_version, "error", None, None, "judge_failed", {}),
+    )
+    return b
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return _diagnose(_mixed(), tmp_path_factory.mktemp("diag") / "run")
+
+
+def test_buckets(mixed: dict) -> None:
+    ids = {name: bucket["task_ids"] for name, bucket in mixed["buckets"].items()}
+    assert ids == {
+        "always_pass": ["t0", "t5"],
+        "sometimes_pass": ["t1"],
+        "never_pass": ["t2", "t4"],
+        "missing": ["t3"],
+    }
+    assert mixed["missing_rollouts"] == 2
+
+
+def test_taxonomy(mixed: dict) -> None:
+    counts = {(row["category"], row["kind"]): row["rollouts"] for row in mixed["taxonomy"]}
+    assert counts == {
+        ("wrong_answer", "wrong_answer"): 3,
+        ("model_failure", "rate_limited"): 1,
+        ("no_answer", "no_answer_extracted"): 1,
+        ("verifier_error", "judge_failed"): 1,
+    }
+    assert mixed["non_passing_rollouts"] == 6
+    assert sum(row["share"] for row in mixed["taxonomy"]) == pytest.approx(1.0)
+
+
+def test_sometimes_pass_side_by_side(mixed: dict) -> None:
+    (task,) = mixed["sometimes_pass"]
+    assert task["task_id"] == "t1" and task["variance"] == pytest.approx(0.25)
+    assert task["passing"]["repeat_index"] == 0 and "Answer: 101" in task["passing"]["output"]
+    assert task["failing"]["repeat_index"] == 1 and "Answer: 102" in task["failing"]["output"]
+
+
+def _wrong_but_right(b: StoreBuilder, task_id: str, repeat: int) -> None:
+    """A verifier that extracted the right answer and still failed it."""
+    answer = b.tasks[task_id].answer
+    details = {"reason": "wrong_answer", "extracted": f"{answer:,}", "expected": float(answer)}
+    b.rollout(
+        task_id,
+        repeat,
+        verification=Verification(b.verifier_version, "ok", 0.0, False, None, details),
+    )
+
+
+def _case(kind: str) -> StoreBuilder:
+    b = StoreBuilder(RunMeta(repeats=10))
+    for i in range(4):
+        b.task(f"t{i}", 1000 + i)
+    if kind == "verifier":
+        b.fill("t0", "0000000000")
+        _wrong_but_right(b, "t1", 0)
+    elif kind == "harness":
+        b.fill("t0", "0000000")
+        for repeat in range(3):
+            _fail(b.rollout("t1", repeat), "timeout")
+    elif kind == "prompt":
+        b.fill("t0", "1100")
+        for repeat in range(6):
+            b.rollout("t1", repeat, text="It is 1001, I think.")
+    elif kind == "skill":
+        b.fill("t0", "1000000000")
+        b.fill("t1", "000")
+    elif kind == "training":
+        b.fill("t0", "00000")
+        b.fill("t1", "1111")
+    elif kind == "none":
+        b.fill("t0", "1111")
+    return b
+
+
+@pytest.mark.parametrize(
+    ("kind", "action", "runner_up"),
+    [
+        ("verifier", "verifier_repair", "model_training"),
+        ("harness", "harness_work", "model_training"),
+        ("prompt", "prompt_change", "skill_improvement"),
+        ("skill", "skill_improvement", "model_training"),
+        ("training", "model_training", None),
+        ("none", None, None),
+    ],
+)
+def test_decide_rules(kind: str, action: str | None, runner_up: str | None, tmp_path: Path):
+    decision = _diagnose(_case(kind), tmp_path / "run")["decision"]
+    assert decision["action"] == action, decision["why"]
+    assert (decision["runner_up"] or {}).get("action") == runner_up
+    if action is not None:
+        evidence = decision["evidence"]
+        assert evidence["rollouts"] > 0 and evidence["examples"]
+        shares = sum(c["share"] for c in decision["candidates"])
+        assert shares == pytest.approx(1.0)
+
+
+def test_verifier_suspect_right_answer_failed(tmp_path: Path) -> None:
+    result = _diagnose(_case("verifier"), tmp_path / "run")
+    (suspect,) = result["verifier_suspects"]
+    assert suspect["kind"] == "extracted_equals_reference" and suspect["count"] == 1
+    evidence = result["decision"]["evidence"]
+    assert evidence["categories"] == {"extracted_equals_reference": 1}
+    assert evidence["share"] == pytest.approx(1 / 12)  # 11 wrong answers + 1 suspect
+
+
+def test_diagnose_cli(tmp_path: Path) -> None:
+    _mixed().write(tmp_path / "run")
+    payload = json.loads(gym("eval", "diagnose", "run", "--json", cwd=tmp_path, check=True).stdout)
+    assert payload["buckets"]["missing"]["task_ids"] == ["t3"]
+    assert payload["decision"]["action"] in {
+        "verifier_repair",
+        "harness_work",
+        "prompt_change",
+        "skill_improvement",
+        "model_training",
+    }
+    text = gym("eval", "diagnose", "run", cwd=tmp_path, check=True).stdout
+    assert "next action:" in text and "sometimes_pass" in text
