@@ -41,6 +41,10 @@ class ResourcesServer:
     def tools(self) -> list[dict[str, Any]]:
         return list(self.tool_schemas.values())
 
+    def tools_for(self, task: Task) -> list[dict[str, Any]]:
+        """The tools offered on `task`: the same for every task unless a subclass varies them."""
+        return self.tools()
+
     def handlers(self) -> dict[str, ToolHandler]:
         """name -> handler(state, arguments). Subclasses with tools override this."""
         return {}

@@ -22,7 +22,8 @@ async def single_turn(
     config: HarnessConfig,
 ) -> Episode:
     items = opening_items(prompt, config)
-    outcome = await client.create(items, tools=server.tools() or None, call_index=0, seed=seed)
+    tools = server.tools_for(task) or None
+    outcome = await client.create(items, tools=tools, call_index=0, seed=seed)
     episode = Episode(trajectory=items, calls=outcome.calls, num_turns=1)
     if outcome.error is not None:
         episode.failure_kind, episode.error = outcome.error.kind, str(outcome.error)
