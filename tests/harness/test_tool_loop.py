@@ -224,9 +224,46 @@ def test_local_policy_plays_the_ledger_over_http(ledger: Environment) -> None:
         assert episode.counters["tool_calls"] >= 3
     for task, episode, verdict in results:
         if task.task_id != tasks[1].task_id and verdict.passed:
-            assert episode.num_turns == 3
+            assert episode.num_turns == 3 + episode.counters["malformed_tool_calls"]
     _, malformed, verdict = results[1]
     assert malformed.counters["malformed_tool_calls"] == 1
     sent = malformed.calls[1].request["input"]
     feedback = next(i for i in sent if i["type"] == "function_call_output")
     assert feedback["call_id"] == "call_0_0" and "not valid JSON" in feedback["output"]
+
+
+def test_reasoning_items_go_back_on_every_turn(ledger: Environment) -> None:
+    """The policy server rejects a function call passed back without its reasoning item, as
+    reasoning models do; the tool loop keeps them, so every turn is accepted."""
+    tasks = ledger.tasks()
+    prompts = [render_prompt(ledger.manifest.prompt_template, t.inputs) for t in tasks]
+    sampling = Sampling(reasoning_effort="low")
+
+    async def play(base_url: str):
+        server = ledger.resources_server()
+        session = await server.seed_session(tasks[4])
+        async with ResponsesClient(ModelConfig(), base_url, sampling) as client:
+            episode = await get_harness("tool_loop")(
+                client=client,
+                server=server,
+                session_id=session,
+                task=tasks[4],
+                prompt=prompts[4],
+                seed=2,
+                config=HarnessConfig(),
+            )
+            stripped = [i for i in episode.trajectory if i["type"] != "reasoning"]
+            forgetful = await client.create(stripped, tools=server.tools(), call_index=9, seed=2)
+        return episode, forgetful
+
+    with LocalPolicyServer(build_table(tasks, prompts, 0), seed=0) as policy:
+        episode, forgetful = asyncio.run(play(policy.base_url))
+    assert episode.failure_kind is None and episode.num_turns >= 2
+    reasoning = [i for i in episode.trajectory if i["type"] == "reasoning"]
+    assert len(reasoning) == episode.num_turns
+    for index, call in enumerate(episode.calls[1:], start=1):
+        sent = [i["id"] for i in call.request["input"] if i["type"] == "reasoning"]
+        assert sent == [r["id"] for r in reasoning[:index]]
+        assert call.reasoning_tokens > 0
+    assert forgetful.error.kind == "client_error"
+    assert "without its required 'reasoning' item" in forgetful.error.args[0]

@@ -140,7 +140,9 @@ class ResponsesClient:
         """The Responses API request for these items (what the store keeps as the request)."""
         body: dict[str, Any] = {
             "model": self.config.name,
-            "input": input_items,
+            # A copy: harnesses extend their conversation in place, and the evidence must show
+            # what this request held when it was sent.
+            "input": list(input_items),
             "temperature": self.sampling.temperature,
             "top_p": self.sampling.top_p,
             "max_output_tokens": self.sampling.max_output_tokens,
