@@ -56,4 +56,7 @@ def _isolated_prefect_home(tmp_path_factory: pytest.TempPathFactory):
     os.environ["PREFECT_HOME"] = str(home)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # A fresh PREFECT_HOME runs migrations; on a loaded 2-core machine that can outlast the
+    # default 20 s the ephemeral API server is given to start.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     yield
