@@ -217,3 +217,23 @@ def _nanmean(matrix: np.ndarray) -> np.ndarray:
     counts = (~np.isnan(matrix)).sum(axis=0)
     sums = np.nansum(matrix, axis=0)
     return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+def headline(con, verifier_version: str, *, failures_as_zero: bool = False) -> dict[str, Any]:
+    """The few numbers a summary line needs, without bootstrap or breakdowns: {verifier_version,
+    coverage, "pass@1", stderr, ci95, "pass@k" {k: value} for k = repeats, mean_reward}."""
+    tasks = task_table(con, verifier_version, failures_as_zero=failures_as_zero)
+    scored = tasks.filter(pl.col("n") > 0)
+    repeats = max(int(run_info(con)["repeats"] or 1), 1)
+    at_k, _ = per_task_curves(scored["n"].to_numpy(), scored["c"].to_numpy(), np.array([repeats]))
+    pass1 = _estimate((scored["c"] / scored["n"]).to_list())
+    reward = _estimate((scored["reward_sum"] / scored["n"]).to_list())
+    return {
+        "verifier_version": verifier_version,
+        "coverage": coverage(con, verifier_version).as_dict(),
+        "pass@1": pass1["mean"],
+        "stderr": pass1["stderr"],
+        "ci95": pass1["ci95"],
+        "pass@k": {str(repeats): _number(_nanmean(at_k)[0]) if len(at_k) else None},
+        "mean_reward": reward["mean"],
+    }

@@ -1,4 +1,4 @@
-"""`gym eval health | profile | diagnose`: the numbers of a stored run, straight from its store."""
+"""`gym eval health | profile | diagnose | reverify`: the numbers of a stored run."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from gymflow.analysis.diagnose import diagnose
 from gymflow.analysis.health import Gate, health
 from gymflow.analysis.profile import profile
 from gymflow.cli.app import console, eval_app, fail, print_json
+from gymflow.reverify import ReverifyError, parse_settings, reverify
 from gymflow.store.db import StoreError, connect
 
 
@@ -309,3 +310,65 @@ def eval_diagnose(
     runner = decision["runner_up"]
     if runner:
         console.print(f"  runner-up: {runner['label']} ({_pct(runner['share'])} of the evidence)")
+
+
+@eval_app.command("reverify")
+def eval_reverify(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (or its .duckdb file).")],
+    settings: Annotated[
+        list[str],
+        typer.Option("--set", help="Verifier parameter as KEY=VALUE (repeatable)."),
+    ],
+    failed_only: Annotated[
+        bool, typer.Option(help="Judge again only rollouts the base version did not pass.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option(help="Reverify even environments that verify live session state.")
+    ] = False,
+    base_version: Annotated[
+        str | None, typer.Option("--from-version", help="Base verifier version (newest).")
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """New rewards from stored rollouts under changed verifier parameters; no inference. The
+    result is a new verifier version beside the old one."""
+    try:
+        result = reverify(
+            run_dir,
+            parse_settings(settings),
+            failed_only=failed_only,
+            force=force,
+            base_version=base_version,
+        )
+    except (StoreError, ReverifyError) as exc:
+        fail(str(exc))
+    if json_output:
+        print_json(result)
+        return
+    console.print(
+        f"{result['environment']}: {result['base_version']} -> [bold]{result['new_version']}[/] "
+        f"({result['status']}; {result['reverified']} rollouts judged, params {result['params']})"
+    )
+    flipped = result["flips"]
+    console.print(
+        f"flipped: {flipped['rollouts']['count']} rollouts "
+        f"({len(flipped['rollouts']['to_pass'])} now pass, "
+        f"{len(flipped['rollouts']['to_fail'])} now fail), {len(flipped['tasks'])} tasks"
+    )
+    for label in ("to_pass", "to_fail"):
+        ids = flipped["rollouts"][label]
+        if ids:
+            console.print(f"  {label}: {', '.join(ids[:20])}" + (" …" if len(ids) > 20 else ""))
+    table = Table("task", "passing before", "passing after")
+    for task in flipped["tasks"][:50]:
+        table.add_row(task["task_id"], str(task["passed_before"]), str(task["passed_after"]))
+    if flipped["tasks"]:
+        console.print(table)
+    for label in ("before", "after"):
+        head = result[label]
+        if head:
+            console.print(
+                f"{label}: pass@1 {_pct(head['pass@1'])} (95% CI {_interval(head['ci95'])}), "
+                f"pass@{next(iter(head['pass@k']))} {_pct(next(iter(head['pass@k'].values())))}"
+                f" [{head['verifier_version']}]"
+            )

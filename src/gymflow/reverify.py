@@ -1,0 +1,318 @@
+"""Reverify: new rewards for stored rollouts under changed verifier parameters, without inference.
+
+The environment is reloaded by the name the run recorded; each task is rebuilt from the store's
+`tasks` table (its `data_json` is the Task.data the verifier reads, so the rewards follow the
+dataset the run actually used); each completed rollout's stored output and trajectory go through
+the environment's resources server with the new parameters. The result is a new verifier version
+stored beside the old ones: nothing is overwritten, and the policy model is never called (an LLM
+judge inside a verifier may be).
+
+With `failed_only`, only rollouts the base version did not pass are judged again; the base
+version's passing verdicts are carried into the new version (marked `carried_from`), so the new
+version is complete and every analysis can read it."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gymflow.analysis.profile import headline
+from gymflow.environments.base import Task
+from gymflow.environments.registry import RegistryError, load_environment
+from gymflow.environments.resources import ResourcesServer
+from gymflow.records import Verification
+from gymflow.store.db import connect
+from gymflow.store.runs import run_info
+from gymflow.store.writer import insert_rows, register_verifier_version
+from gymflow.verifiers.base import VerifyInput
+
+#: rollouts read, verified and written per round trip
+BATCH = 5000
+
+
+class ReverifyError(ValueError):
+    """A reverify that cannot run; nothing was written."""
+
+
+def parse_settings(pairs: list[str]) -> dict[str, Any]:
+    """`KEY=VALUE` strings to a params dict; values are YAML scalars (`3`, `true`, `loose`)."""
+    settings: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise ReverifyError(f"--set {pair!r}: expected KEY=VALUE, e.g. mode=loose")
+        try:
+            settings[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ReverifyError(f"--set {pair!r}: value is not a YAML scalar: {exc}") from None
+    return settings
+
+
+@dataclass(frozen=True, slots=True)
+class _Base:
+    version: str
+    params: dict[str, Any]
+    stored: bool  # False: the store has no version of this verifier (e.g. an imported run)
+
+
+def _base_version(con, verifier_name: str, defaults: dict[str, Any], requested: str | None):
+    rows = con.execute(
+        "SELECT verifier_version, verifier_name, params_json FROM verifier_versions "
+        "ORDER BY created_at DESC, verifier_version"
+    ).fetchall()
+    if requested is not None:
+        match = [row for row in rows if row[0] == requested]
+        if not match:
+            known = ", ".join(row[0] for row in rows) or "none"
+            raise ReverifyError(f"no verifier version {requested!r} in this store (have: {known})")
+        version, name, params = match[0]
+        if name != verifier_name:
+            return _Base(version, dict(defaults), True)
+        return _Base(version, json.loads(params or "{}"), True)
+    for version, name, params in rows:
+        if name == verifier_name:
+            return _Base(version, json.loads(params or "{}"), True)
+    # Nothing of this verifier stored (an imported run): compare with the newest version there is.
+    if rows:
+        return _Base(rows[0][0], dict(defaults), True)
+    return _Base("", dict(defaults), False)
+
+
+def _tasks(con) -> dict[str, Task]:
+    rows = con.execute(
+        "SELECT task_id, data_json, reference, tags, difficulty FROM tasks"
+    ).fetchall()
+    return {
+        task_id: Task(
+            task_id=task_id,
+            inputs={},
+            data=json.loads(data_json) if data_json else {},
+            reference=reference or "",
+            distractor="",
+            tags=tuple(tags or ()),
+            difficulty=difficulty,
+        )
+        for task_id, data_json, reference, tags, difficulty in rows
+    }
+
+
+def _selection(failed_only: bool) -> str:
+    """Rollouts `r` to judge again, given the base version's verdict `b`."""
+    judged_again = "r.status = 'completed'"
+    if failed_only:
+        judged_again += " AND NOT coalesce(b.status = 'ok' AND b.passed, FALSE)"
+    return judged_again
+
+
+def _batches(con, base: str, failed_only: bool) -> Iterator[list[tuple]]:
+    cursor = con.execute(
+        f"""
+        SELECT r.rollout_id, r.task_id, r.output_text, r.trajectory_json
+        FROM rollouts r
+        LEFT JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
+        WHERE {_selection(failed_only)}
+        ORDER BY r.rollout_id
+        """,
+        [base],
+    )
+    while rows := cursor.fetchmany(BATCH):
+        yield rows
+
+
+def _verify_all(
+    server: ResourcesServer, tasks: dict[str, Task], rows: list[tuple]
+) -> list[Verification]:
+    def one(row: tuple) -> Verification:
+        _, task_id, output_text, trajectory_json = row
+        trajectory = json.loads(trajectory_json) if trajectory_json else []
+        return server.verify_sync(VerifyInput(tasks[task_id], output_text or "", trajectory))
+
+    if server.heavy_verification:
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            return list(pool.map(one, rows))
+    return [one(row) for row in rows]
+
+
+def _dumps(value: dict[str, Any]) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _write(con, server: ResourcesServer, base: _Base, tasks, failed_only: bool) -> int:
+    """Judge and insert in one transaction: a crash leaves the store as it was."""
+    now = datetime.now(UTC).replace(tzinfo=None)
+    # A second connection streams the rollouts while this one writes: memory stays one batch.
+    reader = con.cursor()
+    judged = 0
+    con.execute("BEGIN TRANSACTION")
+    try:
+        register_verifier_version(
+            con,
+            server.verifier_version,
+            server.verifier.name,
+            server.params.model_dump(mode="json"),
+            source=f"reverify from {base.version or 'no stored version'}",
+        )
+        for rows in _batches(reader, base.version, failed_only):
+            judged += len(rows)
+            verdicts = _verify_all(server, tasks, rows)
+            insert_rows(
+                con,
+                "verifications",
+                [
+                    (
+                        row[0],
+                        v.verifier_version,
+                        v.status,
+                        v.reward,
+                        v.passed,
+                        v.failure_kind,
+                        _dumps(v.details),
+                        now,
+                    )
+                    for row, v in zip(rows, verdicts, strict=True)
+                ],
+            )
+        if failed_only and base.stored:
+            con.execute(
+                f"""
+                INSERT INTO verifications
+                SELECT b.rollout_id, ?, b.status, b.reward, b.passed, b.failure_kind,
+                       json_merge_patch(coalesce(b.details_json, '{{}}'),
+                                        json_object('carried_from', ?)),
+                       ?
+                FROM rollouts r
+                JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
+                WHERE NOT ({_selection(failed_only)})
+                """,
+                [server.verifier_version, base.version, now, base.version],
+            )
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    finally:
+        reader.close()
+    return judged
+
+
+def flips(con, old: str, new: str, *, limit: int | None = None) -> dict[str, Any]:
+    """Rollouts and tasks whose outcome differs between two verifier versions.
+
+    A rollout passes under a version when its verification there is ok and passed; an error
+    or a missing verification counts as not passing. Returns {"rollouts": {"to_pass": [id],
+    "to_fail": [id], "count": n}, "tasks": [{task_id, passed_before, passed_after}] (tasks whose
+    number of passing rollouts changed)}."""
+    cap = f"[1:{int(limit)}]" if limit is not None else ""
+    to_pass, to_fail, count = con.execute(
+        f"""
+        WITH outcome AS (
+            SELECT r.rollout_id, r.task_id, r.repeat_index,
+                   coalesce(a.status = 'ok' AND a.passed, FALSE) AS before,
+                   coalesce(b.status = 'ok' AND b.passed, FALSE) AS after
+            FROM rollouts r
+            LEFT JOIN verifications a ON a.rollout_id = r.rollout_id AND a.verifier_version = ?
+            LEFT JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
+        )
+        SELECT coalesce(list(rollout_id ORDER BY task_id, repeat_index)
+                        FILTER (WHERE after AND NOT before), []){cap},
+               coalesce(list(rollout_id ORDER BY task_id, repeat_index)
+                        FILTER (WHERE before AND NOT after), []){cap},
+               count(*) FILTER (WHERE before <> after)
+        FROM outcome
+        """,
+        [old, new],
+    ).fetchone()
+    tasks = con.execute(
+        """
+        SELECT r.task_id,
+               count(*) FILTER (WHERE a.status = 'ok' AND a.passed) AS passed_before,
+               count(*) FILTER (WHERE b.status = 'ok' AND b.passed) AS passed_after
+        FROM rollouts r
+        LEFT JOIN verifications a ON a.rollout_id = r.rollout_id AND a.verifier_version = ?
+        LEFT JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
+        GROUP BY r.task_id HAVING passed_before <> passed_after
+        ORDER BY r.task_id
+        """,
+        [old, new],
+    ).fetchall()
+    return {
+        "rollouts": {"to_pass": to_pass, "to_fail": to_fail, "count": count},
+        "tasks": [
+            {"task_id": task_id, "passed_before": before, "passed_after": after}
+            for task_id, before, after in tasks
+        ],
+    }
+
+
+def reverify(
+    run_dir: Path | str,
+    settings: dict[str, Any],
+    *,
+    failed_only: bool = False,
+    force: bool = False,
+    base_version: str | None = None,
+    max_listed: int | None = 1000,
+) -> dict[str, Any]:
+    """Store a new verifier version for the run in `run_dir` and report what changed.
+
+    Returns {"environment", "verifier", "params", "base_version", "new_version", "status":
+    "written" | "already stored", "reverified": rollouts judged, "failed_only": bool,
+    "flips": see `flips`, "before": headline, "after": headline} where a headline is
+    `gymflow.analysis.profile.headline`. Raises ReverifyError (nothing written) when the
+    environment is unknown, verifies live session state (unless `force`), or rejects the
+    parameters."""
+    con = connect(run_dir)
+    try:
+        run = run_info(con)
+        try:
+            env = load_environment(run["environment"] or "")
+        except RegistryError as exc:
+            raise ReverifyError(
+                f"run {run['run_id']}: reverify needs the environment's verifier, but {exc}"
+            ) from None
+        if not env.manifest.reverify_stateless and not force:
+            raise ReverifyError(
+                f"environment {env.name!r} verifies live session state "
+                "(reverify_stateless: false), which stored rollouts do not hold; "
+                "pass --force to verify without it"
+            )
+        spec = env.manifest.verifier
+        base = _base_version(con, spec.name, spec.params, base_version)
+        try:
+            server = env.resources_server({**base.params, **settings})
+        except ValueError as exc:
+            raise ReverifyError(str(exc)) from None
+        new_version = server.verifier_version
+        stored = {
+            row[0]
+            for row in con.execute("SELECT verifier_version FROM verifier_versions").fetchall()
+        }
+        reverified = 0
+        status = "already stored"
+        if new_version not in stored:
+            reverified = _write(con, server, base, _tasks(con), failed_only)
+            status = "written"
+        old = base.version if base.stored else new_version
+        return {
+            "environment": env.name,
+            "verifier": spec.name,
+            "params": server.params.model_dump(mode="json"),
+            "base_version": base.version or None,
+            "new_version": new_version,
+            "status": status,
+            "reverified": reverified,
+            "failed_only": failed_only,
+            "flips": flips(con, old, new_version, limit=max_listed),
+            "before": headline(con, old) if base.stored else None,
+            "after": headline(con, new_version),
+        }
+    finally:
+        con.close()

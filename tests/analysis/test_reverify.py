@@ -1,0 +1,216 @@
+"""Reverify flips exactly the rollouts whose verdict changes, keeps the old version intact, and
+never calls the policy model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from gymflow.config import EvalConfig
+from gymflow.environments.base import Task
+from gymflow.models import client as model_client
+from gymflow.models.endpoint import model_endpoint
+from gymflow.reverify import ReverifyError, parse_settings, reverify
+from gymflow.rollouts.collect import collect
+from gymflow.rollouts.plan import resolve
+from gymflow.store.db import connect
+from gymflow.store.runs import register_run
+from gymflow.verifiers.base import VerifyInput, get_verifier
+from tests.analysis.builder import RunMeta, StoreBuilder
+from tests.conftest import ROOT, gym
+
+
+@pytest.fixture
+def no_policy_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any attempt to build a model client (the only way gymflow reaches a policy) fails."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("reverify tried to construct a policy model client")
+
+    monkeypatch.setattr(model_client.ResponsesClient, "__init__", refuse)
+
+
+def _arithmetic_store(path: Path) -> StoreBuilder:
+    b = StoreBuilder(RunMeta(repeats=3))
+    for i in range(8):
+        b.task(f"t{i}", 20 + i)
+        answer = 20 + i
+        texts = [
+            f"Answer: {answer}",  # right under both modes
+            f"The result is {answer}.",  # no Answer: line -> only last_number passes
+            f"Answer: {answer}\nDouble-checked against {answer + 5}.",  # only answer_line passes
+        ]
+        for repeat, text in enumerate(texts if i % 2 == 0 else texts[:1] * 3):
+            b.rollout(f"t{i}", repeat, text=text)
+    b.write(path)
+    return b
+
+
+def _rows(path: Path, version: str) -> list[tuple]:
+    con = duckdb.connect(str(path / "gymflow.duckdb"), read_only=True)
+    try:
+        return con.execute(
+            "SELECT * EXCLUDE (created_at) FROM verifications WHERE verifier_version = ? "
+            "ORDER BY rollout_id",
+            [version],
+        ).fetchall()
+    finally:
+        con.close()
+
+
+def _expected_flips(path: Path, verifier: str, old: dict, new: dict) -> tuple[set, set]:
+    """Judge every stored output directly under both parameter sets."""
+    spec = get_verifier(verifier)
+    con = duckdb.connect(str(path / "gymflow.duckdb"), read_only=True)
+    rows = con.execute(
+        "SELECT r.rollout_id, r.output_text, t.data_json FROM rollouts r JOIN tasks t "
+        "USING (task_id) WHERE r.status = 'completed'"
+    ).fetchall()
+    con.close()
+    to_pass, to_fail = set(), set()
+    for rollout_id, text, data in rows:
+        task = Task("x", {}, json.loads(data), "", "")
+        before = spec.fn(VerifyInput(task, text), spec.params(old)).reward >= 1.0
+        after = spec.fn(VerifyInput(task, text), spec.params(new)).reward >= 1.0
+        if after and not before:
+            to_pass.add(rollout_id)
+        if before and not after:
+            to_fail.add(rollout_id)
+    return to_pass, to_fail
+
+
+def test_arithmetic_extract_mode_flips_exactly(tmp_path: Path, no_policy_model) -> None:
+    run = tmp_path / "run"
+    b = _arithmetic_store(run)
+    old_rows = _rows(run, b.verifier_version)
+    result = reverify(run, {"extract": "last_number"})
+    to_pass, to_fail = _expected_flips(
+        run, "numeric_match", {"extract": "answer_line"}, {"extract": "last_number"}
+    )
+    assert len(to_pass) == 4 and len(to_fail) == 4
+    assert set(result["flips"]["rollouts"]["to_pass"]) == to_pass
+    assert set(result["flips"]["rollouts"]["to_fail"]) == to_fail
+    assert result["base_version"] == b.verifier_version != result["new_version"]
+    assert result["reverified"] == 24 and result["status"] == "written"
+    assert _rows(run, b.verifier_version) == old_rows  # old version untouched
+    assert len(_rows(run, result["new_version"])) == 24
+    # tasks t0, t2, t4, t6 lose one pass and gain one: their count is unchanged
+    assert result["flips"]["tasks"] == []
+    assert result["before"]["pass@1"] == pytest.approx(result["after"]["pass@1"])
+    again = reverify(run, {"extract": "last_number"}, base_version=b.verifier_version)
+    assert again["status"] == "already stored" and again["reverified"] == 0
+
+
+def test_failed_only_carries_passing_verdicts(tmp_path: Path, no_policy_model) -> None:
+    run = tmp_path / "run"
+    b = _arithmetic_store(run)
+    result = reverify(run, {"extract": "last_number"}, failed_only=True)
+    assert result["reverified"] == 4  # only the 'The result is N.' rollouts failed before
+    assert result["flips"]["rollouts"]["to_fail"] == []
+    assert len(result["flips"]["rollouts"]["to_pass"]) == 4
+    new_rows = _rows(run, result["new_version"])
+    assert len(new_rows) == 24
+    con = connect(run, read_only=True)
+    carried = con.execute(
+        "SELECT count(*) FROM verifications WHERE verifier_version = ? "
+        "AND details_json::JSON->>'carried_from' = ?",
+        [result["new_version"], b.verifier_version],
+    ).fetchone()[0]
+    con.close()
+    assert carried == 20
+
+
+def test_bad_settings_and_stateful_environments_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ReverifyError, match="expected KEY=VALUE"):
+        parse_settings(["mode"])
+    assert parse_settings(["n=3", "strict=true", "mode=loose"]) == {
+        "n": 3,
+        "strict": True,
+        "mode": "loose",
+    }
+    run = tmp_path / "run"
+    _arithmetic_store(run)
+    before = _rows(run, StoreBuilder().verifier_version)
+    with pytest.raises(ReverifyError, match="nope"):
+        reverify(run, {"nope": 1})
+    envs = tmp_path / "envs" / "stateful"
+    envs.mkdir(parents=True)
+    manifest = (ROOT / "src/gymflow/environments/arithmetic/environment.yaml").read_text()
+    (envs / "environment.yaml").write_text(
+        manifest.replace("name: arithmetic", "name: stateful").replace(
+            "reverify_stateless: true", "reverify_stateless: false"
+        )
+    )
+    (envs / "env.py").write_text(
+        "from gymflow.environments.base import Environment\n\n"
+        "class ArithmeticEnvironment(Environment):\n"
+        "    def generate(self, split):\n        return []\n"
+    )
+    monkeypatch.setenv("GYMFLOW_ENVIRONMENTS_PATH", str(tmp_path / "envs"))
+    con = duckdb.connect(str(run / "gymflow.duckdb"))
+    con.execute("UPDATE runs SET environment = 'stateful'")
+    con.close()
+    with pytest.raises(ReverifyError, match="reverify_stateless: false"):
+        reverify(run, {"extract": "last_number"})
+    env = {"GYMFLOW_ENVIRONMENTS_PATH": str(tmp_path / "envs")}
+    out = gym("eval", "reverify", "run", "--set", "extract=last_number", cwd=tmp_path, env=env)
+    assert out.returncode == 1 and "--force" in out.stderr
+    con = connect(run, read_only=True)
+    versions = con.execute("SELECT count(*) FROM verifier_versions").fetchone()[0]
+    con.close()
+    assert versions == 1 and _rows(run, StoreBuilder().verifier_version) == before
+    forced = gym(
+        "eval",
+        "reverify",
+        "run",
+        "--set",
+        "extract=last_number",
+        "--force",
+        "--json",
+        cwd=tmp_path,
+        env=env,
+    )
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["flips"]["rollouts"]["count"] == 8
+
+
+@pytest.fixture(scope="module")
+def ifeval_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real ifeval run: the collector against the local policy server (no Prefect needed)."""
+    if not (ROOT / "src/gymflow/environments/ifeval").is_dir():
+        pytest.skip("the ifeval environment is not in this checkout")
+    out = tmp_path_factory.mktemp("ifeval") / "run"
+    config = EvalConfig(benchmark="ifeval", limit=30, repeats=2, out=str(out))
+    plan = resolve(config)
+    con = connect(out, create=True)
+    try:
+        register_run(con, plan, resume=False)
+        with model_endpoint(plan) as base_url:
+            asyncio.run(collect(plan, plan.keys(), con, base_url=base_url))
+    finally:
+        con.close()
+    return out
+
+
+def test_ifeval_strict_to_loose(ifeval_run: Path, no_policy_model) -> None:
+    con = connect(ifeval_run, read_only=True)
+    (old_version,) = con.execute("SELECT verifier_version FROM verifier_versions").fetchone()
+    calls = con.execute("SELECT count(*) FROM model_calls").fetchone()[0]
+    con.close()
+    old_rows = _rows(ifeval_run, old_version)
+    result = reverify(ifeval_run, {"mode": "loose"})
+    to_pass, to_fail = _expected_flips(ifeval_run, "ifeval", {"mode": "strict"}, {"mode": "loose"})
+    assert to_pass, "the local policy plays loose-only references: some rollouts must flip"
+    assert set(result["flips"]["rollouts"]["to_pass"]) == to_pass
+    assert set(result["flips"]["rollouts"]["to_fail"]) == to_fail == set()
+    assert result["after"]["pass@1"] > result["before"]["pass@1"]
+    assert _rows(ifeval_run, old_version) == old_rows
+    con = connect(ifeval_run, read_only=True)
+    assert con.execute("SELECT count(*) FROM model_calls").fetchone()[0] == calls
+    con.close()
