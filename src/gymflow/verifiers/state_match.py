@@ -1,0 +1,113 @@
+"""State match: the session's final state against the task's expected state.
+
+For stateful tool environments the answer is not the text but what the tools did. The verifier
+walks both states and names every difference by its path (`orders.O-1007.status: expected
+'shipped', got 'pending'`); the first one is the headline. Free text the model writes (an email
+body) can be left out with `ignore`, and lists whose order is not part of the goal (emails sent by
+parallel calls) compared as multisets with `unordered`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gymflow.verifiers.base import Verdict, VerifierError, VerifyInput, verifier
+
+MAX_LISTED = 10
+
+
+class StateMatchParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ignore: list[str] = Field(
+        default_factory=list,
+        description="Dotted paths left out of the comparison; '*' matches any one key or index.",
+    )
+    unordered: list[str] = Field(
+        default_factory=list, description="Dotted paths of lists compared in any order."
+    )
+
+
+def _matches(path: tuple[str, ...], pattern: str) -> bool:
+    parts = pattern.split(".")
+    return len(parts) == len(path) and all(p in ("*", q) for p, q in zip(parts, path, strict=True))
+
+
+def _prune(value: Any, path: tuple[str, ...], params: StateMatchParams) -> Any:
+    """The value without ignored paths, with unordered lists in a canonical order."""
+    if isinstance(value, dict):
+        return {
+            k: _prune(v, (*path, str(k)), params)
+            for k, v in value.items()
+            if not any(_matches((*path, str(k)), p) for p in params.ignore)
+        }
+    if isinstance(value, list):
+        items = [
+            _prune(v, (*path, str(i)), params)
+            for i, v in enumerate(value)
+            if not any(_matches((*path, str(i)), p) for p in params.ignore)
+        ]
+        if any(_matches(path, p) for p in params.unordered):
+            items.sort(key=lambda v: json.dumps(v, sort_keys=True, default=str))
+        return items
+    return value
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def differences(expected: Any, actual: Any, path: str = "") -> Iterator[str]:
+    where = path or "(state)"
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        for key in sorted(expected.keys() | actual.keys(), key=str):
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in actual:
+                yield f"{sub}: missing (expected {_show(expected[key])})"
+            elif key not in expected:
+                yield f"{sub}: unexpected {_show(actual[key])}"
+            else:
+                yield from differences(expected[key], actual[key], sub)
+    elif isinstance(expected, list) and isinstance(actual, list):
+        if len(expected) != len(actual):
+            yield f"{where}: expected {len(expected)} item(s), got {len(actual)}"
+        for i, (e, a) in enumerate(zip(expected, actual, strict=False)):
+            yield from differences(e, a, f"{path}.{i}" if path else str(i))
+    elif not _same_leaf(expected, actual):
+        yield f"{where}: expected {_show(expected)}, got {_show(actual)}"
+
+
+def _same_leaf(expected: Any, actual: Any) -> bool:
+    """Equal values; 3 and 3.0 are the same number, but True is not 1."""
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return type(expected) is type(actual) and expected == actual
+    return expected == actual
+
+
+@verifier("state_match", params=StateMatchParams)
+def state_match(inp: VerifyInput, params: StateMatchParams) -> Verdict:
+    """1 when the session's final state equals the expected state, else 0 with the differences."""
+    expected = inp.task.data.get("expected_state")
+    if not isinstance(expected, dict):
+        raise VerifierError(
+            f"task {inp.task.task_id}: data.expected_state must be a mapping", "bad_task_data"
+        )
+    if inp.final_state is None:
+        raise VerifierError(
+            f"task {inp.task.task_id}: the session has no final state to compare", "missing_state"
+        )
+    found = list(differences(_prune(expected, (), params), _prune(inp.final_state, (), params)))
+    if not found:
+        return Verdict(1.0, {"reason": "state_matches"})
+    return Verdict(
+        0.0,
+        {
+            "reason": "state_differs",
+            "first_difference": found[0],
+            "differences": found[:MAX_LISTED],
+            "difference_count": len(found),
+        },
+    )
