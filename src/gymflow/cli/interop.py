@@ -1,0 +1,68 @@
+"""`gym import nemo-gym` and `gym export`: rollouts in and out of gymflow stores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gymflow.cli.app import app, console, fail, print_json
+from gymflow.interop.export import FORMATS, export_run
+from gymflow.interop.nemo_gym import InteropError, import_rollouts
+from gymflow.store.db import StoreError
+
+import_app = typer.Typer(help="Import rollouts collected elsewhere.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
+
+
+@import_app.command("nemo-gym")
+def import_nemo_gym(
+    rollouts: Annotated[Path, typer.Argument(help="NeMo Gym rollouts JSONL file.")],
+    out: Annotated[Path, typer.Option(help="Run directory to create.")],
+    environment: Annotated[
+        str | None,
+        typer.Option(help="Match rows to this environment's tasks, so reverify can score them."),
+    ] = None,
+    pass_threshold: Annotated[
+        float | None,
+        typer.Option(help="Reward at which a row passes (default: the environment's, else 1)."),
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Read a NeMo Gym rollout file into a new gymflow store (rewards as version `imported`)."""
+    try:
+        result = import_rollouts(
+            rollouts, out, environment=environment, pass_threshold=pass_threshold
+        )
+    except (InteropError, StoreError) as exc:
+        fail(str(exc))
+    if json_output:
+        print_json(result)
+        return
+    console.print(
+        f"imported {result['rollouts']} rollouts of {result['tasks']} tasks "
+        f"({result['repeats']} repeats) as run {result['run_id']} into {result['store']}"
+    )
+
+
+@app.command("export")
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (or its .duckdb file).")],
+    fmt: Annotated[str, typer.Option("--format", help=" | ".join(FORMATS))] = "jsonl",
+    out: Annotated[Path | None, typer.Option(help="Output file (default: in RUN_DIR).")] = None,
+    verifier_version: Annotated[
+        str | None, typer.Option(help="Verifier version whose rewards to write (newest).")
+    ] = None,
+) -> None:
+    """Write a run's rollouts as NeMo Gym rollout JSONL, flat JSONL or Parquet."""
+    if fmt not in FORMATS:
+        fail(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    try:
+        result = export_run(run_dir, fmt, out=out, verifier_version=verifier_version)
+    except StoreError as exc:
+        fail(str(exc))
+    console.print(
+        f"wrote {result['rows']} rollouts ({result['format']}, verifier "
+        f"{result['verifier_version']}) to {result['path']}"
+    )

@@ -1,0 +1,1 @@
+"""Rollouts in and out of gymflow stores: NeMo Gym rollout files, flat JSONL and Parquet."""

@@ -1,0 +1,79 @@
+"""Writing a run's rollouts out: NeMo Gym rollout JSONL, flat JSONL, or Parquet.
+
+Every format is produced by SQL over the store; one row per rollout with its verification under
+one verifier version (the newest unless given). The NeMo Gym format holds completed rollouts only
+(a failed rollout has no response to give); the flat formats hold every stored rollout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from gymflow.analysis.outcomes import check_verifier_version
+from gymflow.interop.nemo_gym import iter_lines
+from gymflow.store.db import connect
+
+Format = Literal["nemo-gym", "jsonl", "parquet"]
+FORMATS: tuple[Format, ...] = ("nemo-gym", "jsonl", "parquet")
+DEFAULT_NAMES = {
+    "nemo-gym": "rollouts.nemo-gym.jsonl",
+    "jsonl": "rollouts.jsonl",
+    "parquet": "rollouts.parquet",
+}
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _flat_sql(verifier_version: str, nested_json: bool) -> str:
+    """One row per stored rollout with its task index and its verification under the version."""
+    details = "json(v.details_json)" if nested_json else "v.details_json"
+    trajectory = "json(r.trajectory_json)" if nested_json else "r.trajectory_json"
+    return f"""
+        SELECT r.rollout_id, r.run_id, r.task_id, t.task_index, r.repeat_index, r.status,
+               r.failure_kind, r.error, r.incomplete, r.output_text, r.num_turns,
+               r.num_model_calls, r.input_tokens, r.output_tokens, r.latency_s, r.started_at,
+               r.finished_at, v.verifier_version, v.status AS verification_status, v.reward,
+               v.passed, v.failure_kind AS verification_failure_kind,
+               {details} AS verification_details, {trajectory} AS trajectory
+        FROM rollouts r
+        LEFT JOIN tasks t USING (task_id)
+        LEFT JOIN verifications v
+          ON v.rollout_id = r.rollout_id AND v.verifier_version = {_literal(verifier_version)}
+        ORDER BY t.task_index, r.repeat_index, r.rollout_id
+    """
+
+
+def export_run(
+    run_dir: Path | str,
+    fmt: Format,
+    *,
+    out: Path | None = None,
+    verifier_version: str | None = None,
+) -> dict[str, Any]:
+    """Write the run's rollouts to `out` (default: RUN_DIR/<DEFAULT_NAMES[fmt]>).
+
+    Returns {"format", "path", "rows", "verifier_version"}."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown export format {fmt!r} (formats: {', '.join(FORMATS)})")
+    target = Path(out) if out else Path(run_dir) / DEFAULT_NAMES[fmt]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    con = connect(run_dir, read_only=True)
+    try:
+        version = check_verifier_version(con, verifier_version)
+        if fmt == "nemo-gym":
+            rows = 0
+            with target.open("w", encoding="utf-8") as handle:
+                for line in iter_lines(con, version):
+                    handle.write(line + "\n")
+                    rows += 1
+        else:
+            sql = _flat_sql(version, nested_json=fmt == "jsonl")
+            con.execute(f"CREATE OR REPLACE TEMP VIEW export_rows AS {sql}")
+            options = "FORMAT json" if fmt == "jsonl" else "FORMAT parquet"
+            con.execute(f"COPY (SELECT * FROM export_rows) TO {_literal(str(target))} ({options})")
+            rows = con.execute("SELECT count(*) FROM export_rows").fetchone()[0]
+    finally:
+        con.close()
+    return {"format": fmt, "path": str(target), "rows": rows, "verifier_version": version}
