@@ -1,6 +1,14 @@
 """Reward functions with versioned parameters. Importing this package registers the built-ins."""
 
-from gymflow.verifiers import bfcl, code_exec, ifeval, numeric, state_match  # noqa: F401
+from gymflow.verifiers import (  # noqa: F401
+    bfcl,
+    code_exec,
+    ifeval,
+    math_answer,
+    math_judge,
+    numeric,
+    state_match,
+)
 from gymflow.verifiers.base import (
     REGISTRY,
     Verdict,
