@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
+import pyarrow as pa
 import yaml
 
 from gymflow.analysis.profile import headline
@@ -31,11 +33,13 @@ from gymflow.environments.resources import ResourcesServer
 from gymflow.records import Verification
 from gymflow.store.db import connect
 from gymflow.store.runs import run_info
-from gymflow.store.writer import insert_rows, register_verifier_version
+from gymflow.store.schema import COLUMNS
+from gymflow.store.writer import register_verifier_version
 from gymflow.verifiers.base import VerifyInput
 
-#: rollouts read, verified and written per round trip
-BATCH = 5000
+#: rollouts read, verified and written per round trip (an insert costs ~20 us a row at 5,000
+#: and ~11 us at 50,000: the primary-key index favours big batches)
+BATCH = 50_000
 
 
 class ReverifyError(ValueError):
@@ -132,7 +136,7 @@ def _verify_all(
 ) -> list[Verification]:
     def one(row: tuple) -> Verification:
         _, task_id, output_text, trajectory_json = row
-        trajectory = json.loads(trajectory_json) if trajectory_json else []
+        trajectory = orjson.loads(trajectory_json) if trajectory_json else []
         return server.verify_sync(VerifyInput(tasks[task_id], output_text or "", trajectory))
 
     if server.heavy_verification:
@@ -141,8 +145,27 @@ def _verify_all(
     return [one(row) for row in rows]
 
 
-def _dumps(value: dict[str, Any]) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+def _insert(con, rows: list[tuple], verdicts: list[Verification], now: datetime) -> None:
+    """Insert one batch of verdicts through Arrow: at a million rollouts, converting Python
+    lists for `insert_rows` cost more than the verifier itself (measured 34 us a row)."""
+    batch = pa.table(
+        {
+            "rollout_id": [row[0] for row in rows],
+            "verifier_version": [v.verifier_version for v in verdicts],
+            "status": [v.status for v in verdicts],
+            "reward": pa.array([v.reward for v in verdicts], pa.float64()),
+            "passed": pa.array([v.passed for v in verdicts], pa.bool_()),
+            "failure_kind": pa.array([v.failure_kind for v in verdicts], pa.string()),
+            "details_json": [orjson.dumps(v.details, default=str).decode() for v in verdicts],
+            "created_at": pa.array([now] * len(rows), pa.timestamp("us")),
+        }
+    )
+    columns = ", ".join(COLUMNS["verifications"])
+    con.register("reverify_batch", batch)
+    try:
+        con.execute(f"INSERT INTO verifications ({columns}) SELECT {columns} FROM reverify_batch")
+    finally:
+        con.unregister("reverify_batch")
 
 
 def _write(con, server: ResourcesServer, base: _Base, tasks, failed_only: bool) -> int:
@@ -163,23 +186,7 @@ def _write(con, server: ResourcesServer, base: _Base, tasks, failed_only: bool) 
         for rows in _batches(reader, base.version, failed_only):
             judged += len(rows)
             verdicts = _verify_all(server, tasks, rows)
-            insert_rows(
-                con,
-                "verifications",
-                [
-                    (
-                        row[0],
-                        v.verifier_version,
-                        v.status,
-                        v.reward,
-                        v.passed,
-                        v.failure_kind,
-                        _dumps(v.details),
-                        now,
-                    )
-                    for row, v in zip(rows, verdicts, strict=True)
-                ],
-            )
+            _insert(con, rows, verdicts, now)
         if failed_only and base.stored:
             con.execute(
                 f"""

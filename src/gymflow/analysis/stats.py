@@ -57,6 +57,7 @@ def bootstrap_ci95(
         # Multiplicity of each task in each resample: one bincount over offset draws.
         draws = rng.integers(0, tasks, size=(size, tasks)) + np.arange(size)[:, None] * tasks
         weights = np.bincount(draws.ravel(), minlength=size * tasks).reshape(size, tasks)
+        weights = weights.astype(float)  # float @ float runs in BLAS; int @ float does not
         with np.errstate(invalid="ignore", divide="ignore"):
             means[start : start + size] = (weights @ filled) / (weights @ counts)
     with warnings.catch_warnings():
