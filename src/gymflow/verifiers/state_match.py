@@ -30,29 +30,45 @@ class StateMatchParams(BaseModel):
     )
 
 
-def _matches(path: tuple[str, ...], pattern: str) -> bool:
-    parts = pattern.split(".")
-    return len(parts) == len(path) and all(p in ("*", q) for p, q in zip(parts, path, strict=True))
+def _hit(pattern_part: str, key: object) -> bool:
+    return pattern_part in ("*", str(key))
 
 
-def _prune(value: Any, path: tuple[str, ...], params: StateMatchParams) -> Any:
-    """The value without ignored paths, with unordered lists in a canonical order."""
+def _without(value: Any, parts: list[str]) -> Any:
+    """`value` with the paths matching `parts` left out; only the containers on the way are
+    copied, so the cost follows the pattern, not the size of the state."""
+    head, rest = parts[0], parts[1:]
     if isinstance(value, dict):
-        return {
-            k: _prune(v, (*path, str(k)), params)
-            for k, v in value.items()
-            if not any(_matches((*path, str(k)), p) for p in params.ignore)
-        }
+        if not rest:
+            return {k: v for k, v in value.items() if not _hit(head, k)}
+        return {k: _without(v, rest) if _hit(head, k) else v for k, v in value.items()}
     if isinstance(value, list):
-        items = [
-            _prune(v, (*path, str(i)), params)
-            for i, v in enumerate(value)
-            if not any(_matches((*path, str(i)), p) for p in params.ignore)
-        ]
-        if any(_matches(path, p) for p in params.unordered):
-            items.sort(key=lambda v: json.dumps(v, sort_keys=True, default=str))
-        return items
+        if not rest:
+            return [v for i, v in enumerate(value) if not _hit(head, i)]
+        return [_without(v, rest) if _hit(head, i) else v for i, v in enumerate(value)]
     return value
+
+
+def _canonical_order(value: Any, parts: list[str]) -> Any:
+    """`value` with the lists at the paths matching `parts` sorted into a canonical order."""
+    if not parts:
+        if not isinstance(value, list):
+            return value
+        return sorted(value, key=lambda v: json.dumps(v, sort_keys=True, default=str))
+    head, rest = parts[0], parts[1:]
+    if isinstance(value, dict):
+        return {k: _canonical_order(v, rest) if _hit(head, k) else v for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical_order(v, rest) if _hit(head, i) else v for i, v in enumerate(value)]
+    return value
+
+
+def comparable(state: Any, params: StateMatchParams) -> Any:
+    for pattern in params.ignore:
+        state = _without(state, pattern.split("."))
+    for pattern in params.unordered:
+        state = _canonical_order(state, pattern.split("."))
+    return state
 
 
 def _show(value: Any) -> str:
@@ -99,7 +115,7 @@ def state_match(inp: VerifyInput, params: StateMatchParams) -> Verdict:
         raise VerifierError(
             f"task {inp.task.task_id}: the session has no final state to compare", "missing_state"
         )
-    found = list(differences(_prune(expected, (), params), _prune(inp.final_state, (), params)))
+    found = list(differences(comparable(expected, params), comparable(inp.final_state, params)))
     if not found:
         return Verdict(1.0, {"reason": "state_matches"})
     return Verdict(

@@ -1,0 +1,73 @@
+"""Verifications per second for the ifeval and backoffice verifiers, as rows of bench/verifiers.py.
+
+ifeval is timed in both grading modes (loose tries up to eight variants of a failing response per
+constraint, so it is the slower one on wrong answers). state_match is timed on backoffice's
+final states: each task's reference and distractor plans are played on the tools once, up front,
+and the verifier compares those states with the expected one, as it does at the end of a rollout.
+
+    python bench/verifiers_tools.py [--seconds 5] [--workers 1 2]
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from verifiers import _cycler, measure
+
+
+def _state_cycler(environment: str, split: str) -> Callable[[], Any]:
+    from gymflow.environments.backoffice.tasks import play
+    from gymflow.environments.registry import load_environment
+    from gymflow.verifiers.base import VerifyInput
+
+    env = load_environment(environment)
+    server = env.resources_server()
+    inputs = [
+        VerifyInput(
+            task, text, [], play(task.data["initial_state"], [list(t) for t in plan], strict=False)
+        )
+        for task in env.tasks(split)
+        for text, plan in (
+            (task.reference, task.reference_actions),
+            (task.distractor, task.distractor_actions),
+        )
+    ]
+    stream = itertools.cycle(inputs)
+
+    def verify_one() -> Any:
+        verification = server.verify_sync(next(stream))
+        if verification.status != "ok":
+            raise RuntimeError(f"{environment}: verification failed: {verification.details}")
+        return verification
+
+    return verify_one
+
+
+CASES = [
+    ("ifeval (strict)", lambda: _cycler("ifeval", "test")),
+    ("ifeval (loose)", lambda: _cycler("ifeval", "test", {"mode": "loose"})),
+    ("state_match (backoffice final states)", lambda: _state_cycler("backoffice", "test")),
+]
+
+
+def run(argv: list[str] | None = None) -> None:
+    import argparse
+    import os
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    args = parser.parse_args(argv)
+    print(f"cores: {os.cpu_count()}; {args.seconds:g} s per measurement; machine shared, noisy")
+    header = f"{'verifier':<40}" + "".join(f"{f'{w} worker(s)':>16}" for w in args.workers)
+    print(header)
+    print("-" * len(header))
+    for name, factory in CASES:
+        rates = [measure(factory, workers, args.seconds) for workers in args.workers]
+        print(f"{name:<40}" + "".join(f"{rate:>12.1f} /s " for rate in rates), flush=True)
+
+
+if __name__ == "__main__":
+    run()
