@@ -36,6 +36,7 @@ async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) 
         return stats
     server = plan.env.resources_server(plan.verifier_params)
     run_harness = get_harness(plan.harness)
+    run_id = plan.run_id  # a hash of the whole config: computed once, not per rollout
     queue: asyncio.Queue[RolloutKey] = asyncio.Queue()
     for key in keys:
         queue.put_nowait(key)
@@ -60,7 +61,7 @@ async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) 
                     key = queue.get_nowait()
                 except asyncio.QueueEmpty:
                     return
-                rollout = await run_one(plan, key, client, server, run_harness)
+                rollout = await run_one(plan, run_id, key, client, server, run_harness)
                 stats.attempted += 1
                 if rollout.status == COMPLETED:
                     stats.completed += 1
@@ -80,7 +81,12 @@ async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) 
 
 
 async def run_one(
-    plan: RunPlan, key: RolloutKey, client: ResponsesClient, server: ResourcesServer, run_harness
+    plan: RunPlan,
+    run_id: str,
+    key: RolloutKey,
+    client: ResponsesClient,
+    server: ResourcesServer,
+    run_harness,
 ) -> Rollout:
     task_id, repeat_index = key
     task = plan.task_by_id[task_id]
@@ -91,8 +97,8 @@ async def run_one(
     )
     started = datetime.now(UTC)
     rollout = Rollout(
-        rollout_id=rollout_id(plan.run_id, task_id, repeat_index),
-        run_id=plan.run_id,
+        rollout_id=rollout_id(run_id, task_id, repeat_index),
+        run_id=run_id,
         task_id=task_id,
         repeat_index=repeat_index,
         seed=seed or 0,
