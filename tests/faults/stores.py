@@ -1,0 +1,63 @@
+"""Helpers of the fault-injection suite: running `gym` against the suite's Prefect server, and
+reading stores the way each test's final check needs."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+import duckdb
+
+from tests.conftest import gym
+
+
+def gym_env(prefect_api: str, **extra: str) -> dict[str, str]:
+    """Environment for a `gym` subprocess that talks to the suite's Prefect server."""
+    return {"PREFECT_API_URL": prefect_api, "PYTHONUNBUFFERED": "1", **extra}
+
+
+def run_gym(*args: str, cwd: Path, prefect_api: str, **kwargs) -> subprocess.CompletedProcess:
+    env = gym_env(prefect_api, **kwargs.pop("env", {}))
+    return gym(*args, cwd=cwd, env=env, **kwargs)
+
+
+# Stored columns that must agree between two runs of one config and seed: everything but times.
+ROLLOUT_COLUMNS = (
+    "task_id, repeat_index, seed, status, failure_kind, error, incomplete, output_text, "
+    "trajectory_json, num_turns, num_model_calls, input_tokens, output_tokens"
+)
+
+
+def rollout_rows(store: Path) -> dict[str, tuple]:
+    """rollout_id -> (rollout columns..., verifier version, verification status, reward, passed,
+    failure kind, details)."""
+    con = duckdb.connect(str(store), read_only=True)
+    try:
+        rows = con.execute(
+            f"""
+            SELECT r.rollout_id, {", ".join(f"r.{c.strip()}" for c in ROLLOUT_COLUMNS.split(","))},
+                   v.verifier_version, v.status, v.reward, v.passed, v.failure_kind, v.details_json
+            FROM rollouts r LEFT JOIN verifications v USING (rollout_id)
+            """
+        ).fetchall()
+    finally:
+        con.close()
+    return {row[0]: row[1:] for row in rows}
+
+
+def query(store: Path, sql: str, params: list | None = None) -> list[tuple]:
+    con = duckdb.connect(str(store), read_only=True)
+    try:
+        return con.execute(sql, params or []).fetchall()
+    finally:
+        con.close()
+
+
+def tree_digest(folder: Path) -> dict[str, str]:
+    """sha256 of every file under `folder`: proof that a refused command changed nothing."""
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
