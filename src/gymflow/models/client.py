@@ -21,6 +21,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
+import orjson
 from pydantic import ValidationError
 
 from gymflow.config import ModelConfig, Sampling
@@ -100,7 +101,13 @@ class ResponsesClient:
     """Calls a model server. Use as an async context manager."""
 
     def __init__(
-        self, config: ModelConfig, base_url: str, sampling: Sampling, *, concurrency: int = 64
+        self,
+        config: ModelConfig,
+        base_url: str,
+        sampling: Sampling,
+        *,
+        concurrency: int = 64,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.config = config
         self.base_url = base_url.rstrip("/")
@@ -111,25 +118,44 @@ class ResponsesClient:
         self._spacer = (
             RequestSpacer(config.requests_per_minute) if config.requests_per_minute else None
         )
-        headers = {"content-type": "application/json"}
+        headers = {"content-type": "application/json", "accept": "application/json"}
         self._secret = os.environ.get(config.api_key_env) if config.api_key_env else None
         if self._secret:
             headers["authorization"] = f"Bearer {self._secret}"
-        self._http = httpx.AsyncClient(
-            transport=make_transport(concurrency),
-            headers=headers,
-            timeout=httpx.Timeout(
-                config.timeout_s,
-                connect=config.connect_timeout_s,
-                read=config.read_timeout_s or config.timeout_s,
-            ),
+        # Requests go to the transport as prebuilt httpx.Request objects: AsyncClient.post would
+        # re-parse the URL and merge cookies and headers on every call, which costs more than
+        # the transport itself at high concurrency (bench/transport.py), and a model API needs
+        # neither cookies, redirects nor auth flows.
+        self._url = httpx.URL(self.base_url + self._wire.path)
+        self._headers = httpx.Headers(headers)
+        timeout = httpx.Timeout(
+            config.timeout_s,
+            connect=config.connect_timeout_s,
+            read=config.read_timeout_s or config.timeout_s,
         )
+        self._extensions = {"timeout": timeout.as_dict()}
+        self._transport = transport or make_transport(concurrency)
 
     async def __aenter__(self) -> ResponsesClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._http.aclose()
+        await self._transport.aclose()
+
+    async def _post(self, body: dict[str, Any]) -> httpx.Response:
+        request = httpx.Request(
+            "POST",
+            self._url,
+            content=orjson.dumps(body),
+            headers=self._headers,
+            extensions=self._extensions,
+        )
+        reply = await self._transport.handle_async_request(request)
+        try:
+            await reply.aread()
+        finally:
+            await reply.aclose()
+        return reply
 
     def request_body(
         self,
@@ -204,7 +230,7 @@ class ResponsesClient:
             async with self._limit:
                 started = time.perf_counter()
                 async with asyncio.timeout(self.config.timeout_s):
-                    reply = await self._http.post(self.base_url + self._wire.path, json=sent)
+                    reply = await self._post(sent)
                     status = reply.status_code
                     text = self._redact(reply.text)
             if status >= 400:
@@ -238,7 +264,7 @@ class ResponsesClient:
 
     def _parse(self, text: str, status: int) -> tuple[dict[str, Any], Response]:
         try:
-            raw = self._wire.decode(json.loads(text))
+            raw = self._wire.decode(orjson.loads(text))
             response = Response.model_validate(raw)
         except (json.JSONDecodeError, ValidationError, KeyError, IndexError, TypeError) as exc:
             what = "chat completion" if self._wire.chat else "Responses API object"

@@ -9,7 +9,7 @@ it is the other half of every throughput figure gymflow publishes.
 
 Routes besides the two model endpoints: `GET /health`, `GET /v1/models`, `POST /_gymflow/faults`
 (`{"schedule": ["429", "ok", ...]}`: the next requests get these faults, in order) and
-`GET /_gymflow/stats` (requests served, requests in flight now and at most)."""
+`GET /_gymflow/stats` (requests served; in flight now, at most, and its time-integral)."""
 
 from __future__ import annotations
 
@@ -102,6 +102,10 @@ class PolicyApp:
         self.requests = 0
         self.in_flight = 0
         self.peak_in_flight = 0
+        # Time-integral of in_flight: its growth over a window, divided by the window, is the
+        # mean number of requests in flight (the concurrency a client really achieved).
+        self.in_flight_seconds = 0.0
+        self._changed = time.perf_counter()
 
     # -- policy --------------------------------------------------------------------------------
     def _fault(self, body_key: str) -> str | None:
@@ -230,12 +234,11 @@ class PolicyApp:
             await _send(send, 200, {"object": "list", "data": [model]})
         elif path in ("/v1/responses", "/v1/chat/completions") and method == "POST":
             self.requests += 1
-            self.in_flight += 1
-            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            self._in_flight_changes(+1)
             try:
                 await self._model(body, send, chat=path.endswith("/chat/completions"))
             finally:
-                self.in_flight -= 1
+                self._in_flight_changes(-1)
         elif path == "/_gymflow/faults" and method == "POST":
             schedule = list(orjson.loads(body).get("schedule", []))
             unknown = sorted(set(schedule) - {*FAULT_KINDS, "ok"})
@@ -246,10 +249,19 @@ class PolicyApp:
             self.schedule = schedule
             await _send(send, 200, {"schedule": self.schedule})
         elif path == "/_gymflow/stats" and method == "GET":
+            self._in_flight_changes(0)
             stats = {"requests": self.requests, "in_flight": self.in_flight}
+            stats["in_flight_seconds"] = self.in_flight_seconds
             await _send(send, 200, {**stats, "peak_in_flight": self.peak_in_flight})
         else:
             await _send(send, 404, {"error": {"message": f"no route {method} {path}"}})
+
+    def _in_flight_changes(self, delta: int) -> None:
+        now = time.perf_counter()
+        self.in_flight_seconds += self.in_flight * (now - self._changed)
+        self._changed = now
+        self.in_flight += delta
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
 
     async def _model(self, raw: bytes, send, *, chat: bool) -> None:
         try:

@@ -1,32 +1,86 @@
 """The HTTP transport under the model client's httpx API, and what its errors mean.
 
 httpx's own connection pool degrades as concurrency rises (a per-request scan of the pool), so the
-client runs httpx over aiohttp; bench/transport.py measures the choice."""
+client keeps httpx's API and sends through aiohttp. `AiohttpTransport` is gymflow's own thin
+bridge: it reads each (small, JSON) answer whole instead of streaming it chunk by chunk through
+httpx, and maps aiohttp's errors to the httpx exception that means the same thing, keeping the
+original as the cause. bench/transport.py measures it against the alternatives."""
 
 from __future__ import annotations
 
 import asyncio
 
+import aiohttp
 import httpx
 
 from gymflow.models.errors import ModelError, ModelTimeout, TransportFailure
 
 
-def make_transport(max_connections: int) -> httpx.AsyncBaseTransport:
-    """httpx over aiohttp: httpx's own pool degrades under concurrency (see bench/transport.py)."""
-    from httpx_aiohttp import AiohttpTransport
+class AiohttpTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that sends through one aiohttp session with `max_connections`."""
 
-    limits = httpx.Limits(
-        max_connections=max_connections, max_keepalive_connections=max_connections
-    )
-    return AiohttpTransport(limits=limits)
+    def __init__(self, max_connections: int) -> None:
+        self.max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        # Created on first use, inside the running event loop, as aiohttp requires.
+        connector = aiohttp.TCPConnector(limit=self.max_connections, ttl_dns_cache=300)
+        return aiohttp.ClientSession(
+            connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",)
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._session is None:
+            self._session = self._open()
+        timeout = request.extensions.get("timeout", {})
+        limits = aiohttp.ClientTimeout(
+            sock_connect=timeout.get("connect"),
+            sock_read=timeout.get("read"),
+            connect=timeout.get("pool"),
+        )
+        try:
+            async with self._session.request(
+                request.method,
+                str(request.url),
+                headers=request.headers.multi_items(),
+                data=request.content or None,
+                allow_redirects=False,
+                timeout=limits,
+            ) as reply:
+                body = await reply.read()
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise httpx.ReadTimeout(str(exc) or "read timed out", request=request) from exc
+        except aiohttp.ClientConnectorError as exc:
+            raise httpx.ConnectError(str(exc), request=request) from exc
+        except aiohttp.ClientPayloadError as exc:
+            raise httpx.ReadError(str(exc), request=request) from exc
+        except aiohttp.ClientError as exc:
+            raise httpx.RemoteProtocolError(str(exc), request=request) from exc
+        return httpx.Response(
+            reply.status,
+            headers=reply.raw_headers,
+            content=body,
+            request=request,
+            extensions={"http_version": b"HTTP/1.1"},
+        )
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def make_transport(max_connections: int) -> httpx.AsyncBaseTransport:
+    """The transport the model client uses (chosen by bench/transport.py)."""
+    return AiohttpTransport(max_connections)
 
 
 def transport_failure(exc: BaseException) -> ModelError:
     """A timeout or a transport error, decided by the original exception.
 
-    httpx-aiohttp maps every aiohttp connection error, a server hanging up included, to
-    `httpx.ConnectTimeout`; the aiohttp exception it chains says what really happened."""
+    Some bridges (httpx-aiohttp among them) map every aiohttp connection error, a server hanging
+    up included, to `httpx.ConnectTimeout`; the exception they chain says what really happened."""
     cause = exc
     while cause.__cause__ is not None:
         cause = cause.__cause__
