@@ -19,13 +19,21 @@ from gymflow.environments.search import Catalog, load_catalog, search
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 
-def _table(*columns: str) -> Table:
+#: Below this terminal width, the optional columns are left out (they are in --json and in
+#: `gym list environments NAME`), so the description keeps room to be read.
+WIDE = 120
+
+
+def _print_table(columns: list[str], rows: list[list[str]], optional: set[str]) -> None:
     """Names never wrap; lists (tags, matched fields) and the description (last) wrap."""
+    keep = [i for i, c in enumerate(columns) if console.width >= WIDE or c not in optional]
     table = Table()
-    for column in columns[:-1]:
-        table.add_column(column, no_wrap=column not in ("tags", "matched", "splits"))
-    table.add_column(columns[-1], ratio=1)
-    return table
+    for i in keep[:-1]:
+        table.add_column(columns[i], no_wrap=columns[i] not in ("tags", "matched", "splits"))
+    table.add_column(columns[keep[-1]], ratio=1)
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
+    console.print(table)
 
 
 def _first_sentence(text: str) -> str:
@@ -128,19 +136,22 @@ def list_environments(
     if as_json:
         print_json(rows)
         return
-    table = _table("name", "domain", "tags", "harness", "verifier", "splits", "description")
-    for row in rows:
-        splits = ", ".join(f"{k}:{v}" for k, v in row["splits"].items())
-        table.add_row(
-            row["name"],
-            row["domain"],
-            ", ".join(row["tags"]),
-            row["harness"],
-            row["verifier"],
-            splits,
-            _first_sentence(row["description"]),
-        )
-    console.print(table)
+    _print_table(
+        ["name", "domain", "tags", "harness", "verifier", "splits", "description"],
+        [
+            [
+                row["name"],
+                row["domain"],
+                ", ".join(row["tags"]),
+                row["harness"],
+                row["verifier"],
+                ", ".join(f"{k}:{v}" for k, v in row["splits"].items()),
+                _first_sentence(row["description"]),
+            ]
+            for row in rows
+        ],
+        optional={"tags", "splits", "harness"},
+    )
 
 
 @list_app.command("benchmarks")
@@ -168,18 +179,22 @@ def list_benchmarks(as_json: JsonFlag = False) -> None:
     if as_json:
         print_json(rows)
         return
-    table = _table("name", "version", "environment", "split", "repeats", "temp", "description")
-    for row in rows:
-        table.add_row(
-            row["name"],
-            row["version"],
-            row["environment"],
-            row["split"] or "(default)",
-            str(row["repeats"]),
-            str(row["sampling"]["temperature"]),
-            _first_sentence(row["description"]),
-        )
-    console.print(table)
+    _print_table(
+        ["name", "version", "environment", "split", "repeats", "temp", "description"],
+        [
+            [
+                row["name"],
+                row["version"],
+                row["environment"],
+                row["split"] or "(default)",
+                str(row["repeats"]),
+                str(row["sampling"]["temperature"]),
+                _first_sentence(row["description"]),
+            ]
+            for row in rows
+        ],
+        optional={"version", "temp"},
+    )
 
 
 @app.command("search")
@@ -196,16 +211,19 @@ def search_command(
     if not hits:
         console.print(f"nothing matches {query!r}; try `gym list environments`", highlight=False)
         return
-    table = _table("#", "kind", "name", "domain", "score", "matched", "description")
-    for rank, hit in enumerate(hits, 1):
-        e = hit.entry
-        table.add_row(
-            str(rank),
-            e.kind,
-            e.name,
-            e.domain,
-            f"{hit.score:.0f}",
-            ", ".join(hit.matched),
-            _first_sentence(e.description),
-        )
-    console.print(table)
+    _print_table(
+        ["#", "kind", "name", "domain", "score", "matched", "description"],
+        [
+            [
+                str(rank),
+                hit.entry.kind,
+                hit.entry.name,
+                hit.entry.domain,
+                f"{hit.score:.0f}",
+                ", ".join(hit.matched),
+                _first_sentence(hit.entry.description),
+            ]
+            for rank, hit in enumerate(hits, 1)
+        ],
+        optional={"score", "matched"},
+    )
