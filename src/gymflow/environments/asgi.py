@@ -86,7 +86,7 @@ def create_app(server: ResourcesServer) -> FastAPI:
         task = _find_task(server, request.task_id, request.split)
         session_id = await server.seed_session(task)
         tasks[session_id] = task
-        return {"session_id": session_id, "task_id": task.task_id, "tools": server.tools()}
+        return {"session_id": session_id, "task_id": task.task_id, "tools": server.tools_for(task)}
 
     @app.post("/tools/{name}")
     async def call_tool(name: str, request: ToolRequest) -> dict[str, Any]:

@@ -80,7 +80,7 @@ async def tool_loop(
     seed: int | None,
     config: HarnessConfig,
 ) -> Episode:
-    tools = server.tools()
+    tools = server.tools_for(task)
     schemas = {tool["name"]: tool for tool in tools if tool.get("type") == "function"}
     items = opening_items(prompt, config)
     episode = Episode(trajectory=items, counters=dict.fromkeys(COUNTERS, 0))
