@@ -101,3 +101,18 @@ def test_resources_server_failure_and_bad_ping_are_reported(tmp_path: Path, monk
     assert _files(tmp_path / "crashy") == sorted(
         [tmp_path / "crashy" / n for n in ("env.py", "environment.yaml", "eval.yaml")]
     )
+
+
+def test_an_environment_whose_code_is_broken(tmp_path: Path, monkeypatch) -> None:
+    scaffold("broken-code", tmp_path)
+    env_py = tmp_path / "broken-code" / "env.py"
+    env_py.write_text(env_py.read_text().replace("def make_task(index: int) -> Task:", "def ("))
+    monkeypatch.setenv(PATH_VARIABLE, str(tmp_path))
+    config = tmp_path / "eval.yaml"
+    config.write_text("benchmark: broken-code-smoke\n")
+    report = validate_config(config)
+    assert len(report.problems) == 1
+    assert report.problems[0] == (
+        f"{config}: environment of 'broken-code-smoke' does not load ({env_py}): "
+        "SyntaxError: invalid syntax (env.py, line 15)"
+    )

@@ -7,6 +7,7 @@ verifier parameters. Nothing is written: no store, no run directory, no Prefect 
 from __future__ import annotations
 
 import asyncio
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,13 @@ def _ping(plan: RunPlan, report: ValidationReport) -> None:
         report.problems.append(f"model: ping of {model.name!r} at {where} failed: {exc}")
 
 
+def _failing_file(exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return exc.filename
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "unknown file"
+
+
 def validate_config(path: Path, *, ping: bool = False) -> ValidationReport:
     source = str(path)
     report = ValidationReport(source)
@@ -182,6 +190,13 @@ def validate_config(path: Path, *, ping: bool = False) -> ValidationReport:
         plan = build_plan(config)
     except ConfigError as exc:
         report.problems.append(f"{source}: {exc}")
+        return report
+    except Exception as exc:  # the environment's own code failed to import or to make its tasks
+        target = config.environment or config.benchmark
+        report.problems.append(
+            f"{source}: environment of {target!r} does not load ({_failing_file(exc)}): "
+            f"{type(exc).__name__}: {exc}"
+        )
         return report
     verifier_ok = _dataset(config, plan, source, report)
     _harness(plan, source, report)
