@@ -7,11 +7,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from gymflow import progress
 from gymflow.cli.app import app, console, eval_app, fail
+from gymflow.cli.scale import server_hint_once
 from gymflow.config import (
     ConfigError,
     EvalConfig,
@@ -21,6 +23,7 @@ from gymflow.config import (
     parse_config,
 )
 from gymflow.environments.registry import RegistryError
+from gymflow.flows.parameters import UNSHARDED, ScaleOptions
 from gymflow.rollouts.plan import resolve
 from gymflow.store.db import StoreError
 
@@ -58,10 +61,14 @@ def build_config(path: Path | None, overrides: dict[str, Any]) -> EvalConfig:
     return parse_config(merge_overrides(base, overrides), source)
 
 
-def run_loop(config: EvalConfig, *, resume: bool) -> dict[str, Any]:
+def run_loop(
+    config: EvalConfig, *, resume: bool, scale: ScaleOptions = UNSHARDED
+) -> dict[str, Any]:
     """Check the config, then run the evaluation loop flow with a progress bar."""
     resolve(config)  # every config problem is reported before Prefect or a server starts
     from gymflow.flows.eval_run import evaluation_loop
+
+    server_hint_once()
 
     columns = (
         TextColumn("[bold]{task.description}"),
@@ -72,7 +79,7 @@ def run_loop(config: EvalConfig, *, resume: bool) -> dict[str, Any]:
     with Progress(*columns, console=console, transient=False) as bar:
         progress.set_listener(_Bar(bar))
         try:
-            return evaluation_loop(config, resume)
+            return evaluation_loop(config, resume, scale)
         finally:
             progress.set_listener(None)
 
@@ -103,10 +110,12 @@ def print_headline(result: dict[str, Any]) -> None:
     console.print(f"report: {result['report']}")
 
 
-def _execute(path: Path | None, overrides: dict[str, Any], resume: bool) -> None:
+def _execute(
+    path: Path | None, overrides: dict[str, Any], resume: bool, scale: ScaleOptions = UNSHARDED
+) -> None:
     try:
         config = build_config(path, overrides)
-        result = run_loop(config, resume=resume)
+        result = run_loop(config, resume=resume, scale=scale)
     except (ConfigError, RegistryError, StoreError) as exc:
         fail(str(exc))
     print_headline(result)
@@ -131,13 +140,26 @@ def eval_run(
     ] = None,
     model_url: Annotated[str | None, typer.Option(help="Model server base URL (…/v1).")] = None,
     model_name: Annotated[str | None, typer.Option(help="Model name sent to the server.")] = None,
+    shards: Annotated[
+        int, typer.Option(help="Split into N shards, run concurrently here (or on --work-pool).")
+    ] = 1,
+    work_pool: Annotated[
+        str | None, typer.Option(help="Run shards as eval-shard deployment runs on this pool.")
+    ] = None,
+    shard_root: Annotated[
+        str | None, typer.Option(help="Where shard stores live (shared by workers).")
+    ] = None,
+    shard_retries: Annotated[int, typer.Option(help="Re-runs of a failed shard.")] = 2,
 ) -> None:
     """Collect rollouts, then check health, profile and write the report."""
     if config is None and benchmark is None and environment is None:
         fail("give a CONFIG file, --benchmark NAME or --environment NAME")
     try:
         shard_spec = ShardSpec.parse(shard).model_dump() if shard else None
-    except ConfigError as exc:
+        scale = ScaleOptions(
+            shards=shards, work_pool=work_pool, shard_root=shard_root, shard_retries=shard_retries
+        )
+    except (ConfigError, ValidationError) as exc:
         fail(str(exc))
     overrides = {
         "benchmark": benchmark,
@@ -155,7 +177,7 @@ def eval_run(
     if seed is not None and config is None:
         overrides.pop("sampling.seed")
         overrides["sampling"] = {"seed": seed}
-    _execute(config, overrides, resume)
+    _execute(config, overrides, resume, scale)
 
 
 @app.command("demo")

@@ -1,37 +1,80 @@
-"""The evaluation loop as a Prefect flow: collect, check health, profile, report."""
+"""The evaluation loop as a Prefect flow (the `eval-run` deployment): collect (in one store, or
+fanned out over shards here or on a work pool, then aggregated), check health, profile, report."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+from datetime import UTC, datetime
 from typing import Any
 
 from prefect import flow
-from prefect.artifacts import create_link_artifact, create_table_artifact
+from prefect.futures import as_completed
+from prefect.runtime import flow_run
+from prefect.task_runners import ThreadPoolTaskRunner
 
 from gymflow import progress
-from gymflow.config import EvalConfig
+from gymflow.config import ConfigError, EvalConfig
+from gymflow.flows.artifacts import (
+    ProgressArtifact,
+    next_action,
+    publish_results,
+    publish_shard_failure,
+)
+from gymflow.flows.eval_shard import collect_plan
+from gymflow.flows.fan_out import ShardFailed, run_shard_here, run_shard_on_pool, shard_deployment
+from gymflow.flows.parameters import UNSHARDED, ScaleOptions, shard_config
 from gymflow.models.endpoint import model_endpoint
+from gymflow.rollouts.plan import resolve
+from gymflow.store.merge import check_destination
 from gymflow.tasks.analysis import check_health, profile_run, render_report
-from gymflow.tasks.rollouts import collect_batch, prepare_run
+from gymflow.tasks.rollouts import prepare_run
+from gymflow.tasks.shards import aggregate_shards
+
+#: Threads for local shards and pool-shard waiters: each local shard holds one while it runs.
+MAX_CONCURRENT_SHARDS = 32
 
 
-def _chunks(items: list, size: int) -> list[list]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
+def _dated(config: EvalConfig) -> EvalConfig:
+    """`out` may hold `{date}`: the run's scheduled UTC date (a nightly run gets its own store,
+    and a retry of that run finds the same one)."""
+    if "{date}" not in config.out:
+        return config
+    when = flow_run.scheduled_start_time or datetime.now(UTC)
+    return config.model_copy(update={"out": config.out.replace("{date}", f"{when:%Y-%m-%d}")})
 
 
-@flow(name="eval-run", log_prints=True)
-def evaluation_loop(config: EvalConfig, resume: bool = False) -> dict[str, Any]:
-    """Collect every missing rollout of the config's run, then health, profile and report."""
-    plan = prepare_run(config, resume)
-    keys = plan.keys()
-    run_dir = str(plan.run_dir)
-    batches = _chunks(keys, config.batch_size)
-    with model_endpoint(plan) as base_url:
-        progress.started(len(keys))
-        collected = [collect_batch(plan, batch, base_url) for batch in batches]
+def _resuming(resume: bool) -> bool:
+    """A retry of this flow run (the UI's Retry button) continues it, as `--resume` would."""
+    return resume or (flow_run.run_count or 1) > 1
+
+
+@flow(
+    name="eval-run",
+    log_prints=True,
+    task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENT_SHARDS),
+)
+def evaluation_loop(
+    config: EvalConfig, resume: bool = False, scale: ScaleOptions = UNSHARDED
+) -> dict[str, Any]:
+    """Collect every missing rollout of the config's run, then health, profile and report.
+
+    `resume` continues a stored run (only missing rollouts run); `scale` splits the run into
+    shards, run here as concurrent subflows or on a work pool, then merged into the run store."""
+    config = _dated(config)
+    resume = _resuming(resume)
+    if scale.sharded:
+        if config.shard.count > 1:
+            raise ConfigError("give either shard (run one shard) or scale.shards (run them all)")
+        collected = _collect_shards(config, scale, resume)
+    else:
+        collected = _collect_here(config, resume)
+    run_dir = config.out
     health_result = check_health(run_dir)
     profile_result = profile_run(run_dir)
     report_path = render_report(run_dir)
-    _publish(profile_result, health_result, report_path)
+    publish_results(
+        profile_result, health_result, report_path, next_action(profile_result, health_result)
+    )
     return {
         "run_dir": run_dir,
         "report": report_path,
@@ -41,19 +84,49 @@ def evaluation_loop(config: EvalConfig, resume: bool = False) -> dict[str, Any]:
     }
 
 
-def _publish(profile: dict[str, Any], health: dict[str, Any], report_path: str) -> None:
-    create_link_artifact(
-        key="gymflow-report",
-        link=f"file://{report_path}",
-        link_text="gymflow HTML report",
-        description="Decision report",
-    )
-    rows = [
-        {"metric": "pass@1", "value": profile["pass@1"]},
-        {"metric": "ci95_low", "value": (profile["ci95"] or [None])[0]},
-        {"metric": "ci95_high", "value": (profile["ci95"] or [None, None])[1]},
-        *({"metric": f"pass@{k}", "value": v} for k, v in profile["pass@k"].items()),
-        *({"metric": f"coverage_{k}", "value": v} for k, v in profile["coverage"].items()),
-        {"metric": "health", "value": health["verdict"]},
-    ]
-    create_table_artifact(key="gymflow-headline", table=rows, description="Headline metrics")
+def _collect_here(config: EvalConfig, resume: bool) -> list[dict[str, int]]:
+    plan = prepare_run(config, resume)
+    keys = plan.keys()
+    tracker = ProgressArtifact(-(-len(keys) // config.batch_size), "batches")
+    progress.started(len(keys))
+    return collect_plan(plan, on_batch=lambda done, _total: tracker.update(done))
+
+
+def _collect_shards(config: EvalConfig, scale: ScaleOptions, resume: bool) -> dict[str, Any]:
+    plan = resolve(config)
+    check_destination(config.out, plan.run_id, resume=resume)
+    configs = [shard_config(config, scale, plan.run_id, i) for i in range(scale.shards)]
+    tracker = ProgressArtifact(scale.shards, "shards")
+    progress.started(len(plan.keys()))
+    local = scale.work_pool is None
+    options = {"retries": scale.shard_retries, "retry_delay_seconds": scale.shard_retry_delay_s}
+    finished: dict[int, dict[str, Any]] = {}
+    failures: dict[int, str] = {}
+    # Local shards share one local policy server; pool shards each start their own if needed.
+    with model_endpoint(plan) if local else nullcontext(None) as base_url:
+        if local:
+            runner = run_shard_here.with_options(**options)
+            futures = [runner.submit(plan, c, base_url) for c in configs]
+        else:
+            deployment_id = shard_deployment(scale.work_pool)
+            runner = run_shard_on_pool.with_options(**options)
+            futures = [
+                runner.submit(plan, c, deployment_id, scale.shard_timeout_s) for c in configs
+            ]
+        index = {future.task_run_id: i for i, future in enumerate(futures)}
+        for future in as_completed(futures):
+            try:
+                finished[index[future.task_run_id]] = future.result()
+            except Exception as exc:  # a shard's failure is reported after the others finish
+                failures[index[future.task_run_id]] = f"{type(exc).__name__}: {exc}"
+            tracker.update(len(finished), len(failures))
+    # A failed shard's store may be partial or unreadable: it is merged once it completes.
+    merged = aggregate_shards(config.out, [configs[i].out for i in sorted(finished)])
+    if failures:
+        publish_shard_failure(failures, merged)
+        listed = "; ".join(f"shard {i}: {m}" for i, m in sorted(failures.items()))
+        raise ShardFailed(
+            f"{len(failures)} of {scale.shards} shards failed ({listed}); retry this flow run "
+            "to re-run only them"
+        )
+    return {"shards": [finished[i] for i in sorted(finished)], "aggregate": merged}

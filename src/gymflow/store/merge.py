@@ -7,7 +7,7 @@ a refused shard changes nothing."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -169,11 +169,16 @@ def merge_shards(run_dir: Path | str, shard_dirs: list[Path | str]) -> MergeRepo
             shards_present=[
                 r[0] for r in con.execute("SELECT shard_index FROM shards ORDER BY 1").fetchall()
             ],
-            missing=missing_keys(con, plan),
+            missing=missing_keys(con, plan.run_id, all_keys(plan)),
         )
     finally:
         con.close()
     return report
+
+
+def all_keys(plan: RunPlan) -> list[RolloutKey]:
+    """Every shard's rollout keys, in dataset order."""
+    return [(task.task_id, r) for task in plan.all_tasks for r in range(plan.repeats)]
 
 
 def _copy(con, shards: list[ShardInfo]) -> dict[str, int]:
@@ -227,8 +232,65 @@ def _quote(path: Path) -> str:
     return str(path).replace("'", "''")
 
 
-def missing_keys(con, plan: RunPlan) -> list[RolloutKey]:
-    """Expected (task_id, repeat_index) pairs with no stored rollout, in dataset order."""
-    stored = stored_keys(con, plan.run_id)
-    expected = ((task.task_id, r) for task in plan.all_tasks for r in range(plan.repeats))
-    return [key for key in expected if key not in stored]
+def missing_keys(con, run_id: str, wanted: list[RolloutKey]) -> list[RolloutKey]:
+    """The `wanted` (task_id, repeat_index) pairs with no stored rollout, in their order."""
+    stored = stored_keys(con, run_id)
+    return [key for key in wanted if key not in stored]
+
+
+@dataclass(frozen=True)
+class ShardProgress:
+    """How much of a plan (one shard's) its store holds; `error` if the store cannot be read."""
+
+    index: int
+    count: int
+    store: str
+    expected: int
+    stored: int
+    error: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.error is None and self.stored >= self.expected
+
+
+def shard_progress(plan: RunPlan) -> ShardProgress:
+    """Read the store at `plan.run_dir` (read-only): the store, not Prefect, says what is done."""
+    shard = plan.config.shard
+    expected = len(plan.tasks) * plan.repeats
+    progress = ShardProgress(shard.index, shard.count, str(plan.run_dir), expected, 0)
+    if not store_path(plan.run_dir).exists():
+        return progress
+    try:
+        con = connect(plan.run_dir, read_only=True)
+    except StoreError as exc:
+        return replace(progress, error=str(exc))
+    try:
+        stored = expected - len(missing_keys(con, plan.run_id, plan.keys()))
+    finally:
+        con.close()
+    return replace(progress, stored=stored)
+
+
+def check_destination(run_dir: Path | str, run_id: str, *, resume: bool) -> None:
+    """Before a sharded run starts, the same rules `register_run` applies to an unsharded one:
+    the run store holds no other run, and no rollouts of this one unless resuming."""
+    destination = store_path(run_dir)
+    if not destination.exists():
+        return
+    con = connect(destination, read_only=True)
+    try:
+        runs = {row[0] for row in con.execute("SELECT run_id FROM runs").fetchall()}
+        rollouts = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
+    finally:
+        con.close()
+    if runs and run_id not in runs:
+        raise StoreError(
+            f"{destination.parent}: holds run {sorted(runs)[0]}, but this config is run {run_id}; "
+            "use another --out for a different config"
+        )
+    if rollouts and not resume:
+        raise StoreError(
+            f"{destination.parent}: already holds rollouts of this run; pass --resume to continue "
+            "it or choose another --out"
+        )

@@ -1,0 +1,100 @@
+"""`gym eval aggregate` (merge shard stores) and `gym server` (how to run Prefect for a team)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from gymflow.cli.app import app, console, errors, eval_app, fail, print_json
+from gymflow.store.db import StoreError
+from gymflow.store.merge import MergeReport, merge_shards
+
+#: Shown at most once per Prefect home, the first time a run uses Prefect's ephemeral mode.
+SERVER_HINT = """\
+gymflow is using Prefect's ephemeral mode: a temporary API server per command, which keeps
+little run history. For a team (history, the UI, Retry buttons, schedules, work pools):
+
+  prefect server start --host 0.0.0.0 --port 4200          # one machine, keep it running
+  export PREFECT_API_URL=http://SERVER:4200/api            # every machine and shell
+  prefect work-pool create gymflow-process --type process  # once
+  GYMFLOW_CHECKOUT=$PWD prefect worker start --pool gymflow-process   # each worker machine
+  prefect --no-prompt deploy --all                         # from this checkout (prefect.yaml)
+
+`gym server` prints this again."""
+
+_HINT_MARKER = "gymflow-server-hint-shown"
+
+
+def server_hint_once() -> None:
+    """Print SERVER_HINT on stderr if runs go to an ephemeral server and it was never shown."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_HOME
+
+    if PREFECT_API_URL.value():
+        return
+    marker = Path(PREFECT_HOME.value()) / _HINT_MARKER
+    if marker.exists():
+        return
+    errors.print(SERVER_HINT, highlight=False, markup=False)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+
+
+@app.command("server")
+def server() -> None:
+    """How to start a persistent Prefect server and a worker, so a team keeps run history."""
+    console.print(SERVER_HINT, highlight=False, markup=False)
+
+
+def _print_report(report: MergeReport, max_missing: int) -> None:
+    table = Table("shard store", "shards", "rollouts")
+    for shard in report.merged:
+        table.add_row(
+            str(shard.path.parent), ",".join(map(str, shard.indices)), str(shard.rollouts)
+        )
+    console.print(table)
+    added = ", ".join(f"{table} +{n}" for table, n in report.added.items())
+    console.print(f"run {report.run_id} → {report.run_dir}: {added}")
+    console.print(
+        f"stored {report.stored} of {report.expected} rollouts; shards present "
+        f"{report.shards_present or 'none'} of {report.shard_count}"
+    )
+    if report.complete:
+        console.print("[bold green]complete[/]: no (task_id, repeat_index) is missing")
+        return
+    console.print(
+        f"[bold yellow]missing {len(report.missing)}[/] (task_id, repeat_index) pairs"
+        + (f"; shards with no store: {report.shards_missing}" if report.shards_missing else "")
+    )
+    for task_id, repeat in report.missing[:max_missing]:
+        console.print(f"  {task_id} #{repeat}", highlight=False)
+    if len(report.missing) > max_missing:
+        console.print(f"  … and {len(report.missing) - max_missing} more (--json lists them)")
+
+
+@eval_app.command("aggregate")
+def eval_aggregate(
+    shard_dirs: Annotated[
+        list[Path], typer.Argument(help="Shard run directories (or their .duckdb files).")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Run directory to merge into.")],
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    strict: Annotated[
+        bool, typer.Option(help="Exit 2 if any (task_id, repeat_index) is still missing.")
+    ] = False,
+    max_missing: Annotated[int, typer.Option(help="Missing pairs to list.")] = 20,
+) -> None:
+    """Merge shard stores into a run store. Idempotent; a shard of another config or benchmark
+    version is refused and nothing is written; lists the (task_id, repeat_index) pairs missing."""
+    try:
+        report = merge_shards(out, list(shard_dirs))
+    except StoreError as exc:
+        fail(str(exc))
+    if json_output:
+        print_json(report.as_dict(max_missing=len(report.missing)))
+    else:
+        _print_report(report, max_missing)
+    if strict and not report.complete:
+        raise typer.Exit(2)

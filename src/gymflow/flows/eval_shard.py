@@ -1,0 +1,52 @@
+"""One shard of a run as a flow (the `eval-shard` deployment): collect its missing rollouts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any
+
+from prefect import flow
+
+from gymflow.config import EvalConfig
+from gymflow.models.endpoint import model_endpoint
+from gymflow.rollouts.plan import RunPlan
+from gymflow.tasks.rollouts import collect_batch, prepare_run
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def collect_plan(
+    plan: RunPlan,
+    base_url: str | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> list[dict[str, int]]:
+    """Run the plan's rollout keys as Prefect tasks of `batch_size` rollouts each, against
+    `base_url` or, if unset, the endpoint the config names (a local policy server started here).
+    `on_batch(done, total)` hears of each finished batch."""
+    batches = _chunks(plan.keys(), plan.config.batch_size)
+    collected: list[dict[str, int]] = []
+    with model_endpoint(plan) if base_url is None else nullcontext(base_url) as url:
+        for batch in batches:
+            collected.append(collect_batch(plan, batch, url))
+            if on_batch is not None:
+                on_batch(len(collected), len(batches))
+    return collected
+
+
+@flow(name="eval-shard", log_prints=True)
+def eval_shard(config: EvalConfig, base_url: str | None = None) -> dict[str, Any]:
+    """Collect the missing rollouts of one shard (`config.shard`) into its store (`config.out`).
+
+    Always resumes: a shard store belongs to one run, and re-running a shard (a retry, a UI
+    retry of the parent run) must run only what the store does not hold yet."""
+    plan = prepare_run(config, True)
+    collected = collect_plan(plan, base_url)
+    return {
+        "shard": [config.shard.index, config.shard.count],
+        "store": config.out,
+        "run_id": plan.run_id,
+        "collected": collected,
+    }

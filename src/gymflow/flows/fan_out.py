@@ -1,0 +1,113 @@
+"""Running one shard of a run: here, as a subflow, or on a work pool, as an `eval-shard`
+deployment run. Both first ask the shard's store what is done, so a retried parent run (the
+Prefect UI's Retry) re-runs only the shards that are not complete."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    FlowFilter,
+    FlowFilterName,
+    WorkPoolFilter,
+    WorkPoolFilterName,
+)
+from prefect.deployments import run_deployment
+from prefect.states import Cancelling
+
+from gymflow import progress
+from gymflow.config import ConfigError, EvalConfig
+from gymflow.flows.eval_shard import eval_shard
+from gymflow.flows.parameters import SHARD_FLOW
+from gymflow.rollouts.plan import RunPlan
+from gymflow.store.db import StoreError
+from gymflow.tasks.shards import progress_dict, progress_of
+
+
+class ShardFailed(StoreError):
+    """A shard's run ended without storing all of its rollouts (the CLI prints it plainly)."""
+
+
+def _label(config: EvalConfig) -> str:
+    return f"shard {config.shard.index}/{config.shard.count}"
+
+
+@task(name="run-shard", cache_policy=NO_CACHE, task_run_name="run-shard-{config.shard.index}")
+def run_shard_here(plan: RunPlan, config: EvalConfig, base_url: str | None) -> dict[str, Any]:
+    """Run one shard as a subflow of this flow run, in this process."""
+    before = progress_of(plan, config)
+    if before.complete:
+        progress.advanced(before.stored)
+        return {**progress_dict(before), "ran": False}
+    collected = eval_shard(config, base_url)["collected"]
+    after = progress_of(plan, config)
+    if not after.complete:
+        raise ShardFailed(
+            f"{_label(config)}: its store {after.store} holds {after.stored} of {after.expected} "
+            f"rollouts after the shard ran{f' ({after.error})' if after.error else ''}"
+        )
+    return {**progress_dict(after), "ran": True, "collected": collected}
+
+
+def shard_deployment(work_pool: str) -> UUID:
+    """The `eval-shard` deployment that runs on `work_pool`."""
+    with get_client(sync_client=True) as client:
+        found = client.read_deployments(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=[SHARD_FLOW])),
+            work_pool_filter=WorkPoolFilter(name=WorkPoolFilterName(any_=[work_pool])),
+        )
+    if not found:
+        raise ConfigError(
+            f"work pool {work_pool!r} has no deployment of the {SHARD_FLOW!r} flow; deploy it "
+            f"with `prefect deploy -n {SHARD_FLOW} --pool {work_pool}` from the gymflow checkout"
+        )
+    named = [d for d in found if d.name == SHARD_FLOW]
+    return (named or found)[0].id
+
+
+@task(
+    name="run-shard-on-pool",
+    cache_policy=NO_CACHE,
+    task_run_name="run-shard-{config.shard.index}-on-pool",
+)
+def run_shard_on_pool(
+    plan: RunPlan, config: EvalConfig, deployment_id: UUID, timeout_s: float | None
+) -> dict[str, Any]:
+    """Run one shard as a run of the `eval-shard` deployment and wait for it."""
+    before = progress_of(plan, config)
+    if before.complete:
+        progress.advanced(before.stored)
+        return {**progress_dict(before), "ran": False}
+    flow_run = run_deployment(
+        deployment_id,
+        parameters={"config": config.model_dump(mode="json")},
+        flow_run_name=f"{plan.run_id}-shard-{config.shard.index}-of-{config.shard.count}",
+        timeout=timeout_s,
+        poll_interval=2,
+    )
+    state = flow_run.state
+    if state is None or not state.is_final():
+        with get_client(sync_client=True) as client:
+            client.set_flow_run_state(
+                flow_run.id, Cancelling(message="gymflow: shard timed out"), force=True
+            )
+        raise ShardFailed(
+            f"{_label(config)}: flow run {flow_run.name} timed out after {timeout_s}s"
+        )
+    if not state.is_completed():
+        raise ShardFailed(
+            f"{_label(config)}: flow run {flow_run.name} ended {state.name}: {state.message}"
+        )
+    after = progress_of(plan, config)
+    if not after.complete:
+        raise ShardFailed(
+            f"{_label(config)}: flow run {flow_run.name} completed, but the store this flow reads "
+            f"({after.store}) holds {after.stored} of {after.expected} rollouts: is shard_root "
+            "a path the workers and this flow share?"
+        )
+    progress.advanced(after.stored)
+    return {**progress_dict(after), "ran": True, "flow_run": str(flow_run.id)}
