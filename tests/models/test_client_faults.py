@@ -13,7 +13,7 @@ import pytest
 from gymflow.config import ModelConfig, Sampling
 from gymflow.models.client import CallOutcome, ResponsesClient, retry_after_s
 from gymflow.models.errors import RateLimited, ServerError
-from gymflow.models.local_server import LocalPolicyServer
+from gymflow.models.local_server import LocalPolicyServer, free_port
 from gymflow.models.policy import PolicyEntry
 from gymflow.models.rate_limit import RequestSpacer
 from gymflow.models.responses import user_message
@@ -158,3 +158,17 @@ def test_request_spacer_reserves_evenly_spaced_slots() -> None:
     assert delays[0] == 0.0
     assert [round(d / 0.05) for d in delays] == [0, 1, 2, 3]
     assert time.monotonic() - started >= 0.15 - 0.01
+
+
+def test_read_timeout_is_a_timeout_and_a_refused_connection_is_transport(policy) -> None:
+    _schedule(policy, "timeout")
+    outcome = _create(policy, "What is 2 + 2?", max_retries=0, timeout_s=30.0, read_timeout_s=0.3)
+    (call,) = outcome.calls
+    assert call.failure_kind == "timeout" and "Timeout" in call.error
+    assert not call.error.startswith("no complete answer")  # the read timeout, not the total
+
+    closed = LocalPolicyServer({})  # never started: nothing listens on its port
+    closed.port = free_port()
+    refused = _create(closed, "hi", max_retries=1, connect_timeout_s=1.0)
+    assert [c.failure_kind for c in refused.calls] == ["transport_error", "transport_error"]
+    assert all(c.http_status is None for c in refused.calls)
