@@ -5,7 +5,11 @@ The environment is `ledger` (tests/harness/envs): two parallel deposits, a balan
 — three model calls per rollout. The local policy server plays every task perfectly (skill 1), so
 every rollout is exactly three turns. Each scenario runs in its own process, so its peak RSS is its
 own. Achieved concurrency is measured at the server: the mean number of requests in flight over
-the collection (the time-integral of in-flight requests divided by the elapsed time) and the peak.
+the collection (the time-integral of in-flight requests divided by the elapsed time) and the peak;
+and at the client, by Little's law (the recorded call latencies summed, over the elapsed time).
+With no latency the server answers each request before it reads the next, so its figure is ~1
+there by construction and the client's figure is the one to read. Client CPU per rollout and the
+share of the wall time the client process was on a CPU say whether the collector was CPU-bound.
 
     python bench/tool_loop.py [--rollouts 3000] [--concurrency 64] [--latency-ms 0 50]
 """
@@ -58,8 +62,9 @@ def scenario(rollouts: int, concurrency: int, latency_ms: float) -> dict[str, fl
             cpu = time.process_time() - cpu_started
             after = httpx.get(stats_url).json()
             server_rss = _peak_rss_kib(server._process.pid)
-        calls, turns = con.execute(
-            "SELECT (SELECT count(*) FROM model_calls), avg(num_turns) FROM rollouts"
+        calls, waiting, turns = con.execute(
+            """SELECT (SELECT count(*) FROM model_calls), (SELECT sum(latency_s) FROM model_calls),
+                      avg(num_turns) FROM rollouts"""
         ).fetchone()
         con.close()
     return {
@@ -71,6 +76,8 @@ def scenario(rollouts: int, concurrency: int, latency_ms: float) -> dict[str, fl
         "rollouts_per_s": done.attempted / elapsed,
         "calls_per_s": (after["requests"] - before["requests"]) / elapsed,
         "mean_in_flight": (after["in_flight_seconds"] - before["in_flight_seconds"]) / elapsed,
+        # Little's law on the client's side: calls outstanding, from their recorded latencies.
+        "client_in_flight": waiting / elapsed,
         "peak_in_flight": after["peak_in_flight"],
         "client_cpu_ms_per_rollout": 1000 * cpu / max(1, done.attempted),
         "client_cpu_share": cpu / elapsed,
@@ -116,14 +123,15 @@ def main() -> None:
     )
     print(
         f"{'latency':>8}{'rollouts/s':>12}{'calls/s':>10}{'turns':>7}{'failed':>8}"
-        f"{'in flight (mean/peak)':>24}{'client RSS':>12}{'server RSS':>12}"
+        f"{'server in flight mean/peak':>28}{'client in flight':>18}"
+        f"{'client RSS':>12}{'server RSS':>12}"
         f"{'client CPU/rollout':>20}{'client CPU busy':>17}"
     )
     for latency, f in rows:
         in_flight = f"{f['mean_in_flight']:.1f} / {f['peak_in_flight']}"
         print(
             f"{latency:>6g}ms{f['rollouts_per_s']:>12,.0f}{f['calls_per_s']:>10,.0f}"
-            f"{f['mean_turns']:>7.2f}{f['failed']:>8}{in_flight:>24}"
+            f"{f['mean_turns']:>7.2f}{f['failed']:>8}{in_flight:>28}{f['client_in_flight']:>18.1f}"
             f"{f['client_peak_rss_mib']:>9.0f}MiB{f['server_peak_rss_mib']:>9.0f}MiB"
             f"{f['client_cpu_ms_per_rollout']:>18.1f}ms{f['client_cpu_share']:>16.0%}"
         )
