@@ -45,14 +45,16 @@ def _curves(n: int, c: int, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return at, hat
 
 
-def per_task_curves(n: np.ndarray, c: np.ndarray, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Tasks x ks matrices of pass@k and pass^k (NaN where a task has fewer than k scored
-    rollouts). Each distinct (n, c) is computed once, so the cost follows the number of distinct
-    pairs (about repeats^2 / 2 at most), not the number of tasks."""
+def pair_curves(
+    n: np.ndarray, c: np.ndarray, ks: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """pass@k and pass^k per distinct (n, c): (at_table, hat_table, group) where the tables are
+    pairs x ks (NaN where k > n) and `group[i]` is task i's row in them. The cost follows the
+    number of distinct pairs (at most about repeats^2 / 2), not the number of tasks."""
     if len(n) == 0:
         empty = np.zeros((0, len(ks)))
-        return empty, empty.copy()
-    pairs, inverse = np.unique(np.stack([n, c], axis=1), axis=0, return_inverse=True)
+        return empty, empty.copy(), np.zeros(0, dtype=np.int64)
+    pairs, group = np.unique(np.stack([n, c], axis=1), axis=0, return_inverse=True)
     at_table = np.empty((len(pairs), len(ks)))
     hat_table = np.empty((len(pairs), len(ks)))
     for row, (pair_n, pair_c) in enumerate(pairs):
@@ -60,5 +62,11 @@ def per_task_curves(n: np.ndarray, c: np.ndarray, ks: np.ndarray) -> tuple[np.nd
             at_table[row], hat_table[row] = np.nan, np.nan
         else:
             at_table[row], hat_table[row] = _curves(int(pair_n), int(pair_c), ks)
-    inverse = inverse.reshape(-1)
-    return at_table[inverse], hat_table[inverse]
+    return at_table, hat_table, group.reshape(-1)
+
+
+def per_task_curves(n: np.ndarray, c: np.ndarray, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Tasks x ks matrices of pass@k and pass^k (NaN where a task has fewer than k scored
+    rollouts)."""
+    at_table, hat_table, group = pair_curves(n, c, ks)
+    return at_table[group], hat_table[group]

@@ -11,8 +11,13 @@ import numpy as np
 import polars as pl
 
 from gymflow.analysis.answers import extracted_sql, normalised_sql
-from gymflow.analysis.outcomes import check_verifier_version, coverage, scored_filter, task_table
-from gymflow.analysis.passk import per_task_curves
+from gymflow.analysis.outcomes import (
+    check_verifier_version,
+    coverage_of,
+    scored_filter,
+    task_table,
+)
+from gymflow.analysis.passk import pair_curves, per_task_curves
 from gymflow.analysis.stats import bootstrap_ci95, ci95, clustered_stderr, variance_components
 from gymflow.store.runs import run_info
 
@@ -65,29 +70,34 @@ def majority_at_k(con, verifier_version: str, *, failures_as_zero: bool = False)
     a random tie-break). A task whose rollouts extracted nothing scores 0. None when the verifier
     reports no extracted answers at all."""
     scored = scored_filter(failures_as_zero)
-    answer = normalised_sql(extracted_sql("v.details_json"))
+    # Group the raw extracted strings first and normalise only the distinct ones: the regexes
+    # then run on a few rows per task instead of on every rollout.
+    answer = normalised_sql("raw")
     row = con.execute(
         f"""
-        WITH scored AS (
-            SELECT r.task_id, {answer} AS answer, coalesce(v.passed, FALSE) AS passed
+        WITH raw_votes AS (
+            SELECT r.task_id, {extracted_sql("v.details_json")} AS raw,
+                   count(*) AS votes, bool_or(coalesce(v.passed, FALSE)) AS correct
             FROM rollouts r
             LEFT JOIN verifications v
               ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
             WHERE {scored}
+            GROUP BY ALL
         ),
         votes AS (
-            SELECT task_id, answer, count(*) AS votes, bool_or(passed) AS correct
-            FROM scored WHERE answer IS NOT NULL AND answer <> '' GROUP BY ALL
+            SELECT task_id, {answer} AS answer, sum(votes) AS votes, bool_or(correct) AS correct
+            FROM raw_votes WHERE raw IS NOT NULL GROUP BY ALL
         ),
         winners AS (
             SELECT task_id, avg(correct::DOUBLE) AS score
-            FROM (SELECT *, max(votes) OVER (PARTITION BY task_id) AS top FROM votes)
+            FROM (SELECT *, max(votes) OVER (PARTITION BY task_id) AS top FROM votes
+                  WHERE answer <> '')
             WHERE votes = top
             GROUP BY task_id
         )
-        SELECT (SELECT count(*) FROM votes),
+        SELECT (SELECT count(*) FROM votes WHERE answer <> ''),
                avg(coalesce(w.score, 0.0))
-        FROM (SELECT DISTINCT task_id FROM scored) s LEFT JOIN winners w USING (task_id)
+        FROM (SELECT DISTINCT task_id FROM raw_votes) s LEFT JOIN winners w USING (task_id)
         """,
         [verifier_version],
     ).fetchone()
@@ -151,11 +161,10 @@ def profile(
     ks = np.arange(1, max(repeats, 1) + 1)
     n = scored["n"].to_numpy()
     c = scored["c"].to_numpy()
-    at_k, hat_k = per_task_curves(n, c, ks)
-    with np.errstate(invalid="ignore"):
-        at_mean = [_number(v) for v in _nanmean(at_k)]
-        hat_mean = [_number(v) for v in _nanmean(hat_k)]
-    low, high = bootstrap_ci95(at_k, samples=bootstrap_samples, seed=seed)
+    at_table, hat_table, group = pair_curves(n, c, ks)
+    at_mean = [_number(v) for v in _nanmean(at_table[group])]
+    hat_mean = [_number(v) for v in _nanmean(hat_table[group])]
+    low, high = bootstrap_ci95(at_table, groups=group, samples=bootstrap_samples, seed=seed)
     p = scored["p"].to_numpy()
     pass1 = _estimate(p.tolist())
     reward = _estimate(scored["reward_mean"].to_list())
@@ -177,7 +186,7 @@ def profile(
         "environment": run["environment"],
         "model": run["model"],
         "verifier_version": version,
-        "coverage": coverage(con, version).as_dict(),
+        "coverage": coverage_of(tasks, repeats).as_dict(),
         "failures": "counted as failures (reward 0)"
         if failures_as_zero
         else "excluded from scores",
@@ -230,7 +239,7 @@ def headline(con, verifier_version: str, *, failures_as_zero: bool = False) -> d
     reward = _estimate((scored["reward_sum"] / scored["n"]).to_list())
     return {
         "verifier_version": verifier_version,
-        "coverage": coverage(con, verifier_version).as_dict(),
+        "coverage": coverage_of(tasks, repeats).as_dict(),
         "pass@1": pass1["mean"],
         "stderr": pass1["stderr"],
         "ci95": pass1["ci95"],

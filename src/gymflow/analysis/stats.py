@@ -36,14 +36,23 @@ Z80 = 0.8416212335729143
 
 
 def bootstrap_ci95(
-    values: np.ndarray, *, samples: int = 1000, seed: int = 0, chunk: int = 100
+    values: np.ndarray,
+    *,
+    groups: np.ndarray | None = None,
+    samples: int = 1000,
+    seed: int = 0,
+    chunk: int = 100,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile 95% CIs of column means, resampling rows (tasks) with replacement.
+    """Percentile 95% CIs of column means over tasks, resampling tasks with replacement.
 
-    `values` is tasks x columns with NaN where a task does not count for a column (pass@k of a
-    task with fewer than k scored rollouts); each resample averages the tasks that count. Seeded:
-    the same input and seed give the same interval on every machine."""
-    tasks, columns = values.shape
+    `values` holds one row per distinct task profile and `groups[i]` is task i's row (tasks with
+    equal (n, c) share a row, so a resample is a count per row and the cost follows the number of
+    distinct rows, not tasks); without `groups`, each row is one task. NaN marks a task that does
+    not count for a column (pass@k with fewer than k scored rollouts); each resample averages
+    the tasks that count. Seeded: the same input and seed give the same interval everywhere."""
+    rows, columns = values.shape
+    groups = np.arange(rows) if groups is None else groups
+    tasks = len(groups)
     if tasks == 0:
         nan = np.full(columns, np.nan)
         return nan, nan.copy()
@@ -54,9 +63,10 @@ def bootstrap_ci95(
     means = np.empty((samples, columns))
     for start in range(0, samples, chunk):
         size = min(chunk, samples - start)
-        # Multiplicity of each task in each resample: one bincount over offset draws.
-        draws = rng.integers(0, tasks, size=(size, tasks)) + np.arange(size)[:, None] * tasks
-        weights = np.bincount(draws.ravel(), minlength=size * tasks).reshape(size, tasks)
+        drawn = groups[rng.integers(0, tasks, size=(size, tasks))]
+        # How often each row was drawn in each resample: one bincount over offset draws.
+        offsets = drawn + np.arange(size)[:, None] * rows
+        weights = np.bincount(offsets.ravel(), minlength=size * rows).reshape(size, rows)
         weights = weights.astype(float)  # float @ float runs in BLAS; int @ float does not
         with np.errstate(invalid="ignore", divide="ignore"):
             means[start : start + size] = (weights @ filled) / (weights @ counts)
