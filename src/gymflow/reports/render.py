@@ -1,51 +1,123 @@
-"""Rendering the self-contained HTML report (autoescaped Jinja; no external resources)."""
+"""Rendering the self-contained HTML report (autoescaped Jinja; no external resources).
+
+The page carries its own stylesheet and one small table-sorting script; a Content-Security-Policy
+allows exactly that script (by hash) and nothing from anywhere else, so even a rendering bug
+could neither run injected script nor fetch a URL."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
+import math
+from datetime import UTC, datetime
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
 
 from gymflow import __version__
+from gymflow.reports import svg
+from gymflow.reports.sections import DEFAULT_LIMITS, Limits, run_sections
+
+_TEMPLATES = files("gymflow.reports") / "templates"
+_STYLE = (_TEMPLATES / "style.css").read_text(encoding="utf-8")
+_SCRIPT = (_TEMPLATES / "table.js").read_text(encoding="utf-8")
+_SCRIPT_HASH = base64.b64encode(hashlib.sha256(_SCRIPT.encode()).digest()).decode()
+CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+    f"script-src 'sha256-{_SCRIPT_HASH}'; base-uri 'none'; form-action 'none'"
+)
 
 _JINJA = Environment(
     loader=PackageLoader("gymflow.reports", "templates"),
     autoescape=select_autoescape(default=True, default_for_string=True),
+    undefined=StrictUndefined,
     trim_blocks=True,
     lstrip_blocks=True,
 )
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-_JINJA.filters["pct"] = _pct
+def pct(value: Any, digits: int = 1) -> str:
+    return f"{100 * value:.{digits}f}%" if _finite(value) else "n/a"
 
 
-def render_report(*, profile: dict[str, Any], health: dict[str, Any], run: dict[str, Any]) -> str:
-    return _JINJA.get_template("report.html.j2").render(
-        profile=profile, health=health, run=run, gymflow_version=__version__
+def num(value: Any, digits: int = 3) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return f"{value:.{digits}g}" if _finite(value) else "n/a"
+
+
+def signed_pct(value: Any) -> str:
+    return f"{100 * value:+.1f} pp" if _finite(value) else "n/a"
+
+
+_JINJA.filters.update(pct=pct, num=num, signed_pct=signed_pct)
+_JINJA.globals.update(svg=svg, outcomes=svg.OUTCOMES)
+
+
+def render(template: str, data: dict[str, Any]) -> str:
+    return _JINJA.get_template(template).render(
+        **data,
+        style=Markup(_STYLE),
+        script=Markup(_SCRIPT),
+        csp=CSP,
+        gymflow_version=__version__,
+        generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
     )
 
 
-def write_report(path: Path, **sections: Any) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_report(**sections), encoding="utf-8")
-    return path
+def export_path(out: Path) -> Path:
+    """Where the trajectories beyond the inline limit go: beside the report."""
+    return out.with_name(out.stem + ".trajectories.jsonl")
 
 
-def write_run_report(run_dir: Path, *, out: Path | None = None) -> Path:
-    """Compute every section from the run's store and write `report.html` (or `out`)."""
-    from gymflow.analysis.health import health
-    from gymflow.analysis.profile import profile
+def _write_export(out: Path, rows: list[dict[str, Any]]) -> str | None:
+    """Write the JSONL export (or remove a stale one) and return its relative link."""
+    path = export_path(out)
+    if not rows:
+        path.unlink(missing_ok=True)
+        return None
+    with path.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    # "./" keeps a file name like "javascript:x" from being read as a URL scheme.
+    return "./" + quote(path.name)
+
+
+def write_run_report(
+    run_dir: Path | str,
+    *,
+    out: Path | str | None = None,
+    compare_dir: Path | str | None = None,
+    verifier_version: str | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> Path:
+    """Compute every section from the run's store and write `report.html` (or `out`); with
+    `compare_dir`, a comparison report of the two runs instead."""
     from gymflow.store.db import connect
-    from gymflow.store.runs import run_info
 
-    con = connect(run_dir, read_only=True)
-    try:
-        sections = {"profile": profile(con), "health": health(con), "run": run_info(con)}
-    finally:
-        con.close()
-    return write_report(out or Path(run_dir) / "report.html", **sections)
+    out_path = Path(out) if out else Path(run_dir) / "report.html"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    if compare_dir is not None:
+        from gymflow.reports.compare import compare_sections
+
+        data = compare_sections(Path(run_dir), Path(compare_dir), limits=limits)
+        html = render("compare.html.j2", data)
+    else:
+        con = connect(run_dir, read_only=True)
+        try:
+            data = run_sections(con, verifier_version=verifier_version, limits=limits)
+        finally:
+            con.close()
+        data["export_link"] = _write_export(out_path, data.pop("export"))
+        html = render("run.html.j2", data)
+    out_path.write_text(html, encoding="utf-8")
+    return out_path

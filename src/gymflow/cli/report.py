@@ -1,0 +1,44 @@
+"""`gym report`: the self-contained HTML decision report of a stored run, or of two runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gymflow.cli.app import app, console, fail
+from gymflow.store.db import StoreError
+
+
+@app.command("report")
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (or its .duckdb file).")],
+    compare: Annotated[
+        Path | None, typer.Option(help="A second run: write a paired comparison report.")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="HTML file to write (default: report.html, or compare.html, in RUN_DIR)."
+        ),
+    ] = None,
+    verifier_version: Annotated[
+        str | None, typer.Option(help="Verifier version to read (default: the newest).")
+    ] = None,
+) -> None:
+    """Write the HTML report: opens offline, readable without JavaScript."""
+    from gymflow.reports.render import write_run_report
+
+    if compare is not None and verifier_version is not None:
+        fail("--verifier-version applies to a single-run report, not to --compare")
+    target = out
+    if target is None and compare is not None:
+        target = (run_dir.parent if run_dir.suffix == ".duckdb" else run_dir) / "compare.html"
+    try:
+        path = write_run_report(
+            run_dir, out=target, compare_dir=compare, verifier_version=verifier_version
+        )
+    except (StoreError, ValueError) as exc:
+        fail(str(exc))
+    console.print(f"report: {path.resolve()}", highlight=False, soft_wrap=True)

@@ -1,0 +1,163 @@
+"""Assembling a report's data: every section a plain dict, computed from one open store.
+
+The statistics come from gymflow.analysis; this module only picks, orders and bounds what the
+page shows (how many trajectories are inlined, which go to the JSONL export)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from gymflow.analysis.diagnose import diagnose
+from gymflow.analysis.health import health
+from gymflow.analysis.outcomes import check_verifier_version
+from gymflow.analysis.profile import profile
+from gymflow.reports import views
+from gymflow.reports.trajectory import blocks
+from gymflow.store.runs import run_info
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds that keep a report small whatever the run's size."""
+
+    inline_examples: int = 12  # sometimes-pass tasks shown with two trajectories each
+    exported_examples: int = 2000  # further sometimes-pass tasks written to the JSONL export
+    task_table_rows: int = 2000
+    changed_tasks: int = 200  # reverify / compare task rows shown
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def example(rollout: dict[str, Any] | None) -> dict[str, Any] | None:
+    """One rollout as the report shows it: verdict, verifier details and trajectory blocks."""
+    if rollout is None:
+        return None
+    shown, left_out = blocks(rollout["trajectory_json"])
+    return {
+        **{k: v for k, v in rollout.items() if k not in ("trajectory_json", "details_json")},
+        "details": views.details(rollout["details_json"]),
+        "blocks": shown,
+        "items_left_out": left_out,
+    }
+
+
+def exported(rollout: dict[str, Any]) -> dict[str, Any]:
+    """One rollout as a JSONL line: the whole stored trajectory, nothing clipped."""
+    row = {k: v for k, v in rollout.items() if k not in ("trajectory_json", "details_json")}
+    row["details"] = views.details(rollout["details_json"])
+    row["trajectory"] = json.loads(rollout["trajectory_json"] or "[]")
+    return row
+
+
+def run_config(run: dict[str, Any]) -> dict[str, Any]:
+    config = json.loads(run["config_json"] or "{}")
+    sampling = json.loads(run["sampling_json"] or "{}")
+    model = config.get("model", {})
+    return {
+        "run": run,
+        "config": config,
+        "config_pretty": json.dumps(config, indent=2, sort_keys=True),
+        "sampling": sampling,
+        "simulated": model.get("kind") == "local",
+    }
+
+
+def _category(category: str, kind: str | None) -> str:
+    return category if not kind or kind == category else f"{category}: {kind}"
+
+
+def run_sections(
+    con, *, verifier_version: str | None = None, limits: Limits = DEFAULT_LIMITS
+) -> dict[str, Any]:
+    """Everything a single-run report shows. `export` holds the rollouts beyond the inline
+    limit, for the JSONL file beside the report."""
+    version = check_verifier_version(con, verifier_version)
+    prof = profile(con, verifier_version=version)
+    diagnosis = diagnose(
+        con,
+        verifier_version=version,
+        top=limits.inline_examples + limits.exported_examples,
+        excerpt=0,
+    )
+    rows = views.outcome_rows(con, version)
+    varying = diagnosis["sometimes_pass"]
+    shown, rest = varying[: limits.inline_examples], varying[limits.inline_examples :]
+    wanted = [r[side]["rollout_id"] for r in varying for side in ("passing", "failing")]
+    rollouts = views.rollouts_by_id(con, wanted, version)
+    versions = views.verifier_versions(con)
+    taxonomy = diagnosis["taxonomy"]
+    return {
+        "kind": "run",
+        "verifier_version": version,
+        "profile": prof,
+        "health": health(con),
+        "run": run_config(run_info(con)),
+        "decision": diagnosis["decision"],
+        "buckets": diagnosis["buckets"],
+        "suspects": diagnosis["verifier_suspects"],
+        "grid": {
+            "rows": rows[: limits.task_table_rows],
+            # The picture sorts tasks by pass rate, so the buckets show as bands.
+            "cells": [
+                (r.task_id, r.codes)
+                for r in sorted(rows, key=lambda r: -1.0 if r.rate is None else -r.rate)
+            ],
+            "repeats": prof["repeats"],
+            "tasks": len(rows),
+        },
+        "taxonomy": {
+            "bars": [(_category(t["category"], t["kind"]), t["rollouts"]) for t in taxonomy],
+            "total": diagnosis["non_passing_rollouts"],
+        },
+        "sometimes": {
+            "count": diagnosis["buckets"]["sometimes_pass"]["tasks"],
+            "examples": [
+                {
+                    **item,
+                    "passing": example(rollouts.get(item["passing"]["rollout_id"])),
+                    "failing": example(rollouts.get(item["failing"]["rollout_id"])),
+                }
+                for item in shown
+            ],
+            "exported_tasks": len(rest),
+        },
+        "export": [
+            exported(rollouts[item[side]["rollout_id"]])
+            for item in rest
+            for side in ("passing", "failing")
+            if item[side]["rollout_id"] in rollouts
+        ],
+        "distributions": {
+            column: {
+                "label": label,
+                "unit": unit,
+                "bins": views.histogram(con, column),
+                "usage": prof["usage"].get(column),
+            }
+            for column, (label, unit) in views.DISTRIBUTIONS.items()
+        },
+        "reverify": _reverify(con, versions, version, limits),
+        "passk_band": [prof["pass@k_bootstrap_ci95"].get(k) for k in prof["pass@k"]],
+    }
+
+
+def _reverify(
+    con, versions: list[dict[str, Any]], current: str, limits: Limits
+) -> dict[str, Any] | None:
+    """With more than one verifier version, what the shown version changed against the one
+    before it (the newest against its predecessor by default)."""
+    if len(versions) < 2:
+        return None
+    names = [v["verifier_version"] for v in versions]
+    index = names.index(current)
+    previous = names[index - 1] if index > 0 else names[1]
+    changes = views.reward_changes(con, previous, current)
+    headline = {name: profile(con, verifier_version=name) for name in names}
+    return {
+        "versions": [{**v, "profile": headline[v["verifier_version"]]} for v in versions],
+        "changes": {**changes, "tasks": changes["tasks"][: limits.changed_tasks]},
+        "changed_tasks": len(changes["tasks"]),
+    }

@@ -1,0 +1,73 @@
+"""`gym report` as a user runs it."""
+
+from __future__ import annotations
+
+import json
+
+from gymflow.config import EvalConfig
+from gymflow.rollouts.plan import resolve
+from gymflow.store.db import connect
+from gymflow.store.runs import register_run
+from tests.conftest import gym
+from tests.reports import pages
+
+
+def test_report_verb_writes_where_asked(cli_runs, workdir):
+    out = workdir / "cli" / "run.html"
+    result = gym("report", str(cli_runs["clean"]), "--out", str(out), cwd=workdir, check=True)
+    assert f"report: {out.resolve()}" in result.stdout.replace("\n", "")
+    profile = json.loads(
+        gym("eval", "profile", str(cli_runs["clean"]), "--json", cwd=workdir, check=True).stdout
+    )
+    assert pages.number(pages.read(out), "pass@1") == profile["pass@1"]
+
+
+def test_compare_report_numbers_are_the_paired_comparison(cli_runs, workdir):
+    clean, faulty = str(cli_runs["clean"]), str(cli_runs["faulty"])
+    result = gym("report", clean, "--compare", faulty, cwd=workdir, check=True)
+    out = cli_runs["clean"] / "compare.html"
+    assert out.exists(), result.stdout
+    expected = json.loads(
+        gym("eval", "profile", clean, "--compare", faulty, "--json", cwd=workdir, check=True).stdout
+    )
+    page = pages.read(out)
+    assert pages.number(page, "compare.difference") == expected["difference"]
+    assert pages.pair(page, "compare.ci95") == expected["ci95"]
+    power = expected["power"]["tasks_for_80pct_power"]
+    assert power is None or pages.number(page, "compare.power") == power
+    for side in ("a_only", "b_only"):
+        assert pages.number(page, f"compare.flipped.{side}") == len(expected["flipped"][side])
+
+
+def test_bad_input_is_a_clear_error_and_writes_nothing(cli_runs, workdir):
+    missing = gym("report", str(workdir / "nowhere"), cwd=workdir)
+    assert missing.returncode == 1 and "no gymflow store" in missing.stderr
+    out = workdir / "cli" / "never.html"
+    unknown = gym(
+        "report",
+        str(cli_runs["clean"]),
+        "--verifier-version",
+        "nope",
+        "--out",
+        str(out),
+        cwd=workdir,
+    )
+    assert unknown.returncode == 1 and "no verifier version 'nope'" in unknown.stderr
+    # A run of the environment without the benchmark: another protocol, another version.
+    elsewhere = workdir / "cli" / "no-benchmark"
+    con = connect(elsewhere, create=True)
+    register_run(
+        con, resolve(EvalConfig(environment="arithmetic", out=str(elsewhere))), resume=False
+    )
+    con.close()
+    other = gym(
+        "report",
+        str(cli_runs["clean"]),
+        "--compare",
+        str(elsewhere),
+        "--out",
+        str(out),
+        cwd=workdir,
+    )
+    assert other.returncode == 1 and "different benchmark versions" in other.stderr
+    assert not out.exists()
