@@ -118,6 +118,11 @@ class EvalConfig(_Strict):
     out: str = Field("runs/latest", description="Run directory (store and report).")
     shard: ShardSpec = ShardSpec()
     prompt_template: str | None = None
+    resources_url: str | None = Field(
+        None,
+        description="Use the environment's resources server served at this URL (`gym serve "
+        "environment NAME --port P`) instead of an in-process one.",
+    )
 
     @model_validator(mode="after")
     def _one_target(self) -> EvalConfig:
@@ -128,7 +133,7 @@ class EvalConfig(_Strict):
     def fingerprint(self) -> str:
         """Hash of everything that decides the rollouts (not where they go or which shard)."""
         identity = self.model_dump(
-            mode="json", exclude={"out", "shard", "concurrency", "batch_size"}
+            mode="json", exclude={"out", "shard", "concurrency", "batch_size", "resources_url"}
         )
         identity["model"].pop("api_key_env", None)
         blob = json.dumps(identity, sort_keys=True).encode()

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import time
 from pathlib import Path
 
+import duckdb
 import httpx
 import pytest
 
 from gymflow.environments.asgi import create_app
+from gymflow.environments.backoffice.tasks import play
 from gymflow.environments.registry import PATH_VARIABLE, load_environment
 from gymflow.environments.scaffold import scaffold
+from gymflow.environments.validate import validate_config
 from gymflow.models.local_server import free_port
-from tests.conftest import GYM
+from gymflow.verifiers.base import VerifyInput
+from tests.conftest import GYM, gym
+from tests.environments.test_workbench import executed_calls
 
 
 @pytest.fixture
@@ -110,36 +116,103 @@ def test_a_crashing_tool_is_reported_as_output(notes_env) -> None:
     assert "ZeroDivisionError" in result["output"]
 
 
-def test_gym_serve_environment_on_a_port(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def served_backoffice(tmp_path_factory: pytest.TempPathFactory):
+    """`gym serve environment backoffice` on a free port, stopped after the module."""
     port = free_port()
     process = subprocess.Popen(
-        [GYM, "serve", "environment", "arithmetic", "--port", str(port)],
-        cwd=tmp_path,
+        [GYM, "serve", "environment", "backoffice", "--port", str(port)],
+        cwd=tmp_path_factory.mktemp("serve"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    base = f"http://127.0.0.1:{port}"
     try:
-        base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
         while True:
             assert process.poll() is None, process.communicate()
             try:
-                health = httpx.get(f"{base}/health", timeout=1).json()
+                httpx.get(f"{base}/health", timeout=1)
                 break
             except httpx.TransportError:
                 assert time.monotonic() < deadline, "server did not start"
                 time.sleep(0.1)
-        assert health["environment"] == "arithmetic" and health["tools"] == []
-        session = httpx.post(f"{base}/seed_session", json={"task_id": "arith-00007"}).json()
-        verdict = httpx.post(
-            f"{base}/verify",
-            json={"session_id": session["session_id"], "output_text": "Answer: 1"},
-        ).json()
-        assert verdict["status"] == "ok" and verdict["details"]["reason"] == "wrong_answer"
+        yield base
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def test_gym_serve_environment_on_a_port(served_backoffice: str) -> None:
+    base = served_backoffice
+    health = httpx.get(f"{base}/health").json()
+    assert health["environment"] == "backoffice" and "create_order" in health["tools"]
+    session = httpx.post(f"{base}/seed_session", json={"task_id": "backoffice-00007"}).json()
+    refused = httpx.post(
+        f"{base}/tools/restock",
+        json={"session_id": session["session_id"], "arguments": {"sku": "nope", "quantity": 1}},
+    ).json()
+    assert refused == {"output": "error: no product 'nope'", "error": True}
+    verdict = httpx.post(
+        f"{base}/verify", json={"session_id": session["session_id"], "output_text": ""}
+    ).json()
+    assert verdict["status"] == "ok" and verdict["details"]["reason"] == "state_differs"
+
+
+def test_a_run_uses_a_served_resources_server(served_backoffice: str, tmp_path: Path) -> None:
+    """resources_url: the run's sessions live in the served process; same verdicts as local."""
+    config = tmp_path / "remote.yaml"
+    config.write_text(
+        f"benchmark: backoffice\nlimit: 6\nrepeats: 2\nout: runs/remote\n"
+        f"resources_url: {served_backoffice}\n"
+    )
+    checked = gym("env", "validate", str(config), cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout
+    assert f"resources server at {served_backoffice} answers /health" in checked.stdout
+
+    gym("eval", "run", str(config), cwd=tmp_path, check=True)
+    assert httpx.get(f"{served_backoffice}/health").json()["sessions"] == 0  # all closed
+    con = duckdb.connect(str(tmp_path / "runs" / "remote" / "gymflow.duckdb"), read_only=True)
+    rows = con.execute(
+        "SELECT r.task_id, r.trajectory_json, v.passed, v.details_json FROM rollouts r "
+        "JOIN verifications v USING (rollout_id) WHERE v.status = 'ok'"
+    ).fetchall()
+    assert len(rows) == 12
+    env = load_environment("backoffice")
+    tasks = {t.task_id: t for t in env.tasks("test")}
+    server = env.resources_server()
+    for task_id, trajectory, passed, details in rows:
+        # judged in-process from the replayed calls, the verdict is the served one
+        state = play(
+            tasks[task_id].data["initial_state"],
+            executed_calls(json.loads(trajectory)),
+            strict=True,
+        )
+        local = server.verify_sync(VerifyInput(tasks[task_id], "", [], state))
+        assert local.passed == passed and local.details == json.loads(details)
+
+
+def test_a_served_server_that_does_not_fit_the_run_is_refused(
+    served_backoffice: str, tmp_path: Path
+) -> None:
+    other = tmp_path / "other.yaml"
+    other.write_text(f"benchmark: arithmetic-smoke\nresources_url: {served_backoffice}\n")
+    report = validate_config(other)
+    assert report.problems == [
+        f"resources_url: {served_backoffice} serves environment 'backoffice', not 'arithmetic'"
+    ]
+    params = tmp_path / "params.yaml"
+    params.write_text(
+        f"benchmark: backoffice\nresources_url: {served_backoffice}\n"
+        "verifier_params: {ignore: []}\n"
+    )
+    (problem,) = validate_config(params).problems
+    assert "verifies with state_match@" in problem and "the run with state_match@" in problem
+    dead = tmp_path / "dead.yaml"
+    dead.write_text(f"benchmark: backoffice\nresources_url: http://127.0.0.1:{free_port()}\n")
+    (problem,) = validate_config(dead).problems
+    assert "does not answer /health" in problem
 
 
 def test_serve_unknown_environment_fails(tmp_path: Path) -> None:

@@ -199,7 +199,7 @@ def test_generated_tasks() -> None:
     assert load_environment("backoffice").dataset_version("test") == ENV.dataset_version("test")
 
 
-def _executed_calls(trajectory: list[dict]) -> list[list[ToolCall]]:
+def executed_calls(trajectory: list[dict]) -> list[list[ToolCall]]:
     """The tool calls the server ran (not those refused), grouped by turn."""
     outputs = {i["call_id"]: i["output"] for i in trajectory if i["type"] == "function_call_output"}
     turns, previous = [], None
@@ -242,7 +242,7 @@ def test_backoffice_end_to_end_through_gym_eval_run(tmp_path: Path) -> None:
         assert version.startswith("state_match@") and num_turns >= 2
         # the session's state is exactly what replaying the executed calls gives
         replayed = play(
-            task.data["initial_state"], _executed_calls(json.loads(trajectory)), strict=True
+            task.data["initial_state"], executed_calls(json.loads(trajectory)), strict=True
         )
         verdict = _verdict(task.data["expected_state"], replayed)
         assert passed == (verdict.reward == 1.0)

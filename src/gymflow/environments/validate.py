@@ -130,6 +130,15 @@ async def _health(plan: RunPlan) -> str:
 
 
 def _resources(plan: RunPlan, report: ValidationReport) -> None:
+    url = plan.config.resources_url
+    if url:
+        from gymflow.environments.remote import remote_problems
+
+        problems = remote_problems(plan, url)
+        report.problems.extend(problems)
+        if not problems:
+            report.passed.append(f"resources server at {url} answers /health ({plan.env.name})")
+        return
     try:
         report.passed.append(asyncio.run(_health(plan)))
     except Exception as exc:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from gymflow import progress
+from gymflow.environments.remote import close_resources, open_resources
 from gymflow.environments.resources import ResourcesServer
 from gymflow.harness.base import get_harness
 from gymflow.models.client import ResponsesClient
@@ -34,7 +35,7 @@ async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) 
     stats = CollectStats()
     if not keys:
         return stats
-    server = plan.env.resources_server(plan.verifier_params)
+    server = open_resources(plan)  # in-process, or the config's resources_url
     run_harness = get_harness(plan.harness)
     run_id = plan.run_id  # a hash of the whole config: computed once, not per rollout
     queue: asyncio.Queue[RolloutKey] = asyncio.Queue()
@@ -77,6 +78,7 @@ async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) 
             )
         finally:
             flush()
+            await close_resources(server)
     return stats
 
 

@@ -1,0 +1,119 @@
+"""A resources server on another process or machine (`gym serve environment`), used by a run as if
+it were the in-process one: the same methods, over the HTTP routes of `environments/asgi.py`.
+
+Set `resources_url` in the eval config to use it. The served environment must be the run's
+environment with the run's verifier parameters: the check is the verifier version the server
+reports, so a server started with other parameters is refused before any rollout, instead of
+quietly scoring the run under a different verifier."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from gymflow.config import ConfigError
+from gymflow.environments.base import Task
+from gymflow.environments.resources import ResourcesServer, ToolError
+from gymflow.records import Verification
+from gymflow.rollouts.plan import RunPlan
+
+#: Generous: a verification can run a sandboxed program or ask a judge model.
+TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+
+
+def remote_problems(plan: RunPlan, url: str) -> list[str]:
+    """Why the server at `url` cannot serve this plan (empty when it can)."""
+    try:
+        health = httpx.get(f"{url.rstrip('/')}/health", timeout=10.0)
+        health.raise_for_status()
+        info = health.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        return [f"resources_url: {url} does not answer /health: {exc}"]
+    problems = []
+    if info.get("environment") != plan.env.name:
+        problems.append(
+            f"resources_url: {url} serves environment {info.get('environment')!r}, "
+            f"not {plan.env.name!r}"
+        )
+    elif info.get("verifier_version") != plan.verifier_version:
+        problems.append(
+            f"resources_url: {url} verifies with {info.get('verifier_version')}, the run with "
+            f"{plan.verifier_version} (start it with the run's verifier parameters)"
+        )
+    return problems
+
+
+class RemoteResourcesServer:
+    """The ResourcesServer interface over HTTP. Use inside one event loop; `aclose()` at the end."""
+
+    def __init__(self, url: str, plan: RunPlan) -> None:
+        self.url = url.rstrip("/")
+        self.env = plan.env
+        self.split = plan.split
+        self.verifier_version = plan.verifier_version
+        # Tool schemas are the environment's code, which this side has too: no round trip.
+        self._schemas = plan.env.resources_server(plan.verifier_params)
+        self._http = httpx.AsyncClient(base_url=self.url, timeout=TIMEOUT)
+
+    def tools(self) -> list[dict[str, Any]]:
+        return self._schemas.tools()
+
+    def tools_for(self, task: Task) -> list[dict[str, Any]]:
+        return self._schemas.tools_for(task)
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = await self._http.post(path, json=body)
+        if response.status_code != 200:
+            raise RuntimeError(
+                f"resources server {self.url}{path} answered {response.status_code}: "
+                f"{response.text[:200]}"
+            )
+        return response.json()
+
+    async def seed_session(self, task: Task) -> str:
+        seeded = await self._post("/seed_session", {"task_id": task.task_id, "split": self.split})
+        return seeded["session_id"]
+
+    async def call_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> str:
+        result = await self._post(
+            f"/tools/{name}", {"session_id": session_id, "arguments": arguments}
+        )
+        if result.get("crashed"):
+            raise RuntimeError(result["output"])
+        if result["error"]:
+            raise ToolError(result["output"].removeprefix("error: "))
+        return result["output"]
+
+    async def verify(
+        self, session_id: str, task: Task, output_text: str, trajectory: list[dict[str, Any]]
+    ) -> Verification:
+        body = {
+            "session_id": session_id,
+            "output_text": output_text,
+            "trajectory": trajectory,
+            "close": False,
+        }
+        return Verification(**await self._post("/verify", body))
+
+    async def close_session(self, session_id: str) -> None:
+        await self._post("/close_session", {"session_id": session_id})
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+def open_resources(plan: RunPlan) -> ResourcesServer | RemoteResourcesServer:
+    """The run's resources server: in-process, or the one at the config's `resources_url`."""
+    url = plan.config.resources_url
+    if not url:
+        return plan.env.resources_server(plan.verifier_params)
+    problems = remote_problems(plan, url)
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return RemoteResourcesServer(url, plan)
+
+
+async def close_resources(server: ResourcesServer | RemoteResourcesServer) -> None:
+    if isinstance(server, RemoteResourcesServer):
+        await server.aclose()
