@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import yaml
 
 from gymflow.cli.app import console, fail, serve_app
 from gymflow.environments.registry import RegistryError, load_environment
 
 
-def _verifier_params(pairs: list[str]) -> dict[str, str]:
-    params: dict[str, str] = {}
+def _verifier_params(pairs: list[str]) -> dict[str, Any]:
+    """key=value pairs, each value read as YAML: `timeout_s=5` and `ignore=[]` keep their types."""
+    params: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             fail(f"--param {pair!r}: expected key=value")
-        params[key] = value
+        try:
+            params[key] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            params[key] = value
     return params
 
 
