@@ -70,6 +70,14 @@ class EnvironmentManifest(BaseModel):
     pass_threshold: float = 1.0
     reverify_stateless: bool = True
     harness: str = "single_turn"
+    verify_timeout_s: float | None = Field(
+        None,
+        gt=0.0,
+        description="Longest a verification may take; past it the rollout's verification is a "
+        "`verifier_timeout` error. Set it for any verifier that can block (subprocesses, network, "
+        "parsing untrusted output): it then runs off the event loop. Unset, a quick verifier runs "
+        "inline, and one that declares itself heavy gets a 300 s bound.",
+    )
     prompt_template: str
     splits: dict[str, SplitSpec]
     default_split: str

@@ -6,8 +6,10 @@ port. Environments with tools subclass it and register tool handlers."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
@@ -16,6 +18,8 @@ from gymflow.records import VERIFIED, VERIFY_ERROR, Verification
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
 
 ToolHandler = Callable[[dict[str, Any], dict[str, Any]], Any]
+#: The bound on a heavy verifier (sandbox, judge) whose environment sets no verify_timeout_s.
+HEAVY_VERIFY_TIMEOUT_S = 300.0
 
 
 class ToolError(Exception):
@@ -102,9 +106,49 @@ class ResourcesServer:
         self, session_id: str, task: Task, output_text: str, trajectory: list[dict[str, Any]]
     ) -> Verification:
         inp = VerifyInput(task, output_text, trajectory, self.final_state(session_id))
-        if self.heavy_verification:
-            return await asyncio.to_thread(self.verify_sync, inp)
-        return self.verify_sync(inp)
+        timeout = self.env.manifest.verify_timeout_s
+        if timeout is None and not self.heavy_verification:
+            return self.verify_sync(inp)
+        timeout = timeout or HEAVY_VERIFY_TIMEOUT_S
+        try:
+            return await _in_daemon_thread(self.verify_sync, inp, timeout=timeout)
+        except TimeoutError:
+            return Verification(
+                self.verifier_version,
+                VERIFY_ERROR,
+                None,
+                None,
+                "verifier_timeout",
+                {"error": f"no verdict within {timeout:g}s (verify_timeout_s)"},
+            )
 
     #: Set by environments whose verifier is slow (sandboxes, judges) to keep the loop responsive.
     heavy_verification: bool = False
+
+
+async def _in_daemon_thread(fn: Callable[[VerifyInput], Verification], inp, *, timeout: float):
+    """Run `fn(inp)` on a daemon thread, waiting at most `timeout` seconds.
+
+    A daemon thread, not the loop's executor: a verifier that never returns is abandoned, and an
+    executor's worker would be joined at exit, hanging the process the timeout was meant to save."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Verification] = loop.create_future()
+
+    def settle(result: Verification | None, error: BaseException | None) -> None:
+        if future.done():  # timed out already
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        try:
+            outcome = (fn(inp), None)
+        except BaseException as exc:  # verify_sync catches verifier errors; this is a bug in it
+            outcome = (None, exc)
+        with contextlib.suppress(RuntimeError):  # the loop closed while this verifier hung
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=run, name="gymflow-verify", daemon=True).start()
+    return await asyncio.wait_for(future, timeout)
