@@ -30,7 +30,12 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The API URL of a Prefect server this suite starts, and stops when it is done."""
+    """The API URL of a Prefect server this suite starts, and stops when it is done.
+
+    While iterating, point GYMFLOW_FAULTS_PREFECT_API at a server you run to skip the start-up."""
+    if os.environ.get("GYMFLOW_FAULTS_PREFECT_API"):
+        yield os.environ["GYMFLOW_FAULTS_PREFECT_API"]
+        return
     home = tmp_path_factory.mktemp("prefect-server")
     port = _free_port()
     env = {

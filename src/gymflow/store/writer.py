@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import duckdb
 import orjson
 
 from gymflow.records import Rollout
+from gymflow.store.db import StoreError
 from gymflow.store.schema import COLUMNS
 
 
@@ -109,10 +112,30 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
         insert_rows(con, "model_calls", call_rows)
         insert_rows(con, "verifications", verification_rows)
         con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
+    except Exception as exc:
+        # A COMMIT that failed has rolled back already; a second ROLLBACK must not hide why.
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        if isinstance(
+            exc, duckdb.IOException | duckdb.FatalException | duckdb.TransactionException
+        ):
+            raise StoreError(
+                f"{_database_path(con)}: cannot commit {len(rollout_rows)} rollouts (disk full "
+                f"or file size limit?); rollouts committed before are kept and `--resume` redoes "
+                f"the rest. {type(exc).__name__}: {exc}"
+            ) from exc
         raise
     return len(rollout_rows)
+
+
+def _database_path(con) -> str:
+    try:
+        row = con.execute(
+            "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+        ).fetchone()
+    except duckdb.Error:  # an invalidated database answers nothing
+        return "run store"
+    return row[0] if row and row[0] else "run store"
 
 
 def register_verifier_version(
