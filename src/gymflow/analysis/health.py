@@ -2,8 +2,10 @@
 
 A check yields the ids it flags: rollout ids for `rollout` checks, `task_id#repeat` keys for the
 `run` check on missing rows, task ids for the `task` check. Parameters reach the SQL as DuckDB
-session variables (`getvariable('name')`), so every check stays a plain, copyable query. Tool-call
-items are unnested once into a temporary table (`tool_items`) that the tool checks share."""
+session variables (`getvariable('name')`), so every check stays a plain, copyable query. Three
+temporary tables are built once and shared: `tool_items` (the trajectories' function calls and
+outputs, unnested), `calls` (model_calls with their sampling parsed) and `rollout_calls` (each
+rollout's token totals beside its calls' sums and last status)."""
 
 from __future__ import annotations
 
@@ -43,6 +45,40 @@ FROM items
 WHERE item->>'type' IN ('function_call', 'function_call_output')
 """
 
+# One row per model call with its sampling parsed once (a multi-path extract reads the JSON a
+# single time), and one row per rollout with its calls summed: the call checks read these
+# instead of each joining or parsing a million rows again.
+_CALLS = """
+CREATE OR REPLACE TEMP TABLE calls AS
+SELECT rollout_id, call_index, attempt, status, input_tokens, output_tokens,
+       TRY_CAST(s[1] AS DOUBLE) AS temperature,
+       TRY_CAST(s[2] AS DOUBLE) AS top_p,
+       TRY_CAST(s[3] AS BIGINT) AS max_output_tokens
+FROM (
+    SELECT *, json_extract_string(sampling_json, ['$.temperature', '$.top_p',
+                                                  '$.max_output_tokens']) AS s
+    FROM model_calls
+)
+"""
+
+_ROLLOUT_CALLS = """
+CREATE OR REPLACE TEMP TABLE rollout_calls AS
+SELECT r.rollout_id, r.input_tokens, r.output_tokens,
+       m.calls, m.input_sum, m.output_sum, m.without_usage, m.last_status
+FROM rollouts r
+LEFT JOIN (
+    SELECT rollout_id,
+           count(*) AS calls,
+           sum(coalesce(input_tokens, 0)) AS input_sum,
+           sum(coalesce(output_tokens, 0)) AS output_sum,
+           count(*) FILTER (
+               WHERE status <> 'error' AND (input_tokens IS NULL OR output_tokens IS NULL)
+           ) AS without_usage,
+           arg_max(status, call_index::BIGINT * 1000000 + attempt) AS last_status
+    FROM calls GROUP BY rollout_id
+) m USING (rollout_id)
+"""
+
 _TOOL_PAIRS = """
 SELECT rollout_id, call_id,
        count(*) FILTER (WHERE type = 'function_call') AS calls,
@@ -53,7 +89,7 @@ FROM tool_items GROUP BY rollout_id, call_id
 
 def _sampling_differs(key: str) -> str:
     return (
-        f"TRY_CAST(json_extract_string(m.sampling_json, '$.{key}') AS DOUBLE) IS DISTINCT FROM "
+        f"m.{key} IS DISTINCT FROM "
         f"TRY_CAST(json_extract_string(runs.sampling_json, '$.{key}') AS DOUBLE)"
     )
 
@@ -74,9 +110,11 @@ CHECKS: dict[str, Check] = {
         "(rollout_id, call_index, attempt)",
         """
         SELECT rollout_id AS id FROM rollouts
-        QUALIFY count(*) OVER (PARTITION BY run_id, task_id, repeat_index) > 1
+        WHERE (task_id, repeat_index) IN (
+            SELECT (task_id, repeat_index) FROM rollouts
+            GROUP BY task_id, repeat_index HAVING count(*) > 1)
         UNION
-        SELECT rollout_id FROM model_calls
+        SELECT rollout_id FROM calls
         GROUP BY rollout_id, call_index, attempt HAVING count(*) > 1
         """,
     ),
@@ -86,18 +124,11 @@ CHECKS: dict[str, Check] = {
     ),
     "no_model_calls": Check(
         "rollout with no recorded model call",
-        """
-        SELECT r.rollout_id AS id FROM rollouts r
-        ANTI JOIN model_calls m ON m.rollout_id = r.rollout_id
-        """,
+        "SELECT rollout_id AS id FROM rollout_calls WHERE calls IS NULL",
     ),
     "last_call_failed": Check(
         "the rollout's last model call (last turn, last attempt) failed",
-        """
-        SELECT rollout_id AS id FROM model_calls
-        GROUP BY rollout_id
-        HAVING arg_max(status, call_index::BIGINT * 1000000 + attempt) = 'error'
-        """,
+        "SELECT rollout_id AS id FROM rollout_calls WHERE last_status = 'error'",
     ),
     "empty_output": Check(
         "completed rollout whose final output text is empty",
@@ -120,21 +151,11 @@ CHECKS: dict[str, Check] = {
     "token_mismatch": Check(
         "token counts missing, or the rollout's totals differ from the sum over its model calls",
         """
-        SELECT r.rollout_id AS id
-        FROM rollouts r
-        LEFT JOIN (
-            SELECT rollout_id,
-                   sum(coalesce(input_tokens, 0)) AS input_sum,
-                   sum(coalesce(output_tokens, 0)) AS output_sum,
-                   count(*) FILTER (
-                       WHERE status <> 'error' AND (input_tokens IS NULL OR output_tokens IS NULL)
-                   ) AS without_usage
-            FROM model_calls GROUP BY rollout_id
-        ) m USING (rollout_id)
-        WHERE r.input_tokens IS NULL OR r.output_tokens IS NULL
-           OR coalesce(m.without_usage, 0) > 0
-           OR r.input_tokens <> coalesce(m.input_sum, 0)
-           OR r.output_tokens <> coalesce(m.output_sum, 0)
+        SELECT rollout_id AS id FROM rollout_calls
+        WHERE input_tokens IS NULL OR output_tokens IS NULL
+           OR coalesce(without_usage, 0) > 0
+           OR input_tokens <> coalesce(input_sum, 0)
+           OR output_tokens <> coalesce(output_sum, 0)
         """,
     ),
     "function_call_without_output": Check(
@@ -155,15 +176,13 @@ CHECKS: dict[str, Check] = {
     "runaway_generation": Check(
         "a model call whose output tokens reached its max_output_tokens",
         """
-        SELECT DISTINCT rollout_id AS id FROM model_calls
-        WHERE output_tokens >=
-              TRY_CAST(json_extract_string(sampling_json, '$.max_output_tokens') AS BIGINT)
+        SELECT DISTINCT rollout_id AS id FROM calls WHERE output_tokens >= max_output_tokens
         """,
     ),
     "sampling_mismatch": Check(
         "a model call sent temperature, top_p or max_output_tokens other than the run's config",
         f"""
-        SELECT DISTINCT m.rollout_id AS id FROM model_calls m CROSS JOIN runs
+        SELECT DISTINCT m.rollout_id AS id FROM calls m CROSS JOIN runs
         WHERE {_sampling_differs("temperature")}
            OR {_sampling_differs("top_p")}
            OR {_sampling_differs("max_output_tokens")}
@@ -263,6 +282,8 @@ def health(
     }
     _set_variables(con, variables)
     con.execute(_TOOL_ITEMS)
+    con.execute(_CALLS)
+    con.execute(_ROLLOUT_CALLS)
     con.execute("CREATE OR REPLACE TEMP TABLE health_hits (id VARCHAR, check_name VARCHAR)")
     expected, stored = con.execute(
         "SELECT (SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0), "
@@ -299,7 +320,8 @@ def health(
     verdicts = rollout_verdicts(con, unhealthy_only=True, limit=max_listed)
     failing = [name for name, check in checks.items() if check["count"]]
     gate_failures = [name for name, check in checks.items() if check["share"] > check["threshold"]]
-    con.execute("DROP TABLE IF EXISTS check_ids")
+    for table in ("check_ids", "calls", "rollout_calls", "tool_items"):
+        con.execute(f"DROP TABLE IF EXISTS {table}")
     return {
         "verdict": "unhealthy" if failing else "healthy",
         "gate": "fail" if gate_failures else "pass",
@@ -322,7 +344,7 @@ def rollout_verdicts(
 ) -> pl.DataFrame:
     """Per-rollout verdict after `health(con)` ran on this connection: rollout_id, task_id,
     repeat_index, healthy (bool), checks (list of failed check names, empty when healthy)."""
-    where = "WHERE h.checks IS NOT NULL" if unhealthy_only else ""
+    join = "JOIN" if unhealthy_only else "LEFT JOIN"
     limit_sql = f"LIMIT {int(limit)}" if limit is not None else ""
     return frame(
         con,
@@ -331,11 +353,10 @@ def rollout_verdicts(
                h.checks IS NULL AS healthy,
                coalesce(h.checks, []::VARCHAR[]) AS checks
         FROM rollouts r
-        LEFT JOIN (
+        {join} (
             SELECT id, list(DISTINCT check_name ORDER BY check_name) AS checks
             FROM health_hits GROUP BY id
         ) h ON h.id = r.rollout_id
-        {where}
         ORDER BY r.task_id, r.repeat_index, r.rollout_id
         {limit_sql}
         """,
