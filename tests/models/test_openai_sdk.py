@@ -8,6 +8,7 @@ import pytest
 from openai import OpenAI
 
 from gymflow.environments.base import Environment
+from tests.conftest import gym
 from tests.models.conftest import ledger_prompts
 
 
@@ -85,3 +86,9 @@ def test_sdk_sees_injected_faults_as_its_own_errors(served_model: str) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(model="any", input="hi")
     assert caught.value.code == "context_length_exceeded"
+
+
+def test_serve_model_rejects_an_unknown_fault(tmp_path) -> None:
+    result = gym("serve", "model", "--port", "1", "--fault", "gremlins=0.5", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "rate_gremlins" in result.stderr and "context_length" in result.stderr

@@ -109,7 +109,6 @@ def completion_to_response(completion: dict[str, Any]) -> dict[str, Any]:
     """A chat completion as a Responses API object (raises KeyError/TypeError when malformed)."""
     choice = completion["choices"][0]
     message = choice["message"]
-    index = 0
     output: list[dict[str, Any]] = []
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     if reasoning:
