@@ -10,7 +10,13 @@ from typing import Any
 
 from gymflow.config import ConfigError, EvalConfig, Sampling
 from gymflow.environments.base import Environment, Task
-from gymflow.environments.registry import Benchmark, RegistryError, load_benchmark, load_environment
+from gymflow.environments.registry import (
+    Benchmark,
+    RegistryError,
+    benchmark_files,
+    load_benchmark,
+    load_environment,
+)
 from gymflow.rollouts.prompts import PromptError, render_prompt
 from gymflow.verifiers.base import get_verifier
 
@@ -110,7 +116,10 @@ def build_plan(config: EvalConfig) -> RunPlan:
     try:
         tasks = env.tasks(split)
     except (KeyError, ValueError) as exc:
-        raise ConfigError(str(exc).strip('"')) from None
+        problem = str(exc).strip('"')
+        if isinstance(exc, KeyError) and benchmark and benchmark.split:
+            problem = f"{benchmark_files()[config.benchmark]}: split: {problem}"
+        raise ConfigError(problem) from None
     limit = config.limit or (benchmark.limit if benchmark else None)
     if limit:
         tasks = tasks[:limit]
