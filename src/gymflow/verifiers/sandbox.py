@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -119,6 +120,7 @@ class SandboxResult:
 
 # -- slots: bounded concurrency and one user id per concurrent sandbox ---------------------------
 _slots: queue.Queue[int] | None = None
+_slots_lock = threading.Lock()
 
 
 def pool_size() -> int:
@@ -128,12 +130,13 @@ def pool_size() -> int:
 
 def _slot_queue() -> queue.Queue[int]:
     global _slots
-    if _slots is None:
-        slots: queue.Queue[int] = queue.Queue()
-        for slot in range(min(pool_size(), _SLOT_SPAN)):
-            slots.put(slot)
-        _slots = slots
-    return _slots
+    with _slots_lock:  # the first verifications arrive on several threads at once
+        if _slots is None:
+            slots: queue.Queue[int] = queue.Queue()
+            for slot in range(min(pool_size(), _SLOT_SPAN)):
+                slots.put(slot)
+            _slots = slots
+        return _slots
 
 
 @contextmanager
