@@ -125,6 +125,9 @@ def test_wrong_and_malformed_answers_fail_with_reasons(tasks) -> None:
     for answer, reason in cases.items():
         verdict = verify(task, answer)
         assert (verdict.reward, verdict.details["reason"]) == (0.0, reason), answer
+        if reason in ("tests_failed", "runtime_error"):  # the line that failed is named
+            expected = "assert" if reason == "tests_failed" else "return undefined_name"
+            assert verdict.details["error_line"].startswith(expected), verdict.details
 
 
 def test_timeout_is_a_parameter_and_changes_the_version(tasks) -> None:

@@ -16,7 +16,6 @@ failure of the sandbox itself (bubblewrap missing or unable to start) is a `Sand
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
@@ -32,7 +31,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +60,12 @@ def main():
         exec(compile(source, "solution.py", "exec"), {"__name__": "__main__"})
     except BaseException as exc:
         outcome = {"status": "raised", "type": type(exc).__name__, "message": str(exc)[:500],
-                   "errno": getattr(exc, "errno", None)}
+                   "errno": getattr(exc, "errno", None), "line": None}
+        tb, lines = exc.__traceback__, source.splitlines()
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == "solution.py" and 0 < tb.tb_lineno <= len(lines):
+                outcome["line"] = lines[tb.tb_lineno - 1].strip()[:300]
+            tb = tb.tb_next
     else:
         outcome = {"status": "ok"}
     try:
@@ -99,9 +103,9 @@ class SandboxResult:
     wall_s: float
     error_type: str | None = None
     error_message: str | None = None
+    error_line: str | None = None
     stdout_tail: str = ""
     stderr_tail: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -113,6 +117,8 @@ class SandboxResult:
             out["error_type"] = self.error_type
         if self.error_message:
             out["error_message"] = self.error_message
+        if self.error_line:
+            out["error_line"] = self.error_line
         if self.stderr_tail and not self.ok:
             out["stderr"] = self.stderr_tail
         return out
@@ -251,9 +257,6 @@ def bwrap_path() -> str:
     return path
 
 
-_job_ids = itertools.count()
-
-
 def run_python(source: str, limits: SandboxLimits | None = None) -> SandboxResult:
     """Run `source` as a Python program in the sandbox; blocks until it ends or times out.
 
@@ -342,6 +345,7 @@ def _classify(
         result.reason = "ok"
         return result
     result.error_type, result.error_message = report["type"], report["message"]
+    result.error_line = report.get("line")
     result.reason = _reason_for(report["type"], report.get("errno"))
     return result
 
