@@ -87,14 +87,11 @@ class _Wire:
     def decode(self, payload: dict[str, Any]) -> dict[str, Any]:
         return completion_to_response(payload) if self.chat else payload
 
-    def sampling(self, sent: dict[str, Any]) -> dict[str, Any]:
-        keys = ("temperature", "top_p", "seed", "max_output_tokens", "max_tokens")
-        params = {key: sent[key] for key in keys if key in sent}
-        if "reasoning" in sent:
-            params["reasoning"] = sent["reasoning"]
-        if "reasoning_effort" in sent:
-            params["reasoning_effort"] = sent["reasoning_effort"]
-        return params
+
+#: Sampling parameters as recorded: under their Responses API names whatever the server kind, so
+#: runs over either kind compare (the chat adapter sends max_output_tokens as max_tokens and
+#: reasoning.effort as reasoning_effort, with the same values).
+SAMPLING_KEYS = ("temperature", "top_p", "max_output_tokens", "seed", "reasoning")
 
 
 class ResponsesClient:
@@ -191,7 +188,7 @@ class ResponsesClient:
     ) -> CallOutcome:
         body = self.request_body(input_items, tools, seed)
         sent = self._wire.encode(body)
-        sampling = self._wire.sampling(sent)
+        sampling = {key: body[key] for key in SAMPLING_KEYS if key in body}
         outcome = CallOutcome(None, None)
         for attempt in range(self.config.max_retries + 1):
             call, response, raw, error = await self._attempt(sent, body, call_index, attempt)
