@@ -7,7 +7,7 @@ arithmetic verifier) that a test then bends to fail exactly one thing."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -214,7 +214,3 @@ class StoreBuilder:
             self.server.params.model_dump(mode="json"),
         )
         write_rollouts(con, self.rollouts)
-
-
-def broken_call(call: ModelCall, **changes: Any) -> ModelCall:
-    return replace(call, **changes)

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from gymflow.analysis.answers import extracted_sql, normalised_sql
+from gymflow.analysis.answers import normalised_sql
 from gymflow.analysis.frames import frame
 from gymflow.analysis.outcomes import check_verifier_version, task_counts_sql
 from gymflow.models.errors import ModelError
@@ -69,7 +69,8 @@ def _classify_sql() -> str:
           WHEN v.rollout_id IS NULL THEN 'unverified'
           WHEN v.status <> 'ok' THEN 'verifier_error'
           WHEN {_counter("max_turns_reached")} > 0
-               OR {_LAST_ITEM} IN ('function_call', 'function_call_output')
+               OR (r.trajectory_json LIKE '%function_call%'
+                   AND {_LAST_ITEM} IN ('function_call', 'function_call_output'))
             THEN 'harness_max_turns'
           WHEN {_counter("malformed_tool_calls")} > 0 THEN 'harness_malformed_tool_call'
           WHEN {_counter("tool_errors")} > 0 THEN 'tool_error'
@@ -202,35 +203,48 @@ def verifier_suspects(con, version: str, *, examples: int) -> list[dict[str, Any
     - extracted_equals_reference: the verifier extracted an answer equal to the expected one
       (as text after normalisation, or as numbers) yet did not pass it;
     - passed_without_answer: passed with an empty output or no extracted answer;
-    - versions_disagree:A|B: rollouts two stored verifier versions judge differently."""
-    extracted = normalised_sql(extracted_sql("v.details_json"))
-    expected = normalised_sql(
-        "coalesce(json_extract_string(v.details_json, '$.expected'), "
-        "json_extract_string(t.data_json, '$.answer'))"
-    )
+    - versions_disagree:A|B: rollouts the version read (A) and another stored version (B)
+      judge differently."""
     suspects = []
+    # Normalise only distinct (task, extracted, expected) triples of failed rollouts: the
+    # regexes then run once per distinct answer, not once per rollout.
+    extracted, expected = normalised_sql("raw_extracted"), normalised_sql("raw_expected")
     rows = con.execute(
         f"""
         WITH judged AS (
             SELECT r.rollout_id, r.task_id, r.repeat_index, v.passed, r.output_text,
-                   {extracted} AS extracted, {expected} AS expected,
-                   json_extract_string(v.details_json, '$.reason') AS reason
+                   json_extract_string(v.details_json, ['$.extracted', '$.expected', '$.reason'])
+                     AS d
             FROM rollouts r
             JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-            LEFT JOIN tasks t ON t.task_id = r.task_id
             WHERE r.status = 'completed' AND v.status = 'ok'
         ),
+        failed AS (
+            SELECT rollout_id, task_id, repeat_index, d[1] AS raw_extracted, d[2] AS given
+            FROM judged WHERE NOT passed AND d[1] IS NOT NULL
+        ),
+        answers AS (
+            SELECT DISTINCT f.task_id, f.raw_extracted, f.given,
+                   coalesce(f.given, json_extract_string(t.data_json, '$.answer'))
+                     AS raw_expected
+            FROM failed f LEFT JOIN tasks t USING (task_id)
+        ),
+        equal AS (
+            SELECT task_id, raw_extracted, given FROM answers
+            WHERE {extracted} <> ''
+              AND ({extracted} = {expected}
+                   OR TRY_CAST({extracted} AS DOUBLE) = TRY_CAST({expected} AS DOUBLE))
+        ),
         flagged AS (
-            SELECT 'extracted_equals_reference' AS kind, rollout_id, task_id, repeat_index
-            FROM judged
-            WHERE NOT passed AND extracted IS NOT NULL AND extracted <> ''
-              AND (extracted = expected
-                   OR TRY_CAST(extracted AS DOUBLE) = TRY_CAST(expected AS DOUBLE))
+            SELECT 'extracted_equals_reference' AS kind, f.rollout_id, f.task_id, f.repeat_index
+            FROM failed f JOIN equal e
+              ON e.task_id = f.task_id AND e.raw_extracted = f.raw_extracted
+             AND e.given IS NOT DISTINCT FROM f.given
             UNION ALL
             SELECT 'passed_without_answer', rollout_id, task_id, repeat_index
             FROM judged
             WHERE passed AND (coalesce(trim(output_text), '') = ''
-                              OR reason IN ({_quoted(FORMAT_REASONS)}))
+                              OR d[3] IN ({_quoted(FORMAT_REASONS)}))
         )
         SELECT kind, count(*), list(rollout_id ORDER BY task_id, repeat_index)[1:{examples}]
         FROM flagged GROUP BY kind ORDER BY kind
@@ -250,12 +264,13 @@ def verifier_suspects(con, version: str, *, examples: int) -> list[dict[str, Any
         f"""
         SELECT a.verifier_version, b.verifier_version, count(*),
                list(a.rollout_id ORDER BY a.rollout_id)[1:{examples}]
-        FROM verifications a
-        JOIN verifications b
-          ON a.rollout_id = b.rollout_id AND a.verifier_version < b.verifier_version
-        WHERE a.status = 'ok' AND b.status = 'ok' AND a.passed <> b.passed
+        FROM (SELECT * FROM verifications WHERE verifier_version = ? AND status = 'ok') a
+        JOIN (SELECT * FROM verifications WHERE verifier_version <> ? AND status = 'ok') b
+          ON a.rollout_id = b.rollout_id
+        WHERE a.passed <> b.passed
         GROUP BY ALL ORDER BY 1, 2
-        """
+        """,
+        [version, version],
     ).fetchall()
     for version_a, version_b, count, ids in disagreements:
         suspects.append(
