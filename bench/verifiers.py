@@ -11,6 +11,9 @@ rlimits, its own uid), as gymflow does. The math judge is timed against a trivia
 A case's callable is a factory, called once in each worker process, that returns the
 one-verification function. Other environments add rows with `main(extra=[(name, factory), ...])`.
 
+The machine these figures come from is shared, so each row also gives verifications per
+CPU-second (the worker's CPU plus its sandboxes'), which load does not change.
+
     python bench/verifiers.py [--seconds 5] [--workers 1 2] [--only code_exec]
 """
 
@@ -21,6 +24,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import resource
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -144,19 +148,31 @@ def cases(judge_url: str) -> list[Case]:
     ]
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the sandboxes)."""
+    own, children = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def _worker(factory: Callable[[], Callable[[], Any]], seconds: float, start, queue) -> None:
     verify_one = factory()
     verify_one()  # warm: imports, caches, first sandbox
     start.wait()
-    count, deadline = 0, time.perf_counter() + seconds
+    count, cpu, deadline = 0, _cpu_seconds(), time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         verify_one()
         count += 1
-    queue.put(count)
+    queue.put((count, _cpu_seconds() - cpu))
 
 
-def measure(factory: Callable[[], Callable[[], Any]], workers: int, seconds: float) -> float:
-    """Verifications per second over `workers` processes running for `seconds`."""
+def measure(
+    factory: Callable[[], Callable[[], Any]], workers: int, seconds: float
+) -> tuple[float, float]:
+    """(verifications per wall second, per CPU second) over `workers` processes running for
+    `seconds`. The CPU figure does not depend on how busy the machine is: on idle cores, N
+    workers reach about N times it."""
     context = multiprocessing.get_context("fork")
     start, queue = context.Barrier(workers + 1), context.Queue()
     processes = [
@@ -167,13 +183,14 @@ def measure(factory: Callable[[], Callable[[], Any]], workers: int, seconds: flo
         process.start()
     start.wait()
     began = time.perf_counter()
-    total = sum(queue.get() for _ in processes)
+    results = [queue.get() for _ in processes]
     elapsed = time.perf_counter() - began
     for process in processes:
         process.join()
         if process.exitcode != 0:
             raise RuntimeError(f"a worker exited with {process.exitcode}")
-    return total / elapsed
+    total = sum(count for count, _ in results)
+    return total / elapsed, total / max(sum(cpu for _, cpu in results), 1e-9)
 
 
 def main(argv: list[str] | None = None, extra: list[Case] | None = None) -> None:
@@ -190,11 +207,13 @@ def main(argv: list[str] | None = None, extra: list[Case] | None = None) -> None
             if not args.only or args.only in name
         ]
         header = f"{'verifier':<40}" + "".join(f"{f'{w} worker(s)':>16}" for w in args.workers)
-        print(header)
-        print("-" * len(header))
+        print(header + f"{'per CPU-second':>18}")
+        print("-" * (len(header) + 18))
         for name, factory in selected:
-            rates = [measure(factory, workers, args.seconds) for workers in args.workers]
-            print(f"{name:<40}" + "".join(f"{rate:>12.1f} /s " for rate in rates), flush=True)
+            results = [measure(factory, workers, args.seconds) for workers in args.workers]
+            walls = "".join(f"{wall:>12.1f} /s " for wall, _ in results)
+            cpu = sum(per_cpu for _, per_cpu in results) / len(results)
+            print(f"{name:<40}{walls}{cpu:>14.1f} /s", flush=True)
 
 
 if __name__ == "__main__":
