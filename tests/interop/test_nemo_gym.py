@@ -9,7 +9,13 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from gymflow.analysis.diagnose import diagnose
+from gymflow.analysis.health import health
+from gymflow.analysis.profile import profile
 from gymflow.environments.arithmetic.env import make_task
+from gymflow.interop.export import export_run
+from gymflow.interop.nemo_gym import import_rollouts
+from gymflow.store.db import connect
 from tests.conftest import gym
 
 TASKS = [make_task(i) for i in range(5)]
@@ -110,11 +116,14 @@ def test_import_stores_rows_tasks_and_rewards(imported: Path) -> None:
 
 
 def test_every_stage_runs_on_the_imported_run(imported: Path) -> None:
-    health = json.loads(gym("eval", "health", "run", "--json", cwd=imported, check=True).stdout)
-    assert health["verdict"] == "healthy", health["failing_checks"]
-    profile = json.loads(gym("eval", "profile", "run", "--json", cwd=imported, check=True).stdout)
-    assert profile["verifier_version"] == "imported"
-    assert profile["pass@1"] == pytest.approx((5 + 2) / 10)
+    con = connect(imported / "run", read_only=True)
+    try:
+        checked, profiled = health(con), profile(con)
+    finally:
+        con.close()
+    assert checked["verdict"] == "healthy", checked["failing_checks"]
+    assert profiled["verifier_version"] == "imported"
+    assert profiled["pass@1"] == pytest.approx((5 + 2) / 10)
     out = gym(
         "eval",
         "reverify",
@@ -131,9 +140,11 @@ def test_every_stage_runs_on_the_imported_run(imported: Path) -> None:
     assert len(result["flips"]["rollouts"]["to_fail"]) == 2
     assert result["flips"]["rollouts"]["to_pass"] == []
     assert result["after"]["pass@1"] == pytest.approx(5 / 10)
-    diagnosis = json.loads(
-        gym("eval", "diagnose", "run", "--json", cwd=imported, check=True).stdout
-    )
+    con = connect(imported / "run", read_only=True)
+    try:
+        diagnosis = diagnose(con)
+    finally:
+        con.close()
     assert diagnosis["verifier_version"] == result["new_version"]
     assert any(s["kind"].startswith("versions_disagree") for s in diagnosis["verifier_suspects"])
 
@@ -198,14 +209,14 @@ def test_export_round_trip_and_flat_formats(imported: Path) -> None:
         assert line["responses_create_params"] == source["responses_create_params"]
         assert line["task_id"] == source["task_id"]
         assert line["answer"] == TASKS[line["_ng_task_index"]].data["answer"]
-    gym("import", "nemo-gym", "again.jsonl", "--out", "reimported", cwd=imported, check=True)
+    import_rollouts(imported / "again.jsonl", imported / "reimported")
     rewards = _query(
         imported / "reimported" / "gymflow.duckdb",
         "SELECT sum(reward) FROM verifications",
     )
     assert rewards[0][0] == sum(r["reward"] for r in _rows())
-    gym("export", "run", "--format", "parquet", "--out", "r.parquet", cwd=imported, check=True)
-    gym("export", "run", "--format", "jsonl", "--out", "r.jsonl", cwd=imported, check=True)
+    export_run(imported / "run", "parquet", out=imported / "r.parquet")
+    export_run(imported / "run", "jsonl", out=imported / "r.jsonl")
     count = duckdb.sql(f"SELECT count(*) FROM '{imported / 'r.parquet'}'").fetchall()[0][0]
     assert count == 10
     flat = [json.loads(x) for x in (imported / "r.jsonl").read_text().splitlines()]
