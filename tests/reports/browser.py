@@ -133,6 +133,8 @@ def visit(
     tools: DevTools, path: Path, *, javascript: bool = True, screenshot: bool = False
 ) -> PageVisit:
     """Open `path` in a new tab and report what happened."""
+    if not path.is_file():
+        raise FileNotFoundError(path)  # Chromium would show its own error page instead
     target = tools.call("Target.createTarget", url="about:blank")["targetId"]
     session = tools.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
     tools.events.clear()

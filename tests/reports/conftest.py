@@ -5,6 +5,7 @@ store's own writers that holds every outcome, hostile strings, and a second veri
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -96,7 +97,9 @@ def cli_runs(workdir: Path) -> dict[str, Path]:
     return {name: workdir / name for name in commands}
 
 
+@functools.cache
 def profile_json(run_dir: Path, *extra: str) -> dict:
+    """`gym eval profile --json` of a run; stores do not change after their fixture built them."""
     result = gym("eval", "profile", str(run_dir), "--json", *extra, cwd=run_dir.parent, check=True)
     return json.loads(result.stdout)
 

@@ -10,16 +10,14 @@ from gymflow.store.db import connect
 from gymflow.store.runs import register_run
 from tests.conftest import gym
 from tests.reports import pages
+from tests.reports.conftest import profile_json
 
 
 def test_report_verb_writes_where_asked(cli_runs, workdir):
     out = workdir / "cli" / "run.html"
     result = gym("report", str(cli_runs["clean"]), "--out", str(out), cwd=workdir, check=True)
     assert f"report: {out.resolve()}" in result.stdout.replace("\n", "")
-    profile = json.loads(
-        gym("eval", "profile", str(cli_runs["clean"]), "--json", cwd=workdir, check=True).stdout
-    )
-    assert pages.number(pages.read(out), "pass@1") == profile["pass@1"]
+    assert pages.number(pages.read(out), "pass@1") == profile_json(cli_runs["clean"])["pass@1"]
 
 
 def test_compare_report_numbers_are_the_paired_comparison(cli_runs, workdir):
