@@ -69,6 +69,7 @@ def test_infinite_loop_times_out(task) -> None:
     started = time.monotonic()
     reward, details = attack(task, "while True:\n    pass", timeout_s=1.0)
     assert (reward, details["reason"]) == (0.0, "timeout")
+    assert details["limit"] in {"wall_clock", "cpu"}
     assert time.monotonic() - started < 30  # killed, not waited for
     assert no_sandbox_processes_left()
 
@@ -162,6 +163,7 @@ def test_program_runs_without_network_as_an_unprivileged_user() -> None:
     )
     result = run_python(probe, SandboxLimits(timeout_s=5))
     assert result.ok, result
+    assert result.cpu_s is not None and 0 < result.cpu_s < 5
     uid, gid, host, cwd = result.stdout_tail.splitlines()[0].split()
     assert int(uid) != 0 and int(gid) != 0
     assert (host, cwd) == ("sandbox", "/tmp")

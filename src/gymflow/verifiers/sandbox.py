@@ -72,6 +72,9 @@ def main():
         sys.stdout.flush()
     except BaseException:
         pass
+    import resource
+    usage = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    outcome["cpu_s"] = round(sum(u.ru_utime + u.ru_stime for u in usage), 4)
     os.write(1, (nonce + " " + json.dumps(outcome) + "\n").encode())
 main()
 """
@@ -101,6 +104,8 @@ class SandboxResult:
     reason: str
     exit_code: int | None
     wall_s: float
+    cpu_s: float | None = None  # the program's CPU time, when it lived to report it
+    limit: str | None = None  # for a timeout: "wall_clock" or "cpu" (a busy machine slows wall)
     error_type: str | None = None
     error_message: str | None = None
     error_line: str | None = None
@@ -113,6 +118,10 @@ class SandboxResult:
 
     def details(self) -> dict[str, Any]:
         out: dict[str, Any] = {"reason": self.reason, "wall_s": round(self.wall_s, 3)}
+        if self.cpu_s is not None:
+            out["cpu_s"] = self.cpu_s
+        if self.limit:
+            out["limit"] = self.limit
         if self.error_type:
             out["error_type"] = self.error_type
         if self.error_message:
@@ -331,7 +340,7 @@ def _classify(
         stderr_tail=stderr[-_TAIL_CHARS:],
     )
     if timed_out or code == _SIGNAL_EXIT + signal.SIGXCPU:
-        result.reason = "timeout"
+        result.reason, result.limit = "timeout", "wall_clock" if timed_out else "cpu"
         return result
     if not started:
         raise SandboxError(f"sandbox did not start (exit {code}): {stderr.strip()[-500:]}")
@@ -341,6 +350,7 @@ def _classify(
         elif code == 0:
             result.reason = "exited"
         return result
+    result.cpu_s = report.get("cpu_s")
     if report["status"] == "ok":
         result.reason = "ok"
         return result
