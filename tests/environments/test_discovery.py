@@ -72,6 +72,9 @@ def test_ranking_on_fixture_environments(fixture_root: Path, monkeypatch) -> Non
     # a benchmark ranks right after its environment, never before it
     assert ranked.index("pycode") < ranked.index("pycode-smoke")
 
+    by_tool = search("send email", catalog)[0]  # a tool name is a reason to find an environment
+    assert by_tool.entry.name == "backoffice" and "tools" in by_tool.matched
+
     assert search("   ", catalog) == []
     assert search("zebra crossing", catalog) == []
 

@@ -29,6 +29,7 @@ _WEIGHTS: dict[str, tuple[float, float]] = {
     "name": (60.0, 12.0),
     "domain": (40.0, 8.0),
     "tags": (30.0, 6.0),
+    "tools": (20.0, 4.0),
     "environment": (30.0, 6.0),
     "description": (10.0, 2.0),
 }
@@ -71,6 +72,7 @@ class CatalogEntry:
     path: Path
     #: The environment's tags, for benchmarks (their own tags are in `tags`).
     inherited_tags: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,7 @@ def environment_entry(manifest: EnvironmentManifest, folder: Path) -> CatalogEnt
         tags=tuple(manifest.tags),
         environment=manifest.name,
         path=folder,
+        tools=tuple(manifest.tools),
     )
 
 
@@ -175,6 +178,7 @@ def score_entry(query: list[str], entry: CatalogEntry) -> tuple[float, tuple[str
     if entry.kind == "environment":
         fields["domain"] = [entry.domain]
         fields["tags"] = list(entry.tags)
+        fields["tools"] = list(entry.tools)
     else:
         fields["environment"] = [entry.environment]
         discounted["domain"] = [entry.domain]
