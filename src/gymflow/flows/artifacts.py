@@ -56,8 +56,9 @@ def headline_rows(profile: dict[str, Any], health: dict[str, Any]) -> list[dict[
     ]
 
 
-def next_action(profile: dict[str, Any], health: dict[str, Any]) -> str:
-    """The first thing to do, from coverage and health (the report weighs everything else)."""
+def next_action(profile: dict[str, Any], health: dict[str, Any], decision: dict[str, Any]) -> str:
+    """Coverage and health come first (scores of an incomplete or unhealthy run mislead); then
+    the diagnosis's decision (`gymflow.analysis.decide`)."""
     coverage = profile["coverage"]
     if coverage["missing"]:
         return (
@@ -67,12 +68,9 @@ def next_action(profile: dict[str, Any], health: dict[str, Any]) -> str:
     if health["verdict"] != "healthy":
         checks = ", ".join(health["failing_checks"])
         return f"Fix the records before trusting the scores: health checks failing: {checks}."
-    if coverage["failed"]:
-        return (
-            f"{coverage['failed']} rollouts failed (model, transport or harness errors, excluded "
-            "from the scores): read the failure taxonomy in the report."
-        )
-    return "The run is complete and healthy: read the report for per-task outcomes."
+    if decision["action"] is None:
+        return f"Nothing to fix: {decision['why']}."
+    return f"**{decision['label']}**: {decision['why']}"
 
 
 def summary_markdown(

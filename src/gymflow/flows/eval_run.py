@@ -26,7 +26,7 @@ from gymflow.flows.parameters import UNSHARDED, ScaleOptions, shard_config
 from gymflow.models.endpoint import model_endpoint
 from gymflow.rollouts.plan import resolve
 from gymflow.store.merge import check_destination
-from gymflow.tasks.analysis import check_health, profile_run, render_report
+from gymflow.tasks.analysis import check_health, diagnose_run, profile_run, render_report
 from gymflow.tasks.rollouts import prepare_run
 from gymflow.tasks.shards import aggregate_shards
 
@@ -58,8 +58,13 @@ def evaluation_loop(
 ) -> dict[str, Any]:
     """Collect every missing rollout of the config's run, then health, profile and report.
 
-    `resume` continues a stored run (only missing rollouts run); `scale` splits the run into
-    shards, run here as concurrent subflows or on a work pool, then merged into the run store."""
+    Args:
+        config: What to run, against which policy, how often, and where results go.
+        resume: Continue a stored run: only its missing rollouts run. A retry of this flow run
+            (the UI's Retry button) always continues it.
+        scale: Split the run into shards, run here as concurrent subflows or on a work pool,
+            then merged into the run store.
+    """
     config = _dated(config)
     resume = _resuming(resume)
     if scale.sharded:
@@ -68,19 +73,23 @@ def evaluation_loop(
         collected = _collect_shards(config, scale, resume)
     else:
         collected = _collect_here(config, resume)
-    run_dir = config.out
+    return {**analyse_run(config.out), "collected": collected}
+
+
+def analyse_run(run_dir: str) -> dict[str, Any]:
+    """Health, profile, diagnosis and report of a run store, published as artifacts."""
     health_result = check_health(run_dir)
     profile_result = profile_run(run_dir)
+    diagnosis = diagnose_run(run_dir)
     report_path = render_report(run_dir)
-    publish_results(
-        profile_result, health_result, report_path, next_action(profile_result, health_result)
-    )
+    action = next_action(profile_result, health_result, diagnosis["decision"])
+    publish_results(profile_result, health_result, report_path, action)
     return {
         "run_dir": run_dir,
         "report": report_path,
         "profile": profile_result,
         "health": health_result,
-        "collected": collected,
+        "decision": diagnosis["decision"],
     }
 
 

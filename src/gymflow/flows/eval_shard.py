@@ -41,7 +41,12 @@ def eval_shard(config: EvalConfig, base_url: str | None = None) -> dict[str, Any
     """Collect the missing rollouts of one shard (`config.shard`) into its store (`config.out`).
 
     Always resumes: a shard store belongs to one run, and re-running a shard (a retry, a UI
-    retry of the parent run) must run only what the store does not hold yet."""
+    retry of the parent run) must run only what the store does not hold yet.
+
+    Args:
+        config: The run's config with `shard` (which shard) and `out` (the shard's store).
+        base_url: A model endpoint somebody else started (…/v1); unset, the config's model.
+    """
     plan = prepare_run(config, True)
     collected = collect_plan(plan, base_url)
     return {

@@ -8,6 +8,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from gymflow.analysis.diagnose import diagnose
 from gymflow.analysis.health import health
 from gymflow.analysis.profile import profile
 from gymflow.reports.render import write_run_report
@@ -45,3 +46,12 @@ def profile_run(run_dir: str) -> dict[str, Any]:
 @task(name="render-report", cache_policy=NO_CACHE)
 def render_report(run_dir: str) -> str:
     return str(write_run_report(Path(run_dir)).resolve())
+
+
+@task(name="diagnose-run", cache_key_fn=_store_key)
+def diagnose_run(run_dir: str) -> dict[str, Any]:
+    con = connect(run_dir, read_only=True)
+    try:
+        return diagnose(con)
+    finally:
+        con.close()

@@ -1,0 +1,56 @@
+"""The `reverify` flow: new rewards from stored rollouts under changed verifier parameters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from gymflow.reverify import reverify as reverify_run
+
+SUMMARY_KEY = "gymflow-reverify"
+
+
+@task(name="reverify-run", cache_policy=NO_CACHE)
+def reverify_task(
+    run_dir: str, settings: dict[str, Any], failed_only: bool, force: bool
+) -> dict[str, Any]:
+    return reverify_run(run_dir, settings, failed_only=failed_only, force=force)
+
+
+def _summary(result: dict[str, Any]) -> str:
+    flipped = result["flips"]["rollouts"]
+    lines = [
+        f"# Reverify: {result['environment']} · {result['verifier']}",
+        "",
+        f"`{result['base_version']}` → **`{result['new_version']}`** ({result['status']}, "
+        f"{result['reverified']} rollouts judged; params `{result['params']}`)",
+        "",
+        f"Flipped: {flipped['count']} rollouts ({len(flipped['to_pass'])} now pass, "
+        f"{len(flipped['to_fail'])} now fail).",
+    ]
+    for label in ("before", "after"):
+        if result[label]:
+            lines.append(f"- {label}: `{result[label]}`")
+    return "\n".join(lines)
+
+
+@flow(name="reverify", log_prints=True)
+def reverify(
+    run_dir: str, settings: dict[str, Any], failed_only: bool = False, force: bool = False
+) -> dict[str, Any]:
+    """Store a new verifier version beside the old one (no inference) and summarise the flips.
+
+    Args:
+        run_dir: The run store whose rollouts are judged again.
+        settings: Verifier parameters to change, e.g. {"tolerance": 0.01}.
+        failed_only: Judge again only rollouts the base version did not pass.
+        force: Reverify even environments that verify live session state.
+    """
+    result = reverify_task(run_dir, settings, failed_only, force)
+    create_markdown_artifact(
+        key=SUMMARY_KEY, markdown=_summary(result), description="Reverify: what changed"
+    )
+    return result
