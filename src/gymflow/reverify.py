@@ -68,6 +68,10 @@ class _Base:
 
 
 def _base_version(con, verifier_name: str, defaults: dict[str, Any], requested: str | None):
+    """The version reverify starts from (flips are counted against it) and the parameters the
+    `--set` values override: the requested version, else the newest version of the
+    environment's verifier, else (an imported run) the newest version of any verifier with the
+    manifest's default parameters."""
     rows = con.execute(
         "SELECT verifier_version, verifier_name, params_json FROM verifier_versions "
         "ORDER BY created_at DESC, verifier_version"
@@ -123,7 +127,6 @@ def _batches(con, base: str, failed_only: bool) -> Iterator[list[tuple]]:
         FROM rollouts r
         LEFT JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
         WHERE {_selection(failed_only)}
-        ORDER BY r.rollout_id
         """,
         [base],
     )
