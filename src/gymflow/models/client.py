@@ -229,7 +229,8 @@ class ResponsesClient:
                 async with asyncio.timeout(self.config.timeout_s):
                     reply = await self._post(sent)
                     status = reply.status_code
-                    text = self._redact(reply.text)
+                    # JSON is UTF-8 (RFC 8259); httpx's `.text` would sniff the charset per call.
+                    text = self._redact(reply.content.decode("utf-8", errors="replace"))
             if status >= 400:
                 raise classify_http_error(status, text, retry_after_s(reply.headers))
             raw, response = self._parse(text, status)

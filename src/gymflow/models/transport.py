@@ -43,7 +43,11 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             async with self._session.request(
                 request.method,
                 str(request.url),
-                headers=request.headers.multi_items(),
+                # Raw header bytes decoded once here: httpx's str views re-detect the encoding
+                # on every access.
+                headers=[
+                    (k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw
+                ],
                 data=request.content or None,
                 allow_redirects=False,
                 timeout=limits,
