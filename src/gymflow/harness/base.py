@@ -3,8 +3,10 @@ in the config; it runs one rollout and reports exactly what happened."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 from gymflow.config import HarnessConfig
@@ -53,14 +55,39 @@ def harness(name: str) -> Callable[[Harness], Harness]:
     return register
 
 
+#: Installed packages register their harnesses under this entry-point group (name = harness).
+ENTRY_POINT_GROUP = "gymflow.harnesses"
+
+
 def get_harness(name: str) -> Harness:
+    """A harness by registered name, by `module:function` (a user's own, importable), or from an
+    installed package's `gymflow.harnesses` entry point."""
     import gymflow.harness  # noqa: F401  (registers the built-in harnesses)
 
-    try:
+    if name in HARNESSES:
         return HARNESSES[name]
-    except KeyError:
-        known = ", ".join(sorted(HARNESSES))
-        raise KeyError(f"unknown harness {name!r} (known: {known})") from None
+    if ":" in name:
+        return _import_harness(name)
+    for entry in entry_points(group=ENTRY_POINT_GROUP, name=name):
+        HARNESSES[name] = entry.load()
+        return HARNESSES[name]
+    known = ", ".join(sorted(HARNESSES))
+    raise KeyError(
+        f"unknown harness {name!r} (known: {known}; or give module:function of your own)"
+    )
+
+
+def _import_harness(path: str) -> Harness:
+    module_name, _, attribute = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise KeyError(f"harness {path!r}: cannot import {module_name!r}: {exc}") from None
+    fn = getattr(module, attribute, None)
+    if not callable(fn):
+        raise KeyError(f"harness {path!r}: {module_name!r} has no callable {attribute!r}")
+    HARNESSES[path] = fn
+    return fn
 
 
 def opening_items(prompt: str, config: HarnessConfig) -> list[dict[str, Any]]:
