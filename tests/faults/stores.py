@@ -3,12 +3,20 @@ reading stores the way each test's final check needs."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
+from gymflow.config import EvalConfig
+from gymflow.models.endpoint import local_policy_server
+from gymflow.rollouts.collect import collect
+from gymflow.rollouts.plan import resolve
+from gymflow.store.db import connect
+from gymflow.store.runs import register_run
 from tests.conftest import gym
 
 
@@ -61,3 +69,21 @@ def tree_digest(folder: Path) -> dict[str, str]:
         for path in sorted(folder.rglob("*"))
         if path.is_file()
     }
+
+
+def collect_run(out: Path, **config: Any) -> Path:
+    """A small stored run made with the collector directly (no Prefect): the store the bad-input
+    tests aim their commands at. Returns the run directory."""
+    plan = resolve(
+        EvalConfig.model_validate(
+            {"benchmark": "arithmetic-smoke", "limit": 6, "repeats": 2, "out": str(out), **config}
+        )
+    )
+    con = connect(plan.run_dir, create=True)
+    try:
+        register_run(con, plan, resume=False)
+        with local_policy_server(plan) as server:
+            asyncio.run(collect(plan, plan.keys(), con, base_url=server.base_url))
+    finally:
+        con.close()
+    return out

@@ -6,11 +6,23 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from gymflow.cli.app import app
+import duckdb
+from rich.text import Text
+
+from gymflow.cli.app import app, errors
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except duckdb.IOException as exc:
+        # A store whose header opened but whose data blocks cannot be read: cut short on disk.
+        errors.print(
+            Text("error: ", style="bold red")
+            + Text(f"store unreadable (truncated or corrupt?): {exc}"),
+            highlight=False,
+        )
+        raise SystemExit(1) from None
