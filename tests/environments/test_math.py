@@ -250,6 +250,13 @@ def test_judge_prompt_is_a_parameter(judge: JudgeServer) -> None:
     assert judge.prompts[-1].startswith("Q What is it?")
 
 
+def test_judge_works_when_called_on_an_event_loop_thread(judge: JudgeServer) -> None:
+    async def on_the_loop():
+        return ask(judge.base_url, "five halves", "\\boxed{five halves}", verify_first=False)
+
+    assert asyncio.run(on_the_loop()).reward == 1.0
+
+
 def test_judge_failures_are_verification_errors(judge: JudgeServer) -> None:
     judge.mode = "500"
     with pytest.raises(VerifierError) as caught:
