@@ -165,6 +165,17 @@ def test_dotted_names_map_back_and_integers_pass_for_floats(by_id) -> None:
     assert verify(parallel, calls(*as_ints)).reward == 1.0
 
 
+def test_dict_parameters_match_key_by_key(by_id) -> None:
+    task = by_id["simple_python_89"]  # conditions: department Science, school Bluebird High/HS
+    base = {"database_name": "StudentDB", "table_name": "students"}
+    for school, reward in (("Bluebird HS", 1.0), ("bluebird high school", 1.0), ("Elm", 0.0)):
+        conditions = {"department": "Science", "school": school}
+        result = verify(task, calls(("db_fetch_records", {**base, "conditions": conditions})))
+        assert result.reward == reward, (school, result.details)
+    result = verify(task, calls(("db_fetch_records", {**base, "conditions": {"grade": "A"}})))
+    assert "'conditions'" in result.details["mismatch"]
+
+
 def test_parallel_calls_match_in_any_order_but_not_twice(by_id) -> None:
     task = by_id["parallel_0"]  # spotify.play Taylor Swift 20, Maroon 5 15
     swift = ("spotify_play", {"artist": "Taylor Swift", "duration": 20})
