@@ -1,0 +1,91 @@
+"""Store size: bytes per rollout on disk, single-turn and 3-turn, beside Inspect AI's log.
+
+Each workload is collected by gymflow's collector (bench/e2e_rollouts.py's benchmark and
+collector) into a fresh DuckDB store; once closed (checkpointed), the store's files are divided by
+the rollouts they hold, whole (with the run's task table and schema) and per additional rollout
+(the difference to a store of a tenth of the rollouts). Every rollout keeps its full trajectory,
+each model call's request and response JSON, and its verification.
+- single-turn: `arithmetic` (split full), one model call per rollout.
+- 3-turn: the `ledger` tool environment of tests/harness/envs (two parallel deposits, a balance
+  read, the answer: three model calls when the policy plays the reference plan).
+Inspect AI's figure is its `.eval` log for the single-turn workload (bench/inspect_peer.py).
+
+    python bench/store_size.py [--rollouts 5000] [--skip-inspect]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR))
+import ceiling  # noqa: E402  (sibling scripts, not a package)
+import e2e_rollouts  # noqa: E402
+import inspect_peer  # noqa: E402
+
+LEDGER_ROOT = BENCH_DIR.parent / "tests" / "harness" / "envs"
+WORKLOADS = {  # name -> (environment, split, extra environment folder)
+    "single-turn (arithmetic)": ("arithmetic", "full", None),
+    "3-turn (ledger tool loop)": ("ledger", "test", LEDGER_ROOT),
+}
+
+
+def store_bytes(run_dir: Path) -> int:
+    return sum(p.stat().st_size for p in run_dir.glob("gymflow.duckdb*"))
+
+
+def measure(environment: str, split: str, extra: Path | None, rollouts: int) -> dict[str, float]:
+    """Collect `rollouts` and a tenth of them; bytes per rollout, whole and marginal."""
+    sizes: dict[int, tuple[int, int, int]] = {}
+    for count in (max(1, rollouts // 10), rollouts):
+        with tempfile.TemporaryDirectory(prefix="gymflow-size-") as tmp:
+            envs = Path(tmp) / "envs"
+            roots = [str(envs), *([str(extra)] if extra else [])]
+            os.environ["GYMFLOW_ENVIRONMENTS_PATH"] = os.pathsep.join(roots)
+            e2e_rollouts.write_benchmark(envs, environment, split, count)
+            figure = e2e_rollouts.run_collector(Path(tmp) / "run", 64, None)
+            sizes[count] = (figure.rollouts, figure.model_calls, store_bytes(Path(tmp) / "run"))
+    (small_n, _, small_bytes), (n, calls, total) = sizes.values()
+    return {
+        "rollouts": n,
+        "calls_per_rollout": calls / n,
+        "bytes": total,
+        "per_rollout": total / n,
+        "marginal": (total - small_bytes) / (n - small_n) if n > small_n else float("nan"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rollouts", type=int, default=5000)
+    parser.add_argument("--skip-inspect", action="store_true")
+    args = parser.parse_args()
+
+    rows = []
+    for name, (environment, split, extra) in WORKLOADS.items():
+        size = measure(environment, split, extra, args.rollouts)
+        rows.append(
+            [f"gymflow {name}", f"{size['rollouts']:,}", f"{size['calls_per_rollout']:.2f}",
+             f"{size['bytes'] / 2**20:.2f}", f"{size['per_rollout']:,.0f}",
+             f"{size['marginal']:,.0f}"]
+        )  # fmt: skip
+    if not args.skip_inspect:
+        inspect, _, _, version = inspect_peer.measure(args.rollouts)
+        per = inspect["log_bytes"] / inspect["samples"]
+        rows.append(
+            [f"Inspect AI {version} single-turn (.eval log)", f"{inspect['samples']:,}", "1.00",
+             f"{inspect['log_bytes'] / 2**20:.2f}", f"{per:,.0f}", "-"]
+        )  # fmt: skip
+    print(f"store size: bytes on disk per rollout, {args.rollouts:,} rollouts per workload")
+    ceiling.print_table(
+        ["store", "rollouts", "calls/rollout", "MiB", "bytes/rollout", "marginal bytes/rollout"],
+        rows,
+    )
+
+
+if __name__ == "__main__":
+    main()
