@@ -11,6 +11,9 @@ calls/s to it (single-turn: one call per rollout). The goal is a collector ratio
 
     python bench/e2e_rollouts.py [--rollouts 20000] [--environment arithmetic --split full]
                                  [--skip-cli] [--profile out.html]
+    # 3-turn tool loops: the ledger fixture, or the shipped multi-turn backoffice environment
+    GYMFLOW_ENVIRONMENTS_PATH=tests/harness/envs python bench/e2e_rollouts.py \
+        --environment ledger --split test
 """
 
 from __future__ import annotations
@@ -124,11 +127,11 @@ def run_collector(run_dir: Path, concurrency: int, profile_to: Path | None) -> F
     return Figure(rollouts, calls, seconds, peak, cpu_s)
 
 
-def run_cli(run_dir: Path, env_root: Path, concurrency: int) -> Figure:
+def run_cli(run_dir: Path, concurrency: int) -> Figure:
     PREFECT_HOME.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
-        "GYMFLOW_ENVIRONMENTS_PATH": str(env_root),
+        "GYMFLOW_ENVIRONMENTS_PATH": os.environ["GYMFLOW_ENVIRONMENTS_PATH"],
         "PREFECT_HOME": str(PREFECT_HOME),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_LOGGING_LEVEL": "WARNING",
@@ -177,10 +180,14 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="gymflow-bench-") as tmp:
         root = Path(tmp)
-        os.environ["GYMFLOW_ENVIRONMENTS_PATH"] = str(root / "envs")
+        # Prepended, so environments on the caller's path (e.g. tests/harness/envs) stay found.
+        extra = os.environ.get("GYMFLOW_ENVIRONMENTS_PATH")
+        os.environ["GYMFLOW_ENVIRONMENTS_PATH"] = os.pathsep.join(
+            [str(root / "envs"), *([extra] if extra else [])]
+        )
         tasks, repeats = write_benchmark(root / "envs", args.environment, args.split, args.rollouts)
         collector = run_collector(root / "collector", args.concurrency, args.profile)
-        cli = None if args.skip_cli else run_cli(root / "cli", root / "envs", args.concurrency)
+        cli = None if args.skip_cli else run_cli(root / "cli", args.concurrency)
         with ceiling.trivial_server() as base_url:
             rates = ceiling.measure(
                 base_url,
