@@ -163,3 +163,37 @@ def test_diagnose_cli(tmp_path: Path) -> None:
     }
     text = gym("eval", "diagnose", "run", cwd=tmp_path, check=True).stdout
     assert "next action:" in text and "sometimes_pass" in text
+
+
+def test_taxonomy_of_harness_tool_and_truncation_failures(tmp_path: Path) -> None:
+    b = StoreBuilder(RunMeta(repeats=7))
+    b.task("t0", 5)
+    b.rollout("t0", 0, correct=False, counters={"max_turns_reached": 1})
+    b.rollout("t0", 1, correct=False, counters={"malformed_tool_calls": 2, "tool_errors": 2})
+    b.rollout("t0", 2, correct=False, counters={"tool_errors": 1})
+    _fail(b.rollout("t0", 3), "tool_error")
+    _fail(b.rollout("t0", 4), "harness_error")
+    b.rollout("t0", 5, text="Answer:", incomplete=True)
+    b.rollout("t0", 6, correct=False, verification=None)
+    result = _diagnose(b, tmp_path / "run")
+    counts = {(row["category"], row["kind"]): row["rollouts"] for row in result["taxonomy"]}
+    assert counts == {
+        ("harness_max_turns", "wrong_answer"): 1,
+        ("harness_malformed_tool_call", "wrong_answer"): 1,
+        ("tool_error", "wrong_answer"): 1,
+        ("tool_error", "tool_error"): 1,
+        ("harness_error", "harness_error"): 1,
+        ("truncated", "no_answer_extracted"): 1,
+        ("unverified", ""): 1,
+    }
+    decision = result["decision"]
+    # one unverified rollout in seven is 14% of the evidence: verifier repair comes first
+    assert decision["action"] == "verifier_repair"
+    assert decision["runner_up"]["action"] == "harness_work"
+    assert decision["runner_up"]["categories"] == {
+        "harness_max_turns": 1,
+        "harness_malformed_tool_call": 1,
+        "tool_error": 1,
+        "harness_error": 1,
+        "truncated": 1,
+    }
