@@ -414,7 +414,16 @@ def serve(app: PolicyApp, *, host: str, port: int) -> None:
     import uvicorn
 
     logging.getLogger("uvicorn.error").addFilter(_QuietReset())
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        # A simulated timeout holds its request open for an hour; stopping must not wait for it.
+        timeout_graceful_shutdown=1,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
