@@ -116,3 +116,15 @@ def test_an_environment_whose_code_is_broken(tmp_path: Path, monkeypatch) -> Non
         f"{config}: environment of 'broken-code-smoke' does not load ({env_py}): "
         "SyntaxError: invalid syntax (env.py, line 15)"
     )
+
+
+def test_a_manifest_naming_an_unknown_verifier(tmp_path: Path, monkeypatch) -> None:
+    scaffold("no-verifier", tmp_path)
+    manifest = tmp_path / "no-verifier" / "environment.yaml"
+    manifest.write_text(manifest.read_text().replace("name: numeric_match", "name: exact_vibes"))
+    monkeypatch.setenv(PATH_VARIABLE, str(tmp_path))
+    config = tmp_path / "eval.yaml"
+    config.write_text("benchmark: no-verifier-smoke\n")
+    report = validate_config(config)
+    (problem,) = report.problems
+    assert problem.startswith(f"{config}: verifier_params: unknown verifier 'exact_vibes' (known:")
