@@ -191,8 +191,9 @@ class ResponsesClient:
         sampling = {key: body[key] for key in SAMPLING_KEYS if key in body}
         outcome = CallOutcome(None, None)
         for attempt in range(self.config.max_retries + 1):
-            call, response, raw, error = await self._attempt(sent, body, call_index, attempt)
-            call.sampling = sampling
+            call, response, raw, error = await self._attempt(
+                sent, body, sampling, call_index, attempt
+            )
             outcome.calls.append(call)
             outcome.error = error
             if error is None:
@@ -204,7 +205,8 @@ class ResponsesClient:
         return outcome
 
     def backoff(self, attempt: int, error: ModelError) -> float:
-        """Retry-After when the server gave one, else exponential backoff with full jitter."""
+        """Retry-After when the server gave one (capped), else exponential backoff with jitter:
+        a uniform 50-100% of backoff_s * 2**attempt, so clients that failed together retry apart."""
         if error.retry_after is not None:
             return min(error.retry_after, MAX_RETRY_AFTER_S)
         return self.config.backoff_s * (2**attempt) * random.uniform(0.5, 1.0)
@@ -213,7 +215,12 @@ class ResponsesClient:
         return text.replace(self._secret, REDACTED) if self._secret else text
 
     async def _attempt(
-        self, sent: dict[str, Any], body: dict[str, Any], call_index: int, attempt: int
+        self,
+        sent: dict[str, Any],
+        body: dict[str, Any],
+        sampling: dict[str, Any],
+        call_index: int,
+        attempt: int,
     ) -> tuple[ModelCall, Response | None, dict[str, Any] | None, ModelError | None]:
         if self._spacer is not None:
             await self._spacer.wait()
@@ -249,7 +256,7 @@ class ResponsesClient:
             latency_s=time.perf_counter() - started,
             request=body,
             response=raw if raw is not None else (text or None),
-            sampling={},
+            sampling=sampling,
             error=self._redact(str(error)) if error else None,
         )
         usage = response.usage if response else None
