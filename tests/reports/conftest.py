@@ -1,13 +1,13 @@
-"""Runs to report on, built once per session: two real `gym eval run`s (a clean one, and one with
-injected server errors and no retries, so some rollouts fail), and a store constructed with the
-store's own writers that holds every outcome, hostile strings, and a second verifier version."""
+"""Runs to report on, built once per session: one real `gym eval run` with injected server errors
+and no retries (some rollouts fail), and stores built with the store's own writers: a clean run on
+the same protocol, and one that holds every outcome, hostile strings and a second verifier
+version."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import json
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -63,38 +63,19 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def cli_runs(workdir: Path) -> dict[str, Path]:
-    """`gym eval run` twice, concurrently, each with its own Prefect home."""
+def eval_run(workdir: Path) -> Path:
+    """A real `gym eval run` through Prefect, with injected server errors and no retries, so
+    some rollouts fail; it writes its own report at the end."""
     (workdir / "faulty.yaml").write_text(FAULTY_CONFIG)
-    commands = {
-        "clean": (
-            "eval",
-            "run",
-            "--benchmark",
-            "arithmetic-smoke",
-            "--limit",
-            "10",
-            "--repeats",
-            "3",
-            "--out",
-            "clean",
-        ),
-        "faulty": ("eval", "run", "faulty.yaml"),
+    home = workdir / "prefect-home"
+    home.mkdir()
+    env = {
+        "PREFECT_HOME": str(home),
+        # A shared 2-core machine can be slow to start the ephemeral server.
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
     }
-
-    def run(name: str) -> None:
-        home = workdir / f"prefect-{name}"
-        home.mkdir()
-        env = {
-            "PREFECT_HOME": str(home),
-            # Two servers starting at once on a shared 2-core machine can take a while.
-            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
-        }
-        gym(*commands[name], cwd=workdir, env=env, check=True)
-
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(run, commands))
-    return {name: workdir / name for name in commands}
+    gym("eval", "run", "faulty.yaml", cwd=workdir, env=env, check=True)
+    return workdir / "faulty"
 
 
 @functools.cache
@@ -140,27 +121,36 @@ def _trajectory(prompt: str, answer: str, *, tools: bool) -> list[dict]:
 # Outcome per repeat of each constructed task: P pass, W wrong, F failed rollout,
 # E verifier error, M missing.
 CONSTRUCTED = ["PPPP", "PWPW", "WWWW", "FMPW", "EPPP", "PWMF"]
+# A clean run on the protocol of the `gym eval run` below (so the two can be compared).
+CLEAN = ["PPP", "PWP", "WWW", "PPW", "PPP", "WPW", "PPP", "WWP", "PPP", "WWW"]
+SECOND = "numeric_match@second"
 
 
-@pytest.fixture(scope="session")
-def constructed_run(workdir: Path) -> Path:
-    """Every outcome, hostile text everywhere a model, tool or dataset can put it, and a second
-    verifier version under which task 1 and 2 change."""
-    out = workdir / "constructed"
-    plan = resolve(EvalConfig(benchmark="arithmetic-smoke", limit=6, repeats=4, out=str(out)))
-    tasks = list(plan.all_tasks)
-    tasks[5] = dataclasses.replace(tasks[5], task_id=EVIL_TASK, tags=("evil<i>tag</i>",))
-    plan = dataclasses.replace(plan, all_tasks=tuple(tasks))
+def build_store(out: Path, outcomes: list[str], *, hostile: bool) -> Path:
+    """A run store written by the store's own writers, with the given outcome per repeat.
+
+    `hostile` puts attack strings in a task id, a tag, outputs, tool calls, tool outputs,
+    reasoning, errors and verifier details, and adds a second verifier version under which
+    task 1's wrong answers and task 2's first repeat pass."""
+    repeats = len(outcomes[0])
+    plan = resolve(
+        EvalConfig(benchmark="arithmetic-smoke", limit=len(outcomes), repeats=repeats, out=str(out))
+    )
+    if hostile:
+        tasks = list(plan.all_tasks)
+        tasks[5] = dataclasses.replace(tasks[5], task_id=EVIL_TASK, tags=("evil<i>tag</i>",))
+        plan = dataclasses.replace(plan, all_tasks=tuple(tasks))
+    noise = PAYLOAD if hostile else ""
     con = connect(out, create=True)
     register_run(con, plan, resume=False)
     start = datetime(2026, 1, 1, tzinfo=UTC)
     rollouts, second = [], []
-    for index, (task, codes) in enumerate(zip(plan.all_tasks, CONSTRUCTED, strict=True)):
+    for index, (task, codes) in enumerate(zip(plan.all_tasks, outcomes, strict=True)):
         for repeat, code in enumerate(codes):
             if code == "M":
                 continue
             rid = rollout_id(plan.run_id, task.task_id, repeat)
-            answer = task.reference if code in "PE" else task.distractor + "\n" + PAYLOAD
+            answer = task.reference if code in "PE" else task.distractor + "\n" + noise
             call = ModelCall(
                 call_index=0,
                 attempt=0,
@@ -168,12 +158,12 @@ def constructed_run(workdir: Path) -> Path:
                 failure_kind="server_error" if code == "F" else None,
                 http_status=500 if code == "F" else 200,
                 latency_s=0.05 * (1 + repeat),
-                request={"input": PAYLOAD},
-                response={"output": PAYLOAD},
+                request={"input": noise},
+                response={"output": noise},
                 sampling=plan.sampling.model_dump(),
                 input_tokens=40 + index,
                 output_tokens=None if code == "F" else 10 + 3 * repeat,
-                error="HTTP 500: " + PAYLOAD if code == "F" else None,
+                error="HTTP 500: " + noise if code == "F" else None,
             )
             verification = None
             if code != "F":
@@ -185,7 +175,7 @@ def constructed_run(workdir: Path) -> Path:
                     failure_kind="verifier_crashed" if code == "E" else None,
                     details={
                         "reason": "match" if code == "P" else "wrong_answer",
-                        "extracted": PAYLOAD,
+                        "extracted": noise,
                     },
                 )
             rollouts.append(
@@ -198,7 +188,9 @@ def constructed_run(workdir: Path) -> Path:
                     status=FAILED if code == "F" else COMPLETED,
                     started_at=start,
                     finished_at=start + timedelta(seconds=0.05 * (1 + repeat)),
-                    trajectory=_trajectory(plan.prompts[task.task_id], answer, tools=index == 1),
+                    trajectory=_trajectory(
+                        plan.prompts[task.task_id], answer, tools=hostile and index == 1
+                    ),
                     calls=[call],
                     output_text="" if code == "F" else answer,
                     failure_kind="server_error" if code == "F" else None,
@@ -207,33 +199,36 @@ def constructed_run(workdir: Path) -> Path:
                     verification=verification,
                 )
             )
-            if code in "PW":
-                # The second version flips task 1's wrong answers to passes and task 2's first.
+            if hostile and code in "PW":
                 flipped = (index == 1 and code == "W") or (index == 2 and repeat == 0)
                 passed = (code == "P") != flipped
+                details = json.dumps({"reason": "reverified", "note": PAYLOAD})
                 second.append(
-                    (
-                        rid,
-                        "numeric_match@second",
-                        VERIFIED,
-                        float(passed),
-                        passed,
-                        None,
-                        json.dumps({"reason": "reverified", "note": PAYLOAD}),
-                        datetime.now(),
-                    )
+                    (rid, SECOND, VERIFIED, float(passed), passed, None, details, datetime.now())
                 )
     write_rollouts(con, rollouts)
-    register_verifier_version(
-        con,
-        "numeric_match@second",
-        "numeric_match",
-        {"extract": "last_number", "note": PAYLOAD},
-        source="reverify",
-    )
-    insert_rows(con, "verifications", second)
+    if hostile:
+        register_verifier_version(
+            con,
+            SECOND,
+            "numeric_match",
+            {"extract": "last_number", "note": PAYLOAD},
+            source="reverify",
+        )
+        insert_rows(con, "verifications", second)
     con.close()
     return out
+
+
+@pytest.fixture(scope="session")
+def constructed_run(workdir: Path) -> Path:
+    """Every outcome, hostile text everywhere it can come from, and a reverify."""
+    return build_store(workdir / "constructed", CONSTRUCTED, hostile=True)
+
+
+@pytest.fixture(scope="session")
+def clean_run(workdir: Path) -> Path:
+    return build_store(workdir / "clean", CLEAN, hostile=False)
 
 
 @pytest.fixture(scope="session")

@@ -25,22 +25,22 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def reports(cli_runs, constructed_run, first_version, workdir) -> dict[str, Path]:
-    """One report of each kind; the clean one is the report `gym eval run` wrote itself."""
+def reports(eval_run, clean_run, constructed_run, first_version, workdir) -> dict[str, Path]:
+    """One report of each kind; the failures one is the report `gym eval run` wrote itself."""
     out = workdir / "browser"
     gym(
         "report",
-        str(cli_runs["clean"]),
+        str(eval_run),
         "--compare",
-        str(cli_runs["faulty"]),
+        str(clean_run),
         "--out",
         str(out / "comparison.html"),
         cwd=workdir,
         check=True,
     )
     return {
-        "clean": cli_runs["clean"] / "report.html",
-        "failures": write_run_report(cli_runs["faulty"], out=out / "failures.html"),
+        "clean": write_run_report(clean_run, out=out / "clean.html"),
+        "failures": eval_run / "report.html",
         "missing-and-hostile": write_run_report(
             constructed_run, out=out / "missing.html", verifier_version=first_version
         ),

@@ -13,20 +13,20 @@ from tests.reports import pages
 from tests.reports.conftest import profile_json
 
 
-def test_report_verb_writes_where_asked(cli_runs, workdir):
+def test_report_verb_writes_where_asked(eval_run, workdir):
     out = workdir / "cli" / "run.html"
-    result = gym("report", str(cli_runs["clean"]), "--out", str(out), cwd=workdir, check=True)
+    result = gym("report", str(eval_run), "--out", str(out), cwd=workdir, check=True)
     assert f"report: {out.resolve()}" in result.stdout.replace("\n", "")
-    assert pages.number(pages.read(out), "pass@1") == profile_json(cli_runs["clean"])["pass@1"]
+    assert pages.number(pages.read(out), "pass@1") == profile_json(eval_run)["pass@1"]
 
 
-def test_compare_report_numbers_are_the_paired_comparison(cli_runs, workdir):
-    clean, faulty = str(cli_runs["clean"]), str(cli_runs["faulty"])
-    result = gym("report", clean, "--compare", faulty, cwd=workdir, check=True)
-    out = cli_runs["clean"] / "compare.html"
+def test_compare_report_numbers_are_the_paired_comparison(eval_run, clean_run, workdir):
+    a, b = str(eval_run), str(clean_run)
+    result = gym("report", a, "--compare", b, cwd=workdir, check=True)
+    out = eval_run / "compare.html"
     assert out.exists(), result.stdout
     expected = json.loads(
-        gym("eval", "profile", clean, "--compare", faulty, "--json", cwd=workdir, check=True).stdout
+        gym("eval", "profile", a, "--compare", b, "--json", cwd=workdir, check=True).stdout
     )
     page = pages.read(out)
     assert pages.number(page, "compare.difference") == expected["difference"]
@@ -37,13 +37,13 @@ def test_compare_report_numbers_are_the_paired_comparison(cli_runs, workdir):
         assert pages.number(page, f"compare.flipped.{side}") == len(expected["flipped"][side])
 
 
-def test_bad_input_is_a_clear_error_and_writes_nothing(cli_runs, workdir):
+def test_bad_input_is_a_clear_error_and_writes_nothing(eval_run, workdir):
     missing = gym("report", str(workdir / "nowhere"), cwd=workdir)
     assert missing.returncode == 1 and "no gymflow store" in missing.stderr
     out = workdir / "cli" / "never.html"
     unknown = gym(
         "report",
-        str(cli_runs["clean"]),
+        str(eval_run),
         "--verifier-version",
         "nope",
         "--out",
@@ -60,7 +60,7 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(cli_runs, workdir):
     con.close()
     other = gym(
         "report",
-        str(cli_runs["clean"]),
+        str(eval_run),
         "--compare",
         str(elsewhere),
         "--out",

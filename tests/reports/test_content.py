@@ -7,9 +7,7 @@ import json
 from gymflow.reports.render import export_path, write_run_report
 from gymflow.reports.sections import Limits
 from tests.reports import pages
-from tests.reports.conftest import CONSTRUCTED, EVIL_TASK, PAYLOAD, profile_json
-
-SECOND = "numeric_match@second"
+from tests.reports.conftest import CLEAN, CONSTRUCTED, EVIL_TASK, PAYLOAD, SECOND, profile_json
 
 
 def assert_matches_profile(page: pages.Page, profile: dict) -> None:
@@ -26,21 +24,11 @@ def task_codes(page: pages.Page) -> list[str]:
     return [value for name, value in page.fields.items() if name.startswith("codes.")]
 
 
-def test_eval_run_writes_the_report_and_its_numbers_are_the_profile(cli_runs):
-    report = cli_runs["clean"] / "report.html"
+def test_eval_run_writes_the_report_and_failures_are_drawn_apart(eval_run):
+    report = eval_run / "report.html"
     assert report.exists(), "gym eval run writes report.html into the run directory"
     page = pages.read(report)
-    profile = profile_json(cli_runs["clean"])
-    assert_matches_profile(page, profile)
-    assert profile["coverage"]["failed"] == 0
-    assert page.fields["health.verdict"] == "healthy"
-    assert "simulated" in page.text
-
-
-def test_failed_rollouts_are_drawn_apart_from_wrong_answers(cli_runs, workdir):
-    out = write_run_report(cli_runs["faulty"], out=workdir / "faulty-report.html")
-    page = pages.read(out)
-    profile = profile_json(cli_runs["faulty"])
+    profile = profile_json(eval_run)
     assert_matches_profile(page, profile)
     failed = profile["coverage"]["failed"]
     assert failed > 0
@@ -48,6 +36,17 @@ def test_failed_rollouts_are_drawn_apart_from_wrong_answers(cli_runs, workdir):
     assert cells.count("oF") == failed + 1  # one per failed rollout, and the legend's
     assert "".join(task_codes(page)).count("F") == failed
     assert "model_failure: server_error" in page.text  # the taxonomy bar
+    assert "simulated" in page.text
+
+
+def test_clean_run_report_is_the_profile(clean_run, workdir):
+    page = pages.read(write_run_report(clean_run, out=workdir / "clean.html"))
+    profile = profile_json(clean_run)
+    assert_matches_profile(page, profile)
+    assert profile["coverage"]["failed"] == profile["coverage"]["missing"] == 0
+    assert task_codes(page) == CLEAN
+    assert pages.number(page, "buckets.sometimes_pass") == 4
+    assert page.fields["health.verdict"] == "healthy"
 
 
 def test_constructed_run_shows_every_outcome_and_the_reward_changes(constructed_run, workdir):
