@@ -155,7 +155,11 @@ class _Rendezvous(ResourcesServer):
         state["arrived"] += 1
         if state["arrived"] == 2:
             self.both.set()
-        await asyncio.wait_for(self.both.wait(), timeout=30)
+        try:
+            await asyncio.wait_for(self.both.wait(), timeout=30)
+        except asyncio.CancelledError:
+            state["cancelled"] = True
+            raise
         return "met"
 
     def _crash(self, state, arguments):
@@ -175,6 +179,18 @@ def test_parallel_calls_run_concurrently_and_a_crash_is_a_tool_error(ledger) -> 
     assert state == {"arrived": 2}
     assert episode.failure_kind == "tool_error"
     assert "tool 'crash' crashed: KeyError" in episode.error
+
+
+def test_a_crash_cancels_the_other_calls_of_its_turn(ledger) -> None:
+    async def scenario():
+        server = _Rendezvous(ledger)
+        server.both = asyncio.Event()
+        client = ScriptedClient([[_call("meet", {}, "m"), _call("crash", {}, "k")]])
+        return await _play(ledger, client, server=server)
+
+    episode, state = asyncio.run(scenario())
+    assert episode.failure_kind == "tool_error"
+    assert state == {"arrived": 1, "cancelled": True}
 
 
 def test_local_policy_plays_the_ledger_over_http(ledger: Environment) -> None:

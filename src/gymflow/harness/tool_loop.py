@@ -103,12 +103,31 @@ async def tool_loop(
         if len(calls) > 1:
             episode.counters["parallel_turns"] += 1
         try:
-            results = await asyncio.gather(
-                *(_run_call(server, session_id, call, schemas, episode.counters) for call in calls)
-            )
+            items.extend(await _run_turn(server, session_id, calls, schemas, episode.counters))
         except ToolServerFailure as exc:
             episode.failure_kind, episode.error = "tool_error", str(exc)
             return episode
-        items.extend(results)
     episode.counters["max_turns_reached"] = 1
     return episode
+
+
+async def _run_turn(
+    server: ResourcesServer,
+    session_id: str,
+    calls: list[dict[str, Any]],
+    schemas: dict[str, dict[str, Any]],
+    counters: dict[str, int],
+) -> list[dict[str, Any]]:
+    """One turn's calls, concurrently; a crashed tool cancels its siblings before the session
+    closes, instead of leaving them running against it."""
+    if len(calls) == 1:
+        return [await _run_call(server, session_id, calls[0], schemas, counters)]
+    try:
+        async with asyncio.TaskGroup() as group:
+            running = [
+                group.create_task(_run_call(server, session_id, call, schemas, counters))
+                for call in calls
+            ]
+    except* ToolServerFailure as failures:
+        raise failures.exceptions[0] from None
+    return [task.result() for task in running]
