@@ -179,3 +179,22 @@ def test_tool_loop_over_chat_completions_matches_responses(
         assert b.failure_kind is None
         assert _conversation(b.trajectory) == _conversation(a.trajectory)
         assert (b.num_turns, b.counters, reward_b) == (a.num_turns, a.counters, reward_a)
+
+
+def test_lenient_with_servers_that_omit_ids_or_send_argument_objects() -> None:
+    completion = {
+        "id": "c9",
+        "model": "m",
+        "choices": [
+            {
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"function": {"name": "deposit", "arguments": {"amount": 2}}}],
+                },
+            }
+        ],
+    }
+    (call,) = completion_to_response(completion)["output"]
+    assert (call["call_id"], call["arguments"]) == ("call_c9_0", '{"amount": 2}')

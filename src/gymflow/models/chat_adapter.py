@@ -136,13 +136,15 @@ def completion_to_response(completion: dict[str, Any]) -> dict[str, Any]:
             }
         )
     for index, call in enumerate(message.get("tool_calls") or ()):
+        arguments = call["function"].get("arguments") or ""
         output.append(
             {
                 "type": "function_call",
                 "id": f"fc_{completion['id']}_{index}",
-                "call_id": call["id"],
+                # Some servers omit the id, or send arguments as an object rather than JSON text.
+                "call_id": call.get("id") or f"call_{completion['id']}_{index}",
                 "name": call["function"]["name"],
-                "arguments": call["function"].get("arguments") or "",
+                "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
                 "status": "completed",
             }
         )
