@@ -5,7 +5,9 @@ constraint, so it is the slower one on wrong answers). state_match is timed on b
 final states: each task's reference and distractor plans are played on the tools once, up front,
 and the verifier compares those states with the expected one, as it does at the end of a rollout.
 
-    python bench/verifiers_tools.py [--seconds 5] [--workers 1 2]
+    python bench/verifiers_tools.py [--seconds 5] [--workers 1 2] [--only ifeval]
+
+Every row of bench/verifiers.py is printed too, in one table; `--only` picks rows by name.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from verifiers import _cycler, measure
+from verifiers import _cycler, main
 
 
 def _state_cycler(environment: str, split: str) -> Callable[[], Any]:
@@ -52,22 +54,7 @@ CASES = [
 ]
 
 
-def run(argv: list[str] | None = None) -> None:
-    import argparse
-    import os
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    args = parser.parse_args(argv)
-    print(f"cores: {os.cpu_count()}; {args.seconds:g} s per measurement; machine shared, noisy")
-    header = f"{'verifier':<40}" + "".join(f"{f'{w} worker(s)':>16}" for w in args.workers)
-    print(header)
-    print("-" * len(header))
-    for name, factory in CASES:
-        rates = [measure(factory, workers, args.seconds) for workers in args.workers]
-        print(f"{name:<40}" + "".join(f"{rate:>12.1f} /s " for rate in rates), flush=True)
-
-
 if __name__ == "__main__":
-    run()
+    import sys
+
+    main(sys.argv[1:], extra=CASES)
