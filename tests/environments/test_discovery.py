@@ -106,6 +106,15 @@ def test_list_and_search_as_subprocesses(fixture_root: Path, tmp_path: Path) -> 
     names = [hit["name"] for hit in found]
     assert names.index("callbench") < names.index("decoy")
 
+    orphan = fixture_root / "benchmarks" / "orphan.yaml"
+    orphan.write_text("name: orphan\nenvironment: gone\n")
+    try:
+        listed = gym("list", "benchmarks", cwd=tmp_path, env=env, check=True)
+    finally:
+        orphan.unlink()
+    assert "orphan" in listed.stdout
+    assert f"warning: {orphan}: environment 'gone' is not installed" in listed.stderr
+
     text = gym("search", "python code", cwd=tmp_path, env=env, check=True).stdout
     assert "pycode" in text
     assert "nothing matches" in gym("search", "zebra", cwd=tmp_path, env=env, check=True).stdout

@@ -147,6 +147,11 @@ def load_catalog() -> Catalog:
             catalog.problems.append(str(exc))
             continue
         source = sources.get(benchmark.environment)
+        if source is None:
+            catalog.problems.append(
+                f"{path}: environment {benchmark.environment!r} is not installed "
+                f"(known: {', '.join(sorted(sources))})"
+            )
         catalog.benchmarks.append(
             benchmark_entry(benchmark, path, source.manifest if source else None)
         )
