@@ -24,6 +24,7 @@ class Limits:
 
     inline_examples: int = 12  # sometimes-pass tasks shown with two trajectories each
     exported_examples: int = 2000  # further sometimes-pass tasks written to the JSONL export
+    evidence_examples: int = 5  # example rollouts behind the recommended action
     task_table_rows: int = 2000
     changed_tasks: int = 200  # reverify / compare task rows shown
 
@@ -85,8 +86,10 @@ def run_sections(
     rows = views.outcome_rows(con, version)
     varying = diagnosis["sometimes_pass"]
     shown, rest = varying[: limits.inline_examples], varying[limits.inline_examples :]
+    decision = diagnosis["decision"]
+    evidence_ids = (decision["evidence"] or {}).get("examples", [])[: limits.evidence_examples]
     wanted = [r[side]["rollout_id"] for r in varying for side in ("passing", "failing")]
-    rollouts = views.rollouts_by_id(con, wanted, version)
+    rollouts = views.rollouts_by_id(con, wanted + evidence_ids, version)
     versions = views.verifier_versions(con)
     taxonomy = diagnosis["taxonomy"]
     return {
@@ -95,7 +98,8 @@ def run_sections(
         "profile": prof,
         "health": health(con),
         "run": run_config(run_info(con)),
-        "decision": diagnosis["decision"],
+        "decision": decision,
+        "evidence": [example(rollouts.get(rid)) for rid in evidence_ids if rid in rollouts],
         "buckets": diagnosis["buckets"],
         "suspects": diagnosis["verifier_suspects"],
         "grid": {
