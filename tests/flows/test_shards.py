@@ -11,6 +11,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
 from gymflow.config import EvalConfig, Sampling, ShardSpec
 from gymflow.flows.eval_run import evaluation_loop
@@ -64,12 +66,16 @@ def runs(prefect_api, tmp_path_factory) -> dict[str, Path]:
     """One unsharded and one 2-shard run of the same config, through the eval-run flow."""
     root = tmp_path_factory.mktemp("shards")
     whole = evaluation_loop(config(root / "whole"))
-    sharded = evaluation_loop(config(root / "sharded"), scale=ScaleOptions(shards=2))
+    state = evaluation_loop(
+        config(root / "sharded"), scale=ScaleOptions(shards=2), return_state=True
+    )
+    sharded = state.result()
     return {
         "root": root,
         "whole": Path(whole["run_dir"]),
         "sharded": Path(sharded["run_dir"]),
         "result": sharded,
+        "flow_run_id": state.state_details.flow_run_id,
     }
 
 
@@ -91,6 +97,21 @@ def test_two_shards_aggregate_to_the_unsharded_run(runs) -> None:
     assert aggregate["missing_count"] == 0 and aggregate["stored"] == LIMIT * 4
     assert runs["result"]["health"]["verdict"] == "healthy"
     assert runs["result"]["profile"]["coverage"]["missing"] == 0
+
+
+def test_the_flow_run_carries_its_artifacts(runs) -> None:
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[runs["flow_run_id"]]))
+        )
+    by_key = {a.key: a for a in artifacts}
+    keys = {"gymflow-report", "gymflow-headline", "gymflow-summary", "gymflow-progress"}
+    assert set(by_key) == keys
+    assert runs["result"]["report"] in str(by_key["gymflow-report"].data)
+    headline = json.loads(by_key["gymflow-headline"].data)
+    assert {"metric": "pass@1", "value": runs["result"]["profile"]["pass@1"]} in headline
+    assert "Recommended next action" in by_key["gymflow-summary"].data
+    assert by_key["gymflow-progress"].data == 100.0
 
 
 def test_aggregating_again_changes_nothing(runs) -> None:
