@@ -6,6 +6,7 @@ import json
 
 from gymflow.reports.render import export_path, write_run_report
 from gymflow.reports.sections import Limits
+from tests.conftest import gym
 from tests.reports import pages
 from tests.reports.conftest import CLEAN, CONSTRUCTED, EVIL_TASK, PAYLOAD, SECOND, profile_json
 
@@ -37,6 +38,23 @@ def test_eval_run_writes_the_report_and_failures_are_drawn_apart(eval_run):
     assert "".join(task_codes(page)).count("F") == failed
     assert "model_failure: server_error" in page.text  # the taxonomy bar
     assert "simulated" in page.text
+
+
+def test_first_screen_carries_the_diagnosis_decision_and_its_example_rollouts(eval_run, workdir):
+    diagnosis = json.loads(
+        gym("eval", "diagnose", str(eval_run), "--json", cwd=workdir, check=True).stdout
+    )
+    page = pages.read(eval_run / "report.html")
+    decision = diagnosis["decision"]
+    assert page.fields["decision.action"] == decision["action"]
+    for bucket, value in diagnosis["buckets"].items():
+        assert pages.number(page, f"buckets.{bucket}") == value["tasks"]
+    shown = {
+        attrs["data-rollout"]
+        for tag, attrs in page.tags
+        if tag == "details" and "data-rollout" in attrs
+    }
+    assert shown == set(decision["evidence"]["examples"]) != set()
 
 
 def test_clean_run_report_is_the_profile(clean_run, workdir):
