@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 from gymflow.config import EvalConfig
 from gymflow.rollouts.plan import resolve
@@ -69,3 +70,30 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(eval_run, workdir):
     )
     assert other.returncode == 1 and "different benchmark versions" in other.stderr
     assert not out.exists()
+
+
+def test_report_after_a_real_reverify_shows_its_flips(eval_run, workdir):
+    run = workdir / "cli" / "reverified"
+    shutil.copytree(eval_run, run)
+    # A loose tolerance turns near-miss wrong answers into passes.
+    result = json.loads(
+        gym(
+            "eval",
+            "reverify",
+            str(run),
+            "--set",
+            "rel_tol=0.5",
+            "--json",
+            cwd=workdir,
+            check=True,
+        ).stdout
+    )
+    flipped = result["flips"]["rollouts"]
+    assert flipped["to_pass"], "the tolerance change flips some rollouts"
+    gym("report", str(run), cwd=workdir, check=True)
+    page = pages.read(run / "report.html")
+    assert pages.number(page, "reverify.to_pass") == len(flipped["to_pass"])
+    assert pages.number(page, "reverify.to_fail") == len(flipped["to_fail"])
+    new = result["new_version"]
+    assert pages.number(page, f"reverify.{new}.pass@1") == result["after"]["pass@1"]
+    assert pages.number(page, "pass@1") == result["after"]["pass@1"]  # the newest is shown

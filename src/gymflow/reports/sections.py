@@ -15,6 +15,7 @@ from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.analysis.profile import profile
 from gymflow.reports import views
 from gymflow.reports.trajectory import blocks
+from gymflow.reverify import flips
 from gymflow.store.runs import run_info
 
 
@@ -158,10 +159,16 @@ def _reverify(
     names = [v["verifier_version"] for v in versions]
     index = names.index(current)
     previous = names[index - 1] if index > 0 else names[1]
-    changes = views.reward_changes(con, previous, current)
+    flipped = flips(con, previous, current)["rollouts"]
+    tasks = views.reward_changes(con, previous, current)
     headline = {name: profile(con, verifier_version=name) for name in names}
     return {
         "versions": [{**v, "profile": headline[v["verifier_version"]]} for v in versions],
-        "changes": {**changes, "tasks": changes["tasks"][: limits.changed_tasks]},
-        "changed_tasks": len(changes["tasks"]),
+        "old": previous,
+        "new": current,
+        "to_pass": flipped["to_pass"],
+        "to_fail": flipped["to_fail"],
+        "tasks": tasks[: limits.changed_tasks],
+        "changed_tasks": len(tasks),
+        "rewards_changed": sum(t["reward_changed"] for t in tasks),
     }

@@ -117,39 +117,30 @@ def verifier_versions(con) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-def reward_changes(con, old: str, new: str) -> dict[str, Any]:
-    """Task by task, what moved between two verifier versions of the same rollouts."""
+def reward_changes(con, old: str, new: str) -> list[dict[str, Any]]:
+    """Task by task, the passing rollouts and mean reward under two verifier versions of the
+    same rollouts, for the tasks where either moved. (Which rollouts flipped is
+    `gymflow.reverify.flips`.)"""
     cursor = con.execute(
         """
         SELECT r.task_id,
                count(*) FILTER (WHERE a.status = 'ok') AS n_old,
-               count(*) FILTER (WHERE a.passed) AS c_old,
+               count(*) FILTER (WHERE a.status = 'ok' AND a.passed) AS c_old,
                count(*) FILTER (WHERE b.status = 'ok') AS n_new,
-               count(*) FILTER (WHERE b.passed) AS c_new,
+               count(*) FILTER (WHERE b.status = 'ok' AND b.passed) AS c_new,
                avg(a.reward) AS reward_old, avg(b.reward) AS reward_new,
-               count(*) FILTER (WHERE NOT a.passed AND b.passed) AS to_pass,
-               count(*) FILTER (WHERE a.passed AND NOT b.passed) AS to_fail,
                count(*) FILTER (WHERE a.reward IS DISTINCT FROM b.reward) AS reward_changed
         FROM rollouts r
-        JOIN verifications a ON a.rollout_id = r.rollout_id AND a.verifier_version = ?
-        JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
-        WHERE r.status = 'completed'
+        LEFT JOIN verifications a ON a.rollout_id = r.rollout_id AND a.verifier_version = ?
+        LEFT JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
         GROUP BY r.task_id
-        HAVING reward_changed > 0 OR n_old <> n_new
-        ORDER BY to_pass + to_fail DESC, r.task_id
+        HAVING reward_changed > 0 OR c_old <> c_new OR n_old <> n_new
+        ORDER BY abs(c_new - c_old) DESC, r.task_id
         """,
         [old, new],
     )
     names = [d[0] for d in cursor.description]
-    rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-    return {
-        "old": old,
-        "new": new,
-        "tasks": rows,
-        "to_pass": sum(r["to_pass"] for r in rows),
-        "to_fail": sum(r["to_fail"] for r in rows),
-        "reward_changed": sum(r["reward_changed"] for r in rows),
-    }
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
 def details(details_json: str | None) -> dict[str, Any]:
