@@ -41,6 +41,7 @@ def test_compare_report_numbers_are_the_paired_comparison(eval_run, clean_run, w
 def test_bad_input_is_a_clear_error_and_writes_nothing(eval_run, workdir):
     missing = gym("report", str(workdir / "nowhere"), cwd=workdir)
     assert missing.returncode == 1 and "no gymflow store" in missing.stderr
+    assert not (workdir / "nowhere").exists()
     out = workdir / "cli" / "never.html"
     unknown = gym(
         "report",
@@ -90,7 +91,7 @@ def test_report_after_a_real_reverify_shows_its_flips(eval_run, workdir):
     )
     flipped = result["flips"]["rollouts"]
     assert flipped["to_pass"], "the tolerance change flips some rollouts"
-    gym("report", str(run), cwd=workdir, check=True)
+    gym("report", str(run / "gymflow.duckdb"), cwd=workdir, check=True)  # the store file works too
     page = pages.read(run / "report.html")
     assert pages.number(page, "reverify.to_pass") == len(flipped["to_pass"])
     assert pages.number(page, "reverify.to_fail") == len(flipped["to_fail"])

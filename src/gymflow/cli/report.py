@@ -32,12 +32,9 @@ def report(
 
     if compare is not None and verifier_version is not None:
         fail("--verifier-version applies to a single-run report, not to --compare")
-    target = out
-    if target is None and compare is not None:
-        target = (run_dir.parent if run_dir.suffix == ".duckdb" else run_dir) / "compare.html"
     try:
         path = write_run_report(
-            run_dir, out=target, compare_dir=compare, verifier_version=verifier_version
+            run_dir, out=out, compare_dir=compare, verifier_version=verifier_version
         )
     except (StoreError, ValueError) as exc:
         fail(str(exc))

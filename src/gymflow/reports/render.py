@@ -100,24 +100,27 @@ def write_run_report(
     verifier_version: str | None = None,
     limits: Limits = DEFAULT_LIMITS,
 ) -> Path:
-    """Compute every section from the run's store and write `report.html` (or `out`); with
-    `compare_dir`, a comparison report of the two runs instead."""
-    from gymflow.store.db import connect
+    """Compute every section from the run's store and write `report.html` (or `out`) in the run
+    directory; with `compare_dir`, a comparison report of the two runs (`compare.html`). Nothing
+    is written unless every section could be computed."""
+    from gymflow.store.db import connect, store_path
 
-    out_path = Path(out) if out else Path(run_dir) / "report.html"
-    out_path.parent.mkdir(parents=True, exist_ok=True)
+    name = "compare.html" if compare_dir is not None else "report.html"
+    out_path = Path(out) if out else store_path(run_dir).parent / name
     if compare_dir is not None:
         from gymflow.reports.compare import compare_sections
 
         data = compare_sections(Path(run_dir), Path(compare_dir), limits=limits)
-        html = render("compare.html.j2", data)
+        template = "compare.html.j2"
     else:
         con = connect(run_dir, read_only=True)
         try:
             data = run_sections(con, verifier_version=verifier_version, limits=limits)
         finally:
             con.close()
-        data["export_link"] = _write_export(out_path, data.pop("export"))
-        html = render("run.html.j2", data)
+        template = "run.html.j2"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    data["export_link"] = _write_export(out_path, data.pop("export", []))
+    html = render(template, data)
     out_path.write_text(html, encoding="utf-8")
     return out_path
