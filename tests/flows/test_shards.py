@@ -15,10 +15,12 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
 from gymflow.config import EvalConfig, Sampling, ShardSpec
+from gymflow.flows.aggregate import aggregate
 from gymflow.flows.eval_run import evaluation_loop
 from gymflow.flows.eval_shard import eval_shard
 from gymflow.flows.fan_out import ShardFailed
 from gymflow.flows.parameters import ScaleOptions, shard_dir
+from gymflow.flows.reverify import reverify
 from gymflow.store.db import store_path
 from tests.conftest import gym
 
@@ -228,3 +230,17 @@ def test_a_failed_shard_is_rerun_alone_and_only_its_missing_rollouts(runs, tmp_p
     assert rows(out) == rows(runs["whole"])
     calls = "SELECT count(*), count(DISTINCT (rollout_id, call_index, attempt)) FROM model_calls"
     assert rows(out, calls)[0][0] == rows(out, calls)[0][1]
+
+
+def test_the_aggregate_and_reverify_flows(runs, tmp_path) -> None:
+    merged = aggregate(str(tmp_path / "merged"), [str(d) for d in shard_dirs(runs["sharded"])])
+    assert merged["aggregate"]["missing_count"] == 0
+    assert merged["profile"]["pass@1"] == runs["result"]["profile"]["pass@1"]
+    assert rows(tmp_path / "merged") == rows(runs["whole"])
+
+    result = reverify(str(tmp_path / "merged"), {"extract": "last_number"})
+    assert result["status"] == "written"
+    assert result["reverified"] == LIMIT * 4
+    assert result["new_version"] != result["base_version"]
+    versions = rows(tmp_path / "merged", "SELECT count(*) FROM verifier_versions")
+    assert versions == [(2,)]

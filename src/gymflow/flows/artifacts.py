@@ -122,13 +122,13 @@ def publish_results(
     )
 
 
-def publish_shard_failure(failures: dict[int, str], merged: dict[str, Any]) -> None:
+def publish_shard_failure(failures: dict[int, str], stored: int, expected: int) -> None:
     lines = [
         "# Shards failed",
         "",
         *(f"- shard {index}: {message}" for index, message in sorted(failures.items())),
         "",
-        f"Stored so far: {merged.get('stored')} of {merged.get('expected')} rollouts.",
+        f"In the run store so far: {stored} of {expected} rollouts.",
         "",
         "## Recommended next action",
         "",

@@ -56,7 +56,8 @@ def _resuming(resume: bool) -> bool:
 def evaluation_loop(
     config: EvalConfig, resume: bool = False, scale: ScaleOptions = UNSHARDED
 ) -> dict[str, Any]:
-    """Collect every missing rollout of the config's run, then health, profile and report.
+    """Collect every missing rollout of the config's run, then health, profile, diagnosis and
+    report.
 
     Args:
         config: What to run, against which policy, how often, and where results go.
@@ -132,7 +133,7 @@ def _collect_shards(config: EvalConfig, scale: ScaleOptions, resume: bool) -> di
     # A failed shard's store may be partial or unreadable: it is merged once it completes.
     merged = aggregate_shards(config.out, [configs[i].out for i in sorted(finished)])
     if failures:
-        publish_shard_failure(failures, merged)
+        publish_shard_failure(failures, merged.get("stored", 0), len(plan.keys()))
         listed = "; ".join(f"shard {i}: {m}" for i, m in sorted(failures.items()))
         raise ShardFailed(
             f"{len(failures)} of {scale.shards} shards failed ({listed}); retry this flow run "
