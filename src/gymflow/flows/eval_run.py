@@ -11,6 +11,7 @@ from prefect import flow
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.utilities.annotations import quote
 
 from gymflow import progress
 from gymflow.config import ConfigError, EvalConfig
@@ -116,12 +117,12 @@ def _collect_shards(config: EvalConfig, scale: ScaleOptions, resume: bool) -> di
     with model_endpoint(plan) if local else nullcontext(None) as base_url:
         if local:
             runner = run_shard_here.with_options(**options)
-            futures = [runner.submit(plan, c, base_url) for c in configs]
+            futures = [runner.submit(quote(plan), c, base_url) for c in configs]
         else:
             deployment_id = shard_deployment(scale.work_pool)
             runner = run_shard_on_pool.with_options(**options)
             futures = [
-                runner.submit(plan, c, deployment_id, scale.shard_timeout_s) for c in configs
+                runner.submit(quote(plan), c, deployment_id, scale.shard_timeout_s) for c in configs
             ]
         index = {future.task_run_id: i for i, future in enumerate(futures)}
         for future in as_completed(futures):

@@ -7,6 +7,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from prefect import flow
+from prefect.utilities.annotations import quote
 
 from gymflow.config import EvalConfig
 from gymflow.models.endpoint import model_endpoint
@@ -25,12 +26,15 @@ def collect_plan(
 ) -> list[dict[str, int]]:
     """Run the plan's rollout keys as Prefect tasks of `batch_size` rollouts each, against
     `base_url` or, if unset, the endpoint the config names (a local policy server started here).
-    `on_batch(done, total)` hears of each finished batch."""
+    `on_batch(done, total)` hears of each finished batch.
+
+    The plan and keys are quoted: Prefect would otherwise walk every task and key of them
+    looking for futures, about 0.15 s per batch task for 2,000 keys on these machines."""
     batches = _chunks(plan.keys(), plan.config.batch_size)
     collected: list[dict[str, int]] = []
     with model_endpoint(plan) if base_url is None else nullcontext(base_url) as url:
         for batch in batches:
-            collected.append(collect_batch(plan, batch, url))
+            collected.append(collect_batch(quote(plan), quote(batch), url))
             if on_batch is not None:
                 on_batch(len(collected), len(batches))
     return collected
