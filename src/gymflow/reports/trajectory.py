@@ -11,6 +11,9 @@ from typing import Any
 
 MAX_TEXT = 3000  # characters per text field shown inline
 MAX_ITEMS = 60  # items per trajectory shown inline
+# Characters per trajectory shown inline: with the report's 12 sometimes-pass pairs and 5 evidence
+# rollouts this bounds the inlined text near 1 MB, whatever the policy wrote.
+BUDGET = 30_000
 
 
 @dataclass(slots=True)
@@ -99,4 +102,12 @@ def blocks(trajectory_json: str | None) -> tuple[list[Block], int]:
         return [Block("other", "unreadable trajectory JSON", text, clipped)], 0
     if not isinstance(items, list):
         items = [items]
-    return [_block(item) for item in items[:MAX_ITEMS]], max(0, len(items) - MAX_ITEMS)
+    shown: list[Block] = []
+    used = 0
+    for item in items[:MAX_ITEMS]:
+        if used >= BUDGET:
+            break
+        block = _block(item)
+        used += len(block.text)
+        shown.append(block)
+    return shown, len(items) - len(shown)
