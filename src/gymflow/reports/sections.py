@@ -27,6 +27,7 @@ class Limits:
     exported_examples: int = 2000  # further sometimes-pass tasks written to the JSONL export
     evidence_examples: int = 5  # example rollouts behind the recommended action
     task_table_rows: int = 2000
+    grid_cells: int = 20_000  # beyond this many rollouts the grid draws shares per task
     changed_tasks: int = 200  # reverify / compare task rows shown
 
 
@@ -112,6 +113,7 @@ def run_sections(
             ],
             "repeats": prof["repeats"],
             "tasks": len(rows),
+            "per_repeat": len(rows) * prof["repeats"] <= limits.grid_cells,
         },
         "taxonomy": {
             "bars": [(_category(t["category"], t["kind"]), t["rollouts"]) for t in taxonomy],

@@ -158,30 +158,35 @@ def _k_ticks(count: int) -> list[float]:
 
 
 def outcome_grid(
-    rows: Sequence[tuple[str, str]], *, repeats: int, label: str, max_width: float = 900
+    rows: Sequence[tuple[str, str]],
+    *,
+    repeats: int,
+    label: str,
+    per_repeat: bool = True,
+    max_width: float = 900,
 ) -> Markup:
-    """Tasks x repeats, one coloured cell per rollout. `rows` are (task_id, codes) with one
-    outcome code of `OUTCOMES` per repeat. Tasks are tiled into columns so that a
-    1,000-task run stays a compact picture; each task strip carries its own tooltip."""
-    cell = 14.0 if len(rows) <= 60 else (8.0 if len(rows) <= 400 else 5.0)
-    labelled = len(rows) <= 60
+    """Tasks x repeats, coloured by outcome. `rows` are (task_id, codes) with one outcome code of
+    `OUTCOMES` per repeat. With `per_repeat`, one cell per rollout; without, each task is one bar
+    split by its outcome shares, so a run of any size stays a few rectangles per task. Tasks are
+    tiled into columns to keep the picture compact; each task strip carries its own tooltip."""
+    count = len(rows)
+    cell = 14.0 if count <= 60 else 8.0 if count <= 400 else 5.0 if count <= 2000 else 3.0
+    labelled = count <= 60
     label_w = 110.0 if labelled else 0.0
-    strip_w = label_w + repeats * cell
-    gap = cell
+    bar_w = repeats * cell if per_repeat else 48.0
+    strip_w = label_w + bar_w
+    gap = max(cell, 4.0)
     per_col_max = 60 if labelled else 100
-    columns = max(1, min(int((max_width + gap) // (strip_w + gap)), -(-len(rows) // per_col_max)))
-    per_col = -(-len(rows) // columns) if rows else 0
+    columns = max(1, min(int((max_width + gap) // (strip_w + gap)), -(-count // per_col_max)))
+    per_col = -(-count // columns) if rows else 0
     width = columns * strip_w + (columns - 1) * gap
     height = per_col * cell
     parts = []
     for i, (task_id, codes) in enumerate(rows):
         col, row = divmod(i, per_col)
         x0, y0 = col * (strip_w + gap), row * cell
-        summary = ", ".join(
-            f"{codes.count(code)} {OUTCOMES[code].split(' ')[0]}"
-            for code in OUTCOMES
-            if code in codes
-        )
+        counts = {code: codes.count(code) for code in OUTCOMES if code in codes}
+        summary = ", ".join(f"{n} {OUTCOMES[code].split(' ')[0]}" for code, n in counts.items())
         cells = [el("title", f"{task_id}: {summary}")]
         if labelled:
             cells.append(
@@ -193,17 +198,15 @@ def outcome_grid(
                     class_="tick end",
                 )
             )
-        for r, code in enumerate(codes):
-            cells.append(
-                el(
-                    "rect",
-                    x=x0 + label_w + r * cell,
-                    y=y0,
-                    width=cell - 1,
-                    height=cell - 1,
-                    class_=f"o{code}",
-                )
-            )
+        if per_repeat:
+            shapes = [(x0 + label_w + r * cell, cell - 1, code) for r, code in enumerate(codes)]
+        else:
+            shapes, x = [], x0 + label_w
+            for code, n in counts.items():
+                shapes.append((x, bar_w * n / len(codes), code))
+                x += bar_w * n / len(codes)
+        for x, w, code in shapes:
+            cells.append(el("rect", x=x, y=y0, width=w, height=cell - 1, class_=f"o{code}"))
         parts.append(el("g", *cells))
     return svg(max(width, 1), max(height, 1), *parts, label=label)
 
