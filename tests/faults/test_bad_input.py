@@ -96,7 +96,7 @@ def test_truncated_store_is_named_and_left_alone(stored: Path, tmp_path: Path, p
     store.write_bytes(store.read_bytes()[: store.stat().st_size // 2])
     for args in (("eval", "profile", str(broken)), ("eval", "health", str(broken))):
         message = refused(*args, cwd=tmp_path, guarded=[broken])
-        assert f"{store}: truncated:" in message
+        assert "store unreadable (truncated or corrupt?)" in message and str(store) in message
     # Through the flow the refusal comes from a Prefect task, which logs its own traceback first;
     # the command still ends on the one-line reason and leaves the file as it was.
     config = tmp_path / "resume.yaml"
@@ -104,7 +104,6 @@ def test_truncated_store_is_named_and_left_alone(stored: Path, tmp_path: Path, p
     before = tree_digest(broken)
     result = gym("eval", "run", str(config), "--resume", cwd=tmp_path, env=gym_env(prefect_api))
     assert result.returncode == 1
-    assert f"{store}: truncated:" in " ".join(
-        result.stderr[result.stderr.rindex("error: ") :].split()
-    )
+    last_words = " ".join(result.stderr[result.stderr.rindex("error: ") :].split())
+    assert "truncated or corrupt?" in last_words and str(store) in last_words
     assert tree_digest(broken) == before

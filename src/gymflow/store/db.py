@@ -35,11 +35,6 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
         raise StoreError(
             f"{path}: not a readable DuckDB store (truncated or corrupt?): {exc}"
         ) from None
-    try:
-        _check_length(con, path)
-    except StoreError:
-        con.close()
-        raise
     if read_only:
         _check_version(con, path)
         return con
@@ -51,24 +46,6 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
     else:
         _check_version(con, path)
     return con
-
-
-#: DuckDB's file starts with three 4 KiB headers, then `total_blocks` blocks of `block_size`.
-_HEADER_BYTES = 3 * 4096
-
-
-def _check_length(con, path: Path) -> None:
-    """A file shorter than its header promises was cut short (a partial copy, a full disk): it
-    opens, then fails on the first read past the cut, so refuse it before anything reads."""
-    block_size, total_blocks = con.execute(
-        "SELECT block_size, total_blocks FROM pragma_database_size()"
-    ).fetchone()
-    promised, actual = _HEADER_BYTES + block_size * total_blocks, path.stat().st_size
-    if actual < promised:
-        raise StoreError(
-            f"{path}: truncated: {actual} bytes on disk, its header promises {promised} "
-            "(a copy cut short, or a full disk?); left as it is"
-        )
 
 
 def _check_version(con, path: Path) -> None:
