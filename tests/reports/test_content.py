@@ -88,6 +88,8 @@ def test_an_older_verifier_version_can_be_reported(constructed_run, first_versio
     page = pages.read(out)
     assert_matches_profile(page, profile_json(constructed_run, "--verifier-version", first_version))
     assert task_codes(page) == CONSTRUCTED
+    # The reward changes still read forward in time: from this version to the next.
+    assert pages.number(page, "reverify.to_pass") == 3
 
 
 def test_hostile_strings_render_as_text(constructed_run, workdir):

@@ -74,7 +74,6 @@ def compare_sections(
         for side in ("a_only", "b_only")
     }
     return {
-        "kind": "compare",
         "a": a,
         "b": b,
         "compare": result,

@@ -95,7 +95,6 @@ def run_sections(
     versions = views.verifier_versions(con)
     taxonomy = diagnosis["taxonomy"]
     return {
-        "kind": "run",
         "verifier_version": version,
         "profile": prof,
         "health": health(con),
@@ -154,20 +153,20 @@ def run_sections(
 def _reverify(
     con, versions: list[dict[str, Any]], current: str, limits: Limits
 ) -> dict[str, Any] | None:
-    """With more than one verifier version, what the shown version changed against the one
-    before it (the newest against its predecessor by default)."""
+    """With more than one verifier version, what changed between the shown version and the one
+    before it (the newest against its predecessor by default; the oldest against the next)."""
     if len(versions) < 2:
         return None
     names = [v["verifier_version"] for v in versions]
-    index = names.index(current)
-    previous = names[index - 1] if index > 0 else names[1]
-    flipped = flips(con, previous, current)["rollouts"]
-    tasks = views.reward_changes(con, previous, current)
+    index = max(names.index(current), 1)
+    previous, later = names[index - 1], names[index]
+    flipped = flips(con, previous, later)["rollouts"]
+    tasks = views.reward_changes(con, previous, later)
     headline = {name: profile(con, verifier_version=name) for name in names}
     return {
         "versions": [{**v, "profile": headline[v["verifier_version"]]} for v in versions],
         "old": previous,
-        "new": current,
+        "new": later,
         "to_pass": flipped["to_pass"],
         "to_fail": flipped["to_fail"],
         "tasks": tasks[: limits.changed_tasks],
