@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -43,14 +44,14 @@ async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) 
         queue.put_nowait(key)
     pending: list[Rollout] = []
     last_flush = time.monotonic()
+    committer = _Committer(con)
 
-    def flush() -> None:
+    async def flush() -> None:
         nonlocal last_flush
         last_flush = time.monotonic()
-        if pending:
-            write_rollouts(con, pending)
-            progress.advanced(len(pending))
-            pending.clear()
+        batch = pending.copy()
+        pending.clear()
+        await committer.commit(batch)
 
     async with ResponsesClient(
         plan.config.model, base_url, plan.sampling, concurrency=plan.config.concurrency
@@ -70,16 +71,55 @@ async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) 
                     stats.failed += 1
                 pending.append(rollout)
                 if len(pending) >= FLUSH_EVERY or time.monotonic() - last_flush > FLUSH_INTERVAL_S:
-                    flush()
+                    await flush()
 
         try:
             await asyncio.gather(
                 *(worker() for _ in range(min(plan.config.concurrency, len(keys))))
             )
         finally:
-            flush()
-            await close_resources(server)
+            try:
+                await flush()
+                await committer.drain()
+            finally:
+                committer.close()
+                await close_resources(server)
     return stats
+
+
+class _Committer:
+    """Commits batches of rollouts on one writer thread, one batch at a time, so the event loop
+    keeps serving model calls while DuckDB writes (it releases the GIL) and syncs its log: a
+    commit takes tens to hundreds of milliseconds of wall time, which would otherwise stall
+    every rollout in flight. A failed commit surfaces at the next commit or at the drain."""
+
+    def __init__(self, con) -> None:
+        self.con = con
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gymflow-store")
+        self._in_flight: asyncio.Future[int] | None = None
+        self._turn = asyncio.Lock()  # workers that flush at once take turns
+
+    async def commit(self, batch: list[Rollout]) -> None:
+        async with self._turn:
+            await self._settle()
+            if batch:
+                loop = asyncio.get_running_loop()
+                self._in_flight = loop.run_in_executor(
+                    self._thread, write_rollouts, self.con, batch
+                )
+
+    async def drain(self) -> None:
+        """Wait for the batch being committed; raise what its commit raised."""
+        async with self._turn:
+            await self._settle()
+
+    async def _settle(self) -> None:
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            progress.advanced(await in_flight)
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=True)
 
 
 async def run_one(
