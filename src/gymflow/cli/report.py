@@ -28,7 +28,7 @@ def report(
     ] = None,
 ) -> None:
     """Write the HTML report: opens offline, readable without JavaScript."""
-    from gymflow.reports.render import write_run_report
+    from gymflow.reports.render import export_path, write_run_report
 
     if compare is not None and verifier_version is not None:
         fail("--verifier-version applies to a single-run report, not to --compare")
@@ -39,3 +39,6 @@ def report(
     except (StoreError, ValueError) as exc:
         fail(str(exc))
     console.print(f"report: {path.resolve()}", highlight=False, soft_wrap=True)
+    export = export_path(path)
+    if export.exists():
+        console.print(f"trajectories: {export.resolve()}", highlight=False, soft_wrap=True)
