@@ -19,6 +19,12 @@ from gymflow.analysis.frames import frame
 from gymflow.analysis.outcomes import check_verifier_version
 
 Level = Literal["rollout", "run", "task"]
+#: `integrity`: the records themselves are incomplete or inconsistent, so the run's numbers
+#: cannot be trusted. `warning`: the records are sound but show something a user should look at
+#: (failed calls, truncation, malformed tool calls): the policy's behaviour or the setup, already
+#: accounted for in coverage and scores. Only integrity checks fail the gate unless a threshold
+#: is set for a warning.
+Severity = Literal["integrity", "warning"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +34,7 @@ class Check:
     level: Level = "rollout"
     #: session variables the query reads; when one is unknown the check is skipped, not guessed
     needs: tuple[str, ...] = ()
+    severity: Severity = "integrity"
 
 
 _TOOL_ITEMS = """
@@ -129,6 +136,7 @@ CHECKS: dict[str, Check] = {
     "last_call_failed": Check(
         "the rollout's last model call (last turn, last attempt) failed",
         "SELECT rollout_id AS id FROM rollout_calls WHERE last_status = 'error'",
+        severity="warning",
     ),
     "empty_output": Check(
         "completed rollout whose final output text is empty",
@@ -136,10 +144,12 @@ CHECKS: dict[str, Check] = {
         SELECT rollout_id AS id FROM rollouts
         WHERE status = 'completed' AND coalesce(trim(output_text), '') = ''
         """,
+        severity="warning",
     ),
     "incomplete_response": Check(
         "the response ended incomplete (output-token limit)",
         "SELECT rollout_id AS id FROM rollouts WHERE incomplete",
+        severity="warning",
     ),
     "zero_output_tokens": Check(
         "completed rollout reporting zero output tokens",
@@ -147,6 +157,7 @@ CHECKS: dict[str, Check] = {
         SELECT rollout_id AS id FROM rollouts
         WHERE status = 'completed' AND coalesce(output_tokens, 0) = 0
         """,
+        severity="warning",
     ),
     "token_mismatch": Check(
         "token counts missing, or the rollout's totals differ from the sum over its model calls",
@@ -172,12 +183,14 @@ CHECKS: dict[str, Check] = {
         SELECT DISTINCT rollout_id AS id FROM tool_items
         WHERE type = 'function_call' AND NOT coalesce(json_valid(arguments), FALSE)
         """,
+        severity="warning",
     ),
     "runaway_generation": Check(
         "a model call whose output tokens reached its max_output_tokens",
         """
         SELECT DISTINCT rollout_id AS id FROM calls WHERE output_tokens >= max_output_tokens
         """,
+        severity="warning",
     ),
     "sampling_mismatch": Check(
         "a model call sent temperature, top_p or max_output_tokens other than the run's config",
@@ -218,6 +231,7 @@ CHECKS: dict[str, Check] = {
         WHERE verifier_version = getvariable('verifier_version') AND status <> 'ok'
         """,
         needs=("verifier_version",),
+        severity="warning",
     ),
 }
 
@@ -233,13 +247,17 @@ GROUP BY r.task_id HAVING count(*) = count(u.id)
 
 @dataclass(frozen=True, slots=True)
 class Gate:
-    """A check fails the run when its share of expected rollouts exceeds its threshold."""
+    """A check fails the run when its share of expected rollouts exceeds its threshold:
+    `per_check` if given, else `max_share` for integrity checks and `warning_max_share` (by
+    default 1.0: never) for warnings."""
 
     max_share: float = 0.0
+    warning_max_share: float = 1.0
     per_check: dict[str, float] = field(default_factory=dict)
 
-    def threshold(self, check: str) -> float:
-        return self.per_check.get(check, self.max_share)
+    def threshold(self, check: str, severity: Severity) -> float:
+        default = self.max_share if severity == "integrity" else self.warning_max_share
+        return self.per_check.get(check, default)
 
 
 def _set_variables(con, values: dict[str, Any]) -> None:
@@ -260,11 +278,13 @@ def health(
 ) -> dict[str, Any]:
     """Run every check over the store.
 
-    Returns {"verdict": "healthy" | "unhealthy", "gate": "pass" | "fail", "gate_failures": [check],
-    "failing_checks": [check with any hit], "rollouts": stored, "expected": tasks x repeats,
+    Returns {"verdict": "healthy" | "unhealthy" (an integrity check fired), "gate": "pass" |
+    "fail", "gate_failures": [check], "failing_checks": [check with any hit], "warnings":
+    [warning check with any hit], "rollouts": stored, "expected": tasks x repeats,
     "unhealthy_rollouts": count, "unhealthy_share": float, "verifier_version": str,
     "reward_range": [low, high] | None,
-    "checks": {name: {"description", "level", "status": "ok" | "failed" | "skipped", "count",
+    "checks": {name: {"description", "level", "severity", "status": "ok" | "failed" | "skipped",
+    "count",
     "share", "threshold", "examples": [id]}},
     "rollout_verdicts": [{"rollout_id", "task_id", "repeat_index", "checks": [name]}] for the
     unhealthy rollouts only (the rest are healthy), at most `max_listed` (None: all),
@@ -292,8 +312,15 @@ def health(
     denominator = max(expected, stored, 1)
     checks: dict[str, Any] = {}
 
-    def record(name: str, description: str, level: Level, sql: str | None) -> None:
-        entry = {"description": description, "level": level, "threshold": gate.threshold(name)}
+    def record(
+        name: str, description: str, level: Level, severity: Severity, sql: str | None
+    ) -> None:
+        entry = {
+            "description": description,
+            "level": level,
+            "severity": severity,
+            "threshold": gate.threshold(name, severity),
+        }
         if sql is None:
             checks[name] = {**entry, "status": "skipped", "count": 0, "share": 0.0, "examples": []}
             return
@@ -313,17 +340,20 @@ def health(
 
     for name, check in CHECKS.items():
         runnable = all(variables[need] is not None for need in check.needs)
-        record(name, check.description, check.level, check.sql if runnable else None)
-    record(TASK_CHECK, TASK_CHECK_DESCRIPTION, "task", _TASK_SQL)
+        sql = check.sql if runnable else None
+        record(name, check.description, check.level, check.severity, sql)
+    record(TASK_CHECK, TASK_CHECK_DESCRIPTION, "task", "warning", _TASK_SQL)
 
     unhealthy = con.execute("SELECT count(DISTINCT id) FROM health_hits").fetchone()[0]
     verdicts = rollout_verdicts(con, unhealthy_only=True, limit=max_listed)
     failing = [name for name, check in checks.items() if check["count"]]
+    broken = [name for name in failing if checks[name]["severity"] == "integrity"]
     gate_failures = [name for name, check in checks.items() if check["share"] > check["threshold"]]
     for table in ("check_ids", "calls", "rollout_calls", "tool_items"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
     return {
-        "verdict": "unhealthy" if failing else "healthy",
+        "verdict": "unhealthy" if broken else "healthy",
+        "warnings": [name for name in failing if name not in broken],
         "gate": "fail" if gate_failures else "pass",
         "gate_failures": gate_failures,
         "failing_checks": failing,

@@ -202,8 +202,16 @@ def eval_health(
     ] = None,
     max_share: Annotated[
         float,
-        typer.Option(min=0.0, max=1.0, help="Share of expected rollouts any check may flag."),
+        typer.Option(
+            min=0.0, max=1.0, help="Share of expected rollouts an integrity check may flag."
+        ),
     ] = 0.0,
+    warning_max_share: Annotated[
+        float,
+        typer.Option(
+            min=0.0, max=1.0, help="Share a warning check may flag (default: never fails)."
+        ),
+    ] = 1.0,
     threshold: Annotated[
         list[str] | None,
         typer.Option(help="Per-check allowance as CHECK=SHARE (repeatable)."),
@@ -213,7 +221,11 @@ def eval_health(
     ] = 1000,
 ) -> None:
     """Check every record; exit 1 when a check flags more than its allowed share of rollouts."""
-    gate = Gate(max_share=max_share, per_check=_parse_thresholds(threshold or []))
+    gate = Gate(
+        max_share=max_share,
+        warning_max_share=warning_max_share,
+        per_check=_parse_thresholds(threshold or []),
+    )
     try:
         con = connect(run_dir, read_only=True)
         try:
@@ -227,11 +239,14 @@ def eval_health(
     if json_output:
         print_json(result)
     else:
-        table = Table("check", "status", "rollouts", "share", "allowed", "examples")
+        table = Table("check", "kind", "status", "rollouts", "share", "allowed", "examples")
         for name, check in result["checks"].items():
             style = {"failed": "red", "skipped": "yellow"}.get(check["status"], "green")
+            if check["status"] == "failed" and check["severity"] == "warning":
+                style = "yellow"
             table.add_row(
                 name,
+                check["severity"],
                 f"[{style}]{check['status']}[/]",
                 str(check["count"]),
                 f"{check['share']:.2%}",
@@ -244,6 +259,7 @@ def eval_health(
             f"({result['expected']} expected); verdict: {result['verdict']}; "
             f"gate: {result['gate']}"
             + (f" ({', '.join(result['gate_failures'])})" if result["gate_failures"] else "")
+            + (f"; warnings: {', '.join(result['warnings'])}" if result["warnings"] else "")
         )
     if result["gate"] == "fail":
         raise typer.Exit(1)
