@@ -115,6 +115,11 @@ def expected_plan(run: dict[str, Any]) -> RunPlan:
         raise StoreError(
             f"cannot resolve run {run['run_id']}'s stored config to list its tasks: {exc}"
         ) from None
+    if plan.run_id != run["run_id"]:
+        raise StoreError(
+            f"run {run['run_id']}'s stored config hashes to {plan.run_id} under this gymflow "
+            f"({run['gymflow_version']} collected it): aggregate with the version that ran it"
+        )
     if plan.benchmark_version != run["benchmark_version"]:
         raise StoreError(
             f"run {run['run_id']} was collected at benchmark version "
