@@ -98,3 +98,16 @@ def test_report_after_a_real_reverify_shows_its_flips(eval_run, workdir):
     new = result["new_version"]
     assert pages.number(page, f"reverify.{new}.pass@1") == result["after"]["pass@1"]
     assert pages.number(page, "pass@1") == result["after"]["pass@1"]  # the newest is shown
+
+
+def test_a_run_with_nothing_collected_still_reports(workdir):
+    run = workdir / "cli" / "empty"
+    con = connect(run, create=True)
+    register_run(
+        con, resolve(EvalConfig(environment="arithmetic", limit=3, out=str(run))), resume=False
+    )
+    con.close()
+    gym("report", str(run), cwd=workdir, check=True)
+    page = pages.read(run / "report.html")
+    assert pages.number(page, "coverage.missing") == 3
+    assert "nothing scored yet" in page.text and "No rollout is stored yet" in page.text
