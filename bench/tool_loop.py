@@ -12,6 +12,8 @@ there by construction and the client's figure is the one to read. Client CPU per
 share of the wall time the client process was on a CPU say whether the collector was CPU-bound.
 
     python bench/tool_loop.py [--rollouts 3000] [--concurrency 64] [--latency-ms 0 50]
+
+On a shared machine, `nice -n -10` (as root) keeps other jobs from deciding the figures.
 """
 
 from __future__ import annotations

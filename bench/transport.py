@@ -13,6 +13,8 @@ requests back to back. Candidates, all but the first behind the httpx API the mo
 - gymflow's `ResponsesClient.create`: the transport plus validation and the evidence record
 
     python bench/transport.py [--seconds 2] [--rounds 3] [--concurrency 1 8 16 64]
+
+On a shared machine, `nice -n -10` (as root) keeps other jobs from deciding the figures.
 """
 
 from __future__ import annotations
