@@ -26,6 +26,7 @@ from gymflow.environments.registry import RegistryError
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
 from gymflow.rollouts.plan import resolve
 from gymflow.store.db import StoreError
+from gymflow.store.merge import check_destination
 
 
 class _Bar:
@@ -65,7 +66,9 @@ def run_loop(
     config: EvalConfig, *, resume: bool, scale: ScaleOptions = UNSHARDED
 ) -> dict[str, Any]:
     """Check the config, then run the evaluation loop flow with a progress bar."""
-    resolve(config)  # every config problem is reported before Prefect or a server starts
+    # Every config or store problem is reported before Prefect or a server starts.
+    plan = resolve(config)
+    check_destination(config.out, plan.run_id, resume=resume)
     from gymflow.flows.eval_run import evaluation_loop
 
     server_hint_once()

@@ -17,7 +17,7 @@ from gymflow.config import ConfigError, EvalConfig, ShardSpec
 from gymflow.environments.registry import RegistryError
 from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
 from gymflow.store.db import StoreError, connect, store_path
-from gymflow.store.runs import run_info, stored_keys, task_rows
+from gymflow.store.runs import check_run_store, run_info, stored_keys, task_rows
 from gymflow.store.writer import insert_rows
 
 #: Tables copied from shards, in order. Keyed tables take `INSERT OR IGNORE`; `model_calls` has no
@@ -278,24 +278,13 @@ def shard_progress(plan: RunPlan) -> ShardProgress:
 
 
 def check_destination(run_dir: Path | str, run_id: str, *, resume: bool) -> None:
-    """Before a sharded run starts, the same rules `register_run` applies to an unsharded one:
-    the run store holds no other run, and no rollouts of this one unless resuming."""
+    """Before a run starts: the rules `register_run` applies (`check_run_store`), read-only, so
+    a refused or unreadable store is reported before anything is started or written."""
     destination = store_path(run_dir)
     if not destination.exists():
         return
     con = connect(destination, read_only=True)
     try:
-        runs = {row[0] for row in con.execute("SELECT run_id FROM runs").fetchall()}
-        rollouts = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
+        check_run_store(con, destination.parent, run_id, resume=resume)
     finally:
         con.close()
-    if runs and run_id not in runs:
-        raise StoreError(
-            f"{destination.parent}: holds run {sorted(runs)[0]}, but this config is run {run_id}; "
-            "use another --out for a different config"
-        )
-    if rollouts and not resume:
-        raise StoreError(
-            f"{destination.parent}: already holds rollouts of this run; pass --resume to continue "
-            "it or choose another --out"
-        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from gymflow import __version__
@@ -14,21 +15,25 @@ from gymflow.store.db import StoreError
 from gymflow.store.writer import insert_rows, register_verifier_version
 
 
-def register_run(con, plan: RunPlan, *, resume: bool) -> None:
-    """Record the run and its shard's tasks. A store holds one run: another config is refused."""
-    existing = con.execute("SELECT run_id FROM runs").fetchall()
-    stored = {row[0] for row in existing}
-    if stored and plan.run_id not in stored:
+def check_run_store(con, run_dir: Path | str, run_id: str, *, resume: bool) -> None:
+    """A store holds one run: another config is refused, and so are this run's stored rollouts
+    unless resuming (so a second `gym eval run` never silently mixes into the first)."""
+    stored = {row[0] for row in con.execute("SELECT run_id FROM runs").fetchall()}
+    if stored and run_id not in stored:
         raise StoreError(
-            f"{plan.run_dir}: holds run {sorted(stored)[0]}, but this config is run {plan.run_id}; "
+            f"{run_dir}: holds run {sorted(stored)[0]}, but this config is run {run_id}; "
             "use another --out for a different config"
         )
-    has_rollouts = con.execute("SELECT count(*) FROM rollouts").fetchone()[0] > 0
-    if has_rollouts and not resume:
+    if not resume and con.execute("SELECT count(*) FROM rollouts").fetchone()[0] > 0:
         raise StoreError(
-            f"{plan.run_dir}: already holds rollouts of this run; pass --resume to continue it "
+            f"{run_dir}: already holds rollouts of this run; pass --resume to continue it "
             "or choose another --out"
         )
+
+
+def register_run(con, plan: RunPlan, *, resume: bool) -> None:
+    """Record the run and its shard's tasks, after `check_run_store`."""
+    check_run_store(con, plan.run_dir, plan.run_id, resume=resume)
     cfg = plan.config
     run_row = (
         plan.run_id,

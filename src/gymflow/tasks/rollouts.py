@@ -7,12 +7,13 @@ from dataclasses import asdict
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+from prefect.runtime import task_run
 
 from gymflow import progress
 from gymflow.config import EvalConfig
 from gymflow.rollouts.collect import collect
 from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
-from gymflow.store.db import connect
+from gymflow.store.db import StoreError, connect
 from gymflow.store.runs import register_run, stored_keys
 
 
@@ -27,15 +28,34 @@ def prepare_run(config: EvalConfig, resume: bool) -> RunPlan:
     return plan
 
 
+def _worth_retrying(task, task_run, state) -> bool:
+    """A full disk or a refused store does not fix itself within a retry delay."""
+    try:
+        state.result()
+    except StoreError:
+        return False
+    except Exception:
+        return True
+    return True
+
+
 # The store, not Prefect's cache, decides what is done: a retried or re-run batch queries it and
 # runs only the missing rollouts, so a deleted or partial store can never be mistaken for done.
-@task(name="collect-batch", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
+@task(
+    name="collect-batch",
+    cache_policy=NO_CACHE,
+    retries=2,
+    retry_delay_seconds=1,
+    retry_condition_fn=_worth_retrying,
+)
 def collect_batch(plan: RunPlan, keys: list[RolloutKey], base_url: str) -> dict[str, int]:
     con = connect(plan.run_dir)
     try:
         done = stored_keys(con, plan.run_id)
         todo = [key for key in keys if key not in done]
-        progress.advanced(len(keys) - len(todo))
+        if (task_run.run_count or 1) == 1:
+            # on a retry, what the failed attempt stored was already counted as it flushed
+            progress.advanced(len(keys) - len(todo))
         stats = asyncio.run(collect(plan, todo, con, base_url=base_url))
     finally:
         con.close()
