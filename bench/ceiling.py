@@ -22,6 +22,10 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from transport import drive
 
 CANNED = json.dumps(
     {
@@ -94,27 +98,6 @@ def trivial_server() -> Iterator[str]:
         process.wait(timeout=10)
 
 
-Post = Callable[[], Awaitable[None]]
-
-
-async def _drive(post: Post, seconds: float, concurrency: int) -> float:
-    """Requests per second completed by `concurrency` workers over `seconds` (after a warm-up)."""
-    for _ in range(2):  # open the connections before timing
-        await asyncio.gather(*(post() for _ in range(concurrency)))
-    done = 0
-    deadline = time.perf_counter() + seconds
-
-    async def worker() -> None:
-        nonlocal done
-        while time.perf_counter() < deadline:
-            await post()
-            done += 1
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return done / (time.perf_counter() - started)
-
-
 async def aiohttp_rate(base_url: str, seconds: float, concurrency: int) -> float:
     import aiohttp
 
@@ -127,7 +110,7 @@ async def aiohttp_rate(base_url: str, seconds: float, concurrency: int) -> float
                 reply.raise_for_status()
                 await reply.json()
 
-        return await _drive(post, seconds, concurrency)
+        return await drive(post, seconds, concurrency)
 
 
 async def httpx_rate(base_url: str, seconds: float, concurrency: int, *, gymflow: bool) -> float:
@@ -144,7 +127,7 @@ async def httpx_rate(base_url: str, seconds: float, concurrency: int, *, gymflow
             reply.raise_for_status()
             reply.json()
 
-        return await _drive(post, seconds, concurrency)
+        return await drive(post, seconds, concurrency)
 
 
 CLIENTS: dict[str, Callable[[str, float, int], Awaitable[float]]] = {

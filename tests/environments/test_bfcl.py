@@ -9,14 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pytest
 
 from gymflow.environments.base import Task
 from gymflow.environments.bfcl.env import json_schema, tool_name, tools_of
 from gymflow.environments.registry import load_environment
 from gymflow.verifiers.base import VerifyInput, get_verifier
-from tests.conftest import gym
+from tests.environments.runs import run_benchmark
 
 SPEC = get_verifier("bfcl")
 
@@ -207,18 +206,7 @@ def test_malformed_and_missing_calls(by_id) -> None:
 
 # -- end to end ----------------------------------------------------------------------------------
 def test_gym_eval_run_end_to_end(tmp_path: Path, by_id) -> None:
-    out = tmp_path / "run"
-    gym(
-        *("eval", "run", "--benchmark", "bfcl-smoke", "--limit", "30", "--repeats", "2"),
-        *("--out", str(out)),
-        cwd=tmp_path,
-        env={"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180"},
-        check=True,
-    )
-    con = duckdb.connect(str(out / "gymflow.duckdb"), read_only=True)
-    assert con.execute("SELECT benchmark, environment, repeats FROM runs").fetchall() == [
-        ("bfcl-smoke", "bfcl", 2)
-    ]
+    con = run_benchmark(tmp_path, "bfcl-smoke", "bfcl", limit=30, repeats=2)
     # Each model call offered exactly the task's own tools.
     offered = con.execute(
         """SELECT r.task_id, m.request_json FROM model_calls m JOIN rollouts r USING (rollout_id)"""

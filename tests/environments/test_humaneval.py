@@ -8,7 +8,6 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from gymflow.environments.humaneval.env import load_problems
@@ -16,7 +15,8 @@ from gymflow.environments.registry import load_environment
 from gymflow.verifiers.base import VerifyInput, get_verifier
 from gymflow.verifiers.code_exec import build_program, extract_code
 from gymflow.verifiers.sandbox import pool_size
-from tests.conftest import ROOT, gym, require_tool
+from tests.conftest import ROOT, require_tool
+from tests.environments.runs import run_benchmark
 
 ADD = "def add(a, b):\n    return a + b\n"
 
@@ -143,18 +143,7 @@ def test_timeout_is_a_parameter_and_changes_the_version(tasks) -> None:
 # -- end to end ----------------------------------------------------------------------------------
 def test_gym_eval_run_end_to_end(tmp_path: Path, tasks) -> None:
     require_tool("bwrap")
-    out = tmp_path / "run"
-    gym(
-        *("eval", "run", "--benchmark", "humaneval", "--limit", "10", "--repeats", "2"),
-        *("--out", str(out)),
-        cwd=tmp_path,
-        env={"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180"},
-        check=True,
-    )
-    con = duckdb.connect(str(out / "gymflow.duckdb"), read_only=True)
-    assert con.execute("SELECT benchmark, environment, repeats FROM runs").fetchall() == [
-        ("humaneval", "humaneval", 2)
-    ]
+    con = run_benchmark(tmp_path, "humaneval", "humaneval", limit=10, repeats=2)
     rows = con.execute(
         """SELECT r.task_id, r.output_text, v.status, v.reward, v.passed, v.verifier_version,
                   v.details_json

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from gymflow.environments.base import EnvironmentManifest, Task, VerifierRef
@@ -22,7 +21,7 @@ from gymflow.environments.registry import load_environment
 from gymflow.models.local_server import free_port
 from gymflow.records import VERIFIED, VERIFY_ERROR
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
-from tests.conftest import gym
+from tests.environments.runs import run_benchmark
 
 ANSWER = get_verifier("math_answer")
 JUDGE = get_verifier("math_judge")
@@ -301,18 +300,7 @@ def test_judge_failure_is_stored_as_an_error_not_a_zero(env, judge: JudgeServer)
 
 # -- end to end ----------------------------------------------------------------------------------
 def test_gym_eval_run_end_to_end(tmp_path: Path, env) -> None:
-    out = tmp_path / "run"
-    gym(
-        *("eval", "run", "--benchmark", "math-exact", "--limit", "25", "--repeats", "2"),
-        *("--out", str(out)),
-        cwd=tmp_path,
-        env={"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180"},
-        check=True,
-    )
-    con = duckdb.connect(str(out / "gymflow.duckdb"), read_only=True)
-    assert con.execute("SELECT benchmark, environment, repeats FROM runs").fetchall() == [
-        ("math-exact", "math", 2)
-    ]
+    con = run_benchmark(tmp_path, "math-exact", "math", limit=25, repeats=2)
     rows = con.execute(
         """SELECT r.task_id, r.output_text, v.status, v.passed, v.verifier_version
            FROM rollouts r JOIN verifications v USING (rollout_id)"""
