@@ -109,7 +109,11 @@ def print_headline(result: dict[str, Any]) -> None:
         f"failed {coverage['failed']}, missing {coverage['missing']} "
         f"(failures {profile['failures']})"
     )
-    console.print(f"health: {result['health']['verdict']}")
+    health = result["health"]
+    warnings = f" (warnings: {', '.join(health['warnings'])})" if health["warnings"] else ""
+    console.print(f"health: {health['verdict']}{warnings}", markup=False)
+    decision = result["decision"]
+    console.print(f"next action: {decision['label'] or 'none'} ({decision['why']})", markup=False)
     console.print(f"report: {result['report']}")
 
 

@@ -66,7 +66,7 @@ def next_action(profile: dict[str, Any], health: dict[str, Any], decision: dict[
             "(only missing shards and rollouts run again) before reading the scores."
         )
     if health["verdict"] != "healthy":
-        checks = ", ".join(health["failing_checks"])
+        checks = ", ".join(c for c in health["failing_checks"] if c not in health["warnings"])
         return f"Fix the records before trusting the scores: health checks failing: {checks}."
     if decision["action"] is None:
         return f"Nothing to fix: {decision['why']}."
