@@ -17,6 +17,7 @@ from gymflow.models.local_server import LocalPolicyServer
 from gymflow.models.policy import PolicyEntry, build_table, prompt_key
 from gymflow.models.responses import Response, function_tool
 from gymflow.rollouts.prompts import render_prompt
+from tests.models.conftest import play_ledger
 
 
 def _call(name: str, arguments: Any, call_id: str) -> dict[str, Any]:
@@ -209,29 +210,11 @@ def test_local_policy_plays_the_ledger_over_http(ledger: Environment) -> None:
         1.0,
     )
 
-    async def run_all(base_url: str):
-        server = ledger.resources_server()
-        results = []
-        async with ResponsesClient(ModelConfig(), base_url, Sampling(), concurrency=8) as client:
-            for task, prompt in zip(tasks, prompts, strict=True):
-                session = await server.seed_session(task)
-                episode = await get_harness("tool_loop")(
-                    client=client,
-                    server=server,
-                    session_id=session,
-                    task=task,
-                    prompt=prompt,
-                    seed=7,
-                    config=HarnessConfig(),
-                )
-                verdict = await server.verify(
-                    session, task, episode.output_text, episode.trajectory
-                )
-                results.append((task, episode, verdict))
-        return results
-
     with LocalPolicyServer(table, seed=0) as policy:
-        results = asyncio.run(run_all(policy.base_url))
+        played = play_ledger(ledger, policy.base_url, seed=7, concurrency=8, config=ModelConfig())
+        results = [
+            (task, *outcome) for task, outcome in zip(tasks, asyncio.run(played), strict=True)
+        ]
 
     passed = [(t, e) for t, e, v in results if v.passed]
     assert passed and len(passed) < len(results)  # skill differs across tasks

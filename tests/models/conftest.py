@@ -12,10 +12,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gymflow.config import HarnessConfig, ModelConfig, Sampling
 from gymflow.environments.base import Environment
 from gymflow.environments.registry import load_environment
+from gymflow.harness import Episode, get_harness
+from gymflow.models.client import ResponsesClient
 from gymflow.models.local_server import free_port
 from gymflow.models.policy import PolicyEntry, build_table
+from gymflow.records import Verification
 from gymflow.rollouts.prompts import render_prompt
 from tests.conftest import GYM
 
@@ -31,6 +35,29 @@ def ledger() -> Environment:
 
 def ledger_prompts(env: Environment) -> list[str]:
     return [render_prompt(env.manifest.prompt_template, t.inputs) for t in env.tasks()]
+
+
+async def play_ledger(
+    env: Environment, base_url: str, *, seed: int, concurrency: int, config: ModelConfig
+) -> list[tuple[Episode, Verification]]:
+    """Every ledger task through `tool_loop` against `base_url`, in order, with its verdict."""
+    server = env.resources_server()
+    results = []
+    async with ResponsesClient(config, base_url, Sampling(), concurrency=concurrency) as client:
+        for task, prompt in zip(env.tasks(), ledger_prompts(env), strict=True):
+            session = await server.seed_session(task)
+            episode = await get_harness("tool_loop")(
+                client=client,
+                server=server,
+                session_id=session,
+                task=task,
+                prompt=prompt,
+                seed=seed,
+                config=HarnessConfig(),
+            )
+            verdict = await server.verify(session, task, episode.output_text, episode.trajectory)
+            results.append((episode, verdict))
+    return results
 
 
 @pytest.fixture(scope="session")

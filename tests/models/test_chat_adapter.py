@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import asyncio
 
-from gymflow.config import HarnessConfig, ModelConfig, Sampling
+from gymflow.config import ModelConfig
 from gymflow.environments.base import Environment
-from gymflow.harness import get_harness
 from gymflow.models.chat_adapter import (
     chat_to_request,
     completion_to_response,
     request_to_chat,
     response_to_completion,
 )
-from gymflow.models.client import ResponsesClient
 from gymflow.models.local_server import LocalPolicyServer
-from tests.models.conftest import ledger_prompts
+from tests.models.conftest import play_ledger
 
 ITEMS = [
     {"type": "message", "role": "system", "content": "Be brief."},
@@ -146,30 +144,10 @@ def _conversation(trajectory: list[dict]) -> list[tuple]:
 def test_tool_loop_over_chat_completions_matches_responses(
     ledger: Environment, ledger_table
 ) -> None:
-    tasks = ledger.tasks()
-    prompts = ledger_prompts(ledger)
-
     async def run_all(base_url: str, kind: str):
         config = ModelConfig(kind=kind, base_url=base_url)
-        server = ledger.resources_server()
-        results = []
-        async with ResponsesClient(config, base_url, Sampling(), concurrency=4) as client:
-            for task, prompt in zip(tasks, prompts, strict=True):
-                session = await server.seed_session(task)
-                episode = await get_harness("tool_loop")(
-                    client=client,
-                    server=server,
-                    session_id=session,
-                    task=task,
-                    prompt=prompt,
-                    seed=11,
-                    config=HarnessConfig(),
-                )
-                verdict = await server.verify(
-                    session, task, episode.output_text, episode.trajectory
-                )
-                results.append((episode, verdict.reward))
-        return results
+        results = await play_ledger(ledger, base_url, seed=11, concurrency=4, config=config)
+        return [(episode, verdict.reward) for episode, verdict in results]
 
     with LocalPolicyServer(ledger_table, seed=0) as policy:
         over_responses = asyncio.run(run_all(policy.base_url, "responses"))
