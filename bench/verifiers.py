@@ -36,15 +36,27 @@ from typing import Any
 Case = tuple[str, Callable[[], Any]]
 
 
-def _cycler(environment: str, split: str, verifier_params: dict[str, Any] | None = None):
-    """A callable verifying the split's tasks in turn, reference then distractor answer."""
+def _cycler(
+    environment: str,
+    split: str,
+    verifier_params: dict[str, Any] | None = None,
+    *,
+    final_state: Callable[[Any, tuple], dict[str, Any] | None] | None = None,
+):
+    """A callable verifying the split's tasks in turn, reference then distractor answer.
+    `final_state(task, plan)` gives stateful environments the session state a plan ends in."""
     from gymflow.environments.registry import load_environment
     from gymflow.verifiers.base import VerifyInput
 
     env = load_environment(environment)
     server = env.resources_server(verifier_params)
     inputs = [
-        VerifyInput(task, text, _trajectory(text, plan))
+        VerifyInput(
+            task,
+            text,
+            _trajectory(text, plan),
+            final_state(task, plan) if final_state is not None else None,
+        )
         for task in env.tasks(split)
         for text, plan in (
             (task.reference, task.reference_actions),

@@ -12,7 +12,6 @@ Every row of bench/verifiers.py is printed too, in one table; `--only` picks row
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -21,30 +20,11 @@ from verifiers import _cycler, main
 
 def _state_cycler(environment: str, split: str) -> Callable[[], Any]:
     from gymflow.environments.backoffice.tasks import play
-    from gymflow.environments.registry import load_environment
-    from gymflow.verifiers.base import VerifyInput
 
-    env = load_environment(environment)
-    server = env.resources_server()
-    inputs = [
-        VerifyInput(
-            task, text, [], play(task.data["initial_state"], [list(t) for t in plan], strict=False)
-        )
-        for task in env.tasks(split)
-        for text, plan in (
-            (task.reference, task.reference_actions),
-            (task.distractor, task.distractor_actions),
-        )
-    ]
-    stream = itertools.cycle(inputs)
+    def final_state(task, plan: tuple) -> dict[str, Any]:
+        return play(task.data["initial_state"], [list(t) for t in plan], strict=False)
 
-    def verify_one() -> Any:
-        verification = server.verify_sync(next(stream))
-        if verification.status != "ok":
-            raise RuntimeError(f"{environment}: verification failed: {verification.details}")
-        return verification
-
-    return verify_one
+    return _cycler(environment, split, final_state=final_state)
 
 
 CASES = [
