@@ -2,10 +2,11 @@
 
 The server is a raw ASGI app under uvicorn in its own process, answering every POST with the same
 small Responses API object, so the figure is the client's limit, not the server's. Three clients,
-each at the same concurrency on the default asyncio loop (as gymflow's collector runs):
-aiohttp, httpx with its default transport, and httpx over the transport gymflow uses
-(`gymflow.models.transport.make_transport`). This is the physical limit of a single-process rollout
-collector; bench/e2e_rollouts.py divides its rollouts/s by the aiohttp figure.
+each at the same concurrency on the default asyncio loop: aiohttp, httpx with its default
+transport, and gymflow's model client (`ResponsesClient.create`: aiohttp underneath, plus the
+Responses validation and the evidence record every call keeps). This is the physical limit of a
+single-process rollout collector; bench/e2e_rollouts.py divides its rollouts/s by the aiohttp
+figure.
 
     python bench/ceiling.py [--seconds 5] [--concurrency 64]
 """
@@ -113,14 +114,11 @@ async def aiohttp_rate(base_url: str, seconds: float, concurrency: int) -> float
         return await drive(post, seconds, concurrency)
 
 
-async def httpx_rate(base_url: str, seconds: float, concurrency: int, *, gymflow: bool) -> float:
+async def httpx_rate(base_url: str, seconds: float, concurrency: int) -> float:
     import httpx
 
-    from gymflow.models.transport import make_transport
-
-    transport = make_transport(concurrency) if gymflow else None
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(transport=transport, limits=limits) as client:
+    async with httpx.AsyncClient(limits=limits) as client:
 
         async def post() -> None:
             reply = await client.post(f"{base_url}/responses", json=REQUEST)
@@ -130,10 +128,26 @@ async def httpx_rate(base_url: str, seconds: float, concurrency: int, *, gymflow
         return await drive(post, seconds, concurrency)
 
 
+async def gymflow_rate(base_url: str, seconds: float, concurrency: int) -> float:
+    """gymflow's model client: its transport, plus validation and the evidence record."""
+    from gymflow.config import ModelConfig, Sampling
+    from gymflow.models.client import ResponsesClient
+
+    config = ModelConfig(kind="responses", base_url=base_url, max_retries=0)
+    async with ResponsesClient(config, base_url, Sampling(), concurrency=concurrency) as client:
+
+        async def post() -> None:
+            outcome = await client.create(REQUEST["input"], tools=None, call_index=0, seed=0)
+            if outcome.error is not None:
+                raise outcome.error
+
+        return await drive(post, seconds, concurrency)
+
+
 CLIENTS: dict[str, Callable[[str, float, int], Awaitable[float]]] = {
     "aiohttp": aiohttp_rate,
-    "httpx (default transport)": lambda u, s, c: httpx_rate(u, s, c, gymflow=False),
-    "httpx + gymflow transport": lambda u, s, c: httpx_rate(u, s, c, gymflow=True),
+    "httpx (default transport)": httpx_rate,
+    "gymflow model client": gymflow_rate,
 }
 
 

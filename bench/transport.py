@@ -4,13 +4,13 @@ client and concurrency.
 The server is gymflow's local policy server (a child process, answering an unknown prompt with one
 short message: no policy work), so the figures are the client's cost. Each cell runs its own event
 loop: a warm-up that opens the connections, then a timed window in which `concurrency` workers send
-requests back to back. Candidates, all but the first behind the httpx API the model client uses:
+requests back to back. Candidates:
 
 - aiohttp, raw (the ceiling)
 - httpx with its default transport (httpcore)
 - httpx over the `httpx-aiohttp` package's transport
-- httpx over gymflow's `AiohttpTransport` (models/transport.py)
-- gymflow's `ResponsesClient.create`: the transport plus validation and the evidence record
+- gymflow's `ResponsesClient.create`: aiohttp (models/transport.py) plus the Responses validation
+  and the evidence record
 
     python bench/transport.py [--seconds 2] [--rounds 3] [--concurrency 1 8 16 64]
 
@@ -27,13 +27,11 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 import httpx
-import orjson
 
 from gymflow.config import ModelConfig, Sampling
 from gymflow.models.client import ResponsesClient
 from gymflow.models.local_server import LocalPolicyServer
 from gymflow.models.responses import user_message
-from gymflow.models.transport import AiohttpTransport
 
 ITEMS = [user_message("Compute 6 * 7.")]
 BODY = {"model": "bench", "input": ITEMS, "temperature": 1.0, "max_output_tokens": 64, "seed": 1}
@@ -84,36 +82,6 @@ async def over_httpx(
         return await drive(post, seconds, concurrency)
 
 
-async def prebuilt_requests(
-    url: str, seconds: float, concurrency: int, *, through_client: bool
-) -> float:
-    """httpx.Request objects built directly (a parsed URL, orjson body), sent by
-    `AsyncClient.send` or handed straight to the transport: what httpx's `post()` spends on URL
-    merging, cookies and header merging is skipped, the httpx types stay."""
-    target = httpx.URL(f"{url}/responses")
-    headers = httpx.Headers({"content-type": "application/json"})
-    timeout = httpx.Timeout(60.0).as_dict()
-    transport = AiohttpTransport(concurrency)
-    async with httpx.AsyncClient(transport=transport) as client:
-
-        async def post() -> None:
-            request = httpx.Request(
-                "POST",
-                target,
-                content=orjson.dumps(BODY),
-                headers=headers,
-                extensions={"timeout": timeout},
-            )
-            if through_client:
-                reply = await client.send(request)
-            else:
-                reply = await transport.handle_async_request(request)
-            reply.raise_for_status()
-            orjson.loads(reply.content)
-
-        return await drive(post, seconds, concurrency)
-
-
 def httpx_aiohttp_package(concurrency: int) -> httpx.AsyncBaseTransport:
     from httpx_aiohttp import AiohttpTransport as PackageTransport
 
@@ -136,13 +104,6 @@ CANDIDATES: dict[str, Callable[[str, float, int], Awaitable[float]]] = {
     "aiohttp (raw)": raw_aiohttp,
     "httpx default transport": lambda u, s, c: over_httpx(u, s, c, None),
     "httpx + httpx-aiohttp": lambda u, s, c: over_httpx(u, s, c, httpx_aiohttp_package(c)),
-    "httpx + gymflow AiohttpTransport": lambda u, s, c: over_httpx(u, s, c, AiohttpTransport(c)),
-    "  + prebuilt Request, client.send": lambda u, s, c: prebuilt_requests(
-        u, s, c, through_client=True
-    ),
-    "  + prebuilt Request, transport": lambda u, s, c: prebuilt_requests(
-        u, s, c, through_client=False
-    ),
     "gymflow ResponsesClient.create": gymflow_client,
 }
 

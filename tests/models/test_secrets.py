@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-import httpx
 import pytest
+from aiohttp import web
 
 from gymflow.config import ModelConfig, Sampling
 from gymflow.models.client import REDACTED, ResponsesClient
@@ -15,25 +15,33 @@ from gymflow.models.responses import user_message
 KEY = "sk-test-0123456789abcdef"
 
 
-def _echoing_server(request: httpx.Request) -> httpx.Response:
+async def _echo_the_key(request: web.Request) -> web.Response:
     """Answers like a provider rejecting a key: the key it was sent, in the error message."""
     sent = request.headers["authorization"].removeprefix("Bearer ")
     error = {"message": f"Incorrect API key provided: {sent}.", "code": "invalid_api_key"}
-    return httpx.Response(401, json={"error": error})
+    return web.json_response({"error": error}, status=401)
 
 
 def test_key_is_sent_but_never_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GYMFLOW_SECRET_FOR_TEST", KEY)
-    config = ModelConfig(
-        kind="responses", base_url="http://model.test/v1", api_key_env="GYMFLOW_SECRET_FOR_TEST"
-    )
 
     async def call():
-        transport = httpx.MockTransport(_echoing_server)
-        async with ResponsesClient(
-            config, config.base_url, Sampling(), transport=transport
-        ) as client:
-            return await client.create([user_message("hi")], tools=None, call_index=0, seed=0)
+        app = web.Application()
+        app.router.add_post("/v1/responses", _echo_the_key)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        base_url = f"http://127.0.0.1:{port}/v1"
+        config = ModelConfig(
+            kind="responses", base_url=base_url, api_key_env="GYMFLOW_SECRET_FOR_TEST"
+        )
+        try:
+            async with ResponsesClient(config, base_url, Sampling()) as client:
+                return await client.create([user_message("hi")], tools=None, call_index=0, seed=0)
+        finally:
+            await runner.cleanup()
 
     outcome = asyncio.run(call())
     (record,) = outcome.calls

@@ -16,11 +16,11 @@ import json
 import os
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-import httpx
 import orjson
 from pydantic import ValidationError
 
@@ -29,14 +29,13 @@ from gymflow.models.chat_adapter import completion_to_response, request_to_chat
 from gymflow.models.errors import (
     MalformedResponse,
     ModelError,
-    ModelTimeout,
     Refused,
     classify_failed_response,
     classify_http_error,
 )
 from gymflow.models.rate_limit import RequestSpacer
 from gymflow.models.responses import Response, refusal_text
-from gymflow.models.transport import make_transport, transport_failure
+from gymflow.models.transport import JsonPoster
 from gymflow.records import ModelCall
 
 REDACTED = "[redacted]"
@@ -52,7 +51,7 @@ class CallOutcome:
     error: ModelError | None = None
 
 
-def retry_after_s(headers: httpx.Headers) -> float | None:
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
     """Seconds a server asked us to wait: `retry-after-ms`, or `retry-after` as seconds or date."""
     millis = headers.get("retry-after-ms")
     if millis is not None:
@@ -104,7 +103,6 @@ class ResponsesClient:
         sampling: Sampling,
         *,
         concurrency: int = 64,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.config = config
         self.base_url = base_url.rstrip("/")
@@ -119,40 +117,20 @@ class ResponsesClient:
         self._secret = os.environ.get(config.api_key_env) if config.api_key_env else None
         if self._secret:
             headers["authorization"] = f"Bearer {self._secret}"
-        # Requests go to the transport as prebuilt httpx.Request objects: AsyncClient.post would
-        # re-parse the URL and merge cookies and headers on every call, which costs more than
-        # the transport itself at high concurrency (bench/transport.py), and a model API needs
-        # neither cookies, redirects nor auth flows.
-        self._url = httpx.URL(self.base_url + self._wire.path)
-        self._headers = httpx.Headers(headers)
-        timeout = httpx.Timeout(
-            config.timeout_s,
-            connect=config.connect_timeout_s,
-            read=config.read_timeout_s or config.timeout_s,
+        self._http = JsonPoster(
+            self.base_url + self._wire.path,
+            headers,
+            max_connections=concurrency,
+            timeout_s=config.timeout_s,
+            connect_timeout_s=config.connect_timeout_s,
+            read_timeout_s=config.read_timeout_s or config.timeout_s,
         )
-        self._extensions = {"timeout": timeout.as_dict()}
-        self._transport = transport or make_transport(concurrency)
 
     async def __aenter__(self) -> ResponsesClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._transport.aclose()
-
-    async def _post(self, body: dict[str, Any]) -> httpx.Response:
-        request = httpx.Request(
-            "POST",
-            self._url,
-            content=orjson.dumps(body),
-            headers=self._headers,
-            extensions=self._extensions,
-        )
-        reply = await self._transport.handle_async_request(request)
-        try:
-            await reply.aread()
-        finally:
-            await reply.aclose()
-        return reply
+        await self._http.aclose()
 
     def request_body(
         self,
@@ -187,12 +165,12 @@ class ResponsesClient:
         seed: int | None,
     ) -> CallOutcome:
         body = self.request_body(input_items, tools, seed)
-        sent = self._wire.encode(body)
+        content = orjson.dumps(self._wire.encode(body))
         sampling = {key: body[key] for key in SAMPLING_KEYS if key in body}
         outcome = CallOutcome(None, None)
         for attempt in range(self.config.max_retries + 1):
             call, response, raw, error = await self._attempt(
-                sent, body, sampling, call_index, attempt
+                content, body, sampling, call_index, attempt
             )
             outcome.calls.append(call)
             outcome.error = error
@@ -216,7 +194,7 @@ class ResponsesClient:
 
     async def _attempt(
         self,
-        sent: dict[str, Any],
+        content: bytes,
         body: dict[str, Any],
         sampling: dict[str, Any],
         call_index: int,
@@ -226,27 +204,22 @@ class ResponsesClient:
             await self._spacer.wait()
         started = time.perf_counter()
         status: int | None = None
-        text = ""
+        answer = b""
         raw: dict[str, Any] | None = None
         response: Response | None = None
         error: ModelError | None = None
         try:
             async with self._limit:
                 started = time.perf_counter()
-                async with asyncio.timeout(self.config.timeout_s):
-                    reply = await self._post(sent)
-                    status = reply.status_code
-                    # JSON is UTF-8 (RFC 8259); httpx's `.text` would sniff the charset per call.
-                    text = self._redact(reply.content.decode("utf-8", errors="replace"))
+                reply = await self._http.post(content)
+            status, answer = reply.status, reply.body
+            if self._secret:  # some servers echo the key in a 401's message
+                answer = answer.replace(self._secret.encode(), REDACTED.encode())
             if status >= 400:
-                raise classify_http_error(status, text, retry_after_s(reply.headers))
-            raw, response = self._parse(text, status)
+                raise classify_http_error(status, _text(answer), retry_after_s(reply.headers))
+            raw, response = self._parse(answer, status)
         except ModelError as exc:
             error = exc
-        except TimeoutError:
-            error = ModelTimeout(f"no complete answer within {self.config.timeout_s}s")
-        except (httpx.TransportError, OSError) as exc:
-            error = transport_failure(exc)
         call = ModelCall(
             call_index=call_index,
             attempt=attempt,
@@ -255,7 +228,7 @@ class ResponsesClient:
             http_status=status,
             latency_s=time.perf_counter() - started,
             request=body,
-            response=raw if raw is not None else (text or None),
+            response=raw if raw is not None else (_text(answer) or None),
             sampling=sampling,
             error=self._redact(str(error)) if error else None,
         )
@@ -267,9 +240,9 @@ class ResponsesClient:
             call.reasoning_tokens = usage.output_tokens_details.reasoning_tokens
         return call, response if error is None else None, raw if error is None else None, error
 
-    def _parse(self, text: str, status: int) -> tuple[dict[str, Any], Response]:
+    def _parse(self, answer: bytes, status: int) -> tuple[dict[str, Any], Response]:
         try:
-            raw = self._wire.decode(orjson.loads(text))
+            raw = self._wire.decode(orjson.loads(answer))
             response = Response.model_validate(raw)
         except (json.JSONDecodeError, ValidationError, KeyError, IndexError, TypeError) as exc:
             what = "chat completion" if self._wire.chat else "Responses API object"
@@ -280,6 +253,11 @@ class ResponsesClient:
         if refusal is not None:
             raise Refused(f"the model refused: {refusal}"[:500], http_status=status)
         return raw, response
+
+
+def _text(answer: bytes) -> str:
+    # JSON is UTF-8 (RFC 8259): no per-answer charset sniffing.
+    return answer.decode("utf-8", errors="replace")
 
 
 def _call_status(response: Response | None, error: ModelError | None) -> str:
