@@ -2,9 +2,10 @@
 
 The server is a raw ASGI app under uvicorn in its own process, answering every POST with the same
 small Responses API object, so the figure is the client's limit, not the server's. Three clients,
-each at the same concurrency on the default asyncio loop: aiohttp, httpx with its default
-transport, and gymflow's model client (`ResponsesClient.create`: aiohttp underneath, plus the
-Responses validation and the evidence record every call keeps). This is the physical limit of a
+each at the same concurrency: aiohttp, httpx with its default transport, and gymflow's model
+client (`ResponsesClient.create`: aiohttp underneath, plus the Responses validation and the
+evidence record every call keeps); aiohttp and gymflow's client both on the default asyncio loop
+and on uvloop, the loop gymflow's collector runs on. This is the physical limit of a
 single-process rollout collector; bench/e2e_rollouts.py divides its rollouts/s by the aiohttp
 figure.
 
@@ -144,10 +145,16 @@ async def gymflow_rate(base_url: str, seconds: float, concurrency: int) -> float
         return await drive(post, seconds, concurrency)
 
 
-CLIENTS: dict[str, Callable[[str, float, int], Awaitable[float]]] = {
-    "aiohttp": aiohttp_rate,
-    "httpx (default transport)": httpx_rate,
-    "gymflow model client": gymflow_rate,
+Client = Callable[[str, float, int], Awaitable[float]]
+#: name -> (client, runs on uvloop). gymflow's collector runs on uvloop (rollouts.collect), so
+#: the aiohttp ceiling is measured on both loops: the asyncio figure is the issue's yardstick, the
+#: uvloop one what a bare client on gymflow's loop reaches.
+CLIENTS: dict[str, tuple[Client, bool]] = {
+    "aiohttp": (aiohttp_rate, False),
+    "aiohttp on uvloop": (aiohttp_rate, True),
+    "httpx (default transport)": (httpx_rate, False),
+    "gymflow model client": (gymflow_rate, False),
+    "gymflow model client on uvloop": (gymflow_rate, True),
 }
 
 
@@ -155,10 +162,14 @@ def measure(
     base_url: str, *, seconds: float, concurrency: int, clients: list[str] | None = None
 ) -> dict[str, float]:
     """Requests/s per client, each in a fresh event loop against the same server."""
-    return {
-        name: asyncio.run(CLIENTS[name](base_url, seconds, concurrency))
-        for name in clients or list(CLIENTS)
-    }
+    import uvloop
+
+    rates = {}
+    for name in clients or list(CLIENTS):
+        client, on_uvloop = CLIENTS[name]
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop if on_uvloop else None) as runner:
+            rates[name] = runner.run(client(base_url, seconds, concurrency))
+    return rates
 
 
 def print_table(headers: list[str], rows: list[list[str]]) -> None:

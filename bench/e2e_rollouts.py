@@ -19,7 +19,6 @@ calls/s to it (single-turn: one call per rollout). The goal is a collector ratio
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import resource
 import subprocess
@@ -95,7 +94,7 @@ def count_calls(run_dir: Path) -> tuple[int, int]:
 def run_collector(run_dir: Path, concurrency: int, profile_to: Path | None) -> Figure:
     from gymflow.config import EvalConfig
     from gymflow.models.endpoint import local_policy_server
-    from gymflow.rollouts.collect import collect
+    from gymflow.rollouts.collect import run_collect
     from gymflow.rollouts.plan import resolve
     from gymflow.store.db import connect
     from gymflow.store.runs import register_run
@@ -114,7 +113,7 @@ def run_collector(run_dir: Path, concurrency: int, profile_to: Path | None) -> F
         if profiler:
             profiler.start()
         started, cpu_started = time.perf_counter(), time.process_time()
-        asyncio.run(collect(plan, keys, con, base_url=server.base_url))
+        run_collect(plan, keys, con, base_url=server.base_url)
         seconds, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
         if profiler:
             profiler.stop()
@@ -196,7 +195,7 @@ def main() -> None:
                 base_url,
                 seconds=args.ceiling_seconds,
                 concurrency=args.concurrency,
-                clients=["aiohttp", "gymflow model client"],
+                clients=["aiohttp", "aiohttp on uvloop", "gymflow model client on uvloop"],
             )
 
     aio = rates["aiohttp"]

@@ -19,7 +19,6 @@ On a shared machine, `nice -n -10` (as root) keeps other jobs from deciding the 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
 import os
@@ -41,7 +40,7 @@ def scenario(rollouts: int, concurrency: int, latency_ms: float) -> dict[str, fl
     from gymflow.config import EvalConfig, FaultSpec
     from gymflow.models.endpoint import policy_table
     from gymflow.models.local_server import LocalPolicyServer
-    from gymflow.rollouts.collect import collect
+    from gymflow.rollouts.collect import run_collect
     from gymflow.rollouts.plan import resolve
     from gymflow.store.db import connect
     from gymflow.store.runs import register_run
@@ -59,7 +58,7 @@ def scenario(rollouts: int, concurrency: int, latency_ms: float) -> dict[str, fl
             stats_url = f"http://127.0.0.1:{server.port}/_gymflow/stats"
             before = httpx.get(stats_url).json()
             started, cpu_started = time.perf_counter(), time.process_time()
-            done = asyncio.run(collect(plan, plan.keys(), con, base_url=server.base_url))
+            done = run_collect(plan, plan.keys(), con, base_url=server.base_url)
             elapsed = time.perf_counter() - started
             cpu = time.process_time() - cpu_started
             after = httpx.get(stats_url).json()

@@ -13,7 +13,7 @@ from gymflow.analysis.profile import profile
 from gymflow.config import EvalConfig
 from gymflow.models.client import ResponsesClient
 from gymflow.models.endpoint import local_policy_server
-from gymflow.rollouts.collect import collect
+from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import resolve
 from gymflow.store.db import connect
 from gymflow.store.runs import register_run
@@ -63,7 +63,7 @@ def test_exhausted_retries_store_a_failed_rollout(tmp_path: Path) -> None:
     con = connect(plan.run_dir, create=True)
     register_run(con, plan, resume=False)
     with local_policy_server(plan) as server:
-        stats = asyncio.run(collect(plan, plan.keys(), con, base_url=server.base_url))
+        stats = run_collect(plan, plan.keys(), con, base_url=server.base_url)
     assert stats.attempted == 30
     assert 0 < stats.failed < 30, "rate 0.5 with one retry fails about a quarter of rollouts"
 

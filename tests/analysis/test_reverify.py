@@ -3,7 +3,6 @@ never calls the policy model."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from gymflow.environments.base import Task
 from gymflow.models import client as model_client
 from gymflow.models.endpoint import model_endpoint
 from gymflow.reverify import ReverifyError, parse_settings, reverify
-from gymflow.rollouts.collect import collect
+from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import resolve
 from gymflow.store.db import connect
 from gymflow.store.runs import register_run
@@ -192,7 +191,7 @@ def ifeval_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     try:
         register_run(con, plan, resume=False)
         with model_endpoint(plan) as base_url:
-            asyncio.run(collect(plan, plan.keys(), con, base_url=base_url))
+            run_collect(plan, plan.keys(), con, base_url=base_url)
     finally:
         con.close()
     return out

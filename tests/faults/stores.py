@@ -3,7 +3,6 @@ reading stores the way each test's final check needs."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import subprocess
 from pathlib import Path
@@ -13,7 +12,7 @@ import duckdb
 
 from gymflow.config import EvalConfig
 from gymflow.models.endpoint import local_policy_server
-from gymflow.rollouts.collect import collect
+from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import resolve
 from gymflow.store.db import connect
 from gymflow.store.runs import register_run
@@ -83,7 +82,7 @@ def collect_run(out: Path, **config: Any) -> Path:
     try:
         register_run(con, plan, resume=False)
         with local_policy_server(plan) as server:
-            asyncio.run(collect(plan, plan.keys(), con, base_url=server.base_url))
+            run_collect(plan, plan.keys(), con, base_url=server.base_url)
     finally:
         con.close()
     return out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import asdict
 
 from prefect import task
@@ -11,7 +10,7 @@ from prefect.runtime import task_run
 
 from gymflow import progress
 from gymflow.config import EvalConfig
-from gymflow.rollouts.collect import collect
+from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
 from gymflow.store.db import StoreError, connect
 from gymflow.store.runs import register_run, stored_keys
@@ -56,7 +55,7 @@ def collect_batch(plan: RunPlan, keys: list[RolloutKey], base_url: str) -> dict[
         if (task_run.run_count or 1) == 1:
             # on a retry, what the failed attempt stored was already counted as it flushed
             progress.advanced(len(keys) - len(todo))
-        stats = asyncio.run(collect(plan, todo, con, base_url=base_url))
+        stats = run_collect(plan, todo, con, base_url=base_url)
     finally:
         con.close()
     return {"skipped": len(keys) - len(todo), **asdict(stats)}
