@@ -15,7 +15,7 @@ from gymflow.harness import get_harness
 from gymflow.models.client import CallOutcome, ResponsesClient
 from gymflow.models.local_server import LocalPolicyServer
 from gymflow.models.policy import PolicyEntry, build_table, prompt_key
-from gymflow.models.responses import Response, function_tool
+from gymflow.models.responses import RESPONSE, function_tool
 from gymflow.rollouts.prompts import render_prompt
 from tests.models.conftest import play_ledger
 
@@ -46,7 +46,7 @@ class ScriptedClient:
         output = self.turns.pop(0) if self.turns else [_text("out of script")]
         status = self.status if not self.turns else "completed"
         raw = {"id": f"r{call_index}", "model": "scripted", "status": status, "output": output}
-        return CallOutcome(Response.model_validate(raw), raw)
+        return CallOutcome(RESPONSE.validate_python(raw))
 
 
 async def _play(env: Environment, client, *, max_turns: int = 8, server=None):

@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 import pytest
+from aiohttp import web
 
 from gymflow.config import HarnessConfig, ModelConfig, Sampling
 from gymflow.environments.base import Environment
@@ -24,6 +26,23 @@ from gymflow.rollouts.prompts import render_prompt
 from tests.conftest import GYM
 
 ENVS = Path(__file__).resolve().parents[1] / "harness" / "envs"
+
+
+@asynccontextmanager
+async def responses_endpoint(
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+) -> AsyncIterator[str]:
+    """Serve `handler` as POST /v1/responses on a free 127.0.0.1 port; yield the base URL."""
+    app = web.Application()
+    app.router.add_post("/v1/responses", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/v1"
+    finally:
+        await runner.cleanup()
 
 
 @pytest.fixture(scope="session")

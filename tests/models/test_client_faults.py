@@ -80,8 +80,8 @@ def test_truncated_output_is_recorded_as_incomplete(policy, kind) -> None:
     outcome = _create(policy, "What is 2 + 2?", kind=kind)
     (call,) = outcome.calls
     assert outcome.error is None
-    assert outcome.response.status == "incomplete"
-    assert outcome.raw["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert outcome.response["status"] == "incomplete"
+    assert outcome.response["incomplete_details"] == {"reason": "max_output_tokens"}
     assert (call.status, call.failure_kind, call.http_status) == ("incomplete", None, 200)
 
 
@@ -130,7 +130,7 @@ def test_evidence_sampling_and_usage(policy, ledger) -> None:
             assert call.reasoning_tokens > 0  # the chat path carries no reasoning summary tokens
         assert call.request["input"] == [user_message(ledger_prompts(ledger)[0])]
         assert call.input_tokens > 0 and call.output_tokens > 0 and call.cached_tokens == 0
-        assert outcome.raw["output"][0]["type"] == "reasoning"
+        assert outcome.response["output"][0]["type"] == "reasoning"
 
 
 def test_retry_after_is_read_and_honoured() -> None:

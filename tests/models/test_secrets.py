@@ -11,6 +11,7 @@ from aiohttp import web
 from gymflow.config import ModelConfig, Sampling
 from gymflow.models.client import REDACTED, ResponsesClient
 from gymflow.models.responses import user_message
+from tests.models.conftest import responses_endpoint
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -26,22 +27,12 @@ def test_key_is_sent_but_never_recorded(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("GYMFLOW_SECRET_FOR_TEST", KEY)
 
     async def call():
-        app = web.Application()
-        app.router.add_post("/v1/responses", _echo_the_key)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        base_url = f"http://127.0.0.1:{port}/v1"
-        config = ModelConfig(
-            kind="responses", base_url=base_url, api_key_env="GYMFLOW_SECRET_FOR_TEST"
-        )
-        try:
+        async with responses_endpoint(_echo_the_key) as base_url:
+            config = ModelConfig(
+                kind="responses", base_url=base_url, api_key_env="GYMFLOW_SECRET_FOR_TEST"
+            )
             async with ResponsesClient(config, base_url, Sampling()) as client:
                 return await client.create([user_message("hi")], tools=None, call_index=0, seed=0)
-        finally:
-            await runner.cleanup()
 
     outcome = asyncio.run(call())
     (record,) = outcome.calls

@@ -158,7 +158,7 @@ async def _ask(plan: RunPlan, base_url: str) -> str:
         outcome = await client.create([user_message(prompt)], tools=None, call_index=0, seed=0)
     if outcome.error is not None:
         raise RuntimeError(f"{outcome.error.kind}: {outcome.error}")
-    reply = output_text(outcome.raw["output"]) or "(tool calls)"
+    reply = output_text(outcome.response["output"]) or "(tool calls)"
     return f"model {model.name!r} at {base_url} answers ({reply[:40]!r})"
 
 

@@ -28,8 +28,8 @@ async def single_turn(
     if outcome.error is not None:
         episode.failure_kind, episode.error = outcome.error.kind, str(outcome.error)
         return episode
-    output = outcome.raw["output"]
+    output = outcome.response["output"]
     episode.trajectory = [*items, *output]
     episode.output_text = output_text(output)
-    episode.incomplete = outcome.response.status == "incomplete"
+    episode.incomplete = outcome.response.get("status") == "incomplete"
     return episode

@@ -91,10 +91,10 @@ async def tool_loop(
         if outcome.error is not None:
             episode.failure_kind, episode.error = outcome.error.kind, str(outcome.error)
             return episode
-        output = outcome.raw["output"]
+        output = outcome.response["output"]
         items.extend(output)
         episode.output_text = output_text(output)
-        if outcome.response.status == "incomplete":
+        if outcome.response.get("status") == "incomplete":
             episode.incomplete = True
             return episode
         calls = function_calls(output)

@@ -34,7 +34,7 @@ from gymflow.models.errors import (
     classify_http_error,
 )
 from gymflow.models.rate_limit import RequestSpacer
-from gymflow.models.responses import Response, refusal_text
+from gymflow.models.responses import RESPONSE, Response, refusal_text
 from gymflow.models.transport import JsonPoster
 from gymflow.records import ModelCall
 
@@ -45,8 +45,7 @@ MAX_RETRY_AFTER_S = 120.0
 
 @dataclass(slots=True)
 class CallOutcome:
-    response: Response | None
-    raw: dict[str, Any] | None
+    response: Response | None  # the validated answer of the last attempt, when it succeeded
     calls: list[ModelCall] = field(default_factory=list)
     error: ModelError | None = None
 
@@ -123,7 +122,7 @@ class ResponsesClient:
             max_connections=concurrency,
             timeout_s=config.timeout_s,
             connect_timeout_s=config.connect_timeout_s,
-            read_timeout_s=config.read_timeout_s or config.timeout_s,
+            read_timeout_s=config.read_timeout_s,
         )
 
     async def __aenter__(self) -> ResponsesClient:
@@ -167,15 +166,15 @@ class ResponsesClient:
         body = self.request_body(input_items, tools, seed)
         content = orjson.dumps(self._wire.encode(body))
         sampling = {key: body[key] for key in SAMPLING_KEYS if key in body}
-        outcome = CallOutcome(None, None)
+        outcome = CallOutcome(None)
         for attempt in range(self.config.max_retries + 1):
-            call, response, raw, error = await self._attempt(
+            call, response, error = await self._attempt(
                 content, body, sampling, call_index, attempt
             )
             outcome.calls.append(call)
             outcome.error = error
             if error is None:
-                outcome.response, outcome.raw = response, raw
+                outcome.response = response
                 return outcome
             if not error.retryable or attempt == self.config.max_retries:
                 return outcome
@@ -199,7 +198,7 @@ class ResponsesClient:
         sampling: dict[str, Any],
         call_index: int,
         attempt: int,
-    ) -> tuple[ModelCall, Response | None, dict[str, Any] | None, ModelError | None]:
+    ) -> tuple[ModelCall, Response | None, ModelError | None]:
         if self._spacer is not None:
             await self._spacer.wait()
         started = time.perf_counter()
@@ -232,24 +231,27 @@ class ResponsesClient:
             sampling=sampling,
             error=self._redact(str(error)) if error else None,
         )
-        usage = response.usage if response else None
-        if usage is not None:
-            call.input_tokens = usage.input_tokens
-            call.cached_tokens = usage.input_tokens_details.cached_tokens
-            call.output_tokens = usage.output_tokens
-            call.reasoning_tokens = usage.output_tokens_details.reasoning_tokens
-        return call, response if error is None else None, raw if error is None else None, error
+        usage = response.get("usage") if response else None
+        if usage:
+            call.input_tokens = usage["input_tokens"]
+            call.cached_tokens = (usage.get("input_tokens_details") or {}).get("cached_tokens", 0)
+            call.output_tokens = usage["output_tokens"]
+            call.reasoning_tokens = (usage.get("output_tokens_details") or {}).get(
+                "reasoning_tokens", 0
+            )
+        return call, response if error is None else None, error
 
     def _parse(self, answer: bytes, status: int) -> tuple[dict[str, Any], Response]:
+        """The answer as received (the evidence) and as validated (what the harness reads)."""
         try:
             raw = self._wire.decode(orjson.loads(answer))
-            response = Response.model_validate(raw)
+            response = RESPONSE.validate_python(raw)
         except (json.JSONDecodeError, ValidationError, KeyError, IndexError, TypeError) as exc:
             what = "chat completion" if self._wire.chat else "Responses API object"
             raise MalformedResponse(f"not a {what}: {exc}"[:500], http_status=status) from None
-        if response.status == "failed":
-            raise classify_failed_response(response.error, status)
-        refusal = refusal_text(raw["output"])
+        if response.get("status") == "failed":
+            raise classify_failed_response(response.get("error"), status)
+        refusal = refusal_text(response["output"])
         if refusal is not None:
             raise Refused(f"the model refused: {refusal}"[:500], http_status=status)
         return raw, response
@@ -263,4 +265,4 @@ def _text(answer: bytes) -> str:
 def _call_status(response: Response | None, error: ModelError | None) -> str:
     if error is not None or response is None:
         return "error"
-    return "incomplete" if response.status == "incomplete" else "completed"
+    return "incomplete" if response.get("status") == "incomplete" else "completed"

@@ -55,7 +55,6 @@ class JsonPoster:
             connector=connector,
             headers=self.headers,
             timeout=self._timeout,
-            auto_decompress=False,
             skip_auto_headers=("User-Agent",),
         )
 

@@ -96,7 +96,7 @@ async def ask_judge(prompt: str, params: MathJudgeParams) -> str:
         raise VerifierError(
             f"judge call failed ({outcome.error.kind}): {outcome.error}", kind="judge_failed"
         )
-    return output_text(outcome.raw.get("output", []))
+    return output_text(outcome.response["output"])
 
 
 def _run(coro) -> Any:
