@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -24,9 +25,17 @@ FLUSH_EVERY = 200
 FLUSH_INTERVAL_S = 0.5
 
 
+#: How long a thread may hold the GIL while another waits for it. Python's default, 5 ms, lets the
+#: writer thread (building rows, handing them to DuckDB) stall the event loop that long whenever
+#: the loop wakes for a finished request; at 0.5 ms the collector runs ~15% more rollouts/s
+#: (bench/e2e_rollouts.py: 3,900 -> 4,500 on 2 cores). Process-wide, and harmless elsewhere.
+GIL_SWITCH_INTERVAL_S = 0.0005
+
+
 def run_collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) -> CollectStats:
     """`collect` on an event loop of its own: uvloop where it is installed (its C socket transport
     and scheduler take a third less CPU per rollout than asyncio's, bench/e2e_rollouts.py)."""
+    sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
     with asyncio.Runner(loop_factory=_new_event_loop()) as runner:
         return runner.run(collect(plan, keys, con, base_url=base_url))
 
