@@ -76,18 +76,6 @@ def timed(category: str, fn: Callable) -> Callable:
     return wrapper
 
 
-def timed_async(category: str, fn: Callable) -> Callable:
-    @functools.wraps(fn)
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return await fn(*args, **kwargs)
-        finally:
-            TIMELINE.add(category, start, time.perf_counter())
-
-    return wrapper
-
-
 def timed_entry(category: str, cm: Callable) -> Callable:
     """Time only the entry of a context manager (starting the local policy server)."""
 
@@ -102,7 +90,7 @@ def timed_entry(category: str, cm: Callable) -> Callable:
 
 
 def instrument() -> None:
-    rollout_tasks.collect = timed_async("rollouts", rollout_tasks.collect)
+    rollout_tasks.run_collect = timed("rollouts", rollout_tasks.run_collect)
     rollout_tasks.resolve = timed("plan", rollout_tasks.resolve)
     rollout_tasks.register_run = timed("plan", rollout_tasks.register_run)
     rollout_tasks.stored_keys = timed("plan", rollout_tasks.stored_keys)
