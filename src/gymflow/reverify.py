@@ -14,9 +14,7 @@ version is complete and every analysis can read it."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -137,15 +135,14 @@ def _batches(con, base: str, failed_only: bool) -> Iterator[list[tuple]]:
 def _verify_all(
     server: ResourcesServer, tasks: dict[str, Task], rows: list[tuple]
 ) -> list[Verification]:
-    def one(row: tuple) -> Verification:
-        _, task_id, output_text, trajectory_json = row
-        trajectory = orjson.loads(trajectory_json) if trajectory_json else []
-        return server.verify_sync(VerifyInput(tasks[task_id], output_text or "", trajectory))
-
-    if server.heavy_verification:
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            return list(pool.map(one, rows))
-    return [one(row) for row in rows]
+    return server.verify_many(
+        [
+            VerifyInput(
+                tasks[task_id], output_text or "", orjson.loads(trajectory) if trajectory else []
+            )
+            for _, task_id, output_text, trajectory in rows
+        ]
+    )
 
 
 def _insert(con, rows: list[tuple], verdicts: list[Verification], now: datetime) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from gymflow.environments.registry import load_environment
 from gymflow.records import VERIFIED, VERIFY_ERROR
-from gymflow.verifiers import sandbox
+from gymflow.verifiers import pool, sandbox
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
 from gymflow.verifiers.sandbox import SandboxLimits, run_python
 from tests.conftest import require_tool
@@ -171,22 +171,24 @@ def test_program_runs_without_network_as_an_unprivileged_user() -> None:
 
 
 def test_verification_runs_in_a_bounded_pool(task, monkeypatch) -> None:
-    """Many rollouts verify at once, off the event loop, at most one sandbox per core."""
+    """Many rollouts verify at once, off the event loop, at most one sandbox per core: each runs
+    in a verifier worker process (gymflow.verifiers.pool), which judges one rollout at a time."""
     active, peak, lock = 0, 0, threading.Lock()
-    real_execute = sandbox._execute
+    real_run = pool._Worker.run
 
-    def counting_execute(*args, **kwargs):
+    def counting_run(self, ref, inputs, timeout):
         nonlocal active, peak
+        assert len(inputs) == 1  # one rollout, so one sandbox, per worker at a time
         with lock:
             active += 1
             peak = max(peak, active)
         try:
-            return real_execute(*args, **kwargs)
+            return real_run(self, ref, inputs, timeout)
         finally:
             with lock:
                 active -= 1
 
-    monkeypatch.setattr(sandbox, "_execute", counting_execute)
+    monkeypatch.setattr(pool._Worker, "run", counting_run)
     env = load_environment("humaneval")
     server = env.resources_server()
     assert server.heavy_verification

@@ -6,16 +6,18 @@ port. Environments with tools subclass it and register tool handlers."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import itertools
 import json
-import threading
-from collections.abc import Awaitable, Callable
+import pickle
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 from gymflow.environments.base import Environment, Task
 from gymflow.records import VERIFIED, VERIFY_ERROR, Verification
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
+from gymflow.verifiers.pool import VerifierRef, WorkerFailed, WorkerTimeout, worker_pool
 
 ToolHandler = Callable[[dict[str, Any], dict[str, Any]], Any]
 #: The bound on a heavy verifier (sandbox, judge) whose environment sets no verify_timeout_s.
@@ -83,18 +85,9 @@ class ResourcesServer:
         try:
             verdict = self.verifier.fn(inp, self.params)
         except VerifierError as exc:
-            return Verification(
-                self.verifier_version, VERIFY_ERROR, None, None, exc.kind, {"error": str(exc)}
-            )
+            return self._error(exc.kind, str(exc))
         except Exception as exc:
-            return Verification(
-                self.verifier_version,
-                VERIFY_ERROR,
-                None,
-                None,
-                "verifier_error",
-                {"error": f"{type(exc).__name__}: {exc}"},
-            )
+            return self._error("verifier_error", f"{type(exc).__name__}: {exc}")
         low, high = self.env.manifest.reward_range
         passed = verdict.reward >= self.env.manifest.pass_threshold
         details = dict(verdict.details)
@@ -102,53 +95,54 @@ class ResourcesServer:
             details["out_of_range"] = True
         return Verification(self.verifier_version, VERIFIED, verdict.reward, passed, None, details)
 
+    @property
+    def verify_timeout(self) -> float | None:
+        """The bound on one verification; None for a light verifier, which runs inline."""
+        timeout = self.env.manifest.verify_timeout_s
+        if timeout is None and self.heavy_verification:
+            return HEAVY_VERIFY_TIMEOUT_S
+        return timeout
+
+    def verify_bounded(self, inp: VerifyInput) -> Verification:
+        """Verify in a worker process (gymflow.verifiers.pool), killed if it outlives
+        `verify_timeout`. Blocks: call it off the event loop."""
+        try:
+            return worker_pool().run(self._worker_ref, [inp], self.verify_timeout)[0]
+        except WorkerTimeout as exc:
+            return self._error(
+                "verifier_timeout", f"{exc} (verify_timeout_s); its worker process was killed"
+            )
+        except WorkerFailed as exc:
+            return self._error("verifier_error", str(exc))
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            return self._error("verifier_error", f"cannot send the rollout to a worker: {exc}")
+
+    @functools.cached_property
+    def _worker_ref(self) -> VerifierRef:
+        return VerifierRef.of(self.env, self.params.model_dump(mode="json"))
+
+    def verify_many(self, inputs: Sequence[VerifyInput]) -> list[Verification]:
+        """Verify a batch (reverify): bounded verifiers through the worker pool, one rollout a
+        job so a timeout costs one rollout, with one thread driving each worker; light ones
+        inline."""
+        if self.verify_timeout is None:
+            return [self.verify_sync(inp) for inp in inputs]
+        with ThreadPoolExecutor(max_workers=worker_pool().size) as threads:
+            return list(threads.map(self.verify_bounded, inputs))
+
     async def verify(
         self, session_id: str, task: Task, output_text: str, trajectory: list[dict[str, Any]]
     ) -> Verification:
         inp = VerifyInput(task, output_text, trajectory, self.final_state(session_id))
-        timeout = self.env.manifest.verify_timeout_s
-        if timeout is None and not self.heavy_verification:
+        if self.verify_timeout is None:
             return self.verify_sync(inp)
-        timeout = timeout or HEAVY_VERIFY_TIMEOUT_S
-        try:
-            return await _in_daemon_thread(self.verify_sync, inp, timeout=timeout)
-        except TimeoutError:
-            return Verification(
-                self.verifier_version,
-                VERIFY_ERROR,
-                None,
-                None,
-                "verifier_timeout",
-                {"error": f"no verdict within {timeout:g}s (verify_timeout_s)"},
-            )
+        # The thread only waits on a worker, and returns by the timeout whatever the verifier does.
+        return await asyncio.to_thread(self.verify_bounded, inp)
+
+    def _error(self, kind: str, reason: str) -> Verification:
+        return Verification(
+            self.verifier_version, VERIFY_ERROR, None, None, kind, {"error": reason}
+        )
 
     #: Set by environments whose verifier is slow (sandboxes, judges) to keep the loop responsive.
     heavy_verification: bool = False
-
-
-async def _in_daemon_thread(fn: Callable[[VerifyInput], Verification], inp, *, timeout: float):
-    """Run `fn(inp)` on a daemon thread, waiting at most `timeout` seconds.
-
-    A daemon thread, not the loop's executor: a verifier that never returns is abandoned, and an
-    executor's worker would be joined at exit, hanging the process the timeout was meant to save."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Verification] = loop.create_future()
-
-    def settle(result: Verification | None, error: BaseException | None) -> None:
-        if future.done():  # timed out already
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-
-    def run() -> None:
-        try:
-            outcome = (fn(inp), None)
-        except BaseException as exc:  # verify_sync catches verifier errors; this is a bug in it
-            outcome = (None, exc)
-        with contextlib.suppress(RuntimeError):  # the loop closed while this verifier hung
-            loop.call_soon_threadsafe(settle, *outcome)
-
-    threading.Thread(target=run, name="gymflow-verify", daemon=True).start()
-    return await asyncio.wait_for(future, timeout)

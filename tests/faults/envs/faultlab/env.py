@@ -1,10 +1,13 @@
 """Fault-injection fixture: a lookup tool whose server is down for tool calls 8-17 of a run,
-and a verifier that raises or hangs on the tasks that ask it to."""
+and a verifier that raises or hangs (spinning) on the tasks that ask it to."""
 
 from __future__ import annotations
 
 import itertools
+import os
+import re
 import time
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
@@ -15,20 +18,28 @@ from gymflow.models.responses import function_tool
 from gymflow.verifiers.base import Verdict, verifier
 
 OUTAGE = range(8, 18)
+ANSWER = re.compile(r"Answer: (-?\d+)$")
 
 
-class NoParams(BaseModel):
-    pass
+class LabParams(BaseModel):
+    tolerance: int = 0  # an answer this far off still passes (reverify sets it)
 
 
-@verifier("faultlab_answer", params=NoParams)
+@verifier("faultlab_answer", params=LabParams)
 def faultlab_answer(inp, params):
     mode = inp.task.data["mode"]
     if mode == "raise":
         raise RuntimeError("checker crashed on purpose")
     if mode == "hang":
-        time.sleep(3600)
-    return Verdict(1.0 if inp.output_text.endswith(f"Answer: {inp.task.data['answer']}") else 0.0)
+        # Leave word of which process hangs, so the test can check it was killed; then spin,
+        # burning a core, the worst kind of hang.
+        if pid_dir := os.environ.get("FAULTLAB_PID_DIR"):
+            (Path(pid_dir) / f"{os.getpid()}-{time.monotonic_ns()}").touch()
+        while True:
+            pass
+    found = ANSWER.search(inp.output_text)
+    off = abs(int(found[1]) - inp.task.data["answer"]) if found else None
+    return Verdict(1.0 if off is not None and off <= params.tolerance else 0.0)
 
 
 class LabServer(ResourcesServer):

@@ -1,0 +1,279 @@
+"""Verifier worker processes: the one place a verification that needs a bound runs.
+
+A verifier that never returns cannot be stopped on a thread: the thread is abandoned and spins
+until the process exits (every hung verification of a long-lived flow process would leak one).
+A process can be killed. So verifications with a bound (an environment's `verify_timeout_s`, a
+sandbox, a judge) run here, on the collector's path and on reverify's alike: a worker that outlives
+the bound is killed with its process group and replaced on the next demand, and the others carry on.
+
+One pool per process, at most one worker per core, each started on first demand as a fresh
+interpreter (the collector is multi-threaded; a forked child would inherit locks other threads
+hold). A worker rebuilds the verifier from the environment's name and the verifier parameters,
+never from a pickled closure: it imports the environment's entry point from its folder (which
+registers the environment's own verifiers) and builds its resources server. A worker keeps
+what it built, and runs one job at a time: a sandboxing verifier runs at most one sandbox per
+worker, so one per core."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gymflow.environments.base import Environment
+    from gymflow.environments.resources import ResourcesServer
+    from gymflow.records import Verification
+    from gymflow.verifiers.base import VerifyInput
+
+#: The bound on starting a worker and building the verifier in it (imports, loading a dataset):
+#: not counted in the verification's own timeout, which is about the verifier.
+BUILD_TIMEOUT_S = 300.0
+#: How often a worker checks that its parent is still alive (a worker stuck in a verifier when
+#: its parent is SIGKILLed would otherwise spin on as an orphan).
+_ORPHAN_CHECK_S = 1.0
+
+
+class WorkerTimeout(Exception):
+    """The job outlived its bound; its worker was killed."""
+
+
+class WorkerFailed(Exception):
+    """The worker died mid-job, or could not rebuild the verifier; the message says which."""
+
+
+class BuildFailed(WorkerFailed):
+    """The worker could not rebuild the verifier (unknown environment, bad parameters); the
+    worker itself is sound."""
+
+
+@dataclass(frozen=True, slots=True)
+class VerifierRef:
+    """What a worker needs to rebuild a resources server: the environment's folder and manifest
+    (the manifest as the parent holds it, which a caller may have changed from the file's) and
+    the verifier parameters, all canonical JSON so equal references share a built server."""
+
+    environment: str
+    folder: str
+    manifest_json: str
+    params_json: str
+
+    @classmethod
+    def of(cls, env: Environment, params: dict[str, Any]) -> VerifierRef:
+        return cls(
+            env.name,
+            str(env.folder),
+            env.manifest.model_dump_json(),
+            json.dumps(params, sort_keys=True, default=str),
+        )
+
+    def build(self) -> ResourcesServer:
+        """The resources server, rebuilt from the environment's entry point (which registers
+        the environment's own verifiers on import)."""
+        from gymflow.environments.base import EnvironmentManifest
+        from gymflow.environments.registry import EnvironmentSource, _import_entrypoint
+
+        manifest = EnvironmentManifest.model_validate_json(self.manifest_json)
+        source = EnvironmentSource(manifest, Path(self.folder))
+        env = _import_entrypoint(source)(manifest, source.folder)
+        return env.resources_server(json.loads(self.params_json))
+
+
+# -- the worker side ---------------------------------------------------------------------------
+def _exit_when_orphaned(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(_ORPHAN_CHECK_S)
+    os._exit(1)
+
+
+def serve(fd: int) -> None:
+    """A worker's loop on the socket `fd`: receive (ref, inputs), reply ("built" once per ref),
+    then the verdicts. Started by `_Worker.start` as `python -c`."""
+    conn = Connection(fd)
+    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
+    servers: dict[VerifierRef, ResourcesServer] = {}
+    while True:
+        try:
+            ref, inputs = conn.recv()
+        except EOFError:  # the parent closed the pipe or exited
+            return
+        server = servers.get(ref)
+        if server is None:
+            try:
+                server = ref.build()
+            except Exception as exc:
+                conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+                continue
+            servers[ref] = server
+            conn.send(("built", None))
+        conn.send(("done", [server.verify_sync(inp) for inp in inputs]))
+
+
+# -- the parent side ---------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Worker:
+    process: subprocess.Popen[bytes]
+    conn: Connection
+    built: set[VerifierRef] = field(default_factory=set)
+
+    @classmethod
+    def start(cls) -> _Worker:
+        # A plain child interpreter, not multiprocessing's spawn: spawn re-runs the parent's main
+        # script, which breaks any script without a __main__ guard. Its own session, so a kill
+        # takes whatever the verifier started (a sandbox) with it.
+        ours, theirs = socket.socketpair()
+        with theirs:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    f"from gymflow.verifiers.pool import serve; serve({theirs.fileno()})",
+                ],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        return cls(process, Connection(ours.detach()))
+
+    def run(
+        self, ref: VerifierRef, inputs: Sequence[VerifyInput], timeout: float | None
+    ) -> list[Verification]:
+        """Send one job and wait for its verdicts. Raises WorkerTimeout or WorkerFailed; after
+        either (or any other exception) the worker must not be reused: a reply may be pending."""
+        try:
+            self.conn.send((ref, list(inputs)))
+        except (OSError, EOFError) as exc:
+            raise WorkerFailed(f"verifier worker is gone ({exc})") from None
+        built = ref in self.built
+        while True:
+            wait = timeout if built else BUILD_TIMEOUT_S
+            if not self.conn.poll(wait):
+                if not built:
+                    raise WorkerFailed(
+                        f"verifier worker did not load environment {ref.environment!r} "
+                        f"within {BUILD_TIMEOUT_S:g}s"
+                    )
+                raise WorkerTimeout(f"no verdict within {timeout:g}s")
+            try:
+                kind, payload = self.conn.recv()
+            except (OSError, EOFError):
+                code = self.process.wait(5)
+                raise WorkerFailed(
+                    f"verifier worker died mid-verification (exit code {code})"
+                ) from None
+            if kind == "built":
+                self.built.add(ref)
+                built = True
+            elif kind == "failed":
+                raise BuildFailed(
+                    f"verifier worker could not load environment {ref.environment!r}: {payload}"
+                )
+            else:
+                return payload
+
+    def kill(self) -> None:
+        """Kill the worker and everything it started (its own process group), and reap it."""
+        if self.process.returncode is None:  # not reaped: its pid cannot have been reused
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        self.conn.close()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+class VerifierPool:
+    """At most `size` workers, started on demand; a worker is lent to one job at a time."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._cond = threading.Condition()
+        self._idle: list[_Worker] = []
+        self._live = 0  # idle + lent + starting
+
+    def run(
+        self, ref: VerifierRef, inputs: Sequence[VerifyInput], timeout: float | None
+    ) -> list[Verification]:
+        """Verify `inputs` in one worker, bounded by `timeout` seconds (None: unbounded) once the
+        worker has the verifier built. Blocks while every worker is busy."""
+        worker = self._acquire()
+        healthy = False
+        try:
+            verdicts = worker.run(ref, inputs, timeout)
+            healthy = True
+            return verdicts
+        except BuildFailed:
+            healthy = True
+            raise
+        finally:
+            self._release(worker, healthy)
+
+    def pids(self) -> list[int]:
+        """The idle workers' process ids (the busy ones are lent out)."""
+        with self._cond:
+            return [worker.process.pid for worker in self._idle]
+
+    def shutdown(self) -> None:
+        """Stop the idle workers (lent ones stop when their job returns to a closed pool)."""
+        with self._cond:
+            idle, self._idle = self._idle, []
+            self._live -= len(idle)
+            self.size = 0
+        for worker in idle:
+            worker.kill()
+
+    def _acquire(self) -> _Worker:
+        with self._cond:
+            while not self._idle and self._live >= self.size:
+                if self.size == 0:
+                    raise WorkerFailed("the verifier pool was shut down")
+                self._cond.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._live += 1
+        try:
+            return _Worker.start()
+        except BaseException:
+            with self._cond:
+                self._live -= 1
+                self._cond.notify()
+            raise
+
+    def _release(self, worker: _Worker, healthy: bool) -> None:
+        keep = healthy and worker.alive()
+        with self._cond:
+            keep = keep and self._live <= self.size
+            if keep:
+                self._idle.append(worker)
+            else:
+                self._live -= 1
+            self._cond.notify()
+        if not keep:
+            worker.kill()
+
+
+_pool: VerifierPool | None = None
+_pool_lock = threading.Lock()
+
+
+def worker_pool() -> VerifierPool:
+    """This process's pool: one worker per core at most, stopped when the process exits."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool.size == 0:
+            _pool = VerifierPool(os.cpu_count() or 1)
+            atexit.register(_pool.shutdown)
+        return _pool
