@@ -75,7 +75,8 @@ class EnvironmentManifest(BaseModel):
         gt=0.0,
         description="Longest a verification may take; past it the rollout's verification is a "
         "`verifier_timeout` error. Set it for any verifier that can block (subprocesses, network, "
-        "parsing untrusted output): it then runs off the event loop. Unset, a quick verifier runs "
+        "parsing untrusted output): it then runs in a worker process, killed when it outlives the "
+        "bound. Unset, a quick verifier runs "
         "inline, and one that declares itself heavy gets a 300 s bound.",
     )
     prompt_template: str
