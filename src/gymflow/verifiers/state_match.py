@@ -76,24 +76,38 @@ def _show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+#: Leaf types whose equal values of one type are always the same leaf (`_same_leaf`), so a walk
+#: can pass them without building their path: most of a state is such leaves, equal.
+_PLAIN_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def _plainly_equal(expected: Any, actual: Any) -> bool:
+    kind = type(expected)
+    return kind is type(actual) and kind in _PLAIN_LEAVES and expected == actual
+
+
 def differences(expected: Any, actual: Any, path: str = "") -> Iterator[str]:
     where = path or "(state)"
     if isinstance(expected, dict) and isinstance(actual, dict):
         for key in sorted(expected.keys() | actual.keys(), key=str):
-            sub = f"{path}.{key}" if path else str(key)
             if key not in actual:
-                yield f"{sub}: missing (expected {_show(expected[key])})"
+                yield f"{_join(path, key)}: missing (expected {_show(expected[key])})"
             elif key not in expected:
-                yield f"{sub}: unexpected {_show(actual[key])}"
-            else:
-                yield from differences(expected[key], actual[key], sub)
+                yield f"{_join(path, key)}: unexpected {_show(actual[key])}"
+            elif not _plainly_equal(expected[key], actual[key]):
+                yield from differences(expected[key], actual[key], _join(path, key))
     elif isinstance(expected, list) and isinstance(actual, list):
         if len(expected) != len(actual):
             yield f"{where}: expected {len(expected)} item(s), got {len(actual)}"
         for i, (e, a) in enumerate(zip(expected, actual, strict=False)):
-            yield from differences(e, a, f"{path}.{i}" if path else str(i))
+            if not _plainly_equal(e, a):
+                yield from differences(e, a, _join(path, i))
     elif not _same_leaf(expected, actual):
         yield f"{where}: expected {_show(expected)}, got {_show(actual)}"
+
+
+def _join(path: str, key: object) -> str:
+    return f"{path}.{key}" if path else str(key)
 
 
 def _same_leaf(expected: Any, actual: Any) -> bool:
