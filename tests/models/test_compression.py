@@ -47,4 +47,4 @@ def test_a_gzipped_answer_is_read_like_a_plain_one() -> None:
     assert outcome.error is None, outcome.error
     assert output_text(outcome.response["output"]) == "Answer: 42 " * 200
     (call,) = outcome.calls
-    assert call.response == ANSWER and call.output_tokens == 400
+    assert orjson.loads(call.response) == ANSWER and call.output_tokens == 400

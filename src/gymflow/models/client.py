@@ -227,7 +227,7 @@ class ResponsesClient:
             http_status=status,
             latency_s=time.perf_counter() - started,
             request=body,
-            response=raw if raw is not None else (_text(answer) or None),
+            response=_evidence(raw) if raw is not None else (_text(answer) or None),
             sampling=sampling,
             error=self._redact(str(error)) if error else None,
         )
@@ -255,6 +255,14 @@ class ResponsesClient:
         if refusal is not None:
             raise Refused(f"the model refused: {refusal}"[:500], http_status=status)
         return raw, response
+
+
+def _evidence(raw: dict[str, Any]) -> str:
+    """The answer as the store writes it: compact JSON text (the store's own encoding of the
+    parsed answer, as orjson parsed it). Text, not the parsed dicts, because a call's record lives
+    until its batch commits: an answer echoes every tool offered, and its dozens of dicts held that
+    long were most of the collector's cyclic-GC work (backoffice, bench/e2e_rollouts.py)."""
+    return orjson.dumps(raw).decode()
 
 
 def _text(answer: bytes) -> str:
