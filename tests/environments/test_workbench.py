@@ -148,6 +148,17 @@ def test_state_match_positive_negative_and_malformed() -> None:
     bool_for_int["next_order"] = True
     assert _verdict({"next_order": 1}, {"next_order": True}).reward == 0.0
     assert _verdict({"next_order": 2}, {"next_order": 2.0}).reward == 1.0
+    # Deep inside a subtree that == calls equal, the walk still tells True from 1 (equal subtrees
+    # are skipped only when their types match all the way down) and still takes 3.0 for 3.
+    nested_bool = copy.deepcopy(expected)
+    nested_bool["orders"]["O-1"]["items"][0]["quantity"] = True
+    assert nested_bool == expected
+    assert _verdict(expected, nested_bool).details["differences"] == [
+        "orders.O-1.items.0.quantity: expected 1, got true"
+    ]
+    nested_float = copy.deepcopy(expected)
+    nested_float["orders"]["O-1"]["items"][0]["quantity"] = 1.0
+    assert _verdict(expected, nested_float).reward == 1.0
 
     with pytest.raises(VerifierError) as missing:
         _verdict(expected, None)

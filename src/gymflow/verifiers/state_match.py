@@ -76,14 +76,24 @@ def _show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-#: Leaf types whose equal values of one type are always the same leaf (`_same_leaf`), so a walk
-#: can pass them without building their path: most of a state is such leaves, equal.
+#: Leaf types whose equal values of one type are always the same leaf (`_same_leaf`).
 _PLAIN_LEAVES = frozenset({str, int, float, bool, type(None)})
 
 
-def _plainly_equal(expected: Any, actual: Any) -> bool:
+def _identical(expected: Any, actual: Any) -> bool:
+    """True only where `differences` finds nothing: same types all the way down, equal leaves.
+    Anything else (3 against 3.0, a dict subclass, NaN) answers False and is left to the walk, so
+    this check only prunes; the walk, with its sorting and paths, runs where something differs."""
     kind = type(expected)
-    return kind is type(actual) and kind in _PLAIN_LEAVES and expected == actual
+    if kind is not type(actual):
+        return False
+    if kind is dict:
+        return len(expected) == len(actual) and all(
+            key in actual and _identical(value, actual[key]) for key, value in expected.items()
+        )
+    if kind is list:
+        return len(expected) == len(actual) and all(map(_identical, expected, actual))
+    return kind in _PLAIN_LEAVES and expected == actual
 
 
 def differences(expected: Any, actual: Any, path: str = "") -> Iterator[str]:
@@ -94,13 +104,13 @@ def differences(expected: Any, actual: Any, path: str = "") -> Iterator[str]:
                 yield f"{_join(path, key)}: missing (expected {_show(expected[key])})"
             elif key not in expected:
                 yield f"{_join(path, key)}: unexpected {_show(actual[key])}"
-            elif not _plainly_equal(expected[key], actual[key]):
+            elif not _identical(expected[key], actual[key]):
                 yield from differences(expected[key], actual[key], _join(path, key))
     elif isinstance(expected, list) and isinstance(actual, list):
         if len(expected) != len(actual):
             yield f"{where}: expected {len(expected)} item(s), got {len(actual)}"
         for i, (e, a) in enumerate(zip(expected, actual, strict=False)):
-            if not _plainly_equal(e, a):
+            if not _identical(e, a):
                 yield from differences(e, a, _join(path, i))
     elif not _same_leaf(expected, actual):
         yield f"{where}: expected {_show(expected)}, got {_show(actual)}"
