@@ -176,14 +176,14 @@ def test_verification_runs_in_a_bounded_pool(task, monkeypatch) -> None:
     active, peak, lock = 0, 0, threading.Lock()
     real_run = pool._Worker.run
 
-    def counting_run(self, ref, inputs, timeout):
+    def counting_run(self, ref, inputs, *rest):
         nonlocal active, peak
         assert len(inputs) == 1  # one rollout, so one sandbox, per worker at a time
         with lock:
             active += 1
             peak = max(peak, active)
         try:
-            return real_run(self, ref, inputs, timeout)
+            return real_run(self, ref, inputs, *rest)
         finally:
             with lock:
                 active -= 1

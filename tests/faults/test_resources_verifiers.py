@@ -11,11 +11,14 @@ import json
 import os
 import re
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gymflow.environments.registry import load_environment
+from gymflow.verifiers import pool
+from gymflow.verifiers.base import VerifyInput
 from gymflow.verifiers.pool import worker_pool
 from tests.faults.stores import query, run_gym
 
@@ -159,8 +162,17 @@ def test_crashing_tools_and_broken_verifiers_are_recorded_not_scored(
     _assert_gone(_hung_pids(pid_dir), marker)
 
 
+@pytest.fixture
+def fresh_pool() -> Iterator[None]:
+    """This process's verifier workers are started by the test, so they see its environment
+    variables (FAULTLAB_PID_DIR), and stopped after it."""
+    worker_pool().shutdown()
+    yield
+    worker_pool().shutdown()
+
+
 def test_a_hung_verification_leaves_no_thread_or_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_pool: None
 ) -> None:
     """In the collector's own process: the hung verification ends as a timeout, and once the
     loop is done no thread waits on it and its worker is gone."""
@@ -190,3 +202,54 @@ def test_a_hung_verification_leaves_no_thread_or_process(
     idle = worker_pool().pids()
     assert hung_pid not in idle and len(idle) <= (os.cpu_count() or 1)
     assert sorted(_processes_with(f"FAULTLAB_PID_DIR={pid_dir}")) == sorted(idle)
+
+    # A rollout whose state cannot reach a worker is a verifier error; the worker is kept.
+    refused = server.verify_bounded(VerifyInput(tasks[0], "", [], {"lock": threading.Lock()}))
+    assert (refused.status, refused.failure_kind) == ("error", "verifier_error")
+    assert "cannot send the rollout" in refused.details["error"]
+    assert sorted(worker_pool().pids()) == sorted(idle)
+
+
+def test_a_cancelled_rollout_kills_its_hung_verifier(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_pool: None
+) -> None:
+    """A collector cancelled mid-verification (Ctrl-C, a cancelled flow) does not wait out the
+    verifier's bound to exit: the worker is killed when its rollout is cancelled."""
+    pid_dir = tmp_path / "hung"
+    pid_dir.mkdir()
+    monkeypatch.setenv("GYMFLOW_ENVIRONMENTS_PATH", str(ENVS))
+    monkeypatch.setenv("FAULTLAB_PID_DIR", str(pid_dir))
+    env = load_environment("faultlab")
+    # A bound far beyond the test: only cancellation can end this verification in time.
+    patient = type(env)(env.manifest.model_copy(update={"verify_timeout_s": 120.0}), env.folder)
+    server = patient.resources_server()
+    task = env.tasks("test")[7]
+    assert _mode(task.task_id) == "hang"
+    endings: list[str] = []
+    real_run = pool.VerifierPool.run
+
+    def recording_run(self, *args, **kwargs):
+        try:
+            return real_run(self, *args, **kwargs)
+        except Exception as exc:
+            endings.append(type(exc).__name__)
+            raise
+
+    monkeypatch.setattr(pool.VerifierPool, "run", recording_run)
+
+    async def cancel_once_hung():
+        session = await server.seed_session(task)
+        verifying = asyncio.create_task(server.verify(session, task, task.reference, []))
+        for _ in range(1200):  # until the verifier spins in its worker (at most a minute)
+            if any(pid_dir.iterdir()) or verifying.done():
+                break
+            await asyncio.sleep(0.05)
+        assert not verifying.done() and any(pid_dir.iterdir())
+        verifying.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await verifying
+
+    asyncio.run(cancel_once_hung())  # returns once the loop's executor threads are done
+    assert endings == ["Abandoned"]
+    (hung_pid,) = _hung_pids(pid_dir)
+    assert hung_pid not in _processes_with(f"FAULTLAB_PID_DIR={pid_dir}")

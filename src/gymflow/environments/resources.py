@@ -5,11 +5,9 @@ port. Environments with tools subclass it and register tool handlers."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import itertools
 import json
-import pickle
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
@@ -108,14 +106,15 @@ class ResourcesServer:
         `verify_timeout`. Blocks: call it off the event loop."""
         try:
             return worker_pool().run(self._worker_ref, [inp], self.verify_timeout)[0]
-        except WorkerTimeout as exc:
+        except (WorkerTimeout, WorkerFailed) as exc:
+            return self._bounded_failure(exc)
+
+    def _bounded_failure(self, exc: WorkerTimeout | WorkerFailed) -> Verification:
+        if isinstance(exc, WorkerTimeout):
             return self._error(
                 "verifier_timeout", f"{exc} (verify_timeout_s); its worker process was killed"
             )
-        except WorkerFailed as exc:
-            return self._error("verifier_error", str(exc))
-        except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            return self._error("verifier_error", f"cannot send the rollout to a worker: {exc}")
+        return self._error("verifier_error", str(exc))
 
     @functools.cached_property
     def _worker_ref(self) -> VerifierRef:
@@ -136,8 +135,11 @@ class ResourcesServer:
         inp = VerifyInput(task, output_text, trajectory, self.final_state(session_id))
         if self.verify_timeout is None:
             return self.verify_sync(inp)
-        # The thread only waits on a worker, and returns by the timeout whatever the verifier does.
-        return await asyncio.to_thread(self.verify_bounded, inp)
+        # As verify_bounded, from the loop: a cancelled rollout kills its worker.
+        try:
+            return (await worker_pool().arun(self._worker_ref, [inp], self.verify_timeout))[0]
+        except (WorkerTimeout, WorkerFailed) as exc:
+            return self._bounded_failure(exc)
 
     def _error(self, kind: str, reason: str) -> Verification:
         return Verification(

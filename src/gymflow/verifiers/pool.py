@@ -16,10 +16,12 @@ worker, so one per core."""
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import json
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -44,6 +46,9 @@ BUILD_TIMEOUT_S = 300.0
 #: How often a worker checks that its parent is still alive (a worker stuck in a verifier when
 #: its parent is SIGKILLed would otherwise spin on as an orphan).
 _ORPHAN_CHECK_S = 1.0
+#: How often a caller waiting on a worker checks whether it was cancelled (a cancelled collector
+#: must not wait out a hung verifier's bound before it can exit).
+_ABANDON_CHECK_S = 0.1
 
 
 class WorkerTimeout(Exception):
@@ -54,9 +59,13 @@ class WorkerFailed(Exception):
     """The worker died mid-job, or could not rebuild the verifier; the message says which."""
 
 
-class BuildFailed(WorkerFailed):
-    """The worker could not rebuild the verifier (unknown environment, bad parameters); the
-    worker itself is sound."""
+class Abandoned(Exception):
+    """The caller gave up on the job (its task was cancelled); the worker was killed."""
+
+
+class JobRejected(WorkerFailed):
+    """The job could not run (a rollout that cannot be pickled, a verifier the worker cannot
+    rebuild); the worker itself is sound."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,18 +157,25 @@ class _Worker:
         return cls(process, Connection(ours.detach()))
 
     def run(
-        self, ref: VerifierRef, inputs: Sequence[VerifyInput], timeout: float | None
+        self,
+        ref: VerifierRef,
+        inputs: Sequence[VerifyInput],
+        timeout: float | None,
+        abandon: threading.Event,
     ) -> list[Verification]:
-        """Send one job and wait for its verdicts. Raises WorkerTimeout or WorkerFailed; after
-        either (or any other exception) the worker must not be reused: a reply may be pending."""
+        """Send one job and wait for its verdicts. Raises WorkerTimeout, WorkerFailed or
+        Abandoned; after any exception the worker must not be reused (a reply may be pending)."""
         try:
-            self.conn.send((ref, list(inputs)))
+            job = pickle.dumps((ref, list(inputs)), protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            raise JobRejected(f"cannot send the rollout to a verifier worker: {exc}") from None
+        try:
+            self.conn.send_bytes(job)
         except (OSError, EOFError) as exc:
             raise WorkerFailed(f"verifier worker is gone ({exc})") from None
         built = ref in self.built
         while True:
-            wait = timeout if built else BUILD_TIMEOUT_S
-            if not self.conn.poll(wait):
+            if not self._wait(timeout if built else BUILD_TIMEOUT_S, abandon):
                 if not built:
                     raise WorkerFailed(
                         f"verifier worker did not load environment {ref.environment!r} "
@@ -169,19 +185,32 @@ class _Worker:
             try:
                 kind, payload = self.conn.recv()
             except (OSError, EOFError):
-                code = self.process.wait(5)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.process.wait(5)
                 raise WorkerFailed(
-                    f"verifier worker died mid-verification (exit code {code})"
+                    f"verifier worker died mid-verification (exit code {self.process.returncode})"
                 ) from None
             if kind == "built":
                 self.built.add(ref)
                 built = True
             elif kind == "failed":
-                raise BuildFailed(
+                raise JobRejected(
                     f"verifier worker could not load environment {ref.environment!r}: {payload}"
                 )
             else:
                 return payload
+
+    def _wait(self, seconds: float | None, abandon: threading.Event) -> bool:
+        """True when a reply is ready within `seconds` (None: however long it takes)."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        while True:
+            left = _ABANDON_CHECK_S if deadline is None else deadline - time.monotonic()
+            if self.conn.poll(max(0.0, min(left, _ABANDON_CHECK_S))):
+                return True
+            if abandon.is_set():
+                raise Abandoned("the verification was cancelled")
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
 
     def kill(self) -> None:
         """Kill the worker and everything it started (its own process group), and reap it."""
@@ -205,21 +234,39 @@ class VerifierPool:
         self._live = 0  # idle + lent + starting
 
     def run(
-        self, ref: VerifierRef, inputs: Sequence[VerifyInput], timeout: float | None
+        self,
+        ref: VerifierRef,
+        inputs: Sequence[VerifyInput],
+        timeout: float | None,
+        abandon: threading.Event | None = None,
     ) -> list[Verification]:
         """Verify `inputs` in one worker, bounded by `timeout` seconds (None: unbounded) once the
-        worker has the verifier built. Blocks while every worker is busy."""
-        worker = self._acquire()
+        worker has the verifier built. Blocks while every worker is busy; setting `abandon` from
+        another thread kills the worker and raises Abandoned."""
+        abandon = abandon or threading.Event()
+        worker = self._acquire(abandon)
         healthy = False
         try:
-            verdicts = worker.run(ref, inputs, timeout)
+            verdicts = worker.run(ref, inputs, timeout, abandon)
             healthy = True
             return verdicts
-        except BuildFailed:
+        except JobRejected:
             healthy = True
             raise
         finally:
             self._release(worker, healthy)
+
+    async def arun(
+        self, ref: VerifierRef, inputs: Sequence[VerifyInput], timeout: float | None
+    ) -> list[Verification]:
+        """`run` for an event loop: on a thread, and a cancelled caller kills its worker, so
+        the loop's executor is not left waiting out the bound at shutdown."""
+        abandon = threading.Event()
+        try:
+            return await asyncio.to_thread(self.run, ref, inputs, timeout, abandon)
+        except asyncio.CancelledError:
+            abandon.set()
+            raise
 
     def pids(self) -> list[int]:
         """The idle workers' process ids (the busy ones are lent out)."""
@@ -235,12 +282,14 @@ class VerifierPool:
         for worker in idle:
             worker.kill()
 
-    def _acquire(self) -> _Worker:
+    def _acquire(self, abandon: threading.Event) -> _Worker:
         with self._cond:
             while not self._idle and self._live >= self.size:
                 if self.size == 0:
                     raise WorkerFailed("the verifier pool was shut down")
-                self._cond.wait()
+                if abandon.is_set():
+                    raise Abandoned("the verification was cancelled")
+                self._cond.wait(_ABANDON_CHECK_S)
             if self._idle:
                 return self._idle.pop()
             self._live += 1
