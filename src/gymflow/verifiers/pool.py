@@ -153,6 +153,9 @@ class _Worker:
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                # The parent's import path, as multiprocessing's spawn passes it: an environment
+                # may import what a script or test runner put on it.
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, sys.path))},
             )
         return cls(process, Connection(ours.detach()))
 
