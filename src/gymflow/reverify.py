@@ -136,12 +136,10 @@ def _verify_all(
     server: ResourcesServer, tasks: dict[str, Task], rows: list[tuple]
 ) -> list[Verification]:
     return server.verify_many(
-        [
-            VerifyInput(
-                tasks[task_id], output_text or "", orjson.loads(trajectory) if trajectory else []
-            )
-            for _, task_id, output_text, trajectory in rows
-        ]
+        VerifyInput(
+            tasks[task_id], output_text or "", orjson.loads(trajectory) if trajectory else []
+        )
+        for _, task_id, output_text, trajectory in rows
     )
 
 
