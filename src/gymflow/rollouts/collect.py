@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -47,9 +48,9 @@ def run_collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) ->
 GC_YOUNG_THRESHOLD = 10_000
 
 
-@contextlib.contextmanager
-def _run_long_gc() -> Iterator[None]:
-    """Cyclic-GC settings for the collector, restored afterwards.
+class _RunLongGC:
+    """Cyclic-GC settings while any collector runs in this process, restored when the last ends
+    (local shards collect at once, one thread each).
 
     Rollouts in flight and awaiting their commit hold tens of thousands of containers (requests,
     trajectories, session states), and at Python's default young threshold they were promoted and
@@ -57,14 +58,31 @@ def _run_long_gc() -> Iterator[None]:
     modules and the plan's tasks (a backoffice task holds its shop twice). Frozen, those are left
     out of every scan, and a young generation 14x larger makes the older collections 14x rarer.
     Backoffice, 20,000 rollouts (bench/e2e_rollouts.py): GC time 3.1 s -> 0.25 s."""
-    thresholds = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *thresholds[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._collectors = 0
+        self._thresholds = gc.get_threshold()
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if self._collectors == 0:
+                self._thresholds = gc.get_threshold()
+                gc.freeze()
+                gc.set_threshold(GC_YOUNG_THRESHOLD, *self._thresholds[1:])
+            self._collectors += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._collectors -= 1
+                if self._collectors == 0:
+                    gc.set_threshold(*self._thresholds)
+                    gc.unfreeze()
+
+
+_run_long_gc = _RunLongGC()
 
 
 def _new_event_loop():
