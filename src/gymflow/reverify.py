@@ -5,7 +5,9 @@ The environment is reloaded by the name the run recorded; each task is rebuilt f
 dataset the run actually used); each completed rollout's stored output and trajectory go through
 the environment's resources server with the new parameters. The result is a new verifier version
 stored beside the old ones: nothing is overwritten, and the policy model is never called (an LLM
-judge inside a verifier may be).
+judge inside a verifier may be). Verification is the collector's (`ResourcesServer.verify_many`):
+a verifier with a bound runs in the worker pool, where one that hangs is killed and its rollout
+recorded as `verifier_timeout`, so a reverify always finishes.
 
 With `failed_only`, only rollouts the base version did not pass are judged again; the base
 version's passing verdicts are carried into the new version (marked `carried_from`), so the new
