@@ -9,6 +9,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
+import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
@@ -18,8 +19,8 @@ class MalformedArguments(ValueError):
 
 
 @lru_cache(maxsize=256)
-def _validator(schema_json: str) -> Draft202012Validator | None:
-    schema = json.loads(schema_json)
+def _validator(schema_json: bytes) -> Draft202012Validator | None:
+    schema = orjson.loads(schema_json)
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError:
@@ -39,7 +40,9 @@ def parse_arguments(raw: object, schema: dict[str, Any] | None) -> dict[str, Any
             raise MalformedArguments(f"arguments are not valid JSON ({exc.msg})") from None
     if not isinstance(arguments, dict):
         raise MalformedArguments(f"arguments must be a JSON object, not {type(arguments).__name__}")
-    validator = _validator(json.dumps(schema, sort_keys=True)) if schema else None
+    # The cache key is the schema's canonical text: orjson's, a tenth of json.dumps's cost, which
+    # was paid on every tool call.
+    validator = _validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)) if schema else None
     if validator is not None:
         problem = next(iter(validator.iter_errors(arguments)), None)
         if problem is not None:
