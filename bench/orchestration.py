@@ -93,7 +93,7 @@ def instrument() -> None:
     rollout_tasks.run_collect = timed("rollouts", rollout_tasks.run_collect)
     rollout_tasks.resolve = timed("plan", rollout_tasks.resolve)
     rollout_tasks.register_run = timed("plan", rollout_tasks.register_run)
-    rollout_tasks.stored_keys = timed("plan", rollout_tasks.stored_keys)
+    rollout_tasks.missing_keys = timed("plan", rollout_tasks.missing_keys)
     eval_run_module.resolve = timed("plan", eval_run_module.resolve)
     eval_run_module.check_destination = timed("plan", eval_run_module.check_destination)
     shard_tasks.merge_shards = timed("merge", shard_tasks.merge_shards)

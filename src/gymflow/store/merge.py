@@ -17,7 +17,7 @@ from gymflow.config import ConfigError, EvalConfig, ShardSpec
 from gymflow.environments.registry import RegistryError
 from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
 from gymflow.store.db import StoreError, connect, store_path
-from gymflow.store.runs import check_run_store, run_info, stored_keys, task_rows
+from gymflow.store.runs import check_run_store, missing_keys, run_info, task_rows
 from gymflow.store.writer import insert_rows
 
 #: Tables copied from shards, in order. Keyed tables take `INSERT OR IGNORE`; `model_calls` has no
@@ -235,12 +235,6 @@ def _detach(con, aliases: list[str]) -> None:
 
 def _quote(path: Path) -> str:
     return str(path).replace("'", "''")
-
-
-def missing_keys(con, run_id: str, wanted: list[RolloutKey]) -> list[RolloutKey]:
-    """The `wanted` (task_id, repeat_index) pairs with no stored rollout, in their order."""
-    stored = stored_keys(con, run_id)
-    return [key for key in wanted if key not in stored]
 
 
 @dataclass(frozen=True)

@@ -86,11 +86,25 @@ def task_rows(plan: RunPlan, tasks: Iterable[Task]) -> list[tuple]:
     ]
 
 
-def stored_keys(con, run_id: str) -> set[RolloutKey]:
-    rows = con.execute(
-        "SELECT task_id, repeat_index FROM rollouts WHERE run_id = ?", [run_id]
+def missing_keys(con, run_id: str, wanted: list[RolloutKey]) -> list[RolloutKey]:
+    """The `wanted` (task_id, repeat_index) pairs with no stored rollout, in their order.
+
+    Only the wanted pairs are looked up: a batch of a long run must not read back every key the
+    run holds (each batch of a million-rollout run would otherwise load a million keys)."""
+    if not wanted:
+        return []
+    task_ids, repeats = zip(*wanted, strict=True)
+    stored = con.execute(
+        """
+        SELECT k.task_id, k.repeat_index
+        FROM (SELECT unnest($1) AS task_id, unnest($2) AS repeat_index) k
+        SEMI JOIN rollouts r
+          ON r.run_id = $3 AND r.task_id = k.task_id AND r.repeat_index = k.repeat_index
+        """,
+        [list(task_ids), list(repeats), run_id],
     ).fetchall()
-    return {(task_id, repeat) for task_id, repeat in rows}
+    found = set(stored)
+    return [key for key in wanted if key not in found]
 
 
 def run_info(con) -> dict[str, Any]:

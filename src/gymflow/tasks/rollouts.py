@@ -13,7 +13,7 @@ from gymflow.config import EvalConfig
 from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
 from gymflow.store.db import StoreError, connect
-from gymflow.store.runs import register_run, stored_keys
+from gymflow.store.runs import missing_keys, register_run
 
 
 @task(name="prepare-run", cache_policy=NO_CACHE)
@@ -50,8 +50,7 @@ def _worth_retrying(task, task_run, state) -> bool:
 def collect_batch(plan: RunPlan, keys: list[RolloutKey], base_url: str) -> dict[str, int]:
     con = connect(plan.run_dir)
     try:
-        done = stored_keys(con, plan.run_id)
-        todo = [key for key in keys if key not in done]
+        todo = missing_keys(con, plan.run_id, keys)
         if (task_run.run_count or 1) == 1:
             # on a retry, what the failed attempt stored was already counted as it flushed
             progress.advanced(len(keys) - len(todo))
