@@ -31,8 +31,8 @@ FLUSH_EVERY = 200
 FLUSH_INTERVAL_S = 0.5
 #: DuckDB's buffer pool while the collector writes. Its default, 80% of RAM, keeps every block
 #: written: backoffice (~30 KB of JSON a rollout) peaked at 850 MiB for 20,000 rollouts. Written
-#: blocks are already on disk, so a small pool just evicts them: 395 MiB at 200 MB, for ~6% more
-#: CPU (bench/e2e_rollouts.py). Restored when the collector ends, for the analyses that follow.
+#: blocks are already on disk, so a small pool just evicts them: 438 MiB at this limit, for ~6%
+#: more CPU (bench/e2e_rollouts.py). Reset when the collector ends, for the analyses that follow.
 WRITE_MEMORY_LIMIT = "256MB"
 
 
