@@ -140,6 +140,10 @@ def test_verifies_in_worker_threads(env) -> None:
 
 
 # -- math_judge ----------------------------------------------------------------------------------
+class _Listening(ThreadingHTTPServer):
+    request_queue_size = 64  # socketserver's 5 would hold back judge calls made at once
+
+
 class JudgeServer:
     """A tiny Responses API judge on 127.0.0.1: scores 1 when the candidate and reference answers
     in its prompt are the same text once spaces are removed, else 0.2. `mode` makes it fail."""
@@ -147,10 +151,24 @@ class JudgeServer:
     def __init__(self) -> None:
         self.mode = "ok"
         self.prompts: list[str] = []
+        self.latency_s = 0.0
+        self.in_flight = self.most_in_flight = 0
+        self._lock = threading.Lock()
         judge = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
+                with judge._lock:
+                    judge.in_flight += 1
+                    judge.most_in_flight = max(judge.most_in_flight, judge.in_flight)
+                try:
+                    time.sleep(judge.latency_s)
+                    self._judge()
+                finally:
+                    with judge._lock:
+                        judge.in_flight -= 1
+
+            def _judge(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 prompt = body["input"][0]["content"]
                 judge.prompts.append(prompt)
@@ -192,7 +210,7 @@ class JudgeServer:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Listening(("127.0.0.1", 0), Handler)
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -271,13 +289,42 @@ def test_judge_failures_are_verification_errors(judge: JudgeServer) -> None:
     assert caught.value.kind == "judge_failed"
 
 
-def test_judge_failure_is_stored_as_an_error_not_a_zero(env, judge: JudgeServer) -> None:
-    """Through the math environment's resources server, on and off the event loop."""
+def _judged_server(env, judge: JudgeServer):
+    """The math environment's resources server with the judge as its verifier."""
     data = env.manifest.model_dump()
     data["verifier"] = VerifierRef(name="math_judge", params={"max_retries": 0})
     manifest = EnvironmentManifest.model_validate(data)
     judged = type(env)(manifest, env.folder)
-    server = judged.resources_server({"base_url": judge.base_url, "verify_first": False})
+    return judged.resources_server({"base_url": judge.base_url, "verify_first": False})
+
+
+def test_judge_calls_wait_together_in_the_collector_and_in_reverify(env, judge) -> None:
+    """A judge waits on the network, so its calls overlap: not one per core, as the process pool
+    would run a computing verifier."""
+    server = _judged_server(env, judge)
+    judge.latency_s = 0.5
+    tasks = env.tasks("smoke")[:8]
+
+    async def collect_like():
+        sessions = [await server.seed_session(task) for task in tasks]
+        return await asyncio.gather(
+            *(server.verify(s, t, t.reference, []) for s, t in zip(sessions, tasks, strict=True))
+        )
+
+    # 8 calls of 0.5 s each: at least 4 at once, where the process pool (one worker per core,
+    # 2 on the CI machine) would allow 2
+    verdicts = asyncio.run(collect_like())
+    assert [v.status for v in verdicts] == [VERIFIED] * 8
+    assert judge.most_in_flight >= 4
+    judge.most_in_flight = 0
+    rechecked = server.verify_many(VerifyInput(t, t.reference) for t in tasks)
+    assert [v.status for v in rechecked] == [VERIFIED] * 8
+    assert judge.most_in_flight >= 4
+
+
+def test_judge_failure_is_stored_as_an_error_not_a_zero(env, judge: JudgeServer) -> None:
+    """Through the math environment's resources server, on and off the event loop."""
+    server = _judged_server(env, judge)
     assert server.heavy_verification
     task = env.tasks("smoke")[0]
 

@@ -5,6 +5,7 @@ port. Environments with tools subclass it and register tool handlers."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import itertools
 import json
@@ -20,6 +21,10 @@ from gymflow.verifiers.pool import VerifierRef, WorkerFailed, WorkerTimeout, wor
 ToolHandler = Callable[[dict[str, Any], dict[str, Any]], Any]
 #: The bound on a heavy verifier (sandbox, judge) whose environment sets no verify_timeout_s.
 HEAVY_VERIFY_TIMEOUT_S = 300.0
+#: I/O-bound verifications (judge calls) waiting at once: the collector's default concurrency.
+#: The process pool's one-per-core would let a judge with 1 s latency verify 2 rollouts a second.
+IO_BOUND_THREADS = 64
+_io_threads = ThreadPoolExecutor(IO_BOUND_THREADS, thread_name_prefix="gymflow-verify-io")
 
 
 class ToolError(Exception):
@@ -122,12 +127,15 @@ class ResourcesServer:
 
     def verify_many(self, inputs: Iterable[VerifyInput]) -> list[Verification]:
         """Verify a batch (reverify): bounded verifiers through the worker pool, one rollout a
-        job so a timeout costs one rollout, with one thread driving each worker; light ones
+        job so a timeout costs one rollout, with one thread driving each worker; I/O-bound ones
+        (judges) on threads, IO_BOUND_THREADS at once; light ones
         inline, one input at a time (pass a generator: a batch of inputs held at once costs
         memory and garbage-collector time). Light verifiers gain nothing from workers: arithmetic's
         takes ~6 us inline, and sending a rollout to a worker and its verdict back ~20 us."""
         if self.verify_timeout is None:
             return [self.verify_sync(inp) for inp in inputs]
+        if self.verifier.io_bound:
+            return list(_io_threads.map(self.verify_sync, inputs))
         with ThreadPoolExecutor(max_workers=worker_pool().size) as threads:
             return list(threads.map(self.verify_bounded, inputs))
 
@@ -137,11 +145,25 @@ class ResourcesServer:
         inp = VerifyInput(task, output_text, trajectory, self.final_state(session_id))
         if self.verify_timeout is None:
             return self.verify_sync(inp)
+        if self.verifier.io_bound:
+            return await self._verify_waiting(inp)
         # As verify_bounded, from the loop: a cancelled rollout kills its worker.
         try:
             return (await worker_pool().arun(self._worker_ref, [inp], self.verify_timeout))[0]
         except (WorkerTimeout, WorkerFailed) as exc:
             return self._bounded_failure(exc)
+
+    async def _verify_waiting(self, inp: VerifyInput) -> Verification:
+        """An I/O-bound verifier on a thread, so many wait at once. Its own network timeouts end
+        it; past `verify_timeout` the rollout stops waiting (the thread ends with its call)."""
+        loop = asyncio.get_running_loop()
+        waiting = loop.run_in_executor(_io_threads, self.verify_sync, inp)
+        try:
+            return await asyncio.wait_for(waiting, self.verify_timeout)
+        except TimeoutError:
+            return self._error(
+                "verifier_timeout", f"no verdict within {self.verify_timeout:g}s (verify_timeout_s)"
+            )
 
     def _error(self, kind: str, reason: str) -> Verification:
         return Verification(

@@ -50,6 +50,9 @@ class VerifierSpec:
     reward_range: tuple[float, float]
     pass_threshold: float
     description: str
+    #: Waits on a network service (an LLM judge) rather than computing: such a verifier runs on
+    #: threads, many at once, bounded by its own network timeouts, not in the process pool.
+    io_bound: bool = False
 
     def params(self, values: dict[str, Any]) -> BaseModel:
         try:
@@ -74,6 +77,7 @@ def verifier(
     params: type[BaseModel],
     reward_range: tuple[float, float] = (0.0, 1.0),
     pass_threshold: float = 1.0,
+    io_bound: bool = False,
 ) -> Callable[[VerifyFn], VerifyFn]:
     """Register a verify function under `name` with its parameter model."""
 
@@ -85,6 +89,7 @@ def verifier(
             reward_range=reward_range,
             pass_threshold=pass_threshold,
             description=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
+            io_bound=io_bound,
         )
         return fn
 

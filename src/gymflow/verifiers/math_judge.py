@@ -109,7 +109,7 @@ def _run(coro) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
-@verifier("math_judge", params=MathJudgeParams)
+@verifier("math_judge", params=MathJudgeParams, io_bound=True)
 def math_judge(inp: VerifyInput, params: MathJudgeParams) -> Verdict:
     """Reward 1 when an LLM judge scores the boxed answer equivalent (at or above threshold)."""
     from gymflow.rollouts.prompts import PromptError, render_prompt
