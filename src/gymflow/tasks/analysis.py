@@ -17,30 +17,21 @@ from gymflow.store.runs import store_fingerprint
 
 
 def _store_key(context, parameters: dict[str, Any]) -> str:
-    con = connect(parameters["run_dir"], read_only=True)
-    try:
+    with connect(parameters["run_dir"], read_only=True) as con:
         fingerprint = store_fingerprint(con)
-    finally:
-        con.close()
     return f"{context.task.name}|{Path(parameters['run_dir']).resolve()}|{fingerprint}"
 
 
 @task(name="check-health", cache_key_fn=_store_key)
 def check_health(run_dir: str) -> dict[str, Any]:
-    con = connect(run_dir, read_only=True)
-    try:
+    with connect(run_dir, read_only=True) as con:
         return health(con)
-    finally:
-        con.close()
 
 
 @task(name="profile-run", cache_key_fn=_store_key)
 def profile_run(run_dir: str) -> dict[str, Any]:
-    con = connect(run_dir, read_only=True)
-    try:
+    with connect(run_dir, read_only=True) as con:
         return profile(con)
-    finally:
-        con.close()
 
 
 @task(name="render-report", cache_policy=NO_CACHE)
@@ -50,8 +41,5 @@ def render_report(run_dir: str) -> str:
 
 @task(name="diagnose-run", cache_key_fn=_store_key)
 def diagnose_run(run_dir: str) -> dict[str, Any]:
-    con = connect(run_dir, read_only=True)
-    try:
+    with connect(run_dir, read_only=True) as con:
         return diagnose(con)
-    finally:
-        con.close()
