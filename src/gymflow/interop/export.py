@@ -54,9 +54,7 @@ def _check_target(target: Path) -> None:
         raise InteropError(f"{target}: is a folder; --out names the file to write")
     parent = target.parent
     if parent.exists() and not parent.is_dir():
-        raise InteropError(
-            f"{parent}: exists and is not a folder; cannot write {target.name} in it"
-        )
+        raise InteropError(f"{parent}: not a folder; cannot write {target.name} in it")
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
