@@ -129,9 +129,7 @@ def main() -> None:
             "model: {kind: local, faults: {rate_refused: 0.03, rate_context_length: 0.02}}\n"
         )
         _gym("eval", "run", "eval.yaml", cwd=work)
-        version = json.loads(_gym("eval", "profile", "run", "--json", cwd=work))[
-            "verifier_version"
-        ]
+        version = json.loads(_gym("eval", "profile", "run", "--json", cwd=work))["verifier_version"]
         _gym("export", "run", "--format", "nemo-gym", "--out", "ng/rollouts.jsonl", cwd=work)
         ng = work / "ng"
         sidecars = [ng / "rollouts_failures.jsonl", ng / "rollouts_materialized_inputs.jsonl"]
@@ -145,7 +143,10 @@ def main() -> None:
             raise SystemExit(f"NeMo Gym's check failed:\n{checked.stderr[-3000:]}")
         report = {"benchmark": args.benchmark, "nemo_gym": json.loads(checked.stdout)}
         _gym("import", "nemo-gym", "ng/rollouts.jsonl", "--out", "back", cwd=work)
-        before, after = _store_counts(work / "run", version), _store_counts(work / "back", "imported")
+        before, after = (
+            _store_counts(work / "run", version),
+            _store_counts(work / "back", "imported"),
+        )
         report["round_trip"] = {"before": before, "after": after, "equal": before == after}
         report["shipped_files"] = _import_every_shipped_file(args.venv, work)
     print(json.dumps(report, indent=2))
