@@ -130,6 +130,21 @@ class EvalConfig(_Strict):
             raise ValueError("set either benchmark or environment")
         return self
 
+    @model_validator(mode="after")
+    def _batch_holds_concurrency(self) -> EvalConfig:
+        """A batch's rollouts are the most that can be in flight at once, so a batch smaller
+        than the concurrency would cap it silently: the default grows to fit, a chosen size is
+        refused."""
+        if self.batch_size >= self.concurrency:
+            return self
+        if "batch_size" in self.model_fields_set:
+            raise ValueError(
+                f"batch_size {self.batch_size} is below concurrency {self.concurrency}: at most "
+                "batch_size rollouts are in flight at once; raise batch_size or lower concurrency"
+            )
+        object.__setattr__(self, "batch_size", self.concurrency)
+        return self
+
     def fingerprint(self) -> str:
         """Hash of everything that decides the rollouts (not where they go or which shard)."""
         identity = self.model_dump(
