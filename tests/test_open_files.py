@@ -61,9 +61,12 @@ def test_a_hard_limit_too_low_refuses_the_run_before_it_starts(tmp_path):
     assert not (tmp_path / "run" / "gymflow.duckdb").exists()
 
 
-def test_the_default_batch_grows_to_the_concurrency():
-    config = parse_config({"benchmark": "arithmetic-smoke", "concurrency": 4096}, "test")
-    assert config.batch_size == 4096
+def test_the_default_batch_grows_to_sixteen_waves_of_the_concurrency():
+    assert parse_config({"benchmark": "arithmetic-smoke"}, "test").batch_size == 2000
+    config = parse_config({"benchmark": "arithmetic-smoke", "concurrency": 1024}, "test")
+    assert config.batch_size == 16 * 1024
+    chosen = {"benchmark": "arithmetic-smoke", "concurrency": 1024, "batch_size": 1024}
+    assert parse_config(chosen, "test").batch_size == 1024
 
 
 def test_a_chosen_batch_below_the_concurrency_is_refused():
