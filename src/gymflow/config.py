@@ -182,6 +182,11 @@ class ShardSpec(_Strict):
         return cls(index=index, count=count)
 
 
+#: Waves of `concurrency` rollouts in a default batch: the tail that ends a batch then costs a
+#: latency-bound run about a seventeenth of its bound (bench/latency_bound.py).
+WAVES_PER_BATCH = 16
+
+
 class EvalConfig(_Strict):
     """One evaluation: what to run, against which policy, how often, and where results go."""
 
@@ -214,6 +219,23 @@ class EvalConfig(_Strict):
     def _one_target(self) -> EvalConfig:
         if not self.benchmark and not self.environment:
             raise ValueError("set either benchmark or environment")
+        return self
+
+    @model_validator(mode="after")
+    def _batch_holds_concurrency(self) -> EvalConfig:
+        """A batch's rollouts are the most that can be in flight at once, and each batch ends in
+        a tail about one model latency long in which fewer are: a batch below the concurrency
+        would cap it silently, one of a single wave would leave a latency-bound run at ~2/3 of
+        its bound. The default grows to `WAVES_PER_BATCH` waves; a smaller size set by hand is
+        kept, unless it is below the concurrency, which is refused."""
+        if "batch_size" not in self.model_fields_set:
+            batch = max(self.batch_size, WAVES_PER_BATCH * self.concurrency)
+            object.__setattr__(self, "batch_size", batch)
+        elif self.batch_size < self.concurrency:
+            raise ValueError(
+                f"batch_size {self.batch_size} is below concurrency {self.concurrency}: at most "
+                "batch_size rollouts are in flight at once; raise batch_size or lower concurrency"
+            )
         return self
 
     def fingerprint(self) -> str:

@@ -1,5 +1,6 @@
-"""The `gym` command. Each verb group lives in its own module of this package and registers its
-commands on the Typer apps of `gymflow.cli.app` when imported; every module here is imported."""
+"""The `gym` command (also installed as `gymflow`). Each verb group lives in its own module of
+this package and registers its commands on the Typer apps of `gymflow.cli.app` when imported;
+every module here is imported."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from rich.text import Text
 from gymflow.cli.app import app, errors
 
 for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+    if _module.name != "__main__":  # `python -m gymflow.cli`, which imports this package
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def main() -> None:

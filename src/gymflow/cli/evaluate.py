@@ -24,6 +24,7 @@ from gymflow.config import (
 )
 from gymflow.environments.registry import RegistryError
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
+from gymflow.models.open_files import ensure_open_files
 from gymflow.rollouts.plan import resolve
 from gymflow.store.db import StoreError
 from gymflow.store.merge import check_destination
@@ -69,6 +70,7 @@ def run_loop(
     # Every config or store problem is reported before Prefect or a server starts.
     plan = resolve(config)
     check_destination(config.out, plan.run_id, resume=resume)
+    ensure_open_files(config.concurrency, remote_resources=config.resources_url is not None)
     from gymflow.flows.eval_run import evaluation_loop
 
     server_hint_once()
