@@ -51,18 +51,20 @@ class FaultSpec(_Strict):
 
 
 #: A URL without `user:password@` (for the Prefect form: the validators below say it in words).
-URL_WITHOUT_CREDENTIALS = r"^(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^/?#@]*(?:[/?#].*)?$"
+URL_WITHOUT_CREDENTIALS = (
+    r"^(?:[A-Za-z][A-Za-z0-9+.-]*://[^/?#@]*|[^/?#@:]*(?::[0-9]+)?)(?:[/?#].*)?$"
+)
 #: An environment variable's name, as POSIX shells accept it.
 ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _KEY_PREFIXES = ("sk-", "sk_", "pk-", "rk-", "hf_", "gsk_", "xai-", "aiza", "ghp_", "bearer ")
 
 
-def refuse_url_credentials(url: str | None, field: str) -> str | None:
+def refuse_url_credentials(url: str | None) -> str | None:
     """A URL holding credentials would be stored (runs.config_json), shown (report, `--ping`) and
-    sent to Prefect with the config: refused, naming the field but never echoing the URL."""
+    sent to Prefect with the config: refused (pydantic names the field), never echoed."""
     if url is not None and not re.match(URL_WITHOUT_CREDENTIALS, url):
         raise ValueError(
-            f"{field} must not carry credentials (user:password@host): put the key in an "
+            "a URL must not carry credentials (user:password@host): put the key in an "
             "environment variable and name it in model.api_key_env"
         )
     return url
@@ -86,8 +88,8 @@ def refuse_key_as_env_name(value: str | None) -> str | None:
     )
     if looks_like_key:
         raise ValueError(
-            "model.api_key_env must name an environment variable holding the key (e.g. "
-            "OPENAI_API_KEY), and this value looks like a key itself; export the key in a "
+            "api_key_env must name an environment variable holding the key (e.g. "
+            "OPENAI_API_KEY), and this value looks like a key itself: export the key in a "
             "variable and give its name"
         )
     return value
@@ -133,7 +135,7 @@ class ModelConfig(_Strict):
     @field_validator("base_url")
     @classmethod
     def _no_credentials(cls, url: str | None) -> str | None:
-        return refuse_url_credentials(url, "model.base_url")
+        return refuse_url_credentials(url)
 
     @field_validator("api_key_env")
     @classmethod
@@ -211,7 +213,7 @@ class EvalConfig(_Strict):
     @field_validator("resources_url")
     @classmethod
     def _no_credentials(cls, url: str | None) -> str | None:
-        return refuse_url_credentials(url, "resources_url")
+        return refuse_url_credentials(url)
 
     @model_validator(mode="after")
     def _one_target(self) -> EvalConfig:

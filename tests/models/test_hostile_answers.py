@@ -190,7 +190,7 @@ async def _streamed(request: web.Request) -> web.StreamResponse:
     try:
         for start in range(0, len(BIG), 8192):
             await reply.write(BIG[start : start + 8192])
-    except (ConnectionResetError, RuntimeError):
+    except (ConnectionError, RuntimeError):
         pass  # the client stopped reading, as it should
     return reply
 

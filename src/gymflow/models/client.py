@@ -217,8 +217,10 @@ class ResponsesClient:
                 decoded = orjson.dumps(orjson.loads(answer))
             except orjson.JSONDecodeError:
                 return answer
-            if self._secret_forms[0] in decoded:
-                return decoded.replace(self._secret_forms[0], REDACTED_BYTES)
+            if any(form in decoded for form in self._secret_forms):
+                for form in self._secret_forms:
+                    decoded = decoded.replace(form, REDACTED_BYTES)
+                return decoded
         return answer
 
     async def _attempt(

@@ -95,8 +95,8 @@ class JsonPoster:
         while chunk := await reply.content.readany():
             size += len(chunk)
             if size > self.max_bytes:
-                head = b"".join(chunks)[:EVIDENCE_HEAD_BYTES] or chunk[:EVIDENCE_HEAD_BYTES]
                 reply.close()
+                head = _head(chunks or [chunk])
                 raise self._too_large(reply, f"passed {self.max_bytes:,} bytes", head)
             chunks.append(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -113,3 +113,13 @@ class JsonPoster:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _head(chunks: list[bytes]) -> bytes:
+    """The first EVIDENCE_HEAD_BYTES of `chunks`, without joining all of them."""
+    head = bytearray()
+    for chunk in chunks:
+        head += chunk[: EVIDENCE_HEAD_BYTES - len(head)]
+        if len(head) >= EVIDENCE_HEAD_BYTES:
+            break
+    return bytes(head)
