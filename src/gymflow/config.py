@@ -11,6 +11,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gymflow import bounded_yaml
+
 
 class ConfigError(ValueError):
     """A config that cannot be used; the message names the file and every bad field."""
@@ -209,6 +211,12 @@ class EvalConfig(_Strict):
         "environment NAME --port P`) instead of an in-process one.",
         json_schema_extra={"pattern": URL_WITHOUT_CREDENTIALS},
     )
+    stop_after_transport_failures: int = Field(
+        20,
+        ge=1,
+        description="Stop the run early (resumable) when this many rollouts in a row could not "
+        "reach the model server, after each call's own retries.",
+    )
 
     @field_validator("resources_url")
     @classmethod
@@ -241,7 +249,15 @@ class EvalConfig(_Strict):
     def fingerprint(self) -> str:
         """Hash of everything that decides the rollouts (not where they go or which shard)."""
         identity = self.model_dump(
-            mode="json", exclude={"out", "shard", "concurrency", "batch_size", "resources_url"}
+            mode="json",
+            exclude={
+                "out",
+                "shard",
+                "concurrency",
+                "batch_size",
+                "resources_url",
+                "stop_after_transport_failures",
+            },
         )
         identity["model"].pop("api_key_env", None)
         blob = json.dumps(identity, sort_keys=True).encode()
@@ -271,7 +287,9 @@ def load_config_file(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = bounded_yaml.safe_load(text)
+    except bounded_yaml.YamlBombError as exc:
+        raise ConfigError(f"{path}: refused: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
