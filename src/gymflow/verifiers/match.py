@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gymflow.verifiers.base import DataField, Verdict, VerifierError, VerifyInput, verifier
 
 _ANSWER_LINE = re.compile(r"answer\s*[:=]\s*(.+)", re.IGNORECASE)
+_EDGE_PUNCTUATION = re.compile(r"^[\s\"'`]+|[\s\"'`.,;!]+$")
 #: Longest pattern a row may carry: Python's `re` has no time bound, so the pattern's size is one.
 MAX_PATTERN_CHARS = 2000
 
@@ -45,7 +46,7 @@ def normalize(text: str, params: ExactParams) -> str:
     if params.collapse_whitespace:
         text = " ".join(text.split())
     if params.strip_punctuation:
-        text = text.strip().rstrip(".,;!").strip("\"'`")
+        text = _EDGE_PUNCTUATION.sub("", text)
     return text.casefold() if params.ignore_case else text
 
 

@@ -88,12 +88,12 @@ class DatasetEnvironment(Environment):
         folder: Path,
         *,
         spec: DatasetSpec | None = None,
-        base_dir: Path | None = None,
+        benchmark_file: Path | None = None,
         limit: int | None = None,
     ) -> None:
         super().__init__(manifest, folder)
         self.spec = spec
-        self.base_dir = base_dir
+        self.benchmark_file = benchmark_file
         self.limit = limit
         self._loaded: dict[str, Loaded] = {}
 
@@ -103,7 +103,7 @@ class DatasetEnvironment(Environment):
             dataset_manifest(benchmark),
             FOLDER,
             spec=benchmark.dataset,
-            base_dir=benchmark_file.parent,
+            benchmark_file=benchmark_file,
             limit=benchmark.limit,
         )
 
@@ -111,7 +111,7 @@ class DatasetEnvironment(Environment):
         return DatasetResources(self, verifier_params)
 
     # -- rows ----------------------------------------------------------------------------------
-    def _rules(self) -> RowRules:
+    def rules(self) -> RowRules:
         assert self.spec is not None
         ref = self.manifest.verifier
         return RowRules(
@@ -138,16 +138,28 @@ class DatasetEnvironment(Environment):
             hub = hub_rows(self.spec.hub, self.limit)
             source, commit, rows = hub.label, hub.commit, hub.rows
         else:
-            path = (self.base_dir or Path.cwd()) / self.spec.path  # type: ignore[operator]
+            folder = self.benchmark_file.parent if self.benchmark_file else Path.cwd()
+            path = folder / self.spec.path  # type: ignore[operator]
             source, commit = str(path), None
             rows = read_rows(path, self.spec.format or "jsonl", self.limit)
-        mapped = map_rows(rows, self._rules())
-        problems = mapped.problems(source)
+        rules = self.rules()
+        mapped = map_rows(rows, rules)
+        problems = [*self._unmapped(rules), *mapped.problems(source)]
         if not mapped.tasks and not problems:
             problems = [f"{source}: holds no rows"]
         loaded = Loaded(source, commit, mapped.tasks, mapped.digests, mapped.wheres, problems)
         self._loaded[split] = loaded
         return loaded
+
+    def _unmapped(self, rules: RowRules) -> list[str]:
+        """Fields the verifier needs that an explicit mapping leaves out (a default mapping
+        names them all, and a row without one is a row problem)."""
+        return [
+            f"{self.benchmark_file}: dataset.fields.verifier: {rules.verifier} reads {name!r} "
+            f"({field.kind}), which is not mapped"
+            for name, field in rules.verifier_fields.items()
+            if field.required and name not in rules.verifier_map
+        ]
 
     def generate(self, split: str) -> list[Task]:
         loaded = self.load(split)
