@@ -16,6 +16,7 @@ from prefect.utilities.annotations import quote
 
 from gymflow import progress
 from gymflow.config import ConfigError, EvalConfig
+from gymflow.flows import run_log
 from gymflow.flows.artifacts import (
     ProgressArtifact,
     next_action,
@@ -108,11 +109,13 @@ def analyse_run(run_dir: str) -> dict[str, Any]:
     profile_result = profile_run(run_dir)
     diagnosis = diagnose_run(run_dir)
     report_path = render_report(run_dir)
+    link = publish_results(profile_result, health_result, diagnosis["decision"], report_path)
     action = next_action(profile_result, health_result, diagnosis["decision"])
-    publish_results(profile_result, health_result, report_path, action)
+    run_log.results(profile_result, health_result, diagnosis, action, link)
     return {
         "run_dir": run_dir,
         "report": report_path,
+        "report_url": link.url,
         "profile": profile_result,
         "health": health_result,
         "decision": diagnosis["decision"],
@@ -124,7 +127,12 @@ def _collect_here(config: EvalConfig, resume: bool, retry_failed: bool) -> list[
     keys = plan.keys()
     tracker = ProgressArtifact(-(-len(keys) // config.batch_size), "batches")
     progress.started(len(keys))
-    return collect_plan(plan, on_batch=lambda done, _total: tracker.update(done))
+
+    def on_batch(done: int, total: int, stats: dict[str, int]) -> None:
+        tracker.update(done)
+        run_log.batch_done(done, total, stats)
+
+    return collect_plan(plan, on_batch=on_batch)
 
 
 def _collect_shards(
@@ -158,10 +166,13 @@ def _collect_shards(
             ]
         index = {future.task_run_id: i for i, future in enumerate(futures)}
         for future in as_completed(futures):
+            shard = index[future.task_run_id]
             try:
-                finished[index[future.task_run_id]] = future.result()
+                finished[shard] = future.result()
+                run_log.shard_done(shard, scale.shards, finished[shard])
             except Exception as exc:  # a shard's failure is reported after the others finish
-                failures[index[future.task_run_id]] = f"{type(exc).__name__}: {exc}"
+                failures[shard] = f"{type(exc).__name__}: {exc}"
+                run_log.shard_failed(shard, scale.shards, failures[shard])
             tracker.update(len(finished), len(failures))
     # A failed shard's store may be partial or unreadable: it is merged once it completes.
     merged = aggregate_shards(config.out, [configs[i].out for i in sorted(finished)])
