@@ -39,7 +39,10 @@ errors = Console(stderr=True)
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    errors.print(Text("error: ", style="bold red") + Text(message), highlight=False)
+    """Print one error line and exit; `code` is one of `gymflow.cli.exit_codes` (1: bad usage,
+    config or input)."""
+    # soft_wrap: one line stays one line in a log, whatever the terminal's width
+    errors.print(Text("error: ", style="bold red") + Text(message), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
