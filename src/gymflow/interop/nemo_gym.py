@@ -1,13 +1,14 @@
 """Importing a NeMo Gym rollout file (and the files NeMo Gym writes beside it) into a new store.
 
-Tasks: with `_ng_task_index`, a task per index; without (NeMo Gym before 0.3), rows are the same
-task when their task content is equal: the request's input, instructions and tools (not its
-sampling settings) and the row's id fields (`task_id`, `id`, `uuid`, `*_id`); rollouts are then
-numbered in file order. A task's id is the row's own `task_id` / `id` / `uuid` (or, with an
-environment, its id field), else a hash of that content, so two imports of different subsets of
-one dataset pair on `task_id`. `<stem>_materialized_inputs.jsonl` adds every task and rollout
-that was asked for (a rollout with no line anywhere is then missing, as health reports), and
-`<stem>_failures.jsonl` adds failed rollouts with their attempts.
+Tasks: with `_ng_task_index`, a task per index; without (older NeMo Gym versions), rows are the
+same task when their task content is equal: the request's input, instructions and tools (not its
+sampling settings) and the row's task fields (`is_task_field`: ids, and the text and structured
+fields a verifier does not add); rollouts are then numbered in file order. A task's id is the
+row's own `task_id` / `id` / `uuid` (or, with an environment, its id field), else a hash of that
+content, so two imports of different subsets of one dataset pair on `task_id`.
+`<stem>_materialized_inputs.jsonl` adds every task and rollout that was asked for (a rollout with
+no line anywhere is then missing, as health reports), and `<stem>_failures.jsonl` adds failed
+rollouts with their attempts.
 
 Each rollout keeps its request and response as given (one model-call record, the evidence the
 file holds); its model calls are counted as the assistant turns in its output. A refusal is a
@@ -49,6 +50,9 @@ SAMPLING_KEYS = ("temperature", "top_p", "max_output_tokens")
 #: The parts of a request that are the task itself; the rest are sampling and transport settings.
 TASK_PARAMS = ("input", "instructions", "tools", "tool_choice", "text", "prompt")
 ID_FIELDS = ("task_id", "id", "uuid")
+#: What NeMo Gym verifiers add to a row (per rollout), seen across the files it ships.
+OUTPUT_PREFIXES = ("extracted_", "predicted_", "pred_", "judge_", "model_", "generated_", "parsed_")
+OUTPUT_FIELDS = ("generation", "completion", "error_message", "error_class", "failure_reason")
 #: NeMo Gym's failure classes (its `_ng_failure_class`) as gymflow failure kinds.
 FAILURE_CLASSES = {
     "timeout_exceeded": "timeout",
@@ -74,11 +78,23 @@ def _row(table: str, values: dict[str, Any]) -> tuple:
     return tuple(values.get(column) for column in COLUMNS[table])
 
 
+def is_task_field(key: str, value: Any) -> bool:
+    """Whether a row's field describes its task rather than one rollout's grading: ids always;
+    not numbers and booleans (a verifier's scores) nor the outputs NeMo Gym verifiers name
+    `extracted_*`, `predicted_*`, `judge_*`, ...; other text and structured fields."""
+    if key in ID_FIELDS or key.endswith("_id") or key == "seed":
+        return True
+    if value is None or isinstance(value, bool | int | float):
+        return False
+    return not key.startswith(OUTPUT_PREFIXES) and key not in OUTPUT_FIELDS
+
+
 def task_content(row: NemoRow) -> str:
-    """What makes two rows the same task: the request's task parts and the row's id fields."""
+    """What makes two rows the same task: the request's task parts (not its sampling settings)
+    and the row's task fields."""
     request = {k: row.params[k] for k in TASK_PARAMS if row.params.get(k) is not None}
-    ids = {k: v for k, v in row.fields.items() if k in ID_FIELDS or k.endswith("_id")}
-    return _dumps([request, ids])
+    fields = {k: v for k, v in row.fields.items() if is_task_field(k, v)}
+    return _dumps([request, fields])
 
 
 def model_turns(output: list[dict[str, Any]]) -> int:
