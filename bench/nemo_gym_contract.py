@@ -62,9 +62,12 @@ print(json.dumps({
 
 
 def _gym(*args: str, cwd: Path) -> str:
+    # a loaded machine can take longer than Prefect's default 20 s to start its ephemeral API
+    env = {"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", **os.environ}
     done = subprocess.run(
-        [sys.executable, "-m", "gymflow.cli", *args], cwd=cwd, capture_output=True, text=True
-    )
+        [sys.executable, "-m", "gymflow.cli", *args], cwd=cwd, capture_output=True, text=True,
+        env=env,
+    )  # fmt: skip
     if done.returncode != 0:
         raise SystemExit(f"gym {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
     return done.stdout

@@ -169,12 +169,18 @@ def _lines(con, verifier_version: str, model: str, agent_ref: dict) -> Iterator[
             if status == "completed" and v_status == "ok":
                 yield "rollout", {**line, "reward": reward}
                 continue
-            kind = failure_kind if status != "completed" else v_failure or "verification_missing"
-            response["status"] = "failed"
-            response["error"] = {
-                "code": ERROR_CODES.get(kind, "server_error"),
-                "message": (error or kind or "")[:2000],
-            }
+            if status == "completed":
+                # the model answered; its grading failed or is absent: NeMo Gym's `transient`
+                kind = v_failure or "verification_missing"
+                extra = {"gymflow_verification": {"status": v_status, "failure_kind": v_failure}}
+            else:
+                kind = failure_kind
+                extra = {}
+                response["status"] = "failed"
+                response["error"] = {
+                    "code": ERROR_CODES.get(kind, "server_error"),
+                    "message": (error or kind or "")[:2000],
+                }
             yield (
                 "failure",
                 {
@@ -184,6 +190,7 @@ def _lines(con, verifier_version: str, model: str, agent_ref: dict) -> Iterator[
                     ),
                     "gymflow_failure_kind": kind,
                     "error_message": (error or kind or "")[:2000],
+                    **extra,
                 },
             )
 

@@ -139,6 +139,9 @@ def outcome(row: NemoRow) -> Outcome:
     response = row.response or {}
     output = row.output
     status = response.get("status")
+    if row.failure_class is not None and isinstance(row.fields.get("gymflow_verification"), dict):
+        # a gymflow export's completed rollout whose grading failed: completed, not scored
+        return Outcome("completed", None, None, status == "incomplete")
     if row.failure_class is not None:
         kind = row.fields.get("gymflow_failure_kind") or FAILURE_CLASSES.get(
             row.failure_class, "harness_error"
@@ -459,6 +462,21 @@ def _records(
         rid = rollout_id(run_id, task.task_id, key[1])
         last = tries[-1]
         rollouts.append(_rollout(run_id, rid, task.task_id, key[1], last, outcome(last)))
+        graded = last.fields.get("gymflow_verification")
+        if isinstance(graded, dict) and graded.get("status") is not None:
+            verifications.append(
+                _row(
+                    "verifications",
+                    {
+                        "rollout_id": rid,
+                        "verifier_version": IMPORTED_VERSION,
+                        "status": str(graded["status"]),
+                        "failure_kind": graded.get("failure_kind"),
+                        "details_json": _dumps({"source": str(path), "line": last.line}),
+                        "created_at": now,
+                    },
+                )
+            )
         calls.extend(_call(rid, n, row, outcome(row), attempt=True) for n, row in enumerate(tries))
     return {
         "tasks": task_rows,
