@@ -193,3 +193,20 @@ def test_grouping_uses_task_fields_not_sampling_or_verifier_outputs(tmp_path: Pa
         "FROM rollouts r JOIN tasks t USING (task_id) GROUP BY 1 ORDER BY 1",
     )
     assert grouped == [(0, [0, 1]), (1, [0])]
+
+
+def test_tags_and_task_fields_are_kept(tmp_path: Path) -> None:
+    lines = _lines(DATA / "abstention" / "example_rollouts.jsonl")
+    lines[0]["tags"] = ["science", "hard"]
+    path = tmp_path / "tagged.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    import_rollouts(path, tmp_path / "run")
+    tags, data = _query(
+        tmp_path / "run", f"SELECT tags, data_json FROM tasks WHERE task_id = '{lines[0]['id']}'"
+    )[0]
+    assert tags == ["science", "hard"]
+    assert json.loads(data)["ground_truth"] == lines[0]["ground_truth"]
+    details = json.loads(
+        _query(tmp_path / "run", "SELECT details_json FROM verifications ORDER BY rollout_id")[0][0]
+    )
+    assert {"source", "line", "fields"} <= set(details)

@@ -165,6 +165,18 @@ class _Task:
     task_id: str = ""
     env_task: Task | None = None
 
+    @property
+    def data(self) -> dict[str, Any]:
+        """The task's fields: a materialized input is the dataset row itself; a rollout line
+        also holds what its verifier added, kept with that rollout's verification instead."""
+        fields = self.sample.fields
+        nested = fields.get("task")
+        if isinstance(nested, dict) and "verifier_version" in fields:
+            return nested  # a gymflow export nests them under `task`
+        if self.sample.response is None:
+            return fields
+        return {k: v for k, v in fields.items() if is_task_field(k, v) or k == "tags"}
+
 
 def _number(path: Path, rows: list[NemoRow]) -> list[tuple[tuple[int, int], NemoRow]]:
     """Every line with its (task index, rollout index): its own, or by content in file order."""
@@ -238,14 +250,6 @@ def _first_user_text(items: list[dict[str, Any]]) -> str:
                 return content
             return "".join(part.get("text") or "" for part in content or ())
     return ""
-
-
-def task_data(fields: dict[str, Any]) -> dict[str, Any]:
-    """A task's fields: a gymflow export nests them under `task` (beside `verifier_version`)."""
-    nested = fields.get("task")
-    if isinstance(nested, dict) and "verifier_version" in fields:
-        return nested
-    return fields
 
 
 def _tags(fields: dict[str, Any]) -> list[str]:
@@ -413,8 +417,8 @@ def _records(
                     "shard_index": 0,
                     "prompt": _first_user_text(sample.input_items),
                     "reference": env_task.reference if env_task else None,
-                    "data_json": _dumps(env_task.data if env_task else task_data(sample.fields)),
-                    "tags": list(env_task.tags) if env_task else _tags(task_data(sample.fields)),
+                    "data_json": _dumps(env_task.data if env_task else task.data),
+                    "tags": list(env_task.tags) if env_task else _tags(task.data),
                     "difficulty": env_task.difficulty if env_task else None,
                 },
             )
@@ -431,7 +435,7 @@ def _records(
         rollouts.append(_rollout(run_id, rid, task.task_id, key[1], row, result))
         calls.append(_call(rid, 0, row, result))
         if result.status == "completed" and row.reward is not None:
-            task_fields = task.sample.fields
+            task_fields = task.data
             verifications.append(
                 _row(
                     "verifications",
