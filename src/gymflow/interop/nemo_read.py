@@ -247,9 +247,10 @@ def row_problems(row: Any, *, needs_result: bool) -> list[str]:
         for key in ("status", "model"):
             if response.get(key) is not None and not isinstance(response[key], str):
                 problems.append(f"response.{key}: expected text, got {_shown(response[key])}")
-    if "reward" not in row and FAILURE_CLASS not in row:
-        problems.append("reward: missing")
-    elif "reward" in row and row["reward"] is not None:
+    scored = FAILURE_CLASS not in row  # a failure's reward (NeMo Gym writes 0.0) is not a score
+    if scored and row.get("reward") is None:
+        problems.append("reward: missing" if "reward" not in row else "reward: expected a number")
+    elif row.get("reward") is not None:
         reward = row["reward"]
         if isinstance(reward, bool) or not isinstance(reward, int | float):
             problems.append(f"reward: expected a number, got {_shown(reward)}")
