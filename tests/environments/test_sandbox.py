@@ -16,7 +16,7 @@ from gymflow.environments.registry import load_environment
 from gymflow.records import VERIFIED, VERIFY_ERROR
 from gymflow.verifiers import pool, sandbox
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
-from gymflow.verifiers.sandbox import SandboxLimits, run_python
+from gymflow.verifiers.sandbox import Sandbox, SandboxLimits
 from tests.conftest import require_tool
 
 
@@ -127,7 +127,7 @@ def test_killing_its_parent_fails_and_parent_survives(task) -> None:
         body = f"import os, signal\nos.kill({target}, signal.SIGKILL)\nreturn False"
         reward, details = attack(task, body)
         assert reward == 0.0
-        assert details["reason"] in {"permission_denied", "runtime_error", "killed"}, details
+        assert details["reason"] in {"permission_denied", "runtime_error", "killed", "tests_failed"}
     assert os.getpid() == me  # this test process is still here to check
     assert no_sandbox_processes_left()
 
@@ -139,9 +139,14 @@ def test_huge_file_hits_the_file_size_limit(task) -> None:
 
 
 def test_exiting_early_is_not_a_pass(task) -> None:
-    for body in ("import os\nos._exit(0)", "import sys\nsys.exit(0)"):
+    # A clean exit mid-test is how a finished run looks: ending the tests that way is tampering.
+    for body in ("import os\nos._exit(0)", "import sys\nsys.exit(0)", "raise SystemExit"):
         reward, details = attack(task, body)
-        assert (reward, details["reason"]) == (0.0, "exited")
+        assert (reward, details["reason"], details["outcome"]) == (0.0, "tampering", "exited")
+        assert details["tampering"][0].startswith("ended_early"), details
+    for body in ("import os\nos._exit(3)", "import sys\nsys.exit(2)"):
+        reward, details = attack(task, body)
+        assert (reward, details["reason"]) == (0.0, "exited"), details
 
 
 def test_missing_bwrap_is_a_verifier_error_not_a_failure(task, monkeypatch) -> None:
@@ -158,16 +163,18 @@ def test_missing_bwrap_is_a_verifier_error_not_a_failure(task, monkeypatch) -> N
 def test_program_runs_without_network_as_an_unprivileged_user() -> None:
     probe = (
         "import os, socket\n"
-        "print(os.getuid(), os.getgid(), socket.gethostname(), os.getcwd())\n"
-        "print(sorted(os.listdir('/')))"
+        "def probe():\n"
+        "    return (os.getuid(), os.getgid(), socket.gethostname(), os.getcwd(),\n"
+        "            sorted(os.listdir('/')))\n"
     )
-    result = run_python(probe, SandboxLimits(timeout_s=5))
-    assert result.ok, result
-    assert result.cpu_s is not None and 0 < result.cpu_s < 5
-    uid, gid, host, cwd = result.stdout_tail.splitlines()[0].split()
-    assert int(uid) != 0 and int(gid) != 0
+    with Sandbox(probe, SandboxLimits(timeout_s=5)) as box:
+        box.load()
+        uid, gid, host, cwd, root = box.call("probe")
+    assert box.cpu_s is not None and 0 < box.cpu_s < 5
+    assert box.evidence == []
+    assert uid != 0 and gid != 0
     assert (host, cwd) == ("sandbox", "/tmp")
-    assert "etc" not in result.stdout_tail and "home" not in result.stdout_tail
+    assert "etc" not in root and "home" not in root
 
 
 def test_verification_runs_in_a_bounded_pool(task, monkeypatch) -> None:

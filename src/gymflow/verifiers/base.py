@@ -37,6 +37,9 @@ class VerifyInput:
 class Verdict:
     reward: float
     details: dict[str, Any] = field(default_factory=dict)
+    #: Why a judged answer failed when it is a kind to count apart, not just a wrong answer:
+    #: `tampering` (the answer's code touched the harness).
+    failure_kind: str | None = None
 
 
 VerifyFn = Callable[[VerifyInput, Any], Verdict]
@@ -53,6 +56,9 @@ class VerifierSpec:
     #: Waits on a network service (an LLM judge) rather than computing: such a verifier runs on
     #: threads, many at once, bounded by its own network timeouts, not in the process pool.
     io_bound: bool = False
+    #: Runs model-written code: always in a verifier worker process under a time bound, whatever
+    #: the environment declares (a hung or hostile program must be killable).
+    runs_untrusted_code: bool = False
 
     def params(self, values: dict[str, Any]) -> BaseModel:
         try:
@@ -78,6 +84,7 @@ def verifier(
     reward_range: tuple[float, float] = (0.0, 1.0),
     pass_threshold: float = 1.0,
     io_bound: bool = False,
+    runs_untrusted_code: bool = False,
 ) -> Callable[[VerifyFn], VerifyFn]:
     """Register a verify function under `name` with its parameter model."""
 
@@ -90,6 +97,7 @@ def verifier(
             pass_threshold=pass_threshold,
             description=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
             io_bound=io_bound,
+            runs_untrusted_code=runs_untrusted_code,
         )
         return fn
 
