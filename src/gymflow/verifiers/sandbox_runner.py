@@ -28,48 +28,6 @@ class Unsupported(ValueError):
     """A value with no plain-data form (an object, a function, a generator...)."""
 
 
-def to_json(value, depth=0):
-    """JSON text for `value` as plain data: None, bool, int, str and finite float as themselves,
-    a list as a list; tuples, sets, dicts and non-finite floats as a one-key object
-    ({"tuple": [...]}, {"dict": [[key, value], ...]}, {"float": "nan"}). Subclasses of these
-    (a Counter, a namedtuple, an IntEnum) become their base type; anything else is Unsupported.
-    Runs in the sandbox: base-type methods, so a subclass cannot choose its own text."""
-    if depth > _MAX_DEPTH:
-        raise Unsupported(f"nested more than {_MAX_DEPTH} deep")
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if int.__index__(value) else "false"
-    if isinstance(value, int):
-        return int.__repr__(int.__index__(value))  # ValueError past 4300 digits
-    if isinstance(value, float):
-        number = float.__float__(value)
-        text = float.__repr__(number)
-        return text if number - number == 0.0 else '{"float":"' + text + '"}'
-    if isinstance(value, str):
-        return json_string(str.__str__(value))
-    if isinstance(value, dict):
-        pairs = (f"[{to_json(k, depth + 1)},{to_json(v, depth + 1)}]" for k, v in dict.items(value))
-        return '{"dict":[' + ",".join(pairs) + "]}"
-    for kind in (list, tuple, frozenset, set):
-        if isinstance(value, kind):
-            items = ",".join(to_json(item, depth + 1) for item in kind.__iter__(value))
-            return f"[{items}]" if kind is list else f'{{"{kind.__name__}":[{items}]}}'
-    raise Unsupported(type(value).__name__)
-
-
-def json_string(text):
-    escaped = text.translate(_ESCAPES)
-    if not escaped.isascii():
-        try:
-            escaped.encode()
-        except UnicodeEncodeError:  # lone surrogates: JSON can carry them only escaped
-            escaped = "".join(
-                f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c for c in escaped
-            )
-    return f'"{escaped}"'
-
-
 def decode(data, depth=0):
     """The value `to_json` wrote as `data` (parsed JSON); anything `to_json` never writes raises
     Unsupported. Only built-in types come out, so nothing decoded can run code when compared."""
@@ -98,14 +56,82 @@ def decode(data, depth=0):
         raise Unsupported(str(exc)) from None
 
 
-def message(**fields):
-    """A flat JSON object; `value` is JSON text already."""
-    parts = []
-    for key, value in fields.items():
-        if key != "value":
-            value = to_json(value)
-        parts.append(f'"{key}":{value}')
-    return "{" + ",".join(parts) + "}"
+def _writers(
+    isinstance=isinstance,
+    bool=bool,
+    int=int,
+    float=float,
+    str=str,
+    dict=dict,
+    list=list,
+    tuple=tuple,
+    frozenset=frozenset,
+    set=set,
+    type=type,
+    ord=ord,
+    UnicodeEncodeError=UnicodeEncodeError,
+    Unsupported=Unsupported,
+    max_depth=_MAX_DEPTH,
+    escapes=_ESCAPES,
+):
+    """`to_json` and `message`, with every built-in they use bound here: a candidate that patches
+    `builtins` (or this module) cannot change what the runner writes, only get reported."""
+
+    def to_json(value, depth=0):
+        """JSON text for `value` as plain data: None, bool, int, str and finite float as themselves,
+        a list as a list; tuples, sets, dicts and non-finite floats as a one-key object
+        ({"tuple": [...]}, {"dict": [[key, value], ...]}, {"float": "nan"}). Subclasses of these
+        (a Counter, a namedtuple, an IntEnum) become their base type; anything else is Unsupported.
+        Runs in the sandbox: base-type methods, so a subclass cannot choose its own text."""
+        if depth > max_depth:
+            raise Unsupported(f"nested more than {max_depth} deep")
+        if value is None:
+            return "null"
+        if isinstance(value, bool):
+            return "true" if int.__index__(value) else "false"
+        if isinstance(value, int):
+            return int.__repr__(int.__index__(value))  # ValueError past 4300 digits
+        if isinstance(value, float):
+            number = float.__float__(value)
+            text = float.__repr__(number)
+            return text if number - number == 0.0 else '{"float":"' + text + '"}'
+        if isinstance(value, str):
+            return json_string(str.__str__(value))
+        if isinstance(value, dict):
+            pairs = (
+                f"[{to_json(k, depth + 1)},{to_json(v, depth + 1)}]" for k, v in dict.items(value)
+            )
+            return '{"dict":[' + ",".join(pairs) + "]}"
+        for kind in (list, tuple, frozenset, set):
+            if isinstance(value, kind):
+                items = ",".join(to_json(item, depth + 1) for item in kind.__iter__(value))
+                return f"[{items}]" if kind is list else f'{{"{kind.__name__}":[{items}]}}'
+        raise Unsupported(type(value).__name__)
+
+    def json_string(text):
+        escaped = text.translate(escapes)
+        if not escaped.isascii():
+            try:
+                escaped.encode()
+            except UnicodeEncodeError:  # lone surrogates: JSON can carry them only escaped
+                escaped = "".join(
+                    f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c for c in escaped
+                )
+        return f'"{escaped}"'
+
+    def message(**fields):
+        """A flat JSON object; `value` is JSON text already."""
+        parts = []
+        for key, value in fields.items():
+            if key != "value":
+                value = to_json(value)
+            parts.append(f'"{key}":{value}')
+        return "{" + ",".join(parts) + "}"
+
+    return to_json, message
+
+
+to_json, message = _writers()
 
 
 def main() -> None:
@@ -117,6 +143,27 @@ def main() -> None:
     import os
     import sys
 
+    # Bound here: a candidate that patches builtins cannot reach the runner's own names.
+    from builtins import (  # noqa: UP029
+        BaseException,
+        RecursionError,
+        SystemExit,
+        ValueError,
+        compile,
+        dict,
+        exec,
+        getattr,
+        int,
+        isinstance,
+        len,
+        open,
+        set,
+        str,
+        type,
+        vars,
+    )
+
+    encode, make_message, unsupported = to_json, message, Unsupported
     write, unmarshal, exit_now = os.write, marshal.loads, os._exit
     stdlib = os.path.dirname(os.__file__)
     me = os.path.abspath(__file__)
@@ -135,14 +182,14 @@ def main() -> None:
         while data:
             data = data[write(reply_fd, data) :]
 
-    send(message(started=True))
+    send(make_message(started=True))
 
     seen = set()
 
     def report(what) -> None:
         if what not in seen:
             seen.add(what)
-            send(message(seen=what))
+            send(make_message(seen=what))
 
     # -- evidence from the audit hook ------------------------------------------------------------
     introspection = {
@@ -205,6 +252,7 @@ def main() -> None:
     ]
     snapshot = {(m.__name__, a): getattr(m, a, None) for m, names in watched for a in names}
     modules = {name: sys.modules[name] for name in ("os", "sys", "marshal", "builtins")}
+    runner = dict(vars(sys.modules["__main__"]))  # this module: to_json, message...
     signals = {s: _signal.getsignal(s) for s in _signal.valid_signals() if s < _signal.SIGRTMIN}
 
     def check_state() -> None:
@@ -213,6 +261,10 @@ def main() -> None:
                 report(f"patched:{module}.{name}")
         for name in set(vars(builtins)) - {n for m, n in snapshot if m == "builtins"} - {"_"}:
             report(f"patched:builtins.{name}")
+        now = getattr(sys.modules.get("__main__"), "__dict__", {})
+        for name in set(runner) | set(now):
+            if now.get(name) is not runner.get(name):
+                report(f"patched:runner.{name}")
         for name, module in modules.items():
             if sys.modules.get(name) is not module:
                 report(f"patched:sys.modules[{name!r}]")
@@ -249,10 +301,10 @@ def main() -> None:
         exec(compile(source, "solution.py", "exec"), namespace)
     except BaseException as exc:  # a SystemExit too: it ended the load early
         check_state()
-        send(message(loaded=False, **failure(exc)))
+        send(make_message(loaded=False, **failure(exc)))
     else:
         check_state()
-        send(message(loaded=True))
+        send(make_message(loaded=True))
     while True:
         header = requests.read(4)
         body = requests.read(int.from_bytes(header, "big")) if len(header) == 4 else b""
@@ -261,15 +313,16 @@ def main() -> None:
         call_id, name, args, kwargs = unmarshal(body)
         try:
             result = namespace[name](*args, **kwargs)
+            check_state()  # first: a patch that breaks what follows is reported all the same
             try:
-                text = to_json(result)
+                text = encode(result)
                 if len(text) > MAX_MESSAGE - 1024:
-                    raise Unsupported(f"a return value over {MAX_MESSAGE >> 20} MiB")
-                reply = message(id=call_id, value=text)
-            except (Unsupported, RecursionError, ValueError) as exc:
-                reply = message(id=call_id, unsupported=str(exc)[:200])
+                    raise unsupported(f"a return value over {MAX_MESSAGE >> 20} MiB")
+                reply = make_message(id=call_id, value=text)
+            except (unsupported, RecursionError, ValueError) as exc:
+                reply = make_message(id=call_id, unsupported=str(exc)[:200])
         except BaseException as exc:
-            reply = message(id=call_id, **failure(exc))
+            reply = make_message(id=call_id, **failure(exc))
         check_state()
         send(reply)
 
