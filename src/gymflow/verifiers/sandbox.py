@@ -561,6 +561,7 @@ class Sandbox:
 # errno values (Linux) that name a sandbox limit the program ran into.
 _ERRNO_REASONS = {
     11: "process_limit",  # EAGAIN from fork at RLIMIT_NPROC
+    12: "memory",  # ENOMEM from mmap at RLIMIT_AS
     27: "file_size",  # EFBIG at RLIMIT_FSIZE
     28: "disk_full",  # ENOSPC on the size-limited /tmp (or a user namespace refused)
     30: "read_only_filesystem",  # EROFS

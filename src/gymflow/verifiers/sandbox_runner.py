@@ -263,7 +263,7 @@ def main() -> None:
             report(f"patched:builtins.{name}")
         now = getattr(sys.modules.get("__main__"), "__dict__", {})
         for name in set(runner) | set(now):
-            if now.get(name) is not runner.get(name):
+            if now.get(name) is not runner.get(name) and name != "__warningregistry__":
                 report(f"patched:runner.{name}")
         for name, module in modules.items():
             if sys.modules.get(name) is not module:
