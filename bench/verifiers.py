@@ -5,8 +5,9 @@ environment's tasks, alternating the reference and the distractor answer, so pas
 are both timed). A worker is a process that calls it in a loop for `--seconds`; with `--workers 2`
 two such processes run at once, which is how a 2-core machine is used (pure-Python verifiers hold
 the GIL, so threads would not add a core). HumanEval loads each answer in its sandbox (bubblewrap,
-rlimits, its own uid) and runs the tests in the worker against it, as gymflow does. The math judge is timed against a trivial judge server on
-127.0.0.1 that answers at once: it measures gymflow's side of a judge call, not a model.
+rlimits, its own uid) and runs the tests in the worker against it, as gymflow does. The math
+judge is timed against a trivial judge server on 127.0.0.1 that answers at once: it measures
+gymflow's side of a judge call, not a model.
 
 A case's callable is a factory, called once in each worker process, that returns the
 one-verification function. Other environments add rows with `main(extra=[(name, factory), ...])`.
