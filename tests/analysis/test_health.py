@@ -119,6 +119,16 @@ def _verification_error(b):
     )
 
 
+def _tampering(b):
+    details = {"reason": "tampering", "tampering": ["ended_early:exit status 0"]}
+    return _bend(
+        b,
+        "t0",
+        1,
+        verification=Verification(b.verifier_version, "ok", 0.0, False, "tampering", details),
+    )
+
+
 def _every_repeat(b):
     _bend(b, "t2", 0, text="")
     _bend(b, "t2", 1, text="")
@@ -152,6 +162,7 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "reward_out_of_range": _out_of_range,
     "verification_missing": lambda b: _bend(b, "t0", 1, verification=None),
     "verification_error": _verification_error,
+    "tampering": _tampering,
     TASK_CHECK: _every_repeat,
 }
 

@@ -250,6 +250,16 @@ CHECKS: dict[str, Check] = {
                   (SELECT count(*) FROM rollouts))
         """,
     ),
+    "tampering": Check(
+        "the answer's code was seen touching the verification harness (failure kind "
+        "tampering: it ended the tests early, patched or inspected the runner, forged a reply)",
+        """
+        SELECT rollout_id AS id FROM verifications
+        WHERE verifier_version = getvariable('verifier_version') AND failure_kind = 'tampering'
+        """,
+        needs=("verifier_version",),
+        severity="warning",
+    ),
 }
 
 #: Derived from the rollout checks above, so it runs after them.

@@ -37,6 +37,9 @@ class VerifyInput:
 class Verdict:
     reward: float
     details: dict[str, Any] = field(default_factory=dict)
+    #: Why a judged answer failed when it is a kind to count apart, not just a wrong answer:
+    #: `tampering` (the answer's code touched the harness).
+    failure_kind: str | None = None
 
 
 VerifyFn = Callable[[VerifyInput, Any], Verdict]
@@ -67,6 +70,9 @@ class VerifierSpec:
     io_bound: bool = False
     #: The `Task.data` fields it reads, by name.
     fields: dict[str, DataField] = field(default_factory=dict)
+    #: Runs model-written code: always in a verifier worker process under a time bound, whatever
+    #: the environment declares (a hung or hostile program must be killable).
+    runs_untrusted_code: bool = False
 
     def params(self, values: dict[str, Any]) -> BaseModel:
         try:
@@ -93,6 +99,7 @@ def verifier(
     pass_threshold: float = 1.0,
     io_bound: bool = False,
     fields: dict[str, DataField] | None = None,
+    runs_untrusted_code: bool = False,
 ) -> Callable[[VerifyFn], VerifyFn]:
     """Register a verify function under `name` with its parameter model."""
 
@@ -106,6 +113,7 @@ def verifier(
             description=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
             io_bound=io_bound,
             fields=dict(fields or {}),
+            runs_untrusted_code=runs_untrusted_code,
         )
         return fn
 
