@@ -16,6 +16,7 @@ from statsmodels.stats.weightstats import DescrStatsW
 
 from gymflow.analysis.stats import (
     Z95,
+    _expanded_tail,
     bootstrap_ci95,
     bounded_mean_ci95,
     clustered_stderr,
@@ -99,6 +100,17 @@ def test_paired_difference_ci_is_statsmodels_t_interval() -> None:
     assert mean_difference_ci95(np.array([0.5])).bounds is None
     clipped = mean_difference_ci95(np.array([1.0, 1.0, 0.9]))
     assert clipped.bounds[0] >= -1.0 and clipped.bounds[1] == 1.0
+
+
+def test_bootstrap_is_the_expanded_percentile_interval() -> None:
+    for m in (2, 3, 10, 100):
+        expected = sps.norm.cdf(-math.sqrt(m / (m - 1)) * sps.t.ppf(0.975, m - 1))
+        assert _expanded_tail(m) == pytest.approx(expected, rel=1e-9)
+    # Many tasks: the bootstrap interval of a mean is the t interval, to Monte-Carlo error.
+    rates = np.random.default_rng(8).binomial(4, 0.3, size=400)[:, None] / 4
+    low, high = bootstrap_ci95(rates, samples=4000, seed=1)
+    t_low, t_high = DescrStatsW(rates[:, 0]).tconfint_mean(alpha=0.05)
+    assert low[0] == pytest.approx(t_low, abs=0.004) and high[0] == pytest.approx(t_high, abs=0.004)
 
 
 def test_no_bootstrap_interval_below_two_tasks() -> None:

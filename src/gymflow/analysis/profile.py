@@ -26,7 +26,7 @@ from gymflow.analysis.stats import (
     design_effect,
     variance_components,
 )
-from gymflow.environments.registry import environment_sources
+from gymflow.environments.registry import RegistryError, environment_sources
 from gymflow.store.runs import run_info
 
 #: rollout columns summarised by percentile
@@ -64,7 +64,10 @@ def _estimate(
 def reward_range(environment: str | None, task_means: np.ndarray) -> tuple[float, float]:
     """The environment's declared reward range; for a run of an environment this installation
     does not know (an imported one), the unit range widened to the task means observed."""
-    source = environment_sources().get(environment) if environment else None
+    try:
+        source = environment_sources().get(environment) if environment else None
+    except RegistryError:  # a broken manifest elsewhere on the path: this run still profiles
+        source = None
     if source is not None:
         low, high = source.manifest.reward_range
         return float(low), float(high)

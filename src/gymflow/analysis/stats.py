@@ -202,7 +202,13 @@ def bootstrap_ci95(
     seed: int = 0,
     chunk: int = 100,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile 95% CIs of column means over tasks, resampling tasks with replacement.
+    """Expanded-percentile 95% CIs of column means over tasks, resampling tasks with replacement.
+
+    The plain 2.5/97.5 percentiles are too narrow on few tasks (a resample's spread is the
+    plug-in one, which divides by tasks instead of tasks - 1, and they use normal tails): they
+    covered 83-92% at 10 tasks. Hesterberg's expanded percentile interval (2015) reads the
+    percentiles at alpha'/2 and 1 - alpha'/2 instead, where Phi^-1(alpha'/2) =
+    -sqrt(m / (m - 1)) * t(0.975, m - 1) for the m tasks a column counts.
 
     `values` holds one row per distinct task profile and `groups[i]` is task i's row (tasks with
     equal (n, c) share a row, so a resample is a count per row and the cost follows the number of
@@ -219,7 +225,6 @@ def bootstrap_ci95(
         return nan, nan.copy()
     rng = np.random.default_rng(seed)
     counts = ~np.isnan(values)
-    too_few = counts[groups].sum(axis=0) < 2
     filled = np.where(counts, values, 0.0)
     counts = counts.astype(float)
     means = np.empty((samples, columns))
@@ -232,11 +237,25 @@ def bootstrap_ci95(
         weights = weights.astype(float)  # float @ float runs in BLAS; int @ float does not
         with np.errstate(invalid="ignore", divide="ignore"):
             means[start : start + size] = (weights @ filled) / (weights @ counts)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a column no resample can fill: NaN
-        low, high = np.nanpercentile(means, [2.5, 97.5], axis=0)
-    low[too_few], high[too_few] = np.nan, np.nan
+    low, high = np.full(columns, np.nan), np.full(columns, np.nan)
+    for column, tasks_counted in enumerate(counts[groups].sum(axis=0).astype(int).tolist()):
+        if tasks_counted < 2:
+            continue
+        tail = _expanded_tail(tasks_counted)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # no resample filled it: NaN
+            low[column], high[column] = np.nanpercentile(
+                means[:, column], [100 * tail, 100 * (1 - tail)]
+            )
     return low, high
+
+
+def _expanded_tail(tasks: int) -> float:
+    """alpha'/2 of the expanded percentile interval: the normal tail beyond
+    sqrt(tasks / (tasks - 1)) * t(0.975, tasks - 1)."""
+    return 0.5 * math.erfc(
+        math.sqrt(tasks / (tasks - 1)) * t_quantile(0.975, tasks - 1) / math.sqrt(2)
+    )
 
 
 # --- variance components -----------------------------------------------------------------------
