@@ -130,6 +130,14 @@ def test_a_completed_chat_answer_keeps_the_completion_beside_the_translation() -
     assert [item["type"] for item in evidence["output"]] == ["reasoning", "message"]
 
 
+def test_an_empty_chat_answer_is_an_empty_message_and_no_answer_is_none() -> None:
+    empty = _call("chat_completions", _chat({"content": ""}), [])
+    assert empty.error is None and empty.response["output"][0]["type"] == "message"
+    assert output_text(empty.response["output"]) == ""
+    nothing = _call("chat_completions", _chat({"content": None}), [])
+    assert nothing.calls[0].failure_kind == "response_not_run"
+
+
 def test_content_as_a_list_of_parts_is_read_as_text() -> None:
     answer = _chat({"content": [{"type": "text", "text": "4"}, {"type": "text", "text": "2"}]})
     outcome = _call("chat_completions", answer, [])
