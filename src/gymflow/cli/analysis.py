@@ -381,9 +381,13 @@ def eval_diagnose(
 def eval_reverify(
     run_dir: Annotated[Path, typer.Argument(help="Run directory (or its .duckdb file).")],
     settings: Annotated[
-        list[str],
-        typer.Option("--set", help="Verifier parameter as KEY=VALUE (repeatable)."),
-    ],
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Verifier parameter as KEY=VALUE (repeatable); none: the environment's "
+            "verifier as it is now.",
+        ),
+    ] = None,
     failed_only: Annotated[
         bool, typer.Option(help="Judge again only rollouts the base version did not pass.")
     ] = False,
@@ -395,12 +399,14 @@ def eval_reverify(
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """New rewards from stored rollouts under changed verifier parameters; no inference. The
-    result is a new verifier version beside the old one."""
+    """New rewards from stored rollouts under changed verifier parameters (or, without --set,
+    the environment's verifier as it is now); no inference. The result is a new verifier
+    version beside the old one; under a version already stored, verifications that errored or
+    timed out are judged again."""
     try:
         result = reverify(
             run_dir,
-            parse_settings(settings),
+            parse_settings(settings or []),
             failed_only=failed_only,
             force=force,
             base_version=base_version,
