@@ -65,6 +65,9 @@ class VerifierSpec:
     #: Waits on a network service (an LLM judge) rather than computing: such a verifier runs on
     #: threads, many at once, bounded by its own network timeouts, not in the process pool.
     io_bound: bool = False
+    #: Runs programs or parses untrusted input with no bound of its own: an environment that
+    #: names it (a dataset benchmark's does) verifies in a worker process under a timeout.
+    heavy: bool = False
     #: The `Task.data` fields it reads, by name.
     fields: dict[str, DataField] = field(default_factory=dict)
 
@@ -92,6 +95,7 @@ def verifier(
     reward_range: tuple[float, float] = (0.0, 1.0),
     pass_threshold: float = 1.0,
     io_bound: bool = False,
+    heavy: bool = False,
     fields: dict[str, DataField] | None = None,
 ) -> Callable[[VerifyFn], VerifyFn]:
     """Register a verify function under `name` with its parameter model."""
@@ -105,6 +109,7 @@ def verifier(
             pass_threshold=pass_threshold,
             description=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
             io_bound=io_bound,
+            heavy=heavy,
             fields=dict(fields or {}),
         )
         return fn

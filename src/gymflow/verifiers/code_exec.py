@@ -74,6 +74,7 @@ def _as_body(code: str) -> str:
 @verifier(
     "code_exec",
     params=CodeExecParams,
+    heavy=True,
     fields={n: DataField("text") for n in ("prompt", "test", "entry_point")},
 )
 def code_exec(inp: VerifyInput, params: CodeExecParams) -> Verdict:
