@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gymflow import bounded_yaml
 from gymflow.config import Sampling, format_validation_error
 from gymflow.environments.base import Environment, EnvironmentManifest, VerifierRef
 from gymflow.environments.dataset.spec import DatasetSpec
@@ -97,7 +98,7 @@ def search_roots() -> list[Path]:
 
 def read_manifest(path: Path) -> EnvironmentManifest:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = bounded_yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise RegistryError(f"{path}: cannot read manifest: {exc}") from None
     try:
@@ -189,7 +190,7 @@ def load_benchmark(name: str) -> Benchmark:
         raise RegistryError(f"unknown benchmark {name!r} (known: {known})")
     path = files[name]
     try:
-        data = yaml.safe_load(path.read_text())
+        data = bounded_yaml.safe_load(path.read_text())
         return Benchmark.model_validate(data)
     except yaml.YAMLError as exc:
         raise RegistryError(f"{path}: malformed YAML: {exc}") from None
