@@ -68,11 +68,12 @@ class VerifierSpec:
     #: Waits on a network service (an LLM judge) rather than computing: such a verifier runs on
     #: threads, many at once, bounded by its own network timeouts, not in the process pool.
     io_bound: bool = False
+    #: Runs model-written code or parses untrusted input with no bound of its own: it always
+    #: verifies in a killable worker process under a time bound (the environment's
+    #: verify_timeout_s, else 300 s), whichever environment or dataset names it.
+    heavy: bool = False
     #: The `Task.data` fields it reads, by name.
     fields: dict[str, DataField] = field(default_factory=dict)
-    #: Runs model-written code: always in a verifier worker process under a time bound, whatever
-    #: the environment declares (a hung or hostile program must be killable).
-    runs_untrusted_code: bool = False
 
     def params(self, values: dict[str, Any]) -> BaseModel:
         try:
@@ -98,8 +99,8 @@ def verifier(
     reward_range: tuple[float, float] = (0.0, 1.0),
     pass_threshold: float = 1.0,
     io_bound: bool = False,
+    heavy: bool = False,
     fields: dict[str, DataField] | None = None,
-    runs_untrusted_code: bool = False,
 ) -> Callable[[VerifyFn], VerifyFn]:
     """Register a verify function under `name` with its parameter model."""
 
@@ -112,8 +113,8 @@ def verifier(
             pass_threshold=pass_threshold,
             description=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
             io_bound=io_bound,
+            heavy=heavy,
             fields=dict(fields or {}),
-            runs_untrusted_code=runs_untrusted_code,
         )
         return fn
 

@@ -113,8 +113,8 @@ def _as_body(code: str) -> str:
 @verifier(
     "code_exec",
     params=CodeExecParams,
+    heavy=True,
     fields={n: DataField("text") for n in ("prompt", "test", "entry_point")},
-    runs_untrusted_code=True,
 )
 def code_exec(inp: VerifyInput, params: CodeExecParams) -> Verdict:
     """Reward 1 when the extracted code passes the task's tests, run against the sandbox."""
