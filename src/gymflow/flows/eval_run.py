@@ -24,7 +24,8 @@ from gymflow.flows.artifacts import (
 )
 from gymflow.flows.eval_shard import collect_plan
 from gymflow.flows.fan_out import ShardFailed, run_shard_here, run_shard_on_pool, shard_deployment
-from gymflow.flows.parameters import UNSHARDED, ScaleOptions, shard_config
+from gymflow.flows.labels import run_name, tag_run
+from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions, shard_config
 from gymflow.models.endpoint import model_endpoint
 from gymflow.rollouts.plan import resolve
 from gymflow.store.merge import check_destination
@@ -52,11 +53,12 @@ def _resuming(resume: bool) -> bool:
 
 @flow(
     name="eval-run",
+    flow_run_name=run_name,
     log_prints=True,
     task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENT_SHARDS),
 )
 def evaluation_loop(
-    config: EvalConfig, resume: bool = False, scale: ScaleOptions = UNSHARDED
+    config: FlowConfig, resume: bool = False, scale: ScaleOptions = UNSHARDED
 ) -> dict[str, Any]:
     """Collect every missing rollout of the config's run, then health, profile, diagnosis and
     report.
@@ -69,6 +71,7 @@ def evaluation_loop(
             then merged into the run store.
     """
     config = _dated(config)
+    tag_run(config)
     resume = _resuming(resume)
     if scale.sharded:
         if config.shard.count > 1:
