@@ -26,7 +26,8 @@ from gymflow.flows.artifacts import (
 from gymflow.flows.cancellation import stop_on_cancel
 from gymflow.flows.eval_shard import collect_plan
 from gymflow.flows.fan_out import ShardFailed, run_shard_here, run_shard_on_pool, shard_deployment
-from gymflow.flows.parameters import UNSHARDED, ScaleOptions, shard_config
+from gymflow.flows.labels import run_name, tag_run
+from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions, shard_config
 from gymflow.models.endpoint import model_endpoint
 from gymflow.rollouts import stopping
 from gymflow.rollouts.plan import resolve
@@ -55,11 +56,12 @@ def _resuming(resume: bool) -> bool:
 
 @flow(
     name="eval-run",
+    flow_run_name=run_name,
     log_prints=True,
     task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENT_SHARDS),
 )
 def evaluation_loop(
-    config: EvalConfig,
+    config: FlowConfig,
     resume: bool = False,
     scale: ScaleOptions = UNSHARDED,
     retry_failed: bool = True,
@@ -82,6 +84,7 @@ def evaluation_loop(
     """
     stopping.clear()
     config = _dated(config)
+    tag_run(config)
     resume = _resuming(resume)
     try:
         with stopping.stop_on_signals(), stop_on_cancel():
