@@ -26,6 +26,7 @@ import orjson
 import pyarrow as pa
 import yaml
 
+from gymflow import bounded_yaml
 from gymflow.analysis.profile import headline
 from gymflow.environments.base import Task
 from gymflow.environments.registry import RegistryError, load_environment
@@ -54,7 +55,7 @@ def parse_settings(pairs: list[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise ReverifyError(f"--set {pair!r}: expected KEY=VALUE, e.g. mode=loose")
         try:
-            settings[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+            settings[key.strip()] = bounded_yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError as exc:
             raise ReverifyError(f"--set {pair!r}: value is not a YAML scalar: {exc}") from None
     return settings

@@ -75,6 +75,14 @@ def _unknown_task(b):
 
 
 def _last_call_failed(b):
+    # 1 failed rollout among 46: below the failed share that makes a run unhealthy (5%)
+    for i in range(3, 23):
+        b.task(f"t{i}", i)
+        b.fill(f"t{i}", "10")
+    return _failed_rollout(b)
+
+
+def _failed_rollout(b):
     rid = _with_call(
         b,
         "t0",
@@ -123,6 +131,7 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "unknown_task": _unknown_task,
     "no_model_calls": lambda b: _bend(b, "t0", 1, calls=[]),
     "last_call_failed": _last_call_failed,
+    "failed_share": _failed_rollout,  # 1 of 6 rollouts failed
     "empty_output": lambda b: _bend(b, "t0", 1, text="  "),
     "incomplete_response": lambda b: _bend(b, "t0", 1, incomplete=True),
     "zero_output_tokens": lambda b: _bend(b, "t0", 1, output_tokens=0),
@@ -203,7 +212,7 @@ def test_health_cli_exit_code_and_json(tmp_path: Path) -> None:
     assert warned.returncode == 0, warned.stderr
     assert "warnings: incomplete_response" in warned.stdout
     failed = gym("eval", "health", "run", "--json", "--warning-max-share", "0", cwd=tmp_path)
-    assert failed.returncode == 1, failed.stderr
+    assert failed.returncode == 2, failed.stderr  # exit_codes.GATE_FAILED
     payload = json.loads(failed.stdout)
     assert payload["gate_failures"] == ["incomplete_response"]
     assert payload["rollout_verdicts"][0]["rollout_id"] == flagged

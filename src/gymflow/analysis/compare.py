@@ -34,6 +34,12 @@ FACTORS = {
 }
 
 
+def protocol_version(benchmark_version: str | None) -> str:
+    """A dataset benchmark's version is `protocol.rows`: two runs whose rows alone differ are
+    compared (on the task ids they share), with "dataset version" among the differing factors."""
+    return (benchmark_version or "").partition(".")[0]
+
+
 def _factor_value(run: dict[str, Any], column: str) -> Any:
     value = run[column]
     if column == "sampling_json" and value:
@@ -129,7 +135,7 @@ def compare(
     "binary_outcome": str, **paired(...)}. Raises CompareError for different benchmark versions
     or no common scored task."""
     run_a, run_b = run_info(con_a), run_info(con_b)
-    if run_a["benchmark_version"] != run_b["benchmark_version"]:
+    if protocol_version(run_a["benchmark_version"]) != protocol_version(run_b["benchmark_version"]):
         raise CompareError(
             f"runs {run_a['run_id']} and {run_b['run_id']} are on different benchmark versions "
             f"({run_a['benchmark'] or run_a['environment']} {run_a['benchmark_version']} vs "

@@ -101,6 +101,10 @@ def _sampling_differs(key: str) -> str:
     )
 
 
+#: A run in which more than this share of the expected rollouts failed is unhealthy (the
+#: `failed_share` check); `--threshold failed_share=SHARE` allows more.
+FAILED_SHARE_MAX = 0.05
+
 CHECKS: dict[str, Check] = {
     "missing_rollout": Check(
         "expected (task_id, repeat_index) with no stored rollout",
@@ -232,6 +236,19 @@ CHECKS: dict[str, Check] = {
         """,
         needs=("verifier_version",),
         severity="warning",
+    ),
+    "failed_share": Check(
+        "failed rollouts (model, transport, harness, tool failures), when more than "
+        f"{FAILED_SHARE_MAX:.0%} of the expected rollouts failed: the run mostly measured "
+        "its setup, not the policy",
+        f"""
+        SELECT rollout_id AS id FROM rollouts
+        WHERE status = 'failed'
+          AND (SELECT count(*) FROM rollouts WHERE status = 'failed')
+              > {FAILED_SHARE_MAX} * greatest(
+                  (SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0),
+                  (SELECT count(*) FROM rollouts))
+        """,
     ),
 }
 

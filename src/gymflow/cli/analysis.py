@@ -12,6 +12,7 @@ from gymflow.analysis.compare import CompareError, compare
 from gymflow.analysis.diagnose import diagnose
 from gymflow.analysis.health import Gate, health
 from gymflow.analysis.profile import profile
+from gymflow.cli import exit_codes
 from gymflow.cli.app import console, eval_app, fail, print_json
 from gymflow.reverify import ReverifyError, parse_settings, reverify
 from gymflow.store.db import StoreError, connect
@@ -262,7 +263,7 @@ def eval_health(
             + (f"; warnings: {', '.join(result['warnings'])}" if result["warnings"] else "")
         )
     if result["gate"] == "fail":
-        raise typer.Exit(1)
+        raise typer.Exit(exit_codes.GATE_FAILED)
 
 
 @eval_app.command("diagnose")

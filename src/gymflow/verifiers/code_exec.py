@@ -12,7 +12,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.verifiers.base import Verdict, VerifierError, VerifyInput, verifier
+from gymflow.verifiers.base import DataField, Verdict, VerifierError, VerifyInput, verifier
 from gymflow.verifiers.sandbox import SandboxError, SandboxLimits, run_python
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
@@ -71,7 +71,11 @@ def _as_body(code: str) -> str:
     return code
 
 
-@verifier("code_exec", params=CodeExecParams)
+@verifier(
+    "code_exec",
+    params=CodeExecParams,
+    fields={n: DataField("text") for n in ("prompt", "test", "entry_point")},
+)
 def code_exec(inp: VerifyInput, params: CodeExecParams) -> Verdict:
     """Reward 1 when the extracted code passes the task's tests in the sandbox."""
     data = inp.task.data
