@@ -36,7 +36,7 @@ def study_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 
 def test_each_variant_is_compared_with_the_baseline_on_its_one_factor(study_run):
-    cwd, result = study_run
+    _cwd, result = study_run
     effects = {v["summary"]["name"]: v for v in result["variants"]}
     assert {name: v["summary"]["isolates"] for name, v in effects.items()} == {
         "other-checkpoint": "model",
@@ -59,7 +59,7 @@ def test_each_variant_is_compared_with_the_baseline_on_its_one_factor(study_run)
 
 
 def test_a_verifier_only_variant_is_a_reverify_not_new_inference(study_run):
-    cwd, result = study_run
+    cwd, _result = study_run
     runs = cwd / "runs" / "study"
     assert sorted(p.name for p in runs.iterdir() if p.is_dir()) == [
         "baseline", "other-checkpoint", "plain-prompt", "terse-harness",
@@ -80,7 +80,7 @@ def test_running_the_study_again_resumes_and_runs_nothing_new(study_run):
 
 @pytest.mark.browser
 def test_the_study_report_reads_in_a_browser(study_run):
-    cwd, result = study_run
+    _cwd, result = study_run
     report = Path(result["report"])
     with chromium(require_tool("chromium")) as browser:
         page = visit(browser, report, javascript=False, screenshot=True)

@@ -49,7 +49,7 @@ def _dated(config: EvalConfig) -> EvalConfig:
     return config.model_copy(update={"out": config.out.replace("{date}", f"{when:%Y-%m-%d}")})
 
 
-def _resuming(resume: bool) -> bool:
+def resuming(resume: bool) -> bool:
     """A retry of this flow run (the UI's Retry button) continues it, as `--resume` would."""
     return resume or (flow_run.run_count or 1) > 1
 
@@ -85,7 +85,7 @@ def evaluation_loop(
     stopping.clear()
     config = _dated(config)
     tag_run(config)
-    resume = _resuming(resume)
+    resume = resuming(resume)
     try:
         with stopping.stop_on_signals(), stop_on_cancel():
             if scale.sharded:

@@ -13,9 +13,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.config import EvalConfig
-from gymflow.flows.eval_run import evaluation_loop
-from gymflow.flows.parameters import UNSHARDED, ScaleOptions
+from gymflow.flows.eval_run import evaluation_loop, resuming
+from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions
 from gymflow.history.gate import GateVerdict, gate, save_verdict
 from gymflow.store.db import StoreError
 
@@ -61,7 +60,7 @@ def gate_run(run_dir: str, options: GateOptions) -> GateVerdict:
 
 @flow(name="nightly", log_prints=True)
 def nightly(
-    config: EvalConfig, scale: ScaleOptions = UNSHARDED, gate: GateOptions | None = None
+    config: FlowConfig, scale: ScaleOptions = UNSHARDED, gate: GateOptions | None = None
 ) -> dict[str, Any]:
     """Run the evaluation loop, then gate the run on regressions.
 
@@ -71,7 +70,8 @@ def nightly(
         gate: What the run is compared with and how large a drop fails it.
     """
     options = gate or GateOptions()
-    result = evaluation_loop(config, resume=False, scale=scale)
+    # A retry of this flow run (the UI's Retry) continues tonight's run instead of refusing it.
+    result = evaluation_loop(config, resume=resuming(False), scale=scale)
     verdict = gate_run(result["run_dir"], options)
     # The report was written before the gate: again, so that it states the verdict.
     from gymflow.reports.render import write_run_report
