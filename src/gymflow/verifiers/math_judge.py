@@ -113,6 +113,7 @@ def _run(coro) -> Any:
     "math_judge",
     params=MathJudgeParams,
     io_bound=True,
+    heavy=True,
     fields={"answer": DataField("scalar"), "question": DataField("text", required=False)},
 )
 def math_judge(inp: VerifyInput, params: MathJudgeParams) -> Verdict:
