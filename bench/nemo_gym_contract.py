@@ -6,7 +6,9 @@ Two interpreters: gymflow's (this one) makes a run and exports it; a Python 3.12
 models (`BaseVerifyResponse` for rollouts: its request model forbids unknown fields; the
 request and `NeMoGymResponse` for failures and materialized inputs) and runs its reward
 profiler (`RewardProfiler.profile_from_data`, no Ray) on the rollouts with their materialized
-inputs. Then the export is imported back and every count and reward compared.
+inputs, and the aggregation `gym eval aggregate` asks each agent server for (grouped by
+`agent_ref`, computed by `compute_aggregate_metrics`, without the HTTP hop). Then the export is
+imported back and every count and reward compared.
 
     ~/.pyenv/versions/3.12*/bin/python -m venv /tmp/ng312
     /tmp/ng312/bin/pip install nemo-gym==0.4.0
@@ -30,7 +32,8 @@ import json, sys
 from pathlib import Path
 from nemo_gym.base_resources_server import BaseVerifyRequest, BaseVerifyResponse
 from nemo_gym.openai_utils import NeMoGymResponseCreateParamsNonStreaming
-from nemo_gym.reward_profile import RewardProfiler
+from nemo_gym.config_types import AggregateMetricsRequest
+from nemo_gym.reward_profile import RewardProfiler, compute_aggregate_metrics
 
 def load(path):
     p = Path(path)
@@ -52,7 +55,28 @@ for i, row in enumerate(inputs, 1):
     except Exception as exc:
         errors.append(f"materialized_inputs:{i}: {str(exc)[:300]}")
 groups, agents = RewardProfiler().profile_from_data(inputs, rollouts, allow_partial_rollouts=True)
+# `gym eval aggregate`'s grouping (rows without agent_ref are skipped) and stripping, then what an
+# agent server's default /aggregate_metrics computes; only the HTTP hop is left out
+by_agent = {}
+for row in rollouts:
+    name = (row.get("agent_ref") or {}).get("name")
+    if name:
+        entry = {k: v for k, v in row.items() if k not in ("response", "responses_create_params")}
+        entry["response"] = {"usage": (row.get("response") or {}).get("usage")}
+        by_agent.setdefault(name, []).append(entry)
+aggregated = {
+    name: compute_aggregate_metrics(AggregateMetricsRequest(verify_responses=rows).verify_responses)
+    for name, rows in by_agent.items()
+}
 print(json.dumps({
+    "aggregate": {
+        name: {
+            "key_metrics": agg.key_metrics,
+            "tasks": len(agg.group_level_metrics),
+            "metrics": sorted({k.split("/", 1)[1] for k in agg.agent_metrics if "/" in k}),
+        }
+        for name, agg in aggregated.items()
+    },
     "validated": {"rollouts": len(rollouts), "failures": len(failures), "inputs": len(inputs)},
     "errors": errors[:20], "error_count": len(errors),
     "profiled_tasks": len(groups),

@@ -5,6 +5,7 @@ leaves nothing that blocks the next, and `--out` mistakes are one line."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -251,3 +252,13 @@ def test_indices_on_some_lines_only_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InteropError) as caught:
         import_rollouts(path, tmp_path / "run")
     assert f"{path}:2: _ng_task_index: present on some lines and not on others" in str(caught.value)
+
+
+def test_a_sidecar_line_without_indices_is_refused(tmp_path: Path) -> None:
+    shutil.copy(REAL, tmp_path / "r.jsonl")
+    row = json.loads(_real_lines()[0])
+    del row["_ng_task_index"], row["_ng_rollout_index"]
+    (tmp_path / "r_materialized_inputs.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(InteropError) as caught:
+        import_rollouts(tmp_path / "r.jsonl", tmp_path / "run")
+    assert "r_materialized_inputs.jsonl:1: _ng_task_index: missing" in str(caught.value)

@@ -325,7 +325,8 @@ def import_rollouts(
     keys = expected | done | set(attempts)
     repeats = max(r for _, r in keys) + 1
     first = numbered[0][1]
-    run_id = "ng-" + hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    with path.open("rb") as handle:
+        run_id = "ng-" + hashlib.file_digest(handle, "sha256").hexdigest()[:16]
     now = datetime.now(UTC).replace(tzinfo=None)
     tables = _records(run_id, now, path, tasks, numbered, attempts, threshold)
     agent = first.agent_ref or next((r.agent_ref for r in materialized if r.agent_ref), None)

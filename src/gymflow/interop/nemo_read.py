@@ -202,7 +202,7 @@ def _index_problems(row: dict[str, Any]) -> list[str]:
     return problems
 
 
-def row_problems(row: Any, *, needs_result: bool) -> list[str]:
+def row_problems(row: Any, *, needs_result: bool, needs_index: bool = False) -> list[str]:
     """Every problem of one parsed line, as 'field: what is wrong'.
 
     `needs_result`: a rollout line must carry `response` and `reward`; a materialized-inputs line
@@ -233,6 +233,8 @@ def row_problems(row: Any, *, needs_result: bool) -> list[str]:
         if tokens is not None and not _is_int(tokens):
             problems.append("responses_create_params.max_output_tokens: expected an integer")
     problems.extend(_index_problems(row))
+    if needs_index and TASK_INDEX not in row:
+        problems.append(f"{TASK_INDEX}: missing (NeMo Gym writes it on every sidecar line)")
     if not needs_result:
         return problems
     response = row.get("response")
@@ -306,7 +308,7 @@ def _bounded_lines(handle: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
 
 def read_lines(path: Path, *, needs_result: bool = True, sidecar: bool = False) -> list[NemoRow]:
     """Parse and check every line of one file; raise InteropError listing the problems.
-    A sidecar (materialized inputs, failures) may be empty; a rollout file may not."""
+    A sidecar (materialized inputs, failures) may be empty, and its lines carry their indices."""
     rows: list[NemoRow] = []
     problems: list[str] = []
     try:
@@ -327,7 +329,7 @@ def read_lines(path: Path, *, needs_result: bool = True, sidecar: bool = False) 
                     reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
                     problems.append(f"{path}:{number}: not JSON: {reason}")
                     continue
-                found = row_problems(row, needs_result=needs_result)
+                found = row_problems(row, needs_result=needs_result, needs_index=sidecar)
                 if found:
                     problems.extend(f"{path}:{number}: {problem}" for problem in found)
                 else:
