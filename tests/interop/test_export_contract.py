@@ -117,3 +117,21 @@ def test_exported_lines_fit_nemo_gyms_models_and_round_trip(tmp_path: Path) -> N
         "LEFT JOIN verifications v USING (rollout_id) GROUP BY ALL ORDER BY ALL"
     )
     assert _query(tmp_path / "back", counts) == _query(tmp_path / "run", counts)
+
+
+def test_a_non_finite_stored_reward_never_reaches_an_export_as_nan(tmp_path: Path) -> None:
+    import_rollouts(DATA / "blackjack" / "example_rollouts.jsonl", tmp_path / "run")
+    con = duckdb.connect(str(tmp_path / "run" / "gymflow.duckdb"))
+    con.execute("UPDATE verifications SET reward = 'nan'::DOUBLE WHERE rollout_id = "
+                "(SELECT rollout_id FROM rollouts WHERE repeat_index = 0)")  # fmt: skip
+    con.close()
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"{token} is not JSON")
+
+    for fmt, name in (("jsonl", "flat.jsonl"), ("nemo-gym", "ng.jsonl")):
+        gym("export", "run", "--format", fmt, "--out", name, cwd=tmp_path, check=True)
+        for line in (tmp_path / name).read_text().splitlines():
+            json.loads(line, parse_constant=refuse)
+    failures = (tmp_path / "ng_failures.jsonl").read_text().splitlines()
+    assert [json.loads(line)["gymflow_failure_kind"] for line in failures] == ["non_finite_reward"]

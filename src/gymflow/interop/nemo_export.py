@@ -17,6 +17,7 @@ every (task, rollout) the run asked for to `<stem>_materialized_inputs.jsonl`, a
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -166,12 +167,16 @@ def _lines(con, verifier_version: str, model: str, agent_ref: dict) -> Iterator[
                 "task": json.loads(data_json or "{}"),
                 "verifier_version": verifier_version,
             }
-            if status == "completed" and v_status == "ok":
+            scored = v_status == "ok" and reward is not None and math.isfinite(reward)
+            if status == "completed" and scored:
                 yield "rollout", {**line, "reward": reward}
                 continue
             if status == "completed":
-                # the model answered; its grading failed or is absent: NeMo Gym's `transient`
-                kind = v_failure or "verification_missing"
+                # the model answered; its grading failed, is absent or is not a number: NeMo
+                # Gym's `transient`
+                kind = v_failure or (
+                    "non_finite_reward" if v_status == "ok" else "verification_missing"
+                )
                 extra = {"gymflow_verification": {"status": v_status, "failure_kind": v_failure}}
             else:
                 kind = failure_kind
