@@ -135,3 +135,16 @@ def test_a_non_finite_stored_reward_never_reaches_an_export_as_nan(tmp_path: Pat
             json.loads(line, parse_constant=refuse)
     failures = (tmp_path / "ng_failures.jsonl").read_text().splitlines()
     assert [json.loads(line)["gymflow_failure_kind"] for line in failures] == ["non_finite_reward"]
+
+
+def test_a_request_is_shaped_to_nemo_gyms_request_model() -> None:
+    from gymflow.interop.nemo_export import nemo_request
+
+    tool = {"type": "function", "name": "f", "description": "d", "parameters": {"type": "object"}}
+    shaped = nemo_request(
+        {"input": "hi", "seed": 3, "metadata": {"seed": 7}, "tools": [tool], "stream_x": 1}
+    )
+    _check_request(shaped)
+    assert shaped["input"] == [{"role": "user", "content": "hi"}]
+    assert shaped["metadata"] == {"seed": "7"}  # the API's metadata maps text to text
+    assert shaped["tools"][0]["strict"] is False

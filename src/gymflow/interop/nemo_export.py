@@ -86,10 +86,18 @@ def _tool(tool: dict[str, Any]) -> dict[str, Any]:
 def nemo_request(request: dict[str, Any]) -> dict[str, Any]:
     """A request NeMo Gym's request model accepts: its fields only, its defaults filled."""
     shaped = {k: request[k] for k in REQUEST_FIELDS if request.get(k) is not None}
-    shaped["input"] = [nemo_item(item, f"in{i}") for i, item in enumerate(request.get("input", []))]
+    given = request.get("input") or []
+    if isinstance(given, str):
+        given = [{"role": "user", "content": given}]
+    shaped["input"] = [nemo_item(item, f"in{i}") for i, item in enumerate(given)]
     shaped["tools"] = [_tool(tool) for tool in request.get("tools") or []]
     shaped.setdefault("parallel_tool_calls", True)
     shaped.setdefault("tool_choice", "auto")
+    if isinstance(shaped.get("metadata"), dict):  # the Responses API's metadata is text to text
+        shaped["metadata"] = {
+            str(k): v if isinstance(v, str) else json.dumps(v)
+            for k, v in shaped["metadata"].items()
+        }
     return shaped
 
 
@@ -215,8 +223,6 @@ def _materialized(con, agent_ref: dict) -> Iterator[dict]:
     while rows := cursor.fetchmany(2_000):
         for task_index, task_id, data_json, prompt, request_json in rows:
             request = json.loads(request_json) if request_json else {"input": prompt or ""}
-            if isinstance(request.get("input"), str):
-                request["input"] = [{"role": "user", "content": request["input"]}]
             base = {
                 "responses_create_params": nemo_request(request),
                 "agent_ref": agent_ref,
