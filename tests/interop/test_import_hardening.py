@@ -176,8 +176,10 @@ def test_a_killed_import_leaves_nothing_that_blocks_the_next(tmp_path: Path) -> 
     )
     assert killed.returncode == -9
     assert not (tmp_path / "run" / "gymflow.duckdb").exists()
+    assert len(list(tmp_path.glob(".run.importing-*"))) == 1  # what the killed import left
     out = gym("import", "nemo-gym", str(REAL), "--out", "run", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
+    assert list(tmp_path.glob(".run.importing-*")) == []
     assert _query(tmp_path / "run", "SELECT count(*) FROM rollouts")[0][0] == 5
 
 
