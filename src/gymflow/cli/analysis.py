@@ -12,6 +12,7 @@ from gymflow.analysis.compare import POWER_DIFFERENCE, CompareError, compare
 from gymflow.analysis.diagnose import diagnose
 from gymflow.analysis.health import Gate, health
 from gymflow.analysis.profile import profile
+from gymflow.cli import exit_codes
 from gymflow.cli.app import console, eval_app, fail, print_json
 from gymflow.reverify import ReverifyError, parse_settings, reverify
 from gymflow.store.db import StoreError, connect
@@ -107,7 +108,7 @@ def print_comparison(result: dict) -> None:
         f"(SE {_pct(result['stderr'])}, 95% CI {_interval(result['ci95'], result['ci95_reason'])}"
         f", paired t); correlation {result['correlation']}"
     )
-    unpaired = result["unpaired_tasks"]
+    unpaired = result["unpaired_task_ids"]
     for side, label in (("a_only", "A"), ("b_only", "B")):
         if unpaired[side]:
             console.print(
@@ -310,7 +311,7 @@ def eval_health(
             + (f"; warnings: {', '.join(result['warnings'])}" if result["warnings"] else "")
         )
     if result["gate"] == "fail":
-        raise typer.Exit(1)
+        raise typer.Exit(exit_codes.GATE_FAILED)
 
 
 @eval_app.command("diagnose")
@@ -380,9 +381,13 @@ def eval_diagnose(
 def eval_reverify(
     run_dir: Annotated[Path, typer.Argument(help="Run directory (or its .duckdb file).")],
     settings: Annotated[
-        list[str],
-        typer.Option("--set", help="Verifier parameter as KEY=VALUE (repeatable)."),
-    ],
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Verifier parameter as KEY=VALUE (repeatable); none: the environment's "
+            "verifier as it is now.",
+        ),
+    ] = None,
     failed_only: Annotated[
         bool, typer.Option(help="Judge again only rollouts the base version did not pass.")
     ] = False,
@@ -394,12 +399,14 @@ def eval_reverify(
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """New rewards from stored rollouts under changed verifier parameters; no inference. The
-    result is a new verifier version beside the old one."""
+    """New rewards from stored rollouts under changed verifier parameters (or, without --set,
+    the environment's verifier as it is now); no inference. The result is a new verifier
+    version beside the old one; under a version already stored, verifications that errored or
+    timed out are judged again."""
     try:
         result = reverify(
             run_dir,
-            parse_settings(settings),
+            parse_settings(settings or []),
             failed_only=failed_only,
             force=force,
             base_version=base_version,
