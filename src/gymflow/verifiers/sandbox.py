@@ -329,9 +329,13 @@ class Sandbox:
         bwrap = bwrap_path()
         self._slot = _slot()
         slot = self._slot.__enter__()
-        self._scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
         self._proc: subprocess.Popen[bytes] | None = None
         self._fds: list[int] = []
+        try:
+            self._scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+        except BaseException:
+            self._slot.__exit__(None, None, None)
+            raise
         try:
             self._start(bwrap, slot)
         except BaseException:
