@@ -163,6 +163,8 @@ def _outcome(box: Sandbox, tests: dict[str, Any], source: str, entry_point: str)
     try:
         box.load()
         run_tests(box, tests, entry_point)
+        if box.ended is not None:  # a test that swallowed the end still ran without its answers
+            raise box.ended
     except SandboxEnded as ended:
         outcome: dict[str, Any] = {"reason": ended.reason}
         if ended.limit:
