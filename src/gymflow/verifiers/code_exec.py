@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.verifiers.base import Verdict, VerifierError, VerifyInput, verifier
+from gymflow.verifiers.base import DataField, Verdict, VerifierError, VerifyInput, verifier
 from gymflow.verifiers.sandbox import (
     CandidateRaised,
     Sandbox,
@@ -121,7 +121,12 @@ def _as_body(code: str) -> str:
     return code
 
 
-@verifier("code_exec", params=CodeExecParams, runs_untrusted_code=True)
+@verifier(
+    "code_exec",
+    params=CodeExecParams,
+    heavy=True,
+    fields={n: DataField("text") for n in ("prompt", "test", "entry_point")},
+)
 def code_exec(inp: VerifyInput, params: CodeExecParams) -> Verdict:
     """Reward 1 when the extracted code passes the task's tests, run against the sandbox."""
     data = inp.task.data

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.verifiers.base import Verdict, VerifierError, VerifyInput, verifier
+from gymflow.verifiers.base import DataField, Verdict, VerifierError, VerifyInput, verifier
 from gymflow.verifiers.math_answer import (
     MathAnswerParams,
     candidate,
@@ -109,7 +109,13 @@ def _run(coro) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
-@verifier("math_judge", params=MathJudgeParams, io_bound=True)
+@verifier(
+    "math_judge",
+    params=MathJudgeParams,
+    io_bound=True,
+    heavy=True,
+    fields={"answer": DataField("scalar"), "question": DataField("text", required=False)},
+)
 def math_judge(inp: VerifyInput, params: MathJudgeParams) -> Verdict:
     """Reward 1 when an LLM judge scores the boxed answer equivalent (at or above threshold)."""
     from gymflow.rollouts.prompts import PromptError, render_prompt

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from gymflow.environments.base import Environment, Task
-from gymflow.environments.humaneval.env import HumanEvalResources, fenced, load_problems
+from gymflow.environments.humaneval.env import fenced, load_problems
 
 
 def attacks() -> dict[str, str]:
@@ -52,6 +52,3 @@ class Attacks(Environment):
                 )
             )
         return tasks
-
-    def resources_server(self, verifier_params=None):
-        return HumanEvalResources(self, verifier_params)
