@@ -31,6 +31,7 @@ from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions, shard_
 from gymflow.models.endpoint import model_endpoint
 from gymflow.rollouts import stopping
 from gymflow.rollouts.plan import resolve
+from gymflow.store.compact import compact
 from gymflow.store.merge import check_destination
 from gymflow.tasks.analysis import check_health, diagnose_run, profile_run, render_report
 from gymflow.tasks.rollouts import prepare_run, retry_unless_stopped
@@ -97,6 +98,8 @@ def evaluation_loop(
             else:
                 collected = _collect_here(config, resume, retry_failed)
             stopping.raise_if_requested()
+            # The run's writes are done: its store gives back the blocks its commits freed.
+            compact(config.out)
             return {**analyse_run(config.out), "collected": collected}
     except stopping.RunStopped as exc:
         if exc.cause == "cancelled":
