@@ -6,7 +6,9 @@ Two interpreters: gymflow's (this one) makes a run and exports it; a Python 3.12
 models (`BaseVerifyResponse` for rollouts: its request model forbids unknown fields; the
 request and `NeMoGymResponse` for failures and materialized inputs) and runs its reward
 profiler (`RewardProfiler.profile_from_data`, no Ray) on the rollouts with their materialized
-inputs. Then the export is imported back and every count and reward compared.
+inputs, and the aggregation `gym eval aggregate` asks each agent server for (grouped by
+`agent_ref`, computed by `compute_aggregate_metrics`, without the HTTP hop). Then the export is
+imported back and every count and reward compared.
 
     ~/.pyenv/versions/3.12*/bin/python -m venv /tmp/ng312
     /tmp/ng312/bin/pip install nemo-gym==0.4.0
@@ -30,7 +32,8 @@ import json, sys
 from pathlib import Path
 from nemo_gym.base_resources_server import BaseVerifyRequest, BaseVerifyResponse
 from nemo_gym.openai_utils import NeMoGymResponseCreateParamsNonStreaming
-from nemo_gym.reward_profile import RewardProfiler
+from nemo_gym.config_types import AggregateMetricsRequest
+from nemo_gym.reward_profile import RewardProfiler, compute_aggregate_metrics
 
 def load(path):
     p = Path(path)
@@ -52,7 +55,28 @@ for i, row in enumerate(inputs, 1):
     except Exception as exc:
         errors.append(f"materialized_inputs:{i}: {str(exc)[:300]}")
 groups, agents = RewardProfiler().profile_from_data(inputs, rollouts, allow_partial_rollouts=True)
+# `gym eval aggregate`'s grouping (rows without agent_ref are skipped) and stripping, then what an
+# agent server's default /aggregate_metrics computes; only the HTTP hop is left out
+by_agent = {}
+for row in rollouts:
+    name = (row.get("agent_ref") or {}).get("name")
+    if name:
+        entry = {k: v for k, v in row.items() if k not in ("response", "responses_create_params")}
+        entry["response"] = {"usage": (row.get("response") or {}).get("usage")}
+        by_agent.setdefault(name, []).append(entry)
+aggregated = {
+    name: compute_aggregate_metrics(AggregateMetricsRequest(verify_responses=rows).verify_responses)
+    for name, rows in by_agent.items()
+}
 print(json.dumps({
+    "aggregate": {
+        name: {
+            "key_metrics": agg.key_metrics,
+            "tasks": len(agg.group_level_metrics),
+            "metrics": sorted({k.split("/", 1)[1] for k in agg.agent_metrics if "/" in k}),
+        }
+        for name, agg in aggregated.items()
+    },
     "validated": {"rollouts": len(rollouts), "failures": len(failures), "inputs": len(inputs)},
     "errors": errors[:20], "error_count": len(errors),
     "profiled_tasks": len(groups),
@@ -61,11 +85,14 @@ print(json.dumps({
 """
 
 
-def _gym(*args: str, cwd: Path) -> str:
+def _gym(*args: str, cwd: Path, allowed: tuple[int, ...] = (0,)) -> str:
+    # a loaded machine can take longer than Prefect's default 20 s to start its ephemeral API
+    env = {"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", **os.environ}
     done = subprocess.run(
-        [sys.executable, "-m", "gymflow.cli", *args], cwd=cwd, capture_output=True, text=True
-    )
-    if done.returncode != 0:
+        [sys.executable, "-m", "gymflow.cli", *args], cwd=cwd, capture_output=True, text=True,
+        env=env,
+    )  # fmt: skip
+    if done.returncode not in allowed:
         raise SystemExit(f"gym {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
     return done.stdout
 
@@ -128,7 +155,8 @@ def main() -> None:
             f"benchmark: {args.benchmark}\nrepeats: 2\nout: run\n"
             "model: {kind: local, faults: {rate_refused: 0.03, rate_context_length: 0.02}}\n"
         )
-        _gym("eval", "run", "eval.yaml", cwd=work)
+        # the injected failures fail the run's health gate (exit 2): that is expected here
+        _gym("eval", "run", "eval.yaml", cwd=work, allowed=(0, 2))
         version = json.loads(_gym("eval", "profile", "run", "--json", cwd=work))["verifier_version"]
         _gym("export", "run", "--format", "nemo-gym", "--out", "ng/rollouts.jsonl", cwd=work)
         ng = work / "ng"

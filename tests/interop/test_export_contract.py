@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import duckdb
+
 from gymflow.interop.nemo_export import REQUEST_FIELDS
 from gymflow.interop.nemo_gym import import_rollouts
 from tests.conftest import gym
@@ -70,6 +72,14 @@ def test_exported_lines_fit_nemo_gyms_models_and_round_trip(tmp_path: Path) -> N
     (tmp_path / "r.jsonl").write_text("\n".join(lines[:4]) + "\n")
     (tmp_path / "r_failures.jsonl").write_text(json.dumps(failed) + "\n")
     import_rollouts(tmp_path / "r.jsonl", tmp_path / "run")
+    # one completed rollout whose grading timed out: failed sidecar, still completed on return
+    con = duckdb.connect(str(tmp_path / "run" / "gymflow.duckdb"))
+    con.execute(
+        "UPDATE verifications SET status = 'error', reward = NULL, passed = NULL, "
+        "failure_kind = 'verifier_timeout' WHERE rollout_id = (SELECT rollout_id FROM rollouts "
+        "WHERE repeat_index = 3)"
+    )
+    con.close()
     out = gym("export", "run", "--format", "nemo-gym", "--out", "ng/x.jsonl", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     ng = tmp_path / "ng"
@@ -77,7 +87,7 @@ def test_exported_lines_fit_nemo_gyms_models_and_round_trip(tmp_path: Path) -> N
         [json.loads(line) for line in (ng / name).read_text().splitlines()]
         for name in ("x.jsonl", "x_failures.jsonl", "x_materialized_inputs.jsonl")
     )
-    assert (len(rollouts), len(failures), len(inputs)) == (4, 1, 5)
+    assert (len(rollouts), len(failures), len(inputs)) == (3, 2, 5)
     for row in rollouts:
         _check_request(row["responses_create_params"])
         _check_response(row["response"])
@@ -85,11 +95,16 @@ def test_exported_lines_fit_nemo_gyms_models_and_round_trip(tmp_path: Path) -> N
         assert row["agent_ref"] == json.loads(lines[0])["agent_ref"]  # kept from the import
         numbers = {k for k, v in row.items() if isinstance(v, int | float)}
         assert numbers == METRICS, numbers  # task fields under `task`, not as metrics
-    (failure,) = failures
+    graded, failure = failures
+    assert (
+        graded["_ng_failure_class"] == "transient" and graded["response"]["status"] == "completed"
+    )
+    assert graded["gymflow_failure_kind"] == "verifier_timeout"
     assert failure["_ng_failure_class"] == "legitimate" and "reward" not in failure
     assert failure["response"]["status"] == "failed"
     assert failure["response"]["error"]["code"] == "server_error"
-    _check_response(failure["response"])
+    for row in failures:
+        _check_response(row["response"])
     assert sorted((r["_ng_task_index"], r["_ng_rollout_index"]) for r in inputs) == [
         (0, i) for i in range(5)
     ]
@@ -97,5 +112,39 @@ def test_exported_lines_fit_nemo_gyms_models_and_round_trip(tmp_path: Path) -> N
         _check_request(row["responses_create_params"])
     back = import_rollouts(ng / "x.jsonl", tmp_path / "back")
     assert (back["rollouts"], back["failed"], back["tasks"]) == (5, 1, 1)
-    counts = "SELECT count(*), sum(reward) FROM rollouts LEFT JOIN verifications USING (rollout_id)"
+    counts = (
+        "SELECT r.status, v.status, v.failure_kind, count(*), sum(v.reward) FROM rollouts r "
+        "LEFT JOIN verifications v USING (rollout_id) GROUP BY ALL ORDER BY ALL"
+    )
     assert _query(tmp_path / "back", counts) == _query(tmp_path / "run", counts)
+
+
+def test_a_non_finite_stored_reward_never_reaches_an_export_as_nan(tmp_path: Path) -> None:
+    import_rollouts(DATA / "blackjack" / "example_rollouts.jsonl", tmp_path / "run")
+    con = duckdb.connect(str(tmp_path / "run" / "gymflow.duckdb"))
+    con.execute("UPDATE verifications SET reward = 'nan'::DOUBLE WHERE rollout_id = "
+                "(SELECT rollout_id FROM rollouts WHERE repeat_index = 0)")  # fmt: skip
+    con.close()
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"{token} is not JSON")
+
+    for fmt, name in (("jsonl", "flat.jsonl"), ("nemo-gym", "ng.jsonl")):
+        gym("export", "run", "--format", fmt, "--out", name, cwd=tmp_path, check=True)
+        for line in (tmp_path / name).read_text().splitlines():
+            json.loads(line, parse_constant=refuse)
+    failures = (tmp_path / "ng_failures.jsonl").read_text().splitlines()
+    assert [json.loads(line)["gymflow_failure_kind"] for line in failures] == ["non_finite_reward"]
+
+
+def test_a_request_is_shaped_to_nemo_gyms_request_model() -> None:
+    from gymflow.interop.nemo_export import nemo_request
+
+    tool = {"type": "function", "name": "f", "description": "d", "parameters": {"type": "object"}}
+    shaped = nemo_request(
+        {"input": "hi", "seed": 3, "metadata": {"seed": 7}, "tools": [tool], "stream_x": 1}
+    )
+    _check_request(shaped)
+    assert shaped["input"] == [{"role": "user", "content": "hi"}]
+    assert shaped["metadata"] == {"seed": "7"}  # the API's metadata maps text to text
+    assert shaped["tools"][0]["strict"] is False

@@ -5,6 +5,7 @@ leaves nothing that blocks the next, and `--out` mistakes are one line."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -221,3 +222,43 @@ def test_json_output_never_holds_nan(capsys: pytest.CaptureFixture[str]) -> None
 
     parsed = json.loads(capsys.readouterr().out, parse_constant=refuse)
     assert parsed == {"pass@1": None, "ci": [None, None, 0.5], "n": 3}
+
+
+def test_an_endless_line_is_refused_unread_and_the_others_still_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gymflow.interop.nemo_read as nemo_read
+
+    monkeypatch.setattr(nemo_read, "MAX_LINE_BYTES", 2**20)  # 1 MB, so the test writes little
+    lines = _real_lines()
+    path = tmp_path / "long.jsonl"
+    with path.open("wb") as handle:
+        handle.write(lines[0].encode() + b"\n")
+        handle.write(b'{"pad": "' + b"x" * (3 * 2**20) + b'"}\n')
+        handle.write(b"\xff\xfe not text\n")
+        handle.write(lines[1].encode() + b"\n")
+    with pytest.raises(InteropError) as caught:
+        import_rollouts(path, tmp_path / "run")
+    message = str(caught.value)
+    assert f"{path}:2: (line): longer than 1 MB" in message
+    assert f"{path}:3: not UTF-8 text at byte 0" in message
+    assert "2 problem(s)" in message  # lines 1 and 4 were read and are fine
+
+
+def test_indices_on_some_lines_only_are_refused(tmp_path: Path) -> None:
+    row = json.loads(_real_lines()[1])
+    del row["_ng_task_index"], row["_ng_rollout_index"]
+    path = _with_line(tmp_path, json.dumps(row))
+    with pytest.raises(InteropError) as caught:
+        import_rollouts(path, tmp_path / "run")
+    assert f"{path}:2: _ng_task_index: present on some lines and not on others" in str(caught.value)
+
+
+def test_a_sidecar_line_without_indices_is_refused(tmp_path: Path) -> None:
+    shutil.copy(REAL, tmp_path / "r.jsonl")
+    row = json.loads(_real_lines()[0])
+    del row["_ng_task_index"], row["_ng_rollout_index"]
+    (tmp_path / "r_materialized_inputs.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(InteropError) as caught:
+        import_rollouts(tmp_path / "r.jsonl", tmp_path / "run")
+    assert "r_materialized_inputs.jsonl:1: _ng_task_index: missing" in str(caught.value)

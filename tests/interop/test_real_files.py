@@ -159,4 +159,55 @@ def test_two_imports_of_different_subsets_compare_on_common_tasks(tmp_path: Path
     out = gym("eval", "profile", "a", "--compare", "b", "--json", cwd=tmp_path, check=True)
     compared = json.loads(out.stdout)
     assert compared["tasks"] == 2
-    assert compared["unpaired_tasks"] == {"a_only": 1, "b_only": 2}
+    ids = [str(line["id"]) for line in map(json.loads, lines)]
+    assert compared["unpaired_tasks"] == {"a_only": ids[:1], "b_only": ids[3:]}
+
+
+def test_grouping_uses_task_fields_not_sampling_or_verifier_outputs(tmp_path: Path) -> None:
+    base = _lines(DATA / "abstention" / "example_rollouts.jsonl")[0]
+    del base["id"]
+
+    def variant(**fields) -> dict:
+        row = json.loads(json.dumps(base))
+        for key, value in fields.items():
+            if key == "temperature":
+                row["responses_create_params"]["temperature"] = value
+            else:
+                row[key] = value
+        return row
+
+    rows = [
+        # one task: sampling, scores and the verifier's extraction differ between its repeats
+        variant(difficulty="easy", temperature=0.2, extracted_answer="a", is_correct=True),
+        variant(difficulty="easy", temperature=0.9, extracted_answer="b", is_correct=False),
+        # same request, another task field: another task (newton_bench asks one question at
+        # three difficulties)
+        variant(difficulty="hard", extracted_answer="a", is_correct=True),
+    ]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = import_rollouts(path, tmp_path / "run")
+    assert (result["tasks"], result["rollouts"], result["repeats"]) == (2, 3, 2)
+    grouped = _query(
+        tmp_path / "run",
+        "SELECT t.task_index, list(r.repeat_index ORDER BY r.repeat_index) "
+        "FROM rollouts r JOIN tasks t USING (task_id) GROUP BY 1 ORDER BY 1",
+    )
+    assert grouped == [(0, [0, 1]), (1, [0])]
+
+
+def test_tags_and_task_fields_are_kept(tmp_path: Path) -> None:
+    lines = _lines(DATA / "abstention" / "example_rollouts.jsonl")
+    lines[0]["tags"] = ["science", "hard"]
+    path = tmp_path / "tagged.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    import_rollouts(path, tmp_path / "run")
+    tags, data = _query(
+        tmp_path / "run", f"SELECT tags, data_json FROM tasks WHERE task_id = '{lines[0]['id']}'"
+    )[0]
+    assert tags == ["science", "hard"]
+    assert json.loads(data)["ground_truth"] == lines[0]["ground_truth"]
+    details = json.loads(
+        _query(tmp_path / "run", "SELECT details_json FROM verifications ORDER BY rollout_id")[0][0]
+    )
+    assert {"source", "line", "fields"} <= set(details)

@@ -30,7 +30,8 @@ def import_nemo_gym(
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Read a NeMo Gym rollout file into a new gymflow store (rewards as version `imported`)."""
+    """Read a NeMo Gym rollout file, and the _materialized_inputs / _failures files beside it,
+    into a new gymflow store (rewards as verifier version `imported`)."""
     try:
         result = import_rollouts(
             rollouts, out, environment=environment, pass_threshold=pass_threshold
@@ -70,7 +71,8 @@ def export(
         str | None, typer.Option(help="Verifier version whose rewards to write (newest).")
     ] = None,
 ) -> None:
-    """Write a run's rollouts as NeMo Gym rollout JSONL, flat JSONL or Parquet."""
+    """Write a run's rollouts as NeMo Gym rollout JSONL (with its _failures and
+    _materialized_inputs files), flat JSONL or Parquet."""
     if fmt not in FORMATS:
         fail(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     try:

@@ -29,6 +29,11 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _finite(column: str) -> str:
+    """NULL for NaN and ±Infinity, which DuckDB's JSON writer would print as bare NaN."""
+    return f"CASE WHEN isfinite({column}) THEN {column} END"
+
+
 def _flat_sql(verifier_version: str, nested_json: bool) -> str:
     """One row per stored rollout with its task index and its verification under the version."""
     details = "json(v.details_json)" if nested_json else "v.details_json"
@@ -36,8 +41,10 @@ def _flat_sql(verifier_version: str, nested_json: bool) -> str:
     return f"""
         SELECT r.rollout_id, r.run_id, r.task_id, t.task_index, r.repeat_index, r.status,
                r.failure_kind, r.error, r.incomplete, r.output_text, r.num_turns,
-               r.num_model_calls, r.input_tokens, r.output_tokens, r.latency_s, r.started_at,
-               r.finished_at, v.verifier_version, v.status AS verification_status, v.reward,
+               r.num_model_calls, r.input_tokens, r.output_tokens,
+               {_finite("r.latency_s")} AS latency_s, r.started_at,
+               r.finished_at, v.verifier_version, v.status AS verification_status,
+               {_finite("v.reward")} AS reward,
                v.passed, v.failure_kind AS verification_failure_kind,
                {details} AS verification_details, {trajectory} AS trajectory
         FROM rollouts r

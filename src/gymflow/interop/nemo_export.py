@@ -17,6 +17,7 @@ every (task, rollout) the run asked for to `<stem>_materialized_inputs.jsonl`, a
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,10 +86,18 @@ def _tool(tool: dict[str, Any]) -> dict[str, Any]:
 def nemo_request(request: dict[str, Any]) -> dict[str, Any]:
     """A request NeMo Gym's request model accepts: its fields only, its defaults filled."""
     shaped = {k: request[k] for k in REQUEST_FIELDS if request.get(k) is not None}
-    shaped["input"] = [nemo_item(item, f"in{i}") for i, item in enumerate(request.get("input", []))]
+    given = request.get("input") or []
+    if isinstance(given, str):
+        given = [{"role": "user", "content": given}]
+    shaped["input"] = [nemo_item(item, f"in{i}") for i, item in enumerate(given)]
     shaped["tools"] = [_tool(tool) for tool in request.get("tools") or []]
     shaped.setdefault("parallel_tool_calls", True)
     shaped.setdefault("tool_choice", "auto")
+    if isinstance(shaped.get("metadata"), dict):  # the Responses API's metadata is text to text
+        shaped["metadata"] = {
+            str(k): v if isinstance(v, str) else json.dumps(v)
+            for k, v in shaped["metadata"].items()
+        }
     return shaped
 
 
@@ -166,15 +175,25 @@ def _lines(con, verifier_version: str, model: str, agent_ref: dict) -> Iterator[
                 "task": json.loads(data_json or "{}"),
                 "verifier_version": verifier_version,
             }
-            if status == "completed" and v_status == "ok":
+            scored = v_status == "ok" and reward is not None and math.isfinite(reward)
+            if status == "completed" and scored:
                 yield "rollout", {**line, "reward": reward}
                 continue
-            kind = failure_kind if status != "completed" else v_failure or "verification_missing"
-            response["status"] = "failed"
-            response["error"] = {
-                "code": ERROR_CODES.get(kind, "server_error"),
-                "message": (error or kind or "")[:2000],
-            }
+            if status == "completed":
+                # the model answered; its grading failed, is absent or is not a number: NeMo
+                # Gym's `transient`
+                kind = v_failure or (
+                    "non_finite_reward" if v_status == "ok" else "verification_missing"
+                )
+                extra = {"gymflow_verification": {"status": v_status, "failure_kind": v_failure}}
+            else:
+                kind = failure_kind
+                extra = {}
+                response["status"] = "failed"
+                response["error"] = {
+                    "code": ERROR_CODES.get(kind, "server_error"),
+                    "message": (error or kind or "")[:2000],
+                }
             yield (
                 "failure",
                 {
@@ -184,6 +203,7 @@ def _lines(con, verifier_version: str, model: str, agent_ref: dict) -> Iterator[
                     ),
                     "gymflow_failure_kind": kind,
                     "error_message": (error or kind or "")[:2000],
+                    **extra,
                 },
             )
 
@@ -203,8 +223,6 @@ def _materialized(con, agent_ref: dict) -> Iterator[dict]:
     while rows := cursor.fetchmany(2_000):
         for task_index, task_id, data_json, prompt, request_json in rows:
             request = json.loads(request_json) if request_json else {"input": prompt or ""}
-            if isinstance(request.get("input"), str):
-                request["input"] = [{"role": "user", "content": request["input"]}]
             base = {
                 "responses_create_params": nemo_request(request),
                 "agent_ref": agent_ref,

@@ -1,13 +1,14 @@
 """Importing a NeMo Gym rollout file (and the files NeMo Gym writes beside it) into a new store.
 
-Tasks: with `_ng_task_index`, a task per index; without (NeMo Gym before 0.3), rows are the same
-task when their task content is equal: the request's input, instructions and tools (not its
-sampling settings) and the row's id fields (`task_id`, `id`, `uuid`, `*_id`); rollouts are then
-numbered in file order. A task's id is the row's own `task_id` / `id` / `uuid` (or, with an
-environment, its id field), else a hash of that content, so two imports of different subsets of
-one dataset pair on `task_id`. `<stem>_materialized_inputs.jsonl` adds every task and rollout
-that was asked for (a rollout with no line anywhere is then missing, as health reports), and
-`<stem>_failures.jsonl` adds failed rollouts with their attempts.
+Tasks: with `_ng_task_index`, a task per index; without (older NeMo Gym versions), rows are the
+same task when their task content is equal: the request's input, instructions and tools (not its
+sampling settings) and the row's task fields (`is_task_field`: ids, and the text and structured
+fields a verifier does not add); rollouts are then numbered in file order. A task's id is the
+row's own `task_id` / `id` / `uuid` (or, with an environment, its id field), else a hash of that
+content, so two imports of different subsets of one dataset pair on `task_id`.
+`<stem>_materialized_inputs.jsonl` adds every task and rollout that was asked for (a rollout with
+no line anywhere is then missing, as health reports), and `<stem>_failures.jsonl` adds failed
+rollouts with their attempts.
 
 Each rollout keeps its request and response as given (one model-call record, the evidence the
 file holds); its model calls are counted as the assistant turns in its output. A refusal is a
@@ -49,6 +50,9 @@ SAMPLING_KEYS = ("temperature", "top_p", "max_output_tokens")
 #: The parts of a request that are the task itself; the rest are sampling and transport settings.
 TASK_PARAMS = ("input", "instructions", "tools", "tool_choice", "text", "prompt")
 ID_FIELDS = ("task_id", "id", "uuid")
+#: What NeMo Gym verifiers add to a row (per rollout), seen across the files it ships.
+OUTPUT_PREFIXES = ("extracted_", "predicted_", "pred_", "judge_", "model_", "generated_", "parsed_")
+OUTPUT_FIELDS = ("generation", "completion", "error_message", "error_class", "failure_reason")
 #: NeMo Gym's failure classes (its `_ng_failure_class`) as gymflow failure kinds.
 FAILURE_CLASSES = {
     "timeout_exceeded": "timeout",
@@ -74,11 +78,23 @@ def _row(table: str, values: dict[str, Any]) -> tuple:
     return tuple(values.get(column) for column in COLUMNS[table])
 
 
+def is_task_field(key: str, value: Any) -> bool:
+    """Whether a row's field describes its task rather than one rollout's grading: ids always;
+    not numbers and booleans (a verifier's scores) nor the outputs NeMo Gym verifiers name
+    `extracted_*`, `predicted_*`, `judge_*`, ...; other text and structured fields."""
+    if key in ID_FIELDS or key.endswith("_id") or key == "seed":
+        return True
+    if value is None or isinstance(value, bool | int | float):
+        return False
+    return not key.startswith(OUTPUT_PREFIXES) and key not in OUTPUT_FIELDS
+
+
 def task_content(row: NemoRow) -> str:
-    """What makes two rows the same task: the request's task parts and the row's id fields."""
+    """What makes two rows the same task: the request's task parts (not its sampling settings)
+    and the row's task fields."""
     request = {k: row.params[k] for k in TASK_PARAMS if row.params.get(k) is not None}
-    ids = {k: v for k, v in row.fields.items() if k in ID_FIELDS or k.endswith("_id")}
-    return _dumps([request, ids])
+    fields = {k: v for k, v in row.fields.items() if is_task_field(k, v)}
+    return _dumps([request, fields])
 
 
 def model_turns(output: list[dict[str, Any]]) -> int:
@@ -123,6 +139,9 @@ def outcome(row: NemoRow) -> Outcome:
     response = row.response or {}
     output = row.output
     status = response.get("status")
+    if row.failure_class is not None and isinstance(row.fields.get("gymflow_verification"), dict):
+        # a gymflow export's completed rollout whose grading failed: completed, not scored
+        return Outcome("completed", None, None, status == "incomplete")
     if row.failure_class is not None:
         kind = row.fields.get("gymflow_failure_kind") or FAILURE_CLASSES.get(
             row.failure_class, "harness_error"
@@ -145,6 +164,18 @@ class _Task:
     sample: NemoRow  # the materialized input when there is one, else the first line
     task_id: str = ""
     env_task: Task | None = None
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The task's fields: a materialized input is the dataset row itself; a rollout line
+        also holds what its verifier added, kept with that rollout's verification instead."""
+        fields = self.sample.fields
+        nested = fields.get("task")
+        if isinstance(nested, dict) and "verifier_version" in fields:
+            return nested  # a gymflow export nests them under `task`
+        if self.sample.response is None:
+            return fields
+        return {k: v for k, v in fields.items() if is_task_field(k, v) or k == "tags"}
 
 
 def _number(path: Path, rows: list[NemoRow]) -> list[tuple[tuple[int, int], NemoRow]]:
@@ -221,14 +252,6 @@ def _first_user_text(items: list[dict[str, Any]]) -> str:
     return ""
 
 
-def task_data(fields: dict[str, Any]) -> dict[str, Any]:
-    """A task's fields: a gymflow export nests them under `task` (beside `verifier_version`)."""
-    nested = fields.get("task")
-    if isinstance(nested, dict) and "verifier_version" in fields:
-        return nested
-    return fields
-
-
 def _tags(fields: dict[str, Any]) -> list[str]:
     tags = fields.get("tags")
     if isinstance(tags, str):
@@ -302,7 +325,8 @@ def import_rollouts(
     keys = expected | done | set(attempts)
     repeats = max(r for _, r in keys) + 1
     first = numbered[0][1]
-    run_id = "ng-" + hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    with path.open("rb") as handle:
+        run_id = "ng-" + hashlib.file_digest(handle, "sha256").hexdigest()[:16]
     now = datetime.now(UTC).replace(tzinfo=None)
     tables = _records(run_id, now, path, tasks, numbered, attempts, threshold)
     agent = first.agent_ref or next((r.agent_ref for r in materialized if r.agent_ref), None)
@@ -394,8 +418,8 @@ def _records(
                     "shard_index": 0,
                     "prompt": _first_user_text(sample.input_items),
                     "reference": env_task.reference if env_task else None,
-                    "data_json": _dumps(env_task.data if env_task else task_data(sample.fields)),
-                    "tags": list(env_task.tags) if env_task else _tags(task_data(sample.fields)),
+                    "data_json": _dumps(env_task.data if env_task else task.data),
+                    "tags": list(env_task.tags) if env_task else _tags(task.data),
                     "difficulty": env_task.difficulty if env_task else None,
                 },
             )
@@ -412,7 +436,7 @@ def _records(
         rollouts.append(_rollout(run_id, rid, task.task_id, key[1], row, result))
         calls.append(_call(rid, 0, row, result))
         if result.status == "completed" and row.reward is not None:
-            task_fields = task.sample.fields
+            task_fields = task.data
             verifications.append(
                 _row(
                     "verifications",
@@ -443,6 +467,21 @@ def _records(
         rid = rollout_id(run_id, task.task_id, key[1])
         last = tries[-1]
         rollouts.append(_rollout(run_id, rid, task.task_id, key[1], last, outcome(last)))
+        graded = last.fields.get("gymflow_verification")
+        if isinstance(graded, dict) and graded.get("status") is not None:
+            verifications.append(
+                _row(
+                    "verifications",
+                    {
+                        "rollout_id": rid,
+                        "verifier_version": IMPORTED_VERSION,
+                        "status": str(graded["status"]),
+                        "failure_kind": graded.get("failure_kind"),
+                        "details_json": _dumps({"source": str(path), "line": last.line}),
+                        "created_at": now,
+                    },
+                )
+            )
         calls.extend(_call(rid, n, row, outcome(row), attempt=True) for n, row in enumerate(tries))
     return {
         "tasks": task_rows,

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 TASK_INDEX = "_ng_task_index"
 ROLLOUT_INDEX = "_ng_rollout_index"
@@ -42,6 +43,8 @@ MAX_TASK_INDEX = 100_000_000
 #: A reward's magnitude above this is refused: sums over a run of them would overflow.
 MAX_ABS_REWARD = 1e12
 MAX_TOKENS = 2**53
+#: A longer line is refused unread (NeMo Gym's largest shipped lines are under 1 MB).
+MAX_LINE_BYTES = 256 * 2**20
 MAX_REPORTED = 20
 
 
@@ -199,7 +202,7 @@ def _index_problems(row: dict[str, Any]) -> list[str]:
     return problems
 
 
-def row_problems(row: Any, *, needs_result: bool) -> list[str]:
+def row_problems(row: Any, *, needs_result: bool, needs_index: bool = False) -> list[str]:
     """Every problem of one parsed line, as 'field: what is wrong'.
 
     `needs_result`: a rollout line must carry `response` and `reward`; a materialized-inputs line
@@ -230,6 +233,8 @@ def row_problems(row: Any, *, needs_result: bool) -> list[str]:
         if tokens is not None and not _is_int(tokens):
             problems.append("responses_create_params.max_output_tokens: expected an integer")
     problems.extend(_index_problems(row))
+    if needs_index and TASK_INDEX not in row:
+        problems.append(f"{TASK_INDEX}: missing (NeMo Gym writes it on every sidecar line)")
     if not needs_result:
         return problems
     response = row.get("response")
@@ -247,9 +252,10 @@ def row_problems(row: Any, *, needs_result: bool) -> list[str]:
         for key in ("status", "model"):
             if response.get(key) is not None and not isinstance(response[key], str):
                 problems.append(f"response.{key}: expected text, got {_shown(response[key])}")
-    if "reward" not in row and FAILURE_CLASS not in row:
-        problems.append("reward: missing")
-    elif "reward" in row and row["reward"] is not None:
+    scored = FAILURE_CLASS not in row  # a failure's reward (NeMo Gym writes 0.0) is not a score
+    if scored and row.get("reward") is None:
+        problems.append("reward: missing" if "reward" not in row else "reward: expected a number")
+    elif row.get("reward") is not None:
         reward = row["reward"]
         if isinstance(reward, bool) or not isinstance(reward, int | float):
             problems.append(f"reward: expected a number, got {_shown(reward)}")
@@ -286,29 +292,50 @@ def raise_problems(path: Path, problems: list[str]) -> None:
     )
 
 
+def _bounded_lines(handle: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, bytes) per line; None for a line past MAX_LINE_BYTES, whose rest is
+    skipped without being held, so one endless line cannot exhaust memory."""
+    number = 0
+    while raw := handle.readline(MAX_LINE_BYTES + 1):
+        number += 1
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            while (rest := handle.readline(2**20)) and not rest.endswith(b"\n"):
+                pass
+            yield number, None
+            continue
+        yield number, raw
+
+
 def read_lines(path: Path, *, needs_result: bool = True, sidecar: bool = False) -> list[NemoRow]:
     """Parse and check every line of one file; raise InteropError listing the problems.
-    A sidecar (materialized inputs, failures) may be empty; a rollout file may not."""
+    A sidecar (materialized inputs, failures) may be empty, and its lines carry their indices."""
     rows: list[NemoRow] = []
     problems: list[str] = []
     try:
-        with path.open(encoding="utf-8") as handle:
-            for number, raw in enumerate(handle, start=1):
+        with path.open("rb") as handle:
+            for number, raw in _bounded_lines(handle):
+                if raw is None:
+                    limit = MAX_LINE_BYTES // 2**20
+                    problems.append(f"{path}:{number}: (line): longer than {limit} MB")
+                    continue
                 if not raw.strip():
                     continue
                 try:
-                    row = parse_line(raw)
+                    row = parse_line(raw.decode("utf-8"))
+                except UnicodeDecodeError as exc:
+                    problems.append(f"{path}:{number}: not UTF-8 text at byte {exc.start}")
+                    continue
                 except (json.JSONDecodeError, RecursionError) as exc:
                     reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
                     problems.append(f"{path}:{number}: not JSON: {reason}")
                     continue
-                found = row_problems(row, needs_result=needs_result)
+                found = row_problems(row, needs_result=needs_result, needs_index=sidecar)
                 if found:
                     problems.extend(f"{path}:{number}: {problem}" for problem in found)
                 else:
                     rows.append(_row(number, row))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InteropError(f"{path}: cannot read: {exc}") from None
+    except OSError as exc:
+        raise InteropError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if not rows and not problems and not sidecar:
         problems.append(f"{path}: no rollouts (empty file)")
     raise_problems(path, problems)
