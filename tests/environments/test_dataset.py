@@ -387,3 +387,29 @@ def test_a_benchmark_needs_both_dataset_and_verifier(tmp_path, monkeypatch) -> N
 
     with pytest.raises(RegistryError, match=r"verifier: .*a dataset benchmark names its verifier"):
         load_environment("half")
+
+
+def test_resuming_a_run_after_its_dataset_changed_is_refused(tmp_path, monkeypatch) -> None:
+    from gymflow.store.db import StoreError, connect
+    from gymflow.store.runs import register_run
+
+    out = tmp_path / "runs" / "sums"
+    plans = []
+    for root, rows in (
+        (tmp_path / "a", ROWS),
+        (tmp_path / "b", [*ROWS[:2], ROWS[0] | {"id": "x"}]),
+    ):
+        write_rows(root / "benchmarks" / "d.jsonl", rows)
+        write_benchmark(root, "sums", {"path": "d.jsonl", "fields": MAPPED})
+        monkeypatch.setenv(PATH_VARIABLE, str(root))
+        plans.append(resolve(EvalConfig(benchmark="sums", out=str(out))))
+    before, after = plans
+    assert before.run_id == after.run_id  # the same config: only the rows differ
+    con = connect(out, create=True)
+    try:
+        register_run(con, before, resume=False)
+        register_run(con, before, resume=True)  # the same rows resume
+        with pytest.raises(StoreError, match="dataset or protocol changed"):
+            register_run(con, after, resume=True)
+    finally:
+        con.close()
