@@ -79,10 +79,19 @@ def write_hub_cache(home: Path, repo: str, rows: list[dict[str, Any]]) -> None:
 
 @pytest.fixture
 def hub_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A Hugging Face home of this test's own, offline: nothing here may reach the Hub."""
     home = tmp_path / "hf-home"
-    monkeypatch.setenv("HF_HOME", str(home))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    for name, value in {"HF_HOME": home, "HF_HUB_OFFLINE": 1, "HF_DATASETS_OFFLINE": 1}.items():
+        monkeypatch.setenv(name, str(value))
+    # Both libraries read these once, on import, which an earlier test may have done.
+    import datasets.config
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", home / "datasets")
     return home
 
 
