@@ -422,3 +422,21 @@ def test_resuming_a_run_after_its_dataset_changed_is_refused(tmp_path, monkeypat
             register_run(con, after, resume=True)
     finally:
         con.close()
+
+
+def test_the_shipped_word_problems_validate_and_their_answers_pass(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv(PATH_VARIABLE, raising=False)
+    config = tmp_path / "eval.yaml"
+    config.write_text("benchmark: word-problems\n")
+    report = validate_config(config)
+    assert report.ok, report.problems
+    assert any("50 rows; every mapped field present" in line for line in report.passed)
+    plan = resolve(EvalConfig(benchmark="word-problems", out=str(tmp_path / "runs")))
+    server = plan.env.resources_server()
+    verdicts = [
+        (server.verify_sync(VerifyInput(t, t.reference)).passed,
+         server.verify_sync(VerifyInput(t, t.distractor)).passed)
+        for t in plan.all_tasks
+    ]  # fmt: skip
+    assert verdicts == [(True, False)] * 50
+    assert {t.difficulty for t in plan.all_tasks} == {"easy", "medium", "hard"}
