@@ -440,3 +440,27 @@ def test_the_shipped_word_problems_validate_and_their_answers_pass(tmp_path, mon
     ]  # fmt: skip
     assert verdicts == [(True, False)] * 50
     assert {t.difficulty for t in plan.all_tasks} == {"easy", "medium", "hard"}
+
+
+def test_ifeval_constraints_from_csv_json_text(tmp_path, monkeypatch) -> None:
+    constraints = [{"kind": "include_keywords", "keywords": ["tea"]}]
+    rows = [
+        {"id": "i1", "instruction": "Write about tea.", "constraints": json.dumps(constraints)},
+        {"id": "i2", "instruction": "Write.", "constraints": "include tea"},  # not JSON
+    ]
+    write_rows(tmp_path / "benchmarks" / "if.csv", rows)
+    write_benchmark(
+        tmp_path, "inst", {"path": "if.csv", "fields": {"id": "id"}},
+        verifier={"name": "ifeval"}, prompt_template="{{ instruction }}",
+    )  # fmt: skip
+    monkeypatch.setenv(PATH_VARIABLE, str(tmp_path))
+    with pytest.raises(ConfigError, match=r"if.csv: line 3: field 'constraints' .* as list\)"):
+        resolve(EvalConfig(benchmark="inst", out=str(tmp_path / "runs")))
+    write_rows(tmp_path / "benchmarks" / "if.csv", rows[:1])
+    write_benchmark(
+        tmp_path / "ok", "inst", {"path": "../../benchmarks/if.csv", "fields": {"id": "id"}},
+        verifier={"name": "ifeval"}, prompt_template="{{ instruction }}",
+    )  # fmt: skip
+    (task,) = _plan(tmp_path / "ok", "inst", monkeypatch).all_tasks
+    assert task.data == {"constraints": constraints}
+    assert _verify("ifeval", task.data, "I like tea.").reward == 1.0
