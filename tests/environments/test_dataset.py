@@ -67,12 +67,23 @@ def write_benchmark(root: Path, name: str, dataset: dict[str, Any], **extra: Any
 MAPPED = {"id": "id", "verifier": {"answer": "answer"}, "tags": "topic", "difficulty": "level"}
 
 
-def write_hub_cache(home: Path, repo: str, rows: list[dict[str, Any]]) -> None:
+def write_hub_cache(
+    home: Path, repo: str, rows: list[dict[str, Any]], configs: dict[str, list] | None = None
+) -> None:
     """A Hugging Face cache as `huggingface_hub` leaves it after downloading `repo` at
-    HUB_COMMIT (refs/main names the commit; the snapshot holds the Hub's default file layout)."""
+    HUB_COMMIT (refs/main names the commit; the snapshot holds the Hub's default file layout,
+    or with `configs` one folder per config, declared in the dataset card as the Hub does)."""
     folder = home / "hub" / ("datasets--" + repo.replace("/", "--"))
     snapshot = folder / "snapshots" / HUB_COMMIT
     write_rows(snapshot / "data" / "test-00000-of-00001.parquet", rows)
+    if configs:
+        card = [{"config_name": "default", "data_files": [{"split": "test", "path": "data/*"}]}]
+        for name, config_rows in configs.items():
+            write_rows(snapshot / name / "test-00000-of-00001.parquet", config_rows)
+            card.append(
+                {"config_name": name, "data_files": [{"split": "test", "path": f"{name}/*"}]}
+            )
+        (snapshot / "README.md").write_text(f"---\n{yaml.safe_dump({'configs': card})}---\n")
     (folder / "refs").mkdir(parents=True)
     (folder / "refs" / "main").write_text(HUB_COMMIT)
 
@@ -233,6 +244,18 @@ def test_hub_dataset_loads_from_the_cache_with_its_revision_pinned(
     assert _plan(tmp_path / "local", "hubsums", monkeypatch).dataset_version != (
         plan.dataset_version
     )
+
+
+def test_hub_dataset_config_is_chosen_by_name(tmp_path, monkeypatch, hub_home) -> None:
+    write_hub_cache(hub_home, "acme/levels", ROWS, configs={"hard": ROWS[2:]})
+    hub = {"name": "acme/levels", "config": "hard", "split": "test", "revision": HUB_COMMIT}
+    write_benchmark(tmp_path, "hard", {"hub": hub, "fields": MAPPED})
+    plan = _plan(tmp_path, "hard", monkeypatch)
+    assert [t.task_id for t in plan.all_tasks] == ["q3"]
+    assert plan.env.load().source.endswith("(hard/test)")
+    write_benchmark(tmp_path, "nosuch", {"hub": {**hub, "config": "nosuch"}, "fields": MAPPED})
+    with pytest.raises(ConfigError, match="config 'nosuch' split 'test'"):
+        resolve(EvalConfig(benchmark="nosuch", out=str(tmp_path / "runs")))
 
 
 def test_hub_dataset_missing_from_the_cache_is_a_clear_error(
