@@ -150,6 +150,10 @@ def test_rows_without_ids_get_content_hash_ids_and_a_changed_row_is_a_new_versio
     assert after.all_tasks[2].task_id != ids[2]
     assert after.dataset_version != before.dataset_version
     assert after.benchmark_version.split(".")[0] == before.benchmark_version.split(".")[0]
+    # The same rows as Parquet: the same version (CSV's rows are text, so they are other rows).
+    write_rows(tmp_path / "d" / "benchmarks" / "d.parquet", ROWS)
+    write_benchmark(tmp_path / "d", "noid", {"path": "d.parquet"})
+    assert _plan(tmp_path / "d", "noid", monkeypatch).benchmark_version == before.benchmark_version
     assert data.exists()
 
 
