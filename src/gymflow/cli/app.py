@@ -33,6 +33,11 @@ env_app = typer.Typer(help="Check and scaffold environments and configs.", no_ar
 app.add_typer(env_app, name="env")
 serve_app = typer.Typer(help="Serve a model or an environment over HTTP.", no_args_is_help=True)
 app.add_typer(serve_app, name="serve")
+data_app = typer.Typer(
+    help="Training data from a run: select tasks, export trajectories, profile.",
+    no_args_is_help=True,
+)
+app.add_typer(data_app, name="data")
 
 console = Console()
 errors = Console(stderr=True)

@@ -37,6 +37,9 @@ class VerifyInput:
 class Verdict:
     reward: float
     details: dict[str, Any] = field(default_factory=dict)
+    #: Why a judged answer failed when it is a kind to count apart, not just a wrong answer:
+    #: `tampering` (the answer's code touched the harness).
+    failure_kind: str | None = None
 
 
 VerifyFn = Callable[[VerifyInput, Any], Verdict]
@@ -65,8 +68,9 @@ class VerifierSpec:
     #: Waits on a network service (an LLM judge) rather than computing: such a verifier runs on
     #: threads, many at once, bounded by its own network timeouts, not in the process pool.
     io_bound: bool = False
-    #: Runs programs or parses untrusted input with no bound of its own: an environment that
-    #: names it (a dataset benchmark's does) verifies in a worker process under a timeout.
+    #: Runs model-written code or parses untrusted input with no bound of its own: it always
+    #: verifies in a killable worker process under a time bound (the environment's
+    #: verify_timeout_s, else 300 s), whichever environment or dataset names it.
     heavy: bool = False
     #: The `Task.data` fields it reads, by name.
     fields: dict[str, DataField] = field(default_factory=dict)

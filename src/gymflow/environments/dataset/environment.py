@@ -80,12 +80,6 @@ class DatasetResources(ResourcesServer):
     def tools_for(self, task: Task) -> list[dict[str, Any]]:
         return list(task.tools)
 
-    @property
-    def heavy_verification(self) -> bool:  # type: ignore[override]
-        """Bounded (in a worker process) when the verifier says it needs it, as the built-in
-        environments that use it are."""
-        return self.verifier.heavy
-
 
 class DatasetEnvironment(Environment):
     def __init__(
