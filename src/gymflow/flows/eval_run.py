@@ -145,7 +145,9 @@ def _collect_shards(
     config: EvalConfig, scale: ScaleOptions, resume: bool, retry_failed: bool
 ) -> dict[str, Any]:
     plan = resolve(config)
-    check_destination(config.out, plan.run_id, resume=resume)
+    check_destination(
+        config.out, plan.run_id, resume=resume, benchmark_version=plan.benchmark_version
+    )
     configs = [shard_config(config, scale, plan.run_id, i) for i in range(scale.shards)]
     if resume and retry_failed:
         supersede_failed_in_shards(config.out, [c.out for c in configs])
