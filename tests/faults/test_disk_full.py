@@ -39,7 +39,7 @@ def test_disk_full_stops_clearly_and_keeps_what_was_committed(tmp_path: Path, pr
         text=True,
         timeout=600,
     )
-    assert full.returncode == 1, full.stdout + full.stderr
+    assert full.returncode == 3, full.stdout + full.stderr  # exit_codes.RUNTIME
     last_words = " ".join(full.stderr[full.stderr.rindex("error: ") :].split())  # unwrapped
     assert f"{store}: cannot commit" in last_words
     assert "File too large" in last_words and "--resume" in last_words

@@ -101,6 +101,10 @@ def _sampling_differs(key: str) -> str:
     )
 
 
+#: A run in which more than this share of the expected rollouts failed is unhealthy (the
+#: `failed_share` check); `--threshold failed_share=SHARE` allows more.
+FAILED_SHARE_MAX = 0.05
+
 CHECKS: dict[str, Check] = {
     "missing_rollout": Check(
         "expected (task_id, repeat_index) with no stored rollout",
@@ -201,6 +205,26 @@ CHECKS: dict[str, Check] = {
            OR {_sampling_differs("max_output_tokens")}
         """,
     ),
+    # Run-wide on purpose: a confident policy repeats a short answer at any temperature, but
+    # when no task's repeats differ at all, sampling had no effect: a gateway dropping the seed
+    # or the temperature, or a cache answering. pass@k then cannot rise above pass@1.
+    "identical_repeats": Check(
+        "every task's repeats came back identical at temperature above 0: the server ignored "
+        "sampling (a dropped seed or temperature, a cache)",
+        """
+        WITH per_task AS (
+            SELECT task_id, count(DISTINCT (output_text, output_tokens, num_turns)) AS answers
+            FROM rollouts
+            WHERE status = 'completed'
+              AND rollout_id IN (SELECT rollout_id FROM calls WHERE temperature > 0)
+            GROUP BY task_id HAVING count(*) > 1
+        )
+        SELECT task_id AS id FROM per_task
+        WHERE NOT EXISTS (SELECT 1 FROM per_task WHERE answers > 1)
+        """,
+        level="task",
+        severity="warning",
+    ),
     "reward_out_of_range": Check(
         "a reward (any verifier version) outside the environment's reward range",
         """
@@ -229,6 +253,29 @@ CHECKS: dict[str, Check] = {
         """
         SELECT rollout_id AS id FROM verifications
         WHERE verifier_version = getvariable('verifier_version') AND status <> 'ok'
+        """,
+        needs=("verifier_version",),
+        severity="warning",
+    ),
+    "failed_share": Check(
+        "failed rollouts (model, transport, harness, tool failures), when more than "
+        f"{FAILED_SHARE_MAX:.0%} of the expected rollouts failed: the run mostly measured "
+        "its setup, not the policy",
+        f"""
+        SELECT rollout_id AS id FROM rollouts
+        WHERE status = 'failed'
+          AND (SELECT count(*) FROM rollouts WHERE status = 'failed')
+              > {FAILED_SHARE_MAX} * greatest(
+                  (SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0),
+                  (SELECT count(*) FROM rollouts))
+        """,
+    ),
+    "tampering": Check(
+        "the answer's code was seen touching the verification harness (failure kind "
+        "tampering: it ended the tests early, patched or inspected the runner, forged a reply)",
+        """
+        SELECT rollout_id AS id FROM verifications
+        WHERE verifier_version = getvariable('verifier_version') AND failure_kind = 'tampering'
         """,
         needs=("verifier_version",),
         severity="warning",

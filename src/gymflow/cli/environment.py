@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
+from gymflow.cli import exit_codes
 from gymflow.cli.app import console, env_app, fail, print_json
 from gymflow.environments.registry import PATH_VARIABLE
 from gymflow.environments.scaffold import ScaffoldError, scaffold
@@ -34,7 +35,7 @@ def validate(
         verdict = "valid" if report.ok else f"{len(report.problems)} problem(s)"
         console.print(Text(f"{config}: {verdict}", style="bold"))
     if not report.ok:
-        raise typer.Exit(1)
+        raise typer.Exit(exit_codes.BAD_INPUT)
 
 
 @env_app.command("init")

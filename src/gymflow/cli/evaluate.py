@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,7 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gymflow import progress
-from gymflow.cli.app import app, console, eval_app, fail
+from gymflow.cli import exit_codes
+from gymflow.cli.app import app, console, errors, eval_app, fail
 from gymflow.cli.scale import server_hint_once
 from gymflow.config import (
     ConfigError,
@@ -24,8 +26,10 @@ from gymflow.config import (
 )
 from gymflow.environments.registry import RegistryError
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
-from gymflow.rollouts.plan import resolve
-from gymflow.store.db import StoreError
+from gymflow.models.open_files import ensure_open_files
+from gymflow.rollouts.plan import RunPlan, resolve
+from gymflow.rollouts.stopping import RunStopped
+from gymflow.store.db import StoreError, connect, store_path
 from gymflow.store.merge import check_destination
 
 
@@ -62,15 +66,45 @@ def build_config(path: Path | None, overrides: dict[str, Any]) -> EvalConfig:
     return parse_config(merge_overrides(base, overrides), source)
 
 
-def run_loop(
-    config: EvalConfig, *, resume: bool, scale: ScaleOptions = UNSHARDED
-) -> dict[str, Any]:
-    """Check the config, then run the evaluation loop flow with a progress bar."""
-    # Every config or store problem is reported before Prefect or a server starts.
+def check_before_run(config: EvalConfig, *, resume: bool) -> RunPlan:
+    """Every config or store problem, reported before Prefect or a server starts."""
     plan = resolve(config)
     check_destination(config.out, plan.run_id, resume=resume)
+    ensure_open_files(config.concurrency, remote_resources=config.resources_url is not None)
+    return plan
+
+
+class _RunFailuresReportedByGym(logging.Filter):
+    """On the terminal, a failed flow or task run is the one line `gym` ends with (the exit
+    codes' message); Prefect's own record of it, with its traceback, still goes to the API."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            record.levelno >= logging.ERROR
+            and record.name.startswith(("prefect.flow_runs", "prefect.task_runs"))
+        )
+
+
+def _quiet_prefect_console() -> None:
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    loggers = [logging.getLogger(), *map(logging.getLogger, logging.root.manager.loggerDict)]
+    for handler in {h for logger in loggers for h in getattr(logger, "handlers", ())}:
+        if isinstance(handler, PrefectConsoleHandler):
+            handler.addFilter(_RunFailuresReportedByGym())
+
+
+def run_loop(
+    config: EvalConfig,
+    *,
+    resume: bool,
+    scale: ScaleOptions = UNSHARDED,
+    retry_failed: bool = True,
+) -> dict[str, Any]:
+    """Run the evaluation loop flow with a progress bar (after `check_before_run`)."""
     from gymflow.flows.eval_run import evaluation_loop
 
+    _quiet_prefect_console()
     server_hint_once()
 
     columns = (
@@ -82,9 +116,19 @@ def run_loop(
     with Progress(*columns, console=console, transient=False) as bar:
         progress.set_listener(_Bar(bar))
         try:
-            return evaluation_loop(config, resume, scale)
+            return evaluation_loop(config, resume, scale, retry_failed)
         finally:
             progress.set_listener(None)
+
+
+def _stored(plan: RunPlan) -> str:
+    """How much of the run its store holds, for the line a stopped run ends with."""
+    try:
+        with connect(store_path(plan.config.out), read_only=True) as con:
+            stored = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
+    except StoreError:
+        stored = 0
+    return f"{plan.config.out} holds {stored} of {len(plan.keys())} rollouts"
 
 
 def print_headline(result: dict[str, Any]) -> None:
@@ -118,14 +162,43 @@ def print_headline(result: dict[str, Any]) -> None:
 
 
 def _execute(
-    path: Path | None, overrides: dict[str, Any], resume: bool, scale: ScaleOptions = UNSHARDED
+    path: Path | None,
+    overrides: dict[str, Any],
+    resume: bool,
+    scale: ScaleOptions = UNSHARDED,
+    retry_failed: bool = True,
 ) -> None:
     try:
         config = build_config(path, overrides)
-        result = run_loop(config, resume=resume, scale=scale)
+        plan = check_before_run(config, resume=resume)
     except (ConfigError, RegistryError, StoreError) as exc:
         fail(str(exc))
+    from prefect.exceptions import CancelledRun  # imports Prefect: only once a run starts
+
+    try:
+        result = run_loop(config, resume=resume, scale=scale, retry_failed=retry_failed)
+    except RunStopped as exc:
+        code = exit_codes.RUNTIME if exc.cause == "dead_server" else exit_codes.INTERRUPTED
+        if exc.cause != "dead_server":
+            code = exit_codes.for_signal(exc.signal_number)
+        fail(f"{exc} ({_stored(plan)})", code)
+    except CancelledRun as exc:
+        fail(f"{exc} ({_stored(plan)})", exit_codes.TERMINATED)
+    except KeyboardInterrupt:
+        fail(f"stopped at once (signalled twice); {_stored(plan)}", exit_codes.INTERRUPTED)
+    except ConfigError as exc:
+        fail(str(exc))
+    except (RegistryError, StoreError) as exc:
+        fail(str(exc), exit_codes.RUNTIME)
     print_headline(result)
+    if result["health"]["gate"] == "fail":
+        errors.print(
+            f"health gate failed ({', '.join(result['health']['gate_failures'])}): see "
+            f"`gym eval health {config.out}`",
+            highlight=False,
+            markup=False,
+        )
+        raise typer.Exit(exit_codes.GATE_FAILED)
 
 
 @eval_app.command("run")
@@ -157,6 +230,17 @@ def eval_run(
         str | None, typer.Option(help="Where shard stores live (shared by workers).")
     ] = None,
     shard_retries: Annotated[int, typer.Option(help="Re-runs of a failed shard.")] = 2,
+    retry_failed: Annotated[
+        bool,
+        typer.Option(
+            help="With --resume, run again the rollouts that failed for a transient reason "
+            "(transport, timeout, rate limit, server error); old attempts are kept."
+        ),
+    ] = True,
+    stop_after_transport_failures: Annotated[
+        int | None,
+        typer.Option(help="Stop early after this many rollouts in a row cannot reach the model."),
+    ] = None,
 ) -> None:
     """Collect rollouts, then check health, profile and write the report."""
     if config is None and benchmark is None and environment is None:
@@ -180,11 +264,12 @@ def eval_run(
         "model.kind": model_kind,
         "model.base_url": model_url,
         "model.name": model_name,
+        "stop_after_transport_failures": stop_after_transport_failures,
     }
     if seed is not None and config is None:
         overrides.pop("sampling.seed")
         overrides["sampling"] = {"seed": seed}
-    _execute(config, overrides, resume, scale)
+    _execute(config, overrides, resume, scale, retry_failed)
 
 
 @app.command("demo")

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from gymflow.cli import exit_codes
 from gymflow.cli.app import app, console, errors, eval_app, fail, print_json
 from gymflow.store.db import StoreError
 from gymflow.store.merge import MergeReport, merge_shards
@@ -129,4 +130,4 @@ def eval_aggregate(
     else:
         _print_report(report, max_missing)
     if strict and not report.complete:
-        raise typer.Exit(2)
+        raise typer.Exit(exit_codes.GATE_FAILED)

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from gymflow import bounded_yaml
 from gymflow.cli.app import console, fail, serve_app
 from gymflow.environments.registry import RegistryError, load_environment
 
@@ -19,7 +20,7 @@ def _verifier_params(pairs: list[str]) -> dict[str, Any]:
         if not sep or not key:
             fail(f"--param {pair!r}: expected key=value")
         try:
-            params[key] = yaml.safe_load(value)
+            params[key] = bounded_yaml.safe_load(value)
         except yaml.YAMLError:
             params[key] = value
     return params

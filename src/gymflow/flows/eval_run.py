@@ -10,6 +10,7 @@ from typing import Any
 from prefect import flow
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
+from prefect.states import Cancelled
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
@@ -22,16 +23,18 @@ from gymflow.flows.artifacts import (
     publish_results,
     publish_shard_failure,
 )
+from gymflow.flows.cancellation import stop_on_cancel
 from gymflow.flows.eval_shard import collect_plan
 from gymflow.flows.fan_out import ShardFailed, run_shard_here, run_shard_on_pool, shard_deployment
 from gymflow.flows.labels import run_name, tag_run
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions, shard_config
 from gymflow.models.endpoint import model_endpoint
+from gymflow.rollouts import stopping
 from gymflow.rollouts.plan import resolve
 from gymflow.store.merge import check_destination
 from gymflow.tasks.analysis import check_health, diagnose_run, profile_run, render_report
-from gymflow.tasks.rollouts import prepare_run
-from gymflow.tasks.shards import aggregate_shards
+from gymflow.tasks.rollouts import prepare_run, retry_unless_stopped
+from gymflow.tasks.shards import aggregate_shards, supersede_failed_in_shards
 
 #: Threads for local shards and pool-shard waiters: each local shard holds one while it runs.
 MAX_CONCURRENT_SHARDS = 32
@@ -46,7 +49,7 @@ def _dated(config: EvalConfig) -> EvalConfig:
     return config.model_copy(update={"out": config.out.replace("{date}", f"{when:%Y-%m-%d}")})
 
 
-def _resuming(resume: bool) -> bool:
+def resuming(resume: bool) -> bool:
     """A retry of this flow run (the UI's Retry button) continues it, as `--resume` would."""
     return resume or (flow_run.run_count or 1) > 1
 
@@ -58,10 +61,16 @@ def _resuming(resume: bool) -> bool:
     task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENT_SHARDS),
 )
 def evaluation_loop(
-    config: FlowConfig, resume: bool = False, scale: ScaleOptions = UNSHARDED
+    config: FlowConfig,
+    resume: bool = False,
+    scale: ScaleOptions = UNSHARDED,
+    retry_failed: bool = True,
 ) -> dict[str, Any]:
     """Collect every missing rollout of the config's run, then health, profile, diagnosis and
     report.
+
+    SIGINT, SIGTERM or a cancellation of this flow run stops it: finished rollouts are
+    committed, the rest are left for a resume (the run ends Cancelled when cancelled).
 
     Args:
         config: What to run, against which policy, how often, and where results go.
@@ -69,17 +78,32 @@ def evaluation_loop(
             (the UI's Retry button) always continues it.
         scale: Split the run into shards, run here as concurrent subflows or on a work pool,
             then merged into the run store.
+        retry_failed: When resuming, run again the rollouts whose last attempt failed for a
+            transient reason (transport, timeout, rate limit, server error); the failed
+            attempts are kept in the store as evidence.
     """
+    stopping.clear()
     config = _dated(config)
     tag_run(config)
-    resume = _resuming(resume)
-    if scale.sharded:
-        if config.shard.count > 1:
-            raise ConfigError("give either shard (run one shard) or scale.shards (run them all)")
-        collected = _collect_shards(config, scale, resume)
-    else:
-        collected = _collect_here(config, resume)
-    return {**analyse_run(config.out), "collected": collected}
+    resume = resuming(resume)
+    try:
+        with stopping.stop_on_signals(), stop_on_cancel():
+            if scale.sharded:
+                if config.shard.count > 1:
+                    raise ConfigError(
+                        "give either shard (run one shard) or scale.shards (run them all)"
+                    )
+                collected = _collect_shards(config, scale, resume, retry_failed)
+            else:
+                collected = _collect_here(config, resume, retry_failed)
+            stopping.raise_if_requested()
+            return {**analyse_run(config.out), "collected": collected}
+    except stopping.RunStopped as exc:
+        if exc.cause == "cancelled":
+            return Cancelled(message=str(exc))
+        raise
+    finally:
+        stopping.clear()
 
 
 def analyse_run(run_dir: str) -> dict[str, Any]:
@@ -101,8 +125,8 @@ def analyse_run(run_dir: str) -> dict[str, Any]:
     }
 
 
-def _collect_here(config: EvalConfig, resume: bool) -> list[dict[str, int]]:
-    plan = prepare_run(config, resume)
+def _collect_here(config: EvalConfig, resume: bool, retry_failed: bool) -> list[dict[str, int]]:
+    plan = prepare_run(config, resume, retry_failed)
     keys = plan.keys()
     tracker = ProgressArtifact(-(-len(keys) // config.batch_size), "batches")
     progress.started(len(keys))
@@ -114,14 +138,22 @@ def _collect_here(config: EvalConfig, resume: bool) -> list[dict[str, int]]:
     return collect_plan(plan, on_batch=on_batch)
 
 
-def _collect_shards(config: EvalConfig, scale: ScaleOptions, resume: bool) -> dict[str, Any]:
+def _collect_shards(
+    config: EvalConfig, scale: ScaleOptions, resume: bool, retry_failed: bool
+) -> dict[str, Any]:
     plan = resolve(config)
     check_destination(config.out, plan.run_id, resume=resume)
     configs = [shard_config(config, scale, plan.run_id, i) for i in range(scale.shards)]
+    if resume and retry_failed:
+        supersede_failed_in_shards(config.out, [c.out for c in configs])
     tracker = ProgressArtifact(scale.shards, "shards")
     progress.started(len(plan.keys()))
     local = scale.work_pool is None
-    options = {"retries": scale.shard_retries, "retry_delay_seconds": scale.shard_retry_delay_s}
+    options = {
+        "retries": scale.shard_retries,
+        "retry_delay_seconds": scale.shard_retry_delay_s,
+        "retry_condition_fn": retry_unless_stopped,
+    }
     finished: dict[int, dict[str, Any]] = {}
     failures: dict[int, str] = {}
     # Local shards share one local policy server; pool shards each start their own if needed.
@@ -147,6 +179,7 @@ def _collect_shards(config: EvalConfig, scale: ScaleOptions, resume: bool) -> di
             tracker.update(len(finished), len(failures))
     # A failed shard's store may be partial or unreadable: it is merged once it completes.
     merged = aggregate_shards(config.out, [configs[i].out for i in sorted(finished)])
+    stopping.raise_if_requested()
     if failures:
         publish_shard_failure(failures, merged.get("stored", 0), len(plan.keys()))
         listed = "; ".join(f"shard {i}: {m}" for i, m in sorted(failures.items()))

@@ -22,6 +22,7 @@ from gymflow.environments.resources import ResourcesServer
 from gymflow.harness.base import get_harness
 from gymflow.models.client import ResponsesClient
 from gymflow.records import COMPLETED, FAILED, Rollout, rollout_id, rollout_seed
+from gymflow.rollouts import stopping
 from gymflow.rollouts.plan import RolloutKey, RunPlan
 from gymflow.store.writer import write_rollouts
 
@@ -29,6 +30,8 @@ from gymflow.store.writer import write_rollouts
 #: large enough that DuckDB commits stay cheap, small enough that a kill loses little.
 FLUSH_EVERY = 200
 FLUSH_INTERVAL_S = 0.5
+#: How often a collector looks for a stop request (a signal, a cancellation, a dead server).
+STOP_POLL_S = 0.1
 #: DuckDB's buffer pool while the collector writes. Its default, 80% of RAM, keeps every block
 #: written: backoffice (~30 KB of JSON a rollout) peaked at 850 MiB for 20,000 rollouts. Written
 #: blocks are already on disk, so a small pool just evicts them: 438 MiB at this limit, for ~6%
@@ -108,10 +111,16 @@ class CollectStats:
 
 
 async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) -> CollectStats:
-    """Run `keys`, writing each rollout; a cancelled or crashing batch commits what finished."""
+    """Run `keys`, writing each rollout; a cancelled or crashing batch commits what finished.
+
+    A stop request (`stopping`), or `stop_after_transport_failures` rollouts in a row that could
+    not reach the model server, ends the batch early: rollouts in flight are dropped (`--resume`
+    runs them), what finished is committed, and `RunStopped` is raised."""
     stats = CollectStats()
     if not keys:
         return stats
+    if (request := stopping.stop_requested()) is not None:
+        raise request.error()
     server = open_resources(plan)  # in-process, or the config's resources_url
     run_harness = get_harness(plan.harness)
     run_id = plan.run_id  # a hash of the whole config: computed once, not per rollout
@@ -121,6 +130,7 @@ async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) 
     pending: list[Rollout] = []
     last_flush = time.monotonic()
     committer = _Committer(con)
+    dead_server = stopping.DeadServerWatch(plan.config.stop_after_transport_failures, base_url)
 
     async def flush() -> None:
         nonlocal last_flush
@@ -129,12 +139,20 @@ async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) 
         pending.clear()
         await committer.commit(batch)
 
+    def stop_request() -> stopping.StopRequest | None:
+        return dead_server.tripped or stopping.stop_requested()
+
+    async def watch_for_stop() -> stopping.StopRequest:
+        while (request := stop_request()) is None:
+            await asyncio.sleep(STOP_POLL_S)
+        return request
+
     async with ResponsesClient(
         plan.config.model, base_url, plan.sampling, concurrency=plan.config.concurrency
     ) as client:
 
         async def worker() -> None:
-            while True:
+            while stop_request() is None:
                 try:
                     key = queue.get_nowait()
                 except asyncio.QueueEmpty:
@@ -145,21 +163,35 @@ async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) 
                     stats.completed += 1
                 else:
                     stats.failed += 1
+                dead_server.saw(rollout.failure_kind, rollout.error)
                 pending.append(rollout)
                 if len(pending) >= FLUSH_EVERY or time.monotonic() - last_flush > FLUSH_INTERVAL_S:
                     await flush()
 
+        workers = asyncio.gather(
+            *(worker() for _ in range(min(plan.config.concurrency, len(keys))))
+        )
+        watcher = asyncio.ensure_future(watch_for_stop())
+        stopped: stopping.StopRequest | None = None
         try:
-            await asyncio.gather(
-                *(worker() for _ in range(min(plan.config.concurrency, len(keys))))
-            )
+            await asyncio.wait((workers, watcher), return_when=asyncio.FIRST_COMPLETED)
+            if workers.done():
+                workers.result()  # a worker's crash is the batch's
+            if not (workers.done() and queue.empty()):
+                stopped = stop_request()
         finally:
+            # Rollouts still in flight are dropped, not recorded: they never finished.
+            workers.cancel()
+            watcher.cancel()
+            await asyncio.gather(workers, watcher, return_exceptions=True)
             try:
                 await flush()
                 await committer.drain()
             finally:
                 committer.close()
                 await close_resources(server)
+    if stopped is not None:
+        raise stopped.error()
     return stats
 
 

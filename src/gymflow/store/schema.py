@@ -112,6 +112,19 @@ TABLES: dict[str, str] = {
         )""",
 }
 
+#: Attempts set aside when a resume runs a failed rollout again, or a reverify judges an errored
+#: verification again: the evidence of what happened first. Each table is its live table's
+#: columns plus the attempt number (1 for the first) and when it was set aside; readers of the
+#: live tables see only the latest attempt, so nothing counts twice.
+SUPERSEDED: dict[str, str] = {
+    f"superseded_{table}": f"""
+        CREATE TABLE IF NOT EXISTS superseded_{table} AS
+        SELECT *, 0::INTEGER AS rollout_attempt, NULL::TIMESTAMP AS superseded_at
+        FROM {table} LIMIT 0"""
+    for table in ("rollouts", "model_calls", "verifications")
+}
+TABLES.update(SUPERSEDED)
+
 # Column order of each table, used by the bulk writers.
 COLUMNS: dict[str, tuple[str, ...]] = {
     "runs": (

@@ -12,26 +12,41 @@ from gymflow import progress
 from gymflow.config import EvalConfig
 from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
+from gymflow.rollouts.stopping import RunStopped
 from gymflow.store.db import StoreError, connect
 from gymflow.store.runs import missing_keys, register_run
+from gymflow.store.superseded import supersede_failed
 
 
 @task(name="prepare-run", cache_policy=NO_CACHE)
-def prepare_run(config: EvalConfig, resume: bool) -> RunPlan:
+def prepare_run(config: EvalConfig, resume: bool, retry_failed: bool = False) -> RunPlan:
+    """Register the run in its store; with `retry_failed` (resuming), set aside the rollouts
+    whose last attempt failed for a transient reason, so they count as missing and run again."""
     plan = resolve(config)
-    con = connect(plan.run_dir, create=True)
-    try:
+    with connect(plan.run_dir, create=True) as con:
         register_run(con, plan, resume=resume)
-    finally:
-        con.close()
+        if resume and retry_failed:
+            supersede_failed(con, plan.run_id)
     return plan
 
 
-def _worth_retrying(task, task_run, state) -> bool:
-    """A full disk or a refused store does not fix itself within a retry delay."""
+def retry_unless_stopped(task, task_run, state) -> bool:
+    """A stopped run was asked to stop (or found its model server gone): no retry."""
     try:
         state.result()
-    except StoreError:
+    except RunStopped:
+        return False
+    except Exception:
+        return True
+    return True
+
+
+def _worth_retrying(task, task_run, state) -> bool:
+    """A full disk or a refused store does not fix itself within a retry delay; a stopped run
+    was asked to stop."""
+    try:
+        state.result()
+    except (StoreError, RunStopped):
         return False
     except Exception:
         return True

@@ -10,8 +10,10 @@ from prefect.cache_policies import NO_CACHE
 
 from gymflow.config import EvalConfig
 from gymflow.rollouts.plan import RunPlan
-from gymflow.store.db import store_path
+from gymflow.store.db import connect, store_path
 from gymflow.store.merge import ShardProgress, merge_shards, shard_progress
+from gymflow.store.runs import run_info
+from gymflow.store.superseded import supersede_failed
 
 
 def shard_plan(plan: RunPlan, config: EvalConfig) -> RunPlan:
@@ -34,3 +36,15 @@ def aggregate_shards(run_dir: str, shard_dirs: list[str]) -> dict[str, Any]:
 
 def progress_dict(progress: ShardProgress) -> dict[str, Any]:
     return {**asdict(progress), "complete": progress.complete}
+
+
+@task(name="supersede-failed", cache_policy=NO_CACHE)
+def supersede_failed_in_shards(run_dir: str, shard_dirs: list[str]) -> None:
+    """Before a sharded resume: set aside the transiently failed rollouts in every shard store
+    and in the run store, so the shards run them again and the merge takes the new attempts
+    (the run store keeps its own copy of the failed ones as evidence)."""
+    for path in [*shard_dirs, run_dir]:
+        if store_path(path).exists():
+            with connect(path) as con:
+                if con.execute("SELECT count(*) FROM runs").fetchone()[0]:
+                    supersede_failed(con, run_info(con)["run_id"])

@@ -1,0 +1,69 @@
+"""The one YAML loader gymflow uses (configs, benchmarks, environment manifests, `--set` and
+`--param` values): PyYAML's safe loader with a bound on what aliases can expand to.
+
+A YAML alias is a reference: nine nested levels of nine aliases make a 538-byte file that loads
+as a small graph but expands to 9**9 strings as soon as anything walks it (a JSON dump, a
+pydantic validation), which took `gym eval run` to 5.3 GB before a MemoryError. Here the
+composed node graph is measured before anything is constructed: its size as a tree (each alias
+counted as a copy of what it names), computed once per distinct node, so the check costs what
+the file's own size does. A recursive alias (a node that contains itself) is refused too."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+#: Nodes a document may expand to through its aliases. Configs, benchmarks and manifests hold
+#: hundreds; a dataset of a few thousand rows in YAML stays well below.
+MAX_EXPANDED_NODES = 1_000_000
+
+
+class YamlBombError(yaml.YAMLError):
+    """A document whose aliases expand past the bound, or refer to themselves."""
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    sizes: dict[int, int] = {}
+    in_progress: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in in_progress:
+            raise YamlBombError("an alias refers to a node that contains it (recursive YAML)")
+        in_progress.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            for child in node.value:
+                total += size(child)
+        elif isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                total += size(key_node) + size(value_node)
+        in_progress.discard(key)
+        if total > MAX_EXPANDED_NODES:
+            raise YamlBombError(
+                f"aliases expand it to more than {MAX_EXPANDED_NODES:,} values (a YAML alias bomb?)"
+            )
+        sizes[key] = total
+        return total
+
+    return size(root)
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    def construct_document(self, node: yaml.Node) -> Any:
+        _expanded_size(node)
+        return super().construct_document(node)
+
+
+def safe_load(stream: str | bytes) -> Any:
+    """`yaml.safe_load`, refusing alias bombs with `YamlBombError` (a `yaml.YAMLError`)."""
+    loader = _BoundedLoader(stream)
+    try:
+        return loader.get_single_data()
+    except RecursionError:
+        raise YamlBombError("nested too deeply to read; refused") from None
+    finally:
+        loader.dispose()

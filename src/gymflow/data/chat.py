@@ -1,0 +1,270 @@
+"""Trajectories as chat-format training data: OpenAI fine-tuning JSONL (`{"messages": [...],
+"tools": [...]}`, assistant `tool_calls`, `tool` messages) and Parquet.
+
+Responses API items map to chat messages in SQL: a `message` keeps its role (`developer` becomes
+`system`) and its text; a `function_call` becomes a tool call of the assistant message it follows
+(or of a new assistant message); a `function_call_output` becomes a `tool` message; `reasoning`
+items are dropped (no chat fine-tuning format carries them). The prompt is every message before
+the first assistant message; the completion is the rest."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from gymflow.analysis.health import health
+from gymflow.data.lines import write_lines
+from gymflow.data.provenance import parquet_metadata_sql, write_sidecar
+
+Kind = Literal["passing", "pairs"]
+KINDS: tuple[Kind, ...] = ("passing", "pairs")
+
+
+@dataclass(frozen=True, slots=True)
+class TrajectoryFilters:
+    """Which scored rollouts of the selected tasks are exported.
+
+    `healthy`: drop every rollout a health check flags (integrity or warning). `max_output_tokens`:
+    drop rollouts whose output tokens (summed over their model calls) exceed it. `dedup`: keep one
+    of the rollouts of a task whose completions are identical (the lowest repeat)."""
+
+    healthy: bool = True
+    max_output_tokens: int | None = None
+    dedup: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_ITEMS = """
+CREATE OR REPLACE TEMP TABLE chat_items AS
+WITH picked AS (
+    SELECT r.rollout_id, json_extract(r.trajectory_json, '$[*]') AS items
+    FROM rollouts r SEMI JOIN data_rollouts d USING (rollout_id)
+),
+flat AS (
+    SELECT rollout_id, unnest(items) AS item, unnest(range(len(items))) AS i FROM picked
+),
+typed AS (
+    SELECT rollout_id, i, item, coalesce(item->>'type', 'message') AS type FROM flat
+)
+SELECT rollout_id, i, type,
+       CASE type WHEN 'function_call' THEN 'assistant'
+                 WHEN 'function_call_output' THEN 'tool'
+                 ELSE replace(item->>'role', 'developer', 'system') END AS role,
+       CASE type
+         WHEN 'message' THEN
+           CASE WHEN json_type(item, '$.content') = 'VARCHAR' THEN item->>'content'
+                ELSE array_to_string(json_extract_string(item, '$.content[*].text'), '') END
+         WHEN 'function_call_output' THEN
+           CASE WHEN json_type(item, '$.output') = 'VARCHAR' THEN item->>'output'
+                ELSE json_extract(item, '$.output')::VARCHAR END
+       END AS content,
+       CASE WHEN type = 'function_call' THEN json_object(
+           'id', item->>'call_id', 'type', 'function',
+           'function', json_object('name', item->>'name', 'arguments', item->>'arguments'))
+       END AS tool_call,
+       CASE WHEN type = 'function_call_output' THEN item->>'call_id' END AS tool_call_id
+FROM typed
+WHERE type IN ('message', 'function_call', 'function_call_output')
+"""
+
+# A function_call right after an assistant message (or another call) joins that message.
+_MESSAGES = """
+CREATE OR REPLACE TEMP TABLE chat_messages AS
+WITH marked AS (
+    SELECT *, sum(CASE WHEN type = 'function_call' AND previous = 'assistant' THEN 0 ELSE 1 END)
+                OVER (PARTITION BY rollout_id ORDER BY i) AS m
+    FROM (SELECT *, lag(role) OVER (PARTITION BY rollout_id ORDER BY i) AS previous
+          FROM chat_items)
+),
+grouped AS (
+    SELECT rollout_id, m, first(role ORDER BY i) AS role,
+           string_agg(content, '' ORDER BY i) AS content,
+           list(tool_call ORDER BY i) FILTER (WHERE tool_call IS NOT NULL) AS tool_calls,
+           first(tool_call_id ORDER BY i) AS tool_call_id
+    FROM marked GROUP BY rollout_id, m
+)
+SELECT rollout_id, m,
+       m < coalesce(min(m) FILTER (WHERE role = 'assistant') OVER (PARTITION BY rollout_id),
+                    m + 1) AS in_prompt,
+       CASE
+         WHEN role = 'tool' THEN json_object('role', 'tool', 'tool_call_id', tool_call_id,
+                                             'content', coalesce(content, ''))
+         WHEN len(tool_calls) > 0 THEN json_object('role', 'assistant', 'content', content,
+                                                   'tool_calls', to_json(tool_calls))
+         ELSE json_object('role', role, 'content', coalesce(content, ''))
+       END::VARCHAR AS message
+FROM grouped
+"""
+
+_TOOLS = """
+CREATE OR REPLACE TEMP TABLE chat_tools AS
+SELECT rollout_id,
+       to_json(list_transform(
+           list_filter(json_extract(request_json, '$.tools[*]'), lambda t: t->>'type' = 'function'),
+           lambda t: json_object('type', 'function', 'function', json_object(
+               'name', t->>'name', 'description', coalesce(t->>'description', ''),
+               'parameters', coalesce(json_extract(t, '$.parameters'),
+                                      '{"type": "object", "properties": {}}'::JSON)))
+       ))::VARCHAR AS tools
+FROM model_calls SEMI JOIN data_rollouts d USING (rollout_id)
+WHERE call_index = 0
+QUALIFY row_number() OVER (PARTITION BY rollout_id ORDER BY attempt) = 1
+"""
+
+_CONVERSATIONS = """
+CREATE OR REPLACE TEMP TABLE chat_conversations AS
+WITH joined AS (
+    SELECT rollout_id,
+           '[' || string_agg(message, ',' ORDER BY m) || ']' AS messages,
+           '[' || coalesce(string_agg(message, ',' ORDER BY m) FILTER (WHERE in_prompt), '')
+               || ']' AS prompt,
+           '[' || coalesce(string_agg(message, ',' ORDER BY m) FILTER (WHERE NOT in_prompt), '')
+               || ']' AS completion
+    FROM chat_messages GROUP BY rollout_id
+)
+SELECT d.*, j.messages, j.prompt, j.completion,
+       CASE WHEN coalesce(t.tools, '[]') <> '[]' THEN t.tools END AS tools
+FROM data_rollouts d JOIN joined j USING (rollout_id) LEFT JOIN chat_tools t USING (rollout_id)
+WHERE j.completion <> '[]'
+"""
+
+
+def _line(messages: str) -> str:
+    """One fine-tuning line: messages and, when the rollout was offered any, its tools."""
+    return (
+        f"CASE WHEN tools IS NULL THEN json_object('messages', json({messages})) "
+        f"ELSE json_object('messages', json({messages}), 'tools', json(tools)) END::VARCHAR"
+    )
+
+
+_PASSING_JSONL = (
+    f"SELECT {_line('messages')} FROM chat_export WHERE passed ORDER BY task_id, repeat_index"
+)
+
+# OpenAI's preference fine-tuning format: the shared prompt, then the two continuations.
+_PAIRS = """
+WITH ranked AS (
+    SELECT *, row_number() OVER (PARTITION BY task_id, passed ORDER BY repeat_index) AS k
+    FROM chat_export
+)
+SELECT p.task_id, p.rollout_id AS preferred_rollout_id, f.rollout_id AS non_preferred_rollout_id,
+       p.prompt, p.tools, p.completion AS preferred, f.completion AS non_preferred
+FROM ranked p JOIN ranked f ON f.task_id = p.task_id AND f.k = p.k AND NOT f.passed
+WHERE p.passed
+"""
+
+_PAIRS_JSONL = f"""
+SELECT CASE WHEN tools IS NULL
+            THEN json_object('input', json_object('messages', json(prompt)),
+                             'preferred_output', json(preferred),
+                             'non_preferred_output', json(non_preferred))
+            ELSE json_object('input', json_object('messages', json(prompt), 'tools', json(tools)),
+                             'preferred_output', json(preferred),
+                             'non_preferred_output', json(non_preferred))
+       END::VARCHAR
+FROM ({_PAIRS}) ORDER BY task_id, preferred_rollout_id
+"""
+
+_MESSAGE_TYPE = (
+    '[{"role": "VARCHAR", "content": "VARCHAR", "tool_call_id": "VARCHAR", '
+    '"tool_calls": [{"id": "VARCHAR", "type": "VARCHAR", '
+    '"function": {"name": "VARCHAR", "arguments": "VARCHAR"}}]}]'
+)
+
+
+def _typed(column: str) -> str:
+    return f"json_transform({column}, '{_MESSAGE_TYPE}') AS {column}"
+
+
+_PASSING_PARQUET = f"""
+SELECT rollout_id, task_id, repeat_index, reward, output_tokens, {_typed("messages")}, tools
+FROM chat_export WHERE passed ORDER BY task_id, repeat_index
+"""
+
+_PAIRS_PARQUET = f"""
+SELECT task_id, preferred_rollout_id, non_preferred_rollout_id, {_typed("prompt")}, tools,
+       {_typed("preferred")}, {_typed("non_preferred")}
+FROM ({_PAIRS}) ORDER BY task_id, preferred_rollout_id
+"""
+
+
+def prepare_trajectories(con, verifier_version: str, filters: TrajectoryFilters) -> dict[str, int]:
+    """Build `chat_export` (one row per kept scored rollout of the `data_selected` tasks: ids,
+    passed, reward, messages / prompt / completion / tools as JSON text) and return how many
+    rollouts each step kept or dropped."""
+    flagged = "SELECT NULL::VARCHAR AS id WHERE FALSE"
+    if filters.healthy:
+        health(con, verifier_version=verifier_version, max_listed=0)
+        flagged = "SELECT DISTINCT id FROM health_hits"
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE data_scored AS
+        SELECT r.rollout_id, r.task_id, r.repeat_index, v.passed, v.reward, r.output_tokens,
+               r.rollout_id IN ({flagged}) AS flagged
+        FROM rollouts r
+        JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+        WHERE r.task_id IN (SELECT task_id FROM data_selected)
+          AND r.status = 'completed' AND v.status = 'ok'
+        """,
+        [verifier_version],
+    )
+    limit = filters.max_output_tokens
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE data_rollouts AS SELECT * EXCLUDE (flagged) "
+        "FROM data_scored WHERE NOT flagged AND (? IS NULL OR output_tokens <= ?)",
+        [limit, limit],
+    )
+    for sql in (_ITEMS, _MESSAGES, _TOOLS, _CONVERSATIONS):
+        con.execute(sql)
+    dedup = (
+        "QUALIFY row_number() OVER (PARTITION BY task_id, md5(completion) "
+        "ORDER BY repeat_index) = 1"
+    )
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE chat_export AS SELECT * FROM chat_conversations "
+        f"{dedup if filters.dedup else ''}"
+    )
+    scored, unhealthy, too_long, conversations, kept, passing = con.execute(
+        f"""
+        SELECT (SELECT count(*) FROM data_scored),
+               (SELECT count(*) FROM data_scored WHERE flagged),
+               (SELECT count(*) FROM data_scored WHERE NOT flagged
+                  AND {"FALSE" if limit is None else f"output_tokens > {int(limit)}"}),
+               (SELECT count(*) FROM chat_conversations),
+               (SELECT count(*) FROM chat_export),
+               (SELECT count(*) FROM chat_export WHERE passed)
+        """
+    ).fetchone()
+    return {
+        "scored_rollouts": scored,
+        "dropped_unhealthy": unhealthy,
+        "dropped_too_long": too_long,
+        "dropped_empty": scored - unhealthy - too_long - conversations,
+        "dropped_duplicates": conversations - kept,
+        "kept_rollouts": kept,
+        "kept_passing": passing,
+        "kept_failing": kept - passing,
+    }
+
+
+def write_trajectories(
+    con, kind: Kind, path: Path, record: dict[str, Any], *, parquet: bool
+) -> int:
+    """Write the prepared `chat_export` as `kind` (`passing`: one conversation per passing
+    rollout; `pairs`: a passing and a failing rollout of the same task, matched in repeat order)
+    to `path` (JSONL with a `.meta.json` sidecar, or Parquet with the record in its metadata).
+    Returns the rows written."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown trajectory kind {kind!r} (kinds: {', '.join(KINDS)})")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if parquet:
+        sql = _PASSING_PARQUET if kind == "passing" else _PAIRS_PARQUET
+        target = str(path).replace("'", "''")
+        con.execute(f"COPY ({sql}) TO '{target}' (FORMAT parquet, {parquet_metadata_sql(record)})")
+        return con.execute(f"SELECT count(*) FROM ({sql})").fetchone()[0]
+    rows = write_lines(con, _PASSING_JSONL if kind == "passing" else _PAIRS_JSONL, [], path)
+    write_sidecar(path, record)
+    return rows

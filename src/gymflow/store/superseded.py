@@ -1,0 +1,89 @@
+"""Setting attempts aside: a failed rollout that a resume runs again, or an errored verification
+that a reverify judges again, moves to its `superseded_*` table (numbered, timestamped) in one
+transaction. The live tables then hold only the latest attempt, so health never sees two rows
+for one (task_id, repeat_index), and every analysis reads the newest outcome; the rollout id is
+unchanged, so resumes, merges and comparisons still join on it."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import UTC, datetime
+
+import duckdb
+
+#: Failure kinds of the model boundary that may not happen again: worth a new attempt.
+TRANSIENT_KINDS = ("transport_error", "timeout", "rate_limited", "server_error")
+#: Verification failure kinds a second judgement may settle (a verifier crash, a judge or a
+#: sandbox that timed out or failed).
+REJUDGED_STATUSES = ("error",)
+
+
+def _set_aside(
+    con, ids_sql: str, params: list, tables: tuple[str, ...], *, version: str | None = None
+) -> int:
+    """Move the rows of `tables` whose rollout_id `ids_sql` selects (and, with `version`, only
+    that verifier version's) into their superseded tables, numbered by the attempts of the
+    last table already set aside; returns how many rollout ids moved."""
+    now = datetime.now(UTC).replace(tzinfo=None)
+    counted = tables[-1]
+    only_version = "" if version is None else "AND verifier_version = $version"
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(
+            f"""
+            CREATE OR REPLACE TEMP TABLE set_aside AS
+            SELECT i.rollout_id, 1 + coalesce(s.n, 0) AS rollout_attempt
+            FROM ({ids_sql}) i
+            LEFT JOIN (SELECT rollout_id, count(*) AS n FROM superseded_{counted}
+                       WHERE TRUE {only_version} GROUP BY rollout_id) s USING (rollout_id)
+            """,
+            params,
+        )
+        moved = con.execute("SELECT count(*) FROM set_aside").fetchone()[0]
+        for table in tables if moved else ():
+            where = f"rollout_id IN (SELECT rollout_id FROM set_aside) {only_version}"
+            con.execute(
+                f"""
+                INSERT INTO superseded_{table} BY NAME
+                SELECT t.*, a.rollout_attempt, $now::TIMESTAMP AS superseded_at
+                FROM {table} t JOIN set_aside a USING (rollout_id)
+                WHERE TRUE {only_version}
+                """,
+                {"now": now, **({} if version is None else {"version": version})},
+            )
+            con.execute(
+                f"DELETE FROM {table} WHERE {where}",
+                {} if version is None else {"version": version},
+            )
+        con.execute("DROP TABLE set_aside")
+        con.execute("COMMIT")
+    except Exception:
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        raise
+    return moved
+
+
+def supersede_failed(con, run_id: str, kinds: tuple[str, ...] = TRANSIENT_KINDS) -> int:
+    """Set aside the run's rollouts whose (last) attempt failed with one of `kinds`, with their
+    model calls: they become missing, and the resume runs them again."""
+    return _set_aside(
+        con,
+        "SELECT rollout_id FROM rollouts WHERE run_id = $run_id AND status = 'failed' "
+        "AND list_contains($kinds, failure_kind)",
+        {"run_id": run_id, "kinds": list(kinds)},
+        ("model_calls", "verifications", "rollouts"),
+    )
+
+
+def supersede_verifications(con, verifier_version: str) -> int:
+    """Set aside the verifications of `verifier_version` that errored (a crash, a timeout, a
+    judge that failed): a reverify judges those rollouts again under the same version."""
+    return _set_aside(
+        con,
+        "SELECT rollout_id FROM verifications WHERE verifier_version = $version "
+        "AND list_contains($statuses, status)",
+        {"version": verifier_version, "statuses": list(REJUDGED_STATUSES)},
+        ("verifications",),
+        version=verifier_version,
+    )
