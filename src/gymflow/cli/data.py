@@ -86,9 +86,9 @@ def data_select(
     dry_run: Annotated[bool, typer.Option(help="Count only; write nothing.")] = False,
     json_output: Json = False,
 ) -> None:
-    """Choose tasks by pass rate, bucket, tag, difficulty and token length; write them as NeMo
-    Gym dataset rows (NAME.jsonl, provenance in NAME.meta.json) and a benchmark (NAME.yaml) that
-    evaluates them again."""
+    """Choose tasks by pass rate, bucket, tag, difficulty and token length; write them to
+    OUT/benchmarks/ as NeMo Gym dataset rows (NAME.jsonl, provenance in NAME.meta.json) and a
+    dataset benchmark (NAME.yaml) that evaluates them again."""
     if not name or "/" in name or name.startswith("."):
         fail(f"--name {name!r}: a plain file name is needed")
     try:
@@ -130,6 +130,11 @@ def data_select(
         console.print(f"  {filter_name}: {rejected} tasks fail it")
     for kind, path in paths.items():
         console.print(f"  {kind}: {path}")
+    if paths:
+        root = Path(paths["benchmark"]).parent.parent
+        console.print(
+            f"evaluate it again: GYMFLOW_ENVIRONMENTS_PATH={root} gym eval run --benchmark {name}"
+        )
 
 
 def _run_folder(run_dir: Path) -> Path:

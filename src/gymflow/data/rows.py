@@ -1,5 +1,7 @@
 """A selection written as a dataset: NeMo Gym dataset rows (JSONL), optionally Parquet, and a
-benchmark YAML naming the JSONL, so the selected tasks can be evaluated again.
+dataset benchmark YAML naming the JSONL, so the selected tasks can be evaluated again. The files
+go to `OUT/benchmarks/`, the layout the registry searches: with `GYMFLOW_ENVIRONMENTS_PATH=OUT`,
+`gym eval run --benchmark NAME` runs the selection.
 
 A row is the task's first recorded request (`responses_create_params`: its input items, and the
 function tools offered, when any), the task's verifier data at the top level (as NeMo Gym rows
@@ -15,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from gymflow.config import Sampling
 from gymflow.data.lines import write_lines
 from gymflow.data.provenance import parquet_metadata_sql, write_sidecar
 from gymflow.data.select import Selection
@@ -87,10 +90,12 @@ def write_selection(
     *,
     parquet: bool = False,
 ) -> Written:
-    """Write `NAME.jsonl` (NeMo Gym rows) with `NAME.meta.json`, `NAME.yaml` (a benchmark over
-    the JSONL) and with `parquet`, `NAME.parquet` carrying the provenance in its metadata.
+    """Write, in `out_dir/benchmarks/`, `NAME.jsonl` (NeMo Gym rows) with `NAME.meta.json`,
+    `NAME.yaml` (a benchmark over the JSONL) and with `parquet`, `NAME.parquet` carrying the
+    provenance in its metadata.
 
     Expects `select_tasks` to have run on `con` (it leaves `data_selected`)."""
+    out_dir = out_dir / "benchmarks"
     out_dir.mkdir(parents=True, exist_ok=True)
     jsonl = out_dir / f"{name}.jsonl"
     rows = write_lines(con, _JSONL, [], jsonl)
@@ -131,7 +136,11 @@ def _verifier(con, selection: Selection) -> dict[str, Any]:
         "name": name,
         "params": json.loads(params or "{}"),
         "repeats": repeats,
-        "sampling": {k: v for k, v in json.loads(sampling or "{}").items() if v is not None},
+        "sampling": {
+            k: v
+            for k, v in json.loads(sampling or "{}").items()
+            if k in Sampling.model_fields and v is not None
+        },
         "harness": harness,
     }
 
@@ -143,8 +152,8 @@ def benchmark_yaml(
     verifier: dict[str, Any],
     data_keys: list[str],
 ) -> dict[str, Any]:
-    """The benchmark YAML (as a dict) that evaluates the selection again: the dataset-file
-    benchmark format, NeMo Gym rows, the run's verifier, repeats and sampling.
+    """The benchmark YAML (as a dict) that evaluates the selection again: a dataset benchmark
+    over NeMo Gym rows, with the run's verifier, harness, repeats and sampling.
 
     The one place that knows that format: adjust here if it changes."""
     run = record["run"]
@@ -167,8 +176,7 @@ def benchmark_yaml(
             },
             "harness": verifier["harness"],
         },
-        "verifier": verifier["name"],
-        "verifier_params": verifier["params"],
+        "verifier": {"name": verifier["name"], "params": verifier["params"]},
         "repeats": verifier["repeats"],
         "sampling": verifier["sampling"],
         "tags": ["selection"],
