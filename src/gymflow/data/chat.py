@@ -37,19 +37,37 @@ class TrajectoryFilters:
         return asdict(self)
 
 
+# One row per kept item. The previous item comes from the list itself (a second list unnested
+# beside the first) and the prompt's end from a list search, so only one window remains.
 _ITEMS = """
 CREATE OR REPLACE TEMP TABLE chat_items AS
 WITH picked AS (
-    SELECT r.rollout_id, json_extract(r.trajectory_json, '$[*]') AS items
-    FROM rollouts r SEMI JOIN data_rollouts d USING (rollout_id)
+    SELECT rollout_id, items,
+           coalesce(nullif(list_position(list_transform(items, lambda x:
+               coalesce(x->>'type', 'message') <> 'message' OR x->>'role' = 'assistant'), true),
+               0), len(items) + 1) - 1 AS replies_from
+    FROM (SELECT r.rollout_id, json_extract(r.trajectory_json, '$[*]') AS items
+          FROM rollouts r SEMI JOIN data_rollouts d USING (rollout_id))
 ),
 flat AS (
-    SELECT rollout_id, unnest(items) AS item, unnest(range(len(items))) AS i FROM picked
+    SELECT rollout_id, replies_from, unnest(items) AS item,
+           unnest([NULL::JSON] || items[1:len(items) - 1]) AS before,
+           unnest(range(len(items))) AS i
+    FROM picked
 ),
 typed AS (
-    SELECT rollout_id, i, item, coalesce(item->>'type', 'message') AS type FROM flat
+    SELECT rollout_id, i, i < replies_from AS in_prompt, item,
+           coalesce(item->>'type', 'message') AS type,
+           -- a function_call right after an assistant message or another call joins it
+           coalesce(item->>'type', 'message') = 'function_call'
+             AND (before->>'type' = 'function_call'
+                  OR (coalesce(before->>'type', 'message') = 'message'
+                      AND before->>'role' = 'assistant')) AS joins
+    FROM flat
 )
-SELECT rollout_id, i, type,
+SELECT rollout_id, i, in_prompt, type,
+       max(CASE WHEN NOT joins THEN i END)
+         OVER (PARTITION BY rollout_id ORDER BY i ROWS UNBOUNDED PRECEDING) AS m,
        CASE type WHEN 'function_call' THEN 'assistant'
                  WHEN 'function_call_output' THEN 'tool'
                  ELSE replace(item->>'role', 'developer', 'system') END AS role,
@@ -70,25 +88,16 @@ FROM typed
 WHERE type IN ('message', 'function_call', 'function_call_output')
 """
 
-# A function_call right after an assistant message (or another call) joins that message.
 _MESSAGES = """
 CREATE OR REPLACE TEMP TABLE chat_messages AS
-WITH marked AS (
-    SELECT *, sum(CASE WHEN type = 'function_call' AND previous = 'assistant' THEN 0 ELSE 1 END)
-                OVER (PARTITION BY rollout_id ORDER BY i) AS m
-    FROM (SELECT *, lag(role) OVER (PARTITION BY rollout_id ORDER BY i) AS previous
-          FROM chat_items)
-),
-grouped AS (
-    SELECT rollout_id, m, first(role ORDER BY i) AS role,
+WITH grouped AS (
+    SELECT rollout_id, m, bool_and(in_prompt) AS in_prompt, first(role ORDER BY i) AS role,
            string_agg(content, '' ORDER BY i) AS content,
            list(tool_call ORDER BY i) FILTER (WHERE tool_call IS NOT NULL) AS tool_calls,
            first(tool_call_id ORDER BY i) AS tool_call_id
-    FROM marked GROUP BY rollout_id, m
+    FROM chat_items GROUP BY rollout_id, m
 )
-SELECT rollout_id, m,
-       m < coalesce(min(m) FILTER (WHERE role = 'assistant') OVER (PARTITION BY rollout_id),
-                    m + 1) AS in_prompt,
+SELECT rollout_id, m, in_prompt,
        CASE
          WHEN role = 'tool' THEN json_object('role', 'tool', 'tool_call_id', tool_call_id,
                                              'content', coalesce(content, ''))
@@ -99,19 +108,27 @@ SELECT rollout_id, m,
 FROM grouped
 """
 
+# The tools a task offers are the same in every repeat (the environment gives them per task):
+# read them once per task, from its first kept rollout's first call.
 _TOOLS = """
 CREATE OR REPLACE TEMP TABLE chat_tools AS
-SELECT rollout_id,
+WITH first_calls AS (
+    SELECT arg_min(m.request_json, d.repeat_index * 1000 + m.attempt) AS request, d.task_id
+    FROM data_rollouts d JOIN model_calls m
+      ON m.rollout_id = d.rollout_id AND m.call_index = 0
+     AND d.repeat_index = (SELECT min(repeat_index) FROM data_rollouts x
+                           WHERE x.task_id = d.task_id)
+    GROUP BY d.task_id
+)
+SELECT task_id,
        to_json(list_transform(
-           list_filter(json_extract(request_json, '$.tools[*]'), lambda t: t->>'type' = 'function'),
+           list_filter(json_extract(request, '$.tools[*]'), lambda t: t->>'type' = 'function'),
            lambda t: json_object('type', 'function', 'function', json_object(
                'name', t->>'name', 'description', coalesce(t->>'description', ''),
                'parameters', coalesce(json_extract(t, '$.parameters'),
                                       '{"type": "object", "properties": {}}'::JSON)))
        ))::VARCHAR AS tools
-FROM model_calls SEMI JOIN data_rollouts d USING (rollout_id)
-WHERE call_index = 0
-QUALIFY row_number() OVER (PARTITION BY rollout_id ORDER BY attempt) = 1
+FROM first_calls
 """
 
 _CONVERSATIONS = """
@@ -127,7 +144,7 @@ WITH joined AS (
 )
 SELECT d.*, j.messages, j.prompt, j.completion,
        CASE WHEN coalesce(t.tools, '[]') <> '[]' THEN t.tools END AS tools
-FROM data_rollouts d JOIN joined j USING (rollout_id) LEFT JOIN chat_tools t USING (rollout_id)
+FROM data_rollouts d JOIN joined j USING (rollout_id) LEFT JOIN chat_tools t USING (task_id)
 WHERE j.completion <> '[]'
 """
 
