@@ -7,8 +7,9 @@ Stages, each in a fresh subprocess so its peak RSS (ru_maxrss) is its own:
   the default selection's size);
 - select: the informative tasks (0 < pass rate < 1) written as NeMo Gym rows, Parquet and a
   benchmark YAML;
-- trajectories: the passing rollouts of those tasks as chat JSONL, after the health checks (which
-  dominate), the length filter and dedup.
+- trajectories: the passing rollouts of those tasks as chat JSONL, after the health checks, the
+  length filter and dedup (the synthetic outputs of a task repeat, so most are duplicates);
+- trajectories-all: the same without health checks or dedup: every scored rollout converted.
 
     python bench/data_select.py                     # both sizes
     python bench/data_select.py --sizes 100000      # one size
@@ -29,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from analysis_scale import REPEATS, build_store
 
-STAGES = ("profile", "select", "trajectories")
+STAGES = ("profile", "select", "trajectories", "trajectories-all")
 
 
 def word_problem_prompts(store: Path) -> None:
@@ -95,7 +96,9 @@ def run_stage(stage: str, store: Path, out: Path) -> dict[str, object]:
                 written = write_selection(con, selection, out, "bench", record, parquet=True)
                 detail = f"{written.rows} tasks written"
             else:
-                counts = prepare_trajectories(con, selection.verifier_version, TrajectoryFilters())
+                every = stage == "trajectories-all"
+                filters = TrajectoryFilters(healthy=not every, dedup=not every)
+                counts = prepare_trajectories(con, selection.verifier_version, filters)
                 rows = write_trajectories(con, "passing", out / "sft.jsonl", record, parquet=False)
                 detail = (
                     f"{rows} conversations from {counts['scored_rollouts']} scored rollouts "

@@ -220,7 +220,7 @@ def prepare_trajectories(con, verifier_version: str, filters: TrajectoryFilters)
         f"""
         CREATE OR REPLACE TEMP TABLE data_scored AS
         SELECT r.rollout_id, r.task_id, r.repeat_index, v.passed, v.reward, r.output_tokens,
-               r.rollout_id IN ({flagged}) AS flagged
+               r.rollout_id IN ({flagged}) AS flagged, md5(r.trajectory_json) AS raw
         FROM rollouts r
         JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
         WHERE r.task_id IN (SELECT task_id FROM data_selected)
@@ -229,38 +229,45 @@ def prepare_trajectories(con, verifier_version: str, filters: TrajectoryFilters)
         [verifier_version],
     )
     limit = filters.max_output_tokens
+
+    def once(key: str) -> str:
+        """Keep the lowest repeat of a task's rollouts sharing `key`, when deduplicating."""
+        if not filters.dedup:
+            return ""
+        return f"QUALIFY row_number() OVER (PARTITION BY task_id, {key} ORDER BY repeat_index) = 1"
+
+    # Identical stored trajectories are identical completions: dropped before the conversion,
+    # the rest (ids differ, texts agree) after it.
     con.execute(
-        "CREATE OR REPLACE TEMP TABLE data_rollouts AS SELECT * EXCLUDE (flagged) "
-        "FROM data_scored WHERE NOT flagged AND (? IS NULL OR output_tokens <= ?)",
+        "CREATE OR REPLACE TEMP TABLE data_rollouts AS SELECT * EXCLUDE (flagged, raw) "
+        f"FROM data_scored WHERE NOT flagged AND (? IS NULL OR output_tokens <= ?) {once('raw')}",
         [limit, limit],
     )
     for sql in (_ITEMS, _MESSAGES, _TOOLS, _CONVERSATIONS):
         con.execute(sql)
-    dedup = (
-        "QUALIFY row_number() OVER (PARTITION BY task_id, md5(completion) "
-        "ORDER BY repeat_index) = 1"
-    )
     con.execute(
-        f"CREATE OR REPLACE TEMP TABLE chat_export AS SELECT * FROM chat_conversations "
-        f"{dedup if filters.dedup else ''}"
+        "CREATE OR REPLACE TEMP TABLE chat_export AS SELECT * FROM chat_conversations "
+        + once("md5(completion)")
     )
-    scored, unhealthy, too_long, conversations, kept, passing = con.execute(
+    scored, unhealthy, too_long, converted, conversations, kept, passing = con.execute(
         f"""
         SELECT (SELECT count(*) FROM data_scored),
                (SELECT count(*) FROM data_scored WHERE flagged),
                (SELECT count(*) FROM data_scored WHERE NOT flagged
                   AND {"FALSE" if limit is None else f"output_tokens > {int(limit)}"}),
+               (SELECT count(*) FROM data_rollouts),
                (SELECT count(*) FROM chat_conversations),
                (SELECT count(*) FROM chat_export),
                (SELECT count(*) FROM chat_export WHERE passed)
         """
     ).fetchone()
+    candidates = scored - unhealthy - too_long
     return {
         "scored_rollouts": scored,
         "dropped_unhealthy": unhealthy,
         "dropped_too_long": too_long,
-        "dropped_empty": scored - unhealthy - too_long - conversations,
-        "dropped_duplicates": conversations - kept,
+        "dropped_empty": converted - conversations,
+        "dropped_duplicates": candidates - converted + conversations - kept,
         "kept_rollouts": kept,
         "kept_passing": passing,
         "kept_failing": kept - passing,
