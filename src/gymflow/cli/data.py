@@ -10,6 +10,7 @@ from rich.table import Table
 
 from gymflow.cli.app import console, data_app, fail, print_json
 from gymflow.data.chat import KINDS, TrajectoryFilters, prepare_trajectories, write_trajectories
+from gymflow.data.lines import OutputError
 from gymflow.data.profile import data_profile
 from gymflow.data.provenance import provenance
 from gymflow.data.rows import write_selection
@@ -112,7 +113,7 @@ def data_select(
                 paths = write_selection(con, selection, target, name, record, parquet=parquet).paths
         finally:
             con.close()
-    except (StoreError, SelectionError) as exc:
+    except (StoreError, SelectionError, OutputError) as exc:
         fail(str(exc))
     payload = {**record, "task_ids": selection.task_ids, "paths": paths}
     if json_output:
@@ -197,7 +198,7 @@ def data_trajectories(
             rows = write_trajectories(con, kind, out, record, parquet=out.suffix == ".parquet")
         finally:
             con.close()
-    except (StoreError, SelectionError) as exc:
+    except (StoreError, SelectionError, OutputError) as exc:
         fail(str(exc))
     record["counts"]["rows"] = rows
     if json_output:

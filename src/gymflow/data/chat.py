@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gymflow.analysis.health import health
-from gymflow.data.lines import write_lines
+from gymflow.data.lines import copy_to, make_folder, write_lines
 from gymflow.data.provenance import parquet_metadata_sql, write_sidecar
 
 Kind = Literal["passing", "pairs"]
@@ -283,12 +283,10 @@ def write_trajectories(
     Returns the rows written."""
     if kind not in KINDS:
         raise ValueError(f"unknown trajectory kind {kind!r} (kinds: {', '.join(KINDS)})")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     if parquet:
         sql = _PASSING_PARQUET if kind == "passing" else _PAIRS_PARQUET
-        target = str(path).replace("'", "''")
-        con.execute(f"COPY ({sql}) TO '{target}' (FORMAT parquet, {parquet_metadata_sql(record)})")
-        return con.execute(f"SELECT count(*) FROM ({sql})").fetchone()[0]
+        return copy_to(con, sql, path, f"FORMAT parquet, {parquet_metadata_sql(record)}")
     rows = write_lines(con, _PASSING_JSONL if kind == "passing" else _PAIRS_JSONL, [], path)
     write_sidecar(path, record)
     return rows

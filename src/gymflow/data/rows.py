@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from gymflow.config import Sampling
-from gymflow.data.lines import write_lines
+from gymflow.data.lines import OutputError, copy_to, make_folder, write_lines
 from gymflow.data.provenance import parquet_metadata_sql, write_sidecar
 from gymflow.data.select import Selection
 
@@ -95,22 +95,21 @@ def write_selection(
     provenance in its metadata.
 
     Expects `select_tasks` to have run on `con` (it leaves `data_selected`)."""
-    out_dir = out_dir / "benchmarks"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_folder(out_dir / "benchmarks")
     jsonl = out_dir / f"{name}.jsonl"
     rows = write_lines(con, _JSONL, [], jsonl)
     paths = {"jsonl": str(jsonl), "meta": str(write_sidecar(jsonl, record))}
     if parquet:
         target = out_dir / f"{name}.parquet"
-        path = str(target).replace("'", "''")
-        con.execute(
-            f"COPY ({_PARQUET}) TO '{path}' (FORMAT parquet, {parquet_metadata_sql(record)})"
-        )
+        copy_to(con, _PARQUET, target, f"FORMAT parquet, {parquet_metadata_sql(record)}")
         paths["parquet"] = str(target)
     data_keys = _data_keys(con)
     benchmark = benchmark_yaml(name, jsonl.name, record, _verifier(con, selection), data_keys)
     target = out_dir / f"{name}.yaml"
-    target.write_text(yaml.safe_dump(benchmark, sort_keys=False), encoding="utf-8")
+    try:
+        target.write_text(yaml.safe_dump(benchmark, sort_keys=False), encoding="utf-8")
+    except OSError as exc:
+        raise OutputError(f"{target}: cannot write: {exc.strerror or exc}") from None
     paths["benchmark"] = str(target)
     return Written(rows, paths)
 
