@@ -11,9 +11,14 @@ intervals with the functions the profile uses and counts how often they cover th
     clustered effective sample size, t quantile), and the share of z intervals that left [0, 1];
   - "bootstrap pass@k" is the profile's percentile bootstrap over tasks (`bootstrap_ci95`).
 
-A second table checks the power figure: at the tasks `mcnemar_tasks_needed` asks for, it
-simulates paired comparisons and counts how often McNemar's test, as the comparison prints it,
-rejects (the target is 80%).
+A second table checks the intra-task correlation: the mean over runs of the profile's ICC(1)
+(`variance_components`, one-way ANOVA) beside the plug-in share var(task means) / total that
+gymflow printed before, against the population's true ICC, 1 / (alpha + beta + 1).
+
+A third checks the power figure: at the tasks `mcnemar_tasks_needed` asks for, it simulates
+paired comparisons and counts how often McNemar's test, as the comparison prints it, rejects
+(the target is 80%); and it shows how much the figure moves between runs of 200 tasks (10th to
+90th percentile), since each run plugs in its own observed share of discordant tasks.
 
 Seeded: the same arguments print the same table.
 
@@ -38,6 +43,7 @@ from gymflow.analysis.stats import (
     mcnemar,
     mcnemar_tasks_needed,
     t_quantile,
+    variance_components,
 )
 
 #: name -> (alpha, beta) of the task population's Beta distribution
@@ -84,15 +90,39 @@ def coverage(
     return {name: count / runs for name, count in hits.items()}
 
 
-def power_check(rng: np.random.Generator, runs: int) -> list[tuple[float, float, int, float]]:
-    """(discordant share, difference, tasks needed, simulated rejection rate) per scenario."""
+def icc_check(
+    rng: np.random.Generator, alpha: float, beta: float, tasks: int, repeats: int, runs: int
+) -> tuple[float, float]:
+    """Mean over runs of (ANOVA ICC(1), plug-in between share)."""
+    anova, plug_in = [], []
+    n = np.full(tasks, repeats)
+    for _ in range(runs):
+        p = rng.beta(alpha, beta, size=tasks) if alpha else np.full(tasks, 0.5)
+        c = rng.binomial(repeats, p)
+        icc = variance_components(n, c, c)["icc"]
+        rates = c / repeats
+        between, within = float(np.var(rates)), float(np.mean(rates * (1 - rates)))
+        if icc is not None and between + within > 0:
+            anova.append(icc)
+            plug_in.append(between / (between + within))
+    return float(np.mean(anova)), float(np.mean(plug_in))
+
+
+def power_check(rng: np.random.Generator, runs: int) -> list[tuple[float, float, int, float, str]]:
+    """(discordant share, difference, tasks needed, simulated rejection rate, 10th-90th
+    percentile of the figure from runs of 200 tasks) per scenario."""
     rows = []
     for discordant, difference in ((0.2, 0.1), (0.4, 0.1), (0.3, 0.05)):
         needed, _ = mcnemar_tasks_needed(discordant, difference)
         p10, p01 = (discordant + difference) / 2, (discordant - difference) / 2
         cells = rng.multinomial(needed, [p10, p01, 1 - discordant], size=runs)
         rejected = sum(mcnemar(int(b), int(c))["p_value"] <= 0.05 for b, c, _ in cells)
-        rows.append((discordant, difference, needed, rejected / runs))
+        figures = []
+        for b, c, _ in rng.multinomial(200, [p10, p01, 1 - discordant], size=100):
+            figure, _ = mcnemar_tasks_needed((b + c) / 200, difference)
+            figures.append(math.inf if figure is None else figure)
+        low, high = np.percentile(figures, [10, 90])
+        rows.append((discordant, difference, needed, rejected / runs, f"{low:,.0f}–{high:,.0f}"))
     return rows
 
 
@@ -125,11 +155,24 @@ def main() -> None:
                 f"| {got['z outside [0,1]']:.1%} | {got['boot pass@1']:.1%} "
                 f"| {got['boot pass@k']:.1%} |"
             )
+    print(f"\nICC, mean over {args.runs // 4:,} runs of {args.repeats} repeats a task:")
+    print("| task population | true ICC | tasks | ICC(1), one-way ANOVA | plug-in share (old) |")
+    print("|---|---:|---:|---:|---:|")
+    for name, (alpha, beta), true in (
+        ("every task at 50%", (0.0, 0.0), 0.0),
+        ("Beta(2, 3)", (2.0, 3.0), 1 / 6),
+    ):
+        for tasks in (10, 100):
+            anova, plug_in = icc_check(rng, alpha, beta, tasks, args.repeats, args.runs // 4)
+            print(f"| {name} | {true:.3f} | {tasks} | {anova:.3f} | {plug_in:.3f} |")
     print("\nMcNemar power at the tasks-needed figure (target 80%), simulated comparisons:")
-    print("| discordant share | difference | tasks needed | rejected |")
-    print("|---:|---:|---:|---:|")
-    for discordant, difference, needed, rate in power_check(rng, args.runs):
-        print(f"| {discordant:.0%} | {difference:.0%} | {needed:,} | {rate:.1%} |")
+    print(
+        "| discordant share | difference | tasks needed | rejected "
+        "| figure from a 200-task run, 10th–90th pct |"
+    )
+    print("|---:|---:|---:|---:|---:|")
+    for discordant, difference, needed, rate, spread in power_check(rng, args.runs):
+        print(f"| {discordant:.0%} | {difference:.0%} | {needed:,} | {rate:.1%} | {spread} |")
     print(f"\n{time.perf_counter() - started:.0f} s")
 
 

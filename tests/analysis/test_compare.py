@@ -78,7 +78,8 @@ def test_hand_computed_pairing(runs: Path) -> None:
     assert "do not reach 80% power" in power["minimum_detectable_difference_reason"]
     needed = power["tasks_needed"]
     assert mcnemar_power(needed, 0.4, 0.05) >= 0.8 > mcnemar_power(needed - 1, 0.4, 0.05)
-    assert result["unpaired_tasks"] == {"a_only": [], "b_only": []}
+    assert result["unpaired_tasks"] == {"a_only": 0, "b_only": 0}
+    assert result["unpaired_task_ids"] == {"a_only": [], "b_only": []}
     assert [f["factor"] for f in result["factors"]] == ["model"]
     assert "attributed to it" in result["attribution"]
 
@@ -100,7 +101,8 @@ def test_different_benchmark_versions_are_refused(runs: Path) -> None:
 def test_runs_of_one_protocol_pair_on_the_tasks_both_hold(runs: Path) -> None:
     result = _compare(runs, "a", "subset")
     assert result["tasks"] == 4
-    assert result["unpaired_tasks"] == {"a_only": ["t1"], "b_only": ["t9"]}
+    assert result["unpaired_tasks"] == {"a_only": 1, "b_only": 1}
+    assert result["unpaired_task_ids"] == {"a_only": ["t1"], "b_only": ["t9"]}
     # d over t0, t2, t3, t4 = 0, -1, 1, 0
     assert result["difference"] == pytest.approx(0.0)
     text = gym("eval", "profile", "a", "--compare", "subset", cwd=runs, check=True).stdout

@@ -51,6 +51,12 @@ def _bend(b: StoreBuilder, task_id: str, repeat: int, **changes) -> str:
     return b.rollout(task_id, repeat, **changes).rollout_id
 
 
+def _executing(b: StoreBuilder) -> StoreBuilder:
+    """A run whose harness executes function calls (single_turn's calls are its answer)."""
+    b.meta.harness = "tool_loop"
+    return b
+
+
 def _with_call(b: StoreBuilder, task_id: str, repeat: int, **call_changes) -> str:
     rid = _bend(b, task_id, repeat)
     record = b.rollouts[-1]
@@ -153,7 +159,7 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "zero_output_tokens": lambda b: _bend(b, "t0", 1, output_tokens=0),
     "token_mismatch": _token_mismatch,
     "function_call_without_output": lambda b: _bend(
-        b, "t0", 1, trajectory=_tool_trajectory(_call("c1"), _call("c2"), _output("c1"))
+        _executing(b), "t0", 1, trajectory=_tool_trajectory(_call("c1"), _call("c2"), _output("c1"))
     ),
     "output_without_function_call": lambda b: _bend(
         b, "t0", 1, trajectory=_tool_trajectory(_call("c1"), _output("c1"), _output("c7"))
@@ -176,6 +182,13 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
 
 def test_every_check_has_a_failing_record() -> None:
     assert set(MUTATIONS) == {*CHECKS, TASK_CHECK}
+
+
+def test_single_turn_calls_are_answers_not_unanswered_calls(tmp_path: Path) -> None:
+    """BFCL-style function calling: the calls are verified, never executed, so no output."""
+    b = _clean()
+    _bend(b, "t0", 1, trajectory=_tool_trajectory(_call("c1"), _call("c2")))
+    assert _run(b, tmp_path)["checks"]["function_call_without_output"]["status"] == "ok"
 
 
 def test_clean_run_passes_every_check(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from statsmodels.stats.weightstats import DescrStatsW
 
 from gymflow.analysis.stats import (
     Z95,
+    _binomial_cdf,
     _expanded_tail,
     bootstrap_ci95,
     bounded_mean_ci95,
@@ -203,6 +204,13 @@ def test_mcnemar_matches_statsmodels() -> None:
             assert ours["method"] == (
                 "exact binomial" if exact else "chi-square, continuity corrected"
             )
+
+
+def test_binomial_cdf_matches_scipy() -> None:
+    for n, p in [(50, 0.02), (10, 0.1), (3000, 0.001), (2000, 0.6), (7, 0.0), (7, 1.0)]:
+        k = np.arange(-1, n + 2)
+        got = _binomial_cdf(k, np.full(len(k), n), p)
+        np.testing.assert_allclose(got, sps.binom.cdf(k, n, p), rtol=0, atol=1e-10)
 
 
 def _enumerated_power(tasks: int, p10: float, p01: float) -> float:

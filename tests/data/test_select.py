@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import duckdb
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -85,9 +86,9 @@ def test_counts_say_what_each_filter_rejects(run: Path) -> None:
 
 
 def test_selection_writes_nemo_gym_rows_a_benchmark_and_provenance(run: Path) -> None:
-    out = run.parent / "picked"
+    out = run.parent / "picked" / "benchmarks"
     result = gym(
-        *("data", "select", str(run), "--out", str(out), "--name", "hard-ones"),
+        *("data", "select", str(run), "--out", str(out.parent), "--name", "hard-ones"),
         *("--pass-rate", "[0,0.5]", "--parquet"),
         cwd=run.parent,
     )
@@ -127,8 +128,8 @@ def test_selection_writes_nemo_gym_rows_a_benchmark_and_provenance(run: Path) ->
     benchmark = yaml.safe_load((out / "hard-ones.yaml").read_text())
     assert benchmark["dataset"]["path"] == "hard-ones.jsonl"
     assert benchmark["dataset"]["format"] == "nemo_gym"
-    assert benchmark["verifier"] == "numeric_match"
-    assert benchmark["verifier_params"]["extract"] == "answer_line"
+    assert benchmark["verifier"]["name"] == "numeric_match"
+    assert benchmark["verifier"]["params"]["extract"] == "answer_line"
     assert benchmark["repeats"] == 4
 
 
@@ -138,10 +139,13 @@ def test_bad_filters_and_empty_selections_are_one_line_errors(run: Path) -> None
         ("--pass-rate", "(0.5,0.2)"): "need 0 <= low <= high <= 1",
         ("--bucket", "sometimes"): "--bucket sometimes: unknown",
         ("--tag", "nothing-has-this"): "no task passes these filters; nothing written",
+        ("--out", "/proc/gymflow"): "/proc/gymflow/benchmarks: cannot create the folder",
     }
     for args, message in cases.items():
         out = run.parent / "never-written"
         result = gym("data", "select", str(run), "--out", str(out), *args, cwd=run.parent)
+        if "--out" in args:
+            out = Path(args[-1])
         assert result.returncode == 1
         assert message in result.stderr
         assert "Traceback" not in result.stderr
@@ -154,3 +158,43 @@ def test_band_parsing() -> None:
     assert str(parse_band("(0,0.5]")) == "(0,0.5]"
     with pytest.raises(SelectionError):
         parse_band("[0,nan]")
+
+
+def test_selected_dataset_runs_again_as_a_benchmark(run: Path) -> None:
+    """The written benchmark evaluates exactly the selected tasks, through `gym eval run`."""
+    out = run.parent / "again"
+    result = gym(
+        "data", "select", str(run), "--out", str(out), "--name", "informative", cwd=run.parent
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"GYMFLOW_ENVIRONMENTS_PATH={out} gym eval run --benchmark informative" in " ".join(
+        result.stdout.split()
+    )
+    env = {"GYMFLOW_ENVIRONMENTS_PATH": str(out)}
+    rerun = run.parent / "rerun"
+    gym(
+        *("eval", "run", "--benchmark", "informative", "--repeats", "2", "--out", str(rerun)),
+        cwd=run.parent,
+        env=env,
+        check=True,
+    )
+    con = duckdb.connect(str(rerun / "gymflow.duckdb"), read_only=True)
+    try:
+        assert con.execute("SELECT benchmark, environment, harness FROM runs").fetchall() == [
+            ("informative", "informative", "single_turn")
+        ]
+        tasks = con.execute(
+            "SELECT task_id, prompt, tags, difficulty FROM tasks ORDER BY task_id"
+        ).fetchall()
+        assert tasks == [
+            (task_id, f"question {task_id}", list(TASKS[task_id][1]), TASKS[task_id][2])
+            for task_id in ["half", "half-partial", "quarter", "three-quarters"]
+        ]
+        verified = con.execute(
+            "SELECT count(*) FROM rollouts r JOIN verifications v USING (rollout_id) "
+            "WHERE r.status = 'completed' AND v.status = 'ok' "
+            "AND v.verifier_version LIKE 'numeric_match@%'"
+        ).fetchone()[0]
+        assert verified == 4 * 2
+    finally:
+        con.close()

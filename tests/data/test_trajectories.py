@@ -199,6 +199,8 @@ def test_bad_output_names_fail_plainly(built: Path) -> None:
     for args, message in {
         ("--out", "x.csv"): "--out x.csv: name a .jsonl or .parquet file",
         ("--out", "x.jsonl", "--kind", "best"): "--kind 'best': choose one of passing, pairs",
+        ("--out", "/proc/gymflow.jsonl"): "/proc/gymflow.jsonl: cannot write",
+        ("--out", "/proc/gymflow.parquet"): "/proc/gymflow.parquet: cannot write",
     }.items():
         result = gym("data", "trajectories", str(built), *args, cwd=built.parent)
         assert result.returncode == 1 and message in result.stderr

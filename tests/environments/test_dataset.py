@@ -67,22 +67,42 @@ def write_benchmark(root: Path, name: str, dataset: dict[str, Any], **extra: Any
 MAPPED = {"id": "id", "verifier": {"answer": "answer"}, "tags": "topic", "difficulty": "level"}
 
 
-def write_hub_cache(home: Path, repo: str, rows: list[dict[str, Any]]) -> None:
+def write_hub_cache(
+    home: Path, repo: str, rows: list[dict[str, Any]], configs: dict[str, list] | None = None
+) -> None:
     """A Hugging Face cache as `huggingface_hub` leaves it after downloading `repo` at
-    HUB_COMMIT (refs/main names the commit; the snapshot holds the Hub's default file layout)."""
+    HUB_COMMIT (refs/main names the commit; the snapshot holds the Hub's default file layout,
+    or with `configs` one folder per config, declared in the dataset card as the Hub does)."""
     folder = home / "hub" / ("datasets--" + repo.replace("/", "--"))
     snapshot = folder / "snapshots" / HUB_COMMIT
     write_rows(snapshot / "data" / "test-00000-of-00001.parquet", rows)
+    if configs:
+        card = [{"config_name": "default", "data_files": [{"split": "test", "path": "data/*"}]}]
+        for name, config_rows in configs.items():
+            write_rows(snapshot / name / "test-00000-of-00001.parquet", config_rows)
+            card.append(
+                {"config_name": name, "data_files": [{"split": "test", "path": f"{name}/*"}]}
+            )
+        (snapshot / "README.md").write_text(f"---\n{yaml.safe_dump({'configs': card})}---\n")
     (folder / "refs").mkdir(parents=True)
     (folder / "refs" / "main").write_text(HUB_COMMIT)
 
 
 @pytest.fixture
 def hub_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A Hugging Face home of this test's own, offline: nothing here may reach the Hub."""
     home = tmp_path / "hf-home"
-    monkeypatch.setenv("HF_HOME", str(home))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    for name, value in {"HF_HOME": home, "HF_HUB_OFFLINE": 1, "HF_DATASETS_OFFLINE": 1}.items():
+        monkeypatch.setenv(name, str(value))
+    # Both libraries read these once, on import, which an earlier test may have done.
+    import datasets.config
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", home / "datasets")
     return home
 
 
@@ -130,6 +150,10 @@ def test_rows_without_ids_get_content_hash_ids_and_a_changed_row_is_a_new_versio
     assert after.all_tasks[2].task_id != ids[2]
     assert after.dataset_version != before.dataset_version
     assert after.benchmark_version.split(".")[0] == before.benchmark_version.split(".")[0]
+    # The same rows as Parquet: the same version (CSV's rows are text, so they are other rows).
+    write_rows(tmp_path / "d" / "benchmarks" / "d.parquet", ROWS)
+    write_benchmark(tmp_path / "d", "noid", {"path": "d.parquet"})
+    assert _plan(tmp_path / "d", "noid", monkeypatch).benchmark_version == before.benchmark_version
     assert data.exists()
 
 
@@ -224,6 +248,18 @@ def test_hub_dataset_loads_from_the_cache_with_its_revision_pinned(
     assert _plan(tmp_path / "local", "hubsums", monkeypatch).dataset_version != (
         plan.dataset_version
     )
+
+
+def test_hub_dataset_config_is_chosen_by_name(tmp_path, monkeypatch, hub_home) -> None:
+    write_hub_cache(hub_home, "acme/levels", ROWS, configs={"hard": ROWS[2:]})
+    hub = {"name": "acme/levels", "config": "hard", "split": "test", "revision": HUB_COMMIT}
+    write_benchmark(tmp_path, "hard", {"hub": hub, "fields": MAPPED})
+    plan = _plan(tmp_path, "hard", monkeypatch)
+    assert [t.task_id for t in plan.all_tasks] == ["q3"]
+    assert plan.env.load().source.endswith("(hard/test)")
+    write_benchmark(tmp_path, "nosuch", {"hub": {**hub, "config": "nosuch"}, "fields": MAPPED})
+    with pytest.raises(ConfigError, match="config 'nosuch' split 'test'"):
+        resolve(EvalConfig(benchmark="nosuch", out=str(tmp_path / "runs")))
 
 
 def test_hub_dataset_missing_from_the_cache_is_a_clear_error(
@@ -387,3 +423,71 @@ def test_a_benchmark_needs_both_dataset_and_verifier(tmp_path, monkeypatch) -> N
 
     with pytest.raises(RegistryError, match=r"verifier: .*a dataset benchmark names its verifier"):
         load_environment("half")
+
+
+def test_resuming_a_run_after_its_dataset_changed_is_refused(tmp_path, monkeypatch) -> None:
+    from gymflow.store.db import StoreError, connect
+    from gymflow.store.runs import register_run
+
+    out = tmp_path / "runs" / "sums"
+    plans = []
+    for root, rows in (
+        (tmp_path / "a", ROWS),
+        (tmp_path / "b", [*ROWS[:2], ROWS[0] | {"id": "x"}]),
+    ):
+        write_rows(root / "benchmarks" / "d.jsonl", rows)
+        write_benchmark(root, "sums", {"path": "d.jsonl", "fields": MAPPED})
+        monkeypatch.setenv(PATH_VARIABLE, str(root))
+        plans.append(resolve(EvalConfig(benchmark="sums", out=str(out))))
+    before, after = plans
+    assert before.run_id == after.run_id  # the same config: only the rows differ
+    con = connect(out, create=True)
+    try:
+        register_run(con, before, resume=False)
+        register_run(con, before, resume=True)  # the same rows resume
+        with pytest.raises(StoreError, match="dataset or protocol changed"):
+            register_run(con, after, resume=True)
+    finally:
+        con.close()
+
+
+def test_the_shipped_word_problems_validate_and_their_answers_pass(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv(PATH_VARIABLE, raising=False)
+    config = tmp_path / "eval.yaml"
+    config.write_text("benchmark: word-problems\n")
+    report = validate_config(config)
+    assert report.ok, report.problems
+    assert any("50 rows; every mapped field present" in line for line in report.passed)
+    plan = resolve(EvalConfig(benchmark="word-problems", out=str(tmp_path / "runs")))
+    server = plan.env.resources_server()
+    verdicts = [
+        (server.verify_sync(VerifyInput(t, t.reference)).passed,
+         server.verify_sync(VerifyInput(t, t.distractor)).passed)
+        for t in plan.all_tasks
+    ]  # fmt: skip
+    assert verdicts == [(True, False)] * 50
+    assert {t.difficulty for t in plan.all_tasks} == {"easy", "medium", "hard"}
+
+
+def test_ifeval_constraints_from_csv_json_text(tmp_path, monkeypatch) -> None:
+    constraints = [{"kind": "include_keywords", "keywords": ["tea"]}]
+    rows = [
+        {"id": "i1", "instruction": "Write about tea.", "constraints": json.dumps(constraints)},
+        {"id": "i2", "instruction": "Write.", "constraints": "include tea"},  # not JSON
+    ]
+    write_rows(tmp_path / "benchmarks" / "if.csv", rows)
+    write_benchmark(
+        tmp_path, "inst", {"path": "if.csv", "fields": {"id": "id"}},
+        verifier={"name": "ifeval"}, prompt_template="{{ instruction }}",
+    )  # fmt: skip
+    monkeypatch.setenv(PATH_VARIABLE, str(tmp_path))
+    with pytest.raises(ConfigError, match=r"if.csv: line 3: field 'constraints' .* as list\)"):
+        resolve(EvalConfig(benchmark="inst", out=str(tmp_path / "runs")))
+    write_rows(tmp_path / "benchmarks" / "if.csv", rows[:1])
+    write_benchmark(
+        tmp_path / "ok", "inst", {"path": "../../benchmarks/if.csv", "fields": {"id": "id"}},
+        verifier={"name": "ifeval"}, prompt_template="{{ instruction }}",
+    )  # fmt: skip
+    (task,) = _plan(tmp_path / "ok", "inst", monkeypatch).all_tasks
+    assert task.data == {"constraints": constraints}
+    assert _verify("ifeval", task.data, "I like tea.").reward == 1.0

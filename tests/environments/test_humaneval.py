@@ -160,3 +160,17 @@ def test_gym_eval_run_end_to_end(tmp_path: Path, tasks) -> None:
         assert reward == (1.0 if passed else 0.0)
     passes = sum(passed for *_, passed, _, _ in rows)
     assert 0 < passes < 20
+
+
+def test_a_task_whose_tests_do_not_load_is_a_verifier_error(tasks) -> None:
+    """The tests are the dataset's, run in the trusted process: when they break, the verifier
+    cannot judge, and the answer is not blamed."""
+    from dataclasses import replace
+
+    from gymflow.verifiers.base import VerifierError
+
+    task = tasks[2]
+    for test in ("def check(candidate:\n", "METADATA = {}\n"):
+        broken = replace(task, data={**task.data, "test": test})
+        with pytest.raises(VerifierError, match="tests"):
+            verify(broken, task.reference)

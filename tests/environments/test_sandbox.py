@@ -39,8 +39,10 @@ def attack(task, body: str, **params) -> tuple[float, dict]:
     return verdict.reward, verdict.details
 
 
-def sandbox_processes() -> list[int]:
-    """Processes left running under any sandbox user id."""
+def sandbox_processes(owner: int | None = None) -> list[int]:
+    """Processes left running under the sandbox user ids that process `owner` (by default this
+    one) hands out: other test runs on a shared machine have sandboxes of their own."""
+    low = sandbox._UID_BASE + ((owner or os.getpid()) % 4096) * sandbox._SLOT_SPAN
     found = []
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
@@ -51,14 +53,14 @@ def sandbox_processes() -> list[int]:
             )
         except (OSError, StopIteration, ValueError):
             continue
-        if uid >= sandbox._UID_BASE:
+        if low <= uid < low + sandbox._SLOT_SPAN:
             found.append(int(status.parent.name))
     return found
 
 
-def no_sandbox_processes_left() -> bool:
+def no_sandbox_processes_left(owner: int | None = None) -> bool:
     deadline = time.monotonic() + 5
-    while sandbox_processes():
+    while sandbox_processes(owner):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.1)
@@ -384,7 +386,7 @@ def test_killed_worker_leaves_an_orphan_that_the_next_worker_removes(task) -> No
         os.kill(worker, signal.SIGKILL)  # the worker alone: no cleanup runs
         thread.join(30)
         assert failed and folder.exists()  # the orphan, with the model's code in it
-        assert no_sandbox_processes_left()  # its sandbox died with it
+        assert no_sandbox_processes_left(worker)  # its sandbox died with it
         verdict = workers.run(ref, [VerifyInput(task, task.reference)], timeout=120)[0]
         assert verdict.passed
         assert not folder.exists()  # the new worker swept it as it started

@@ -302,3 +302,60 @@ def test_the_same_code_without_its_hack_is_judged_on_its_values(server_and_task)
     assert ANSWER_KEY.is_file()  # what read_the_answer_key reaches for is there, outside
     right = server.verify_sync(VerifyInput(task, task.reference))
     assert (right.reward, right.details["reason"]) == (1.0, "ok")
+
+
+def _nemo_row(task, index: int, text: str, reward: float) -> dict:
+    return {
+        "responses_create_params": {"input": [{"role": "user", "content": task.data["prompt"]}]},
+        "response": {
+            "id": f"resp_{index}",
+            "object": "response",
+            "model": "nemo-policy",
+            "status": "completed",
+            "output": [
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": text}],
+                }
+            ],
+            "usage": {"input_tokens": 40, "output_tokens": 90, "total_tokens": 130},
+        },
+        "reward": reward,
+        "_ng_task_index": 0,
+        "_ng_rollout_index": index,
+        "task_id": task.task_id,
+    }
+
+
+def test_imported_forgery_is_failed_by_reverify_and_reported_by_health(tmp_path: Path) -> None:
+    """The issue's report, as a user meets it: hostile HumanEval answers imported from NeMo Gym
+    (where the forgery scored 1.0) and judged with `gym eval reverify`."""
+    import json
+
+    from tests.conftest import gym
+
+    require_tool("bwrap")
+    task = load_environment("humaneval").tasks("test")[0]
+    prelude, body, *_ = TECHNIQUES["frame_walk_fake_report"]
+    rows = [
+        _nemo_row(task, 0, answer(task, prelude, body), 1.0),
+        _nemo_row(task, 1, task.reference, 1.0),
+    ]
+    (tmp_path / "rollouts.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    gym("import", "nemo-gym", "rollouts.jsonl", "--out", "run", "--environment", "humaneval",
+        cwd=tmp_path, check=True)  # fmt: skip
+    reverified = gym(
+        "eval", "reverify", "run", "--set", "timeout_s=5", "--json", cwd=tmp_path, check=True
+    )
+    result = json.loads(reverified.stdout)
+    assert len(result["flips"]["rollouts"]["to_fail"]) == 1
+    assert result["after"]["pass@1"] == pytest.approx(0.5)
+
+    health = gym("eval", "health", "run", "--json", cwd=tmp_path)
+    assert health.returncode == 0, health.stdout + health.stderr
+    report = json.loads(health.stdout)
+    assert "tampering" in report["warnings"]
+    assert report["checks"]["tampering"]["count"] == 1
+    assert report["checks"]["tampering"]["share"] == pytest.approx(0.5)
+    assert our_scratch() == set()

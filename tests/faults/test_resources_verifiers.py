@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gymflow.cli import exit_codes
 from gymflow.environments.registry import load_environment
 from gymflow.verifiers import pool
 from gymflow.verifiers.base import VerifyInput
@@ -73,7 +74,9 @@ def test_crashing_tools_and_broken_verifiers_are_recorded_not_scored(
         "eval", "run", "--environment", "faultlab", "--repeats", "2", "--concurrency", "4",
         "--out", str(out), cwd=tmp_path, prefect_api=prefect_api, timeout=600, env=env,
     )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
+    # The run completes; 24 of its 80 rollouts failed (the tool outage), so its gate fails.
+    assert result.returncode == exit_codes.GATE_FAILED, result.stdout + result.stderr
+    assert "health: unhealthy" in result.stdout
     store = out / "gymflow.duckdb"
 
     rows = query(

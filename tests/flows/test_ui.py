@@ -30,11 +30,16 @@ from tests.flows.test_work_pool import (
     wait_for,
 )
 from tests.flows.ui_pages import capture
-from tests.reports.browser import chromium
+from tests.reports.browser import FLAGS, chromium
 
 pytestmark = pytest.mark.prefect
 
 SHOTS = ROOT / "test-artifacts"
+#: The report tests' flags, except that the Prefect UI on this machine must be reachable.
+UI_FLAGS = (
+    *(f for f in FLAGS if not f.startswith("--host-resolver-rules")),
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+)
 
 
 def definitions(deployment: dict) -> dict[str, dict]:
@@ -113,7 +118,8 @@ def test_a_run_from_the_form_links_to_its_served_report(tmp_path: Path) -> None:
         ):
             reply = refused(api, deployment["id"], bad)
             assert reply.status_code == 409, (bad, reply.status_code, reply.text)
-        assert call_api("POST", f"{api}/flow_runs/filter", {}) == []
+        of_the_form = {"flow_runs": {"deployment_id": {"any_": [deployment["id"]]}}}
+        assert call_api("POST", f"{api}/flow_runs/filter", of_the_form) == []
 
         with started([PREFECT, "worker", "start", "--pool", POOL], env, tmp_path / "worker.log"):
             config = {
@@ -155,20 +161,23 @@ def test_a_run_from_the_form_links_to_its_served_report(tmp_path: Path) -> None:
         assert "pass@1" in page.text and "<html" in page.text.lower()
         assert link in by_key["gymflow-summary"]["data"]
 
-        logs = call_api(
-            "POST", f"{api}/logs/filter", {"logs": {"flow_run_id": {"any_": [run["id"]]}}}
-        )
-        messages = "\n".join(entry["message"] for entry in logs)
-        for line in (
+        wanted = (
             "batch 1 of 1 done",
             "arithmetic-smoke · gymflow-local-policy: pass@1",
             f"report: {link}",
-        ):
-            assert line in messages, messages
+        )
+
+        def logged() -> str | None:
+            # the run's last log lines reach the server shortly after its final state
+            query = {"logs": {"flow_run_id": {"any_": [run["id"]]}}, "sort": "TIMESTAMP_ASC"}
+            text = "\n".join(e["message"] for e in call_api("POST", f"{api}/logs/filter", query))
+            return text if all(line in text for line in wanted) else None
+
+        wait_for("gymflow's log lines on the flow run", logged, timeout=60)
 
         binary = require_tool("chromium")
         ui = f"http://127.0.0.1:{port}"
-        with chromium(binary) as tools:
+        with chromium(binary, UI_FLAGS) as tools:
             form_text = capture(
                 tools,
                 f"{ui}/deployments/deployment/{deployment['id']}/run",
@@ -178,15 +187,23 @@ def test_a_run_from_the_form_links_to_its_served_report(tmp_path: Path) -> None:
             run_text = capture(
                 tools,
                 f"{ui}/runs/flow-run/{run['id']}",
-                [run["name"], "Completed"],
+                [run["name"], "Completed", f"report: {link}"],
                 SHOTS / "prefect-run.png",
             )
             artifacts_text = capture(
                 tools,
-                f"{ui}/runs/flow-run/{run['id']}?tab=Artifacts",
-                ["Recommended next action"],
+                f"{ui}/runs/flow-run/{run['id']}",
+                ["gymflow-summary", "gymflow-report"],
                 SHOTS / "prefect-run-artifacts.png",
+                click=["Artifacts"],
+            )
+            summary_text = capture(
+                tools,
+                f"{ui}/artifacts/artifact/{by_key['gymflow-summary']['id']}",
+                ["Recommended next action", "pass@k"],
+                SHOTS / "prefect-summary.png",
             )
         assert "The benchmark" in form_text
         assert "benchmark:arithmetic-smoke" in run_text
-        assert "pass@1" in artifacts_text
+        assert "How did it do" in artifacts_text
+        assert link in summary_text and "Coverage: expected 24" in summary_text

@@ -20,8 +20,8 @@ def capture(
     timeout: float = 120,
     click: list[str] | None = None,
 ) -> str:
-    """Open `url`, wait until its text holds every string of `shows` (clicking each button or
-    link whose text is in `click` once it appears), save a PNG to `out`; return the page's text."""
+    """Open `url`, wait until its text holds every string of `shows` (clicking, once it appears,
+    the element showing each text of `click`), save a PNG to `out`; return the page's text."""
     target = tools.call("Target.createTarget", url="about:blank")["targetId"]
     session = tools.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
     for domain in ("Page", "Runtime"):
@@ -52,10 +52,11 @@ def capture(
             clicked = tools.call(
                 "Runtime.evaluate",
                 session,
+                # the innermost element showing exactly the label: a click bubbles to its handler
                 expression=(
-                    "(function(){var e=[...document.querySelectorAll('button,a,[role=tab]')]"
-                    f".find(x=>x.innerText.trim()==={label!r});if(e){{e.click();return true}}"
-                    "return false})()"
+                    "(function(){var e=[...document.querySelectorAll('body *')].filter("
+                    f"x=>x.innerText&&x.innerText.trim()==={label!r}).pop();"
+                    "if(e){e.click();return true}return false})()"
                 ),
                 returnByValue=True,
             )

@@ -74,7 +74,10 @@ def eval_run(workdir: Path) -> Path:
         # A shared 2-core machine can be slow to start the ephemeral server.
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
     }
-    gym("eval", "run", "faulty.yaml", cwd=workdir, env=env, check=True)
+    run = gym("eval", "run", "faulty.yaml", cwd=workdir, env=env)
+    # A quarter of the rollouts fail, more than health allows (5%): the gate fails, exit 2.
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "health: unhealthy" in run.stdout, run.stdout
     return workdir / "faulty"
 
 

@@ -144,8 +144,9 @@ def compare(
 
     Returns {"a": {run_id, model, verifier_version}, "b": {...}, "benchmark",
     "benchmark_version", "factors": [{factor, a, b}], "attribution": str, "unpaired_tasks":
-    {"a_only": [task_id], "b_only": [task_id]} (scored in one run only, left out of the pairing),
-    "outcome": "pass rate per task, failures excluded | as 0",
+    {"a_only": n, "b_only": n} and "unpaired_task_ids" {"a_only": [task_id], "b_only": [task_id]}
+    (tasks scored in one run only, left out of the pairing), "outcome": "pass rate per task,
+    failures excluded | as 0",
     "binary_outcome": str, **paired(...)}. Raises CompareError for different benchmark versions
     (another protocol) or no common scored task; tasks held by one run only do not refuse it."""
     run_a, run_b = run_info(con_a), run_info(con_b)
@@ -173,6 +174,11 @@ def compare(
             f"runs {run_a['run_id']} and {run_b['run_id']} have no scored task in common"
         )
     factors = differing_factors(run_a, run_b, version_a, version_b)
+    paired_ids = set(per_task["task_id"])
+    unpaired = {
+        side: sorted(set(rate["task_id"]) - paired_ids)
+        for side, rate in zip(("a_only", "b_only"), rates, strict=True)
+    }
     return {
         "a": {"run_id": run_a["run_id"], "model": run_a["model"], "verifier_version": version_a},
         "b": {"run_id": run_b["run_id"], "model": run_b["model"], "verifier_version": version_b},
@@ -180,10 +186,8 @@ def compare(
         "benchmark_version": run_a["benchmark_version"],
         "factors": factors,
         "attribution": attribution(factors),
-        "unpaired_tasks": {
-            "a_only": sorted(set(rates[0]["task_id"]) - set(per_task["task_id"])),
-            "b_only": sorted(set(rates[1]["task_id"]) - set(per_task["task_id"])),
-        },
+        "unpaired_tasks": {side: len(ids) for side, ids in unpaired.items()},
+        "unpaired_task_ids": unpaired,
         "outcome": "per-task pass rate, failures "
         + ("counted as 0" if failures_as_zero else "excluded"),
         "binary_outcome": "task solved when more than half of its scored rollouts pass",

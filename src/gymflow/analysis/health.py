@@ -174,8 +174,13 @@ CHECKS: dict[str, Check] = {
         """,
     ),
     "function_call_without_output": Check(
-        "a function_call in the trajectory with no function_call_output for its call_id",
-        f"SELECT DISTINCT rollout_id AS id FROM ({_TOOL_PAIRS}) WHERE calls > 0 AND outputs = 0",
+        "a function_call in the trajectory with no function_call_output for its call_id "
+        "(under a harness that executes calls: single_turn's calls are the answer, verified "
+        "and never executed, as in BFCL)",
+        f"""
+        SELECT DISTINCT rollout_id AS id FROM ({_TOOL_PAIRS}) WHERE calls > 0 AND outputs = 0
+        AND NOT EXISTS (SELECT 1 FROM runs WHERE harness = 'single_turn')
+        """,
     ),
     "output_without_function_call": Check(
         "a function_call_output whose call_id no function_call in the trajectory made",

@@ -386,28 +386,34 @@ def _log_factorial(upto: int) -> np.ndarray:
     return _log_factorials
 
 
-#: a binomial's mass further than this many standard deviations from its mean is below 1e-30
+#: a binomial's mass further than this many standard deviations (plus one) from its mean is
+#: negligible: below 1e-12 even for a Poisson-like binomial of mean 1, far less when larger
 _SPAN = 12.0
 
 
-def _binomial_cdf(k: int, n: int, p: float) -> float:
-    """P(X <= k) for X ~ Binomial(n, p), summing only the terms that are not negligible."""
-    if k < 0:
-        return 0.0
-    if k >= n or p <= 0.0:
-        return 1.0
+def _binomial_cdf(k: np.ndarray, n: np.ndarray, p: float) -> np.ndarray:
+    """P(X_i <= k_i) for X_i ~ Binomial(n_i, p), elementwise, summing only the terms within
+    `_SPAN` standard deviations of the mean (the rest is negligible)."""
+    if p <= 0.0:
+        return (k >= 0).astype(float)
     if p >= 1.0:
-        return 0.0
-    mean, sd = n * p, math.sqrt(n * p * (1.0 - p))
-    if k > mean + _SPAN * sd + 1:
-        return 1.0
-    start = max(0, math.floor(mean - _SPAN * sd - 1))
-    if k < start:
-        return 0.0
-    ks = np.arange(start, k + 1)
-    lf = _log_factorial(n)
-    log_pmf = lf[n] - lf[ks] - lf[n - ks] + ks * math.log(p) + (n - ks) * math.log1p(-p)
-    return float(np.exp(log_pmf).sum())
+        return (k >= n).astype(float)
+    mean, sd = n * p, np.sqrt(n * p * (1.0 - p))
+    start = np.maximum(np.floor(mean - _SPAN * sd - 1), 0).astype(np.int64)
+    stop = np.minimum(k, np.ceil(mean + _SPAN * sd + 1)).astype(np.int64)
+    b = start[:, None] + np.arange(max(int((stop - start).max(initial=0)), 0) + 1)[None, :]
+    inside = b <= stop[:, None]
+    b = np.where(inside, b, 0)
+    lf = _log_factorial(int(n.max(initial=0)))
+    nn = n[:, None]
+    log_pmf = (
+        lf[nn] - lf[b] - lf[np.maximum(nn - b, 0)] + b * math.log(p) + (nn - b) * math.log1p(-p)
+    )
+    cdf = np.where(inside, np.exp(log_pmf), 0.0).sum(axis=1)
+    cdf[k > mean + _SPAN * sd + 1] = 1.0
+    cdf[k >= n] = 1.0
+    cdf[k < 0] = 0.0
+    return cdf
 
 
 def mcnemar_power(tasks: int, discordant: float, difference: float) -> float:
@@ -442,12 +448,9 @@ def mcnemar_power(tasks: int, discordant: float, difference: float) -> float:
             + ds * math.log(discordant)
             + (tasks - ds) * math.log1p(-discordant)
         )
-    power = 0.0
-    for d, weight in zip(ds.tolist(), weights.tolist(), strict=True):
-        critical = _critical(d)
-        if critical < 0 or weight == 0.0:
-            continue
-        power += weight * (_binomial_cdf(critical, d, pi) + _binomial_cdf(critical, d, 1.0 - pi))
+    critical = np.array([_critical(d) for d in ds.tolist()])
+    rejected = _binomial_cdf(critical, ds, pi) + _binomial_cdf(critical, ds, 1.0 - pi)
+    power = float(weights @ np.where(critical >= 0, rejected, 0.0))
     return min(power, 1.0)
 
 
@@ -468,7 +471,7 @@ def mcnemar_detectable(tasks: int, discordant: float) -> tuple[float | None, str
             "do not reach 80% power"
         )
     low, high = 0.0, discordant
-    while high - low > 1e-5:
+    while high - low > 1e-4:
         middle = 0.5 * (low + high)
         if mcnemar_power(tasks, discordant, middle) >= POWER:
             high = middle
@@ -489,12 +492,11 @@ def mcnemar_tasks_needed(discordant: float, difference: float) -> tuple[int | No
             f"a difference of {difference:.1%} needs at least {difference:.1%} of tasks solved "
             f"by one run only; {discordant:.1%} are here"
         )
-    if mcnemar_power(MAX_TASKS, discordant, difference) < POWER:
-        return None, f"more than {MAX_TASKS:,} tasks"
     low, high = 1, 2
     while mcnemar_power(high, discordant, difference) < POWER:
-        low, high = high, 2 * high
-    high = min(high, MAX_TASKS)
+        if high >= MAX_TASKS:
+            return None, f"more than {MAX_TASKS:,} tasks"
+        low, high = high, min(2 * high, MAX_TASKS)
     while high - low > 1:
         middle = (low + high) // 2
         if mcnemar_power(middle, discordant, difference) >= POWER:

@@ -108,7 +108,7 @@ def print_comparison(result: dict) -> None:
         f"(SE {_pct(result['stderr'])}, 95% CI {_interval(result['ci95'], result['ci95_reason'])}"
         f", paired t); correlation {result['correlation']}"
     )
-    unpaired = result["unpaired_tasks"]
+    unpaired = result["unpaired_task_ids"]
     for side, label in (("a_only", "A"), ("b_only", "B")):
         if unpaired[side]:
             console.print(

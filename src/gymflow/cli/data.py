@@ -10,6 +10,7 @@ from rich.table import Table
 
 from gymflow.cli.app import console, data_app, fail, print_json
 from gymflow.data.chat import KINDS, TrajectoryFilters, prepare_trajectories, write_trajectories
+from gymflow.data.lines import OutputError
 from gymflow.data.profile import data_profile
 from gymflow.data.provenance import provenance
 from gymflow.data.rows import write_selection
@@ -86,9 +87,9 @@ def data_select(
     dry_run: Annotated[bool, typer.Option(help="Count only; write nothing.")] = False,
     json_output: Json = False,
 ) -> None:
-    """Choose tasks by pass rate, bucket, tag, difficulty and token length; write them as NeMo
-    Gym dataset rows (NAME.jsonl, provenance in NAME.meta.json) and a benchmark (NAME.yaml) that
-    evaluates them again."""
+    """Choose tasks by pass rate, bucket, tag, difficulty and token length; write them to
+    OUT/benchmarks/ as NeMo Gym dataset rows (NAME.jsonl, provenance in NAME.meta.json) and a
+    dataset benchmark (NAME.yaml) that evaluates them again."""
     if not name or "/" in name or name.startswith("."):
         fail(f"--name {name!r}: a plain file name is needed")
     try:
@@ -112,7 +113,7 @@ def data_select(
                 paths = write_selection(con, selection, target, name, record, parquet=parquet).paths
         finally:
             con.close()
-    except (StoreError, SelectionError) as exc:
+    except (StoreError, SelectionError, OutputError) as exc:
         fail(str(exc))
     payload = {**record, "task_ids": selection.task_ids, "paths": paths}
     if json_output:
@@ -130,6 +131,11 @@ def data_select(
         console.print(f"  {filter_name}: {rejected} tasks fail it")
     for kind, path in paths.items():
         console.print(f"  {kind}: {path}")
+    if paths:
+        root = Path(paths["benchmark"]).parent.parent
+        console.print(
+            f"evaluate it again: GYMFLOW_ENVIRONMENTS_PATH={root} gym eval run --benchmark {name}"
+        )
 
 
 def _run_folder(run_dir: Path) -> Path:
@@ -192,7 +198,7 @@ def data_trajectories(
             rows = write_trajectories(con, kind, out, record, parquet=out.suffix == ".parquet")
         finally:
             con.close()
-    except (StoreError, SelectionError) as exc:
+    except (StoreError, SelectionError, OutputError) as exc:
         fail(str(exc))
     record["counts"]["rows"] = rows
     if json_output:

@@ -69,7 +69,9 @@ def build_config(path: Path | None, overrides: dict[str, Any]) -> EvalConfig:
 def check_before_run(config: EvalConfig, *, resume: bool) -> RunPlan:
     """Every config or store problem, reported before Prefect or a server starts."""
     plan = resolve(config)
-    check_destination(config.out, plan.run_id, resume=resume)
+    check_destination(
+        config.out, plan.run_id, resume=resume, benchmark_version=plan.benchmark_version
+    )
     ensure_open_files(config.concurrency, remote_resources=config.resources_url is not None)
     return plan
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gymflow.analysis.health import health
-from gymflow.data.lines import write_lines
+from gymflow.data.lines import copy_to, make_folder, write_lines
 from gymflow.data.provenance import parquet_metadata_sql, write_sidecar
 
 Kind = Literal["passing", "pairs"]
@@ -37,19 +37,37 @@ class TrajectoryFilters:
         return asdict(self)
 
 
+# One row per kept item. The previous item comes from the list itself (a second list unnested
+# beside the first) and the prompt's end from a list search, so only one window remains.
 _ITEMS = """
 CREATE OR REPLACE TEMP TABLE chat_items AS
 WITH picked AS (
-    SELECT r.rollout_id, json_extract(r.trajectory_json, '$[*]') AS items
-    FROM rollouts r SEMI JOIN data_rollouts d USING (rollout_id)
+    SELECT rollout_id, items,
+           coalesce(nullif(list_position(list_transform(items, lambda x:
+               coalesce(x->>'type', 'message') <> 'message' OR x->>'role' = 'assistant'), true),
+               0), len(items) + 1) - 1 AS replies_from
+    FROM (SELECT r.rollout_id, json_extract(r.trajectory_json, '$[*]') AS items
+          FROM rollouts r SEMI JOIN data_rollouts d USING (rollout_id))
 ),
 flat AS (
-    SELECT rollout_id, unnest(items) AS item, unnest(range(len(items))) AS i FROM picked
+    SELECT rollout_id, replies_from, unnest(items) AS item,
+           unnest([NULL::JSON] || items[1:len(items) - 1]) AS before,
+           unnest(range(len(items))) AS i
+    FROM picked
 ),
 typed AS (
-    SELECT rollout_id, i, item, coalesce(item->>'type', 'message') AS type FROM flat
+    SELECT rollout_id, i, i < replies_from AS in_prompt, item,
+           coalesce(item->>'type', 'message') AS type,
+           -- a function_call right after an assistant message or another call joins it
+           coalesce(item->>'type', 'message') = 'function_call'
+             AND (before->>'type' = 'function_call'
+                  OR (coalesce(before->>'type', 'message') = 'message'
+                      AND before->>'role' = 'assistant')) AS joins
+    FROM flat
 )
-SELECT rollout_id, i, type,
+SELECT rollout_id, i, in_prompt, type,
+       max(CASE WHEN NOT joins THEN i END)
+         OVER (PARTITION BY rollout_id ORDER BY i ROWS UNBOUNDED PRECEDING) AS m,
        CASE type WHEN 'function_call' THEN 'assistant'
                  WHEN 'function_call_output' THEN 'tool'
                  ELSE replace(item->>'role', 'developer', 'system') END AS role,
@@ -70,25 +88,16 @@ FROM typed
 WHERE type IN ('message', 'function_call', 'function_call_output')
 """
 
-# A function_call right after an assistant message (or another call) joins that message.
 _MESSAGES = """
 CREATE OR REPLACE TEMP TABLE chat_messages AS
-WITH marked AS (
-    SELECT *, sum(CASE WHEN type = 'function_call' AND previous = 'assistant' THEN 0 ELSE 1 END)
-                OVER (PARTITION BY rollout_id ORDER BY i) AS m
-    FROM (SELECT *, lag(role) OVER (PARTITION BY rollout_id ORDER BY i) AS previous
-          FROM chat_items)
-),
-grouped AS (
-    SELECT rollout_id, m, first(role ORDER BY i) AS role,
+WITH grouped AS (
+    SELECT rollout_id, m, bool_and(in_prompt) AS in_prompt, first(role ORDER BY i) AS role,
            string_agg(content, '' ORDER BY i) AS content,
            list(tool_call ORDER BY i) FILTER (WHERE tool_call IS NOT NULL) AS tool_calls,
            first(tool_call_id ORDER BY i) AS tool_call_id
-    FROM marked GROUP BY rollout_id, m
+    FROM chat_items GROUP BY rollout_id, m
 )
-SELECT rollout_id, m,
-       m < coalesce(min(m) FILTER (WHERE role = 'assistant') OVER (PARTITION BY rollout_id),
-                    m + 1) AS in_prompt,
+SELECT rollout_id, m, in_prompt,
        CASE
          WHEN role = 'tool' THEN json_object('role', 'tool', 'tool_call_id', tool_call_id,
                                              'content', coalesce(content, ''))
@@ -99,19 +108,27 @@ SELECT rollout_id, m,
 FROM grouped
 """
 
+# The tools a task offers are the same in every repeat (the environment gives them per task):
+# read them once per task, from its first kept rollout's first call.
 _TOOLS = """
 CREATE OR REPLACE TEMP TABLE chat_tools AS
-SELECT rollout_id,
+WITH first_calls AS (
+    SELECT arg_min(m.request_json, d.repeat_index * 1000 + m.attempt) AS request, d.task_id
+    FROM data_rollouts d JOIN model_calls m
+      ON m.rollout_id = d.rollout_id AND m.call_index = 0
+     AND d.repeat_index = (SELECT min(repeat_index) FROM data_rollouts x
+                           WHERE x.task_id = d.task_id)
+    GROUP BY d.task_id
+)
+SELECT task_id,
        to_json(list_transform(
-           list_filter(json_extract(request_json, '$.tools[*]'), lambda t: t->>'type' = 'function'),
+           list_filter(json_extract(request, '$.tools[*]'), lambda t: t->>'type' = 'function'),
            lambda t: json_object('type', 'function', 'function', json_object(
                'name', t->>'name', 'description', coalesce(t->>'description', ''),
                'parameters', coalesce(json_extract(t, '$.parameters'),
                                       '{"type": "object", "properties": {}}'::JSON)))
        ))::VARCHAR AS tools
-FROM model_calls SEMI JOIN data_rollouts d USING (rollout_id)
-WHERE call_index = 0
-QUALIFY row_number() OVER (PARTITION BY rollout_id ORDER BY attempt) = 1
+FROM first_calls
 """
 
 _CONVERSATIONS = """
@@ -127,7 +144,7 @@ WITH joined AS (
 )
 SELECT d.*, j.messages, j.prompt, j.completion,
        CASE WHEN coalesce(t.tools, '[]') <> '[]' THEN t.tools END AS tools
-FROM data_rollouts d JOIN joined j USING (rollout_id) LEFT JOIN chat_tools t USING (rollout_id)
+FROM data_rollouts d JOIN joined j USING (rollout_id) LEFT JOIN chat_tools t USING (task_id)
 WHERE j.completion <> '[]'
 """
 
@@ -203,7 +220,7 @@ def prepare_trajectories(con, verifier_version: str, filters: TrajectoryFilters)
         f"""
         CREATE OR REPLACE TEMP TABLE data_scored AS
         SELECT r.rollout_id, r.task_id, r.repeat_index, v.passed, v.reward, r.output_tokens,
-               r.rollout_id IN ({flagged}) AS flagged
+               r.rollout_id IN ({flagged}) AS flagged, md5(r.trajectory_json) AS raw
         FROM rollouts r
         JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
         WHERE r.task_id IN (SELECT task_id FROM data_selected)
@@ -212,38 +229,45 @@ def prepare_trajectories(con, verifier_version: str, filters: TrajectoryFilters)
         [verifier_version],
     )
     limit = filters.max_output_tokens
+
+    def once(key: str) -> str:
+        """Keep the lowest repeat of a task's rollouts sharing `key`, when deduplicating."""
+        if not filters.dedup:
+            return ""
+        return f"QUALIFY row_number() OVER (PARTITION BY task_id, {key} ORDER BY repeat_index) = 1"
+
+    # Identical stored trajectories are identical completions: dropped before the conversion,
+    # the rest (ids differ, texts agree) after it.
     con.execute(
-        "CREATE OR REPLACE TEMP TABLE data_rollouts AS SELECT * EXCLUDE (flagged) "
-        "FROM data_scored WHERE NOT flagged AND (? IS NULL OR output_tokens <= ?)",
+        "CREATE OR REPLACE TEMP TABLE data_rollouts AS SELECT * EXCLUDE (flagged, raw) "
+        f"FROM data_scored WHERE NOT flagged AND (? IS NULL OR output_tokens <= ?) {once('raw')}",
         [limit, limit],
     )
     for sql in (_ITEMS, _MESSAGES, _TOOLS, _CONVERSATIONS):
         con.execute(sql)
-    dedup = (
-        "QUALIFY row_number() OVER (PARTITION BY task_id, md5(completion) "
-        "ORDER BY repeat_index) = 1"
-    )
     con.execute(
-        f"CREATE OR REPLACE TEMP TABLE chat_export AS SELECT * FROM chat_conversations "
-        f"{dedup if filters.dedup else ''}"
+        "CREATE OR REPLACE TEMP TABLE chat_export AS SELECT * FROM chat_conversations "
+        + once("md5(completion)")
     )
-    scored, unhealthy, too_long, conversations, kept, passing = con.execute(
+    scored, unhealthy, too_long, converted, conversations, kept, passing = con.execute(
         f"""
         SELECT (SELECT count(*) FROM data_scored),
                (SELECT count(*) FROM data_scored WHERE flagged),
                (SELECT count(*) FROM data_scored WHERE NOT flagged
                   AND {"FALSE" if limit is None else f"output_tokens > {int(limit)}"}),
+               (SELECT count(*) FROM data_rollouts),
                (SELECT count(*) FROM chat_conversations),
                (SELECT count(*) FROM chat_export),
                (SELECT count(*) FROM chat_export WHERE passed)
         """
     ).fetchone()
+    candidates = scored - unhealthy - too_long
     return {
         "scored_rollouts": scored,
         "dropped_unhealthy": unhealthy,
         "dropped_too_long": too_long,
-        "dropped_empty": scored - unhealthy - too_long - conversations,
-        "dropped_duplicates": conversations - kept,
+        "dropped_empty": converted - conversations,
+        "dropped_duplicates": candidates - converted + conversations - kept,
         "kept_rollouts": kept,
         "kept_passing": passing,
         "kept_failing": kept - passing,
@@ -259,12 +283,10 @@ def write_trajectories(
     Returns the rows written."""
     if kind not in KINDS:
         raise ValueError(f"unknown trajectory kind {kind!r} (kinds: {', '.join(KINDS)})")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     if parquet:
         sql = _PASSING_PARQUET if kind == "passing" else _PAIRS_PARQUET
-        target = str(path).replace("'", "''")
-        con.execute(f"COPY ({sql}) TO '{target}' (FORMAT parquet, {parquet_metadata_sql(record)})")
-        return con.execute(f"SELECT count(*) FROM ({sql})").fetchone()[0]
+        return copy_to(con, sql, path, f"FORMAT parquet, {parquet_metadata_sql(record)}")
     rows = write_lines(con, _PASSING_JSONL if kind == "passing" else _PAIRS_JSONL, [], path)
     write_sidecar(path, record)
     return rows

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gymflow import __version__
+from gymflow.data.lines import OutputError
 from gymflow.store.runs import run_info
 
 PARQUET_KEY = "gymflow.provenance"
@@ -56,7 +57,10 @@ def sidecar_path(path: Path) -> Path:
 
 def write_sidecar(path: Path, record: dict[str, Any]) -> Path:
     target = sidecar_path(path)
-    target.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    try:
+        target.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise OutputError(f"{target}: cannot write: {exc.strerror or exc}") from None
     return target
 
 

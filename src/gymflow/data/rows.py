@@ -1,5 +1,7 @@
 """A selection written as a dataset: NeMo Gym dataset rows (JSONL), optionally Parquet, and a
-benchmark YAML naming the JSONL, so the selected tasks can be evaluated again.
+dataset benchmark YAML naming the JSONL, so the selected tasks can be evaluated again. The files
+go to `OUT/benchmarks/`, the layout the registry searches: with `GYMFLOW_ENVIRONMENTS_PATH=OUT`,
+`gym eval run --benchmark NAME` runs the selection.
 
 A row is the task's first recorded request (`responses_create_params`: its input items, and the
 function tools offered, when any), the task's verifier data at the top level (as NeMo Gym rows
@@ -15,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from gymflow.data.lines import write_lines
+from gymflow.config import Sampling
+from gymflow.data.lines import OutputError, copy_to, make_folder, write_lines
 from gymflow.data.provenance import parquet_metadata_sql, write_sidecar
 from gymflow.data.select import Selection
 
@@ -87,25 +90,26 @@ def write_selection(
     *,
     parquet: bool = False,
 ) -> Written:
-    """Write `NAME.jsonl` (NeMo Gym rows) with `NAME.meta.json`, `NAME.yaml` (a benchmark over
-    the JSONL) and with `parquet`, `NAME.parquet` carrying the provenance in its metadata.
+    """Write, in `out_dir/benchmarks/`, `NAME.jsonl` (NeMo Gym rows) with `NAME.meta.json`,
+    `NAME.yaml` (a benchmark over the JSONL) and with `parquet`, `NAME.parquet` carrying the
+    provenance in its metadata.
 
     Expects `select_tasks` to have run on `con` (it leaves `data_selected`)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_folder(out_dir / "benchmarks")
     jsonl = out_dir / f"{name}.jsonl"
     rows = write_lines(con, _JSONL, [], jsonl)
     paths = {"jsonl": str(jsonl), "meta": str(write_sidecar(jsonl, record))}
     if parquet:
         target = out_dir / f"{name}.parquet"
-        path = str(target).replace("'", "''")
-        con.execute(
-            f"COPY ({_PARQUET}) TO '{path}' (FORMAT parquet, {parquet_metadata_sql(record)})"
-        )
+        copy_to(con, _PARQUET, target, f"FORMAT parquet, {parquet_metadata_sql(record)}")
         paths["parquet"] = str(target)
     data_keys = _data_keys(con)
     benchmark = benchmark_yaml(name, jsonl.name, record, _verifier(con, selection), data_keys)
     target = out_dir / f"{name}.yaml"
-    target.write_text(yaml.safe_dump(benchmark, sort_keys=False), encoding="utf-8")
+    try:
+        target.write_text(yaml.safe_dump(benchmark, sort_keys=False), encoding="utf-8")
+    except OSError as exc:
+        raise OutputError(f"{target}: cannot write: {exc.strerror or exc}") from None
     paths["benchmark"] = str(target)
     return Written(rows, paths)
 
@@ -131,7 +135,11 @@ def _verifier(con, selection: Selection) -> dict[str, Any]:
         "name": name,
         "params": json.loads(params or "{}"),
         "repeats": repeats,
-        "sampling": {k: v for k, v in json.loads(sampling or "{}").items() if v is not None},
+        "sampling": {
+            k: v
+            for k, v in json.loads(sampling or "{}").items()
+            if k in Sampling.model_fields and v is not None
+        },
         "harness": harness,
     }
 
@@ -143,8 +151,8 @@ def benchmark_yaml(
     verifier: dict[str, Any],
     data_keys: list[str],
 ) -> dict[str, Any]:
-    """The benchmark YAML (as a dict) that evaluates the selection again: the dataset-file
-    benchmark format, NeMo Gym rows, the run's verifier, repeats and sampling.
+    """The benchmark YAML (as a dict) that evaluates the selection again: a dataset benchmark
+    over NeMo Gym rows, with the run's verifier, harness, repeats and sampling.
 
     The one place that knows that format: adjust here if it changes."""
     run = record["run"]
@@ -167,8 +175,7 @@ def benchmark_yaml(
             },
             "harness": verifier["harness"],
         },
-        "verifier": verifier["name"],
-        "verifier_params": verifier["params"],
+        "verifier": {"name": verifier["name"], "params": verifier["params"]},
         "repeats": verifier["repeats"],
         "sampling": verifier["sampling"],
         "tags": ["selection"],

@@ -75,6 +75,8 @@ class Benchmark(BaseModel):
         protocol = self.model_dump(mode="json", exclude={"description", "tags"})
         if self.dataset is not None:  # where the file lies is not the protocol; its rows are
             protocol["dataset"].pop("path")
+            if protocol["dataset"]["format"] != "nemo_gym":  # the same rows in any file format
+                protocol["dataset"].pop("format")
         digest = hashlib.sha256(json.dumps(protocol, sort_keys=True).encode()).hexdigest()[:12]
         return f"{digest}.{dataset_version}" if dataset_version else digest
 

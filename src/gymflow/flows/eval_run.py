@@ -31,6 +31,7 @@ from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions, shard_
 from gymflow.models.endpoint import model_endpoint
 from gymflow.rollouts import stopping
 from gymflow.rollouts.plan import resolve
+from gymflow.store.compact import compact
 from gymflow.store.merge import check_destination
 from gymflow.tasks.analysis import check_health, diagnose_run, profile_run, render_report
 from gymflow.tasks.rollouts import prepare_run, retry_unless_stopped
@@ -97,6 +98,8 @@ def evaluation_loop(
             else:
                 collected = _collect_here(config, resume, retry_failed)
             stopping.raise_if_requested()
+            # The run's writes are done: its store gives back the blocks its commits freed.
+            compact(config.out)
             return {**analyse_run(config.out), "collected": collected}
     except stopping.RunStopped as exc:
         if exc.cause == "cancelled":
@@ -142,7 +145,9 @@ def _collect_shards(
     config: EvalConfig, scale: ScaleOptions, resume: bool, retry_failed: bool
 ) -> dict[str, Any]:
     plan = resolve(config)
-    check_destination(config.out, plan.run_id, resume=resume)
+    check_destination(
+        config.out, plan.run_id, resume=resume, benchmark_version=plan.benchmark_version
+    )
     configs = [shard_config(config, scale, plan.run_id, i) for i in range(scale.shards)]
     if resume and retry_failed:
         supersede_failed_in_shards(config.out, [c.out for c in configs])

@@ -13,6 +13,7 @@ from gymflow.config import EvalConfig
 from gymflow.flows import run_log
 from gymflow.models.endpoint import model_endpoint
 from gymflow.rollouts.plan import RunPlan
+from gymflow.store.db import held
 from gymflow.tasks.rollouts import collect_batch, prepare_run
 
 
@@ -27,13 +28,18 @@ def collect_plan(
 ) -> list[dict[str, int]]:
     """Run the plan's rollout keys as Prefect tasks of `batch_size` rollouts each, against
     `base_url` or, if unset, the endpoint the config names (a local policy server started here).
-    `on_batch(done, total, stats)` hears of each finished batch.
+    `on_batch(done, total, stats)` hears of each finished batch. The store stays open for
+    writing from the first batch to the last (`store.db.held`): a reader cannot slip in between
+    two.
 
     The plan and keys are quoted: Prefect would otherwise walk every task and key of them
     looking for futures, about 0.15 s per batch task for 2,000 keys on these machines."""
     batches = _chunks(plan.keys(), plan.config.batch_size)
     collected: list[dict[str, int]] = []
-    with model_endpoint(plan) if base_url is None else nullcontext(base_url) as url:
+    with (
+        held(plan.run_dir),
+        model_endpoint(plan) if base_url is None else nullcontext(base_url) as url,
+    ):
         for batch in batches:
             collected.append(collect_batch(quote(plan), quote(batch), url))
             if on_batch is not None:

@@ -47,7 +47,7 @@ def shard_failed(index: int, count: int, message: str) -> None:
 
 
 def _kind(row: dict[str, Any]) -> str:
-    detail = f" ({row['kind']})" if row["kind"] else ""
+    detail = f" ({row['kind']})" if row["kind"] and row["kind"] != row["category"] else ""
     return f"{row['category']}{detail} {row['rollouts']}"
 
 
@@ -77,7 +77,5 @@ def results(
     if kinds:
         logger.info("non-passing rollouts by kind: %s", kinds)
     logger.info("next action: %s", action.replace("**", ""))
-    if link.url:
-        logger.info("report: %s", link.url)
-    else:
-        logger.warning("report: %s (%s)", link.path, link.note)
+    # info, not a warning: a CLI run (whose console shows warnings) prints its own report path
+    logger.info("report: %s", link.url or f"{link.path} ({link.note})")

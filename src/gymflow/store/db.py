@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -62,7 +65,29 @@ def _open(path: Path, read_only: bool):
                     "left open?); close it, then continue with --resume"
                 ) from None
             time.sleep(wait)
-            wait = min(wait * 2, 2.0)
+            wait = min(wait * 2, 0.25)
+
+
+#: Stores this process holds open for a whole collection (`held`), by resolved path.
+_held: dict[Path, duckdb.DuckDBPyConnection] = {}
+_held_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def held(run_dir: Path | str) -> Iterator[None]:
+    """Keep the store open for writing while inside: every `connect` to it in this process is
+    a cursor of this one connection, so a run's batches never give the lock up between them
+    and no other process (a reader) can take it half-way; readers are told the run is writing."""
+    path = store_path(run_dir).resolve()
+    con = connect(run_dir, create=True)
+    with _held_lock:
+        _held[path] = con
+    try:
+        yield
+    finally:
+        with _held_lock:
+            del _held[path]
+        con.close()
 
 
 def store_path(run_dir: Path | str) -> Path:
@@ -73,6 +98,8 @@ def store_path(run_dir: Path | str) -> Path:
 def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = False):
     """Open the store of a run directory. `create` makes the directory and schema if absent."""
     path = store_path(run_dir)
+    if (holder := _held.get(path.resolve())) is not None:
+        return holder.cursor()
     if not path.exists():
         if not create:
             raise StoreError(f"{path}: no gymflow store here (run `gym eval run` first?)")

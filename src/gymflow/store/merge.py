@@ -271,7 +271,9 @@ def shard_progress(plan: RunPlan) -> ShardProgress:
     return replace(progress, stored=stored)
 
 
-def check_destination(run_dir: Path | str, run_id: str, *, resume: bool) -> None:
+def check_destination(
+    run_dir: Path | str, run_id: str, *, resume: bool, benchmark_version: str | None = None
+) -> None:
     """Before a run starts: the rules `register_run` applies (`check_run_store`), read-only, so
     a refused or unreadable store is reported before anything is started or written."""
     destination = store_path(run_dir)
@@ -279,6 +281,8 @@ def check_destination(run_dir: Path | str, run_id: str, *, resume: bool) -> None
         return
     con = connect(destination, read_only=True)
     try:
-        check_run_store(con, destination.parent, run_id, resume=resume)
+        check_run_store(
+            con, destination.parent, run_id, resume=resume, benchmark_version=benchmark_version
+        )
     finally:
         con.close()

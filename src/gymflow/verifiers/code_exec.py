@@ -90,16 +90,27 @@ def _compiled(source: str) -> CodeType:
     return compile(source, _TEST_FILE, "exec")
 
 
-def run_tests(box: Sandbox, source: str, entry_point: str) -> None:
+def load_tests(source: str) -> dict[str, Any]:
+    """The task's prompt and tests, run here (trusted: they come from the dataset), for their
+    `check`; a task whose tests do not load is a verifier error, not the answer's failure."""
+    namespace: dict[str, Any] = {"__name__": "gymflow_tests"}
+    try:
+        exec(_compiled(source), namespace)
+    except Exception as exc:
+        raise VerifierError(f"the task's tests do not load: {type(exc).__name__}: {exc}") from None
+    if not callable(namespace.get("check")):
+        raise VerifierError("the task's tests define no check(candidate) function")
+    return namespace
+
+
+def run_tests(box: Sandbox, tests: dict[str, Any], entry_point: str) -> None:
     """Run the task's `check` here, never in the sandbox, against a stand-in for the entry point
     that forwards each call's arguments to the sandboxed module and returns the plain value it
-    hands back. The prompt runs here too: tests call its helpers (HumanEval/32's `poly`), and the
+    hands back. The prompt's helpers are there for the tests (HumanEval/32's `poly`), and the
     entry point's own name is the stand-in as well (HumanEval/33's test calls it by name)."""
-    namespace: dict[str, Any] = {"__name__": "gymflow_tests"}
-    exec(_compiled(source), namespace)
     candidate = box.function(entry_point)
-    namespace[entry_point] = candidate
-    namespace["check"](candidate)
+    tests[entry_point] = candidate
+    tests["check"](candidate)
 
 
 def _as_body(code: str) -> str:
@@ -130,10 +141,12 @@ def code_exec(inp: VerifyInput, params: CodeExecParams) -> Verdict:
         max_processes=params.max_processes,
         max_file_mb=params.max_file_mb,
     )
+    source = tests_source(data["prompt"], data["test"])
+    tests = load_tests(source)
     started = time.perf_counter()
     try:
         with Sandbox(program, limits) as box:
-            outcome = _outcome(box, data, entry_point)
+            outcome = _outcome(box, tests, source, entry_point)
     except SandboxError as exc:
         raise VerifierError(str(exc), kind="sandbox_error") from None
     details = {"form": form, **outcome, "wall_s": round(time.perf_counter() - started, 3)}
@@ -150,12 +163,13 @@ def code_exec(inp: VerifyInput, params: CodeExecParams) -> Verdict:
     return Verdict(1.0 if details["reason"] == "ok" else 0.0, details)
 
 
-def _outcome(box: Sandbox, data: dict[str, Any], entry_point: str) -> dict[str, Any]:
+def _outcome(box: Sandbox, tests: dict[str, Any], source: str, entry_point: str) -> dict[str, Any]:
     """How loading the module and running the tests against it ended: {"reason", ...}."""
-    source = tests_source(data["prompt"], data["test"])
     try:
         box.load()
-        run_tests(box, source, entry_point)
+        run_tests(box, tests, entry_point)
+        if box.ended is not None:  # a test that swallowed the end still ran without its answers
+            raise box.ended
     except SandboxEnded as ended:
         outcome: dict[str, Any] = {"reason": ended.reason}
         if ended.limit:

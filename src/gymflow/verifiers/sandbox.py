@@ -304,6 +304,14 @@ def _tree_cpu(pid: int) -> float:
     return nanoseconds / 1e9 + ticks / os.sysconf("SC_CLK_TCK")
 
 
+def _ready(fd: int, event: int, seconds: float) -> bool:
+    """Whether `fd` is ready for `event` (or hung up) within `seconds`. poll, not select: a
+    process with many sockets open (a collector) has descriptors past select's 1024."""
+    poller = select.poll()
+    poller.register(fd, event)
+    return bool(poller.poll(max(1, math.ceil(seconds * 1000))))
+
+
 # -- the sandbox ---------------------------------------------------------------------------------
 class Sandbox:
     """One candidate module in its own sandboxed process, for as long as the `with` block:
@@ -329,9 +337,13 @@ class Sandbox:
         bwrap = bwrap_path()
         self._slot = _slot()
         slot = self._slot.__enter__()
-        self._scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
         self._proc: subprocess.Popen[bytes] | None = None
         self._fds: list[int] = []
+        try:
+            self._scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+        except BaseException:
+            self._slot.__exit__(None, None, None)
+            raise
         try:
             self._start(bwrap, slot)
         except BaseException:
@@ -504,7 +516,7 @@ class Sandbox:
         view = memoryview(data)
         while view:
             left = self._deadline - time.monotonic()
-            if left <= 0 or not select.select([], [self._request_w], [], left)[1]:
+            if left <= 0 or not _ready(self._request_w, select.POLLOUT, left):
                 raise self._end("timeout", limit="wall_clock")
             try:
                 view = view[os.write(self._request_w, view) :]
@@ -550,7 +562,7 @@ class Sandbox:
                 self._saw(f"forged_reply:a line over {MAX_MESSAGE >> 20} MiB")
                 raise self._end("tampering")
             left = self._deadline - time.monotonic()
-            if left <= 0 or not select.select([self._reply_r], [], [], left)[0]:
+            if left <= 0 or not _ready(self._reply_r, select.POLLIN, left):
                 raise self._end("timeout", limit="wall_clock")
             chunk = os.read(self._reply_r, 1 << 20)
             if not chunk:

@@ -136,22 +136,28 @@ def _verifier_data(row: dict[str, Any], where: str, rules: RowRules, out: Mapped
     for name, path in rules.verifier_map.items():
         declared = rules.verifier_fields.get(name)
         value = get_path(row, path)
-        subject = f"field {path!r} (verifier {rules.verifier} reads {name!r}"
-        subject += f" as {declared.kind})" if declared else ")"
-        if value is _MISSING:
+        if value is _MISSING or value is None:  # a table's null is a value left out
             if declared is None or declared.required:
-                out.fail(where, subject, "missing", "missing")
+                detail = "missing" if value is _MISSING else "null"
+                out.fail(where, _subject(rules, name, path), detail, detail)
                 ok = False
             continue
         if declared is not None:
             try:
                 value = coerce(value, declared.kind)
             except FieldProblem as exc:
-                out.fail(where, subject, str(exc), f"{exc}: {_describe(value)}")
+                problem = f"{exc}: {_describe(value)}"
+                out.fail(where, _subject(rules, name, path), str(exc), problem)
                 ok = False
                 continue
         data[name] = value
     return data if ok else None
+
+
+def _subject(rules: RowRules, name: str, path: str) -> str:
+    declared = rules.verifier_fields.get(name)
+    kind = f" as {declared.kind}" if declared else ""
+    return f"field {path!r} (verifier {rules.verifier} reads {name!r}{kind})"
 
 
 def _text_or_none(row: dict[str, Any], path: str | None, where: str, role: str, out: Mapped):

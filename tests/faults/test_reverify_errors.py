@@ -1,0 +1,86 @@
+"""Verifications that errored or timed out are judged again by `gym eval reverify` under the same
+version (before, it answered "already stored"), with the errored verdicts kept as evidence; and
+`gym eval reverify RUN` without `--set` judges with the environment's verifier as it is now: the
+stored version when nothing changed, a new one when its parameters did."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gymflow.cli import exit_codes
+from gymflow.config import EvalConfig
+from gymflow.rollouts.collect import run_collect
+from gymflow.rollouts.plan import resolve
+from gymflow.store.db import connect
+from gymflow.store.runs import register_run
+from tests.conftest import gym
+from tests.faults.stores import query
+
+ENVS = Path(__file__).parent / "envs"
+
+
+def _reverify(run: Path, envs: Path, **env: str) -> dict:
+    out = gym("eval", "reverify", str(run), "--json", cwd=run.parent,
+              env={"GYMFLOW_ENVIRONMENTS_PATH": str(envs), **env})  # fmt: skip
+    assert out.returncode == exit_codes.OK, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_reverify_rejudges_errors_and_follows_the_verifier_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("GYMFLOW_ENVIRONMENTS_PATH", str(ENVS))
+    plan = resolve(EvalConfig(environment="faultlab", repeats=1, out=str(tmp_path / "run")))
+    with connect(plan.run_dir, create=True) as con:
+        register_run(con, plan, resume=False)
+    from gymflow.models.endpoint import local_policy_server
+
+    with local_policy_server(plan) as server, connect(plan.run_dir) as con:
+        run_collect(plan, plan.keys(), con, base_url=server.base_url)
+    store = plan.run_dir / "gymflow.duckdb"
+    version = plan.verifier_version
+    errored = dict(
+        query(
+            store,
+            "SELECT failure_kind, count(*) FROM verifications WHERE status = 'error' GROUP BY ALL",
+        )
+    )
+    assert errored.get("verifier_error", 0) > 0 and errored.get("verifier_timeout", 0) > 0
+
+    # The checker's crash is fixed (the hang is not): same parameters, same version, and the
+    # errored verdicts are judged again instead of "already stored".
+    fixed = _reverify(plan.run_dir, ENVS, FAULTLAB_FIXED="1")
+    assert fixed["new_version"] == version and fixed["status"] == "rejudged"
+    assert fixed["reverified"] == sum(errored.values())
+    now = dict(
+        query(
+            store,
+            "SELECT coalesce(failure_kind, 'ok'), count(*) FROM verifications GROUP BY ALL",
+        )
+    )
+    assert "verifier_error" not in now and now["verifier_timeout"] == errored["verifier_timeout"]
+    assert query(
+        store,
+        "SELECT failure_kind, rollout_attempt, count(*) FROM superseded_verifications "
+        "GROUP BY ALL ORDER BY 1",
+    ) == [(kind, 1, n) for kind, n in sorted(errored.items())]
+    assert query(store, "SELECT count(*) FROM verifier_versions") == [(1,)]
+
+    # The environment's verifier now runs with other parameters: a new version, judged whole.
+    changed = tmp_path / "envs"
+    shutil.copytree(ENVS / "faultlab", changed / "faultlab")
+    manifest = changed / "faultlab" / "environment.yaml"
+    manifest.write_text(
+        manifest.read_text().replace(
+            "verifier: {name: faultlab_answer}",
+            "verifier: {name: faultlab_answer, params: {tolerance: 1}}",
+        )
+    )
+    moved = _reverify(plan.run_dir, changed, FAULTLAB_FIXED="1")
+    assert moved["status"] == "written" and moved["new_version"] != version
+    assert moved["params"] == {"tolerance": 1}
+    assert query(store, "SELECT count(*) FROM verifier_versions") == [(2,)]
