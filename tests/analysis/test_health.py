@@ -105,8 +105,16 @@ def _failed_rollout(b):
     return rid
 
 
-def _token_mismatch(b):
+def _token_counts_missing(b):
     return _with_call(b, "t0", 1, output_tokens=None)
+
+
+def _token_mismatch(b):
+    rid = _bend(b, "t0", 1)
+    b.after_write.append(
+        ("UPDATE rollouts SET output_tokens = output_tokens + 5 WHERE rollout_id = ?", [rid])
+    )
+    return rid
 
 
 def _out_of_range(b):
@@ -157,6 +165,7 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "empty_output": lambda b: _bend(b, "t0", 1, text="  "),
     "incomplete_response": lambda b: _bend(b, "t0", 1, incomplete=True),
     "zero_output_tokens": lambda b: _bend(b, "t0", 1, output_tokens=0),
+    "token_counts_missing": _token_counts_missing,
     "token_mismatch": _token_mismatch,
     "function_call_without_output": lambda b: _bend(
         _executing(b), "t0", 1, trajectory=_tool_trajectory(_call("c1"), _call("c2"), _output("c1"))

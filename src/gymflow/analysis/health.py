@@ -163,14 +163,23 @@ CHECKS: dict[str, Check] = {
         """,
         severity="warning",
     ),
-    "token_mismatch": Check(
-        "token counts missing, or the rollout's totals differ from the sum over its model calls",
+    # Missing usage leaves token figures unknown, not scores wrong (many NeMo Gym files record
+    # none): a warning. Counts that disagree with each other mean the records are inconsistent.
+    "token_counts_missing": Check(
+        "token counts missing: the model server (or the imported file) reported no usage for a "
+        "call, so token and cost figures leave it out",
         """
         SELECT rollout_id AS id FROM rollout_calls
-        WHERE input_tokens IS NULL OR output_tokens IS NULL
-           OR coalesce(without_usage, 0) > 0
-           OR input_tokens <> coalesce(input_sum, 0)
-           OR output_tokens <> coalesce(output_sum, 0)
+        WHERE input_tokens IS NULL OR output_tokens IS NULL OR coalesce(without_usage, 0) > 0
+        """,
+        severity="warning",
+    ),
+    "token_mismatch": Check(
+        "the rollout's token totals differ from the sum over its model calls",
+        """
+        SELECT rollout_id AS id FROM rollout_calls
+        WHERE coalesce(without_usage, 0) = 0
+          AND (input_tokens <> coalesce(input_sum, 0) OR output_tokens <> coalesce(output_sum, 0))
         """,
     ),
     "function_call_without_output": Check(
