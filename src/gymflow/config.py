@@ -19,7 +19,9 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # hide_input_in_errors: a refused value may be a secret (a key, a URL with credentials), and
+    # a ValidationError printed whole (Prefect's parameter check, a traceback) would repeat it.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
 
 class Sampling(_Strict):

@@ -35,6 +35,7 @@ from gymflow.records import Verification
 from gymflow.store.db import connect
 from gymflow.store.runs import run_info
 from gymflow.store.schema import COLUMNS
+from gymflow.store.superseded import supersede_verifications
 from gymflow.store.writer import register_verifier_version
 from gymflow.verifiers.base import VerifyInput
 
@@ -211,6 +212,35 @@ def _write(con, server: ResourcesServer, base: _Base, tasks, failed_only: bool) 
     return judged
 
 
+def _rejudge(con, server: ResourcesServer, tasks: dict[str, Task]) -> int:
+    """Under a version already stored: judge again the rollouts whose verification errored (a
+    crash, a timeout, a judge that failed; the old verdicts are set aside as evidence) or is
+    missing (a reverify killed half-way). One transaction for the new verdicts."""
+    supersede_verifications(con, server.verifier_version)
+    now = datetime.now(UTC).replace(tzinfo=None)
+    rows = con.execute(
+        """
+        SELECT r.rollout_id, r.task_id, r.output_text, r.trajectory_json
+        FROM rollouts r
+        ANTI JOIN (SELECT rollout_id FROM verifications WHERE verifier_version = ?) v
+            USING (rollout_id)
+        WHERE r.status = 'completed'
+        """,
+        [server.verifier_version],
+    ).fetchall()
+    if not rows:
+        return 0
+    verdicts = _verify_all(server, tasks, rows)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        _insert(con, rows, verdicts, now)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return len(rows)
+
+
 def flips(con, old: str, new: str, *, limit: int | None = None) -> dict[str, Any]:
     """Rollouts and tasks whose outcome differs between two verifier versions.
 
@@ -269,10 +299,12 @@ def reverify(
     base_version: str | None = None,
     max_listed: int | None = 1000,
 ) -> dict[str, Any]:
-    """Store a new verifier version for the run in `run_dir` and report what changed.
+    """Store a new verifier version for the run in `run_dir` and report what changed. With no
+    `settings`, the verifier is the environment's as it is now (its manifest's parameters).
 
     Returns {"environment", "verifier", "params", "base_version", "new_version", "status":
-    "written" | "already stored", "reverified": rollouts judged, "failed_only": bool,
+    "written" | "rejudged" (the version was stored; its errored or missing verdicts were judged
+    again) | "already stored", "reverified": rollouts judged, "failed_only": bool,
     "flips": see `flips`, "before": headline, "after": headline} where a headline is
     `gymflow.analysis.profile.headline`. Raises ReverifyError (nothing written) when the
     environment is unknown, verifies live session state (unless `force`), or rejects the
@@ -294,8 +326,10 @@ def reverify(
             )
         spec = env.manifest.verifier
         base = _base_version(con, spec.name, spec.params, base_version)
+        # No settings: the environment's verifier as it is now (its manifest's parameters).
+        params = {**base.params, **settings} if settings else dict(spec.params)
         try:
-            server = env.resources_server({**base.params, **settings})
+            server = env.resources_server(params)
         except ValueError as exc:
             raise ReverifyError(str(exc)) from None
         new_version = server.verifier_version
@@ -303,11 +337,12 @@ def reverify(
             row[0]
             for row in con.execute("SELECT verifier_version FROM verifier_versions").fetchall()
         }
-        reverified = 0
-        status = "already stored"
         if new_version not in stored:
             reverified = _write(con, server, base, _tasks(con), failed_only)
             status = "written"
+        else:
+            reverified = _rejudge(con, server, _tasks(con))
+            status = "rejudged" if reverified else "already stored"
         old = base.version if base.stored else new_version
         return {
             "environment": env.name,

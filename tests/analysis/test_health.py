@@ -12,7 +12,7 @@ import pytest
 from gymflow.analysis.health import CHECKS, TASK_CHECK, Gate, health
 from gymflow.records import FAILED, Verification
 from gymflow.store.db import connect
-from tests.analysis.builder import StoreBuilder
+from tests.analysis.builder import SAMPLING, RunMeta, StoreBuilder
 from tests.conftest import gym
 
 
@@ -119,10 +119,26 @@ def _verification_error(b):
     )
 
 
+def _tampering(b):
+    details = {"reason": "tampering", "tampering": ["ended_early:exit status 0"]}
+    return _bend(
+        b,
+        "t0",
+        1,
+        verification=Verification(b.verifier_version, "ok", 0.0, False, "tampering", details),
+    )
+
+
 def _every_repeat(b):
     _bend(b, "t2", 0, text="")
     _bend(b, "t2", 1, text="")
     return "t2"
+
+
+def _identical_repeats(b):
+    for task_id in ("t0", "t1", "t2"):
+        _bend(b, task_id, 1)  # now right, word for word like repeat 0, at temperature 0.7
+    return "t0"
 
 
 MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
@@ -149,9 +165,11 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "sampling_mismatch": lambda b: _with_call(
         b, "t0", 1, sampling={"temperature": 1.0, "top_p": 1.0, "max_output_tokens": 256}
     ),
+    "identical_repeats": _identical_repeats,
     "reward_out_of_range": _out_of_range,
     "verification_missing": lambda b: _bend(b, "t0", 1, verification=None),
     "verification_error": _verification_error,
+    "tampering": _tampering,
     TASK_CHECK: _every_repeat,
 }
 
@@ -219,3 +237,15 @@ def test_health_cli_exit_code_and_json(tmp_path: Path) -> None:
     passed = gym("eval", "health", "run", "--threshold", "incomplete_response=0.5", cwd=tmp_path)
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert "incomplete_response" in passed.stdout
+
+
+def test_identical_repeats_needs_every_task_identical_and_a_temperature(tmp_path: Path) -> None:
+    b = _clean()
+    _identical_repeats(b)
+    _bend(b, "t2", 1, correct=False)  # one task's repeats differ: sampling did something
+    assert _run(b, tmp_path / "varied")["checks"]["identical_repeats"]["count"] == 0
+    greedy = StoreBuilder(RunMeta(sampling={**SAMPLING, "temperature": 0.0}))
+    for i, answer in enumerate((7, 12, 30)):
+        greedy.task(f"t{i}", answer)
+        greedy.fill(f"t{i}", "11")  # identical repeats, as greedy decoding gives
+    assert _run(greedy, tmp_path / "greedy")["checks"]["identical_repeats"]["count"] == 0

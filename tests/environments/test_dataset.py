@@ -24,6 +24,7 @@ from gymflow.models.policy import build_table, prompt_key
 from gymflow.models.policy_server import PolicyApp
 from gymflow.rollouts.plan import resolve
 from gymflow.verifiers.base import VerifyInput, get_verifier
+from tests.conftest import require_tool
 
 ROWS = [
     {"id": "q1", "question": "What is 2 + 3?", "answer": 5, "topic": "add", "level": "easy"},
@@ -276,6 +277,46 @@ def test_nemo_gym_rows_are_their_own_request(tmp_path, monkeypatch) -> None:
     reply = PolicyApp(table).respond({"input": items, "seed": 0})
     texts = [c["text"] for o in reply["output"] for c in o.get("content", [])]
     assert texts in (["42"], ["not 42"])
+    # gym env validate: the rows' own first user message is the prompt; nothing else needed
+    config = tmp_path / "eval.yaml"
+    config.write_text("benchmark: ng\n")
+    report = validate_config(config)
+    assert report.ok, report.problems
+    assert "first row (line 1) renders as 'What is 6 * 7? Reply with the number only.'" in (
+        report.passed
+    )
+
+
+def test_code_execution_with_the_rows_tests_runs_in_the_verifier_workers(
+    tmp_path, monkeypatch
+) -> None:
+    """code_exec is bounded, so a worker process rebuilds the dataset's environment from its
+    manifest (through environments/dataset/env.py) and runs the row's tests in the sandbox."""
+    require_tool("bwrap")
+    rows = [
+        {
+            "id": "add",
+            "prompt": 'def add(a, b):\n    """The sum of a and b."""\n',
+            "test": "def check(f):\n    assert f(2, 3) == 5\n",
+            "entry_point": "add",
+            "solution": "```python\ndef add(a, b):\n    return a + b\n```",
+        }
+    ]
+    write_rows(tmp_path / "benchmarks" / "code.jsonl", rows)
+    write_benchmark(
+        tmp_path, "code", {"path": "code.jsonl", "fields": {"id": "id", "reference": "solution"}},
+        verifier={"name": "code_exec", "params": {"timeout_s": 10}},
+        prompt_template="Complete:\n{{ prompt }}",
+    )  # fmt: skip
+    plan = _plan(tmp_path, "code", monkeypatch)
+    (task,) = plan.all_tasks
+    assert set(task.data) == {"prompt", "test", "entry_point"}
+    server = plan.env.resources_server()
+    assert server.verify_timeout is not None  # bounded: verified in a worker process
+    right = server.verify_bounded(VerifyInput(task, task.reference))
+    wrong = server.verify_bounded(VerifyInput(task, "def add(a, b):\n    return a - b\n"))
+    assert (right.status, right.passed) == ("ok", True), right
+    assert (wrong.status, wrong.passed, wrong.details["reason"]) == ("ok", False, "tests_failed")
 
 
 def test_the_simulated_policy_says_what_it_cannot_answer(tmp_path, monkeypatch) -> None:

@@ -86,3 +86,26 @@ def collect_run(out: Path, **config: Any) -> Path:
     finally:
         con.close()
     return out
+
+
+def one_error_line(stderr: str) -> str:
+    """The single `error: ...` line a refused or stopped command ends with: no traceback, no
+    second error, nothing wrapped onto another line."""
+    assert "Traceback" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def orphans(store: Path) -> int:
+    """Stored rollouts that are not whole: calls missing, or completed without a verification."""
+    return query(
+        store,
+        """
+        SELECT count(*) FROM rollouts r
+        WHERE num_model_calls <> (SELECT count(*) FROM model_calls c
+                                  WHERE c.rollout_id = r.rollout_id)
+           OR (status = 'completed' AND NOT EXISTS
+               (SELECT 1 FROM verifications v WHERE v.rollout_id = r.rollout_id))
+        """,
+    )[0][0]

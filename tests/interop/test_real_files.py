@@ -143,3 +143,20 @@ def test_materialized_inputs_keep_a_task_that_has_no_rollout(tmp_path: Path) -> 
     missing = checked["checks"]["missing_rollout"]
     task_id = _query(tmp_path / "run", f"SELECT task_id FROM tasks WHERE task_index = {dropped}")
     assert missing["count"] == 1 and missing["examples"] == [f"{task_id[0][0]}#0"]
+
+
+def test_two_imports_of_different_subsets_compare_on_common_tasks(tmp_path: Path) -> None:
+    lines = (DATA / "abstention" / "example_rollouts.jsonl").read_text().splitlines()
+    (tmp_path / "a.jsonl").write_text("\n".join(lines[:3]) + "\n")
+    (tmp_path / "b.jsonl").write_text("\n".join(lines[1:]) + "\n")
+    for name in ("a", "b"):
+        gym("import", "nemo-gym", f"{name}.jsonl", "--out", name, cwd=tmp_path, check=True)
+    versions = {
+        name: _query(tmp_path / name, "SELECT benchmark_version FROM runs")[0][0]
+        for name in ("a", "b")
+    }
+    assert versions["a"] == versions["b"]  # the protocol, not the rows each file held
+    out = gym("eval", "profile", "a", "--compare", "b", "--json", cwd=tmp_path, check=True)
+    compared = json.loads(out.stdout)
+    assert compared["tasks"] == 2
+    assert compared["unpaired_tasks"] == {"a_only": 1, "b_only": 2}

@@ -138,6 +138,7 @@ NOT_RUN = {
     "cancelled": _response(status="cancelled"),
     "output null": _response() | {"output": None},
     "no output key": {"id": "resp_1", "model": "m", "status": "completed"},
+    "empty output": _response(),
 }
 
 

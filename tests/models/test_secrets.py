@@ -16,6 +16,7 @@ from aiohttp import web
 from gymflow.config import ENV_VAR_NAME, EvalConfig, ModelConfig, Sampling, format_validation_error
 from gymflow.models.client import REDACTED, ResponsesClient
 from gymflow.models.responses import user_message
+from gymflow.verifiers.math_judge import MathJudgeParams
 from tests.conftest import gym
 from tests.models.conftest import responses_endpoint
 
@@ -179,3 +180,20 @@ def test_an_echoed_key_is_redacted_before_anything_is_kept(
         assert form not in text and form not in json.dumps(decoded, ensure_ascii=False)
     assert REDACTED in (record.response or "")
     assert (record.failure_kind is None) == (status == 200)
+
+
+def test_a_printed_validation_error_does_not_repeat_the_secret() -> None:
+    """Prefect and tracebacks print a ValidationError whole, input values included by default."""
+    with pytest.raises(ValueError) as refused:
+        EvalConfig.model_validate(
+            {
+                "benchmark": "arithmetic-smoke",
+                "model": {"kind": "responses", "base_url": f"http://u:{PASSWORD}@h/v1"},
+            }
+        )
+    assert PASSWORD not in str(refused.value)
+    with pytest.raises(ValueError) as refused:
+        MathJudgeParams(base_url="http://127.0.0.1/v1", api_key_env=KEY)
+    assert KEY not in str(refused.value) and "must name an environment variable" in str(
+        refused.value
+    )

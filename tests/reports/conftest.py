@@ -74,7 +74,10 @@ def eval_run(workdir: Path) -> Path:
         # A shared 2-core machine can be slow to start the ephemeral server.
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
     }
-    gym("eval", "run", "faulty.yaml", cwd=workdir, env=env, check=True)
+    result = gym("eval", "run", "faulty.yaml", cwd=workdir, env=env)
+    # A run in which this many rollouts failed fails its health gate (exit 2), and says so.
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "health: unhealthy" in result.stdout, result.stdout
     return workdir / "faulty"
 
 

@@ -205,6 +205,26 @@ CHECKS: dict[str, Check] = {
            OR {_sampling_differs("max_output_tokens")}
         """,
     ),
+    # Run-wide on purpose: a confident policy repeats a short answer at any temperature, but
+    # when no task's repeats differ at all, sampling had no effect: a gateway dropping the seed
+    # or the temperature, or a cache answering. pass@k then cannot rise above pass@1.
+    "identical_repeats": Check(
+        "every task's repeats came back identical at temperature above 0: the server ignored "
+        "sampling (a dropped seed or temperature, a cache)",
+        """
+        WITH per_task AS (
+            SELECT task_id, count(DISTINCT (output_text, output_tokens, num_turns)) AS answers
+            FROM rollouts
+            WHERE status = 'completed'
+              AND rollout_id IN (SELECT rollout_id FROM calls WHERE temperature > 0)
+            GROUP BY task_id HAVING count(*) > 1
+        )
+        SELECT task_id AS id FROM per_task
+        WHERE NOT EXISTS (SELECT 1 FROM per_task WHERE answers > 1)
+        """,
+        level="task",
+        severity="warning",
+    ),
     "reward_out_of_range": Check(
         "a reward (any verifier version) outside the environment's reward range",
         """
@@ -249,6 +269,16 @@ CHECKS: dict[str, Check] = {
                   (SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0),
                   (SELECT count(*) FROM rollouts))
         """,
+    ),
+    "tampering": Check(
+        "the answer's code was seen touching the verification harness (failure kind "
+        "tampering: it ended the tests early, patched or inspected the runner, forged a reply)",
+        """
+        SELECT rollout_id AS id FROM verifications
+        WHERE verifier_version = getvariable('verifier_version') AND failure_kind = 'tampering'
+        """,
+        needs=("verifier_version",),
+        severity="warning",
     ),
 }
 

@@ -44,6 +44,7 @@ def import_nemo_gym(
         f"imported {result['rollouts']} rollouts of {result['tasks']} tasks "
         f"({result['repeats']} repeats) as run {result['run_id']} into {result['store']}",
         highlight=False,
+        soft_wrap=True,
     )
     notes = [
         f"{result['failed']} failed (not scored)" if result["failed"] else "",
@@ -57,7 +58,7 @@ def import_nemo_gym(
         ),
     ]
     for note in filter(None, notes):
-        console.print(f"  {note}", highlight=False)
+        console.print(f"  {note}", highlight=False, soft_wrap=True)
 
 
 @app.command("export")
@@ -80,10 +81,12 @@ def export(
         f"wrote {result['rows']} rollouts ({result['format']}, verifier "
         f"{result['verifier_version']}) to {result['path']}",
         highlight=False,
+        soft_wrap=True,
     )
     if fmt == "nemo-gym":
         console.print(
             f"  {result['failures']} failed to {result['failures_path']}, "
             f"{result['materialized_inputs']} requested to {result['materialized_inputs_path']}",
             highlight=False,
+            soft_wrap=True,
         )

@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gymflow.environments.requirements import Requirement, check_installed
+
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
@@ -89,6 +91,9 @@ class EnvironmentManifest(BaseModel):
     default_split: str
     id_field: str = "task_id"
     entrypoint: str = Field("env:Environment", description="module:class inside the folder")
+    requires: list[Requirement] = Field(
+        default_factory=list, description="Python packages the tasks come from, with their install"
+    )
 
 
 class Environment:
@@ -115,6 +120,7 @@ class Environment:
             known = ", ".join(sorted(self.manifest.splits))
             raise KeyError(f"environment {self.name!r} has no split {split!r} (splits: {known})")
         if split not in self._tasks:
+            check_installed(self.name, self.manifest.requires)
             tasks = self.generate(split)
             _check_unique_ids(self.name, split, tasks)
             self._tasks[split] = tasks

@@ -117,6 +117,8 @@ def _template_source(config: EvalConfig, plan: RunPlan, source: str) -> str:
         return f"{source} (prompt_template)"
     if plan.benchmark is not None and plan.benchmark.prompt_template:
         return f"{benchmark_files()[plan.benchmark.name]} (prompt_template)"
+    if plan.benchmark is not None and plan.benchmark.dataset is not None:  # nemo_gym rows
+        return f"{benchmark_files()[plan.benchmark.name]} (the rows' own first user message)"
     return f"{environment_sources()[plan.env.name].folder / 'environment.yaml'} (prompt_template)"
 
 

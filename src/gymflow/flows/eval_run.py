@@ -26,10 +26,12 @@ from gymflow.flows.artifacts import (
 from gymflow.flows.cancellation import stop_on_cancel
 from gymflow.flows.eval_shard import collect_plan
 from gymflow.flows.fan_out import ShardFailed, run_shard_here, run_shard_on_pool, shard_deployment
-from gymflow.flows.parameters import UNSHARDED, ScaleOptions, shard_config
+from gymflow.flows.labels import run_name, tag_run
+from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions, shard_config
 from gymflow.models.endpoint import model_endpoint
 from gymflow.rollouts import stopping
 from gymflow.rollouts.plan import resolve
+from gymflow.store.compact import compact
 from gymflow.store.merge import check_destination
 from gymflow.tasks.analysis import check_health, diagnose_run, profile_run, render_report
 from gymflow.tasks.rollouts import prepare_run, retry_unless_stopped
@@ -48,18 +50,19 @@ def _dated(config: EvalConfig) -> EvalConfig:
     return config.model_copy(update={"out": config.out.replace("{date}", f"{when:%Y-%m-%d}")})
 
 
-def _resuming(resume: bool) -> bool:
+def resuming(resume: bool) -> bool:
     """A retry of this flow run (the UI's Retry button) continues it, as `--resume` would."""
     return resume or (flow_run.run_count or 1) > 1
 
 
 @flow(
     name="eval-run",
+    flow_run_name=run_name,
     log_prints=True,
     task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENT_SHARDS),
 )
 def evaluation_loop(
-    config: EvalConfig,
+    config: FlowConfig,
     resume: bool = False,
     scale: ScaleOptions = UNSHARDED,
     retry_failed: bool = True,
@@ -82,7 +85,8 @@ def evaluation_loop(
     """
     stopping.clear()
     config = _dated(config)
-    resume = _resuming(resume)
+    tag_run(config)
+    resume = resuming(resume)
     try:
         with stopping.stop_on_signals(), stop_on_cancel():
             if scale.sharded:
@@ -94,6 +98,8 @@ def evaluation_loop(
             else:
                 collected = _collect_here(config, resume, retry_failed)
             stopping.raise_if_requested()
+            # The run's writes are done: its store gives back the blocks its commits freed.
+            compact(config.out)
             return {**analyse_run(config.out), "collected": collected}
     except stopping.RunStopped as exc:
         if exc.cause == "cancelled":

@@ -39,17 +39,21 @@ def _summary(result: dict[str, Any]) -> str:
 
 @flow(name="reverify", log_prints=True)
 def reverify(
-    run_dir: str, settings: dict[str, Any], failed_only: bool = False, force: bool = False
+    run_dir: str,
+    settings: dict[str, Any] | None = None,
+    failed_only: bool = False,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Store a new verifier version beside the old one (no inference) and summarise the flips.
 
     Args:
         run_dir: The run store whose rollouts are judged again.
-        settings: Verifier parameters to change, e.g. {"tolerance": 0.01}.
+        settings: Verifier parameters to change, e.g. {"tolerance": 0.01}; none: the
+            environment's verifier as it is now.
         failed_only: Judge again only rollouts the base version did not pass.
         force: Reverify even environments that verify live session state.
     """
-    result = reverify_task(run_dir, settings, failed_only, force)
+    result = reverify_task(run_dir, settings or {}, failed_only, force)
     create_markdown_artifact(
         key=SUMMARY_KEY, markdown=_summary(result), description="Reverify: what changed"
     )

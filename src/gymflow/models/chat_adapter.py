@@ -208,6 +208,9 @@ def completion_to_response(completion: dict[str, Any]) -> dict[str, Any]:
     refusal = _refusal_in(message, choice.get("finish_reason"))
     if refusal is not None:
         parts.append({"type": "refusal", "refusal": refusal})
+    if not parts and isinstance(message.get("content"), str) and not message.get("tool_calls"):
+        # an empty answer is still an answer (a message with no text), not an empty output
+        parts.append({"type": "output_text", "text": "", "annotations": []})
     if parts:
         output.append(
             {

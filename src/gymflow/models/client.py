@@ -7,10 +7,10 @@ parsed response or the final `ModelError`, never an exception it has to guess th
 
 Every answer is validated before anyone reads it (a chat completion before its translation too):
 one that does not fit is `malformed_response` with the body kept as evidence; a response that did
-not run (`queued`, `in_progress`, `cancelled`, no output) is `response_not_run`; an answer over
-`max_response_bytes` is `response_too_large`, read no further than the bound. The evidence of a
-call is the answer as received: a Responses answer's own text, or, for chat completions, the
-translation with the completion as received under `received`.
+not run (`queued`, `in_progress`, `cancelled`, no or empty output) is `response_not_run`; an
+answer over `max_response_bytes` is `response_too_large`, read no further than the bound. The
+evidence of a call is the answer as received: a Responses answer's own text, or, for chat
+completions, the translation with the completion as received under `received`.
 
 Each rollout's seed goes where `model.seed_in` says (the body, `metadata.seed`, or nowhere), and
 the call's `sampling` records what was sent.
@@ -310,19 +310,22 @@ def _unusable(response: Response, status: int) -> ModelError | None:
     if state == "failed":
         return classify_failed_response(response.get("error"), status)
     output = response.get("output")
-    if state in NOT_RUN or output is None:
-        return ResponseNotRun(
-            f"the response did not run: status {state or 'completed'}, "
-            f"{'no' if output is None else 'an'} output",
-            http_status=status,
-        )
-    refusal = refusal_text(output)
+    refusal = refusal_text(output or [])
     if refusal is None and (response.get("incomplete_details") or {}).get("reason") == (
         "content_filter"
     ):
         refusal = "no answer: incomplete, content_filter"
     if refusal is not None:
         return Refused(f"the model refused: {refusal}"[:500], http_status=status)
+    if state in NOT_RUN or not output:
+        # A model that answers, even with nothing to say, answers a message; an empty output is
+        # what a gateway leaves when it dropped the answer (LiteLLM's Responses bridge drops a
+        # chat refusal that way), so it is no answer to score.
+        return ResponseNotRun(
+            f"the response did not run: status {state or 'completed'}, "
+            f"{'no output' if output is None else 'empty output'}",
+            http_status=status,
+        )
     return None
 
 

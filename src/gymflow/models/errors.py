@@ -97,6 +97,9 @@ FAILURE_KINDS = (
     "client_error",
 )
 
+#: The kinds a new attempt may settle: the client retries them, and `--resume` runs them again.
+RETRYABLE_KINDS = tuple(cls.kind for cls in ModelError.__subclasses__() if cls.retryable)
+
 _CONTEXT_MARKERS = ("context_length", "maximum context", "context window", "too many tokens")
 _REFUSAL_MARKERS = ("content_policy", "content_filter", "refus", "safety")
 

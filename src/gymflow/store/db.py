@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 
 import duckdb
@@ -11,8 +13,56 @@ from gymflow.store.schema import SCHEMA_VERSION, TABLES
 STORE_FILE = "gymflow.duckdb"
 
 
+#: How long a writer waits for a store another process holds (a reader between two of a run's
+#: batches, a report being written), and how long a reader waits for a writer, backing off
+#: from LOCK_FIRST_WAIT_S. A run's batches each open the store, so a reader can slip in between
+#: them; the writer waits its turn instead of failing the run.
+WRITER_LOCK_WAIT_S = 300.0
+READER_LOCK_WAIT_S = 5.0
+LOCK_FIRST_WAIT_S = 0.05
+
+
 class StoreError(RuntimeError):
     """A store that cannot be opened or does not match what the caller expects."""
+
+
+class StoreBusy(StoreError):
+    """Another process holds the store (a run writing it, or a reader) for longer than waited."""
+
+
+def _holder(exc: duckdb.Error) -> str | None:
+    """The PID DuckDB names in a lock conflict, or None when the error is not one."""
+    text = str(exc)
+    if "Could not set lock" not in text and "Conflicting lock" not in text:
+        return None
+    found = re.search(r"PID (\d+)", text)
+    return found.group(1) if found else "another process"
+
+
+def _open(path: Path, read_only: bool):
+    """duckdb.connect, waiting with backoff while another process holds the file."""
+    deadline = time.monotonic() + (READER_LOCK_WAIT_S if read_only else WRITER_LOCK_WAIT_S)
+    wait = LOCK_FIRST_WAIT_S
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            holder = _holder(exc)
+            if holder is None:
+                raise
+            if time.monotonic() + wait > deadline:
+                if read_only:
+                    raise StoreBusy(
+                        f"{path}: a run is writing this store right now (PID {holder}); what it "
+                        "committed can be read between its batches: try again in a moment, or "
+                        "when the run finishes"
+                    ) from None
+                raise StoreBusy(
+                    f"{path}: held by PID {holder} for over {WRITER_LOCK_WAIT_S:.0f}s (a reader "
+                    "left open?); close it, then continue with --resume"
+                ) from None
+            time.sleep(wait)
+            wait = min(wait * 2, 2.0)
 
 
 def store_path(run_dir: Path | str) -> Path:
@@ -28,7 +78,7 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
             raise StoreError(f"{path}: no gymflow store here (run `gym eval run` first?)")
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        con = duckdb.connect(str(path), read_only=read_only and path.exists())
+        con = _open(path, read_only and path.exists())
     except duckdb.IOException as exc:
         raise StoreError(f"{path}: cannot open store: {exc}") from None
     except duckdb.Error as exc:

@@ -11,8 +11,10 @@ from datetime import UTC, datetime
 
 import duckdb
 
+from gymflow.models.errors import RETRYABLE_KINDS
+
 #: Failure kinds of the model boundary that may not happen again: worth a new attempt.
-TRANSIENT_KINDS = ("transport_error", "timeout", "rate_limited", "server_error")
+TRANSIENT_KINDS = RETRYABLE_KINDS
 #: Verification failure kinds a second judgement may settle (a verifier crash, a judge or a
 #: sandbox that timed out or failed).
 REJUDGED_STATUSES = ("error",)

@@ -37,6 +37,9 @@ class VerifyInput:
 class Verdict:
     reward: float
     details: dict[str, Any] = field(default_factory=dict)
+    #: Why a judged answer failed when it is a kind to count apart, not just a wrong answer:
+    #: `tampering` (the answer's code touched the harness).
+    failure_kind: str | None = None
 
 
 VerifyFn = Callable[[VerifyInput, Any], Verdict]
@@ -65,6 +68,10 @@ class VerifierSpec:
     #: Waits on a network service (an LLM judge) rather than computing: such a verifier runs on
     #: threads, many at once, bounded by its own network timeouts, not in the process pool.
     io_bound: bool = False
+    #: Runs model-written code or parses untrusted input with no bound of its own: it always
+    #: verifies in a killable worker process under a time bound (the environment's
+    #: verify_timeout_s, else 300 s), whichever environment or dataset names it.
+    heavy: bool = False
     #: The `Task.data` fields it reads, by name.
     fields: dict[str, DataField] = field(default_factory=dict)
 
@@ -92,6 +99,7 @@ def verifier(
     reward_range: tuple[float, float] = (0.0, 1.0),
     pass_threshold: float = 1.0,
     io_bound: bool = False,
+    heavy: bool = False,
     fields: dict[str, DataField] | None = None,
 ) -> Callable[[VerifyFn], VerifyFn]:
     """Register a verify function under `name` with its parameter model."""
@@ -105,6 +113,7 @@ def verifier(
             pass_threshold=pass_threshold,
             description=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
             io_bound=io_bound,
+            heavy=heavy,
             fields=dict(fields or {}),
         )
         return fn

@@ -112,7 +112,9 @@ def candidate(output_text: str, params: MathAnswerParams) -> tuple[str | None, s
     return (f"$\\boxed{{{text}}}$" if boxed is not None else text), None
 
 
-@verifier("math_answer", params=MathAnswerParams, fields={"answer": DataField("scalar")})
+@verifier(
+    "math_answer", params=MathAnswerParams, heavy=True, fields={"answer": DataField("scalar")}
+)
 def math_answer(inp: VerifyInput, params: MathAnswerParams) -> Verdict:
     """Reward 1 when the boxed answer is mathematically equivalent to the gold answer."""
     expected = inp.task.data["answer"]

@@ -69,6 +69,8 @@ class Mapped:
 
 def get_path(row: dict[str, Any], path: str) -> Any:
     """`a.b.0.c`: keys of objects and indices of lists; _MISSING when any step is absent."""
+    if "." not in path:  # the usual case, and the hot one at 100,000 rows
+        return row.get(path, _MISSING)
     value: Any = row
     for part in path.split("."):
         if isinstance(value, dict):
@@ -251,14 +253,14 @@ def map_row(raw: RawRow, rules: RowRules, out: Mapped) -> None:
             items, tools = request
             inputs = {"prompt": first_user_text(items)}
     else:
-        inputs = row if not f.prompt else {}
+        inputs = {} if f.prompt else row
     for name, path in f.prompt.items():
         value = get_path(row, path)
         if value is _MISSING:
             out.fail(where, f"field {path!r} (prompt reads {name!r})", "missing", "missing")
             ok = False
         else:
-            inputs = {**inputs, name: value}
+            inputs[name] = value
     if f.tools is not None:
         value = get_path(row, f.tools)
         try:

@@ -28,7 +28,7 @@ class LabParams(BaseModel):
 @verifier("faultlab_answer", params=LabParams)
 def faultlab_answer(inp, params):
     mode = inp.task.data["mode"]
-    if mode == "raise":
+    if mode == "raise" and not os.environ.get("FAULTLAB_FIXED"):  # the checker's bug, fixed
         raise RuntimeError("checker crashed on purpose")
     if mode == "hang":
         # Leave word of which process hangs, so the test can check it was killed; then spin,
