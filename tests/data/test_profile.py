@@ -106,6 +106,14 @@ def test_profile_text_and_bad_threshold(run: Path) -> None:
     assert bad.returncode == 1 and "--threshold 0.0: need 0 < threshold <= 1" in bad.stderr
 
 
+def test_a_run_without_tasks_profiles_as_empty(tmp_path: Path) -> None:
+    run = StoreBuilder(RunMeta()).write(tmp_path / "empty")
+    p = _profile(run)
+    assert (p["tasks"], p["informative"], p["informative_share"]) == (0, 0, 0.0)
+    assert p["by_tag"] == [] and p["near_duplicates"]["groups"] == 0
+    assert p["selection"]["kept"] == 0
+
+
 def test_minhash_estimates_jaccard() -> None:
     rng = np.random.default_rng(0)
     universe = rng.integers(0, 2**63, size=400, dtype=np.uint64)

@@ -149,17 +149,15 @@ WHERE j.completion <> '[]'
 """
 
 
-def _line(messages: str) -> str:
-    """One fine-tuning line: messages and, when the rollout was offered any, its tools."""
-    return (
-        f"CASE WHEN tools IS NULL THEN json_object('messages', json({messages})) "
-        f"ELSE json_object('messages', json({messages}), 'tools', json(tools)) END::VARCHAR"
-    )
-
-
-_PASSING_JSONL = (
-    f"SELECT {_line('messages')} FROM chat_export WHERE passed ORDER BY task_id, repeat_index"
+# `json_merge_patch` drops a key whose value is null: no "tools" key when none were offered.
+_WITH_TOOLS = (
+    "json_merge_patch(json_object('messages', json({})), json_object('tools', json(tools)))"
 )
+
+_PASSING_JSONL = f"""
+SELECT {_WITH_TOOLS.format("messages")}::VARCHAR
+FROM chat_export WHERE passed ORDER BY task_id, repeat_index
+"""
 
 # OpenAI's preference fine-tuning format: the shared prompt, then the two continuations.
 _PAIRS = """
@@ -174,14 +172,9 @@ WHERE p.passed
 """
 
 _PAIRS_JSONL = f"""
-SELECT CASE WHEN tools IS NULL
-            THEN json_object('input', json_object('messages', json(prompt)),
-                             'preferred_output', json(preferred),
-                             'non_preferred_output', json(non_preferred))
-            ELSE json_object('input', json_object('messages', json(prompt), 'tools', json(tools)),
-                             'preferred_output', json(preferred),
-                             'non_preferred_output', json(non_preferred))
-       END::VARCHAR
+SELECT json_object('input', {_WITH_TOOLS.format("prompt")},
+                   'preferred_output', json(preferred),
+                   'non_preferred_output', json(non_preferred))::VARCHAR
 FROM ({_PAIRS}) ORDER BY task_id, preferred_rollout_id
 """
 

@@ -168,7 +168,14 @@ def data_profile(
     version = check_verifier_version(con, verifier_version)
     # select_tasks leaves `data_tasks`, which every section below reads.
     selection = select_tasks(con, filters or Filters(), verifier_version=version)
-    (overall,) = _histograms(con, None)
+    overall = next(iter(_histograms(con, None)), None) or {
+        "group": "all",
+        "tasks": 0,
+        "informative": 0,
+        "informative_share": 0.0,
+        "mean_pass_rate": None,
+        "histogram": dict.fromkeys(BINS, 0),
+    }
     return {
         "verifier_version": version,
         "tasks": overall["tasks"],

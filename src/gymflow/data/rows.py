@@ -51,6 +51,8 @@ parts AS (
 )
 """
 
+# The patch's null members (no tools, no instructions, no difficulty) are left out; the dataset's
+# own fields (the target) and every list (input items, tools) keep theirs.
 _JSONL = f"""
 {_ROWS}
 SELECT json_merge_patch(
