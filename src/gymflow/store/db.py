@@ -16,11 +16,11 @@ from gymflow.store.schema import SCHEMA_VERSION, TABLES
 STORE_FILE = "gymflow.duckdb"
 
 
-#: How long a writer waits for a store another process holds (a reader between two of a run's
-#: batches, a report being written), and how long a reader waits for a writer, backing off
-#: from LOCK_FIRST_WAIT_S. A run's batches each open the store, so a reader can slip in between
-#: them; the writer waits its turn instead of failing the run.
-WRITER_LOCK_WAIT_S = 300.0
+#: How long a writer waits for a store another process holds (a `gym eval profile` that opened
+#: it just before the run started, a report being written), and how long a reader waits for a
+#: writer, backing off from LOCK_FIRST_WAIT_S. Once collecting, a run holds its store to the
+#: end (`held`), so these waits are only ever for the moment it opens.
+WRITER_LOCK_WAIT_S = 10.0
 READER_LOCK_WAIT_S = 5.0
 LOCK_FIRST_WAIT_S = 0.05
 
