@@ -16,7 +16,7 @@ import duckdb
 
 from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.analysis.profile import headline
-from gymflow.store.db import STORE_FILE, StoreError, connect
+from gymflow.store.db import STORE_FILE, StoreError, connect, transaction
 from gymflow.store.runs import run_info
 
 CATALOG_FILE = "catalog.duckdb"
@@ -160,10 +160,9 @@ def refresh(root: Path) -> Catalog:
                 skipped.append((key, str(exc)))
                 if cached:
                     entries.append(cached)
-        con.execute("BEGIN")
-        con.execute("DELETE FROM runs")
         placeholders = ", ".join("?" for _ in COLUMNS)
-        if entries:
-            con.executemany(f"INSERT INTO runs VALUES ({placeholders})", map(astuple, entries))
-        con.execute("COMMIT")
+        with transaction(con):
+            con.execute("DELETE FROM runs")
+            if entries:
+                con.executemany(f"INSERT INTO runs VALUES ({placeholders})", map(astuple, entries))
     return Catalog(path, entries, skipped)
