@@ -17,6 +17,9 @@ from rich.text import Text
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 # The machines gymflow runs on are often offline; telemetry would only log a failure.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# Prefect gives its ephemeral server 20 s to start; a first run (database migrations) on a busy
+# 2-core machine took longer and failed with "Timed out while attempting to connect".
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 app = typer.Typer(
     name="gym",
