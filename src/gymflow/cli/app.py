@@ -13,6 +13,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from gymflow.cli import local_prefect
+
 # Prefect's INFO logs would bury the progress bar; the Prefect UI still has the run.
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 # The machines gymflow runs on are often offline; telemetry would only log a failure.
@@ -20,6 +22,9 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 # Prefect gives its ephemeral server 20 s to start; a first run (database migrations) on a busy
 # 2-core machine took longer and failed with "Timed out while attempting to connect".
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+# A local server started by `gym server --start` is reused by every command (before Prefect
+# reads its settings): no ephemeral server to import and wait for, and the runs stay in history.
+local_prefect.adopt()
 
 app = typer.Typer(
     name="gym",

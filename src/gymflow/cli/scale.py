@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from gymflow.cli import exit_codes
+from gymflow.cli import exit_codes, local_prefect
 from gymflow.cli.app import app, console, errors, eval_app, fail, print_json
 from gymflow.store.db import StoreError
 from gymflow.store.merge import MergeReport, merge_shards
@@ -27,7 +27,12 @@ For a team (history, the UI, Retry buttons, schedules, work pools):
 #: Shown at most once per Prefect home, the first time a run uses Prefect's ephemeral mode.
 SERVER_HINT = f"""\
 gymflow is using Prefect's ephemeral mode (PREFECT_API_URL is not set): a temporary API server
-per command, which keeps little run history. {_TEAM_SETUP}
+per command, which keeps little run history and costs each command several seconds.
+
+On one machine: `gym server --start` starts a local Prefect server in the background that every
+later gym command reuses (`gym server --stop` stops it).
+
+{_TEAM_SETUP}
 
 `gym server` prints this again."""
 
@@ -71,9 +76,36 @@ def _connected(api_url: str) -> str:
 
 
 @app.command("server")
-def server() -> None:
+def server(
+    start: Annotated[
+        bool, typer.Option("--start", help="Start a local Prefect server every gym reuses.")
+    ] = False,
+    stop: Annotated[bool, typer.Option("--stop", help="Stop the local server.")] = False,
+) -> None:
     """Which Prefect server runs go to, and how to start a persistent one and a worker, so a
-    team keeps run history. Plain lines (no wrapping), so they copy as they are."""
+    team keeps run history. Plain lines (no wrapping), so they copy as they are. `--start`
+    starts one on 127.0.0.1 in the background that every later gym command of this
+    PREFECT_HOME uses (no ephemeral server per command); `--stop` stops it."""
+    if start and stop:
+        fail("give --start or --stop, not both")
+    if stop:
+        stopped = local_prefect.stop()
+        said = f"stopped the local Prefect server at {stopped.api_url}" if stopped else None
+        console.print(said or "no local Prefect server was running", markup=False)
+        return
+    if start:
+        try:
+            local = local_prefect.start()
+        except RuntimeError as exc:
+            fail(str(exc), exit_codes.RUNTIME)
+        console.print(
+            f"local Prefect server: {local.api_url} (pid {local.pid}, log {local.log}); every "
+            "gym command of this PREFECT_HOME now uses it; its UI is at "
+            f"{local.api_url.removesuffix('/api')}. Stop it with `gym server --stop`.",
+            markup=False,
+            soft_wrap=True,
+        )
+        return
     from prefect.settings import PREFECT_API_URL
 
     api_url = PREFECT_API_URL.value()

@@ -1,0 +1,137 @@
+"""One local Prefect server that every `gym` command reuses, started by `gym server --start`.
+
+Without PREFECT_API_URL every command starts Prefect's ephemeral server: about 2 s importing the
+server, 3–4 s waiting for it, and the run history goes with it. A background `prefect server
+start` on 127.0.0.1 pays that once; its address is kept under PREFECT_HOME, and each later
+command (of the same PREFECT_HOME) uses it while its process lives. An explicit PREFECT_API_URL
+always wins. Nothing starts a server by itself: `gym server --start` does, `--stop` stops it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+STATE_FILE = "gymflow-local-server.json"
+STARTUP_TIMEOUT_S = 180.0
+
+
+@dataclass(frozen=True, slots=True)
+class LocalServer:
+    api_url: str
+    pid: int
+    log: str
+
+
+def prefect_home() -> Path:
+    """Prefect's home folder, without importing Prefect (this runs before every command)."""
+    return Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recorded() -> LocalServer | None:
+    """The local server recorded under PREFECT_HOME, if its process still runs."""
+    try:
+        server = LocalServer(**json.loads((prefect_home() / STATE_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    return server if _alive(server.pid) else None
+
+
+def adopt() -> str | None:
+    """Point this process at the recorded local server, unless PREFECT_API_URL is set."""
+    if os.environ.get("PREFECT_API_URL"):
+        return None
+    server = recorded()
+    if server is not None:
+        os.environ["PREFECT_API_URL"] = server.api_url
+        return server.api_url
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _healthy(api_url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{api_url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def start() -> LocalServer:
+    """Start `prefect server start` on 127.0.0.1 in the background (its own session, so it
+    outlives this command), wait until it answers, and record it. Reuses a running one."""
+    running = recorded()
+    if running is not None:
+        return running
+    home = prefect_home()
+    home.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    log = home / "gymflow-local-server.log"
+    prefect = str(Path(sys.executable).parent / "prefect")
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    server = LocalServer(f"http://127.0.0.1:{port}/api", process.pid, str(log))
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while not _healthy(server.api_url):
+        if process.poll() is not None or time.monotonic() > deadline:
+            _stop_pid(process.pid)
+            raise RuntimeError(f"the local Prefect server did not start; its log: {log}")
+        time.sleep(0.25)
+    (home / STATE_FILE).write_text(json.dumps(asdict(server)))
+    return server
+
+
+def _stop_pid(pid: int) -> None:
+    """SIGTERM the server's process group, then SIGKILL what is left after 20 s."""
+    for sig, wait_s in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while _alive(pid) and time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.1)
+        if not _alive(pid):
+            return
+
+
+def stop() -> LocalServer | None:
+    """Stop the recorded local server (if any) and forget it."""
+    server = recorded()
+    (prefect_home() / STATE_FILE).unlink(missing_ok=True)
+    if server is not None:
+        _stop_pid(server.pid)
+    return server
