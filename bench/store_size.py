@@ -39,8 +39,12 @@ def store_bytes(run_dir: Path) -> int:
 
 
 def measure(environment: str, split: str, extra: Path | None, rollouts: int) -> dict[str, float]:
-    """Collect `rollouts` and a tenth of them; bytes per rollout, whole and marginal."""
+    """Collect `rollouts` and a tenth of them; bytes per rollout as the collector wrote them, and
+    whole and marginal once the store is compacted as the eval-run flow compacts it."""
+    from gymflow.store.compact import compact
+
     sizes: dict[int, tuple[int, int, int]] = {}
+    written = 0
     for count in (max(1, rollouts // 10), rollouts):
         with tempfile.TemporaryDirectory(prefix="gymflow-size-") as tmp:
             envs = Path(tmp) / "envs"
@@ -48,12 +52,15 @@ def measure(environment: str, split: str, extra: Path | None, rollouts: int) -> 
             os.environ["GYMFLOW_ENVIRONMENTS_PATH"] = os.pathsep.join(roots)
             e2e_rollouts.write_benchmark(envs, environment, split, count)
             figure = e2e_rollouts.run_collector(Path(tmp) / "run", 64, None)
+            written = store_bytes(Path(tmp) / "run")
+            compact(Path(tmp) / "run")
             sizes[count] = (figure.rollouts, figure.model_calls, store_bytes(Path(tmp) / "run"))
     (small_n, _, small_bytes), (n, calls, total) = sizes.values()
     return {
         "rollouts": n,
         "calls_per_rollout": calls / n,
         "bytes": total,
+        "written_per_rollout": written / n,
         "per_rollout": total / n,
         "marginal": (total - small_bytes) / (n - small_n) if n > small_n else float("nan"),
     }
@@ -70,19 +77,27 @@ def main() -> None:
         size = measure(environment, split, extra, args.rollouts)
         rows.append(
             [f"gymflow {name}", f"{size['rollouts']:,}", f"{size['calls_per_rollout']:.2f}",
-             f"{size['bytes'] / 2**20:.2f}", f"{size['per_rollout']:,.0f}",
-             f"{size['marginal']:,.0f}"]
+             f"{size['bytes'] / 2**20:.2f}", f"{size['written_per_rollout']:,.0f}",
+             f"{size['per_rollout']:,.0f}", f"{size['marginal']:,.0f}"]
         )  # fmt: skip
     if not args.skip_inspect:
         inspect, _, _, version = inspect_peer.measure(args.rollouts)
         per = inspect["log_bytes"] / inspect["samples"]
         rows.append(
             [f"Inspect AI {version} single-turn (.eval log)", f"{inspect['samples']:,}", "1.00",
-             f"{inspect['log_bytes'] / 2**20:.2f}", f"{per:,.0f}", "-"]
+             f"{inspect['log_bytes'] / 2**20:.2f}", "-", f"{per:,.0f}", "-"]
         )  # fmt: skip
     print(f"store size: bytes on disk per rollout, {args.rollouts:,} rollouts per workload")
     ceiling.print_table(
-        ["store", "rollouts", "calls/rollout", "MiB", "bytes/rollout", "marginal bytes/rollout"],
+        [
+            "store",
+            "rollouts",
+            "calls/rollout",
+            "MiB",
+            "bytes/rollout as written",
+            "bytes/rollout",
+            "marginal bytes/rollout",
+        ],
         rows,
     )
 

@@ -4,16 +4,18 @@ Each case is `(name, callable)`: the callable runs one verification (cycling thr
 environment's tasks, alternating the reference and the distractor answer, so passes and failures
 are both timed). A worker is a process that calls it in a loop for `--seconds`; with `--workers 2`
 two such processes run at once, which is how a 2-core machine is used (pure-Python verifiers hold
-the GIL, so threads would not add a core). HumanEval runs each program in its sandbox (bubblewrap,
-rlimits, its own uid), as gymflow does. The math judge is timed against a trivial judge server on
-127.0.0.1 that answers at once: it measures gymflow's side of a judge call, not a model.
+the GIL, so threads would not add a core). HumanEval loads each answer in its sandbox (bubblewrap,
+rlimits, its own uid) and runs the tests in the worker against it, as gymflow does. The math
+judge is timed against a trivial judge server on 127.0.0.1 that answers at once: it measures
+gymflow's side of a judge call, not a model.
 
 A case's callable is a factory, called once in each worker process, that returns the
 one-verification function. Other environments add rows with `main(extra=[(name, factory), ...])`.
 
 The machine these figures come from is shared, so each row also gives verifications per
-CPU-second (the worker's CPU plus what its sandboxed programs report; bubblewrap's own few
-milliseconds per run are not counted), which load does not change.
+CPU-second (the worker's CPU plus the sandbox's, which the verifier reads from the kernel as the
+sandbox closes: its processes, bubblewraps included, live in a PID namespace whose CPU never
+reaches the worker's rusage), which load does not change.
 
     python bench/verifiers.py [--seconds 5] [--workers 1 2] [--only code_exec]
 """
@@ -178,7 +180,7 @@ def _worker(factory: Callable[[], Callable[[], Any]], seconds: float, start, que
     while time.perf_counter() < deadline:
         result = verify_one()
         # Sandboxed programs run in a PID namespace whose CPU time never reaches our rusage;
-        # they report it themselves.
+        # the verifier reads it from /proc before it ends them.
         sandboxed += getattr(result, "details", {}).get("cpu_s") or 0.0
         count += 1
     queue.put((count, _cpu_seconds() - cpu + sandboxed))

@@ -1,58 +1,73 @@
-"""pass@k and pass^k against exact binomial coefficients; the clustered standard error by hand."""
+"""pass@k and pass^k as production computes them (`pair_curves`, which the profile uses, and
+`per_task_curves`, which the headline uses) against exact fractions and scipy's binomials."""
 
 from __future__ import annotations
 
 import math
 import random
+from fractions import Fraction
 
+import numpy as np
 import pytest
+from scipy.special import comb
 
-from gymflow.analysis.passk import pass_at_k, pass_hat_k
-from gymflow.analysis.stats import ci95, clustered_stderr
-
-
-def _exact_pass_at_k(n: int, c: int, k: int) -> float:
-    return 1 - math.comb(n - c, k) / math.comb(n, k)
+from gymflow.analysis.passk import pair_curves, per_task_curves
 
 
-def _pairs() -> list[tuple[int, int, int]]:
-    rng = random.Random(7)
-    cases = []
-    for _ in range(2000):
-        n = rng.randint(1, 60)
-        c = rng.choice([0, n, rng.randint(0, n)])
-        k = rng.choice([1, n, rng.randint(1, n)])
-        cases.append((n, c, k))
-    cases += [(1, 0, 1), (1, 1, 1), (5, 0, 5), (5, 5, 5), (200, 3, 200), (200, 197, 150)]
-    return cases
+def _exact(n: int, c: int, k: int) -> tuple[Fraction, Fraction]:
+    return (
+        1 - Fraction(math.comb(n - c, k), math.comb(n, k)),
+        Fraction(math.comb(c, k), math.comb(n, k)),
+    )
 
 
-def test_pass_at_k_matches_exact_binomials() -> None:
-    for n, c, k in _pairs():
-        assert pass_at_k(n, c, k) == pytest.approx(_exact_pass_at_k(n, c, k), abs=1e-12), (n, c, k)
+def _random_tasks(seed: int, count: int, largest: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = random.Random(seed)
+    n = [rng.randint(1, largest) for _ in range(count)]
+    c = [rng.choice([0, m, rng.randint(0, m)]) for m in n]
+    n += [1, 1, 100, 100, 100, 7]
+    c += [0, 1, 0, 100, 3, 6]
+    return np.array(n), np.array(c)
 
 
-def test_pass_hat_k_matches_exact_binomials() -> None:
-    for n, c, k in _pairs():
-        assert pass_hat_k(n, c, k) == pytest.approx(math.comb(c, k) / math.comb(n, k), abs=1e-12)
+def test_pair_curves_match_exact_fractions_to_k_100() -> None:
+    n, c = _random_tasks(7, 300, 100)
+    ks = np.arange(1, 101)
+    at_table, hat_table, group = pair_curves(n, c, ks)
+    for task, (nn, cc) in enumerate(zip(n.tolist(), c.tolist(), strict=True)):
+        row = group[task]
+        for j, k in enumerate(ks.tolist()):
+            if k > nn:
+                assert math.isnan(at_table[row, j]) and math.isnan(hat_table[row, j])
+                continue
+            at, hat = _exact(nn, cc, k)
+            assert at_table[row, j] == pytest.approx(float(at), abs=1e-12), (nn, cc, k)
+            assert hat_table[row, j] == pytest.approx(float(hat), abs=1e-12), (nn, cc, k)
 
 
-def test_edges() -> None:
-    assert pass_at_k(4, 0, 4) == 0.0
-    assert pass_at_k(4, 4, 1) == 1.0
-    assert pass_at_k(4, 1, 4) == 1.0  # n = k: any pass among all samples
-    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
-    for bad in [(3, 4, 1), (3, 1, 4), (3, 1, 0), (3, -1, 1)]:
-        with pytest.raises(ValueError):
-            pass_at_k(*bad)
+def test_per_task_curves_match_scipy_binomials() -> None:
+    n, c = _random_tasks(3, 500, 40)
+    ks = np.arange(1, 41)
+    at, hat = per_task_curves(n, c, ks)
+    assert at.shape == hat.shape == (len(n), len(ks))
+    for row, (nn, cc) in enumerate(zip(n.tolist(), c.tolist(), strict=True)):
+        k = ks[ks <= nn]
+        expected_at = 1 - comb(nn - cc, k) / comb(nn, k)
+        expected_hat = comb(cc, k) / comb(nn, k)
+        np.testing.assert_allclose(at[row, : len(k)], expected_at, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(hat[row, : len(k)], expected_hat, rtol=0, atol=1e-12)
+        assert np.isnan(at[row, len(k) :]).all() and np.isnan(hat[row, len(k) :]).all()
 
 
-def test_clustered_stderr_by_hand() -> None:
-    # Three tasks with 4 repeats each: per-task means 1.0, 0.5, 0.0.
-    means = [1.0, 0.5, 0.0]
-    # sample variance over tasks = ((0.5)^2 + 0 + (0.5)^2) / 2 = 0.25; SE = sqrt(0.25 / 3)
-    assert clustered_stderr(means) == pytest.approx(math.sqrt(0.25 / 3))
-    low, high = ci95(0.5, clustered_stderr(means))
-    assert low == pytest.approx(0.5 - 1.959963984540054 * math.sqrt(0.25 / 3))
-    assert high == pytest.approx(0.5 + 1.959963984540054 * math.sqrt(0.25 / 3))
-    assert math.isnan(clustered_stderr([0.3]))
+def test_tasks_sharing_a_profile_share_a_row() -> None:
+    n = np.array([4, 4, 4, 2, 0])
+    c = np.array([1, 1, 4, 0, 0])
+    at_table, _, group = pair_curves(n, c, np.arange(1, 5))
+    assert group[0] == group[1] and len({*group.tolist()}) == 4
+    assert at_table[group[2]].tolist() == [1.0, 1.0, 1.0, 1.0]
+    assert at_table[group[1]][3] == 1.0  # n = k: any pass among all samples
+    assert at_table[group[1]][0] == pytest.approx(0.25)
+    assert np.isnan(at_table[group[4]]).all()  # nothing scored: counts for no k
+    assert np.isnan(at_table[group[3]][2:]).all()
+    empty_at, empty_hat, empty_group = pair_curves(np.array([]), np.array([]), np.arange(1, 3))
+    assert empty_at.shape == (0, 2) and empty_hat.shape == (0, 2) and len(empty_group) == 0

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gymflow import bounded_yaml
 
@@ -18,7 +19,9 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # hide_input_in_errors: a refused value may be a secret (a key, a URL with credentials), and
+    # a ValidationError printed whole (Prefect's parameter check, a traceback) would repeat it.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
 
 class Sampling(_Strict):
@@ -51,14 +54,76 @@ class FaultSpec(_Strict):
     rate_reset: float = Field(0.0, ge=0.0, le=1.0, description="Connection dropped mid-answer.")
 
 
+#: A URL without `user:password@` (for the Prefect form: the validators below say it in words).
+URL_WITHOUT_CREDENTIALS = (
+    r"^(?:[A-Za-z][A-Za-z0-9+.-]*://[^/?#@]*|[^/?#@:]*(?::[0-9]+)?)(?:[/?#].*)?$"
+)
+#: An environment variable's name, as POSIX shells accept it.
+ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_KEY_PREFIXES = ("sk-", "sk_", "pk-", "rk-", "hf_", "gsk_", "xai-", "aiza", "ghp_", "bearer ")
+
+
+def refuse_url_credentials(url: str | None) -> str | None:
+    """A URL holding credentials would be stored (runs.config_json), shown (report, `--ping`) and
+    sent to Prefect with the config: refused (pydantic names the field), never echoed."""
+    if url is not None and not re.match(URL_WITHOUT_CREDENTIALS, url):
+        raise ValueError(
+            "a URL must not carry credentials (user:password@host): put the key in an "
+            "environment variable and name it in model.api_key_env"
+        )
+    return url
+
+
+def refuse_key_as_env_name(value: str | None) -> str | None:
+    """`api_key_env` names a variable; a value that looks like the key itself is refused (it
+    would be stored with the config) without being repeated in the message."""
+    if value is None:
+        return None
+    looks_like_key = (
+        not re.match(ENV_VAR_NAME, value)
+        or value.lower().startswith(_KEY_PREFIXES)
+        # names are words joined by underscores; keys are long runs of mixed case and digits
+        or (
+            len(value) >= 20
+            and "_" not in value.strip("_")
+            and any(c.isdigit() for c in value)
+            and any(c.islower() for c in value)
+        )
+    )
+    if looks_like_key:
+        raise ValueError(
+            "api_key_env must name an environment variable holding the key (e.g. "
+            "OPENAI_API_KEY), and this value looks like a key itself: export the key in a "
+            "variable and give its name"
+        )
+    return value
+
+
 class ModelConfig(_Strict):
     """Where the policy's model lives. `local` starts the seeded local policy server."""
 
     kind: Literal["local", "responses", "chat_completions"] = "local"
-    base_url: str | None = Field(None, description="e.g. http://127.0.0.1:8000/v1")
+    base_url: str | None = Field(
+        None,
+        description="e.g. http://127.0.0.1:8000/v1 (no user:password@: use api_key_env)",
+        json_schema_extra={"pattern": URL_WITHOUT_CREDENTIALS},
+    )
     name: str = "gymflow-local-policy"
     api_key_env: str | None = Field(
-        None, description="Name of the environment variable holding the API key (never the key)."
+        None,
+        description="Name of the environment variable holding the API key (never the key).",
+        json_schema_extra={"pattern": ENV_VAR_NAME},
+    )
+    seed_in: Literal["body", "metadata", "none"] | None = Field(
+        None,
+        description="Where each rollout's seed is sent: the body's `seed` (chat completions "
+        "documents it), `metadata.seed`, or nowhere. Default: none for `responses` (not a "
+        "Responses API parameter: strict servers answer 422, others drop it), body otherwise.",
+    )
+    max_response_bytes: int = Field(
+        8 << 20,
+        ge=1024,
+        description="Longest answer read; a longer one is recorded as response_too_large.",
     )
     timeout_s: float = Field(60.0, gt=0.0, description="Total time allowed for one call.")
     connect_timeout_s: float = Field(5.0, gt=0.0)
@@ -71,11 +136,28 @@ class ModelConfig(_Strict):
     skill_seed: int = Field(0, description="Local policy only: which tasks it can and cannot do.")
     faults: FaultSpec = FaultSpec()
 
+    @field_validator("base_url")
+    @classmethod
+    def _no_credentials(cls, url: str | None) -> str | None:
+        return refuse_url_credentials(url)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _names_a_variable(cls, value: str | None) -> str | None:
+        return refuse_key_as_env_name(value)
+
     @model_validator(mode="after")
     def _remote_needs_url(self) -> ModelConfig:
         if self.kind != "local" and not self.base_url:
             raise ValueError(f"model.base_url is required when model.kind is {self.kind!r}")
         return self
+
+    @property
+    def seed_placement(self) -> Literal["body", "metadata", "none"]:
+        """`seed_in`, or the default for this kind of server."""
+        if self.seed_in is not None:
+            return self.seed_in
+        return "none" if self.kind == "responses" else "body"
 
 
 class HarnessConfig(_Strict):
@@ -104,6 +186,11 @@ class ShardSpec(_Strict):
         return cls(index=index, count=count)
 
 
+#: Waves of `concurrency` rollouts in a default batch: the tail that ends a batch then costs a
+#: latency-bound run about a seventeenth of its bound (bench/latency_bound.py).
+WAVES_PER_BATCH = 16
+
+
 class EvalConfig(_Strict):
     """One evaluation: what to run, against which policy, how often, and where results go."""
 
@@ -124,6 +211,7 @@ class EvalConfig(_Strict):
         None,
         description="Use the environment's resources server served at this URL (`gym serve "
         "environment NAME --port P`) instead of an in-process one.",
+        json_schema_extra={"pattern": URL_WITHOUT_CREDENTIALS},
     )
     stop_after_transport_failures: int = Field(
         20,
@@ -132,10 +220,32 @@ class EvalConfig(_Strict):
         "reach the model server, after each call's own retries.",
     )
 
+    @field_validator("resources_url")
+    @classmethod
+    def _no_credentials(cls, url: str | None) -> str | None:
+        return refuse_url_credentials(url)
+
     @model_validator(mode="after")
     def _one_target(self) -> EvalConfig:
         if not self.benchmark and not self.environment:
             raise ValueError("set either benchmark or environment")
+        return self
+
+    @model_validator(mode="after")
+    def _batch_holds_concurrency(self) -> EvalConfig:
+        """A batch's rollouts are the most that can be in flight at once, and each batch ends in
+        a tail about one model latency long in which fewer are: a batch below the concurrency
+        would cap it silently, one of a single wave would leave a latency-bound run at ~2/3 of
+        its bound. The default grows to `WAVES_PER_BATCH` waves; a smaller size set by hand is
+        kept, unless it is below the concurrency, which is refused."""
+        if "batch_size" not in self.model_fields_set:
+            batch = max(self.batch_size, WAVES_PER_BATCH * self.concurrency)
+            object.__setattr__(self, "batch_size", batch)
+        elif self.batch_size < self.concurrency:
+            raise ValueError(
+                f"batch_size {self.batch_size} is below concurrency {self.concurrency}: at most "
+                "batch_size rollouts are in flight at once; raise batch_size or lower concurrency"
+            )
         return self
 
     def fingerprint(self) -> str:

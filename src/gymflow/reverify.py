@@ -32,7 +32,7 @@ from gymflow.environments.base import Task
 from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.environments.resources import ResourcesServer
 from gymflow.records import Verification
-from gymflow.store.db import connect
+from gymflow.store.db import connect, transaction
 from gymflow.store.runs import run_info
 from gymflow.store.schema import COLUMNS
 from gymflow.store.superseded import supersede_verifications
@@ -194,38 +194,34 @@ def _write(
     # A second connection streams the rollouts while this one writes: memory stays one batch.
     reader = con.cursor()
     judged = 0
-    con.execute("BEGIN TRANSACTION")
     try:
-        register_verifier_version(
-            con,
-            version,
-            server.verifier.name,
-            server.params.model_dump(mode="json"),
-            source=f"reverify from {base.version or 'no stored version'}",
-            code_hash=code_hash(server.verifier),
-        )
-        for rows in _batches(reader, base.version, failed_only):
-            judged += len(rows)
-            verdicts = _verify_all(server, tasks, rows)
-            _insert(con, rows, verdicts, version, now)
-        if failed_only and base.stored:
-            con.execute(
-                f"""
-                INSERT INTO verifications
-                SELECT b.rollout_id, ?, b.status, b.reward, b.passed, b.failure_kind,
-                       json_merge_patch(coalesce(b.details_json, '{{}}'),
-                                        json_object('carried_from', ?)),
-                       ?
-                FROM rollouts r
-                JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
-                WHERE NOT ({_selection(failed_only)})
-                """,
-                [version, base.version, now, base.version],
+        with transaction(con):
+            register_verifier_version(
+                con,
+                version,
+                server.verifier.name,
+                server.params.model_dump(mode="json"),
+                source=f"reverify from {base.version or 'no stored version'}",
+                code_hash=code_hash(server.verifier),
             )
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
+            for rows in _batches(reader, base.version, failed_only):
+                judged += len(rows)
+                verdicts = _verify_all(server, tasks, rows)
+                _insert(con, rows, verdicts, version, now)
+            if failed_only and base.stored:
+                con.execute(
+                    f"""
+                    INSERT INTO verifications
+                    SELECT b.rollout_id, ?, b.status, b.reward, b.passed, b.failure_kind,
+                           json_merge_patch(coalesce(b.details_json, '{{}}'),
+                                            json_object('carried_from', ?)),
+                           ?
+                    FROM rollouts r
+                    JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
+                    WHERE NOT ({_selection(failed_only)})
+                    """,
+                    [version, base.version, now, base.version],
+                )
     finally:
         reader.close()
     return judged
@@ -250,13 +246,8 @@ def _rejudge(con, server: ResourcesServer, version: str, tasks: dict[str, Task])
     if not rows:
         return 0
     verdicts = _verify_all(server, tasks, rows)
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         _insert(con, rows, verdicts, version, now)
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
     return len(rows)
 
 

@@ -51,6 +51,9 @@ class StoreBuilder:
         self.meta = meta or RunMeta()
         self.tasks: dict[str, TaskRow] = {}
         self.rollouts: list[Rollout] = []
+        #: SQL run after the records are written, for states the records cannot express (a
+        #: rollout whose stored totals disagree with its calls, as an imported file can have)
+        self.after_write: list[tuple[str, list[Any]]] = []
         self.server = load_environment(self.meta.environment).resources_server(
             self.meta.verifier_params
         )
@@ -158,6 +161,8 @@ class StoreBuilder:
         con = connect(run_dir, create=True)
         try:
             self._write(con)
+            for sql, params in self.after_write:
+                con.execute(sql, params)
         finally:
             con.close()
         return run_dir

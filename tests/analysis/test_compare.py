@@ -1,4 +1,5 @@
-"""The paired comparison against a hand-computed example, McNemar's test, and refusals."""
+"""The paired comparison against a hand-computed example, pairing on common tasks, McNemar's
+power as printed, and refusals."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import statistics
 from pathlib import Path
 
 import pytest
+from scipy import stats as sps
 
 from gymflow.analysis.compare import CompareError, compare
-from gymflow.analysis.stats import mcnemar
+from gymflow.analysis.stats import mcnemar_power
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder
 from tests.conftest import gym
@@ -38,6 +40,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         RunMeta(run_id="run-c", model="model-c", verifier_params={"extract": "last_number"}),
     )
     _write(root / "other", B, RunMeta(run_id="run-o", benchmark_version="bench-v2"))
+    # Same protocol, a subset of the rows (t1 missing) and one task A never saw.
+    subset = {k: v for k, v in B.items() if k != "t1"} | {"t9": "11"}
+    _write(root / "subset", subset, RunMeta(run_id="run-s", model="model-b"))
     return root
 
 
@@ -57,17 +62,24 @@ def test_hand_computed_pairing(runs: Path) -> None:
     assert result["difference"] == pytest.approx(0.1)
     sd = math.sqrt(2.2 / 4)  # squared deviations from 0.1 sum to 2.2
     assert result["stderr"] == pytest.approx(sd / math.sqrt(5))
-    assert result["ci95"] == pytest.approx(
-        [0.1 - 1.96 * sd / math.sqrt(5), 0.1 + 1.96 * sd / 5**0.5], abs=2e-3
-    )
+    half = sps.t.ppf(0.975, 4) * sd / math.sqrt(5)  # paired t, tasks - 1 degrees of freedom
+    assert 0.1 + half > 1.0  # five tasks: the t interval reaches past a difference of 100%
+    assert result["ci95"] == pytest.approx([0.1 - half, 1.0], abs=1e-12)
     expected_r = statistics.correlation([1, 0.5, 0, 1, 0.5], [1, 0, 1, 0, 0.5])
     assert result["correlation"] == pytest.approx(expected_r)
     # majority verdicts: A solves t0, t3; B solves t0, t2
     assert result["flipped"] == {"a_only": ["t3"], "b_only": ["t2"]}
     assert result["mcnemar"]["method"] == "exact binomial"
     assert result["mcnemar"]["p_value"] == 1.0
-    z = 1.959963984540054 + 0.8416212335729143
-    assert result["power"]["tasks_for_80pct_power"] == math.ceil((z * sd / 0.1) ** 2)
+    power = result["power"]
+    assert power["test"].startswith("McNemar's test on per-task majority verdicts")
+    assert power["discordant_share"] == pytest.approx(2 / 5)
+    assert power["minimum_detectable_difference"] is None  # 5 tasks cannot reach 80%
+    assert "do not reach 80% power" in power["minimum_detectable_difference_reason"]
+    needed = power["tasks_needed"]
+    assert mcnemar_power(needed, 0.4, 0.05) >= 0.8 > mcnemar_power(needed - 1, 0.4, 0.05)
+    assert result["unpaired_tasks"] == {"a_only": 0, "b_only": 0}
+    assert result["unpaired_task_ids"] == {"a_only": [], "b_only": []}
     assert [f["factor"] for f in result["factors"]] == ["model"]
     assert "attributed to it" in result["attribution"]
 
@@ -86,13 +98,17 @@ def test_different_benchmark_versions_are_refused(runs: Path) -> None:
     assert "different benchmark versions" in out.stderr
 
 
-def test_mcnemar_exact_and_chi_square() -> None:
-    exact = mcnemar(10, 2)
-    assert exact["p_value"] == pytest.approx(2 * (1 + 12 + 66) / 2**12)
-    large = mcnemar(30, 10)
-    assert large["method"].startswith("chi-square")
-    assert large["statistic"] == pytest.approx(19**2 / 40)
-    assert large["p_value"] == pytest.approx(math.erfc(math.sqrt(19**2 / 40 / 2)))
+def test_runs_of_one_protocol_pair_on_the_tasks_both_hold(runs: Path) -> None:
+    result = _compare(runs, "a", "subset")
+    assert result["tasks"] == 4
+    assert result["unpaired_tasks"] == {"a_only": 1, "b_only": 1}
+    assert result["unpaired_task_ids"] == {"a_only": ["t1"], "b_only": ["t9"]}
+    # d over t0, t2, t3, t4 = 0, -1, 1, 0
+    assert result["difference"] == pytest.approx(0.0)
+    text = gym("eval", "profile", "a", "--compare", "subset", cwd=runs, check=True).stdout
+    flat = " ".join(text.split())
+    assert "not paired: 1 tasks scored in A only: t1" in flat
+    assert "not paired: 1 tasks scored in B only: t9" in flat
 
 
 def test_compare_cli_json_and_text(runs: Path) -> None:
@@ -101,6 +117,14 @@ def test_compare_cli_json_and_text(runs: Path) -> None:
     )
     assert payload["difference"] == pytest.approx(0.1)
     assert payload["profiles"]["a"]["pass@1"] == pytest.approx(0.6)
+    assert payload["power"]["difference"] == 0.05
     text = gym("eval", "profile", "a", "--compare", "c", cwd=runs, check=True).stdout
     assert "A - B = 10.0%" in text
     assert "vary one thing at a time" in text
+    flat = " ".join(text.split())
+    assert "power of McNemar's test" in flat and "minimum detectable difference" in flat
+    wide = gym(
+        "eval", "profile", "a", "--compare", "b", "--power-difference", "0.3", "--json", cwd=runs
+    )
+    power = json.loads(wide.stdout)["power"]
+    assert power["difference"] == 0.3 and power["tasks_needed"] is not None

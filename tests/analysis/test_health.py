@@ -12,7 +12,7 @@ import pytest
 from gymflow.analysis.health import CHECKS, TASK_CHECK, Gate, health
 from gymflow.records import FAILED, Verification
 from gymflow.store.db import connect
-from tests.analysis.builder import StoreBuilder
+from tests.analysis.builder import SAMPLING, RunMeta, StoreBuilder
 from tests.conftest import gym
 
 
@@ -49,6 +49,12 @@ def _bend(b: StoreBuilder, task_id: str, repeat: int, **changes) -> str:
     """Replace the rollout (task_id, repeat) by one with `changes`; returns its rollout id."""
     b.rollouts = [r for r in b.rollouts if (r.task_id, r.repeat_index) != (task_id, repeat)]
     return b.rollout(task_id, repeat, **changes).rollout_id
+
+
+def _executing(b: StoreBuilder) -> StoreBuilder:
+    """A run whose harness executes function calls (single_turn's calls are its answer)."""
+    b.meta.harness = "tool_loop"
+    return b
 
 
 def _with_call(b: StoreBuilder, task_id: str, repeat: int, **call_changes) -> str:
@@ -99,8 +105,16 @@ def _failed_rollout(b):
     return rid
 
 
-def _token_mismatch(b):
+def _token_counts_missing(b):
     return _with_call(b, "t0", 1, output_tokens=None)
+
+
+def _token_mismatch(b):
+    rid = _bend(b, "t0", 1)
+    b.after_write.append(
+        ("UPDATE rollouts SET output_tokens = output_tokens + 5 WHERE rollout_id = ?", [rid])
+    )
+    return rid
 
 
 def _out_of_range(b):
@@ -119,10 +133,26 @@ def _verification_error(b):
     )
 
 
+def _tampering(b):
+    details = {"reason": "tampering", "tampering": ["ended_early:exit status 0"]}
+    return _bend(
+        b,
+        "t0",
+        1,
+        verification=Verification(b.verifier_version, "ok", 0.0, False, "tampering", details),
+    )
+
+
 def _every_repeat(b):
     _bend(b, "t2", 0, text="")
     _bend(b, "t2", 1, text="")
     return "t2"
+
+
+def _identical_repeats(b):
+    for task_id in ("t0", "t1", "t2"):
+        _bend(b, task_id, 1)  # now right, word for word like repeat 0, at temperature 0.7
+    return "t0"
 
 
 MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
@@ -135,9 +165,10 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "empty_output": lambda b: _bend(b, "t0", 1, text="  "),
     "incomplete_response": lambda b: _bend(b, "t0", 1, incomplete=True),
     "zero_output_tokens": lambda b: _bend(b, "t0", 1, output_tokens=0),
+    "token_counts_missing": _token_counts_missing,
     "token_mismatch": _token_mismatch,
     "function_call_without_output": lambda b: _bend(
-        b, "t0", 1, trajectory=_tool_trajectory(_call("c1"), _call("c2"), _output("c1"))
+        _executing(b), "t0", 1, trajectory=_tool_trajectory(_call("c1"), _call("c2"), _output("c1"))
     ),
     "output_without_function_call": lambda b: _bend(
         b, "t0", 1, trajectory=_tool_trajectory(_call("c1"), _output("c1"), _output("c7"))
@@ -149,15 +180,24 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "sampling_mismatch": lambda b: _with_call(
         b, "t0", 1, sampling={"temperature": 1.0, "top_p": 1.0, "max_output_tokens": 256}
     ),
+    "identical_repeats": _identical_repeats,
     "reward_out_of_range": _out_of_range,
     "verification_missing": lambda b: _bend(b, "t0", 1, verification=None),
     "verification_error": _verification_error,
+    "tampering": _tampering,
     TASK_CHECK: _every_repeat,
 }
 
 
 def test_every_check_has_a_failing_record() -> None:
     assert set(MUTATIONS) == {*CHECKS, TASK_CHECK}
+
+
+def test_single_turn_calls_are_answers_not_unanswered_calls(tmp_path: Path) -> None:
+    """BFCL-style function calling: the calls are verified, never executed, so no output."""
+    b = _clean()
+    _bend(b, "t0", 1, trajectory=_tool_trajectory(_call("c1"), _call("c2")))
+    assert _run(b, tmp_path)["checks"]["function_call_without_output"]["status"] == "ok"
 
 
 def test_clean_run_passes_every_check(tmp_path: Path) -> None:
@@ -219,3 +259,15 @@ def test_health_cli_exit_code_and_json(tmp_path: Path) -> None:
     passed = gym("eval", "health", "run", "--threshold", "incomplete_response=0.5", cwd=tmp_path)
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert "incomplete_response" in passed.stdout
+
+
+def test_identical_repeats_needs_every_task_identical_and_a_temperature(tmp_path: Path) -> None:
+    b = _clean()
+    _identical_repeats(b)
+    _bend(b, "t2", 1, correct=False)  # one task's repeats differ: sampling did something
+    assert _run(b, tmp_path / "varied")["checks"]["identical_repeats"]["count"] == 0
+    greedy = StoreBuilder(RunMeta(sampling={**SAMPLING, "temperature": 0.0}))
+    for i, answer in enumerate((7, 12, 30)):
+        greedy.task(f"t{i}", answer)
+        greedy.fill(f"t{i}", "11")  # identical repeats, as greedy decoding gives
+    assert _run(greedy, tmp_path / "greedy")["checks"]["identical_repeats"]["count"] == 0

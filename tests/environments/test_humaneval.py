@@ -69,11 +69,12 @@ def test_bare_code_and_an_unclosed_fence() -> None:
 
 def test_program_forms() -> None:
     prompt = 'def add(a, b):\n    """Sum."""\n'
-    program, form = build_program(prompt, ADD, "def check(f):\n    assert f(1, 2) == 3", "add")
-    assert form == "function" and program.endswith("check(add)\n")
-    _, form = build_program(prompt, "    return a + b\n", "", "add")
+    program, form = build_program(prompt, ADD, "add")
+    assert form == "function" and program.rstrip().endswith(ADD.rstrip())
+    assert "check" not in program  # the tests never run where the answer's code runs
+    _, form = build_program(prompt, "    return a + b\n", "add")
     assert form == "completion"
-    program, form = build_program(prompt, "return a + b", "", "add")
+    program, form = build_program(prompt, "return a + b", "add")
     assert form == "completion" and "\n    return a + b" in program  # indentation restored
 
 
@@ -159,3 +160,17 @@ def test_gym_eval_run_end_to_end(tmp_path: Path, tasks) -> None:
         assert reward == (1.0 if passed else 0.0)
     passes = sum(passed for *_, passed, _, _ in rows)
     assert 0 < passes < 20
+
+
+def test_a_task_whose_tests_do_not_load_is_a_verifier_error(tasks) -> None:
+    """The tests are the dataset's, run in the trusted process: when they break, the verifier
+    cannot judge, and the answer is not blamed."""
+    from dataclasses import replace
+
+    from gymflow.verifiers.base import VerifierError
+
+    task = tasks[2]
+    for test in ("def check(candidate:\n", "METADATA = {}\n"):
+        broken = replace(task, data={**task.data, "test": test})
+        with pytest.raises(VerifierError, match="tests"):
+            verify(broken, task.reference)

@@ -325,7 +325,7 @@ def test_judge_calls_wait_together_in_the_collector_and_in_reverify(env, judge) 
 def test_judge_failure_is_stored_as_an_error_not_a_zero(env, judge: JudgeServer) -> None:
     """Through the math environment's resources server, on and off the event loop."""
     server = _judged_server(env, judge)
-    assert server.heavy_verification
+    assert server.verify_timeout is not None
     task = env.tasks("smoke")[0]
 
     async def verify_twice():

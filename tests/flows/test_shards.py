@@ -111,8 +111,15 @@ def test_the_flow_run_carries_its_artifacts(runs) -> None:
     assert set(by_key) == keys
     assert runs["result"]["report"] in str(by_key["gymflow-report"].data)
     headline = json.loads(by_key["gymflow-headline"].data)
-    assert {"metric": "pass@1", "value": runs["result"]["profile"]["pass@1"]} in headline
-    assert "Recommended next action" in by_key["gymflow-summary"].data
+    metrics = [row["metric"] for row in headline]
+    assert len(metrics) == len(set(metrics)), "each figure once"
+    pass1 = f"{100 * runs['result']['profile']['pass@1']:.1f}%"
+    assert {"metric": "pass@1", "value": pass1} == {
+        k: v for k, v in headline[0].items() if k != "95% CI"
+    }
+    summary = by_key["gymflow-summary"].data
+    for part in ("Recommended next action", f"pass@1 = {pass1}", "Coverage:", "| k | pass@k"):
+        assert part in summary
     assert by_key["gymflow-progress"].data == 100.0
 
 

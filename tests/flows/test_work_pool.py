@@ -118,6 +118,30 @@ def shard_runs(api: str) -> dict[int, list[str]]:
     return by_shard
 
 
+def assert_artifacts_updated_in_place(api: str, run_id: str) -> None:
+    """After the retry, one artifact per key, and none still tells of the failed attempt."""
+    artifacts = call_api(
+        "POST", f"{api}/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run_id]}}}
+    )
+    keyed = [a for a in artifacts if a["key"]]  # Prefect's persisted-result records have none
+    keys = [a["key"] for a in keyed]
+    assert sorted(keys) == sorted(set(keys)), keys
+    by_key = {a["key"]: a for a in keyed}
+    assert "Shards failed" not in by_key["gymflow-summary"]["data"]
+    assert "Recommended next action" in by_key["gymflow-summary"]["data"]
+    assert by_key["gymflow-progress"]["data"] == 100.0
+    assert "FAILED" not in by_key["gymflow-progress"]["description"]
+
+
+def retry_logged(api: str, run_id: str) -> bool:
+    logs = call_api("POST", f"{api}/logs/filter", {"logs": {"flow_run_id": {"any_": [run_id]}}})
+    text = "\n".join(entry["message"] for entry in logs)
+    return all(
+        line in text
+        for line in ("shard 1 of 2 failed", "shard 0 of 2 skipped", "shard 1 of 2 done")
+    )
+
+
 def test_eval_run_on_a_work_pool_retried_from_the_ui(tmp_path: Path) -> None:
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
@@ -127,6 +151,7 @@ def test_eval_run_on_a_work_pool_retried_from_the_ui(tmp_path: Path) -> None:
         "PREFECT_API_URL": api,
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_WORKER_QUERY_SECONDS": "2",
+        "PREFECT_LOGGING_LEVEL": "INFO",
         "GYMFLOW_CHECKOUT": str(ROOT),
     }
     config = {"benchmark": "arithmetic-smoke", "limit": 12, "out": str(tmp_path / "run")}
@@ -180,6 +205,8 @@ def test_eval_run_on_a_work_pool_retried_from_the_ui(tmp_path: Path) -> None:
             assert second["state_type"] == "COMPLETED", (second["state"], log[-4000:])
             assert second["run_count"] == 2
             shard_runs_after = shard_runs(api)
+            assert_artifacts_updated_in_place(api, created["id"])
+            wait_for("the retry's log lines", lambda: retry_logged(api, created["id"]), 60)
 
     # only the failed shard ran again
     assert shard_runs_after == {0: ["COMPLETED"], 1: ["FAILED", "COMPLETED"]}

@@ -31,10 +31,11 @@ ENVS = Path(__file__).resolve().parents[1] / "harness" / "envs"
 @asynccontextmanager
 async def responses_endpoint(
     handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    path: str = "/v1/responses",
 ) -> AsyncIterator[str]:
-    """Serve `handler` as POST /v1/responses on a free 127.0.0.1 port; yield the base URL."""
+    """Serve `handler` as POST `path` on a free 127.0.0.1 port; yield the base URL (…/v1)."""
     app = web.Application()
-    app.router.add_post("/v1/responses", handler)
+    app.router.add_post(path, handler)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

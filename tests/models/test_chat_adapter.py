@@ -145,7 +145,7 @@ def test_tool_loop_over_chat_completions_matches_responses(
     ledger: Environment, ledger_table
 ) -> None:
     async def run_all(base_url: str, kind: str):
-        config = ModelConfig(kind=kind, base_url=base_url)
+        config = ModelConfig(kind=kind, base_url=base_url, seed_in="body")
         results = await play_ledger(ledger, base_url, seed=11, concurrency=4, config=config)
         return [(episode, verdict.reward) for episode, verdict in results]
 

@@ -98,11 +98,11 @@ class DevTools:
 
 
 @contextmanager
-def chromium(binary: str):
+def chromium(binary: str, flags: tuple[str, ...] = FLAGS):
     """A headless Chromium with a fresh profile, listening on 127.0.0.1 only; stopped on exit."""
     profile = Path(tempfile.mkdtemp(prefix="gymflow-chromium-"))
     proc = subprocess.Popen(
-        [binary, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+        [binary, *flags, f"--user-data-dir={profile}", "about:blank"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

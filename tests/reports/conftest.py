@@ -77,6 +77,7 @@ def eval_run(workdir: Path) -> Path:
     run = gym("eval", "run", "faulty.yaml", cwd=workdir, env=env)
     # A quarter of the rollouts fail, more than health allows (5%): the gate fails, exit 2.
     assert run.returncode == 2, run.stdout + run.stderr
+    assert "health: unhealthy" in run.stdout, run.stdout
     return workdir / "faulty"
 
 

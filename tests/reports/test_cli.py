@@ -32,7 +32,7 @@ def test_compare_report_numbers_are_the_paired_comparison(eval_run, clean_run, w
     page = pages.read(out)
     assert pages.number(page, "compare.difference") == expected["difference"]
     assert pages.pair(page, "compare.ci95") == expected["ci95"]
-    power = expected["power"]["tasks_for_80pct_power"]
+    power = expected["power"]["tasks_needed"]
     assert power is None or pages.number(page, "compare.power") == power
     for side in ("a_only", "b_only"):
         assert pages.number(page, f"compare.flipped.{side}") == len(expected["flipped"][side])

@@ -3,7 +3,10 @@
 Pairing is on `task_id`, the unit both runs sampled. Repeats are not paired: repeat 0 of run A
 has nothing in common with repeat 0 of run B, so McNemar's test uses one binary outcome per task,
 its majority verdict (solved when more than half of its scored rollouts pass; a tie is not a
-majority). With one repeat per task this is the usual per-sample McNemar test."""
+majority). With one repeat per task this is the usual per-sample McNemar test.
+
+Two runs of one benchmark version need not hold the same tasks (a shard missing, an imported
+file with a subset of the rows): the comparison pairs the tasks both scored and lists the rest."""
 
 from __future__ import annotations
 
@@ -15,12 +18,16 @@ import numpy as np
 import polars as pl
 
 from gymflow.analysis.outcomes import check_verifier_version, task_table
-from gymflow.analysis.stats import Z95, mcnemar, tasks_for_power
+from gymflow.analysis.stats import mcnemar, mcnemar_power_summary, mean_difference_ci95
 from gymflow.store.runs import run_info
 
 
 class CompareError(ValueError):
     """Two runs that cannot be compared (different benchmark versions, no common tasks)."""
+
+
+#: the difference in share of tasks solved that a comparison's tasks-needed figure is for
+POWER_DIFFERENCE = 0.05
 
 
 #: factor name -> runs column; sampling is compared as parsed JSON
@@ -32,6 +39,12 @@ FACTORS = {
     "dataset version": "dataset_version",
     "gymflow version": "gymflow_version",
 }
+
+
+def protocol_version(benchmark_version: str | None) -> str:
+    """A dataset benchmark's version is `protocol.rows`: two runs whose rows alone differ are
+    compared (on the task ids they share), with "dataset version" among the differing factors."""
+    return (benchmark_version or "").partition(".")[0]
 
 
 def _factor_value(run: dict[str, Any], column: str) -> Any:
@@ -76,40 +89,45 @@ def _correlation(a: np.ndarray, b: np.ndarray) -> float | None:
     return float(np.corrcoef(a, b)[0, 1])
 
 
-def paired(per_task: pl.DataFrame) -> dict[str, Any]:
+def paired(per_task: pl.DataFrame, *, power_difference: float = POWER_DIFFERENCE) -> dict[str, Any]:
     """Paired statistics from a frame with task_id, p_a, p_b (per-task pass rates).
 
-    Returns tasks, mean_a, mean_b, difference (a - b), stderr, ci95, correlation, mcnemar
-    {b, c, method, statistic, p_value}, flipped {a_only: [task_id], b_only: [task_id]},
-    power {sd_difference, tasks_for_80pct_power, tasks_now}."""
+    Returns tasks, mean_a, mean_b, difference (a - b), stderr, ci95 (paired t, tasks - 1
+    degrees of freedom), ci95_reason, correlation, solved_a, solved_b, solved_difference (share
+    of tasks solved by majority verdict), mcnemar {b, c, method, statistic, p_value}, flipped
+    {a_only: [task_id], b_only: [task_id]}, power (`stats.Power`: McNemar's power, the test
+    reported, at `power_difference` in share solved)."""
     a = per_task["p_a"].to_numpy()
     b = per_task["p_b"].to_numpy()
     d = a - b
     tasks = len(d)
-    mean = float(d.mean()) if tasks else None
-    sd = float(d.std(ddof=1)) if tasks > 1 else math.nan
-    se = sd / math.sqrt(tasks) if tasks > 1 else math.nan
+    se = float(d.std(ddof=1)) / math.sqrt(tasks) if tasks > 1 else None
+    interval = mean_difference_ci95(d)
     solved = per_task.with_columns(solved_a=pl.col("p_a") > 0.5, solved_b=pl.col("p_b") > 0.5)
     a_only = solved.filter(pl.col("solved_a") & ~pl.col("solved_b"))
     b_only = solved.filter(~pl.col("solved_a") & pl.col("solved_b"))
+    solved_a = float(solved["solved_a"].mean()) if tasks else None
+    solved_b = float(solved["solved_b"].mean()) if tasks else None
     return {
         "tasks": tasks,
         "mean_a": float(a.mean()) if tasks else None,
         "mean_b": float(b.mean()) if tasks else None,
-        "difference": mean,
-        "stderr": None if math.isnan(se) else se,
-        "ci95": None if math.isnan(se) else [mean - Z95 * se, mean + Z95 * se],
+        "difference": float(d.mean()) if tasks else None,
+        "stderr": se,
+        "ci95": interval.as_list(),
+        "ci95_reason": interval.reason,
         "correlation": _correlation(a, b),
+        "solved_a": solved_a,
+        "solved_b": solved_b,
+        "solved_difference": None if solved_a is None else solved_a - solved_b,
         "mcnemar": mcnemar(a_only.height, b_only.height),
         "flipped": {
             "a_only": sorted(a_only["task_id"].to_list()),
             "b_only": sorted(b_only["task_id"].to_list()),
         },
-        "power": {
-            "sd_difference": None if math.isnan(sd) else sd,
-            "tasks_for_80pct_power": tasks_for_power(mean, sd) if mean is not None else None,
-            "tasks_now": tasks,
-        },
+        "power": mcnemar_power_summary(
+            tasks, a_only.height + b_only.height, power_difference
+        ).as_dict(),
     }
 
 
@@ -120,22 +138,25 @@ def compare(
     verifier_version_a: str | None = None,
     verifier_version_b: str | None = None,
     failures_as_zero: bool = False,
+    power_difference: float = POWER_DIFFERENCE,
 ) -> dict[str, Any]:
-    """Compare run A with run B (difference = A - B), paired on task_id.
+    """Compare run A with run B (difference = A - B), paired on the task_ids both scored.
 
     Returns {"a": {run_id, model, verifier_version}, "b": {...}, "benchmark",
     "benchmark_version", "factors": [{factor, a, b}], "attribution": str, "unpaired_tasks":
-    {"a_only": n, "b_only": n}, "outcome": "pass rate per task, failures excluded | as 0",
+    {"a_only": n, "b_only": n} and "unpaired_task_ids" {"a_only": [task_id], "b_only": [task_id]}
+    (tasks scored in one run only, left out of the pairing), "outcome": "pass rate per task,
+    failures excluded | as 0",
     "binary_outcome": str, **paired(...)}. Raises CompareError for different benchmark versions
-    or no common scored task."""
+    (another protocol) or no common scored task; tasks held by one run only do not refuse it."""
     run_a, run_b = run_info(con_a), run_info(con_b)
-    if run_a["benchmark_version"] != run_b["benchmark_version"]:
+    if protocol_version(run_a["benchmark_version"]) != protocol_version(run_b["benchmark_version"]):
         raise CompareError(
             f"runs {run_a['run_id']} and {run_b['run_id']} are on different benchmark versions "
             f"({run_a['benchmark'] or run_a['environment']} {run_a['benchmark_version']} vs "
             f"{run_b['benchmark'] or run_b['environment']} {run_b['benchmark_version']}): their "
-            "tasks, template, repeats or sampling protocol differ, so a paired comparison would "
-            "mislead; rerun both on one benchmark version"
+            "protocol (dataset, prompt template, repeats or sampling) differs, so a paired "
+            "comparison would mislead; rerun both on one benchmark version"
         )
     version_a = check_verifier_version(con_a, verifier_version_a)
     version_b = check_verifier_version(con_b, verifier_version_b)
@@ -153,6 +174,11 @@ def compare(
             f"runs {run_a['run_id']} and {run_b['run_id']} have no scored task in common"
         )
     factors = differing_factors(run_a, run_b, version_a, version_b)
+    paired_ids = set(per_task["task_id"])
+    unpaired = {
+        side: sorted(set(rate["task_id"]) - paired_ids)
+        for side, rate in zip(("a_only", "b_only"), rates, strict=True)
+    }
     return {
         "a": {"run_id": run_a["run_id"], "model": run_a["model"], "verifier_version": version_a},
         "b": {"run_id": run_b["run_id"], "model": run_b["model"], "verifier_version": version_b},
@@ -160,12 +186,10 @@ def compare(
         "benchmark_version": run_a["benchmark_version"],
         "factors": factors,
         "attribution": attribution(factors),
-        "unpaired_tasks": {
-            "a_only": rates[0].height - per_task.height,
-            "b_only": rates[1].height - per_task.height,
-        },
+        "unpaired_tasks": {side: len(ids) for side, ids in unpaired.items()},
+        "unpaired_task_ids": unpaired,
         "outcome": "per-task pass rate, failures "
         + ("counted as 0" if failures_as_zero else "excluded"),
         "binary_outcome": "task solved when more than half of its scored rollouts pass",
-        **paired(per_task),
+        **paired(per_task, power_difference=power_difference),
     }

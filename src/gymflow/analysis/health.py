@@ -163,19 +163,33 @@ CHECKS: dict[str, Check] = {
         """,
         severity="warning",
     ),
-    "token_mismatch": Check(
-        "token counts missing, or the rollout's totals differ from the sum over its model calls",
+    # Missing usage leaves token figures unknown, not scores wrong (many NeMo Gym files record
+    # none): a warning. Counts that disagree with each other mean the records are inconsistent.
+    "token_counts_missing": Check(
+        "token counts missing: the model server (or the imported file) reported no usage for a "
+        "call, so token and cost figures leave it out",
         """
         SELECT rollout_id AS id FROM rollout_calls
-        WHERE input_tokens IS NULL OR output_tokens IS NULL
-           OR coalesce(without_usage, 0) > 0
-           OR input_tokens <> coalesce(input_sum, 0)
-           OR output_tokens <> coalesce(output_sum, 0)
+        WHERE input_tokens IS NULL OR output_tokens IS NULL OR coalesce(without_usage, 0) > 0
+        """,
+        severity="warning",
+    ),
+    "token_mismatch": Check(
+        "the rollout's token totals differ from the sum over its model calls",
+        """
+        SELECT rollout_id AS id FROM rollout_calls
+        WHERE coalesce(without_usage, 0) = 0
+          AND (input_tokens <> coalesce(input_sum, 0) OR output_tokens <> coalesce(output_sum, 0))
         """,
     ),
     "function_call_without_output": Check(
-        "a function_call in the trajectory with no function_call_output for its call_id",
-        f"SELECT DISTINCT rollout_id AS id FROM ({_TOOL_PAIRS}) WHERE calls > 0 AND outputs = 0",
+        "a function_call in the trajectory with no function_call_output for its call_id "
+        "(under a harness that executes calls: single_turn's calls are the answer, verified "
+        "and never executed, as in BFCL)",
+        f"""
+        SELECT DISTINCT rollout_id AS id FROM ({_TOOL_PAIRS}) WHERE calls > 0 AND outputs = 0
+        AND NOT EXISTS (SELECT 1 FROM runs WHERE harness = 'single_turn')
+        """,
     ),
     "output_without_function_call": Check(
         "a function_call_output whose call_id no function_call in the trajectory made",
@@ -204,6 +218,26 @@ CHECKS: dict[str, Check] = {
            OR {_sampling_differs("top_p")}
            OR {_sampling_differs("max_output_tokens")}
         """,
+    ),
+    # Run-wide on purpose: a confident policy repeats a short answer at any temperature, but
+    # when no task's repeats differ at all, sampling had no effect: a gateway dropping the seed
+    # or the temperature, or a cache answering. pass@k then cannot rise above pass@1.
+    "identical_repeats": Check(
+        "every task's repeats came back identical at temperature above 0: the server ignored "
+        "sampling (a dropped seed or temperature, a cache)",
+        """
+        WITH per_task AS (
+            SELECT task_id, count(DISTINCT (output_text, output_tokens, num_turns)) AS answers
+            FROM rollouts
+            WHERE status = 'completed'
+              AND rollout_id IN (SELECT rollout_id FROM calls WHERE temperature > 0)
+            GROUP BY task_id HAVING count(*) > 1
+        )
+        SELECT task_id AS id FROM per_task
+        WHERE NOT EXISTS (SELECT 1 FROM per_task WHERE answers > 1)
+        """,
+        level="task",
+        severity="warning",
     ),
     "reward_out_of_range": Check(
         "a reward (any verifier version) outside the environment's reward range",
@@ -249,6 +283,16 @@ CHECKS: dict[str, Check] = {
                   (SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0),
                   (SELECT count(*) FROM rollouts))
         """,
+    ),
+    "tampering": Check(
+        "the answer's code was seen touching the verification harness (failure kind "
+        "tampering: it ended the tests early, patched or inspected the runner, forged a reply)",
+        """
+        SELECT rollout_id AS id FROM verifications
+        WHERE verifier_version = getvariable('verifier_version') AND failure_kind = 'tampering'
+        """,
+        needs=("verifier_version",),
+        severity="warning",
     ),
 }
 

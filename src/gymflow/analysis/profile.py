@@ -1,6 +1,6 @@
-"""The profile of a run: pass@1 with its task-clustered CI, pass@k and pass^k with bootstrap CIs,
-majority@k, mean reward, variance components, breakdowns by tag and difficulty, usage percentiles,
-and coverage heading it all."""
+"""The profile of a run: pass@1 with its task-clustered CI, pass@k and pass^k with bootstrap CIs and
+the tasks each rests on, majority@k, mean reward, variance components, breakdowns by tag and
+difficulty, usage percentiles, and coverage heading it all."""
 
 from __future__ import annotations
 
@@ -18,7 +18,15 @@ from gymflow.analysis.outcomes import (
     task_table,
 )
 from gymflow.analysis.passk import pair_curves, per_task_curves
-from gymflow.analysis.stats import bootstrap_ci95, ci95, clustered_stderr, variance_components
+from gymflow.analysis.stats import (
+    CI_METHOD,
+    bootstrap_ci95,
+    bounded_mean_ci95,
+    clustered_stderr,
+    design_effect,
+    variance_components,
+)
+from gymflow.environments.registry import RegistryError, environment_sources
 from gymflow.store.runs import run_info
 
 #: rollout columns summarised by percentile
@@ -33,15 +41,39 @@ def _number(value: float | None) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _estimate(values: list[float]) -> dict[str, Any]:
-    """Mean over tasks with its task-clustered standard error and 95% CI."""
+def _estimate(
+    values: list[float], *, rollouts: int, bounds: tuple[float, float] = (0.0, 1.0)
+) -> dict[str, Any]:
+    """Mean over tasks with its task-clustered standard error and 95% CI (`bounded_mean_ci95`:
+    inside `bounds`, None with `ci95_reason` below two tasks)."""
     if not values:
-        return {"mean": None, "stderr": None, "ci95": None}
+        return {"mean": None, "stderr": None, "ci95": None, "ci95_reason": "no scored task"}
     mean = sum(values) / len(values)
     se = clustered_stderr(values)
-    low, high = ci95(mean, se)
-    interval = None if math.isnan(low) else [low, high]
-    return {"mean": mean, "stderr": _number(se), "ci95": interval}
+    interval = bounded_mean_ci95(
+        mean, se, tasks=len(values), rollouts=rollouts, low=bounds[0], high=bounds[1]
+    )
+    return {
+        "mean": mean,
+        "stderr": _number(se),
+        "ci95": interval.as_list(),
+        "ci95_reason": interval.reason,
+    }
+
+
+def reward_range(environment: str | None, task_means: np.ndarray) -> tuple[float, float]:
+    """The environment's declared reward range; for a run of an environment this installation
+    does not know (an imported one), the unit range widened to the task means observed."""
+    try:
+        source = environment_sources().get(environment) if environment else None
+    except RegistryError:  # a broken manifest elsewhere on the path: this run still profiles
+        source = None
+    if source is not None:
+        low, high = source.manifest.reward_range
+        return float(low), float(high)
+    low = min(0.0, float(task_means.min())) if len(task_means) else 0.0
+    high = max(1.0, float(task_means.max())) if len(task_means) else 1.0
+    return low, high
 
 
 def _breakdown(scored: pl.DataFrame, column: str) -> dict[str, Any]:
@@ -49,17 +81,28 @@ def _breakdown(scored: pl.DataFrame, column: str) -> dict[str, Any]:
     tags counts in both groups)."""
     if scored.is_empty():
         return {}
-    table = scored.select(column, "p")
+    table = scored.select(column, "p", "n")
     if column == "tags":
         table = table.explode("tags")
     table = table.with_columns(pl.col(column).cast(pl.Utf8).fill_null("(none)"))
     groups: dict[str, Any] = {}
     for key, group in table.group_by(column, maintain_order=True):
         name = key[0]
-        estimate = _estimate(group["p"].to_list())
+        estimate = _estimate(group["p"].to_list(), rollouts=int(group["n"].sum()))
         groups[name] = {"tasks": group.height, "pass@1": estimate["mean"], **estimate}
         del groups[name]["mean"]
     return dict(sorted(groups.items()))
+
+
+def weighting_note(pass1: float | None, pooled: float | None, tasks: int, rollouts: int) -> str:
+    """The sentence a reader needs when tasks have different numbers of scored rollouts."""
+    if pass1 is None or pooled is None:
+        return "pass@1 weights every task equally; no rollout is scored"
+    return (
+        f"pass@1 ({pass1:.1%}) weights every task equally: it is the mean of {tasks} per-task "
+        f"pass rates. Pooling all {rollouts} scored rollouts instead, so that a task weighs by "
+        f"its scored repeats, gives {pooled:.1%}."
+    )
 
 
 def majority_at_k(con, verifier_version: str, *, failures_as_zero: bool = False) -> float | None:
@@ -139,44 +182,44 @@ def profile(
 
     Returns a dict: run_id, benchmark, environment, model, verifier_version, coverage
     {expected, scored, failed, missing}, failures (how failures were treated), tasks,
-    tasks_scored, repeats, "pass@1", stderr, ci95 [low, high] | None, "pass@k" {k: value},
-    "pass^k" {k: value}, "retry_value" {k: pass@k - pass@1}, "pass@k_bootstrap_ci95"
-    {k: [low, high]}, bootstrap {samples, seed}, "majority@k" {k: value} | None (k = repeats),
-    mean_reward, mean_reward_stderr, mean_reward_ci95, variance {pass: {between, within, total,
-    icc}, reward: {...}}, design_effect, by_tag {tag: {tasks, pass@1, stderr, ci95}},
-    by_difficulty {...}, usage {column: {mean, p50, p90, p99, max}}.
-
-    pass@k and pass^k average over the tasks with at least k scored rollouts; pass@1's stderr is
-    clustered on the task. All values are floats or None (None where undefined)."""
+    tasks_scored, repeats, "pass@1", stderr, ci95 [low, high] | None, ci95_reason (why None),
+    ci95_method, "pass@1_rollout_weighted" (all scored rollouts pooled), weighting (a sentence
+    saying which is which), "pass@k" {k: value}, "pass^k" {k: value}, "tasks_at_k" {k: tasks
+    with at least k scored rollouts, the tasks pass@k and pass^k average over}, "retry_value"
+    {k: pass@k - pass@1, both over the tasks_at_k tasks}, "pass@k_bootstrap_ci95" {k: [low,
+    high] | None}, "pass@k_bootstrap_ci95_reason" {k: why None | None}, bootstrap {samples,
+    seed, unit}, "majority@k" {k: value} | None (k = repeats), mean_reward, mean_reward_stderr,
+    mean_reward_ci95, mean_reward_ci95_reason, reward_range [low, high], variance {pass:
+    {between, within, total, icc, repeats_per_task, reason}, reward: {...}} (one-way ANOVA,
+    `variance_components`), design_effect (from the pass ICC), by_tag {tag: {tasks, pass@1,
+    stderr, ci95, ci95_reason}}, by_difficulty {...}, usage {column: {mean, p50, p90, p99,
+    max}}. All values are floats or None (None where undefined)."""
     version = check_verifier_version(con, verifier_version)
     run = run_info(con)
     tasks = task_table(con, version, failures_as_zero=failures_as_zero)
     scored = tasks.filter(pl.col("n") > 0).with_columns(
-        p=pl.col("c") / pl.col("n"),
-        reward_mean=pl.col("reward_sum") / pl.col("n"),
-        reward_var=pl.col("reward_sq_sum") / pl.col("n")
-        - (pl.col("reward_sum") / pl.col("n")) ** 2,
+        p=pl.col("c") / pl.col("n"), reward_mean=pl.col("reward_sum") / pl.col("n")
     )
     repeats = int(run["repeats"] or 0)
     ks = np.arange(1, max(repeats, 1) + 1)
     n = scored["n"].to_numpy()
     c = scored["c"].to_numpy()
     at_table, hat_table, group = pair_curves(n, c, ks)
-    at_mean = [_number(v) for v in _nanmean(at_table[group])]
-    hat_mean = [_number(v) for v in _nanmean(hat_table[group])]
+    at_tasks, hat_tasks = at_table[group], hat_table[group]
+    at_mean = [_number(v) for v in _nanmean(at_tasks)]
+    hat_mean = [_number(v) for v in _nanmean(hat_tasks)]
+    tasks_at_k = [int(v) for v in (~np.isnan(at_tasks)).sum(axis=0)]
     low, high = bootstrap_ci95(at_table, groups=group, samples=bootstrap_samples, seed=seed)
-    p = scored["p"].to_numpy()
-    pass1 = _estimate(p.tolist())
-    reward = _estimate(scored["reward_mean"].to_list())
-    pass_variance = variance_components(p, p * (1 - p))
-    reward_variance = variance_components(
-        scored["reward_mean"].to_numpy(), np.maximum(scored["reward_var"].to_numpy(), 0.0)
-    )
     rollouts_scored = int(n.sum())
-    naive_se = (
-        math.sqrt(pass1["mean"] * (1 - pass1["mean"]) / rollouts_scored)
-        if rollouts_scored and pass1["mean"] is not None
-        else None
+    p = scored["p"].to_numpy()
+    pass1 = _estimate(p.tolist(), rollouts=rollouts_scored)
+    pooled = float(c.sum()) / rollouts_scored if rollouts_scored else None
+    reward_means = scored["reward_mean"].to_numpy()
+    bounds = reward_range(run["environment"], reward_means)
+    reward = _estimate(reward_means.tolist(), rollouts=rollouts_scored, bounds=bounds)
+    pass_variance = variance_components(n, c, c)  # a pass is 0 or 1: its square is itself
+    reward_variance = variance_components(
+        n, scored["reward_sum"].to_numpy(), scored["reward_sq_sum"].to_numpy()
     )
     majority = majority_at_k(con, version, failures_as_zero=failures_as_zero)
     key = [str(k) for k in ks]
@@ -196,29 +239,52 @@ def profile(
         "pass@1": pass1["mean"],
         "stderr": pass1["stderr"],
         "ci95": pass1["ci95"],
+        "ci95_reason": pass1["ci95_reason"],
+        "ci95_method": CI_METHOD,
+        "pass@1_rollout_weighted": pooled,
+        "weighting": weighting_note(pass1["mean"], pooled, scored.height, rollouts_scored),
         "pass@k": dict(zip(key, at_mean, strict=True)),
         "pass^k": dict(zip(key, hat_mean, strict=True)),
-        "retry_value": {
-            k: (v - at_mean[0]) if v is not None and at_mean[0] is not None else None
-            for k, v in zip(key, at_mean, strict=True)
-        },
+        "tasks_at_k": dict(zip(key, tasks_at_k, strict=True)),
+        "retry_value": dict(zip(key, _retry_values(at_tasks), strict=True)),
         "pass@k_bootstrap_ci95": {
             k: None if math.isnan(lo) else [float(lo), float(hi)]
             for k, lo, hi in zip(key, low, high, strict=True)
+        },
+        "pass@k_bootstrap_ci95_reason": {
+            k: None
+            if not math.isnan(lo)
+            else f"{count} task{'s' if count != 1 else ''} with at least {k} scored rollouts: "
+            "a bootstrap over tasks needs two"
+            for k, lo, count in zip(key, low, tasks_at_k, strict=True)
         },
         "bootstrap": {"samples": bootstrap_samples, "seed": seed, "unit": "task"},
         "majority@k": None if majority is None else {str(repeats): majority},
         "mean_reward": reward["mean"],
         "mean_reward_stderr": reward["stderr"],
         "mean_reward_ci95": reward["ci95"],
+        "mean_reward_ci95_reason": reward["ci95_reason"],
+        "reward_range": list(bounds),
         "variance": {"pass": pass_variance, "reward": reward_variance},
-        "design_effect": (pass1["stderr"] / naive_se) ** 2
-        if naive_se and pass1["stderr"] is not None
-        else None,
+        "design_effect": design_effect(pass_variance["icc"], n),
         "by_tag": _breakdown(scored, "tags"),
         "by_difficulty": _breakdown(scored, "difficulty"),
         "usage": usage_percentiles(con),
     }
+
+
+def _retry_values(at_tasks: np.ndarray) -> list[float | None]:
+    """pass@k - pass@1 per k, both averaged over the tasks with at least k scored rollouts: over
+    all tasks, pass@1 would also count tasks pass@k leaves out, and a task with one passing
+    rollout beside one with two failing would show a retry value of -50%."""
+    values: list[float | None] = []
+    for j in range(at_tasks.shape[1]):
+        counted = ~np.isnan(at_tasks[:, j])
+        if not counted.any():
+            values.append(None)
+            continue
+        values.append(float(at_tasks[counted, j].mean() - at_tasks[counted, 0].mean()))
+    return values
 
 
 def _nanmean(matrix: np.ndarray) -> np.ndarray:
@@ -230,13 +296,13 @@ def _nanmean(matrix: np.ndarray) -> np.ndarray:
 
 def headline(con, verifier_version: str, *, failures_as_zero: bool = False) -> dict[str, Any]:
     """The few numbers a summary line needs, without bootstrap or breakdowns: {verifier_version,
-    coverage, "pass@1", stderr, ci95, "pass@k" {k: value} for k = repeats, mean_reward}."""
+    coverage, "pass@1", stderr, ci95, "pass@k" {k: value} for k = repeats, "tasks_at_k" {k: the
+    tasks that pass@k averages over}, mean_reward}."""
     tasks = task_table(con, verifier_version, failures_as_zero=failures_as_zero)
     scored = tasks.filter(pl.col("n") > 0)
     repeats = max(int(run_info(con)["repeats"] or 1), 1)
     at_k, _ = per_task_curves(scored["n"].to_numpy(), scored["c"].to_numpy(), np.array([repeats]))
-    pass1 = _estimate((scored["c"] / scored["n"]).to_list())
-    reward = _estimate((scored["reward_sum"] / scored["n"]).to_list())
+    pass1 = _estimate((scored["c"] / scored["n"]).to_list(), rollouts=int(scored["n"].sum()))
     return {
         "verifier_version": verifier_version,
         "coverage": coverage_of(tasks, repeats).as_dict(),
@@ -244,5 +310,6 @@ def headline(con, verifier_version: str, *, failures_as_zero: bool = False) -> d
         "stderr": pass1["stderr"],
         "ci95": pass1["ci95"],
         "pass@k": {str(repeats): _number(_nanmean(at_k)[0]) if len(at_k) else None},
-        "mean_reward": reward["mean"],
+        "tasks_at_k": {str(repeats): int((~np.isnan(at_k)).sum())},
+        "mean_reward": _number((scored["reward_sum"] / scored["n"]).mean()),
     }

@@ -1,5 +1,6 @@
-"""The `gym` command. Each verb group lives in its own module of this package and registers its
-commands on the Typer apps of `gymflow.cli.app` when imported; every module here is imported.
+"""The `gym` command (also installed as `gymflow`). Each verb group lives in its own module of
+this package and registers its commands on the Typer apps of `gymflow.cli.app` when imported;
+every module here is imported.
 
 `main` turns every way a command can end into one of `exit_codes` and, for an error, one line:
 usage errors included (click's own code, 2, would read as a failed gate), and an unexpected
@@ -20,7 +21,8 @@ from gymflow.cli import exit_codes
 from gymflow.cli.app import app, errors
 
 for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+    if _module.name != "__main__":  # `python -m gymflow.cli`, which imports this package
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def _error(message: str) -> None:

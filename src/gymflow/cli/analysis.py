@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from gymflow.analysis.compare import CompareError, compare
+from gymflow.analysis.compare import POWER_DIFFERENCE, CompareError, compare
 from gymflow.analysis.diagnose import diagnose
 from gymflow.analysis.health import Gate, health
 from gymflow.analysis.profile import profile
@@ -34,6 +34,15 @@ def eval_profile(
         str | None, typer.Option(help="Verifier version to read in the --compare run.")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap over tasks.")] = 0,
+    power_difference: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="With --compare: the difference in share of tasks solved to find the tasks "
+            "needed for (McNemar's test, 80% power).",
+        ),
+    ] = POWER_DIFFERENCE,
 ) -> None:
     """pass@1 with its task-clustered 95% CI, pass@k, pass^k and coverage; with --compare, a
     paired comparison of two runs."""
@@ -55,6 +64,7 @@ def eval_profile(
                         verifier_version_a=verifier_version,
                         verifier_version_b=compare_verifier_version,
                         failures_as_zero=failures_as_zero,
+                        power_difference=power_difference,
                     )
                     other_profile = profile(
                         other,
@@ -95,9 +105,16 @@ def print_comparison(result: dict) -> None:
         )
     console.print(
         f"paired on {result['tasks']} tasks: A - B = [bold]{_pct(result['difference'])}[/] "
-        f"(SE {_pct(result['stderr'])}, 95% CI {_interval(result['ci95'])}); "
-        f"correlation {result['correlation']}"
+        f"(SE {_pct(result['stderr'])}, 95% CI {_interval(result['ci95'], result['ci95_reason'])}"
+        f", paired t); correlation {result['correlation']}"
     )
+    unpaired = result["unpaired_task_ids"]
+    for side, label in (("a_only", "A"), ("b_only", "B")):
+        if unpaired[side]:
+            console.print(
+                f"  not paired: {len(unpaired[side])} tasks scored in {label} only: "
+                f"{_listed(unpaired[side])}"
+            )
     m = result["mcnemar"]
     console.print(
         f"McNemar ({m['method']}, per-task majority): {m['b']} tasks solved only by A, "
@@ -106,25 +123,43 @@ def print_comparison(result: dict) -> None:
     for side, label in (("a_only", "solved only by A"), ("b_only", "solved only by B")):
         tasks = result["flipped"][side]
         if tasks:
-            shown = ", ".join(tasks[:10]) + (" …" if len(tasks) > 10 else "")
-            console.print(f"  {label}: {shown}")
+            console.print(f"  {label}: {_listed(tasks)}")
     power = result["power"]
-    if power["tasks_for_80pct_power"] is not None:
-        console.print(
-            f"power: {power['tasks_for_80pct_power']} paired tasks detect a difference of this "
-            f"size at 80% power (alpha 0.05); this comparison has {power['tasks_now']}"
+    console.print(f"power of {power['test']}:")
+    detectable = power["minimum_detectable_difference"]
+    console.print(
+        f"  minimum detectable difference in share solved at 80% power with "
+        f"{power['tasks_now']} tasks: "
+        + (
+            _pct(detectable)
+            if detectable is not None
+            else f"none ({power['minimum_detectable_difference_reason']})"
         )
+    )
+    needed = power["tasks_needed"]
+    console.print(
+        f"  tasks needed to detect {_pct(power['difference'])} at 80% power: "
+        + (f"about {needed}" if needed is not None else f"n/a ({power['tasks_needed_reason']})")
+        + f" (assuming {_pct(power['discordant_share'])} of tasks solved by one run only, "
+        "as here)"
+    )
     for factor in result["factors"]:
         console.print(f"  differs: {factor['factor']}: {factor['a']!r} vs {factor['b']!r}")
     console.print(result["attribution"])
+
+
+def _listed(tasks: list[str]) -> str:
+    return ", ".join(tasks[:10]) + (" …" if len(tasks) > 10 else "")
 
 
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
-def _interval(bounds: list[float] | None) -> str:
-    return "n/a" if bounds is None else f"{_pct(bounds[0])} – {_pct(bounds[1])}"
+def _interval(bounds: list[float] | None, reason: str | None = None) -> str:
+    if bounds is None:
+        return f"n/a: {reason}" if reason else "n/a"
+    return f"{_pct(bounds[0])} – {_pct(bounds[1])}"
 
 
 def print_profile(result: dict) -> None:
@@ -139,34 +174,47 @@ def print_profile(result: dict) -> None:
         f"(failures {result['failures']})"
     )
     console.print(
-        f"pass@1 = [bold]{_pct(result['pass@1'])}[/] (95% CI {_interval(result['ci95'])}, "
-        f"task-clustered); mean reward {result['mean_reward']}"
+        f"pass@1 = [bold]{_pct(result['pass@1'])}[/] "
+        f"(95% CI {_interval(result['ci95'], result['ci95_reason'])}, task-clustered); "
+        f"mean reward {result['mean_reward']}"
     )
-    table = Table("k", "pass@k", "bootstrap 95% CI", "pass^k", "retry value")
+    console.print(result["weighting"])
+    table = Table("k", "tasks", "pass@k", "bootstrap 95% CI", "pass^k", "retry value")
     for k, value in result["pass@k"].items():
         table.add_row(
             k,
+            str(result["tasks_at_k"][k]),
             _pct(value),
             _interval(result["pass@k_bootstrap_ci95"][k]),
             _pct(result["pass^k"][k]),
             _pct(result["retry_value"][k]),
         )
     console.print(table)
+    console.print(
+        "pass@k, pass^k and the retry value (pass@k - pass@1 on the same tasks) average over "
+        "the tasks with at least k scored rollouts; a bootstrap CI needs two such tasks"
+    )
     if result["majority@k"]:
         for k, value in result["majority@k"].items():
             console.print(f"majority@{k} = {_pct(value)}")
     variance = result["variance"]["pass"]
     if variance["icc"] is not None:
         console.print(
-            f"variance: between tasks {variance['between']:.4f}, within tasks "
-            f"{variance['within']:.4f} (between share {variance['icc']:.2f})"
+            f"variance (one-way ANOVA): between tasks {variance['between']:.4f}, within tasks "
+            f"{variance['within']:.4f}; ICC(1) {variance['icc']:.3f}, design effect "
+            f"{result['design_effect']:.2f}"
         )
+    else:
+        console.print(f"variance split: n/a ({variance['reason']})")
     for title, groups in (("tag", result["by_tag"]), ("difficulty", result["by_difficulty"])):
         if groups:
             breakdown = Table(title, "tasks", "pass@1", "95% CI")
             for name, group in groups.items():
                 breakdown.add_row(
-                    name, str(group["tasks"]), _pct(group["pass@1"]), _interval(group["ci95"])
+                    name,
+                    str(group["tasks"]),
+                    _pct(group["pass@1"]),
+                    _interval(group["ci95"], group["ci95_reason"]),
                 )
             console.print(breakdown)
     usage = Table("per rollout", "mean", "p50", "p90", "p99", "max")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -16,6 +17,9 @@ from rich.text import Text
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 # The machines gymflow runs on are often offline; telemetry would only log a failure.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# Prefect gives its ephemeral server 20 s to start; a first run (database migrations) on a busy
+# 2-core machine took longer and failed with "Timed out while attempting to connect".
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 app = typer.Typer(
     name="gym",
@@ -32,6 +36,11 @@ env_app = typer.Typer(help="Check and scaffold environments and configs.", no_ar
 app.add_typer(env_app, name="env")
 serve_app = typer.Typer(help="Serve a model or an environment over HTTP.", no_args_is_help=True)
 app.add_typer(serve_app, name="serve")
+data_app = typer.Typer(
+    help="Training data from a run: select tasks, export trajectories, profile.",
+    no_args_is_help=True,
+)
+app.add_typer(data_app, name="data")
 
 console = Console()
 errors = Console(stderr=True)
@@ -53,5 +62,17 @@ def guarded(fn: Callable[[], Any], *expected: type[BaseException]) -> Any:
         fail(str(exc))
 
 
+def _finite(value: Any) -> Any:
+    """NaN and ±Infinity as null: JSON has no such numbers, and strict parsers refuse them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def print_json(payload: Any) -> None:
-    sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+    text = json.dumps(_finite(payload), indent=2, default=str, allow_nan=False)
+    sys.stdout.write(text + "\n")

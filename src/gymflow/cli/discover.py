@@ -14,6 +14,7 @@ from gymflow.environments.registry import (
     load_benchmark,
     load_environment,
 )
+from gymflow.environments.requirements import install_hint
 from gymflow.environments.search import Catalog, load_catalog, search
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
@@ -158,9 +159,11 @@ def list_environments(
 def list_benchmarks(as_json: JsonFlag = False) -> None:
     """Every benchmark: environment, split, repeats, sampling and version."""
     catalog = _catalog()
+    sources = environment_sources()
     rows = []
     for entry in catalog.benchmarks:
         b = load_benchmark(entry.name)
+        source = sources.get(b.environment)
         rows.append(
             {
                 "name": b.name,
@@ -174,6 +177,8 @@ def list_benchmarks(as_json: JsonFlag = False) -> None:
                 "tags": b.tags,
                 "description": entry.description,
                 "path": str(entry.path),
+                # what to install before it runs (its data package is absent), or None
+                "needs": install_hint(source.manifest.requires) if source else None,
             }
         )
     if as_json:
@@ -189,7 +194,8 @@ def list_benchmarks(as_json: JsonFlag = False) -> None:
                 row["split"] or "(default)",
                 str(row["repeats"]),
                 str(row["sampling"]["temperature"]),
-                _first_sentence(row["description"]),
+                (f"NEEDS `{row['needs']}`. " if row["needs"] else "")
+                + _first_sentence(row["description"]),
             ]
             for row in rows
         ],

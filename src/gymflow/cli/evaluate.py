@@ -26,6 +26,7 @@ from gymflow.config import (
 )
 from gymflow.environments.registry import RegistryError
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
+from gymflow.models.open_files import ensure_open_files
 from gymflow.rollouts.plan import RunPlan, resolve
 from gymflow.rollouts.stopping import RunStopped
 from gymflow.store.db import StoreError, connect, store_path
@@ -68,7 +69,10 @@ def build_config(path: Path | None, overrides: dict[str, Any]) -> EvalConfig:
 def check_before_run(config: EvalConfig, *, resume: bool) -> RunPlan:
     """Every config or store problem, reported before Prefect or a server starts."""
     plan = resolve(config)
-    check_destination(config.out, plan.run_id, resume=resume)
+    check_destination(
+        config.out, plan.run_id, resume=resume, benchmark_version=plan.benchmark_version
+    )
+    ensure_open_files(config.concurrency, remote_resources=config.resources_url is not None)
     return plan
 
 

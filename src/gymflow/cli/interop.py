@@ -30,7 +30,8 @@ def import_nemo_gym(
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Read a NeMo Gym rollout file into a new gymflow store (rewards as version `imported`)."""
+    """Read a NeMo Gym rollout file, and the _materialized_inputs / _failures files beside it,
+    into a new gymflow store (rewards as verifier version `imported`)."""
     try:
         result = import_rollouts(
             rollouts, out, environment=environment, pass_threshold=pass_threshold
@@ -42,8 +43,23 @@ def import_nemo_gym(
         return
     console.print(
         f"imported {result['rollouts']} rollouts of {result['tasks']} tasks "
-        f"({result['repeats']} repeats) as run {result['run_id']} into {result['store']}"
+        f"({result['repeats']} repeats) as run {result['run_id']} into {result['store']}",
+        highlight=False,
+        soft_wrap=True,
     )
+    notes = [
+        f"{result['failed']} failed (not scored)" if result["failed"] else "",
+        f"{result['duplicates']} duplicate (task, rollout) pairs: see `gym eval health`"
+        if result["duplicates"]
+        else "",
+        f"{result['missing']} requested but absent (missing)" if result["missing"] else "",
+        *(
+            f"read {name.replace('_', ' ')} from {path}"
+            for name, path in result["sidecars"].items()
+        ),
+    ]
+    for note in filter(None, notes):
+        console.print(f"  {note}", highlight=False, soft_wrap=True)
 
 
 @app.command("export")
@@ -55,14 +71,24 @@ def export(
         str | None, typer.Option(help="Verifier version whose rewards to write (newest).")
     ] = None,
 ) -> None:
-    """Write a run's rollouts as NeMo Gym rollout JSONL, flat JSONL or Parquet."""
+    """Write a run's rollouts as NeMo Gym rollout JSONL (with its _failures and
+    _materialized_inputs files), flat JSONL or Parquet."""
     if fmt not in FORMATS:
         fail(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     try:
         result = export_run(run_dir, fmt, out=out, verifier_version=verifier_version)
-    except StoreError as exc:
+    except (InteropError, StoreError) as exc:
         fail(str(exc))
     console.print(
         f"wrote {result['rows']} rollouts ({result['format']}, verifier "
-        f"{result['verifier_version']}) to {result['path']}"
+        f"{result['verifier_version']}) to {result['path']}",
+        highlight=False,
+        soft_wrap=True,
     )
+    if fmt == "nemo-gym":
+        console.print(
+            f"  {result['failures']} failed to {result['failures_path']}, "
+            f"{result['materialized_inputs']} requested to {result['materialized_inputs_path']}",
+            highlight=False,
+            soft_wrap=True,
+        )

@@ -13,16 +13,21 @@ from gymflow.cli.app import app, console, errors, eval_app, fail, print_json
 from gymflow.store.db import StoreError
 from gymflow.store.merge import MergeReport, merge_shards
 
-#: Shown at most once per Prefect home, the first time a run uses Prefect's ephemeral mode.
-SERVER_HINT = """\
-gymflow is using Prefect's ephemeral mode: a temporary API server per command, which keeps
-little run history. For a team (history, the UI, Retry buttons, schedules, work pools):
+_TEAM_SETUP = """\
+For a team (history, the UI, Retry buttons, schedules, work pools):
 
   prefect server start --host 0.0.0.0 --port 4200          # one machine, keep it running
   export PREFECT_API_URL=http://SERVER:4200/api            # every machine and shell
   prefect work-pool create gymflow-process --type process  # once
   GYMFLOW_CHECKOUT=$PWD prefect worker start --pool gymflow-process   # each worker machine
   prefect --no-prompt deploy --all                         # from this checkout (prefect.yaml)
+  gym serve reports --root . --port 8200                   # reports for the UI's links
+  export GYMFLOW_REPORTS_URL=http://SERVER:8200            # where workers' links point"""
+
+#: Shown at most once per Prefect home, the first time a run uses Prefect's ephemeral mode.
+SERVER_HINT = f"""\
+gymflow is using Prefect's ephemeral mode (PREFECT_API_URL is not set): a temporary API server
+per command, which keeps little run history. {_TEAM_SETUP}
 
 `gym server` prints this again."""
 
@@ -38,15 +43,42 @@ def server_hint_once() -> None:
     marker = Path(PREFECT_HOME.value()) / _HINT_MARKER
     if marker.exists():
         return
-    errors.print(SERVER_HINT, highlight=False, markup=False)
+    errors.print(SERVER_HINT, highlight=False, markup=False, soft_wrap=True)
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.touch()
 
 
+def _connected(api_url: str) -> str:
+    """One line on the server at PREFECT_API_URL: reachable (and its version) or not."""
+    import httpx
+
+    try:
+        reply = httpx.get(f"{api_url.rstrip('/')}/admin/version", timeout=5)
+    except httpx.HTTPError as exc:
+        return (
+            f"gymflow is set to use the Prefect server at {api_url} (PREFECT_API_URL), which "
+            f"does not answer: {type(exc).__name__}: {exc}"
+        )
+    if not reply.is_success:
+        return (
+            f"gymflow is set to use the Prefect server at {api_url} (PREFECT_API_URL), which "
+            f"answers HTTP {reply.status_code}"
+        )
+    return (
+        f"gymflow is connected to the Prefect server at {api_url} (PREFECT_API_URL), version "
+        f"{reply.json()}. Runs, Retry buttons, schedules and work pools live there."
+    )
+
+
 @app.command("server")
 def server() -> None:
-    """How to start a persistent Prefect server and a worker, so a team keeps run history."""
-    console.print(SERVER_HINT, highlight=False, markup=False)
+    """Which Prefect server runs go to, and how to start a persistent one and a worker, so a
+    team keeps run history. Plain lines (no wrapping), so they copy as they are."""
+    from prefect.settings import PREFECT_API_URL
+
+    api_url = PREFECT_API_URL.value()
+    text = SERVER_HINT if not api_url else f"{_connected(api_url)}\n\n{_TEAM_SETUP}"
+    console.print(text, highlight=False, markup=False, soft_wrap=True)
 
 
 def _print_report(report: MergeReport, max_missing: int) -> None:

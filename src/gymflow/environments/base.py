@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gymflow.environments.requirements import Requirement, check_installed
+
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
@@ -25,7 +27,10 @@ class Task:
     state). `reference` is a response a perfect policy gives and `distractor` a plausible wrong one:
     the local policy server plays from them. `reference_actions` is the tool-call plan, one tuple of
     (possibly parallel) calls per turn, for environments with tools; `distractor_actions` is the
-    plan a policy that gets the task wrong follows (wrong tool, wrong arguments, stopping early)."""
+    plan a policy that gets the task wrong follows (wrong tool, wrong arguments, stopping early).
+    `input_items` and `tools`, when a row brings its own request (NeMo Gym's
+    `responses_create_params`), open the rollout instead of the rendered prompt and are the tools
+    offered."""
 
     task_id: str
     inputs: dict[str, Any]
@@ -36,6 +41,8 @@ class Task:
     distractor_actions: tuple[tuple[ToolCall, ...], ...] = ()
     tags: tuple[str, ...] = ()
     difficulty: str | None = None
+    input_items: tuple[dict[str, Any], ...] = ()
+    tools: tuple[dict[str, Any], ...] = ()
 
 
 def content_task_id(prefix: str, row: dict[str, Any]) -> str:
@@ -84,6 +91,9 @@ class EnvironmentManifest(BaseModel):
     default_split: str
     id_field: str = "task_id"
     entrypoint: str = Field("env:Environment", description="module:class inside the folder")
+    requires: list[Requirement] = Field(
+        default_factory=list, description="Python packages the tasks come from, with their install"
+    )
 
 
 class Environment:
@@ -110,6 +120,7 @@ class Environment:
             known = ", ".join(sorted(self.manifest.splits))
             raise KeyError(f"environment {self.name!r} has no split {split!r} (splits: {known})")
         if split not in self._tasks:
+            check_installed(self.name, self.manifest.requires)
             tasks = self.generate(split)
             _check_unique_ids(self.name, split, tasks)
             self._tasks[split] = tasks

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gymflow import bounded_yaml
 from gymflow.config import Sampling, format_validation_error
-from gymflow.environments.base import Environment, EnvironmentManifest
+from gymflow.environments.base import Environment, EnvironmentManifest, VerifierRef
+from gymflow.environments.dataset.spec import DatasetSpec
 
 PACKAGE_DIR = Path(__file__).parent
 #: Extra folders (os.pathsep-separated) holding environment folders and a `benchmarks/` folder.
@@ -31,12 +32,17 @@ class RegistryError(LookupError):
 
 
 class Benchmark(BaseModel):
-    """A versioned evaluation protocol over an environment (`benchmarks/NAME.yaml`)."""
+    """A versioned evaluation protocol over an environment (`benchmarks/NAME.yaml`).
+
+    With `dataset` (and `verifier`) the benchmark defines its own environment, named after it,
+    over the rows of a file or a Hub dataset (`gymflow.environments.dataset`)."""
 
     model_config = ConfigDict(extra="forbid")
     name: str
     description: str = ""
-    environment: str
+    environment: str = Field("", description="the environment; a dataset benchmark's own name")
+    dataset: DatasetSpec | None = None
+    verifier: VerifierRef | None = Field(None, description="a dataset benchmark's verifier")
     split: str | None = None
     limit: int | None = Field(None, ge=1)
     prompt_template: str | None = None
@@ -45,10 +51,34 @@ class Benchmark(BaseModel):
     verifier_params: dict[str, Any] = Field(default_factory=dict)
     tags: list[str] = Field(default_factory=list)
 
-    def version(self) -> str:
-        """A change to split, template, repeats, sampling or verifier params is a new version."""
+    @model_validator(mode="after")
+    def _environment(self) -> Benchmark:
+        if self.dataset is None:
+            if not self.environment:
+                raise ValueError("environment: required (or give a dataset and a verifier)")
+            if self.verifier is not None:
+                raise ValueError("verifier: only a dataset benchmark names its verifier")
+            return self
+        if self.verifier is None:
+            raise ValueError("verifier: a dataset benchmark names its verifier")
+        if self.environment not in ("", self.name):
+            raise ValueError(
+                f"environment: a dataset benchmark defines its own environment, {self.name!r}"
+            )
+        self.environment = self.name
+        return self
+
+    def version(self, dataset_version: str | None = None) -> str:
+        """A change to split, template, repeats, sampling or verifier params is a new version;
+        for a dataset benchmark, so is a change to its rows (`dataset_version`, which covers the
+        Hub commit), shown after a dot so a comparison can tell that only the rows changed."""
         protocol = self.model_dump(mode="json", exclude={"description", "tags"})
-        return hashlib.sha256(json.dumps(protocol, sort_keys=True).encode()).hexdigest()[:12]
+        if self.dataset is not None:  # where the file lies is not the protocol; its rows are
+            protocol["dataset"].pop("path")
+            if protocol["dataset"]["format"] != "nemo_gym":  # the same rows in any file format
+                protocol["dataset"].pop("format")
+        digest = hashlib.sha256(json.dumps(protocol, sort_keys=True).encode()).hexdigest()[:12]
+        return f"{digest}.{dataset_version}" if dataset_version else digest
 
 
 @dataclass(frozen=True)
@@ -118,10 +148,29 @@ def _import_entrypoint(source: EnvironmentSource) -> type[Environment]:
 def _load_environment(name: str, roots: tuple[Path, ...]) -> Environment:
     sources = _sources(roots)
     if name not in sources:
+        dataset_env = _dataset_environment(name)
+        if dataset_env is not None:
+            return dataset_env
         known = ", ".join(sorted(sources)) or "none"
         raise RegistryError(f"unknown environment {name!r} (known: {known})")
     source = sources[name]
     return _import_entrypoint(source)(source.manifest, source.folder)
+
+
+def _dataset_environment(name: str) -> Environment | None:
+    """The environment a dataset benchmark of this name defines, if there is one."""
+    path = benchmark_files().get(name)
+    if path is None:
+        return None
+    benchmark = load_benchmark(name)
+    if benchmark.dataset is None:
+        return None
+    from gymflow.environments.dataset.environment import DatasetEnvironment
+
+    try:
+        return DatasetEnvironment.from_benchmark(benchmark, path)
+    except ValueError as exc:
+        raise RegistryError(f"{path}: {exc}") from None
 
 
 def load_environment(name: str) -> Environment:

@@ -96,13 +96,15 @@ class ResourcesServer:
         details = dict(verdict.details)
         if not low <= verdict.reward <= high:
             details["out_of_range"] = True
-        return Verification(self.verifier_version, VERIFIED, verdict.reward, passed, None, details)
+        return Verification(
+            self.verifier_version, VERIFIED, verdict.reward, passed, verdict.failure_kind, details
+        )
 
     @property
     def verify_timeout(self) -> float | None:
         """The bound on one verification; None for a light verifier, which runs inline."""
         timeout = self.env.manifest.verify_timeout_s
-        if timeout is None and self.heavy_verification:
+        if timeout is None and self.verifier.heavy:
             return HEAVY_VERIFY_TIMEOUT_S
         return timeout
 
@@ -169,6 +171,3 @@ class ResourcesServer:
         return Verification(
             self.verifier_version, VERIFY_ERROR, None, None, kind, {"error": reason}
         )
-
-    #: Set by environments whose verifier is slow (sandboxes, judges) to keep the loop responsive.
-    heavy_verification: bool = False

@@ -135,6 +135,15 @@ def benchmark_entry(
     )
 
 
+def _dataset_manifest(benchmark: Benchmark) -> EnvironmentManifest | None:
+    from gymflow.environments.dataset.environment import dataset_manifest
+
+    try:
+        return dataset_manifest(benchmark)
+    except ValueError:  # named when the benchmark is used or validated
+        return None
+
+
 def load_catalog() -> Catalog:
     catalog = Catalog()
     sources = environment_sources()
@@ -147,6 +156,11 @@ def load_catalog() -> Catalog:
             catalog.problems.append(str(exc))
             continue
         source = sources.get(benchmark.environment)
+        if benchmark.dataset is not None:  # it defines its own environment
+            catalog.benchmarks.append(
+                benchmark_entry(benchmark, path, _dataset_manifest(benchmark))
+            )
+            continue
         if source is None:
             catalog.problems.append(
                 f"{path}: environment {benchmark.environment!r} is not installed "

@@ -16,8 +16,15 @@ import httpx
 from pydantic import ValidationError
 
 from gymflow.config import ConfigError, EvalConfig, load_config_file
-from gymflow.environments.registry import benchmark_files, environment_sources
+from gymflow.environments.registry import (
+    RegistryError,
+    benchmark_files,
+    environment_sources,
+    load_benchmark,
+    load_environment,
+)
 from gymflow.rollouts.plan import VERIFIER_PROBLEM, RunPlan, build_plan, plan_problems
+from gymflow.rollouts.prompts import PromptError, render_prompt
 
 
 @dataclass
@@ -65,11 +72,53 @@ def _schema(data: dict[str, Any], source: str, report: ValidationReport) -> Eval
     return None
 
 
+def _dataset_rows(config: EvalConfig, report: ValidationReport) -> bool:
+    """A dataset benchmark's rows: read, mapped and type-checked against the verifier, each
+    problem naming the file, the rows and the field. False when the rows cannot make a plan."""
+    from gymflow.environments.dataset.environment import DatasetEnvironment
+    from gymflow.environments.dataset.readers import DatasetError
+
+    try:
+        benchmark = load_benchmark(config.benchmark) if config.benchmark else None
+        env = load_environment(benchmark.environment) if benchmark and benchmark.dataset else None
+    except RegistryError:
+        return True  # build_plan names it
+    if not isinstance(env, DatasetEnvironment):
+        return True
+    try:
+        loaded = env.load()
+    except (DatasetError, KeyError) as exc:
+        report.problems.extend(getattr(exc, "problems", [str(exc).strip(chr(34))]))
+        return False
+    if loaded.problems:
+        report.problems.extend(loaded.problems)
+        return False
+    fields = env.spec.fields if env.spec else None
+    reads = ", ".join(f"{name} <- {path}" for name, path in env.rules().verifier_map.items())
+    report.passed.append(
+        f"dataset {loaded.source}: {len(loaded.tasks)} rows; every mapped field present, with "
+        f"the type {env.manifest.verifier.name} reads ({reads}); task ids from "
+        f"{'field ' + repr(fields.id) if fields and fields.id else 'a hash of each row'}"
+    )
+    first = loaded.tasks[0]
+    template = config.prompt_template or benchmark.prompt_template or env.manifest.prompt_template
+    try:
+        shown = render_prompt(template, first.inputs)
+    except PromptError:
+        pass  # every row's rendering is checked, and reported, with the plan
+    else:
+        report.passed.append(f"first row ({loaded.wheres[0]}) renders as {shown[:80]!r}")
+    report.passed.append(env.simulation())
+    return True
+
+
 def _template_source(config: EvalConfig, plan: RunPlan, source: str) -> str:
     if config.prompt_template:
         return f"{source} (prompt_template)"
     if plan.benchmark is not None and plan.benchmark.prompt_template:
         return f"{benchmark_files()[plan.benchmark.name]} (prompt_template)"
+    if plan.benchmark is not None and plan.benchmark.dataset is not None:  # nemo_gym rows
+        return f"{benchmark_files()[plan.benchmark.name]} (the rows' own first user message)"
     return f"{environment_sources()[plan.env.name].folder / 'environment.yaml'} (prompt_template)"
 
 
@@ -193,7 +242,7 @@ def validate_config(path: Path, *, ping: bool = False) -> ValidationReport:
         report.problems.append(f"{source}: expected a mapping of config keys")
         return report
     config = _schema(data, source, report)
-    if config is None:
+    if config is None or not _dataset_rows(config, report):
         return report
     try:
         plan = build_plan(config)

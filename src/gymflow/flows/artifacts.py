@@ -1,19 +1,27 @@
 """What an evaluation flow run shows in the Prefect UI: a link to the HTML report, a table of the
-headline metrics, a markdown summary with the recommended next action, and progress.
+headline metrics, a markdown summary that answers "how did it do" on its own, and progress.
 
-Artifact keys are lowercase letters, digits and dashes, or the Artifacts page does not list them."""
+Each artifact has a key, and a flow run holds at most one artifact per key: a retry of the run
+updates the artifacts its first attempt made, so a "Shards failed" summary or a stopped progress
+bar never stays beside the new results. Keys are lowercase letters, digits and dashes, or the
+Artifacts page does not list them."""
 
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
-from prefect.artifacts import (
-    create_link_artifact,
-    create_markdown_artifact,
-    create_progress_artifact,
-    create_table_artifact,
-    update_progress_artifact,
+from prefect import artifacts
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import ArtifactUpdate
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    ArtifactFilterKey,
 )
+from prefect.runtime import flow_run
+
+from gymflow.reports.serving import ReportLink, report_link
 
 REPORT_KEY = "gymflow-report"
 HEADLINE_KEY = "gymflow-headline"
@@ -21,39 +29,105 @@ SUMMARY_KEY = "gymflow-summary"
 PROGRESS_KEY = "gymflow-progress"
 
 
-def _pct(value: float | None) -> str:
+def pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
+def interval(bounds: list[float] | tuple[float, float] | None) -> str:
+    return "n/a" if not bounds else f"{pct(bounds[0])} – {pct(bounds[1])}"
+
+
+def publish(artifact: artifacts.Artifact) -> UUID:
+    """Create the artifact, or update in place the one this flow run already has under its key
+    (a retried run re-publishes what its earlier attempt showed)."""
+    run_id = flow_run.id
+    with get_client(sync_client=True) as client:
+        existing = (
+            client.read_artifacts(
+                artifact_filter=ArtifactFilter(
+                    key=ArtifactFilterKey(any_=[artifact.key]),
+                    flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]),
+                )
+            )
+            if run_id
+            else []
+        )
+        if not existing:
+            return artifact.create(_sync=True).id
+        latest = max(existing, key=lambda a: a.created)
+        client.update_artifact(
+            latest.id,
+            ArtifactUpdate(data=artifact.format(_sync=True), description=artifact.description),
+        )
+        return latest.id
+
+
 class ProgressArtifact:
-    """A progress artifact over `total` units (shards, or batches of an unsharded run)."""
+    """A progress artifact over `total` units (shards, or batches of an unsharded run). Failed
+    units do not count as progress: a run whose last shard failed stops short of 100%."""
 
     def __init__(self, total: int, unit: str) -> None:
         self.total, self.unit = max(total, 1), unit
-        self.artifact_id = create_progress_artifact(
-            progress=0.0, key=PROGRESS_KEY, description=f"0 of {total} {unit} finished"
+        self.artifact_id = publish(
+            artifacts.ProgressArtifact(
+                key=PROGRESS_KEY, progress=0.0, description=f"0 of {total} {unit} finished"
+            )
         )
 
     def update(self, done: int, failed: int = 0) -> None:
-        note = f", {failed} failed" if failed else ""
-        update_progress_artifact(
+        note = f"; {failed} FAILED (retry this flow run to re-run them)" if failed else ""
+        artifacts.update_progress_artifact(
             self.artifact_id,
-            progress=100.0 * (done + failed) / self.total,
+            progress=100.0 * done / self.total,
             description=f"{done} of {self.total} {self.unit} finished{note}",
         )
 
 
-def headline_rows(profile: dict[str, Any], health: dict[str, Any]) -> list[dict[str, Any]]:
-    lo, hi = profile["ci95"] or (None, None)
-    return [
-        {"metric": "pass@1", "value": profile["pass@1"]},
-        {"metric": "ci95_low", "value": lo},
-        {"metric": "ci95_high", "value": hi},
-        *({"metric": f"pass@{k}", "value": v} for k, v in profile["pass@k"].items()),
-        *({"metric": f"pass^{k}", "value": v} for k, v in profile["pass^k"].items()),
-        *({"metric": f"coverage_{k}", "value": v} for k, v in profile["coverage"].items()),
-        {"metric": "health", "value": health["verdict"]},
+def _coverage_text(coverage: dict[str, int]) -> str:
+    return (
+        f"expected {coverage['expected']}, scored {coverage['scored']}, failed "
+        f"{coverage['failed']}, missing {coverage['missing']}"
+    )
+
+
+def _health_text(health: dict[str, Any]) -> str:
+    failing = health["failing_checks"]
+    return health["verdict"] + (f" (failing: {', '.join(failing)})" if failing else "")
+
+
+def pass_at_k_rows(profile: dict[str, Any]) -> list[dict[str, str]]:
+    """One row per k: pass@k with its CI (task-clustered for k = 1, bootstrap above) and pass^k."""
+    rows = []
+    for k, value in profile["pass@k"].items():
+        ci = profile["ci95"] if k == "1" else profile["pass@k_bootstrap_ci95"].get(k)
+        rows.append(
+            {
+                "k": k,
+                "pass@k": pct(value),
+                "95% CI": interval(ci),
+                "pass^k": pct(profile["pass^k"].get(k)),
+            }
+        )
+    return rows
+
+
+def headline_rows(profile: dict[str, Any], health: dict[str, Any]) -> list[dict[str, str]]:
+    """The headline as a table: each figure once, rounded, with its interval where it has one."""
+    coverage = profile["coverage"]
+    rows = [
+        {"metric": f"pass@{row['k']}", "value": row["pass@k"], "95% CI": row["95% CI"]}
+        for row in pass_at_k_rows(profile)
     ]
+    rows += [
+        {"metric": f"pass^{k}", "value": pct(v), "95% CI": ""}
+        for k, v in profile["pass^k"].items()
+        if k != "1"  # pass^1 is pass@1
+    ]
+    rows += [
+        {"metric": "coverage", "value": _coverage_text(coverage), "95% CI": ""},
+        {"metric": "health", "value": _health_text(health), "95% CI": ""},
+    ]
+    return rows
 
 
 def next_action(profile: dict[str, Any], health: dict[str, Any], decision: dict[str, Any]) -> str:
@@ -73,53 +147,111 @@ def next_action(profile: dict[str, Any], health: dict[str, Any], decision: dict[
     return f"**{decision['label']}**: {decision['why']}"
 
 
+def _evidence_lines(decision: dict[str, Any]) -> list[str]:
+    evidence = decision.get("evidence")
+    if not evidence:
+        return []
+    categories = ", ".join(
+        f"{name} {count}"
+        for name, count in sorted(evidence["categories"].items(), key=lambda kv: -kv[1])
+    )
+    lines = [
+        "",
+        f"Evidence: {evidence['rollouts']} rollouts ({evidence['share']:.0%} of the failing "
+        f"evidence){f': {categories}' if categories else ''}.",
+    ]
+    if evidence["examples"]:
+        lines.append("Example rollouts: " + ", ".join(f"`{e}`" for e in evidence["examples"]))
+    runner_up = decision.get("runner_up")
+    if runner_up:
+        lines.append(f"Runner-up: {runner_up['label']} ({runner_up['share']:.0%}).")
+    return lines
+
+
+def _report_lines(link: ReportLink) -> list[str]:
+    if link.url:
+        return [f"**Report: [{link.url}]({link.url})**"]
+    return [f"Report (a file): `{link.path}`", "", f"_{link.note}_"]
+
+
 def summary_markdown(
-    profile: dict[str, Any], health: dict[str, Any], report_path: str, action: str
+    profile: dict[str, Any],
+    health: dict[str, Any],
+    decision: dict[str, Any],
+    action: str,
+    link: ReportLink,
 ) -> str:
-    lo, hi = profile["ci95"] or (None, None)
-    coverage = profile["coverage"]
     name = profile["benchmark"] or profile["environment"]
+    table = [
+        "| k | pass@k | 95% CI | pass^k |",
+        "|---|---|---|---|",
+        *(
+            f"| {r['k']} | {r['pass@k']} | {r['95% CI']} | {r['pass^k']} |"
+            for r in pass_at_k_rows(profile)
+        ),
+    ]
     return "\n".join(
         [
             f"# {name} · {profile['model']} · run `{profile['run_id']}`",
             "",
-            f"**pass@1 = {_pct(profile['pass@1'])}** (95% CI {_pct(lo)} – {_pct(hi)})",
+            f"**pass@1 = {pct(profile['pass@1'])}** (95% CI {interval(profile['ci95'])}, "
+            f"clustered on {profile['tasks_scored']} tasks × {profile['repeats']} repeats)",
             "",
-            f"Coverage: expected {coverage['expected']}, scored {coverage['scored']}, failed "
-            f"{coverage['failed']}, missing {coverage['missing']}.",
-            f"Health: **{health['verdict']}**"
-            + (
-                f" (failing: {', '.join(health['failing_checks'])})"
-                if health["failing_checks"]
-                else ""
-            ),
+            f"- Coverage: {_coverage_text(profile['coverage'])}; failures {profile['failures']}.",
+            f"- Health: **{_health_text(health)}**",
             "",
             "## Recommended next action",
             "",
             action,
+            *_evidence_lines(decision),
             "",
-            f"Report: `{report_path}`",
+            "## pass@k",
+            "",
+            *table,
+            "",
+            *_report_lines(link),
         ]
     )
 
 
 def publish_results(
-    profile: dict[str, Any], health: dict[str, Any], report_path: str, action: str
-) -> None:
-    create_link_artifact(
-        key=REPORT_KEY,
-        link=f"file://{report_path}",
-        link_text="gymflow HTML report",
-        description="The run's decision report (a file on the machine that ran the flow)",
+    profile: dict[str, Any],
+    health: dict[str, Any],
+    decision: dict[str, Any],
+    report_path: str,
+) -> ReportLink:
+    """Publish the report link, the headline table and the summary; returns where the report is."""
+    link = report_link(report_path)
+    action = next_action(profile, health, decision)
+    if link.url:
+        report: artifacts.Artifact = artifacts.LinkArtifact(
+            key=REPORT_KEY,
+            link=link.url,
+            link_text="gymflow HTML report",
+            description="The run's decision report",
+        )
+    else:
+        report = artifacts.MarkdownArtifact(
+            key=REPORT_KEY,
+            markdown=f"`{link.path}`\n\n{link.note}",
+            description="The run's decision report (a file; no reports server configured)",
+        )
+    publish(report)
+    publish(
+        artifacts.TableArtifact(
+            key=HEADLINE_KEY,
+            table=headline_rows(profile, health),
+            description="Headline metrics",
+        )
     )
-    create_table_artifact(
-        key=HEADLINE_KEY, table=headline_rows(profile, health), description="Headline metrics"
+    publish(
+        artifacts.MarkdownArtifact(
+            key=SUMMARY_KEY,
+            markdown=summary_markdown(profile, health, decision, action, link),
+            description="How did it do: headline, coverage, health, next action, pass@k",
+        )
     )
-    create_markdown_artifact(
-        key=SUMMARY_KEY,
-        markdown=summary_markdown(profile, health, report_path, action),
-        description="Summary and recommended next action",
-    )
+    return link
 
 
 def publish_shard_failure(failures: dict[int, str], stored: int, expected: int) -> None:
@@ -135,6 +267,10 @@ def publish_shard_failure(failures: dict[int, str], stored: int, expected: int) 
         "Fix the cause above, then retry this flow run (the Retry button): shards whose stores "
         "are complete are skipped, and inside the others only missing rollouts run.",
     ]
-    create_markdown_artifact(
-        key=SUMMARY_KEY, markdown="\n".join(lines), description="Shards failed; how to resume"
+    publish(
+        artifacts.MarkdownArtifact(
+            key=SUMMARY_KEY,
+            markdown="\n".join(lines),
+            description="Shards failed; how to resume",
+        )
     )

@@ -16,6 +16,7 @@ from prefect.utilities.annotations import quote
 
 from gymflow import progress
 from gymflow.config import ConfigError, EvalConfig
+from gymflow.flows import run_log
 from gymflow.flows.artifacts import (
     ProgressArtifact,
     next_action,
@@ -25,10 +26,12 @@ from gymflow.flows.artifacts import (
 from gymflow.flows.cancellation import stop_on_cancel
 from gymflow.flows.eval_shard import collect_plan
 from gymflow.flows.fan_out import ShardFailed, run_shard_here, run_shard_on_pool, shard_deployment
-from gymflow.flows.parameters import UNSHARDED, ScaleOptions, shard_config
+from gymflow.flows.labels import run_name, tag_run
+from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions, shard_config
 from gymflow.models.endpoint import model_endpoint
 from gymflow.rollouts import stopping
 from gymflow.rollouts.plan import resolve
+from gymflow.store.compact import compact
 from gymflow.store.merge import check_destination
 from gymflow.tasks.analysis import check_health, diagnose_run, profile_run, render_report
 from gymflow.tasks.rollouts import prepare_run, retry_unless_stopped
@@ -47,18 +50,19 @@ def _dated(config: EvalConfig) -> EvalConfig:
     return config.model_copy(update={"out": config.out.replace("{date}", f"{when:%Y-%m-%d}")})
 
 
-def _resuming(resume: bool) -> bool:
+def resuming(resume: bool) -> bool:
     """A retry of this flow run (the UI's Retry button) continues it, as `--resume` would."""
     return resume or (flow_run.run_count or 1) > 1
 
 
 @flow(
     name="eval-run",
+    flow_run_name=run_name,
     log_prints=True,
     task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENT_SHARDS),
 )
 def evaluation_loop(
-    config: EvalConfig,
+    config: FlowConfig,
     resume: bool = False,
     scale: ScaleOptions = UNSHARDED,
     retry_failed: bool = True,
@@ -81,7 +85,8 @@ def evaluation_loop(
     """
     stopping.clear()
     config = _dated(config)
-    resume = _resuming(resume)
+    tag_run(config)
+    resume = resuming(resume)
     try:
         with stopping.stop_on_signals(), stop_on_cancel():
             if scale.sharded:
@@ -93,6 +98,8 @@ def evaluation_loop(
             else:
                 collected = _collect_here(config, resume, retry_failed)
             stopping.raise_if_requested()
+            # The run's writes are done: its store gives back the blocks its commits freed.
+            compact(config.out)
             return {**analyse_run(config.out), "collected": collected}
     except stopping.RunStopped as exc:
         if exc.cause == "cancelled":
@@ -108,11 +115,13 @@ def analyse_run(run_dir: str) -> dict[str, Any]:
     profile_result = profile_run(run_dir)
     diagnosis = diagnose_run(run_dir)
     report_path = render_report(run_dir)
+    link = publish_results(profile_result, health_result, diagnosis["decision"], report_path)
     action = next_action(profile_result, health_result, diagnosis["decision"])
-    publish_results(profile_result, health_result, report_path, action)
+    run_log.results(profile_result, health_result, diagnosis, action, link)
     return {
         "run_dir": run_dir,
         "report": report_path,
+        "report_url": link.url,
         "profile": profile_result,
         "health": health_result,
         "decision": diagnosis["decision"],
@@ -124,14 +133,21 @@ def _collect_here(config: EvalConfig, resume: bool, retry_failed: bool) -> list[
     keys = plan.keys()
     tracker = ProgressArtifact(-(-len(keys) // config.batch_size), "batches")
     progress.started(len(keys))
-    return collect_plan(plan, on_batch=lambda done, _total: tracker.update(done))
+
+    def on_batch(done: int, total: int, stats: dict[str, int]) -> None:
+        tracker.update(done)
+        run_log.batch_done(done, total, stats)
+
+    return collect_plan(plan, on_batch=on_batch)
 
 
 def _collect_shards(
     config: EvalConfig, scale: ScaleOptions, resume: bool, retry_failed: bool
 ) -> dict[str, Any]:
     plan = resolve(config)
-    check_destination(config.out, plan.run_id, resume=resume)
+    check_destination(
+        config.out, plan.run_id, resume=resume, benchmark_version=plan.benchmark_version
+    )
     configs = [shard_config(config, scale, plan.run_id, i) for i in range(scale.shards)]
     if resume and retry_failed:
         supersede_failed_in_shards(config.out, [c.out for c in configs])
@@ -158,10 +174,13 @@ def _collect_shards(
             ]
         index = {future.task_run_id: i for i, future in enumerate(futures)}
         for future in as_completed(futures):
+            shard = index[future.task_run_id]
             try:
-                finished[index[future.task_run_id]] = future.result()
+                finished[shard] = future.result()
+                run_log.shard_done(shard, scale.shards, finished[shard])
             except Exception as exc:  # a shard's failure is reported after the others finish
-                failures[index[future.task_run_id]] = f"{type(exc).__name__}: {exc}"
+                failures[shard] = f"{type(exc).__name__}: {exc}"
+                run_log.shard_failed(shard, scale.shards, failures[shard])
             tracker.update(len(finished), len(failures))
     # A failed shard's store may be partial or unreadable: it is merged once it completes. A
     # stopped shard's store holds whole rollouts only: merged, the run store shows what finished.

@@ -1,22 +1,277 @@
-"""Flow parameters beyond the eval config, as pydantic models: the Prefect UI renders them as a
-validated form with these descriptions, defaults and bounds."""
+"""Flow parameters as pydantic models: the Prefect UI renders them as a validated form with these
+descriptions, defaults and bounds.
+
+The eval-run form (`RunForm`) is the eval config shaped for a person filling it in: benchmark and
+environment are choices taken from the registry when the deployment is made; every field says its
+unit; sampling fields change only what is set and keep the benchmark's other defaults; shards are
+set in one place (`scale`); the local policy's test-only settings sit apart, at the end. The flow
+itself receives an `EvalConfig` (`FlowConfig` converts), so the CLI and tests pass one directly.
+
+Every rule a JSON schema can state is in the schema (bounds, choices), so the UI refuses the value
+before a run exists; the others (no benchmark, an unknown name) fail as the flow's parameters are
+validated, naming the field, before any task or model call."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    SerializerFunctionWrapHandler,
+    WithJsonSchema,
+    model_serializer,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
 
-from gymflow.config import EvalConfig, ShardSpec
+from gymflow.config import EvalConfig, FaultSpec, Sampling, ShardSpec
+from gymflow.environments.registry import (
+    RegistryError,
+    benchmark_files,
+    environment_sources,
+    load_benchmark,
+)
 
 #: The deployment that runs one shard on a work pool (flow name / deployment name).
 SHARD_FLOW = "eval-shard"
 
 
-class ScaleOptions(BaseModel):
-    """How a run is split and where its pieces run."""
+def _no_null_defaults(schema: dict[str, Any]) -> None:
+    """An unset field shows as empty in the form, not as a default of null."""
+    for field in schema.get("properties", {}).values():
+        if "default" in field and field["default"] is None:
+            del field["default"]
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+
+class _Form(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_no_null_defaults)
+
+    @model_serializer(mode="wrap")
+    def _without_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Unset (None) fields are left out, so a default shown in the form, and sent back by
+        it, never holds a null the schema does not allow."""
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+
+# Bounds on the value itself, not on `X | None`, so the schema states them as JSON Schema does
+# (minimum, exclusiveMinimum, maximum) and the UI checks them.
+Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
+Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
+Positive = Annotated[float, Field(gt=0.0)]
+Count = Annotated[int, Field(ge=1)]
+Repeats = Annotated[int, Field(ge=1, le=1000)]
+
+
+def _registry_choice(kind: str, names: Any) -> Any:
+    """A name offered as a choice among those registered when this module is imported (when
+    `prefect deploy` builds the form), and checked against the registry as it is at run time."""
+
+    def known(value: str | None) -> str | None:
+        if value is not None and value not in names():
+            raise ValueError(f"unknown {kind} {value!r} (known: {', '.join(sorted(names()))})")
+        return value
+
+    try:
+        schema = {"type": "string", "enum": sorted(names())}
+    except RegistryError:  # a broken manifest or benchmark: the command that reads it says so
+        schema = {"type": "string"}
+    return Annotated[str | SkipJsonSchema[None], AfterValidator(known), WithJsonSchema(schema)]
+
+
+BenchmarkChoice = _registry_choice("benchmark", benchmark_files)
+EnvironmentChoice = _registry_choice("environment", environment_sources)
+
+
+class SamplingForm(_Form):
+    """Sampling settings to change; an unset field keeps the benchmark's value."""
+
+    temperature: Temperature | SkipJsonSchema[None] = Field(
+        None, description="0 to 2. Unset: the benchmark's value."
+    )
+    top_p: Fraction | SkipJsonSchema[None] = Field(
+        None,
+        description="Nucleus sampling mass, above 0 and at most 1. Unset: the benchmark's value.",
+    )
+    max_output_tokens: Count | SkipJsonSchema[None] = Field(
+        None, description="Tokens per model answer, at most. Unset: the benchmark's value."
+    )
+    seed: int | SkipJsonSchema[None] = Field(
+        None,
+        description="Run seed; each rollout is sent a seed derived from it, its task and repeat. "
+        "Unset: the benchmark's value.",
+    )
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | SkipJsonSchema[None] = Field(
+        None,
+        description="Sent as reasoning.effort (reasoning models only). Unset: the benchmark's "
+        "value.",
+    )
+
+    def over(self, base: Sampling) -> Sampling:
+        """`base` with only the fields set here changed."""
+        return Sampling.model_validate({**base.model_dump(), **self.model_dump(exclude_none=True)})
+
+
+class ModelForm(_Form):
+    """Where the policy's model lives."""
+
+    kind: Literal["local", "responses", "chat_completions"] = Field(
+        "local",
+        description="local: gymflow's simulated policy server (no real model). responses: an "
+        "OpenAI-compatible /v1/responses server. chat_completions: a server with only "
+        "/v1/chat/completions (vLLM, SGLang, Ollama).",
+    )
+    base_url: str | SkipJsonSchema[None] = Field(
+        None,
+        description="The model server's base URL, e.g. http://127.0.0.1:8000/v1. Required "
+        "unless kind is local.",
+    )
+    name: str = Field("gymflow-local-policy", description="Model name sent on every call.")
+    api_key_env: str | SkipJsonSchema[None] = Field(
+        None,
+        description="Name of the environment variable (on the worker) holding the API key. "
+        "Never the key itself.",
+    )
+    timeout_s: float = Field(60.0, gt=0.0, description="Seconds allowed for one call in total.")
+    connect_timeout_s: float = Field(5.0, gt=0.0, description="Seconds allowed to connect.")
+    read_timeout_s: Positive | SkipJsonSchema[None] = Field(
+        None,
+        description="Longest silence, in seconds, while reading an answer. Unset: timeout_s.",
+    )
+    max_retries: int = Field(
+        4, ge=0, le=20, description="Retries of a call after a 429, 5xx, timeout or bad body."
+    )
+    backoff_s: float = Field(
+        0.5, ge=0.0, description="Seconds before the first retry; doubles, with jitter."
+    )
+    requests_per_minute: Positive | SkipJsonSchema[None] = Field(
+        None, description="Space calls to at most this many per minute. Unset: no limit."
+    )
+
+
+class HarnessForm(_Form):
+    """The agent loop around the model."""
+
+    name: str | SkipJsonSchema[None] = Field(
+        None,
+        description="single_turn or tool_loop, or module:function of your own. Unset: the "
+        "environment's harness.",
+    )
+    system_prompt: str | SkipJsonSchema[None] = Field(
+        None, description="System message sent first. Unset: none."
+    )
+    max_turns: int = Field(
+        8, ge=1, le=1000, description="Model calls per rollout at most (tool_loop)."
+    )
+
+
+class TestOnly(_Form):
+    """For gymflow's own tests: how the simulated local policy behaves. Leave as is."""
+
+    skill_seed: int = Field(0, description="Which tasks the local policy can and cannot do.")
+    faults: FaultSpec = Field(
+        FaultSpec(), description="Faults the local policy server injects, as rates per request."
+    )
+
+
+class RunForm(_Form):
+    """What to run, against which policy, how often, and where results go."""
+
+    benchmark: BenchmarkChoice = Field(
+        None,
+        description="The benchmark: a versioned protocol over an environment (split, prompt, "
+        "repeats, sampling). Choose a benchmark or an environment.",
+    )
+    environment: EnvironmentChoice = Field(
+        None,
+        description="Run an environment without a benchmark (its default split, 1 repeat). "
+        "Leave unset when a benchmark is chosen.",
+    )
+    model: ModelForm = Field(ModelForm(), description="The policy's model server.")
+    sampling: SamplingForm = Field(
+        SamplingForm(),
+        description="Only the fields set here change; the others keep the benchmark's values.",
+    )
+    repeats: Repeats | SkipJsonSchema[None] = Field(
+        None, description="Rollouts per task. Unset: the benchmark's count."
+    )
+    limit: Count | SkipJsonSchema[None] = Field(
+        None, description="Use only the first N tasks. Unset: all of them."
+    )
+    harness: HarnessForm = Field(HarnessForm(), description="The agent harness.")
+    out: str = Field(
+        "runs/latest",
+        description="Run folder (store and report.html), relative to the worker's working "
+        "directory. `{date}` becomes the run's scheduled date in UTC (YYYY-MM-DD): a schedule "
+        "gets one run per day, and a retry finds the same one.",
+    )
+    concurrency: int = Field(64, ge=1, le=4096, description="Rollouts in flight at once.")
+    batch_size: int = Field(
+        2000, ge=1, le=100_000, description="Rollouts per Prefect task (one task per batch)."
+    )
+    verifier_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description='Verifier parameters to change, e.g. {"mode": "loose"}. Empty: the '
+        "benchmark's.",
+    )
+    prompt_template: str | SkipJsonSchema[None] = Field(
+        None, description="Jinja template over a task's inputs. Unset: the benchmark's."
+    )
+    resources_url: str | SkipJsonSchema[None] = Field(
+        None,
+        description="A resources server started with `gym serve environment NAME`. Unset: one "
+        "in-process.",
+    )
+    test_only: TestOnly = Field(
+        TestOnly(), description="For gymflow's own tests (the simulated policy). Leave as is."
+    )
+
+    @model_validator(mode="after")
+    def _one_target(self) -> RunForm:
+        if not self.benchmark and not self.environment:
+            raise ValueError("benchmark: choose a benchmark (or an environment)")
+        return self
+
+    def eval_config(self) -> EvalConfig:
+        """The eval config this form describes; sampling overrides land on the benchmark's."""
+        sampling = None
+        if self.sampling.model_dump(exclude_none=True):
+            try:
+                base = load_benchmark(self.benchmark).sampling if self.benchmark else Sampling()
+            except RegistryError as exc:
+                raise ValueError(f"benchmark: {exc}") from None
+            sampling = self.sampling.over(base)
+        model = self.model.model_dump() | self.test_only.model_dump()
+        return EvalConfig.model_validate(
+            {
+                **self.model_dump(exclude={"model", "sampling", "test_only", "harness"}),
+                "model": model,
+                "sampling": sampling,
+                "harness": self.harness.model_dump(),
+            }
+        )
+
+
+def _flow_config(value: Any) -> EvalConfig:
+    """An EvalConfig as it is (the CLI, tests), or a form filled in the UI. A mapping with a
+    `shard` is an EvalConfig's own dump (a run started with `run_deployment` from code)."""
+    if isinstance(value, EvalConfig):
+        return value
+    if isinstance(value, dict) and "shard" in value:
+        return EvalConfig.model_validate(value)
+    return RunForm.model_validate(value).eval_config()
+
+
+#: The eval-run flow's `config` parameter: the form in the UI, an EvalConfig in the flow body.
+FlowConfig = Annotated[EvalConfig, PlainValidator(_flow_config, json_schema_input_type=RunForm)]
+
+
+class ScaleOptions(_Form):
+    """How a run is split and where its pieces run: the one place to say how to shard."""
 
     shards: int = Field(
         1,
@@ -25,12 +280,12 @@ class ScaleOptions(BaseModel):
         description="Split the run into this many shards (tasks assigned by a stable hash of "
         "task_id). Each shard writes its own store; the run store is their merge.",
     )
-    work_pool: str | None = Field(
+    work_pool: str | SkipJsonSchema[None] = Field(
         None,
         description="Run each shard as a run of the `eval-shard` deployment on this Prefect work "
         "pool (one machine per worker). Unset: shards run as concurrent subflows here.",
     )
-    shard_root: str | None = Field(
+    shard_root: str | SkipJsonSchema[None] = Field(
         None,
         description="Folder holding shard stores (RUN_DIR/shards if unset). With a work pool it "
         "must be a path every worker and this flow can reach, e.g. a shared filesystem mount.",
@@ -39,12 +294,12 @@ class ScaleOptions(BaseModel):
         2, ge=0, le=20, description="Times a failed shard is re-run before the run fails."
     )
     shard_retry_delay_s: float = Field(
-        5.0, ge=0.0, le=3600.0, description="Wait before re-running a failed shard."
+        5.0, ge=0.0, le=3600.0, description="Seconds to wait before re-running a failed shard."
     )
-    shard_timeout_s: float | None = Field(
+    shard_timeout_s: Positive | SkipJsonSchema[None] = Field(
         None,
-        gt=0.0,
-        description="Work pool only: give up waiting for one shard's flow run after this long.",
+        description="Work pool only: seconds to wait for one shard's flow run before giving up. "
+        "Unset: no limit.",
     )
 
     @property

@@ -90,9 +90,10 @@ def _import_harness(path: str) -> Harness:
     return fn
 
 
-def opening_items(prompt: str, config: HarnessConfig) -> list[dict[str, Any]]:
+def opening_items(prompt: str, config: HarnessConfig, task: Task) -> list[dict[str, Any]]:
+    """The system prompt, if any, then the task's own input items, or else its rendered prompt."""
     from gymflow.models.responses import system_message, user_message
 
     items = [system_message(config.system_prompt)] if config.system_prompt else []
-    items.append(user_message(prompt))
+    items.extend(task.input_items or [user_message(prompt)])
     return items

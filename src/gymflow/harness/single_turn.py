@@ -21,7 +21,7 @@ async def single_turn(
     seed: int | None,
     config: HarnessConfig,
 ) -> Episode:
-    items = opening_items(prompt, config)
+    items = opening_items(prompt, config, task)
     tools = server.tools_for(task) or None
     outcome = await client.create(items, tools=tools, call_index=0, seed=seed)
     episode = Episode(trajectory=items, calls=outcome.calls, num_turns=1)

@@ -82,7 +82,7 @@ async def tool_loop(
 ) -> Episode:
     tools = server.tools_for(task)
     schemas = {tool["name"]: tool for tool in tools if tool.get("type") == "function"}
-    items = opening_items(prompt, config)
+    items = opening_items(prompt, config, task)
     episode = Episode(trajectory=items, counters=dict.fromkeys(COUNTERS, 0))
     for turn in range(config.max_turns):
         outcome = await client.create(items, tools=tools or None, call_index=turn, seed=seed)

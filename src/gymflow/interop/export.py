@@ -1,16 +1,19 @@
 """Writing a run's rollouts out: NeMo Gym rollout JSONL, flat JSONL, or Parquet.
 
 Every format is produced by SQL over the store; one row per rollout with its verification under
-one verifier version (the newest unless given). The NeMo Gym format holds completed rollouts only
-(a failed rollout has no response to give); the flat formats hold every stored rollout."""
+one verifier version (the newest unless given). The NeMo Gym format writes scored rollouts, with
+failed ones and every requested rollout in NeMo Gym's two sidecar files (`nemo_export`); the flat
+formats hold every stored rollout."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
 from gymflow.analysis.outcomes import check_verifier_version
-from gymflow.interop.nemo_gym import iter_lines
+from gymflow.interop.nemo_export import write_nemo_gym
+from gymflow.interop.nemo_read import InteropError
 from gymflow.store.db import connect
 
 Format = Literal["nemo-gym", "jsonl", "parquet"]
@@ -26,6 +29,11 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _finite(column: str) -> str:
+    """NULL for NaN and ±Infinity, which DuckDB's JSON writer would print as bare NaN."""
+    return f"CASE WHEN isfinite({column}) THEN {column} END"
+
+
 def _flat_sql(verifier_version: str, nested_json: bool) -> str:
     """One row per stored rollout with its task index and its verification under the version."""
     details = "json(v.details_json)" if nested_json else "v.details_json"
@@ -33,8 +41,10 @@ def _flat_sql(verifier_version: str, nested_json: bool) -> str:
     return f"""
         SELECT r.rollout_id, r.run_id, r.task_id, t.task_index, r.repeat_index, r.status,
                r.failure_kind, r.error, r.incomplete, r.output_text, r.num_turns,
-               r.num_model_calls, r.input_tokens, r.output_tokens, r.latency_s, r.started_at,
-               r.finished_at, v.verifier_version, v.status AS verification_status, v.reward,
+               r.num_model_calls, r.input_tokens, r.output_tokens,
+               {_finite("r.latency_s")} AS latency_s, r.started_at,
+               r.finished_at, v.verifier_version, v.status AS verification_status,
+               {_finite("v.reward")} AS reward,
                v.passed, v.failure_kind AS verification_failure_kind,
                {details} AS verification_details, {trajectory} AS trajectory
         FROM rollouts r
@@ -45,6 +55,21 @@ def _flat_sql(verifier_version: str, nested_json: bool) -> str:
     """
 
 
+def _check_target(target: Path) -> None:
+    """An `--out` that cannot be written is one line naming it, before the store is opened."""
+    if target.is_dir():
+        raise InteropError(f"{target}: is a folder; --out names the file to write")
+    parent = target.parent
+    if parent.exists() and not parent.is_dir():
+        raise InteropError(f"{parent}: not a folder; cannot write {target.name} in it")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InteropError(f"{parent}: cannot create the folder: {exc.strerror}") from None
+    if not os.access(parent, os.W_OK):
+        raise InteropError(f"{parent}: not writable (read-only folder?); choose another --out")
+
+
 def export_run(
     run_dir: Path | str,
     fmt: Format,
@@ -52,28 +77,30 @@ def export_run(
     out: Path | None = None,
     verifier_version: str | None = None,
 ) -> dict[str, Any]:
-    """Write the run's rollouts to `out` (default: RUN_DIR/<DEFAULT_NAMES[fmt]>).
+    """Write the run's rollouts to `out` (default: RUN_DIR/<DEFAULT_NAMES[fmt]>), replacing a
+    file of that name.
 
-    Returns {"format", "path", "rows", "verifier_version"}."""
+    Returns {"format", "path", "rows", "verifier_version"} (and, for nemo-gym, the sidecars'
+    counts and paths). Raises InteropError for an `out` that cannot be written."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r} (formats: {', '.join(FORMATS)})")
     target = Path(out) if out else Path(run_dir) / DEFAULT_NAMES[fmt]
-    target.parent.mkdir(parents=True, exist_ok=True)
+    _check_target(target)
     con = connect(run_dir, read_only=True)
     try:
         version = check_verifier_version(con, verifier_version)
+        extra: dict[str, Any] = {}
         if fmt == "nemo-gym":
-            rows = 0
-            with target.open("w", encoding="utf-8") as handle:
-                for line in iter_lines(con, version):
-                    handle.write(line + "\n")
-                    rows += 1
+            extra = write_nemo_gym(con, version, target)
+            rows = extra.pop("rows")
         else:
             sql = _flat_sql(version, nested_json=fmt == "jsonl")
             con.execute(f"CREATE OR REPLACE TEMP VIEW export_rows AS {sql}")
             options = "FORMAT json" if fmt == "jsonl" else "FORMAT parquet"
             con.execute(f"COPY (SELECT * FROM export_rows) TO {_literal(str(target))} ({options})")
             rows = con.execute("SELECT count(*) FROM export_rows").fetchone()[0]
+    except OSError as exc:
+        raise InteropError(f"{exc.filename or target}: cannot write: {exc.strerror}") from None
     finally:
         con.close()
-    return {"format": fmt, "path": str(target), "rows": rows, "verifier_version": version}
+    return {"format": fmt, "path": str(target), "rows": rows, "verifier_version": version, **extra}

@@ -1,22 +1,28 @@
-"""NeMo Gym rollout files in and out of a gymflow store.
+"""Importing a NeMo Gym rollout file (and the files NeMo Gym writes beside it) into a new store.
 
-A NeMo Gym rollout file holds one JSON object per line and per rollout: `responses_create_params`
-(the Responses API request: `input`, tools, sampling), `response` (the Responses API object with
-`output` and `usage`), `reward`, `_ng_task_index`, `_ng_rollout_index`, and the task's own fields
-(the dataset row: an id, an expected answer, ...).
+Tasks: with `_ng_task_index`, a task per index; without (older NeMo Gym versions), rows are the
+same task when their task content is equal: the request's input, instructions and tools (not its
+sampling settings) and the row's task fields (`is_task_field`: ids, and the text and structured
+fields a verifier does not add); rollouts are then numbered in file order. A task's id is the
+row's own `task_id` / `id` / `uuid` (or, with an environment, its id field), else a hash of that
+content, so two imports of different subsets of one dataset pair on `task_id`.
+`<stem>_materialized_inputs.jsonl` adds every task and rollout that was asked for (a rollout with
+no line anywhere is then missing, as health reports), and `<stem>_failures.jsonl` adds failed
+rollouts with their attempts.
 
-Import validates every line before anything is written, then stores one run: a task per
-`_ng_task_index`, a rollout per row, one model call per rollout (the request and response as
-given), and the row's reward as verifier version `imported`. With an environment, each row is
-matched to that environment's task (by a `task_id` field, or the environment's own id field), so
-the task's data is the environment's and `gym eval reverify` can score the outputs with gymflow's
-verifier."""
+Each rollout keeps its request and response as given (one model-call record, the evidence the
+file holds); its model calls are counted as the assistant turns in its output. A refusal is a
+failed rollout of kind `refused`, a failed response one of kind `model_error`: neither is scored.
+A (task, rollout) pair that appears twice is imported twice, under two rollout ids, so health
+reports it as a duplicate. Rewards are stored as verifier version `imported`; with an
+environment, each task is matched to that environment's own task so `gym eval reverify` can
+score the outputs with gymflow's verifier."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,128 +31,207 @@ from typing import Any
 from gymflow import __version__
 from gymflow.environments.base import Environment, Task
 from gymflow.environments.registry import RegistryError, load_environment
-from gymflow.models.responses import output_text, user_message
+from gymflow.interop.nemo_read import (
+    InteropError,
+    NemoRow,
+    raise_problems,
+    read_lines,
+    sidecar_path,
+)
+from gymflow.interop.staging import staged_store
+from gymflow.models.responses import output_text, refusal_text
 from gymflow.records import rollout_id
-from gymflow.store.db import StoreError, connect, store_path
+from gymflow.store.db import store_path
 from gymflow.store.schema import COLUMNS
 from gymflow.store.writer import insert_rows, register_verifier_version
 
 IMPORTED_VERSION = "imported"
-RESERVED = ("responses_create_params", "response", "reward", "_ng_task_index", "_ng_rollout_index")
 SAMPLING_KEYS = ("temperature", "top_p", "max_output_tokens")
-MAX_REPORTED = 20
+#: The parts of a request that are the task itself; the rest are sampling and transport settings.
+TASK_PARAMS = ("input", "instructions", "tools", "tool_choice", "text", "prompt")
+ID_FIELDS = ("task_id", "id", "uuid")
+#: What NeMo Gym verifiers add to a row (per rollout), seen across the files it ships.
+OUTPUT_PREFIXES = ("extracted_", "predicted_", "pred_", "judge_", "model_", "generated_", "parsed_")
+OUTPUT_FIELDS = ("generation", "completion", "error_message", "error_class", "failure_reason")
+#: NeMo Gym's failure classes (its `_ng_failure_class`) as gymflow failure kinds.
+FAILURE_CLASSES = {
+    "timeout_exceeded": "timeout",
+    "transient": "verifier_error",
+    "skipped": "skipped",
+    "legitimate": "harness_error",
+}
+NOT_RUN = ("cancelled", "queued", "in_progress")
+
+__all__ = ["IMPORTED_VERSION", "InteropError", "import_rollouts"]
 
 
-class InteropError(ValueError):
-    """A file that cannot be imported or exported; names the file, line and field."""
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(_dumps(parts).encode()).hexdigest()[:16]
+
+
+def _row(table: str, values: dict[str, Any]) -> tuple:
+    """A row tuple in the store's column order; columns the importer has no value for are NULL."""
+    return tuple(values.get(column) for column in COLUMNS[table])
+
+
+def is_task_field(key: str, value: Any) -> bool:
+    """Whether a row's field describes its task rather than one rollout's grading: ids always;
+    not numbers and booleans (a verifier's scores) nor the outputs NeMo Gym verifiers name
+    `extracted_*`, `predicted_*`, `judge_*`, ...; other text and structured fields."""
+    if key in ID_FIELDS or key.endswith("_id") or key == "seed":
+        return True
+    if value is None or isinstance(value, bool | int | float):
+        return False
+    return not key.startswith(OUTPUT_PREFIXES) and key not in OUTPUT_FIELDS
+
+
+def task_content(row: NemoRow) -> str:
+    """What makes two rows the same task: the request's task parts (not its sampling settings)
+    and the row's task fields."""
+    request = {k: row.params[k] for k in TASK_PARAMS if row.params.get(k) is not None}
+    fields = {k: v for k, v in row.fields.items() if is_task_field(k, v)}
+    return _dumps([request, fields])
+
+
+def model_turns(output: list[dict[str, Any]]) -> int:
+    """Model calls behind an output: one per run of model-written items (reasoning, assistant
+    messages, function calls) between the tool results and user turns the harness added."""
+    turns, inside = 0, False
+    for item in output:
+        kind = item.get("type")
+        own = kind in ("function_call", "reasoning") or (
+            kind == "message" and item.get("role", "assistant") == "assistant"
+        )
+        turns += own and not inside
+        inside = own
+    return max(turns, 1)
+
+
+def _usage(response: dict[str, Any] | None) -> dict[str, int | None]:
+    """Token counts from Responses usage or chat-completions usage; None where absent."""
+    usage = (response or {}).get("usage") or {}
+    inputs = usage.get("input_tokens_details") or usage.get("prompt_tokens_details") or {}
+    outputs = usage.get("output_tokens_details") or usage.get("completion_tokens_details") or {}
+    first = usage.get("input_tokens")
+    last = usage.get("output_tokens")
+    return {
+        "input_tokens": first if first is not None else usage.get("prompt_tokens"),
+        "output_tokens": last if last is not None else usage.get("completion_tokens"),
+        "cached_tokens": inputs.get("cached_tokens") if isinstance(inputs, dict) else None,
+        "reasoning_tokens": outputs.get("reasoning_tokens") if isinstance(outputs, dict) else None,
+    }
 
 
 @dataclass(frozen=True, slots=True)
-class NemoRow:
-    line: int
-    task_index: int
-    rollout_index: int
-    params: dict[str, Any]
-    response: dict[str, Any]
-    reward: float
-    fields: dict[str, Any]  # the task's own fields: everything not reserved
+class Outcome:
+    status: str  # completed | failed
+    failure_kind: str | None
+    error: str | None
+    incomplete: bool
+
+
+def outcome(row: NemoRow) -> Outcome:
+    """A rollout line's outcome: refusals, failed and never-run responses are failures."""
+    response = row.response or {}
+    output = row.output
+    status = response.get("status")
+    if row.failure_class is not None and isinstance(row.fields.get("gymflow_verification"), dict):
+        # a gymflow export's completed rollout whose grading failed: completed, not scored
+        return Outcome("completed", None, None, status == "incomplete")
+    if row.failure_class is not None:
+        kind = row.fields.get("gymflow_failure_kind") or FAILURE_CLASSES.get(
+            row.failure_class, "harness_error"
+        )
+        message = row.fields.get("error_message") or row.failure_class
+        return Outcome("failed", kind, f"NeMo Gym {row.failure_class}: {message}"[:2000], False)
+    refusal = refusal_text(output)
+    if refusal is not None:
+        return Outcome("failed", "refused", f"the model refused: {refusal}"[:2000], False)
+    if status == "failed" or response.get("error"):
+        return Outcome("failed", "model_error", _dumps(response.get("error"))[:2000], False)
+    if status in NOT_RUN:
+        return Outcome("failed", "response_not_run", f"response status {status!r}", False)
+    return Outcome("completed", None, None, status == "incomplete")
+
+
+@dataclass(slots=True)
+class _Task:
+    index: int
+    sample: NemoRow  # the materialized input when there is one, else the first line
+    task_id: str = ""
+    env_task: Task | None = None
 
     @property
-    def input_items(self) -> list[dict[str, Any]]:
-        given = self.params.get("input", [])
-        return [user_message(given)] if isinstance(given, str) else list(given)
+    def data(self) -> dict[str, Any]:
+        """The task's fields: a materialized input is the dataset row itself; a rollout line
+        also holds what its verifier added, kept with that rollout's verification instead."""
+        fields = self.sample.fields
+        nested = fields.get("task")
+        if isinstance(nested, dict) and "verifier_version" in fields:
+            return nested  # a gymflow export nests them under `task`
+        if self.sample.response is None:
+            return fields
+        return {k: v for k, v in fields.items() if is_task_field(k, v) or k == "tags"}
 
 
-def _problems(row: Any) -> list[str]:
-    """Every problem of one parsed line, as 'field: what is wrong'."""
-    if not isinstance(row, dict):
-        return [f"(line): expected a JSON object, got {type(row).__name__}"]
-    problems = []
-    for key in RESERVED:
-        if key not in row:
-            problems.append(f"{key}: missing")
-    params, response = row.get("responses_create_params"), row.get("response")
-    if "responses_create_params" in row:
-        if not isinstance(params, dict):
-            problems.append("responses_create_params: expected an object")
-        elif not isinstance(params.get("input"), (list, str)):
-            problems.append("responses_create_params.input: expected a list of items or a string")
-    if "response" in row:
-        if not isinstance(response, dict):
-            problems.append("response: expected an object")
-        else:
-            if not isinstance(response.get("output"), list):
-                problems.append("response.output: expected a list of items")
-            usage = response.get("usage")
-            if usage is not None and not (
-                isinstance(usage, dict)
-                and all(
-                    isinstance(usage.get(k), int) and not isinstance(usage.get(k), bool)
-                    for k in ("input_tokens", "output_tokens")
+def _number(path: Path, rows: list[NemoRow]) -> list[tuple[tuple[int, int], NemoRow]]:
+    """Every line with its (task index, rollout index): its own, or by content in file order."""
+    indexed = [row.key is not None for row in rows]
+    if all(indexed):
+        return [(row.key, row) for row in rows]  # type: ignore[misc]
+    if any(indexed):
+        first = indexed.index(not indexed[0])
+        raise_problems(
+            path,
+            [
+                f"{path}:{rows[first].line}: _ng_task_index: present on some lines and not on "
+                f"others (line {rows[0].line} {'has' if indexed[0] else 'lacks'} it)"
+            ],
+        )
+    tasks: dict[str, int] = {}
+    seen: Counter[int] = Counter()
+    numbered = []
+    for row in rows:
+        task = tasks.setdefault(task_content(row), len(tasks))
+        numbered.append(((task, seen[task]), row))
+        seen[task] += 1
+    return numbered
+
+
+def _task_ids(path: Path, tasks: dict[int, _Task], env: Environment | None) -> None:
+    """Give every task its id (and, with an environment, its environment task)."""
+    own = (env.manifest.id_field,) if env else ()
+    id_fields = list(dict.fromkeys([*own, *ID_FIELDS]))
+    known = _environment_tasks(env) if env else {}
+    problems, used = [], Counter()
+    for task in tasks.values():
+        given = next((task.sample.fields[f] for f in id_fields if f in task.sample.fields), None)
+        if env is not None:
+            if given is None:
+                problems.append(
+                    f"{path}:{task.sample.line}: {' / '.join(id_fields)}: missing; needed to "
+                    f"match the row to an {env.name!r} task"
                 )
-            ):
-                problems.append("response.usage: expected input_tokens and output_tokens integers")
-    reward = row.get("reward")
-    if "reward" in row and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
-        problems.append(f"reward: expected a number, got {json.dumps(reward)[:40]}")
-    for key in ("_ng_task_index", "_ng_rollout_index"):
-        value = row.get(key)
-        if key in row and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            problems.append(f"{key}: expected a non-negative integer, got {json.dumps(value)}")
-    return problems
-
-
-def read_rollouts(path: Path) -> list[NemoRow]:
-    """Parse and check every line; raise InteropError listing the problems (file, line, field)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InteropError(f"{path}: cannot read: {exc}") from None
-    rows: list[NemoRow] = []
-    problems: list[str] = []
-    seen: dict[tuple[int, int], int] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
+            elif str(given) not in known:
+                problems.append(
+                    f"{path}:{task.sample.line}: task_id: {given!r} is not a task of "
+                    f"environment {env.name!r}"
+                )
+            else:
+                task.task_id, task.env_task = str(given), known[str(given)]
             continue
-        try:
-            row = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            problems.append(f"{path}:{number}: not JSON: {exc.msg} (column {exc.colno})")
-            continue
-        found = _problems(row)
-        if found:
-            problems.extend(f"{path}:{number}: {problem}" for problem in found)
-            continue
-        key = (row["_ng_task_index"], row["_ng_rollout_index"])
-        if key in seen:
-            problems.append(
-                f"{path}:{number}: _ng_rollout_index: task {key[0]} rollout {key[1]} repeats "
-                f"line {seen[key]}"
-            )
-            continue
-        seen[key] = number
-        rows.append(
-            NemoRow(
-                line=number,
-                task_index=key[0],
-                rollout_index=key[1],
-                params=row["responses_create_params"],
-                response=row["response"],
-                reward=float(row["reward"]),
-                fields={k: v for k, v in row.items() if k not in RESERVED},
-            )
-        )
-    if not rows and not problems:
-        problems.append(f"{path}: no rollouts (empty file)")
-    if problems:
-        shown = problems[:MAX_REPORTED]
-        more = len(problems) - len(shown)
-        raise InteropError(
-            f"{path}: {len(problems)} problem(s), nothing imported:\n  "
-            + "\n  ".join(shown)
-            + (f"\n  ... and {more} more" if more else "")
-        )
-    return rows
+        content_id = "ng-" + _digest(task_content(task.sample))
+        task.task_id = str(given) if given is not None else content_id
+    raise_problems(path, problems)
+    # Two task indices with the same content (a dataset row given twice) stay two tasks.
+    for task in sorted(tasks.values(), key=lambda t: t.index):
+        used[task.task_id] += 1
+        if used[task.task_id] > 1:
+            task.task_id = f"{task.task_id}#{task.index}"
 
 
 def _environment_tasks(env: Environment) -> dict[str, Task]:
@@ -157,78 +242,28 @@ def _environment_tasks(env: Environment) -> dict[str, Task]:
     return tasks
 
 
-def _match_tasks(
-    path: Path, rows: list[NemoRow], env: Environment | None
-) -> dict[int, tuple[str, Task | None]]:
-    """_ng_task_index -> (task_id, environment task or None); every problem reported at once."""
-    id_fields = ["task_id"] + ([env.manifest.id_field] if env else [])
-    known = _environment_tasks(env) if env else {}
-    matched: dict[int, tuple[str, Task | None]] = {}
-    problems = []
-    for row in rows:
-        given = next((row.fields[f] for f in id_fields if row.fields.get(f) is not None), None)
-        if env is None:
-            task_id = str(given) if given is not None else f"ng-{row.task_index:05d}"
-            task = None
-        elif given is None:
-            problems.append(
-                f"{path}:{row.line}: {' / '.join(dict.fromkeys(id_fields))}: missing; needed "
-                f"to match the row to an {env.name!r} task"
-            )
-            continue
-        elif str(given) not in known:
-            problems.append(
-                f"{path}:{row.line}: task_id: {given!r} is not a task of environment {env.name!r}"
-            )
-            continue
-        else:
-            task_id, task = str(given), known[str(given)]
-        previous = matched.setdefault(row.task_index, (task_id, task))
-        if previous[0] != task_id:
-            problems.append(
-                f"{path}:{row.line}: task_id: {task_id!r}, but _ng_task_index {row.task_index} "
-                f"was {previous[0]!r} on an earlier line"
-            )
-    if problems:
-        raise InteropError(
-            f"{path}: {len(problems)} problem(s), nothing imported:\n  "
-            + "\n  ".join(problems[:MAX_REPORTED])
-        )
-    return matched
-
-
-def _turns(output: list[dict[str, Any]]) -> int:
-    """Model turns in an output: one per run of function calls, plus the final answer."""
-    kinds = [item.get("type") for item in output]
-    runs = sum(
-        1
-        for i, kind in enumerate(kinds)
-        if kind == "function_call" and (i == 0 or kinds[i - 1] != "function_call")
-    )
-    return runs + 1
-
-
 def _first_user_text(items: list[dict[str, Any]]) -> str:
     for item in items:
         if item.get("role") == "user":
             content = item.get("content")
             if isinstance(content, str):
                 return content
-            return "".join(part.get("text", "") for part in content or () if isinstance(part, dict))
+            return "".join(part.get("text") or "" for part in content or ())
     return ""
 
 
-def _row(table: str, values: dict[str, Any]) -> tuple:
-    """A row tuple in the store's column order; columns the importer has no value for are NULL."""
-    return tuple(values.get(column) for column in COLUMNS[table])
+def _tags(fields: dict[str, Any]) -> list[str]:
+    tags = fields.get("tags")
+    if isinstance(tags, str):
+        return [tags]
+    return [str(t) for t in tags] if isinstance(tags, list) else []
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def _digest(*parts: Any) -> str:
-    return hashlib.sha256(_dumps(parts).encode()).hexdigest()[:16]
+def _check_out(out: Path) -> None:
+    if store_path(out).exists():
+        raise InteropError(f"{store_path(out)}: already holds a store; choose another --out")
+    if out.exists() and not out.is_dir():
+        raise InteropError(f"{out}: exists and is not a folder; --out names the run folder to make")
 
 
 def import_rollouts(
@@ -238,110 +273,171 @@ def import_rollouts(
     environment: str | None = None,
     pass_threshold: float | None = None,
 ) -> dict[str, Any]:
-    """Import a NeMo Gym rollout file into a new store at `out`.
+    """Import a NeMo Gym rollout file (and its sidecars) into a new store at `out`.
 
-    Returns {"run_id", "store", "tasks", "rollouts", "repeats", "environment",
-    "verifier_version": "imported", "pass_threshold"}. Raises InteropError (nothing written) for
-    a bad file, an unknown environment, unmatched tasks, or an `out` that already holds a store."""
-    if store_path(out).exists():
-        raise InteropError(f"{store_path(out)}: already holds a store; choose another --out")
+    Returns {"run_id", "store", "tasks", "rollouts", "failed", "duplicates", "missing",
+    "repeats", "environment", "verifier_version", "pass_threshold", "sidecars"}. Raises
+    InteropError (nothing written) for a bad file, an unknown environment, unmatched tasks, or an
+    `out` that already holds a store."""
+    path, out = Path(path), Path(out)
+    _check_out(out)
     env = None
     if environment is not None:
         try:
             env = load_environment(environment)
         except RegistryError as exc:
             raise InteropError(str(exc)) from None
-    rows = read_rollouts(path)
-    matched = _match_tasks(path, rows, env)
+    numbered = _number(path, read_lines(path))
+    indexed = numbered[0][1].key is not None
+    sidecars = {
+        name: sidecar_path(path, suffix)
+        for name, suffix in (
+            ("materialized_inputs", "_materialized_inputs"),
+            ("failures", "_failures"),
+        )
+        if indexed and sidecar_path(path, suffix).exists()
+    }
+    materialized = (
+        read_lines(sidecars["materialized_inputs"], needs_result=False, sidecar=True)
+        if "materialized_inputs" in sidecars
+        else []
+    )
+    failures = read_lines(sidecars["failures"], sidecar=True) if "failures" in sidecars else []
+    tasks: dict[int, _Task] = {}
+    for row in materialized:
+        tasks.setdefault(row.task_index, _Task(row.task_index, row))  # type: ignore[arg-type]
+    for (task_index, _), row in numbered:
+        tasks.setdefault(task_index, _Task(task_index, row))
+    for row in failures:
+        tasks.setdefault(row.task_index, _Task(row.task_index, row))  # type: ignore[arg-type]
+    _task_ids(path, tasks, env)
     threshold = (
         pass_threshold
         if pass_threshold is not None
         else (env.manifest.pass_threshold if env else 1.0)
     )
-    first = min(rows, key=lambda r: (r.task_index, r.rollout_index))
-    sampling = {k: first.params[k] for k in SAMPLING_KEYS if k in first.params}
-    task_ids = sorted(task_id for task_id, _ in matched.values())
-    run_id = "ng-" + hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    repeats = max(r.rollout_index for r in rows) + 1
+    expected = {row.key for row in materialized}
+    done = {key for key, _ in numbered}
+    attempts: dict[tuple[int, int], list[NemoRow]] = {}
+    for row in failures:
+        if row.key not in done:
+            attempts.setdefault(row.key, []).append(row)  # type: ignore[arg-type]
+    keys = expected | done | set(attempts)
+    repeats = max(r for _, r in keys) + 1
+    first = numbered[0][1]
+    with path.open("rb") as handle:
+        run_id = "ng-" + hashlib.file_digest(handle, "sha256").hexdigest()[:16]
     now = datetime.now(UTC).replace(tzinfo=None)
-    by_task = {}
-    for row in sorted(rows, key=lambda r: (r.task_index, r.rollout_index)):
-        by_task.setdefault(row.task_index, row)
+    tables = _records(run_id, now, path, tasks, numbered, attempts, threshold)
+    agent = first.agent_ref or next((r.agent_ref for r in materialized if r.agent_ref), None)
+    sampling = {k: first.params[k] for k in SAMPLING_KEYS if first.params.get(k) is not None}
+    task_rows = tables["tasks"]
+    tables["runs"] = [
+        _row(
+            "runs",
+            {
+                "run_id": run_id,
+                "created_at": now,
+                "gymflow_version": __version__,
+                "config_json": _dumps(
+                    {
+                        "imported_from": str(path),
+                        "format": "nemo-gym",
+                        "agent_ref": agent,
+                        "sidecars": {k: str(v) for k, v in sidecars.items()},
+                    }
+                ),
+                "config_hash": run_id,
+                "benchmark": None,
+                # The protocol, not the rows a file happened to hold: two imports of different
+                # subsets of one benchmark compare, paired on their common tasks.
+                "benchmark_version": "nemo-gym-"
+                + _digest(environment, (agent or {}).get("name"), sampling, threshold)[:12],
+                "environment": environment,
+                "dataset_version": _digest(
+                    sorted(row[COLUMNS["tasks"].index("data_json")] for row in task_rows)
+                ),
+                "split": None,
+                "model": (first.response or {}).get("model") or first.params.get("model"),
+                "harness": "nemo-gym",
+                "prompt_template": None,
+                "sampling_json": _dumps(sampling),
+                "repeats": repeats,
+                "shard_count": 1,
+                "verifier_version": IMPORTED_VERSION,
+            },
+        )
+    ]
+    with staged_store(out) as con:
+        register_verifier_version(
+            con,
+            IMPORTED_VERSION,
+            IMPORTED_VERSION,
+            {"file": str(path), "pass_threshold": threshold},
+            source=f"nemo-gym import of {path}",
+        )
+        for table in ("runs", "tasks", "rollouts", "model_calls", "verifications"):
+            insert_rows(con, table, tables[table])
+    status_at = COLUMNS["rollouts"].index("status")
+    pairs = Counter(key for key, _ in numbered)
+    return {
+        "run_id": run_id,
+        "store": str(store_path(out)),
+        "tasks": len(task_rows),
+        "rollouts": len(tables["rollouts"]),
+        "failed": sum(row[status_at] == "failed" for row in tables["rollouts"]),
+        "duplicates": sum(n - 1 for n in pairs.values()),
+        "missing": len(expected - done - set(attempts)),
+        "repeats": repeats,
+        "environment": environment,
+        "verifier_version": IMPORTED_VERSION,
+        "pass_threshold": threshold,
+        "sidecars": {k: str(v) for k, v in sidecars.items()},
+    }
+
+
+def _records(
+    run_id: str,
+    now: datetime,
+    path: Path,
+    tasks: dict[int, _Task],
+    numbered: list[tuple[tuple[int, int], NemoRow]],
+    attempts: dict[tuple[int, int], list[NemoRow]],
+    threshold: float,
+) -> dict[str, list[tuple]]:
     task_rows = []
-    for index, (task_id, task) in sorted(matched.items()):
-        sample = by_task[index]
-        prompt = _first_user_text(sample.input_items)
+    for index, task in sorted(tasks.items()):
+        env_task, sample = task.env_task, task.sample
         task_rows.append(
             _row(
                 "tasks",
                 {
                     "run_id": run_id,
-                    "task_id": task_id,
+                    "task_id": task.task_id,
                     "task_index": index,
                     "shard_index": 0,
-                    "prompt": prompt,
-                    "reference": task.reference if task else None,
-                    "data_json": _dumps(task.data if task else sample.fields),
-                    "tags": list(task.tags) if task else [],
-                    "difficulty": task.difficulty if task else None,
+                    "prompt": _first_user_text(sample.input_items),
+                    "reference": env_task.reference if env_task else None,
+                    "data_json": _dumps(env_task.data if env_task else task.data),
+                    "tags": list(env_task.tags) if env_task else _tags(task.data),
+                    "difficulty": env_task.difficulty if env_task else None,
                 },
             )
         )
-    rollout_rows, call_rows, verification_rows = [], [], []
-    for row in rows:
-        task_id = matched[row.task_index][0]
-        rid = rollout_id(run_id, task_id, row.rollout_index)
-        response, usage = row.response, row.response.get("usage") or {}
-        output = row.response["output"]
-        failed = response.get("status") == "failed" or bool(response.get("error"))
-        incomplete = response.get("status") == "incomplete"
-        call_sampling = {k: row.params[k] for k in SAMPLING_KEYS if k in row.params}
-        rollout_rows.append(
-            _row(
-                "rollouts",
-                {
-                    "rollout_id": rid,
-                    "run_id": run_id,
-                    "task_id": task_id,
-                    "repeat_index": row.rollout_index,
-                    "seed": row.params.get("seed"),
-                    "status": "failed" if failed else "completed",
-                    "failure_kind": "model_error" if failed else None,
-                    "error": _dumps(response.get("error")) if failed else None,
-                    "incomplete": incomplete,
-                    "output_text": output_text(output),
-                    "trajectory_json": _dumps([*row.input_items, *output]),
-                    "num_turns": _turns(output),
-                    "num_model_calls": 1,
-                    "input_tokens": usage.get("input_tokens"),
-                    "output_tokens": usage.get("output_tokens"),
-                    "counters_json": "{}",
-                },
-            )
-        )
-        call_rows.append(
-            _row(
-                "model_calls",
-                {
-                    "rollout_id": rid,
-                    "call_index": 0,
-                    "attempt": 0,
-                    "status": "error" if failed else "incomplete" if incomplete else "completed",
-                    "failure_kind": "model_error" if failed else None,
-                    "input_tokens": usage.get("input_tokens"),
-                    "cached_tokens": (usage.get("input_tokens_details") or {}).get("cached_tokens"),
-                    "output_tokens": usage.get("output_tokens"),
-                    "reasoning_tokens": (usage.get("output_tokens_details") or {}).get(
-                        "reasoning_tokens"
-                    ),
-                    "sampling_json": _dumps(call_sampling),
-                    "request_json": _dumps(row.params),
-                    "response_json": _dumps(response),
-                },
-            )
-        )
-        if not failed:
-            verification_rows.append(
+    rollouts, calls, verifications = [], [], []
+    seen: set[tuple[int, int]] = set()
+    for key, row in numbered:
+        task = tasks[key[0]]
+        # A pair seen before is imported under its own id, so health reports the duplicate.
+        identity = task.task_id if key not in seen else f"{task.task_id}@{row.line}"
+        rid = rollout_id(run_id, identity, key[1])
+        seen.add(key)
+        result = outcome(row)
+        rollouts.append(_rollout(run_id, rid, task.task_id, key[1], row, result))
+        calls.append(_call(rid, 0, row, result))
+        if result.status == "completed" and row.reward is not None:
+            task_fields = task.data
+            verifications.append(
                 _row(
                     "verifications",
                     {
@@ -350,148 +446,96 @@ def import_rollouts(
                         "status": "ok",
                         "reward": row.reward,
                         "passed": row.reward >= threshold,
-                        "details_json": _dumps({"source": str(path), "line": row.line}),
+                        "details_json": _dumps(
+                            {
+                                "source": str(path),
+                                "line": row.line,
+                                # what the verifier added to the row, beside the task's fields
+                                "fields": {
+                                    k: v
+                                    for k, v in row.fields.items()
+                                    if task_fields.get(k, object()) != v
+                                },
+                            }
+                        ),
                         "created_at": now,
                     },
                 )
             )
-    run_row = _row(
-        "runs",
-        {
-            "run_id": run_id,
-            "created_at": now,
-            "gymflow_version": __version__,
-            "config_json": _dumps({"imported_from": str(path), "format": "nemo-gym"}),
-            "config_hash": run_id,
-            "benchmark": None,
-            "benchmark_version": "nemo-gym-" + _digest(environment, task_ids),
-            "environment": environment,
-            "dataset_version": _digest(
-                [row[COLUMNS["tasks"].index("data_json")] for row in task_rows]
-            ),
-            "split": None,
-            "model": response_model(first),
-            "harness": "nemo-gym",
-            "prompt_template": None,
-            "sampling_json": _dumps(sampling),
-            "repeats": repeats,
-            "shard_count": 1,
-            "verifier_version": IMPORTED_VERSION,
-        },
-    )
-    _write_store(
-        out,
-        path,
-        threshold,
-        {
-            "runs": [run_row],
-            "tasks": task_rows,
-            "rollouts": rollout_rows,
-            "model_calls": call_rows,
-            "verifications": verification_rows,
-        },
-    )
+    for key, tries in sorted(attempts.items()):
+        task = tasks[key[0]]
+        rid = rollout_id(run_id, task.task_id, key[1])
+        last = tries[-1]
+        rollouts.append(_rollout(run_id, rid, task.task_id, key[1], last, outcome(last)))
+        graded = last.fields.get("gymflow_verification")
+        if isinstance(graded, dict) and graded.get("status") is not None:
+            verifications.append(
+                _row(
+                    "verifications",
+                    {
+                        "rollout_id": rid,
+                        "verifier_version": IMPORTED_VERSION,
+                        "status": str(graded["status"]),
+                        "failure_kind": graded.get("failure_kind"),
+                        "details_json": _dumps({"source": str(path), "line": last.line}),
+                        "created_at": now,
+                    },
+                )
+            )
+        calls.extend(_call(rid, n, row, outcome(row), attempt=True) for n, row in enumerate(tries))
     return {
-        "run_id": run_id,
-        "store": str(store_path(out)),
-        "tasks": len(task_rows),
-        "rollouts": len(rollout_rows),
-        "repeats": repeats,
-        "environment": environment,
-        "verifier_version": IMPORTED_VERSION,
-        "pass_threshold": threshold,
+        "tasks": task_rows,
+        "rollouts": rollouts,
+        "model_calls": calls,
+        "verifications": verifications,
     }
 
 
-def response_model(row: NemoRow) -> str | None:
-    return row.response.get("model") or row.params.get("model")
+def _rollout(
+    run_id: str, rid: str, task_id: str, repeat: int, row: NemoRow, result: Outcome
+) -> tuple:
+    output = row.output
+    usage = _usage(row.response)
+    calls = row.model_calls or model_turns(output)
+    return _row(
+        "rollouts",
+        {
+            "rollout_id": rid,
+            "run_id": run_id,
+            "task_id": task_id,
+            "repeat_index": repeat,
+            "status": result.status,
+            "failure_kind": result.failure_kind,
+            "error": result.error,
+            "incomplete": result.incomplete,
+            "output_text": output_text(output),
+            "trajectory_json": _dumps([*row.input_items, *output]),
+            "num_turns": calls,
+            "num_model_calls": calls,
+            "input_tokens": usage["input_tokens"],
+            "output_tokens": usage["output_tokens"],
+            "counters_json": "{}",
+        },
+    )
 
 
-def _write_store(out: Path, source: Path, threshold: float, tables: dict[str, list]) -> None:
-    """Create the store and write every table in one transaction; on failure remove the file."""
-    target = store_path(out)
-    try:
-        con = connect(out, create=True)
-    except StoreError as exc:
-        raise InteropError(str(exc)) from None
-    try:
-        con.execute("BEGIN TRANSACTION")
-        register_verifier_version(
-            con,
-            IMPORTED_VERSION,
-            IMPORTED_VERSION,
-            {"file": str(source), "pass_threshold": threshold},
-            source=f"nemo-gym import of {source}",
-        )
-        for table, rows in tables.items():
-            insert_rows(con, table, rows)
-        con.execute("COMMIT")
-    except BaseException:
-        con.close()
-        target.unlink(missing_ok=True)
-        raise
-    con.close()
-
-
-# -- export ------------------------------------------------------------------------------------
-
-
-def nemo_gym_lines_sql(verifier_version: str) -> tuple[str, list[Any]]:
-    """SQL yielding one NeMo Gym JSON line per completed rollout (`line`), with parameters.
-
-    The request is the rollout's first model call; the response's output is the trajectory after
-    that request's input, and its usage the rollout's totals; the task's data fields sit beside
-    the reserved keys, as in a NeMo Gym dataset row."""
-    reserved_removal = _dumps(dict.fromkeys(["task_id", *RESERVED, "verifier_version"]))
-    sql = f"""
-        WITH first_call AS (
-            SELECT rollout_id, arg_min(request_json, call_index * 1000000 + attempt) AS request
-            FROM model_calls GROUP BY rollout_id
-        ),
-        shaped AS (
-            SELECT r.rollout_id, r.task_id, r.repeat_index, t.task_index, t.data_json,
-                   r.trajectory_json, r.incomplete, r.input_tokens, r.output_tokens,
-                   coalesce(c.request, json_object(
-                       'input', json_array(json_extract(r.trajectory_json, '$[0]')))) AS request,
-                   v.reward, runs.model
-            FROM rollouts r
-            JOIN tasks t USING (task_id)
-            CROSS JOIN runs
-            LEFT JOIN first_call c USING (rollout_id)
-            LEFT JOIN verifications v
-              ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-            WHERE r.status = 'completed'
-        )
-        SELECT json_merge_patch(
-            json_object(
-                'responses_create_params', json(request),
-                'response', json_object(
-                    'id', 'resp_' || rollout_id,
-                    'object', 'response',
-                    'model', model,
-                    'status', CASE WHEN incomplete THEN 'incomplete' ELSE 'completed' END,
-                    'output', to_json(json_extract(trajectory_json, '$[*]')[
-                        (CASE WHEN json_type(json(request), '$.input') = 'ARRAY'
-                              THEN json_array_length(json(request), '$.input') ELSE 1 END) + 1:]),
-                    'usage', json_object(
-                        'input_tokens', input_tokens,
-                        'output_tokens', output_tokens,
-                        'total_tokens', input_tokens + output_tokens)),
-                'reward', reward,
-                'verifier_version', ?,
-                '_ng_task_index', task_index,
-                '_ng_rollout_index', repeat_index,
-                'task_id', task_id),
-            json_merge_patch(coalesce(data_json, '{{}}'), '{reserved_removal}')
-        )::VARCHAR AS line
-        FROM shaped
-        ORDER BY task_index, repeat_index
-    """
-    return sql, [verifier_version, verifier_version]
-
-
-def iter_lines(con, verifier_version: str, batch: int = 10_000) -> Iterator[str]:
-    sql, params = nemo_gym_lines_sql(verifier_version)
-    cursor = con.execute(sql, params)
-    while rows := cursor.fetchmany(batch):
-        yield from (row[0] for row in rows)
+def _call(rid: str, number: int, row: NemoRow, result: Outcome, *, attempt: bool = False) -> tuple:
+    """The file's evidence of a rollout's model calls: its one request and response as given
+    (NeMo Gym keeps one usage per rollout, so the record carries the rollout's totals)."""
+    usage = _usage(row.response)
+    failed = result.status == "failed"
+    return _row(
+        "model_calls",
+        {
+            "rollout_id": rid,
+            "call_index": 0,
+            "attempt": number if attempt else 0,
+            "status": "error" if failed else "incomplete" if result.incomplete else "completed",
+            "failure_kind": result.failure_kind,
+            "error": result.error,
+            **usage,
+            "sampling_json": _dumps({k: row.params[k] for k in SAMPLING_KEYS if k in row.params}),
+            "request_json": _dumps(row.params),
+            "response_json": _dumps(row.response),
+        },
+    )

@@ -7,15 +7,85 @@ the adapter is tested against a real HTTP server.
 
 Chat completions has no place for reasoning items on input: they stay in the trajectory but are not
 sent. A reasoning text a server returns (`reasoning_content`, as vLLM and SGLang do) becomes a
-`reasoning` item."""
+`reasoning` item.
+
+A completion is validated (`COMPLETION`) before it is translated, so a wrong type is a malformed
+response, not an error inside the translation. Refusals come in three dialects and all become a
+`refusal` content part: OpenAI's `message.refusal`, LiteLLM's `content: null` with the refusal in
+`message.provider_specific_fields.refusal`, and a `content_filter` (or `refusal`) finish reason
+with no text."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any, NotRequired
+
+from pydantic import ConfigDict, Field, TypeAdapter, with_config
+from typing_extensions import TypedDict
 
 #: The chat finish reason that means the output was cut off.
 _LENGTH = "length"
+#: Finish reasons that mean the provider withheld the answer on content grounds.
+_FILTERED = ("content_filter", "refusal")
+
+_OPEN = ConfigDict(extra="allow", strict=True)
+_Count = Annotated[int, Field(ge=0)]
+
+
+@with_config(_OPEN)
+class _Part(TypedDict):
+    type: str
+    text: NotRequired[str]
+
+
+@with_config(_OPEN)
+class _Function(TypedDict):
+    name: str
+    # some servers send the arguments as an object rather than JSON text
+    arguments: NotRequired[str | dict[str, Any] | None]
+
+
+@with_config(_OPEN)
+class _ToolCall(TypedDict):
+    id: NotRequired[str | None]
+    function: _Function
+
+
+@with_config(_OPEN)
+class _Message(TypedDict):
+    content: NotRequired[str | list[_Part] | None]
+    refusal: NotRequired[str | None]
+    reasoning_content: NotRequired[str | None]
+    reasoning: NotRequired[str | None]
+    tool_calls: NotRequired[list[_ToolCall] | None]
+    provider_specific_fields: NotRequired[dict[str, Any] | None]
+
+
+@with_config(_OPEN)
+class _Choice(TypedDict):
+    message: _Message
+    finish_reason: NotRequired[str | None]
+
+
+@with_config(_OPEN)
+class _Usage(TypedDict):
+    prompt_tokens: NotRequired[_Count | None]
+    completion_tokens: NotRequired[_Count | None]
+    total_tokens: NotRequired[_Count | None]
+    prompt_tokens_details: NotRequired[dict[str, Any] | None]
+    completion_tokens_details: NotRequired[dict[str, Any] | None]
+
+
+@with_config(_OPEN)
+class ChatCompletion(TypedDict):
+    id: str
+    model: str
+    created: NotRequired[int | None]
+    choices: Annotated[list[_Choice], Field(min_length=1)]
+    usage: NotRequired[_Usage | None]
+
+
+COMPLETION = TypeAdapter(ChatCompletion)
 
 
 def _text_of(content: Any) -> str:
@@ -94,7 +164,7 @@ def request_to_chat(body: dict[str, Any]) -> dict[str, Any]:
     chat: dict[str, Any] = {"model": body["model"], "messages": items_to_messages(body["input"])}
     if body.get("tools"):
         chat["tools"] = tools_to_chat(body["tools"])
-    for key in ("temperature", "top_p", "seed"):
+    for key in ("temperature", "top_p", "seed", "metadata"):
         if body.get(key) is not None:
             chat[key] = body[key]
     if body.get("max_output_tokens") is not None:
@@ -105,8 +175,19 @@ def request_to_chat(body: dict[str, Any]) -> dict[str, Any]:
     return chat
 
 
+def _refusal_in(message: dict[str, Any], finish_reason: str | None) -> str | None:
+    refusal = message.get("refusal") or (message.get("provider_specific_fields") or {}).get(
+        "refusal"
+    )
+    if refusal:
+        return str(refusal)
+    if finish_reason in _FILTERED and not message.get("content") and not message.get("tool_calls"):
+        return f"no answer: finish_reason {finish_reason}"
+    return None
+
+
 def completion_to_response(completion: dict[str, Any]) -> dict[str, Any]:
-    """A chat completion as a Responses API object (raises KeyError/TypeError when malformed)."""
+    """A chat completion, validated by `COMPLETION`, as a Responses API object."""
     choice = completion["choices"][0]
     message = choice["message"]
     output: list[dict[str, Any]] = []
@@ -121,10 +202,15 @@ def completion_to_response(completion: dict[str, Any]) -> dict[str, Any]:
         )
     incomplete = choice.get("finish_reason") == _LENGTH
     parts: list[dict[str, Any]] = []
-    if message.get("content"):
-        parts.append({"type": "output_text", "text": message["content"], "annotations": []})
-    if message.get("refusal"):
-        parts.append({"type": "refusal", "refusal": message["refusal"]})
+    text = _text_of(message.get("content"))
+    if text:
+        parts.append({"type": "output_text", "text": text, "annotations": []})
+    refusal = _refusal_in(message, choice.get("finish_reason"))
+    if refusal is not None:
+        parts.append({"type": "refusal", "refusal": refusal})
+    if not parts and isinstance(message.get("content"), str) and not message.get("tool_calls"):
+        # an empty answer is still an answer (a message with no text), not an empty output
+        parts.append({"type": "output_text", "text": "", "annotations": []})
     if parts:
         output.append(
             {
@@ -162,9 +248,9 @@ def completion_to_response(completion: dict[str, Any]) -> dict[str, Any]:
         prompt_details = usage.get("prompt_tokens_details") or {}
         completion_details = usage.get("completion_tokens_details") or {}
         response["usage"] = {
-            "input_tokens": usage.get("prompt_tokens", 0),
+            "input_tokens": usage.get("prompt_tokens") or 0,
             "input_tokens_details": {"cached_tokens": prompt_details.get("cached_tokens") or 0},
-            "output_tokens": usage.get("completion_tokens", 0),
+            "output_tokens": usage.get("completion_tokens") or 0,
             "output_tokens_details": {
                 "reasoning_tokens": completion_details.get("reasoning_tokens") or 0
             },
@@ -208,7 +294,7 @@ def chat_to_request(chat: dict[str, Any]) -> dict[str, Any]:
     ]
     if tools:
         body["tools"] = tools
-    for key in ("temperature", "top_p", "seed"):
+    for key in ("temperature", "top_p", "seed", "metadata"):
         if chat.get(key) is not None:
             body[key] = chat[key]
     limit = chat.get("max_completion_tokens") or chat.get("max_tokens")

@@ -5,9 +5,20 @@ It speaks the Responses API to the caller whatever the server speaks: `model.kin
 adapter. Every HTTP attempt becomes a `ModelCall` record, successful or not; the caller gets the
 parsed response or the final `ModelError`, never an exception it has to guess the meaning of.
 
+Every answer is validated before anyone reads it (a chat completion before its translation too):
+one that does not fit is `malformed_response` with the body kept as evidence; a response that did
+not run (`queued`, `in_progress`, `cancelled`, no or empty output) is `response_not_run`; an
+answer over `max_response_bytes` is `response_too_large`, read no further than the bound. The
+evidence of a call is the answer as received: a Responses answer's own text, or, for chat
+completions, the translation with the completion as received under `received`.
+
+Each rollout's seed goes where `model.seed_in` says (the body, `metadata.seed`, or nowhere), and
+the call's `sampling` records what was sent.
+
 The API key is read from the environment variable the config names, sent as a header, and never
 stored: records hold the request body only, and any echo of the key in a server's answer (some
-echo it in 401 messages) is replaced before it is parsed or kept."""
+echo it in 401 messages), as written, JSON-escaped or URL-encoded, is replaced before the answer is
+parsed or kept."""
 
 from __future__ import annotations
 
@@ -20,25 +31,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import orjson
 from pydantic import ValidationError
 
 from gymflow.config import ModelConfig, Sampling
-from gymflow.models.chat_adapter import completion_to_response, request_to_chat
+from gymflow.models.chat_adapter import COMPLETION, completion_to_response, request_to_chat
 from gymflow.models.errors import (
     MalformedResponse,
     ModelError,
     Refused,
+    ResponseNotRun,
+    ResponseTooLarge,
     classify_failed_response,
     classify_http_error,
 )
 from gymflow.models.rate_limit import RequestSpacer
-from gymflow.models.responses import RESPONSE, Response, refusal_text
+from gymflow.models.responses import NOT_RUN, RESPONSE, Response, refusal_text
 from gymflow.models.transport import JsonPoster
 from gymflow.records import ModelCall
 
 REDACTED = "[redacted]"
+REDACTED_BYTES = REDACTED.encode()
 #: Longest wait a server's Retry-After may impose before a retry; longer ones are capped.
 MAX_RETRY_AFTER_S = 120.0
 
@@ -82,14 +97,11 @@ class _Wire:
     def encode(self, body: dict[str, Any]) -> dict[str, Any]:
         return request_to_chat(body) if self.chat else body
 
-    def decode(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return completion_to_response(payload) if self.chat else payload
-
 
 #: Sampling parameters as recorded: under their Responses API names whatever the server kind, so
 #: runs over either kind compare (the chat adapter sends max_output_tokens as max_tokens and
 #: reasoning.effort as reasoning_effort, with the same values).
-SAMPLING_KEYS = ("temperature", "top_p", "max_output_tokens", "seed", "reasoning")
+SAMPLING_KEYS = ("temperature", "top_p", "max_output_tokens", "seed", "metadata", "reasoning")
 
 
 class ResponsesClient:
@@ -114,8 +126,10 @@ class ResponsesClient:
         )
         headers = {"content-type": "application/json", "accept": "application/json"}
         self._secret = os.environ.get(config.api_key_env) if config.api_key_env else None
+        self._secret_forms = secret_forms(self._secret) if self._secret else ()
         if self._secret:
             headers["authorization"] = f"Bearer {self._secret}"
+        self._seed_in = config.seed_placement
         self._http = JsonPoster(
             self.base_url + self._wire.path,
             headers,
@@ -123,6 +137,7 @@ class ResponsesClient:
             timeout_s=config.timeout_s,
             connect_timeout_s=config.connect_timeout_s,
             read_timeout_s=config.read_timeout_s,
+            max_bytes=config.max_response_bytes,
         )
 
     async def __aenter__(self) -> ResponsesClient:
@@ -147,8 +162,10 @@ class ResponsesClient:
             "top_p": self.sampling.top_p,
             "max_output_tokens": self.sampling.max_output_tokens,
         }
-        if seed is not None:
+        if seed is not None and self._seed_in == "body":
             body["seed"] = seed
+        elif seed is not None and self._seed_in == "metadata":
+            body["metadata"] = {"seed": str(seed)}  # metadata values are strings
         if self.sampling.reasoning_effort:
             body["reasoning"] = {"effort": self.sampling.reasoning_effort}
         if tools:
@@ -191,6 +208,21 @@ class ResponsesClient:
     def _redact(self, text: str) -> str:
         return text.replace(self._secret, REDACTED) if self._secret else text
 
+    def _redact_answer(self, answer: bytes) -> bytes:
+        for form in self._secret_forms:
+            answer = answer.replace(form, REDACTED_BYTES)
+        if b"\\u" in answer:
+            # `\uXXXX` escapes can spell the key any way: compare the decoded text instead.
+            try:
+                decoded = orjson.dumps(orjson.loads(answer))
+            except orjson.JSONDecodeError:
+                return answer
+            if any(form in decoded for form in self._secret_forms):
+                for form in self._secret_forms:
+                    decoded = decoded.replace(form, REDACTED_BYTES)
+                return decoded
+        return answer
+
     async def _attempt(
         self,
         content: bytes,
@@ -204,7 +236,7 @@ class ResponsesClient:
         started = time.perf_counter()
         status: int | None = None
         answer = b""
-        raw: dict[str, Any] | None = None
+        evidence: str | None = None
         response: Response | None = None
         error: ModelError | None = None
         try:
@@ -212,11 +244,17 @@ class ResponsesClient:
                 started = time.perf_counter()
                 reply = await self._http.post(content)
             status, answer = reply.status, reply.body
-            if self._secret:  # some servers echo the key in a 401's message
-                answer = answer.replace(self._secret.encode(), REDACTED.encode())
+            if self._secret_forms:  # some servers echo the key, in a 401's message or a 200
+                answer = self._redact_answer(answer)
             if status >= 400:
                 raise classify_http_error(status, _text(answer), retry_after_s(reply.headers))
-            raw, response = self._parse(answer, status)
+            evidence, response = self._decode(answer, status)
+            unusable = _unusable(response, status)
+            if unusable is not None:
+                raise unusable
+        except ResponseTooLarge as exc:
+            error, status = exc, exc.http_status
+            answer = self._redact_answer(exc.head) if self._secret_forms else exc.head
         except ModelError as exc:
             error = exc
         call = ModelCall(
@@ -227,7 +265,7 @@ class ResponsesClient:
             http_status=status,
             latency_s=time.perf_counter() - started,
             request=body,
-            response=_evidence(raw) if raw is not None else (_text(answer) or None),
+            response=evidence if evidence is not None else (_text(answer) or None),
             sampling=sampling,
             error=self._redact(str(error)) if error else None,
         )
@@ -241,28 +279,79 @@ class ResponsesClient:
             )
         return call, response if error is None else None, error
 
-    def _parse(self, answer: bytes, status: int) -> tuple[dict[str, Any], Response]:
-        """The answer as received (the evidence) and as validated (what the harness reads)."""
+    def _decode(self, answer: bytes, status: int) -> tuple[str, Response]:
+        """The answer's evidence (as received) and the validated Responses object the harness
+        reads, or MalformedResponse naming where it does not fit."""
         try:
-            raw = self._wire.decode(orjson.loads(answer))
-            response = RESPONSE.validate_python(raw)
-        except (json.JSONDecodeError, ValidationError, KeyError, IndexError, TypeError) as exc:
-            what = "chat completion" if self._wire.chat else "Responses API object"
-            raise MalformedResponse(f"not a {what}: {exc}"[:500], http_status=status) from None
-        if response.get("status") == "failed":
-            raise classify_failed_response(response.get("error"), status)
-        refusal = refusal_text(response["output"])
-        if refusal is not None:
-            raise Refused(f"the model refused: {refusal}"[:500], http_status=status)
-        return raw, response
+            payload = orjson.loads(answer)
+        except orjson.JSONDecodeError as exc:
+            raise MalformedResponse(f"not JSON: {exc}"[:500], http_status=status) from None
+        received = payload
+        if self._wire.chat:
+            try:
+                COMPLETION.validate_python(payload)
+            except ValidationError as exc:
+                raise _malformed("chat completion", exc, status) from None
+            payload = completion_to_response(payload)
+        try:
+            response = RESPONSE.validate_python(payload)
+        except ValidationError as exc:
+            raise _malformed("Responses API object", exc, status) from None
+        if self._wire.chat:  # the translation, and beside it the completion as it came
+            evidence = orjson.dumps({**payload, "received": received}).decode()
+        else:
+            evidence = _text(answer)
+        return evidence, response
 
 
-def _evidence(raw: dict[str, Any]) -> str:
-    """The answer as the store writes it: compact JSON text (the store's own encoding of the
-    parsed answer, as orjson parsed it). Text, not the parsed dicts, because a call's record lives
-    until its batch commits: an answer echoes every tool offered, and its dozens of dicts held that
-    long were most of the collector's cyclic-GC work (backoffice, bench/e2e_rollouts.py)."""
-    return orjson.dumps(raw).decode()
+def _unusable(response: Response, status: int) -> ModelError | None:
+    """The failure a well-formed answer still means: failed, not run, or refused."""
+    state = response.get("status")
+    if state == "failed":
+        return classify_failed_response(response.get("error"), status)
+    output = response.get("output")
+    refusal = refusal_text(output or [])
+    if refusal is None and (response.get("incomplete_details") or {}).get("reason") == (
+        "content_filter"
+    ):
+        refusal = "no answer: incomplete, content_filter"
+    if refusal is not None:
+        return Refused(f"the model refused: {refusal}"[:500], http_status=status)
+    if state in NOT_RUN or not output:
+        # A model that answers, even with nothing to say, answers a message; an empty output is
+        # what a gateway leaves when it dropped the answer (LiteLLM's Responses bridge drops a
+        # chat refusal that way), so it is no answer to score.
+        return ResponseNotRun(
+            f"the response did not run: status {state or 'completed'}, "
+            f"{'no output' if output is None else 'empty output'}",
+            http_status=status,
+        )
+    return None
+
+
+def secret_forms(secret: str) -> tuple[bytes, ...]:
+    """The ways a server may echo the key in JSON text: as written, JSON-escaped (with or without
+    `/` escaped), URL-encoded (either hex case, `+` or `%20` for spaces). The key itself first."""
+    escaped = json.dumps(secret)[1:-1]
+    quoted = quote(secret, safe="")
+    forms = [
+        secret,
+        escaped,
+        escaped.replace("/", "\\/"),
+        quoted,
+        quoted.lower(),
+        quote_plus(secret),
+    ]
+    return tuple(dict.fromkeys(form.encode() for form in forms))
+
+
+def _malformed(what: str, exc: ValidationError, status: int) -> MalformedResponse:
+    """One line naming where the answer does not fit, e.g. `output.0.message.content.str`."""
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or '(top level)'}: {error['msg']}"
+        for error in exc.errors(include_url=False)[:3]
+    )
+    return MalformedResponse(f"not a {what}: {problems}"[:500], http_status=status)
 
 
 def _text(answer: bytes) -> str:

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gymflow.models.local_server import LocalPolicyServer
+from gymflow.models.open_files import ensure_open_files
 from gymflow.models.policy import PolicyEntry, build_table
 from gymflow.rollouts.plan import RunPlan
 
@@ -26,8 +27,10 @@ def local_policy_server(plan: RunPlan) -> LocalPolicyServer:
 @contextmanager
 def model_endpoint(plan: RunPlan) -> Iterator[str]:
     """Yield the base URL (…/v1) to send this run's requests to."""
-    if plan.config.model.kind != "local":
-        yield plan.config.model.base_url
+    config = plan.config
+    ensure_open_files(config.concurrency, remote_resources=config.resources_url is not None)
+    if config.model.kind != "local":
+        yield config.model.base_url
         return
     with local_policy_server(plan) as server:
         yield server.base_url

@@ -39,10 +39,32 @@ class TransportFailure(ModelError):
 
 
 class MalformedResponse(ModelError):
-    """A body that is not JSON or not a Responses API object. Retried: often a proxy hiccup."""
+    """A body that is not JSON, or JSON that does not fit the API's schema (`"text": 42`, content
+    parts as strings). Retried: often a proxy hiccup. The body is kept as the call's evidence."""
 
     kind = "malformed_response"
     retryable = True
+
+
+class ResponseNotRun(ModelError):
+    """A well-formed Responses object for a response that did not run to an answer: `queued`,
+    `in_progress` or `cancelled`, or no output at all. Never scored; retried, as a server that
+    cancels under load or answers before it has run may answer the next attempt."""
+
+    kind = "response_not_run"
+    retryable = True
+
+
+class ResponseTooLarge(ModelError):
+    """An answer longer than `model.max_response_bytes`: reading stopped at the bound, so one
+    hostile or runaway answer cannot take the collector's memory. Not retried: the same request
+    would ask for the same answer."""
+
+    kind = "response_too_large"
+
+    def __init__(self, message: str, *, http_status: int | None = None, head: bytes = b"") -> None:
+        super().__init__(message, http_status=http_status)
+        self.head = head  # the answer's first bytes, kept as evidence
 
 
 class ContextLengthExceeded(ModelError):
@@ -68,10 +90,15 @@ FAILURE_KINDS = (
     "server_error",
     "transport_error",
     "malformed_response",
+    "response_not_run",
+    "response_too_large",
     "context_length_exceeded",
     "refused",
     "client_error",
 )
+
+#: The kinds a new attempt may settle: the client retries them, and `--resume` runs them again.
+RETRYABLE_KINDS = tuple(cls.kind for cls in ModelError.__subclasses__() if cls.retryable)
 
 _CONTEXT_MARKERS = ("context_length", "maximum context", "context window", "too many tokens")
 _REFUSAL_MARKERS = ("content_policy", "content_filter", "refus", "safety")

@@ -172,13 +172,38 @@ def _plan(turns: tuple) -> Plan:
     return [[{"name": c.name, "arguments": c.arguments} for c in group] for group in turns]
 
 
+def cannot_answer(task_id: str) -> str:
+    """The reply to a task that brings nothing to answer from (a dataset row without an answer
+    this simulation can write): said plainly, so nobody mistakes it for a model's attempt."""
+    return (
+        f"I am gymflow's simulated policy. Task {task_id} carries no reference answer, so I "
+        "cannot simulate one; use a real model, or map a passing response to "
+        "dataset.fields.reference."
+    )
+
+
+def wrong_answer(task_id: str) -> str:
+    return f"I am gymflow's simulated policy, giving a deliberately wrong answer to {task_id}."
+
+
+def _answers(task: Task) -> tuple[str, str]:
+    """(reference, distractor), with plain statements where a task without a tool plan has
+    none: a simulation never sends an empty answer that looks like a model's failure."""
+    if task.reference_actions or task.distractor_actions:
+        return task.reference, task.distractor
+    reference = task.reference or cannot_answer(task.task_id)
+    distractor = task.distractor or (
+        wrong_answer(task.task_id) if task.reference else cannot_answer(task.task_id)
+    )
+    return reference, distractor
+
+
 def build_table(tasks: list[Task], prompts: list[str], skill_seed: int) -> dict[str, PolicyEntry]:
     table: dict[str, PolicyEntry] = {}
     for task, prompt in zip(tasks, prompts, strict=True):
         table[prompt_key(prompt)] = PolicyEntry(
             task.task_id,
-            task.reference,
-            task.distractor,
+            *_answers(task),
             _plan(task.reference_actions),
             _plan(task.distractor_actions),
             task_skill(skill_seed, task.task_id),

@@ -5,42 +5,115 @@ what crosses the boundary from a server."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired
+from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import ConfigDict, TypeAdapter, with_config
+from pydantic import ConfigDict, Discriminator, Field, Tag, TypeAdapter, with_config
 from typing_extensions import TypedDict
 
 # TypedDicts, not models: a validated answer stays the plain dict the harnesses and the store use,
-# and validating one costs ~1.4 µs against ~10 µs for the equivalent BaseModel tree (measured on
-# bench/ceiling.py's answer), which is 4% of the collector's whole budget per rollout. Every level
-# keeps the keys it does not name (`extra="allow"`).
-_OPEN = ConfigDict(extra="allow")
+# and validating one costs a few µs against ~10 µs for the equivalent BaseModel tree (measured on
+# bench/ceiling.py's answer). Every level keeps the keys it does not name (`extra="allow"`), and
+# every type named is checked strictly (no "5" for 5, no 42 for a text): an answer that does not
+# fit is a malformed response, never a harness crash further on.
+_OPEN = ConfigDict(extra="allow", strict=True)
+_Count = Annotated[int, Field(ge=0)]
+
+
+def _tagged(known: frozenset[str]):
+    """A discriminator on `type` that sends unknown types to the open `other` schema, so an item
+    type this module does not know is kept as it came, and a non-object fails as malformed."""
+
+    def tag(value: Any) -> str | None:
+        if not isinstance(value, dict):
+            return None
+        kind = value.get("type")
+        return kind if kind in known else "other"
+
+    return Discriminator(tag)
 
 
 @with_config(_OPEN)
 class InputTokensDetails(TypedDict):
-    cached_tokens: NotRequired[int]
+    cached_tokens: NotRequired[_Count | None]
 
 
 @with_config(_OPEN)
 class OutputTokensDetails(TypedDict):
-    reasoning_tokens: NotRequired[int]
+    reasoning_tokens: NotRequired[_Count | None]
 
 
 @with_config(_OPEN)
 class Usage(TypedDict):
-    input_tokens: int
-    output_tokens: int
-    total_tokens: NotRequired[int | None]
+    input_tokens: _Count
+    output_tokens: _Count
+    total_tokens: NotRequired[_Count | None]
     input_tokens_details: NotRequired[InputTokensDetails | None]
     output_tokens_details: NotRequired[OutputTokensDetails | None]
 
 
 @with_config(_OPEN)
-class OutputItem(TypedDict):
-    """message | function_call | reasoning (others are kept as they came)."""
-
+class _Typed(TypedDict):
     type: str
+
+
+@with_config(_OPEN)
+class TextPart(TypedDict):
+    type: Literal["output_text", "text"]
+    text: str
+
+
+@with_config(_OPEN)
+class RefusalPart(TypedDict):
+    type: Literal["refusal"]
+    refusal: str
+
+
+ContentPart = Annotated[
+    Annotated[TextPart, Tag("output_text")]
+    | Annotated[TextPart, Tag("text")]
+    | Annotated[RefusalPart, Tag("refusal")]
+    | Annotated[_Typed, Tag("other")],
+    _tagged(frozenset({"output_text", "text", "refusal"})),
+]
+
+
+@with_config(_OPEN)
+class MessageItem(TypedDict):
+    type: Literal["message"]
+    role: NotRequired[str]
+    content: str | list[ContentPart]
+
+
+@with_config(_OPEN)
+class FunctionCallItem(TypedDict):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+
+
+@with_config(_OPEN)
+class SummaryPart(TypedDict):
+    type: NotRequired[str]
+    text: str
+
+
+@with_config(_OPEN)
+class ReasoningItem(TypedDict):
+    type: Literal["reasoning"]
+    summary: NotRequired[list[SummaryPart] | None]
+
+
+OutputItem = Annotated[
+    Annotated[MessageItem, Tag("message")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[ReasoningItem, Tag("reasoning")]
+    | Annotated[_Typed, Tag("other")],
+    _tagged(frozenset({"message", "function_call", "reasoning"})),
+]
+
+#: Statuses of a response that has not (or not yet) produced its answer.
+NOT_RUN = frozenset({"queued", "in_progress", "cancelled"})
 
 
 @with_config(_OPEN)
@@ -48,8 +121,11 @@ class Response(TypedDict):
     id: str
     object: NotRequired[Literal["response"]]
     model: str
-    status: NotRequired[str]  # absent means completed
-    output: list[OutputItem]
+    # absent means completed
+    status: NotRequired[
+        Literal["completed", "incomplete", "failed", "cancelled", "queued", "in_progress"]
+    ]
+    output: NotRequired[list[OutputItem] | None]  # absent or null: the response did not run
     usage: NotRequired[Usage | None]
     incomplete_details: NotRequired[dict[str, Any] | None]
     error: NotRequired[dict[str, Any] | None]

@@ -103,6 +103,7 @@ def write_run_report(
     """Compute every section from the run's store and write `report.html` (or `out`) in the run
     directory; with `compare_dir`, a comparison report of the two runs (`compare.html`). Nothing
     is written unless every section could be computed."""
+    from gymflow.history.gate import load_verdict
     from gymflow.store.db import connect, store_path
 
     name = "compare.html" if compare_dir is not None else "report.html"
@@ -119,6 +120,7 @@ def write_run_report(
         finally:
             con.close()
         template = "run.html.j2"
+        data["gate"] = load_verdict(store_path(run_dir).parent)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     data["export_link"] = _write_export(out_path, data.pop("export", []))
     html = render(template, data)

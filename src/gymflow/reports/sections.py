@@ -13,6 +13,7 @@ from gymflow.analysis.diagnose import diagnose
 from gymflow.analysis.health import health
 from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.analysis.profile import profile
+from gymflow.data.profile import data_profile
 from gymflow.reports import views
 from gymflow.reports.trajectory import blocks
 from gymflow.reverify import flips
@@ -29,6 +30,7 @@ class Limits:
     task_table_rows: int = 2000
     grid_cells: int = 20_000  # beyond this many rollouts the grid draws shares per task
     changed_tasks: int = 200  # reverify / compare task rows shown
+    near_duplicate_groups: int = 10  # training-data section: near-duplicate prompt groups shown
 
 
 DEFAULT_LIMITS = Limits()
@@ -146,6 +148,9 @@ def run_sections(
             for column, (label, unit) in views.DISTRIBUTIONS.items()
         },
         "reverify": _reverify(con, versions, version, limits),
+        "training_data": data_profile(
+            con, verifier_version=version, groups_shown=limits.near_duplicate_groups
+        ),
         "passk_band": [prof["pass@k_bootstrap_ci95"].get(k) for k in prof["pass@k"]],
     }
 

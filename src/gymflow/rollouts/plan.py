@@ -86,7 +86,8 @@ class RunPlan:
     @property
     def benchmark_version(self) -> str:
         if self.benchmark is not None:
-            return self.benchmark.version()
+            rows = self.dataset_version if self.benchmark.dataset is not None else None
+            return self.benchmark.version(rows)
         return hashlib.sha256(
             f"{self.env.name}|{self.split}|{self.template}|{self.repeats}|"
             f"{self.sampling.model_dump_json()}|{self.config.limit}".encode()

@@ -90,6 +90,21 @@ def held(run_dir: Path | str) -> Iterator[None]:
         con.close()
 
 
+@contextlib.contextmanager
+def transaction(con) -> Iterator[None]:
+    """BEGIN, then COMMIT, or ROLLBACK on any error. A COMMIT that failed has rolled back
+    already, and a second ROLLBACK would raise "no transaction is active" in place of the error
+    that says why: that one is kept."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+        con.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        raise
+
+
 def store_path(run_dir: Path | str) -> Path:
     path = Path(run_dir)
     return path if path.suffix == ".duckdb" else path / STORE_FILE

@@ -16,7 +16,7 @@ import duckdb
 from gymflow.config import ConfigError, EvalConfig, ShardSpec
 from gymflow.environments.registry import RegistryError
 from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
-from gymflow.store.db import StoreError, connect, store_path
+from gymflow.store.db import StoreError, connect, store_path, transaction
 from gymflow.store.runs import check_run_store, missing_keys, run_info, task_rows
 from gymflow.store.writer import insert_rows
 
@@ -195,23 +195,19 @@ def _copy(con, shards: list[ShardInfo]) -> dict[str, int]:
     except duckdb.Error as exc:
         _detach(con, aliases)
         raise StoreError(f"cannot attach a shard store read-only: {exc}") from None
-    con.execute("BEGIN TRANSACTION")
     try:
-        for alias in aliases:
-            for table in KEYED_TABLES:
-                added[table] += _insert(con, table, f"SELECT * FROM {alias}.{table}")
-            added["model_calls"] += _insert(
-                con,
-                "model_calls",
-                f"SELECT * FROM {alias}.model_calls m "
-                "WHERE m.rollout_id NOT IN (SELECT rollout_id FROM main.rollouts)",
-            )
-            for table in ("rollouts", "verifications"):
-                added[table] += _insert(con, table, f"SELECT * FROM {alias}.{table}")
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
+        with transaction(con):
+            for alias in aliases:
+                for table in KEYED_TABLES:
+                    added[table] += _insert(con, table, f"SELECT * FROM {alias}.{table}")
+                added["model_calls"] += _insert(
+                    con,
+                    "model_calls",
+                    f"SELECT * FROM {alias}.model_calls m "
+                    "WHERE m.rollout_id NOT IN (SELECT rollout_id FROM main.rollouts)",
+                )
+                for table in ("rollouts", "verifications"):
+                    added[table] += _insert(con, table, f"SELECT * FROM {alias}.{table}")
     finally:
         _detach(con, aliases)
     return added
@@ -271,7 +267,9 @@ def shard_progress(plan: RunPlan) -> ShardProgress:
     return replace(progress, stored=stored)
 
 
-def check_destination(run_dir: Path | str, run_id: str, *, resume: bool) -> None:
+def check_destination(
+    run_dir: Path | str, run_id: str, *, resume: bool, benchmark_version: str | None = None
+) -> None:
     """Before a run starts: the rules `register_run` applies (`check_run_store`), read-only, so
     a refused or unreadable store is reported before anything is started or written."""
     destination = store_path(run_dir)
@@ -279,6 +277,8 @@ def check_destination(run_dir: Path | str, run_id: str, *, resume: bool) -> None
         return
     con = connect(destination, read_only=True)
     try:
-        check_run_store(con, destination.parent, run_id, resume=resume)
+        check_run_store(
+            con, destination.parent, run_id, resume=resume, benchmark_version=benchmark_version
+        )
     finally:
         con.close()

@@ -17,14 +17,25 @@ from gymflow.verifier_identity import code_hash
 from gymflow.verifiers.base import get_verifier
 
 
-def check_run_store(con, run_dir: Path | str, run_id: str, *, resume: bool) -> None:
+def check_run_store(
+    con, run_dir: Path | str, run_id: str, *, resume: bool, benchmark_version: str | None = None
+) -> None:
     """A store holds one run: another config is refused, and so are this run's stored rollouts
-    unless resuming (so a second `gym eval run` never silently mixes into the first)."""
-    stored = {row[0] for row in con.execute("SELECT run_id FROM runs").fetchall()}
+    unless resuming (so a second `gym eval run` never silently mixes into the first), and so is
+    the same config over another benchmark version (a dataset file that changed since)."""
+    stored = dict(con.execute("SELECT run_id, benchmark_version FROM runs").fetchall())
     if stored and run_id not in stored:
         raise StoreError(
             f"{run_dir}: holds run {sorted(stored)[0]}, but this config is run {run_id}; "
             "use another --out for a different config"
+        )
+    if benchmark_version is not None and stored.get(run_id, benchmark_version) != (
+        benchmark_version
+    ):
+        raise StoreError(
+            f"{run_dir}: holds run {run_id} on benchmark version {stored[run_id]}, but the "
+            f"benchmark is now version {benchmark_version} (its dataset or protocol changed); "
+            "use another --out"
         )
     if not resume and con.execute("SELECT count(*) FROM rollouts").fetchone()[0] > 0:
         raise StoreError(
@@ -35,7 +46,9 @@ def check_run_store(con, run_dir: Path | str, run_id: str, *, resume: bool) -> N
 
 def register_run(con, plan: RunPlan, *, resume: bool) -> None:
     """Record the run and its shard's tasks, after `check_run_store`."""
-    check_run_store(con, plan.run_dir, plan.run_id, resume=resume)
+    check_run_store(
+        con, plan.run_dir, plan.run_id, resume=resume, benchmark_version=plan.benchmark_version
+    )
     cfg = plan.config
     run_row = (
         plan.run_id,

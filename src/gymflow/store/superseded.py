@@ -6,13 +6,13 @@ unchanged, so resumes, merges and comparisons still join on it."""
 
 from __future__ import annotations
 
-import contextlib
 from datetime import UTC, datetime
 
-import duckdb
+from gymflow.models.errors import RETRYABLE_KINDS
+from gymflow.store.db import transaction
 
 #: Failure kinds of the model boundary that may not happen again: worth a new attempt.
-TRANSIENT_KINDS = ("transport_error", "timeout", "rate_limited", "server_error")
+TRANSIENT_KINDS = RETRYABLE_KINDS
 #: Verification failure kinds a second judgement may settle (a verifier crash, a judge or a
 #: sandbox that timed out or failed).
 REJUDGED_STATUSES = ("error",)
@@ -27,8 +27,7 @@ def _set_aside(
     now = datetime.now(UTC).replace(tzinfo=None)
     counted = tables[-1]
     only_version = "" if version is None else "AND verifier_version = $version"
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         con.execute(
             f"""
             CREATE OR REPLACE TEMP TABLE set_aside AS
@@ -56,11 +55,6 @@ def _set_aside(
                 {} if version is None else {"version": version},
             )
         con.execute("DROP TABLE set_aside")
-        con.execute("COMMIT")
-    except Exception:
-        with contextlib.suppress(duckdb.Error):
-            con.execute("ROLLBACK")
-        raise
     return moved
 
 

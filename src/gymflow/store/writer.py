@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -13,7 +12,7 @@ import duckdb
 import orjson
 
 from gymflow.records import Rollout
-from gymflow.store.db import StoreError
+from gymflow.store.db import StoreError, transaction
 from gymflow.store.schema import COLUMNS
 
 
@@ -106,16 +105,12 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
             )
     if not rollout_rows:
         return 0
-    con.execute("BEGIN TRANSACTION")
     try:
-        insert_rows(con, "rollouts", rollout_rows)
-        insert_rows(con, "model_calls", call_rows)
-        insert_rows(con, "verifications", verification_rows)
-        con.execute("COMMIT")
+        with transaction(con):
+            insert_rows(con, "rollouts", rollout_rows)
+            insert_rows(con, "model_calls", call_rows)
+            insert_rows(con, "verifications", verification_rows)
     except Exception as exc:
-        # A COMMIT that failed has rolled back already; a second ROLLBACK must not hide why.
-        with contextlib.suppress(duckdb.Error):
-            con.execute("ROLLBACK")
         if isinstance(
             exc, duckdb.IOException | duckdb.FatalException | duckdb.TransactionException
         ):

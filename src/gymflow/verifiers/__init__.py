@@ -4,6 +4,7 @@ from gymflow.verifiers import (  # noqa: F401
     bfcl,
     code_exec,
     ifeval,
+    match,
     math_answer,
     math_judge,
     numeric,

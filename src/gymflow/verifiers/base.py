@@ -7,7 +7,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
@@ -37,9 +37,24 @@ class VerifyInput:
 class Verdict:
     reward: float
     details: dict[str, Any] = field(default_factory=dict)
+    #: Why a judged answer failed when it is a kind to count apart, not just a wrong answer:
+    #: `tampering` (the answer's code touched the harness).
+    failure_kind: str | None = None
 
 
 VerifyFn = Callable[[VerifyInput, Any], Verdict]
+
+#: What a task data field must hold: `scalar` is text or a number; `list` and `mapping` are JSON.
+FieldKind = Literal["number", "text", "scalar", "list", "mapping"]
+
+
+@dataclass(frozen=True, slots=True)
+class DataField:
+    """A field of `Task.data` a verifier reads: a dataset maps a column to it, and
+    `gym env validate` checks every row's value against `kind`."""
+
+    kind: FieldKind
+    required: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +68,12 @@ class VerifierSpec:
     #: Waits on a network service (an LLM judge) rather than computing: such a verifier runs on
     #: threads, many at once, bounded by its own network timeouts, not in the process pool.
     io_bound: bool = False
+    #: Runs model-written code or parses untrusted input with no bound of its own: it always
+    #: verifies in a killable worker process under a time bound (the environment's
+    #: verify_timeout_s, else 300 s), whichever environment or dataset names it.
+    heavy: bool = False
+    #: The `Task.data` fields it reads, by name.
+    fields: dict[str, DataField] = field(default_factory=dict)
 
     def params(self, values: dict[str, Any]) -> BaseModel:
         try:
@@ -78,6 +99,8 @@ def verifier(
     reward_range: tuple[float, float] = (0.0, 1.0),
     pass_threshold: float = 1.0,
     io_bound: bool = False,
+    heavy: bool = False,
+    fields: dict[str, DataField] | None = None,
 ) -> Callable[[VerifyFn], VerifyFn]:
     """Register a verify function under `name` with its parameter model."""
 
@@ -90,6 +113,8 @@ def verifier(
             pass_threshold=pass_threshold,
             description=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
             io_bound=io_bound,
+            heavy=heavy,
+            fields=dict(fields or {}),
         )
         return fn
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from gymflow.verifiers.base import Verdict, VerifyInput, verifier
+from gymflow.verifiers.base import DataField, Verdict, VerifyInput, verifier
 
 _STANDARDIZE = re.compile(r"[ ,./\-_*^]")
 _PYTHON_TYPES: dict[str, tuple[type, ...]] = {
@@ -190,7 +190,16 @@ def _assign(problems: list[list[str | None]], row: int, used: set[int]) -> bool:
     return False
 
 
-@verifier("bfcl", params=BfclParams)
+@verifier(
+    "bfcl",
+    params=BfclParams,
+    fields={
+        "category": DataField("text"),
+        "functions": DataField("list"),
+        "ground_truth": DataField("list"),
+        "name_map": DataField("mapping", required=False),
+    },
+)
 def bfcl(inp: VerifyInput, params: BfclParams) -> Verdict:
     """Reward 1 when the function calls match BFCL's possible answers."""
     data = inp.task.data

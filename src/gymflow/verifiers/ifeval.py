@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.verifiers.base import Verdict, VerifierError, VerifyInput, verifier
+from gymflow.verifiers.base import DataField, Verdict, VerifierError, VerifyInput, verifier
 
 _WORD = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)?")
 _SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
@@ -201,7 +201,7 @@ class IfevalParams(BaseModel):
     )
 
 
-@verifier("ifeval", params=IfevalParams)
+@verifier("ifeval", params=IfevalParams, fields={"constraints": DataField("list")})
 def ifeval(inp: VerifyInput, params: IfevalParams) -> Verdict:
     """Fraction of the task's verifiable constraints the response meets (strict or loose)."""
     constraints = _validated(inp.task.data.get("constraints"), inp.task.task_id)

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.verifiers.base import Verdict, VerifierError, VerifyInput, verifier
+from gymflow.verifiers.base import DataField, Verdict, VerifierError, VerifyInput, verifier
 
 # math-verify warns on every call that its timeouts are off; they are off on purpose (see above).
 logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -112,7 +112,9 @@ def candidate(output_text: str, params: MathAnswerParams) -> tuple[str | None, s
     return (f"$\\boxed{{{text}}}$" if boxed is not None else text), None
 
 
-@verifier("math_answer", params=MathAnswerParams)
+@verifier(
+    "math_answer", params=MathAnswerParams, heavy=True, fields={"answer": DataField("scalar")}
+)
 def math_answer(inp: VerifyInput, params: MathAnswerParams) -> Verdict:
     """Reward 1 when the boxed answer is mathematically equivalent to the gold answer."""
     expected = inp.task.data["answer"]

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.verifiers.base import Verdict, VerifyInput, verifier
+from gymflow.verifiers.base import DataField, Verdict, VerifyInput, verifier
 
 _NUMBER = r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?"
 _ANSWER_LINE = re.compile(rf"answer\s*[:=]\s*\$?\s*({_NUMBER})", re.IGNORECASE)
@@ -40,7 +40,7 @@ def extract_answer(text: str, mode: str) -> str | None:
     return matches[-1] if matches else None
 
 
-@verifier("numeric_match", params=NumericParams)
+@verifier("numeric_match", params=NumericParams, fields={"answer": DataField("number")})
 def numeric_match(inp: VerifyInput, params: NumericParams) -> Verdict:
     """Reward 1 when the extracted number equals the reference within tolerance."""
     expected = float(inp.task.data["answer"])

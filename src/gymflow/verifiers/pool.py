@@ -112,6 +112,11 @@ def serve(fd: int) -> None:
     then the verdicts. Started by `_Worker.start` as `python -c`."""
     conn = Connection(fd)
     threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
+    # A worker killed with SIGKILL never removed its sandboxes' scratch folders (the model's
+    # code among them): the next worker to start removes those of dead owners.
+    from gymflow.verifiers.sandbox import sweep_orphans
+
+    sweep_orphans()
     servers: dict[VerifierRef, ResourcesServer] = {}
     while True:
         try:

@@ -1,27 +1,39 @@
-"""Run untrusted Python in a sandboxed subprocess.
+"""Run untrusted Python in a sandboxed process that can hand back nothing but plain data.
 
-The program runs under bubblewrap in fresh network, PID, IPC and UTS namespaces, sees only a
-read-only /usr and Python installation plus a size-limited private /tmp, and runs as an unprivileged
-user id with resource limits on wall time, CPU time, address space, process count and file size.
+A `Sandbox` starts the candidate's module in its own process and lets the trusted caller call its
+functions: each call's arguments go in and its return value comes back as JSON-encoded plain
+values (gymflow.verifiers.sandbox_runner), decoded without pickle into built-in types only, one
+bounded line each way. Whatever the candidate does to its own interpreter, all that reaches this
+process is a value per call; the tests that judge those values run here.
 
-Why these choices: CI runs as root, and root ignores RLIMIT_NPROC, so when we are root the program
-runs under a user id of its own (one per sandbox slot and process, so a fork bomb in one sandbox
-never eats another's process budget); `setpriv` switches to it inside the namespaces, after
-bubblewrap has bind-mounted an interpreter that may live under a root-only directory. The PID
-namespace means the program cannot see or signal anything outside it, and killing bubblewrap
-takes every process in it down.
+The process runs under bubblewrap in fresh network, PID, IPC and UTS namespaces, sees only a
+read-only /usr and Python installation (site-packages hidden: no dataset, no answer key) plus a
+size-limited private /tmp, and runs under rlimits on CPU time, address space, process count and
+file size; the wall clock is bounded here. Its user may not create user namespaces (bubblewrap's
+`--disable-userns`), so it cannot become root in one and mount its way past the limits.
 
-An outcome of the program (it timed out, ran out of memory, raised) is a `SandboxResult`; a
-failure of the sandbox itself (bubblewrap missing or unable to start) is a `SandboxError`."""
+Why two bubblewraps when we are root: root ignores RLIMIT_NPROC, so the program runs under a user
+id of its own (one per sandbox slot and process, so a fork bomb in one sandbox never eats another's
+process budget). The outer bubblewrap, as root, builds the file system (the interpreter may live
+under a root-only directory); `setpriv` drops to that user id; an inner bubblewrap, as that user,
+creates the user namespace that `--disable-userns` needs. Without root one bubblewrap does both.
+
+Every sandbox's scratch folder is named after its owner's pid and removed when the sandbox closes;
+`sweep_orphans` removes those a killed owner left. A failure of the sandbox itself (bubblewrap
+missing or unable to start) is a `SandboxError`; how the candidate's process ended is a
+`SandboxEnded`."""
 
 from __future__ import annotations
 
+import functools
 import json
+import marshal
 import math
 import os
 import queue
 import resource
 import secrets
+import select
 import shutil
 import signal
 import subprocess
@@ -29,11 +41,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from gymflow.verifiers.sandbox_runner import MAX_MESSAGE, Unsupported, decode
 
 #: Exit status of bubblewrap when its child died of signal N is 128 + N.
 _SIGNAL_EXIT = 128
@@ -41,47 +55,30 @@ _SIGNAL_EXIT = 128
 _UID_BASE = 1_000_000
 _SLOT_SPAN = 64
 _TAIL_CHARS = 2000
-
-# Runs inside the sandbox: reads a nonce from stdin, executes the program, and reports how it ended
-# on one line prefixed by the nonce. A program that exits early (os._exit, a signal) leaves no
-# report, so an early exit or a printed fake never reads as a clean finish. (The nonce is a local
-# of the runner's frame: this stops accidents and casual cheating, not a program that walks the
-# interpreter's frames; the namespaces and limits, not the nonce, are the security boundary.)
-_RUNNER = r"""
-def main():
-    import json, os, sys
-    nonce = sys.stdin.readline().strip()
-    sys.stdin.close()
-    os.close(0)
-    with open(sys.argv[1]) as f:
-        source = f.read()
-    os.write(1, (nonce + " started\n").encode())
-    try:
-        exec(compile(source, "solution.py", "exec"), {"__name__": "__main__"})
-    except BaseException as exc:
-        outcome = {"status": "raised", "type": type(exc).__name__, "message": str(exc)[:500],
-                   "errno": getattr(exc, "errno", None), "line": None}
-        tb, lines = exc.__traceback__, source.splitlines()
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename == "solution.py" and 0 < tb.tb_lineno <= len(lines):
-                outcome["line"] = lines[tb.tb_lineno - 1].strip()[:300]
-            tb = tb.tb_next
-    else:
-        outcome = {"status": "ok"}
-    try:
-        sys.stdout.flush()
-    except BaseException:
-        pass
-    import resource
-    usage = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-    outcome["cpu_s"] = round(sum(u.ru_utime + u.ru_stime for u in usage), 4)
-    os.write(1, (nonce + " " + json.dumps(outcome) + "\n").encode())
-main()
-"""
+_RUNNER = Path(__file__).with_name("sandbox_runner.py")
+SCRATCH_PREFIX = "gymflow-sandbox-"
 
 
 class SandboxError(RuntimeError):
     """The sandbox itself failed: the program's behaviour is unknown, not wrong."""
+
+
+class CandidateRaised(Exception):
+    """A call into the candidate (or loading its module) raised; `info` is the runner's report:
+    type, message, errno, the solution's line."""
+
+    def __init__(self, info: dict[str, Any]) -> None:
+        super().__init__(f"{info.get('type')}: {info.get('message')}")
+        self.info = info
+
+
+class SandboxEnded(BaseException):
+    """The candidate's process is gone (a limit, an exit, a kill), so no call can return.
+    A BaseException, so test code's `except Exception` cannot swallow it."""
+
+    def __init__(self, reason: str, *, limit: str | None = None, exit_code: int | None = None):
+        super().__init__(reason)
+        self.reason, self.limit, self.exit_code = reason, limit, exit_code
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,46 +88,6 @@ class SandboxLimits:
     max_processes: int = 16
     max_file_mb: int = 16
     tmp_mb: int = 32
-
-
-@dataclass(slots=True)
-class SandboxResult:
-    """How the program ended.
-
-    `reason` is `ok`, `timeout`, `memory`, `file_size`, `disk_full`, `process_limit`, `network`,
-    `read_only_filesystem`, `permission_denied`, `exited` (it exited before finishing),
-    `exception` (it raised something else; see `error_type`) or `killed` (a signal ended it)."""
-
-    reason: str
-    exit_code: int | None
-    wall_s: float
-    cpu_s: float | None = None  # the program's CPU time, when it lived to report it
-    limit: str | None = None  # for a timeout: "wall_clock" or "cpu" (a busy machine slows wall)
-    error_type: str | None = None
-    error_message: str | None = None
-    error_line: str | None = None
-    stdout_tail: str = ""
-    stderr_tail: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.reason == "ok"
-
-    def details(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"reason": self.reason, "wall_s": round(self.wall_s, 3)}
-        if self.cpu_s is not None:
-            out["cpu_s"] = self.cpu_s
-        if self.limit:
-            out["limit"] = self.limit
-        if self.error_type:
-            out["error_type"] = self.error_type
-        if self.error_message:
-            out["error_message"] = self.error_message
-        if self.error_line:
-            out["error_line"] = self.error_line
-        if self.stderr_tail and not self.ok:
-            out["stderr"] = self.stderr_tail
-        return out
 
 
 # -- slots: bounded concurrency and one user id per concurrent sandbox ---------------------------
@@ -168,15 +125,54 @@ def _sandbox_uid(slot: int) -> int:
     return _UID_BASE + (os.getpid() % 4096) * _SLOT_SPAN + slot
 
 
+# -- scratch folders -----------------------------------------------------------------------------
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_orphans(root: str | None = None) -> list[Path]:
+    """Remove the scratch folders whose owner process is gone (a verifier worker killed with
+    SIGKILL never ran its cleanup); returns what was removed. A folder whose owner still runs
+    is left alone, even if the pid was reused: never delete what may be in use."""
+    removed = []
+    for folder in Path(root or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        owner = folder.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+        if owner.isdigit() and not _pid_alive(int(owner)) and folder.is_dir():
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
 # -- the command ---------------------------------------------------------------------------------
-def _interpreter() -> tuple[Path, list[Path]]:
-    """The real interpreter (not a venv shim) and the directories it needs beyond /usr."""
+@functools.cache
+def _interpreter() -> tuple[Path, list[Path], list[Path]]:
+    """The real interpreter (not a venv shim), the directories it needs beyond /usr, and the
+    site-packages directories to hide (installed packages, the dataset among them)."""
+    import site
+    import sysconfig
+
     executable = Path(sys.executable).resolve()
     binds = []
     for path in {Path(sys.base_prefix).resolve(), executable.parent.parent}:
         if not path.is_relative_to("/usr"):
             binds.append(path)
-    return executable, sorted(binds)
+    visible = [Path("/usr"), *binds]
+    paths = sysconfig.get_paths()
+    candidates = {*site.getsitepackages(), paths["purelib"], paths["platlib"]}
+    candidates |= {str(p) for p in Path("/usr/lib").glob("python3*/dist-packages")}
+    candidates |= {str(p) for p in Path("/usr/local/lib").glob("python3*/dist-packages")}
+    hidden = sorted(
+        path
+        for path in (Path(c).resolve() for c in candidates)
+        if path.is_dir() and any(path.is_relative_to(v) for v in visible)
+    )
+    return executable, sorted(binds), hidden
 
 
 def _user_process_count(uid: int) -> int:
@@ -193,7 +189,7 @@ def _user_process_count(uid: int) -> int:
 
 
 def _command(bwrap: str, job: Path, limits: SandboxLimits, uid: int | None) -> list[str]:
-    python, binds = _interpreter()
+    python, binds, hidden = _interpreter()
     cmd = [
         bwrap,
         "--unshare-net",
@@ -217,7 +213,10 @@ def _command(bwrap: str, job: Path, limits: SandboxLimits, uid: int | None) -> l
         cmd += ["--perms", "0755", "--dir", str(parent)]
     for path in binds:
         cmd += ["--ro-bind", str(path), str(path)]
+    for path in hidden:
+        cmd += ["--tmpfs", str(path), "--remount-ro", str(path)]
     cmd += ["--perms", "0755", "--dir", "/job"]
+    cmd += ["--ro-bind", str(_RUNNER), "/job/runner.py"]
     cmd += ["--ro-bind", str(job / "solution.py"), "/job/solution.py"]
     cmd += ["--proc", "/proc", "--dev", "/dev"]
     cmd += ["--perms", "1777", "--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp"]
@@ -225,10 +224,11 @@ def _command(bwrap: str, job: Path, limits: SandboxLimits, uid: int | None) -> l
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
     for key, value in env.items():
         cmd += ["--setenv", key, value]
+    no_userns = ["--unshare-user", "--disable-userns", "--assert-userns-disabled"]
     if uid is None:
-        cmd += ["--unshare-user", "--disable-userns"]
+        cmd += no_userns
     else:
-        setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+        setpriv = _which("setpriv") or "/usr/bin/setpriv"
         cmd += [
             setpriv,
             f"--reuid={uid}",
@@ -237,8 +237,16 @@ def _command(bwrap: str, job: Path, limits: SandboxLimits, uid: int | None) -> l
             "--inh-caps=-all",
             "--bounding-set=-all",
             "--no-new-privs",
+            bwrap,
+            *no_userns,
+            "--dev-bind",
+            "/",
+            "/",
+            "--die-with-parent",
+            "--chdir",
+            "/tmp",
         ]
-    cmd += [str(python), "-S", "-s", "-B", "-c", _RUNNER, "/job/solution.py"]
+    cmd += [str(python), "-I", "-S", "-B", "/job/runner.py", "/job/solution.py"]
     return cmd
 
 
@@ -255,9 +263,18 @@ def _limit_resources(limits: SandboxLimits, process_budget: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
 
 
-# -- running -------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=8)
+def _which_cached(name: str, search_path: str | None) -> str | None:
+    return shutil.which(name, path=search_path)
+
+
+def _which(name: str) -> str | None:
+    """`shutil.which`, remembered per PATH (it stats every PATH entry: a millisecond a run)."""
+    return _which_cached(name, os.environ.get("PATH"))
+
+
 def bwrap_path() -> str:
-    path = shutil.which("bwrap")
+    path = _which("bwrap")
     if path is None:
         raise SandboxError(
             "bubblewrap (bwrap) is not installed; the code sandbox needs it "
@@ -266,105 +283,299 @@ def bwrap_path() -> str:
     return path
 
 
-def run_python(source: str, limits: SandboxLimits | None = None) -> SandboxResult:
-    """Run `source` as a Python program in the sandbox; blocks until it ends or times out.
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds of `pid` and everything under it, read from the kernel (not reported by the
+    candidate): the sandbox's processes live in a PID namespace whose CPU never reaches our
+    rusage. Live processes count their own time exactly, reaped ones at clock-tick resolution.
+    `pid` itself is left out: it is our child, and its time reaches our rusage when reaped."""
+    nanoseconds, ticks, pending = 0, 0, [pid]
+    while pending:
+        current = pending.pop()
+        proc = Path(f"/proc/{current}")
+        try:
+            if current != pid:
+                nanoseconds += int((proc / "schedstat").read_text().split()[0])
+                stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+                ticks += int(stat[13]) + int(stat[14])  # cutime, cstime
+            children = (proc / "task" / str(current) / "children").read_text().split()
+            pending += [int(child) for child in children]
+        except (OSError, ValueError, IndexError):
+            continue
+    return nanoseconds / 1e9 + ticks / os.sysconf("SC_CLK_TCK")
 
-    At most `pool_size()` programs run at once across all threads of this process."""
-    limits = limits or SandboxLimits()
-    bwrap = bwrap_path()
-    with _slot() as slot, tempfile.TemporaryDirectory(prefix="gymflow-sandbox-") as tmp:
-        job = Path(tmp)
-        job.chmod(0o755)
-        (job / "solution.py").write_text(source)
-        (job / "solution.py").chmod(0o644)
+
+def _ready(fd: int, event: int, seconds: float) -> bool:
+    """Whether `fd` is ready for `event` (or hung up) within `seconds`. poll, not select: a
+    process with many sockets open (a collector) has descriptors past select's 1024."""
+    poller = select.poll()
+    poller.register(fd, event)
+    return bool(poller.poll(max(1, math.ceil(seconds * 1000))))
+
+
+# -- the sandbox ---------------------------------------------------------------------------------
+class Sandbox:
+    """One candidate module in its own sandboxed process, for as long as the `with` block:
+
+        with Sandbox(source, limits) as box:
+            box.load()                      # runs the module; raises CandidateRaised
+            box.call("f", 1, [2, 3])        # a plain value, or CandidateRaised / SandboxEnded
+
+    `evidence` lists what the candidate was seen doing to the harness (see sandbox_runner);
+    `cpu_s` is the sandbox's CPU time, read from the kernel as it closes."""
+
+    def __init__(self, source: str, limits: SandboxLimits | None = None) -> None:
+        self.source = source
+        self.limits = limits or SandboxLimits()
+        self.evidence: list[str] = []
+        self.ended: SandboxEnded | None = None
+        self.cpu_s: float | None = None
+        self.output_tail = ""
+        self._calls = 0
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def __enter__(self) -> Sandbox:
+        bwrap = bwrap_path()
+        self._slot = _slot()
+        slot = self._slot.__enter__()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._fds: list[int] = []
+        try:
+            self._scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+        except BaseException:
+            self._slot.__exit__(None, None, None)
+            raise
+        try:
+            self._start(bwrap, slot)
+        except BaseException:
+            self._close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close()
+
+    def _start(self, bwrap: str, slot: int) -> None:
+        self._scratch.chmod(0o755)
+        solution = self._scratch / "solution.py"
+        solution.write_text(self.source)
+        solution.chmod(0o644)
         if os.geteuid() == 0:
             uid: int | None = _sandbox_uid(slot)
-            budget = limits.max_processes
+            budget = self.limits.max_processes
         else:
             # Without root the program keeps our user id, whose other processes count too.
-            uid, budget = None, _user_process_count(os.geteuid()) + limits.max_processes
-        return _execute(_command(bwrap, job, limits, uid), job, limits, budget)
-
-
-def _execute(cmd: list[str], job: Path, limits: SandboxLimits, budget: int) -> SandboxResult:
-    nonce = secrets.token_hex(16)
-    started = time.perf_counter()
-    with open(job / "stdout", "wb") as out, open(job / "stderr", "wb") as err:
+            uid, budget = None, _user_process_count(os.geteuid()) + self.limits.max_processes
+        cmd = _command(bwrap, self._scratch, self.limits, uid)
+        request_r, self._request_w = os.pipe()
+        self._reply_r, reply_w = os.pipe()
+        self._fds = [self._request_w, self._reply_r]
+        self._buffer, self._scanned = bytearray(), 0
+        self._token = secrets.token_hex(16).encode()
         try:
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.PIPE,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-                preexec_fn=lambda: _limit_resources(limits, budget),
-            )
+            with open(self._scratch / "output", "wb") as output:
+                self._proc = subprocess.Popen(
+                    cmd,
+                    stdin=request_r,
+                    stdout=reply_w,
+                    stderr=output,
+                    start_new_session=True,
+                    preexec_fn=lambda: _limit_resources(self.limits, budget),
+                )
         except OSError as exc:
             raise SandboxError(f"cannot start bubblewrap: {exc}") from None
-        timed_out = False
+        finally:
+            os.close(request_r)
+            os.close(reply_w)
+        os.set_blocking(self._request_w, False)
+        self._deadline = time.monotonic() + self.limits.timeout_s
+        self._send(self._token + b"\n")
         try:
-            proc.stdin.write(f"{nonce}\n".encode())
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass  # it died at once; its exit status and stderr say why
-        try:
-            proc.wait(timeout=limits.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            os.killpg(proc.pid, signal.SIGKILL)
+            self._receive(lambda m: m.get("started") is True)
+        except SandboxEnded as ended:
+            if ended.reason != "timeout":
+                raise SandboxError(
+                    f"sandbox did not start (exit {ended.exit_code}): {self._output()[-500:]}"
+                ) from None
+            raise
+
+    def _close(self) -> None:
+        proc = self._proc
+        if proc is not None:
+            if proc.poll() is None:
+                if self.ended is None:
+                    self.cpu_s = round(_tree_cpu(proc.pid), 4)
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    wall = time.perf_counter() - started
-    stdout = (job / "stdout").read_bytes().decode(errors="replace")
-    stderr = (job / "stderr").read_bytes().decode(errors="replace")
-    return _classify(nonce, proc.returncode, timed_out, wall, stdout, stderr)
+        for fd in self._fds:
+            with suppress(OSError):
+                os.close(fd)
+        self._fds = []
+        self.output_tail = self._output()[-_TAIL_CHARS:]
+        shutil.rmtree(self._scratch, ignore_errors=True)
+        self._slot.__exit__(None, None, None)
 
+    def _output(self) -> str:
+        try:
+            return (
+                (self._scratch / "output").read_bytes()[-8 * _TAIL_CHARS :].decode(errors="replace")
+            )
+        except OSError:
+            return ""
 
-def _classify(
-    nonce: str, code: int, timed_out: bool, wall: float, stdout: str, stderr: str
-) -> SandboxResult:
-    started, report = False, None
-    kept: list[str] = []
-    for line in stdout.splitlines():
-        if not line.startswith(nonce):
-            kept.append(line)
-        elif line[len(nonce) + 1 :] == "started":
-            started = True
-        elif report is None or report["status"] == "ok":
-            # Forked children finish the program too: any unclean finish decides the outcome.
-            report = json.loads(line[len(nonce) + 1 :])
-    result = SandboxResult(
-        reason="killed",
-        exit_code=code,
-        wall_s=wall,
-        stdout_tail="\n".join(kept)[-_TAIL_CHARS:],
-        stderr_tail=stderr[-_TAIL_CHARS:],
-    )
-    if timed_out or code == _SIGNAL_EXIT + signal.SIGXCPU:
-        result.reason, result.limit = "timeout", "wall_clock" if timed_out else "cpu"
-        return result
-    if not started:
-        raise SandboxError(f"sandbox did not start (exit {code}): {stderr.strip()[-500:]}")
-    if report is None:
+    # -- calls ---------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Wait for the candidate's module to finish loading; raises what it raised."""
+        message = self._receive(lambda m: "loaded" in m)
+        if message["loaded"] is not True:
+            self._raise(message)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call the candidate's `name` with plain-data arguments; returns a plain value."""
+        self._calls += 1
+        call_id = self._calls
+        try:
+            request = marshal.dumps((call_id, name, args, kwargs))
+        except ValueError as exc:
+            raise SandboxError(f"a test passed an argument with no plain form: {exc}") from None
+        self._send(len(request).to_bytes(4, "big") + request)
+        reply = self._receive(lambda m: m.get("id") == call_id)
+        if "value" in reply:
+            try:
+                return decode(reply["value"])
+            except (Unsupported, RecursionError) as exc:
+                self._saw(f"forged_reply:{exc}")
+                raise self._end("tampering") from None
+        if "unsupported" in reply:
+            raise CandidateRaised({"type": "UnsupportedValue", "message": reply["unsupported"]})
+        self._raise(reply)
+
+    def function(self, name: str) -> Callable[..., Any]:
+        """A stand-in for the candidate's function `name`, to hand to trusted test code."""
+
+        def candidate(*args: Any, **kwargs: Any) -> Any:
+            return self.call(name, *args, **kwargs)
+
+        candidate.__name__ = name
+        return candidate
+
+    def _raise(self, reply: dict[str, Any]) -> None:
+        """Raise what the candidate raised, as the runner reported it."""
+        if not isinstance(reply.get("raised"), str):
+            self._saw("forged_reply:a failure without its report")
+            raise self._end("tampering")
+        info = {key: reply.get(key) for key in ("message", "errno", "line", "exit_code")}
+        info["type"] = reply["raised"]
+        if info["type"] == "SystemExit":
+            if info.get("exit_code") in (0, None):
+                self._saw("ended_early:SystemExit(0)")
+            raise self._end("exited", exit_code=info.get("exit_code"))
+        raise CandidateRaised(info)
+
+    # -- the pipes -----------------------------------------------------------------------------
+    def _saw(self, what: str) -> None:
+        if what not in self.evidence:
+            self.evidence.append(what)
+
+    def _end(self, reason: str, *, limit: str | None = None, exit_code: int | None = None):
+        """Stop the process, remember how it ended, and return the exception to raise."""
+        if self.ended is None:
+            assert self._proc is not None
+            if self._proc.poll() is None:
+                with suppress(ProcessLookupError):
+                    os.killpg(self._proc.pid, signal.SIGKILL)
+                self._proc.wait()
+            self.ended = SandboxEnded(reason, limit=limit, exit_code=exit_code)
+        return self.ended
+
+    def _ended_by_exit(self) -> SandboxEnded:
+        """The reply pipe closed: classify how the process ended (waiting out the deadline for a
+        process that closed its pipe but lives on)."""
+        assert self._proc is not None
+        try:
+            code = self._proc.wait(max(0.0, self._deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self._saw("closed_reply_channel")
+            return self._end("timeout", limit="wall_clock")
+        if code == _SIGNAL_EXIT + signal.SIGXCPU:
+            return self._end("timeout", limit="cpu", exit_code=code)
         if code == _SIGNAL_EXIT + signal.SIGXFSZ:
-            result.reason = "file_size"
-        elif code == 0:
-            result.reason = "exited"
-        return result
-    result.cpu_s = report.get("cpu_s")
-    if report["status"] == "ok":
-        result.reason = "ok"
-        return result
-    result.error_type, result.error_message = report["type"], report["message"]
-    result.error_line = report.get("line")
-    result.reason = _reason_for(report["type"], report.get("errno"))
-    return result
+            return self._end("file_size", exit_code=code)
+        if code == 0:
+            # The runner exits only when we close its pipe: a clean exit mid-test is the
+            # candidate ending the test phase the way a finished run would.
+            self._saw("ended_early:exit status 0")
+            return self._end("exited", exit_code=code)
+        if code > _SIGNAL_EXIT:
+            return self._end("killed", exit_code=code)
+        return self._end("exited", exit_code=code)
+
+    def _send(self, data: bytes) -> None:
+        if self.ended is not None:
+            raise self.ended
+        view = memoryview(data)
+        while view:
+            left = self._deadline - time.monotonic()
+            if left <= 0 or not _ready(self._request_w, select.POLLOUT, left):
+                raise self._end("timeout", limit="wall_clock")
+            try:
+                view = view[os.write(self._request_w, view) :]
+            except BrokenPipeError:
+                raise self._ended_by_exit() from None
+
+    def _receive(self, wanted: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """The next message `wanted` accepts; evidence on the way is recorded, and a line not
+        from the runner (no token, not JSON, an unexpected reply) is evidence too."""
+        if self.ended is not None:
+            raise self.ended
+        prefix = self._token + b" "
+        while True:
+            line = self._line()
+            if not line.startswith(prefix):
+                self._saw("forged_reply:a line without the runner's token")
+                continue
+            try:
+                message = json.loads(line[len(prefix) :])
+            except (ValueError, RecursionError):
+                message = None
+            if not isinstance(message, dict):
+                self._saw("forged_reply:not a message")
+                continue
+            seen = message.get("seen")
+            if isinstance(seen, str):
+                self._saw(seen[:300])
+            elif wanted(message):
+                return message
+            else:
+                self._saw("forged_reply:an unexpected message")
+
+    def _line(self) -> bytes:
+        while True:
+            newline = self._buffer.find(b"\n", self._scanned)
+            if newline >= 0:
+                line = bytes(self._buffer[:newline])
+                del self._buffer[: newline + 1]
+                self._scanned = 0
+                return line
+            self._scanned = len(self._buffer)
+            if len(self._buffer) > MAX_MESSAGE:
+                self._saw(f"forged_reply:a line over {MAX_MESSAGE >> 20} MiB")
+                raise self._end("tampering")
+            left = self._deadline - time.monotonic()
+            if left <= 0 or not _ready(self._reply_r, select.POLLIN, left):
+                raise self._end("timeout", limit="wall_clock")
+            chunk = os.read(self._reply_r, 1 << 20)
+            if not chunk:
+                raise self._ended_by_exit()
+            self._buffer += chunk
 
 
 # errno values (Linux) that name a sandbox limit the program ran into.
 _ERRNO_REASONS = {
     11: "process_limit",  # EAGAIN from fork at RLIMIT_NPROC
+    12: "memory",  # ENOMEM from mmap at RLIMIT_AS
     27: "file_size",  # EFBIG at RLIMIT_FSIZE
-    28: "disk_full",  # ENOSPC on the size-limited /tmp
+    28: "disk_full",  # ENOSPC on the size-limited /tmp (or a user namespace refused)
     30: "read_only_filesystem",  # EROFS
     13: "permission_denied",  # EACCES
     1: "permission_denied",  # EPERM
@@ -374,12 +585,16 @@ _ERRNO_REASONS = {
     111: "network",  # ECONNREFUSED
     113: "network",  # EHOSTUNREACH
 }
-_TYPE_REASONS = {"MemoryError": "memory", "SystemExit": "exited", "gaierror": "network"}
+_TYPE_REASONS = {
+    "MemoryError": "memory",
+    "gaierror": "network",
+    "UnsupportedValue": "unsupported_value",
+}
 
 
-def _reason_for(error_type: str, errno: int | None) -> str:
+def reason_for(info: dict[str, Any]) -> str | None:
+    """The sandbox limit a raised exception names (`memory`, `network`...), if any."""
+    error_type, errno = info.get("type"), info.get("errno")
     if error_type in _TYPE_REASONS:
         return _TYPE_REASONS[error_type]
-    if errno is not None and errno in _ERRNO_REASONS:
-        return _ERRNO_REASONS[errno]
-    return "exception"
+    return _ERRNO_REASONS.get(errno) if isinstance(errno, int) else None

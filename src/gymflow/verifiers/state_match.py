@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.verifiers.base import Verdict, VerifierError, VerifyInput, verifier
+from gymflow.verifiers.base import DataField, Verdict, VerifierError, VerifyInput, verifier
 
 MAX_LISTED = 10
 
@@ -127,7 +127,7 @@ def _same_leaf(expected: Any, actual: Any) -> bool:
     return expected == actual
 
 
-@verifier("state_match", params=StateMatchParams)
+@verifier("state_match", params=StateMatchParams, fields={"expected_state": DataField("mapping")})
 def state_match(inp: VerifyInput, params: StateMatchParams) -> Verdict:
     """1 when the session's final state equals the expected state, else 0 with the differences."""
     expected = inp.task.data.get("expected_state")

@@ -11,7 +11,6 @@ import json
 from typing import Any
 
 from gymflow.environments.base import Environment, Task
-from gymflow.environments.resources import ResourcesServer
 
 
 def load_problems() -> list[dict[str, Any]]:
@@ -54,17 +53,7 @@ def make_task(problem: dict[str, Any]) -> Task:
     )
 
 
-class HumanEvalResources(ResourcesServer):
-    """No tools; verification runs the code in the sandbox, off the event loop. The sandbox's own
-    slot pool bounds how many programs run at once."""
-
-    heavy_verification = True
-
-
 class HumanEvalEnvironment(Environment):
     def generate(self, split: str) -> list[Task]:
         size = self.manifest.splits[split].size
         return [make_task(problem) for problem in load_problems()[:size]]
-
-    def resources_server(self, verifier_params: dict[str, Any] | None = None) -> ResourcesServer:
-        return HumanEvalResources(self, verifier_params)

@@ -11,10 +11,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from fractions import Fraction
-from typing import Any
 
 from gymflow.environments.base import Environment, Task
-from gymflow.environments.resources import ResourcesServer
 
 SEED = 20261130
 
@@ -137,17 +135,7 @@ def make_task(index: int) -> Task:
     )
 
 
-class MathResources(ResourcesServer):
-    """Symbolic comparison (and the optional judge's HTTP call) can be slow: verify off the
-    event loop."""
-
-    heavy_verification = True
-
-
 class MathEnvironment(Environment):
     def generate(self, split: str) -> list[Task]:
         size = self.manifest.splits[split].size or 0
         return [make_task(i) for i in range(size)]
-
-    def resources_server(self, verifier_params: dict[str, Any] | None = None) -> ResourcesServer:
-        return MathResources(self, verifier_params)

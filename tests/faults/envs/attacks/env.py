@@ -1,4 +1,4 @@
-"""Untrusted-output fixture: HumanEval/0 answered by six hostile programs, played by the local
+"""Untrusted-output fixture: HumanEval/0 answered by seven hostile programs, played by the local
 policy as both its right and its wrong answer, so every rollout runs one through the sandbox.
 
 The write-outside target and the socket's port come from the test (GYMFLOW_FAULTS_VICTIM,
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from gymflow.environments.base import Environment, Task
-from gymflow.environments.humaneval.env import HumanEvalResources, fenced, load_problems
+from gymflow.environments.humaneval.env import fenced, load_problems
 
 
 def attacks() -> dict[str, str]:
@@ -28,6 +28,10 @@ def attacks() -> dict[str, str]:
         "return False",
         "kill-parent": f"import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
         f"os.kill({gym}, signal.SIGKILL)\nreturn False",
+        # The issue's forgery: look through the runner's frames for its secret, print what a
+        # passing report looks like, and end the process before any test can fail.
+        "fake-report": "import os, sys\nframe = sys._getframe()\nwhile frame.f_back:\n"
+        "    frame = frame.f_back\nprint(frame.f_locals, 'passed')\nos._exit(0)",
     }
 
 
@@ -48,6 +52,3 @@ class Attacks(Environment):
                 )
             )
         return tasks
-
-    def resources_server(self, verifier_params=None):
-        return HumanEvalResources(self, verifier_params)

@@ -1,0 +1,287 @@
+"""`gym data select | trajectories | profile`: a run's rollouts as training data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from gymflow.cli.app import console, data_app, fail, print_json
+from gymflow.data.chat import KINDS, TrajectoryFilters, prepare_trajectories, write_trajectories
+from gymflow.data.lines import OutputError
+from gymflow.data.profile import data_profile
+from gymflow.data.provenance import provenance
+from gymflow.data.rows import write_selection
+from gymflow.data.select import INFORMATIVE, Filters, SelectionError, parse_band, select_tasks
+from gymflow.store.db import StoreError, connect
+
+RunDir = Annotated[Path, typer.Argument(help="Run directory (or its .duckdb file).")]
+PassRate = Annotated[
+    str | None,
+    typer.Option(
+        help="Pass-rate interval: '(' / ')' exclude an end, '[' / ']' include it. Default (0,1) "
+        "(the informative tasks), or any pass rate when --bucket is given."
+    ),
+]
+Bucket = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Keep tasks in this diagnose bucket (repeatable): always_pass, "
+        "sometimes_pass, never_pass, missing."
+    ),
+]
+Tag = Annotated[list[str] | None, typer.Option(help="Keep tasks with this tag (repeatable).")]
+Difficulty = Annotated[
+    list[str] | None, typer.Option(help="Keep tasks of this difficulty (repeatable).")
+]
+MaxInput = Annotated[
+    float | None,
+    typer.Option(help="Keep tasks whose mean input tokens per rollout are at most this."),
+]
+MaxOutput = Annotated[
+    float | None,
+    typer.Option(help="Keep tasks whose mean output tokens per rollout are at most this."),
+]
+Version = Annotated[str | None, typer.Option(help="Verifier version to read (default newest).")]
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+def _filters(
+    pass_rate: str | None,
+    bucket: list[str] | None,
+    tag: list[str] | None,
+    difficulty: list[str] | None,
+    max_input_tokens: float | None,
+    max_output_tokens: float | None,
+) -> Filters:
+    # A bucket says which pass rates it wants; the informative default would contradict it.
+    default = None if bucket else INFORMATIVE
+    band = parse_band(pass_rate) if pass_rate is not None else default
+    return Filters(
+        pass_rate=band,
+        buckets=tuple(bucket or ()),
+        tags=tuple(tag or ()),
+        difficulties=tuple(difficulty or ()),
+        max_input_tokens=max_input_tokens,
+        max_output_tokens=max_output_tokens,
+    )
+
+
+@data_app.command("select")
+def data_select(
+    run_dir: RunDir,
+    out: Annotated[
+        Path | None, typer.Option(help="Directory to write into (default RUN_DIR/data).")
+    ] = None,
+    name: Annotated[str, typer.Option(help="Name of the dataset and its benchmark.")] = "selection",
+    pass_rate: PassRate = None,
+    bucket: Bucket = None,
+    tag: Tag = None,
+    difficulty: Difficulty = None,
+    max_input_tokens: MaxInput = None,
+    max_output_tokens: MaxOutput = None,
+    verifier_version: Version = None,
+    parquet: Annotated[bool, typer.Option(help="Also write NAME.parquet.")] = False,
+    dry_run: Annotated[bool, typer.Option(help="Count only; write nothing.")] = False,
+    json_output: Json = False,
+) -> None:
+    """Choose tasks by pass rate, bucket, tag, difficulty and token length; write them to
+    OUT/benchmarks/ as NeMo Gym dataset rows (NAME.jsonl, provenance in NAME.meta.json) and a
+    dataset benchmark (NAME.yaml) that evaluates them again."""
+    if not name or "/" in name or name.startswith("."):
+        fail(f"--name {name!r}: a plain file name is needed")
+    try:
+        filters = _filters(pass_rate, bucket, tag, difficulty, max_input_tokens, max_output_tokens)
+        con = connect(run_dir, read_only=True)
+        try:
+            selection = select_tasks(con, filters, verifier_version=verifier_version)
+            record = provenance(
+                con,
+                kind="task_selection",
+                store=run_dir,
+                verifier_version=selection.verifier_version,
+                filters=filters.as_dict(),
+                counts=selection.counts,
+            )
+            paths: dict[str, str] = {}
+            if not dry_run:
+                if not selection.counts["kept"]:
+                    fail("no task passes these filters; nothing written")
+                target = out or _run_folder(run_dir) / "data"
+                paths = write_selection(con, selection, target, name, record, parquet=parquet).paths
+        finally:
+            con.close()
+    except (StoreError, SelectionError, OutputError) as exc:
+        fail(str(exc))
+    payload = {**record, "task_ids": selection.task_ids, "paths": paths}
+    if json_output:
+        print_json(payload)
+        return
+    counts = selection.counts
+    console.print(
+        f"kept [bold]{counts['kept']}[/] of {counts['tasks']} tasks ({counts['rollouts']} "
+        f"rollouts) under verifier {selection.verifier_version}"
+    )
+    kept = ", ".join(f"{b} {n}" for b, n in counts["kept_by_bucket"].items() if n)
+    if kept:
+        console.print(f"  by bucket: {kept}")
+    for filter_name, rejected in counts["rejected_by"].items():
+        console.print(f"  {filter_name}: {rejected} tasks fail it")
+    for kind, path in paths.items():
+        console.print(f"  {kind}: {path}")
+    if paths:
+        root = Path(paths["benchmark"]).parent.parent
+        console.print(
+            f"evaluate it again: GYMFLOW_ENVIRONMENTS_PATH={root} gym eval run --benchmark {name}"
+        )
+
+
+def _run_folder(run_dir: Path) -> Path:
+    return run_dir.parent if run_dir.suffix == ".duckdb" else run_dir
+
+
+@data_app.command("trajectories")
+def data_trajectories(
+    run_dir: RunDir,
+    out: Annotated[Path, typer.Option(help="File to write: .jsonl (chat JSONL) or .parquet.")],
+    kind: Annotated[
+        str,
+        typer.Option(
+            help="passing: one conversation per passing rollout (imitation); pairs: a passing "
+            "and a failing rollout of the same task (preference)."
+        ),
+    ] = "passing",
+    pass_rate: PassRate = None,
+    bucket: Bucket = None,
+    tag: Tag = None,
+    difficulty: Difficulty = None,
+    max_input_tokens: MaxInput = None,
+    max_output_tokens: MaxOutput = None,
+    verifier_version: Version = None,
+    include_flagged: Annotated[
+        bool, typer.Option(help="Keep rollouts a health check flags (dropped by default).")
+    ] = False,
+    max_rollout_tokens: Annotated[
+        int | None, typer.Option(help="Drop rollouts with more output tokens than this.")
+    ] = None,
+    keep_duplicates: Annotated[
+        bool, typer.Option(help="Keep rollouts of a task whose completions are identical.")
+    ] = False,
+    json_output: Json = False,
+) -> None:
+    """Export the selected tasks' trajectories as chat-format training data (OpenAI fine-tuning
+    JSONL: messages with tool calls, and tools; or Parquet), with provenance beside it."""
+    if kind not in KINDS:
+        fail(f"--kind {kind!r}: choose one of {', '.join(KINDS)}")
+    if out.suffix not in (".jsonl", ".parquet"):
+        fail(f"--out {out}: name a .jsonl or .parquet file")
+    trajectory_filters = TrajectoryFilters(
+        healthy=not include_flagged, max_output_tokens=max_rollout_tokens, dedup=not keep_duplicates
+    )
+    try:
+        filters = _filters(pass_rate, bucket, tag, difficulty, max_input_tokens, max_output_tokens)
+        con = connect(run_dir, read_only=True)
+        try:
+            selection = select_tasks(con, filters, verifier_version=verifier_version)
+            counts = prepare_trajectories(con, selection.verifier_version, trajectory_filters)
+            counts = {"tasks": selection.counts, "rollouts": counts}
+            record = provenance(
+                con,
+                kind=f"trajectories:{kind}",
+                store=run_dir,
+                verifier_version=selection.verifier_version,
+                filters={**filters.as_dict(), **trajectory_filters.as_dict()},
+                counts=counts,
+            )
+            rows = write_trajectories(con, kind, out, record, parquet=out.suffix == ".parquet")
+        finally:
+            con.close()
+    except (StoreError, SelectionError, OutputError) as exc:
+        fail(str(exc))
+    record["counts"]["rows"] = rows
+    if json_output:
+        print_json({**record, "path": str(out)})
+        return
+    r = counts["rollouts"]
+    console.print(
+        f"wrote [bold]{rows}[/] {kind} rows to {out} from {selection.counts['kept']} tasks; "
+        f"rollouts: {r['scored_rollouts']} scored, {r['dropped_unhealthy']} flagged by health, "
+        f"{r['dropped_too_long']} too long, {r['dropped_duplicates']} duplicates dropped"
+    )
+
+
+@data_app.command("profile")
+def data_profile_command(
+    run_dir: RunDir,
+    threshold: Annotated[
+        float, typer.Option(help="Near-duplicate threshold: estimated Jaccard of word 3-grams.")
+    ] = 0.8,
+    groups: Annotated[int, typer.Option(help="Near-duplicate groups to list.")] = 20,
+    pass_rate: PassRate = None,
+    bucket: Bucket = None,
+    tag: Tag = None,
+    difficulty: Difficulty = None,
+    max_input_tokens: MaxInput = None,
+    max_output_tokens: MaxOutput = None,
+    verifier_version: Version = None,
+    json_output: Json = False,
+) -> None:
+    """Pass-rate histogram over tasks (overall, per tag, per difficulty), the informative share,
+    near-duplicate prompts with their pass rates, and how many tasks the selection keeps."""
+    try:
+        filters = _filters(pass_rate, bucket, tag, difficulty, max_input_tokens, max_output_tokens)
+        con = connect(run_dir, read_only=True)
+        try:
+            result = data_profile(
+                con,
+                verifier_version=verifier_version,
+                filters=filters,
+                threshold=threshold,
+                groups_shown=groups,
+            )
+        finally:
+            con.close()
+    except (StoreError, SelectionError, ValueError) as exc:
+        fail(str(exc))
+    if json_output:
+        print_json(result)
+        return
+    _print_profile(result)
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def _print_profile(result: dict) -> None:
+    console.print(
+        f"{result['tasks']} tasks, [bold]{result['informative']}[/] informative "
+        f"({100 * result['informative_share']:.1f}%: 0 < pass rate < 1) under verifier "
+        f"{result['verifier_version']}"
+    )
+    table = Table("group", "tasks", "informative", "mean pass", "tasks per pass-rate bin")
+    rows = [("all", result["overall"])]
+    rows += [(f"tag {g['group']}", g) for g in result["by_tag"]]
+    rows += [(f"difficulty {g['group']}", g) for g in result["by_difficulty"]]
+    for label, g in rows:
+        table.add_row(
+            label,
+            str(g["tasks"]),
+            f"{100 * g['informative_share']:.0f}%",
+            _rate(g["mean_pass_rate"]),
+            " ".join(f"{b}:{v}" for b, v in g["histogram"].items() if v),
+        )
+    console.print(table)
+    dups = result["near_duplicates"]
+    console.print(
+        f"near-duplicate prompts (similarity >= {dups['threshold']}): {dups['groups']} groups, "
+        f"{dups['grouped_tasks']} tasks"
+    )
+    for group in dups["shown"]:
+        rates = ", ".join(f"{m['task_id']} {_rate(m['pass_rate'])}" for m in group["members"])
+        console.print(f"  {group['tasks']} tasks (similarity {group['similarity']:.2f}): {rates}")
+    sel = result["selection"]
+    chosen = {k: v for k, v in sel["filters"].items() if v not in (None, [])}
+    console.print(f"selection {chosen}: keeps [bold]{sel['kept']}[/] of {sel['tasks']} tasks")

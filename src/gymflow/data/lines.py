@@ -1,0 +1,51 @@
+"""Writing query results to files: a single text column as lines, or a whole query through
+DuckDB's COPY; a file that cannot be written is an OutputError naming it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+BATCH = 50_000
+
+
+class OutputError(OSError):
+    """An output file or folder that cannot be written."""
+
+
+def write_lines(con, sql: str, params: Sequence[Any], path: Path) -> int:
+    """Write each row of `sql` (one VARCHAR column, e.g. a JSON object) as a line; returns rows.
+
+    DuckDB's own JSON writer wants fixed columns; a NeMo Gym row keeps the dataset's fields at
+    its top level, which differ from row to row, so each row is built as JSON text in SQL."""
+    rows = 0
+    cursor = con.execute(sql, list(params))
+    try:
+        with path.open("w", encoding="utf-8") as handle:
+            while batch := cursor.fetchmany(BATCH):
+                handle.write("\n".join(value for (value,) in batch) + "\n")
+                rows += len(batch)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    return rows
+
+
+def copy_to(con, sql: str, path: Path, options: str) -> int:
+    """`COPY (sql) TO path (options)`; returns the rows written."""
+    target = str(path).replace("'", "''")
+    try:
+        (rows,) = con.execute(f"COPY ({sql}) TO '{target}' ({options})").fetchone()
+    except duckdb.IOException as exc:
+        raise OutputError(f"{path}: cannot write: {exc}") from None
+    return rows
+
+
+def make_folder(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot create the folder: {exc.strerror or exc}") from None
+    return path

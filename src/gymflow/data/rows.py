@@ -1,0 +1,184 @@
+"""A selection written as a dataset: NeMo Gym dataset rows (JSONL), optionally Parquet, and a
+dataset benchmark YAML naming the JSONL, so the selected tasks can be evaluated again. The files
+go to `OUT/benchmarks/`, the layout the registry searches: with `GYMFLOW_ENVIRONMENTS_PATH=OUT`,
+`gym eval run --benchmark NAME` runs the selection.
+
+A row is the task's first recorded request (`responses_create_params`: its input items, and the
+function tools offered, when any), the task's verifier data at the top level (as NeMo Gym rows
+carry `expected_answer` and the like), and under `_gymflow` its id, tags, difficulty, reference
+and how the run did on it (n, c, pass_rate, bucket)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gymflow.config import Sampling
+from gymflow.data.lines import OutputError, copy_to, make_folder, write_lines
+from gymflow.data.provenance import parquet_metadata_sql, write_sidecar
+from gymflow.data.select import Selection
+
+# The first attempt of the first model call of each selected task's first stored rollout.
+_REQUESTS = """
+WITH first_rollout AS (
+    SELECT task_id, arg_min(rollout_id, repeat_index) AS rollout_id
+    FROM rollouts WHERE task_id IN (SELECT task_id FROM data_selected) GROUP BY task_id
+)
+SELECT f.task_id, arg_min(m.request_json, m.attempt) AS request
+FROM first_rollout f JOIN model_calls m ON m.rollout_id = f.rollout_id AND m.call_index = 0
+GROUP BY f.task_id
+"""
+
+_ROWS = f"""
+WITH requests AS ({_REQUESTS}),
+parts AS (
+    SELECT s.task_id, s.tags, s.difficulty, s.n, s.c, s.pass_rate, s.bucket,
+           t.prompt, t.reference, coalesce(t.data_json, '{{}}') AS data_json,
+           CASE WHEN coalesce(json_array_length(q.request, '$.input'), 0) > 0
+                THEN json_extract(q.request, '$.input')
+                ELSE json_array(json_object('type', 'message', 'role', 'user',
+                                            'content', t.prompt)) END AS input,
+           CASE WHEN coalesce(json_array_length(q.request, '$.tools'), 0) > 0
+                THEN json_extract(q.request, '$.tools') END AS tools,
+           json_extract_string(q.request, '$.instructions') AS instructions
+    FROM data_selected s
+    JOIN tasks t USING (task_id)
+    LEFT JOIN requests q USING (task_id)
+)
+"""
+
+# The patch's null members (no tools, no instructions, no difficulty) are left out; the dataset's
+# own fields (the target) and every list (input items, tools) keep theirs.
+_JSONL = f"""
+{_ROWS}
+SELECT json_merge_patch(
+    data_json,
+    json_object(
+        'responses_create_params',
+        json_object('input', input, 'tools', tools, 'instructions', instructions),
+        '_gymflow',
+        json_object('task_id', task_id, 'tags', to_json(tags), 'difficulty', difficulty,
+                    'reference', reference, 'n', n, 'c', c, 'pass_rate', pass_rate,
+                    'bucket', bucket)
+    )
+)::VARCHAR
+FROM parts ORDER BY task_id
+"""
+
+_PARQUET = f"""
+{_ROWS}
+SELECT task_id, prompt, input::VARCHAR AS input, tools::VARCHAR AS tools, instructions,
+       data_json AS data, tags, difficulty, reference, n, c, pass_rate, bucket
+FROM parts ORDER BY task_id
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    rows: int
+    paths: dict[str, str]
+
+
+def write_selection(
+    con,
+    selection: Selection,
+    out_dir: Path,
+    name: str,
+    record: dict[str, Any],
+    *,
+    parquet: bool = False,
+) -> Written:
+    """Write, in `out_dir/benchmarks/`, `NAME.jsonl` (NeMo Gym rows) with `NAME.meta.json`,
+    `NAME.yaml` (a benchmark over the JSONL) and with `parquet`, `NAME.parquet` carrying the
+    provenance in its metadata.
+
+    Expects `select_tasks` to have run on `con` (it leaves `data_selected`)."""
+    out_dir = make_folder(out_dir / "benchmarks")
+    jsonl = out_dir / f"{name}.jsonl"
+    rows = write_lines(con, _JSONL, [], jsonl)
+    paths = {"jsonl": str(jsonl), "meta": str(write_sidecar(jsonl, record))}
+    if parquet:
+        target = out_dir / f"{name}.parquet"
+        copy_to(con, _PARQUET, target, f"FORMAT parquet, {parquet_metadata_sql(record)}")
+        paths["parquet"] = str(target)
+    data_keys = _data_keys(con)
+    benchmark = benchmark_yaml(name, jsonl.name, record, _verifier(con, selection), data_keys)
+    target = out_dir / f"{name}.yaml"
+    try:
+        target.write_text(yaml.safe_dump(benchmark, sort_keys=False), encoding="utf-8")
+    except OSError as exc:
+        raise OutputError(f"{target}: cannot write: {exc.strerror or exc}") from None
+    paths["benchmark"] = str(target)
+    return Written(rows, paths)
+
+
+def _data_keys(con) -> list[str]:
+    """The verifier-data fields the selected tasks carry."""
+    rows = con.execute(
+        "SELECT DISTINCT unnest(json_keys(data_json)) AS k FROM tasks "
+        "WHERE task_id IN (SELECT task_id FROM data_selected) ORDER BY k"
+    ).fetchall()
+    return [k for (k,) in rows]
+
+
+def _verifier(con, selection: Selection) -> dict[str, Any]:
+    name, params = con.execute(
+        "SELECT verifier_name, params_json FROM verifier_versions WHERE verifier_version = ?",
+        [selection.verifier_version],
+    ).fetchone()
+    repeats, sampling, harness = con.execute(
+        "SELECT repeats, sampling_json, harness FROM runs LIMIT 1"
+    ).fetchone()
+    return {
+        "name": name,
+        "params": json.loads(params or "{}"),
+        "repeats": repeats,
+        "sampling": {
+            k: v
+            for k, v in json.loads(sampling or "{}").items()
+            if k in Sampling.model_fields and v is not None
+        },
+        "harness": harness,
+    }
+
+
+def benchmark_yaml(
+    name: str,
+    jsonl_name: str,
+    record: dict[str, Any],
+    verifier: dict[str, Any],
+    data_keys: list[str],
+) -> dict[str, Any]:
+    """The benchmark YAML (as a dict) that evaluates the selection again: a dataset benchmark
+    over NeMo Gym rows, with the run's verifier, harness, repeats and sampling.
+
+    The one place that knows that format: adjust here if it changes."""
+    run = record["run"]
+    return {
+        "name": name,
+        "description": (
+            f"{record['counts']['kept']} tasks selected from run {run['run_id']} "
+            f"({run['benchmark'] or run['environment']}, {run['model']}) under verifier "
+            f"{record['verifier_version']}"
+        ),
+        "dataset": {
+            "path": jsonl_name,
+            "format": "nemo_gym",
+            "fields": {
+                "id": "_gymflow.task_id",
+                "tags": "_gymflow.tags",
+                "difficulty": "_gymflow.difficulty",
+                "reference": "_gymflow.reference",
+                "verifier": data_keys,
+            },
+            "harness": verifier["harness"],
+        },
+        "verifier": {"name": verifier["name"], "params": verifier["params"]},
+        "repeats": verifier["repeats"],
+        "sampling": verifier["sampling"],
+        "tags": ["selection"],
+    }

@@ -1,0 +1,101 @@
+"""Reading dataset rows from local files: JSONL (and NeMo Gym rows), Parquet and CSV.
+
+Every row comes with where it is (`line N` of a text file, `row N` of a table), so a problem can
+name the file, the row and the field. A row that cannot be read is a problem, not an exception:
+the reader goes on, so one pass reports every bad row."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+#: Longest JSONL line read (bytes): a bound on one row's memory, like the config loader's.
+MAX_LINE_BYTES = 64 * 1024 * 1024
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be used; `problems` names the file, row and field of each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True, slots=True)
+class RawRow:
+    where: str  # "line 12" or "row 11"
+    fields: dict[str, Any] | None  # None when the row could not be read
+    problem: str | None = None
+
+
+def read_rows(path: Path, fmt: str, limit: int | None = None) -> Iterator[RawRow]:
+    """The rows of a local file, the first `limit` when given."""
+    if not path.is_file():
+        raise DatasetError([f"{path}: no such dataset file"])
+    reader = {"jsonl": _jsonl, "nemo_gym": _jsonl, "parquet": _parquet, "csv": _csv}[fmt]
+    return islice(reader(path), limit)
+
+
+def _jsonl(path: Path) -> Iterator[RawRow]:
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"line {number}"
+            if len(line) > MAX_LINE_BYTES:
+                yield RawRow(where, None, f"longer than {MAX_LINE_BYTES} bytes")
+                continue
+            try:
+                # orjson refuses NaN and Infinity, as JSON does
+                value = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                yield RawRow(where, None, f"not JSON: {exc}")
+                continue
+            if not isinstance(value, dict):
+                yield RawRow(where, None, f"expected a JSON object, got {type(value).__name__}")
+                continue
+            yield RawRow(where, value)
+
+
+def _parquet(path: Path) -> Iterator[RawRow]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise DatasetError([f"{path}: not a Parquet file: {exc}"]) from None
+    number = 0
+    for batch in parquet.iter_batches(batch_size=8192):
+        for row in batch.to_pylist():
+            yield _finite(f"row {number}", row)
+            number += 1
+
+
+def _csv(path: Path) -> Iterator[RawRow]:
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        try:
+            for row in reader:
+                where = f"line {reader.line_num}"
+                if None in row:
+                    yield RawRow(where, None, "more cells than the header has columns")
+                    continue
+                yield RawRow(where, dict(row))
+        except (csv.Error, UnicodeDecodeError) as exc:
+            raise DatasetError([f"{path}: line {reader.line_num}: not CSV: {exc}"]) from None
+
+
+def _finite(where: str, row: dict[str, Any]) -> RawRow:
+    """Parquet may hold NaN or infinities, which no verifier can compare with."""
+    for key, value in row.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            return RawRow(where, None, f"field {key!r}: non-finite number {value}")
+    return RawRow(where, row)

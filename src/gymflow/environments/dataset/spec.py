@@ -1,0 +1,86 @@
+"""The `dataset:` key of a benchmark YAML: where the rows are and which field means what."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+#: Local file formats, by suffix; `nemo_gym` is a JSONL file of NeMo Gym dataset rows.
+SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv"}
+Format = Literal["jsonl", "parquet", "csv", "nemo_gym"]
+
+
+class HubSource(BaseModel):
+    """A Hugging Face Hub dataset; `revision` (a commit, tag or branch) is resolved to the commit
+    it names, and that commit is part of the benchmark's version."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, description="repo id, e.g. openai/gsm8k")
+    config: str | None = Field(None, description="the dataset's configuration (subset)")
+    split: str = "test"
+    revision: str = Field("main", min_length=1)
+
+
+class FieldMap(BaseModel):
+    """Row field paths (`a.b.0.c` reads nested objects and lists) for each role.
+
+    `prompt` and `verifier` map a name the template or verifier reads to a row field; a list
+    means the same name in both places."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str | None = Field(None, description="the row's own id; else a hash of its content")
+    prompt: dict[str, str] = Field(default_factory=dict)
+    verifier: dict[str, str] = Field(default_factory=dict)
+    tags: str | None = Field(None, description="a text or a list of texts")
+    difficulty: str | None = None
+    reference: str | None = Field(
+        None, description="a response that passes, for the local simulated policy"
+    )
+    tools: str | None = Field(None, description="Responses API function tools offered")
+
+    @field_validator("prompt", "verifier", mode="before")
+    @classmethod
+    def _same_names(cls, value: object) -> object:
+        if isinstance(value, list):
+            return {name: name for name in value}
+        return value
+
+
+class DatasetSpec(BaseModel):
+    """Exactly one of `path` (relative to the benchmark YAML) or `hub`."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str | None = None
+    hub: HubSource | None = None
+    format: Format | None = Field(
+        None, description="jsonl, parquet, csv (from the suffix when unset) or nemo_gym"
+    )
+    split: str = Field("test", description="the split name a local file is known by")
+    fields: FieldMap = FieldMap()
+    harness: str = "single_turn"
+    domain: str = "dataset"
+    pass_threshold: float | None = Field(None, description="default: the verifier's own")
+    verify_timeout_s: float | None = Field(None, gt=0.0)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DatasetSpec:
+        if (self.path is None) == (self.hub is None):
+            raise ValueError("give exactly one of dataset.path or dataset.hub")
+        if self.path is not None and self.format is None:
+            suffix = Path(self.path).suffix.lower()
+            if suffix not in SUFFIXES:
+                known = ", ".join(sorted(SUFFIXES))
+                raise ValueError(
+                    f"dataset.path {self.path!r}: unknown suffix {suffix!r} (known: {known}); "
+                    "or set dataset.format"
+                )
+            self.format = SUFFIXES[suffix]
+        if self.hub is not None and self.format not in (None, "nemo_gym"):
+            raise ValueError("dataset.format: a hub dataset's format is the Hub's own")
+        return self
+
+    @property
+    def split_name(self) -> str:
+        return self.hub.split if self.hub is not None else self.split

@@ -1,0 +1,96 @@
+"""The `nightly` flow: the evaluation loop, then the regression gate against the run before it
+and a pinned baseline. A regression fails the flow run, is stated in the run's report and
+artifacts, and emits a `gymflow.run.regressed` event an automation can turn into a notification."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.events import emit_event
+from pydantic import BaseModel, ConfigDict, Field
+
+from gymflow.flows.eval_run import evaluation_loop, resuming
+from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions
+from gymflow.history.gate import GateVerdict, gate, save_verdict
+from gymflow.store.db import StoreError
+
+REGRESSED_EVENT = "gymflow.run.regressed"
+
+
+class GateOptions(BaseModel):
+    """What a nightly run is compared with, and how large a drop fails it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    baseline: str | None = Field(
+        None, description="A pinned baseline run folder, compared as well as the run before."
+    )
+    margin: float = Field(
+        0.02,
+        ge=0.0,
+        le=1.0,
+        description="Drop in pass@1, as a fraction (0.02 = 2 points), that a significant "
+        "paired drop must exceed to fail the gate.",
+    )
+    history: str | None = Field(
+        None,
+        description="Folder holding the earlier runs (default: the folder holding this run).",
+    )
+
+
+class RegressionFound(StoreError):
+    """The gate found a significant drop beyond the margin (the run itself is stored)."""
+
+
+@task(name="regression-gate", cache_policy=NO_CACHE)
+def gate_run(run_dir: str, options: GateOptions) -> GateVerdict:
+    verdict = gate(
+        Path(run_dir),
+        root=Path(options.history) if options.history else None,
+        baseline=Path(options.baseline) if options.baseline else None,
+        margin=options.margin,
+    )
+    save_verdict(verdict)
+    return verdict
+
+
+@flow(name="nightly", log_prints=True)
+def nightly(
+    config: FlowConfig, scale: ScaleOptions = UNSHARDED, gate: GateOptions | None = None
+) -> dict[str, Any]:
+    """Run the evaluation loop, then gate the run on regressions.
+
+    Args:
+        config: What to run; `{date}` in `out` gives each night its own run folder.
+        scale: How the run is sharded.
+        gate: What the run is compared with and how large a drop fails it.
+    """
+    options = gate or GateOptions()
+    # A retry of this flow run (the UI's Retry) continues tonight's run instead of refusing it.
+    result = evaluation_loop(config, resume=resuming(False), scale=scale)
+    verdict = gate_run(result["run_dir"], options)
+    # The report was written before the gate: again, so that it states the verdict.
+    from gymflow.reports.render import write_run_report
+
+    write_run_report(result["run_dir"])
+    get_run_logger().info(verdict.summary())
+    create_markdown_artifact(
+        key="gymflow-regression-gate",
+        markdown=f"# Regression gate\n\n{verdict.summary()}\n\nTest: {verdict.test}.",
+        description="Nightly regression gate",
+    )
+    if not verdict.passed:
+        emit_event(
+            event=REGRESSED_EVENT,
+            resource={
+                "prefect.resource.id": f"gymflow.run.{Path(result['run_dir']).name}",
+                "prefect.resource.name": config.benchmark or config.environment or "run",
+            },
+            payload=verdict.as_dict(),
+        )
+        raise RegressionFound(verdict.summary())
+    return {**result, "gate": verdict.as_dict()}

@@ -1,0 +1,81 @@
+"""gymflow's own lines in a flow run's log (the Prefect UI's Logs tab): progress, failures by
+kind, the headline and where the report is. Prefect's run logger, so they land on the run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import get_run_logger
+
+from gymflow.flows.artifacts import interval, pct
+from gymflow.reports.serving import ReportLink
+
+
+def batch_done(done: int, total: int, stats: dict[str, int]) -> None:
+    get_run_logger().info(
+        "batch %d of %d done: %d rollouts run (%d completed, %d failed), %d already stored",
+        done,
+        total,
+        stats.get("attempted", 0),
+        stats.get("completed", 0),
+        stats.get("failed", 0),
+        stats.get("skipped", 0),
+    )
+
+
+def shard_done(index: int, count: int, result: dict[str, Any]) -> None:
+    logger = get_run_logger()
+    if not result.get("ran", True):
+        logger.info(
+            "shard %d of %d skipped: its store already holds all %s rollouts",
+            index,
+            count,
+            result.get("expected"),
+        )
+        return
+    logger.info(
+        "shard %d of %d done: %s of %s rollouts stored",
+        index,
+        count,
+        result.get("stored"),
+        result.get("expected"),
+    )
+
+
+def shard_failed(index: int, count: int, message: str) -> None:
+    get_run_logger().error("shard %d of %d failed: %s", index, count, message)
+
+
+def _kind(row: dict[str, Any]) -> str:
+    detail = f" ({row['kind']})" if row["kind"] and row["kind"] != row["category"] else ""
+    return f"{row['category']}{detail} {row['rollouts']}"
+
+
+def results(
+    profile: dict[str, Any],
+    health: dict[str, Any],
+    diagnosis: dict[str, Any],
+    action: str,
+    link: ReportLink,
+) -> None:
+    logger = get_run_logger()
+    coverage = profile["coverage"]
+    logger.info(
+        "%s · %s: pass@1 %s (95%% CI %s); coverage: expected %d, scored %d, failed %d, "
+        "missing %d; health: %s",
+        profile["benchmark"] or profile["environment"],
+        profile["model"],
+        pct(profile["pass@1"]),
+        interval(profile["ci95"]),
+        coverage["expected"],
+        coverage["scored"],
+        coverage["failed"],
+        coverage["missing"],
+        health["verdict"],
+    )
+    kinds = ", ".join(_kind(row) for row in diagnosis["taxonomy"])
+    if kinds:
+        logger.info("non-passing rollouts by kind: %s", kinds)
+    logger.info("next action: %s", action.replace("**", ""))
+    # info, not a warning: a CLI run (whose console shows warnings) prints its own report path
+    logger.info("report: %s", link.url or f"{link.path} ({link.note})")

@@ -1,0 +1,168 @@
+"""The catalog of the runs under a root folder: one row per run store, in a DuckDB file of its own.
+
+The run stores stay the truth; the catalog is a summary rebuilt from them (a row is recomputed
+only when its store changed on disk), so it can be deleted at any time. It lives beside the runs
+as `catalog.duckdb`, so any SQL client can query it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import astuple, dataclass, fields
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+
+from gymflow.analysis.outcomes import check_verifier_version
+from gymflow.analysis.profile import headline
+from gymflow.store.db import STORE_FILE, StoreError, connect, transaction
+from gymflow.store.runs import run_info
+
+CATALOG_FILE = "catalog.duckdb"
+#: Shard stores are parts of a run, merged into its store: not runs of their own.
+SHARD_FOLDER = "shards"
+#: How deep under the root run stores are looked for (a nightly layout is root/benchmark/date).
+MAX_DEPTH = 6
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    """One run: what it was (the factors a comparison names) and how it did (its headline)."""
+
+    run_dir: str
+    run_id: str
+    created_at: datetime | None
+    benchmark: str | None
+    benchmark_version: str | None
+    environment: str | None
+    dataset_version: str | None
+    model: str | None
+    harness: str | None
+    prompt_template: str | None
+    sampling_json: str | None
+    repeats: int | None
+    verifier_version: str | None
+    pass1: float | None
+    ci_low: float | None
+    ci_high: float | None
+    expected: int
+    scored: int
+    failed: int
+    missing: int
+    #: the store file's size and modification time when this row was computed
+    store_bytes: int
+    store_mtime: float
+
+
+COLUMNS = [f.name for f in fields(CatalogEntry)]
+#: the DuckDB type of each annotation used above (annotations are strings under `annotations`)
+_TYPES = {
+    "datetime | None": "TIMESTAMP",
+    "int": "BIGINT",
+    "int | None": "BIGINT",
+    "float": "DOUBLE",
+}
+_TYPES |= {"str": "VARCHAR", "str | None": "VARCHAR", "float | None": "DOUBLE"}
+_DDL = "CREATE TABLE IF NOT EXISTS runs ({})".format(
+    ", ".join(f"{f.name} {_TYPES[f.type]}" for f in fields(CatalogEntry))
+)
+
+
+def find_stores(root: Path) -> Iterator[Path]:
+    """Every run directory under `root` (itself included), shard stores left out."""
+    root = root.resolve()
+    for folder, subfolders, files in os.walk(root):
+        depth = len(Path(folder).relative_to(root).parts)
+        subfolders[:] = sorted(d for d in subfolders if d != SHARD_FOLDER and not d.startswith("."))
+        if depth >= MAX_DEPTH:
+            subfolders.clear()
+        if STORE_FILE in files:
+            yield Path(folder)
+
+
+def read_entry(run_dir: Path) -> CatalogEntry:
+    """Summarise one run store (read-only). Raises StoreError when it cannot be read."""
+    path = run_dir / STORE_FILE
+    stat = path.stat()
+    try:
+        with connect(run_dir, read_only=True) as con:
+            run = run_info(con)
+            version = check_verifier_version(con, None)
+            head = headline(con, version)
+    except duckdb.Error as exc:
+        raise StoreError(f"{path}: cannot read ({exc})") from None
+    low, high = head["ci95"] or (None, None)
+    cover = head["coverage"]
+    return CatalogEntry(
+        run_dir=str(run_dir),
+        run_id=run["run_id"],
+        created_at=run["created_at"],
+        benchmark=run["benchmark"],
+        benchmark_version=run["benchmark_version"],
+        environment=run["environment"],
+        dataset_version=run["dataset_version"],
+        model=run["model"],
+        harness=run["harness"],
+        prompt_template=run["prompt_template"],
+        sampling_json=run["sampling_json"],
+        repeats=run["repeats"],
+        verifier_version=version,
+        pass1=head["pass@1"],
+        ci_low=low,
+        ci_high=high,
+        expected=cover["expected"],
+        scored=cover["scored"],
+        failed=cover["failed"],
+        missing=cover["missing"],
+        store_bytes=stat.st_size,
+        store_mtime=stat.st_mtime,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    path: Path
+    entries: list[CatalogEntry]
+    #: run directories whose store could not be read (a run in progress holds its lock), with why
+    skipped: list[tuple[str, str]]
+
+    def of_benchmark(self, benchmark: str) -> list[CatalogEntry]:
+        """The runs of one benchmark (or environment), oldest first."""
+        chosen = [e for e in self.entries if benchmark in (e.benchmark, e.environment)]
+        return sorted(chosen, key=lambda e: (e.created_at or datetime.min, e.run_dir))
+
+
+def refresh(root: Path) -> Catalog:
+    """Bring `root/catalog.duckdb` up to date with the stores under `root` and return it.
+
+    A row is recomputed only when its store's size or modification time changed; rows of stores
+    that are gone are dropped."""
+    root = root.resolve()
+    if not root.is_dir():
+        raise StoreError(f"{root}: no such folder")
+    path = root / CATALOG_FILE
+    with duckdb.connect(str(path)) as con:
+        con.execute(_DDL)
+        cursor = con.execute(f"SELECT {', '.join(COLUMNS)} FROM runs")
+        known = {row[0]: CatalogEntry(*row) for row in cursor.fetchall()}
+        entries, skipped = [], []
+        for run_dir in find_stores(root):
+            key = str(run_dir)
+            stat = (run_dir / STORE_FILE).stat()
+            cached = known.get(key)
+            if cached and (cached.store_bytes, cached.store_mtime) == (stat.st_size, stat.st_mtime):
+                entries.append(cached)
+                continue
+            try:
+                entries.append(read_entry(run_dir))
+            except StoreError as exc:
+                skipped.append((key, str(exc)))
+                if cached:
+                    entries.append(cached)
+        placeholders = ", ".join("?" for _ in COLUMNS)
+        with transaction(con):
+            con.execute("DELETE FROM runs")
+            if entries:
+                con.executemany(f"INSERT INTO runs VALUES ({placeholders})", map(astuple, entries))
+    return Catalog(path, entries, skipped)

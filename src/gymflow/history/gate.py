@@ -1,0 +1,135 @@
+"""The regression gate: a run compared, paired by task, with the run before it and a pinned
+baseline. A drop fails the gate only when it is both real (the paired difference's 95% CI lies
+below zero) and large (beyond the margin): a significant drop of half a point is noise for a
+nightly, and a large drop the test cannot tell from chance is not yet evidence."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from gymflow.analysis.compare import CompareError, compare
+from gymflow.history.catalog import CatalogEntry, refresh
+from gymflow.store.db import StoreError, connect
+
+Against = Literal["previous", "baseline"]
+#: Beside the run's store: the report states the gate's verdict, whoever ran the gate.
+GATE_FILE = "gate.json"
+#: How the gate decides: named in every verdict, so a reader knows which test said "significant".
+TEST = "paired difference of per-task pass rates (this run - the other), 95% CI below 0"
+
+
+@dataclass(frozen=True, slots=True)
+class GateCheck:
+    against: Against
+    run_dir: str
+    run_id: str | None
+    #: this run's pass@1 minus the other's, on the tasks both hold
+    difference: float | None
+    ci95: tuple[float, float] | None
+    tasks: int
+    regressed: bool
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class GateVerdict:
+    run_dir: str
+    margin: float
+    test: str
+    checks: tuple[GateCheck, ...]
+
+    @property
+    def passed(self) -> bool:
+        return not any(check.regressed for check in self.checks)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "passed": self.passed}
+
+    def summary(self) -> str:
+        if not self.checks:
+            return "regression gate: nothing to compare with (no earlier run, no baseline)"
+        word = "passed" if self.passed else "FAILED"
+        return f"regression gate {word}: " + "; ".join(
+            f"vs {c.against}: {c.why}" for c in self.checks
+        )
+
+
+def previous_run(entries: list[CatalogEntry], run_dir: Path) -> CatalogEntry | None:
+    """The latest run before `run_dir`'s of the same benchmark version, from a catalog."""
+    key = str(run_dir.resolve())
+    this = next((e for e in entries if e.run_dir == key), None)
+    if this is None or this.created_at is None:
+        return None
+    earlier = [
+        e
+        for e in entries
+        if e.run_dir != key
+        and e.benchmark_version == this.benchmark_version
+        and e.created_at is not None
+        and e.created_at < this.created_at
+    ]
+    return max(earlier, key=lambda e: e.created_at or datetime.min, default=None)
+
+
+def check(run_dir: Path, other: Path, against: Against, *, margin: float) -> GateCheck:
+    """Compare `run_dir` with `other`, paired on task_id; a comparison that cannot be made is
+    stated, and does not fail the gate."""
+    try:
+        with connect(run_dir, read_only=True) as con_a, connect(other, read_only=True) as con_b:
+            result = compare(con_a, con_b)
+    except (CompareError, StoreError) as exc:
+        return GateCheck(against, str(other), None, None, None, 0, False, f"not compared: {exc}")
+    difference, ci = result["difference"], result["ci95"]
+    ci = tuple(ci) if ci else None
+    significant = ci is not None and ci[1] < 0
+    regressed = significant and difference < -margin
+    points = f"{100 * difference:+.1f} points over {result['tasks']} tasks"
+    if ci is not None:
+        points += f" (95% CI {100 * ci[0]:+.1f} to {100 * ci[1]:+.1f})"
+    if regressed:
+        why = f"{points}: a significant drop beyond the {100 * margin:.1f}-point margin"
+    elif significant:
+        why = f"{points}: significant, within the {100 * margin:.1f}-point margin"
+    else:
+        why = f"{points}: not a significant drop"
+    return GateCheck(
+        against, str(other), result["b"]["run_id"], difference, ci, result["tasks"], regressed, why
+    )
+
+
+def gate(
+    run_dir: Path,
+    *,
+    root: Path | None = None,
+    baseline: Path | None = None,
+    margin: float = 0.02,
+) -> GateVerdict:
+    """Gate `run_dir` against the run before it under `root` (default: the folder holding the
+    run's folder) and against `baseline`, when given."""
+    run_dir = run_dir.resolve()
+    checks = []
+    catalog = refresh(root or run_dir.parent)
+    before = previous_run(catalog.entries, run_dir)
+    if before is not None:
+        checks.append(check(run_dir, Path(before.run_dir), "previous", margin=margin))
+    if baseline is not None:
+        checks.append(check(run_dir, baseline, "baseline", margin=margin))
+    return GateVerdict(str(run_dir), margin, TEST, tuple(checks))
+
+
+def save_verdict(verdict: GateVerdict) -> Path:
+    path = Path(verdict.run_dir) / GATE_FILE
+    path.write_text(json.dumps(verdict.as_dict(), indent=2, allow_nan=False), "utf-8")
+    return path
+
+
+def load_verdict(run_dir: Path) -> dict[str, Any] | None:
+    """The last gate verdict stored beside a run, or None (never gated, or unreadable)."""
+    try:
+        return json.loads((run_dir / GATE_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None

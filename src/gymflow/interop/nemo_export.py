@@ -1,0 +1,269 @@
+"""Writing a run as NeMo Gym's own files: rollouts, materialized inputs and failures.
+
+Each line is shaped to validate under NeMo Gym 0.4's typed models (its verify response: a
+`NeMoGymResponseCreateParamsNonStreaming` request, a `NeMoGymResponse`, a float `reward`): the
+request keeps only the Responses API fields those models allow (no `seed`), with
+`parallel_tool_calls`, `tool_choice`, `tools` (function tools with `strict`); the response has
+`created_at`, its own tool settings and usage with both details objects; output messages carry
+ids, statuses and `annotations`. Every line has `agent_ref`, which NeMo Gym's aggregation groups
+on. The task's fields sit under `task` (an object, so NeMo Gym's profiling does not average
+them as metrics), with `task_id` beside it.
+
+Scored rollouts go to the rollouts file; failed ones, and completed ones whose verification
+errored, to `<stem>_failures.jsonl` (with `_ng_failure_class` and gymflow's failure kind);
+every (task, rollout) the run asked for to `<stem>_materialized_inputs.jsonl`, as NeMo Gym's
+`gym eval profile` reads them."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from gymflow.interop.nemo_read import sidecar_path
+
+#: The request fields NeMo Gym's request model allows (it forbids any other, `seed` included).
+REQUEST_FIELDS = (
+    "background",
+    "include",
+    "input",
+    "instructions",
+    "max_output_tokens",
+    "max_tool_calls",
+    "metadata",
+    "model",
+    "parallel_tool_calls",
+    "previous_response_id",
+    "prompt",
+    "reasoning",
+    "service_tier",
+    "store",
+    "temperature",
+    "text",
+    "tool_choice",
+    "tools",
+    "top_logprobs",
+    "top_p",
+    "truncation",
+    "user",
+)
+#: gymflow's failure kinds as NeMo Gym failure classes (a timeout is terminal there).
+FAILURE_CLASSES = {"timeout": "timeout_exceeded", "verifier_error": "transient"}
+#: NeMo Gym's ResponseError codes for the failure kinds that have one.
+ERROR_CODES = {"rate_limited": "rate_limit_exceeded"}
+
+_SQL = """
+WITH first_call AS (
+    SELECT rollout_id, arg_min(request_json, call_index::BIGINT * 1000000 + attempt) AS request
+    FROM model_calls GROUP BY rollout_id
+)
+SELECT r.rollout_id, r.task_id, r.repeat_index, t.task_index, t.data_json, t.prompt,
+       r.trajectory_json, r.status, r.failure_kind, r.error, r.incomplete,
+       r.input_tokens, r.output_tokens, epoch(r.started_at), c.request,
+       v.status, v.reward, v.failure_kind
+FROM rollouts r
+JOIN tasks t USING (task_id)
+LEFT JOIN first_call c USING (rollout_id)
+LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+ORDER BY t.task_index, r.repeat_index, r.rollout_id
+"""
+
+
+def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+    if tool.get("type") != "function":
+        return tool
+    return {
+        "type": "function",
+        "name": tool.get("name"),
+        "description": tool.get("description"),
+        "parameters": tool.get("parameters") or {"type": "object", "properties": {}},
+        "strict": bool(tool.get("strict", False)),
+    }
+
+
+def nemo_request(request: dict[str, Any]) -> dict[str, Any]:
+    """A request NeMo Gym's request model accepts: its fields only, its defaults filled."""
+    shaped = {k: request[k] for k in REQUEST_FIELDS if request.get(k) is not None}
+    given = request.get("input") or []
+    if isinstance(given, str):
+        given = [{"role": "user", "content": given}]
+    shaped["input"] = [nemo_item(item, f"in{i}") for i, item in enumerate(given)]
+    shaped["tools"] = [_tool(tool) for tool in request.get("tools") or []]
+    shaped.setdefault("parallel_tool_calls", True)
+    shaped.setdefault("tool_choice", "auto")
+    if isinstance(shaped.get("metadata"), dict):  # the Responses API's metadata is text to text
+        shaped["metadata"] = {
+            str(k): v if isinstance(v, str) else json.dumps(v)
+            for k, v in shaped["metadata"].items()
+        }
+    return shaped
+
+
+def nemo_item(item: dict[str, Any], name: str) -> dict[str, Any]:
+    """An item as NeMo Gym's item models want it: assistant messages as output messages (id,
+    status, content parts with annotations), tool outputs as text, reasoning with a summary."""
+    kind = item.get("type", "message")
+    if kind == "message" and item.get("role", "assistant") == "assistant":
+        content = item.get("content")
+        parts = [{"type": "output_text", "text": content}] if isinstance(content, str) else content
+        return {
+            "id": item.get("id") or f"msg_{name}",
+            "type": "message",
+            "role": "assistant",
+            "status": item.get("status") or "completed",
+            "content": [
+                part if part.get("type") == "refusal" else {"annotations": [], **part}
+                for part in parts or []
+            ],
+        }
+    if kind == "function_call_output" and not isinstance(item.get("output"), str):
+        return {**item, "output": json.dumps(item.get("output"))}
+    if kind == "reasoning":
+        return {**item, "id": item.get("id") or f"rs_{name}", "summary": item.get("summary") or []}
+    return item
+
+
+def _usage(input_tokens: int | None, output_tokens: int | None) -> dict[str, Any] | None:
+    if input_tokens is None or output_tokens is None:
+        return None
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens + output_tokens,
+    }
+
+
+def _lines(con, verifier_version: str, model: str, agent_ref: dict) -> Iterator[tuple[str, dict]]:
+    """('rollout' | 'failure', line) per stored rollout, in task and repeat order."""
+    cursor = con.execute(_SQL, [verifier_version])
+    while rows := cursor.fetchmany(2_000):
+        for (
+            rid, task_id, repeat, task_index, data_json, _prompt, trajectory_json, status,
+            failure_kind, error, incomplete, input_tokens, output_tokens, started, request_json,
+            v_status, reward, v_failure,
+        ) in rows:  # fmt: skip
+            trajectory = json.loads(trajectory_json or "[]")
+            request = json.loads(request_json) if request_json else {"input": trajectory[:1]}
+            request = nemo_request(request)
+            given = request["input"]
+            output = [
+                nemo_item(item, f"{rid}_{i}") for i, item in enumerate(trajectory[len(given) :])
+            ]
+            response = {
+                "id": f"resp_{rid}",
+                "object": "response",
+                "created_at": float(started or 0),
+                "model": model,
+                "status": "incomplete" if incomplete else "completed",
+                "output": output,
+                "parallel_tool_calls": request["parallel_tool_calls"],
+                "tool_choice": request["tool_choice"],
+                "tools": request["tools"],
+                "usage": _usage(input_tokens, output_tokens),
+            }
+            line = {
+                "responses_create_params": request,
+                "response": response,
+                "_ng_task_index": task_index,
+                "_ng_rollout_index": repeat,
+                "agent_ref": agent_ref,
+                "task_id": task_id,
+                "task": json.loads(data_json or "{}"),
+                "verifier_version": verifier_version,
+            }
+            scored = v_status == "ok" and reward is not None and math.isfinite(reward)
+            if status == "completed" and scored:
+                yield "rollout", {**line, "reward": reward}
+                continue
+            if status == "completed":
+                # the model answered; its grading failed, is absent or is not a number: NeMo
+                # Gym's `transient`
+                kind = v_failure or (
+                    "non_finite_reward" if v_status == "ok" else "verification_missing"
+                )
+                extra = {"gymflow_verification": {"status": v_status, "failure_kind": v_failure}}
+            else:
+                kind = failure_kind
+                extra = {}
+                response["status"] = "failed"
+                response["error"] = {
+                    "code": ERROR_CODES.get(kind, "server_error"),
+                    "message": (error or kind or "")[:2000],
+                }
+            yield (
+                "failure",
+                {
+                    **line,
+                    "_ng_failure_class": FAILURE_CLASSES.get(
+                        kind, "transient" if status == "completed" else "legitimate"
+                    ),
+                    "gymflow_failure_kind": kind,
+                    "error_message": (error or kind or "")[:2000],
+                    **extra,
+                },
+            )
+
+
+def _materialized(con, agent_ref: dict) -> Iterator[dict]:
+    """Every (task, rollout) the run asked for: its tasks times its repeats."""
+    repeats = con.execute("SELECT max(repeats) FROM runs").fetchone()[0] or 1
+    cursor = con.execute(
+        """
+        SELECT t.task_index, t.task_id, t.data_json, t.prompt,
+               (SELECT arg_min(c.request_json, c.call_index::BIGINT * 1000000 + c.attempt)
+                FROM model_calls c JOIN rollouts r USING (rollout_id)
+                WHERE r.task_id = t.task_id) AS request
+        FROM tasks t ORDER BY t.task_index
+        """
+    )
+    while rows := cursor.fetchmany(2_000):
+        for task_index, task_id, data_json, prompt, request_json in rows:
+            request = json.loads(request_json) if request_json else {"input": prompt or ""}
+            base = {
+                "responses_create_params": nemo_request(request),
+                "agent_ref": agent_ref,
+                "task_id": task_id,
+                "task": json.loads(data_json or "{}"),
+                "_ng_task_index": task_index,
+            }
+            for repeat in range(repeats):
+                yield {**base, "_ng_rollout_index": repeat}
+
+
+def write_nemo_gym(con, verifier_version: str, target: Path) -> dict[str, Any]:
+    """Write `target` and its two sidecars; returns the line counts and paths."""
+    run = con.execute("SELECT model, harness, environment, config_json FROM runs").fetchone()
+    model, harness, environment, config_json = run
+    imported = (json.loads(config_json or "{}") or {}).get("agent_ref")
+    agent_ref = imported or {
+        "type": "responses_api_agents",
+        "name": f"gymflow_{environment or 'run'}_{harness or 'agent'}",
+    }
+    paths = {
+        "rollout": target,
+        "failure": sidecar_path(target, "_failures"),
+        "materialized": sidecar_path(target, "_materialized_inputs"),
+    }
+    counts = dict.fromkeys(paths, 0)
+    handles = {kind: path.open("w", encoding="utf-8") for kind, path in paths.items()}
+    try:
+        for kind, line in _lines(con, verifier_version, model or "unknown", agent_ref):
+            handles[kind].write(json.dumps(line, allow_nan=False) + "\n")
+            counts[kind] += 1
+        for line in _materialized(con, agent_ref):
+            handles["materialized"].write(json.dumps(line, allow_nan=False) + "\n")
+            counts["materialized"] += 1
+    finally:
+        for handle in handles.values():
+            handle.close()
+    return {
+        "rows": counts["rollout"],
+        "failures": counts["failure"],
+        "materialized_inputs": counts["materialized"],
+        "failures_path": str(paths["failure"]),
+        "materialized_inputs_path": str(paths["materialized"]),
+    }

@@ -1,0 +1,60 @@
+"""Writing a new store through a temporary file that becomes the run only when complete.
+
+The store is built in a hidden folder beside the run folder, committed and checkpointed, then
+moved into place with one rename; a killed or failed import leaves at most that hidden folder
+(named with the importing process's id, and removed by the next import into that folder), never a
+half-written store at `--out` that would block the next import."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from gymflow.interop.nemo_read import InteropError
+from gymflow.store.db import STORE_FILE, StoreError, connect, store_path
+
+
+def _remove_abandoned(run_dir: Path) -> None:
+    """Staging folders of imports into this run folder whose process is gone (killed)."""
+    for folder in run_dir.parent.glob(f".{run_dir.name}.importing-*"):
+        pid = folder.name.rpartition("-")[2]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:
+            pass  # another user's live process
+
+
+@contextmanager
+def staged_store(out: Path) -> Iterator:
+    """A connection to a fresh store, in one transaction; on success it becomes `out`'s store."""
+    target = store_path(out)
+    run_dir = target.parent
+    staging = run_dir.parent / f".{run_dir.name}.importing-{os.getpid()}"
+    _remove_abandoned(run_dir)
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.mkdir(parents=True)
+        con = connect(staging, create=True)
+    except (OSError, StoreError) as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise InteropError(f"{run_dir}: cannot create the store: {exc}") from None
+    try:
+        con.execute("BEGIN TRANSACTION")
+        yield con
+        con.execute("COMMIT")
+        con.execute("CHECKPOINT")
+        con.close()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        os.replace(staging / STORE_FILE, target)
+    except OSError as exc:
+        raise InteropError(f"{run_dir}: cannot write the store: {exc}") from None
+    finally:
+        con.close()
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,39 @@
+"""Open-file headroom for a run: every model call in flight holds a socket.
+
+Many systems start processes with a soft limit of 1,024 open files; at concurrency 1,024 the run
+then fails at its first commit ("Too many open files"), after the model calls were paid for. The
+soft limit can be raised up to the hard one without privileges, so it is, before anything starts;
+where even the hard limit is too low, the run is refused with the figure it needs."""
+
+from __future__ import annotations
+
+import resource
+
+from gymflow.config import ConfigError
+
+#: Descriptors besides the calls' sockets: the store's files, Prefect's client, the local policy
+#: server's pipes, the interpreter's own.
+RESERVE = 256
+
+
+def files_needed(concurrency: int, *, remote_resources: bool) -> int:
+    """One socket per call in flight, and one more per rollout when tool calls and verification go
+    to a served resources server."""
+    return concurrency * (2 if remote_resources else 1) + RESERVE
+
+
+def ensure_open_files(concurrency: int, *, remote_resources: bool = False) -> int:
+    """Raise this process's soft RLIMIT_NOFILE to what the run needs (children such as the local
+    policy server inherit it); return the soft limit now in force."""
+    needed = files_needed(concurrency, remote_resources=remote_resources)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return soft
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        raise ConfigError(
+            f"concurrency {concurrency} needs about {needed} open files, but this process may "
+            f"open at most {hard} (hard limit, `ulimit -Hn`): lower concurrency to "
+            f"{max(1, hard - RESERVE) // (2 if remote_resources else 1)} or raise the hard limit"
+        )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    return needed

@@ -1,0 +1,40 @@
+"""The study report and the trend page: self-contained HTML, like the run report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gymflow.history.catalog import CatalogEntry
+from gymflow.reports.history_charts import Interval, forest_plot, trend_chart
+from gymflow.reports.render import render
+from gymflow.study.results import StudyResult
+
+
+def _tone(ci: tuple[float, float] | None) -> str:
+    if not ci:
+        return ""
+    return "pos" if ci[0] > 0 else ("neg" if ci[1] < 0 else "")
+
+
+def write_study_report(out: Path, result: StudyResult) -> Path:
+    rows = [Interval(v.summary.name, v.difference, v.ci95, _tone(v.ci95)) for v in result.variants]
+    forest = forest_plot(rows, label=f"study {result.name}: differences from the baseline")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render("study.html.j2", {"result": result, "forest": forest}), "utf-8")
+    return out
+
+
+def write_trend_report(out: Path, benchmark: str, root: Path, entries: list[CatalogEntry]) -> Path:
+    points = [
+        Interval(
+            f"{e.created_at:%Y-%m-%d}" if e.created_at else e.run_id,
+            e.pass1,
+            (e.ci_low, e.ci_high) if e.ci_low is not None else None,
+        )
+        for e in entries
+    ]
+    chart = trend_chart(points, label=f"{benchmark}: pass@1 over time")
+    data = {"benchmark": benchmark, "root": str(root), "entries": entries, "chart": chart}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render("trend.html.j2", data), "utf-8")
+    return out

@@ -1,0 +1,1 @@
+"""Ablation studies: a baseline config and variants that each change one factor."""

@@ -1,0 +1,69 @@
+"""The nightly flow through Prefect: a run that fell below its pinned baseline fails the gate,
+says so in its report and artifacts, and emits the event an automation listens for."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+from prefect.client.orchestration import get_client
+
+from gymflow.config import EvalConfig
+from gymflow.flows.eval_run import evaluation_loop
+from gymflow.flows.nightly import REGRESSED_EVENT, GateOptions, RegressionFound, nightly
+
+pytestmark = pytest.mark.prefect
+
+
+def _config(out: Path, **changes) -> EvalConfig:
+    return EvalConfig(benchmark="arithmetic-smoke", limit=40, repeats=2, out=str(out), **changes)
+
+
+async def _events(name: str, resource_id: str, timeout_s: float = 60) -> list[dict]:
+    """The server's events of this name about this resource; events reach the server through a
+    background worker, so they are polled for."""
+    deadline = time.monotonic() + timeout_s
+    async with get_client() as client:
+        while True:
+            answer = await client._client.post(
+                "/events/filter", json={"filter": {"event": {"name": [name]}}, "limit": 50}
+            )
+            answer.raise_for_status()
+            found = [
+                e
+                for e in answer.json()["events"]
+                if e["resource"]["prefect.resource.id"] == resource_id
+            ]
+            if found or time.monotonic() > deadline:
+                return found
+            await asyncio.sleep(0.5)
+
+
+def test_a_run_below_its_baseline_fails_the_gate_and_says_so(prefect_api, tmp_path):
+    # The pinned baseline accepted answers off by one (the simulated policy's wrong answers):
+    # tonight's run, judged strictly, is a real and large drop against it.
+    baseline = tmp_path / "baseline"
+    evaluation_loop(_config(baseline, verifier_params={"abs_tol": 1.5}))
+    tonight = tmp_path / "nightly" / "2026-01-02"
+    options = GateOptions(baseline=str(baseline), margin=0.05)
+    with pytest.raises(RegressionFound, match="regression gate FAILED: vs baseline"):
+        nightly(_config(tonight), gate=options)
+    verdict = json.loads((tonight / "gate.json").read_text())
+    assert verdict["passed"] is False
+    assert verdict["checks"][0]["against"] == "baseline"
+    assert verdict["checks"][0]["difference"] < -0.05
+    report = (tonight / "report.html").read_text()
+    assert 'id="regression-gate"' in report and "Regression gate FAILED" in report
+    events = asyncio.run(_events(REGRESSED_EVENT, "gymflow.run.2026-01-02"))
+    assert events and events[0]["payload"]["passed"] is False
+
+
+def test_a_run_like_the_one_before_passes(prefect_api, tmp_path):
+    first = tmp_path / "nightly" / "2026-01-01"
+    nightly(_config(first))
+    result = nightly(_config(tmp_path / "nightly" / "2026-01-02", sampling={"seed": 1}))
+    assert result["gate"]["passed"] is True
+    assert [c["against"] for c in result["gate"]["checks"]] == ["previous"]

@@ -1,0 +1,85 @@
+"""A study's arms: which factor each variant changes, and which are refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gymflow.config import ConfigError
+from gymflow.study.results import holm
+from gymflow.study.spec import StudySpec, resolve_study, store_of
+
+BASE = {"benchmark": "arithmetic-smoke", "repeats": 2, "sampling": {"temperature": 0.7}}
+
+
+def _study(*variants: dict, out: str = "runs/s"):
+    return resolve_study(
+        StudySpec(name="s", out=out, baseline=BASE, variants=list(variants)), "study.yaml"
+    )
+
+
+def test_each_variant_names_the_one_factor_it_changes():
+    study = _study(
+        {"name": "ckpt", "set": {"model": {"skill_seed": 3}}},
+        {"name": "harness", "set": {"harness": {"system_prompt": "Be brief."}}},
+        {"name": "prompt", "set": {"prompt_template": "Q: {{ question }}"}},
+        {"name": "hot", "set": {"sampling": {"temperature": 1.0}}},
+        {"name": "loose", "set": {"verifier_params": {"abs_tol": 1.5}}},
+        {"name": "more-repeats", "set": {"repeats": 4}},
+    )
+    isolates = {arm.name: arm.isolates for arm in study.variants}
+    assert isolates == {
+        "ckpt": "model",
+        "harness": "harness",
+        "prompt": "prompt template",
+        "hot": "sampling",
+        "loose": "verifier parameters",
+        "more-repeats": "dataset version",
+    }
+    assert [arm.name for arm in study.variants if arm.reverify_only] == ["loose"]
+    hot = next(arm for arm in study.variants if arm.name == "hot")
+    # a variant changes only what it names: the baseline's other sampling settings stay
+    assert hot.config.sampling.temperature == 1.0
+    assert hot.config.repeats == 2
+    assert Path(hot.config.out) == Path("runs/s/hot")
+
+
+def test_a_variant_changing_two_factors_is_refused_unless_confounded():
+    two = {"model": {"skill_seed": 3}, "prompt_template": "Q: {{ question }}"}
+    with pytest.raises(ConfigError, match=r"variant 'both': changes 2 factors \(model, prompt"):
+        _study({"name": "both", "set": two})
+    arm = _study({"name": "both", "set": two, "confounded": True}).variants[0]
+    assert arm.isolates is None and arm.factors == ("model", "prompt template")
+
+
+def test_every_problem_is_listed_at_once():
+    with pytest.raises(ConfigError) as caught:
+        _study(
+            {"name": "same", "set": {"repeats": 2}},
+            {"name": "bad", "set": {"sampling": {"temperature": 9}}},
+        )
+    message = str(caught.value)
+    assert "variant 'same': changes no factor" in message
+    assert "variant 'bad'" in message and "sampling.temperature" in message
+
+
+def test_arms_share_rollouts_where_their_configs_coincide():
+    study = _study(
+        {"name": "a", "set": {"model": {"skill_seed": 3}}},
+        {"name": "b", "set": {"model": {"skill_seed": 3}, "concurrency": 8}},
+        {"name": "loose", "set": {"verifier_params": {"abs_tol": 1.5}}},
+    )
+    stores = store_of(study)
+    assert stores["b"] == stores["a"] == Path("runs/s/a")
+    assert stores["loose"] == stores["baseline"] == Path("runs/s/baseline")
+
+
+def test_holm_matches_the_step_down_rule():
+    # sorted: 0.01 x3 = 0.03; 0.03 x2 = 0.06; 0.04 x1 = 0.04 -> kept monotone at 0.06
+    assert holm([0.04, 0.01, None, 0.03]) == pytest.approx([0.06, 0.03, None, 0.06])
+    assert holm([0.6, 0.9]) == [1.0, 1.0]
+    statsmodels = pytest.importorskip("statsmodels.stats.multitest")
+    p = [0.002, 0.04, 0.013, 0.5, 0.021]
+    expected = statsmodels.multipletests(p, method="holm")[1]
+    assert holm(p) == pytest.approx(list(expected))

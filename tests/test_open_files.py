@@ -1,0 +1,76 @@
+"""A run's open-file headroom and its in-flight bound are set before anything starts."""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+
+import pytest
+
+from gymflow.config import ConfigError, parse_config
+from gymflow.models.open_files import RESERVE
+from tests.conftest import GYM
+
+
+def _limited(soft: int, hard: int):
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_soft_limit_is_raised_to_what_the_concurrency_needs():
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 1024 + RESERVE:
+        pytest.skip(f"hard open-file limit {hard} is below what this test needs")
+    code = (
+        "import resource; from gymflow.models.open_files import ensure_open_files;"
+        "ensure_open_files(1024); print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        preexec_fn=_limited(300, hard),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert int(out.stdout) == 1024 + RESERVE
+
+
+def test_a_hard_limit_too_low_refuses_the_run_before_it_starts(tmp_path):
+    result = subprocess.run(
+        [
+            GYM,
+            "eval",
+            "run",
+            "--benchmark",
+            "arithmetic-smoke",
+            "--concurrency",
+            "1024",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        preexec_fn=_limited(400, 400),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "needs about 1280 open files" in result.stderr
+    assert "ulimit -Hn" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run" / "gymflow.duckdb").exists()
+
+
+def test_the_default_batch_grows_to_sixteen_waves_of_the_concurrency():
+    assert parse_config({"benchmark": "arithmetic-smoke"}, "test").batch_size == 2000
+    config = parse_config({"benchmark": "arithmetic-smoke", "concurrency": 1024}, "test")
+    assert config.batch_size == 16 * 1024
+    chosen = {"benchmark": "arithmetic-smoke", "concurrency": 1024, "batch_size": 1024}
+    assert parse_config(chosen, "test").batch_size == 1024
+
+
+def test_a_chosen_batch_below_the_concurrency_is_refused():
+    with pytest.raises(ConfigError, match="batch_size 100 is below concurrency 200"):
+        parse_config(
+            {"benchmark": "arithmetic-smoke", "concurrency": 200, "batch_size": 100}, "test"
+        )
