@@ -37,6 +37,7 @@ from gymflow.store.runs import run_info
 from gymflow.store.schema import COLUMNS
 from gymflow.store.superseded import supersede_verifications
 from gymflow.store.writer import register_verifier_version
+from gymflow.verifier_identity import code_hash, with_code
 from gymflow.verifiers.base import VerifyInput
 
 #: rollouts read, verified and written per round trip (an insert costs ~20 us a row at 5,000
@@ -96,6 +97,19 @@ def _base_version(con, verifier_name: str, defaults: dict[str, Any], requested: 
     return _Base("", dict(defaults), False)
 
 
+def _version_of(con, server: ResourcesServer) -> str:
+    """The version verdicts are stored under: the parameters' version, or, when the store
+    records other code for it (the verifier changed since), that version with this code's hash."""
+    version = server.verifier_version
+    code = code_hash(server.verifier)
+    row = con.execute(
+        "SELECT code_hash FROM verifier_versions WHERE verifier_version = ?", [version]
+    ).fetchone()
+    if code is not None and row is not None and row[0] is not None and row[0] != code:
+        return with_code(version, code)
+    return version
+
+
 def _tasks(con) -> dict[str, Task]:
     rows = con.execute(
         "SELECT task_id, data_json, reference, tags, difficulty FROM tasks"
@@ -147,13 +161,15 @@ def _verify_all(
     )
 
 
-def _insert(con, rows: list[tuple], verdicts: list[Verification], now: datetime) -> None:
+def _insert(
+    con, rows: list[tuple], verdicts: list[Verification], version: str, now: datetime
+) -> None:
     """Insert one batch of verdicts through Arrow: at a million rollouts, converting Python
     lists for `insert_rows` cost more than the verifier itself (measured 34 us a row)."""
     batch = pa.table(
         {
             "rollout_id": [row[0] for row in rows],
-            "verifier_version": [v.verifier_version for v in verdicts],
+            "verifier_version": [version] * len(rows),
             "status": [v.status for v in verdicts],
             "reward": pa.array([v.reward for v in verdicts], pa.float64()),
             "passed": pa.array([v.passed for v in verdicts], pa.bool_()),
@@ -170,8 +186,10 @@ def _insert(con, rows: list[tuple], verdicts: list[Verification], now: datetime)
         con.unregister("reverify_batch")
 
 
-def _write(con, server: ResourcesServer, base: _Base, tasks, failed_only: bool) -> int:
-    """Judge and insert in one transaction: a crash leaves the store as it was."""
+def _write(
+    con, server: ResourcesServer, version: str, base: _Base, tasks, failed_only: bool
+) -> int:
+    """Judge and insert, as `version`, in one transaction: a crash leaves the store as it was."""
     now = datetime.now(UTC).replace(tzinfo=None)
     # A second connection streams the rollouts while this one writes: memory stays one batch.
     reader = con.cursor()
@@ -180,15 +198,16 @@ def _write(con, server: ResourcesServer, base: _Base, tasks, failed_only: bool) 
         with transaction(con):
             register_verifier_version(
                 con,
-                server.verifier_version,
+                version,
                 server.verifier.name,
                 server.params.model_dump(mode="json"),
                 source=f"reverify from {base.version or 'no stored version'}",
+                code_hash=code_hash(server.verifier),
             )
             for rows in _batches(reader, base.version, failed_only):
                 judged += len(rows)
                 verdicts = _verify_all(server, tasks, rows)
-                _insert(con, rows, verdicts, now)
+                _insert(con, rows, verdicts, version, now)
             if failed_only and base.stored:
                 con.execute(
                     f"""
@@ -201,18 +220,18 @@ def _write(con, server: ResourcesServer, base: _Base, tasks, failed_only: bool) 
                     JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
                     WHERE NOT ({_selection(failed_only)})
                     """,
-                    [server.verifier_version, base.version, now, base.version],
+                    [version, base.version, now, base.version],
                 )
     finally:
         reader.close()
     return judged
 
 
-def _rejudge(con, server: ResourcesServer, tasks: dict[str, Task]) -> int:
+def _rejudge(con, server: ResourcesServer, version: str, tasks: dict[str, Task]) -> int:
     """Under a version already stored: judge again the rollouts whose verification errored (a
     crash, a timeout, a judge that failed; the old verdicts are set aside as evidence) or is
     missing (a reverify killed half-way). One transaction for the new verdicts."""
-    supersede_verifications(con, server.verifier_version)
+    supersede_verifications(con, version)
     now = datetime.now(UTC).replace(tzinfo=None)
     rows = con.execute(
         """
@@ -222,13 +241,13 @@ def _rejudge(con, server: ResourcesServer, tasks: dict[str, Task]) -> int:
             USING (rollout_id)
         WHERE r.status = 'completed'
         """,
-        [server.verifier_version],
+        [version],
     ).fetchall()
     if not rows:
         return 0
     verdicts = _verify_all(server, tasks, rows)
     with transaction(con):
-        _insert(con, rows, verdicts, now)
+        _insert(con, rows, verdicts, version, now)
     return len(rows)
 
 
@@ -291,7 +310,9 @@ def reverify(
     max_listed: int | None = 1000,
 ) -> dict[str, Any]:
     """Store a new verifier version for the run in `run_dir` and report what changed. With no
-    `settings`, the verifier is the environment's as it is now (its manifest's parameters).
+    `settings`, the verifier is the environment's as it is now (its manifest's parameters). A
+    version whose stored code hash differs from the verifier's code now is stored anew, as
+    `version+codehash` (`gymflow.verifier_identity`).
 
     Returns {"environment", "verifier", "params", "base_version", "new_version", "status":
     "written" | "rejudged" (the version was stored; its errored or missing verdicts were judged
@@ -323,16 +344,16 @@ def reverify(
             server = env.resources_server(params)
         except ValueError as exc:
             raise ReverifyError(str(exc)) from None
-        new_version = server.verifier_version
+        new_version = _version_of(con, server)
         stored = {
             row[0]
             for row in con.execute("SELECT verifier_version FROM verifier_versions").fetchall()
         }
         if new_version not in stored:
-            reverified = _write(con, server, base, _tasks(con), failed_only)
+            reverified = _write(con, server, new_version, base, _tasks(con), failed_only)
             status = "written"
         else:
-            reverified = _rejudge(con, server, _tasks(con))
+            reverified = _rejudge(con, server, new_version, _tasks(con))
             status = "rejudged" if reverified else "already stored"
         old = base.version if base.stored else new_version
         return {

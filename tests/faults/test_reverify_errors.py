@@ -1,7 +1,7 @@
 """Verifications that errored or timed out are judged again by `gym eval reverify` under the same
 version (before, it answered "already stored"), with the errored verdicts kept as evidence; and
 `gym eval reverify RUN` without `--set` judges with the environment's verifier as it is now: the
-stored version when nothing changed, a new one when its parameters did."""
+stored version when nothing changed, a new one when its code or its parameters did."""
 
 from __future__ import annotations
 
@@ -70,9 +70,23 @@ def test_reverify_rejudges_errors_and_follows_the_verifier_as_it_is(
     ) == [(kind, 1, n) for kind, n in sorted(errored.items())]
     assert query(store, "SELECT count(*) FROM verifier_versions") == [(1,)]
 
-    # The environment's verifier now runs with other parameters: a new version, judged whole.
+    # The verifier's code changed (its parameters did not): a new version, named for the code.
     changed = tmp_path / "envs"
     shutil.copytree(ENVS / "faultlab", changed / "faultlab")
+    source = changed / "faultlab" / "env.py"
+    source.write_text(source.read_text() + "\n# the checker, reviewed\n")
+    recoded = _reverify(plan.run_dir, changed, FAULTLAB_FIXED="1")
+    assert recoded["status"] == "written"
+    assert recoded["new_version"].startswith(f"{version}+")
+    assert (
+        recoded["reverified"]
+        == query(store, "SELECT count(*) FROM rollouts WHERE status = 'completed'")[0][0]
+    )
+    again = _reverify(plan.run_dir, changed, FAULTLAB_FIXED="1")
+    assert again["new_version"] == recoded["new_version"]
+    assert again["status"] in ("rejudged", "already stored")  # only its timeouts again
+
+    # The environment's verifier now runs with other parameters: a new version, judged whole.
     manifest = changed / "faultlab" / "environment.yaml"
     manifest.write_text(
         manifest.read_text().replace(
@@ -82,5 +96,5 @@ def test_reverify_rejudges_errors_and_follows_the_verifier_as_it_is(
     )
     moved = _reverify(plan.run_dir, changed, FAULTLAB_FIXED="1")
     assert moved["status"] == "written" and moved["new_version"] != version
-    assert moved["params"] == {"tolerance": 1}
-    assert query(store, "SELECT count(*) FROM verifier_versions") == [(2,)]
+    assert "+" not in moved["new_version"] and moved["params"] == {"tolerance": 1}
+    assert query(store, "SELECT count(*) FROM verifier_versions") == [(3,)]

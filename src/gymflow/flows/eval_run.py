@@ -182,8 +182,11 @@ def _collect_shards(
                 failures[shard] = f"{type(exc).__name__}: {exc}"
                 run_log.shard_failed(shard, scale.shards, failures[shard])
             tracker.update(len(finished), len(failures))
-    # A failed shard's store may be partial or unreadable: it is merged once it completes.
-    merged = aggregate_shards(config.out, [configs[i].out for i in sorted(finished)])
+    # A failed shard's store may be partial or unreadable: it is merged once it completes. A
+    # stopped shard's store holds whole rollouts only: merged, the run store shows what finished.
+    stopped = stopping.stop_requested() is not None
+    merging = configs if stopped else [configs[i] for i in sorted(finished)]
+    merged = aggregate_shards(config.out, [c.out for c in merging])
     stopping.raise_if_requested()
     if failures:
         publish_shard_failure(failures, merged.get("stored", 0), len(plan.keys()))

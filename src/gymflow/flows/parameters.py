@@ -76,7 +76,10 @@ def _registry_choice(kind: str, names: Any) -> Any:
             raise ValueError(f"unknown {kind} {value!r} (known: {', '.join(sorted(names()))})")
         return value
 
-    schema = {"type": "string", "enum": sorted(names())}
+    try:
+        schema = {"type": "string", "enum": sorted(names())}
+    except RegistryError:  # a broken manifest or benchmark: the command that reads it says so
+        schema = {"type": "string"}
     return Annotated[str | SkipJsonSchema[None], AfterValidator(known), WithJsonSchema(schema)]
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import duckdb
 
-from gymflow.store.schema import SCHEMA_VERSION, TABLES
+from gymflow.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, TABLES
 
 STORE_FILE = "gymflow.duckdb"
 
@@ -130,7 +130,7 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
     if read_only:
         _check_version(con, path)
         return con
-    for ddl in TABLES.values():
+    for ddl in (*TABLES.values(), *ADDED_COLUMNS):
         con.execute(ddl)
     stored = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     if stored is None:

@@ -13,6 +13,8 @@ from gymflow.environments.base import Task
 from gymflow.rollouts.plan import RolloutKey, RunPlan, shard_of
 from gymflow.store.db import StoreError
 from gymflow.store.writer import insert_rows, register_verifier_version
+from gymflow.verifier_identity import code_hash
+from gymflow.verifiers.base import get_verifier
 
 
 def check_run_store(
@@ -73,9 +75,14 @@ def register_run(con, plan: RunPlan, *, resume: bool) -> None:
         [plan.run_id, cfg.shard.index, cfg.shard.count],
     )
     insert_rows(con, "tasks", task_rows(plan, plan.tasks), on_conflict_ignore=True)
+    name = plan.env.manifest.verifier.name
     spec_params = {**plan.env.manifest.verifier.params, **plan.verifier_params}
     register_verifier_version(
-        con, plan.verifier_version, plan.env.manifest.verifier.name, spec_params
+        con,
+        plan.verifier_version,
+        name,
+        spec_params,
+        code_hash=code_hash(get_verifier(name)),
     )
 
 

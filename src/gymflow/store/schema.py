@@ -96,7 +96,8 @@ TABLES: dict[str, str] = {
             verifier_name VARCHAR,
             params_json VARCHAR,
             source VARCHAR,
-            created_at TIMESTAMP
+            created_at TIMESTAMP,
+            code_hash VARCHAR
         )""",
     "verifications": """
         CREATE TABLE IF NOT EXISTS verifications (
@@ -124,6 +125,9 @@ SUPERSEDED: dict[str, str] = {
     for table in ("rollouts", "model_calls", "verifications")
 }
 TABLES.update(SUPERSEDED)
+
+#: Columns added after a table was first shipped: added to older stores when opened for writing.
+ADDED_COLUMNS = ("ALTER TABLE verifier_versions ADD COLUMN IF NOT EXISTS code_hash VARCHAR",)
 
 # Column order of each table, used by the bulk writers.
 COLUMNS: dict[str, tuple[str, ...]] = {

@@ -134,9 +134,18 @@ def _database_path(con) -> str:
 
 
 def register_verifier_version(
-    con, version: str, name: str, params: dict[str, Any], source: str = "gymflow"
+    con,
+    version: str,
+    name: str,
+    params: dict[str, Any],
+    source: str = "gymflow",
+    code_hash: str | None = None,
 ) -> None:
+    """Record a verifier version; `code_hash` (`verifiers.base.code_hash`) says which code ran
+    it, so a reverify can tell when the verifier changed under the same parameters."""
     con.execute(
-        "INSERT OR IGNORE INTO verifier_versions VALUES (?, ?, ?, ?, ?)",
-        [version, name, _dumps(params), source, datetime.now(UTC).replace(tzinfo=None)],
+        "INSERT OR IGNORE INTO verifier_versions "
+        "(verifier_version, verifier_name, params_json, source, created_at, code_hash) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        [version, name, _dumps(params), source, datetime.now(UTC).replace(tzinfo=None), code_hash],
     )
