@@ -158,14 +158,14 @@ def output_text(items: list[dict[str, Any]]) -> str:
             continue
         for part in content or ():
             if part.get("type") in ("output_text", "text"):
-                parts.append(part.get("text", ""))
+                parts.append(part.get("text") or "")
     return "".join(parts)
 
 
 def refusal_text(items: list[dict[str, Any]]) -> str | None:
     """The text of any refusal content part among assistant messages, or None."""
     parts = [
-        part.get("refusal", "")
+        part.get("refusal") or ""
         for item in items
         if item.get("type") == "message"
         for part in (item.get("content") if isinstance(item.get("content"), list) else ())
