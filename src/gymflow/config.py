@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import parse_qsl, urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -60,7 +61,12 @@ URL_WITHOUT_CREDENTIALS = (
 )
 #: An environment variable's name, as POSIX shells accept it.
 ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-_KEY_PREFIXES = ("sk-", "sk_", "pk-", "rk-", "hf_", "gsk_", "xai-", "aiza", "ghp_", "bearer ")
+_KEY_PREFIXES = (
+    "sk-", "sk_", "pk-", "rk-", "hf_", "gsk_", "xai-", "aiza", "ghp_", "github_pat_", "bearer ",
+)  # fmt: skip
+#: Query or fragment parameters that carry a credential (`?key=` for Google APIs, `?api-key=`,
+#: `?access_token=`, a signature): stored and shown with the URL as surely as `user:pw@`.
+_CREDENTIAL_PARAM = re.compile(r"key|token|secret|pass|pwd|auth|sig|credential", re.IGNORECASE)
 
 
 def refuse_url_credentials(url: str | None) -> str | None:
@@ -71,6 +77,15 @@ def refuse_url_credentials(url: str | None) -> str | None:
             "a URL must not carry credentials (user:password@host): put the key in an "
             "environment variable and name it in model.api_key_env"
         )
+    if url is not None:
+        parts = urlsplit(url)
+        given = parse_qsl(parts.query, keep_blank_values=True)
+        given += parse_qsl(parts.fragment, keep_blank_values=True)
+        if any(_CREDENTIAL_PARAM.search(name) for name, _ in given):
+            raise ValueError(
+                "a URL must not carry credentials (a key or token in its query): put the key "
+                "in an environment variable and name it in model.api_key_env"
+            )
     return url
 
 
@@ -82,13 +97,9 @@ def refuse_key_as_env_name(value: str | None) -> str | None:
     looks_like_key = (
         not re.match(ENV_VAR_NAME, value)
         or value.lower().startswith(_KEY_PREFIXES)
-        # names are words joined by underscores; keys are long runs of mixed case and digits
-        or (
-            len(value) >= 20
-            and "_" not in value.strip("_")
-            and any(c.isdigit() for c in value)
-            and any(c.islower() for c in value)
-        )
+        # names are words joined by underscores; keys are long runs of letters and digits
+        # (mixed case, or upper case as AWS's AKIA... key ids)
+        or (len(value) >= 20 and "_" not in value.strip("_") and any(c.isdigit() for c in value))
     )
     if looks_like_key:
         raise ValueError(

@@ -44,7 +44,9 @@ class GateVerdict:
 
     @property
     def passed(self) -> bool:
-        return not any(check.regressed for check in self.checks)
+        """No drop, and every comparison made: a run with nothing scored (every rollout failed)
+        or a pinned baseline that cannot be read is not a pass."""
+        return not any(check.regressed or check.run_id is None for check in self.checks)
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "passed": self.passed}
@@ -77,7 +79,7 @@ def previous_run(entries: list[CatalogEntry], run_dir: Path) -> CatalogEntry | N
 
 def check(run_dir: Path, other: Path, against: Against, *, margin: float) -> GateCheck:
     """Compare `run_dir` with `other`, paired on task_id; a comparison that cannot be made is
-    stated, and does not fail the gate."""
+    stated (and fails the gate: see GateVerdict.passed)."""
     try:
         with connect(run_dir, read_only=True) as con_a, connect(other, read_only=True) as con_b:
             result = compare(con_a, con_b)

@@ -143,8 +143,11 @@ def outcome(row: NemoRow) -> Outcome:
         # a gymflow export's completed rollout whose grading failed: completed, not scored
         return Outcome("completed", None, None, status == "incomplete")
     if row.failure_class is not None:
-        kind = row.fields.get("gymflow_failure_kind") or FAILURE_CLASSES.get(
-            row.failure_class, "harness_error"
+        given = row.fields.get("gymflow_failure_kind")
+        kind = (
+            given
+            if isinstance(given, str) and given
+            else FAILURE_CLASSES.get(row.failure_class, "harness_error")
         )
         message = row.fields.get("error_message") or row.failure_class
         return Outcome("failed", kind, f"NeMo Gym {row.failure_class}: {message}"[:2000], False)
@@ -475,8 +478,8 @@ def _records(
                     {
                         "rollout_id": rid,
                         "verifier_version": IMPORTED_VERSION,
-                        "status": str(graded["status"]),
-                        "failure_kind": graded.get("failure_kind"),
+                        "status": _text(graded["status"]),
+                        "failure_kind": _text(graded.get("failure_kind")),
                         "details_json": _dumps({"source": str(path), "line": last.line}),
                         "created_at": now,
                     },
@@ -489,6 +492,11 @@ def _records(
         "model_calls": calls,
         "verifications": verifications,
     }
+
+
+def _text(value: Any) -> str | None:
+    """A file's value for a text column: text as it is, anything else as its JSON."""
+    return value if value is None or isinstance(value, str) else _dumps(value)
 
 
 def _rollout(

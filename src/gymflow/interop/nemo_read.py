@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,9 @@ MAX_TOKENS = 2**53
 #: A longer line is refused unread (NeMo Gym's largest shipped lines are under 1 MB).
 MAX_LINE_BYTES = 256 * 2**20
 MAX_REPORTED = 20
+#: The Responses API's statuses: an unknown one would otherwise be scored as a completed answer.
+STATUSES = ("completed", "incomplete", "failed", "cancelled", "queued", "in_progress")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class InteropError(ValueError):
@@ -116,14 +120,33 @@ def parse_line(raw: str) -> Any:
     return json.loads(raw, parse_constant=_NonFinite, parse_float=_parse_float)
 
 
-def _non_finite(value: Any, path: str) -> list[str]:
-    if isinstance(value, _NonFinite):
-        return [f"{path}: {value.text} is not a finite number"]
-    if isinstance(value, dict):
-        return [p for k, v in value.items() for p in _non_finite(v, f"{path}.{k}" if path else k)]
-    if isinstance(value, list):
-        return [p for i, v in enumerate(value) for p in _non_finite(v, f"{path}[{i}]")]
-    return []
+#: Deeper nesting is refused before any recursive walk (the JSON parser itself allows ~1,000
+#: levels, more than the walks, the encoder and the store can follow).
+MAX_DEPTH = 100
+
+
+def _value_problems(row: Any) -> list[str]:
+    """Non-finite numbers, text that is not UTF-8 (a lone surrogate `\\ud800` parses but cannot
+    be stored) and nesting past MAX_DEPTH, each with the field it sits in. Iterative, so depth
+    alone cannot exhaust the stack."""
+    problems: list[str] = []
+    stack: list[tuple[Any, str, int]] = [(row, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return [f"{path[:60]}...: nested deeper than {MAX_DEPTH} levels"]
+        if isinstance(value, _NonFinite):
+            problems.append(f"{path}: {value.text} is not a finite number")
+        elif isinstance(value, str):
+            if not value.isascii() and _SURROGATE.search(value):
+                problems.append(f"{path or '(key)'}: text with a lone surrogate (not UTF-8)")
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                stack.append((k, path, depth + 1))
+                stack.append((v, f"{path}.{k}" if path else k, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value))
+    return problems
 
 
 def _shown(value: Any) -> str:
@@ -170,6 +193,15 @@ def item_problems(items: Any, path: str) -> list[str]:
     return problems
 
 
+#: The usage details the importer reads its cached and reasoning token counts from.
+DETAILS = (
+    "input_tokens_details",
+    "output_tokens_details",
+    "prompt_tokens_details",
+    "completion_tokens_details",
+)
+
+
 def _usage_problems(usage: Any) -> list[str]:
     """Responses usage (input/output_tokens), chat usage (prompt/completion_tokens), or none."""
     if usage is None:
@@ -181,9 +213,19 @@ def _usage_problems(usage: Any) -> list[str]:
         value = usage.get(key)
         if value is not None and not (_is_int(value) and 0 <= value < MAX_TOKENS):
             problems.append(f"response.usage.{key}: expected a token count, got {_shown(value)}")
-    for details in ("input_tokens_details", "output_tokens_details"):
-        if usage.get(details) is not None and not isinstance(usage[details], dict):
+    for details in DETAILS:
+        given = usage.get(details)
+        if given is None:
+            continue
+        if not isinstance(given, dict):
             problems.append(f"response.usage.{details}: expected an object")
+            continue
+        for key in ("cached_tokens", "reasoning_tokens"):
+            value = given.get(key)
+            if value is not None and not (_is_int(value) and 0 <= value < MAX_TOKENS):
+                problems.append(
+                    f"response.usage.{details}.{key}: expected a token count, got {_shown(value)}"
+                )
     return problems
 
 
@@ -209,7 +251,7 @@ def row_problems(row: Any, *, needs_result: bool, needs_index: bool = False) -> 
     carries neither, and a failures line a response but no score."""
     if not isinstance(row, dict):
         return [f"(line): expected a JSON object, got {_shown(row)}"]
-    problems = _non_finite(row, "")
+    problems = _value_problems(row)
     if problems:
         return problems
     params = row.get("responses_create_params")
@@ -235,6 +277,9 @@ def row_problems(row: Any, *, needs_result: bool, needs_index: bool = False) -> 
     problems.extend(_index_problems(row))
     if needs_index and TASK_INDEX not in row:
         problems.append(f"{TASK_INDEX}: missing (NeMo Gym writes it on every sidecar line)")
+    if needs_index and needs_result and row.get(FAILURE_CLASS) is None:
+        # a failures line without its class would be scored as a completed rollout
+        problems.append(f"{FAILURE_CLASS}: missing (every failures line names its class)")
     if not needs_result:
         return problems
     response = row.get("response")
@@ -252,6 +297,10 @@ def row_problems(row: Any, *, needs_result: bool, needs_index: bool = False) -> 
         for key in ("status", "model"):
             if response.get(key) is not None and not isinstance(response[key], str):
                 problems.append(f"response.{key}: expected text, got {_shown(response[key])}")
+        if isinstance(response.get("status"), str) and response["status"] not in STATUSES:
+            problems.append(
+                f"response.status: {_shown(response['status'])} is not a Responses status"
+            )
     scored = FAILURE_CLASS not in row  # a failure's reward (NeMo Gym writes 0.0) is not a score
     if scored and row.get("reward") is None:
         problems.append("reward: missing" if "reward" not in row else "reward: expected a number")
@@ -328,6 +377,9 @@ def read_lines(path: Path, *, needs_result: bool = True, sidecar: bool = False) 
                 except (json.JSONDecodeError, RecursionError) as exc:
                     reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
                     problems.append(f"{path}:{number}: not JSON: {reason}")
+                    continue
+                except ValueError:  # Python refuses integers past 4,300 digits
+                    problems.append(f"{path}:{number}: not JSON: an integer too long to read")
                     continue
                 found = row_problems(row, needs_result=needs_result, needs_index=sidecar)
                 if found:

@@ -23,13 +23,15 @@ from typing import Annotated, Any, NotRequired
 from pydantic import ConfigDict, Field, TypeAdapter, with_config
 from typing_extensions import TypedDict
 
+from gymflow.models.responses import MAX_TOKENS
+
 #: The chat finish reason that means the output was cut off.
 _LENGTH = "length"
 #: Finish reasons that mean the provider withheld the answer on content grounds.
 _FILTERED = ("content_filter", "refusal")
 
 _OPEN = ConfigDict(extra="allow", strict=True)
-_Count = Annotated[int, Field(ge=0)]
+_Count = Annotated[int, Field(ge=0, lt=MAX_TOKENS)]
 
 
 @with_config(_OPEN)

@@ -26,6 +26,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ from gymflow.records import ModelCall
 
 REDACTED = "[redacted]"
 REDACTED_BYTES = REDACTED.encode()
+_UNICODE_ESCAPE = re.compile(rb"\\u([0-9a-fA-F]{4})")
 #: Longest wait a server's Retry-After may impose before a retry; longer ones are capped.
 MAX_RETRY_AFTER_S = 120.0
 
@@ -212,11 +214,12 @@ class ResponsesClient:
         for form in self._secret_forms:
             answer = answer.replace(form, REDACTED_BYTES)
         if b"\\u" in answer:
-            # `\uXXXX` escapes can spell the key any way: compare the decoded text instead.
+            # `\uXXXX` escapes can spell the key any way: compare the decoded text instead
+            # (escape by escape when the answer is not whole JSON, e.g. a too-large answer's head).
             try:
                 decoded = orjson.dumps(orjson.loads(answer))
             except orjson.JSONDecodeError:
-                return answer
+                decoded = _UNICODE_ESCAPE.sub(_unescaped, answer)
             if any(form in decoded for form in self._secret_forms):
                 for form in self._secret_forms:
                     decoded = decoded.replace(form, REDACTED_BYTES)
@@ -327,6 +330,10 @@ def _unusable(response: Response, status: int) -> ModelError | None:
             http_status=status,
         )
     return None
+
+
+def _unescaped(match: re.Match[bytes]) -> bytes:
+    return chr(int(match[1], 16)).encode("utf-8", "surrogatepass")
 
 
 def secret_forms(secret: str) -> tuple[bytes, ...]:

@@ -16,7 +16,10 @@ from typing_extensions import TypedDict
 # every type named is checked strictly (no "5" for 5, no 42 for a text): an answer that does not
 # fit is a malformed response, never a harness crash further on.
 _OPEN = ConfigDict(extra="allow", strict=True)
-_Count = Annotated[int, Field(ge=0)]
+#: A token count past this is no count (a hostile 2**64 - 1 stopped the whole run when the store
+#: refused it as BIGINT): the answer is malformed. Sums over a run stay exact and in range.
+MAX_TOKENS = 2**53
+_Count = Annotated[int, Field(ge=0, lt=MAX_TOKENS)]
 
 
 def _tagged(known: frozenset[str]):
@@ -158,14 +161,14 @@ def output_text(items: list[dict[str, Any]]) -> str:
             continue
         for part in content or ():
             if part.get("type") in ("output_text", "text"):
-                parts.append(part.get("text", ""))
+                parts.append(part.get("text") or "")
     return "".join(parts)
 
 
 def refusal_text(items: list[dict[str, Any]]) -> str | None:
     """The text of any refusal content part among assistant messages, or None."""
     parts = [
-        part.get("refusal", "")
+        part.get("refusal") or ""
         for item in items
         if item.get("type") == "message"
         for part in (item.get("content") if isinstance(item.get("content"), list) else ())

@@ -30,3 +30,13 @@ def render_prompt(template: str, inputs: dict[str, Any]) -> str:
         return _compile(template).render(**inputs)
     except TemplateError as exc:
         raise PromptError(str(exc)) from None
+    except (
+        ArithmeticError,
+        TypeError,
+        ValueError,
+        LookupError,
+        RecursionError,
+        MemoryError,
+    ) as exc:
+        # what a template's own expressions raise (`1/0`, `range(10**9)`, a macro calling itself)
+        raise PromptError(f"{type(exc).__name__}: {exc}") from None

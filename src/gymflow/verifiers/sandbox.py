@@ -447,7 +447,8 @@ class Sandbox:
                 self._saw(f"forged_reply:{exc}")
                 raise self._end("tampering") from None
         if "unsupported" in reply:
-            raise CandidateRaised({"type": "UnsupportedValue", "message": reply["unsupported"]})
+            message = _utf8(reply["unsupported"])
+            raise CandidateRaised({"type": "UnsupportedValue", "message": message})
         self._raise(reply)
 
     def function(self, name: str) -> Callable[..., Any]:
@@ -464,8 +465,8 @@ class Sandbox:
         if not isinstance(reply.get("raised"), str):
             self._saw("forged_reply:a failure without its report")
             raise self._end("tampering")
-        info = {key: reply.get(key) for key in ("message", "errno", "line", "exit_code")}
-        info["type"] = reply["raised"]
+        info = {key: _utf8(reply.get(key)) for key in ("message", "errno", "line", "exit_code")}
+        info["type"] = _utf8(reply["raised"])
         if info["type"] == "SystemExit":
             if info.get("exit_code") in (0, None):
                 self._saw("ended_early:SystemExit(0)")
@@ -474,6 +475,7 @@ class Sandbox:
 
     # -- the pipes -----------------------------------------------------------------------------
     def _saw(self, what: str) -> None:
+        what = _utf8(what)
         if what not in self.evidence:
             self.evidence.append(what)
 
@@ -568,6 +570,15 @@ class Sandbox:
             if not chunk:
                 raise self._ended_by_exit()
             self._buffer += chunk
+
+
+def _utf8(value: Any) -> Any:
+    """Text the candidate wrote, made storable: JSON's `\\ud800` decodes to a lone surrogate,
+    which no UTF-8 store or report takes (a candidate raising ValueError('\\ud800') stopped a
+    reverify with a TypeError). Returned values are left as they are: they are compared."""
+    if isinstance(value, str) and not value.isascii():
+        return value.encode("utf-8", "replace").decode("utf-8")
+    return value
 
 
 # errno values (Linux) that name a sandbox limit the program ran into.

@@ -225,7 +225,7 @@ def first_user_text(items: Iterable[dict[str, Any]]) -> str:
             content = item.get("content")
             if isinstance(content, str):
                 return content
-            return "".join(p.get("text", "") for p in content or () if isinstance(p, dict))
+            return "".join(p.get("text") or "" for p in content or () if isinstance(p, dict))
     return ""
 
 
@@ -235,7 +235,11 @@ def map_row(raw: RawRow, rules: RowRules, out: Mapped) -> None:
         out.fail(raw.where, "", raw.problem or "unreadable", raw.problem or "unreadable")
         return
     row, where, f = raw.fields, raw.where, rules.fields
-    blob = orjson.dumps(row, option=_CANONICAL, default=str)
+    try:
+        blob = orjson.dumps(row, option=_CANONICAL, default=str)
+    except orjson.JSONEncodeError as exc:  # orjson reads 1,024 levels but writes only 254
+        out.fail(where, "", "unhashable", f"cannot be hashed: {exc}")
+        return
     digest = hashlib.blake2b(blob, digest_size=16).digest()
     ok = True
     if f.id is not None:

@@ -18,6 +18,7 @@ import orjson
 
 #: Longest JSONL line read (bytes): a bound on one row's memory, like the config loader's.
 MAX_LINE_BYTES = 64 * 1024 * 1024
+BOM = b"\xef\xbb\xbf"
 
 
 class DatasetError(ValueError):
@@ -46,6 +47,8 @@ def read_rows(path: Path, fmt: str, limit: int | None = None) -> Iterator[RawRow
 def _jsonl(path: Path) -> Iterator[RawRow]:
     with path.open("rb") as handle:
         for number, line in enumerate(handle, start=1):
+            if number == 1:  # a byte-order mark, as Windows tools write
+                line = line.removeprefix(BOM)
             if not line.strip():
                 continue
             where = f"line {number}"
@@ -80,13 +83,22 @@ def _parquet(path: Path) -> Iterator[RawRow]:
 
 
 def _csv(path: Path) -> Iterator[RawRow]:
-    with path.open(newline="", encoding="utf-8") as handle:
+    # utf-8-sig: Excel starts a CSV with a byte-order mark, which would rename the first column
+    with path.open(newline="", encoding="utf-8-sig") as handle:
         reader = csv.DictReader(handle)
         try:
+            header = reader.fieldnames or []
+            repeated = sorted({name for name in header if header.count(name) > 1})
+            if repeated:  # a DictReader would silently keep the last column of each name
+                names = ", ".join(map(repr, repeated))
+                raise DatasetError([f"{path}: line 1: header repeats column {names}"])
             for row in reader:
                 where = f"line {reader.line_num}"
                 if None in row:
                     yield RawRow(where, None, "more cells than the header has columns")
+                    continue
+                if None in row.values():
+                    yield RawRow(where, None, "fewer cells than the header has columns")
                     continue
                 yield RawRow(where, dict(row))
         except (csv.Error, UnicodeDecodeError) as exc:

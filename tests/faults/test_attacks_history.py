@@ -1,0 +1,57 @@
+"""The regression gate on runs it cannot compare: a nightly whose every rollout failed, and a
+pinned baseline that is a typo, each printed "regression gate passed" and exited 0."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from gymflow.history.gate import gate
+from gymflow.records import FAILED
+from gymflow.store.db import connect
+from tests.analysis.builder import RunMeta, StoreBuilder
+from tests.conftest import gym
+
+TASKS, REPEATS = 6, 4
+
+
+def _night(root: Path, night: int, *, all_failed: bool) -> Path:
+    builder = StoreBuilder(RunMeta(run_id=f"night-{night}", model="ckpt", repeats=REPEATS))
+    for i in range(TASKS):
+        task_id = f"t{i}"
+        builder.task(task_id, answer=i)
+        for repeat in range(REPEATS):
+            if all_failed:  # the model server was down all night
+                builder.rollout(
+                    task_id,
+                    repeat,
+                    status=FAILED,
+                    failure_kind="transport_error",
+                    verification=None,
+                )
+            else:
+                builder.rollout(task_id, repeat, correct=repeat % 2 == 0)
+    run_dir = builder.write(root / f"night-{night}")
+    with connect(run_dir) as con:
+        con.execute("UPDATE runs SET created_at = ?", [datetime(2026, 1, 1) + timedelta(night)])
+    return run_dir
+
+
+def test_a_night_with_nothing_scored_does_not_pass_the_gate(tmp_path: Path) -> None:
+    _night(tmp_path, 0, all_failed=False)
+    dead = _night(tmp_path, 1, all_failed=True)
+    verdict = gate(dead)
+    (previous,) = verdict.checks
+    assert previous.why.startswith("not compared")
+    assert not verdict.passed, verdict.summary()
+    assert "passed" not in verdict.summary()
+
+
+def test_a_baseline_that_is_not_a_run_fails_the_gate_in_the_cli(tmp_path: Path) -> None:
+    _night(tmp_path, 0, all_failed=False)
+    out = gym(
+        "runs", "gate", "night-0", "--baseline", "no-such-run", cwd=tmp_path, timeout=120
+    )  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "no-such-run" in out.stdout and "not compared" in out.stdout
+    assert "passed" not in out.stdout.split("\n")[0]

@@ -1,0 +1,151 @@
+"""Hostile NeMo Gym lines the importer's first hardening missed: each was a raw traceback (or a
+silently scored rollout) and is now one problem naming the file, line and field, with nothing
+stored."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from gymflow.interop.nemo_gym import import_rollouts
+from gymflow.interop.nemo_read import InteropError
+from gymflow.store.db import store_path
+from tests.conftest import gym
+
+GOOD = {
+    "responses_create_params": {
+        "input": [{"type": "message", "role": "user", "content": "What is 2 + 2?"}]
+    },
+    "response": {
+        "status": "completed",
+        "output": [
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "4"}],
+            }
+        ],
+        "usage": {"input_tokens": 3, "output_tokens": 1},
+    },
+    "reward": 1.0,
+    "_ng_task_index": 0,
+    "_ng_rollout_index": 0,
+}
+
+
+def _edited(edit) -> str:
+    row = copy.deepcopy(GOOD)
+    edit(row)
+    return json.dumps(row)
+
+
+def _nested(depth: int) -> str:
+    return json.dumps(GOOD)[:-1] + ', "extra": ' + "[" * depth + "]" * depth + "}"
+
+
+HOSTILE = {
+    # Python refuses to read integers past 4,300 digits: a ValueError, not a JSONDecodeError
+    "long integer reward": (
+        json.dumps(GOOD).replace('"reward": 1.0', '"reward": ' + "9" * 5000),
+        "r.jsonl:1: not JSON: an integer too long",
+    ),
+    "long integer index": (
+        json.dumps(GOOD).replace('"_ng_task_index": 0', '"_ng_task_index": ' + "9" * 5000),
+        "r.jsonl:1: not JSON: an integer too long",
+    ),
+    # JSON allows a lone surrogate escape; UTF-8 (and so the store) does not
+    "lone surrogate": (
+        json.dumps(GOOD).replace("What is", "\\ud800 What is"),
+        "r.jsonl:1: responses_create_params.input[0].content: text with a lone surrogate",
+    ),
+    "lone surrogate in an error": (
+        _edited(lambda r: r["response"].update(error={"message": "X"})).replace('"X"', '"\\udfff"'),
+        "r.jsonl:1: response.error.message: text with a lone surrogate",
+    ),
+    # deep enough to parse, too deep for every recursive walk after it
+    "nesting of 900": (_nested(900), "r.jsonl:1: extra"),
+    "usage detail as text": (
+        _edited(
+            lambda r: r["response"]["usage"].update(input_tokens_details={"cached_tokens": "x"})
+        ),
+        "r.jsonl:1: response.usage.input_tokens_details.cached_tokens: expected a token count",
+    ),
+    "usage detail past int64": (
+        _edited(
+            lambda r: r["response"]["usage"].update(
+                output_tokens_details={"reasoning_tokens": 10**30}
+            )
+        ),
+        "r.jsonl:1: response.usage.output_tokens_details.reasoning_tokens: expected a token count",
+    ),
+    "chat usage detail as text": (
+        _edited(
+            lambda r: r["response"].update(
+                usage={"prompt_tokens": 1, "prompt_tokens_details": {"cached_tokens": "zz"}}
+            )
+        ),
+        "r.jsonl:1: response.usage.prompt_tokens_details.cached_tokens: expected a token count",
+    ),
+    # an unknown status would be scored as a completed answer
+    "unknown response status": (
+        _edited(lambda r: r["response"].update(status="weird")),
+        'r.jsonl:1: response.status: "weird" is not a Responses status',
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_line_is_one_named_problem_and_nothing_is_stored(tmp_path: Path, name: str) -> None:
+    line, expected = HOSTILE[name]
+    path = tmp_path / "r.jsonl"
+    path.write_text(line + "\n", encoding="utf-8")
+    with pytest.raises(InteropError) as caught:
+        import_rollouts(path, tmp_path / "run")
+    assert expected in str(caught.value)
+    assert len(str(caught.value)) < 1000, "the message must stay readable"
+    assert not store_path(tmp_path / "run").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]
+
+
+def test_a_failures_line_without_its_class_is_not_scored(tmp_path: Path) -> None:
+    """A line in `_failures.jsonl` is a failed attempt; without `_ng_failure_class` it used to be
+    imported as a completed, scored rollout (its reward 1.0 counted as a pass)."""
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n")
+    failure = _edited(lambda r: r.update(_ng_rollout_index=1))
+    (tmp_path / "r_failures.jsonl").write_text(failure + "\n")
+    with pytest.raises(InteropError) as caught:
+        import_rollouts(path, tmp_path / "run")
+    assert "r_failures.jsonl:1: _ng_failure_class: missing" in str(caught.value)
+    assert not store_path(tmp_path / "run").exists()
+
+
+def test_null_text_parts_import_without_a_traceback(tmp_path: Path) -> None:
+    """`"text": null` / `"refusal": null` parts (what SDK dumps write) were a TypeError."""
+    path = tmp_path / "r.jsonl"
+    path.write_text(
+        _edited(
+            lambda r: r["response"]["output"][0].update(
+                content=[
+                    {"type": "output_text", "text": None},
+                    {"type": "refusal", "refusal": None},
+                ]
+            )
+        )
+        + "\n"
+    )
+    result = import_rollouts(path, tmp_path / "run")
+    assert result["failed"] == 1  # the refusal part makes it a refused rollout, not a score
+
+
+def test_the_cli_names_the_line_for_a_surrogate(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text(HOSTILE["lone surrogate"][0] + "\n")
+    out = gym("import", "nemo-gym", str(path), "--out", "run", cwd=tmp_path, timeout=120)
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    assert "r.jsonl:1: responses_create_params.input[0].content" in " ".join(out.stderr.split())
+    assert not (tmp_path / "run").exists()
