@@ -106,7 +106,7 @@ def test_a_run_from_the_form_links_to_its_served_report(tmp_path: Path) -> None:
         check_the_form(deployment)
         shard = call_api("GET", f"{api}/deployments/name/eval-shard/eval-shard")
         assert shard["description"].startswith("Internal")
-        nightly = call_api("GET", f"{api}/deployments/name/eval-run/nightly-arithmetic-smoke")
+        nightly = call_api("GET", f"{api}/deployments/name/nightly/nightly-arithmetic-smoke")
         assert [s["schedule"]["timezone"] for s in nightly["schedules"]] == ["UTC"]
         assert nightly["parameters"]["scale"]["work_pool"] == POOL
 
@@ -136,6 +136,22 @@ def test_a_run_from_the_form_links_to_its_served_report(tmp_path: Path) -> None:
             worker_log = (tmp_path / "worker.log").read_text()
             assert run["state_type"] == "COMPLETED", (run["state"], worker_log[-4000:])
 
+            wanted = (
+                "batch 1 of 1 done",
+                "arithmetic-smoke · gymflow-local-policy: pass@1",
+                f"report: {reports_url}/runs/",
+            )
+
+            def logged() -> str | None:
+                # the run's last lines reach the server just after its final state: the worker
+                # (and so the flow's process) keeps running until they are there
+                query = {"logs": {"flow_run_id": {"any_": [run["id"]]}}, "sort": "TIMESTAMP_ASC"}
+                logs = call_api("POST", f"{api}/logs/filter", query)
+                text = "\n".join(entry["message"] for entry in logs)
+                return text if all(line in text for line in wanted) else None
+
+            messages = wait_for("gymflow's log lines on the flow run", logged, timeout=120)
+
         assert re.fullmatch(
             r"arithmetic-smoke_gymflow-local-policy_\d{4}-\d\d-\d\dT\d{4}Z", run["name"]
         ), run["name"]
@@ -160,20 +176,7 @@ def test_a_run_from_the_form_links_to_its_served_report(tmp_path: Path) -> None:
         assert page.status_code == 200
         assert "pass@1" in page.text and "<html" in page.text.lower()
         assert link in by_key["gymflow-summary"]["data"]
-
-        wanted = (
-            "batch 1 of 1 done",
-            "arithmetic-smoke · gymflow-local-policy: pass@1",
-            f"report: {link}",
-        )
-
-        def logged() -> str | None:
-            # the run's last log lines reach the server shortly after its final state
-            query = {"logs": {"flow_run_id": {"any_": [run["id"]]}}, "sort": "TIMESTAMP_ASC"}
-            text = "\n".join(e["message"] for e in call_api("POST", f"{api}/logs/filter", query))
-            return text if all(line in text for line in wanted) else None
-
-        wait_for("gymflow's log lines on the flow run", logged, timeout=60)
+        assert f"report: {link}" in messages
 
         binary = require_tool("chromium")
         ui = f"http://127.0.0.1:{port}"
