@@ -19,6 +19,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gymflow.processes import pid_alive
+
 STATE_FILE = "gymflow-local-server.json"
 STARTUP_TIMEOUT_S = 180.0
 
@@ -35,23 +37,13 @@ def prefect_home() -> Path:
     return Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def recorded() -> LocalServer | None:
     """The local server recorded under PREFECT_HOME, if its process still runs."""
     try:
         server = LocalServer(**json.loads((prefect_home() / STATE_FILE).read_text()))
     except (OSError, ValueError, TypeError):
         return None
-    return server if _alive(server.pid) else None
+    return server if pid_alive(server.pid) else None
 
 
 def adopt() -> str | None:
@@ -120,11 +112,11 @@ def _stop_pid(pid: int) -> None:
         except ProcessLookupError:
             return
         deadline = time.monotonic() + wait_s
-        while _alive(pid) and time.monotonic() < deadline:
+        while pid_alive(pid) and time.monotonic() < deadline:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
             time.sleep(0.1)
-        if not _alive(pid):
+        if not pid_alive(pid):
             return
 
 

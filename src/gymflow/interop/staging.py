@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gymflow.interop.nemo_read import InteropError
+from gymflow.processes import pid_alive
 from gymflow.store.db import STORE_FILE, StoreError, connect, store_path
 
 
@@ -23,12 +24,8 @@ def _remove_abandoned(run_dir: Path) -> None:
         pid = folder.name.rpartition("-")[2]
         if not pid.isdigit():
             continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
+        if not pid_alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
-        except PermissionError:
-            pass  # another user's live process
 
 
 @contextmanager

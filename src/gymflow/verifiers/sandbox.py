@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gymflow.processes import pid_alive
 from gymflow.verifiers.sandbox_runner import MAX_MESSAGE, Unsupported, decode
 
 #: Exit status of bubblewrap when its child died of signal N is 128 + N.
@@ -126,16 +127,6 @@ def _sandbox_uid(slot: int) -> int:
 
 
 # -- scratch folders -----------------------------------------------------------------------------
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_orphans(root: str | None = None) -> list[Path]:
     """Remove the scratch folders whose owner process is gone (a verifier worker killed with
     SIGKILL never ran its cleanup); returns what was removed. A folder whose owner still runs
@@ -143,7 +134,7 @@ def sweep_orphans(root: str | None = None) -> list[Path]:
     removed = []
     for folder in Path(root or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
         owner = folder.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
-        if owner.isdigit() and not _pid_alive(int(owner)) and folder.is_dir():
+        if owner.isdigit() and not pid_alive(int(owner)) and folder.is_dir():
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
