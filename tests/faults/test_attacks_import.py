@@ -149,3 +149,14 @@ def test_the_cli_names_the_line_for_a_surrogate(tmp_path: Path) -> None:
     assert "Traceback" not in out.stderr
     assert "r.jsonl:1: responses_create_params.input[0].content" in " ".join(out.stderr.split())
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("threshold", [float("nan"), float("-inf"), float("inf")])
+def test_a_non_finite_pass_threshold_is_refused(tmp_path: Path, threshold: float) -> None:
+    """`--pass-threshold nan` failed every rollout (reward >= NaN is false) and `-inf` passed
+    every one, silently."""
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n")
+    with pytest.raises(InteropError, match="--pass-threshold: .* is not a finite number"):
+        import_rollouts(path, tmp_path / "run", pass_threshold=threshold)
+    assert not (tmp_path / "run").exists()

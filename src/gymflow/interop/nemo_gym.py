@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -283,6 +284,9 @@ def import_rollouts(
     InteropError (nothing written) for a bad file, an unknown environment, unmatched tasks, or an
     `out` that already holds a store."""
     path, out = Path(path), Path(out)
+    if pass_threshold is not None and not math.isfinite(pass_threshold):
+        # NaN would fail every rollout (reward >= NaN is false), -inf pass every one
+        raise InteropError(f"--pass-threshold: {pass_threshold} is not a finite number")
     _check_out(out)
     env = None
     if environment is not None:
