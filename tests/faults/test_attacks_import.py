@@ -157,6 +157,6 @@ def test_a_non_finite_pass_threshold_is_refused(tmp_path: Path, threshold: float
     every one, silently."""
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(GOOD) + "\n")
-    with pytest.raises(InteropError, match="--pass-threshold: .* is not a finite number"):
+    with pytest.raises(InteropError, match=r"--pass-threshold: .* is not a finite number"):
         import_rollouts(path, tmp_path / "run", pass_threshold=threshold)
     assert not (tmp_path / "run").exists()
