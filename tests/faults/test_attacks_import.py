@@ -160,3 +160,22 @@ def test_a_non_finite_pass_threshold_is_refused(tmp_path: Path, threshold: float
     with pytest.raises(InteropError, match=r"--pass-threshold: .* is not a finite number"):
         import_rollouts(path, tmp_path / "run", pass_threshold=threshold)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_materialized_input_of_another_task_is_refused(tmp_path: Path) -> None:
+    """The task's prompt is taken from `_materialized_inputs.jsonl`: a sidecar from another
+    file silently relabelled every rollout with another question."""
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n")
+    other = {
+        "responses_create_params": {"input": [{"role": "user", "content": "What is 3 + 3?"}]},
+        "_ng_task_index": 0,
+        "_ng_rollout_index": 0,
+    }
+    (tmp_path / "r_materialized_inputs.jsonl").write_text(json.dumps(other) + "\n")
+    with pytest.raises(InteropError) as caught:
+        import_rollouts(path, tmp_path / "run")
+    assert "r.jsonl:1: responses_create_params.input: its user message is not that of task 0" in (
+        str(caught.value)
+    )
+    assert not store_path(tmp_path / "run").exists()
