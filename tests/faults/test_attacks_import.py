@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -179,3 +181,24 @@ def test_a_materialized_input_of_another_task_is_refused(tmp_path: Path) -> None
         str(caught.value)
     )
     assert not store_path(tmp_path / "run").exists()
+
+
+def test_special_files_are_refused_not_read_forever(tmp_path: Path) -> None:
+    """A FIFO blocked the import forever waiting for a writer; /dev/zero is one endless line."""
+    fifo = tmp_path / "rollouts.jsonl"
+    os.mkfifo(fifo)
+    out = gym("import", "nemo-gym", str(fifo), "--out", "run", cwd=tmp_path, timeout=60)
+    assert out.returncode == 1 and "rollouts.jsonl: not a regular file" in out.stderr
+    previous = signal.signal(signal.SIGALRM, _too_long)
+    signal.alarm(30)
+    try:
+        with pytest.raises(InteropError, match="/dev/zero: not a regular file"):
+            import_rollouts(Path("/dev/zero"), tmp_path / "run")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not (tmp_path / "run").exists()
+
+
+def _too_long(*_: object) -> None:
+    raise TimeoutError("the import read a special file instead of refusing it")
