@@ -79,3 +79,22 @@ def test_a_template_error_is_named_by_validation_not_a_traceback(tmp_path, monke
     )
     with pytest.raises(ConfigError, match=r"row 0 \(q1\): prompt: OverflowError"):
         _plan(tmp_path, "tpl", monkeypatch)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("pass_threshold", float("nan")),
+        ("pass_threshold", float("-inf")),
+        ("verify_timeout_s", float("inf")),
+    ],
+)
+def test_a_non_finite_dataset_setting_is_refused(tmp_path, monkeypatch, key, value) -> None:
+    """`pass_threshold: .nan` failed every rollout (reward >= NaN is false) and `-.inf` passed
+    every one; `verify_timeout_s: .inf` lifted the verifier's bound."""
+    data = tmp_path / "benchmarks" / "d.jsonl"
+    data.parent.mkdir(parents=True)
+    data.write_text(json.dumps(ROWS[0]) + "\n")
+    write_benchmark(tmp_path, "nf", {"path": "d.jsonl", "fields": MAPPED, key: value})
+    with pytest.raises(ConfigError, match=rf"dataset\.{key}: Input should be a finite number"):
+        _plan(tmp_path, "nf", monkeypatch)

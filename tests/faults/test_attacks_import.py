@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -149,3 +151,54 @@ def test_the_cli_names_the_line_for_a_surrogate(tmp_path: Path) -> None:
     assert "Traceback" not in out.stderr
     assert "r.jsonl:1: responses_create_params.input[0].content" in " ".join(out.stderr.split())
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("threshold", [float("nan"), float("-inf"), float("inf")])
+def test_a_non_finite_pass_threshold_is_refused(tmp_path: Path, threshold: float) -> None:
+    """`--pass-threshold nan` failed every rollout (reward >= NaN is false) and `-inf` passed
+    every one, silently."""
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n")
+    with pytest.raises(InteropError, match=r"--pass-threshold: .* is not a finite number"):
+        import_rollouts(path, tmp_path / "run", pass_threshold=threshold)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_materialized_input_of_another_task_is_refused(tmp_path: Path) -> None:
+    """The task's prompt is taken from `_materialized_inputs.jsonl`: a sidecar from another
+    file silently relabelled every rollout with another question."""
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n")
+    other = {
+        "responses_create_params": {"input": [{"role": "user", "content": "What is 3 + 3?"}]},
+        "_ng_task_index": 0,
+        "_ng_rollout_index": 0,
+    }
+    (tmp_path / "r_materialized_inputs.jsonl").write_text(json.dumps(other) + "\n")
+    with pytest.raises(InteropError) as caught:
+        import_rollouts(path, tmp_path / "run")
+    assert "r.jsonl:1: responses_create_params.input: its user message is not that of task 0" in (
+        str(caught.value)
+    )
+    assert not store_path(tmp_path / "run").exists()
+
+
+def test_special_files_are_refused_not_read_forever(tmp_path: Path) -> None:
+    """A FIFO blocked the import forever waiting for a writer; /dev/zero is one endless line."""
+    fifo = tmp_path / "rollouts.jsonl"
+    os.mkfifo(fifo)
+    out = gym("import", "nemo-gym", str(fifo), "--out", "run", cwd=tmp_path, timeout=60)
+    assert out.returncode == 1 and "rollouts.jsonl: not a regular file" in out.stderr
+    previous = signal.signal(signal.SIGALRM, _too_long)
+    signal.alarm(30)
+    try:
+        with pytest.raises(InteropError, match="/dev/zero: not a regular file"):
+            import_rollouts(Path("/dev/zero"), tmp_path / "run")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not (tmp_path / "run").exists()
+
+
+def _too_long(*_: object) -> None:
+    raise TimeoutError("the import read a special file instead of refusing it")

@@ -1,6 +1,7 @@
 """Hostile answers at the model boundary: a token count past what the store holds (2**64 - 1,
 valid JSON and a non-negative integer) stopped the whole run with "unexpected
-ConversionException" and stored nothing; it is now a malformed answer, kept as evidence."""
+ConversionException" and stored nothing; it is now a malformed answer, kept as evidence. A chat
+answer that ended in `finish_reason: "error"` was scored on its partial text."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from gymflow.config import ModelConfig, Sampling
 from gymflow.models.client import ResponsesClient
 from gymflow.models.responses import user_message
 from tests.models.conftest import responses_endpoint
+from tests.models.test_hostile_answers import _call, _serving
 
 HUGE = 2**64 - 1
 
@@ -57,3 +59,18 @@ def test_a_token_count_past_the_store_is_a_malformed_answer(usage: dict) -> None
     assert record.failure_kind == "malformed_response"
     assert record.response == body.decode()  # the answer as received, as evidence
     assert record.input_tokens is None or record.input_tokens < 2**53
+
+
+def test_a_chat_answer_that_ended_in_error_is_a_server_error_not_a_score() -> None:
+    """`finish_reason: "error"` (a provider failing mid-answer, as OpenRouter reports it) was
+    translated to a completed answer and its partial text scored."""
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": "Answ"},
+        "finish_reason": "error",
+    }
+    body = orjson.dumps({"id": "c1", "model": "m", "choices": [choice]})
+    outcome = _call(_serving([body]), kind="chat_completions", max_retries=1)
+    assert outcome.response is None
+    assert [c.failure_kind for c in outcome.calls] == ["server_error"] * 2  # retried, as a 5xx
+    assert '"received"' in outcome.calls[0].response  # the completion as it came, kept

@@ -66,7 +66,8 @@ class SplitSpec(BaseModel):
 class EnvironmentManifest(BaseModel):
     """The contents of `environment.yaml`."""
 
-    model_config = ConfigDict(extra="forbid")
+    # a NaN pass threshold fails every rollout (reward >= NaN is false), -inf passes every one
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     name: str = Field(pattern=r"^[a-z][a-z0-9_\-]*$")
     description: str
     domain: str

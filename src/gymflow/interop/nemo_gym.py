@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -205,6 +206,28 @@ def _number(path: Path, rows: list[NemoRow]) -> list[tuple[tuple[int, int], Nemo
     return numbered
 
 
+def _check_sidecar(
+    path: Path,
+    sidecar: Path,
+    tasks: dict[int, _Task],
+    numbered: list[tuple[tuple[int, int], NemoRow]],
+) -> None:
+    """A task is its materialized input (its prompt is stored from there): a rollout line whose
+    first user message is another's belongs to another file, and would be graded as this task.
+    (The inputs themselves differ in form: NeMo Gym adds `type` and other fields to the items.)"""
+    problems = []
+    for (index, _), row in numbered:
+        given = tasks[index].sample
+        if given.response is None and _first_user_text(row.input_items) != _first_user_text(
+            given.input_items
+        ):
+            problems.append(
+                f"{path}:{row.line}: responses_create_params.input: its user message is not "
+                f"that of task {index} in {sidecar.name} (line {given.line})"
+            )
+    raise_problems(path, problems)
+
+
 def _task_ids(path: Path, tasks: dict[int, _Task], env: Environment | None) -> None:
     """Give every task its id (and, with an environment, its environment task)."""
     own = (env.manifest.id_field,) if env else ()
@@ -283,6 +306,9 @@ def import_rollouts(
     InteropError (nothing written) for a bad file, an unknown environment, unmatched tasks, or an
     `out` that already holds a store."""
     path, out = Path(path), Path(out)
+    if pass_threshold is not None and not math.isfinite(pass_threshold):
+        # NaN would fail every rollout (reward >= NaN is false), -inf pass every one
+        raise InteropError(f"--pass-threshold: {pass_threshold} is not a finite number")
     _check_out(out)
     env = None
     if environment is not None:
@@ -313,6 +339,8 @@ def import_rollouts(
         tasks.setdefault(task_index, _Task(task_index, row))
     for row in failures:
         tasks.setdefault(row.task_index, _Task(row.task_index, row))  # type: ignore[arg-type]
+    if materialized:
+        _check_sidecar(path, sidecars["materialized_inputs"], tasks, numbered)
     _task_ids(path, tasks, env)
     threshold = (
         pass_threshold

@@ -361,6 +361,9 @@ def read_lines(path: Path, *, needs_result: bool = True, sidecar: bool = False) 
     rows: list[NemoRow] = []
     problems: list[str] = []
     try:
+        if not path.is_dir() and path.exists() and not path.is_file():
+            # a FIFO waits forever for a writer, /dev/zero is one endless line
+            raise InteropError(f"{path}: not a regular file")
         with path.open("rb") as handle:
             for number, raw in _bounded_lines(handle):
                 if raw is None:

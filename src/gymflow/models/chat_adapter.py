@@ -27,6 +27,8 @@ from gymflow.models.responses import MAX_TOKENS
 
 #: The chat finish reason that means the output was cut off.
 _LENGTH = "length"
+#: The finish reason of a generation the provider stopped by failing.
+_ERROR = "error"
 #: Finish reasons that mean the provider withheld the answer on content grounds.
 _FILTERED = ("content_filter", "refusal")
 
@@ -245,6 +247,10 @@ def completion_to_response(completion: dict[str, Any]) -> dict[str, Any]:
         "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
         "output": output,
     }
+    if choice.get("finish_reason") == _ERROR:
+        # the provider failed mid-answer (OpenRouter's normalized reason): what came is no answer
+        response["status"] = "failed"
+        response["error"] = {"code": "server_error", "message": "finish_reason error"}
     usage = completion.get("usage")
     if usage:
         prompt_details = usage.get("prompt_tokens_details") or {}

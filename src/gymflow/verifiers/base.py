@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -77,12 +78,21 @@ class VerifierSpec:
 
     def params(self, values: dict[str, Any]) -> BaseModel:
         try:
-            return self.params_model.model_validate(values)
+            params = self.params_model.model_validate(values)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
             )
             raise ValueError(f"verifier {self.name!r} parameters: {problems}") from None
+        # `rel_tol=inf` would pass every answer, and the version's JSON would hold `Infinity`
+        infinite = [
+            f"{key}: {value} is not a finite number"
+            for key, value in params.model_dump().items()
+            if isinstance(value, float) and not math.isfinite(value)
+        ]
+        if infinite:
+            raise ValueError(f"verifier {self.name!r} parameters: {'; '.join(infinite)}")
+        return params
 
     def version(self, params: BaseModel) -> str:
         blob = json.dumps(params.model_dump(mode="json"), sort_keys=True).encode()

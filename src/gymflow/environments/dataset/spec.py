@@ -51,7 +51,8 @@ class FieldMap(BaseModel):
 class DatasetSpec(BaseModel):
     """Exactly one of `path` (relative to the benchmark YAML) or `hub`."""
 
-    model_config = ConfigDict(extra="forbid")
+    # pass_threshold: .nan would fail every rollout, -.inf pass every one
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     path: str | None = None
     hub: HubSource | None = None
     format: Format | None = Field(
