@@ -14,6 +14,7 @@ from prefect.events import emit_event
 from pydantic import BaseModel, ConfigDict, Field
 
 from gymflow.flows.eval_run import evaluation_loop, resuming
+from gymflow.flows.labels import run_name, tag_run
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions
 from gymflow.history.gate import GateVerdict, gate, save_verdict
 from gymflow.store.db import StoreError
@@ -58,7 +59,7 @@ def gate_run(run_dir: str, options: GateOptions) -> GateVerdict:
     return verdict
 
 
-@flow(name="nightly", log_prints=True)
+@flow(name="nightly", flow_run_name=run_name, log_prints=True)
 def nightly(
     config: FlowConfig, scale: ScaleOptions = UNSHARDED, gate: GateOptions | None = None
 ) -> dict[str, Any]:
@@ -70,6 +71,7 @@ def nightly(
         gate: What the run is compared with and how large a drop fails it.
     """
     options = gate or GateOptions()
+    tag_run(config)
     # A retry of this flow run (the UI's Retry) continues tonight's run instead of refusing it.
     result = evaluation_loop(config, resume=resuming(False), scale=scale)
     verdict = gate_run(result["run_dir"], options)
