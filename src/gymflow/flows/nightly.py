@@ -27,8 +27,9 @@ class GateOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    baseline: str | None = Field(
-        None, description="A pinned baseline run folder, compared as well as the run before."
+    # Plain strings, empty for "none": the Prefect form shows a text box, not a null type.
+    baseline: str = Field(
+        "", description="A pinned baseline run folder, compared as well as the run before."
     )
     margin: float = Field(
         0.02,
@@ -37,10 +38,12 @@ class GateOptions(BaseModel):
         description="Drop in pass@1, as a fraction (0.02 = 2 points), that a significant "
         "paired drop must exceed to fail the gate.",
     )
-    history: str | None = Field(
-        None,
-        description="Folder holding the earlier runs (default: the folder holding this run).",
+    history: str = Field(
+        "", description="Folder holding the earlier runs (empty: the folder holding this run)."
     )
+
+
+NO_GATE_OPTIONS = GateOptions()
 
 
 class RegressionFound(StoreError):
@@ -61,7 +64,7 @@ def gate_run(run_dir: str, options: GateOptions) -> GateVerdict:
 
 @flow(name="nightly", flow_run_name=run_name, log_prints=True)
 def nightly(
-    config: FlowConfig, scale: ScaleOptions = UNSHARDED, gate: GateOptions | None = None
+    config: FlowConfig, scale: ScaleOptions = UNSHARDED, gate: GateOptions = NO_GATE_OPTIONS
 ) -> dict[str, Any]:
     """Run the evaluation loop, then gate the run on regressions.
 
@@ -70,11 +73,10 @@ def nightly(
         scale: How the run is sharded.
         gate: What the run is compared with and how large a drop fails it.
     """
-    options = gate or GateOptions()
     tag_run(config)
     # A retry of this flow run (the UI's Retry) continues tonight's run instead of refusing it.
     result = evaluation_loop(config, resume=resuming(False), scale=scale)
-    verdict = gate_run(result["run_dir"], options)
+    verdict = gate_run(result["run_dir"], gate)
     # The report was written before the gate: again, so that it states the verdict.
     from gymflow.reports.render import write_run_report
 
