@@ -24,7 +24,7 @@ from gymflow.config import (
     merge_overrides,
     parse_config,
 )
-from gymflow.environments.registry import RegistryError
+from gymflow.environments.registry import RegistryError, load_benchmark
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
 from gymflow.models.open_files import ensure_open_files
 from gymflow.rollouts.plan import RunPlan, resolve
@@ -63,7 +63,22 @@ class _Bar:
 def build_config(path: Path | None, overrides: dict[str, Any]) -> EvalConfig:
     source = str(path) if path else "command line"
     base = load_config_file(path) if path else {}
-    return parse_config(merge_overrides(base, overrides), source)
+    data = merge_overrides(base, overrides)
+    if overrides.get("sampling.seed") is not None and "sampling" not in base:
+        # `--seed` changes the seed only: the benchmark's other sampling settings stay.
+        data["sampling"] = {**_benchmark_sampling(data.get("benchmark")), **data["sampling"]}
+    return parse_config(data, source)
+
+
+def _benchmark_sampling(name: Any) -> dict[str, Any]:
+    """The named benchmark's sampling settings; none when it names none or no known one (the
+    config's own check then says which)."""
+    if not isinstance(name, str):
+        return {}
+    try:
+        return load_benchmark(name).sampling.model_dump()
+    except RegistryError:
+        return {}
 
 
 def check_before_run(config: EvalConfig, *, resume: bool) -> RunPlan:
@@ -268,9 +283,6 @@ def eval_run(
         "model.name": model_name,
         "stop_after_transport_failures": stop_after_transport_failures,
     }
-    if seed is not None and config is None:
-        overrides.pop("sampling.seed")
-        overrides["sampling"] = {"seed": seed}
     _execute(config, overrides, resume, scale, retry_failed)
 
 
