@@ -98,3 +98,26 @@ def test_a_non_finite_dataset_setting_is_refused(tmp_path, monkeypatch, key, val
     write_benchmark(tmp_path, "nf", {"path": "d.jsonl", "fields": MAPPED, key: value})
     with pytest.raises(ConfigError, match=rf"dataset\.{key}: Input should be a finite number"):
         _plan(tmp_path, "nf", monkeypatch)
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"input": [{"role": "user", "content": 5}]}, "input.0"),
+        ({"input": [{"role": "user", "content": "2+2?"}], "instructions": [1, 2]}, "instructions"),
+    ],
+)
+def test_nemo_gym_rows_with_wrong_types_are_row_problems(
+    tmp_path, monkeypatch, params, field
+) -> None:
+    """`content: 5` was a TypeError traceback; `instructions: [1, 2]` was sent to the model."""
+    row = {"id": "a", "answer": 4, "responses_create_params": params}
+    _bench(tmp_path, "ng", (json.dumps(row) + "\n").encode())
+    write_benchmark(
+        tmp_path,
+        "ng",
+        {"path": "d.jsonl", "format": "nemo_gym", "fields": {"id": "id"}},
+        prompt_template="{{ prompt }}",
+    )
+    with pytest.raises(ConfigError, match=rf"line 1: field 'responses_create_params\.{field}'"):
+        _plan(tmp_path, "ng", monkeypatch)

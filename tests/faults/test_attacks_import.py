@@ -202,3 +202,20 @@ def test_special_files_are_refused_not_read_forever(tmp_path: Path) -> None:
 
 def _too_long(*_: object) -> None:
     raise TimeoutError("the import read a special file instead of refusing it")
+
+
+def test_tool_items_without_their_ids_are_refused(tmp_path: Path) -> None:
+    """A function_call and its output without call_id paired on null: health passed them and
+    `gym data trajectories` wrote `"tool_call_id": null`, which fine-tuning uploads refuse."""
+    path = tmp_path / "r.jsonl"
+    call = {"type": "function_call", "name": "f", "arguments": "{}"}
+    result = {"type": "function_call_output", "output": "ok"}
+    path.write_text(
+        _edited(lambda r: r["response"].update(output=[call, result, *r["response"]["output"]]))
+        + "\n"
+    )
+    with pytest.raises(InteropError) as caught:
+        import_rollouts(path, tmp_path / "run")
+    message = str(caught.value)
+    assert "r.jsonl:1: response.output[0].call_id: missing" in message
+    assert "r.jsonl:1: response.output[1].call_id: missing" in message

@@ -173,6 +173,12 @@ def _content_problems(content: Any, path: str) -> list[str]:
     return problems
 
 
+REQUIRED_TEXT = {
+    "function_call": ("call_id", "name", "arguments"),
+    "function_call_output": ("call_id",),
+}
+
+
 def item_problems(items: Any, path: str) -> list[str]:
     """Type problems of a list of Responses API items, each as 'field: what is wrong'."""
     if not isinstance(items, list):
@@ -186,6 +192,11 @@ def item_problems(items: Any, path: str) -> list[str]:
         for key in ("type", "role", "name", "call_id", "arguments"):
             if key in item and not isinstance(item[key], str | None):
                 problems.append(f"{where}.{key}: expected text, got {_shown(item[key])}")
+        # what the Responses API requires of a tool call and its result: without a call_id the
+        # two pair on null, and training data gets `"tool_call_id": null`
+        for key in REQUIRED_TEXT.get(item.get("type"), ()):
+            if not isinstance(item.get(key), str):
+                problems.append(f"{where}.{key}: missing (a {item['type']} item needs it)")
         if "content" in item:
             problems.extend(_content_problems(item["content"], f"{where}.content"))
         if "output" in item and not isinstance(item["output"], str | list | None):

@@ -32,6 +32,7 @@ from gymflow.config import (
     merge_overrides,
     parse_config,
 )
+from gymflow.rollouts.plan import resolve
 
 #: The factors a variant may change, by the config keys that make them up. Keys not listed
 #: (out, concurrency, batch_size, shard, resources_url) decide where and how fast, not what.
@@ -150,6 +151,13 @@ def resolve_study(spec: StudySpec, source: str) -> Study:
                 "factor, or set `confounded: true` to run it labelled as not attributable"
             )
         reverify_only = factors == ("verifier parameters",)
+        if reverify_only:
+            # judged only after the baseline's inference: a parameter the verifier refuses
+            # must stop the study before that is paid for, not after
+            try:
+                resolve(config)
+            except ConfigError as exc:
+                problems.append(f"{where}: {exc}")
         arms.append(Arm(variant.name, config, factors, variant.confounded, reverify_only))
     names = [v.name for v in spec.variants]
     if len(set(names)) != len(names):

@@ -188,6 +188,14 @@ def _tags(row: dict[str, Any], path: str | None, where: str, out: Mapped):
     return (), False
 
 
+def _content_ok(content: Any) -> bool:
+    if content is None or isinstance(content, str):
+        return True
+    return isinstance(content, list) and all(
+        isinstance(part, dict) and isinstance(part.get("text", ""), str) for part in content
+    )
+
+
 def _request(row: dict[str, Any], where: str, out: Mapped):
     """A NeMo Gym row's `responses_create_params`: its input items and tools."""
     subject = "field 'responses_create_params'"
@@ -200,6 +208,15 @@ def _request(row: dict[str, Any], where: str, out: Mapped):
         items = [{"type": "message", "role": "user", "content": items}]
     if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
         out.fail(where, f"{subject[:-1]}.input'", "type", "expected a list of input items")
+        return None
+    for index, item in enumerate(items):
+        if not _content_ok(item.get("content")) or not isinstance(item.get("role"), str | None):
+            # `content: 5` was a TypeError; a list of numbers would reach the model server
+            detail = "expected a role as text and content as text or a list of text parts"
+            out.fail(where, f"{subject[:-1]}.input.{index}'", "type", detail)
+            return None
+    if not isinstance(params.get("instructions"), str | None):
+        out.fail(where, f"{subject[:-1]}.instructions'", "type", "expected text")
         return None
     tools = params.get("tools") or []
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
