@@ -44,11 +44,9 @@ def study_run(
         stores = store_of(plan)
         for arm in (plan.baseline, *plan.variants):
             what = "baseline" if arm is plan.baseline else (arm.isolates or "confounded")
-            how = (
-                "reverify of the baseline"
-                if arm.reverify_only
-                else f"rollouts in {stores[arm.name]}"
-            )
+            how = f"rollouts in {stores[arm.name]}"
+            if arm.reverify_only:
+                how = f"the baseline's rollouts judged again in {stores[arm.name]}"
             console.print(f"{arm.name}: {what} ({how})", markup=False, soft_wrap=True)
         return
     from gymflow.flows.parameters import ScaleOptions

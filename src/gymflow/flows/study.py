@@ -16,7 +16,7 @@ from gymflow.config import EvalConfig
 from gymflow.flows.eval_run import evaluation_loop
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
 from gymflow.reverify import reverify
-from gymflow.store.db import StoreError, connect
+from gymflow.store.db import StoreError, connect, copy_store
 from gymflow.store.runs import run_info
 from gymflow.study.results import ArmRun, StudyResult, study_result
 from gymflow.study.spec import StudySpec, resolve_study, store_of
@@ -75,8 +75,11 @@ def study(spec: StudySpec, scale: ScaleOptions = UNSHARDED) -> dict[str, Any]:
     runs = {plan.baseline.name: ArmRun(plan.baseline, base_dir, base_version)}
     for arm in plan.variants:
         if arm.reverify_only:
-            judged = reverify(base_dir, arm.config.verifier_params, base_version=base_version)
-            runs[arm.name] = ArmRun(arm, base_dir, judged["new_version"])
+            copy_store(base_dir, stores[arm.name])
+            judged = reverify(
+                stores[arm.name], arm.config.verifier_params, base_version=base_version
+            )
+            runs[arm.name] = ArmRun(arm, stores[arm.name], judged["new_version"])
         else:
             runs[arm.name] = ArmRun(arm, stores[arm.name], _stored_version(stores[arm.name]))
     result = study_result(plan, runs[plan.baseline.name], [runs[a.name] for a in plan.variants])

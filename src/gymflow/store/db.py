@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -103,6 +105,17 @@ def transaction(con) -> Iterator[None]:
         with contextlib.suppress(duckdb.Error):
             con.execute("ROLLBACK")
         raise
+
+
+def copy_store(source: Path | str, run_dir: Path | str) -> Path:
+    """Copy a closed store into `run_dir`, replacing the one there in one rename (a copy taken
+    again after the source grew must not be half old)."""
+    target = store_path(run_dir)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".copy")
+    shutil.copyfile(store_path(source), partial)
+    os.replace(partial, target)
+    return target
 
 
 def store_path(run_dir: Path | str) -> Path:

@@ -176,14 +176,15 @@ def read_spec(path: Path) -> StudySpec:
 
 
 def store_of(study: Study) -> dict[str, Path]:
-    """The run folder holding each arm's rollouts. A verifier-only variant judges the baseline's
-    rollouts again; an arm whose config coincides with an earlier one's (same fingerprint) shares
-    its rollouts instead of paying for them twice."""
+    """The run folder holding each arm's verdicts. A verifier-only variant judges a copy of the
+    baseline's store again (no inference; the baseline's own store keeps its verifier as its
+    newest, so later reads of it are not silently the variant's); an arm whose config coincides
+    with an earlier one's (same fingerprint) shares its rollouts instead of paying twice."""
     stores: dict[str, Path] = {study.baseline.name: Path(study.baseline.config.out)}
     by_fingerprint = {study.baseline.config.fingerprint(): stores[study.baseline.name]}
     for arm in study.variants:
         if arm.reverify_only:
-            stores[arm.name] = stores[study.baseline.name]
+            stores[arm.name] = Path(arm.config.out)
             continue
         stores[arm.name] = by_fingerprint.setdefault(arm.config.fingerprint(), Path(arm.config.out))
     return stores
