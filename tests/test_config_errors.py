@@ -39,3 +39,17 @@ def test_bad_flag_value_is_refused(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "repeats" in result.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_an_api_key_variable_that_is_not_set_is_refused_before_the_run(tmp_path):
+    (tmp_path / "eval.yaml").write_text(
+        "benchmark: arithmetic-smoke\n"
+        "model: {kind: responses, base_url: 'http://127.0.0.1:9/v1',\n"
+        "        api_key_env: GYMFLOW_NO_SUCH_KEY}\n"
+        "out: run\n"
+    )
+    result = gym("eval", "run", "eval.yaml", cwd=tmp_path, env={"GYMFLOW_NO_SUCH_KEY": ""})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "model.api_key_env names GYMFLOW_NO_SUCH_KEY, which is not set" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()

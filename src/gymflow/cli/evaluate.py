@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -88,6 +89,13 @@ def check_before_run(config: EvalConfig, *, resume: bool) -> RunPlan:
         config.out, plan.run_id, resume=resume, benchmark_version=plan.benchmark_version
     )
     ensure_open_files(config.concurrency, remote_resources=config.resources_url is not None)
+    key = config.model.api_key_env
+    if key and not os.environ.get(key):
+        # Otherwise every request would go without a key, and fail (or succeed) as someone else.
+        raise ConfigError(
+            f"model.api_key_env names {key}, which is not set here: export {key}=... (the key "
+            "is read from it at run time and never stored)"
+        )
     return plan
 
 
