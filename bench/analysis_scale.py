@@ -150,6 +150,38 @@ def run_stage(stage: str, store: Path) -> dict[str, float]:
     return {"seconds": seconds, "peak_rss_mib": peak, "detail": detail}
 
 
+def stage_in_child(script: str, stage: str, store: Path, *extra: str) -> dict:
+    """Run one stage as `script --stage STAGE --store STORE`, in a fresh process (its own peak
+    memory), and return the JSON figure it prints last."""
+    child = subprocess.run(
+        [sys.executable, script, "--stage", stage, "--store", str(store), *extra],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def report_stage(rows: list, size: int, stage: str, result: dict) -> None:
+    rows.append((size, stage, result))
+    print(
+        f"{size:>9,} {stage:<12} {result['seconds']:7.2f} s "
+        f"{result['peak_rss_mib']:7.0f} MiB  {result['detail']}",
+        flush=True,
+    )
+
+
+def print_table(rows: list) -> None:
+    print("\n| rollouts | stage | seconds | peak RSS (MiB) | result |")
+    print("|---:|---|---:|---:|---|")
+    for size, stage, result in rows:
+        print(
+            f"| {size:,} | {stage} | {result['seconds']:.2f} | {result['peak_rss_mib']:.0f} | "
+            f"{result['detail']} |"
+        )
+    print("\n(2 shared cores, other engineers' work running: figures are noisy.)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
@@ -170,30 +202,11 @@ def main() -> None:
             built = build_store(store, size // REPEATS)
             print(f"built {size:,} rollouts in {built:.1f} s", flush=True)
             for stage in STAGES:
-                child = subprocess.run(
-                    [sys.executable, __file__, "--stage", stage, "--store", str(store)],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                result = json.loads(child.stdout.strip().splitlines()[-1])
-                rows.append((size, stage, result))
-                print(
-                    f"{size:>9,} {stage:<9} {result['seconds']:7.2f} s "
-                    f"{result['peak_rss_mib']:7.0f} MiB  {result['detail']}",
-                    flush=True,
-                )
+                report_stage(rows, size, stage, stage_in_child(__file__, stage, store))
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)
-    print("\n| rollouts | stage | seconds | peak RSS (MiB) | result |")
-    print("|---:|---|---:|---:|---|")
-    for size, stage, result in rows:
-        print(
-            f"| {size:,} | {stage} | {result['seconds']:.2f} | {result['peak_rss_mib']:.0f} | "
-            f"{result['detail']} |"
-        )
-    print("\n(2 shared cores, other engineers' work running: figures are noisy.)")
+    print_table(rows)
 
 
 if __name__ == "__main__":

@@ -21,14 +21,13 @@ import argparse
 import json
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from analysis_scale import REPEATS, build_store
+from analysis_scale import REPEATS, build_store, print_table, report_stage, stage_in_child
 
 STAGES = ("profile", "select", "trajectories", "trajectories-all")
 
@@ -132,33 +131,13 @@ def main() -> None:
                 word_problem_prompts(store)
                 print(f"built {size:,} rollouts in {built:.1f} s", flush=True)
             for stage in STAGES:
-                child = subprocess.run(
-                    [
-                        *(sys.executable, __file__, "--stage", stage, "--store", str(store)),
-                        *("--out", str(root / f"out-{size}")),
-                    ],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                result = json.loads(child.stdout.strip().splitlines()[-1])
-                rows.append((size, stage, result))
-                print(
-                    f"{size:>9,} {stage:<12} {result['seconds']:7.2f} s "
-                    f"{result['peak_rss_mib']:7.0f} MiB  {result['detail']}",
-                    flush=True,
-                )
+                out = str(root / f"out-{size}")
+                result = stage_in_child(__file__, stage, store, "--out", out)
+                report_stage(rows, size, stage, result)
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)
-    print("\n| rollouts | stage | seconds | peak RSS (MiB) | result |")
-    print("|---:|---|---:|---:|---|")
-    for size, stage, result in rows:
-        print(
-            f"| {size:,} | {stage} | {result['seconds']:.2f} | {result['peak_rss_mib']:.0f} | "
-            f"{result['detail']} |"
-        )
-    print("\n(2 shared cores, other engineers' work running: figures are noisy.)")
+    print_table(rows)
 
 
 if __name__ == "__main__":
