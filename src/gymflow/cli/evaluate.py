@@ -15,7 +15,7 @@ from rich.table import Table
 
 from gymflow import progress
 from gymflow.cli import exit_codes
-from gymflow.cli.app import app, console, errors, eval_app, fail
+from gymflow.cli.app import app, console, errors, eval_app, fail, prefect_for_run
 from gymflow.cli.scale import server_hint_once
 from gymflow.config import (
     ConfigError,
@@ -27,6 +27,7 @@ from gymflow.config import (
 )
 from gymflow.environments.registry import RegistryError, load_benchmark
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
+from gymflow.models.endpoint import launched_early
 from gymflow.models.open_files import ensure_open_files
 from gymflow.rollouts.plan import RunPlan, resolve
 from gymflow.rollouts.stopping import RunStopped
@@ -128,6 +129,7 @@ def run_loop(
 ) -> dict[str, Any]:
     """Run the evaluation loop flow with a progress bar (after `check_before_run`)."""
     from gymflow.flows.eval_run import evaluation_loop
+    from gymflow.flows.lean import without_heartbeat
 
     _quiet_prefect_console()
     server_hint_once()
@@ -138,7 +140,7 @@ def run_loop(
         MofNCompleteColumn(),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, console=console, transient=False) as bar:
+    with Progress(*columns, console=console, transient=False) as bar, without_heartbeat():
         progress.set_listener(_Bar(bar))
         try:
             return evaluation_loop(config, resume, scale, retry_failed)
@@ -198,23 +200,26 @@ def _execute(
         plan = check_before_run(config, resume=resume)
     except (ConfigError, RegistryError, StoreError) as exc:
         fail(str(exc))
-    from prefect.exceptions import CancelledRun  # imports Prefect: only once a run starts
+    prefect_for_run()
+    # The local policy server starts while Prefect is imported and the flow run starts.
+    with launched_early(plan):
+        from prefect.exceptions import CancelledRun  # imports Prefect: only once a run starts
 
-    try:
-        result = run_loop(config, resume=resume, scale=scale, retry_failed=retry_failed)
-    except RunStopped as exc:
-        code = exit_codes.RUNTIME if exc.cause == "dead_server" else exit_codes.INTERRUPTED
-        if exc.cause != "dead_server":
-            code = exit_codes.for_signal(exc.signal_number)
-        fail(f"{exc} ({_stored(plan)})", code)
-    except CancelledRun as exc:
-        fail(f"{exc} ({_stored(plan)})", exit_codes.TERMINATED)
-    except KeyboardInterrupt:
-        fail(f"stopped at once (signalled twice); {_stored(plan)}", exit_codes.INTERRUPTED)
-    except ConfigError as exc:
-        fail(str(exc))
-    except (RegistryError, StoreError) as exc:
-        fail(str(exc), exit_codes.RUNTIME)
+        try:
+            result = run_loop(config, resume=resume, scale=scale, retry_failed=retry_failed)
+        except RunStopped as exc:
+            code = exit_codes.RUNTIME if exc.cause == "dead_server" else exit_codes.INTERRUPTED
+            if exc.cause != "dead_server":
+                code = exit_codes.for_signal(exc.signal_number)
+            fail(f"{exc} ({_stored(plan)})", code)
+        except CancelledRun as exc:
+            fail(f"{exc} ({_stored(plan)})", exit_codes.TERMINATED)
+        except KeyboardInterrupt:
+            fail(f"stopped at once (signalled twice); {_stored(plan)}", exit_codes.INTERRUPTED)
+        except ConfigError as exc:
+            fail(str(exc))
+        except (RegistryError, StoreError) as exc:
+            fail(str(exc), exit_codes.RUNTIME)
     print_headline(result)
     if result["health"]["gate"] == "fail":
         errors.print(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -24,6 +25,35 @@ def local_policy_server(plan: RunPlan) -> LocalPolicyServer:
     return LocalPolicyServer(policy_table(plan), seed=model.skill_seed, faults=model.faults)
 
 
+#: Local policy servers launched ahead of their run (`launched_early`), by run id.
+_launched: dict[str, LocalPolicyServer] = {}
+_launched_lock = threading.Lock()
+
+
+def _take_launched(plan: RunPlan) -> LocalPolicyServer | None:
+    with _launched_lock:
+        return _launched.pop(plan.run_id, None)
+
+
+@contextmanager
+def launched_early(plan: RunPlan) -> Iterator[None]:
+    """Launch the run's local policy server now, without waiting for it; the run's
+    `model_endpoint` inside takes it over. Its start-up (a Python process importing the policy:
+    0.4 s on a quiet machine) then overlaps what comes before collecting (`gym eval run` imports
+    Prefect and starts the flow run meanwhile). Stopped on the way out if nothing took it."""
+    if plan.config.model.kind != "local":
+        yield
+        return
+    with _launched_lock:
+        _launched[plan.run_id] = local_policy_server(plan).launch()
+    try:
+        yield
+    finally:
+        left = _take_launched(plan)
+        if left is not None:
+            left.stop()
+
+
 @contextmanager
 def model_endpoint(plan: RunPlan) -> Iterator[str]:
     """Yield the base URL (…/v1) to send this run's requests to."""
@@ -32,5 +62,8 @@ def model_endpoint(plan: RunPlan) -> Iterator[str]:
     if config.model.kind != "local":
         yield config.model.base_url
         return
-    with local_policy_server(plan) as server:
-        yield server.base_url
+    server = _take_launched(plan) or local_policy_server(plan).launch()
+    try:
+        yield server.wait_ready().base_url
+    finally:
+        server.stop()
