@@ -13,9 +13,10 @@ from typing import Any
 import httpx
 
 from gymflow.config import ConfigError
-from gymflow.environments.base import Task
-from gymflow.environments.resources import ResourcesServer, ToolError
-from gymflow.records import Verification
+from gymflow.core.protocols import ToolError
+from gymflow.core.records import Verification
+from gymflow.core.tasks import Task
+from gymflow.environments.resources import ResourcesServer
 from gymflow.rollouts.plan import RunPlan
 
 #: Generous: a verification can run a sandboxed program or ask a judge model.

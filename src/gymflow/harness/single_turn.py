@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gymflow.config import HarnessConfig
-from gymflow.environments.base import Task
+from gymflow.core.tasks import Task
 from gymflow.environments.resources import ResourcesServer
 from gymflow.harness.base import Episode, harness, opening_items
 from gymflow.models.client import ResponsesClient

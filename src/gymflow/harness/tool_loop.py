@@ -12,8 +12,9 @@ import asyncio
 from typing import Any
 
 from gymflow.config import HarnessConfig
-from gymflow.environments.base import Task
-from gymflow.environments.resources import ResourcesServer, ToolError
+from gymflow.core.protocols import ToolError
+from gymflow.core.tasks import Task
+from gymflow.environments.resources import ResourcesServer
 from gymflow.harness.base import Episode, harness, opening_items
 from gymflow.harness.tool_arguments import MalformedArguments, parse_arguments
 from gymflow.models.client import ResponsesClient

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from gymflow.models.local_server import LocalPolicyServer
 from gymflow.models.open_files import ensure_open_files
-from gymflow.models.policy import PolicyEntry, build_table
 from gymflow.rollouts.plan import RunPlan
+from gymflow.simulated.local_server import LocalPolicyServer
+from gymflow.simulated.policy import PolicyEntry, build_table
 
 
 def policy_table(plan: RunPlan) -> dict[str, PolicyEntry]:
