@@ -45,12 +45,6 @@ class Task:
     tools: tuple[dict[str, Any], ...] = ()
 
 
-def content_task_id(prefix: str, row: dict[str, Any]) -> str:
-    """A stable id for rows that have none of their own: a hash of the row's content."""
-    blob = json.dumps(row, sort_keys=True, default=str).encode()
-    return f"{prefix}-{hashlib.sha256(blob).hexdigest()[:12]}"
-
-
 class VerifierRef(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
