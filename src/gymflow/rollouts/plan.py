@@ -170,6 +170,6 @@ def plan_problems(plan: RunPlan, *, rows_shown: int = 5) -> list[str]:
         problems.append(f"{plan.env.name}/{plan.split} {shown}{more}: prompt: {message}")
     try:
         _ = plan.verifier_version
-    except (ValueError, KeyError) as exc:  # bad parameters, or a verifier nobody registered
+    except (ValueError, RegistryError) as exc:  # bad parameters, or a verifier nobody registered
         problems.append(f"{VERIFIER_PROBLEM}: {str(exc).strip(chr(34))}")
     return problems
