@@ -20,6 +20,7 @@ from gymflow import bounded_yaml
 from gymflow.config import Sampling, format_validation_error
 from gymflow.environments.base import Environment, EnvironmentManifest, VerifierRef
 from gymflow.environments.dataset.spec import DatasetSpec
+from gymflow.errors import UserError
 
 PACKAGE_DIR = Path(__file__).parent
 #: Extra folders (os.pathsep-separated) holding environment folders and a `benchmarks/` folder.
@@ -27,7 +28,7 @@ PATH_VARIABLE = "GYMFLOW_ENVIRONMENTS_PATH"
 ENTRY_POINT_GROUP = "gymflow.environments"
 
 
-class RegistryError(LookupError):
+class RegistryError(UserError):
     """An environment or benchmark that cannot be found or loaded; names the file."""
 
 

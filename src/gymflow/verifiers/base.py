@@ -13,9 +13,19 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from gymflow.environments.base import Task
+from gymflow.errors import RuntimeFailure, UserError
 
 
-class VerifierError(Exception):
+class VerifierParamsError(UserError, ValueError):
+    """Verifier parameters (a manifest's, a benchmark's, `--param`) that do not validate. Still a
+    ValueError: pydantic validators that check them report it as a field error."""
+
+
+class UnknownVerifier(UserError, KeyError):
+    """No verifier registered under the name (a KeyError, as a registry lookup is one)."""
+
+
+class VerifierError(RuntimeFailure):
     """The verifier could not judge this output (as opposed to judging it wrong)."""
 
     def __init__(self, message: str, kind: str = "verifier_error") -> None:
@@ -83,7 +93,7 @@ class VerifierSpec:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
             )
-            raise ValueError(f"verifier {self.name!r} parameters: {problems}") from None
+            raise VerifierParamsError(f"verifier {self.name!r} parameters: {problems}") from None
         # `rel_tol=inf` would pass every answer, and the version's JSON would hold `Infinity`
         infinite = [
             f"{key}: {value} is not a finite number"
@@ -91,7 +101,7 @@ class VerifierSpec:
             if isinstance(value, float) and not math.isfinite(value)
         ]
         if infinite:
-            raise ValueError(f"verifier {self.name!r} parameters: {'; '.join(infinite)}")
+            raise VerifierParamsError(f"verifier {self.name!r} parameters: {'; '.join(infinite)}")
         return params
 
     def version(self, params: BaseModel) -> str:
@@ -138,4 +148,4 @@ def get_verifier(name: str) -> VerifierSpec:
         return REGISTRY[name]
     except KeyError:
         known = ", ".join(sorted(REGISTRY))
-        raise KeyError(f"unknown verifier {name!r} (known: {known})") from None
+        raise UnknownVerifier(f"unknown verifier {name!r} (known: {known})") from None
