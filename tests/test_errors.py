@@ -20,11 +20,11 @@ from tests.faults.stores import one_error_line
 
 #: Exceptions that are control flow inside one component and never end a command.
 INTERNAL = {
-    "gymflow.environments.resources.ToolError": "a tool's refusal: the tool loop hands its "
+    "gymflow.core.protocols.ToolError": "a tool's refusal: the tool loop hands its "
     "message to the model as the tool's output",
     "gymflow.harness.tool_arguments.MalformedArguments": "the model's unusable tool arguments: "
     "the tool loop tells the model",
-    "gymflow.models.policy_server.SimulatedReset": "the simulated server's way to drop a "
+    "gymflow.simulated.policy_server.SimulatedReset": "the simulated server's way to drop a "
     "connection mid-answer",
     "gymflow.verifiers.bfcl.Malformed": "a call the BFCL verifier judges wrong",
     "gymflow.verifiers.pool.WorkerTimeout": "recorded by the resources server as a failure kind",

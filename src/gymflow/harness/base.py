@@ -10,10 +10,10 @@ from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 from gymflow.config import HarnessConfig
-from gymflow.environments.base import Task
-from gymflow.environments.resources import ResourcesServer
+from gymflow.core.protocols import Resources
+from gymflow.core.records import ModelCall
+from gymflow.core.tasks import Task
 from gymflow.models.client import ResponsesClient
-from gymflow.records import ModelCall
 
 
 @dataclass(slots=True)
@@ -35,7 +35,7 @@ class Harness(Protocol):
         self,
         *,
         client: ResponsesClient,
-        server: ResourcesServer,
+        server: Resources,
         session_id: str,
         task: Task,
         prompt: str,

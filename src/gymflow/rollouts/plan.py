@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.config import ConfigError, EvalConfig, Sampling
-from gymflow.environments.base import Environment, Task, UnknownSplit
+from gymflow.core.prompts import PromptError, render_prompt
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment, UnknownSplit
 from gymflow.environments.registry import (
     Benchmark,
     RegistryError,
@@ -18,7 +20,6 @@ from gymflow.environments.registry import (
     load_environment,
 )
 from gymflow.errors import UserError
-from gymflow.rollouts.prompts import PromptError, render_prompt
 from gymflow.verifiers.base import get_verifier
 
 RolloutKey = tuple[str, int]  # (task_id, repeat_index)

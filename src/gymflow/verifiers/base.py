@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from gymflow.environments.base import Task
+from gymflow.core.tasks import Task
 from gymflow.errors import RuntimeFailure, UserError
 
 

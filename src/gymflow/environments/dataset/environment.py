@@ -12,13 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gymflow.environments.base import (
-    Environment,
-    EnvironmentManifest,
-    SplitSpec,
-    Task,
-    UnknownSplit,
-)
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment, EnvironmentManifest, SplitSpec, UnknownSplit
 from gymflow.environments.dataset.hub import hub_rows
 from gymflow.environments.dataset.mapping import RowRules, map_rows
 from gymflow.environments.dataset.readers import DatasetError, read_rows

@@ -17,7 +17,7 @@ import httpx
 
 from gymflow.config import FaultSpec
 from gymflow.errors import RuntimeFailure
-from gymflow.models.policy import PolicyEntry, save_table
+from gymflow.simulated.policy import PolicyEntry, save_table
 
 
 def free_port() -> int:
@@ -57,7 +57,7 @@ class LocalPolicyServer:
         command = [
             sys.executable,
             "-m",
-            "gymflow.models.policy_server",
+            "gymflow.simulated.policy_server",
             "--table",
             str(table_path),
             "--port",
