@@ -65,7 +65,8 @@ def remote_problems(plan: ServedPlan, url: str) -> list[str]:
 
 
 class RemoteResourcesServer:
-    """The resources protocol (core.protocols.Resources) over HTTP. Use inside one event loop; `aclose()` at the end."""
+    """The resources protocol (core.protocols.Resources) over HTTP. Use inside one event loop;
+    `aclose()` at the end."""
 
     def __init__(self, url: str, plan: ServedPlan) -> None:
         self.url = url.rstrip("/")
