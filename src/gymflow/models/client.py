@@ -226,6 +226,31 @@ class ResponsesClient:
                 return decoded
         return answer
 
+    def _redact_split_text(self, response: Response) -> bool:
+        """The answer text as the harness joins it (`output_text`), redacted: a key split
+        across two text parts is whole in no byte string `_redact_answer` sees. The redacted text
+        goes in the first text slot and the others are emptied, so the joined text is exactly
+        the redacted one. True when anything changed."""
+        slots: list[tuple[dict[str, Any], str]] = []
+        for item in response.get("output") or ():
+            if item.get("type") != "message" or item.get("role", "assistant") != "assistant":
+                continue
+            content = item.get("content")
+            if isinstance(content, str):
+                slots.append((item, "content"))
+            for part in content if isinstance(content, list) else ():
+                if part.get("type") in ("output_text", "text"):
+                    slots.append((part, "text"))
+        joined = "".join(holder.get(key) or "" for holder, key in slots)
+        redacted = joined
+        for form in self._secret_forms:
+            redacted = redacted.replace(form.decode(), REDACTED)
+        if redacted == joined:
+            return False
+        for index, (holder, key) in enumerate(slots):
+            holder[key] = redacted if index == 0 else ""
+        return True
+
     async def _attempt(
         self,
         content: bytes,
@@ -252,6 +277,8 @@ class ResponsesClient:
             if status >= 400:
                 raise classify_http_error(status, _text(answer), retry_after_s(reply.headers))
             evidence, response = self._decode(answer, status)
+            if self._secret_forms and self._redact_split_text(response):
+                evidence = orjson.dumps(response).decode()
             unusable = _unusable(response, status)
             if unusable is not None:
                 raise unusable
