@@ -7,7 +7,8 @@ parsed response or the final `ModelError`, never an exception it has to guess th
 
 Every answer is validated before anyone reads it (a chat completion before its translation too):
 one that does not fit is `malformed_response` with the body kept as evidence; a response that did
-not run (`queued`, `in_progress`, `cancelled`, no or empty output) is `response_not_run`; an
+not run to an answer (`queued`, `in_progress`, `cancelled`, no or empty output, or a completed
+output of only reasoning) is `response_not_run`; an
 answer over `max_response_bytes` is `response_too_large`, read no further than the bound. The
 evidence of a call is the answer as received: a Responses answer's own text, or, for chat
 completions, the translation with the completion as received under `received`.
@@ -58,6 +59,8 @@ REDACTED_BYTES = REDACTED.encode()
 _UNICODE_ESCAPE = re.compile(rb"\\u([0-9a-fA-F]{4})")
 #: Longest wait a server's Retry-After may impose before a retry; longer ones are capped.
 MAX_RETRY_AFTER_S = 120.0
+#: Output items that answer: a message (even an empty one) or a tool call.
+ANSWER_ITEMS = ("message", "function_call")
 
 
 @dataclass(slots=True)
@@ -354,6 +357,15 @@ def _unusable(response: Response, status: int) -> ModelError | None:
         return ResponseNotRun(
             f"the response did not run: status {state or 'completed'}, "
             f"{'no output' if output is None else 'empty output'}",
+            http_status=status,
+        )
+    if state != "incomplete" and not any(item.get("type") in ANSWER_ITEMS for item in output):
+        # Only reasoning (or other non-answer items): the model thought and never answered.
+        # Scoring that as an empty answer would call a model or gateway failure a reward of 0.
+        held = ", ".join(sorted({str(item.get("type")) for item in output}))
+        return ResponseNotRun(
+            f"the response did not run to an answer: status {state or 'completed'}, its output "
+            f"holds only {held} (no message, no function_call)",
             http_status=status,
         )
     return None
