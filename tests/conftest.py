@@ -59,6 +59,31 @@ def require_tool(name: str) -> str:
     return path
 
 
+#: Test files that share a session fixture costing a run or a server: under `pytest -n 2 --dist
+#: loadgroup` (README) each group runs on one worker, so its fixture is built once; every other
+#: file is a group of its own (its module fixtures are built once too).
+SHARED_FIXTURE_GROUPS = {
+    "tests/data/test_trajectories.py": "ledger_run",
+    "tests/harness/test_tool_loop_cli.py": "ledger_run",
+    "tests/flows/test_ui.py": "deployment",
+    "tests/flows/test_work_pool.py": "deployment",
+    "tests/flows/test_shards.py": "flows-harness",
+    "tests/flows/test_nightly.py": "flows-harness",
+    "tests/flows/test_batch_retries.py": "flows-harness",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        path = item.path.relative_to(ROOT).as_posix()
+        group = SHARED_FIXTURE_GROUPS.get(path)
+        if group is None:
+            group = "reports" if path.startswith("tests/reports/") else path
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_prefect_home(tmp_path_factory: pytest.TempPathFactory):
     """Never write into a real ~/.prefect, and keep Prefect quiet and offline."""
