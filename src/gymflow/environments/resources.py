@@ -18,8 +18,9 @@ from gymflow.core.records import Verification
 from gymflow.core.statuses import VERIFIED, VERIFY_ERROR
 from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment
+from gymflow.environments.verifier_ref import VerifierRef
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
-from gymflow.verifiers.pool import VerifierRef, WorkerFailed, WorkerTimeout, worker_pool
+from gymflow.verifiers.pool import WorkerFailed, WorkerTimeout, worker_pool
 
 ToolHandler = Callable[[dict[str, Any], dict[str, Any]], Any]
 #: `threads` verifications (judge calls) waiting at once: the collector's default concurrency.
