@@ -46,10 +46,10 @@ def without_prefect(workload: dict, out: str) -> None:
     from gymflow.analysis.health import health
     from gymflow.analysis.profile import profile
     from gymflow.config import EvalConfig
-    from gymflow.models.endpoint import model_endpoint
     from gymflow.reports.render import write_run_report
     from gymflow.rollouts.collect import Collector
     from gymflow.rollouts.plan import resolve
+    from gymflow.simulated.endpoint import model_endpoint
     from gymflow.store.compact import compact
     from gymflow.store.db import connect, held
     from gymflow.store.merge import check_destination

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from gymflow.config import EvalConfig
-from gymflow.models.endpoint import local_policy_server
 from gymflow.rollouts.collect import Collector
 from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.stopping import RunStopped
+from gymflow.simulated.endpoint import local_policy_server
 from gymflow.store.db import connect
 from gymflow.store.runs import missing_keys, register_run
 

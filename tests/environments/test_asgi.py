@@ -16,8 +16,8 @@ from gymflow.environments.asgi import create_app
 from gymflow.environments.backoffice.tasks import play
 from gymflow.environments.registry import PATH_VARIABLE, load_environment
 from gymflow.environments.scaffold import scaffold
-from gymflow.environments.validate import validate_config
-from gymflow.models.local_server import free_port
+from gymflow.rollouts.validate import validate_config
+from gymflow.simulated.local_server import free_port
 from gymflow.verifiers.base import VerifyInput
 from tests.conftest import GYM, gym
 from tests.environments.test_workbench import executed_calls
@@ -160,7 +160,9 @@ def test_gym_serve_environment_on_a_port(served_backoffice: str) -> None:
     assert verdict["status"] == "ok" and verdict["details"]["reason"] == "state_differs"
 
 
-def test_a_run_uses_a_served_resources_server(served_backoffice: str, tmp_path: Path) -> None:
+def test_a_run_uses_a_served_resources_server(
+    served_backoffice: str, tmp_path: Path, prefect_api: str
+) -> None:
     """resources_url: the run's sessions live in the served process; same verdicts as local."""
     config = tmp_path / "remote.yaml"
     config.write_text(
@@ -171,7 +173,7 @@ def test_a_run_uses_a_served_resources_server(served_backoffice: str, tmp_path: 
     assert checked.returncode == 0, checked.stdout
     assert f"resources server at {served_backoffice} answers /health" in checked.stdout
 
-    gym("eval", "run", str(config), cwd=tmp_path, check=True)
+    gym("eval", "run", str(config), cwd=tmp_path, env={"PREFECT_API_URL": prefect_api}, check=True)
     assert httpx.get(f"{served_backoffice}/health").json()["sessions"] == 0  # all closed
     con = duckdb.connect(str(tmp_path / "runs" / "remote" / "gymflow.duckdb"), read_only=True)
     rows = con.execute(

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gymflow.environments.base import Task
+from gymflow.core.tasks import Task
 from gymflow.environments.bfcl.env import json_schema, tool_name, tools_of
 from gymflow.environments.registry import load_environment
 from gymflow.verifiers.base import VerifyInput, get_verifier
@@ -205,8 +205,10 @@ def test_malformed_and_missing_calls(by_id) -> None:
 
 
 # -- end to end ----------------------------------------------------------------------------------
-def test_gym_eval_run_end_to_end(tmp_path: Path, by_id) -> None:
-    con = run_benchmark(tmp_path, "bfcl-smoke", "bfcl", limit=30, repeats=2)
+def test_gym_eval_run_end_to_end(tmp_path: Path, by_id, prefect_api: str) -> None:
+    con = run_benchmark(
+        tmp_path, "bfcl-smoke", "bfcl", limit=30, repeats=2, prefect_api=prefect_api
+    )
     # Each model call offered exactly the task's own tools.
     offered = con.execute(
         """SELECT r.task_id, m.request_json FROM model_calls m JOIN rollouts r USING (rollout_id)"""

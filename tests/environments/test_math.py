@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.environments.base import EnvironmentManifest, Task, VerifierRef
+from gymflow.core.statuses import VERIFIED, VERIFY_ERROR
+from gymflow.core.tasks import Task
+from gymflow.environments.base import EnvironmentManifest, VerifierRef
 from gymflow.environments.math.env import make_task
 from gymflow.environments.registry import load_environment
-from gymflow.models.local_server import free_port
-from gymflow.records import VERIFIED, VERIFY_ERROR
+from gymflow.simulated.local_server import free_port
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
 from tests.environments.runs import run_benchmark
 
@@ -346,8 +347,10 @@ def test_judge_failure_is_stored_as_an_error_not_a_zero(env, judge: JudgeServer)
 
 
 # -- end to end ----------------------------------------------------------------------------------
-def test_gym_eval_run_end_to_end(tmp_path: Path, env) -> None:
-    con = run_benchmark(tmp_path, "math-exact", "math", limit=25, repeats=2)
+def test_gym_eval_run_end_to_end(tmp_path: Path, env, prefect_api: str) -> None:
+    con = run_benchmark(
+        tmp_path, "math-exact", "math", limit=25, repeats=2, prefect_api=prefect_api
+    )
     rows = con.execute(
         """SELECT r.task_id, r.output_text, v.status, v.passed, v.verifier_version
            FROM rollouts r JOIN verifications v USING (rollout_id)"""

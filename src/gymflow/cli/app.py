@@ -6,7 +6,6 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable
 from typing import Any, NoReturn
 
 import typer
@@ -78,14 +77,6 @@ def prefect_for_run() -> None:
             markup=False,
             soft_wrap=True,
         )
-
-
-def guarded(fn: Callable[[], Any], *expected: type[BaseException]) -> Any:
-    """Run fn; an expected error is printed plainly (no traceback) and exits 1."""
-    try:
-        return fn()
-    except expected as exc:
-        fail(str(exc))
 
 
 def _finite(value: Any) -> Any:

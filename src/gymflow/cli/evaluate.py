@@ -27,10 +27,10 @@ from gymflow.config import (
 )
 from gymflow.environments.registry import RegistryError, load_benchmark
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
-from gymflow.models.endpoint import launched_early
 from gymflow.models.open_files import ensure_open_files
 from gymflow.rollouts.plan import RunPlan, resolve
 from gymflow.rollouts.stopping import RunStopped
+from gymflow.simulated.endpoint import launched_early
 from gymflow.store.db import StoreError, connect, store_path
 from gymflow.store.merge import check_destination
 
@@ -208,10 +208,7 @@ def _execute(
         try:
             result = run_loop(config, resume=resume, scale=scale, retry_failed=retry_failed)
         except RunStopped as exc:
-            code = exit_codes.RUNTIME if exc.cause == "dead_server" else exit_codes.INTERRUPTED
-            if exc.cause != "dead_server":
-                code = exit_codes.for_signal(exc.signal_number)
-            fail(f"{exc} ({_stored(plan)})", code)
+            fail(f"{exc} ({_stored(plan)})", exc.exit_code)
         except CancelledRun as exc:
             fail(f"{exc} ({_stored(plan)})", exit_codes.TERMINATED)
         except KeyboardInterrupt:

@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gymflow.errors import RuntimeFailure
 from gymflow.processes import answers_ok, pid_alive
 
 STATE_FILE = "gymflow-local-server.json"
@@ -117,7 +118,7 @@ def _start(home: Path) -> LocalServer:
     while not answers_ok(f"{server.api_url}/health", timeout=2):
         if process.poll() is not None or time.monotonic() > deadline:
             _stop_pid(process.pid)
-            raise RuntimeError(f"the local Prefect server did not start; its log: {log}")
+            raise RuntimeFailure(f"the local Prefect server did not start; its log: {log}")
         time.sleep(0.25)
     (home / STATE_FILE).write_text(json.dumps(asdict(server)))
     return server

@@ -11,9 +11,9 @@ from prefect.utilities.annotations import quote
 from gymflow.config import EvalConfig
 from gymflow.flows import run_log
 from gymflow.flows.lean import flow
-from gymflow.models.endpoint import model_endpoint
 from gymflow.rollouts.collect import Collector
 from gymflow.rollouts.plan import RunPlan
+from gymflow.simulated.endpoint import model_endpoint
 from gymflow.store.db import connect, held
 from gymflow.tasks.rollouts import collect_batch, prepare_run
 

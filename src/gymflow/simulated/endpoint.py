@@ -5,14 +5,32 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
-from gymflow.models.local_server import LocalPolicyServer
+from gymflow.config import EvalConfig
+from gymflow.core.tasks import Task
 from gymflow.models.open_files import ensure_open_files
-from gymflow.models.policy import PolicyEntry, build_table
-from gymflow.rollouts.plan import RunPlan
+from gymflow.simulated.local_server import LocalPolicyServer
+from gymflow.simulated.policy import PolicyEntry, build_table
 
 
-def policy_table(plan: RunPlan) -> dict[str, PolicyEntry]:
+class PolicyPlan(Protocol):
+    """What the simulated policy needs of a run's plan (gymflow.rollouts.plan.RunPlan is one)."""
+
+    @property
+    def config(self) -> EvalConfig: ...
+
+    @property
+    def all_tasks(self) -> tuple[Task, ...]: ...
+
+    @property
+    def prompts(self) -> dict[str, str]: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+
+def policy_table(plan: PolicyPlan) -> dict[str, PolicyEntry]:
     """The local policy's table for every task of the plan, keyed by rendered prompt."""
     tasks = list(plan.all_tasks)
     return build_table(
@@ -20,7 +38,7 @@ def policy_table(plan: RunPlan) -> dict[str, PolicyEntry]:
     )
 
 
-def local_policy_server(plan: RunPlan) -> LocalPolicyServer:
+def local_policy_server(plan: PolicyPlan) -> LocalPolicyServer:
     model = plan.config.model
     return LocalPolicyServer(policy_table(plan), seed=model.skill_seed, faults=model.faults)
 
@@ -30,13 +48,13 @@ _launched: dict[str, LocalPolicyServer] = {}
 _launched_lock = threading.Lock()
 
 
-def _take_launched(plan: RunPlan) -> LocalPolicyServer | None:
+def _take_launched(plan: PolicyPlan) -> LocalPolicyServer | None:
     with _launched_lock:
         return _launched.pop(plan.run_id, None)
 
 
 @contextmanager
-def launched_early(plan: RunPlan) -> Iterator[None]:
+def launched_early(plan: PolicyPlan) -> Iterator[None]:
     """Launch the run's local policy server now, without waiting for it; the run's
     `model_endpoint` inside takes it over. Its start-up (a Python process importing the policy:
     0.4 s on a quiet machine) then overlaps what comes before collecting (`gym eval run` imports
@@ -55,7 +73,7 @@ def launched_early(plan: RunPlan) -> Iterator[None]:
 
 
 @contextmanager
-def model_endpoint(plan: RunPlan) -> Iterator[str]:
+def model_endpoint(plan: PolicyPlan) -> Iterator[str]:
     """Yield the base URL (…/v1) to send this run's requests to."""
     config = plan.config
     ensure_open_files(config.concurrency, remote_resources=config.resources_url is not None)
