@@ -13,8 +13,8 @@ from pathlib import Path
 import gymflow
 from gymflow.cli import exit_codes
 from gymflow.errors import GateFailed, GymflowError, RuntimeFailure, UserError
+from gymflow.registry import UnknownName
 from gymflow.rollouts.stopping import RunStopped
-from gymflow.verifiers.base import UnknownVerifier
 from tests.conftest import gym
 from tests.faults.stores import one_error_line
 
@@ -73,8 +73,8 @@ def test_each_branch_exits_with_its_cli_code():
 
 def test_a_lookup_error_reads_as_raised():
     # a KeyError's own str() quotes its message; the CLI prints str(exc)
-    unknown = UnknownVerifier("unknown verifier 'nope' (known: a, b)")
-    assert isinstance(unknown, KeyError)
+    unknown = UnknownName("verifier", "nope", ["b", "a"])
+    assert isinstance(unknown, LookupError) and isinstance(unknown, UserError)
     assert str(unknown) == "unknown verifier 'nope' (known: a, b)"
 
 

@@ -7,17 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gymflow.config import refuse_removed
 from gymflow.core.tasks import Task
 from gymflow.environments.requirements import Requirement, check_installed
 from gymflow.errors import UserError
-
-
-def content_task_id(prefix: str, row: dict[str, Any]) -> str:
-    """A stable id for rows that have none of their own: a hash of the row's content."""
-    blob = json.dumps(row, sort_keys=True, default=str).encode()
-    return f"{prefix}-{hashlib.sha256(blob).hexdigest()[:12]}"
 
 
 class VerifierRef(BaseModel):
@@ -47,15 +42,6 @@ class EnvironmentManifest(BaseModel):
     pass_threshold: float = 1.0
     reverify_stateless: bool = True
     harness: str = "single_turn"
-    verify_timeout_s: float | None = Field(
-        None,
-        gt=0.0,
-        description="Longest a verification may take; past it the rollout's verification is a "
-        "`verifier_timeout` error. Set it for any verifier that can block (subprocesses, network, "
-        "parsing untrusted output): it then runs in a worker process, killed when it outlives the "
-        "bound. Unset, a quick verifier runs "
-        "inline, and one that declares itself heavy gets a 300 s bound.",
-    )
     prompt_template: str
     splits: dict[str, SplitSpec]
     default_split: str
@@ -64,6 +50,18 @@ class EnvironmentManifest(BaseModel):
     requires: list[Requirement] = Field(
         default_factory=list, description="Python packages the tasks come from, with their install"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        return refuse_removed(data, REMOVED_FIELDS)
+
+
+#: Fields an environment or dataset once set and no longer may, with what replaces them.
+REMOVED_FIELDS = {
+    "verify_timeout_s": "a verifier declares how it runs and its bound where it is defined: "
+    "@verifier(name, runs='worker', timeout_s=...)",
+}
 
 
 class UnknownSplit(UserError, KeyError):

@@ -148,7 +148,7 @@ def _harness(plan: RunPlan, source: str, report: ValidationReport) -> None:
 
     try:
         get_harness(plan.harness)
-    except KeyError as exc:
+    except RegistryError as exc:
         report.problems.append(f"{source}: harness.name: {str(exc).strip(chr(34))}")
     else:
         report.passed.append(f"harness {plan.harness!r}")

@@ -124,8 +124,8 @@ def _run(coro) -> Any:
 @verifier(
     "math_judge",
     params=MathJudgeParams,
-    io_bound=True,
-    heavy=True,
+    runs="threads",
+    timeout_s=300.0,
     fields={"answer": DataField("scalar"), "question": DataField("text", required=False)},
 )
 def math_judge(inp: VerifyInput, params: MathJudgeParams) -> Verdict:

@@ -26,7 +26,7 @@ class LabParams(BaseModel):
     tolerance: int = 0  # an answer this far off still passes (reverify sets it)
 
 
-@verifier("faultlab_answer", params=LabParams)
+@verifier("faultlab_answer", params=LabParams, runs="worker", timeout_s=1.0)
 def faultlab_answer(inp, params):
     mode = inp.task.data["mode"]
     if mode == "raise" and not os.environ.get("FAULTLAB_FIXED"):  # the checker's bug, fixed
