@@ -96,8 +96,8 @@ def run_collector(run_dir: Path, concurrency: int, profile_to: Path | None) -> F
     from gymflow.models.endpoint import local_policy_server
     from gymflow.rollouts.collect import run_collect
     from gymflow.rollouts.plan import resolve
+    from gymflow.rollouts.registration import register_run
     from gymflow.store.db import connect
-    from gymflow.store.runs import register_run
 
     plan = resolve(EvalConfig(benchmark=BENCHMARK, out=str(run_dir), concurrency=concurrency))
     con = connect(plan.run_dir, create=True)

@@ -25,8 +25,8 @@ from gymflow.records import (
     rollout_id,
 )
 from gymflow.rollouts.plan import resolve
+from gymflow.rollouts.registration import register_run
 from gymflow.store.db import connect
-from gymflow.store.runs import register_run
 from gymflow.store.writer import insert_rows, register_verifier_version, write_rollouts
 from tests.conftest import gym
 
