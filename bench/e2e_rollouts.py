@@ -93,10 +93,10 @@ def count_calls(run_dir: Path) -> tuple[int, int]:
 
 def run_collector(run_dir: Path, concurrency: int, profile_to: Path | None) -> Figure:
     from gymflow.config import EvalConfig
-    from gymflow.models.endpoint import local_policy_server
     from gymflow.rollouts.collect import run_collect
     from gymflow.rollouts.plan import resolve
     from gymflow.rollouts.registration import register_run
+    from gymflow.simulated.endpoint import local_policy_server
     from gymflow.store.db import connect
 
     plan = resolve(EvalConfig(benchmark=BENCHMARK, out=str(run_dir), concurrency=concurrency))

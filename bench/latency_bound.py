@@ -72,10 +72,10 @@ def run_flow(root: Path, spec: dict) -> tuple[int, float, float]:
 
 def run_collector(spec: dict) -> tuple[int, float]:
     from gymflow.config import EvalConfig
-    from gymflow.models.endpoint import model_endpoint
     from gymflow.rollouts.collect import run_collect
     from gymflow.rollouts.plan import resolve
     from gymflow.rollouts.registration import register_run
+    from gymflow.simulated.endpoint import model_endpoint
     from gymflow.store.db import connect
 
     plan = resolve(EvalConfig.model_validate(spec))

@@ -285,6 +285,16 @@ def format_validation_error(error: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+def refuse_removed(data: Any, removed: dict[str, str]) -> Any:
+    """`data` unchanged, unless it still sets a field gymflow no longer reads: a ValueError then
+    names the field and what replaces it (a plain "extra inputs" error would not say)."""
+    if isinstance(data, dict):
+        for name, replacement in removed.items():
+            if name in data:
+                raise ValueError(f"{name}: removed; {replacement}")
+    return data
+
+
 def parse_config(data: Any, source: str) -> EvalConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of config keys, got {type(data).__name__}")

@@ -11,10 +11,10 @@ from typing import Any
 import duckdb
 
 from gymflow.config import EvalConfig
-from gymflow.models.endpoint import local_policy_server
 from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.registration import register_run
+from gymflow.simulated.endpoint import local_policy_server
 from gymflow.store.db import connect
 from tests.conftest import gym
 

@@ -53,8 +53,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from gymflow.environments.base import Environment, Task
-from gymflow.environments.resources import ResourcesServer, ToolError
+from gymflow.core.protocols import ToolError
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment
+from gymflow.environments.resources import ResourcesServer
 from gymflow.models.responses import function_tool
 
 SEED = 1

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.config import ConfigError, EvalConfig, Sampling
-from gymflow.environments.base import Environment, Task
+from gymflow.core.prompts import PromptError, render_prompt
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment
 from gymflow.environments.registry import (
     Benchmark,
     RegistryError,
@@ -17,7 +19,6 @@ from gymflow.environments.registry import (
     load_benchmark,
     load_environment,
 )
-from gymflow.rollouts.prompts import PromptError, render_prompt
 from gymflow.verifiers.base import get_verifier
 
 RolloutKey = tuple[str, int]  # (task_id, repeat_index)
@@ -169,6 +170,6 @@ def plan_problems(plan: RunPlan, *, rows_shown: int = 5) -> list[str]:
         problems.append(f"{plan.env.name}/{plan.split} {shown}{more}: prompt: {message}")
     try:
         _ = plan.verifier_version
-    except (ValueError, KeyError) as exc:  # bad parameters, or a verifier nobody registered
+    except (ValueError, RegistryError) as exc:  # bad parameters, or a verifier nobody registered
         problems.append(f"{VERIFIER_PROBLEM}: {str(exc).strip(chr(34))}")
     return problems

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from gymflow import __version__
-from gymflow.environments.base import Task
+from gymflow.core.tasks import Task
 from gymflow.rollouts.plan import RunPlan, shard_of
 from gymflow.store.rows import run_row, shard_row, task_row, verifier_version_row
 from gymflow.store.runs import record_run

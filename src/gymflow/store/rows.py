@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from gymflow.records import ModelCall, Rollout, Verification
+from gymflow.core.records import ModelCall, Rollout, Verification
 from gymflow.store.schema import COLUMNS
 from gymflow.store.tool_lists import ToolLists
 

@@ -10,7 +10,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from gymflow.records import Rollout
+from gymflow.core.records import Rollout
 from gymflow.store.db import StoreError, transaction
 from gymflow.store.rows import (
     model_call_row,
