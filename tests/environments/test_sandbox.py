@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from gymflow.core.statuses import VERIFIED, VERIFY_ERROR
 from gymflow.environments.registry import load_environment
-from gymflow.records import VERIFIED, VERIFY_ERROR
 from gymflow.verifiers import pool, sandbox
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
 from gymflow.verifiers.sandbox import Sandbox, SandboxLimits

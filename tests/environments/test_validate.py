@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gymflow.environments.registry import PATH_VARIABLE
 from gymflow.environments.scaffold import scaffold
-from gymflow.environments.validate import validate_config
+from gymflow.rollouts.validate import validate_config
 from tests.conftest import gym
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gymflow.config import ConfigError
-from gymflow.rollouts.prompts import PromptError, render_prompt
+from gymflow.core.prompts import PromptError, render_prompt
 from tests.environments.test_dataset import MAPPED, ROWS, _plan, write_benchmark
 
 

@@ -50,9 +50,9 @@ def serve_model(
     ] = None,
 ) -> None:
     """Serve the seeded local policy (a simulation) over HTTP until interrupted."""
-    from gymflow.models.endpoint import policy_table
-    from gymflow.models.policy_server import PolicyApp, serve
     from gymflow.rollouts.plan import resolve
+    from gymflow.simulated.endpoint import policy_table
+    from gymflow.simulated.policy_server import PolicyApp, serve
 
     faults = _faults(latency_ms, fault or [])
     target = {"benchmark": benchmark} if benchmark else {"environment": environment or "arithmetic"}

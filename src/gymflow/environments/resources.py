@@ -13,8 +13,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
-from gymflow.environments.base import Environment, Task
-from gymflow.records import VERIFIED, VERIFY_ERROR, Verification
+from gymflow.core.protocols import ToolError
+from gymflow.core.records import Verification
+from gymflow.core.statuses import VERIFIED, VERIFY_ERROR
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
 from gymflow.verifiers.pool import VerifierRef, WorkerFailed, WorkerTimeout, worker_pool
 
@@ -23,10 +26,6 @@ ToolHandler = Callable[[dict[str, Any], dict[str, Any]], Any]
 #: The process pool's one-per-core would let a judge with 1 s latency verify 2 rollouts a second.
 IO_BOUND_THREADS = 64
 _io_threads = ThreadPoolExecutor(IO_BOUND_THREADS, thread_name_prefix="gymflow-verify-io")
-
-
-class ToolError(Exception):
-    """A tool refused its input. The message goes back to the model as the tool's output."""
 
 
 class ResourcesServer:

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gymflow.config import HarnessConfig
-from gymflow.environments.base import Task
-from gymflow.environments.resources import ResourcesServer
+from gymflow.core.protocols import Resources
+from gymflow.core.records import ModelCall
+from gymflow.core.tasks import Task
 from gymflow.models.client import ResponsesClient
-from gymflow.records import ModelCall
 from gymflow.registry import Registry
 
 
@@ -35,7 +35,7 @@ class Harness(Protocol):
         self,
         *,
         client: ResponsesClient,
-        server: ResourcesServer,
+        server: Resources,
         session_id: str,
         task: Task,
         prompt: str,

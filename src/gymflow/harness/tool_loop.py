@@ -12,8 +12,8 @@ import asyncio
 from typing import Any
 
 from gymflow.config import HarnessConfig
-from gymflow.environments.base import Task
-from gymflow.environments.resources import ResourcesServer, ToolError
+from gymflow.core.protocols import Resources, ToolError
+from gymflow.core.tasks import Task
 from gymflow.harness.base import Episode, harness, opening_items
 from gymflow.harness.tool_arguments import MalformedArguments, parse_arguments
 from gymflow.models.client import ResponsesClient
@@ -39,7 +39,7 @@ def _output(call_id: str, text: str) -> dict[str, Any]:
 
 
 async def _run_call(
-    server: ResourcesServer,
+    server: Resources,
     session_id: str,
     call: dict[str, Any],
     schemas: dict[str, dict[str, Any]],
@@ -73,7 +73,7 @@ async def _run_call(
 async def tool_loop(
     *,
     client: ResponsesClient,
-    server: ResourcesServer,
+    server: Resources,
     session_id: str,
     task: Task,
     prompt: str,
@@ -112,7 +112,7 @@ async def tool_loop(
 
 
 async def _run_turn(
-    server: ResourcesServer,
+    server: Resources,
     session_id: str,
     calls: list[dict[str, Any]],
     schemas: dict[str, dict[str, Any]],

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.config import ConfigError, EvalConfig, Sampling
-from gymflow.environments.base import Environment, Task
+from gymflow.core.prompts import PromptError, render_prompt
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment
 from gymflow.environments.registry import (
     Benchmark,
     RegistryError,
@@ -17,7 +19,6 @@ from gymflow.environments.registry import (
     load_benchmark,
     load_environment,
 )
-from gymflow.rollouts.prompts import PromptError, render_prompt
 from gymflow.verifiers.base import get_verifier
 
 RolloutKey = tuple[str, int]  # (task_id, repeat_index)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from gymflow.environments.base import Task
+from gymflow.core.tasks import Task
 from gymflow.registry import Registry
 
 

@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from gymflow.core.records import Verification
     from gymflow.environments.base import Environment
     from gymflow.environments.resources import ResourcesServer
-    from gymflow.records import Verification
     from gymflow.verifiers.base import VerifyInput
 
 #: The bound on starting a worker and building the verifier in it (imports, loading a dataset):

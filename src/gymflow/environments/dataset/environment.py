@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gymflow.environments.base import Environment, EnvironmentManifest, SplitSpec, Task
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment, EnvironmentManifest, SplitSpec
 from gymflow.environments.dataset.hub import hub_rows
 from gymflow.environments.dataset.mapping import RowRules, map_rows
 from gymflow.environments.dataset.readers import DatasetError, read_rows

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from gymflow.environments.base import Task
+from gymflow.core.tasks import Task
 from gymflow.environments.dataset.readers import RawRow
 from gymflow.environments.dataset.simulate import simulate
 from gymflow.environments.dataset.spec import FieldMap

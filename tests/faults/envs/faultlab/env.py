@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from gymflow.environments.base import Environment, Task, ToolCall
+from gymflow.core.tasks import Task, ToolCall
+from gymflow.environments.base import Environment
 from gymflow.environments.resources import ResourcesServer
 from gymflow.models.responses import function_tool
 from gymflow.verifiers.base import Verdict, verifier

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from gymflow.config import FaultSpec
-from gymflow.models.policy import PolicyEntry, save_table
+from gymflow.simulated.policy import PolicyEntry, save_table
 
 
 def free_port() -> int:
@@ -56,7 +56,7 @@ class LocalPolicyServer:
         command = [
             sys.executable,
             "-m",
-            "gymflow.models.policy_server",
+            "gymflow.simulated.policy_server",
             "--table",
             str(table_path),
             "--port",
