@@ -10,11 +10,12 @@ import re
 from pathlib import Path
 
 from gymflow.environments.base import EnvironmentManifest
+from gymflow.errors import UserError
 
 _NAME = re.compile(EnvironmentManifest.model_fields["name"].metadata[0].pattern)
 
 
-class ScaffoldError(ValueError):
+class ScaffoldError(UserError):
     pass
 
 

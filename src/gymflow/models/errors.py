@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+from gymflow.errors import RuntimeFailure
 
-class ModelError(Exception):
+
+class ModelError(RuntimeFailure):
     kind = "model_error"
     retryable = False
 

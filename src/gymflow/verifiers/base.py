@@ -15,10 +15,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymflow.core.tasks import Task
+from gymflow.errors import RuntimeFailure, UserError
 from gymflow.registry import Registry
 
 
-class VerifierError(Exception):
+class VerifierParamsError(UserError, ValueError):
+    """Verifier parameters (a manifest's, a benchmark's, `--param`) that do not validate. Still a
+    ValueError: pydantic validators that check them report it as a field error."""
+
+
+class VerifierError(RuntimeFailure):
     """The verifier could not judge this output (as opposed to judging it wrong)."""
 
     def __init__(self, message: str, kind: str = "verifier_error") -> None:
@@ -98,7 +104,7 @@ class VerifierSpec:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
             )
-            raise ValueError(f"verifier {self.name!r} parameters: {problems}") from None
+            raise VerifierParamsError(f"verifier {self.name!r} parameters: {problems}") from None
         # `rel_tol=inf` would pass every answer, and the version's JSON would hold `Infinity`
         infinite = [
             f"{key}: {value} is not a finite number"
@@ -106,7 +112,7 @@ class VerifierSpec:
             if isinstance(value, float) and not math.isfinite(value)
         ]
         if infinite:
-            raise ValueError(f"verifier {self.name!r} parameters: {'; '.join(infinite)}")
+            raise VerifierParamsError(f"verifier {self.name!r} parameters: {'; '.join(infinite)}")
         return params
 
     def version(self, params: BaseModel) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gymflow.core.tasks import Task
-from gymflow.environments.base import Environment, EnvironmentManifest, SplitSpec
+from gymflow.environments.base import Environment, EnvironmentManifest, SplitSpec, UnknownSplit
 from gymflow.environments.dataset.hub import hub_rows
 from gymflow.environments.dataset.mapping import RowRules, map_rows
 from gymflow.environments.dataset.readers import DatasetError, read_rows
@@ -132,7 +132,7 @@ class DatasetEnvironment(Environment):
         if self.spec is None:
             raise DatasetError([f"environment {self.name!r} was built without its dataset"])
         if split != self.spec.split_name:
-            raise KeyError(
+            raise UnknownSplit(
                 f"environment {self.name!r} has no split {split!r} (splits: {self.spec.split_name})"
             )
         if self.spec.hub is not None:
