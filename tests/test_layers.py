@@ -42,11 +42,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("store/merge.py", "gymflow.environments.registry"): "h/schema",
     ("store/merge.py", "gymflow.rollouts.plan"): "h/schema",
     ("store/runs.py", "gymflow.rollouts.plan"): "h/schema",
-    # h/registry: one registry (issue 17 item 3a); the worker pool rebuilds a resources server
-    # through the environment registry's private `_import_entrypoint`.
-    ("verifiers/pool.py", "gymflow.environments.base"): "h/registry",
-    ("verifiers/pool.py", "gymflow.environments.resources"): "h/registry",
-    ("verifiers/pool.py", "gymflow.environments.registry"): "h/registry",
 }
 
 

@@ -361,7 +361,7 @@ def test_killed_worker_leaves_an_orphan_that_the_next_worker_removes(task) -> No
 
     env = load_environment("humaneval")
     workers = pool.VerifierPool(1)
-    ref = pool.VerifierRef.of(env, {"timeout_s": 60.0})
+    ref = env.resources_server({"timeout_s": 60.0}).worker_ref
     sleeper = f"```python\n{task.data['prompt']}    import time\n    time.sleep(60)\n```"
     failed: list[BaseException] = []
 

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -24,6 +24,9 @@ from gymflow.registry import (
     entry_point_objects,
     import_from_file,
 )
+
+if TYPE_CHECKING:
+    from gymflow.environments.resources import ResourcesServer
 
 PACKAGE_DIR = Path(__file__).parent
 #: Extra folders (os.pathsep-separated) holding environment folders and a `benchmarks/` folder.
@@ -143,6 +146,17 @@ def load_entrypoint(source: EnvironmentSource) -> type[Environment]:
         return import_from_file(path, qualified, class_name)
     except RegistryError as exc:
         raise RegistryError(f"{exc} (manifest entrypoint {source.manifest.entrypoint!r})") from None
+
+
+def rebuild_resources_server(
+    folder: str, manifest_json: str, params: dict[str, Any]
+) -> ResourcesServer:
+    """A resources server rebuilt in a verifier worker (ResourcesServer.worker_ref says how):
+    the environment's entry point imported from its folder, which registers the environment's
+    own verifiers, never a pickled closure."""
+    manifest = EnvironmentManifest.model_validate_json(manifest_json)
+    env = load_entrypoint(EnvironmentSource(manifest, Path(folder)))(manifest, Path(folder))
+    return env.resources_server(params)
 
 
 @cache

@@ -106,7 +106,7 @@ class ResourcesServer:
         """Verify in a worker process (gymflow.verifiers.pool), killed if it outlives
         `verify_timeout`. Blocks: call it off the event loop."""
         try:
-            return worker_pool().run(self._worker_ref, [inp], self.verify_timeout)[0]
+            return worker_pool().run(self.worker_ref, [inp], self.verify_timeout)[0]
         except (WorkerTimeout, WorkerFailed) as exc:
             return self._bounded_failure(exc)
 
@@ -119,8 +119,20 @@ class ResourcesServer:
         return self._error("verifier_error", str(exc))
 
     @functools.cached_property
-    def _worker_ref(self) -> VerifierRef:
-        return VerifierRef.of(self.env, self.params.model_dump(mode="json"))
+    def worker_ref(self) -> VerifierRef:
+        """How a verifier worker rebuilds this server: from the environment's folder and
+        manifest (as this process holds it, which a caller may have changed from the file's)
+        and the verifier parameters (gymflow.environments.registry.rebuild_resources_server)."""
+        args = {
+            "folder": str(self.env.folder),
+            "manifest_json": self.env.manifest.model_dump_json(),
+            "params": self.params.model_dump(mode="json"),
+        }
+        return VerifierRef(
+            self.env.name,
+            "gymflow.environments.registry:rebuild_resources_server",
+            json.dumps(args, sort_keys=True, default=str),
+        )
 
     # Where a verification runs is the verifier's own declaration (`runs`, see
     # gymflow.verifiers.base.Runs); these two methods, one for a batch and one for a rollout on
@@ -152,7 +164,7 @@ class ResourcesServer:
                 return await self._verify_waiting(inp)
             case "worker":  # as verify_bounded, from the loop: a cancelled rollout kills its worker
                 try:
-                    return (await worker_pool().arun(self._worker_ref, [inp], self.verify_timeout))[
+                    return (await worker_pool().arun(self.worker_ref, [inp], self.verify_timeout))[
                         0
                     ]
                 except (WorkerTimeout, WorkerFailed) as exc:

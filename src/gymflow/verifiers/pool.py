@@ -32,13 +32,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
+
+from gymflow.registry import import_object
 
 if TYPE_CHECKING:
     from gymflow.core.records import Verification
-    from gymflow.environments.base import Environment
-    from gymflow.environments.resources import ResourcesServer
     from gymflow.verifiers.base import VerifyInput
 
 #: The bound on starting a worker and building the verifier in it (imports, loading a dataset):
@@ -69,36 +68,26 @@ class JobRejected(WorkerFailed):
     rebuild); the worker itself is sound."""
 
 
+class Verifying(Protocol):
+    """What a worker rebuilds: anything that verifies one input (a resources server)."""
+
+    def verify_sync(self, inp: VerifyInput) -> Verification: ...
+
+
 @dataclass(frozen=True, slots=True)
 class VerifierRef:
-    """What a worker needs to rebuild a resources server: the environment's folder and manifest
-    (the manifest as the parent holds it, which a caller may have changed from the file's) and
-    the verifier parameters, all canonical JSON so equal references share a built server."""
+    """What a worker needs to rebuild a verifier, as plain strings, so equal references share
+    what a worker built: `builder`, the import path (`module:function`) of a function that
+    returns a `Verifying` from the keyword arguments in `args_json` (canonical JSON), and the
+    environment's name for messages. The caller (the environment layer) says how to rebuild, so
+    the pool imports nothing above it."""
 
     environment: str
-    folder: str
-    manifest_json: str
-    params_json: str
+    builder: str
+    args_json: str
 
-    @classmethod
-    def of(cls, env: Environment, params: dict[str, Any]) -> VerifierRef:
-        return cls(
-            env.name,
-            str(env.folder),
-            env.manifest.model_dump_json(),
-            json.dumps(params, sort_keys=True, default=str),
-        )
-
-    def build(self) -> ResourcesServer:
-        """The resources server, rebuilt from the environment's entry point (which registers
-        the environment's own verifiers on import)."""
-        from gymflow.environments.base import EnvironmentManifest
-        from gymflow.environments.registry import EnvironmentSource, load_entrypoint
-
-        manifest = EnvironmentManifest.model_validate_json(self.manifest_json)
-        source = EnvironmentSource(manifest, Path(self.folder))
-        env = load_entrypoint(source)(manifest, source.folder)
-        return env.resources_server(json.loads(self.params_json))
+    def build(self) -> Verifying:
+        return import_object(self.builder, "verifier builder")(**json.loads(self.args_json))
 
 
 # -- the worker side ---------------------------------------------------------------------------
@@ -118,7 +107,7 @@ def serve(fd: int) -> None:
     from gymflow.verifiers.sandbox import sweep_orphans
 
     sweep_orphans()
-    servers: dict[VerifierRef, ResourcesServer] = {}
+    servers: dict[VerifierRef, Verifying] = {}
     while True:
         try:
             ref, inputs = conn.recv()
