@@ -10,6 +10,7 @@ from rich.table import Table
 from gymflow.cli.app import app, console, errors, fail, list_app, print_json
 from gymflow.environments.registry import (
     RegistryError,
+    UnknownName,
     environment_sources,
     load_benchmark,
     load_environment,
@@ -74,7 +75,7 @@ def _environment_detail(name: str, catalog: Catalog) -> dict[str, Any]:
     """One environment in full: manifest, tool schemas, benchmarks over it, split sizes."""
     sources = environment_sources()
     if name not in sources:
-        fail(f"unknown environment {name!r} (known: {', '.join(sorted(sources)) or 'none'})")
+        fail(str(UnknownName("environment", name, sources)))
     try:
         env = load_environment(name)
         server = env.resources_server()
