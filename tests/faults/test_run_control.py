@@ -18,8 +18,7 @@ from pathlib import Path
 import httpx
 
 from gymflow.cli import exit_codes
-from tests.conftest import GYM
-from tests.faults.conftest import _free_port
+from tests.conftest import GYM, free_port
 from tests.faults.stores import gym_env, one_error_line, orphans, query, run_gym
 
 SLOW = """\
@@ -170,7 +169,7 @@ class ModelServer:
 def test_a_dead_server_stops_the_run_and_resume_retries_what_failed(
     tmp_path: Path, prefect_api: str
 ):
-    port = _free_port()
+    port = free_port()
     out = tmp_path / "run"
     config = tmp_path / "run.yaml"
     config.write_text(

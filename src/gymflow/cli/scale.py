@@ -10,7 +10,8 @@ from rich.table import Table
 
 from gymflow.cli import exit_codes, local_prefect
 from gymflow.cli.app import app, console, errors, eval_app, fail, print_json
-from gymflow.store.merge import MergeReport, merge_shards
+from gymflow.rollouts.merge import merge_shards
+from gymflow.store.merge import MergeReport
 
 _TEAM_SETUP = """\
 For a team (history, the UI, Retry buttons, schedules, work pools):

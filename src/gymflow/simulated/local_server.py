@@ -13,10 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 from gymflow.config import FaultSpec
 from gymflow.errors import RuntimeFailure
+from gymflow.processes import answers_ok
 from gymflow.simulated.policy import PolicyEntry, save_table
 
 
@@ -74,11 +73,9 @@ class LocalPolicyServer:
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 raise RuntimeFailure(f"local policy server exited with {self._process.returncode}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                time.sleep(0.05)
+            if answers_ok(f"http://127.0.0.1:{self.port}/health"):
+                return self
+            time.sleep(0.02)
         self.stop()
         raise RuntimeFailure(f"local policy server did not answer within {self.startup_timeout_s}s")
 
