@@ -331,7 +331,7 @@ def reverify(
         params = {**base.params, **settings} if settings else dict(spec.params)
         try:
             server = env.resources_server(params)
-        except ValueError as exc:
+        except UserError as exc:  # parameters that do not validate, a verifier gone
             raise ReverifyError(str(exc)) from None
         new_version = _version_of(con, server)
         stored = {

@@ -9,7 +9,6 @@ from rich.table import Table
 
 from gymflow.cli.app import app, console, errors, fail, list_app, print_json
 from gymflow.environments.registry import (
-    RegistryError,
     UnknownName,
     environment_sources,
     load_benchmark,
@@ -45,10 +44,7 @@ def _first_sentence(text: str) -> str:
 
 
 def _catalog() -> Catalog:
-    try:
-        catalog = load_catalog()
-    except RegistryError as exc:
-        fail(str(exc))
+    catalog = load_catalog()
     for problem in catalog.problems:
         errors.print(f"[yellow]warning:[/] {problem}", highlight=False)
     return catalog
