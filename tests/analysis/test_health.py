@@ -28,7 +28,7 @@ def _run(b: StoreBuilder, tmp_path: Path, **kwargs) -> dict:
     b.write(tmp_path / "run")
     con = connect(tmp_path / "run", read_only=True)
     try:
-        return health(con, **kwargs)
+        return health(con, **kwargs).as_json()
     finally:
         con.close()
 
