@@ -4,13 +4,15 @@ answers are known."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from gymflow.analysis.decide import recommend
+from gymflow.analysis.decide import decide, recommend
 from gymflow.analysis.diagnose import diagnose
 from gymflow.analysis.results import Diagnosis
+from gymflow.analysis.run import analyse
 from gymflow.records import FAILED, Verification
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder
@@ -202,3 +204,29 @@ def test_taxonomy_of_harness_tool_and_truncation_failures(tmp_path: Path) -> Non
         "harness_error": 1,
         "truncated": 1,
     }
+
+
+def test_decide_puts_an_incomplete_then_an_unhealthy_run_first(tmp_path: Path) -> None:
+    b = StoreBuilder(RunMeta(repeats=2))
+    b.task("t0", 10)
+    b.task("t1", 11)
+    b.fill("t0", "10")
+    b.fill("t1", "00")
+    con = connect(b.write(tmp_path / "run"), read_only=True)
+    try:
+        whole = analyse(con)
+    finally:
+        con.close()
+    evidence = recommend(whole.diagnosis)
+    assert whole.decision == evidence and evidence.action == "model_training"
+    profile = whole.profile
+    incomplete = profile.model_copy(update={"coverage": replace(profile.coverage, missing=1)})
+    unhealthy = whole.health.model_copy(
+        update={"verdict": "unhealthy", "failing_checks": ["token_mismatch"]}
+    )
+    first = decide(unhealthy, incomplete, whole.diagnosis)
+    assert first.action == "complete_run" and first.evidence is None
+    assert first.runner_up == evidence.evidence  # what to do once the run is complete
+    fix = decide(unhealthy, profile, whole.diagnosis)
+    assert fix.action == "fix_health" and "token_mismatch" in fix.why
+    assert fix.runner_up == evidence.evidence

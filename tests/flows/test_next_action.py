@@ -63,7 +63,7 @@ def incomplete(prefect_api, tmp_path_factory) -> dict:
 
 def test_missing_rollouts_read_the_same_next_action_everywhere(incomplete) -> None:
     run_dir, result = incomplete["run_dir"], incomplete["result"]
-    decision = result["decision"]
+    decision = result["analysis"].decision
     assert decision.action == COMPLETE_RUN and "3 of the 8 expected rollouts" in decision.why
     # the Prefect artifact
     summary = incomplete["summary"]
@@ -87,4 +87,4 @@ def test_the_cached_analysis_comes_back_as_the_typed_results(incomplete) -> None
     assert second == "Cached"
     assert isinstance(cached, RunAnalysis) and cached == computed
     assert cached.as_json() == computed.as_json()
-    assert cached.decision == incomplete["result"]["decision"]
+    assert cached == incomplete["result"]["analysis"]

@@ -34,7 +34,7 @@ from gymflow.store.db import StoreError, connect, store_path
 from gymflow.store.merge import check_destination
 
 if TYPE_CHECKING:
-    from gymflow.analysis.results import Decision, Health, Profile
+    from gymflow.analysis.results import RunAnalysis
 
 
 class _Bar:
@@ -160,7 +160,8 @@ def _stored(plan: RunPlan) -> str:
 
 
 def print_headline(result: dict[str, Any]) -> None:
-    profile: Profile = result["profile"]
+    analysis: RunAnalysis = result["analysis"]
+    profile = analysis.profile
     coverage = profile.coverage
     lo, hi = profile.ci95 or (None, None)
 
@@ -181,10 +182,10 @@ def print_headline(result: dict[str, Any]) -> None:
         f"failed {coverage.failed}, missing {coverage.missing} "
         f"(failures {profile.failures})"
     )
-    health: Health = result["health"]
+    health = analysis.health
     warnings = f" (warnings: {', '.join(health.warnings)})" if health.warnings else ""
     console.print(f"health: {health.verdict}{warnings}", markup=False)
-    decision: Decision = result["decision"]
+    decision = analysis.decision
     console.print(f"next action: {decision.label or 'none'} ({decision.why})", markup=False)
     console.print(f"report: {result['report']}")
 
@@ -219,9 +220,10 @@ def _execute(
     except (RegistryError, StoreError) as exc:
         fail(str(exc), exit_codes.RUNTIME)
     print_headline(result)
-    if result["health"].gate == "fail":
+    health = result["analysis"].health
+    if health.gate == "fail":
         errors.print(
-            f"health gate failed ({', '.join(result['health'].gate_failures)}): see "
+            f"health gate failed ({', '.join(health.gate_failures)}): see "
             f"`gym eval health {config.out}`",
             highlight=False,
             markup=False,

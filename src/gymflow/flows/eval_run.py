@@ -115,9 +115,7 @@ def analyse_run(run_dir: str) -> dict[str, Any]:
         "run_dir": run_dir,
         "report": report_path,
         "report_url": link.url,
-        "profile": analysis.profile,
-        "health": analysis.health,
-        "decision": analysis.decision,
+        "analysis": analysis,
     }
 
 
