@@ -13,7 +13,8 @@ from gymflow.analysis.decide import decide, recommend
 from gymflow.analysis.diagnose import diagnose
 from gymflow.analysis.results import Diagnosis
 from gymflow.analysis.run import analyse
-from gymflow.records import FAILED, Verification
+from gymflow.core.records import Verification
+from gymflow.core.statuses import FAILED
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder
 from tests.conftest import gym

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from gymflow.analysis.compare import POWER_DIFFERENCE, CompareError, compare
-from gymflow.analysis.health import Gate, health
+from gymflow.analysis.health import Gate, UnknownCheck, health
 from gymflow.analysis.profile import profile
 from gymflow.analysis.results import Profile
 from gymflow.analysis.run import analyse
@@ -287,7 +287,7 @@ def eval_health(
             )
         finally:
             con.close()
-    except (StoreError, ValueError) as exc:
+    except (StoreError, UnknownCheck) as exc:
         fail(str(exc))
     if json_output:
         print_json(result.as_json())

@@ -8,12 +8,14 @@ from typing import Any
 from jinja2 import StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
+from gymflow.errors import UserError
+
 _JINJA = SandboxedEnvironment(
     undefined=StrictUndefined, keep_trailing_newline=False, autoescape=False
 )
 
 
-class PromptError(ValueError):
+class PromptError(UserError, ValueError):
     pass
 
 
