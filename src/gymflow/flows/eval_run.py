@@ -180,7 +180,7 @@ def _collect_shards(
     merged = aggregate_shards(config.out, [c.out for c in merging])
     stopping.raise_if_requested()
     if failures:
-        publish_shard_failure(failures, merged.get("stored", 0), len(plan.keys()))
+        publish_shard_failure(failures, merged.stored if merged else 0, len(plan.keys()))
         listed = "; ".join(f"shard {i}: {m}" for i, m in sorted(failures.items()))
         raise ShardFailed(
             f"{len(failures)} of {scale.shards} shards failed ({listed}); retry this flow run "
