@@ -6,7 +6,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -32,6 +32,9 @@ from gymflow.rollouts.plan import RunPlan, resolve
 from gymflow.rollouts.stopping import RunStopped
 from gymflow.store.db import StoreError, connect, store_path
 from gymflow.store.merge import check_destination
+
+if TYPE_CHECKING:
+    from gymflow.analysis.results import RunAnalysis
 
 
 class _Bar:
@@ -157,32 +160,33 @@ def _stored(plan: RunPlan) -> str:
 
 
 def print_headline(result: dict[str, Any]) -> None:
-    profile = result["profile"]
-    coverage = profile["coverage"]
-    lo, hi = profile["ci95"] or (None, None)
+    analysis: RunAnalysis = result["analysis"]
+    profile = analysis.profile
+    coverage = profile.coverage
+    lo, hi = profile.ci95 or (None, None)
 
     def pct(value: float | None) -> str:
         return "n/a" if value is None else f"{100 * value:.1f}%"
 
     console.print(
-        f"[bold]{profile['benchmark'] or profile['environment']}[/] · {profile['model']}"
-        f" · run {profile['run_id']}"
+        f"[bold]{profile.benchmark or profile.environment}[/] · {profile.model}"
+        f" · run {profile.run_id}"
     )
-    console.print(f"pass@1 = [bold]{pct(profile['pass@1'])}[/]  (95% CI {pct(lo)} – {pct(hi)})")
+    console.print(f"pass@1 = [bold]{pct(profile.pass_at_1)}[/]  (95% CI {pct(lo)} – {pct(hi)})")
     table = Table("k", "pass@k", "pass^k")
-    for k, value in profile["pass@k"].items():
-        table.add_row(k, pct(value), pct(profile["pass^k"][k]))
+    for k, value in profile.pass_at_k.items():
+        table.add_row(k, pct(value), pct(profile.pass_hat_k[k]))
     console.print(table)
     console.print(
-        f"coverage: expected {coverage['expected']}, scored {coverage['scored']}, "
-        f"failed {coverage['failed']}, missing {coverage['missing']} "
-        f"(failures {profile['failures']})"
+        f"coverage: expected {coverage.expected}, scored {coverage.scored}, "
+        f"failed {coverage.failed}, missing {coverage.missing} "
+        f"(failures {profile.failures})"
     )
-    health = result["health"]
-    warnings = f" (warnings: {', '.join(health['warnings'])})" if health["warnings"] else ""
-    console.print(f"health: {health['verdict']}{warnings}", markup=False)
-    decision = result["decision"]
-    console.print(f"next action: {decision['label'] or 'none'} ({decision['why']})", markup=False)
+    health = analysis.health
+    warnings = f" (warnings: {', '.join(health.warnings)})" if health.warnings else ""
+    console.print(f"health: {health.verdict}{warnings}", markup=False)
+    decision = analysis.decision
+    console.print(f"next action: {decision.label or 'none'} ({decision.why})", markup=False)
     console.print(f"report: {result['report']}")
 
 
@@ -213,9 +217,10 @@ def _execute(
     except (RegistryError, StoreError) as exc:
         fail(str(exc), exit_codes.RUNTIME)
     print_headline(result)
-    if result["health"]["gate"] == "fail":
+    health = result["analysis"].health
+    if health.gate == "fail":
         errors.print(
-            f"health gate failed ({', '.join(result['health']['gate_failures'])}): see "
+            f"health gate failed ({', '.join(health.gate_failures)}): see "
             f"`gym eval health {config.out}`",
             highlight=False,
             markup=False,
