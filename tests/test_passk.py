@@ -15,7 +15,7 @@ from scipy.special import comb
 
 from gymflow.analysis.passk import pair_curves, per_task_curves
 from gymflow.analysis.profile import headline, profile
-from gymflow.records import FAILED
+from gymflow.core.statuses import FAILED
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder
 

@@ -19,7 +19,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gymflow.processes import pid_alive
+from gymflow.errors import RuntimeFailure
+from gymflow.processes import answers_ok, pid_alive
 
 STATE_FILE = "gymflow-local-server.json"
 STARTUP_TIMEOUT_S = 180.0
@@ -63,15 +64,6 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _healthy(api_url: str) -> bool:
-    import httpx
-
-    try:
-        return httpx.get(f"{api_url}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 def start() -> LocalServer:
     """Start `prefect server start` on 127.0.0.1 in the background (its own session, so it
     outlives this command), wait until it answers, and record it. Reuses a running one."""
@@ -95,10 +87,10 @@ def start() -> LocalServer:
         )
     server = LocalServer(f"http://127.0.0.1:{port}/api", process.pid, str(log))
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while not _healthy(server.api_url):
+    while not answers_ok(f"{server.api_url}/health", timeout=2):
         if process.poll() is not None or time.monotonic() > deadline:
             _stop_pid(process.pid)
-            raise RuntimeError(f"the local Prefect server did not start; its log: {log}")
+            raise RuntimeFailure(f"the local Prefect server did not start; its log: {log}")
         time.sleep(0.25)
     (home / STATE_FILE).write_text(json.dumps(asdict(server)))
     return server

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+from gymflow.errors import RuntimeFailure
 
-class ModelError(Exception):
+
+class ModelError(RuntimeFailure):
     kind = "model_error"
     retryable = False
 
@@ -48,7 +50,8 @@ class MalformedResponse(ModelError):
 
 class ResponseNotRun(ModelError):
     """A well-formed Responses object for a response that did not run to an answer: `queued`,
-    `in_progress` or `cancelled`, or no output at all. Never scored; retried, as a server that
+    `in_progress` or `cancelled`, no output at all, or only reasoning with no message or function
+    call. Never scored; retried, as a server that
     cancels under load or answers before it has run may answer the next attempt."""
 
     kind = "response_not_run"
@@ -82,20 +85,6 @@ class ClientRequestError(ModelError):
 
     kind = "client_error"
 
-
-#: Every kind the client can record, for readers of the store (health, diagnose, reports).
-FAILURE_KINDS = (
-    "rate_limited",
-    "timeout",
-    "server_error",
-    "transport_error",
-    "malformed_response",
-    "response_not_run",
-    "response_too_large",
-    "context_length_exceeded",
-    "refused",
-    "client_error",
-)
 
 #: The kinds a new attempt may settle: the client retries them, and `--resume` runs them again.
 RETRYABLE_KINDS = tuple(cls.kind for cls in ModelError.__subclasses__() if cls.retryable)
