@@ -95,7 +95,7 @@ def _stage(stage: str, config: str, queue: multiprocessing.Queue) -> None:
         plan = resolve(EvalConfig(benchmark=BENCHMARK, out="unused"))
         detail = f"version {plan.benchmark_version}"
     else:
-        from gymflow.environments.validate import validate_config
+        from gymflow.rollouts.validate import validate_config
 
         report = validate_config(Path(config))
         detail = "valid" if report.ok else f"{len(report.problems)} problems"

@@ -93,9 +93,9 @@ def count_calls(run_dir: Path) -> tuple[int, int]:
 
 def run_collector(run_dir: Path, concurrency: int, profile_to: Path | None) -> Figure:
     from gymflow.config import EvalConfig
-    from gymflow.models.endpoint import local_policy_server
     from gymflow.rollouts.collect import run_collect
     from gymflow.rollouts.plan import resolve
+    from gymflow.simulated.endpoint import local_policy_server
     from gymflow.store.db import connect
     from gymflow.store.runs import register_run
 

@@ -50,8 +50,8 @@ def inspect_version(python: Path) -> str:
 
 def write_workload(path: Path, rollouts: int) -> tuple[int, int]:
     """gymflow's arithmetic prompts, answers and reference texts as JSONL; (tasks, repeats)."""
+    from gymflow.core.prompts import render_prompt
     from gymflow.environments.registry import load_environment
-    from gymflow.rollouts.prompts import render_prompt
 
     env = load_environment("arithmetic")
     tasks = env.tasks("full")[: min(rollouts, 2000)]

@@ -72,9 +72,9 @@ def run_flow(root: Path, spec: dict) -> tuple[int, float, float]:
 
 def run_collector(spec: dict) -> tuple[int, float]:
     from gymflow.config import EvalConfig
-    from gymflow.models.endpoint import model_endpoint
     from gymflow.rollouts.collect import run_collect
     from gymflow.rollouts.plan import resolve
+    from gymflow.simulated.endpoint import model_endpoint
     from gymflow.store.db import connect
     from gymflow.store.runs import register_run
 

@@ -38,10 +38,10 @@ def scenario(rollouts: int, concurrency: int, latency_ms: float) -> dict[str, fl
     """One collection in this process; returns its figures."""
     os.environ["GYMFLOW_ENVIRONMENTS_PATH"] = str(ENVS)
     from gymflow.config import EvalConfig, FaultSpec
-    from gymflow.models.endpoint import policy_table
-    from gymflow.models.local_server import LocalPolicyServer
     from gymflow.rollouts.collect import run_collect
     from gymflow.rollouts.plan import resolve
+    from gymflow.simulated.endpoint import policy_table
+    from gymflow.simulated.local_server import LocalPolicyServer
     from gymflow.store.db import connect
     from gymflow.store.runs import register_run
 

@@ -30,8 +30,8 @@ import httpx
 
 from gymflow.config import ModelConfig, Sampling
 from gymflow.models.client import ResponsesClient
-from gymflow.models.local_server import LocalPolicyServer
 from gymflow.models.responses import user_message
+from gymflow.simulated.local_server import LocalPolicyServer
 
 ITEMS = [user_message("Compute 6 * 7.")]
 BODY = {"model": "bench", "input": ITEMS, "temperature": 1.0, "max_output_tokens": 64, "seed": 1}

@@ -12,9 +12,9 @@ import pytest
 from gymflow.analysis.profile import profile
 from gymflow.config import EvalConfig
 from gymflow.models.client import ResponsesClient
-from gymflow.models.endpoint import local_policy_server
 from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import resolve
+from gymflow.simulated.endpoint import local_policy_server
 from gymflow.store.db import connect
 from gymflow.store.runs import register_run
 

@@ -13,9 +13,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gymflow import bounded_yaml
+from gymflow.errors import UserError
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config that cannot be used; the message names the file and every bad field."""
 
 
@@ -283,6 +284,16 @@ def format_validation_error(error: ValidationError, source: str) -> str:
         field = ".".join(str(part) for part in item["loc"]) or "(top level)"
         lines.append(f"  - {field}: {item['msg']}")
     return "\n".join(lines)
+
+
+def refuse_removed(data: Any, removed: dict[str, str]) -> Any:
+    """`data` unchanged, unless it still sets a field gymflow no longer reads: a ValueError then
+    names the field and what replaces it (a plain "extra inputs" error would not say)."""
+    if isinstance(data, dict):
+        for name, replacement in removed.items():
+            if name in data:
+                raise ValueError(f"{name}: removed; {replacement}")
+    return data
 
 
 def parse_config(data: Any, source: str) -> EvalConfig:

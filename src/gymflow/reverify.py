@@ -28,10 +28,11 @@ import yaml
 
 from gymflow import bounded_yaml
 from gymflow.analysis.profile import headline
-from gymflow.environments.base import Task
+from gymflow.core.records import Verification
+from gymflow.core.tasks import Task
 from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.environments.resources import ResourcesServer
-from gymflow.records import Verification
+from gymflow.errors import UserError
 from gymflow.store.db import connect, transaction
 from gymflow.store.runs import run_info
 from gymflow.store.schema import COLUMNS
@@ -45,7 +46,7 @@ from gymflow.verifiers.base import VerifyInput
 BATCH = 50_000
 
 
-class ReverifyError(ValueError):
+class ReverifyError(UserError):
     """A reverify that cannot run; nothing was written."""
 
 

@@ -12,8 +12,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from gymflow.core.records import ModelCall, Rollout, Verification, rollout_id
+from gymflow.core.statuses import COMPLETED
 from gymflow.environments.registry import load_environment
-from gymflow.records import COMPLETED, ModelCall, Rollout, Verification, rollout_id
 from gymflow.store.db import connect
 from gymflow.store.writer import insert_rows, register_verifier_version, write_rollouts
 from gymflow.verifiers.base import VerifyInput
@@ -68,7 +69,7 @@ class StoreBuilder:
         return row
 
     def verify(self, task_id: str, text: str) -> Verification:
-        from gymflow.environments.base import Task
+        from gymflow.core.tasks import Task
 
         row = self.tasks[task_id]
         task = Task(task_id, {}, {"answer": row.answer}, "", "")

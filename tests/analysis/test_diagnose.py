@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gymflow.analysis.diagnose import diagnose
-from gymflow.records import FAILED, Verification
+from gymflow.core.records import Verification
+from gymflow.core.statuses import FAILED
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder
 from tests.conftest import gym

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from gymflow.analysis.health import CHECKS, TASK_CHECK, Gate, health
-from gymflow.records import FAILED, Verification
+from gymflow.core.records import Verification
+from gymflow.core.statuses import FAILED
 from gymflow.store.db import connect
 from tests.analysis.builder import SAMPLING, RunMeta, StoreBuilder
 from tests.conftest import gym

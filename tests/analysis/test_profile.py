@@ -13,7 +13,7 @@ from scipy import stats as sps
 from statsmodels.stats.proportion import proportion_confint
 
 from gymflow.analysis.profile import profile
-from gymflow.records import FAILED
+from gymflow.core.statuses import FAILED
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder
 from tests.conftest import gym

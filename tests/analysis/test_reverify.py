@@ -10,12 +10,12 @@ import duckdb
 import pytest
 
 from gymflow.config import EvalConfig
-from gymflow.environments.base import Task
+from gymflow.core.tasks import Task
 from gymflow.models import client as model_client
-from gymflow.models.endpoint import model_endpoint
 from gymflow.reverify import ReverifyError, parse_settings, reverify
 from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import resolve
+from gymflow.simulated.endpoint import model_endpoint
 from gymflow.store.db import connect
 from gymflow.store.runs import register_run
 from gymflow.verifiers.base import VerifyInput, get_verifier

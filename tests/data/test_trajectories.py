@@ -177,7 +177,7 @@ def _rollouts(run: Path, *args: str) -> list[str]:
 
 
 def test_health_length_and_duplicate_filters(built: Path) -> None:
-    from gymflow.records import rollout_id
+    from gymflow.core.records import rollout_id
 
     def rid(task: str, repeat: int) -> str:
         return rollout_id("run-a", task, repeat)

@@ -16,8 +16,8 @@ from gymflow.environments.asgi import create_app
 from gymflow.environments.backoffice.tasks import play
 from gymflow.environments.registry import PATH_VARIABLE, load_environment
 from gymflow.environments.scaffold import scaffold
-from gymflow.environments.validate import validate_config
-from gymflow.models.local_server import free_port
+from gymflow.rollouts.validate import validate_config
+from gymflow.simulated.local_server import free_port
 from gymflow.verifiers.base import VerifyInput
 from tests.conftest import GYM, gym
 from tests.environments.test_workbench import executed_calls

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gymflow.environments.base import Task
+from gymflow.core.tasks import Task
 from gymflow.environments.bfcl.env import json_schema, tool_name, tools_of
 from gymflow.environments.registry import load_environment
 from gymflow.verifiers.base import VerifyInput, get_verifier

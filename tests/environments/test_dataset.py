@@ -16,13 +16,13 @@ import pytest
 import yaml
 
 from gymflow.config import ConfigError, EvalConfig, HarnessConfig
-from gymflow.environments.base import Task
+from gymflow.core.tasks import Task
 from gymflow.environments.registry import PATH_VARIABLE, load_environment
-from gymflow.environments.validate import validate_config
 from gymflow.harness.base import opening_items
-from gymflow.models.policy import build_table, prompt_key
-from gymflow.models.policy_server import PolicyApp
 from gymflow.rollouts.plan import resolve
+from gymflow.rollouts.validate import validate_config
+from gymflow.simulated.policy import build_table, prompt_key
+from gymflow.simulated.policy_server import PolicyApp
 from gymflow.verifiers.base import VerifyInput, get_verifier
 from tests.conftest import require_tool
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gymflow.environments.base import Task
+from gymflow.core.tasks import Task
 from gymflow.environments.registry import load_environment
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
 from tests.conftest import gym

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.environments.base import EnvironmentManifest, Task, VerifierRef
+from gymflow.core.statuses import VERIFIED, VERIFY_ERROR
+from gymflow.core.tasks import Task
+from gymflow.environments.base import EnvironmentManifest, VerifierRef
 from gymflow.environments.math.env import make_task
 from gymflow.environments.registry import load_environment
-from gymflow.models.local_server import free_port
-from gymflow.records import VERIFIED, VERIFY_ERROR
+from gymflow.simulated.local_server import free_port
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
 from tests.environments.runs import run_benchmark
 

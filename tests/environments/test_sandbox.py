@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from gymflow.core.statuses import VERIFIED, VERIFY_ERROR
 from gymflow.environments.registry import load_environment
-from gymflow.records import VERIFIED, VERIFY_ERROR
 from gymflow.verifiers import pool, sandbox
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
 from gymflow.verifiers.sandbox import Sandbox, SandboxLimits
@@ -331,13 +331,12 @@ def test_mapping_past_the_memory_limit_fails(task) -> None:
 def test_a_code_exec_verifier_is_bounded_whatever_its_environment_declares(task) -> None:
     """A plain resources server with code_exec still verifies in a worker process under a time
     bound: the verifier declares it, not the environment."""
-    from gymflow.environments.resources import HEAVY_VERIFY_TIMEOUT_S, ResourcesServer
+    from gymflow.environments.resources import ResourcesServer
 
     env = load_environment("humaneval")
     plain = ResourcesServer(env)
-    assert env.manifest.verify_timeout_s is None
-    assert get_verifier("code_exec").heavy
-    assert plain.verify_timeout == HEAVY_VERIFY_TIMEOUT_S
+    assert (get_verifier("code_exec").runs, get_verifier("code_exec").timeout_s) == ("worker", 300)
+    assert plain.verify_timeout == 300
     results = plain.verify_many(VerifyInput(task, text) for text in (task.reference, "x = ("))
     assert [v.passed for v in results] == [True, False]
     assert pool.worker_pool().pids(), "the verifications ran in verifier worker processes"

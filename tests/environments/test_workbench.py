@@ -10,12 +10,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from gymflow.core.protocols import ToolError
+from gymflow.core.tasks import Task, ToolCall
 from gymflow.environments.asgi import create_app
 from gymflow.environments.backoffice import tools
 from gymflow.environments.backoffice.tasks import play
-from gymflow.environments.base import Task, ToolCall
 from gymflow.environments.registry import load_environment
-from gymflow.environments.resources import ToolError
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
 from tests.conftest import gym
 

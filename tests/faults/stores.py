@@ -11,9 +11,9 @@ from typing import Any
 import duckdb
 
 from gymflow.config import EvalConfig
-from gymflow.models.endpoint import local_policy_server
 from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import resolve
+from gymflow.simulated.endpoint import local_policy_server
 from gymflow.store.db import connect
 from gymflow.store.runs import register_run
 from tests.conftest import gym

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gymflow.config import ConfigError
-from gymflow.rollouts.prompts import PromptError, render_prompt
+from gymflow.core.prompts import PromptError, render_prompt
 from tests.environments.test_dataset import MAPPED, ROWS, _plan, write_benchmark
 
 
@@ -86,12 +86,11 @@ def test_a_template_error_is_named_by_validation_not_a_traceback(tmp_path, monke
     [
         ("pass_threshold", float("nan")),
         ("pass_threshold", float("-inf")),
-        ("verify_timeout_s", float("inf")),
     ],
 )
 def test_a_non_finite_dataset_setting_is_refused(tmp_path, monkeypatch, key, value) -> None:
     """`pass_threshold: .nan` failed every rollout (reward >= NaN is false) and `-.inf` passed
-    every one; `verify_timeout_s: .inf` lifted the verifier's bound."""
+    every one."""
     data = tmp_path / "benchmarks" / "d.jsonl"
     data.parent.mkdir(parents=True)
     data.write_text(json.dumps(ROWS[0]) + "\n")
@@ -170,3 +169,14 @@ def test_a_bounded_template_keeps_what_prompts_use() -> None:
     )
     rendered = render_prompt(template, {"q": "a", "tags": ["x", "y"]})
     assert rendered == "[  a  ] x, y 3.14    2 bb! a\n  b 1180591620717411303424 12.3 GB"
+
+
+def test_a_removed_dataset_setting_says_what_replaces_it(tmp_path, monkeypatch) -> None:
+    """`verify_timeout_s` no longer bounds a verifier (the verifier declares its own): a
+    benchmark that still sets it is refused, naming the field and its replacement."""
+    data = tmp_path / "benchmarks" / "d.jsonl"
+    data.parent.mkdir(parents=True)
+    data.write_text(json.dumps(ROWS[0]) + "\n")
+    write_benchmark(tmp_path, "old", {"path": "d.jsonl", "fields": MAPPED, "verify_timeout_s": 9})
+    with pytest.raises(ConfigError, match=r"verify_timeout_s: removed; .*@verifier\(.*timeout_s"):
+        _plan(tmp_path, "old", monkeypatch)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from gymflow.core.statuses import FAILED
 from gymflow.history.gate import gate
-from gymflow.records import FAILED
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder
 from tests.conftest import gym

@@ -9,8 +9,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from gymflow.core.statuses import VERIFIED
 from gymflow.environments.registry import load_environment
-from gymflow.records import VERIFIED
 from gymflow.verifiers.base import VerifyInput
 from tests.conftest import require_tool
 from tests.faults.test_forgery import WRONG, answer, our_scratch

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from gymflow.core.statuses import VERIFIED
 from gymflow.environments.registry import load_environment
-from gymflow.records import VERIFIED
 from gymflow.verifiers import sandbox
 from gymflow.verifiers.base import VerifyInput
 from tests.conftest import require_tool

@@ -7,6 +7,7 @@ loaded through GYMFLOW_ENVIRONMENTS_PATH, with its verifier registered by its ow
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import re
@@ -224,8 +225,8 @@ def test_a_cancelled_rollout_kills_its_hung_verifier(
     monkeypatch.setenv("FAULTLAB_PID_DIR", str(pid_dir))
     env = load_environment("faultlab")
     # A bound far beyond the test: only cancellation can end this verification in time.
-    patient = type(env)(env.manifest.model_copy(update={"verify_timeout_s": 120.0}), env.folder)
-    server = patient.resources_server()
+    server = env.resources_server()
+    server.verifier = dataclasses.replace(server.verifier, timeout_s=120.0)
     task = env.tasks("test")[7]
     assert _mode(task.task_id) == "hang"
     endings: list[str] = []

@@ -37,7 +37,7 @@ def test_reverify_rejudges_errors_and_follows_the_verifier_as_it_is(
     plan = resolve(EvalConfig(environment="faultlab", repeats=1, out=str(tmp_path / "run")))
     with connect(plan.run_dir, create=True) as con:
         register_run(con, plan, resume=False)
-    from gymflow.models.endpoint import local_policy_server
+    from gymflow.simulated.endpoint import local_policy_server
 
     with local_policy_server(plan) as server, connect(plan.run_dir) as con:
         run_collect(plan, plan.keys(), con, base_url=server.base_url)

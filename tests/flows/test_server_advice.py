@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gymflow.models.local_server import free_port
+from gymflow.simulated.local_server import free_port
 from tests.conftest import gym
 
 RECIPE = (

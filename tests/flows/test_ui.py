@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from gymflow.environments.registry import benchmark_files
-from gymflow.models.local_server import free_port
+from gymflow.simulated.local_server import free_port
 from tests.conftest import GYM, ROOT, require_tool
 from tests.flows.test_work_pool import (
     POOL,

@@ -20,7 +20,7 @@ import pytest
 
 from gymflow.config import EvalConfig
 from gymflow.flows.parameters import ScaleOptions, shard_dir
-from gymflow.models.local_server import free_port
+from gymflow.simulated.local_server import free_port
 from gymflow.store.db import store_path
 from tests.conftest import ROOT
 from tests.flows.test_shards import locked

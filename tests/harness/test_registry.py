@@ -10,6 +10,7 @@ import pytest
 from gymflow.harness import get_harness
 from gymflow.harness.single_turn import single_turn
 from gymflow.harness.tool_loop import tool_loop
+from gymflow.registry import RegistryError
 
 MINE = """
 from gymflow.harness.base import Episode
@@ -33,14 +34,14 @@ def test_a_users_own_harness_by_module_and_function(
     try:
         fn = get_harness("my_harnesses:echo")
         assert fn.__name__ == "echo" and get_harness("my_harnesses:echo") is fn
-        with pytest.raises(KeyError, match="has no callable 'nope'"):
+        with pytest.raises(RegistryError, match="'my_harnesses' has no 'nope'"):
             get_harness("my_harnesses:nope")
     finally:
         sys.modules.pop("my_harnesses", None)
 
 
 def test_unknown_names_say_what_exists() -> None:
-    with pytest.raises(KeyError, match=r"unknown harness 'loop'.*single_turn, tool_loop"):
+    with pytest.raises(RegistryError, match=r"unknown harness 'loop'.*single_turn, tool_loop"):
         get_harness("loop")
-    with pytest.raises(KeyError, match="cannot import 'no_such_module_x'"):
+    with pytest.raises(RegistryError, match="cannot import 'no_such_module_x'"):
         get_harness("no_such_module_x:run")

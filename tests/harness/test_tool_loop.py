@@ -9,14 +9,15 @@ from typing import Any, ClassVar
 import pytest
 
 from gymflow.config import HarnessConfig, ModelConfig, Sampling
-from gymflow.environments.base import Environment, Task
+from gymflow.core.prompts import render_prompt
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment
 from gymflow.environments.resources import ResourcesServer
 from gymflow.harness import get_harness
 from gymflow.models.client import CallOutcome, ResponsesClient
-from gymflow.models.local_server import LocalPolicyServer
-from gymflow.models.policy import PolicyEntry, build_table, prompt_key
 from gymflow.models.responses import RESPONSE, function_tool
-from gymflow.rollouts.prompts import render_prompt
+from gymflow.simulated.local_server import LocalPolicyServer
+from gymflow.simulated.policy import PolicyEntry, build_table, prompt_key
 from tests.models.conftest import play_ledger
 
 

@@ -15,14 +15,14 @@ import pytest
 from aiohttp import web
 
 from gymflow.config import HarnessConfig, ModelConfig, Sampling
+from gymflow.core.prompts import render_prompt
+from gymflow.core.records import Verification
 from gymflow.environments.base import Environment
 from gymflow.environments.registry import load_environment
 from gymflow.harness import Episode, get_harness
 from gymflow.models.client import ResponsesClient
-from gymflow.models.local_server import free_port
-from gymflow.models.policy import PolicyEntry, build_table
-from gymflow.records import Verification
-from gymflow.rollouts.prompts import render_prompt
+from gymflow.simulated.local_server import free_port
+from gymflow.simulated.policy import PolicyEntry, build_table
 from tests.conftest import GYM
 
 ENVS = Path(__file__).resolve().parents[1] / "harness" / "envs"

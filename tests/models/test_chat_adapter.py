@@ -13,7 +13,7 @@ from gymflow.models.chat_adapter import (
     request_to_chat,
     response_to_completion,
 )
-from gymflow.models.local_server import LocalPolicyServer
+from gymflow.simulated.local_server import LocalPolicyServer
 from tests.models.conftest import play_ledger
 
 ITEMS = [

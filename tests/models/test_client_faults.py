@@ -13,10 +13,10 @@ import pytest
 from gymflow.config import ModelConfig, Sampling
 from gymflow.models.client import CallOutcome, ResponsesClient, retry_after_s
 from gymflow.models.errors import RateLimited, ServerError
-from gymflow.models.local_server import LocalPolicyServer, free_port
-from gymflow.models.policy import PolicyEntry
 from gymflow.models.rate_limit import RequestSpacer
 from gymflow.models.responses import user_message
+from gymflow.simulated.local_server import LocalPolicyServer, free_port
+from gymflow.simulated.policy import PolicyEntry
 from tests.models.conftest import ledger_prompts
 
 KINDS = ("responses", "chat_completions")

@@ -27,8 +27,8 @@ from aiohttp import web
 
 from gymflow.config import ModelConfig, Sampling
 from gymflow.models.client import CallOutcome, ResponsesClient
-from gymflow.models.local_server import free_port
 from gymflow.models.responses import function_calls, function_tool, output_text, user_message
+from gymflow.simulated.local_server import free_port
 from tests.conftest import gym
 
 VENV = Path(os.environ.get("GYMFLOW_LITELLM_VENV", "/tmp/litellm-venv"))

@@ -14,16 +14,8 @@ from pathlib import Path
 import pytest
 
 from gymflow.config import EvalConfig
-from gymflow.records import (
-    COMPLETED,
-    FAILED,
-    VERIFIED,
-    VERIFY_ERROR,
-    ModelCall,
-    Rollout,
-    Verification,
-    rollout_id,
-)
+from gymflow.core.records import ModelCall, Rollout, Verification, rollout_id
+from gymflow.core.statuses import COMPLETED, FAILED, VERIFIED, VERIFY_ERROR
 from gymflow.rollouts.plan import resolve
 from gymflow.store.db import connect
 from gymflow.store.runs import register_run

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx
 
-from gymflow.models.local_server import free_port
 from gymflow.reports.serving import report_link
+from gymflow.simulated.local_server import free_port
 from tests.conftest import GYM
 
 

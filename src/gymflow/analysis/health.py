@@ -17,6 +17,7 @@ import polars as pl
 from gymflow.analysis.environment import reward_spec
 from gymflow.analysis.frames import frame
 from gymflow.analysis.outcomes import check_verifier_version
+from gymflow.errors import UserError
 
 Level = Literal["rollout", "run", "task"]
 #: `integrity`: the records themselves are incomplete or inconsistent, so the run's numbers
@@ -25,6 +26,10 @@ Level = Literal["rollout", "run", "task"]
 #: accounted for in coverage and scores. Only integrity checks fail the gate unless a threshold
 #: is set for a warning.
 Severity = Literal["integrity", "warning"]
+
+
+class UnknownCheck(UserError, ValueError):
+    """A gate that names a health check there is not (`--threshold NAME=SHARE`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,7 +358,7 @@ def health(
     gate = gate or Gate()
     unknown = set(gate.per_check) - set(CHECKS) - {TASK_CHECK}
     if unknown:
-        raise ValueError(f"no health check named {', '.join(sorted(unknown))}")
+        raise UnknownCheck(f"no health check named {', '.join(sorted(unknown))}")
     version = check_verifier_version(con, verifier_version)
     spec = reward_spec(con)
     variables = {

@@ -3,13 +3,13 @@ this package and registers its commands on the Typer apps of `gymflow.cli.app` w
 every module here is imported.
 
 `main` turns every way a command can end into one of `exit_codes` and, for an error, one line:
-usage errors included (click's own code, 2, would read as a failed gate), and an unexpected
-exception too (its traceback only with GYMFLOW_DEBUG=1)."""
+usage errors included (click's own code, 2, would read as a failed gate), and every
+`gymflow.errors.GymflowError` with its class's exit code. Any other exception is a gymflow bug:
+its traceback is printed, always, above the line that says so."""
 
 from __future__ import annotations
 
 import importlib
-import os
 import pkgutil
 import traceback
 
@@ -19,6 +19,7 @@ from rich.text import Text
 
 from gymflow.cli import exit_codes
 from gymflow.cli.app import app, errors
+from gymflow.errors import GymflowError
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "__main__":  # `python -m gymflow.cli`, which imports this package
@@ -42,20 +43,23 @@ def main() -> None:
         else:
             _error(str(exc))
         code = exit_codes.BAD_INPUT
+    except GymflowError as exc:
+        _error(str(exc))
+        code = exc.exit_code
     except duckdb.IOException as exc:
         # A store whose header opened but whose data blocks cannot be read: cut short on disk.
+        # Caught here, not where the store is opened: any later query may read a broken block.
         _error(f"store unreadable (truncated or corrupt?): {exc}")
         code = exit_codes.BAD_INPUT
     except KeyboardInterrupt:
         _error("interrupted")
         code = exit_codes.INTERRUPTED
     except Exception as exc:
-        if os.environ.get("GYMFLOW_DEBUG"):
-            traceback.print_exc()
+        traceback.print_exc()
         summary = " ".join(str(exc).split())[:500]
         _error(
-            f"unexpected {type(exc).__name__}: {summary} (a gymflow bug: please report it; "
-            "GYMFLOW_DEBUG=1 prints the traceback)"
+            f"unexpected {type(exc).__name__}: {summary} (this is a gymflow bug: please report "
+            "it with the traceback above)"
         )
         code = exit_codes.RUNTIME
     raise SystemExit(code if isinstance(code, int) else exit_codes.OK)

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from gymflow.analysis.compare import POWER_DIFFERENCE, CompareError, compare
 from gymflow.analysis.diagnose import diagnose
-from gymflow.analysis.health import Gate, health
+from gymflow.analysis.health import Gate, UnknownCheck, health
 from gymflow.analysis.profile import profile
 from gymflow.cli import exit_codes
 from gymflow.cli.app import console, eval_app, fail, print_json
@@ -283,7 +283,7 @@ def eval_health(
             )
         finally:
             con.close()
-    except (StoreError, ValueError) as exc:
+    except (StoreError, UnknownCheck) as exc:
         fail(str(exc))
     if json_output:
         print_json(result)

@@ -6,7 +6,6 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable
 from typing import Any, NoReturn
 
 import typer
@@ -57,14 +56,6 @@ def fail(message: str, code: int = 1) -> NoReturn:
     # soft_wrap: one line stays one line in a log, whatever the terminal's width
     errors.print(Text("error: ", style="bold red") + Text(message), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
-
-
-def guarded(fn: Callable[[], Any], *expected: type[BaseException]) -> Any:
-    """Run fn; an expected error is printed plainly (no traceback) and exits 1."""
-    try:
-        return fn()
-    except expected as exc:
-        fail(str(exc))
 
 
 def _finite(value: Any) -> Any:

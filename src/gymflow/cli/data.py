@@ -243,7 +243,7 @@ def data_profile_command(
             )
         finally:
             con.close()
-    except (StoreError, SelectionError, ValueError) as exc:
+    except (StoreError, SelectionError) as exc:
         fail(str(exc))
     if json_output:
         print_json(result)

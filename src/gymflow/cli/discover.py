@@ -16,6 +16,7 @@ from gymflow.environments.registry import (
 )
 from gymflow.environments.requirements import install_hint
 from gymflow.environments.search import Catalog, load_catalog, search
+from gymflow.errors import GymflowError
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
@@ -78,8 +79,8 @@ def _environment_detail(name: str, catalog: Catalog) -> dict[str, Any]:
         env = load_environment(name)
         server = env.resources_server()
         tools = server.tools()
-    except (RegistryError, KeyError, ValueError) as exc:
-        fail(f"environment {name!r} does not load: {exc}")
+    except GymflowError as exc:
+        fail(f"environment {name!r} does not load: {exc}", exc.exit_code)
     manifest = env.manifest.model_dump(mode="json")
     manifest["description"] = " ".join(env.manifest.description.split())
     return {

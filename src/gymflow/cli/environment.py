@@ -12,7 +12,7 @@ from gymflow.cli import exit_codes
 from gymflow.cli.app import console, env_app, fail, print_json
 from gymflow.environments.registry import PATH_VARIABLE
 from gymflow.environments.scaffold import ScaffoldError, scaffold
-from gymflow.environments.validate import validate_config
+from gymflow.rollouts.validate import validate_config
 
 
 @env_app.command("validate")

@@ -203,10 +203,7 @@ def _execute(
     try:
         result = run_loop(config, resume=resume, scale=scale, retry_failed=retry_failed)
     except RunStopped as exc:
-        code = exit_codes.RUNTIME if exc.cause == "dead_server" else exit_codes.INTERRUPTED
-        if exc.cause != "dead_server":
-            code = exit_codes.for_signal(exc.signal_number)
-        fail(f"{exc} ({_stored(plan)})", code)
+        fail(f"{exc} ({_stored(plan)})", exc.exit_code)
     except CancelledRun as exc:
         fail(f"{exc} ({_stored(plan)})", exit_codes.TERMINATED)
     except KeyboardInterrupt:

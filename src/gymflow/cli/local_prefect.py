@@ -19,6 +19,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gymflow.errors import RuntimeFailure
 from gymflow.processes import pid_alive
 
 STATE_FILE = "gymflow-local-server.json"
@@ -98,7 +99,7 @@ def start() -> LocalServer:
     while not _healthy(server.api_url):
         if process.poll() is not None or time.monotonic() > deadline:
             _stop_pid(process.pid)
-            raise RuntimeError(f"the local Prefect server did not start; its log: {log}")
+            raise RuntimeFailure(f"the local Prefect server did not start; its log: {log}")
         time.sleep(0.25)
     (home / STATE_FILE).write_text(json.dumps(asdict(server)))
     return server

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from gymflow.analysis.compare import CompareError
 from gymflow.cli.app import app, console, fail
 from gymflow.store.db import StoreError
 
@@ -36,7 +37,7 @@ def report(
         path = write_run_report(
             run_dir, out=out, compare_dir=compare, verifier_version=verifier_version
         )
-    except (StoreError, ValueError) as exc:
+    except (StoreError, CompareError) as exc:
         fail(str(exc))
     console.print(f"report: {path.resolve()}", highlight=False, soft_wrap=True)
     export = export_path(path)

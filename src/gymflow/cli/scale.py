@@ -94,10 +94,7 @@ def server(
         console.print(said or "no local Prefect server was running", markup=False)
         return
     if start:
-        try:
-            local = local_prefect.start()
-        except RuntimeError as exc:
-            fail(str(exc), exit_codes.RUNTIME)
+        local = local_prefect.start()
         console.print(
             f"local Prefect server: {local.api_url} (pid {local.pid}, log {local.log}); every "
             "gym command of this PREFECT_HOME now uses it; its UI is at "

@@ -12,7 +12,7 @@ import numpy as np
 from gymflow.analysis.frames import frame
 from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.data.neardup import group_documents, normalised_sql
-from gymflow.data.select import Filters, select_tasks
+from gymflow.data.select import Filters, SelectionError, select_tasks
 
 #: Pass-rate bins: exactly 0, tenths in between (the first open at 0), exactly 1, and tasks with
 #: nothing scored.
@@ -164,7 +164,7 @@ def data_profile(
     "bins": BINS, "overall": histogram entry, "by_tag": [...], "by_difficulty": [...],
     "near_duplicates": {...}, "selection": {"filters", "kept", "tasks", "kept_by_bucket"}}."""
     if not 0.0 < threshold <= 1.0:
-        raise ValueError(f"--threshold {threshold}: need 0 < threshold <= 1")
+        raise SelectionError(f"--threshold {threshold}: need 0 < threshold <= 1")
     version = check_verifier_version(con, verifier_version)
     # select_tasks leaves `data_tasks`, which every section below reads.
     selection = select_tasks(con, filters or Filters(), verifier_version=version)

@@ -19,8 +19,9 @@ from typing import Any
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.environments.base import Task
-from gymflow.environments.resources import ResourcesServer, ToolError
+from gymflow.core.protocols import ToolError
+from gymflow.core.tasks import Task
+from gymflow.environments.resources import ResourcesServer
 
 
 class SeedRequest(BaseModel):

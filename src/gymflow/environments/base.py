@@ -4,51 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gymflow.config import refuse_removed
+from gymflow.core.tasks import Task
 from gymflow.environments.requirements import Requirement, check_installed
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    name: str
-    arguments: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Task:
-    """One dataset row.
-
-    `inputs` feed the prompt template; `data` is what the verifier reads (answers, tests, expected
-    state). `reference` is a response a perfect policy gives and `distractor` a plausible wrong one:
-    the local policy server plays from them. `reference_actions` is the tool-call plan, one tuple of
-    (possibly parallel) calls per turn, for environments with tools; `distractor_actions` is the
-    plan a policy that gets the task wrong follows (wrong tool, wrong arguments, stopping early).
-    `input_items` and `tools`, when a row brings its own request (NeMo Gym's
-    `responses_create_params`), open the rollout instead of the rendered prompt and are the tools
-    offered."""
-
-    task_id: str
-    inputs: dict[str, Any]
-    data: dict[str, Any]
-    reference: str
-    distractor: str
-    reference_actions: tuple[tuple[ToolCall, ...], ...] = ()
-    distractor_actions: tuple[tuple[ToolCall, ...], ...] = ()
-    tags: tuple[str, ...] = ()
-    difficulty: str | None = None
-    input_items: tuple[dict[str, Any], ...] = ()
-    tools: tuple[dict[str, Any], ...] = ()
-
-
-def content_task_id(prefix: str, row: dict[str, Any]) -> str:
-    """A stable id for rows that have none of their own: a hash of the row's content."""
-    blob = json.dumps(row, sort_keys=True, default=str).encode()
-    return f"{prefix}-{hashlib.sha256(blob).hexdigest()[:12]}"
+from gymflow.errors import UserError
 
 
 class VerifierRef(BaseModel):
@@ -78,15 +42,6 @@ class EnvironmentManifest(BaseModel):
     pass_threshold: float = 1.0
     reverify_stateless: bool = True
     harness: str = "single_turn"
-    verify_timeout_s: float | None = Field(
-        None,
-        gt=0.0,
-        description="Longest a verification may take; past it the rollout's verification is a "
-        "`verifier_timeout` error. Set it for any verifier that can block (subprocesses, network, "
-        "parsing untrusted output): it then runs in a worker process, killed when it outlives the "
-        "bound. Unset, a quick verifier runs "
-        "inline, and one that declares itself heavy gets a 300 s bound.",
-    )
     prompt_template: str
     splits: dict[str, SplitSpec]
     default_split: str
@@ -95,6 +50,26 @@ class EnvironmentManifest(BaseModel):
     requires: list[Requirement] = Field(
         default_factory=list, description="Python packages the tasks come from, with their install"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        return refuse_removed(data, REMOVED_FIELDS)
+
+
+#: Fields an environment or dataset once set and no longer may, with what replaces them.
+REMOVED_FIELDS = {
+    "verify_timeout_s": "a verifier declares how it runs and its bound where it is defined: "
+    "@verifier(name, runs='worker', timeout_s=...)",
+}
+
+
+class UnknownSplit(UserError, KeyError):
+    """A split the environment does not have (a KeyError, as a lookup by name is one)."""
+
+
+class DuplicateTaskId(UserError, ValueError):
+    """A split whose rows repeat a task id: the store keys rollouts by it."""
 
 
 class Environment:
@@ -119,7 +94,9 @@ class Environment:
         split = split or self.manifest.default_split
         if split not in self.manifest.splits:
             known = ", ".join(sorted(self.manifest.splits))
-            raise KeyError(f"environment {self.name!r} has no split {split!r} (splits: {known})")
+            raise UnknownSplit(
+                f"environment {self.name!r} has no split {split!r} (splits: {known})"
+            )
         if split not in self._tasks:
             check_installed(self.name, self.manifest.requires)
             tasks = self.generate(split)
@@ -146,7 +123,7 @@ def _check_unique_ids(env: str, split: str, tasks: list[Task]) -> None:
     seen: dict[str, int] = {}
     for row, task in enumerate(tasks):
         if task.task_id in seen:
-            raise ValueError(
+            raise DuplicateTaskId(
                 f"environment {env!r} split {split!r}: row {row} repeats task_id "
                 f"{task.task_id!r} of row {seen[task.task_id]}"
             )

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
-import sys
 from dataclasses import dataclass
 from functools import cache
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +17,13 @@ from gymflow import bounded_yaml
 from gymflow.config import Sampling, format_validation_error
 from gymflow.environments.base import Environment, EnvironmentManifest, VerifierRef
 from gymflow.environments.dataset.spec import DatasetSpec
+from gymflow.registry import (
+    Registry,
+    RegistryError,
+    UnknownName,
+    entry_point_objects,
+    import_from_file,
+)
 
 PACKAGE_DIR = Path(__file__).parent
 #: Extra folders (os.pathsep-separated) holding environment folders and a `benchmarks/` folder.
@@ -27,8 +31,7 @@ PATH_VARIABLE = "GYMFLOW_ENVIRONMENTS_PATH"
 ENTRY_POINT_GROUP = "gymflow.environments"
 
 
-class RegistryError(LookupError):
-    """An environment or benchmark that cannot be found or loaded; names the file."""
+__all__ = ["RegistryError", "UnknownName"]  # re-exported: callers catch them from here
 
 
 class Benchmark(BaseModel):
@@ -92,8 +95,7 @@ def search_roots() -> list[Path]:
     for part in os.environ.get(PATH_VARIABLE, "").split(os.pathsep):
         if part:
             roots.append(Path(part).expanduser())
-    for entry in entry_points(group=ENTRY_POINT_GROUP):
-        target = entry.load()
+    for target in entry_point_objects(ENTRY_POINT_GROUP):
         roots.append(Path(target() if callable(target) else target))
     return roots
 
@@ -110,38 +112,37 @@ def read_manifest(path: Path) -> EnvironmentManifest:
 
 
 @cache
-def _sources(roots: tuple[Path, ...]) -> dict[str, EnvironmentSource]:
-    found: dict[str, EnvironmentSource] = {}
+def _sources(roots: tuple[Path, ...]) -> Registry[EnvironmentSource]:
+    """The environment folders under `roots`, by manifest name (the first root to hold a name
+    wins: the shipped environments, then the user's path, then installed packages)."""
+    found: Registry[EnvironmentSource] = Registry("environment")
     for root in roots:
         candidates = [root] if (root / "environment.yaml").exists() else sorted(root.glob("*/"))
         for folder in candidates:
             manifest_path = folder / "environment.yaml"
             if manifest_path.exists():
                 manifest = read_manifest(manifest_path)
-                found.setdefault(manifest.name, EnvironmentSource(manifest, folder))
+                if manifest.name not in found:
+                    found.register(manifest.name, EnvironmentSource(manifest, folder))
     return found
 
 
 def environment_sources() -> dict[str, EnvironmentSource]:
-    return _sources(tuple(search_roots()))
+    found = _sources(tuple(search_roots()))
+    return {name: found.get(name) for name in found.names()}
 
 
-def _import_entrypoint(source: EnvironmentSource) -> type[Environment]:
+def load_entrypoint(source: EnvironmentSource) -> type[Environment]:
+    """The Environment class a manifest's `entrypoint` (`module:Class`) names in its folder.
+    Importing the module registers the environment's own verifiers, so a verifier worker
+    rebuilds an environment with this. Raises RegistryError naming the file."""
     module_name, _, class_name = source.manifest.entrypoint.partition(":")
     path = source.folder / f"{module_name}.py"
     qualified = f"gymflow_env_{source.manifest.name.replace('-', '_')}_{module_name}"
-    module = sys.modules.get(qualified)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(qualified, path)
-        if spec is None or spec.loader is None:
-            raise RegistryError(f"{path}: cannot import environment module")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[qualified] = module
-        spec.loader.exec_module(module)
     try:
-        return getattr(module, class_name)
-    except AttributeError:
-        raise RegistryError(f"{path}: no class {class_name!r} (manifest entrypoint)") from None
+        return import_from_file(path, qualified, class_name)
+    except RegistryError as exc:
+        raise RegistryError(f"{exc} (manifest entrypoint {source.manifest.entrypoint!r})") from None
 
 
 @cache
@@ -151,10 +152,8 @@ def _load_environment(name: str, roots: tuple[Path, ...]) -> Environment:
         dataset_env = _dataset_environment(name)
         if dataset_env is not None:
             return dataset_env
-        known = ", ".join(sorted(sources)) or "none"
-        raise RegistryError(f"unknown environment {name!r} (known: {known})")
-    source = sources[name]
-    return _import_entrypoint(source)(source.manifest, source.folder)
+    source = sources.get(name)  # raises UnknownName
+    return load_entrypoint(source)(source.manifest, source.folder)
 
 
 def _dataset_environment(name: str) -> Environment | None:
@@ -188,8 +187,7 @@ def benchmark_files() -> dict[str, Path]:
 def load_benchmark(name: str) -> Benchmark:
     files = benchmark_files()
     if name not in files:
-        known = ", ".join(sorted(files)) or "none"
-        raise RegistryError(f"unknown benchmark {name!r} (known: {known})")
+        raise UnknownName("benchmark", name, files)
     path = files[name]
     try:
         data = bounded_yaml.safe_load(path.read_text())

@@ -8,21 +8,41 @@ quietly scoring the run under a different verifier."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
-from gymflow.config import ConfigError
-from gymflow.environments.base import Task
-from gymflow.environments.resources import ResourcesServer, ToolError
-from gymflow.records import Verification
-from gymflow.rollouts.plan import RunPlan
+from gymflow.config import ConfigError, EvalConfig
+from gymflow.core.protocols import ToolError
+from gymflow.core.records import Verification
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment
+from gymflow.environments.resources import ResourcesServer
 
 #: Generous: a verification can run a sandboxed program or ask a judge model.
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 
 
-def remote_problems(plan: RunPlan, url: str) -> list[str]:
+class ServedPlan(Protocol):
+    """What serving a run needs of its plan (gymflow.rollouts.plan.RunPlan is one)."""
+
+    @property
+    def config(self) -> EvalConfig: ...
+
+    @property
+    def env(self) -> Environment: ...
+
+    @property
+    def split(self) -> str: ...
+
+    @property
+    def verifier_params(self) -> dict[str, Any]: ...
+
+    @property
+    def verifier_version(self) -> str: ...
+
+
+def remote_problems(plan: ServedPlan, url: str) -> list[str]:
     """Why the server at `url` cannot serve this plan (empty when it can)."""
     try:
         health = httpx.get(f"{url.rstrip('/')}/health", timeout=10.0)
@@ -45,9 +65,10 @@ def remote_problems(plan: RunPlan, url: str) -> list[str]:
 
 
 class RemoteResourcesServer:
-    """The ResourcesServer interface over HTTP. Use inside one event loop; `aclose()` at the end."""
+    """The resources protocol (core.protocols.Resources) over HTTP. Use inside one event loop;
+    `aclose()` at the end."""
 
-    def __init__(self, url: str, plan: RunPlan) -> None:
+    def __init__(self, url: str, plan: ServedPlan) -> None:
         self.url = url.rstrip("/")
         self.env = plan.env
         self.split = plan.split
@@ -103,7 +124,7 @@ class RemoteResourcesServer:
         await self._http.aclose()
 
 
-def open_resources(plan: RunPlan) -> ResourcesServer | RemoteResourcesServer:
+def open_resources(plan: ServedPlan) -> ResourcesServer | RemoteResourcesServer:
     """The run's resources server: in-process, or the one at the config's `resources_url`."""
     url = plan.config.resources_url
     if not url:

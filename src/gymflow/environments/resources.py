@@ -13,22 +13,19 @@ from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
-from gymflow.environments.base import Environment, Task
-from gymflow.records import VERIFIED, VERIFY_ERROR, Verification
+from gymflow.core.protocols import ToolError
+from gymflow.core.records import Verification
+from gymflow.core.statuses import VERIFIED, VERIFY_ERROR
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
 from gymflow.verifiers.pool import VerifierRef, WorkerFailed, WorkerTimeout, worker_pool
 
 ToolHandler = Callable[[dict[str, Any], dict[str, Any]], Any]
-#: The bound on a heavy verifier (sandbox, judge) whose environment sets no verify_timeout_s.
-HEAVY_VERIFY_TIMEOUT_S = 300.0
-#: I/O-bound verifications (judge calls) waiting at once: the collector's default concurrency.
+#: `threads` verifications (judge calls) waiting at once: the collector's default concurrency.
 #: The process pool's one-per-core would let a judge with 1 s latency verify 2 rollouts a second.
 IO_BOUND_THREADS = 64
 _io_threads = ThreadPoolExecutor(IO_BOUND_THREADS, thread_name_prefix="gymflow-verify-io")
-
-
-class ToolError(Exception):
-    """A tool refused its input. The message goes back to the model as the tool's output."""
 
 
 class ResourcesServer:
@@ -102,11 +99,8 @@ class ResourcesServer:
 
     @property
     def verify_timeout(self) -> float | None:
-        """The bound on one verification; None for a light verifier, which runs inline."""
-        timeout = self.env.manifest.verify_timeout_s
-        if timeout is None and self.verifier.heavy:
-            return HEAVY_VERIFY_TIMEOUT_S
-        return timeout
+        """The verifier's own bound on one verification; None for an inline verifier."""
+        return self.verifier.timeout_s
 
     def verify_bounded(self, inp: VerifyInput) -> Verification:
         """Verify in a worker process (gymflow.verifiers.pool), killed if it outlives
@@ -119,7 +113,8 @@ class ResourcesServer:
     def _bounded_failure(self, exc: WorkerTimeout | WorkerFailed) -> Verification:
         if isinstance(exc, WorkerTimeout):
             return self._error(
-                "verifier_timeout", f"{exc} (verify_timeout_s); its worker process was killed"
+                "verifier_timeout",
+                f"{exc} (the verifier's timeout_s); its worker process was killed",
             )
         return self._error("verifier_error", str(exc))
 
@@ -127,36 +122,44 @@ class ResourcesServer:
     def _worker_ref(self) -> VerifierRef:
         return VerifierRef.of(self.env, self.params.model_dump(mode="json"))
 
+    # Where a verification runs is the verifier's own declaration (`runs`, see
+    # gymflow.verifiers.base.Runs); these two methods, one for a batch and one for a rollout on
+    # the event loop, are the only places that read it.
     def verify_many(self, inputs: Iterable[VerifyInput]) -> list[Verification]:
-        """Verify a batch (reverify): bounded verifiers through the worker pool, one rollout a
-        job so a timeout costs one rollout, with one thread driving each worker; I/O-bound ones
-        (judges) on threads, IO_BOUND_THREADS at once; light ones
-        inline, one input at a time (pass a generator: a batch of inputs held at once costs
-        memory and garbage-collector time). Light verifiers gain nothing from workers: arithmetic's
-        takes ~6 us inline, and sending a rollout to a worker and its verdict back ~20 us."""
-        if self.verify_timeout is None:
-            return [self.verify_sync(inp) for inp in inputs]
-        if self.verifier.io_bound:
-            return list(_io_threads.map(self.verify_sync, inputs))
-        with ThreadPoolExecutor(max_workers=worker_pool().size) as threads:
-            return list(threads.map(self.verify_bounded, inputs))
+        """Verify a batch (reverify): `worker` verifiers through the worker pool, one rollout a
+        job so a timeout costs one rollout, with one thread driving each worker; `threads` ones
+        (judges) IO_BOUND_THREADS at once; `inline` ones one input at a time (pass a generator:
+        a batch of inputs held at once costs memory and garbage-collector time). Light verifiers
+        gain nothing from workers: arithmetic's takes ~6 us inline, and sending a rollout to a
+        worker and its verdict back ~20 us."""
+        match self.verifier.runs:
+            case "inline":
+                return [self.verify_sync(inp) for inp in inputs]
+            case "threads":
+                return list(_io_threads.map(self.verify_sync, inputs))
+            case "worker":
+                with ThreadPoolExecutor(max_workers=worker_pool().size) as threads:
+                    return list(threads.map(self.verify_bounded, inputs))
 
     async def verify(
         self, session_id: str, task: Task, output_text: str, trajectory: list[dict[str, Any]]
     ) -> Verification:
         inp = VerifyInput(task, output_text, trajectory, self.final_state(session_id))
-        if self.verify_timeout is None:
-            return self.verify_sync(inp)
-        if self.verifier.io_bound:
-            return await self._verify_waiting(inp)
-        # As verify_bounded, from the loop: a cancelled rollout kills its worker.
-        try:
-            return (await worker_pool().arun(self._worker_ref, [inp], self.verify_timeout))[0]
-        except (WorkerTimeout, WorkerFailed) as exc:
-            return self._bounded_failure(exc)
+        match self.verifier.runs:
+            case "inline":
+                return self.verify_sync(inp)
+            case "threads":
+                return await self._verify_waiting(inp)
+            case "worker":  # as verify_bounded, from the loop: a cancelled rollout kills its worker
+                try:
+                    return (await worker_pool().arun(self._worker_ref, [inp], self.verify_timeout))[
+                        0
+                    ]
+                except (WorkerTimeout, WorkerFailed) as exc:
+                    return self._bounded_failure(exc)
 
     async def _verify_waiting(self, inp: VerifyInput) -> Verification:
-        """An I/O-bound verifier on a thread, so many wait at once. Its own network timeouts end
+        """A `threads` verifier on a thread, so many wait at once. Its own network timeouts end
         it; past `verify_timeout` the rollout stops waiting (the thread ends with its call)."""
         loop = asyncio.get_running_loop()
         waiting = loop.run_in_executor(_io_threads, self.verify_sync, inp)
@@ -164,7 +167,8 @@ class ResourcesServer:
             return await asyncio.wait_for(waiting, self.verify_timeout)
         except TimeoutError:
             return self._error(
-                "verifier_timeout", f"no verdict within {self.verify_timeout:g}s (verify_timeout_s)"
+                "verifier_timeout",
+                f"no verdict within {self.verify_timeout:g}s (the verifier's timeout_s)",
             )
 
     def _error(self, kind: str, reason: str) -> Verification:

@@ -10,11 +10,12 @@ import re
 from pathlib import Path
 
 from gymflow.environments.base import EnvironmentManifest
+from gymflow.errors import UserError
 
 _NAME = re.compile(EnvironmentManifest.model_fields["name"].metadata[0].pattern)
 
 
-class ScaffoldError(ValueError):
+class ScaffoldError(UserError):
     pass
 
 
@@ -53,8 +54,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from gymflow.environments.base import Environment, Task
-from gymflow.environments.resources import ResourcesServer, ToolError
+from gymflow.core.protocols import ToolError
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment
+from gymflow.environments.resources import ResourcesServer
 from gymflow.models.responses import function_tool
 
 SEED = 1

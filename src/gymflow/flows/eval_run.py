@@ -28,9 +28,9 @@ from gymflow.flows.eval_shard import collect_plan
 from gymflow.flows.fan_out import ShardFailed, run_shard_here, run_shard_on_pool, shard_deployment
 from gymflow.flows.labels import run_name, tag_run
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions, shard_config
-from gymflow.models.endpoint import model_endpoint
 from gymflow.rollouts import stopping
 from gymflow.rollouts.plan import resolve
+from gymflow.simulated.endpoint import model_endpoint
 from gymflow.store.compact import compact
 from gymflow.store.merge import check_destination
 from gymflow.tasks.analysis import check_health, diagnose_run, profile_run, render_report

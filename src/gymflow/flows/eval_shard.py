@@ -11,8 +11,8 @@ from prefect.utilities.annotations import quote
 
 from gymflow.config import EvalConfig
 from gymflow.flows import run_log
-from gymflow.models.endpoint import model_endpoint
 from gymflow.rollouts.plan import RunPlan
+from gymflow.simulated.endpoint import model_endpoint
 from gymflow.store.db import held
 from gymflow.tasks.rollouts import collect_batch, prepare_run
 

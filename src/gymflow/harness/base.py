@@ -6,14 +6,14 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 from gymflow.config import HarnessConfig
-from gymflow.environments.base import Task
-from gymflow.environments.resources import ResourcesServer
+from gymflow.core.protocols import Resources
+from gymflow.core.records import ModelCall
+from gymflow.core.tasks import Task
 from gymflow.models.client import ResponsesClient
-from gymflow.records import ModelCall
+from gymflow.registry import Registry
 
 
 @dataclass(slots=True)
@@ -35,7 +35,7 @@ class Harness(Protocol):
         self,
         *,
         client: ResponsesClient,
-        server: ResourcesServer,
+        server: Resources,
         session_id: str,
         task: Task,
         prompt: str,
@@ -44,50 +44,33 @@ class Harness(Protocol):
     ) -> Episode: ...
 
 
-HARNESSES: dict[str, Harness] = {}
+#: Installed packages register their harnesses under this entry-point group (name = harness).
+ENTRY_POINT_GROUP = "gymflow.harnesses"
+
+#: Every harness by name: the built-ins, an installed package's `gymflow.harnesses` entry point,
+#: or a user's own as `module:function` (importable).
+HARNESSES: Registry[Harness] = Registry(
+    "harness",
+    builtins=lambda: importlib.import_module("gymflow.harness"),
+    entry_point_group=ENTRY_POINT_GROUP,
+    import_paths=True,
+    check=callable,
+)
 
 
 def harness(name: str) -> Callable[[Harness], Harness]:
+    """Register a harness function under `name`."""
+
     def register(fn: Harness) -> Harness:
-        HARNESSES[name] = fn
-        return fn
+        return HARNESSES.register(name, fn)
 
     return register
 
 
-#: Installed packages register their harnesses under this entry-point group (name = harness).
-ENTRY_POINT_GROUP = "gymflow.harnesses"
-
-
 def get_harness(name: str) -> Harness:
-    """A harness by registered name, by `module:function` (a user's own, importable), or from an
-    installed package's `gymflow.harnesses` entry point."""
-    import gymflow.harness  # noqa: F401  (registers the built-in harnesses)
-
-    if name in HARNESSES:
-        return HARNESSES[name]
-    if ":" in name:
-        return _import_harness(name)
-    for entry in entry_points(group=ENTRY_POINT_GROUP, name=name):
-        HARNESSES[name] = entry.load()
-        return HARNESSES[name]
-    known = ", ".join(sorted(HARNESSES))
-    raise KeyError(
-        f"unknown harness {name!r} (known: {known}; or give module:function of your own)"
-    )
-
-
-def _import_harness(path: str) -> Harness:
-    module_name, _, attribute = path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise KeyError(f"harness {path!r}: cannot import {module_name!r}: {exc}") from None
-    fn = getattr(module, attribute, None)
-    if not callable(fn):
-        raise KeyError(f"harness {path!r}: {module_name!r} has no callable {attribute!r}")
-    HARNESSES[path] = fn
-    return fn
+    """A harness by name (see HARNESSES). Raises UnknownName, or RegistryError for an import
+    path or entry point that does not load."""
+    return HARNESSES.get(name)
 
 
 def opening_items(prompt: str, config: HarnessConfig, task: Task) -> list[dict[str, Any]]:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gymflow.config import HarnessConfig
-from gymflow.environments.base import Task
-from gymflow.environments.resources import ResourcesServer
+from gymflow.core.protocols import Resources
+from gymflow.core.tasks import Task
 from gymflow.harness.base import Episode, harness, opening_items
 from gymflow.models.client import ResponsesClient
 from gymflow.models.responses import output_text
@@ -14,7 +14,7 @@ from gymflow.models.responses import output_text
 async def single_turn(
     *,
     client: ResponsesClient,
-    server: ResourcesServer,
+    server: Resources,
     session_id: str,
     task: Task,
     prompt: str,

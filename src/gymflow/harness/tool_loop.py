@@ -12,8 +12,9 @@ import asyncio
 from typing import Any
 
 from gymflow.config import HarnessConfig
-from gymflow.environments.base import Task
-from gymflow.environments.resources import ResourcesServer, ToolError
+from gymflow.core.protocols import Resources, ToolError
+from gymflow.core.tasks import Task
+from gymflow.errors import RuntimeFailure
 from gymflow.harness.base import Episode, harness, opening_items
 from gymflow.harness.tool_arguments import MalformedArguments, parse_arguments
 from gymflow.models.client import ResponsesClient
@@ -30,7 +31,7 @@ COUNTERS = (
 )
 
 
-class ToolServerFailure(Exception):
+class ToolServerFailure(RuntimeFailure):
     """A tool crashed (not a ToolError): the resources server failed, not the model."""
 
 
@@ -39,7 +40,7 @@ def _output(call_id: str, text: str) -> dict[str, Any]:
 
 
 async def _run_call(
-    server: ResourcesServer,
+    server: Resources,
     session_id: str,
     call: dict[str, Any],
     schemas: dict[str, dict[str, Any]],
@@ -73,7 +74,7 @@ async def _run_call(
 async def tool_loop(
     *,
     client: ResponsesClient,
-    server: ResourcesServer,
+    server: Resources,
     session_id: str,
     task: Task,
     prompt: str,
@@ -112,7 +113,7 @@ async def tool_loop(
 
 
 async def _run_turn(
-    server: ResourcesServer,
+    server: Resources,
     session_id: str,
     calls: list[dict[str, Any]],
     schemas: dict[str, dict[str, Any]],

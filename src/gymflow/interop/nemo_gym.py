@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from gymflow import __version__
-from gymflow.environments.base import Environment, Task
+from gymflow.core.records import rollout_id
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment
 from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.interop.nemo_read import (
     InteropError,
@@ -41,7 +43,6 @@ from gymflow.interop.nemo_read import (
 )
 from gymflow.interop.staging import staged_store
 from gymflow.models.responses import output_text, refusal_text
-from gymflow.records import rollout_id
 from gymflow.store.db import store_path
 from gymflow.store.schema import COLUMNS
 from gymflow.store.writer import insert_rows, register_verifier_version

@@ -39,6 +39,7 @@ import orjson
 from pydantic import ValidationError
 
 from gymflow.config import ModelConfig, Sampling
+from gymflow.core.records import ModelCall
 from gymflow.models.chat_adapter import COMPLETION, completion_to_response, request_to_chat
 from gymflow.models.errors import (
     MalformedResponse,
@@ -52,7 +53,6 @@ from gymflow.models.errors import (
 from gymflow.models.rate_limit import RequestSpacer
 from gymflow.models.responses import NOT_RUN, RESPONSE, Response, refusal_text
 from gymflow.models.transport import JsonPoster
-from gymflow.records import ModelCall
 
 REDACTED = "[redacted]"
 REDACTED_BYTES = REDACTED.encode()

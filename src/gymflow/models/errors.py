@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+from gymflow.errors import RuntimeFailure
 
-class ModelError(Exception):
+
+class ModelError(RuntimeFailure):
     kind = "model_error"
     retryable = False
 
@@ -83,20 +85,6 @@ class ClientRequestError(ModelError):
 
     kind = "client_error"
 
-
-#: Every kind the client can record, for readers of the store (health, diagnose, reports).
-FAILURE_KINDS = (
-    "rate_limited",
-    "timeout",
-    "server_error",
-    "transport_error",
-    "malformed_response",
-    "response_not_run",
-    "response_too_large",
-    "context_length_exceeded",
-    "refused",
-    "client_error",
-)
 
 #: The kinds a new attempt may settle: the client retries them, and `--resume` runs them again.
 RETRYABLE_KINDS = tuple(cls.kind for cls in ModelError.__subclasses__() if cls.retryable)

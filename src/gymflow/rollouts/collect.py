@@ -17,11 +17,12 @@ from datetime import UTC, datetime
 import duckdb
 
 from gymflow import progress
+from gymflow.core.records import Rollout, rollout_id, rollout_seed
+from gymflow.core.statuses import COMPLETED, FAILED
 from gymflow.environments.remote import close_resources, open_resources
 from gymflow.environments.resources import ResourcesServer
 from gymflow.harness.base import get_harness
 from gymflow.models.client import ResponsesClient
-from gymflow.records import COMPLETED, FAILED, Rollout, rollout_id, rollout_seed
 from gymflow.rollouts import stopping
 from gymflow.rollouts.plan import RolloutKey, RunPlan
 from gymflow.store.writer import write_rollouts

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.config import ConfigError, EvalConfig, Sampling
-from gymflow.environments.base import Environment, Task
+from gymflow.core.prompts import PromptError, render_prompt
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment, UnknownSplit
 from gymflow.environments.registry import (
     Benchmark,
     RegistryError,
@@ -18,7 +20,7 @@ from gymflow.environments.registry import (
     load_benchmark,
     load_environment,
 )
-from gymflow.rollouts.prompts import PromptError, render_prompt
+from gymflow.errors import UserError
 from gymflow.verifiers.base import get_verifier
 
 RolloutKey = tuple[str, int]  # (task_id, repeat_index)
@@ -117,9 +119,9 @@ def build_plan(config: EvalConfig) -> RunPlan:
     split = (benchmark.split if benchmark else None) or env.manifest.default_split
     try:
         tasks = env.tasks(split)
-    except (KeyError, ValueError) as exc:
-        problem = str(exc).strip('"')
-        if isinstance(exc, KeyError) and benchmark and benchmark.split:
+    except UserError as exc:  # no such split, a repeated task id, a dataset's bad rows
+        problem = str(exc)
+        if isinstance(exc, UnknownSplit) and benchmark and benchmark.split:
             problem = f"{benchmark_files()[config.benchmark]}: split: {problem}"
         raise ConfigError(problem) from None
     limit = config.limit or (benchmark.limit if benchmark else None)
@@ -187,6 +189,6 @@ def plan_problems(
         )
     try:
         _ = plan.verifier_version
-    except (ValueError, KeyError) as exc:  # bad parameters, or a verifier nobody registered
-        problems.append(f"{VERIFIER_PROBLEM}: {str(exc).strip(chr(34))}")
+    except UserError as exc:  # bad parameters, or a verifier nobody registered
+        problems.append(f"{VERIFIER_PROBLEM}: {exc}")
     return problems

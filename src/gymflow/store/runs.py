@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gymflow import __version__
-from gymflow.environments.base import Task
+from gymflow.core.tasks import Task
 from gymflow.rollouts.plan import RolloutKey, RunPlan, shard_of
 from gymflow.store.db import StoreError
 from gymflow.store.writer import insert_rows, register_verifier_version

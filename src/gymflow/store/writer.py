@@ -11,7 +11,7 @@ from typing import Any
 import duckdb
 import orjson
 
-from gymflow.records import Rollout
+from gymflow.core.records import Rollout
 from gymflow.store.db import StoreError, transaction
 from gymflow.store.schema import COLUMNS
 

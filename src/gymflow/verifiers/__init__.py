@@ -11,7 +11,7 @@ from gymflow.verifiers import (  # noqa: F401
     state_match,
 )
 from gymflow.verifiers.base import (
-    REGISTRY,
+    VERIFIERS,
     Verdict,
     VerifierError,
     VerifierSpec,
@@ -21,7 +21,7 @@ from gymflow.verifiers.base import (
 )
 
 __all__ = [
-    "REGISTRY",
+    "VERIFIERS",
     "Verdict",
     "VerifierError",
     "VerifierSpec",

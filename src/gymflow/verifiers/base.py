@@ -1,9 +1,11 @@
-"""Verifier registry. A verifier declares its parameters, reward range and pass threshold where it
-is defined; its version is its name plus a hash of the parameters it ran with."""
+"""Verifiers and their registry. A verifier declares where it is defined its parameters, reward
+range and pass threshold, and how it runs and its bound (`runs`, `timeout_s`): no environment,
+dataset or config changes either. Its version is its name plus a hash of its parameters."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import math
 from collections.abc import Callable
@@ -12,10 +14,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from gymflow.environments.base import Task
+from gymflow.core.tasks import Task
+from gymflow.errors import RuntimeFailure, UserError
+from gymflow.registry import Registry
 
 
-class VerifierError(Exception):
+class VerifierParamsError(UserError, ValueError):
+    """Verifier parameters (a manifest's, a benchmark's, `--param`) that do not validate. Still a
+    ValueError: pydantic validators that check them report it as a field error."""
+
+
+class VerifierError(RuntimeFailure):
     """The verifier could not judge this output (as opposed to judging it wrong)."""
 
     def __init__(self, message: str, kind: str = "verifier_error") -> None:
@@ -48,6 +57,15 @@ VerifyFn = Callable[[VerifyInput, Any], Verdict]
 #: What a task data field must hold: `scalar` is text or a number; `list` and `mapping` are JSON.
 FieldKind = Literal["number", "text", "scalar", "list", "mapping"]
 
+#: How a verifier runs. `inline`: on the caller's thread, unbounded (a quick pure function: sending
+#: a rollout to a worker costs more than judging it). `worker`: in a killable worker process,
+#: killed past its bound (it runs model-written code or parses untrusted input; a thread cannot be
+#: stopped). `threads`: on a thread pool, many at once (it waits on a network service, an LLM
+#: judge); the rollout stops waiting past its bound and the call ends on its own network timeouts.
+Runs = Literal["inline", "worker", "threads"]
+#: The bound of a `worker` or `threads` verifier that declares none.
+DEFAULT_TIMEOUT_S = 300.0
+
 
 @dataclass(frozen=True, slots=True)
 class DataField:
@@ -65,14 +83,11 @@ class VerifierSpec:
     fn: VerifyFn
     reward_range: tuple[float, float]
     pass_threshold: float
-    description: str
-    #: Waits on a network service (an LLM judge) rather than computing: such a verifier runs on
-    #: threads, many at once, bounded by its own network timeouts, not in the process pool.
-    io_bound: bool = False
-    #: Runs model-written code or parses untrusted input with no bound of its own: it always
-    #: verifies in a killable worker process under a time bound (the environment's
-    #: verify_timeout_s, else 300 s), whichever environment or dataset names it.
-    heavy: bool = False
+    #: Where it runs (see `Runs`), whichever environment or dataset names it.
+    runs: Runs = "inline"
+    #: The longest one verification may take before it is a `verifier_timeout` error; None for
+    #: an inline verifier.
+    timeout_s: float | None = None
     #: The `Task.data` fields it reads, by name.
     fields: dict[str, DataField] = field(default_factory=dict)
 
@@ -83,7 +98,7 @@ class VerifierSpec:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
             )
-            raise ValueError(f"verifier {self.name!r} parameters: {problems}") from None
+            raise VerifierParamsError(f"verifier {self.name!r} parameters: {problems}") from None
         # `rel_tol=inf` would pass every answer, and the version's JSON would hold `Infinity`
         infinite = [
             f"{key}: {value} is not a finite number"
@@ -91,7 +106,7 @@ class VerifierSpec:
             if isinstance(value, float) and not math.isfinite(value)
         ]
         if infinite:
-            raise ValueError(f"verifier {self.name!r} parameters: {'; '.join(infinite)}")
+            raise VerifierParamsError(f"verifier {self.name!r} parameters: {'; '.join(infinite)}")
         return params
 
     def version(self, params: BaseModel) -> str:
@@ -99,32 +114,48 @@ class VerifierSpec:
         return f"{self.name}@{hashlib.sha256(blob).hexdigest()[:8]}"
 
 
-REGISTRY: dict[str, VerifierSpec] = {}
+#: Every verifier by name: the built-ins, then those an environment's module registers on import.
+VERIFIERS: Registry[VerifierSpec] = Registry(
+    "verifier", builtins=lambda: importlib.import_module("gymflow.verifiers")
+)
 
 
 def verifier(
     name: str,
     *,
     params: type[BaseModel],
+    runs: Runs = "inline",
+    timeout_s: float | None = None,
     reward_range: tuple[float, float] = (0.0, 1.0),
     pass_threshold: float = 1.0,
-    io_bound: bool = False,
-    heavy: bool = False,
     fields: dict[str, DataField] | None = None,
 ) -> Callable[[VerifyFn], VerifyFn]:
-    """Register a verify function under `name` with its parameter model."""
+    """Register a verify function under `name` with its parameter model, how it runs and its
+    bound (`timeout_s`, default 300 s for a `worker` or `threads` verifier)."""
+    if runs not in ("inline", "worker", "threads"):
+        raise ValueError(f"verifier {name!r}: runs={runs!r} (known: inline, worker, threads)")
+    if runs == "inline" and timeout_s is not None:
+        raise ValueError(
+            f"verifier {name!r}: an inline verifier cannot be bounded; "
+            "declare runs='worker' (or 'threads') with timeout_s"
+        )
+    if timeout_s is not None and not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise ValueError(f"verifier {name!r}: timeout_s={timeout_s} is not a positive number")
+    bound = timeout_s if timeout_s is not None or runs == "inline" else DEFAULT_TIMEOUT_S
 
     def register(fn: VerifyFn) -> VerifyFn:
-        REGISTRY[name] = VerifierSpec(
-            name=name,
-            params_model=params,
-            fn=fn,
-            reward_range=reward_range,
-            pass_threshold=pass_threshold,
-            description=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
-            io_bound=io_bound,
-            heavy=heavy,
-            fields=dict(fields or {}),
+        VERIFIERS.register(
+            name,
+            VerifierSpec(
+                name=name,
+                params_model=params,
+                fn=fn,
+                reward_range=reward_range,
+                pass_threshold=pass_threshold,
+                runs=runs,
+                timeout_s=bound,
+                fields=dict(fields or {}),
+            ),
         )
         return fn
 
@@ -132,10 +163,5 @@ def verifier(
 
 
 def get_verifier(name: str) -> VerifierSpec:
-    import gymflow.verifiers  # noqa: F401  (registers the built-in verifiers)
-
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        known = ", ".join(sorted(REGISTRY))
-        raise KeyError(f"unknown verifier {name!r} (known: {known})") from None
+    """The verifier registered as `name`. Raises UnknownName (gymflow.registry)."""
+    return VERIFIERS.get(name)

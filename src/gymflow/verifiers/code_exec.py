@@ -124,7 +124,8 @@ def _as_body(code: str) -> str:
 @verifier(
     "code_exec",
     params=CodeExecParams,
-    heavy=True,
+    runs="worker",
+    timeout_s=300.0,
     fields={n: DataField("text") for n in ("prompt", "test", "entry_point")},
 )
 def code_exec(inp: VerifyInput, params: CodeExecParams) -> Verdict:

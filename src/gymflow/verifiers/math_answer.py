@@ -113,7 +113,11 @@ def candidate(output_text: str, params: MathAnswerParams) -> tuple[str | None, s
 
 
 @verifier(
-    "math_answer", params=MathAnswerParams, heavy=True, fields={"answer": DataField("scalar")}
+    "math_answer",
+    params=MathAnswerParams,
+    runs="worker",
+    timeout_s=300.0,
+    fields={"answer": DataField("scalar")},
 )
 def math_answer(inp: VerifyInput, params: MathAnswerParams) -> Verdict:
     """Reward 1 when the boxed answer is mathematically equivalent to the gold answer."""

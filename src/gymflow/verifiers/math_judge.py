@@ -124,13 +124,13 @@ def _run(coro) -> Any:
 @verifier(
     "math_judge",
     params=MathJudgeParams,
-    io_bound=True,
-    heavy=True,
+    runs="threads",
+    timeout_s=300.0,
     fields={"answer": DataField("scalar"), "question": DataField("text", required=False)},
 )
 def math_judge(inp: VerifyInput, params: MathJudgeParams) -> Verdict:
     """Reward 1 when an LLM judge scores the boxed answer equivalent (at or above threshold)."""
-    from gymflow.rollouts.prompts import PromptError, render_prompt
+    from gymflow.core.prompts import PromptError, render_prompt
 
     expected = inp.task.data["answer"]
     answer_params = MathAnswerParams(require_boxed=params.require_boxed)

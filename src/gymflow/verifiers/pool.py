@@ -2,9 +2,10 @@
 
 A verifier that never returns cannot be stopped on a thread: the thread is abandoned and spins
 until the process exits (every hung verification of a long-lived flow process would leak one).
-A process can be killed. So verifications with a bound (an environment's `verify_timeout_s`, a
-sandbox, a judge) run here, on the collector's path and on reverify's alike: a worker that outlives
-the bound is killed with its process group and replaced on the next demand, and the others carry on.
+A process can be killed. So a verifier that declares `runs="worker"` (model-written code, a
+sandbox, untrusted parsing) runs here under its own `timeout_s`, on the collector's path and on
+reverify's alike: a worker that outlives the bound is killed with its process group and replaced
+on the next demand, and the others carry on.
 
 One pool per process, at most one worker per core, each started on first demand as a fresh
 interpreter (the collector is multi-threaded; a forked child would inherit locks other threads
@@ -35,9 +36,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from gymflow.core.records import Verification
     from gymflow.environments.base import Environment
     from gymflow.environments.resources import ResourcesServer
-    from gymflow.records import Verification
     from gymflow.verifiers.base import VerifyInput
 
 #: The bound on starting a worker and building the verifier in it (imports, loading a dataset):
@@ -92,11 +93,11 @@ class VerifierRef:
         """The resources server, rebuilt from the environment's entry point (which registers
         the environment's own verifiers on import)."""
         from gymflow.environments.base import EnvironmentManifest
-        from gymflow.environments.registry import EnvironmentSource, _import_entrypoint
+        from gymflow.environments.registry import EnvironmentSource, load_entrypoint
 
         manifest = EnvironmentManifest.model_validate_json(self.manifest_json)
         source = EnvironmentSource(manifest, Path(self.folder))
-        env = _import_entrypoint(source)(manifest, source.folder)
+        env = load_entrypoint(source)(manifest, source.folder)
         return env.resources_server(json.loads(self.params_json))
 
 

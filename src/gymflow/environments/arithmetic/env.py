@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from gymflow.environments.base import Environment, Task
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment
 
 SEED = 20261130
 

@@ -6,9 +6,10 @@ from typing import Any
 
 import orjson
 
+from gymflow.core.tasks import Task
 from gymflow.environments.backoffice.tasks import make_task
 from gymflow.environments.backoffice.tools import HANDLERS, TOOL_SCHEMAS
-from gymflow.environments.base import Environment, Task
+from gymflow.environments.base import Environment
 from gymflow.environments.resources import ResourcesServer, ToolHandler
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gymflow.environments.resources import ToolError
+from gymflow.core.protocols import ToolError
 from gymflow.models.responses import function_tool
 
 State = dict[str, Any]

@@ -14,7 +14,8 @@ import re
 from functools import cache
 from typing import Any
 
-from gymflow.environments.base import Environment, Task, ToolCall
+from gymflow.core.tasks import Task, ToolCall
+from gymflow.environments.base import Environment
 from gymflow.environments.resources import ResourcesServer
 from gymflow.models.responses import function_tool
 

@@ -12,13 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gymflow.environments.base import Environment, EnvironmentManifest, SplitSpec, Task
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment, EnvironmentManifest, SplitSpec, UnknownSplit
 from gymflow.environments.dataset.hub import hub_rows
 from gymflow.environments.dataset.mapping import RowRules, map_rows
 from gymflow.environments.dataset.readers import DatasetError, read_rows
 from gymflow.environments.dataset.simulate import SOURCES
 from gymflow.environments.dataset.spec import DatasetSpec
 from gymflow.environments.resources import ResourcesServer
+from gymflow.registry import RegistryError
 from gymflow.verifiers.base import get_verifier
 
 if TYPE_CHECKING:
@@ -45,7 +47,7 @@ def dataset_manifest(benchmark: Benchmark) -> EnvironmentManifest:
     assert spec is not None and ref is not None  # the Benchmark model requires both together
     try:
         verifier = get_verifier(ref.name)
-    except KeyError as exc:
+    except RegistryError as exc:
         raise ValueError(f"verifier.name: {str(exc).strip(chr(34))}") from None
     template = benchmark.prompt_template or (NEMO_GYM_TEMPLATE if spec.format == "nemo_gym" else "")
     if not template:
@@ -64,7 +66,6 @@ def dataset_manifest(benchmark: Benchmark) -> EnvironmentManifest:
             spec.pass_threshold if spec.pass_threshold is not None else verifier.pass_threshold
         ),
         harness=spec.harness,
-        verify_timeout_s=spec.verify_timeout_s,
         prompt_template=template,
         splits={spec.split_name: SplitSpec(description=f"the rows of {where}")},
         default_split=spec.split_name,
@@ -131,7 +132,7 @@ class DatasetEnvironment(Environment):
         if self.spec is None:
             raise DatasetError([f"environment {self.name!r} was built without its dataset"])
         if split != self.spec.split_name:
-            raise KeyError(
+            raise UnknownSplit(
                 f"environment {self.name!r} has no split {split!r} (splits: {self.spec.split_name})"
             )
         if self.spec.hub is not None:

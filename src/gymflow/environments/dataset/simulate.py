@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gymflow.environments.base import ToolCall
+from gymflow.core.tasks import ToolCall
 
 
 @dataclass(frozen=True, slots=True)

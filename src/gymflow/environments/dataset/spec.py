@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gymflow.config import refuse_removed
+from gymflow.environments.base import REMOVED_FIELDS
 
 #: Local file formats, by suffix; `nemo_gym` is a JSONL file of NeMo Gym dataset rows.
 SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv"}
@@ -63,7 +66,11 @@ class DatasetSpec(BaseModel):
     harness: str = "single_turn"
     domain: str = "dataset"
     pass_threshold: float | None = Field(None, description="default: the verifier's own")
-    verify_timeout_s: float | None = Field(None, gt=0.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        return refuse_removed(data, REMOVED_FIELDS)
 
     @model_validator(mode="after")
     def _one_source(self) -> DatasetSpec:

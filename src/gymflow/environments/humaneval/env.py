@@ -10,7 +10,8 @@ import importlib.resources
 import json
 from typing import Any
 
-from gymflow.environments.base import Environment, Task
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment
 
 
 def load_problems() -> list[dict[str, Any]]:

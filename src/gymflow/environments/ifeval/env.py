@@ -14,7 +14,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from gymflow.environments.base import Environment, Task
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment
 from gymflow.verifiers.ifeval import CHECKS, check_constraint
 
 SEED = 20261130

@@ -12,7 +12,8 @@ import random
 from collections.abc import Callable
 from fractions import Fraction
 
-from gymflow.environments.base import Environment, Task
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment
 
 SEED = 20261130
 

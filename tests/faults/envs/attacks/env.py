@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 
-from gymflow.environments.base import Environment, Task
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment
 from gymflow.environments.humaneval.env import fenced, load_problems
 
 

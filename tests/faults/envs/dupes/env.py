@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gymflow.environments.base import Environment, Task
+from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment
 
 
 class Dupes(Environment):

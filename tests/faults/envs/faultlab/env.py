@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from gymflow.environments.base import Environment, Task, ToolCall
+from gymflow.core.tasks import Task, ToolCall
+from gymflow.environments.base import Environment
 from gymflow.environments.resources import ResourcesServer
 from gymflow.models.responses import function_tool
 from gymflow.verifiers.base import Verdict, verifier
@@ -25,7 +26,7 @@ class LabParams(BaseModel):
     tolerance: int = 0  # an answer this far off still passes (reverify sets it)
 
 
-@verifier("faultlab_answer", params=LabParams)
+@verifier("faultlab_answer", params=LabParams, runs="worker", timeout_s=1.0)
 def faultlab_answer(inp, params):
     mode = inp.task.data["mode"]
     if mode == "raise" and not os.environ.get("FAULTLAB_FIXED"):  # the checker's bug, fixed

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from gymflow.environments.base import Environment, Task, ToolCall
-from gymflow.environments.resources import ResourcesServer, ToolError
+from gymflow.core.protocols import ToolError
+from gymflow.core.tasks import Task, ToolCall
+from gymflow.environments.base import Environment
+from gymflow.environments.resources import ResourcesServer
 from gymflow.models.responses import function_tool
 
 

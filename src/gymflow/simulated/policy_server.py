@@ -30,7 +30,7 @@ import orjson
 
 from gymflow.config import FaultSpec
 from gymflow.models.chat_adapter import chat_to_request, response_to_completion
-from gymflow.models.policy import (
+from gymflow.simulated.policy import (
     PolicyEntry,
     call_turns,
     decide,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gymflow.models.policy import MISTAKES, PolicyEntry, plan_position
+from gymflow.simulated.policy import MISTAKES, PolicyEntry, plan_position
 
 PLAN = [
     [

@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 
 from gymflow.config import FaultSpec
-from gymflow.models.policy import PolicyEntry, save_table
+from gymflow.errors import RuntimeFailure
+from gymflow.simulated.policy import PolicyEntry, save_table
 
 
 def free_port() -> int:
@@ -56,7 +57,7 @@ class LocalPolicyServer:
         command = [
             sys.executable,
             "-m",
-            "gymflow.models.policy_server",
+            "gymflow.simulated.policy_server",
             "--table",
             str(table_path),
             "--port",
@@ -72,14 +73,14 @@ class LocalPolicyServer:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise RuntimeError(f"local policy server exited with {self._process.returncode}")
+                raise RuntimeFailure(f"local policy server exited with {self._process.returncode}")
             try:
                 if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1).status_code == 200:
                     return self
             except httpx.TransportError:
                 time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"local policy server did not answer within {self.startup_timeout_s}s")
+        raise RuntimeFailure(f"local policy server did not answer within {self.startup_timeout_s}s")
 
     def stop(self) -> None:
         if self._process is not None and self._process.poll() is None:

@@ -7,12 +7,13 @@ from typing import Any
 
 from jinja2 import StrictUndefined, TemplateError
 
-from gymflow.rollouts.bounded_jinja import BoundedSandbox, render
+from gymflow.core.bounded_jinja import BoundedSandbox, render
+from gymflow.errors import UserError
 
 _JINJA = BoundedSandbox(undefined=StrictUndefined, keep_trailing_newline=False, autoescape=False)
 
 
-class PromptError(ValueError):
+class PromptError(UserError, ValueError):
     pass
 
 

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gymflow.environments.base import Task
+from gymflow.core.tasks import Task
 
 
 def unit_draw(*parts: object) -> float:

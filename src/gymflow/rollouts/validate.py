@@ -16,13 +16,13 @@ import httpx
 from pydantic import ValidationError
 
 from gymflow.config import ConfigError, EvalConfig, load_config_file
+from gymflow.core.prompts import PromptError, render_prompt
 from gymflow.environments.registry import (
     RegistryError,
     load_benchmark,
     load_environment,
 )
 from gymflow.rollouts.plan import VERIFIER_PROBLEM, RunPlan, build_plan, plan_problems
-from gymflow.rollouts.prompts import PromptError, render_prompt
 
 
 @dataclass
@@ -135,7 +135,7 @@ def _harness(plan: RunPlan, source: str, report: ValidationReport) -> None:
 
     try:
         get_harness(plan.harness)
-    except KeyError as exc:
+    except RegistryError as exc:
         report.problems.append(f"{source}: harness.name: {str(exc).strip(chr(34))}")
     else:
         report.passed.append(f"harness {plan.harness!r}")
@@ -199,7 +199,7 @@ async def _ask(plan: RunPlan, base_url: str) -> str:
 
 
 def _ping(plan: RunPlan, report: ValidationReport) -> None:
-    from gymflow.models.endpoint import model_endpoint
+    from gymflow.simulated.endpoint import model_endpoint
 
     try:
         with model_endpoint(plan) as base_url:

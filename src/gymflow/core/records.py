@@ -7,14 +7,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-# Rollout statuses. A failed rollout is not scored: it counts in coverage, never as reward 0.
-COMPLETED = "completed"
-FAILED = "failed"
-
-# Verification statuses.
-VERIFIED = "ok"
-VERIFY_ERROR = "error"
-
 
 def rollout_id(run_id: str, task_id: str, repeat_index: int) -> str:
     """Deterministic, so shard merges and resumes agree on identity without coordination."""

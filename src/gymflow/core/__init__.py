@@ -1,0 +1,1 @@
+"""What every layer shares: tasks, records, statuses, prompts and the resources protocol."""
