@@ -31,6 +31,7 @@ import gymflow.tasks.rollouts as rollout_tasks
 import gymflow.tasks.shards as shard_tasks
 from gymflow.config import EvalConfig
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
+from gymflow.rollouts.collect import Collector
 
 
 class Timeline:
@@ -90,7 +91,7 @@ def timed_entry(category: str, cm: Callable) -> Callable:
 
 
 def instrument() -> None:
-    rollout_tasks.run_collect = timed("rollouts", rollout_tasks.run_collect)
+    Collector.run = timed("rollouts", Collector.run)
     rollout_tasks.resolve = timed("plan", rollout_tasks.resolve)
     rollout_tasks.register_run = timed("plan", rollout_tasks.register_run)
     rollout_tasks.missing_keys = timed("plan", rollout_tasks.missing_keys)

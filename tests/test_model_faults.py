@@ -14,9 +14,9 @@ from gymflow.config import EvalConfig
 from gymflow.models.client import ResponsesClient
 from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import resolve
+from gymflow.rollouts.registration import register_run
 from gymflow.simulated.endpoint import local_policy_server
 from gymflow.store.db import connect
-from gymflow.store.runs import register_run
 
 
 def _config(out: Path, **model) -> EvalConfig:

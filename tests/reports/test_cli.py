@@ -7,8 +7,8 @@ import shutil
 
 from gymflow.config import EvalConfig
 from gymflow.rollouts.plan import resolve
+from gymflow.rollouts.registration import register_run
 from gymflow.store.db import connect
-from gymflow.store.runs import register_run
 from tests.conftest import gym
 from tests.reports import pages
 from tests.reports.conftest import profile_json

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from gymflow import progress
 from gymflow.cli import exit_codes
-from gymflow.cli.app import app, console, errors, eval_app, fail
+from gymflow.cli.app import app, console, errors, eval_app, fail, prefect_for_run
 from gymflow.cli.scale import server_hint_once
 from gymflow.config import (
     ConfigError,
@@ -30,6 +30,7 @@ from gymflow.flows.parameters import UNSHARDED, ScaleOptions
 from gymflow.models.open_files import ensure_open_files
 from gymflow.rollouts.plan import RunPlan, resolve
 from gymflow.rollouts.stopping import RunStopped
+from gymflow.simulated.endpoint import launched_early
 from gymflow.store.db import StoreError, connect, store_path
 from gymflow.store.merge import check_destination
 
@@ -131,6 +132,7 @@ def run_loop(
 ) -> dict[str, Any]:
     """Run the evaluation loop flow with a progress bar (after `check_before_run`)."""
     from gymflow.flows.eval_run import evaluation_loop
+    from gymflow.flows.lean import without_heartbeat
 
     _quiet_prefect_console()
     server_hint_once()
@@ -141,7 +143,7 @@ def run_loop(
         MofNCompleteColumn(),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, console=console, transient=False) as bar:
+    with Progress(*columns, console=console, transient=False) as bar, without_heartbeat():
         progress.set_listener(_Bar(bar))
         try:
             return evaluation_loop(config, resume, scale, retry_failed)
@@ -202,20 +204,23 @@ def _execute(
         plan = check_before_run(config, resume=resume)
     except (ConfigError, RegistryError, StoreError) as exc:
         fail(str(exc))
-    from prefect.exceptions import CancelledRun  # imports Prefect: only once a run starts
+    prefect_for_run()
+    # The local policy server starts while Prefect is imported and the flow run starts.
+    with launched_early(plan):
+        from prefect.exceptions import CancelledRun  # imports Prefect: only once a run starts
 
-    try:
-        result = run_loop(config, resume=resume, scale=scale, retry_failed=retry_failed)
-    except RunStopped as exc:
-        fail(f"{exc} ({_stored(plan)})", exc.exit_code)
-    except CancelledRun as exc:
-        fail(f"{exc} ({_stored(plan)})", exit_codes.TERMINATED)
-    except KeyboardInterrupt:
-        fail(f"stopped at once (signalled twice); {_stored(plan)}", exit_codes.INTERRUPTED)
-    except ConfigError as exc:
-        fail(str(exc))
-    except (RegistryError, StoreError) as exc:
-        fail(str(exc), exit_codes.RUNTIME)
+        try:
+            result = run_loop(config, resume=resume, scale=scale, retry_failed=retry_failed)
+        except RunStopped as exc:
+            fail(f"{exc} ({_stored(plan)})", exc.exit_code)
+        except CancelledRun as exc:
+            fail(f"{exc} ({_stored(plan)})", exit_codes.TERMINATED)
+        except KeyboardInterrupt:
+            fail(f"stopped at once (signalled twice); {_stored(plan)}", exit_codes.INTERRUPTED)
+        except ConfigError as exc:
+            fail(str(exc))
+        except (RegistryError, StoreError) as exc:
+            fail(str(exc), exit_codes.RUNTIME)
     print_headline(result)
     health = result["analysis"].health
     if health.gate == "fail":

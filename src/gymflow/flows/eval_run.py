@@ -7,7 +7,6 @@ from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
-from prefect import flow
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
 from prefect.states import Cancelled
@@ -22,6 +21,7 @@ from gymflow.flows.cancellation import stop_on_cancel
 from gymflow.flows.eval_shard import collect_plan
 from gymflow.flows.fan_out import ShardFailed, run_shard_here, run_shard_on_pool, shard_deployment
 from gymflow.flows.labels import run_name, tag_run
+from gymflow.flows.lean import flow
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions, shard_config
 from gymflow.rollouts import stopping
 from gymflow.rollouts.plan import resolve

@@ -16,6 +16,7 @@ from gymflow.environments.registry import (
     Benchmark,
     RegistryError,
     benchmark_files,
+    environment_sources,
     load_benchmark,
     load_environment,
 )
@@ -155,9 +156,23 @@ def check_plan(plan: RunPlan) -> None:
         raise ConfigError("\n".join(problems))
 
 
-def plan_problems(plan: RunPlan, *, rows_shown: int = 5) -> list[str]:
+def template_source(plan: RunPlan, config_source: str = "the eval config") -> str:
+    """The file and field the plan's prompt template was written in."""
+    if plan.config.prompt_template:
+        return f"{config_source} (prompt_template)"
+    if plan.benchmark is not None and plan.benchmark.prompt_template:
+        return f"{benchmark_files()[plan.benchmark.name]} (prompt_template)"
+    if plan.benchmark is not None and plan.benchmark.dataset is not None:  # nemo_gym rows
+        return f"{benchmark_files()[plan.benchmark.name]} (the rows' own first user message)"
+    return f"{environment_sources()[plan.env.name].folder / 'environment.yaml'} (prompt_template)"
+
+
+def plan_problems(
+    plan: RunPlan, *, rows_shown: int = 5, config_source: str = "the eval config"
+) -> list[str]:
     """Every problem with a plan, not just the first. Rows failing the same way are one problem
-    (naming the first few rows and the count), so a bad template gives one line, not thousands."""
+    (naming the first few rows and the count), so a bad template gives one line, not thousands;
+    it names the file and field the template came from."""
     failing: dict[str, list[tuple[int, str]]] = {}
     for row, task in enumerate(plan.all_tasks):
         try:
@@ -168,7 +183,10 @@ def plan_problems(plan: RunPlan, *, rows_shown: int = 5) -> list[str]:
     for message, rows in failing.items():
         shown = ", ".join(f"row {row} ({task_id})" for row, task_id in rows[:rows_shown])
         more = f" and {len(rows) - rows_shown} more rows" if len(rows) > rows_shown else ""
-        problems.append(f"{plan.env.name}/{plan.split} {shown}{more}: prompt: {message}")
+        problems.append(
+            f"{plan.env.name}/{plan.split} {shown}{more}: prompt: {message} "
+            f"(template from {template_source(plan, config_source)})"
+        )
     try:
         _ = plan.verifier_version
     except UserError as exc:  # bad parameters, or a verifier nobody registered
