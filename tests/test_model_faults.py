@@ -79,7 +79,7 @@ def test_exhausted_retries_store_a_failed_rollout(tmp_path: Path) -> None:
     ).fetchone()[0]
     assert scored_failed == 0, "a failed rollout has no reward at all, not a reward of 0"
 
-    result = profile(con)
+    result = profile(con).as_json()
     assert result["coverage"] == {
         "expected": 30,
         "scored": 30 - stats.failed,

@@ -14,12 +14,14 @@ from typing import Any
 
 import yaml
 
+from gymflow.errors import UserError
+
 #: Nodes a document may expand to through its aliases. Configs, benchmarks and manifests hold
 #: hundreds; a dataset of a few thousand rows in YAML stays well below.
 MAX_EXPANDED_NODES = 1_000_000
 
 
-class YamlBombError(yaml.YAMLError):
+class YamlBombError(UserError, yaml.YAMLError):
     """A document whose aliases expand past the bound, or refer to themselves."""
 
 

@@ -13,9 +13,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gymflow import bounded_yaml
+from gymflow.errors import UserError
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config that cannot be used; the message names the file and every bad field."""
 
 

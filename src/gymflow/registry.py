@@ -16,10 +16,12 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from gymflow.errors import UserError
+
 T = TypeVar("T")
 
 
-class RegistryError(LookupError):
+class RegistryError(UserError, LookupError):
     """A component that cannot be found or loaded; the message names it (and its file)."""
 
 

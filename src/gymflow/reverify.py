@@ -31,6 +31,7 @@ from gymflow.core.records import Verification
 from gymflow.core.tasks import Task
 from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.environments.resources import ResourcesServer
+from gymflow.errors import UserError
 from gymflow.store.db import connect, transaction
 from gymflow.store.rows import verification_row
 from gymflow.store.runs import run_info
@@ -44,7 +45,7 @@ from gymflow.verifiers.base import VerifyInput
 BATCH = 50_000
 
 
-class ReverifyError(ValueError):
+class ReverifyError(UserError):
     """A reverify that cannot run; nothing was written."""
 
 
@@ -332,7 +333,7 @@ def reverify(
         params = {**base.params, **settings} if settings else dict(spec.params)
         try:
             server = env.resources_server(params)
-        except ValueError as exc:
+        except UserError as exc:  # parameters that do not validate, a verifier gone
             raise ReverifyError(str(exc)) from None
         new_version = _version_of(con, server)
         stored = {

@@ -206,8 +206,10 @@ def test_malformed_and_missing_calls(by_id) -> None:
 
 
 # -- end to end ----------------------------------------------------------------------------------
-def test_gym_eval_run_end_to_end(tmp_path: Path, by_id) -> None:
-    con = run_benchmark(tmp_path, "bfcl-smoke", "bfcl", limit=30, repeats=2)
+def test_gym_eval_run_end_to_end(tmp_path: Path, by_id, prefect_api: str) -> None:
+    con = run_benchmark(
+        tmp_path, "bfcl-smoke", "bfcl", limit=30, repeats=2, prefect_api=prefect_api
+    )
     # Each model call offered exactly the task's own tools.
     offered = con.execute(
         f"SELECT r.task_id, {expanded('m.request_json')} "

@@ -483,11 +483,29 @@ def test_ifeval_constraints_from_csv_json_text(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv(PATH_VARIABLE, str(tmp_path))
     with pytest.raises(ConfigError, match=r"if.csv: line 3: field 'constraints' .* as list\)"):
         resolve(EvalConfig(benchmark="inst", out=str(tmp_path / "runs")))
-    write_rows(tmp_path / "benchmarks" / "if.csv", rows[:1])
+    write_rows(tmp_path / "ok" / "data" / "if.csv", rows[:1])
     write_benchmark(
-        tmp_path / "ok", "inst", {"path": "../../benchmarks/if.csv", "fields": {"id": "id"}},
+        tmp_path / "ok", "inst", {"path": "../data/if.csv", "fields": {"id": "id"}},
         verifier={"name": "ifeval"}, prompt_template="{{ instruction }}",
     )  # fmt: skip
     (task,) = _plan(tmp_path / "ok", "inst", monkeypatch).all_tasks
     assert task.data == {"constraints": constraints}
     assert _verify("ifeval", task.data, "I like tea.").reward == 1.0
+
+
+@pytest.mark.parametrize("escape", ["../../secret.jsonl", "/SECRET", "link.jsonl"])
+def test_a_dataset_path_cannot_leave_the_benchmarks_folder(tmp_path, monkeypatch, escape) -> None:
+    """A downloaded benchmark folder must not read ~/.ssh or /etc into a run's store: not by
+    `..`, an absolute path or a symlink; the error names the file and the field."""
+    secret = write_rows(tmp_path / "secret.jsonl", ROWS)
+    root = tmp_path / "downloaded"
+    (root / "benchmarks").mkdir(parents=True)
+    (root / "benchmarks" / "link.jsonl").symlink_to(secret)
+    path = escape.replace("/SECRET", str(secret))
+    yaml_file = write_benchmark(root, "sums", {"path": path, "fields": MAPPED})
+    with pytest.raises(ConfigError) as caught:
+        _plan(root, "sums", monkeypatch)
+    assert str(caught.value) == (
+        f"{yaml_file}: dataset.path: {path!r} is outside {root.resolve()} (a benchmark reads "
+        "only files under the folder that holds its benchmarks/)"
+    )

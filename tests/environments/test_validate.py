@@ -110,11 +110,12 @@ def test_an_environment_whose_code_is_broken(tmp_path: Path, monkeypatch) -> Non
     monkeypatch.setenv(PATH_VARIABLE, str(tmp_path))
     config = tmp_path / "eval.yaml"
     config.write_text("benchmark: broken-code-smoke\n")
+    line = env_py.read_text().splitlines().index("def (") + 1
     report = validate_config(config)
     assert len(report.problems) == 1
     assert report.problems[0] == (
         f"{config}: environment of 'broken-code-smoke' does not load ({env_py}): "
-        "SyntaxError: invalid syntax (env.py, line 15)"
+        f"SyntaxError: invalid syntax (env.py, line {line})"
     )
 
 

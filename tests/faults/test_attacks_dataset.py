@@ -131,3 +131,52 @@ def test_a_removed_dataset_setting_says_what_replaces_it(tmp_path, monkeypatch) 
     write_benchmark(tmp_path, "old", {"path": "d.jsonl", "fields": MAPPED, "verify_timeout_s": 9})
     with pytest.raises(ConfigError, match=r"verify_timeout_s: removed; .*@verifier\(.*timeout_s"):
         _plan(tmp_path, "old", monkeypatch)
+
+
+#: Templates that held the process for minutes or allocated gigabytes (each was checked to
+#: be unbounded in Jinja's own sandbox), and the bound each now meets.
+UNBOUNDED = [
+    ("{{ 'x'|center(10**9) }}", "a width or count of 1000000000"),
+    ("{{ question.ljust(10**9) }}", "a width or count of 1000000000"),
+    ("{{ 'x' * 10**9 }}", "would make a value of 1000000000 items"),
+    ("{{ 10 ** (10 ** 8) }}", "makes an integer over 65536 bits"),
+    ("{{ '%999999999s' % 'x' }}", "a width or count of 999999999"),
+    ("{{ '%*s' % (10**9, 'x') }}", "width taken from an argument"),
+    ("{{ '{:>{}}'.format('x', 10**9) }}", "width taken from an argument"),
+    ("{{ [1]|batch(10**9, 'x')|list }}", "a width or count of 1000000000"),
+    ("{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}", "100000"),
+    ("{% macro f(n) %}{% if n %}{{ f(n-1) }}{{ f(n-1) }}{% endif %}{% endmacro %}{{ f(60) }}", ""),
+    ("{% macro f(s, n) %}{{ f(s ~ s, n - 1) if n else s }}{% endmacro %}{{ f('x', 60) }}", "makes"),
+    ("{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}"
+     "{% endfor %}", "makes a value of"),
+    ("{% set a = 'x' * 4000000 %}{{ a|replace('x', a) }}", "would make a value of"),
+    ("{% set a = 'x' * 4000000 %}{{ ([a] * 4000000)|join }}", "would make a value of"),
+    ("{% for i in range(99999) %}{{ 'y' * 100000 }}{% endfor %}", "outputs more than"),
+    ("{{ ('ab' * 1000000)|wordwrap(1) }}", "wordwrap of 2000000 characters"),
+    ("{{ lipsum(10**9) }}", "'lipsum' is undefined"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("template", "expected"), UNBOUNDED)
+def test_a_template_without_bounds_is_refused_naming_its_file(
+    tmp_path, monkeypatch, template: str, expected: str
+) -> None:
+    _bench(tmp_path, "big", (json.dumps(ROWS[0]) + "\n").encode(), prompt_template=template)
+    with pytest.raises(ConfigError) as caught:
+        _plan(tmp_path, "big", monkeypatch)
+    message = str(caught.value)
+    assert "row 0 (q1): prompt:" in message and expected in message
+    assert message.endswith(
+        f"(template from {tmp_path / 'benchmarks' / 'big.yaml'} (prompt_template))"
+    )
+
+
+def test_a_bounded_template_keeps_what_prompts_use() -> None:
+    template = (
+        "{% set ns = namespace(n=0) %}{% for t in tags %}{% set ns.n = ns.n + 1 %}{% endfor %}"
+        "{% macro box(x) %}[{{ x|center(5) }}]{% endmacro %}{{ box(q) }} {{ tags|join(', ') }} "
+        "{{ '%.2f' % 3.14159 }} {{ '{:>4}'.format(ns.n) }} {{ q|replace('a', 'bb') ~ '!' }} "
+        "{{ 'a\nb'|indent(2) }} {{ 2 ** 70 }} {{ 12345678901|filesizeformat }}"
+    )
+    rendered = render_prompt(template, {"q": "a", "tags": ["x", "y"]})
+    assert rendered == "[  a  ] x, y 3.14    2 bb! a\n  b 1180591620717411303424 12.3 GB"

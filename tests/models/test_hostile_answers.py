@@ -139,6 +139,7 @@ NOT_RUN = {
     "output null": _response() | {"output": None},
     "no output key": {"id": "resp_1", "model": "m", "status": "completed"},
     "empty output": _response(),
+    "only reasoning": _response({"type": "reasoning", "id": "rs_1", "summary": []}),
 }
 
 
@@ -148,6 +149,15 @@ def test_a_response_that_did_not_run_is_its_own_failure(name: str) -> None:
     outcome = _call(_serving([body]), max_retries=1)
     assert [c.failure_kind for c in outcome.calls] == ["response_not_run"] * 2
     assert outcome.response is None and outcome.calls[0].response == body.decode()
+
+
+def test_a_chat_answer_of_only_reasoning_did_not_run_to_an_answer() -> None:
+    """`content: null` beside `reasoning_content`: the model thought and never answered."""
+    body = orjson.dumps(_completion({"content": None, "reasoning_content": "Let me think"}))
+    outcome = _call(_serving([body]), kind="chat_completions", max_retries=0)
+    (call,) = outcome.calls
+    assert call.failure_kind == "response_not_run" and outcome.response is None
+    assert "holds only reasoning" in call.error
 
 
 def test_a_rollout_over_a_malformed_answer_fails_with_its_kind_and_evidence() -> None:

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from gymflow.config import ENV_VAR_NAME, EvalConfig, ModelConfig, Sampling, format_validation_error
 from gymflow.models.client import REDACTED, ResponsesClient
-from gymflow.models.responses import user_message
+from gymflow.models.responses import output_text, user_message
 from gymflow.verifiers.math_judge import MathJudgeParams
 from tests.conftest import gym
 from tests.models.conftest import responses_endpoint
@@ -197,3 +197,46 @@ def test_a_printed_validation_error_does_not_repeat_the_secret() -> None:
     assert KEY not in str(refused.value) and "must name an environment variable" in str(
         refused.value
     )
+
+
+@pytest.mark.parametrize("split", ["two parts", "two messages"])
+def test_a_key_split_across_text_parts_is_redacted_in_the_answer_text(
+    split: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No byte string of the answer holds the key, but the text the harness joins does."""
+    monkeypatch.setenv("GYMFLOW_SECRET_FOR_TEST", KEY)
+    head, tail = KEY[:8], KEY[8:]
+
+    def part(text: str) -> dict:
+        return {"type": "output_text", "text": text, "annotations": []}
+
+    def message(*parts: dict) -> dict:
+        return {"type": "message", "role": "assistant", "content": list(parts)}
+
+    output = (
+        [message(part("you sent " + head), part(tail + " ok"))]
+        if split == "two parts"
+        else [message(part("you sent " + head)), message(part(tail + " ok"))]
+    )
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.json_response({"id": "r", "model": "m", "status": "completed", "output": output})
+
+    async def call():
+        async with responses_endpoint(answer) as base_url:
+            config = ModelConfig(
+                kind="responses",
+                base_url=base_url,
+                api_key_env="GYMFLOW_SECRET_FOR_TEST",
+                max_retries=0,
+            )
+            async with ResponsesClient(config, base_url, Sampling()) as client:
+                return await client.create([user_message("hi")], tools=None, call_index=0, seed=0)
+
+    outcome = asyncio.run(call())
+    (record,) = outcome.calls
+    assert outcome.error is None
+    answer_text = output_text(outcome.response["output"])
+    assert answer_text == f"you sent {REDACTED} ok"
+    evidence = output_text(json.loads(record.response)["output"])
+    assert evidence == answer_text and KEY not in evidence

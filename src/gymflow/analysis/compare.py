@@ -19,10 +19,11 @@ import polars as pl
 
 from gymflow.analysis.outcomes import check_verifier_version, task_table
 from gymflow.analysis.stats import mcnemar, mcnemar_power_summary, mean_difference_ci95
+from gymflow.errors import UserError
 from gymflow.store.runs import run_info
 
 
-class CompareError(ValueError):
+class CompareError(UserError):
     """Two runs that cannot be compared (different benchmark versions, no common tasks)."""
 
 

@@ -9,13 +9,14 @@ from rich.table import Table
 
 from gymflow.cli.app import app, console, errors, fail, list_app, print_json
 from gymflow.environments.registry import (
-    RegistryError,
+    UnknownName,
     environment_sources,
     load_benchmark,
     load_environment,
 )
 from gymflow.environments.requirements import install_hint
 from gymflow.environments.search import Catalog, load_catalog, search
+from gymflow.errors import GymflowError
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
@@ -43,10 +44,7 @@ def _first_sentence(text: str) -> str:
 
 
 def _catalog() -> Catalog:
-    try:
-        catalog = load_catalog()
-    except RegistryError as exc:
-        fail(str(exc))
+    catalog = load_catalog()
     for problem in catalog.problems:
         errors.print(f"[yellow]warning:[/] {problem}", highlight=False)
     return catalog
@@ -73,13 +71,13 @@ def _environment_detail(name: str, catalog: Catalog) -> dict[str, Any]:
     """One environment in full: manifest, tool schemas, benchmarks over it, split sizes."""
     sources = environment_sources()
     if name not in sources:
-        fail(f"unknown environment {name!r} (known: {', '.join(sorted(sources)) or 'none'})")
+        fail(str(UnknownName("environment", name, sources)))
     try:
         env = load_environment(name)
         server = env.resources_server()
         tools = server.tools()
-    except (RegistryError, KeyError, ValueError) as exc:
-        fail(f"environment {name!r} does not load: {exc}")
+    except GymflowError as exc:
+        fail(f"environment {name!r} does not load: {exc}", exc.exit_code)
     manifest = env.manifest.model_dump(mode="json")
     manifest["description"] = " ".join(env.manifest.description.split())
     return {

@@ -21,7 +21,3 @@ RUNTIME = 3
 #: rollouts are committed; `--resume` continues.
 INTERRUPTED = 128 + signal.SIGINT
 TERMINATED = 128 + signal.SIGTERM
-
-
-def for_signal(number: int | None) -> int:
-    return 128 + number if number else TERMINATED

@@ -11,7 +11,6 @@ from rich.table import Table
 from gymflow.cli import exit_codes, local_prefect
 from gymflow.cli.app import app, console, errors, eval_app, fail, print_json
 from gymflow.rollouts.merge import merge_shards
-from gymflow.store.db import StoreError
 from gymflow.store.merge import MergeReport
 
 _TEAM_SETUP = """\
@@ -95,10 +94,7 @@ def server(
         console.print(said or "no local Prefect server was running", markup=False)
         return
     if start:
-        try:
-            local = local_prefect.start()
-        except RuntimeError as exc:
-            fail(str(exc), exit_codes.RUNTIME)
+        local = local_prefect.start()
         console.print(
             f"local Prefect server: {local.api_url} (pid {local.pid}, log {local.log}); every "
             "gym command of this PREFECT_HOME now uses it; its UI is at "
@@ -154,10 +150,7 @@ def eval_aggregate(
 ) -> None:
     """Merge shard stores into a run store. Idempotent; a shard of another config or benchmark
     version is refused and nothing is written; lists the (task_id, repeat_index) pairs missing."""
-    try:
-        report = merge_shards(out, list(shard_dirs))
-    except StoreError as exc:
-        fail(str(exc))
+    report = merge_shards(out, list(shard_dirs))
     if json_output:
         print_json(report.as_dict(max_missing=len(report.missing)))
     else:

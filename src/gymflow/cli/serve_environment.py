@@ -9,7 +9,7 @@ import yaml
 
 from gymflow import bounded_yaml
 from gymflow.cli.app import console, fail, serve_app
-from gymflow.environments.registry import RegistryError, load_environment
+from gymflow.environments.registry import load_environment
 
 
 def _verifier_params(pairs: list[str]) -> dict[str, Any]:
@@ -40,10 +40,7 @@ def serve_environment(
 
     from gymflow.environments.asgi import create_app
 
-    try:
-        server = load_environment(name).resources_server(_verifier_params(param or []))
-    except (RegistryError, KeyError, ValueError) as exc:
-        fail(str(exc).strip('"'))
+    server = load_environment(name).resources_server(_verifier_params(param or []))
     console.print(
         f"serving environment [bold]{name}[/] ({server.verifier_version}) on http://{host}:{port}",
         highlight=False,

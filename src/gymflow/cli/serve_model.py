@@ -12,7 +12,7 @@ import typer
 from pydantic import ValidationError
 
 from gymflow.cli.app import fail, serve_app
-from gymflow.config import ConfigError, EvalConfig, FaultSpec
+from gymflow.config import FaultSpec, parse_config
 
 
 def _faults(latency_ms: float, pairs: list[str]) -> FaultSpec:
@@ -56,10 +56,7 @@ def serve_model(
 
     faults = _faults(latency_ms, fault or [])
     target = {"benchmark": benchmark} if benchmark else {"environment": environment or "arithmetic"}
-    try:
-        plan = resolve(EvalConfig.model_validate({**target, "model": {"skill_seed": seed}}))
-    except (ConfigError, ValidationError) as exc:
-        fail(str(exc))
+    plan = resolve(parse_config({**target, "model": {"skill_seed": seed}}, "gym serve model"))
     table = policy_table(plan)
     name = plan.benchmark.name if plan.benchmark else plan.env.name
     typer.echo(

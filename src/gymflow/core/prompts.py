@@ -1,4 +1,4 @@
-"""Prompt templates are Jinja, rendered in a sandbox with undefined names as errors."""
+"""Prompt templates are Jinja, rendered in a bounded sandbox with undefined names as errors."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ from functools import cache
 from typing import Any
 
 from jinja2 import StrictUndefined, TemplateError
-from jinja2.sandbox import SandboxedEnvironment
 
-_JINJA = SandboxedEnvironment(
-    undefined=StrictUndefined, keep_trailing_newline=False, autoescape=False
-)
+from gymflow.core.bounded_jinja import BoundedSandbox, render
+from gymflow.errors import UserError
+
+_JINJA = BoundedSandbox(undefined=StrictUndefined, keep_trailing_newline=False, autoescape=False)
 
 
-class PromptError(ValueError):
+class PromptError(UserError, ValueError):
     pass
 
 
@@ -27,7 +27,7 @@ def _compile(template: str):
 
 def render_prompt(template: str, inputs: dict[str, Any]) -> str:
     try:
-        return _compile(template).render(**inputs)
+        return render(_compile(template), inputs)
     except TemplateError as exc:
         raise PromptError(str(exc)) from None
     except (

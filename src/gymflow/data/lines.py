@@ -9,10 +9,12 @@ from typing import Any
 
 import duckdb
 
+from gymflow.errors import UserError
+
 BATCH = 50_000
 
 
-class OutputError(OSError):
+class OutputError(UserError):
     """An output file or folder that cannot be written."""
 
 

@@ -14,12 +14,13 @@ import polars as pl
 from gymflow.analysis.diagnose import _bucket_sql
 from gymflow.analysis.frames import frame
 from gymflow.analysis.outcomes import check_verifier_version, task_counts_sql
+from gymflow.errors import UserError
 
 BUCKETS = ("always_pass", "sometimes_pass", "never_pass", "missing")
 _BAND = re.compile(r"^\s*([\[(])\s*([^,\s]+)\s*,\s*([^\])\s]+)\s*([\])])\s*$")
 
 
-class SelectionError(ValueError):
+class SelectionError(UserError, ValueError):
     """A filter that cannot be applied; says which and why."""
 
 

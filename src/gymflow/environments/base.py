@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from gymflow.config import refuse_removed
 from gymflow.core.tasks import Task
 from gymflow.environments.requirements import Requirement, check_installed
+from gymflow.errors import UserError
 
 
 class VerifierRef(BaseModel):
@@ -63,6 +64,14 @@ REMOVED_FIELDS = {
 }
 
 
+class UnknownSplit(UserError, KeyError):
+    """A split the environment does not have (a KeyError, as a lookup by name is one)."""
+
+
+class DuplicateTaskId(UserError, ValueError):
+    """A split whose rows repeat a task id: the store keys rollouts by it."""
+
+
 class Environment:
     """Base class of every environment. Subclasses load tasks and may bring tools.
 
@@ -85,7 +94,9 @@ class Environment:
         split = split or self.manifest.default_split
         if split not in self.manifest.splits:
             known = ", ".join(sorted(self.manifest.splits))
-            raise KeyError(f"environment {self.name!r} has no split {split!r} (splits: {known})")
+            raise UnknownSplit(
+                f"environment {self.name!r} has no split {split!r} (splits: {known})"
+            )
         if split not in self._tasks:
             check_installed(self.name, self.manifest.requires)
             tasks = self.generate(split)
@@ -112,7 +123,7 @@ def _check_unique_ids(env: str, split: str, tasks: list[Task]) -> None:
     seen: dict[str, int] = {}
     for row, task in enumerate(tasks):
         if task.task_id in seen:
-            raise ValueError(
+            raise DuplicateTaskId(
                 f"environment {env!r} split {split!r}: row {row} repeats task_id "
                 f"{task.task_id!r} of row {seen[task.task_id]}"
             )

@@ -18,6 +18,7 @@ from gymflow.core.records import Verification
 from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment
 from gymflow.environments.resources import ResourcesServer
+from gymflow.errors import RuntimeFailure
 
 #: Generous: a verification can run a sandboxed program or ask a judge model.
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)
@@ -65,7 +66,8 @@ def remote_problems(plan: ServedPlan, url: str) -> list[str]:
 
 
 class RemoteResourcesServer:
-    """The resources protocol (core.protocols.Resources) over HTTP. Use inside one event loop; `aclose()` at the end."""
+    """The resources protocol (core.protocols.Resources) over HTTP. Use inside one event loop;
+    `aclose()` at the end."""
 
     def __init__(self, url: str, plan: ServedPlan) -> None:
         self.url = url.rstrip("/")
@@ -85,7 +87,7 @@ class RemoteResourcesServer:
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         response = await self._http.post(path, json=body)
         if response.status_code != 200:
-            raise RuntimeError(
+            raise RuntimeFailure(
                 f"resources server {self.url}{path} answered {response.status_code}: "
                 f"{response.text[:200]}"
             )
@@ -100,7 +102,7 @@ class RemoteResourcesServer:
             f"/tools/{name}", {"session_id": session_id, "arguments": arguments}
         )
         if result.get("crashed"):
-            raise RuntimeError(result["output"])
+            raise RuntimeFailure(result["output"])
         if result["error"]:
             raise ToolError(result["output"].removeprefix("error: "))
         return result["output"]

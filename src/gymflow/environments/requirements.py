@@ -10,6 +10,8 @@ import importlib.util
 
 from pydantic import BaseModel, ConfigDict
 
+from gymflow.errors import UserError
+
 
 class Requirement(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -17,7 +19,7 @@ class Requirement(BaseModel):
     install: str  # the command that installs it, e.g. pip install --no-deps bfcl-eval
 
 
-class MissingPackage(ValueError):
+class MissingPackage(UserError, ValueError):
     """An environment's data package is not installed; the message says what to install."""
 
 

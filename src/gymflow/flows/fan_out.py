@@ -21,14 +21,14 @@ from prefect.states import Cancelling
 
 from gymflow import progress
 from gymflow.config import ConfigError, EvalConfig
+from gymflow.errors import RuntimeFailure
 from gymflow.flows.eval_shard import eval_shard
 from gymflow.flows.parameters import SHARD_FLOW
 from gymflow.rollouts.plan import RunPlan
-from gymflow.store.db import StoreError
 from gymflow.tasks.shards import progress_dict, progress_of
 
 
-class ShardFailed(StoreError):
+class ShardFailed(RuntimeFailure):
     """A shard's run ended without storing all of its rollouts (the CLI prints it plainly)."""
 
 

@@ -13,11 +13,11 @@ from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 from pydantic import BaseModel, ConfigDict, Field
 
+from gymflow.errors import GateFailed
 from gymflow.flows.eval_run import evaluation_loop, resuming
 from gymflow.flows.labels import run_name, tag_run
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions
 from gymflow.history.gate import GateVerdict, gate, save_verdict
-from gymflow.store.db import StoreError
 
 REGRESSED_EVENT = "gymflow.run.regressed"
 
@@ -46,7 +46,7 @@ class GateOptions(BaseModel):
 NO_GATE_OPTIONS = GateOptions()
 
 
-class RegressionFound(StoreError):
+class RegressionFound(GateFailed):
     """The gate found a significant drop beyond the margin (the run itself is stored)."""
 
 
@@ -80,7 +80,7 @@ def nightly(
     # The report was written before the gate: again, so that it states the verdict.
     from gymflow.reports.render import write_run_report
 
-    write_run_report(result["run_dir"])
+    write_run_report(result["run_dir"], analysis=result["analysis"])
     get_run_logger().info(verdict.summary())
     create_markdown_artifact(
         key="gymflow-regression-gate",

@@ -13,10 +13,11 @@ from prefect.futures import wait
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from gymflow.config import EvalConfig
+from gymflow.errors import RuntimeFailure
 from gymflow.flows.eval_run import evaluation_loop
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
 from gymflow.reverify import reverify
-from gymflow.store.db import StoreError, connect, copy_store
+from gymflow.store.db import connect, copy_store
 from gymflow.store.runs import run_info
 from gymflow.study.results import ArmRun, StudyResult, study_result
 from gymflow.study.spec import StudySpec, resolve_study, store_of
@@ -25,7 +26,7 @@ from gymflow.study.spec import StudySpec, resolve_study, store_of
 MAX_CONCURRENT_ARMS = 8
 
 
-class StudyFailed(StoreError):
+class StudyFailed(RuntimeFailure):
     """An arm of the study did not finish (the CLI prints it plainly; a retry resumes it)."""
 
 

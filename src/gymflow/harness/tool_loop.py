@@ -14,6 +14,7 @@ from typing import Any
 from gymflow.config import HarnessConfig
 from gymflow.core.protocols import Resources, ToolError
 from gymflow.core.tasks import Task
+from gymflow.errors import RuntimeFailure
 from gymflow.harness.base import Episode, harness, opening_items
 from gymflow.harness.tool_arguments import MalformedArguments, parse_arguments
 from gymflow.models.client import ResponsesClient
@@ -30,7 +31,7 @@ COUNTERS = (
 )
 
 
-class ToolServerFailure(Exception):
+class ToolServerFailure(RuntimeFailure):
     """A tool crashed (not a ToolError): the resources server failed, not the model."""
 
 

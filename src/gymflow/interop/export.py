@@ -83,7 +83,7 @@ def export_run(
     Returns {"format", "path", "rows", "verifier_version"} (and, for nemo-gym, the sidecars'
     counts and paths). Raises InteropError for an `out` that cannot be written."""
     if fmt not in FORMATS:
-        raise ValueError(f"unknown export format {fmt!r} (formats: {', '.join(FORMATS)})")
+        raise InteropError(f"unknown export format {fmt!r} (formats: {', '.join(FORMATS)})")
     target = Path(out) if out else Path(run_dir) / DEFAULT_NAMES[fmt]
     _check_target(target)
     con = connect(run_dir, read_only=True)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from gymflow.errors import UserError
+
 TASK_INDEX = "_ng_task_index"
 ROLLOUT_INDEX = "_ng_rollout_index"
 FAILURE_CLASS = "_ng_failure_class"
@@ -52,7 +54,7 @@ STATUSES = ("completed", "incomplete", "failed", "cancelled", "queued", "in_prog
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-class InteropError(ValueError):
+class InteropError(UserError, ValueError):
     """A file that cannot be imported or exported; names the file, line and field."""
 
 

@@ -7,7 +7,8 @@ parsed response or the final `ModelError`, never an exception it has to guess th
 
 Every answer is validated before anyone reads it (a chat completion before its translation too):
 one that does not fit is `malformed_response` with the body kept as evidence; a response that did
-not run (`queued`, `in_progress`, `cancelled`, no or empty output) is `response_not_run`; an
+not run to an answer (`queued`, `in_progress`, `cancelled`, no or empty output, or a completed
+output of only reasoning) is `response_not_run`; an
 answer over `max_response_bytes` is `response_too_large`, read no further than the bound. The
 evidence of a call is the answer as received: a Responses answer's own text, or, for chat
 completions, the translation with the completion as received under `received`.
@@ -58,6 +59,8 @@ REDACTED_BYTES = REDACTED.encode()
 _UNICODE_ESCAPE = re.compile(rb"\\u([0-9a-fA-F]{4})")
 #: Longest wait a server's Retry-After may impose before a retry; longer ones are capped.
 MAX_RETRY_AFTER_S = 120.0
+#: Output items that answer: a message (even an empty one) or a tool call.
+ANSWER_ITEMS = ("message", "function_call")
 
 
 @dataclass(slots=True)
@@ -226,6 +229,31 @@ class ResponsesClient:
                 return decoded
         return answer
 
+    def _redact_split_text(self, response: Response) -> bool:
+        """The answer text as the harness joins it (`output_text`), redacted: a key split
+        across two text parts is whole in no byte string `_redact_answer` sees. The redacted text
+        goes in the first text slot and the others are emptied, so the joined text is exactly
+        the redacted one. True when anything changed."""
+        slots: list[tuple[dict[str, Any], str]] = []
+        for item in response.get("output") or ():
+            if item.get("type") != "message" or item.get("role", "assistant") != "assistant":
+                continue
+            content = item.get("content")
+            if isinstance(content, str):
+                slots.append((item, "content"))
+            for part in content if isinstance(content, list) else ():
+                if part.get("type") in ("output_text", "text"):
+                    slots.append((part, "text"))
+        joined = "".join(holder.get(key) or "" for holder, key in slots)
+        redacted = joined
+        for form in self._secret_forms:
+            redacted = redacted.replace(form.decode(), REDACTED)
+        if redacted == joined:
+            return False
+        for index, (holder, key) in enumerate(slots):
+            holder[key] = redacted if index == 0 else ""
+        return True
+
     async def _attempt(
         self,
         content: bytes,
@@ -252,6 +280,8 @@ class ResponsesClient:
             if status >= 400:
                 raise classify_http_error(status, _text(answer), retry_after_s(reply.headers))
             evidence, response = self._decode(answer, status)
+            if self._secret_forms and self._redact_split_text(response):
+                evidence = orjson.dumps(response).decode()
             unusable = _unusable(response, status)
             if unusable is not None:
                 raise unusable
@@ -327,6 +357,15 @@ def _unusable(response: Response, status: int) -> ModelError | None:
         return ResponseNotRun(
             f"the response did not run: status {state or 'completed'}, "
             f"{'no output' if output is None else 'empty output'}",
+            http_status=status,
+        )
+    if state != "incomplete" and not any(item.get("type") in ANSWER_ITEMS for item in output):
+        # Only reasoning (or other non-answer items): the model thought and never answered.
+        # Scoring that as an empty answer would call a model or gateway failure a reward of 0.
+        held = ", ".join(sorted({str(item.get("type")) for item in output}))
+        return ResponseNotRun(
+            f"the response did not run to an answer: status {state or 'completed'}, its output "
+            f"holds only {held} (no message, no function_call)",
             http_status=status,
         )
     return None

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+from gymflow.errors import RuntimeFailure
 
-class ModelError(Exception):
+
+class ModelError(RuntimeFailure):
     kind = "model_error"
     retryable = False
 
@@ -48,7 +50,8 @@ class MalformedResponse(ModelError):
 
 class ResponseNotRun(ModelError):
     """A well-formed Responses object for a response that did not run to an answer: `queued`,
-    `in_progress` or `cancelled`, or no output at all. Never scored; retried, as a server that
+    `in_progress` or `cancelled`, no output at all, or only reasoning with no message or function
+    call. Never scored; retried, as a server that
     cancels under load or answers before it has run may answer the next attempt."""
 
     kind = "response_not_run"

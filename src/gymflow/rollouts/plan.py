@@ -11,14 +11,16 @@ from typing import Any
 from gymflow.config import ConfigError, EvalConfig, Sampling
 from gymflow.core.prompts import PromptError, render_prompt
 from gymflow.core.tasks import Task
-from gymflow.environments.base import Environment
+from gymflow.environments.base import Environment, UnknownSplit
 from gymflow.environments.registry import (
     Benchmark,
     RegistryError,
     benchmark_files,
+    environment_sources,
     load_benchmark,
     load_environment,
 )
+from gymflow.errors import UserError
 from gymflow.verifiers.base import get_verifier
 
 RolloutKey = tuple[str, int]  # (task_id, repeat_index)
@@ -117,9 +119,9 @@ def build_plan(config: EvalConfig) -> RunPlan:
     split = (benchmark.split if benchmark else None) or env.manifest.default_split
     try:
         tasks = env.tasks(split)
-    except (KeyError, ValueError) as exc:
-        problem = str(exc).strip('"')
-        if isinstance(exc, KeyError) and benchmark and benchmark.split:
+    except UserError as exc:  # no such split, a repeated task id, a dataset's bad rows
+        problem = str(exc)
+        if isinstance(exc, UnknownSplit) and benchmark and benchmark.split:
             problem = f"{benchmark_files()[config.benchmark]}: split: {problem}"
         raise ConfigError(problem) from None
     limit = config.limit or (benchmark.limit if benchmark else None)
@@ -154,9 +156,23 @@ def check_plan(plan: RunPlan) -> None:
         raise ConfigError("\n".join(problems))
 
 
-def plan_problems(plan: RunPlan, *, rows_shown: int = 5) -> list[str]:
+def template_source(plan: RunPlan, config_source: str = "the eval config") -> str:
+    """The file and field the plan's prompt template was written in."""
+    if plan.config.prompt_template:
+        return f"{config_source} (prompt_template)"
+    if plan.benchmark is not None and plan.benchmark.prompt_template:
+        return f"{benchmark_files()[plan.benchmark.name]} (prompt_template)"
+    if plan.benchmark is not None and plan.benchmark.dataset is not None:  # nemo_gym rows
+        return f"{benchmark_files()[plan.benchmark.name]} (the rows' own first user message)"
+    return f"{environment_sources()[plan.env.name].folder / 'environment.yaml'} (prompt_template)"
+
+
+def plan_problems(
+    plan: RunPlan, *, rows_shown: int = 5, config_source: str = "the eval config"
+) -> list[str]:
     """Every problem with a plan, not just the first. Rows failing the same way are one problem
-    (naming the first few rows and the count), so a bad template gives one line, not thousands."""
+    (naming the first few rows and the count), so a bad template gives one line, not thousands;
+    it names the file and field the template came from."""
     failing: dict[str, list[tuple[int, str]]] = {}
     for row, task in enumerate(plan.all_tasks):
         try:
@@ -167,9 +183,12 @@ def plan_problems(plan: RunPlan, *, rows_shown: int = 5) -> list[str]:
     for message, rows in failing.items():
         shown = ", ".join(f"row {row} ({task_id})" for row, task_id in rows[:rows_shown])
         more = f" and {len(rows) - rows_shown} more rows" if len(rows) > rows_shown else ""
-        problems.append(f"{plan.env.name}/{plan.split} {shown}{more}: prompt: {message}")
+        problems.append(
+            f"{plan.env.name}/{plan.split} {shown}{more}: prompt: {message} "
+            f"(template from {template_source(plan, config_source)})"
+        )
     try:
         _ = plan.verifier_version
-    except (ValueError, RegistryError) as exc:  # bad parameters, or a verifier nobody registered
-        problems.append(f"{VERIFIER_PROBLEM}: {str(exc).strip(chr(34))}")
+    except UserError as exc:  # bad parameters, or a verifier nobody registered
+        problems.append(f"{VERIFIER_PROBLEM}: {exc}")
     return problems

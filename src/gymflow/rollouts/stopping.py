@@ -13,6 +13,8 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from gymflow.errors import GymflowError, RuntimeFailure
+
 #: What systemd, Kubernetes, `docker stop` and a Prefect worker's cancel send, and Ctrl-C.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -21,7 +23,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 DEAD_SERVER_KIND = "transport_error"
 
 
-class RunStopped(Exception):
+class RunStopped(GymflowError):
     """Collection stopped before its end; what finished is committed, `--resume` continues.
 
     `cause` is `signal` (SIGINT, SIGTERM), `cancelled` (a Prefect cancellation) or
@@ -31,6 +33,14 @@ class RunStopped(Exception):
         super().__init__(message)
         self.cause = cause
         self.signal_number = signal_number
+
+    @property
+    def exit_code(self) -> int:  # type: ignore[override]
+        """A dead server is a runtime failure (3); a stop, shell style: 128 + the signal (SIGTERM
+        for a cancellation): `gymflow.cli.exit_codes`' INTERRUPTED and TERMINATED."""
+        if self.cause == "dead_server":
+            return RuntimeFailure.exit_code
+        return 128 + (self.signal_number or signal.SIGTERM)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,6 @@ from gymflow.config import ConfigError, EvalConfig, load_config_file
 from gymflow.core.prompts import PromptError, render_prompt
 from gymflow.environments.registry import (
     RegistryError,
-    benchmark_files,
-    environment_sources,
     load_benchmark,
     load_environment,
 )
@@ -112,26 +110,15 @@ def _dataset_rows(config: EvalConfig, report: ValidationReport) -> bool:
     return True
 
 
-def _template_source(config: EvalConfig, plan: RunPlan, source: str) -> str:
-    if config.prompt_template:
-        return f"{source} (prompt_template)"
-    if plan.benchmark is not None and plan.benchmark.prompt_template:
-        return f"{benchmark_files()[plan.benchmark.name]} (prompt_template)"
-    if plan.benchmark is not None and plan.benchmark.dataset is not None:  # nemo_gym rows
-        return f"{benchmark_files()[plan.benchmark.name]} (the rows' own first user message)"
-    return f"{environment_sources()[plan.env.name].folder / 'environment.yaml'} (prompt_template)"
-
-
 def _dataset(config: EvalConfig, plan: RunPlan, source: str, report: ValidationReport) -> bool:
     """Rows through the template, and verifier parameters; True when the verifier is usable."""
-    template = _template_source(config, plan, source)
     row_problems, verifier_ok = [], True
-    for problem in plan_problems(plan):
+    for problem in plan_problems(plan, config_source=source):
         if problem.startswith(VERIFIER_PROBLEM):
             report.problems.append(f"{source}: {problem}")
             verifier_ok = False
         else:
-            row_problems.append(f"{problem} (template from {template})")
+            row_problems.append(problem)
     report.problems.extend(row_problems)
     if not row_problems:
         report.passed.append(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import duckdb
 
+from gymflow.errors import UserError
 from gymflow.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, SPECS, TABLES
 
 STORE_FILE = "gymflow.duckdb"
@@ -27,7 +28,7 @@ READER_LOCK_WAIT_S = 5.0
 LOCK_FIRST_WAIT_S = 0.05
 
 
-class StoreError(RuntimeError):
+class StoreError(UserError):
     """A store that cannot be opened or does not match what the caller expects."""
 
 

@@ -39,8 +39,10 @@ class ShardInfo:
     rollouts: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class MergeReport:
+    """What a merge did and what is still missing: the aggregate step's typed result."""
+
     run_id: str
     run_dir: Path
     shard_count: int

@@ -13,7 +13,7 @@ from gymflow.models.errors import RETRYABLE_KINDS
 from gymflow.rollouts.merge import merge_shards, shard_progress
 from gymflow.rollouts.plan import RunPlan
 from gymflow.store.db import connect, store_path
-from gymflow.store.merge import ShardProgress
+from gymflow.store.merge import MergeReport, ShardProgress
 from gymflow.store.runs import run_info
 from gymflow.store.superseded import supersede_failed
 
@@ -28,12 +28,13 @@ def progress_of(plan: RunPlan, config: EvalConfig) -> ShardProgress:
 
 
 @task(name="aggregate-shards", cache_policy=NO_CACHE)
-def aggregate_shards(run_dir: str, shard_dirs: list[str]) -> dict[str, Any]:
-    """Merge every shard store that exists into the run store; report what is still missing."""
+def aggregate_shards(run_dir: str, shard_dirs: list[str]) -> MergeReport | None:
+    """Merge every shard store that exists into the run store; report what is still missing
+    (None: no shard store exists yet, nothing was merged)."""
     present = [path for path in shard_dirs if store_path(path).exists()]
     if not present:
-        return {"merged": [], "missing_count": None, "note": "no shard store exists yet"}
-    return merge_shards(run_dir, present).as_dict()
+        return None
+    return merge_shards(run_dir, present)
 
 
 def progress_dict(progress: ShardProgress) -> dict[str, Any]:

@@ -12,13 +12,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymflow.core.tasks import Task
+from gymflow.errors import RuntimeFailure, UserError
 from gymflow.registry import Registry
 
 
-class VerifierError(Exception):
+class VerifierParamsError(UserError, ValueError):
+    """Verifier parameters (a manifest's, a benchmark's, `--param`) that do not validate. Still a
+    ValueError: pydantic validators that check them report it as a field error."""
+
+
+class VerifierError(RuntimeFailure):
     """The verifier could not judge this output (as opposed to judging it wrong)."""
 
     def __init__(self, message: str, kind: str = "verifier_error") -> None:
@@ -61,6 +67,12 @@ Runs = Literal["inline", "worker", "threads"]
 DEFAULT_TIMEOUT_S = 300.0
 
 
+class NoParams(BaseModel):
+    """The parameters of a verifier that takes none: any given is an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 @dataclass(frozen=True, slots=True)
 class DataField:
     """A field of `Task.data` a verifier reads: a dataset maps a column to it, and
@@ -92,7 +104,7 @@ class VerifierSpec:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
             )
-            raise ValueError(f"verifier {self.name!r} parameters: {problems}") from None
+            raise VerifierParamsError(f"verifier {self.name!r} parameters: {problems}") from None
         # `rel_tol=inf` would pass every answer, and the version's JSON would hold `Infinity`
         infinite = [
             f"{key}: {value} is not a finite number"
@@ -100,7 +112,7 @@ class VerifierSpec:
             if isinstance(value, float) and not math.isfinite(value)
         ]
         if infinite:
-            raise ValueError(f"verifier {self.name!r} parameters: {'; '.join(infinite)}")
+            raise VerifierParamsError(f"verifier {self.name!r} parameters: {'; '.join(infinite)}")
         return params
 
     def version(self, params: BaseModel) -> str:
@@ -117,15 +129,16 @@ VERIFIERS: Registry[VerifierSpec] = Registry(
 def verifier(
     name: str,
     *,
-    params: type[BaseModel],
+    params: type[BaseModel] | None = None,
     runs: Runs = "inline",
     timeout_s: float | None = None,
     reward_range: tuple[float, float] = (0.0, 1.0),
     pass_threshold: float = 1.0,
     fields: dict[str, DataField] | None = None,
 ) -> Callable[[VerifyFn], VerifyFn]:
-    """Register a verify function under `name` with its parameter model, how it runs and its
-    bound (`timeout_s`, default 300 s for a `worker` or `threads` verifier)."""
+    """Register a verify function under `name` with its parameter model (none: it takes no
+    parameters), how it runs and its bound (`timeout_s`, default 300 s for a `worker` or
+    `threads` verifier)."""
     if runs not in ("inline", "worker", "threads"):
         raise ValueError(f"verifier {name!r}: runs={runs!r} (known: inline, worker, threads)")
     if runs == "inline" and timeout_s is not None:
@@ -142,7 +155,7 @@ def verifier(
             name,
             VerifierSpec(
                 name=name,
-                params_model=params,
+                params_model=params or NoParams,
                 fn=fn,
                 reward_range=reward_range,
                 pass_threshold=pass_threshold,

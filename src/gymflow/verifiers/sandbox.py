@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gymflow.errors import RuntimeFailure
 from gymflow.processes import pid_alive
 from gymflow.verifiers.sandbox_runner import MAX_MESSAGE, Unsupported, decode
 
@@ -60,7 +61,7 @@ _RUNNER = Path(__file__).with_name("sandbox_runner.py")
 SCRATCH_PREFIX = "gymflow-sandbox-"
 
 
-class SandboxError(RuntimeError):
+class SandboxError(RuntimeFailure):
     """The sandbox itself failed: the program's behaviour is unknown, not wrong."""
 
 

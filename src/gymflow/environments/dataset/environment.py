@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gymflow.core.tasks import Task
-from gymflow.environments.base import Environment, EnvironmentManifest, SplitSpec
+from gymflow.environments.base import Environment, EnvironmentManifest, SplitSpec, UnknownSplit
 from gymflow.environments.dataset.hub import hub_rows
 from gymflow.environments.dataset.mapping import RowRules, map_rows
 from gymflow.environments.dataset.readers import DatasetError, read_rows
@@ -132,15 +132,14 @@ class DatasetEnvironment(Environment):
         if self.spec is None:
             raise DatasetError([f"environment {self.name!r} was built without its dataset"])
         if split != self.spec.split_name:
-            raise KeyError(
+            raise UnknownSplit(
                 f"environment {self.name!r} has no split {split!r} (splits: {self.spec.split_name})"
             )
         if self.spec.hub is not None:
             hub = hub_rows(self.spec.hub, self.limit)
             source, commit, rows = hub.label, hub.commit, hub.rows
         else:
-            folder = self.benchmark_file.parent if self.benchmark_file else Path.cwd()
-            path = folder / self.spec.path  # type: ignore[operator]
+            path = self._local_path()
             source, commit = str(path), None
             rows = read_rows(path, self.spec.format or "jsonl", self.limit)
         rules = self.rules()
@@ -151,6 +150,25 @@ class DatasetEnvironment(Environment):
         loaded = Loaded(source, commit, mapped.tasks, mapped.digests, mapped.wheres, problems)
         self._loaded[split] = loaded
         return loaded
+
+    def _local_path(self) -> Path:
+        """`dataset.path`, relative to the benchmark YAML and inside the folder that holds its
+        `benchmarks/` (the folder a user put on the search path or downloaded): a benchmark
+        someone else wrote must not read ~/.ssh or /etc into a run's store. Symlinks are
+        followed before the check, so a link inside the folder cannot point out of it."""
+        assert self.spec is not None and self.spec.path is not None
+        if self.benchmark_file is None:
+            return Path.cwd() / self.spec.path
+        root = self.benchmark_file.parent.parent.resolve()
+        path = (self.benchmark_file.parent / self.spec.path).resolve()
+        if not path.is_relative_to(root):
+            raise DatasetError(
+                [
+                    f"{self.benchmark_file}: dataset.path: {self.spec.path!r} is outside {root} "
+                    "(a benchmark reads only files under the folder that holds its benchmarks/)"
+                ]
+            )
+        return path
 
     def _unmapped(self, rules: RowRules) -> list[str]:
         """Fields the verifier needs that an explicit mapping leaves out (a default mapping

@@ -18,6 +18,7 @@ from gymflow.core.tasks import Task
 from gymflow.environments.dataset.readers import RawRow
 from gymflow.environments.dataset.simulate import simulate
 from gymflow.environments.dataset.spec import FieldMap
+from gymflow.errors import UserError
 from gymflow.verifiers.base import DataField
 
 #: Rows named in one problem before "and N more rows".
@@ -26,7 +27,7 @@ _MISSING = object()
 _CANONICAL = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
-class FieldProblem(ValueError):
+class FieldProblem(UserError):
     pass
 
 

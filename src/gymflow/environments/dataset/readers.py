@@ -16,12 +16,14 @@ from typing import Any
 
 import orjson
 
+from gymflow.errors import UserError
+
 #: Longest JSONL line read (bytes): a bound on one row's memory, like the config loader's.
 MAX_LINE_BYTES = 64 * 1024 * 1024
 BOM = b"\xef\xbb\xbf"
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """A dataset that cannot be used; `problems` names the file, row and field of each."""
 
     def __init__(self, problems: list[str]) -> None:

@@ -1,0 +1,40 @@
+"""The one root of every error gymflow reports, and its branches by what the user does next.
+
+The CLI catches `GymflowError` alone: it prints the message as one `error:` line and exits with
+the class's `exit_code` (the codes of `gymflow.cli.exit_codes`). Any other exception escaping a
+command is a gymflow bug, and the CLI prints its traceback. A core module: it imports nothing
+from gymflow, so every package may raise these."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class GymflowError(Exception):
+    """An error gymflow reports to the user in one line; never raised itself, only a branch."""
+
+    #: The process exit code when this error ends a command (`gymflow.cli.exit_codes`).
+    exit_code: ClassVar[int] = 3
+
+    # The message as raised, whatever the second base: a KeyError's own str() would quote it.
+    __str__ = Exception.__str__
+
+
+class UserError(GymflowError):
+    """Bad usage, config or input: a flag, a file, a name or a store the message names. Nothing
+    was run or written; fixing what the message says fixes it."""
+
+    exit_code: ClassVar[int] = 1
+
+
+class GateFailed(GymflowError):
+    """The command ran and its verdict is negative (a gate found a regression)."""
+
+    exit_code: ClassVar[int] = 2
+
+
+class RuntimeFailure(GymflowError):
+    """A failure while running: a server, a model, a worker or a shard failed. What finished is
+    kept; a retry (`--resume`) continues."""
+
+    exit_code: ClassVar[int] = 3
