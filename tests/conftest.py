@@ -1,18 +1,28 @@
-"""Shared fixtures. Tests that need Prefect live in tests/flows (one session-scoped harness)."""
+"""Shared fixtures: `gym` as a subprocess, and one Prefect server for every `gym eval run` of the
+suite (tests/flows, which runs flows in this process, has its own session-scoped harness)."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # The console script pip installed beside this interpreter: exactly what a user runs.
 GYM = str(Path(sys.executable).parent / "gym")
+PREFECT = str(Path(sys.executable).parent / "prefect")
+PREFECT_STARTUP_TIMEOUT_S = 180
 
 
 def gym(
@@ -49,6 +59,31 @@ def require_tool(name: str) -> str:
     return path
 
 
+#: Test files that share a session fixture costing a run or a server: under `pytest -n 2 --dist
+#: loadgroup` (README) each group runs on one worker, so its fixture is built once; every other
+#: file is a group of its own (its module fixtures are built once too).
+SHARED_FIXTURE_GROUPS = {
+    "tests/data/test_trajectories.py": "ledger_run",
+    "tests/harness/test_tool_loop_cli.py": "ledger_run",
+    "tests/flows/test_ui.py": "deployment",
+    "tests/flows/test_work_pool.py": "deployment",
+    "tests/flows/test_shards.py": "flows-harness",
+    "tests/flows/test_nightly.py": "flows-harness",
+    "tests/flows/test_batch_retries.py": "flows-harness",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        path = item.path.relative_to(ROOT).as_posix()
+        group = SHARED_FIXTURE_GROUPS.get(path)
+        if group is None:
+            group = "reports" if path.startswith("tests/reports/") else path
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_prefect_home(tmp_path_factory: pytest.TempPathFactory):
     """Never write into a real ~/.prefect, and keep Prefect quiet and offline."""
@@ -60,3 +95,105 @@ def _isolated_prefect_home(tmp_path_factory: pytest.TempPathFactory):
     # default 20 s the ephemeral API server is given to start.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     yield
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The API URL of one Prefect server for the suite's `gym eval run` subprocesses (pass it as
+    PREFECT_API_URL), started on first use and stopped at the end of the session.
+
+    Without it each `gym eval run` starts its own ephemeral server (about 10 s, far more on a busy
+    machine); with it a small run takes about 2.5 s. test_demo.py keeps the ephemeral path, and
+    tests/flows/test_local_server.py `gym server --start`. While iterating, point
+    GYMFLOW_TEST_PREFECT_API at a server you run to skip the start-up."""
+    if os.environ.get("GYMFLOW_TEST_PREFECT_API"):
+        yield os.environ["GYMFLOW_TEST_PREFECT_API"]
+        return
+    home = tmp_path_factory.mktemp("prefect-server")
+    port = free_port()
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_UI_ENABLED": "false",
+    }
+    log = (home / "server.log").open("wb")
+    command = [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    process = subprocess.Popen(
+        [*command, "--no-services", "--no-ui", "--analytics-off"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group, so stopping it stops its children
+    )
+    url = f"http://127.0.0.1:{port}/api"
+    try:
+        deadline = time.monotonic() + PREFECT_STARTUP_TIMEOUT_S
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"prefect server exited:\n{(home / 'server.log').read_text()}")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"prefect server not healthy within {PREFECT_STARTUP_TIMEOUT_S}s")
+            time.sleep(0.25)
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        log.close()
+
+
+LEDGER_KEY_VAR = "GYMFLOW_TEST_MODEL_KEY"
+LEDGER_CONFIG = f"""
+environment: ledger
+repeats: 4
+out: runs/ledger
+harness: {{name: tool_loop, max_turns: 3}}
+sampling: {{reasoning_effort: low, seed: 1}}
+model:
+  api_key_env: {LEDGER_KEY_VAR}
+  backoff_s: 0.0
+  faults: {{rate_429: 0.05, rate_reset: 0.05}}
+"""
+
+
+@dataclass(frozen=True)
+class LedgerRun:
+    cwd: Path  # where `gym eval run eval.yaml` ran
+    run_dir: Path
+    key: str  # the API key the run was given, which must be stored nowhere
+    result: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="session")
+def ledger_run(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> LedgerRun:
+    """One `gym eval run` of the multi-turn `ledger` environment (tests/harness/envs) with the
+    tool loop, injected 429s and resets, reasoning and an API key: the tool-loop CLI tests and
+    the trajectory export tests read the same run."""
+    from tests.harness.conftest import ENVS
+
+    cwd = tmp_path_factory.mktemp("ledger-run")
+    (cwd / "eval.yaml").write_text(LEDGER_CONFIG)
+    key = f"sk-gymflow-{secrets.token_hex(16)}"
+    env = {
+        "GYMFLOW_ENVIRONMENTS_PATH": str(ENVS),
+        LEDGER_KEY_VAR: key,
+        "PREFECT_API_URL": prefect_api,
+    }
+    result = gym("eval", "run", "eval.yaml", cwd=cwd, env=env, check=True)
+    return LedgerRun(cwd=cwd, run_dir=cwd / "runs" / "ledger", key=key, result=result)

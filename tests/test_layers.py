@@ -37,17 +37,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
 
 #: Known edges that break the layers, each owned by a branch that removes it; (importing file
 #: under src/gymflow, imported module). An entry no longer needed fails the test: delete it.
-ALLOWED: dict[tuple[str, str], str] = {
-    # h/schema: the store takes rows, not plans (issue 17 item 5); until then it resolves configs.
-    ("store/merge.py", "gymflow.environments.registry"): "h/schema",
-    ("store/merge.py", "gymflow.rollouts.plan"): "h/schema",
-    ("store/runs.py", "gymflow.rollouts.plan"): "h/schema",
-    # h/registry: one registry (issue 17 item 3a); the worker pool rebuilds a resources server
-    # through the environment registry's private `_import_entrypoint`.
-    ("verifiers/pool.py", "gymflow.environments.base"): "h/registry",
-    ("verifiers/pool.py", "gymflow.environments.resources"): "h/registry",
-    ("verifiers/pool.py", "gymflow.environments.registry"): "h/registry",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,7 @@
 """pass@k and pass^k as production computes them (`pair_curves`, which the profile uses, and
-`per_task_curves`, which the headline uses) against exact fractions and scipy's binomials."""
+`per_task_curves`, which the headline uses) against exact fractions and scipy's binomials; and the
+headline's pass@k (what reverify, the history catalog and studies print) against exact binomials
+and the profile's on one constructed store."""
 
 from __future__ import annotations
 
@@ -12,6 +14,10 @@ import pytest
 from scipy.special import comb
 
 from gymflow.analysis.passk import pair_curves, per_task_curves
+from gymflow.analysis.profile import headline, profile
+from gymflow.core.statuses import FAILED
+from gymflow.store.db import connect
+from tests.analysis.builder import RunMeta, StoreBuilder
 
 
 def _exact(n: int, c: int, k: int) -> tuple[Fraction, Fraction]:
@@ -71,3 +77,40 @@ def test_tasks_sharing_a_profile_share_a_row() -> None:
     assert np.isnan(at_table[group[3]][2:]).all()
     empty_at, empty_hat, empty_group = pair_curves(np.array([]), np.array([]), np.arange(1, 3))
     assert empty_at.shape == (0, 2) and empty_hat.shape == (0, 2) and len(empty_group) == 0
+
+
+# task -> its 3 repeats: '1' pass, '0' fail, 'x' a failed rollout, '-' missing
+OUTCOMES = {"all": "111", "two": "110", "one": "010", "none": "000", "short": "1x-", "lost": "x01"}
+
+
+def test_the_headline_pass_at_k_is_exact_and_the_profiles(tmp_path) -> None:
+    b = StoreBuilder(RunMeta(repeats=3))
+    for i, (task_id, marks) in enumerate(OUTCOMES.items()):
+        b.task(task_id, 10 + i)
+        for repeat, mark in enumerate(marks):
+            if mark in "01":
+                b.rollout(task_id, repeat, correct=mark == "1")
+            elif mark == "x":
+                record = b.rollout(task_id, repeat)
+                record.status, record.failure_kind, record.verification = FAILED, "timeout", None
+    con = connect(b.write(tmp_path / "run"), read_only=True)
+    try:
+        for as_zero in (False, True):
+            head = headline(con, b.verifier_version, failures_as_zero=as_zero)
+            full = profile(con, failures_as_zero=as_zero)
+            # (n, c) per task: a failed rollout is left out, or scored as a fail ("lost" then
+            # has 3 scored rollouts, so pass@3 counts it)
+            counts = [
+                (sum(m in ("01x" if as_zero else "01") for m in marks), marks.count("1"))
+                for marks in OUTCOMES.values()
+            ]
+            eligible = [(n, c) for n, c in counts if n >= 3]
+            exact = sum(1 - Fraction(math.comb(n - c, 3), math.comb(n, 3)) for n, c in eligible)
+            assert head["tasks_at_k"] == {"3": len(eligible)} and full["tasks_at_k"]["3"] == len(
+                eligible
+            )
+            assert head["pass@k"]["3"] == pytest.approx(float(exact / len(eligible)), abs=1e-12)
+            assert head["pass@k"]["3"] == full["pass@k"]["3"]
+            assert head["pass@1"] == full["pass@1"]
+    finally:
+        con.close()

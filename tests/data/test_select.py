@@ -160,7 +160,7 @@ def test_band_parsing() -> None:
         parse_band("[0,nan]")
 
 
-def test_selected_dataset_runs_again_as_a_benchmark(run: Path) -> None:
+def test_selected_dataset_runs_again_as_a_benchmark(run: Path, prefect_api: str) -> None:
     """The written benchmark evaluates exactly the selected tasks, through `gym eval run`."""
     out = run.parent / "again"
     result = gym(
@@ -170,7 +170,7 @@ def test_selected_dataset_runs_again_as_a_benchmark(run: Path) -> None:
     assert f"GYMFLOW_ENVIRONMENTS_PATH={out} gym eval run --benchmark informative" in " ".join(
         result.stdout.split()
     )
-    env = {"GYMFLOW_ENVIRONMENTS_PATH": str(out)}
+    env = {"GYMFLOW_ENVIRONMENTS_PATH": str(out), "PREFECT_API_URL": prefect_api}
     rerun = run.parent / "rerun"
     gym(
         *("eval", "run", "--benchmark", "informative", "--repeats", "2", "--out", str(rerun)),

@@ -17,27 +17,17 @@ from pydantic import TypeAdapter
 from gymflow.analysis.health import health
 from gymflow.data.provenance import read_provenance
 from tests.analysis.builder import RunMeta, StoreBuilder
-from tests.conftest import gym
-from tests.harness.conftest import ENVS
+from tests.conftest import LedgerRun, gym
 
 MESSAGES = TypeAdapter(list[ChatCompletionMessageParam])
 TOOLS = TypeAdapter(list[ChatCompletionToolParam])
 
-CONFIG = """
-environment: ledger
-repeats: 4
-out: run
-harness: {name: tool_loop, max_turns: 3}
-"""
-
 
 @pytest.fixture(scope="module")
-def ledger_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cwd = tmp_path_factory.mktemp("ledger-data")
-    (cwd / "eval.yaml").write_text(CONFIG)
-    env = {"GYMFLOW_ENVIRONMENTS_PATH": str(ENVS)}
-    gym("eval", "run", "eval.yaml", cwd=cwd, env=env, check=True)
-    return cwd / "run"
+def ledger_run(ledger_run: LedgerRun) -> Path:
+    """The suite's tool-loop run of the ledger environment (tests/conftest.py), shared with the
+    tool-loop CLI tests: the run directory the exports read."""
+    return ledger_run.run_dir
 
 
 def _export(run: Path, out: Path, *args: str) -> dict:
@@ -107,7 +97,7 @@ def test_parquet_rows_are_passing_healthy_rollouts(ledger_run: Path) -> None:
     assert ids and set(ids) <= passing
     con = duckdb.connect(str(ledger_run / "gymflow.duckdb"), read_only=True)
     try:
-        flagged = {v["rollout_id"] for v in health(con, max_listed=None)["rollout_verdicts"]}
+        flagged = {v["rollout_id"] for v in health(con, max_listed=None).rollout_verdicts}
     finally:
         con.close()
     assert flagged, "the ledger run has malformed tool calls: health flags some rollouts"

@@ -10,16 +10,22 @@ from tests.conftest import gym
 
 
 def run_benchmark(
-    tmp_path: Path, benchmark: str, environment: str, *, limit: int, repeats: int
+    tmp_path: Path,
+    benchmark: str,
+    environment: str,
+    *,
+    limit: int,
+    repeats: int,
+    prefect_api: str,
 ) -> duckdb.DuckDBPyConnection:
-    """`gym eval run --benchmark B --limit N --repeats R` with the local policy; its store, open
-    read-only, after checking the run it records."""
+    """`gym eval run --benchmark B --limit N --repeats R` with the local policy, on the suite's
+    Prefect server; its store, open read-only, after checking the run it records."""
     out = tmp_path / "run"
     gym(
         *("eval", "run", "--benchmark", benchmark, "--limit", str(limit)),
         *("--repeats", str(repeats), "--out", str(out)),
         cwd=tmp_path,
-        env={"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180"},
+        env={"PREFECT_API_URL": prefect_api},
         check=True,
     )
     con = duckdb.connect(str(out / "gymflow.duckdb"), read_only=True)

@@ -160,7 +160,9 @@ def test_gym_serve_environment_on_a_port(served_backoffice: str) -> None:
     assert verdict["status"] == "ok" and verdict["details"]["reason"] == "state_differs"
 
 
-def test_a_run_uses_a_served_resources_server(served_backoffice: str, tmp_path: Path) -> None:
+def test_a_run_uses_a_served_resources_server(
+    served_backoffice: str, tmp_path: Path, prefect_api: str
+) -> None:
     """resources_url: the run's sessions live in the served process; same verdicts as local."""
     config = tmp_path / "remote.yaml"
     config.write_text(
@@ -171,7 +173,7 @@ def test_a_run_uses_a_served_resources_server(served_backoffice: str, tmp_path: 
     assert checked.returncode == 0, checked.stdout
     assert f"resources server at {served_backoffice} answers /health" in checked.stdout
 
-    gym("eval", "run", str(config), cwd=tmp_path, check=True)
+    gym("eval", "run", str(config), cwd=tmp_path, env={"PREFECT_API_URL": prefect_api}, check=True)
     assert httpx.get(f"{served_backoffice}/health").json()["sessions"] == 0  # all closed
     con = duckdb.connect(str(tmp_path / "runs" / "remote" / "gymflow.duckdb"), read_only=True)
     rows = con.execute(

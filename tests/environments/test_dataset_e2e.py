@@ -13,6 +13,7 @@ import duckdb
 import pytest
 
 from gymflow.environments.registry import PATH_VARIABLE
+from gymflow.store.tool_lists import expanded
 from tests.environments.test_dataset import (
     MAPPED,
     ROWS,
@@ -20,7 +21,6 @@ from tests.environments.test_dataset import (
     write_hub_cache,
     write_rows,
 )
-from tests.faults.conftest import prefect_api  # noqa: F401  (the suite's shared server)
 from tests.faults.stores import run_gym
 
 REPEATS = 2
@@ -58,7 +58,7 @@ def _data(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("source", ["parquet", "csv", "hub"])
-def test_file_formats_and_the_hub_run_end_to_end(tmp_path: Path, prefect_api: str, source):  # noqa: F811
+def test_file_formats_and_the_hub_run_end_to_end(tmp_path: Path, prefect_api: str, source):
     env = {}
     if source == "hub":
         home = tmp_path / "hf-home"
@@ -128,7 +128,7 @@ NEMO_ROWS = [
 ]
 
 
-def test_nemo_gym_rows_run_as_they_are(tmp_path: Path, prefect_api: str) -> None:  # noqa: F811
+def test_nemo_gym_rows_run_as_they_are(tmp_path: Path, prefect_api: str) -> None:
     write_rows(tmp_path / "benchmarks" / "weather.jsonl", NEMO_ROWS)
     dataset = {"path": "weather.jsonl", "format": "nemo_gym", "fields": {"id": "task_id"}}
     write_benchmark(tmp_path, "weather", dataset, verifier={"name": "bfcl"}, prompt_template=None)
@@ -136,7 +136,7 @@ def test_nemo_gym_rows_run_as_they_are(tmp_path: Path, prefect_api: str) -> None
     _check_store(con, "weather", tasks=4)
     # The row's own messages opened the rollout, and its tools were offered.
     trajectory, request = con.execute(
-        """SELECT r.trajectory_json, c.request_json FROM rollouts r
+        f"""SELECT r.trajectory_json, {expanded("c.request_json")} FROM rollouts r
            JOIN model_calls c USING (rollout_id) WHERE r.task_id = 'weather-0' LIMIT 1"""
     ).fetchone()
     first = json.loads(trajectory)[:2]
@@ -154,7 +154,7 @@ def test_nemo_gym_rows_run_as_they_are(tmp_path: Path, prefect_api: str) -> None
 
 def test_reverify_export_import_and_a_dataset_version_comparison(
     tmp_path: Path,
-    prefect_api: str,  # noqa: F811
+    prefect_api: str,
 ) -> None:
     root_a, root_b = tmp_path / "a", tmp_path / "b"
     write_rows(root_a / "benchmarks" / "sums.jsonl", ROWS)

@@ -142,9 +142,11 @@ def test_timeout_is_a_parameter_and_changes_the_version(tasks) -> None:
 
 
 # -- end to end ----------------------------------------------------------------------------------
-def test_gym_eval_run_end_to_end(tmp_path: Path, tasks) -> None:
+def test_gym_eval_run_end_to_end(tmp_path: Path, tasks, prefect_api: str) -> None:
     require_tool("bwrap")
-    con = run_benchmark(tmp_path, "humaneval", "humaneval", limit=10, repeats=2)
+    con = run_benchmark(
+        tmp_path, "humaneval", "humaneval", limit=10, repeats=2, prefect_api=prefect_api
+    )
     rows = con.execute(
         """SELECT r.task_id, r.output_text, v.status, v.reward, v.passed, v.verifier_version,
                   v.details_json

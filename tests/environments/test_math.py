@@ -347,8 +347,10 @@ def test_judge_failure_is_stored_as_an_error_not_a_zero(env, judge: JudgeServer)
 
 
 # -- end to end ----------------------------------------------------------------------------------
-def test_gym_eval_run_end_to_end(tmp_path: Path, env) -> None:
-    con = run_benchmark(tmp_path, "math-exact", "math", limit=25, repeats=2)
+def test_gym_eval_run_end_to_end(tmp_path: Path, env, prefect_api: str) -> None:
+    con = run_benchmark(
+        tmp_path, "math-exact", "math", limit=25, repeats=2, prefect_api=prefect_api
+    )
     rows = con.execute(
         """SELECT r.task_id, r.output_text, v.status, v.passed, v.verifier_version
            FROM rollouts r JOIN verifications v USING (rollout_id)"""

@@ -14,6 +14,7 @@ import pytest
 
 from gymflow.core.statuses import VERIFIED, VERIFY_ERROR
 from gymflow.environments.registry import load_environment
+from gymflow.environments.verifier_ref import VerifierRef
 from gymflow.verifiers import pool, sandbox
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
 from gymflow.verifiers.sandbox import Sandbox, SandboxLimits
@@ -361,7 +362,7 @@ def test_killed_worker_leaves_an_orphan_that_the_next_worker_removes(task) -> No
 
     env = load_environment("humaneval")
     workers = pool.VerifierPool(1)
-    ref = pool.VerifierRef.of(env, {"timeout_s": 60.0})
+    ref = VerifierRef.of(env, {"timeout_s": 60.0})
     sleeper = f"```python\n{task.data['prompt']}    import time\n    time.sleep(60)\n```"
     failed: list[BaseException] = []
 

@@ -122,6 +122,17 @@ def test_nemo_gym_rows_with_wrong_types_are_row_problems(
         _plan(tmp_path, "ng", monkeypatch)
 
 
+def test_a_removed_dataset_setting_says_what_replaces_it(tmp_path, monkeypatch) -> None:
+    """`verify_timeout_s` no longer bounds a verifier (the verifier declares its own): a
+    benchmark that still sets it is refused, naming the field and its replacement."""
+    data = tmp_path / "benchmarks" / "d.jsonl"
+    data.parent.mkdir(parents=True)
+    data.write_text(json.dumps(ROWS[0]) + "\n")
+    write_benchmark(tmp_path, "old", {"path": "d.jsonl", "fields": MAPPED, "verify_timeout_s": 9})
+    with pytest.raises(ConfigError, match=r"verify_timeout_s: removed; .*@verifier\(.*timeout_s"):
+        _plan(tmp_path, "old", monkeypatch)
+
+
 #: Templates that held the process for minutes or allocated gigabytes (each was checked to
 #: be unbounded in Jinja's own sandbox), and the bound each now meets.
 UNBOUNDED = [
@@ -169,14 +180,3 @@ def test_a_bounded_template_keeps_what_prompts_use() -> None:
     )
     rendered = render_prompt(template, {"q": "a", "tags": ["x", "y"]})
     assert rendered == "[  a  ] x, y 3.14    2 bb! a\n  b 1180591620717411303424 12.3 GB"
-
-
-def test_a_removed_dataset_setting_says_what_replaces_it(tmp_path, monkeypatch) -> None:
-    """`verify_timeout_s` no longer bounds a verifier (the verifier declares its own): a
-    benchmark that still sets it is refused, naming the field and its replacement."""
-    data = tmp_path / "benchmarks" / "d.jsonl"
-    data.parent.mkdir(parents=True)
-    data.write_text(json.dumps(ROWS[0]) + "\n")
-    write_benchmark(tmp_path, "old", {"path": "d.jsonl", "fields": MAPPED, "verify_timeout_s": 9})
-    with pytest.raises(ConfigError, match=r"verify_timeout_s: removed; .*@verifier\(.*timeout_s"):
-        _plan(tmp_path, "old", monkeypatch)

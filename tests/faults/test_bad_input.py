@@ -45,6 +45,15 @@ def test_wrong_type_names_file_and_field(stored: Path, tmp_path: Path) -> None:
     assert str(config) in message and "repeats:" in message
 
 
+def test_a_run_into_a_store_holding_its_rollouts_needs_resume(stored: Path, tmp_path: Path):
+    """Re-running a config whose store holds rollouts (a killed run, say) without `--resume` is
+    refused before anything starts, naming `--resume`; what was stored stays as it was."""
+    config = tmp_path / "again.yaml"
+    config.write_text(f"benchmark: arithmetic-smoke\nlimit: 6\nrepeats: 2\nout: {stored}\n")
+    message = refused("eval", "run", str(config), cwd=tmp_path, guarded=[stored])
+    assert f"{stored}: already holds rollouts of this run; pass --resume" in message
+
+
 def test_jsonl_rows_with_wrong_types_name_file_line_and_field(stored: Path, tmp_path: Path):
     rows = tmp_path / "rollouts.jsonl"
     good = {

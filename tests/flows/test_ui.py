@@ -1,34 +1,21 @@
-"""The Prefect UI as the front door, for real: a `prefect server`, `prefect deploy --all`, a process
-worker and `gym serve reports`. The eval-run deployment's form (its parameter schema) offers the
-registry's benchmarks, describes its fields and states its bounds; the server refuses what the
-schema rules out before any run exists; a run from the form gets a findable name and tags, logs
-gymflow's own lines, and its report artifact links to a URL that serves the report. Headless
-Chromium keeps screenshots of the form and of the finished run under test-artifacts/.
-
-Slow (a server start, deployments, a flow-run process): one test, every wait bounded."""
+"""The Prefect UI as the front door, for real (tests/flows/deployed.py: a `prefect server`, `prefect
+deploy --all`, a process worker and `gym serve reports`). The eval-run deployment's form (its
+parameter schema) offers the registry's benchmarks, describes its fields and states its bounds; the
+server refuses what the schema rules out before any run exists; a run from the form gets a findable
+name and tags, logs gymflow's own lines, and its report artifact links to a URL that serves the
+report. Headless Chromium keeps screenshots of the form and of the finished run under
+test-artifacts/. Slow (a flow-run process, a browser): one test, every wait bounded."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-from pathlib import Path
 
 import httpx
 import pytest
 
 from gymflow.environments.registry import benchmark_files
-from gymflow.simulated.local_server import free_port
-from tests.conftest import GYM, ROOT, require_tool
-from tests.flows.test_work_pool import (
-    POOL,
-    PREFECT,
-    call_api,
-    final_state,
-    healthy,
-    started,
-    wait_for,
-)
+from tests.conftest import ROOT, require_tool
+from tests.flows.deployed import POOL, Deployment, call_api, final_state, wait_for
 from tests.flows.ui_pages import capture
 from tests.reports.browser import FLAGS, chromium
 
@@ -70,143 +57,110 @@ def refused(api: str, deployment_id: str, config: dict) -> httpx.Response:
     )
 
 
-def test_a_run_from_the_form_links_to_its_served_report(tmp_path: Path) -> None:
-    port, reports_port = free_port(), free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    reports_url = f"http://127.0.0.1:{reports_port}"
-    served = tmp_path / "served"
-    served.mkdir()
-    env = {
-        **os.environ,
-        "PREFECT_HOME": str(tmp_path / "prefect-home"),
-        "PREFECT_API_URL": api,
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_WORKER_QUERY_SECONDS": "2",
-        "PREFECT_LOGGING_LEVEL": "INFO",
-        "GYMFLOW_CHECKOUT": str(ROOT),
-        "GYMFLOW_REPORTS_URL": reports_url,
-        "GYMFLOW_REPORTS_ROOT": str(served),
-    }
-    server = [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)]
-    reports = [GYM, "serve", "reports", "--root", str(served), "--port", str(reports_port)]
-    with (
-        started(server, env, tmp_path / "server.log"),
-        started(reports, env, tmp_path / "reports.log"),
+def test_a_run_from_the_form_links_to_its_served_report(deployment: Deployment) -> None:
+    api, reports_url, served = deployment.api, deployment.reports_url, deployment.served
+    eval_run = call_api("GET", f"{api}/deployments/name/eval-run/eval-run")
+    check_the_form(eval_run)
+    deployment_id = eval_run["id"]
+    shard = call_api("GET", f"{api}/deployments/name/eval-shard/eval-shard")
+    assert shard["description"].startswith("Internal")
+    nightly = call_api("GET", f"{api}/deployments/name/nightly/nightly-arithmetic-smoke")
+    assert [s["schedule"]["timezone"] for s in nightly["schedules"]] == ["UTC"]
+    assert nightly["parameters"]["scale"]["work_pool"] == POOL
+
+    # what the schema rules out never becomes a run
+    of_the_form = {"flow_runs": {"deployment_id": {"any_": [deployment_id]}}}
+    before = call_api("POST", f"{api}/flow_runs/filter", of_the_form)
+    for bad in (
+        {"benchmark": "no-such-benchmark"},
+        {"benchmark": "arithmetic-smoke", "sampling": {"temperature": 5}},
+        {"benchmark": "arithmetic-smoke", "shard": {"index": 3, "count": 2}},
     ):
-        wait_for("the Prefect server", lambda: healthy(api), timeout=180)
-        for command in (
-            [PREFECT, "work-pool", "create", POOL, "--type", "process"],
-            [PREFECT, "--no-prompt", "deploy", "--all"],
-        ):
-            done = subprocess.run(
-                command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-            )
-            assert done.returncode == 0, done.stdout + done.stderr
-        deployment = call_api("GET", f"{api}/deployments/name/eval-run/eval-run")
-        check_the_form(deployment)
-        shard = call_api("GET", f"{api}/deployments/name/eval-shard/eval-shard")
-        assert shard["description"].startswith("Internal")
-        nightly = call_api("GET", f"{api}/deployments/name/nightly/nightly-arithmetic-smoke")
-        assert [s["schedule"]["timezone"] for s in nightly["schedules"]] == ["UTC"]
-        assert nightly["parameters"]["scale"]["work_pool"] == POOL
+        reply = refused(api, deployment_id, bad)
+        assert reply.status_code == 409, (bad, reply.status_code, reply.text)
+    assert call_api("POST", f"{api}/flow_runs/filter", of_the_form) == before
 
-        # what the schema rules out never becomes a run
-        for bad in (
-            {"benchmark": "no-such-benchmark"},
-            {"benchmark": "arithmetic-smoke", "sampling": {"temperature": 5}},
-            {"benchmark": "arithmetic-smoke", "shard": {"index": 3, "count": 2}},
-        ):
-            reply = refused(api, deployment["id"], bad)
-            assert reply.status_code == 409, (bad, reply.status_code, reply.text)
-        of_the_form = {"flow_runs": {"deployment_id": {"any_": [deployment["id"]]}}}
-        assert call_api("POST", f"{api}/flow_runs/filter", of_the_form) == []
+    config = {"benchmark": "arithmetic-smoke", "limit": 6, "out": str(served / "runs" / "{date}")}
+    created = call_api(
+        "POST",
+        f"{api}/deployments/{deployment_id}/create_flow_run",
+        {"parameters": {"config": config}},
+    )
+    run = final_state(api, created["id"], timeout=600)
+    worker_log = (deployment.logs / "worker.log").read_text()
+    assert run["state_type"] == "COMPLETED", (run["state"], worker_log[-4000:])
 
-        with started([PREFECT, "worker", "start", "--pool", POOL], env, tmp_path / "worker.log"):
-            config = {
-                "benchmark": "arithmetic-smoke",
-                "limit": 6,
-                "out": str(served / "runs" / "{date}"),
-            }
-            created = call_api(
-                "POST",
-                f"{api}/deployments/{deployment['id']}/create_flow_run",
-                {"parameters": {"config": config}},
-            )
-            run = final_state(api, created["id"], timeout=600)
-            worker_log = (tmp_path / "worker.log").read_text()
-            assert run["state_type"] == "COMPLETED", (run["state"], worker_log[-4000:])
+    wanted = (
+        "batch 1 of 1 done",
+        "arithmetic-smoke · gymflow-local-policy: pass@1",
+        f"report: {reports_url}/runs/",
+    )
 
-            wanted = (
-                "batch 1 of 1 done",
-                "arithmetic-smoke · gymflow-local-policy: pass@1",
-                f"report: {reports_url}/runs/",
-            )
+    def logged() -> str | None:
+        # the run's last lines reach the server just after its final state: the worker (and so
+        # the flow's process) keeps running until they are there
+        query = {"logs": {"flow_run_id": {"any_": [run["id"]]}}, "sort": "TIMESTAMP_ASC"}
+        logs = call_api("POST", f"{api}/logs/filter", query)
+        text = "\n".join(entry["message"] for entry in logs)
+        return text if all(line in text for line in wanted) else None
 
-            def logged() -> str | None:
-                # the run's last lines reach the server just after its final state: the worker
-                # (and so the flow's process) keeps running until they are there
-                query = {"logs": {"flow_run_id": {"any_": [run["id"]]}}, "sort": "TIMESTAMP_ASC"}
-                logs = call_api("POST", f"{api}/logs/filter", query)
-                text = "\n".join(entry["message"] for entry in logs)
-                return text if all(line in text for line in wanted) else None
+    messages = wait_for("gymflow's log lines on the flow run", logged, timeout=120)
 
-            messages = wait_for("gymflow's log lines on the flow run", logged, timeout=120)
+    assert re.fullmatch(
+        r"arithmetic-smoke_gymflow-local-policy_\d{4}-\d\d-\d\dT\d{4}Z", run["name"]
+    ), run["name"]
+    for tag in (
+        "benchmark:arithmetic-smoke",
+        "environment:arithmetic",
+        "model:gymflow-local-policy",
+        "harness:single_turn",
+    ):
+        assert tag in run["tags"], run["tags"]
 
-        assert re.fullmatch(
-            r"arithmetic-smoke_gymflow-local-policy_\d{4}-\d\d-\d\dT\d{4}Z", run["name"]
-        ), run["name"]
-        for tag in (
-            "benchmark:arithmetic-smoke",
-            "environment:arithmetic",
-            "model:gymflow-local-policy",
-            "harness:single_turn",
-        ):
-            assert tag in run["tags"], run["tags"]
+    artifacts = call_api(
+        "POST",
+        f"{api}/artifacts/filter",
+        {"artifacts": {"flow_run_id": {"any_": [created["id"]]}}},
+    )
+    by_key = {a["key"]: a for a in artifacts}
+    assert len(by_key) == len(artifacts), "one artifact per key"
+    link = re.search(r"\]\((http://[^)]+)\)", by_key["gymflow-report"]["data"]).group(1)
+    assert link.startswith(f"{reports_url}/runs/")
+    page = httpx.get(link, timeout=30)
+    assert page.status_code == 200
+    assert "pass@1" in page.text and "<html" in page.text.lower()
+    assert link in by_key["gymflow-summary"]["data"]
+    assert f"report: {link}" in messages
 
-        artifacts = call_api(
-            "POST",
-            f"{api}/artifacts/filter",
-            {"artifacts": {"flow_run_id": {"any_": [created["id"]]}}},
+    binary = require_tool("chromium")
+    ui = deployment.ui
+    with chromium(binary, UI_FLAGS) as tools:
+        form_text = capture(
+            tools,
+            f"{ui}/deployments/deployment/{deployment_id}/run",
+            ["Benchmark", "arithmetic-smoke"],
+            SHOTS / "prefect-form.png",
         )
-        by_key = {a["key"]: a for a in artifacts}
-        assert len(by_key) == len(artifacts), "one artifact per key"
-        link = re.search(r"\]\((http://[^)]+)\)", by_key["gymflow-report"]["data"]).group(1)
-        assert link.startswith(f"{reports_url}/runs/")
-        page = httpx.get(link, timeout=30)
-        assert page.status_code == 200
-        assert "pass@1" in page.text and "<html" in page.text.lower()
-        assert link in by_key["gymflow-summary"]["data"]
-        assert f"report: {link}" in messages
-
-        binary = require_tool("chromium")
-        ui = f"http://127.0.0.1:{port}"
-        with chromium(binary, UI_FLAGS) as tools:
-            form_text = capture(
-                tools,
-                f"{ui}/deployments/deployment/{deployment['id']}/run",
-                ["Benchmark", "arithmetic-smoke"],
-                SHOTS / "prefect-form.png",
-            )
-            run_text = capture(
-                tools,
-                f"{ui}/runs/flow-run/{run['id']}",
-                [run["name"], "Completed", f"report: {link}"],
-                SHOTS / "prefect-run.png",
-            )
-            artifacts_text = capture(
-                tools,
-                f"{ui}/runs/flow-run/{run['id']}",
-                ["gymflow-summary", "gymflow-report"],
-                SHOTS / "prefect-run-artifacts.png",
-                click=["Artifacts"],
-            )
-            summary_text = capture(
-                tools,
-                f"{ui}/artifacts/artifact/{by_key['gymflow-summary']['id']}",
-                ["Recommended next action", "pass@k"],
-                SHOTS / "prefect-summary.png",
-            )
-        assert "The benchmark" in form_text
-        assert "benchmark:arithmetic-smoke" in run_text
-        assert "How did it do" in artifacts_text
-        assert link in summary_text and "Coverage: expected 24" in summary_text
+        run_text = capture(
+            tools,
+            f"{ui}/runs/flow-run/{run['id']}",
+            [run["name"], "Completed", f"report: {link}"],
+            SHOTS / "prefect-run.png",
+        )
+        artifacts_text = capture(
+            tools,
+            f"{ui}/runs/flow-run/{run['id']}",
+            ["gymflow-summary", "gymflow-report"],
+            SHOTS / "prefect-run-artifacts.png",
+            click=["Artifacts"],
+        )
+        summary_text = capture(
+            tools,
+            f"{ui}/artifacts/artifact/{by_key['gymflow-summary']['id']}",
+            ["Recommended next action", "pass@k"],
+            SHOTS / "prefect-summary.png",
+        )
+    assert "The benchmark" in form_text
+    assert "benchmark:arithmetic-smoke" in run_text
+    assert "How did it do" in artifacts_text
+    assert link in summary_text and "Coverage: expected 24" in summary_text

@@ -4,39 +4,19 @@ key: what the store holds, and that the key is nowhere in it, the report or the 
 from __future__ import annotations
 
 import json
-import secrets
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from tests.conftest import gym
-from tests.harness.conftest import ENVS
-
-KEY_VAR = "GYMFLOW_TEST_MODEL_KEY"
-
-CONFIG = """
-environment: ledger
-repeats: 4
-out: runs/ledger
-harness: {name: tool_loop, max_turns: 3}
-sampling: {reasoning_effort: low, seed: 1}
-model:
-  api_key_env: GYMFLOW_TEST_MODEL_KEY
-  backoff_s: 0.0
-  faults: {rate_429: 0.05, rate_reset: 0.05}
-"""
+from tests.conftest import LedgerRun
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory):
-    cwd = tmp_path_factory.mktemp("ledger-run")
-    (cwd / "eval.yaml").write_text(CONFIG)
-    key = f"sk-gymflow-{secrets.token_hex(16)}"
-    env = {"GYMFLOW_ENVIRONMENTS_PATH": str(ENVS), KEY_VAR: key}
-    result = gym("eval", "run", "eval.yaml", cwd=cwd, env=env, check=True)
-    con = duckdb.connect(str(cwd / "runs" / "ledger" / "gymflow.duckdb"), read_only=True)
-    yield cwd, key, result, con
+def run(ledger_run: LedgerRun):
+    """The suite's ledger run (tests/conftest.py: tool loop, faults, reasoning, an API key)."""
+    con = duckdb.connect(str(ledger_run.run_dir / "gymflow.duckdb"), read_only=True)
+    yield ledger_run.cwd, ledger_run.key, ledger_run.result, con
     con.close()
 
 

@@ -283,7 +283,7 @@ def test_a_refusal_lost_by_the_responses_bridge_is_not_scored(proxy: str) -> Non
 
 
 def test_gym_eval_run_through_litellm_stores_refusals_as_failures(
-    proxy: str, tmp_path: Path
+    proxy: str, tmp_path: Path, prefect_api: str
 ) -> None:
     """As a user runs it: a refusing model behind LiteLLM's chat path is `refused`, not 0."""
     config = tmp_path / "eval.yaml"
@@ -296,7 +296,8 @@ def test_gym_eval_run_through_litellm_stores_refusals_as_failures(
         "out": str(tmp_path / "run"),
     }  # fmt: skip
     config.write_text(yaml.safe_dump(spec))
-    result = gym("eval", "run", str(config), cwd=tmp_path, env={KEY_ENV: MASTER_KEY})
+    env = {KEY_ENV: MASTER_KEY, "PREFECT_API_URL": prefect_api}
+    result = gym("eval", "run", str(config), cwd=tmp_path, env=env)
     assert MASTER_KEY not in result.stdout + result.stderr
     con = duckdb.connect(str(tmp_path / "run" / "gymflow.duckdb"), read_only=True)
     try:

@@ -17,8 +17,8 @@ from gymflow.config import EvalConfig
 from gymflow.core.records import ModelCall, Rollout, Verification, rollout_id
 from gymflow.core.statuses import COMPLETED, FAILED, VERIFIED, VERIFY_ERROR
 from gymflow.rollouts.plan import resolve
+from gymflow.rollouts.registration import register_run
 from gymflow.store.db import connect
-from gymflow.store.runs import register_run
 from gymflow.store.writer import insert_rows, register_verifier_version, write_rollouts
 from tests.conftest import gym
 
@@ -55,18 +55,11 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def eval_run(workdir: Path) -> Path:
+def eval_run(workdir: Path, prefect_api: str) -> Path:
     """A real `gym eval run` through Prefect, with injected server errors and no retries, so
     some rollouts fail; it writes its own report at the end."""
     (workdir / "faulty.yaml").write_text(FAULTY_CONFIG)
-    home = workdir / "prefect-home"
-    home.mkdir()
-    env = {
-        "PREFECT_HOME": str(home),
-        # A shared 2-core machine can be slow to start the ephemeral server.
-        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
-    }
-    run = gym("eval", "run", "faulty.yaml", cwd=workdir, env=env)
+    run = gym("eval", "run", "faulty.yaml", cwd=workdir, env={"PREFECT_API_URL": prefect_api})
     # A quarter of the rollouts fail, more than health allows (5%): the gate fails, exit 2.
     assert run.returncode == 2, run.stdout + run.stderr
     assert "health: unhealthy" in run.stdout, run.stdout

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from gymflow.cli import exit_codes
-from gymflow.cli.app import app, console, fail, print_json
+from gymflow.cli.app import app, console, fail, prefect_for_run, print_json
 from gymflow.config import ConfigError
 from gymflow.store.db import StoreError
 
@@ -49,6 +49,7 @@ def study_run(
                 how = f"the baseline's rollouts judged again in {stores[arm.name]}"
             console.print(f"{arm.name}: {what} ({how})", markup=False, soft_wrap=True)
         return
+    prefect_for_run()
     from gymflow.flows.parameters import ScaleOptions
     from gymflow.flows.study import study
 

@@ -13,10 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 from gymflow.config import FaultSpec
 from gymflow.errors import RuntimeFailure
+from gymflow.processes import answers_ok
 from gymflow.simulated.policy import PolicyEntry, save_table
 
 
@@ -50,6 +49,10 @@ class LocalPolicyServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> LocalPolicyServer:
+        return self.launch().wait_ready()
+
+    def launch(self) -> LocalPolicyServer:
+        """Start the server's process without waiting for it to answer (`wait_ready`)."""
         self._tmp = tempfile.TemporaryDirectory(prefix="gymflow-policy-")
         table_path = Path(self._tmp.name) / "table.json"
         save_table(self.table, table_path)
@@ -70,15 +73,20 @@ class LocalPolicyServer:
             str(os.getpid()),
         ]
         self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=os.environ.copy())
+        return self
+
+    def wait_ready(self) -> LocalPolicyServer:
+        """Wait until the launched server answers its health route (the time out counts from
+        here: a server launched early may have waited long for its run, answering all along)."""
+        if self._process is None:
+            raise RuntimeError("local policy server was not launched")
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 raise RuntimeFailure(f"local policy server exited with {self._process.returncode}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                time.sleep(0.05)
+            if answers_ok(f"http://127.0.0.1:{self.port}/health"):
+                return self
+            time.sleep(0.02)
         self.stop()
         raise RuntimeFailure(f"local policy server did not answer within {self.startup_timeout_s}s")
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import json
 import os
 import pickle
 import signal
@@ -32,13 +31,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from gymflow.core.records import Verification
-    from gymflow.environments.base import Environment
-    from gymflow.environments.resources import ResourcesServer
     from gymflow.verifiers.base import VerifyInput
 
 #: The bound on starting a worker and building the verifier in it (imports, loading a dataset):
@@ -69,36 +65,20 @@ class JobRejected(WorkerFailed):
     rebuild); the worker itself is sound."""
 
 
-@dataclass(frozen=True, slots=True)
-class VerifierRef:
-    """What a worker needs to rebuild a resources server: the environment's folder and manifest
-    (the manifest as the parent holds it, which a caller may have changed from the file's) and
-    the verifier parameters, all canonical JSON so equal references share a built server."""
+class Verifying(Protocol):
+    """What a worker verifies with: a resources server, as `WorkerRef.build` makes it."""
 
-    environment: str
-    folder: str
-    manifest_json: str
-    params_json: str
+    def verify_sync(self, inp: VerifyInput) -> Verification: ...
 
-    @classmethod
-    def of(cls, env: Environment, params: dict[str, Any]) -> VerifierRef:
-        return cls(
-            env.name,
-            str(env.folder),
-            env.manifest.model_dump_json(),
-            json.dumps(params, sort_keys=True, default=str),
-        )
 
-    def build(self) -> ResourcesServer:
-        """The resources server, rebuilt from the environment's entry point (which registers
-        the environment's own verifiers on import)."""
-        from gymflow.environments.base import EnvironmentManifest
-        from gymflow.environments.registry import EnvironmentSource, load_entrypoint
+class WorkerRef(Protocol):
+    """What a worker rebuilds its verifier from (gymflow.environments.verifier_ref.VerifierRef
+    is one): picklable and hashable, so equal references share what a worker built."""
 
-        manifest = EnvironmentManifest.model_validate_json(self.manifest_json)
-        source = EnvironmentSource(manifest, Path(self.folder))
-        env = load_entrypoint(source)(manifest, source.folder)
-        return env.resources_server(json.loads(self.params_json))
+    @property
+    def environment(self) -> str: ...
+
+    def build(self) -> Verifying: ...
 
 
 # -- the worker side ---------------------------------------------------------------------------
@@ -118,7 +98,7 @@ def serve(fd: int) -> None:
     from gymflow.verifiers.sandbox import sweep_orphans
 
     sweep_orphans()
-    servers: dict[VerifierRef, ResourcesServer] = {}
+    servers: dict[WorkerRef, Verifying] = {}
     while True:
         try:
             ref, inputs = conn.recv()
@@ -141,7 +121,7 @@ def serve(fd: int) -> None:
 class _Worker:
     process: subprocess.Popen[bytes]
     conn: Connection
-    built: set[VerifierRef] = field(default_factory=set)
+    built: set[WorkerRef] = field(default_factory=set)
 
     @classmethod
     def start(cls) -> _Worker:
@@ -167,7 +147,7 @@ class _Worker:
 
     def run(
         self,
-        ref: VerifierRef,
+        ref: WorkerRef,
         inputs: Sequence[VerifyInput],
         timeout: float | None,
         abandon: threading.Event,
@@ -244,7 +224,7 @@ class VerifierPool:
 
     def run(
         self,
-        ref: VerifierRef,
+        ref: WorkerRef,
         inputs: Sequence[VerifyInput],
         timeout: float | None,
         abandon: threading.Event | None = None,
@@ -266,7 +246,7 @@ class VerifierPool:
             self._release(worker, healthy)
 
     async def arun(
-        self, ref: VerifierRef, inputs: Sequence[VerifyInput], timeout: float | None
+        self, ref: WorkerRef, inputs: Sequence[VerifyInput], timeout: float | None
     ) -> list[Verification]:
         """`run` for an event loop: on a thread, and a cancelled caller kills its worker, so
         the loop's executor is not left waiting out the bound at shutdown."""
