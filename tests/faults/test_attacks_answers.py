@@ -40,3 +40,24 @@ def test_bfcl_arguments_nested_thousands_deep_are_a_malformed_call() -> None:
 def test_tool_arguments_nested_thousands_deep_are_malformed_not_a_harness_error() -> None:
     with pytest.raises(MalformedArguments, match="nest too deeply"):
         parse_arguments(NESTED, {"type": "object"})
+
+
+def test_a_backtracking_pattern_is_bounded_by_its_worker(tmp_path, monkeypatch) -> None:
+    """`^(\\w+\\s?)*$` against 40 characters and a `!` backtracks for years; inline, it held
+    the collector's event loop. In its worker it is killed at regex_match's bound and recorded
+    as the verifier's timeout."""
+    from tests.environments.test_dataset import _plan, write_benchmark, write_rows
+
+    rows = [{"id": "p1", "question": "Say a word.", "pattern": r"^(\w+\s?)*$"}]
+    write_rows(tmp_path / "benchmarks" / "re.jsonl", rows)
+    write_benchmark(
+        tmp_path, "words", {"path": "re.jsonl", "fields": {"id": "id"}},
+        verifier={"name": "regex_match", "params": {"mode": "search"}},
+    )  # fmt: skip
+    plan = _plan(tmp_path, "words", monkeypatch)
+    server = plan.env.resources_server(plan.verifier_params)
+    (task,) = plan.all_tasks
+    assert server.verifier.runs == "worker"
+    verification = server.verify_bounded(VerifyInput(task, "a" * 40 + "!"))
+    assert (verification.status, verification.failure_kind) == ("error", "verifier_timeout")
+    assert server.verify_bounded(VerifyInput(task, "two words")).reward == 1.0
