@@ -34,7 +34,7 @@ def eval_profile(
     compare_verifier_version: Annotated[
         str | None, typer.Option(help="Verifier version to read in the --compare run.")
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the bootstrap over tasks.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the bootstrap over tasks.")] = 0,
     power_difference: Annotated[
         float,
         typer.Option(

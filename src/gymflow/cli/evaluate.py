@@ -21,6 +21,7 @@ from gymflow.config import (
     ConfigError,
     EvalConfig,
     ShardSpec,
+    format_validation_error,
     load_config_file,
     merge_overrides,
     parse_config,
@@ -277,8 +278,10 @@ def eval_run(
         scale = ScaleOptions(
             shards=shards, work_pool=work_pool, shard_root=shard_root, shard_retries=shard_retries
         )
-    except (ConfigError, ValidationError) as exc:
+    except ConfigError as exc:
         fail(str(exc))
+    except ValidationError as exc:
+        fail(format_validation_error(exc, "command line"))
     overrides = {
         "benchmark": benchmark,
         "environment": environment,
