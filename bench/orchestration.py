@@ -114,7 +114,7 @@ def run_once(root: Path, shards: int, tasks: int, repeats: int) -> dict[str, flo
     start = time.perf_counter()
     result = eval_run_module.evaluation_loop(config, scale=scale)
     wall = time.perf_counter() - start
-    rollouts = result["profile"]["coverage"]["expected"]
+    rollouts = result["analysis"].profile.coverage.expected
     domain = TIMELINE.union()
     figures = {
         "shards": shards,

@@ -50,11 +50,12 @@ def without_prefect(workload: dict, out: str) -> None:
     from gymflow.reports.render import write_run_report
     from gymflow.rollouts.collect import Collector
     from gymflow.rollouts.plan import resolve
+    from gymflow.rollouts.registration import register_run
     from gymflow.simulated.endpoint import model_endpoint
     from gymflow.store.compact import compact
     from gymflow.store.db import connect, held
     from gymflow.store.merge import check_destination
-    from gymflow.store.runs import missing_keys, register_run
+    from gymflow.store.runs import missing_keys
 
     plan = resolve(EvalConfig.model_validate({**workload, "out": out}))
     check_destination(out, plan.run_id, resume=False, benchmark_version=plan.benchmark_version)

@@ -14,10 +14,11 @@ import pytest
 from gymflow.config import EvalConfig
 from gymflow.rollouts.collect import Collector
 from gymflow.rollouts.plan import resolve
+from gymflow.rollouts.registration import register_run
 from gymflow.rollouts.stopping import RunStopped
 from gymflow.simulated.endpoint import local_policy_server
 from gymflow.store.db import connect
-from gymflow.store.runs import missing_keys, register_run
+from gymflow.store.runs import missing_keys
 
 
 def _plan(out: Path, **config):

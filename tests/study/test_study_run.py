@@ -28,10 +28,11 @@ STUDY = {
 
 
 @pytest.fixture(scope="module")
-def study_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+def study_run(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> tuple[Path, dict]:
     cwd = tmp_path_factory.mktemp("study")
     (cwd / "study.yaml").write_text(yaml.safe_dump(STUDY))
-    result = gym("study", "run", "study.yaml", "--json", cwd=cwd, timeout=600, check=True)
+    env = {"PREFECT_API_URL": prefect_api}
+    result = gym("study", "run", "study.yaml", "--json", cwd=cwd, env=env, timeout=600, check=True)
     return cwd, json.loads(result.stdout)
 
 
@@ -83,9 +84,11 @@ def test_a_verifier_only_variant_is_a_reverify_not_new_inference(study_run):
     assert base_versions == [result["baseline"]["verifier_version"]]
 
 
-def test_running_the_study_again_resumes_and_runs_nothing_new(study_run):
+def test_running_the_study_again_resumes_and_runs_nothing_new(study_run, prefect_api: str):
     cwd, first = study_run
-    again = json.loads(gym("study", "run", "study.yaml", "--json", cwd=cwd, check=True).stdout)
+    env = {"PREFECT_API_URL": prefect_api}
+    again = gym("study", "run", "study.yaml", "--json", cwd=cwd, env=env, check=True)
+    again = json.loads(again.stdout)
     assert [v["difference"] for v in again["variants"]] == [
         v["difference"] for v in first["variants"]
     ]

@@ -16,6 +16,7 @@ import polars as pl
 from gymflow.analysis.answers import normalised_sql
 from gymflow.analysis.frames import frame
 from gymflow.analysis.outcomes import check_verifier_version, task_counts_sql
+from gymflow.analysis.results import Diagnosis
 from gymflow.models.errors import ModelError
 from gymflow.store.runs import run_info
 
@@ -291,7 +292,7 @@ def diagnose(
     examples: int = 5,
     top: int = 20,
     excerpt: int = 2000,
-) -> dict[str, Any]:
+) -> Diagnosis:
     """Diagnose the run in `con` under one verifier version (the newest unless given).
 
     Returns {"run_id", "verifier_version", "rollouts": stored, "expected": tasks x repeats,
@@ -300,7 +301,6 @@ def diagnose(
     rollouts, examples}], "sometimes_pass": [{task_id, n, c, pass_rate, variance, passing:
     {rollout_id, repeat_index, output}, failing: {...}}], "verifier_suspects": [...],
     "decision": see `gymflow.analysis.decide.decide`}."""
-    from gymflow.analysis.decide import decide
 
     version = check_verifier_version(con, verifier_version)
     run = run_info(con)
@@ -310,18 +310,16 @@ def diagnose(
         "SELECT (SELECT count(*) FROM rollouts), "
         "(SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0)"
     ).fetchone()
-    result = {
-        "run_id": run["run_id"],
-        "verifier_version": version,
-        "rollouts": stored,
-        "expected": expected,
-        "missing_rollouts": max(0, expected - stored),
-        "non_passing_rollouts": int(detail["rollouts"].sum()) if detail.height else 0,
-        "buckets": buckets(con),
-        "taxonomy": taxonomy(detail, examples),
-        "failures_by_bucket": detail.to_dicts(),
-        "sometimes_pass": sometimes_pass(con, version, top=top, excerpt=excerpt),
-        "verifier_suspects": verifier_suspects(con, version, examples=examples),
-    }
-    result["decision"] = decide(result)
-    return result
+    return Diagnosis(
+        run_id=run["run_id"],
+        verifier_version=version,
+        rollouts=stored,
+        expected=expected,
+        missing_rollouts=max(0, expected - stored),
+        non_passing_rollouts=int(detail["rollouts"].sum()) if detail.height else 0,
+        buckets=buckets(con),
+        taxonomy=taxonomy(detail, examples),
+        failures_by_bucket=detail.to_dicts(),
+        sometimes_pass=sometimes_pass(con, version, top=top, excerpt=excerpt),
+        verifier_suspects=verifier_suspects(con, version, examples=examples),
+    )

@@ -18,6 +18,7 @@ from gymflow.analysis.outcomes import (
     task_table,
 )
 from gymflow.analysis.passk import pair_curves, per_task_curves
+from gymflow.analysis.results import Profile
 from gymflow.analysis.stats import (
     CI_METHOD,
     bootstrap_ci95,
@@ -177,10 +178,10 @@ def profile(
     failures_as_zero: bool = False,
     bootstrap_samples: int = 1000,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> Profile:
     """Profile the run in `con` under one verifier version (the newest unless given).
 
-    Returns a dict: run_id, benchmark, environment, model, verifier_version, coverage
+    Returns the Profile: run_id, benchmark, environment, model, verifier_version, coverage
     {expected, scored, failed, missing}, failures (how failures were treated), tasks,
     tasks_scored, repeats, "pass@1", stderr, ci95 [low, high] | None, ci95_reason (why None),
     ci95_method, "pass@1_rollout_weighted" (all scored rollouts pooled), weighting (a sentence
@@ -223,54 +224,56 @@ def profile(
     )
     majority = majority_at_k(con, version, failures_as_zero=failures_as_zero)
     key = [str(k) for k in ks]
-    return {
-        "run_id": run["run_id"],
-        "benchmark": run["benchmark"],
-        "environment": run["environment"],
-        "model": run["model"],
-        "verifier_version": version,
-        "coverage": coverage_of(tasks, repeats).as_dict(),
-        "failures": "counted as failures (reward 0)"
-        if failures_as_zero
-        else "excluded from scores",
-        "tasks": tasks.height,
-        "tasks_scored": scored.height,
-        "repeats": repeats,
-        "pass@1": pass1["mean"],
-        "stderr": pass1["stderr"],
-        "ci95": pass1["ci95"],
-        "ci95_reason": pass1["ci95_reason"],
-        "ci95_method": CI_METHOD,
-        "pass@1_rollout_weighted": pooled,
-        "weighting": weighting_note(pass1["mean"], pooled, scored.height, rollouts_scored),
-        "pass@k": dict(zip(key, at_mean, strict=True)),
-        "pass^k": dict(zip(key, hat_mean, strict=True)),
-        "tasks_at_k": dict(zip(key, tasks_at_k, strict=True)),
-        "retry_value": dict(zip(key, _retry_values(at_tasks), strict=True)),
-        "pass@k_bootstrap_ci95": {
-            k: None if math.isnan(lo) else [float(lo), float(hi)]
-            for k, lo, hi in zip(key, low, high, strict=True)
-        },
-        "pass@k_bootstrap_ci95_reason": {
-            k: None
-            if not math.isnan(lo)
-            else f"{count} task{'s' if count != 1 else ''} with at least {k} scored rollouts: "
-            "a bootstrap over tasks needs two"
-            for k, lo, count in zip(key, low, tasks_at_k, strict=True)
-        },
-        "bootstrap": {"samples": bootstrap_samples, "seed": seed, "unit": "task"},
-        "majority@k": None if majority is None else {str(repeats): majority},
-        "mean_reward": reward["mean"],
-        "mean_reward_stderr": reward["stderr"],
-        "mean_reward_ci95": reward["ci95"],
-        "mean_reward_ci95_reason": reward["ci95_reason"],
-        "reward_range": list(bounds),
-        "variance": {"pass": pass_variance, "reward": reward_variance},
-        "design_effect": design_effect(pass_variance["icc"], n),
-        "by_tag": _breakdown(scored, "tags"),
-        "by_difficulty": _breakdown(scored, "difficulty"),
-        "usage": usage_percentiles(con),
-    }
+    return Profile.model_validate(
+        {
+            "run_id": run["run_id"],
+            "benchmark": run["benchmark"],
+            "environment": run["environment"],
+            "model": run["model"],
+            "verifier_version": version,
+            "coverage": coverage_of(tasks, repeats).as_dict(),
+            "failures": "counted as failures (reward 0)"
+            if failures_as_zero
+            else "excluded from scores",
+            "tasks": tasks.height,
+            "tasks_scored": scored.height,
+            "repeats": repeats,
+            "pass@1": pass1["mean"],
+            "stderr": pass1["stderr"],
+            "ci95": pass1["ci95"],
+            "ci95_reason": pass1["ci95_reason"],
+            "ci95_method": CI_METHOD,
+            "pass@1_rollout_weighted": pooled,
+            "weighting": weighting_note(pass1["mean"], pooled, scored.height, rollouts_scored),
+            "pass@k": dict(zip(key, at_mean, strict=True)),
+            "pass^k": dict(zip(key, hat_mean, strict=True)),
+            "tasks_at_k": dict(zip(key, tasks_at_k, strict=True)),
+            "retry_value": dict(zip(key, _retry_values(at_tasks), strict=True)),
+            "pass@k_bootstrap_ci95": {
+                k: None if math.isnan(lo) else [float(lo), float(hi)]
+                for k, lo, hi in zip(key, low, high, strict=True)
+            },
+            "pass@k_bootstrap_ci95_reason": {
+                k: None
+                if not math.isnan(lo)
+                else f"{count} task{'s' if count != 1 else ''} with at least {k} scored rollouts: "
+                "a bootstrap over tasks needs two"
+                for k, lo, count in zip(key, low, tasks_at_k, strict=True)
+            },
+            "bootstrap": {"samples": bootstrap_samples, "seed": seed, "unit": "task"},
+            "majority@k": None if majority is None else {str(repeats): majority},
+            "mean_reward": reward["mean"],
+            "mean_reward_stderr": reward["stderr"],
+            "mean_reward_ci95": reward["ci95"],
+            "mean_reward_ci95_reason": reward["ci95_reason"],
+            "reward_range": list(bounds),
+            "variance": {"pass": pass_variance, "reward": reward_variance},
+            "design_effect": design_effect(pass_variance["icc"], n),
+            "by_tag": _breakdown(scored, "tags"),
+            "by_difficulty": _breakdown(scored, "difficulty"),
+            "usage": usage_percentiles(con),
+        }
+    )
 
 
 def _retry_values(at_tasks: np.ndarray) -> list[float | None]:

@@ -87,7 +87,7 @@ class StudyResult:
 def summarise(run: ArmRun) -> ArmSummary:
     with connect(run.run_dir, read_only=True) as con:
         head = headline(con, run.verifier_version)
-        verdict = health(con, verifier_version=run.verifier_version, max_listed=0)["verdict"]
+        verdict = health(con, verifier_version=run.verifier_version, max_listed=0).verdict
         run_id = run_info(con)["run_id"]
     ci = head["ci95"]
     return ArmSummary(

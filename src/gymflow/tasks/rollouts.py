@@ -10,11 +10,13 @@ from prefect.runtime import task_run
 
 from gymflow import progress
 from gymflow.config import EvalConfig
+from gymflow.models.errors import RETRYABLE_KINDS
 from gymflow.rollouts.collect import Collector
 from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
+from gymflow.rollouts.registration import register_run
 from gymflow.rollouts.stopping import RunStopped
 from gymflow.store.db import StoreError, connect
-from gymflow.store.runs import missing_keys, register_run
+from gymflow.store.runs import missing_keys
 from gymflow.store.superseded import supersede_failed
 
 
@@ -26,7 +28,7 @@ def prepare_run(config: EvalConfig, resume: bool, retry_failed: bool = False) ->
     with connect(plan.run_dir, create=True) as con:
         register_run(con, plan, resume=resume)
         if resume and retry_failed:
-            supersede_failed(con, plan.run_id)
+            supersede_failed(con, plan.run_id, RETRYABLE_KINDS)
     return plan
 
 

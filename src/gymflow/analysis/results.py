@@ -1,0 +1,174 @@
+"""The typed results of a run's analysis: health, profile, diagnosis and the decision.
+
+Each is a frozen pydantic model whose fields are the keys `gym eval ... --json` prints; a key
+that is not a Python name (`pass@1`, `pass^k`) is the field's alias. `as_json()` gives the JSON
+object (aliases as keys, in field order) and `model_validate` reads it back, so a result
+survives Prefect's cache (persisted as JSON: see `gymflow.tasks.analysis`) unchanged.
+
+Numbers are `int | float`, not `float`: pydantic would turn an int into a float, and the JSON
+would print `3.0` where it printed `3`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Number = int | float
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """expected = tasks x repeats; scored + failed + missing = expected."""
+
+    expected: int
+    scored: int
+    failed: int
+    missing: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class Result(BaseModel):
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON object the CLI prints: aliases as keys, in field order."""
+        return self.model_dump(by_alias=True)
+
+
+class HealthCheck(Result):
+    description: str
+    level: Literal["rollout", "run", "task"]
+    severity: Literal["integrity", "warning"]
+    #: the share of expected rollouts this check may flag before it fails the run
+    threshold: Number
+    status: Literal["ok", "failed", "skipped"]
+    count: int
+    share: Number
+    examples: list[str]
+
+
+class Health(Result):
+    """Can the run's numbers be trusted? (`gymflow.analysis.health.health`)"""
+
+    #: "unhealthy" when an integrity check flags more than its threshold: the same thresholds
+    #: the gate reads, so a run the gate passes is never called unhealthy for an integrity check
+    verdict: Literal["healthy", "unhealthy"]
+    #: checks that flagged something yet leave the verdict healthy (warnings, or integrity
+    #: checks within their threshold)
+    warnings: list[str]
+    gate: Literal["pass", "fail"]
+    gate_failures: list[str]
+    failing_checks: list[str]
+    rollouts: int
+    expected: int
+    unhealthy_rollouts: int
+    unhealthy_share: Number
+    verifier_version: str
+    reward_range: list[Number] | None
+    checks: dict[str, HealthCheck]
+    rollout_verdicts: list[dict[str, Any]]
+    rollout_verdicts_truncated: bool
+
+    @property
+    def broken(self) -> list[str]:
+        """The checks that make the verdict unhealthy."""
+        return [name for name in self.failing_checks if name not in self.warnings]
+
+
+class Profile(Result):
+    """pass@1 with its CI, pass@k, pass^k, coverage (`gymflow.analysis.profile.profile`)."""
+
+    run_id: str
+    benchmark: str | None
+    environment: str | None
+    model: str | None
+    verifier_version: str
+    coverage: Coverage
+    failures: str
+    tasks: int
+    tasks_scored: int
+    repeats: int
+    pass_at_1: Number | None = Field(alias="pass@1")
+    stderr: Number | None
+    ci95: list[Number] | None
+    ci95_reason: str | None
+    ci95_method: str
+    pass_at_1_rollout_weighted: Number | None = Field(alias="pass@1_rollout_weighted")
+    weighting: str
+    pass_at_k: dict[str, Number | None] = Field(alias="pass@k")
+    pass_hat_k: dict[str, Number | None] = Field(alias="pass^k")
+    tasks_at_k: dict[str, int]
+    retry_value: dict[str, Number | None]
+    pass_at_k_bootstrap_ci95: dict[str, list[Number] | None] = Field(alias="pass@k_bootstrap_ci95")
+    pass_at_k_bootstrap_ci95_reason: dict[str, str | None] = Field(
+        alias="pass@k_bootstrap_ci95_reason"
+    )
+    bootstrap: dict[str, Any]
+    majority_at_k: dict[str, Number | None] | None = Field(alias="majority@k")
+    mean_reward: Number | None
+    mean_reward_stderr: Number | None
+    mean_reward_ci95: list[Number] | None
+    mean_reward_ci95_reason: str | None
+    reward_range: list[Number]
+    variance: dict[str, dict[str, Any]]
+    design_effect: Number | None
+    by_tag: dict[str, dict[str, Any]]
+    by_difficulty: dict[str, dict[str, Any]]
+    usage: dict[str, dict[str, Number | None]]
+
+
+class Diagnosis(Result):
+    """Why tasks fail (`gymflow.analysis.diagnose.diagnose`); the decision is apart (`decide`)."""
+
+    run_id: str
+    verifier_version: str
+    rollouts: int
+    expected: int
+    missing_rollouts: int
+    non_passing_rollouts: int
+    buckets: dict[str, dict[str, Any]]
+    taxonomy: list[dict[str, Any]]
+    failures_by_bucket: list[dict[str, Any]]
+    sometimes_pass: list[dict[str, Any]]
+    verifier_suspects: list[dict[str, Any]]
+
+
+class Candidate(Result):
+    """One action the evidence could point to, with what counts for it."""
+
+    action: str
+    label: str
+    rollouts: int
+    share: Number
+    threshold: Number | None
+    fired: bool
+    categories: dict[str, int]
+    examples: list[str]
+
+
+class Decision(Result):
+    """The one recommended next action (`gymflow.analysis.decide.decide`)."""
+
+    #: None only when nothing is left to do (every stored rollout passed, the run is complete
+    #: and healthy)
+    action: str | None
+    label: str | None
+    why: str
+    evidence: Candidate | None
+    runner_up: Candidate | None
+    candidates: list[Candidate]
+    rules: str
+
+
+class RunAnalysis(Result):
+    """A run's four results, computed once and handed to the report, the artifacts, the log
+    and the CLI."""
+
+    health: Health
+    profile: Profile
+    diagnosis: Diagnosis
+    decision: Decision
