@@ -119,10 +119,13 @@ def main() -> None:
         other = {**base, "PYTHONPATH": str(args.compare_src)} if args.compare_src else None
         modes: list[tuple[str, list[str], dict]] = []
         if not args.large:
-            # the first run in a new PREFECT_HOME migrates its database: not a figure
+            # A PREFECT_HOME of its own: every gym command of the local server's adopts it.
+            # The first run in a new PREFECT_HOME migrates its database: not a figure.
+            ephemeral = {**base, "PREFECT_HOME": str(root / "prefect-home-ephemeral")}
             warm = root / "warm"
-            timed([GYM, "eval", "run", *gym_args(SMALL), "--out", str(warm)], root, base, warm)
-            modes.append(("gym eval run, ephemeral Prefect", ["eval", "run"], base))
+            timed([GYM, "eval", "run", *gym_args(SMALL), "--out", str(warm)], root, ephemeral,
+                  warm)  # fmt: skip
+            modes.append(("gym eval run, ephemeral Prefect", ["eval", "run"], ephemeral))
         server = subprocess.run([GYM, "server", "--start"], env=base, capture_output=True)
         if server.returncode != 0:
             sys.exit(f"gym server --start failed: {server.stderr.decode()}")
