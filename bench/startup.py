@@ -43,11 +43,10 @@ def gym_args(workload: dict) -> list[str]:
 def without_prefect(workload: dict, out: str) -> None:
     """The flow's stages as plain calls (this runs in a process of its own)."""
     started = time.perf_counter()
-    from gymflow.analysis.diagnose import diagnose
-    from gymflow.analysis.health import health
-    from gymflow.analysis.profile import profile
+    from gymflow.analysis.run import analyse
     from gymflow.config import EvalConfig
     from gymflow.reports.render import write_run_report
+    from gymflow.reports.sections import DEFAULT_LIMITS
     from gymflow.rollouts.collect import Collector
     from gymflow.rollouts.plan import resolve
     from gymflow.rollouts.registration import register_run
@@ -72,8 +71,8 @@ def without_prefect(workload: dict, out: str) -> None:
             collector.run(missing_keys(con, plan.run_id, keys[start : start + size]))
     compact(out)
     with connect(out, read_only=True) as con:
-        health(con), profile(con), diagnose(con)
-    write_run_report(Path(out))
+        analysis = analyse(con, top=DEFAULT_LIMITS.diagnosed_tasks, excerpt=0)
+    write_run_report(Path(out), analysis=analysis)
     assert "prefect" not in sys.modules, "the stages without Prefect imported it"
     print(json.dumps({"seconds": time.perf_counter() - started}))
 
