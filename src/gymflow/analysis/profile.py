@@ -18,7 +18,7 @@ from gymflow.analysis.outcomes import (
     task_table,
 )
 from gymflow.analysis.passk import pair_curves, per_task_curves
-from gymflow.analysis.results import Profile
+from gymflow.analysis.results import Headline, Profile
 from gymflow.analysis.stats import (
     CI_METHOD,
     bootstrap_ci95,
@@ -297,22 +297,22 @@ def _nanmean(matrix: np.ndarray) -> np.ndarray:
     return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
-def headline(con, verifier_version: str, *, failures_as_zero: bool = False) -> dict[str, Any]:
-    """The few numbers a summary line needs, without bootstrap or breakdowns: {verifier_version,
-    coverage, "pass@1", stderr, ci95, "pass@k" {k: value} for k = repeats, "tasks_at_k" {k: the
-    tasks that pass@k averages over}, mean_reward}."""
+def headline(con, verifier_version: str, *, failures_as_zero: bool = False) -> Headline:
+    """The few numbers a summary line needs, without bootstrap or breakdowns (`Headline`)."""
     tasks = task_table(con, verifier_version, failures_as_zero=failures_as_zero)
     scored = tasks.filter(pl.col("n") > 0)
     repeats = max(int(run_info(con)["repeats"] or 1), 1)
     at_k, _ = per_task_curves(scored["n"].to_numpy(), scored["c"].to_numpy(), np.array([repeats]))
     pass1 = _estimate((scored["c"] / scored["n"]).to_list(), rollouts=int(scored["n"].sum()))
-    return {
-        "verifier_version": verifier_version,
-        "coverage": coverage_of(tasks, repeats).as_dict(),
-        "pass@1": pass1["mean"],
-        "stderr": pass1["stderr"],
-        "ci95": pass1["ci95"],
-        "pass@k": {str(repeats): _number(_nanmean(at_k)[0]) if len(at_k) else None},
-        "tasks_at_k": {str(repeats): int((~np.isnan(at_k)).sum())},
-        "mean_reward": _number((scored["reward_sum"] / scored["n"]).mean()),
-    }
+    return Headline.model_validate(
+        {
+            "verifier_version": verifier_version,
+            "coverage": coverage_of(tasks, repeats),
+            "pass@1": pass1["mean"],
+            "stderr": pass1["stderr"],
+            "ci95": pass1["ci95"],
+            "pass@k": {str(repeats): _number(_nanmean(at_k)[0]) if len(at_k) else None},
+            "tasks_at_k": {str(repeats): int((~np.isnan(at_k)).sum())},
+            "mean_reward": _number((scored["reward_sum"] / scored["n"]).mean()),
+        }
+    )

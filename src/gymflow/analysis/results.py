@@ -79,6 +79,21 @@ class Health(Result):
         return [name for name in self.failing_checks if name not in self.warnings]
 
 
+class Headline(Result):
+    """The few numbers a summary line needs, without bootstrap or breakdowns
+    (`gymflow.analysis.profile.headline`): pass@k for k = repeats only."""
+
+    verifier_version: str
+    coverage: Coverage
+    pass_at_1: Number | None = Field(alias="pass@1")
+    stderr: Number | None
+    ci95: list[Number] | None
+    pass_at_k: dict[str, Number | None] = Field(alias="pass@k")
+    #: the tasks pass@k averages over (those with at least k scored rollouts)
+    tasks_at_k: dict[str, int]
+    mean_reward: Number | None
+
+
 class Profile(Result):
     """pass@1 with its CI, pass@k, pass^k, coverage (`gymflow.analysis.profile.profile`)."""
 
