@@ -119,6 +119,7 @@ def run_stage(stage: str, store: Path) -> dict[str, float]:
     """Run one stage in this process (the child); returns seconds and peak RSS in MiB.
 
     Imports happen before the clock starts: the figure is the stage, not Python start-up."""
+    from gymflow.analysis.decide import recommend
     from gymflow.analysis.diagnose import diagnose
     from gymflow.analysis.health import health
     from gymflow.analysis.profile import profile
@@ -136,13 +137,13 @@ def run_stage(stage: str, store: Path) -> dict[str, float]:
         try:
             if stage == "health":
                 out = health(con)
-                detail = f"verdict {out['verdict']}"
+                detail = f"verdict {out.verdict}"
             elif stage == "profile":
                 out = profile(con)
-                detail = f"pass@1 {out['pass@1']:.4f}"
+                detail = f"pass@1 {out.pass_at_1:.4f}"
             else:
                 out = diagnose(con)
-                detail = f"next action {out['decision']['action']}"
+                detail = f"evidence points to {recommend(out).action}"
         finally:
             con.close()
     seconds = time.perf_counter() - started

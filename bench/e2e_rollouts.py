@@ -95,9 +95,9 @@ def run_collector(run_dir: Path, concurrency: int, profile_to: Path | None) -> F
     from gymflow.config import EvalConfig
     from gymflow.rollouts.collect import run_collect
     from gymflow.rollouts.plan import resolve
+    from gymflow.rollouts.registration import register_run
     from gymflow.simulated.endpoint import local_policy_server
     from gymflow.store.db import connect
-    from gymflow.store.runs import register_run
 
     plan = resolve(EvalConfig(benchmark=BENCHMARK, out=str(run_dir), concurrency=concurrency))
     con = connect(plan.run_dir, create=True)

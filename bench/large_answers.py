@@ -72,8 +72,8 @@ def collect(base_url: str, out: str, rollouts: int, concurrency: int) -> None:
     from gymflow.config import EvalConfig
     from gymflow.rollouts.collect import run_collect
     from gymflow.rollouts.plan import resolve
+    from gymflow.rollouts.registration import register_run
     from gymflow.store.db import connect
-    from gymflow.store.runs import register_run
 
     config = EvalConfig.model_validate(
         {

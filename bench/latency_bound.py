@@ -74,9 +74,9 @@ def run_collector(spec: dict) -> tuple[int, float]:
     from gymflow.config import EvalConfig
     from gymflow.rollouts.collect import run_collect
     from gymflow.rollouts.plan import resolve
+    from gymflow.rollouts.registration import register_run
     from gymflow.simulated.endpoint import model_endpoint
     from gymflow.store.db import connect
-    from gymflow.store.runs import register_run
 
     plan = resolve(EvalConfig.model_validate(spec))
     con = connect(plan.run_dir, create=True)

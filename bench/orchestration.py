@@ -31,6 +31,7 @@ import gymflow.tasks.rollouts as rollout_tasks
 import gymflow.tasks.shards as shard_tasks
 from gymflow.config import EvalConfig
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
+from gymflow.rollouts.collect import Collector
 
 
 class Timeline:
@@ -90,7 +91,7 @@ def timed_entry(category: str, cm: Callable) -> Callable:
 
 
 def instrument() -> None:
-    rollout_tasks.run_collect = timed("rollouts", rollout_tasks.run_collect)
+    Collector.run = timed("rollouts", Collector.run)
     rollout_tasks.resolve = timed("plan", rollout_tasks.resolve)
     rollout_tasks.register_run = timed("plan", rollout_tasks.register_run)
     rollout_tasks.missing_keys = timed("plan", rollout_tasks.missing_keys)
@@ -113,7 +114,7 @@ def run_once(root: Path, shards: int, tasks: int, repeats: int) -> dict[str, flo
     start = time.perf_counter()
     result = eval_run_module.evaluation_loop(config, scale=scale)
     wall = time.perf_counter() - start
-    rollouts = result["profile"]["coverage"]["expected"]
+    rollouts = result["analysis"].profile.coverage.expected
     domain = TIMELINE.union()
     figures = {
         "shards": shards,

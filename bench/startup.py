@@ -1,67 +1,172 @@
-"""A small run's wall time: `gym eval run --benchmark arithmetic-smoke` (200 rollouts), in
-Prefect's ephemeral mode and against the local server `gym server --start` leaves running, beside
-the part of it spent collecting (the store's first rollout start to last finish).
+"""A run's wall time as a user waits for it (`gym eval run`, the whole command), beside the same
+stages without Prefect, at two sizes:
 
-    python bench/startup.py [--runs 3]
+- small: `--benchmark arithmetic-smoke` (200 rollouts), in Prefect's ephemeral mode and against
+  the local server (`gym server --start`); goal: under 3 s wall on a quiet 2-core machine.
+- large (`--large`): 20,000 zero-latency rollouts (arithmetic, 500 tasks x 40) against the local
+  server; goal: Prefect's share, 1 - (without Prefect) / (whole command), under 20%.
+
+"Without Prefect" runs the stages the flow runs, in a fresh process that never imports Prefect:
+plan and register, the local policy server, one collector over the same batches, compaction,
+health, profile, diagnosis and the report. Modes alternate run by run, so each figure is taken
+at the same load as the others (the load average is printed beside each). `--compare-src DIR`
+adds the whole command run from another checkout's `src` (before/after in the same minutes).
+
+    python bench/startup.py [--runs 3] [--large] [--compare-src /tmp/base/src]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import closing
 from pathlib import Path
 
 GYM = str(Path(sys.executable).parent / "gym")
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+SMALL = {"benchmark": "arithmetic-smoke"}
+LARGE = {"environment": "arithmetic", "limit": 500, "repeats": 40}
 
 
-def one_run(cwd: Path, env: dict, index: int) -> tuple[float, float]:
-    out = cwd / f"run-{index}"
+def gym_args(workload: dict) -> list[str]:
+    return [arg for key, value in workload.items() for arg in (f"--{key}", str(value))]
+
+
+def without_prefect(workload: dict, out: str) -> None:
+    """The flow's stages as plain calls (this runs in a process of its own)."""
     started = time.perf_counter()
-    result = subprocess.run(
-        [GYM, "eval", "run", "--benchmark", "arithmetic-smoke", "--out", str(out)],
-        cwd=cwd, env=env, capture_output=True, text=True,
-    )  # fmt: skip
-    wall = time.perf_counter() - started
+    from gymflow.analysis.run import analyse
+    from gymflow.config import EvalConfig
+    from gymflow.reports.render import write_run_report
+    from gymflow.reports.sections import DEFAULT_LIMITS
+    from gymflow.rollouts.collect import Collector
+    from gymflow.rollouts.plan import resolve
+    from gymflow.rollouts.registration import register_run
+    from gymflow.simulated.endpoint import model_endpoint
+    from gymflow.store.compact import compact
+    from gymflow.store.db import connect, held
+    from gymflow.store.merge import check_destination
+    from gymflow.store.runs import missing_keys
+
+    plan = resolve(EvalConfig.model_validate({**workload, "out": out}))
+    check_destination(out, plan.run_id, resume=False, benchmark_version=plan.benchmark_version)
+    with connect(plan.run_dir, create=True) as con:
+        register_run(con, plan, resume=False)
+    keys, size = plan.keys(), plan.config.batch_size
+    with (
+        held(plan.run_dir),
+        model_endpoint(plan) as url,
+        closing(connect(plan.run_dir)) as con,
+        Collector(plan, con, base_url=url) as collector,
+    ):
+        for start in range(0, len(keys), size):
+            collector.run(missing_keys(con, plan.run_id, keys[start : start + size]))
+    compact(out)
+    with connect(out, read_only=True) as con:
+        analysis = analyse(con, top=DEFAULT_LIMITS.diagnosed_tasks, excerpt=0)
+    write_run_report(Path(out), analysis=analysis)
+    assert "prefect" not in sys.modules, "the stages without Prefect imported it"
+    print(json.dumps({"seconds": time.perf_counter() - started}))
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(command: list[str], cwd: Path, env: dict, out: Path) -> tuple[float, float]:
+    """Wall seconds, and CPU seconds of the command and the children it waited for (its policy
+    server; an ephemeral Prefect server; not a local server it only talks to)."""
+    started, cpu = time.perf_counter(), _children_cpu()
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    wall, cpu = time.perf_counter() - started, _children_cpu() - cpu
     if result.returncode != 0:
-        sys.exit(f"gym eval run failed:\n{result.stdout}\n{result.stderr}")
+        sys.exit(f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}")
     from gymflow.store.db import connect
 
     with connect(out, read_only=True) as con:
-        span = con.execute(
-            "SELECT epoch(max(finished_at)) - epoch(min(started_at)) FROM rollouts"
-        ).fetchone()[0]
-    return wall, span
+        stored = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
+    if stored == 0:
+        sys.exit(f"{' '.join(command)} stored nothing")
+    return wall, cpu
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--large", action="store_true", help="20,000 rollouts: Prefect's share")
+    parser.add_argument("--compare-src", type=Path, help="also run gym from this src folder")
+    parser.add_argument("--stages", help=argparse.SUPPRESS)  # internal: JSON [workload, out]
     args = parser.parse_args()
-    rows = []
+    if args.stages:
+        without_prefect(*json.loads(args.stages))
+        return
+    workload = LARGE if args.large else SMALL
     with tempfile.TemporaryDirectory(prefix="gymflow-startup-") as tmp:
-        home = Path(tmp) / "prefect-home"
-        env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": ""}
-        one_run(Path(tmp), env, -1)  # the first run in a new PREFECT_HOME migrates its database
-        for mode in ("ephemeral", "local server"):
-            if mode == "local server":
-                subprocess.run([GYM, "server", "--start"], env=env, check=True, capture_output=True)
-            try:
-                figures = [one_run(Path(tmp), env, i + 100 * len(rows)) for i in range(args.runs)]
-            finally:
-                if mode == "local server":
-                    subprocess.run([GYM, "server", "--stop"], env=env, capture_output=True)
-            walls, spans = zip(*figures, strict=True)
-            rows.append((mode, statistics.median(walls), min(walls), statistics.median(spans)))
-    print(f"gym eval run --benchmark arithmetic-smoke (200 rollouts), median of {args.runs}, "
-          f"{os.cpu_count()} cores (shared machine: noisy); goal: under 3 s wall")  # fmt: skip
-    print(f"{'Prefect':<14}{'wall s':>8}{'best s':>8}{'collecting s':>14}")
-    for mode, wall, best, span in rows:
-        print(f"{mode:<14}{wall:>8.2f}{best:>8.2f}{span:>14.2f}")
+        root = Path(tmp)
+        home = root / "prefect-home"
+        # an empty PREFECT_API_URL is unset; GYMFLOW_LOCAL_PREFECT=off: ephemeral unless started
+        base = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": "",
+                "GYMFLOW_LOCAL_PREFECT": "off", "PYTHONPATH": str(SRC)}  # fmt: skip
+        other = {**base, "PYTHONPATH": str(args.compare_src)} if args.compare_src else None
+        modes: list[tuple[str, list[str], dict]] = []
+        if not args.large:
+            # the first run in a new PREFECT_HOME migrates its database: not a figure
+            warm = root / "warm"
+            timed([GYM, "eval", "run", *gym_args(SMALL), "--out", str(warm)], root, base, warm)
+            modes.append(("gym eval run, ephemeral Prefect", ["eval", "run"], base))
+        server = subprocess.run([GYM, "server", "--start"], env=base, capture_output=True)
+        if server.returncode != 0:
+            sys.exit(f"gym server --start failed: {server.stderr.decode()}")
+        try:
+            local = json.loads((home / "gymflow-local-server.json").read_text())["api_url"]
+            served = {**base, "PREFECT_API_URL": local}
+            modes.append(("gym eval run, local Prefect server", ["eval", "run"], served))
+            if other:
+                modes.append((f"  same, {args.compare_src}", ["eval", "run"], {**other,
+                              "PREFECT_API_URL": local}))  # fmt: skip
+            modes.append(("same stages without Prefect", [], base))
+            walls: dict[str, list[float]] = {name: [] for name, _, _ in modes}
+            cpus: dict[str, list[float]] = {name: [] for name, _, _ in modes}
+            loads: dict[str, list[float]] = {name: [] for name, _, _ in modes}
+            for i in range(args.runs):
+                for m, (name, command, env) in enumerate(modes):
+                    out = root / f"run-{i}-{m}"
+                    if command:
+                        full = [GYM, *command, *gym_args(workload), "--out", str(out)]
+                    else:
+                        stages = json.dumps([workload, str(out)])
+                        full = [sys.executable, __file__, "--stages", stages]
+                    loads[name].append(os.getloadavg()[0])
+                    wall, cpu = timed(full, root, env, out)
+                    walls[name].append(wall)
+                    cpus[name].append(cpu)
+        finally:
+            subprocess.run([GYM, "server", "--stop"], env=base, capture_output=True)
+    size = "20,000 zero-latency rollouts" if args.large else "200 rollouts (arithmetic-smoke)"
+    print(f"{size}, {args.runs} runs of each, alternating; {os.cpu_count()} cores")
+    print(f"{'':<44}{'median s':>9}{'best s':>8}{'CPU s':>7}{'load':>6}  bound / baseline")
+    bare = statistics.median(walls["same stages without Prefect"])
+    bare_cpu = statistics.median(cpus["same stages without Prefect"])
+    for name, _, _ in modes:
+        wall, cpu = statistics.median(walls[name]), statistics.median(cpus[name])
+        if "without Prefect" in name:
+            note = "baseline"
+        elif args.large:
+            note = (f"Prefect's share {1 - bare / wall:.0%} of wall, {1 - bare_cpu / cpu:.0%} of "
+                    "this process's CPU (goal < 20%)")  # fmt: skip
+        else:
+            note = f"goal < 3 s on a quiet machine; Prefect adds {wall - bare:.2f} s"
+        load = statistics.median(loads[name])
+        print(f"{name:<44}{wall:>9.2f}{min(walls[name]):>8.2f}{cpu:>7.2f}{load:>6.1f}  {note}")
 
 
 if __name__ == "__main__":

@@ -45,16 +45,41 @@ def gym(args: list[str], cwd: Path) -> None:
         sys.exit(f"gym {' '.join(args)} exited {done.returncode}:\n{done.stderr[-2000:]}")
 
 
+#: Stored once and referred to from model calls' JSON (commit d39c380 on): compared through the
+#: requests and responses they expand into, as every reader reads them.
+REFERRED = ("tool_lists",)
+EXPANDED = ("request_json", "response_json")
+
+
+def _select(con, table: str) -> str:
+    """`SELECT *`, with a model call's request and response read back whole."""
+    try:
+        from gymflow.store.tool_lists import expanded
+    except ImportError:  # a commit before tool lists were stored once
+        return f'SELECT * FROM "{table}"'
+    columns = [
+        r[0]
+        for r in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = ? ORDER BY column_index",
+            [table],
+        ).fetchall()
+    ]
+    parts = [f"{expanded(f't.{c}')} AS {c}" if c in EXPANDED else f't."{c}"' for c in columns]
+    return f'SELECT {", ".join(parts)} FROM "{table}" t'
+
+
 def table_rows(store: Path, scratch: Path) -> dict[str, list[list[str]]]:
     """Each table's rows as sorted lists of canonical cell strings, the scratch folder's path
     replaced by a placeholder."""
     con = duckdb.connect(str(store), read_only=True)
     tables = [
-        r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()
+        r[0]
+        for r in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()
+        if r[0] not in REFERRED
     ]
     out: dict[str, list[list[str]]] = {}
     for table in tables:
-        cursor = con.execute(f'SELECT * FROM "{table}"')
+        cursor = con.execute(_select(con, table))
         names = [d[0] for d in cursor.description]
         rows = [
             [json.dumps(v, default=str).replace(str(scratch), "<tmp>") for v in row]

@@ -40,10 +40,10 @@ def scenario(rollouts: int, concurrency: int, latency_ms: float) -> dict[str, fl
     from gymflow.config import EvalConfig, FaultSpec
     from gymflow.rollouts.collect import run_collect
     from gymflow.rollouts.plan import resolve
+    from gymflow.rollouts.registration import register_run
     from gymflow.simulated.endpoint import policy_table
     from gymflow.simulated.local_server import LocalPolicyServer
     from gymflow.store.db import connect
-    from gymflow.store.runs import register_run
 
     with tempfile.TemporaryDirectory(prefix="gymflow-bench-") as out:
         probe = resolve(EvalConfig(environment="ledger", out=out))

@@ -14,9 +14,9 @@ from gymflow.config import EvalConfig
 from gymflow.models.client import ResponsesClient
 from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import resolve
+from gymflow.rollouts.registration import register_run
 from gymflow.simulated.endpoint import local_policy_server
 from gymflow.store.db import connect
-from gymflow.store.runs import register_run
 
 
 def _config(out: Path, **model) -> EvalConfig:
@@ -79,7 +79,7 @@ def test_exhausted_retries_store_a_failed_rollout(tmp_path: Path) -> None:
     ).fetchone()[0]
     assert scored_failed == 0, "a failed rollout has no reward at all, not a reward of 0"
 
-    result = profile(con)
+    result = profile(con).as_json()
     assert result["coverage"] == {
         "expected": 30,
         "scored": 30 - stats.failed,

@@ -195,7 +195,11 @@ class ShardSpec(_Strict):
             index, count = (int(part) for part in text.split("/"))
         except ValueError as exc:
             raise ConfigError(f"--shard {text!r}: expected I/N, e.g. 0/4") from exc
-        return cls(index=index, count=count)
+        try:
+            return cls(index=index, count=count)
+        except ValidationError as exc:  # pydantic's own text is a multi-line report
+            reasons = "; ".join(item["msg"].removeprefix("Value error, ") for item in exc.errors())
+            raise ConfigError(f"--shard {text!r}: {reasons}") from None
 
 
 #: Waves of `concurrency` rollouts in a default batch: the tail that ends a batch then costs a

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
-import pyarrow as pa
 import yaml
 
 from gymflow import bounded_yaml
@@ -34,10 +33,10 @@ from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.environments.resources import ResourcesServer
 from gymflow.errors import UserError
 from gymflow.store.db import connect, transaction
+from gymflow.store.rows import verification_row
 from gymflow.store.runs import run_info
-from gymflow.store.schema import COLUMNS
 from gymflow.store.superseded import supersede_verifications
-from gymflow.store.writer import register_verifier_version
+from gymflow.store.writer import insert_arrow, register_verifier_version
 from gymflow.verifier_identity import code_hash, with_code
 from gymflow.verifiers.base import VerifyInput
 
@@ -165,26 +164,15 @@ def _verify_all(
 def _insert(
     con, rows: list[tuple], verdicts: list[Verification], version: str, now: datetime
 ) -> None:
-    """Insert one batch of verdicts through Arrow: at a million rollouts, converting Python
-    lists for `insert_rows` cost more than the verifier itself (measured 34 us a row)."""
-    batch = pa.table(
-        {
-            "rollout_id": [row[0] for row in rows],
-            "verifier_version": [version] * len(rows),
-            "status": [v.status for v in verdicts],
-            "reward": pa.array([v.reward for v in verdicts], pa.float64()),
-            "passed": pa.array([v.passed for v in verdicts], pa.bool_()),
-            "failure_kind": pa.array([v.failure_kind for v in verdicts], pa.string()),
-            "details_json": [orjson.dumps(v.details, default=str).decode() for v in verdicts],
-            "created_at": pa.array([now] * len(rows), pa.timestamp("us")),
-        }
+    """Insert one batch of verdicts, as `version`, through Arrow (`insert_arrow`)."""
+    insert_arrow(
+        con,
+        "verifications",
+        [
+            verification_row(row[0], replace(verdict, verifier_version=version), now)
+            for row, verdict in zip(rows, verdicts, strict=True)
+        ],
     )
-    columns = ", ".join(COLUMNS["verifications"])
-    con.register("reverify_batch", batch)
-    try:
-        con.execute(f"INSERT INTO verifications ({columns}) SELECT {columns} FROM reverify_batch")
-    finally:
-        con.unregister("reverify_batch")
 
 
 def _write(
@@ -210,13 +198,15 @@ def _write(
                 verdicts = _verify_all(server, tasks, rows)
                 _insert(con, rows, verdicts, version, now)
             if failed_only and base.stored:
+                # The base version's passing verdicts, copied row for row into the new version.
                 con.execute(
                     f"""
-                    INSERT INTO verifications
-                    SELECT b.rollout_id, ?, b.status, b.reward, b.passed, b.failure_kind,
+                    INSERT INTO verifications BY NAME
+                    SELECT b.rollout_id, ? AS verifier_version, b.status, b.reward, b.passed,
+                           b.failure_kind,
                            json_merge_patch(coalesce(b.details_json, '{{}}'),
-                                            json_object('carried_from', ?)),
-                           ?
+                                            json_object('carried_from', ?)) AS details_json,
+                           ? AS created_at
                     FROM rollouts r
                     JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
                     WHERE NOT ({_selection(failed_only)})
@@ -343,7 +333,7 @@ def reverify(
         params = {**base.params, **settings} if settings else dict(spec.params)
         try:
             server = env.resources_server(params)
-        except ValueError as exc:
+        except UserError as exc:  # parameters that do not validate, a verifier gone
             raise ReverifyError(str(exc)) from None
         new_version = _version_of(con, server)
         stored = {
@@ -367,8 +357,8 @@ def reverify(
             "reverified": reverified,
             "failed_only": failed_only,
             "flips": flips(con, old, new_version, limit=max_listed),
-            "before": headline(con, old) if base.stored else None,
-            "after": headline(con, new_version),
+            "before": headline(con, old).as_json() if base.stored else None,
+            "after": headline(con, new_version).as_json(),
         }
     finally:
         con.close()

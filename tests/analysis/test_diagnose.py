@@ -4,11 +4,15 @@ answers are known."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from gymflow.analysis.decide import decide, recommend
 from gymflow.analysis.diagnose import diagnose
+from gymflow.analysis.results import Diagnosis
+from gymflow.analysis.run import analyse
 from gymflow.core.records import Verification
 from gymflow.core.statuses import FAILED
 from gymflow.store.db import connect
@@ -16,7 +20,7 @@ from tests.analysis.builder import RunMeta, StoreBuilder
 from tests.conftest import gym
 
 
-def _diagnose(b: StoreBuilder, path: Path) -> dict:
+def _diagnose(b: StoreBuilder, path: Path) -> Diagnosis:
     b.write(path)
     con = connect(path, read_only=True)
     try:
@@ -49,38 +53,38 @@ def _mixed() -> StoreBuilder:
 
 
 @pytest.fixture(scope="module")
-def mixed(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> Diagnosis:
     return _diagnose(_mixed(), tmp_path_factory.mktemp("diag") / "run")
 
 
-def test_buckets(mixed: dict) -> None:
-    ids = {name: bucket["task_ids"] for name, bucket in mixed["buckets"].items()}
+def test_buckets(mixed: Diagnosis) -> None:
+    ids = {name: bucket.task_ids for name, bucket in mixed.buckets.items()}
     assert ids == {
         "always_pass": ["t0", "t5"],
         "sometimes_pass": ["t1"],
         "never_pass": ["t2", "t4"],
         "missing": ["t3"],
     }
-    assert mixed["missing_rollouts"] == 2
+    assert mixed.missing_rollouts == 2
 
 
-def test_taxonomy(mixed: dict) -> None:
-    counts = {(row["category"], row["kind"]): row["rollouts"] for row in mixed["taxonomy"]}
+def test_taxonomy(mixed: Diagnosis) -> None:
+    counts = {(row.category, row.kind): row.rollouts for row in mixed.taxonomy}
     assert counts == {
         ("wrong_answer", "wrong_answer"): 3,
         ("model_failure", "rate_limited"): 1,
         ("no_answer", "no_answer_extracted"): 1,
         ("verifier_error", "judge_failed"): 1,
     }
-    assert mixed["non_passing_rollouts"] == 6
-    assert sum(row["share"] for row in mixed["taxonomy"]) == pytest.approx(1.0)
+    assert mixed.non_passing_rollouts == 6
+    assert sum(row.share for row in mixed.taxonomy) == pytest.approx(1.0)
 
 
-def test_sometimes_pass_side_by_side(mixed: dict) -> None:
-    (task,) = mixed["sometimes_pass"]
-    assert task["task_id"] == "t1" and task["variance"] == pytest.approx(0.25)
-    assert task["passing"]["repeat_index"] == 0 and "Answer: 101" in task["passing"]["output"]
-    assert task["failing"]["repeat_index"] == 1 and "Answer: 102" in task["failing"]["output"]
+def test_sometimes_pass_side_by_side(mixed: Diagnosis) -> None:
+    (task,) = mixed.sometimes_pass
+    assert task.task_id == "t1" and task.variance == pytest.approx(0.25)
+    assert task.passing.repeat_index == 0 and "Answer: 101" in task.passing.output
+    assert task.failing.repeat_index == 1 and "Answer: 102" in task.failing.output
 
 
 def _wrong_but_right(b: StoreBuilder, task_id: str, repeat: int) -> None:
@@ -132,30 +136,33 @@ def _case(kind: str) -> StoreBuilder:
     ],
 )
 def test_decide_rules(kind: str, action: str | None, runner_up: str | None, tmp_path: Path):
-    decision = _diagnose(_case(kind), tmp_path / "run")["decision"]
-    assert decision["action"] == action, decision["why"]
-    assert (decision["runner_up"] or {}).get("action") == runner_up
+    decision = recommend(_diagnose(_case(kind), tmp_path / "run"))
+    assert decision.action == action, decision.why
+    assert (decision.runner_up.action if decision.runner_up else None) == runner_up
     if action is not None:
-        evidence = decision["evidence"]
-        assert evidence["rollouts"] > 0 and evidence["examples"]
-        shares = sum(c["share"] for c in decision["candidates"])
+        evidence = decision.evidence
+        assert evidence is not None and evidence.rollouts > 0 and evidence.examples
+        shares = sum(c.share for c in decision.candidates)
         assert shares == pytest.approx(1.0)
 
 
 def test_verifier_suspect_right_answer_failed(tmp_path: Path) -> None:
     result = _diagnose(_case("verifier"), tmp_path / "run")
-    (suspect,) = result["verifier_suspects"]
-    assert suspect["kind"] == "extracted_equals_reference" and suspect["count"] == 1
-    evidence = result["decision"]["evidence"]
-    assert evidence["categories"] == {"extracted_equals_reference": 1}
-    assert evidence["share"] == pytest.approx(1 / 12)  # 11 wrong answers + 1 suspect
+    (suspect,) = result.verifier_suspects
+    assert suspect.kind == "extracted_equals_reference" and suspect.count == 1
+    evidence = recommend(result).evidence
+    assert evidence is not None and evidence.categories == {"extracted_equals_reference": 1}
+    assert evidence.share == pytest.approx(1 / 12)  # 11 wrong answers + 1 suspect
 
 
 def test_diagnose_cli(tmp_path: Path) -> None:
     _mixed().write(tmp_path / "run")
     payload = json.loads(gym("eval", "diagnose", "run", "--json", cwd=tmp_path, check=True).stdout)
     assert payload["buckets"]["missing"]["task_ids"] == ["t3"]
-    assert payload["decision"]["action"] in {
+    # t3 has no rollout: the run comes first, and the evidence's pick waits as the runner-up
+    assert payload["decision"]["action"] == "complete_run"
+    assert payload["decision"]["evidence"] is None
+    assert payload["decision"]["runner_up"]["action"] in {
         "verifier_repair",
         "harness_work",
         "prompt_change",
@@ -163,7 +170,7 @@ def test_diagnose_cli(tmp_path: Path) -> None:
         "model_training",
     }
     text = gym("eval", "diagnose", "run", cwd=tmp_path, check=True).stdout
-    assert "next action:" in text and "sometimes_pass" in text
+    assert "next action: complete the run" in text and "sometimes_pass" in text
 
 
 def test_taxonomy_of_harness_tool_and_truncation_failures(tmp_path: Path) -> None:
@@ -177,7 +184,7 @@ def test_taxonomy_of_harness_tool_and_truncation_failures(tmp_path: Path) -> Non
     b.rollout("t0", 5, text="Answer:", incomplete=True)
     b.rollout("t0", 6, correct=False, verification=None)
     result = _diagnose(b, tmp_path / "run")
-    counts = {(row["category"], row["kind"]): row["rollouts"] for row in result["taxonomy"]}
+    counts = {(row.category, row.kind): row.rollouts for row in result.taxonomy}
     assert counts == {
         ("harness_max_turns", "wrong_answer"): 1,
         ("harness_malformed_tool_call", "wrong_answer"): 1,
@@ -187,14 +194,40 @@ def test_taxonomy_of_harness_tool_and_truncation_failures(tmp_path: Path) -> Non
         ("truncated", "no_answer_extracted"): 1,
         ("unverified", ""): 1,
     }
-    decision = result["decision"]
+    decision = recommend(result)
     # one unverified rollout in seven is 14% of the evidence: verifier repair comes first
-    assert decision["action"] == "verifier_repair"
-    assert decision["runner_up"]["action"] == "harness_work"
-    assert decision["runner_up"]["categories"] == {
+    assert decision.action == "verifier_repair"
+    assert decision.runner_up is not None and decision.runner_up.action == "harness_work"
+    assert decision.runner_up.categories == {
         "harness_max_turns": 1,
         "harness_malformed_tool_call": 1,
         "tool_error": 1,
         "harness_error": 1,
         "truncated": 1,
     }
+
+
+def test_decide_puts_an_incomplete_then_an_unhealthy_run_first(tmp_path: Path) -> None:
+    b = StoreBuilder(RunMeta(repeats=2))
+    b.task("t0", 10)
+    b.task("t1", 11)
+    b.fill("t0", "10")
+    b.fill("t1", "00")
+    con = connect(b.write(tmp_path / "run"), read_only=True)
+    try:
+        whole = analyse(con)
+    finally:
+        con.close()
+    evidence = recommend(whole.diagnosis)
+    assert whole.decision == evidence and evidence.action == "model_training"
+    profile = whole.profile
+    incomplete = profile.model_copy(update={"coverage": replace(profile.coverage, missing=1)})
+    unhealthy = whole.health.model_copy(
+        update={"verdict": "unhealthy", "failing_checks": ["token_mismatch"]}
+    )
+    first = decide(unhealthy, incomplete, whole.diagnosis)
+    assert first.action == "complete_run" and first.evidence is None
+    assert first.runner_up == evidence.evidence  # what to do once the run is complete
+    fix = decide(unhealthy, profile, whole.diagnosis)
+    assert fix.action == "fix_health" and "token_mismatch" in fix.why
+    assert fix.runner_up == evidence.evidence

@@ -29,7 +29,7 @@ def _run(b: StoreBuilder, tmp_path: Path, **kwargs) -> dict:
     b.write(tmp_path / "run")
     con = connect(tmp_path / "run", read_only=True)
     try:
-        return health(con, **kwargs)
+        return health(con, **kwargs).as_json()
     finally:
         con.close()
 
@@ -272,3 +272,42 @@ def test_identical_repeats_needs_every_task_identical_and_a_temperature(tmp_path
         greedy.task(f"t{i}", answer)
         greedy.fill(f"t{i}", "11")  # identical repeats, as greedy decoding gives
     assert _run(greedy, tmp_path / "greedy")["checks"]["identical_repeats"]["count"] == 0
+
+
+def _failing_run(path: Path) -> Path:
+    """Six expected rollouts, two failed (33%): beyond failed_share's default 5%."""
+    b = _clean()
+    for record in b.rollouts:
+        if record.task_id == "t0":
+            record.status, record.failure_kind, record.verification = FAILED, "server_error", None
+    return b.write(path)
+
+
+def test_the_verdict_reads_the_gates_thresholds(tmp_path: Path) -> None:
+    _failing_run(tmp_path / "run")
+    strict = gym("eval", "health", "run", "--json", cwd=tmp_path)
+    assert strict.returncode == 2, strict.stderr
+    payload = json.loads(strict.stdout)
+    assert payload["verdict"] == "unhealthy" and payload["gate_failures"] == ["failed_share"]
+    assert payload["checks"]["failed_share"]["threshold"] == 0.05
+    # allowed more failures: neither the gate nor the verdict holds them against the run
+    allowed = gym(
+        "eval", "health", "run", "--json", "--threshold", "failed_share=0.5", cwd=tmp_path
+    )
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    payload = json.loads(allowed.stdout)
+    assert payload["verdict"] == "healthy" and payload["gate"] == "pass"
+    assert payload["checks"]["failed_share"]["count"] == 0
+
+    # an integrity check within its allowance is a warning, not an unhealthy verdict
+    b = _clean()
+    _missing(b)  # 1 of 6 expected rollouts
+    con = connect(b.write(tmp_path / "missing"), read_only=True)
+    try:
+        within = health(con, gate=Gate(max_share=0.2))
+        beyond = health(con, gate=Gate(max_share=0.1))
+    finally:
+        con.close()
+    assert within.failing_checks == ["missing_rollout"] == within.warnings
+    assert within.verdict == "healthy" and within.gate == "pass"
+    assert beyond.verdict == "unhealthy" and beyond.broken == beyond.gate_failures

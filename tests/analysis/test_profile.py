@@ -49,7 +49,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def result(run_dir: Path) -> dict:
     con = connect(run_dir, read_only=True)
     try:
-        return profile(con)
+        return profile(con).as_json()
     finally:
         con.close()
 
@@ -124,8 +124,8 @@ def test_variance_split_is_the_one_way_anova(result: dict) -> None:
 def test_bootstrap_is_seeded_and_brackets_the_estimate(run_dir: Path, result: dict) -> None:
     con = connect(run_dir, read_only=True)
     try:
-        again = profile(con)
-        other = profile(con, seed=1)
+        again = profile(con).as_json()
+        other = profile(con, seed=1).as_json()
     finally:
         con.close()
     assert again["pass@k_bootstrap_ci95"] == result["pass@k_bootstrap_ci95"]
@@ -169,7 +169,7 @@ def _small_run(root: Path, name: str, outcomes: dict[str, str]) -> dict:
         b.fill(task_id, marks)
     con = connect(b.write(root / name), read_only=True)
     try:
-        return profile(con)
+        return profile(con).as_json()
     finally:
         con.close()
 

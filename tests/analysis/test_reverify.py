@@ -15,9 +15,9 @@ from gymflow.models import client as model_client
 from gymflow.reverify import ReverifyError, parse_settings, reverify
 from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import resolve
+from gymflow.rollouts.registration import register_run
 from gymflow.simulated.endpoint import model_endpoint
 from gymflow.store.db import connect
-from gymflow.store.runs import register_run
 from gymflow.verifiers.base import VerifyInput, get_verifier
 from tests.analysis.builder import RunMeta, StoreBuilder
 from tests.conftest import ROOT, gym

@@ -97,7 +97,7 @@ def test_parquet_rows_are_passing_healthy_rollouts(ledger_run: Path) -> None:
     assert ids and set(ids) <= passing
     con = duckdb.connect(str(ledger_run / "gymflow.duckdb"), read_only=True)
     try:
-        flagged = {v["rollout_id"] for v in health(con, max_listed=None)["rollout_verdicts"]}
+        flagged = {v["rollout_id"] for v in health(con, max_listed=None).rollout_verdicts}
     finally:
         con.close()
     assert flagged, "the ledger run has malformed tool calls: health flags some rollouts"

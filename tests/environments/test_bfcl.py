@@ -14,6 +14,7 @@ import pytest
 from gymflow.core.tasks import Task
 from gymflow.environments.bfcl.env import json_schema, tool_name, tools_of
 from gymflow.environments.registry import load_environment
+from gymflow.store.tool_lists import expanded
 from gymflow.verifiers.base import VerifyInput, get_verifier
 from tests.environments.runs import run_benchmark
 
@@ -211,7 +212,8 @@ def test_gym_eval_run_end_to_end(tmp_path: Path, by_id, prefect_api: str) -> Non
     )
     # Each model call offered exactly the task's own tools.
     offered = con.execute(
-        """SELECT r.task_id, m.request_json FROM model_calls m JOIN rollouts r USING (rollout_id)"""
+        f"SELECT r.task_id, {expanded('m.request_json')} "
+        "FROM model_calls m JOIN rollouts r USING (rollout_id)"
     ).fetchall()
     assert len(offered) >= 60
     for task_id, request in offered:

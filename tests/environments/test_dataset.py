@@ -426,8 +426,8 @@ def test_a_benchmark_needs_both_dataset_and_verifier(tmp_path, monkeypatch) -> N
 
 
 def test_resuming_a_run_after_its_dataset_changed_is_refused(tmp_path, monkeypatch) -> None:
+    from gymflow.rollouts.registration import register_run
     from gymflow.store.db import StoreError, connect
-    from gymflow.store.runs import register_run
 
     out = tmp_path / "runs" / "sums"
     plans = []

@@ -13,6 +13,7 @@ import duckdb
 import pytest
 
 from gymflow.environments.registry import PATH_VARIABLE
+from gymflow.store.tool_lists import expanded
 from tests.environments.test_dataset import (
     MAPPED,
     ROWS,
@@ -135,7 +136,7 @@ def test_nemo_gym_rows_run_as_they_are(tmp_path: Path, prefect_api: str) -> None
     _check_store(con, "weather", tasks=4)
     # The row's own messages opened the rollout, and its tools were offered.
     trajectory, request = con.execute(
-        """SELECT r.trajectory_json, c.request_json FROM rollouts r
+        f"""SELECT r.trajectory_json, {expanded("c.request_json")} FROM rollouts r
            JOIN model_calls c USING (rollout_id) WHERE r.task_id = 'weather-0' LIMIT 1"""
     ).fetchone()
     first = json.loads(trajectory)[:2]

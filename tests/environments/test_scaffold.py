@@ -1,12 +1,17 @@
-"""`gym env init`: the scaffolded environment is found, lists, validates and serves as created."""
+"""`gym env init`: the scaffolded environment is found, lists, validates, serves and runs as
+created, written against the author's API (`gymflow`'s top level) alone."""
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+import gymflow
 from gymflow.environments.registry import PATH_VARIABLE
 from gymflow.environments.scaffold import ScaffoldError, class_name, scaffold
 from tests.conftest import gym
@@ -47,6 +52,40 @@ def test_init_creates_an_environment_that_validates(tmp_path: Path) -> None:
         p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "__pycache__" not in p.parts
     )
     assert after == [p for p in before if "__pycache__" not in p.parts]
+
+    ran = gym("eval", "run", "envs/shop-floor/eval.yaml", "--limit", "3", "--repeats", "1",
+              cwd=tmp_path, env=env, check=True)  # fmt: skip
+    assert "rollouts: 3/3" in ran.stdout and "pass@1 = 100.0%" in ran.stdout, ran.stdout
+
+
+def test_the_scaffold_imports_gymflow_from_its_top_level_only(tmp_path: Path) -> None:
+    scaffold("plain", tmp_path)
+    tree = ast.parse((tmp_path / "plain" / "env.py").read_text())
+    imported = [
+        (node.module, [alias.name for alias in node.names])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gymflow")
+    ]
+    assert [module for module, _ in imported] == ["gymflow"]
+    assert set(imported[0][1]) <= set(gymflow.__all__)
+
+
+def test_every_name_of_the_author_api_resolves() -> None:
+    missing = [name for name in gymflow.__all__ if getattr(gymflow, name, None) is None]
+    assert missing == []
+    assert gymflow.verifier.__module__ == "gymflow.verifiers.base"
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = gymflow.nope
+
+
+def test_importing_gymflow_stays_light() -> None:
+    """The author's API loads on first use: `import gymflow` alone pulls in none of it."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import gymflow, sys; print(sorted(sys.modules))"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "'gymflow'" in loaded
+    assert not any(f"'{heavy}'" in loaded for heavy in ("pydantic", "gymflow.verifiers", "yaml"))
 
 
 def test_init_refuses_bad_names_and_existing_folders(tmp_path: Path) -> None:

@@ -13,9 +13,9 @@ import duckdb
 from gymflow.config import EvalConfig
 from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import resolve
+from gymflow.rollouts.registration import register_run
 from gymflow.simulated.endpoint import local_policy_server
 from gymflow.store.db import connect
-from gymflow.store.runs import register_run
 from tests.conftest import gym
 
 

@@ -15,8 +15,8 @@ from gymflow.cli import exit_codes
 from gymflow.config import EvalConfig
 from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import resolve
+from gymflow.rollouts.registration import register_run
 from gymflow.store.db import connect
-from gymflow.store.runs import register_run
 from tests.conftest import gym
 from tests.faults.stores import query
 

@@ -19,17 +19,25 @@ def test_commands_reuse_the_local_server_until_it_is_stopped(tmp_path):
     home = tmp_path / "prefect-home"
     # an empty PREFECT_API_URL is unset, whatever the test process itself points at
     env = {"PREFECT_HOME": str(home), "PREFECT_API_URL": ""}
-    started = gym("server", "--start", cwd=tmp_path, env=env, timeout=240)
+    off_terminal = gym("demo", "--out", "runs/ephemeral", cwd=tmp_path, env=env, check=True)
+    assert "started a local Prefect server" not in off_terminal.stderr  # scripts, CI, tests
+    assert not (home / STATE_FILE).exists()
+    # GYMFLOW_LOCAL_PREFECT=on: the first command that runs a flow starts it, and says so
+    first_use = {**env, "GYMFLOW_LOCAL_PREFECT": "on"}
     try:
-        assert started.returncode == 0, started.stdout + started.stderr
+        first = gym("demo", "--out", "runs/first", cwd=tmp_path, env=first_use, timeout=400)
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "started a local Prefect server" in first.stderr, first.stderr
+        assert "gym server --stop" in first.stderr
         state = json.loads((home / STATE_FILE).read_text())
         api = state["api_url"]
         again = gym("server", "--start", cwd=tmp_path, env=env)
         assert f"local Prefect server: {api}" in again.stdout  # reused, not a second one
-        demo = gym("demo", "--out", "runs/demo", cwd=tmp_path, env=env, check=True)
-        assert "ephemeral" not in demo.stderr
+        demo = gym("demo", "--out", "runs/demo", cwd=tmp_path, env=first_use, check=True)
+        assert "ephemeral" not in demo.stderr and "started" not in demo.stderr
         runs = httpx.post(f"{api}/flow_runs/filter", json={"limit": 50}, timeout=30).json()
-        assert any(r["name"] and r["state_type"] == "COMPLETED" for r in runs)
+        completed = [r for r in runs if r["name"] and r["state_type"] == "COMPLETED"]
+        assert len(completed) >= 2  # both runs against it are in its history
         told = gym("server", cwd=tmp_path, env=env, check=True)
         assert f"connected to the Prefect server at {api}" in told.stdout
     finally:

@@ -96,9 +96,9 @@ def test_two_shards_aggregate_to_the_unsharded_run(runs) -> None:
     assert all(per_shard)
     assert sorted(r for shard in per_shard for r in shard) == whole
     aggregate = runs["result"]["collected"]["aggregate"]
-    assert aggregate["missing_count"] == 0 and aggregate["stored"] == LIMIT * 4
-    assert runs["result"]["health"]["verdict"] == "healthy"
-    assert runs["result"]["profile"]["coverage"]["missing"] == 0
+    assert aggregate.complete and aggregate.stored == LIMIT * 4
+    assert runs["result"]["analysis"].health.verdict == "healthy"
+    assert runs["result"]["analysis"].profile.coverage.missing == 0
 
 
 def test_the_flow_run_carries_its_artifacts(runs) -> None:
@@ -113,7 +113,7 @@ def test_the_flow_run_carries_its_artifacts(runs) -> None:
     headline = json.loads(by_key["gymflow-headline"].data)
     metrics = [row["metric"] for row in headline]
     assert len(metrics) == len(set(metrics)), "each figure once"
-    pass1 = f"{100 * runs['result']['profile']['pass@1']:.1f}%"
+    pass1 = f"{100 * runs['result']['analysis'].profile.pass_at_1:.1f}%"
     assert {"metric": "pass@1", "value": pass1} == {
         k: v for k, v in headline[0].items() if k != "95% CI"
     }
@@ -233,7 +233,7 @@ def test_a_failed_shard_is_rerun_alone_and_only_its_missing_rollouts(runs, tmp_p
     assert shard_0["ran"] is False and shard_0["complete"]
     assert shard_1["ran"] is True and shard_1["complete"]
     assert sum(batch["attempted"] for batch in shard_1["collected"]) == deleted
-    assert result["collected"]["aggregate"]["added"]["rollouts"] == kept
+    assert result["collected"]["aggregate"].added["rollouts"] == kept
     assert rows(out) == rows(runs["whole"])
     calls = "SELECT count(*), count(DISTINCT (rollout_id, call_index, attempt)) FROM model_calls"
     assert rows(out, calls)[0][0] == rows(out, calls)[0][1]
@@ -241,8 +241,8 @@ def test_a_failed_shard_is_rerun_alone_and_only_its_missing_rollouts(runs, tmp_p
 
 def test_the_aggregate_and_reverify_flows(runs, tmp_path) -> None:
     merged = aggregate(str(tmp_path / "merged"), [str(d) for d in shard_dirs(runs["sharded"])])
-    assert merged["aggregate"]["missing_count"] == 0
-    assert merged["profile"]["pass@1"] == runs["result"]["profile"]["pass@1"]
+    assert merged["aggregate"].complete
+    assert merged["analysis"].profile.pass_at_1 == runs["result"]["analysis"].profile.pass_at_1
     assert rows(tmp_path / "merged") == rows(runs["whole"])
 
     result = reverify(str(tmp_path / "merged"), {"extract": "last_number"})

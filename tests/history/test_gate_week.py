@@ -64,6 +64,15 @@ def test_the_gate_catches_the_regression_and_raises_no_false_alarm(week):
     assert "FAILED" in caught.summary()
 
 
+def test_a_comparison_not_made_is_stated_and_fails_the_gate(week, tmp_path):
+    verdict = gate(week[1], baseline=tmp_path / "no-such-run", margin=0.05)
+    by = {c.against: c for c in verdict.checks}
+    assert by["previous"].compared and not by["previous"].regressed
+    assert not by["baseline"].compared and by["baseline"].why.startswith("not compared")
+    assert not verdict.passed
+    assert verdict.as_dict()["checks"][1]["compared"] is False
+
+
 def test_a_significant_drop_within_the_margin_passes(week):
     verdict = gate(week[REGRESSED_NIGHT], baseline=week[0], margin=0.5)
     assert verdict.passed

@@ -119,7 +119,7 @@ def test_import_stores_rows_tasks_and_rewards(imported: Path) -> None:
 def test_every_stage_runs_on_the_imported_run(imported: Path) -> None:
     con = connect(imported / "run", read_only=True)
     try:
-        checked, profiled = health(con), profile(con)
+        checked, profiled = health(con).as_json(), profile(con).as_json()
     finally:
         con.close()
     assert checked["verdict"] == "healthy", checked["failing_checks"]
@@ -143,7 +143,7 @@ def test_every_stage_runs_on_the_imported_run(imported: Path) -> None:
     assert result["after"]["pass@1"] == pytest.approx(5 / 10)
     con = connect(imported / "run", read_only=True)
     try:
-        diagnosis = diagnose(con)
+        diagnosis = diagnose(con).as_json()
     finally:
         con.close()
     assert diagnosis["verifier_version"] == result["new_version"]

@@ -35,7 +35,7 @@ def _query(run: Path, sql: str) -> list[tuple]:
 def _health(run: Path) -> dict:
     con = connect(run, read_only=True)
     try:
-        return health(con)
+        return health(con).as_json()
     finally:
         con.close()
 

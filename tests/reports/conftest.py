@@ -17,8 +17,8 @@ from gymflow.config import EvalConfig
 from gymflow.core.records import ModelCall, Rollout, Verification, rollout_id
 from gymflow.core.statuses import COMPLETED, FAILED, VERIFIED, VERIFY_ERROR
 from gymflow.rollouts.plan import resolve
+from gymflow.rollouts.registration import register_run
 from gymflow.store.db import connect
-from gymflow.store.runs import register_run
 from gymflow.store.writer import insert_rows, register_verifier_version, write_rollouts
 from tests.conftest import gym
 

@@ -7,8 +7,8 @@ import shutil
 
 from gymflow.config import EvalConfig
 from gymflow.rollouts.plan import resolve
+from gymflow.rollouts.registration import register_run
 from gymflow.store.db import connect
-from gymflow.store.runs import register_run
 from tests.conftest import gym
 from tests.reports import pages
 from tests.reports.conftest import profile_json
@@ -110,4 +110,5 @@ def test_a_run_with_nothing_collected_still_reports(workdir):
     gym("report", str(run), cwd=workdir, check=True)
     page = pages.read(run / "report.html")
     assert pages.number(page, "coverage.missing") == 3
-    assert "nothing scored yet" in page.text and "No rollout is stored yet" in page.text
+    assert page.fields["decision.action"] == "complete_run"  # `decide`: the run comes first
+    assert "complete the run" in page.text and "No rollout is stored yet" in page.text

@@ -1,6 +1,10 @@
-"""From a diagnosis to one recommended next action, by fixed rules.
+"""From a run's results to one recommended next action, by fixed rules: the one function the
+Prefect artifacts, the report, the flow's log and the CLI all read.
 
-Each non-passing rollout is evidence for one action:
+The run first: an incomplete run (rollouts missing) is completed before anything else, then an
+unhealthy one (an integrity check beyond its threshold) has its health fixed: the scores of
+either mislead. Otherwise the diagnosis decides. Each non-passing rollout is evidence for one
+action:
 - verifier repair: verifier errors, unverified rollouts, and verifier suspects (right answer
   failed, pass without an answer);
 - harness work: model-call failures (rate limits, timeouts, server errors), harness errors,
@@ -19,6 +23,19 @@ non-passing rollouts plus suspect passes."""
 from __future__ import annotations
 
 from typing import Any
+
+from gymflow.analysis.results import (
+    Candidate,
+    Decision,
+    Diagnosis,
+    FailureRow,
+    Health,
+    Profile,
+)
+
+#: what comes before the evidence: scores of an incomplete or unhealthy run mislead
+COMPLETE_RUN, FIX_HEALTH = "complete_run", "fix_health"
+LABELS: dict[str, str] = {COMPLETE_RUN: "complete the run", FIX_HEALTH: "fix health first"}
 
 ACTIONS: dict[str, str] = {
     "verifier_repair": "verifier repair",
@@ -54,31 +71,60 @@ _WHY = {
 }
 
 
-def _action_of(row: dict[str, Any]) -> str | None:
-    category = row["category"]
+def _action_of(row: FailureRow) -> str | None:
+    category = row.category
     if category in ("verifier_error", "unverified"):
         return "verifier_repair"
-    if category in _HARNESS or (category == "tool_error" and row["kind"] == "tool_error"):
+    if category in _HARNESS or (category == "tool_error" and row.kind == "tool_error"):
         return "harness_work"
     if category == "no_answer":
         return "prompt_change"
     if category in _MODEL_SIDE:
-        if row["bucket"] == "sometimes_pass":
+        if row.bucket == "sometimes_pass":
             return "skill_improvement"
-        if row["bucket"] == "never_pass":
+        if row.bucket == "never_pass":
             return "model_training"
     return None
 
 
-def decide(diagnosis: dict[str, Any]) -> dict[str, Any]:
-    """One recommended action from a `diagnose()` result.
+def decide(health: Health, profile: Profile, diagnosis: Diagnosis) -> Decision:
+    """The recommended next action: complete the run, then fix its records, then what the
+    diagnosis's evidence points to (`recommend`). When the run comes first, the evidence's own
+    pick is kept as the runner-up: what to do once the run is complete and healthy."""
+    recommended = recommend(diagnosis)
+    missing, expected = profile.coverage.missing, profile.coverage.expected
+    if missing:
+        why = (
+            f"{missing} of the {expected} expected rollouts are missing, so the scores describe "
+            "part of the run: resume it (retry the flow run, or `gym eval run --resume`) before "
+            "reading them"
+        )
+        return _first(COMPLETE_RUN, why, recommended)
+    if health.verdict != "healthy":
+        why = (
+            f"health checks fail beyond their thresholds ({', '.join(health.broken)}): until "
+            "they pass, the scores cannot be trusted (see `gym eval health`)"
+        )
+        return _first(FIX_HEALTH, why, recommended)
+    return recommended
 
-    Returns {"action": key | None, "label": str | None, "why": str, "evidence": candidate,
-    "runner_up": candidate | None, "candidates": [candidate], "rules": str}, where a candidate
-    is {action, label, rollouts, share, threshold (None unless blocking), fired,
-    categories: {category: rollouts}, examples: [rollout_id]}. `action` is None only when
-    there is no evidence at all (every stored rollout passed)."""
-    candidates = {
+
+def _first(action: str, why: str, recommended: Decision) -> Decision:
+    return recommended.model_copy(
+        update={
+            "action": action,
+            "label": LABELS[action],
+            "why": why,
+            "evidence": None,
+            "runner_up": recommended.evidence,
+        }
+    )
+
+
+def recommend(diagnosis: Diagnosis) -> Decision:
+    """The action the diagnosis's evidence points to, by the rules above: `action` is None only
+    when there is no evidence at all (every stored rollout passed)."""
+    candidates: dict[str, dict[str, Any]] = {
         key: {
             "action": key,
             "label": label,
@@ -91,23 +137,21 @@ def decide(diagnosis: dict[str, Any]) -> dict[str, Any]:
         }
         for key, label in ACTIONS.items()
     }
-    for row in diagnosis["failures_by_bucket"]:
+    for row in diagnosis.failures_by_bucket:
         action = _action_of(row)
         if action is None:
             continue
         entry = candidates[action]
-        entry["rollouts"] += row["rollouts"]
-        entry["categories"][row["category"]] = (
-            entry["categories"].get(row["category"], 0) + row["rollouts"]
-        )
-        entry["examples"].extend(row["examples"][: 5 - len(entry["examples"])])
-    for suspect in diagnosis["verifier_suspects"]:
-        if suspect["kind"].startswith("versions_disagree"):
+        entry["rollouts"] += row.rollouts
+        entry["categories"][row.category] = entry["categories"].get(row.category, 0) + row.rollouts
+        entry["examples"].extend(row.examples[: 5 - len(entry["examples"])])
+    for suspect in diagnosis.verifier_suspects:
+        if suspect.kind.startswith("versions_disagree"):
             continue  # expected after a deliberate reverify; shown, not weighed
         entry = candidates["verifier_repair"]
-        entry["rollouts"] += suspect["count"]
-        entry["categories"][suspect["kind"]] = suspect["count"]
-        entry["examples"].extend(suspect["examples"][: 5 - len(entry["examples"])])
+        entry["rollouts"] += suspect.count
+        entry["categories"][suspect.kind] = suspect.count
+        entry["examples"].extend(suspect.examples[: 5 - len(entry["examples"])])
     total = sum(entry["rollouts"] for entry in candidates.values())
     for entry in candidates.values():
         entry["share"] = entry["rollouts"] / total if total else 0.0
@@ -115,30 +159,31 @@ def decide(diagnosis: dict[str, Any]) -> dict[str, Any]:
         entry["fired"] = entry["rollouts"] > 0 and (
             threshold is None or entry["share"] >= threshold
         )
+    typed = {key: Candidate.model_validate(entry) for key, entry in candidates.items()}
     order = list(ACTIONS)
     ranked = sorted(
-        (e for e in candidates.values() if e["rollouts"] > 0),
-        key=lambda e: (-e["share"], order.index(e["action"])),
+        (e for e in typed.values() if e.rollouts > 0),
+        key=lambda e: (-e.share, order.index(e.action)),
     )
     if not ranked:
-        return {
-            "action": None,
-            "label": None,
-            "why": "no evidence: every stored rollout passed and no verifier suspect was found",
-            "evidence": None,
-            "runner_up": None,
-            "candidates": list(candidates.values()),
-            "rules": __doc__,
-        }
-    blocking = [candidates[key] for key, _ in BLOCKING if candidates[key]["fired"]]
+        return Decision(
+            action=None,
+            label=None,
+            why="no evidence: every stored rollout passed and no verifier suspect was found",
+            evidence=None,
+            runner_up=None,
+            candidates=list(typed.values()),
+            rules=__doc__ or "",
+        )
+    blocking = [typed[key] for key, _ in BLOCKING if typed[key].fired]
     chosen = blocking[0] if blocking else ranked[0]
     runner_up = next((e for e in ranked if e is not chosen), None)
-    return {
-        "action": chosen["action"],
-        "label": chosen["label"],
-        "why": _WHY[chosen["action"]].format(share=f"{chosen['share']:.0%}"),
-        "evidence": chosen,
-        "runner_up": runner_up,
-        "candidates": list(candidates.values()),
-        "rules": __doc__,
-    }
+    return Decision(
+        action=chosen.action,
+        label=chosen.label,
+        why=_WHY[chosen.action].format(share=f"{chosen.share:.0%}"),
+        evidence=chosen,
+        runner_up=runner_up,
+        candidates=list(typed.values()),
+        rules=__doc__ or "",
+    )

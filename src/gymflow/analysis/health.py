@@ -17,6 +17,7 @@ import polars as pl
 from gymflow.analysis.environment import reward_spec
 from gymflow.analysis.frames import frame
 from gymflow.analysis.outcomes import check_verifier_version
+from gymflow.analysis.results import Health
 from gymflow.errors import UserError
 
 Level = Literal["rollout", "run", "task"]
@@ -40,6 +41,8 @@ class Check:
     #: session variables the query reads; when one is unknown the check is skipped, not guessed
     needs: tuple[str, ...] = ()
     severity: Severity = "integrity"
+    #: the share of expected rollouts this check may flag by default, when not the severity's
+    threshold: float | None = None
 
 
 _TOOL_ITEMS = """
@@ -107,7 +110,8 @@ def _sampling_differs(key: str) -> str:
 
 
 #: A run in which more than this share of the expected rollouts failed is unhealthy (the
-#: `failed_share` check); `--threshold failed_share=SHARE` allows more.
+#: `failed_share` check); `--threshold failed_share=SHARE` allows more. The query reads the
+#: threshold the gate applies, so the check, the verdict and the gate agree.
 FAILED_SHARE_MAX = 0.05
 
 CHECKS: dict[str, Check] = {
@@ -277,17 +281,19 @@ CHECKS: dict[str, Check] = {
         severity="warning",
     ),
     "failed_share": Check(
-        "failed rollouts (model, transport, harness, tool failures), when more than "
-        f"{FAILED_SHARE_MAX:.0%} of the expected rollouts failed: the run mostly measured "
-        "its setup, not the policy",
-        f"""
+        "failed rollouts (model, transport, harness, tool failures), when more than the "
+        f"threshold (by default {FAILED_SHARE_MAX:.0%}) of the expected rollouts failed: the run "
+        "mostly measured its setup, not the policy",
+        """
         SELECT rollout_id AS id FROM rollouts
         WHERE status = 'failed'
           AND (SELECT count(*) FROM rollouts WHERE status = 'failed')
-              > {FAILED_SHARE_MAX} * greatest(
+              > getvariable('failed_share_max')::DOUBLE * greatest(
                   (SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0),
                   (SELECT count(*) FROM rollouts))
         """,
+        needs=("failed_share_max",),
+        threshold=FAILED_SHARE_MAX,
     ),
     "tampering": Check(
         "the answer's code was seen touching the verification harness (failure kind "
@@ -314,16 +320,21 @@ GROUP BY r.task_id HAVING count(*) = count(u.id)
 @dataclass(frozen=True, slots=True)
 class Gate:
     """A check fails the run when its share of expected rollouts exceeds its threshold:
-    `per_check` if given, else `max_share` for integrity checks and `warning_max_share` (by
-    default 1.0: never) for warnings."""
+    `per_check` if given, else the check's own default, else `max_share` for integrity checks
+    and `warning_max_share` (by default 1.0: never) for warnings. An integrity check beyond its
+    threshold also makes the verdict unhealthy: one set of thresholds for both."""
 
     max_share: float = 0.0
     warning_max_share: float = 1.0
     per_check: dict[str, float] = field(default_factory=dict)
 
-    def threshold(self, check: str, severity: Severity) -> float:
-        default = self.max_share if severity == "integrity" else self.warning_max_share
-        return self.per_check.get(check, default)
+    def threshold(self, name: str, severity: Severity) -> float:
+        if name in self.per_check:
+            return self.per_check[name]
+        own = CHECKS[name].threshold if name in CHECKS else None
+        if own is not None:
+            return own
+        return self.max_share if severity == "integrity" else self.warning_max_share
 
 
 def _set_variables(con, values: dict[str, Any]) -> None:
@@ -341,10 +352,11 @@ def health(
     gate: Gate | None = None,
     max_examples: int = 20,
     max_listed: int | None = 1000,
-) -> dict[str, Any]:
+) -> Health:
     """Run every check over the store.
 
-    Returns {"verdict": "healthy" | "unhealthy" (an integrity check fired), "gate": "pass" |
+    Returns the Health: {"verdict": "healthy" | "unhealthy" (an integrity check flagged more
+    than its threshold), "gate": "pass" |
     "fail", "gate_failures": [check], "failing_checks": [check with any hit], "warnings":
     [warning check with any hit], "rollouts": stored, "expected": tasks x repeats,
     "unhealthy_rollouts": count, "unhealthy_share": float, "verifier_version": str,
@@ -365,6 +377,7 @@ def health(
         "verifier_version": version,
         "reward_low": spec.low if spec else None,
         "reward_high": spec.high if spec else None,
+        "failed_share_max": gate.threshold("failed_share", CHECKS["failed_share"].severity),
     }
     _set_variables(con, variables)
     con.execute(_TOOL_ITEMS)
@@ -413,26 +426,26 @@ def health(
     unhealthy = con.execute("SELECT count(DISTINCT id) FROM health_hits").fetchone()[0]
     verdicts = rollout_verdicts(con, unhealthy_only=True, limit=max_listed)
     failing = [name for name, check in checks.items() if check["count"]]
-    broken = [name for name in failing if checks[name]["severity"] == "integrity"]
     gate_failures = [name for name, check in checks.items() if check["share"] > check["threshold"]]
+    broken = [name for name in gate_failures if checks[name]["severity"] == "integrity"]
     for table in ("check_ids", "calls", "rollout_calls", "tool_items"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
-    return {
-        "verdict": "unhealthy" if broken else "healthy",
-        "warnings": [name for name in failing if name not in broken],
-        "gate": "fail" if gate_failures else "pass",
-        "gate_failures": gate_failures,
-        "failing_checks": failing,
-        "rollouts": stored,
-        "expected": expected,
-        "unhealthy_rollouts": unhealthy,
-        "unhealthy_share": unhealthy / denominator,
-        "verifier_version": version,
-        "reward_range": [spec.low, spec.high] if spec else None,
-        "checks": checks,
-        "rollout_verdicts": verdicts.to_dicts(),
-        "rollout_verdicts_truncated": max_listed is not None and unhealthy > max_listed,
-    }
+    return Health(
+        verdict="unhealthy" if broken else "healthy",
+        warnings=[name for name in failing if name not in broken],
+        gate="fail" if gate_failures else "pass",
+        gate_failures=gate_failures,
+        failing_checks=failing,
+        rollouts=stored,
+        expected=expected,
+        unhealthy_rollouts=unhealthy,
+        unhealthy_share=unhealthy / denominator,
+        verifier_version=version,
+        reward_range=[spec.low, spec.high] if spec else None,
+        checks=checks,
+        rollout_verdicts=verdicts.to_dicts(),
+        rollout_verdicts_truncated=max_listed is not None and unhealthy > max_listed,
+    )
 
 
 def rollout_verdicts(

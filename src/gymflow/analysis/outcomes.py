@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import polars as pl
 
 from gymflow.analysis.frames import frame
+from gymflow.analysis.results import Coverage
 from gymflow.store.db import StoreError
-
-
-@dataclass(frozen=True, slots=True)
-class Coverage:
-    """expected = tasks x repeats; scored + failed + missing = expected."""
-
-    expected: int
-    scored: int
-    failed: int
-    missing: int
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
 
 
 def newest_verifier_version(con) -> str:

@@ -18,6 +18,7 @@ from gymflow.analysis.outcomes import (
     task_table,
 )
 from gymflow.analysis.passk import pair_curves, per_task_curves
+from gymflow.analysis.results import Estimate, Headline, Profile, Usage
 from gymflow.analysis.stats import (
     CI_METHOD,
     bootstrap_ci95,
@@ -76,7 +77,7 @@ def reward_range(environment: str | None, task_means: np.ndarray) -> tuple[float
     return low, high
 
 
-def _breakdown(scored: pl.DataFrame, column: str) -> dict[str, Any]:
+def _breakdown(scored: pl.DataFrame, column: str) -> dict[str, Estimate]:
     """pass@1 with clustered SE and CI per value of `column` (tags are exploded: a task with two
     tags counts in both groups)."""
     if scored.is_empty():
@@ -85,12 +86,16 @@ def _breakdown(scored: pl.DataFrame, column: str) -> dict[str, Any]:
     if column == "tags":
         table = table.explode("tags")
     table = table.with_columns(pl.col(column).cast(pl.Utf8).fill_null("(none)"))
-    groups: dict[str, Any] = {}
+    groups: dict[str, Estimate] = {}
     for key, group in table.group_by(column, maintain_order=True):
-        name = key[0]
         estimate = _estimate(group["p"].to_list(), rollouts=int(group["n"].sum()))
-        groups[name] = {"tasks": group.height, "pass@1": estimate["mean"], **estimate}
-        del groups[name]["mean"]
+        groups[key[0]] = Estimate(
+            tasks=group.height,
+            pass_at_1=estimate["mean"],
+            stderr=estimate["stderr"],
+            ci95=estimate["ci95"],
+            ci95_reason=estimate["ci95_reason"],
+        )
     return dict(sorted(groups.items()))
 
 
@@ -148,7 +153,7 @@ def majority_at_k(con, verifier_version: str, *, failures_as_zero: bool = False)
     return score if voted else None
 
 
-def usage_percentiles(con) -> dict[str, dict[str, float | None]]:
+def usage_percentiles(con) -> dict[str, Usage]:
     """mean, p50, p90, p99 and max of tokens, turns, model calls and latency per rollout."""
     parts = []
     for column in USAGE_COLUMNS:
@@ -156,17 +161,17 @@ def usage_percentiles(con) -> dict[str, dict[str, float | None]]:
             f"avg({column}), quantile_cont({column}, [0.5, 0.9, 0.99]), max({column})::DOUBLE"
         )
     row = con.execute(f"SELECT {', '.join(parts)} FROM rollouts").fetchone()
-    usage: dict[str, dict[str, float | None]] = {}
+    usage: dict[str, Usage] = {}
     for i, column in enumerate(USAGE_COLUMNS):
         mean, quantiles, maximum = row[3 * i : 3 * i + 3]
         p50, p90, p99 = quantiles or (None, None, None)
-        usage[column] = {
-            "mean": _number(mean),
-            "p50": _number(p50),
-            "p90": _number(p90),
-            "p99": _number(p99),
-            "max": _number(maximum),
-        }
+        usage[column] = Usage(
+            mean=_number(mean),
+            p50=_number(p50),
+            p90=_number(p90),
+            p99=_number(p99),
+            max=_number(maximum),
+        )
     return usage
 
 
@@ -177,10 +182,10 @@ def profile(
     failures_as_zero: bool = False,
     bootstrap_samples: int = 1000,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> Profile:
     """Profile the run in `con` under one verifier version (the newest unless given).
 
-    Returns a dict: run_id, benchmark, environment, model, verifier_version, coverage
+    Returns the Profile: run_id, benchmark, environment, model, verifier_version, coverage
     {expected, scored, failed, missing}, failures (how failures were treated), tasks,
     tasks_scored, repeats, "pass@1", stderr, ci95 [low, high] | None, ci95_reason (why None),
     ci95_method, "pass@1_rollout_weighted" (all scored rollouts pooled), weighting (a sentence
@@ -223,54 +228,56 @@ def profile(
     )
     majority = majority_at_k(con, version, failures_as_zero=failures_as_zero)
     key = [str(k) for k in ks]
-    return {
-        "run_id": run["run_id"],
-        "benchmark": run["benchmark"],
-        "environment": run["environment"],
-        "model": run["model"],
-        "verifier_version": version,
-        "coverage": coverage_of(tasks, repeats).as_dict(),
-        "failures": "counted as failures (reward 0)"
-        if failures_as_zero
-        else "excluded from scores",
-        "tasks": tasks.height,
-        "tasks_scored": scored.height,
-        "repeats": repeats,
-        "pass@1": pass1["mean"],
-        "stderr": pass1["stderr"],
-        "ci95": pass1["ci95"],
-        "ci95_reason": pass1["ci95_reason"],
-        "ci95_method": CI_METHOD,
-        "pass@1_rollout_weighted": pooled,
-        "weighting": weighting_note(pass1["mean"], pooled, scored.height, rollouts_scored),
-        "pass@k": dict(zip(key, at_mean, strict=True)),
-        "pass^k": dict(zip(key, hat_mean, strict=True)),
-        "tasks_at_k": dict(zip(key, tasks_at_k, strict=True)),
-        "retry_value": dict(zip(key, _retry_values(at_tasks), strict=True)),
-        "pass@k_bootstrap_ci95": {
-            k: None if math.isnan(lo) else [float(lo), float(hi)]
-            for k, lo, hi in zip(key, low, high, strict=True)
-        },
-        "pass@k_bootstrap_ci95_reason": {
-            k: None
-            if not math.isnan(lo)
-            else f"{count} task{'s' if count != 1 else ''} with at least {k} scored rollouts: "
-            "a bootstrap over tasks needs two"
-            for k, lo, count in zip(key, low, tasks_at_k, strict=True)
-        },
-        "bootstrap": {"samples": bootstrap_samples, "seed": seed, "unit": "task"},
-        "majority@k": None if majority is None else {str(repeats): majority},
-        "mean_reward": reward["mean"],
-        "mean_reward_stderr": reward["stderr"],
-        "mean_reward_ci95": reward["ci95"],
-        "mean_reward_ci95_reason": reward["ci95_reason"],
-        "reward_range": list(bounds),
-        "variance": {"pass": pass_variance, "reward": reward_variance},
-        "design_effect": design_effect(pass_variance["icc"], n),
-        "by_tag": _breakdown(scored, "tags"),
-        "by_difficulty": _breakdown(scored, "difficulty"),
-        "usage": usage_percentiles(con),
-    }
+    return Profile.model_validate(
+        {
+            "run_id": run["run_id"],
+            "benchmark": run["benchmark"],
+            "environment": run["environment"],
+            "model": run["model"],
+            "verifier_version": version,
+            "coverage": coverage_of(tasks, repeats).as_dict(),
+            "failures": "counted as failures (reward 0)"
+            if failures_as_zero
+            else "excluded from scores",
+            "tasks": tasks.height,
+            "tasks_scored": scored.height,
+            "repeats": repeats,
+            "pass@1": pass1["mean"],
+            "stderr": pass1["stderr"],
+            "ci95": pass1["ci95"],
+            "ci95_reason": pass1["ci95_reason"],
+            "ci95_method": CI_METHOD,
+            "pass@1_rollout_weighted": pooled,
+            "weighting": weighting_note(pass1["mean"], pooled, scored.height, rollouts_scored),
+            "pass@k": dict(zip(key, at_mean, strict=True)),
+            "pass^k": dict(zip(key, hat_mean, strict=True)),
+            "tasks_at_k": dict(zip(key, tasks_at_k, strict=True)),
+            "retry_value": dict(zip(key, _retry_values(at_tasks), strict=True)),
+            "pass@k_bootstrap_ci95": {
+                k: None if math.isnan(lo) else [float(lo), float(hi)]
+                for k, lo, hi in zip(key, low, high, strict=True)
+            },
+            "pass@k_bootstrap_ci95_reason": {
+                k: None
+                if not math.isnan(lo)
+                else f"{count} task{'s' if count != 1 else ''} with at least {k} scored rollouts: "
+                "a bootstrap over tasks needs two"
+                for k, lo, count in zip(key, low, tasks_at_k, strict=True)
+            },
+            "bootstrap": {"samples": bootstrap_samples, "seed": seed, "unit": "task"},
+            "majority@k": None if majority is None else {str(repeats): majority},
+            "mean_reward": reward["mean"],
+            "mean_reward_stderr": reward["stderr"],
+            "mean_reward_ci95": reward["ci95"],
+            "mean_reward_ci95_reason": reward["ci95_reason"],
+            "reward_range": list(bounds),
+            "variance": {"pass": pass_variance, "reward": reward_variance},
+            "design_effect": design_effect(pass_variance["icc"], n),
+            "by_tag": _breakdown(scored, "tags"),
+            "by_difficulty": _breakdown(scored, "difficulty"),
+            "usage": usage_percentiles(con),
+        }
+    )
 
 
 def _retry_values(at_tasks: np.ndarray) -> list[float | None]:
@@ -294,22 +301,22 @@ def _nanmean(matrix: np.ndarray) -> np.ndarray:
     return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
-def headline(con, verifier_version: str, *, failures_as_zero: bool = False) -> dict[str, Any]:
-    """The few numbers a summary line needs, without bootstrap or breakdowns: {verifier_version,
-    coverage, "pass@1", stderr, ci95, "pass@k" {k: value} for k = repeats, "tasks_at_k" {k: the
-    tasks that pass@k averages over}, mean_reward}."""
+def headline(con, verifier_version: str, *, failures_as_zero: bool = False) -> Headline:
+    """The few numbers a summary line needs, without bootstrap or breakdowns (`Headline`)."""
     tasks = task_table(con, verifier_version, failures_as_zero=failures_as_zero)
     scored = tasks.filter(pl.col("n") > 0)
     repeats = max(int(run_info(con)["repeats"] or 1), 1)
     at_k, _ = per_task_curves(scored["n"].to_numpy(), scored["c"].to_numpy(), np.array([repeats]))
     pass1 = _estimate((scored["c"] / scored["n"]).to_list(), rollouts=int(scored["n"].sum()))
-    return {
-        "verifier_version": verifier_version,
-        "coverage": coverage_of(tasks, repeats).as_dict(),
-        "pass@1": pass1["mean"],
-        "stderr": pass1["stderr"],
-        "ci95": pass1["ci95"],
-        "pass@k": {str(repeats): _number(_nanmean(at_k)[0]) if len(at_k) else None},
-        "tasks_at_k": {str(repeats): int((~np.isnan(at_k)).sum())},
-        "mean_reward": _number((scored["reward_sum"] / scored["n"]).mean()),
-    }
+    return Headline.model_validate(
+        {
+            "verifier_version": verifier_version,
+            "coverage": coverage_of(tasks, repeats),
+            "pass@1": pass1["mean"],
+            "stderr": pass1["stderr"],
+            "ci95": pass1["ci95"],
+            "pass@k": {str(repeats): _number(_nanmean(at_k)[0]) if len(at_k) else None},
+            "tasks_at_k": {str(repeats): int((~np.isnan(at_k)).sum())},
+            "mean_reward": _number((scored["reward_sum"] / scored["n"]).mean()),
+        }
+    )

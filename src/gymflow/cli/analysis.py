@@ -8,14 +8,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from gymflow.analysis.compare import POWER_DIFFERENCE, CompareError, compare
-from gymflow.analysis.diagnose import diagnose
-from gymflow.analysis.health import Gate, UnknownCheck, health
+from gymflow.analysis.compare import POWER_DIFFERENCE, compare
+from gymflow.analysis.health import Gate, health
 from gymflow.analysis.profile import profile
+from gymflow.analysis.results import Profile
+from gymflow.analysis.run import analyse
 from gymflow.cli import exit_codes
 from gymflow.cli.app import console, eval_app, fail, print_json
-from gymflow.reverify import ReverifyError, parse_settings, reverify
-from gymflow.store.db import StoreError, connect
+from gymflow.reverify import parse_settings, reverify
+from gymflow.store.db import connect
 
 
 @eval_app.command("profile")
@@ -33,7 +34,7 @@ def eval_profile(
     compare_verifier_version: Annotated[
         str | None, typer.Option(help="Verifier version to read in the --compare run.")
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the bootstrap over tasks.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the bootstrap over tasks.")] = 0,
     power_difference: Annotated[
         float,
         typer.Option(
@@ -46,47 +47,47 @@ def eval_profile(
 ) -> None:
     """pass@1 with its task-clustered 95% CI, pass@k, pass^k and coverage; with --compare, a
     paired comparison of two runs."""
+    con = connect(run_dir, read_only=True)
     try:
-        con = connect(run_dir, read_only=True)
-        try:
-            result = profile(
-                con,
-                verifier_version=verifier_version,
-                failures_as_zero=failures_as_zero,
-                seed=seed,
-            )
-            if compare_with is not None:
-                other = connect(compare_with, read_only=True)
-                try:
-                    comparison = compare(
-                        con,
-                        other,
-                        verifier_version_a=verifier_version,
-                        verifier_version_b=compare_verifier_version,
-                        failures_as_zero=failures_as_zero,
-                        power_difference=power_difference,
-                    )
-                    other_profile = profile(
-                        other,
-                        verifier_version=compare_verifier_version,
-                        failures_as_zero=failures_as_zero,
-                        seed=seed,
-                    )
-                finally:
-                    other.close()
-        finally:
-            con.close()
-    except (StoreError, CompareError) as exc:
-        fail(str(exc))
+        result = profile(
+            con,
+            verifier_version=verifier_version,
+            failures_as_zero=failures_as_zero,
+            seed=seed,
+        )
+        if compare_with is not None:
+            other = connect(compare_with, read_only=True)
+            try:
+                comparison = compare(
+                    con,
+                    other,
+                    verifier_version_a=verifier_version,
+                    verifier_version_b=compare_verifier_version,
+                    failures_as_zero=failures_as_zero,
+                    power_difference=power_difference,
+                )
+                other_profile = profile(
+                    other,
+                    verifier_version=compare_verifier_version,
+                    failures_as_zero=failures_as_zero,
+                    seed=seed,
+                )
+            finally:
+                other.close()
+    finally:
+        con.close()
     if compare_with is not None:
-        payload = {**comparison, "profiles": {"a": result, "b": other_profile}}
+        payload = {
+            **comparison,
+            "profiles": {"a": result.as_json(), "b": other_profile.as_json()},
+        }
         if json_output:
             print_json(payload)
         else:
             print_comparison(payload)
         return
     if json_output:
-        print_json(result)
+        print_json(result.as_json())
         return
     print_profile(result)
 
@@ -162,68 +163,68 @@ def _interval(bounds: list[float] | None, reason: str | None = None) -> str:
     return f"{_pct(bounds[0])} – {_pct(bounds[1])}"
 
 
-def print_profile(result: dict) -> None:
-    coverage = result["coverage"]
+def print_profile(result: Profile) -> None:
+    coverage = result.coverage
     console.print(
-        f"[bold]{result['benchmark'] or result['environment']}[/] · {result['model']} · "
-        f"verifier {result['verifier_version']}"
+        f"[bold]{result.benchmark or result.environment}[/] · {result.model} · "
+        f"verifier {result.verifier_version}"
     )
     console.print(
-        f"coverage: expected {coverage['expected']}, scored {coverage['scored']}, "
-        f"failed {coverage['failed']}, missing {coverage['missing']} "
-        f"(failures {result['failures']})"
+        f"coverage: expected {coverage.expected}, scored {coverage.scored}, "
+        f"failed {coverage.failed}, missing {coverage.missing} "
+        f"(failures {result.failures})"
     )
     console.print(
-        f"pass@1 = [bold]{_pct(result['pass@1'])}[/] "
-        f"(95% CI {_interval(result['ci95'], result['ci95_reason'])}, task-clustered); "
-        f"mean reward {result['mean_reward']}"
+        f"pass@1 = [bold]{_pct(result.pass_at_1)}[/] "
+        f"(95% CI {_interval(result.ci95, result.ci95_reason)}, task-clustered); "
+        f"mean reward {result.mean_reward}"
     )
-    console.print(result["weighting"])
+    console.print(result.weighting)
     table = Table("k", "tasks", "pass@k", "bootstrap 95% CI", "pass^k", "retry value")
-    for k, value in result["pass@k"].items():
+    for k, value in result.pass_at_k.items():
         table.add_row(
             k,
-            str(result["tasks_at_k"][k]),
+            str(result.tasks_at_k[k]),
             _pct(value),
-            _interval(result["pass@k_bootstrap_ci95"][k]),
-            _pct(result["pass^k"][k]),
-            _pct(result["retry_value"][k]),
+            _interval(result.pass_at_k_bootstrap_ci95[k]),
+            _pct(result.pass_hat_k[k]),
+            _pct(result.retry_value[k]),
         )
     console.print(table)
     console.print(
         "pass@k, pass^k and the retry value (pass@k - pass@1 on the same tasks) average over "
         "the tasks with at least k scored rollouts; a bootstrap CI needs two such tasks"
     )
-    if result["majority@k"]:
-        for k, value in result["majority@k"].items():
+    if result.majority_at_k:
+        for k, value in result.majority_at_k.items():
             console.print(f"majority@{k} = {_pct(value)}")
-    variance = result["variance"]["pass"]
-    if variance["icc"] is not None:
+    variance = result.variance["pass"]
+    if variance.icc is not None:
         console.print(
-            f"variance (one-way ANOVA): between tasks {variance['between']:.4f}, within tasks "
-            f"{variance['within']:.4f}; ICC(1) {variance['icc']:.3f}, design effect "
-            f"{result['design_effect']:.2f}"
+            f"variance (one-way ANOVA): between tasks {variance.between:.4f}, within tasks "
+            f"{variance.within:.4f}; ICC(1) {variance.icc:.3f}, design effect "
+            f"{result.design_effect:.2f}"
         )
     else:
-        console.print(f"variance split: n/a ({variance['reason']})")
-    for title, groups in (("tag", result["by_tag"]), ("difficulty", result["by_difficulty"])):
+        console.print(f"variance split: n/a ({variance.reason})")
+    for title, groups in (("tag", result.by_tag), ("difficulty", result.by_difficulty)):
         if groups:
             breakdown = Table(title, "tasks", "pass@1", "95% CI")
             for name, group in groups.items():
                 breakdown.add_row(
                     name,
-                    str(group["tasks"]),
-                    _pct(group["pass@1"]),
-                    _interval(group["ci95"], group["ci95_reason"]),
+                    str(group.tasks),
+                    _pct(group.pass_at_1),
+                    _interval(group.ci95, group.ci95_reason),
                 )
             console.print(breakdown)
     usage = Table("per rollout", "mean", "p50", "p90", "p99", "max")
-    for name, stats in result["usage"].items():
+    for name, stats in result.usage.items():
         usage.add_row(
             name,
             *(
-                f"{stats[key]:.4g}" if stats[key] is not None else "n/a"
-                for key in ("mean", "p50", "p90", "p99", "max")
+                f"{value:.4g}" if value is not None else "n/a"
+                for value in (stats.mean, stats.p50, stats.p90, stats.p99, stats.max)
             ),
         )
     console.print(usage)
@@ -275,42 +276,37 @@ def eval_health(
         warning_max_share=warning_max_share,
         per_check=_parse_thresholds(threshold or []),
     )
+    con = connect(run_dir, read_only=True)
     try:
-        con = connect(run_dir, read_only=True)
-        try:
-            result = health(
-                con, verifier_version=verifier_version, gate=gate, max_listed=max_listed
-            )
-        finally:
-            con.close()
-    except (StoreError, UnknownCheck) as exc:
-        fail(str(exc))
+        result = health(con, verifier_version=verifier_version, gate=gate, max_listed=max_listed)
+    finally:
+        con.close()
     if json_output:
-        print_json(result)
+        print_json(result.as_json())
     else:
         table = Table("check", "kind", "status", "rollouts", "share", "allowed", "examples")
-        for name, check in result["checks"].items():
-            style = {"failed": "red", "skipped": "yellow"}.get(check["status"], "green")
-            if check["status"] == "failed" and check["severity"] == "warning":
+        for name, check in result.checks.items():
+            style = {"failed": "red", "skipped": "yellow"}.get(check.status, "green")
+            if check.status == "failed" and name in result.warnings:
                 style = "yellow"
             table.add_row(
                 name,
-                check["severity"],
-                f"[{style}]{check['status']}[/]",
-                str(check["count"]),
-                f"{check['share']:.2%}",
-                f"{check['threshold']:.2%}",
-                ", ".join(check["examples"][:3]),
+                check.severity,
+                f"[{style}]{check.status}[/]",
+                str(check.count),
+                f"{check.share:.2%}",
+                f"{check.threshold:.2%}",
+                ", ".join(check.examples[:3]),
             )
         console.print(table)
         console.print(
-            f"{result['unhealthy_rollouts']} of {result['rollouts']} rollouts unhealthy "
-            f"({result['expected']} expected); verdict: {result['verdict']}; "
-            f"gate: {result['gate']}"
-            + (f" ({', '.join(result['gate_failures'])})" if result["gate_failures"] else "")
-            + (f"; warnings: {', '.join(result['warnings'])}" if result["warnings"] else "")
+            f"{result.unhealthy_rollouts} of {result.rollouts} rollouts unhealthy "
+            f"({result.expected} expected); verdict: {result.verdict}; "
+            f"gate: {result.gate}"
+            + (f" ({', '.join(result.gate_failures)})" if result.gate_failures else "")
+            + (f"; warnings: {', '.join(result.warnings)}" if result.warnings else "")
         )
-    if result["gate"] == "fail":
+    if result.gate == "fail":
         raise typer.Exit(exit_codes.GATE_FAILED)
 
 
@@ -322,59 +318,59 @@ def eval_diagnose(
     top: Annotated[int, typer.Option(min=0, help="Sometimes-pass tasks to show.")] = 20,
 ) -> None:
     """Outcome buckets, failure taxonomy, sometimes-pass tasks, verifier suspects, and the
-    recommended next action."""
+    recommended next action (the same `decide` the flow's artifacts and the report read)."""
+    con = connect(run_dir, read_only=True)
     try:
-        con = connect(run_dir, read_only=True)
-        try:
-            result = diagnose(con, verifier_version=verifier_version, top=top)
-        finally:
-            con.close()
-    except StoreError as exc:
-        fail(str(exc))
+        analysis = analyse(con, verifier_version=verifier_version, top=top)
+    finally:
+        con.close()
+    result, decision = analysis.diagnosis, analysis.decision
     if json_output:
-        print_json(result)
+        print_json({**result.as_json(), "decision": decision.as_json()})
         return
-    console.print(f"run {result['run_id']} · verifier {result['verifier_version']}")
+    console.print(f"run {result.run_id} · verifier {result.verifier_version}")
     buckets = Table("bucket", "tasks", "share")
-    for name, bucket in result["buckets"].items():
-        buckets.add_row(name, str(bucket["tasks"]), _pct(bucket["share"]))
+    for name, bucket in result.buckets.items():
+        buckets.add_row(name, str(bucket.tasks), _pct(bucket.share))
     console.print(buckets)
     taxonomy = Table("failure", "kind", "rollouts", "share", "examples")
-    for row in result["taxonomy"]:
+    for row in result.taxonomy:
         taxonomy.add_row(
-            row["category"],
-            row["kind"],
-            str(row["rollouts"]),
-            _pct(row["share"]),
-            ", ".join(row["examples"][:3]),
+            row.category,
+            row.kind,
+            str(row.rollouts),
+            _pct(row.share),
+            ", ".join(row.examples[:3]),
         )
     console.print(taxonomy)
-    if result["missing_rollouts"]:
-        console.print(f"missing rollouts: {result['missing_rollouts']}")
-    for task in result["sometimes_pass"][:top]:
-        passing, failing = task["passing"] or {}, task["failing"] or {}
+    if result.missing_rollouts:
+        console.print(f"missing rollouts: {result.missing_rollouts}")
+    for task in result.sometimes_pass[:top]:
+        passing = task.passing.rollout_id if task.passing else None
+        failing = task.failing.rollout_id if task.failing else None
         console.print(
-            f"[bold]{task['task_id']}[/] passes {task['c']}/{task['n']}: "
-            f"pass {passing.get('rollout_id')} vs fail {failing.get('rollout_id')}"
+            f"[bold]{task.task_id}[/] passes {task.c}/{task.n}: pass {passing} vs fail {failing}"
         )
-    for suspect in result["verifier_suspects"]:
+    for suspect in result.verifier_suspects:
         console.print(
-            f"[yellow]verifier suspect[/] {suspect['kind']}: {suspect['count']} rollouts "
-            f"({suspect['description']}), e.g. {', '.join(suspect['examples'][:3])}"
+            f"[yellow]verifier suspect[/] {suspect.kind}: {suspect.count} rollouts "
+            f"({suspect.description}), e.g. {', '.join(suspect.examples[:3])}"
         )
-    decision = result["decision"]
-    if decision["action"] is None:
-        console.print(f"next action: none ({decision['why']})")
+    if decision.action is None:
+        console.print(f"next action: none ({decision.why})", markup=False)
         return
-    console.print(f"[bold]next action: {decision['label']}[/] — {decision['why']}")
-    evidence = decision["evidence"]
-    console.print(
-        f"  evidence: {evidence['rollouts']} rollouts {evidence['categories']}, "
-        f"e.g. {', '.join(evidence['examples'][:3])}"
-    )
-    runner = decision["runner_up"]
+    console.print(f"[bold]next action: {decision.label}[/] — ", end="")
+    console.print(decision.why, markup=False)
+    evidence = decision.evidence
+    if evidence:
+        console.print(
+            f"  evidence: {evidence.rollouts} rollouts {evidence.categories}, "
+            f"e.g. {', '.join(evidence.examples[:3])}",
+            markup=False,
+        )
+    runner = decision.runner_up
     if runner:
-        console.print(f"  runner-up: {runner['label']} ({_pct(runner['share'])} of the evidence)")
+        console.print(f"  runner-up: {runner.label} ({_pct(runner.share)} of the evidence)")
 
 
 @eval_app.command("reverify")
@@ -403,16 +399,13 @@ def eval_reverify(
     the environment's verifier as it is now); no inference. The result is a new verifier
     version beside the old one; under a version already stored, verifications that errored or
     timed out are judged again."""
-    try:
-        result = reverify(
-            run_dir,
-            parse_settings(settings or []),
-            failed_only=failed_only,
-            force=force,
-            base_version=base_version,
-        )
-    except (StoreError, ReverifyError) as exc:
-        fail(str(exc))
+    result = reverify(
+        run_dir,
+        parse_settings(settings or []),
+        failed_only=failed_only,
+        force=force,
+        base_version=base_version,
+    )
     if json_output:
         print_json(result)
         return

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from gymflow.cli import local_prefect
+from gymflow.cli import exit_codes, local_prefect
 
 # Prefect's INFO logs would bury the progress bar; the Prefect UI still has the run.
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -56,6 +56,27 @@ def fail(message: str, code: int = 1) -> NoReturn:
     # soft_wrap: one line stays one line in a log, whatever the terminal's width
     errors.print(Text("error: ", style="bold red") + Text(message), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def prefect_for_run() -> None:
+    """Before a command runs a flow (and imports Prefect): the local Prefect server it will use,
+    started on first use on a terminal (`local_prefect.for_run`), with a line saying so."""
+    try:
+        server = local_prefect.for_run(on_terminal=console.is_terminal)
+    except ValueError as exc:
+        fail(str(exc))
+    except RuntimeError as exc:
+        hint = f"or set {local_prefect.MODE_ENV}=off for an ephemeral server"
+        fail(f"{exc} ({hint})", exit_codes.RUNTIME)
+    if server is not None:
+        ui = server.api_url.removesuffix("/api")
+        errors.print(
+            f"started a local Prefect server that this and later gym commands use: {ui} (pid "
+            f"{server.pid}, log {server.log}); `gym server --stop` stops it",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 def _finite(value: Any) -> Any:

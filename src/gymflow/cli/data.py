@@ -10,12 +10,11 @@ from rich.table import Table
 
 from gymflow.cli.app import console, data_app, fail, print_json
 from gymflow.data.chat import KINDS, TrajectoryFilters, prepare_trajectories, write_trajectories
-from gymflow.data.lines import OutputError
 from gymflow.data.profile import data_profile
 from gymflow.data.provenance import provenance
 from gymflow.data.rows import write_selection
-from gymflow.data.select import INFORMATIVE, Filters, SelectionError, parse_band, select_tasks
-from gymflow.store.db import StoreError, connect
+from gymflow.data.select import INFORMATIVE, Filters, parse_band, select_tasks
+from gymflow.store.db import connect
 
 RunDir = Annotated[Path, typer.Argument(help="Run directory (or its .duckdb file).")]
 PassRate = Annotated[
@@ -92,29 +91,26 @@ def data_select(
     dataset benchmark (NAME.yaml) that evaluates them again."""
     if not name or "/" in name or name.startswith("."):
         fail(f"--name {name!r}: a plain file name is needed")
+    filters = _filters(pass_rate, bucket, tag, difficulty, max_input_tokens, max_output_tokens)
+    con = connect(run_dir, read_only=True)
     try:
-        filters = _filters(pass_rate, bucket, tag, difficulty, max_input_tokens, max_output_tokens)
-        con = connect(run_dir, read_only=True)
-        try:
-            selection = select_tasks(con, filters, verifier_version=verifier_version)
-            record = provenance(
-                con,
-                kind="task_selection",
-                store=run_dir,
-                verifier_version=selection.verifier_version,
-                filters=filters.as_dict(),
-                counts=selection.counts,
-            )
-            paths: dict[str, str] = {}
-            if not dry_run:
-                if not selection.counts["kept"]:
-                    fail("no task passes these filters; nothing written")
-                target = out or _run_folder(run_dir) / "data"
-                paths = write_selection(con, selection, target, name, record, parquet=parquet).paths
-        finally:
-            con.close()
-    except (StoreError, SelectionError, OutputError) as exc:
-        fail(str(exc))
+        selection = select_tasks(con, filters, verifier_version=verifier_version)
+        record = provenance(
+            con,
+            kind="task_selection",
+            store=run_dir,
+            verifier_version=selection.verifier_version,
+            filters=filters.as_dict(),
+            counts=selection.counts,
+        )
+        paths: dict[str, str] = {}
+        if not dry_run:
+            if not selection.counts["kept"]:
+                fail("no task passes these filters; nothing written")
+            target = out or _run_folder(run_dir) / "data"
+            paths = write_selection(con, selection, target, name, record, parquet=parquet).paths
+    finally:
+        con.close()
     payload = {**record, "task_ids": selection.task_ids, "paths": paths}
     if json_output:
         print_json(payload)
@@ -180,26 +176,23 @@ def data_trajectories(
     trajectory_filters = TrajectoryFilters(
         healthy=not include_flagged, max_output_tokens=max_rollout_tokens, dedup=not keep_duplicates
     )
+    filters = _filters(pass_rate, bucket, tag, difficulty, max_input_tokens, max_output_tokens)
+    con = connect(run_dir, read_only=True)
     try:
-        filters = _filters(pass_rate, bucket, tag, difficulty, max_input_tokens, max_output_tokens)
-        con = connect(run_dir, read_only=True)
-        try:
-            selection = select_tasks(con, filters, verifier_version=verifier_version)
-            counts = prepare_trajectories(con, selection.verifier_version, trajectory_filters)
-            counts = {"tasks": selection.counts, "rollouts": counts}
-            record = provenance(
-                con,
-                kind=f"trajectories:{kind}",
-                store=run_dir,
-                verifier_version=selection.verifier_version,
-                filters={**filters.as_dict(), **trajectory_filters.as_dict()},
-                counts=counts,
-            )
-            rows = write_trajectories(con, kind, out, record, parquet=out.suffix == ".parquet")
-        finally:
-            con.close()
-    except (StoreError, SelectionError, OutputError) as exc:
-        fail(str(exc))
+        selection = select_tasks(con, filters, verifier_version=verifier_version)
+        counts = prepare_trajectories(con, selection.verifier_version, trajectory_filters)
+        counts = {"tasks": selection.counts, "rollouts": counts}
+        record = provenance(
+            con,
+            kind=f"trajectories:{kind}",
+            store=run_dir,
+            verifier_version=selection.verifier_version,
+            filters={**filters.as_dict(), **trajectory_filters.as_dict()},
+            counts=counts,
+        )
+        rows = write_trajectories(con, kind, out, record, parquet=out.suffix == ".parquet")
+    finally:
+        con.close()
     record["counts"]["rows"] = rows
     if json_output:
         print_json({**record, "path": str(out)})
@@ -218,7 +211,7 @@ def data_profile_command(
     threshold: Annotated[
         float, typer.Option(help="Near-duplicate threshold: estimated Jaccard of word 3-grams.")
     ] = 0.8,
-    groups: Annotated[int, typer.Option(help="Near-duplicate groups to list.")] = 20,
+    groups: Annotated[int, typer.Option(min=0, help="Near-duplicate groups to list.")] = 20,
     pass_rate: PassRate = None,
     bucket: Bucket = None,
     tag: Tag = None,
@@ -230,21 +223,18 @@ def data_profile_command(
 ) -> None:
     """Pass-rate histogram over tasks (overall, per tag, per difficulty), the informative share,
     near-duplicate prompts with their pass rates, and how many tasks the selection keeps."""
+    filters = _filters(pass_rate, bucket, tag, difficulty, max_input_tokens, max_output_tokens)
+    con = connect(run_dir, read_only=True)
     try:
-        filters = _filters(pass_rate, bucket, tag, difficulty, max_input_tokens, max_output_tokens)
-        con = connect(run_dir, read_only=True)
-        try:
-            result = data_profile(
-                con,
-                verifier_version=verifier_version,
-                filters=filters,
-                threshold=threshold,
-                groups_shown=groups,
-            )
-        finally:
-            con.close()
-    except (StoreError, SelectionError) as exc:
-        fail(str(exc))
+        result = data_profile(
+            con,
+            verifier_version=verifier_version,
+            filters=filters,
+            threshold=threshold,
+            groups_shown=groups,
+        )
+    finally:
+        con.close()
     if json_output:
         print_json(result)
         return

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from gymflow.cli.app import app, console, errors, fail, list_app, print_json
 from gymflow.environments.registry import (
-    RegistryError,
+    UnknownName,
     environment_sources,
     load_benchmark,
     load_environment,
@@ -44,10 +44,7 @@ def _first_sentence(text: str) -> str:
 
 
 def _catalog() -> Catalog:
-    try:
-        catalog = load_catalog()
-    except RegistryError as exc:
-        fail(str(exc))
+    catalog = load_catalog()
     for problem in catalog.problems:
         errors.print(f"[yellow]warning:[/] {problem}", highlight=False)
     return catalog
@@ -74,7 +71,7 @@ def _environment_detail(name: str, catalog: Catalog) -> dict[str, Any]:
     """One environment in full: manifest, tool schemas, benchmarks over it, split sizes."""
     sources = environment_sources()
     if name not in sources:
-        fail(f"unknown environment {name!r} (known: {', '.join(sorted(sources)) or 'none'})")
+        raise UnknownName("environment", name, sources)
     try:
         env = load_environment(name)
         server = env.resources_server()

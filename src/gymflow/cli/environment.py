@@ -9,9 +9,9 @@ import typer
 from rich.text import Text
 
 from gymflow.cli import exit_codes
-from gymflow.cli.app import console, env_app, fail, print_json
+from gymflow.cli.app import console, env_app, print_json
 from gymflow.environments.registry import PATH_VARIABLE
-from gymflow.environments.scaffold import ScaffoldError, scaffold
+from gymflow.environments.scaffold import scaffold
 from gymflow.rollouts.validate import validate_config
 
 
@@ -46,10 +46,7 @@ def init(
     ] = Path("."),
 ) -> None:
     """Scaffold a new environment (manifest, env.py, a benchmark) that validates as created."""
-    try:
-        created = scaffold(name, directory)
-    except ScaffoldError as exc:
-        fail(str(exc))
+    created = scaffold(name, directory)
     for path in created:
         console.print(f"created {path}", highlight=False)
     root = directory.resolve()

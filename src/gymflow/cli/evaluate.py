@@ -6,7 +6,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -15,12 +15,13 @@ from rich.table import Table
 
 from gymflow import progress
 from gymflow.cli import exit_codes
-from gymflow.cli.app import app, console, errors, eval_app, fail
+from gymflow.cli.app import app, console, errors, eval_app, fail, prefect_for_run
 from gymflow.cli.scale import server_hint_once
 from gymflow.config import (
     ConfigError,
     EvalConfig,
     ShardSpec,
+    format_validation_error,
     load_config_file,
     merge_overrides,
     parse_config,
@@ -30,8 +31,12 @@ from gymflow.flows.parameters import UNSHARDED, ScaleOptions
 from gymflow.models.open_files import ensure_open_files
 from gymflow.rollouts.plan import RunPlan, resolve
 from gymflow.rollouts.stopping import RunStopped
+from gymflow.simulated.endpoint import launched_early
 from gymflow.store.db import StoreError, connect, store_path
 from gymflow.store.merge import check_destination
+
+if TYPE_CHECKING:
+    from gymflow.analysis.results import RunAnalysis
 
 
 class _Bar:
@@ -128,6 +133,7 @@ def run_loop(
 ) -> dict[str, Any]:
     """Run the evaluation loop flow with a progress bar (after `check_before_run`)."""
     from gymflow.flows.eval_run import evaluation_loop
+    from gymflow.flows.lean import without_heartbeat
 
     _quiet_prefect_console()
     server_hint_once()
@@ -138,7 +144,7 @@ def run_loop(
         MofNCompleteColumn(),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, console=console, transient=False) as bar:
+    with Progress(*columns, console=console, transient=False) as bar, without_heartbeat():
         progress.set_listener(_Bar(bar))
         try:
             return evaluation_loop(config, resume, scale, retry_failed)
@@ -157,32 +163,33 @@ def _stored(plan: RunPlan) -> str:
 
 
 def print_headline(result: dict[str, Any]) -> None:
-    profile = result["profile"]
-    coverage = profile["coverage"]
-    lo, hi = profile["ci95"] or (None, None)
+    analysis: RunAnalysis = result["analysis"]
+    profile = analysis.profile
+    coverage = profile.coverage
+    lo, hi = profile.ci95 or (None, None)
 
     def pct(value: float | None) -> str:
         return "n/a" if value is None else f"{100 * value:.1f}%"
 
     console.print(
-        f"[bold]{profile['benchmark'] or profile['environment']}[/] · {profile['model']}"
-        f" · run {profile['run_id']}"
+        f"[bold]{profile.benchmark or profile.environment}[/] · {profile.model}"
+        f" · run {profile.run_id}"
     )
-    console.print(f"pass@1 = [bold]{pct(profile['pass@1'])}[/]  (95% CI {pct(lo)} – {pct(hi)})")
+    console.print(f"pass@1 = [bold]{pct(profile.pass_at_1)}[/]  (95% CI {pct(lo)} – {pct(hi)})")
     table = Table("k", "pass@k", "pass^k")
-    for k, value in profile["pass@k"].items():
-        table.add_row(k, pct(value), pct(profile["pass^k"][k]))
+    for k, value in profile.pass_at_k.items():
+        table.add_row(k, pct(value), pct(profile.pass_hat_k[k]))
     console.print(table)
     console.print(
-        f"coverage: expected {coverage['expected']}, scored {coverage['scored']}, "
-        f"failed {coverage['failed']}, missing {coverage['missing']} "
-        f"(failures {profile['failures']})"
+        f"coverage: expected {coverage.expected}, scored {coverage.scored}, "
+        f"failed {coverage.failed}, missing {coverage.missing} "
+        f"(failures {profile.failures})"
     )
-    health = result["health"]
-    warnings = f" (warnings: {', '.join(health['warnings'])})" if health["warnings"] else ""
-    console.print(f"health: {health['verdict']}{warnings}", markup=False)
-    decision = result["decision"]
-    console.print(f"next action: {decision['label'] or 'none'} ({decision['why']})", markup=False)
+    health = analysis.health
+    warnings = f" (warnings: {', '.join(health.warnings)})" if health.warnings else ""
+    console.print(f"health: {health.verdict}{warnings}", markup=False)
+    decision = analysis.decision
+    console.print(f"next action: {decision.label or 'none'} ({decision.why})", markup=False)
     console.print(f"report: {result['report']}")
 
 
@@ -193,29 +200,28 @@ def _execute(
     scale: ScaleOptions = UNSHARDED,
     retry_failed: bool = True,
 ) -> None:
-    try:
-        config = build_config(path, overrides)
-        plan = check_before_run(config, resume=resume)
-    except (ConfigError, RegistryError, StoreError) as exc:
-        fail(str(exc))
-    from prefect.exceptions import CancelledRun  # imports Prefect: only once a run starts
+    config = build_config(path, overrides)
+    plan = check_before_run(config, resume=resume)
+    prefect_for_run()
+    # The local policy server starts while Prefect is imported and the flow run starts.
+    with launched_early(plan):
+        from prefect.exceptions import CancelledRun  # imports Prefect: only once a run starts
 
-    try:
-        result = run_loop(config, resume=resume, scale=scale, retry_failed=retry_failed)
-    except RunStopped as exc:
-        fail(f"{exc} ({_stored(plan)})", exc.exit_code)
-    except CancelledRun as exc:
-        fail(f"{exc} ({_stored(plan)})", exit_codes.TERMINATED)
-    except KeyboardInterrupt:
-        fail(f"stopped at once (signalled twice); {_stored(plan)}", exit_codes.INTERRUPTED)
-    except ConfigError as exc:
-        fail(str(exc))
-    except (RegistryError, StoreError) as exc:
-        fail(str(exc), exit_codes.RUNTIME)
+        try:
+            result = run_loop(config, resume=resume, scale=scale, retry_failed=retry_failed)
+        except RunStopped as exc:
+            fail(f"{exc} ({_stored(plan)})", exc.exit_code)
+        except CancelledRun as exc:
+            fail(f"{exc} ({_stored(plan)})", exit_codes.TERMINATED)
+        except KeyboardInterrupt:
+            fail(f"stopped at once (signalled twice); {_stored(plan)}", exit_codes.INTERRUPTED)
+        except (RegistryError, StoreError) as exc:  # the store or a component failed mid-run
+            fail(str(exc), exit_codes.RUNTIME)
     print_headline(result)
-    if result["health"]["gate"] == "fail":
+    health = result["analysis"].health
+    if health.gate == "fail":
         errors.print(
-            f"health gate failed ({', '.join(result['health']['gate_failures'])}): see "
+            f"health gate failed ({', '.join(health.gate_failures)}): see "
             f"`gym eval health {config.out}`",
             highlight=False,
             markup=False,
@@ -272,8 +278,10 @@ def eval_run(
         scale = ScaleOptions(
             shards=shards, work_pool=work_pool, shard_root=shard_root, shard_retries=shard_retries
         )
-    except (ConfigError, ValidationError) as exc:
+    except ConfigError as exc:
         fail(str(exc))
+    except ValidationError as exc:
+        fail(format_validation_error(exc, "command line"))
     overrides = {
         "benchmark": benchmark,
         "environment": environment,

@@ -9,8 +9,7 @@ import typer
 
 from gymflow.cli.app import app, console, fail, print_json
 from gymflow.interop.export import FORMATS, export_run
-from gymflow.interop.nemo_gym import InteropError, import_rollouts
-from gymflow.store.db import StoreError
+from gymflow.interop.nemo_gym import import_rollouts
 
 import_app = typer.Typer(help="Import rollouts collected elsewhere.", no_args_is_help=True)
 app.add_typer(import_app, name="import")
@@ -32,12 +31,7 @@ def import_nemo_gym(
 ) -> None:
     """Read a NeMo Gym rollout file, and the _materialized_inputs / _failures files beside it,
     into a new gymflow store (rewards as verifier version `imported`)."""
-    try:
-        result = import_rollouts(
-            rollouts, out, environment=environment, pass_threshold=pass_threshold
-        )
-    except (InteropError, StoreError) as exc:
-        fail(str(exc))
+    result = import_rollouts(rollouts, out, environment=environment, pass_threshold=pass_threshold)
     if json_output:
         print_json(result)
         return
@@ -75,10 +69,7 @@ def export(
     _materialized_inputs files), flat JSONL or Parquet."""
     if fmt not in FORMATS:
         fail(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    try:
-        result = export_run(run_dir, fmt, out=out, verifier_version=verifier_version)
-    except (InteropError, StoreError) as exc:
-        fail(str(exc))
+    result = export_run(run_dir, fmt, out=out, verifier_version=verifier_version)
     console.print(
         f"wrote {result['rows']} rollouts ({result['format']}, verifier "
         f"{result['verifier_version']}) to {result['path']}",

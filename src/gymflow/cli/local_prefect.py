@@ -1,14 +1,16 @@
-"""One local Prefect server that every `gym` command reuses, started by `gym server --start`.
+"""One local Prefect server that every `gym` command reuses.
 
 Without PREFECT_API_URL every command starts Prefect's ephemeral server: about 2 s importing the
 server, 3–4 s waiting for it, and the run history goes with it. A background `prefect server
 start` on 127.0.0.1 pays that once; its address is kept under PREFECT_HOME, and each later
 command (of the same PREFECT_HOME) uses it while its process lives. An explicit PREFECT_API_URL
-always wins. Nothing starts a server by itself: `gym server --start` does, `--stop` stops it."""
+always wins. `gym server --start` starts it, `--stop` stops it; a command that runs a flow on a
+terminal starts it on first use, and says so (GYMFLOW_LOCAL_PREFECT, `for_run`)."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -24,6 +26,11 @@ from gymflow.processes import answers_ok, pid_alive
 
 STATE_FILE = "gymflow-local-server.json"
 STARTUP_TIMEOUT_S = 180.0
+#: `auto` (the default): a command that runs a flow starts the local server on first use when it
+#: runs on a terminal, not in scripts, CI or tests, which would leave one running behind them;
+#: `on`: off a terminal too; `off`: never (an ephemeral server per command, unless
+#: `gym server --start` ran).
+MODE_ENV = "GYMFLOW_LOCAL_PREFECT"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,14 +71,35 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def for_run(*, on_terminal: bool) -> LocalServer | None:
+    """Before a command that runs a flow imports Prefect: the local server it will use, started
+    now if none runs and GYMFLOW_LOCAL_PREFECT allows it (None: PREFECT_API_URL decides, or an
+    ephemeral server). Raises RuntimeError when the server would not start."""
+    if os.environ.get("PREFECT_API_URL"):  # set by the user, or adopted from a running one
+        return None
+    mode = os.environ.get(MODE_ENV, "auto")
+    if mode not in ("auto", "on", "off"):
+        raise ValueError(f"{MODE_ENV}={mode!r}: use auto, on or off")
+    if mode == "off" or (mode == "auto" and not on_terminal):
+        return None
+    server = start()
+    os.environ["PREFECT_API_URL"] = server.api_url
+    return server
+
+
 def start() -> LocalServer:
     """Start `prefect server start` on 127.0.0.1 in the background (its own session, so it
-    outlives this command), wait until it answers, and record it. Reuses a running one."""
-    running = recorded()
-    if running is not None:
-        return running
+    outlives this command), wait until it answers, and record it. Reuses a running one; two
+    commands starting one at once get the same (a lock under PREFECT_HOME)."""
     home = prefect_home()
     home.mkdir(parents=True, exist_ok=True)
+    with (home / "gymflow-local-server.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        running = recorded()
+        return running if running is not None else _start(home)
+
+
+def _start(home: Path) -> LocalServer:
     port = _free_port()
     log = home / "gymflow-local-server.log"
     prefect = str(Path(sys.executable).parent / "prefect")

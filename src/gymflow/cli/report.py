@@ -7,9 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gymflow.analysis.compare import CompareError
 from gymflow.cli.app import app, console, fail
-from gymflow.store.db import StoreError
 
 
 @app.command("report")
@@ -33,12 +31,9 @@ def report(
 
     if compare is not None and verifier_version is not None:
         fail("--verifier-version applies to a single-run report, not to --compare")
-    try:
-        path = write_run_report(
-            run_dir, out=out, compare_dir=compare, verifier_version=verifier_version
-        )
-    except (StoreError, CompareError) as exc:
-        fail(str(exc))
+    path = write_run_report(
+        run_dir, out=out, compare_dir=compare, verifier_version=verifier_version
+    )
     console.print(f"report: {path.resolve()}", highlight=False, soft_wrap=True)
     export = export_path(path)
     if export.exists():

@@ -11,7 +11,6 @@ from rich.table import Table
 
 from gymflow.cli import exit_codes
 from gymflow.cli.app import app, console, fail, print_json
-from gymflow.store.db import StoreError
 
 runs_app = typer.Typer(
     help="The runs under a folder: list them, draw a benchmark's trend, gate on regressions.",
@@ -36,10 +35,7 @@ def runs_list(
     a DuckDB file any SQL client can query (table `runs`)."""
     from gymflow.history.catalog import refresh
 
-    try:
-        catalog = refresh(root)
-    except StoreError as exc:
-        fail(str(exc))
+    catalog = refresh(root)
     entries = catalog.of_benchmark(benchmark) if benchmark else catalog.entries
     if as_json:
         print_json(
@@ -84,10 +80,7 @@ def runs_trend(
     from gymflow.history.catalog import refresh
     from gymflow.reports.history import write_trend_report
 
-    try:
-        catalog = refresh(root)
-    except StoreError as exc:
-        fail(str(exc))
+    catalog = refresh(root)
     entries = catalog.of_benchmark(benchmark)
     if not entries:
         fail(f"no run of {benchmark!r} under {root}")
@@ -126,10 +119,7 @@ def runs_gate(
     `gym report RUN_DIR` states it."""
     from gymflow.history.gate import gate, save_verdict
 
-    try:
-        verdict = gate(run_dir, root=root, baseline=baseline, margin=margin)
-    except StoreError as exc:
-        fail(str(exc))
+    verdict = gate(run_dir, root=root, baseline=baseline, margin=margin)
     save_verdict(verdict)
     if as_json:
         print_json(verdict.as_dict())

@@ -10,8 +10,8 @@ from rich.table import Table
 
 from gymflow.cli import exit_codes, local_prefect
 from gymflow.cli.app import app, console, errors, eval_app, fail, print_json
-from gymflow.store.db import StoreError
-from gymflow.store.merge import MergeReport, merge_shards
+from gymflow.rollouts.merge import merge_shards
+from gymflow.store.merge import MergeReport
 
 _TEAM_SETUP = """\
 For a team (history, the UI, Retry buttons, schedules, work pools):
@@ -150,10 +150,7 @@ def eval_aggregate(
 ) -> None:
     """Merge shard stores into a run store. Idempotent; a shard of another config or benchmark
     version is refused and nothing is written; lists the (task_id, repeat_index) pairs missing."""
-    try:
-        report = merge_shards(out, list(shard_dirs))
-    except StoreError as exc:
-        fail(str(exc))
+    report = merge_shards(out, list(shard_dirs))
     if json_output:
         print_json(report.as_dict(max_missing=len(report.missing)))
     else:

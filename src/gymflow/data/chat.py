@@ -16,6 +16,7 @@ from typing import Any, Literal
 from gymflow.analysis.health import health
 from gymflow.data.lines import copy_to, make_folder, write_lines
 from gymflow.data.provenance import parquet_metadata_sql, write_sidecar
+from gymflow.store.tool_lists import expanded
 
 Kind = Literal["passing", "pairs"]
 KINDS: tuple[Kind, ...] = ("passing", "pairs")
@@ -110,15 +111,21 @@ FROM grouped
 
 # The tools a task offers are the same in every repeat (the environment gives them per task):
 # read them once per task, from its first kept rollout's first call.
-_TOOLS = """
+_TOOLS = (
+    """
 CREATE OR REPLACE TEMP TABLE chat_tools AS
 WITH first_calls AS (
-    SELECT arg_min(m.request_json, d.repeat_index * 1000 + m.attempt) AS request, d.task_id
-    FROM data_rollouts d JOIN model_calls m
-      ON m.rollout_id = d.rollout_id AND m.call_index = 0
-     AND d.repeat_index = (SELECT min(repeat_index) FROM data_rollouts x
-                           WHERE x.task_id = d.task_id)
-    GROUP BY d.task_id
+    SELECT task_id, """
+    + expanded("request")
+    + """ AS request
+    FROM (
+        SELECT arg_min(m.request_json, d.repeat_index * 1000 + m.attempt) AS request, d.task_id
+        FROM data_rollouts d JOIN model_calls m
+          ON m.rollout_id = d.rollout_id AND m.call_index = 0
+         AND d.repeat_index = (SELECT min(repeat_index) FROM data_rollouts x
+                               WHERE x.task_id = d.task_id)
+        GROUP BY d.task_id
+    )
 )
 SELECT task_id,
        to_json(list_transform(
@@ -130,6 +137,7 @@ SELECT task_id,
        ))::VARCHAR AS tools
 FROM first_calls
 """
+)
 
 _CONVERSATIONS = """
 CREATE OR REPLACE TEMP TABLE chat_conversations AS

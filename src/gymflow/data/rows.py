@@ -21,16 +21,20 @@ from gymflow.config import Sampling
 from gymflow.data.lines import OutputError, copy_to, make_folder, write_lines
 from gymflow.data.provenance import parquet_metadata_sql, write_sidecar
 from gymflow.data.select import Selection
+from gymflow.store.tool_lists import expanded
 
 # The first attempt of the first model call of each selected task's first stored rollout.
-_REQUESTS = """
+_REQUESTS = f"""
 WITH first_rollout AS (
     SELECT task_id, arg_min(rollout_id, repeat_index) AS rollout_id
     FROM rollouts WHERE task_id IN (SELECT task_id FROM data_selected) GROUP BY task_id
 )
-SELECT f.task_id, arg_min(m.request_json, m.attempt) AS request
-FROM first_rollout f JOIN model_calls m ON m.rollout_id = f.rollout_id AND m.call_index = 0
-GROUP BY f.task_id
+SELECT task_id, {expanded("request")} AS request
+FROM (
+    SELECT f.task_id, arg_min(m.request_json, m.attempt) AS request
+    FROM first_rollout f JOIN model_calls m ON m.rollout_id = f.rollout_id AND m.call_index = 0
+    GROUP BY f.task_id
+)
 """
 
 _ROWS = f"""

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -24,6 +24,9 @@ from gymflow.registry import (
     entry_point_objects,
     import_from_file,
 )
+
+if TYPE_CHECKING:
+    pass
 
 PACKAGE_DIR = Path(__file__).parent
 #: Extra folders (os.pathsep-separated) holding environment folders and a `benchmarks/` folder.

@@ -18,6 +18,7 @@ from gymflow.core.records import Verification
 from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment
 from gymflow.environments.resources import ResourcesServer
+from gymflow.errors import RuntimeFailure
 
 #: Generous: a verification can run a sandboxed program or ask a judge model.
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)
@@ -86,7 +87,7 @@ class RemoteResourcesServer:
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         response = await self._http.post(path, json=body)
         if response.status_code != 200:
-            raise RuntimeError(
+            raise RuntimeFailure(
                 f"resources server {self.url}{path} answered {response.status_code}: "
                 f"{response.text[:200]}"
             )
@@ -101,7 +102,7 @@ class RemoteResourcesServer:
             f"/tools/{name}", {"session_id": session_id, "arguments": arguments}
         )
         if result.get("crashed"):
-            raise RuntimeError(result["output"])
+            raise RuntimeFailure(result["output"])
         if result["error"]:
             raise ToolError(result["output"].removeprefix("error: "))
         return result["output"]

@@ -107,7 +107,7 @@ class ResourcesServer:
         """Verify in a worker process (gymflow.verifiers.pool), killed if it outlives
         `verify_timeout`. Blocks: call it off the event loop."""
         try:
-            return worker_pool().run(self._worker_ref, [inp], self.verify_timeout)[0]
+            return worker_pool().run(self.worker_ref, [inp], self.verify_timeout)[0]
         except (WorkerTimeout, WorkerFailed) as exc:
             return self._bounded_failure(exc)
 
@@ -120,7 +120,8 @@ class ResourcesServer:
         return self._error("verifier_error", str(exc))
 
     @functools.cached_property
-    def _worker_ref(self) -> VerifierRef:
+    def worker_ref(self) -> VerifierRef:
+        """How a verifier worker rebuilds this server (never a pickled closure)."""
         return VerifierRef.of(self.env, self.params.model_dump(mode="json"))
 
     # Where a verification runs is the verifier's own declaration (`runs`, see
@@ -153,7 +154,7 @@ class ResourcesServer:
                 return await self._verify_waiting(inp)
             case "worker":  # as verify_bounded, from the loop: a cancelled rollout kills its worker
                 try:
-                    return (await worker_pool().arun(self._worker_ref, [inp], self.verify_timeout))[
+                    return (await worker_pool().arun(self.worker_ref, [inp], self.verify_timeout))[
                         0
                     ]
                 except (WorkerTimeout, WorkerFailed) as exc:

@@ -23,14 +23,12 @@ _MANIFEST = """\
 name: {name}
 description: >-
   {title}: a starter environment made by `gym env init`. Each task asks for the sum of a short
-  list of numbers; the `note` tool keeps per-session notes. Replace the tasks, tools and verifier
-  with your own.
+  list of numbers; the `note` tool keeps per-session notes and the `{name}_sum` verifier checks
+  the answer line. Replace the tasks, tools and verifier with your own.
 domain: custom
 tags: [custom, starter]
 tools: [note]
-verifier:
-  name: numeric_match
-  params: {{extract: answer_line}}
+verifier: {{name: {name}_sum}}
 reward_range: [0.0, 1.0]
 pass_threshold: 1.0
 reverify_stateless: true
@@ -47,20 +45,29 @@ entrypoint: env:{cls}
 """
 
 _ENV = '''\
-"""{title}: tasks generated from a fixed seed, so task `{name}-0003` is the same everywhere."""
+"""{title}: tasks generated from a fixed seed, so task `{name}-0003` is the same everywhere.
+
+Everything an environment needs comes from `gymflow` itself (see `gymflow.__all__`)."""
 
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
-from gymflow.core.protocols import ToolError
-from gymflow.core.tasks import Task
-from gymflow.environments.base import Environment
-from gymflow.environments.resources import ResourcesServer
-from gymflow.models.responses import function_tool
+from gymflow import (
+    Environment,
+    ResourcesServer,
+    Task,
+    ToolError,
+    Verdict,
+    VerifyInput,
+    function_tool,
+    verifier,
+)
 
 SEED = 1
+ANSWER = re.compile(r"^Answer:\\s*(-?\\d+)\\s*$", re.MULTILINE)
 
 
 def make_task(index: int) -> Task:
@@ -74,6 +81,14 @@ def make_task(index: int) -> Task:
         reference=f"Answer: {{answer}}",
         distractor=f"Answer: {{answer + 1}}",
     )
+
+
+@verifier("{name}_sum")  # quick and pure: runs inline (see runs= and timeout_s= for others)
+def sum_answer(inp: VerifyInput, params: Any) -> Verdict:
+    """Reward 1 when the last answer line holds the sum of the task's numbers."""
+    answers = ANSWER.findall(inp.output_text)
+    given = int(answers[-1]) if answers else None
+    return Verdict(1.0 if given == inp.task.data["answer"] else 0.0, {{"given": given}})
 
 
 class {cls}Server(ResourcesServer):

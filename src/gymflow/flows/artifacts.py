@@ -8,7 +8,6 @@ Artifacts page does not list them."""
 
 from __future__ import annotations
 
-from typing import Any
 from uuid import UUID
 
 from prefect import artifacts
@@ -21,6 +20,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.runtime import flow_run
 
+from gymflow.analysis.results import Coverage, Decision, Health, Profile, RunAnalysis
 from gymflow.reports.serving import ReportLink, report_link
 
 REPORT_KEY = "gymflow-report"
@@ -83,88 +83,77 @@ class ProgressArtifact:
         )
 
 
-def _coverage_text(coverage: dict[str, int]) -> str:
+def _coverage_text(coverage: Coverage) -> str:
     return (
-        f"expected {coverage['expected']}, scored {coverage['scored']}, failed "
-        f"{coverage['failed']}, missing {coverage['missing']}"
+        f"expected {coverage.expected}, scored {coverage.scored}, failed "
+        f"{coverage.failed}, missing {coverage.missing}"
     )
 
 
-def _health_text(health: dict[str, Any]) -> str:
-    failing = health["failing_checks"]
-    return health["verdict"] + (f" (failing: {', '.join(failing)})" if failing else "")
+def _health_text(health: Health) -> str:
+    failing = health.failing_checks
+    return health.verdict + (f" (failing: {', '.join(failing)})" if failing else "")
 
 
-def pass_at_k_rows(profile: dict[str, Any]) -> list[dict[str, str]]:
+def pass_at_k_rows(profile: Profile) -> list[dict[str, str]]:
     """One row per k: pass@k with its CI (task-clustered for k = 1, bootstrap above) and pass^k."""
     rows = []
-    for k, value in profile["pass@k"].items():
-        ci = profile["ci95"] if k == "1" else profile["pass@k_bootstrap_ci95"].get(k)
+    for k, value in profile.pass_at_k.items():
+        ci = profile.ci95 if k == "1" else profile.pass_at_k_bootstrap_ci95.get(k)
         rows.append(
             {
                 "k": k,
                 "pass@k": pct(value),
                 "95% CI": interval(ci),
-                "pass^k": pct(profile["pass^k"].get(k)),
+                "pass^k": pct(profile.pass_hat_k.get(k)),
             }
         )
     return rows
 
 
-def headline_rows(profile: dict[str, Any], health: dict[str, Any]) -> list[dict[str, str]]:
+def headline_rows(profile: Profile, health: Health) -> list[dict[str, str]]:
     """The headline as a table: each figure once, rounded, with its interval where it has one."""
-    coverage = profile["coverage"]
     rows = [
         {"metric": f"pass@{row['k']}", "value": row["pass@k"], "95% CI": row["95% CI"]}
         for row in pass_at_k_rows(profile)
     ]
     rows += [
         {"metric": f"pass^{k}", "value": pct(v), "95% CI": ""}
-        for k, v in profile["pass^k"].items()
+        for k, v in profile.pass_hat_k.items()
         if k != "1"  # pass^1 is pass@1
     ]
     rows += [
-        {"metric": "coverage", "value": _coverage_text(coverage), "95% CI": ""},
+        {"metric": "coverage", "value": _coverage_text(profile.coverage), "95% CI": ""},
         {"metric": "health", "value": _health_text(health), "95% CI": ""},
     ]
     return rows
 
 
-def next_action(profile: dict[str, Any], health: dict[str, Any], decision: dict[str, Any]) -> str:
-    """Coverage and health come first (scores of an incomplete or unhealthy run mislead); then
-    the diagnosis's decision (`gymflow.analysis.decide`)."""
-    coverage = profile["coverage"]
-    if coverage["missing"]:
-        return (
-            f"Complete the run: {coverage['missing']} rollouts are missing. Retry this flow run "
-            "(only missing shards and rollouts run again) before reading the scores."
+def action_text(decision: Decision) -> str:
+    """The decision (`gymflow.analysis.decide.decide`) as one markdown line."""
+    if decision.action is None:
+        return f"Nothing to fix: {decision.why}."
+    return f"**{decision.label}**: {decision.why}."
+
+
+def _evidence_lines(decision: Decision) -> list[str]:
+    lines = []
+    evidence = decision.evidence
+    if evidence:
+        categories = ", ".join(
+            f"{name} {count}"
+            for name, count in sorted(evidence.categories.items(), key=lambda kv: -kv[1])
         )
-    if health["verdict"] != "healthy":
-        checks = ", ".join(c for c in health["failing_checks"] if c not in health["warnings"])
-        return f"Fix the records before trusting the scores: health checks failing: {checks}."
-    if decision["action"] is None:
-        return f"Nothing to fix: {decision['why']}."
-    return f"**{decision['label']}**: {decision['why']}"
-
-
-def _evidence_lines(decision: dict[str, Any]) -> list[str]:
-    evidence = decision.get("evidence")
-    if not evidence:
-        return []
-    categories = ", ".join(
-        f"{name} {count}"
-        for name, count in sorted(evidence["categories"].items(), key=lambda kv: -kv[1])
-    )
-    lines = [
-        "",
-        f"Evidence: {evidence['rollouts']} rollouts ({evidence['share']:.0%} of the failing "
-        f"evidence){f': {categories}' if categories else ''}.",
-    ]
-    if evidence["examples"]:
-        lines.append("Example rollouts: " + ", ".join(f"`{e}`" for e in evidence["examples"]))
-    runner_up = decision.get("runner_up")
+        lines += [
+            "",
+            f"Evidence: {evidence.rollouts} rollouts ({evidence.share:.0%} of the failing "
+            f"evidence){f': {categories}' if categories else ''}.",
+        ]
+        if evidence.examples:
+            lines.append("Example rollouts: " + ", ".join(f"`{e}`" for e in evidence.examples))
+    runner_up = decision.runner_up
     if runner_up:
-        lines.append(f"Runner-up: {runner_up['label']} ({runner_up['share']:.0%}).")
+        lines += ["", f"Runner-up: {runner_up.label} ({runner_up.share:.0%} of the evidence)."]
     return lines
 
 
@@ -174,14 +163,9 @@ def _report_lines(link: ReportLink) -> list[str]:
     return [f"Report (a file): `{link.path}`", "", f"_{link.note}_"]
 
 
-def summary_markdown(
-    profile: dict[str, Any],
-    health: dict[str, Any],
-    decision: dict[str, Any],
-    action: str,
-    link: ReportLink,
-) -> str:
-    name = profile["benchmark"] or profile["environment"]
+def summary_markdown(analysis: RunAnalysis, link: ReportLink) -> str:
+    profile, health = analysis.profile, analysis.health
+    name = profile.benchmark or profile.environment
     table = [
         "| k | pass@k | 95% CI | pass^k |",
         "|---|---|---|---|",
@@ -192,18 +176,18 @@ def summary_markdown(
     ]
     return "\n".join(
         [
-            f"# {name} · {profile['model']} · run `{profile['run_id']}`",
+            f"# {name} · {profile.model} · run `{profile.run_id}`",
             "",
-            f"**pass@1 = {pct(profile['pass@1'])}** (95% CI {interval(profile['ci95'])}, "
-            f"clustered on {profile['tasks_scored']} tasks × {profile['repeats']} repeats)",
+            f"**pass@1 = {pct(profile.pass_at_1)}** (95% CI {interval(profile.ci95)}, "
+            f"clustered on {profile.tasks_scored} tasks × {profile.repeats} repeats)",
             "",
-            f"- Coverage: {_coverage_text(profile['coverage'])}; failures {profile['failures']}.",
+            f"- Coverage: {_coverage_text(profile.coverage)}; failures {profile.failures}.",
             f"- Health: **{_health_text(health)}**",
             "",
             "## Recommended next action",
             "",
-            action,
-            *_evidence_lines(decision),
+            action_text(analysis.decision),
+            *_evidence_lines(analysis.decision),
             "",
             "## pass@k",
             "",
@@ -214,15 +198,9 @@ def summary_markdown(
     )
 
 
-def publish_results(
-    profile: dict[str, Any],
-    health: dict[str, Any],
-    decision: dict[str, Any],
-    report_path: str,
-) -> ReportLink:
+def publish_results(analysis: RunAnalysis, report_path: str) -> ReportLink:
     """Publish the report link, the headline table and the summary; returns where the report is."""
     link = report_link(report_path)
-    action = next_action(profile, health, decision)
     if link.url:
         report: artifacts.Artifact = artifacts.LinkArtifact(
             key=REPORT_KEY,
@@ -240,14 +218,14 @@ def publish_results(
     publish(
         artifacts.TableArtifact(
             key=HEADLINE_KEY,
-            table=headline_rows(profile, health),
+            table=headline_rows(analysis.profile, analysis.health),
             description="Headline metrics",
         )
     )
     publish(
         artifacts.MarkdownArtifact(
             key=SUMMARY_KEY,
-            markdown=summary_markdown(profile, health, decision, action, link),
+            markdown=summary_markdown(analysis, link),
             description="How did it do: headline, coverage, health, next action, pass@k",
         )
     )

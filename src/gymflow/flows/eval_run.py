@@ -7,7 +7,6 @@ from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
-from prefect import flow
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
 from prefect.states import Cancelled
@@ -17,23 +16,19 @@ from prefect.utilities.annotations import quote
 from gymflow import progress
 from gymflow.config import ConfigError, EvalConfig
 from gymflow.flows import run_log
-from gymflow.flows.artifacts import (
-    ProgressArtifact,
-    next_action,
-    publish_results,
-    publish_shard_failure,
-)
+from gymflow.flows.artifacts import ProgressArtifact, publish_results, publish_shard_failure
 from gymflow.flows.cancellation import stop_on_cancel
 from gymflow.flows.eval_shard import collect_plan
 from gymflow.flows.fan_out import ShardFailed, run_shard_here, run_shard_on_pool, shard_deployment
 from gymflow.flows.labels import run_name, tag_run
+from gymflow.flows.lean import flow
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions, shard_config
 from gymflow.rollouts import stopping
 from gymflow.rollouts.plan import resolve
 from gymflow.simulated.endpoint import model_endpoint
 from gymflow.store.compact import compact
 from gymflow.store.merge import check_destination
-from gymflow.tasks.analysis import check_health, diagnose_run, profile_run, render_report
+from gymflow.tasks.analysis import analyse_store, render_report
 from gymflow.tasks.rollouts import prepare_run, retry_unless_stopped
 from gymflow.tasks.shards import aggregate_shards, supersede_failed_in_shards
 
@@ -110,21 +105,17 @@ def evaluation_loop(
 
 
 def analyse_run(run_dir: str) -> dict[str, Any]:
-    """Health, profile, diagnosis and report of a run store, published as artifacts."""
-    health_result = check_health(run_dir)
-    profile_result = profile_run(run_dir)
-    diagnosis = diagnose_run(run_dir)
-    report_path = render_report(run_dir)
-    link = publish_results(profile_result, health_result, diagnosis["decision"], report_path)
-    action = next_action(profile_result, health_result, diagnosis["decision"])
-    run_log.results(profile_result, health_result, diagnosis, action, link)
+    """Health, profile, diagnosis and decision of a run store, computed once; the report, the
+    artifacts and the log render that one analysis."""
+    analysis = analyse_store(run_dir)
+    report_path = render_report(run_dir, quote(analysis))
+    link = publish_results(analysis, report_path)
+    run_log.results(analysis, link)
     return {
         "run_dir": run_dir,
         "report": report_path,
         "report_url": link.url,
-        "profile": profile_result,
-        "health": health_result,
-        "decision": diagnosis["decision"],
+        "analysis": analysis,
     }
 
 
@@ -189,7 +180,7 @@ def _collect_shards(
     merged = aggregate_shards(config.out, [c.out for c in merging])
     stopping.raise_if_requested()
     if failures:
-        publish_shard_failure(failures, merged.get("stored", 0), len(plan.keys()))
+        publish_shard_failure(failures, merged.stored if merged else 0, len(plan.keys()))
         listed = "; ".join(f"shard {i}: {m}" for i, m in sorted(failures.items()))
         raise ShardFailed(
             f"{len(failures)} of {scale.shards} shards failed ({listed}); retry this flow run "

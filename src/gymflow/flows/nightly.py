@@ -80,7 +80,7 @@ def nightly(
     # The report was written before the gate: again, so that it states the verdict.
     from gymflow.reports.render import write_run_report
 
-    write_run_report(result["run_dir"])
+    write_run_report(result["run_dir"], analysis=result["analysis"])
     get_run_logger().info(verdict.summary())
     create_markdown_artifact(
         key="gymflow-regression-gate",

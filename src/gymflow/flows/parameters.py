@@ -32,6 +32,7 @@ from pydantic.json_schema import SkipJsonSchema
 from gymflow.config import EvalConfig, FaultSpec, Sampling, ShardSpec
 from gymflow.environments.registry import (
     RegistryError,
+    UnknownName,
     benchmark_files,
     environment_sources,
     load_benchmark,
@@ -73,7 +74,7 @@ def _registry_choice(kind: str, names: Any) -> Any:
 
     def known(value: str | None) -> str | None:
         if value is not None and value not in names():
-            raise ValueError(f"unknown {kind} {value!r} (known: {', '.join(sorted(names()))})")
+            raise ValueError(str(UnknownName(kind, value, names())))  # a form error: ValueError
         return value
 
     try:

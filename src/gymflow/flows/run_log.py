@@ -7,7 +7,8 @@ from typing import Any
 
 from prefect import get_run_logger
 
-from gymflow.flows.artifacts import interval, pct
+from gymflow.analysis.results import RunAnalysis, TaxonomyRow
+from gymflow.flows.artifacts import action_text, interval, pct
 from gymflow.reports.serving import ReportLink
 
 
@@ -46,36 +47,30 @@ def shard_failed(index: int, count: int, message: str) -> None:
     get_run_logger().error("shard %d of %d failed: %s", index, count, message)
 
 
-def _kind(row: dict[str, Any]) -> str:
-    detail = f" ({row['kind']})" if row["kind"] and row["kind"] != row["category"] else ""
-    return f"{row['category']}{detail} {row['rollouts']}"
+def _kind(row: TaxonomyRow) -> str:
+    detail = f" ({row.kind})" if row.kind and row.kind != row.category else ""
+    return f"{row.category}{detail} {row.rollouts}"
 
 
-def results(
-    profile: dict[str, Any],
-    health: dict[str, Any],
-    diagnosis: dict[str, Any],
-    action: str,
-    link: ReportLink,
-) -> None:
+def results(analysis: RunAnalysis, link: ReportLink) -> None:
     logger = get_run_logger()
-    coverage = profile["coverage"]
+    profile, coverage = analysis.profile, analysis.profile.coverage
     logger.info(
         "%s · %s: pass@1 %s (95%% CI %s); coverage: expected %d, scored %d, failed %d, "
         "missing %d; health: %s",
-        profile["benchmark"] or profile["environment"],
-        profile["model"],
-        pct(profile["pass@1"]),
-        interval(profile["ci95"]),
-        coverage["expected"],
-        coverage["scored"],
-        coverage["failed"],
-        coverage["missing"],
-        health["verdict"],
+        profile.benchmark or profile.environment,
+        profile.model,
+        pct(profile.pass_at_1),
+        interval(profile.ci95),
+        coverage.expected,
+        coverage.scored,
+        coverage.failed,
+        coverage.missing,
+        analysis.health.verdict,
     )
-    kinds = ", ".join(_kind(row) for row in diagnosis["taxonomy"])
+    kinds = ", ".join(_kind(row) for row in analysis.diagnosis.taxonomy)
     if kinds:
         logger.info("non-passing rollouts by kind: %s", kinds)
-    logger.info("next action: %s", action.replace("**", ""))
+    logger.info("next action: %s", action_text(analysis.decision).replace("**", ""))
     # info, not a warning: a CLI run (whose console shows warnings) prints its own report path
     logger.info("report: %s", link.url or f"{link.path} ({link.note})")

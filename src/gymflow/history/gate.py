@@ -26,6 +26,8 @@ TEST = "paired difference of per-task pass rates (this run - the other), 95% CI 
 class GateCheck:
     against: Against
     run_dir: str
+    #: False when the comparison could not be made (`why` says why): that fails the gate
+    compared: bool
     run_id: str | None
     #: this run's pass@1 minus the other's, on the tasks both hold
     difference: float | None
@@ -46,7 +48,7 @@ class GateVerdict:
     def passed(self) -> bool:
         """No drop, and every comparison made: a run with nothing scored (every rollout failed)
         or a pinned baseline that cannot be read is not a pass."""
-        return not any(check.regressed or check.run_id is None for check in self.checks)
+        return not any(check.regressed or not check.compared for check in self.checks)
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "passed": self.passed}
@@ -84,7 +86,17 @@ def check(run_dir: Path, other: Path, against: Against, *, margin: float) -> Gat
         with connect(run_dir, read_only=True) as con_a, connect(other, read_only=True) as con_b:
             result = compare(con_a, con_b)
     except (CompareError, StoreError) as exc:
-        return GateCheck(against, str(other), None, None, None, 0, False, f"not compared: {exc}")
+        return GateCheck(
+            against=against,
+            run_dir=str(other),
+            compared=False,
+            run_id=None,
+            difference=None,
+            ci95=None,
+            tasks=0,
+            regressed=False,
+            why=f"not compared: {exc}",
+        )
     difference, ci = result["difference"], result["ci95"]
     ci = tuple(ci) if ci else None
     significant = ci is not None and ci[1] < 0
@@ -99,7 +111,15 @@ def check(run_dir: Path, other: Path, against: Against, *, margin: float) -> Gat
     else:
         why = f"{points}: not a significant drop"
     return GateCheck(
-        against, str(other), result["b"]["run_id"], difference, ci, result["tasks"], regressed, why
+        against=against,
+        run_dir=str(other),
+        compared=True,
+        run_id=result["b"]["run_id"],
+        difference=difference,
+        ci95=ci,
+        tasks=result["tasks"],
+        regressed=regressed,
+        why=why,
     )
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.interop.nemo_read import sidecar_path
+from gymflow.store.tool_lists import expanded
 
 #: The request fields NeMo Gym's request model allows (it forbids any other, `seed` included).
 REQUEST_FIELDS = (
@@ -54,14 +55,14 @@ FAILURE_CLASSES = {"timeout": "timeout_exceeded", "verifier_error": "transient"}
 #: NeMo Gym's ResponseError codes for the failure kinds that have one.
 ERROR_CODES = {"rate_limited": "rate_limit_exceeded"}
 
-_SQL = """
+_SQL = f"""
 WITH first_call AS (
     SELECT rollout_id, arg_min(request_json, call_index::BIGINT * 1000000 + attempt) AS request
     FROM model_calls GROUP BY rollout_id
 )
 SELECT r.rollout_id, r.task_id, r.repeat_index, t.task_index, t.data_json, t.prompt,
        r.trajectory_json, r.status, r.failure_kind, r.error, r.incomplete,
-       r.input_tokens, r.output_tokens, epoch(r.started_at), c.request,
+       r.input_tokens, r.output_tokens, epoch(r.started_at), {expanded("c.request")},
        v.status, v.reward, v.failure_kind
 FROM rollouts r
 JOIN tasks t USING (task_id)
@@ -212,12 +213,16 @@ def _materialized(con, agent_ref: dict) -> Iterator[dict]:
     """Every (task, rollout) the run asked for: its tasks times its repeats."""
     repeats = con.execute("SELECT max(repeats) FROM runs").fetchone()[0] or 1
     cursor = con.execute(
-        """
-        SELECT t.task_index, t.task_id, t.data_json, t.prompt,
-               (SELECT arg_min(c.request_json, c.call_index::BIGINT * 1000000 + c.attempt)
-                FROM model_calls c JOIN rollouts r USING (rollout_id)
-                WHERE r.task_id = t.task_id) AS request
-        FROM tasks t ORDER BY t.task_index
+        f"""
+        SELECT task_index, task_id, data_json, prompt, {expanded("request")}
+        FROM (
+            SELECT t.task_index, t.task_id, t.data_json, t.prompt,
+                   (SELECT arg_min(c.request_json, c.call_index::BIGINT * 1000000 + c.attempt)
+                    FROM model_calls c JOIN rollouts r USING (rollout_id)
+                    WHERE r.task_id = t.task_id) AS request
+            FROM tasks t
+        )
+        ORDER BY task_index
         """
     )
     while rows := cursor.fetchmany(2_000):

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gymflow import __version__
-from gymflow.core.records import rollout_id
+from gymflow.core.records import ModelCall, Verification, rollout_id
 from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment
 from gymflow.environments.registry import RegistryError, load_environment
@@ -44,8 +44,10 @@ from gymflow.interop.nemo_read import (
 from gymflow.interop.staging import staged_store
 from gymflow.models.responses import output_text, refusal_text
 from gymflow.store.db import store_path
+from gymflow.store.rows import model_call_row, rollout_row, run_row, task_row, verification_row
 from gymflow.store.schema import COLUMNS
-from gymflow.store.writer import insert_rows, register_verifier_version
+from gymflow.store.tool_lists import ToolLists
+from gymflow.store.writer import insert_rows, insert_tool_lists, register_verifier_version
 
 IMPORTED_VERSION = "imported"
 SAMPLING_KEYS = ("temperature", "top_p", "max_output_tokens")
@@ -73,11 +75,6 @@ def _dumps(value: Any) -> str:
 
 def _digest(*parts: Any) -> str:
     return hashlib.sha256(_dumps(parts).encode()).hexdigest()[:16]
-
-
-def _row(table: str, values: dict[str, Any]) -> tuple:
-    """A row tuple in the store's column order; columns the importer has no value for are NULL."""
-    return tuple(values.get(column) for column in COLUMNS[table])
 
 
 def is_task_field(key: str, value: Any) -> bool:
@@ -360,44 +357,42 @@ def import_rollouts(
     with path.open("rb") as handle:
         run_id = "ng-" + hashlib.file_digest(handle, "sha256").hexdigest()[:16]
     now = datetime.now(UTC).replace(tzinfo=None)
-    tables = _records(run_id, now, path, tasks, numbered, attempts, threshold)
+    tool_lists = ToolLists()
+    tables = _records(run_id, now, path, tasks, numbered, attempts, threshold, tool_lists)
     agent = first.agent_ref or next((r.agent_ref for r in materialized if r.agent_ref), None)
     sampling = {k: first.params[k] for k in SAMPLING_KEYS if first.params.get(k) is not None}
     task_rows = tables["tasks"]
     tables["runs"] = [
-        _row(
-            "runs",
-            {
-                "run_id": run_id,
-                "created_at": now,
-                "gymflow_version": __version__,
-                "config_json": _dumps(
-                    {
-                        "imported_from": str(path),
-                        "format": "nemo-gym",
-                        "agent_ref": agent,
-                        "sidecars": {k: str(v) for k, v in sidecars.items()},
-                    }
-                ),
-                "config_hash": run_id,
-                "benchmark": None,
-                # The protocol, not the rows a file happened to hold: two imports of different
-                # subsets of one benchmark compare, paired on their common tasks.
-                "benchmark_version": "nemo-gym-"
-                + _digest(environment, (agent or {}).get("name"), sampling, threshold)[:12],
-                "environment": environment,
-                "dataset_version": _digest(
-                    sorted(row[COLUMNS["tasks"].index("data_json")] for row in task_rows)
-                ),
-                "split": None,
-                "model": (first.response or {}).get("model") or first.params.get("model"),
-                "harness": "nemo-gym",
-                "prompt_template": None,
-                "sampling_json": _dumps(sampling),
-                "repeats": repeats,
-                "shard_count": 1,
-                "verifier_version": IMPORTED_VERSION,
-            },
+        run_row(
+            run_id=run_id,
+            created_at=now,
+            gymflow_version=__version__,
+            config_json=_dumps(
+                {
+                    "imported_from": str(path),
+                    "format": "nemo-gym",
+                    "agent_ref": agent,
+                    "sidecars": {k: str(v) for k, v in sidecars.items()},
+                }
+            ),
+            config_hash=run_id,
+            benchmark=None,
+            # The protocol, not the rows a file happened to hold: two imports of different
+            # subsets of one benchmark compare, paired on their common tasks.
+            benchmark_version="nemo-gym-"
+            + _digest(environment, (agent or {}).get("name"), sampling, threshold)[:12],
+            environment=environment,
+            dataset_version=_digest(
+                sorted(row[COLUMNS["tasks"].index("data_json")] for row in task_rows)
+            ),
+            split=None,
+            model=(first.response or {}).get("model") or first.params.get("model"),
+            harness="nemo-gym",
+            prompt_template=None,
+            sampling_json=_dumps(sampling),
+            repeats=repeats,
+            shard_count=1,
+            verifier_version=IMPORTED_VERSION,
         )
     ]
     with staged_store(out) as con:
@@ -408,6 +403,7 @@ def import_rollouts(
             {"file": str(path), "pass_threshold": threshold},
             source=f"nemo-gym import of {path}",
         )
+        insert_tool_lists(con, tool_lists)
         for table in ("runs", "tasks", "rollouts", "model_calls", "verifications"):
             insert_rows(con, table, tables[table])
     status_at = COLUMNS["rollouts"].index("status")
@@ -436,24 +432,23 @@ def _records(
     numbered: list[tuple[tuple[int, int], NemoRow]],
     attempts: dict[tuple[int, int], list[NemoRow]],
     threshold: float,
+    tool_lists: ToolLists,
 ) -> dict[str, list[tuple]]:
     task_rows = []
     for index, task in sorted(tasks.items()):
         env_task, sample = task.env_task, task.sample
         task_rows.append(
-            _row(
-                "tasks",
-                {
-                    "run_id": run_id,
-                    "task_id": task.task_id,
-                    "task_index": index,
-                    "shard_index": 0,
-                    "prompt": _first_user_text(sample.input_items),
-                    "reference": env_task.reference if env_task else None,
-                    "data_json": _dumps(env_task.data if env_task else task.data),
-                    "tags": list(env_task.tags) if env_task else _tags(task.data),
-                    "difficulty": env_task.difficulty if env_task else None,
-                },
+            task_row(
+                run_id=run_id,
+                task_id=task.task_id,
+                task_index=index,
+                shard_index=0,
+                prompt=_first_user_text(sample.input_items),
+                reference=env_task.reference if env_task else None,
+                data=env_task.data if env_task else task.data,
+                tags=env_task.tags if env_task else _tags(task.data),
+                difficulty=env_task.difficulty if env_task else None,
+                json_of=_dumps,
             )
         )
     rollouts, calls, verifications = [], [], []
@@ -466,34 +461,24 @@ def _records(
         seen.add(key)
         result = outcome(row)
         rollouts.append(_rollout(run_id, rid, task.task_id, key[1], row, result))
-        calls.append(_call(rid, 0, row, result))
+        calls.append(_call(rid, 0, row, result, tool_lists))
         if result.status == "completed" and row.reward is not None:
             task_fields = task.data
-            verifications.append(
-                _row(
-                    "verifications",
-                    {
-                        "rollout_id": rid,
-                        "verifier_version": IMPORTED_VERSION,
-                        "status": "ok",
-                        "reward": row.reward,
-                        "passed": row.reward >= threshold,
-                        "details_json": _dumps(
-                            {
-                                "source": str(path),
-                                "line": row.line,
-                                # what the verifier added to the row, beside the task's fields
-                                "fields": {
-                                    k: v
-                                    for k, v in row.fields.items()
-                                    if task_fields.get(k, object()) != v
-                                },
-                            }
-                        ),
-                        "created_at": now,
+            verdict = Verification(
+                IMPORTED_VERSION,
+                "ok",
+                row.reward,
+                row.reward >= threshold,
+                details={
+                    "source": str(path),
+                    "line": row.line,
+                    # what the verifier added to the row, beside the task's fields
+                    "fields": {
+                        k: v for k, v in row.fields.items() if task_fields.get(k, object()) != v
                     },
-                )
+                },
             )
+            verifications.append(verification_row(rid, verdict, now, json_of=_dumps))
     for key, tries in sorted(attempts.items()):
         task = tasks[key[0]]
         rid = rollout_id(run_id, task.task_id, key[1])
@@ -501,20 +486,19 @@ def _records(
         rollouts.append(_rollout(run_id, rid, task.task_id, key[1], last, outcome(last)))
         graded = last.fields.get("gymflow_verification")
         if isinstance(graded, dict) and graded.get("status") is not None:
-            verifications.append(
-                _row(
-                    "verifications",
-                    {
-                        "rollout_id": rid,
-                        "verifier_version": IMPORTED_VERSION,
-                        "status": _text(graded["status"]),
-                        "failure_kind": _text(graded.get("failure_kind")),
-                        "details_json": _dumps({"source": str(path), "line": last.line}),
-                        "created_at": now,
-                    },
-                )
+            verdict = Verification(
+                IMPORTED_VERSION,
+                _text(graded["status"]),  # type: ignore[arg-type]
+                None,
+                None,
+                _text(graded.get("failure_kind")),
+                {"source": str(path), "line": last.line},
             )
-        calls.extend(_call(rid, n, row, outcome(row), attempt=True) for n, row in enumerate(tries))
+            verifications.append(verification_row(rid, verdict, now, json_of=_dumps))
+        calls.extend(
+            _call(rid, n, row, outcome(row), tool_lists, attempt=True)
+            for n, row in enumerate(tries)
+        )
     return {
         "tasks": task_rows,
         "rollouts": rollouts,
@@ -534,45 +518,53 @@ def _rollout(
     output = row.output
     usage = _usage(row.response)
     calls = row.model_calls or model_turns(output)
-    return _row(
-        "rollouts",
-        {
-            "rollout_id": rid,
-            "run_id": run_id,
-            "task_id": task_id,
-            "repeat_index": repeat,
-            "status": result.status,
-            "failure_kind": result.failure_kind,
-            "error": result.error,
-            "incomplete": result.incomplete,
-            "output_text": output_text(output),
-            "trajectory_json": _dumps([*row.input_items, *output]),
-            "num_turns": calls,
-            "num_model_calls": calls,
-            "input_tokens": usage["input_tokens"],
-            "output_tokens": usage["output_tokens"],
-            "counters_json": "{}",
-        },
+    return rollout_row(
+        rollout_id=rid,
+        run_id=run_id,
+        task_id=task_id,
+        repeat_index=repeat,
+        seed=None,
+        status=result.status,
+        failure_kind=result.failure_kind,
+        error=result.error,
+        incomplete=result.incomplete,
+        output_text=output_text(output),
+        trajectory=[*row.input_items, *output],
+        num_turns=calls,
+        num_model_calls=calls,
+        input_tokens=usage["input_tokens"],
+        output_tokens=usage["output_tokens"],
+        started_at=None,  # a NeMo Gym file keeps no times
+        finished_at=None,
+        counters={},
+        json_of=_dumps,
     )
 
 
-def _call(rid: str, number: int, row: NemoRow, result: Outcome, *, attempt: bool = False) -> tuple:
+def _call(
+    rid: str,
+    number: int,
+    row: NemoRow,
+    result: Outcome,
+    tool_lists: ToolLists,
+    *,
+    attempt: bool = False,
+) -> tuple:
     """The file's evidence of a rollout's model calls: its one request and response as given
-    (NeMo Gym keeps one usage per rollout, so the record carries the rollout's totals)."""
-    usage = _usage(row.response)
+    (NeMo Gym keeps one usage per rollout, so the record carries the rollout's totals; it keeps
+    no HTTP status or latency)."""
     failed = result.status == "failed"
-    return _row(
-        "model_calls",
-        {
-            "rollout_id": rid,
-            "call_index": 0,
-            "attempt": number if attempt else 0,
-            "status": "error" if failed else "incomplete" if result.incomplete else "completed",
-            "failure_kind": result.failure_kind,
-            "error": result.error,
-            **usage,
-            "sampling_json": _dumps({k: row.params[k] for k in SAMPLING_KEYS if k in row.params}),
-            "request_json": _dumps(row.params),
-            "response_json": _dumps(row.response),
-        },
+    call = ModelCall(
+        call_index=0,
+        attempt=number if attempt else 0,
+        status="error" if failed else "incomplete" if result.incomplete else "completed",
+        failure_kind=result.failure_kind,
+        http_status=None,
+        latency_s=None,
+        request=row.params,
+        response=row.response,
+        sampling={k: row.params[k] for k in SAMPLING_KEYS if k in row.params},
+        error=result.error,
+        **_usage(row.response),
     )
+    return model_call_row(rid, call, tool_lists, json_of=_dumps)

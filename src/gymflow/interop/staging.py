@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gymflow.interop.nemo_read import InteropError
 from gymflow.processes import pid_alive
-from gymflow.store.db import STORE_FILE, StoreError, connect, store_path
+from gymflow.store.db import STORE_FILE, StoreError, connect, store_path, transaction
 
 
 def _remove_abandoned(run_dir: Path) -> None:
@@ -43,9 +43,8 @@ def staged_store(out: Path) -> Iterator:
         shutil.rmtree(staging, ignore_errors=True)
         raise InteropError(f"{run_dir}: cannot create the store: {exc}") from None
     try:
-        con.execute("BEGIN TRANSACTION")
-        yield con
-        con.execute("COMMIT")
+        with transaction(con):
+            yield con
         con.execute("CHECKPOINT")
         con.close()
         run_dir.mkdir(parents=True, exist_ok=True)

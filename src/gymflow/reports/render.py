@@ -20,8 +20,9 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from markupsafe import Markup
 
 from gymflow import __version__
+from gymflow.analysis.results import RunAnalysis
 from gymflow.reports import svg
-from gymflow.reports.sections import DEFAULT_LIMITS, Limits, run_sections
+from gymflow.reports.sections import DEFAULT_LIMITS, Limits, report_analysis, run_sections
 
 _TEMPLATES = files("gymflow.reports") / "templates"
 _STYLE = (_TEMPLATES / "style.css").read_text(encoding="utf-8")
@@ -98,11 +99,13 @@ def write_run_report(
     out: Path | str | None = None,
     compare_dir: Path | str | None = None,
     verifier_version: str | None = None,
+    analysis: RunAnalysis | None = None,
     limits: Limits = DEFAULT_LIMITS,
 ) -> Path:
-    """Compute every section from the run's store and write `report.html` (or `out`) in the run
-    directory; with `compare_dir`, a comparison report of the two runs (`compare.html`). Nothing
-    is written unless every section could be computed."""
+    """Write `report.html` (or `out`) in the run directory from the run's `analysis` (the flow
+    hands over the one it computed; without it, it is computed here, once) and the store's
+    trajectories; with `compare_dir`, a comparison report of the two runs (`compare.html`).
+    Nothing is written unless every section could be computed."""
     from gymflow.history.gate import load_verdict
     from gymflow.store.db import connect, store_path
 
@@ -116,7 +119,9 @@ def write_run_report(
     else:
         con = connect(run_dir, read_only=True)
         try:
-            data = run_sections(con, verifier_version=verifier_version, limits=limits)
+            if analysis is None:
+                analysis = report_analysis(con, verifier_version=verifier_version, limits=limits)
+            data = run_sections(con, analysis, limits=limits)
         finally:
             con.close()
         template = "run.html.j2"

@@ -9,10 +9,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from gymflow.analysis.diagnose import diagnose
-from gymflow.analysis.health import health
-from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.analysis.profile import profile
+from gymflow.analysis.results import Profile, RunAnalysis
+from gymflow.analysis.run import analyse
 from gymflow.data.profile import data_profile
 from gymflow.reports import views
 from gymflow.reports.trajectory import blocks
@@ -32,8 +31,21 @@ class Limits:
     changed_tasks: int = 200  # reverify / compare task rows shown
     near_duplicate_groups: int = 10  # training-data section: near-duplicate prompt groups shown
 
+    @property
+    def diagnosed_tasks(self) -> int:
+        """Sometimes-pass tasks the diagnosis lists: those inlined and those exported."""
+        return self.inline_examples + self.exported_examples
+
 
 DEFAULT_LIMITS = Limits()
+
+
+def report_analysis(
+    con, *, verifier_version: str | None = None, limits: Limits = DEFAULT_LIMITS
+) -> RunAnalysis:
+    """The analysis a report renders, when no flow computed it: trajectories are read from the
+    store, so the diagnosis carries no output excerpts."""
+    return analyse(con, verifier_version=verifier_version, top=limits.diagnosed_tasks, excerpt=0)
 
 
 def example(rollout: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -74,37 +86,33 @@ def _category(category: str, kind: str | None) -> str:
     return category if not kind or kind == category else f"{category}: {kind}"
 
 
-def run_sections(
-    con, *, verifier_version: str | None = None, limits: Limits = DEFAULT_LIMITS
-) -> dict[str, Any]:
-    """Everything a single-run report shows. `export` holds the rollouts beyond the inline
-    limit, for the JSONL file beside the report."""
-    version = check_verifier_version(con, verifier_version)
-    prof = profile(con, verifier_version=version)
-    diagnosis = diagnose(
-        con,
-        verifier_version=version,
-        top=limits.inline_examples + limits.exported_examples,
-        excerpt=0,
-    )
+def run_sections(con, analysis: RunAnalysis, *, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
+    """Everything a single-run report shows, from the run's analysis (computed once, by the flow
+    or `report_analysis`) and the trajectories in its store. `export` holds the rollouts beyond
+    the inline limit, for the JSONL file beside the report."""
+    prof, diagnosis, decision = analysis.profile, analysis.diagnosis, analysis.decision
+    version = prof.verifier_version
     rows = views.outcome_rows(con, version)
-    varying = diagnosis["sometimes_pass"]
+    varying = diagnosis.sometimes_pass
     shown, rest = varying[: limits.inline_examples], varying[limits.inline_examples :]
-    decision = diagnosis["decision"]
-    evidence_ids = (decision["evidence"] or {}).get("examples", [])[: limits.evidence_examples]
-    wanted = [r[side]["rollout_id"] for r in varying for side in ("passing", "failing")]
+    # When the run comes first (missing rollouts, failing health), the evidence's own pick is
+    # the runner-up: its example rollouts are still the ones to read.
+    basis = decision.evidence or decision.runner_up
+    evidence_ids = basis.examples[: limits.evidence_examples] if basis else []
+    wanted = [side.rollout_id for r in varying for side in (r.passing, r.failing) if side]
     rollouts = views.rollouts_by_id(con, wanted + evidence_ids, version)
     versions = views.verifier_versions(con)
-    taxonomy = diagnosis["taxonomy"]
+    taxonomy = diagnosis.taxonomy
     return {
         "verifier_version": version,
         "profile": prof,
-        "health": health(con),
+        "health": analysis.health,
         "run": run_config(run_info(con)),
         "decision": decision,
         "evidence": [example(rollouts.get(rid)) for rid in evidence_ids if rid in rollouts],
-        "buckets": diagnosis["buckets"],
-        "suspects": diagnosis["verifier_suspects"],
+        "evidence_for": basis.label if basis else None,
+        "buckets": diagnosis.buckets,
+        "suspects": diagnosis.verifier_suspects,
         "grid": {
             "rows": rows[: limits.task_table_rows],
             # The picture sorts tasks by pass rate, so the buckets show as bands.
@@ -112,62 +120,70 @@ def run_sections(
                 (r.task_id, r.codes)
                 for r in sorted(rows, key=lambda r: -1.0 if r.rate is None else -r.rate)
             ],
-            "repeats": prof["repeats"],
+            "repeats": prof.repeats,
             "tasks": len(rows),
-            "per_repeat": len(rows) * prof["repeats"] <= limits.grid_cells,
+            "per_repeat": len(rows) * prof.repeats <= limits.grid_cells,
         },
         "taxonomy": {
-            "bars": [(_category(t["category"], t["kind"]), t["rollouts"]) for t in taxonomy],
-            "total": diagnosis["non_passing_rollouts"],
+            "bars": [(_category(t.category, t.kind), t.rollouts) for t in taxonomy],
+            "total": diagnosis.non_passing_rollouts,
         },
         "sometimes": {
-            "count": diagnosis["buckets"]["sometimes_pass"]["tasks"],
+            "count": diagnosis.buckets["sometimes_pass"].tasks,
             "examples": [
                 {
-                    **item,
-                    "passing": example(rollouts.get(item["passing"]["rollout_id"])),
-                    "failing": example(rollouts.get(item["failing"]["rollout_id"])),
+                    **item.as_json(),
+                    "passing": example(rollouts.get(item.passing.rollout_id))
+                    if item.passing
+                    else None,
+                    "failing": example(rollouts.get(item.failing.rollout_id))
+                    if item.failing
+                    else None,
                 }
                 for item in shown
             ],
             "exported_tasks": len(rest),
         },
         "export": [
-            exported(rollouts[item[side]["rollout_id"]])
+            exported(rollouts[side.rollout_id])
             for item in rest
-            for side in ("passing", "failing")
-            if item[side]["rollout_id"] in rollouts
+            for side in (item.passing, item.failing)
+            if side and side.rollout_id in rollouts
         ],
         "distributions": {
             column: {
                 "label": label,
                 "unit": unit,
                 "bins": views.histogram(con, column),
-                "usage": prof["usage"].get(column),
+                "usage": prof.usage.get(column),
             }
             for column, (label, unit) in views.DISTRIBUTIONS.items()
         },
-        "reverify": _reverify(con, versions, version, limits),
+        "reverify": _reverify(con, versions, prof, limits),
         "training_data": data_profile(
             con, verifier_version=version, groups_shown=limits.near_duplicate_groups
         ),
-        "passk_band": [prof["pass@k_bootstrap_ci95"].get(k) for k in prof["pass@k"]],
+        "passk_band": [prof.pass_at_k_bootstrap_ci95.get(k) for k in prof.pass_at_k],
     }
 
 
 def _reverify(
-    con, versions: list[dict[str, Any]], current: str, limits: Limits
+    con, versions: list[dict[str, Any]], shown: Profile, limits: Limits
 ) -> dict[str, Any] | None:
     """With more than one verifier version, what changed between the shown version and the one
     before it (the newest against its predecessor by default; the oldest against the next)."""
     if len(versions) < 2:
         return None
     names = [v["verifier_version"] for v in versions]
-    index = max(names.index(current), 1)
+    index = max(names.index(shown.verifier_version), 1)
     previous, later = names[index - 1], names[index]
     flipped = flips(con, previous, later)["rollouts"]
     tasks = views.reward_changes(con, previous, later)
-    headline = {name: profile(con, verifier_version=name) for name in names}
+    # the shown version's profile is the analysis's: only the other versions are profiled here
+    headline = {
+        name: shown if name == shown.verifier_version else profile(con, verifier_version=name)
+        for name in names
+    }
     return {
         "versions": [{**v, "profile": headline[v["verifier_version"]]} for v in versions],
         "old": previous,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import gc
 import sys
 import threading
@@ -48,11 +49,9 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 def run_collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) -> CollectStats:
-    """`collect` on an event loop of its own: uvloop where it is installed (its C socket transport
-    and scheduler take a third less CPU per rollout than asyncio's, bench/e2e_rollouts.py)."""
-    sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
-    with _run_long_gc(), asyncio.Runner(loop_factory=_new_event_loop()) as runner:
-        return runner.run(collect(plan, keys, con, base_url=base_url))
+    """Collect `keys` with a collector of their own (`Collector`)."""
+    with Collector(plan, con, base_url=base_url) as collector:
+        return collector.run(keys)
 
 
 #: Young-generation threshold while collecting (Python's default is 700 container allocations).
@@ -111,49 +110,104 @@ class CollectStats:
     failed: int = 0
 
 
-async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) -> CollectStats:
-    """Run `keys`, writing each rollout; a cancelled or crashing batch commits what finished.
+class Collector:
+    """A run's collector, kept across its batches: one event loop (uvloop where it is installed:
+    its C socket transport and scheduler take a third less CPU per rollout than asyncio's), one
+    HTTP session to the model server, one resources server, one writer thread on one store
+    connection, and one count of rollouts in a row that found the model server gone, so a dead
+    server stops the run however its failures fall across batches.
 
-    A stop request (`stopping`), or `stop_after_transport_failures` rollouts in a row that could
-    not reach the model server, ends the batch early: rollouts in flight are dropped (`--resume`
-    runs them), what finished is committed, and `RunStopped` is raised."""
-    stats = CollectStats()
-    if not keys:
-        return stats
-    if (request := stopping.stop_requested()) is not None:
-        raise request.error()
-    server = open_resources(plan)  # in-process, or the config's resources_url
-    run_harness = get_harness(plan.harness)
-    run_id = plan.run_id  # a hash of the whole config: computed once, not per rollout
-    queue: asyncio.Queue[RolloutKey] = asyncio.Queue()
-    for key in keys:
-        queue.put_nowait(key)
-    pending: list[Rollout] = []
-    last_flush = time.monotonic()
-    committer = _Committer(con)
-    dead_server = stopping.DeadServerWatch(plan.config.stop_after_transport_failures, base_url)
+    `run(keys)` collects one batch and returns once its rollouts are committed: the store, not
+    this object, says what is done, so a batch's retry or a resume sees every finished rollout.
+    Calls to `run` come one at a time, from any one thread at a time (the flow's)."""
 
-    async def flush() -> None:
-        nonlocal last_flush
+    def __init__(self, plan: RunPlan, con, *, base_url: str) -> None:
+        self.plan = plan
+        self.con = con
+        self.base_url = base_url
+        self.dead_server = stopping.DeadServerWatch(
+            plan.config.stop_after_transport_failures, base_url
+        )
+        self._settings = contextlib.ExitStack()
+        self._resources = contextlib.AsyncExitStack()
+        self._runner: asyncio.Runner | None = None
+
+    def __enter__(self) -> Collector:
+        sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
+        with contextlib.ExitStack() as settings:
+            settings.enter_context(_run_long_gc())
+            runner = settings.enter_context(asyncio.Runner(loop_factory=_new_event_loop()))
+            runner.run(self._open())
+            self._runner, self._settings = runner, settings.pop_all()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._runner is not None:
+                self._runner.run(self._resources.aclose())
+        finally:
+            self._runner = None
+            self._settings.close()
+
+    async def _open(self) -> None:
+        """Enter the resources on the collector's loop; `_resources` closes them in reverse
+        order: the committer (its last commit drained), the resources server, the HTTP session."""
+        config = self.plan.config
+        self._client = await self._resources.enter_async_context(
+            ResponsesClient(config.model, self.base_url, self.plan.sampling,
+                            concurrency=config.concurrency)
+        )  # fmt: skip
+        self._server = open_resources(self.plan)  # in-process, or the config's resources_url
+        self._resources.push_async_callback(close_resources, self._server)
+        self._committer = _Committer(self.con)
+        self._resources.callback(self._committer.close)
+
+    def stop_request(self) -> stopping.StopRequest | None:
+        return self.dead_server.tripped or stopping.stop_requested()
+
+    def run(self, keys: list[RolloutKey]) -> CollectStats:
+        if self._runner is None:
+            raise RuntimeError("a Collector runs batches only inside its `with`")
+        # In the caller's context (a batch task's run context), as a runner made per batch ran
+        # it: in the context captured when the collector opened (the flow run's), 20,000
+        # rollouts through `gym eval run` collected ~40% slower (bench/startup.py --large:
+        # 32.6 s against 22.7 s), for a reason in Prefect's context handling not pinned down.
+        return self._runner.run(self._collect(keys), context=contextvars.copy_context())
+
+    async def _collect(self, keys: list[RolloutKey]) -> CollectStats:
+        """Run `keys`, writing each rollout; a cancelled or crashing batch commits what finished.
+
+        A stop request (`stopping`), or `stop_after_transport_failures` rollouts in a row that
+        could not reach the model server, ends the batch early: rollouts in flight are dropped
+        (`--resume` runs them), what finished is committed, and `RunStopped` is raised."""
+        stats = CollectStats()
+        if not keys:
+            return stats
+        if (request := self.stop_request()) is not None:
+            raise request.error()
+        plan, client, server, committer = self.plan, self._client, self._server, self._committer
+        run_harness = get_harness(plan.harness)
+        run_id = plan.run_id  # a hash of the whole config: computed once, not per rollout
+        queue: asyncio.Queue[RolloutKey] = asyncio.Queue()
+        for key in keys:
+            queue.put_nowait(key)
+        pending: list[Rollout] = []
         last_flush = time.monotonic()
-        batch = pending.copy()
-        pending.clear()
-        await committer.commit(batch)
 
-    def stop_request() -> stopping.StopRequest | None:
-        return dead_server.tripped or stopping.stop_requested()
+        async def flush() -> None:
+            nonlocal last_flush
+            last_flush = time.monotonic()
+            batch = pending.copy()
+            pending.clear()
+            await committer.commit(batch)
 
-    async def watch_for_stop() -> stopping.StopRequest:
-        while (request := stop_request()) is None:
-            await asyncio.sleep(STOP_POLL_S)
-        return request
-
-    async with ResponsesClient(
-        plan.config.model, base_url, plan.sampling, concurrency=plan.config.concurrency
-    ) as client:
+        async def watch_for_stop() -> stopping.StopRequest:
+            while (request := self.stop_request()) is None:
+                await asyncio.sleep(STOP_POLL_S)
+            return request
 
         async def worker() -> None:
-            while stop_request() is None:
+            while self.stop_request() is None:
                 try:
                     key = queue.get_nowait()
                 except asyncio.QueueEmpty:
@@ -164,7 +218,7 @@ async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) 
                     stats.completed += 1
                 else:
                     stats.failed += 1
-                dead_server.saw(rollout.failure_kind, rollout.error)
+                self.dead_server.saw(rollout.failure_kind, rollout.error)
                 pending.append(rollout)
                 if len(pending) >= FLUSH_EVERY or time.monotonic() - last_flush > FLUSH_INTERVAL_S:
                     await flush()
@@ -179,21 +233,17 @@ async def collect(plan: RunPlan, keys: list[RolloutKey], con, *, base_url: str) 
             if workers.done():
                 workers.result()  # a worker's crash is the batch's
             if not (workers.done() and queue.empty()):
-                stopped = stop_request()
+                stopped = self.stop_request()
         finally:
             # Rollouts still in flight are dropped, not recorded: they never finished.
             workers.cancel()
             watcher.cancel()
             await asyncio.gather(workers, watcher, return_exceptions=True)
-            try:
-                await flush()
-                await committer.drain()
-            finally:
-                committer.close()
-                await close_resources(server)
-    if stopped is not None:
-        raise stopped.error()
-    return stats
+            await flush()
+            await committer.drain()
+        if stopped is not None:
+            raise stopped.error()
+        return stats
 
 
 class _Committer:

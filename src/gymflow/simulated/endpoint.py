@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Protocol
@@ -25,6 +26,9 @@ class PolicyPlan(Protocol):
     @property
     def prompts(self) -> dict[str, str]: ...
 
+    @property
+    def run_id(self) -> str: ...
+
 
 def policy_table(plan: PolicyPlan) -> dict[str, PolicyEntry]:
     """The local policy's table for every task of the plan, keyed by rendered prompt."""
@@ -39,6 +43,35 @@ def local_policy_server(plan: PolicyPlan) -> LocalPolicyServer:
     return LocalPolicyServer(policy_table(plan), seed=model.skill_seed, faults=model.faults)
 
 
+#: Local policy servers launched ahead of their run (`launched_early`), by run id.
+_launched: dict[str, LocalPolicyServer] = {}
+_launched_lock = threading.Lock()
+
+
+def _take_launched(plan: PolicyPlan) -> LocalPolicyServer | None:
+    with _launched_lock:
+        return _launched.pop(plan.run_id, None)
+
+
+@contextmanager
+def launched_early(plan: PolicyPlan) -> Iterator[None]:
+    """Launch the run's local policy server now, without waiting for it; the run's
+    `model_endpoint` inside takes it over. Its start-up (a Python process importing the policy:
+    0.4 s on a quiet machine) then overlaps what comes before collecting (`gym eval run` imports
+    Prefect and starts the flow run meanwhile). Stopped on the way out if nothing took it."""
+    if plan.config.model.kind != "local":
+        yield
+        return
+    with _launched_lock:
+        _launched[plan.run_id] = local_policy_server(plan).launch()
+    try:
+        yield
+    finally:
+        left = _take_launched(plan)
+        if left is not None:
+            left.stop()
+
+
 @contextmanager
 def model_endpoint(plan: PolicyPlan) -> Iterator[str]:
     """Yield the base URL (…/v1) to send this run's requests to."""
@@ -47,5 +80,8 @@ def model_endpoint(plan: PolicyPlan) -> Iterator[str]:
     if config.model.kind != "local":
         yield config.model.base_url
         return
-    with local_policy_server(plan) as server:
-        yield server.base_url
+    server = _take_launched(plan) or local_policy_server(plan).launch()
+    try:
+        yield server.wait_ready().base_url
+    finally:
+        server.stop()

@@ -49,6 +49,10 @@ class LocalPolicyServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> LocalPolicyServer:
+        return self.launch().wait_ready()
+
+    def launch(self) -> LocalPolicyServer:
+        """Start the server's process without waiting for it to answer (`wait_ready`)."""
         self._tmp = tempfile.TemporaryDirectory(prefix="gymflow-policy-")
         table_path = Path(self._tmp.name) / "table.json"
         save_table(self.table, table_path)
@@ -69,6 +73,13 @@ class LocalPolicyServer:
             str(os.getpid()),
         ]
         self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=os.environ.copy())
+        return self
+
+    def wait_ready(self) -> LocalPolicyServer:
+        """Wait until the launched server answers its health route (the time out counts from
+        here: a server launched early may have waited long for its run, answering all along)."""
+        if self._process is None:
+            raise RuntimeError("local policy server was not launched")
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:

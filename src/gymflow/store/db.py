@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 
 from gymflow.errors import UserError
-from gymflow.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, TABLES
+from gymflow.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, SPECS, TABLES
 
 STORE_FILE = "gymflow.duckdb"
 
@@ -143,6 +143,7 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
         ) from None
     if read_only:
         _check_version(con, path)
+        _stand_in_for_new_tables(con)
         return con
     for ddl in (*TABLES.values(), *ADDED_COLUMNS):
         con.execute(ddl)
@@ -152,6 +153,20 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
     else:
         _check_version(con, path)
     return con
+
+
+def _stand_in_for_new_tables(con) -> None:
+    """A store written before a table existed (`tool_lists`) gets it when opened for writing;
+    read-only, an empty temporary table of that name stands in, so every reader's SQL runs."""
+    present = {
+        row[0]
+        for row in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()"
+        ).fetchall()
+    }
+    for spec in SPECS:
+        if spec.name not in present:
+            con.execute(spec.create(temporary=True))
 
 
 def _check_version(con, path: Path) -> None:

@@ -3,7 +3,8 @@
 Rollout ids are deterministic (`records.rollout_id(run_id, task_id, repeat)`), so a rollout met
 twice (a shard merged twice, two overlapping shards) is the same row and `INSERT OR IGNORE` keeps
 one. Every shard is checked before the destination is touched, and the copy is one transaction:
-a refused shard changes nothing."""
+a refused shard changes nothing. What the run expects (its tasks' rows and rollout keys) comes
+from the caller, which resolves the run's stored config (`rollouts/merge.py`)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,8 @@ from typing import Any
 
 import duckdb
 
-from gymflow.config import ConfigError, EvalConfig, ShardSpec
-from gymflow.environments.registry import RegistryError
-from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
 from gymflow.store.db import StoreError, connect, store_path, transaction
-from gymflow.store.runs import check_run_store, missing_keys, run_info, task_rows
+from gymflow.store.runs import RolloutKey, check_run_store, missing_keys, run_info
 from gymflow.store.writer import insert_rows
 
 #: Tables copied from shards, in order. Keyed tables take `INSERT OR IGNORE`; `model_calls` has no
@@ -25,6 +23,9 @@ from gymflow.store.writer import insert_rows
 #: it comes before `rollouts`. Derived tables (health, profile, ...) are recomputed, not merged.
 KEYED_TABLES = ("runs", "shards", "tasks", "verifier_versions")
 EVIDENCE_TABLES = ("model_calls", "rollouts", "verifications")
+
+#: Copied too (keyed, `INSERT OR IGNORE`), but not counted: the model calls' tool lists.
+REFERRED_TABLES = ("tool_lists",)
 
 #: The identity every shard of one run shares; a difference means another run.
 IDENTITY = ("run_id", "config_hash", "benchmark_version", "dataset_version", "repeats")
@@ -38,8 +39,10 @@ class ShardInfo:
     rollouts: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class MergeReport:
+    """What a merge did and what is still missing: the aggregate step's typed result."""
+
     run_id: str
     run_dir: Path
     shard_count: int
@@ -104,31 +107,6 @@ def check_identity(reference: dict[str, Any], shard: ShardInfo, reference_name: 
             )
 
 
-def expected_plan(run: dict[str, Any]) -> RunPlan:
-    """The whole run's plan, from the config a shard stored: it names every expected task."""
-    try:
-        config = EvalConfig.model_validate_json(run["config_json"])
-        plan = resolve(
-            config.model_copy(update={"shard": ShardSpec(index=0, count=run["shard_count"])})
-        )
-    except (ConfigError, RegistryError, ValueError) as exc:
-        raise StoreError(
-            f"cannot resolve run {run['run_id']}'s stored config to list its tasks: {exc}"
-        ) from None
-    if plan.run_id != run["run_id"]:
-        raise StoreError(
-            f"run {run['run_id']}'s stored config hashes to {plan.run_id} under this gymflow "
-            f"({run['gymflow_version']} collected it): aggregate with the version that ran it"
-        )
-    if plan.benchmark_version != run["benchmark_version"]:
-        raise StoreError(
-            f"run {run['run_id']} was collected at benchmark version "
-            f"{run['benchmark_version']}, but this machine's benchmark is version "
-            f"{plan.benchmark_version}; aggregate where the benchmark matches"
-        )
-    return plan
-
-
 def _destination_run(destination: Path) -> dict[str, Any] | None:
     if not destination.exists():
         return None
@@ -141,8 +119,9 @@ def _destination_run(destination: Path) -> dict[str, Any] | None:
         con.close()
 
 
-def merge_shards(run_dir: Path | str, shard_dirs: list[Path | str]) -> MergeReport:
-    """Merge `shard_dirs` into the store at `run_dir`, then count what is still missing."""
+def read_shards(run_dir: Path | str, shard_dirs: list[Path | str]) -> list[ShardInfo]:
+    """Open every shard read-only and check it is a shard of one run, the run `run_dir` holds
+    (if it holds one), and not `run_dir` itself; nothing is written."""
     if not shard_dirs:
         raise StoreError("no shard stores given")
     shards = [read_shard(path) for path in shard_dirs]
@@ -157,33 +136,40 @@ def merge_shards(run_dir: Path | str, shard_dirs: list[Path | str]) -> MergeRepo
     for shard in shards:
         if shard.path.resolve() == destination.resolve():
             raise StoreError(f"{shard.path.parent}: is the destination itself")
-    plan = expected_plan(reference)
+    return shards
 
+
+def merge_into(
+    run_dir: Path | str,
+    shards: list[ShardInfo],
+    *,
+    run_id: str,
+    shard_count: int,
+    task_rows: list[tuple],
+    keys: list[RolloutKey],
+) -> MergeReport:
+    """Copy checked `shards` (`read_shards`) into the store at `run_dir` with every task's row
+    (`task_rows`: the whole run's, not only the shards' present), then count which of the run's
+    rollout `keys` are still missing."""
     con = connect(run_dir, create=True)
     try:
         added = _copy(con, shards)
-        insert_rows(con, "tasks", task_rows(plan, plan.all_tasks), on_conflict_ignore=True)
-        report = MergeReport(
-            run_id=plan.run_id,
+        insert_rows(con, "tasks", task_rows, on_conflict_ignore=True)
+        return MergeReport(
+            run_id=run_id,
             run_dir=Path(run_dir),
-            shard_count=plan.config.shard.count,
+            shard_count=shard_count,
             merged=shards,
             added=added,
-            expected=len(plan.all_tasks) * plan.repeats,
+            expected=len(keys),
             stored=con.execute("SELECT count(*) FROM rollouts").fetchone()[0],
             shards_present=[
                 r[0] for r in con.execute("SELECT shard_index FROM shards ORDER BY 1").fetchall()
             ],
-            missing=missing_keys(con, plan.run_id, all_keys(plan)),
+            missing=missing_keys(con, run_id, keys),
         )
     finally:
         con.close()
-    return report
-
-
-def all_keys(plan: RunPlan) -> list[RolloutKey]:
-    """Every shard's rollout keys, in dataset order."""
-    return [(task.task_id, r) for task in plan.all_tasks for r in range(plan.repeats)]
 
 
 def _copy(con, shards: list[ShardInfo]) -> dict[str, int]:
@@ -200,6 +186,9 @@ def _copy(con, shards: list[ShardInfo]) -> dict[str, int]:
             for alias in aliases:
                 for table in KEYED_TABLES:
                     added[table] += _insert(con, table, f"SELECT * FROM {alias}.{table}")
+                for table in REFERRED_TABLES:
+                    if _has_table(con, alias, table):  # a shard written before it existed
+                        _insert(con, table, f"SELECT * FROM {alias}.{table}")
                 added["model_calls"] += _insert(
                     con,
                     "model_calls",
@@ -211,6 +200,16 @@ def _copy(con, shards: list[ShardInfo]) -> dict[str, int]:
     finally:
         _detach(con, aliases)
     return added
+
+
+def _has_table(con, alias: str, table: str) -> bool:
+    return (
+        con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = ?",
+            [alias, table],
+        ).fetchone()[0]
+        > 0
+    )
 
 
 def _insert(con, table: str, select: str) -> int:
@@ -249,19 +248,21 @@ class ShardProgress:
         return self.error is None and self.stored >= self.expected
 
 
-def shard_progress(plan: RunPlan) -> ShardProgress:
-    """Read the store at `plan.run_dir` (read-only): the store, not Prefect, says what is done."""
-    shard = plan.config.shard
-    expected = len(plan.tasks) * plan.repeats
-    progress = ShardProgress(shard.index, shard.count, str(plan.run_dir), expected, 0)
-    if not store_path(plan.run_dir).exists():
+def stored_progress(
+    run_dir: Path | str, run_id: str, keys: list[RolloutKey], index: int, count: int
+) -> ShardProgress:
+    """How many of a shard's rollout `keys` the store at `run_dir` holds (read-only): the store,
+    not Prefect, says what is done."""
+    expected = len(keys)
+    progress = ShardProgress(index, count, str(run_dir), expected, 0)
+    if not store_path(run_dir).exists():
         return progress
     try:
-        con = connect(plan.run_dir, read_only=True)
+        con = connect(run_dir, read_only=True)
     except StoreError as exc:
         return replace(progress, error=str(exc))
     try:
-        stored = expected - len(missing_keys(con, plan.run_id, plan.keys()))
+        stored = expected - len(missing_keys(con, run_id, keys))
     finally:
         con.close()
     return replace(progress, stored=stored)

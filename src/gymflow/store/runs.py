@@ -1,20 +1,17 @@
-"""Run metadata in the store: registering a run and its tasks, and reading them back."""
+"""Run metadata in the store: recording a run's rows and reading them back. The rows come
+from the caller (a plan's, `rollouts/registration.py`): the store resolves no configs."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gymflow import __version__
-from gymflow.core.tasks import Task
-from gymflow.rollouts.plan import RolloutKey, RunPlan, shard_of
 from gymflow.store.db import StoreError
-from gymflow.store.writer import insert_rows, register_verifier_version
-from gymflow.verifier_identity import code_hash
-from gymflow.verifiers.base import get_verifier
+from gymflow.store.schema import COLUMNS
+from gymflow.store.writer import insert_rows
+
+#: A rollout's place in its run: (task_id, repeat_index).
+RolloutKey = tuple[str, int]
 
 
 def check_run_store(
@@ -44,66 +41,29 @@ def check_run_store(
         )
 
 
-def register_run(con, plan: RunPlan, *, resume: bool) -> None:
-    """Record the run and its shard's tasks, after `check_run_store`."""
+def record_run(
+    con,
+    run_dir: Path | str,
+    *,
+    run: tuple,
+    shard: tuple,
+    tasks: list[tuple],
+    verifier_version: tuple,
+    resume: bool,
+) -> None:
+    """Record a run's rows (`store/rows.py`): its `runs` row, its shard, its shard's tasks and
+    its verifier version, after `check_run_store`."""
     check_run_store(
-        con, plan.run_dir, plan.run_id, resume=resume, benchmark_version=plan.benchmark_version
-    )
-    cfg = plan.config
-    run_row = (
-        plan.run_id,
-        datetime.now(UTC).replace(tzinfo=None),
-        __version__,
-        cfg.model_dump_json(exclude={"shard"}),
-        plan.run_id,
-        plan.benchmark.name if plan.benchmark else None,
-        plan.benchmark_version,
-        plan.env.name,
-        plan.dataset_version,
-        plan.split,
-        cfg.model.name,
-        plan.harness,
-        plan.template,
-        plan.sampling.model_dump_json(),
-        plan.repeats,
-        cfg.shard.count,
-        plan.verifier_version,
-    )
-    insert_rows(con, "runs", [run_row], on_conflict_ignore=True)
-    con.execute(
-        "INSERT OR IGNORE INTO shards VALUES (?, ?, ?)",
-        [plan.run_id, cfg.shard.index, cfg.shard.count],
-    )
-    insert_rows(con, "tasks", task_rows(plan, plan.tasks), on_conflict_ignore=True)
-    name = plan.env.manifest.verifier.name
-    spec_params = {**plan.env.manifest.verifier.params, **plan.verifier_params}
-    register_verifier_version(
         con,
-        plan.verifier_version,
-        name,
-        spec_params,
-        code_hash=code_hash(get_verifier(name)),
+        run_dir,
+        run[COLUMNS["runs"].index("run_id")],
+        resume=resume,
+        benchmark_version=run[COLUMNS["runs"].index("benchmark_version")],
     )
-
-
-def task_rows(plan: RunPlan, tasks: Iterable[Task]) -> list[tuple]:
-    """`tasks` rows, each with the shard its task_id hashes to under the plan's shard count."""
-    index = {task.task_id: i for i, task in enumerate(plan.all_tasks)}
-    count = plan.config.shard.count
-    return [
-        (
-            plan.run_id,
-            t.task_id,
-            index[t.task_id],
-            shard_of(t.task_id, count),
-            plan.prompts[t.task_id],
-            t.reference,
-            json.dumps(t.data, default=str),
-            list(t.tags),
-            t.difficulty,
-        )
-        for t in tasks
-    ]
+    insert_rows(con, "runs", [run], on_conflict_ignore=True)
+    insert_rows(con, "shards", [shard], on_conflict_ignore=True)
+    insert_rows(con, "tasks", tasks, on_conflict_ignore=True)
+    insert_rows(con, "verifier_versions", [verifier_version], on_conflict_ignore=True)
 
 
 def missing_keys(con, run_id: str, wanted: list[RolloutKey]) -> list[RolloutKey]:

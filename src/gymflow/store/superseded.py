@@ -8,11 +8,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gymflow.models.errors import RETRYABLE_KINDS
 from gymflow.store.db import transaction
 
-#: Failure kinds of the model boundary that may not happen again: worth a new attempt.
-TRANSIENT_KINDS = RETRYABLE_KINDS
 #: Verification failure kinds a second judgement may settle (a verifier crash, a judge or a
 #: sandbox that timed out or failed).
 REJUDGED_STATUSES = ("error",)
@@ -58,8 +55,9 @@ def _set_aside(
     return moved
 
 
-def supersede_failed(con, run_id: str, kinds: tuple[str, ...] = TRANSIENT_KINDS) -> int:
-    """Set aside the run's rollouts whose (last) attempt failed with one of `kinds`, with their
+def supersede_failed(con, run_id: str, kinds: tuple[str, ...]) -> int:
+    """Set aside the run's rollouts whose (last) attempt failed with one of `kinds` (the
+    caller's: the model boundary's transient kinds, `models.errors.RETRYABLE_KINDS`), with their
     model calls: they become missing, and the resume runs them again."""
     return _set_aside(
         con,

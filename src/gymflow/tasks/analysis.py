@@ -1,4 +1,6 @@
-"""Prefect tasks for the pure stages, cached on the store's content."""
+"""Prefect tasks for the pure stages: the run's analysis, cached on the store's content and
+persisted as JSON (the typed results round-trip: `gymflow.analysis.results`), and the report
+rendered from it."""
 
 from __future__ import annotations
 
@@ -8,38 +10,34 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from gymflow.analysis.diagnose import diagnose
-from gymflow.analysis.health import health
-from gymflow.analysis.profile import profile
+from gymflow.analysis.results import RunAnalysis
+from gymflow.analysis.run import analyse
 from gymflow.reports.render import write_run_report
+from gymflow.reports.sections import DEFAULT_LIMITS
 from gymflow.store.db import connect
 from gymflow.store.runs import store_fingerprint
+
+#: Part of the cache key: a result cached under an older shape of the results is not read back.
+RESULTS_VERSION = 1
 
 
 def _store_key(context, parameters: dict[str, Any]) -> str:
     with connect(parameters["run_dir"], read_only=True) as con:
         fingerprint = store_fingerprint(con)
-    return f"{context.task.name}|{Path(parameters['run_dir']).resolve()}|{fingerprint}"
+    return (
+        f"{context.task.name}|v{RESULTS_VERSION}|{Path(parameters['run_dir']).resolve()}|"
+        f"{fingerprint}"
+    )
 
 
-@task(name="check-health", cache_key_fn=_store_key)
-def check_health(run_dir: str) -> dict[str, Any]:
+@task(name="analyse-run", cache_key_fn=_store_key, result_serializer="json")
+def analyse_store(run_dir: str) -> RunAnalysis:
+    """Health, profile, diagnosis and decision, with the diagnosis bounded as the report
+    shows it (the report renders from this analysis, never recomputes it)."""
     with connect(run_dir, read_only=True) as con:
-        return health(con)
-
-
-@task(name="profile-run", cache_key_fn=_store_key)
-def profile_run(run_dir: str) -> dict[str, Any]:
-    with connect(run_dir, read_only=True) as con:
-        return profile(con)
+        return analyse(con, top=DEFAULT_LIMITS.diagnosed_tasks, excerpt=0)
 
 
 @task(name="render-report", cache_policy=NO_CACHE)
-def render_report(run_dir: str) -> str:
-    return str(write_run_report(Path(run_dir)).resolve())
-
-
-@task(name="diagnose-run", cache_key_fn=_store_key)
-def diagnose_run(run_dir: str) -> dict[str, Any]:
-    with connect(run_dir, read_only=True) as con:
-        return diagnose(con)
+def render_report(run_dir: str, analysis: RunAnalysis) -> str:
+    return str(write_run_report(Path(run_dir), analysis=analysis).resolve())

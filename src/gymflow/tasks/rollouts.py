@@ -10,11 +10,13 @@ from prefect.runtime import task_run
 
 from gymflow import progress
 from gymflow.config import EvalConfig
-from gymflow.rollouts.collect import run_collect
+from gymflow.models.errors import RETRYABLE_KINDS
+from gymflow.rollouts.collect import Collector
 from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
+from gymflow.rollouts.registration import register_run
 from gymflow.rollouts.stopping import RunStopped
 from gymflow.store.db import StoreError, connect
-from gymflow.store.runs import missing_keys, register_run
+from gymflow.store.runs import missing_keys
 from gymflow.store.superseded import supersede_failed
 
 
@@ -26,7 +28,7 @@ def prepare_run(config: EvalConfig, resume: bool, retry_failed: bool = False) ->
     with connect(plan.run_dir, create=True) as con:
         register_run(con, plan, resume=resume)
         if resume and retry_failed:
-            supersede_failed(con, plan.run_id)
+            supersede_failed(con, plan.run_id, RETRYABLE_KINDS)
     return plan
 
 
@@ -55,6 +57,8 @@ def _worth_retrying(task, task_run, state) -> bool:
 
 # The store, not Prefect's cache, decides what is done: a retried or re-run batch queries it and
 # runs only the missing rollouts, so a deleted or partial store can never be mistaken for done.
+# The collector (event loop, HTTP session, store connection) outlives the batch: the flow opens it
+# once per run and hands it to every batch task, quoted (Prefect neither walks nor records it).
 @task(
     name="collect-batch",
     cache_policy=NO_CACHE,
@@ -62,14 +66,10 @@ def _worth_retrying(task, task_run, state) -> bool:
     retry_delay_seconds=1,
     retry_condition_fn=_worth_retrying,
 )
-def collect_batch(plan: RunPlan, keys: list[RolloutKey], base_url: str) -> dict[str, int]:
-    con = connect(plan.run_dir)
-    try:
-        todo = missing_keys(con, plan.run_id, keys)
-        if (task_run.run_count or 1) == 1:
-            # on a retry, what the failed attempt stored was already counted as it flushed
-            progress.advanced(len(keys) - len(todo))
-        stats = run_collect(plan, todo, con, base_url=base_url)
-    finally:
-        con.close()
+def collect_batch(keys: list[RolloutKey], collector: Collector) -> dict[str, int]:
+    todo = missing_keys(collector.con, collector.plan.run_id, keys)
+    if (task_run.run_count or 1) == 1:
+        # on a retry, what the failed attempt stored was already counted as it flushed
+        progress.advanced(len(keys) - len(todo))
+    stats = collector.run(todo)
     return {"skipped": len(keys) - len(todo), **asdict(stats)}

@@ -9,9 +9,11 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from gymflow.config import EvalConfig
+from gymflow.models.errors import RETRYABLE_KINDS
+from gymflow.rollouts.merge import merge_shards, shard_progress
 from gymflow.rollouts.plan import RunPlan
 from gymflow.store.db import connect, store_path
-from gymflow.store.merge import ShardProgress, merge_shards, shard_progress
+from gymflow.store.merge import MergeReport, ShardProgress
 from gymflow.store.runs import run_info
 from gymflow.store.superseded import supersede_failed
 
@@ -26,12 +28,13 @@ def progress_of(plan: RunPlan, config: EvalConfig) -> ShardProgress:
 
 
 @task(name="aggregate-shards", cache_policy=NO_CACHE)
-def aggregate_shards(run_dir: str, shard_dirs: list[str]) -> dict[str, Any]:
-    """Merge every shard store that exists into the run store; report what is still missing."""
+def aggregate_shards(run_dir: str, shard_dirs: list[str]) -> MergeReport | None:
+    """Merge every shard store that exists into the run store; report what is still missing
+    (None: no shard store exists yet, nothing was merged)."""
     present = [path for path in shard_dirs if store_path(path).exists()]
     if not present:
-        return {"merged": [], "missing_count": None, "note": "no shard store exists yet"}
-    return merge_shards(run_dir, present).as_dict()
+        return None
+    return merge_shards(run_dir, present)
 
 
 def progress_dict(progress: ShardProgress) -> dict[str, Any]:
@@ -47,4 +50,4 @@ def supersede_failed_in_shards(run_dir: str, shard_dirs: list[str]) -> None:
         if store_path(path).exists():
             with connect(path) as con:
                 if con.execute("SELECT count(*) FROM runs").fetchone()[0]:
-                    supersede_failed(con, run_info(con)["run_id"])
+                    supersede_failed(con, run_info(con)["run_id"], RETRYABLE_KINDS)

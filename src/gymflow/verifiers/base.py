@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymflow.core.tasks import Task
 from gymflow.errors import RuntimeFailure, UserError
@@ -65,6 +65,12 @@ FieldKind = Literal["number", "text", "scalar", "list", "mapping"]
 Runs = Literal["inline", "worker", "threads"]
 #: The bound of a `worker` or `threads` verifier that declares none.
 DEFAULT_TIMEOUT_S = 300.0
+
+
+class NoParams(BaseModel):
+    """The parameters of a verifier that takes none: any given is an error."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,15 +129,16 @@ VERIFIERS: Registry[VerifierSpec] = Registry(
 def verifier(
     name: str,
     *,
-    params: type[BaseModel],
+    params: type[BaseModel] | None = None,
     runs: Runs = "inline",
     timeout_s: float | None = None,
     reward_range: tuple[float, float] = (0.0, 1.0),
     pass_threshold: float = 1.0,
     fields: dict[str, DataField] | None = None,
 ) -> Callable[[VerifyFn], VerifyFn]:
-    """Register a verify function under `name` with its parameter model, how it runs and its
-    bound (`timeout_s`, default 300 s for a `worker` or `threads` verifier)."""
+    """Register a verify function under `name` with its parameter model (none: it takes no
+    parameters), how it runs and its bound (`timeout_s`, default 300 s for a `worker` or
+    `threads` verifier)."""
     if runs not in ("inline", "worker", "threads"):
         raise ValueError(f"verifier {name!r}: runs={runs!r} (known: inline, worker, threads)")
     if runs == "inline" and timeout_s is not None:
@@ -148,7 +155,7 @@ def verifier(
             name,
             VerifierSpec(
                 name=name,
-                params_model=params,
+                params_model=params or NoParams,
                 fn=fn,
                 reward_range=reward_range,
                 pass_threshold=pass_threshold,

@@ -1,0 +1,283 @@
+"""The typed results of a run's analysis: health, profile, diagnosis and the decision.
+
+Each is a frozen pydantic model whose fields are the keys `gym eval ... --json` prints; a key
+that is not a Python name (`pass@1`, `pass^k`) is the field's alias. `as_json()` gives the JSON
+object (aliases as keys, in field order) and `model_validate` reads it back, so a result
+survives Prefect's cache (persisted as JSON: see `gymflow.tasks.analysis`) unchanged.
+
+Numbers are `int | float`, not `float`: pydantic would turn an int into a float, and the JSON
+would print `3.0` where it printed `3`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Number = int | float
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """expected = tasks x repeats; scored + failed + missing = expected."""
+
+    expected: int
+    scored: int
+    failed: int
+    missing: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class Result(BaseModel):
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON object the CLI prints: aliases as keys, in field order."""
+        return self.model_dump(by_alias=True)
+
+
+class HealthCheck(Result):
+    description: str
+    level: Literal["rollout", "run", "task"]
+    severity: Literal["integrity", "warning"]
+    #: the share of expected rollouts this check may flag before it fails the run
+    threshold: Number
+    status: Literal["ok", "failed", "skipped"]
+    count: int
+    share: Number
+    examples: list[str]
+
+
+class Health(Result):
+    """Can the run's numbers be trusted? (`gymflow.analysis.health.health`)"""
+
+    #: "unhealthy" when an integrity check flags more than its threshold: the same thresholds
+    #: the gate reads, so a run the gate passes is never called unhealthy for an integrity check
+    verdict: Literal["healthy", "unhealthy"]
+    #: checks that flagged something yet leave the verdict healthy (warnings, or integrity
+    #: checks within their threshold)
+    warnings: list[str]
+    gate: Literal["pass", "fail"]
+    gate_failures: list[str]
+    failing_checks: list[str]
+    rollouts: int
+    expected: int
+    unhealthy_rollouts: int
+    unhealthy_share: Number
+    verifier_version: str
+    reward_range: list[Number] | None
+    checks: dict[str, HealthCheck]
+    rollout_verdicts: list[dict[str, Any]]
+    rollout_verdicts_truncated: bool
+
+    @property
+    def broken(self) -> list[str]:
+        """The checks that make the verdict unhealthy."""
+        return [name for name in self.failing_checks if name not in self.warnings]
+
+
+class Headline(Result):
+    """The few numbers a summary line needs, without bootstrap or breakdowns
+    (`gymflow.analysis.profile.headline`): pass@k for k = repeats only."""
+
+    verifier_version: str
+    coverage: Coverage
+    pass_at_1: Number | None = Field(alias="pass@1")
+    stderr: Number | None
+    ci95: list[Number] | None
+    pass_at_k: dict[str, Number | None] = Field(alias="pass@k")
+    #: the tasks pass@k averages over (those with at least k scored rollouts)
+    tasks_at_k: dict[str, int]
+    mean_reward: Number | None
+
+
+class Estimate(Result):
+    """pass@1 of a group of tasks (a tag, a difficulty) with its task-clustered CI."""
+
+    tasks: int
+    pass_at_1: Number | None = Field(alias="pass@1")
+    stderr: Number | None
+    ci95: list[Number] | None
+    ci95_reason: str | None
+
+
+class Variance(Result):
+    """One-way random-effects ANOVA over tasks (`gymflow.analysis.stats.variance_components`);
+    None, with `reason`, where undefined."""
+
+    between: Number | None
+    within: Number | None
+    total: Number | None
+    icc: Number | None
+    repeats_per_task: Number | None
+    reason: str | None
+
+
+class Usage(Result):
+    """Percentiles of one per-rollout column (tokens, turns, model calls, latency)."""
+
+    mean: Number | None
+    p50: Number | None
+    p90: Number | None
+    p99: Number | None
+    max: Number | None
+
+
+class Profile(Result):
+    """pass@1 with its CI, pass@k, pass^k, coverage (`gymflow.analysis.profile.profile`)."""
+
+    run_id: str
+    benchmark: str | None
+    environment: str | None
+    model: str | None
+    verifier_version: str
+    coverage: Coverage
+    failures: str
+    tasks: int
+    tasks_scored: int
+    repeats: int
+    pass_at_1: Number | None = Field(alias="pass@1")
+    stderr: Number | None
+    ci95: list[Number] | None
+    ci95_reason: str | None
+    ci95_method: str
+    pass_at_1_rollout_weighted: Number | None = Field(alias="pass@1_rollout_weighted")
+    weighting: str
+    pass_at_k: dict[str, Number | None] = Field(alias="pass@k")
+    pass_hat_k: dict[str, Number | None] = Field(alias="pass^k")
+    tasks_at_k: dict[str, int]
+    retry_value: dict[str, Number | None]
+    pass_at_k_bootstrap_ci95: dict[str, list[Number] | None] = Field(alias="pass@k_bootstrap_ci95")
+    pass_at_k_bootstrap_ci95_reason: dict[str, str | None] = Field(
+        alias="pass@k_bootstrap_ci95_reason"
+    )
+    bootstrap: dict[str, Any]
+    majority_at_k: dict[str, Number | None] | None = Field(alias="majority@k")
+    mean_reward: Number | None
+    mean_reward_stderr: Number | None
+    mean_reward_ci95: list[Number] | None
+    mean_reward_ci95_reason: str | None
+    reward_range: list[Number]
+    #: {"pass": ..., "reward": ...}
+    variance: dict[str, Variance]
+    design_effect: Number | None
+    by_tag: dict[str, Estimate]
+    by_difficulty: dict[str, Estimate]
+    usage: dict[str, Usage]
+
+
+class Bucket(Result):
+    """The tasks of one outcome bucket (always, sometimes, never pass; missing)."""
+
+    tasks: int
+    #: of all tasks
+    share: Number
+    task_ids: list[str]
+
+
+class TaxonomyRow(Result):
+    """Non-passing rollouts of one category and kind."""
+
+    category: str
+    kind: str
+    rollouts: int
+    examples: list[str]
+    #: of all non-passing rollouts
+    share: Number
+
+
+class FailureRow(Result):
+    """Non-passing rollouts of one category and kind on tasks of one bucket."""
+
+    category: str
+    kind: str
+    bucket: str
+    rollouts: int
+    examples: list[str]
+
+
+class Side(Result):
+    """The first passing (or failing) rollout of a sometimes-pass task."""
+
+    rollout_id: str
+    repeat_index: int
+    output: str | None
+
+
+class SometimesPass(Result):
+    """A task that passed in some repeats and failed in others."""
+
+    task_id: str
+    n: int
+    c: int
+    pass_rate: Number
+    #: p(1 - p): the tasks are listed most variable first
+    variance: Number
+    passing: Side | None
+    failing: Side | None
+
+
+class Suspect(Result):
+    """Rollouts whose verdict looks wrong, of one kind (`verifier_suspects`)."""
+
+    kind: str
+    description: str
+    count: int
+    examples: list[str]
+
+
+class Diagnosis(Result):
+    """Why tasks fail (`gymflow.analysis.diagnose.diagnose`); the decision is apart (`decide`)."""
+
+    run_id: str
+    verifier_version: str
+    rollouts: int
+    expected: int
+    missing_rollouts: int
+    non_passing_rollouts: int
+    buckets: dict[str, Bucket]
+    taxonomy: list[TaxonomyRow]
+    failures_by_bucket: list[FailureRow]
+    sometimes_pass: list[SometimesPass]
+    verifier_suspects: list[Suspect]
+
+
+class Candidate(Result):
+    """One action the evidence could point to, with what counts for it."""
+
+    action: str
+    label: str
+    rollouts: int
+    share: Number
+    threshold: Number | None
+    fired: bool
+    categories: dict[str, int]
+    examples: list[str]
+
+
+class Decision(Result):
+    """The one recommended next action (`gymflow.analysis.decide.decide`)."""
+
+    #: None only when nothing is left to do (every stored rollout passed, the run is complete
+    #: and healthy)
+    action: str | None
+    label: str | None
+    why: str
+    evidence: Candidate | None
+    runner_up: Candidate | None
+    candidates: list[Candidate]
+    rules: str
+
+
+class RunAnalysis(Result):
+    """A run's four results, computed once and handed to the report, the artifacts, the log
+    and the CLI."""
+
+    health: Health
+    profile: Profile
+    diagnosis: Diagnosis
+    decision: Decision
+

@@ -1,0 +1,32 @@
+"""A run's analysis in one call: health, profile, diagnosis, and the decision made from them."""
+
+from __future__ import annotations
+
+from gymflow.analysis.decide import decide
+from gymflow.analysis.diagnose import diagnose
+from gymflow.analysis.health import Gate, health
+from gymflow.analysis.outcomes import check_verifier_version
+from gymflow.analysis.profile import profile
+from gymflow.analysis.results import RunAnalysis
+
+
+def analyse(
+    con,
+    *,
+    verifier_version: str | None = None,
+    gate: Gate | None = None,
+    top: int = 20,
+    excerpt: int = 2000,
+) -> RunAnalysis:
+    """Every result of the run in `con` under one verifier version (the newest unless given),
+    each computed once; `top` and `excerpt` bound the diagnosis's sometimes-pass tasks."""
+    version = check_verifier_version(con, verifier_version)
+    run_health = health(con, verifier_version=version, gate=gate)
+    run_profile = profile(con, verifier_version=version)
+    diagnosis = diagnose(con, verifier_version=version, top=top, excerpt=excerpt)
+    return RunAnalysis(
+        health=run_health,
+        profile=run_profile,
+        diagnosis=diagnosis,
+        decision=decide(run_health, run_profile, diagnosis),
+    )

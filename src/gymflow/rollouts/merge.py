@@ -1,0 +1,64 @@
+"""Merging a run's shard stores: the run's plan, resolved from the config the shards stored,
+says which tasks and rollouts the run expects; the store copies the rows (`store/merge.py`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gymflow.config import ConfigError, EvalConfig, ShardSpec
+from gymflow.environments.registry import RegistryError
+from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
+from gymflow.rollouts.registration import task_rows
+from gymflow.store.db import StoreError
+from gymflow.store.merge import MergeReport, ShardProgress, merge_into, read_shards, stored_progress
+
+
+def expected_plan(run: dict[str, Any]) -> RunPlan:
+    """The whole run's plan, from the config a shard stored: it names every expected task."""
+    try:
+        config = EvalConfig.model_validate_json(run["config_json"])
+        plan = resolve(
+            config.model_copy(update={"shard": ShardSpec(index=0, count=run["shard_count"])})
+        )
+    except (ConfigError, RegistryError, ValueError) as exc:
+        raise StoreError(
+            f"cannot resolve run {run['run_id']}'s stored config to list its tasks: {exc}"
+        ) from None
+    if plan.run_id != run["run_id"]:
+        raise StoreError(
+            f"run {run['run_id']}'s stored config hashes to {plan.run_id} under this gymflow "
+            f"({run['gymflow_version']} collected it): aggregate with the version that ran it"
+        )
+    if plan.benchmark_version != run["benchmark_version"]:
+        raise StoreError(
+            f"run {run['run_id']} was collected at benchmark version "
+            f"{run['benchmark_version']}, but this machine's benchmark is version "
+            f"{plan.benchmark_version}; aggregate where the benchmark matches"
+        )
+    return plan
+
+
+def all_keys(plan: RunPlan) -> list[RolloutKey]:
+    """Every shard's rollout keys, in dataset order."""
+    return [(task.task_id, r) for task in plan.all_tasks for r in range(plan.repeats)]
+
+
+def merge_shards(run_dir: Path | str, shard_dirs: list[Path | str]) -> MergeReport:
+    """Merge `shard_dirs` into the store at `run_dir`, then count what is still missing."""
+    shards = read_shards(run_dir, shard_dirs)
+    plan = expected_plan(shards[0].run)
+    return merge_into(
+        run_dir,
+        shards,
+        run_id=plan.run_id,
+        shard_count=plan.config.shard.count,
+        task_rows=task_rows(plan, plan.all_tasks),
+        keys=all_keys(plan),
+    )
+
+
+def shard_progress(plan: RunPlan) -> ShardProgress:
+    """How much of a shard's plan its store at `plan.run_dir` holds (read-only)."""
+    shard = plan.config.shard
+    return stored_progress(plan.run_dir, plan.run_id, plan.keys(), shard.index, shard.count)

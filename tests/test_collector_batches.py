@@ -1,0 +1,81 @@
+"""One collector serves a run's batches (gymflow.rollouts.collect.Collector): every batch's
+rollouts are committed when its `run` returns, and the count of rollouts in a row that found the
+model server gone runs across batch boundaries (it restarted per batch, so a dead server split
+across batches never stopped the run)."""
+
+from __future__ import annotations
+
+import socket
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from gymflow.config import EvalConfig
+from gymflow.rollouts.collect import Collector
+from gymflow.rollouts.plan import resolve
+from gymflow.rollouts.registration import register_run
+from gymflow.rollouts.stopping import RunStopped
+from gymflow.simulated.endpoint import local_policy_server
+from gymflow.store.db import connect
+from gymflow.store.runs import missing_keys
+
+
+def _plan(out: Path, **config):
+    plan = resolve(
+        EvalConfig.model_validate(
+            {"benchmark": "arithmetic-smoke", "out": str(out), "concurrency": 2, **config}
+        )
+    )
+    with connect(plan.run_dir, create=True) as con:
+        register_run(con, plan, resume=False)
+    return plan
+
+
+def _stored(con) -> int:
+    return con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
+
+
+def test_batches_share_one_collector_and_each_is_committed_when_it_returns(
+    tmp_path: Path,
+) -> None:
+    plan = _plan(tmp_path / "run", limit=6)
+    keys = plan.keys()
+    with (
+        local_policy_server(plan) as server,
+        closing(connect(plan.run_dir)) as con,
+        Collector(plan, con, base_url=server.base_url) as collector,
+    ):
+        first = collector.run(keys[:4])
+        assert _stored(con) == 4 and missing_keys(con, plan.run_id, keys) == keys[4:]
+        second = collector.run(keys[4:])
+    assert (first.completed, second.completed) == (4, len(keys) - 4)
+    with connect(plan.run_dir, read_only=True) as con:
+        assert _stored(con) == len(keys)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_the_dead_server_count_runs_across_batches(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    plan = _plan(
+        tmp_path / "run",
+        limit=10,
+        stop_after_transport_failures=5,
+        model={"kind": "responses", "base_url": url, "max_retries": 0, "backoff_s": 0.0},
+    )
+    keys = plan.keys()
+    with closing(connect(plan.run_dir)) as con, Collector(plan, con, base_url=url) as collector:
+        first = collector.run(keys[:3])  # 3 transport failures in a row: under the limit
+        assert first.failed == 3
+        with pytest.raises(RunStopped) as stopped:
+            collector.run(keys[3:])  # the 4th and 5th in a row trip it
+        assert stopped.value.cause == "dead_server"
+        assert "5 rollouts in a row" in str(stopped.value)
+        with pytest.raises(RunStopped):
+            collector.run(keys[9:])  # a tripped collector runs nothing more
+        assert _stored(con) < 10
