@@ -280,4 +280,3 @@ class RunAnalysis(Result):
     profile: Profile
     diagnosis: Diagnosis
     decision: Decision
-
