@@ -8,15 +8,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from gymflow.analysis.compare import POWER_DIFFERENCE, CompareError, compare
-from gymflow.analysis.health import Gate, UnknownCheck, health
+from gymflow.analysis.compare import POWER_DIFFERENCE, compare
+from gymflow.analysis.health import Gate, health
 from gymflow.analysis.profile import profile
 from gymflow.analysis.results import Profile
 from gymflow.analysis.run import analyse
 from gymflow.cli import exit_codes
 from gymflow.cli.app import console, eval_app, fail, print_json
-from gymflow.reverify import ReverifyError, parse_settings, reverify
-from gymflow.store.db import StoreError, connect
+from gymflow.reverify import parse_settings, reverify
+from gymflow.store.db import connect
 
 
 @eval_app.command("profile")
@@ -47,38 +47,35 @@ def eval_profile(
 ) -> None:
     """pass@1 with its task-clustered 95% CI, pass@k, pass^k and coverage; with --compare, a
     paired comparison of two runs."""
+    con = connect(run_dir, read_only=True)
     try:
-        con = connect(run_dir, read_only=True)
-        try:
-            result = profile(
-                con,
-                verifier_version=verifier_version,
-                failures_as_zero=failures_as_zero,
-                seed=seed,
-            )
-            if compare_with is not None:
-                other = connect(compare_with, read_only=True)
-                try:
-                    comparison = compare(
-                        con,
-                        other,
-                        verifier_version_a=verifier_version,
-                        verifier_version_b=compare_verifier_version,
-                        failures_as_zero=failures_as_zero,
-                        power_difference=power_difference,
-                    )
-                    other_profile = profile(
-                        other,
-                        verifier_version=compare_verifier_version,
-                        failures_as_zero=failures_as_zero,
-                        seed=seed,
-                    )
-                finally:
-                    other.close()
-        finally:
-            con.close()
-    except (StoreError, CompareError) as exc:
-        fail(str(exc))
+        result = profile(
+            con,
+            verifier_version=verifier_version,
+            failures_as_zero=failures_as_zero,
+            seed=seed,
+        )
+        if compare_with is not None:
+            other = connect(compare_with, read_only=True)
+            try:
+                comparison = compare(
+                    con,
+                    other,
+                    verifier_version_a=verifier_version,
+                    verifier_version_b=compare_verifier_version,
+                    failures_as_zero=failures_as_zero,
+                    power_difference=power_difference,
+                )
+                other_profile = profile(
+                    other,
+                    verifier_version=compare_verifier_version,
+                    failures_as_zero=failures_as_zero,
+                    seed=seed,
+                )
+            finally:
+                other.close()
+    finally:
+        con.close()
     if compare_with is not None:
         payload = {
             **comparison,
@@ -202,23 +199,23 @@ def print_profile(result: Profile) -> None:
         for k, value in result.majority_at_k.items():
             console.print(f"majority@{k} = {_pct(value)}")
     variance = result.variance["pass"]
-    if variance["icc"] is not None:
+    if variance.icc is not None:
         console.print(
-            f"variance (one-way ANOVA): between tasks {variance['between']:.4f}, within tasks "
-            f"{variance['within']:.4f}; ICC(1) {variance['icc']:.3f}, design effect "
+            f"variance (one-way ANOVA): between tasks {variance.between:.4f}, within tasks "
+            f"{variance.within:.4f}; ICC(1) {variance.icc:.3f}, design effect "
             f"{result.design_effect:.2f}"
         )
     else:
-        console.print(f"variance split: n/a ({variance['reason']})")
+        console.print(f"variance split: n/a ({variance.reason})")
     for title, groups in (("tag", result.by_tag), ("difficulty", result.by_difficulty)):
         if groups:
             breakdown = Table(title, "tasks", "pass@1", "95% CI")
             for name, group in groups.items():
                 breakdown.add_row(
                     name,
-                    str(group["tasks"]),
-                    _pct(group["pass@1"]),
-                    _interval(group["ci95"], group["ci95_reason"]),
+                    str(group.tasks),
+                    _pct(group.pass_at_1),
+                    _interval(group.ci95, group.ci95_reason),
                 )
             console.print(breakdown)
     usage = Table("per rollout", "mean", "p50", "p90", "p99", "max")
@@ -226,8 +223,8 @@ def print_profile(result: Profile) -> None:
         usage.add_row(
             name,
             *(
-                f"{stats[key]:.4g}" if stats[key] is not None else "n/a"
-                for key in ("mean", "p50", "p90", "p99", "max")
+                f"{value:.4g}" if value is not None else "n/a"
+                for value in (stats.mean, stats.p50, stats.p90, stats.p99, stats.max)
             ),
         )
     console.print(usage)
@@ -279,16 +276,11 @@ def eval_health(
         warning_max_share=warning_max_share,
         per_check=_parse_thresholds(threshold or []),
     )
+    con = connect(run_dir, read_only=True)
     try:
-        con = connect(run_dir, read_only=True)
-        try:
-            result = health(
-                con, verifier_version=verifier_version, gate=gate, max_listed=max_listed
-            )
-        finally:
-            con.close()
-    except (StoreError, UnknownCheck) as exc:
-        fail(str(exc))
+        result = health(con, verifier_version=verifier_version, gate=gate, max_listed=max_listed)
+    finally:
+        con.close()
     if json_output:
         print_json(result.as_json())
     else:
@@ -327,14 +319,11 @@ def eval_diagnose(
 ) -> None:
     """Outcome buckets, failure taxonomy, sometimes-pass tasks, verifier suspects, and the
     recommended next action (the same `decide` the flow's artifacts and the report read)."""
+    con = connect(run_dir, read_only=True)
     try:
-        con = connect(run_dir, read_only=True)
-        try:
-            analysis = analyse(con, verifier_version=verifier_version, top=top)
-        finally:
-            con.close()
-    except StoreError as exc:
-        fail(str(exc))
+        analysis = analyse(con, verifier_version=verifier_version, top=top)
+    finally:
+        con.close()
     result, decision = analysis.diagnosis, analysis.decision
     if json_output:
         print_json({**result.as_json(), "decision": decision.as_json()})
@@ -342,30 +331,30 @@ def eval_diagnose(
     console.print(f"run {result.run_id} · verifier {result.verifier_version}")
     buckets = Table("bucket", "tasks", "share")
     for name, bucket in result.buckets.items():
-        buckets.add_row(name, str(bucket["tasks"]), _pct(bucket["share"]))
+        buckets.add_row(name, str(bucket.tasks), _pct(bucket.share))
     console.print(buckets)
     taxonomy = Table("failure", "kind", "rollouts", "share", "examples")
     for row in result.taxonomy:
         taxonomy.add_row(
-            row["category"],
-            row["kind"],
-            str(row["rollouts"]),
-            _pct(row["share"]),
-            ", ".join(row["examples"][:3]),
+            row.category,
+            row.kind,
+            str(row.rollouts),
+            _pct(row.share),
+            ", ".join(row.examples[:3]),
         )
     console.print(taxonomy)
     if result.missing_rollouts:
         console.print(f"missing rollouts: {result.missing_rollouts}")
     for task in result.sometimes_pass[:top]:
-        passing, failing = task["passing"] or {}, task["failing"] or {}
+        passing = task.passing.rollout_id if task.passing else None
+        failing = task.failing.rollout_id if task.failing else None
         console.print(
-            f"[bold]{task['task_id']}[/] passes {task['c']}/{task['n']}: "
-            f"pass {passing.get('rollout_id')} vs fail {failing.get('rollout_id')}"
+            f"[bold]{task.task_id}[/] passes {task.c}/{task.n}: pass {passing} vs fail {failing}"
         )
     for suspect in result.verifier_suspects:
         console.print(
-            f"[yellow]verifier suspect[/] {suspect['kind']}: {suspect['count']} rollouts "
-            f"({suspect['description']}), e.g. {', '.join(suspect['examples'][:3])}"
+            f"[yellow]verifier suspect[/] {suspect.kind}: {suspect.count} rollouts "
+            f"({suspect.description}), e.g. {', '.join(suspect.examples[:3])}"
         )
     if decision.action is None:
         console.print(f"next action: none ({decision.why})", markup=False)
@@ -410,16 +399,13 @@ def eval_reverify(
     the environment's verifier as it is now); no inference. The result is a new verifier
     version beside the old one; under a version already stored, verifications that errored or
     timed out are judged again."""
-    try:
-        result = reverify(
-            run_dir,
-            parse_settings(settings or []),
-            failed_only=failed_only,
-            force=force,
-            base_version=base_version,
-        )
-    except (StoreError, ReverifyError) as exc:
-        fail(str(exc))
+    result = reverify(
+        run_dir,
+        parse_settings(settings or []),
+        failed_only=failed_only,
+        force=force,
+        base_version=base_version,
+    )
     if json_output:
         print_json(result)
         return

@@ -200,11 +200,8 @@ def _execute(
     scale: ScaleOptions = UNSHARDED,
     retry_failed: bool = True,
 ) -> None:
-    try:
-        config = build_config(path, overrides)
-        plan = check_before_run(config, resume=resume)
-    except (ConfigError, RegistryError, StoreError) as exc:
-        fail(str(exc))
+    config = build_config(path, overrides)
+    plan = check_before_run(config, resume=resume)
     prefect_for_run()
     # The local policy server starts while Prefect is imported and the flow run starts.
     with launched_early(plan):
@@ -218,9 +215,7 @@ def _execute(
             fail(f"{exc} ({_stored(plan)})", exit_codes.TERMINATED)
         except KeyboardInterrupt:
             fail(f"stopped at once (signalled twice); {_stored(plan)}", exit_codes.INTERRUPTED)
-        except ConfigError as exc:
-            fail(str(exc))
-        except (RegistryError, StoreError) as exc:
+        except (RegistryError, StoreError) as exc:  # the store or a component failed mid-run
             fail(str(exc), exit_codes.RUNTIME)
     print_headline(result)
     health = result["analysis"].health

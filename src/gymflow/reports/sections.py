@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gymflow.analysis.profile import profile
-from gymflow.analysis.results import RunAnalysis
+from gymflow.analysis.results import Profile, RunAnalysis
 from gymflow.analysis.run import analyse
 from gymflow.data.profile import data_profile
 from gymflow.reports import views
@@ -99,7 +99,7 @@ def run_sections(con, analysis: RunAnalysis, *, limits: Limits = DEFAULT_LIMITS)
     # the runner-up: its example rollouts are still the ones to read.
     basis = decision.evidence or decision.runner_up
     evidence_ids = basis.examples[: limits.evidence_examples] if basis else []
-    wanted = [r[side]["rollout_id"] for r in varying for side in ("passing", "failing")]
+    wanted = [side.rollout_id for r in varying for side in (r.passing, r.failing) if side]
     rollouts = views.rollouts_by_id(con, wanted + evidence_ids, version)
     versions = views.verifier_versions(con)
     taxonomy = diagnosis.taxonomy
@@ -125,26 +125,30 @@ def run_sections(con, analysis: RunAnalysis, *, limits: Limits = DEFAULT_LIMITS)
             "per_repeat": len(rows) * prof.repeats <= limits.grid_cells,
         },
         "taxonomy": {
-            "bars": [(_category(t["category"], t["kind"]), t["rollouts"]) for t in taxonomy],
+            "bars": [(_category(t.category, t.kind), t.rollouts) for t in taxonomy],
             "total": diagnosis.non_passing_rollouts,
         },
         "sometimes": {
-            "count": diagnosis.buckets["sometimes_pass"]["tasks"],
+            "count": diagnosis.buckets["sometimes_pass"].tasks,
             "examples": [
                 {
-                    **item,
-                    "passing": example(rollouts.get(item["passing"]["rollout_id"])),
-                    "failing": example(rollouts.get(item["failing"]["rollout_id"])),
+                    **item.as_json(),
+                    "passing": example(rollouts.get(item.passing.rollout_id))
+                    if item.passing
+                    else None,
+                    "failing": example(rollouts.get(item.failing.rollout_id))
+                    if item.failing
+                    else None,
                 }
                 for item in shown
             ],
             "exported_tasks": len(rest),
         },
         "export": [
-            exported(rollouts[item[side]["rollout_id"]])
+            exported(rollouts[side.rollout_id])
             for item in rest
-            for side in ("passing", "failing")
-            if item[side]["rollout_id"] in rollouts
+            for side in (item.passing, item.failing)
+            if side and side.rollout_id in rollouts
         ],
         "distributions": {
             column: {
@@ -155,7 +159,7 @@ def run_sections(con, analysis: RunAnalysis, *, limits: Limits = DEFAULT_LIMITS)
             }
             for column, (label, unit) in views.DISTRIBUTIONS.items()
         },
-        "reverify": _reverify(con, versions, version, limits),
+        "reverify": _reverify(con, versions, prof, limits),
         "training_data": data_profile(
             con, verifier_version=version, groups_shown=limits.near_duplicate_groups
         ),
@@ -164,18 +168,22 @@ def run_sections(con, analysis: RunAnalysis, *, limits: Limits = DEFAULT_LIMITS)
 
 
 def _reverify(
-    con, versions: list[dict[str, Any]], current: str, limits: Limits
+    con, versions: list[dict[str, Any]], shown: Profile, limits: Limits
 ) -> dict[str, Any] | None:
     """With more than one verifier version, what changed between the shown version and the one
     before it (the newest against its predecessor by default; the oldest against the next)."""
     if len(versions) < 2:
         return None
     names = [v["verifier_version"] for v in versions]
-    index = max(names.index(current), 1)
+    index = max(names.index(shown.verifier_version), 1)
     previous, later = names[index - 1], names[index]
     flipped = flips(con, previous, later)["rollouts"]
     tasks = views.reward_changes(con, previous, later)
-    headline = {name: profile(con, verifier_version=name) for name in names}
+    # the shown version's profile is the analysis's: only the other versions are profiled here
+    headline = {
+        name: shown if name == shown.verifier_version else profile(con, verifier_version=name)
+        for name in names
+    }
     return {
         "versions": [{**v, "profile": headline[v["verifier_version"]]} for v in versions],
         "old": previous,
