@@ -96,7 +96,7 @@ def test_the_headline_pass_at_k_is_exact_and_the_profiles(tmp_path) -> None:
     con = connect(b.write(tmp_path / "run"), read_only=True)
     try:
         for as_zero in (False, True):
-            head = headline(con, b.verifier_version, failures_as_zero=as_zero)
+            head = headline(con, b.verifier_version, failures_as_zero=as_zero).as_json()
             full = profile(con, failures_as_zero=as_zero).as_json()
             # (n, c) per task: a failed rollout is left out, or scored as a fail ("lost" then
             # has 3 scored rollouts, so pass@3 counts it)

@@ -311,9 +311,11 @@ def parse_config(data: Any, source: str) -> EvalConfig:
 
 def load_config_file(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        text = bounded_yaml.read_text(path)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+    except bounded_yaml.YamlFileError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc}") from None
     try:
         data = bounded_yaml.safe_load(text)
     except bounded_yaml.YamlBombError as exc:

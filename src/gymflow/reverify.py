@@ -357,8 +357,8 @@ def reverify(
             "reverified": reverified,
             "failed_only": failed_only,
             "flips": flips(con, old, new_version, limit=max_listed),
-            "before": headline(con, old) if base.stored else None,
-            "after": headline(con, new_version),
+            "before": headline(con, old).as_json() if base.stored else None,
+            "after": headline(con, new_version).as_json(),
         }
     finally:
         con.close()

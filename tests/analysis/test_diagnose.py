@@ -58,7 +58,7 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Diagnosis:
 
 
 def test_buckets(mixed: Diagnosis) -> None:
-    ids = {name: bucket["task_ids"] for name, bucket in mixed.buckets.items()}
+    ids = {name: bucket.task_ids for name, bucket in mixed.buckets.items()}
     assert ids == {
         "always_pass": ["t0", "t5"],
         "sometimes_pass": ["t1"],
@@ -69,7 +69,7 @@ def test_buckets(mixed: Diagnosis) -> None:
 
 
 def test_taxonomy(mixed: Diagnosis) -> None:
-    counts = {(row["category"], row["kind"]): row["rollouts"] for row in mixed.taxonomy}
+    counts = {(row.category, row.kind): row.rollouts for row in mixed.taxonomy}
     assert counts == {
         ("wrong_answer", "wrong_answer"): 3,
         ("model_failure", "rate_limited"): 1,
@@ -77,14 +77,14 @@ def test_taxonomy(mixed: Diagnosis) -> None:
         ("verifier_error", "judge_failed"): 1,
     }
     assert mixed.non_passing_rollouts == 6
-    assert sum(row["share"] for row in mixed.taxonomy) == pytest.approx(1.0)
+    assert sum(row.share for row in mixed.taxonomy) == pytest.approx(1.0)
 
 
 def test_sometimes_pass_side_by_side(mixed: Diagnosis) -> None:
     (task,) = mixed.sometimes_pass
-    assert task["task_id"] == "t1" and task["variance"] == pytest.approx(0.25)
-    assert task["passing"]["repeat_index"] == 0 and "Answer: 101" in task["passing"]["output"]
-    assert task["failing"]["repeat_index"] == 1 and "Answer: 102" in task["failing"]["output"]
+    assert task.task_id == "t1" and task.variance == pytest.approx(0.25)
+    assert task.passing.repeat_index == 0 and "Answer: 101" in task.passing.output
+    assert task.failing.repeat_index == 1 and "Answer: 102" in task.failing.output
 
 
 def _wrong_but_right(b: StoreBuilder, task_id: str, repeat: int) -> None:
@@ -149,7 +149,7 @@ def test_decide_rules(kind: str, action: str | None, runner_up: str | None, tmp_
 def test_verifier_suspect_right_answer_failed(tmp_path: Path) -> None:
     result = _diagnose(_case("verifier"), tmp_path / "run")
     (suspect,) = result.verifier_suspects
-    assert suspect["kind"] == "extracted_equals_reference" and suspect["count"] == 1
+    assert suspect.kind == "extracted_equals_reference" and suspect.count == 1
     evidence = recommend(result).evidence
     assert evidence is not None and evidence.categories == {"extracted_equals_reference": 1}
     assert evidence.share == pytest.approx(1 / 12)  # 11 wrong answers + 1 suspect
@@ -184,7 +184,7 @@ def test_taxonomy_of_harness_tool_and_truncation_failures(tmp_path: Path) -> Non
     b.rollout("t0", 5, text="Answer:", incomplete=True)
     b.rollout("t0", 6, correct=False, verification=None)
     result = _diagnose(b, tmp_path / "run")
-    counts = {(row["category"], row["kind"]): row["rollouts"] for row in result.taxonomy}
+    counts = {(row.category, row.kind): row.rollouts for row in result.taxonomy}
     assert counts == {
         ("harness_max_turns", "wrong_answer"): 1,
         ("harness_malformed_tool_call", "wrong_answer"): 1,

@@ -24,7 +24,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gymflow.analysis.results import Candidate, Decision, Diagnosis, Health, Profile
+from gymflow.analysis.results import (
+    Candidate,
+    Decision,
+    Diagnosis,
+    FailureRow,
+    Health,
+    Profile,
+)
 
 #: what comes before the evidence: scores of an incomplete or unhealthy run mislead
 COMPLETE_RUN, FIX_HEALTH = "complete_run", "fix_health"
@@ -64,18 +71,18 @@ _WHY = {
 }
 
 
-def _action_of(row: dict[str, Any]) -> str | None:
-    category = row["category"]
+def _action_of(row: FailureRow) -> str | None:
+    category = row.category
     if category in ("verifier_error", "unverified"):
         return "verifier_repair"
-    if category in _HARNESS or (category == "tool_error" and row["kind"] == "tool_error"):
+    if category in _HARNESS or (category == "tool_error" and row.kind == "tool_error"):
         return "harness_work"
     if category == "no_answer":
         return "prompt_change"
     if category in _MODEL_SIDE:
-        if row["bucket"] == "sometimes_pass":
+        if row.bucket == "sometimes_pass":
             return "skill_improvement"
-        if row["bucket"] == "never_pass":
+        if row.bucket == "never_pass":
             return "model_training"
     return None
 
@@ -135,18 +142,16 @@ def recommend(diagnosis: Diagnosis) -> Decision:
         if action is None:
             continue
         entry = candidates[action]
-        entry["rollouts"] += row["rollouts"]
-        entry["categories"][row["category"]] = (
-            entry["categories"].get(row["category"], 0) + row["rollouts"]
-        )
-        entry["examples"].extend(row["examples"][: 5 - len(entry["examples"])])
+        entry["rollouts"] += row.rollouts
+        entry["categories"][row.category] = entry["categories"].get(row.category, 0) + row.rollouts
+        entry["examples"].extend(row.examples[: 5 - len(entry["examples"])])
     for suspect in diagnosis.verifier_suspects:
-        if suspect["kind"].startswith("versions_disagree"):
+        if suspect.kind.startswith("versions_disagree"):
             continue  # expected after a deliberate reverify; shown, not weighed
         entry = candidates["verifier_repair"]
-        entry["rollouts"] += suspect["count"]
-        entry["categories"][suspect["kind"]] = suspect["count"]
-        entry["examples"].extend(suspect["examples"][: 5 - len(entry["examples"])])
+        entry["rollouts"] += suspect.count
+        entry["categories"][suspect.kind] = suspect.count
+        entry["examples"].extend(suspect.examples[: 5 - len(entry["examples"])])
     total = sum(entry["rollouts"] for entry in candidates.values())
     for entry in candidates.values():
         entry["share"] = entry["rollouts"] / total if total else 0.0

@@ -9,14 +9,19 @@ harness malformed tool call, tool error reported to the model, no answer / forma
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 
 from gymflow.analysis.answers import normalised_sql
 from gymflow.analysis.frames import frame
 from gymflow.analysis.outcomes import check_verifier_version, task_counts_sql
-from gymflow.analysis.results import Diagnosis
+from gymflow.analysis.results import (
+    Bucket,
+    Diagnosis,
+    FailureRow,
+    SometimesPass,
+    Suspect,
+    TaxonomyRow,
+)
 from gymflow.models.errors import ModelError
 from gymflow.store.runs import run_info
 
@@ -112,20 +117,20 @@ def _prepare(con, version: str) -> None:
     )
 
 
-def buckets(con) -> dict[str, Any]:
-    """{bucket: {"tasks": count, "share": of all tasks, "task_ids": [...]}} for always_pass,
-    sometimes_pass, never_pass and missing (no scored rollout)."""
+def buckets(con) -> dict[str, Bucket]:
+    """{bucket: Bucket} for always_pass, sometimes_pass, never_pass and missing (no scored
+    rollout)."""
     rows = con.execute(
         "SELECT bucket, count(*), list(task_id ORDER BY task_id) FROM diag_tasks GROUP BY bucket"
     ).fetchall()
     total = sum(count for _, count, _ in rows) or 1
     found = {bucket: (count, ids) for bucket, count, ids in rows}
     return {
-        name: {
-            "tasks": found.get(name, (0, []))[0],
-            "share": found.get(name, (0, []))[0] / total,
-            "task_ids": found.get(name, (0, []))[1],
-        }
+        name: Bucket(
+            tasks=found.get(name, (0, []))[0],
+            share=found.get(name, (0, []))[0] / total,
+            task_ids=found.get(name, (0, []))[1],
+        )
         for name in ("always_pass", "sometimes_pass", "never_pass", "missing")
     }
 
@@ -143,8 +148,8 @@ def failure_detail(con, examples: int) -> pl.DataFrame:
     )
 
 
-def taxonomy(detail: pl.DataFrame, examples: int) -> list[dict[str, Any]]:
-    """[{category, kind, rollouts, share (of non-passing rollouts), examples}] by count."""
+def taxonomy(detail: pl.DataFrame, examples: int) -> list[TaxonomyRow]:
+    """Non-passing rollouts per category and kind, most first."""
     total = int(detail["rollouts"].sum()) if detail.height else 0
     if not total:
         return []
@@ -157,15 +162,15 @@ def taxonomy(detail: pl.DataFrame, examples: int) -> list[dict[str, Any]]:
         .sort(["rollouts", "category", "kind"], descending=[True, False, False])
     )
     return [
-        {**row, "share": row["rollouts"] / total}
+        TaxonomyRow(**row, share=row["rollouts"] / total)
         for row in grouped.select("category", "kind", "rollouts", "examples").to_dicts()
     ]
 
 
-def sometimes_pass(con, version: str, *, top: int, excerpt: int) -> list[dict[str, Any]]:
+def sometimes_pass(con, version: str, *, top: int, excerpt: int) -> list[SometimesPass]:
     """The sometimes-pass tasks, most variable first (p(1 - p) descending, then task_id), each
     with its first passing and first failing rollout: id, repeat and an output excerpt."""
-    return frame(
+    rows = frame(
         con,
         f"""
         WITH ranked AS (
@@ -196,10 +201,11 @@ def sometimes_pass(con, version: str, *, top: int, excerpt: int) -> list[dict[st
         """,
         [version],
     ).to_dicts()
+    return [SometimesPass.model_validate(row) for row in rows]
 
 
-def verifier_suspects(con, version: str, *, examples: int) -> list[dict[str, Any]]:
-    """Rollouts whose verdict looks wrong. Each entry: {kind, description, count, examples}.
+def verifier_suspects(con, version: str, *, examples: int) -> list[Suspect]:
+    """Rollouts whose verdict looks wrong, one Suspect per kind:
 
     - extracted_equals_reference: the verifier extracted an answer equal to the expected one
       (as text after normalisation, or as numbers) yet did not pass it;
@@ -259,7 +265,7 @@ def verifier_suspects(con, version: str, *, examples: int) -> list[dict[str, Any
     }
     for kind, count, ids in rows:
         suspects.append(
-            {"kind": kind, "description": descriptions[kind], "count": count, "examples": ids}
+            Suspect(kind=kind, description=descriptions[kind], count=count, examples=ids)
         )
     disagreements = con.execute(
         f"""
@@ -275,12 +281,12 @@ def verifier_suspects(con, version: str, *, examples: int) -> list[dict[str, Any
     ).fetchall()
     for version_a, version_b, count, ids in disagreements:
         suspects.append(
-            {
-                "kind": f"versions_disagree:{version_a}|{version_b}",
-                "description": f"verifier versions {version_a} and {version_b} disagree",
-                "count": count,
-                "examples": ids,
-            }
+            Suspect(
+                kind=f"versions_disagree:{version_a}|{version_b}",
+                description=f"verifier versions {version_a} and {version_b} disagree",
+                count=count,
+                examples=ids,
+            )
         )
     return suspects
 
@@ -295,12 +301,7 @@ def diagnose(
 ) -> Diagnosis:
     """Diagnose the run in `con` under one verifier version (the newest unless given).
 
-    Returns {"run_id", "verifier_version", "rollouts": stored, "expected": tasks x repeats,
-    "missing_rollouts": int, "non_passing_rollouts": int, "buckets": {...} (see `buckets`),
-    "taxonomy": [...] (see `taxonomy`), "failures_by_bucket": [{category, kind, bucket,
-    rollouts, examples}], "sometimes_pass": [{task_id, n, c, pass_rate, variance, passing:
-    {rollout_id, repeat_index, output}, failing: {...}}], "verifier_suspects": [...],
-    "decision": see `gymflow.analysis.decide.decide`}."""
+    The decision is apart: `gymflow.analysis.decide.decide`."""
 
     version = check_verifier_version(con, verifier_version)
     run = run_info(con)
@@ -319,7 +320,7 @@ def diagnose(
         non_passing_rollouts=int(detail["rollouts"].sum()) if detail.height else 0,
         buckets=buckets(con),
         taxonomy=taxonomy(detail, examples),
-        failures_by_bucket=detail.to_dicts(),
+        failures_by_bucket=[FailureRow.model_validate(row) for row in detail.to_dicts()],
         sometimes_pass=sometimes_pass(con, version, top=top, excerpt=excerpt),
         verifier_suspects=verifier_suspects(con, version, examples=examples),
     )

@@ -18,7 +18,7 @@ from gymflow.analysis.outcomes import (
     task_table,
 )
 from gymflow.analysis.passk import pair_curves, per_task_curves
-from gymflow.analysis.results import Profile
+from gymflow.analysis.results import Estimate, Headline, Profile, Usage
 from gymflow.analysis.stats import (
     CI_METHOD,
     bootstrap_ci95,
@@ -77,7 +77,7 @@ def reward_range(environment: str | None, task_means: np.ndarray) -> tuple[float
     return low, high
 
 
-def _breakdown(scored: pl.DataFrame, column: str) -> dict[str, Any]:
+def _breakdown(scored: pl.DataFrame, column: str) -> dict[str, Estimate]:
     """pass@1 with clustered SE and CI per value of `column` (tags are exploded: a task with two
     tags counts in both groups)."""
     if scored.is_empty():
@@ -86,12 +86,16 @@ def _breakdown(scored: pl.DataFrame, column: str) -> dict[str, Any]:
     if column == "tags":
         table = table.explode("tags")
     table = table.with_columns(pl.col(column).cast(pl.Utf8).fill_null("(none)"))
-    groups: dict[str, Any] = {}
+    groups: dict[str, Estimate] = {}
     for key, group in table.group_by(column, maintain_order=True):
-        name = key[0]
         estimate = _estimate(group["p"].to_list(), rollouts=int(group["n"].sum()))
-        groups[name] = {"tasks": group.height, "pass@1": estimate["mean"], **estimate}
-        del groups[name]["mean"]
+        groups[key[0]] = Estimate(
+            tasks=group.height,
+            pass_at_1=estimate["mean"],
+            stderr=estimate["stderr"],
+            ci95=estimate["ci95"],
+            ci95_reason=estimate["ci95_reason"],
+        )
     return dict(sorted(groups.items()))
 
 
@@ -149,7 +153,7 @@ def majority_at_k(con, verifier_version: str, *, failures_as_zero: bool = False)
     return score if voted else None
 
 
-def usage_percentiles(con) -> dict[str, dict[str, float | None]]:
+def usage_percentiles(con) -> dict[str, Usage]:
     """mean, p50, p90, p99 and max of tokens, turns, model calls and latency per rollout."""
     parts = []
     for column in USAGE_COLUMNS:
@@ -157,17 +161,17 @@ def usage_percentiles(con) -> dict[str, dict[str, float | None]]:
             f"avg({column}), quantile_cont({column}, [0.5, 0.9, 0.99]), max({column})::DOUBLE"
         )
     row = con.execute(f"SELECT {', '.join(parts)} FROM rollouts").fetchone()
-    usage: dict[str, dict[str, float | None]] = {}
+    usage: dict[str, Usage] = {}
     for i, column in enumerate(USAGE_COLUMNS):
         mean, quantiles, maximum = row[3 * i : 3 * i + 3]
         p50, p90, p99 = quantiles or (None, None, None)
-        usage[column] = {
-            "mean": _number(mean),
-            "p50": _number(p50),
-            "p90": _number(p90),
-            "p99": _number(p99),
-            "max": _number(maximum),
-        }
+        usage[column] = Usage(
+            mean=_number(mean),
+            p50=_number(p50),
+            p90=_number(p90),
+            p99=_number(p99),
+            max=_number(maximum),
+        )
     return usage
 
 
@@ -297,22 +301,22 @@ def _nanmean(matrix: np.ndarray) -> np.ndarray:
     return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
-def headline(con, verifier_version: str, *, failures_as_zero: bool = False) -> dict[str, Any]:
-    """The few numbers a summary line needs, without bootstrap or breakdowns: {verifier_version,
-    coverage, "pass@1", stderr, ci95, "pass@k" {k: value} for k = repeats, "tasks_at_k" {k: the
-    tasks that pass@k averages over}, mean_reward}."""
+def headline(con, verifier_version: str, *, failures_as_zero: bool = False) -> Headline:
+    """The few numbers a summary line needs, without bootstrap or breakdowns (`Headline`)."""
     tasks = task_table(con, verifier_version, failures_as_zero=failures_as_zero)
     scored = tasks.filter(pl.col("n") > 0)
     repeats = max(int(run_info(con)["repeats"] or 1), 1)
     at_k, _ = per_task_curves(scored["n"].to_numpy(), scored["c"].to_numpy(), np.array([repeats]))
     pass1 = _estimate((scored["c"] / scored["n"]).to_list(), rollouts=int(scored["n"].sum()))
-    return {
-        "verifier_version": verifier_version,
-        "coverage": coverage_of(tasks, repeats).as_dict(),
-        "pass@1": pass1["mean"],
-        "stderr": pass1["stderr"],
-        "ci95": pass1["ci95"],
-        "pass@k": {str(repeats): _number(_nanmean(at_k)[0]) if len(at_k) else None},
-        "tasks_at_k": {str(repeats): int((~np.isnan(at_k)).sum())},
-        "mean_reward": _number((scored["reward_sum"] / scored["n"]).mean()),
-    }
+    return Headline.model_validate(
+        {
+            "verifier_version": verifier_version,
+            "coverage": coverage_of(tasks, repeats),
+            "pass@1": pass1["mean"],
+            "stderr": pass1["stderr"],
+            "ci95": pass1["ci95"],
+            "pass@k": {str(repeats): _number(_nanmean(at_k)[0]) if len(at_k) else None},
+            "tasks_at_k": {str(repeats): int((~np.isnan(at_k)).sum())},
+            "mean_reward": _number((scored["reward_sum"] / scored["n"]).mean()),
+        }
+    )

@@ -79,6 +79,53 @@ class Health(Result):
         return [name for name in self.failing_checks if name not in self.warnings]
 
 
+class Headline(Result):
+    """The few numbers a summary line needs, without bootstrap or breakdowns
+    (`gymflow.analysis.profile.headline`): pass@k for k = repeats only."""
+
+    verifier_version: str
+    coverage: Coverage
+    pass_at_1: Number | None = Field(alias="pass@1")
+    stderr: Number | None
+    ci95: list[Number] | None
+    pass_at_k: dict[str, Number | None] = Field(alias="pass@k")
+    #: the tasks pass@k averages over (those with at least k scored rollouts)
+    tasks_at_k: dict[str, int]
+    mean_reward: Number | None
+
+
+class Estimate(Result):
+    """pass@1 of a group of tasks (a tag, a difficulty) with its task-clustered CI."""
+
+    tasks: int
+    pass_at_1: Number | None = Field(alias="pass@1")
+    stderr: Number | None
+    ci95: list[Number] | None
+    ci95_reason: str | None
+
+
+class Variance(Result):
+    """One-way random-effects ANOVA over tasks (`gymflow.analysis.stats.variance_components`);
+    None, with `reason`, where undefined."""
+
+    between: Number | None
+    within: Number | None
+    total: Number | None
+    icc: Number | None
+    repeats_per_task: Number | None
+    reason: str | None
+
+
+class Usage(Result):
+    """Percentiles of one per-rollout column (tokens, turns, model calls, latency)."""
+
+    mean: Number | None
+    p50: Number | None
+    p90: Number | None
+    p99: Number | None
+    max: Number | None
+
+
 class Profile(Result):
     """pass@1 with its CI, pass@k, pass^k, coverage (`gymflow.analysis.profile.profile`)."""
 
@@ -114,11 +161,72 @@ class Profile(Result):
     mean_reward_ci95: list[Number] | None
     mean_reward_ci95_reason: str | None
     reward_range: list[Number]
-    variance: dict[str, dict[str, Any]]
+    #: {"pass": ..., "reward": ...}
+    variance: dict[str, Variance]
     design_effect: Number | None
-    by_tag: dict[str, dict[str, Any]]
-    by_difficulty: dict[str, dict[str, Any]]
-    usage: dict[str, dict[str, Number | None]]
+    by_tag: dict[str, Estimate]
+    by_difficulty: dict[str, Estimate]
+    usage: dict[str, Usage]
+
+
+class Bucket(Result):
+    """The tasks of one outcome bucket (always, sometimes, never pass; missing)."""
+
+    tasks: int
+    #: of all tasks
+    share: Number
+    task_ids: list[str]
+
+
+class TaxonomyRow(Result):
+    """Non-passing rollouts of one category and kind."""
+
+    category: str
+    kind: str
+    rollouts: int
+    examples: list[str]
+    #: of all non-passing rollouts
+    share: Number
+
+
+class FailureRow(Result):
+    """Non-passing rollouts of one category and kind on tasks of one bucket."""
+
+    category: str
+    kind: str
+    bucket: str
+    rollouts: int
+    examples: list[str]
+
+
+class Side(Result):
+    """The first passing (or failing) rollout of a sometimes-pass task."""
+
+    rollout_id: str
+    repeat_index: int
+    output: str | None
+
+
+class SometimesPass(Result):
+    """A task that passed in some repeats and failed in others."""
+
+    task_id: str
+    n: int
+    c: int
+    pass_rate: Number
+    #: p(1 - p): the tasks are listed most variable first
+    variance: Number
+    passing: Side | None
+    failing: Side | None
+
+
+class Suspect(Result):
+    """Rollouts whose verdict looks wrong, of one kind (`verifier_suspects`)."""
+
+    kind: str
+    description: str
+    count: int
+    examples: list[str]
 
 
 class Diagnosis(Result):
@@ -130,11 +238,11 @@ class Diagnosis(Result):
     expected: int
     missing_rollouts: int
     non_passing_rollouts: int
-    buckets: dict[str, dict[str, Any]]
-    taxonomy: list[dict[str, Any]]
-    failures_by_bucket: list[dict[str, Any]]
-    sometimes_pass: list[dict[str, Any]]
-    verifier_suspects: list[dict[str, Any]]
+    buckets: dict[str, Bucket]
+    taxonomy: list[TaxonomyRow]
+    failures_by_bucket: list[FailureRow]
+    sometimes_pass: list[SometimesPass]
+    verifier_suspects: list[Suspect]
 
 
 class Candidate(Result):

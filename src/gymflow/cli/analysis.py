@@ -199,23 +199,23 @@ def print_profile(result: Profile) -> None:
         for k, value in result.majority_at_k.items():
             console.print(f"majority@{k} = {_pct(value)}")
     variance = result.variance["pass"]
-    if variance["icc"] is not None:
+    if variance.icc is not None:
         console.print(
-            f"variance (one-way ANOVA): between tasks {variance['between']:.4f}, within tasks "
-            f"{variance['within']:.4f}; ICC(1) {variance['icc']:.3f}, design effect "
+            f"variance (one-way ANOVA): between tasks {variance.between:.4f}, within tasks "
+            f"{variance.within:.4f}; ICC(1) {variance.icc:.3f}, design effect "
             f"{result.design_effect:.2f}"
         )
     else:
-        console.print(f"variance split: n/a ({variance['reason']})")
+        console.print(f"variance split: n/a ({variance.reason})")
     for title, groups in (("tag", result.by_tag), ("difficulty", result.by_difficulty)):
         if groups:
             breakdown = Table(title, "tasks", "pass@1", "95% CI")
             for name, group in groups.items():
                 breakdown.add_row(
                     name,
-                    str(group["tasks"]),
-                    _pct(group["pass@1"]),
-                    _interval(group["ci95"], group["ci95_reason"]),
+                    str(group.tasks),
+                    _pct(group.pass_at_1),
+                    _interval(group.ci95, group.ci95_reason),
                 )
             console.print(breakdown)
     usage = Table("per rollout", "mean", "p50", "p90", "p99", "max")
@@ -223,8 +223,8 @@ def print_profile(result: Profile) -> None:
         usage.add_row(
             name,
             *(
-                f"{stats[key]:.4g}" if stats[key] is not None else "n/a"
-                for key in ("mean", "p50", "p90", "p99", "max")
+                f"{value:.4g}" if value is not None else "n/a"
+                for value in (stats.mean, stats.p50, stats.p90, stats.p99, stats.max)
             ),
         )
     console.print(usage)
@@ -331,30 +331,30 @@ def eval_diagnose(
     console.print(f"run {result.run_id} · verifier {result.verifier_version}")
     buckets = Table("bucket", "tasks", "share")
     for name, bucket in result.buckets.items():
-        buckets.add_row(name, str(bucket["tasks"]), _pct(bucket["share"]))
+        buckets.add_row(name, str(bucket.tasks), _pct(bucket.share))
     console.print(buckets)
     taxonomy = Table("failure", "kind", "rollouts", "share", "examples")
     for row in result.taxonomy:
         taxonomy.add_row(
-            row["category"],
-            row["kind"],
-            str(row["rollouts"]),
-            _pct(row["share"]),
-            ", ".join(row["examples"][:3]),
+            row.category,
+            row.kind,
+            str(row.rollouts),
+            _pct(row.share),
+            ", ".join(row.examples[:3]),
         )
     console.print(taxonomy)
     if result.missing_rollouts:
         console.print(f"missing rollouts: {result.missing_rollouts}")
     for task in result.sometimes_pass[:top]:
-        passing, failing = task["passing"] or {}, task["failing"] or {}
+        passing = task.passing.rollout_id if task.passing else None
+        failing = task.failing.rollout_id if task.failing else None
         console.print(
-            f"[bold]{task['task_id']}[/] passes {task['c']}/{task['n']}: "
-            f"pass {passing.get('rollout_id')} vs fail {failing.get('rollout_id')}"
+            f"[bold]{task.task_id}[/] passes {task.c}/{task.n}: pass {passing} vs fail {failing}"
         )
     for suspect in result.verifier_suspects:
         console.print(
-            f"[yellow]verifier suspect[/] {suspect['kind']}: {suspect['count']} rollouts "
-            f"({suspect['description']}), e.g. {', '.join(suspect['examples'][:3])}"
+            f"[yellow]verifier suspect[/] {suspect.kind}: {suspect.count} rollouts "
+            f"({suspect.description}), e.g. {', '.join(suspect.examples[:3])}"
         )
     if decision.action is None:
         console.print(f"next action: none ({decision.why})", markup=False)

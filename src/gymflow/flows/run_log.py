@@ -7,7 +7,7 @@ from typing import Any
 
 from prefect import get_run_logger
 
-from gymflow.analysis.results import RunAnalysis
+from gymflow.analysis.results import RunAnalysis, TaxonomyRow
 from gymflow.flows.artifacts import action_text, interval, pct
 from gymflow.reports.serving import ReportLink
 
@@ -47,9 +47,9 @@ def shard_failed(index: int, count: int, message: str) -> None:
     get_run_logger().error("shard %d of %d failed: %s", index, count, message)
 
 
-def _kind(row: dict[str, Any]) -> str:
-    detail = f" ({row['kind']})" if row["kind"] and row["kind"] != row["category"] else ""
-    return f"{row['category']}{detail} {row['rollouts']}"
+def _kind(row: TaxonomyRow) -> str:
+    detail = f" ({row.kind})" if row.kind and row.kind != row.category else ""
+    return f"{row.category}{detail} {row.rollouts}"
 
 
 def results(analysis: RunAnalysis, link: ReportLink) -> None:

@@ -92,8 +92,8 @@ def read_entry(run_dir: Path) -> CatalogEntry:
             head = headline(con, version)
     except duckdb.Error as exc:
         raise StoreError(f"{path}: cannot read ({exc})") from None
-    low, high = head["ci95"] or (None, None)
-    cover = head["coverage"]
+    low, high = head.ci95 or (None, None)
+    cover = head.coverage
     return CatalogEntry(
         run_dir=str(run_dir),
         run_id=run["run_id"],
@@ -108,13 +108,13 @@ def read_entry(run_dir: Path) -> CatalogEntry:
         sampling_json=run["sampling_json"],
         repeats=run["repeats"],
         verifier_version=version,
-        pass1=head["pass@1"],
+        pass1=head.pass_at_1,
         ci_low=low,
         ci_high=high,
-        expected=cover["expected"],
-        scored=cover["scored"],
-        failed=cover["failed"],
-        missing=cover["missing"],
+        expected=cover.expected,
+        scored=cover.scored,
+        failed=cover.failed,
+        missing=cover.missing,
         store_bytes=stat.st_size,
         store_mtime=stat.st_mtime,
     )

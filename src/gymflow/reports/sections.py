@@ -99,7 +99,7 @@ def run_sections(con, analysis: RunAnalysis, *, limits: Limits = DEFAULT_LIMITS)
     # the runner-up: its example rollouts are still the ones to read.
     basis = decision.evidence or decision.runner_up
     evidence_ids = basis.examples[: limits.evidence_examples] if basis else []
-    wanted = [r[side]["rollout_id"] for r in varying for side in ("passing", "failing")]
+    wanted = [side.rollout_id for r in varying for side in (r.passing, r.failing) if side]
     rollouts = views.rollouts_by_id(con, wanted + evidence_ids, version)
     versions = views.verifier_versions(con)
     taxonomy = diagnosis.taxonomy
@@ -125,26 +125,30 @@ def run_sections(con, analysis: RunAnalysis, *, limits: Limits = DEFAULT_LIMITS)
             "per_repeat": len(rows) * prof.repeats <= limits.grid_cells,
         },
         "taxonomy": {
-            "bars": [(_category(t["category"], t["kind"]), t["rollouts"]) for t in taxonomy],
+            "bars": [(_category(t.category, t.kind), t.rollouts) for t in taxonomy],
             "total": diagnosis.non_passing_rollouts,
         },
         "sometimes": {
-            "count": diagnosis.buckets["sometimes_pass"]["tasks"],
+            "count": diagnosis.buckets["sometimes_pass"].tasks,
             "examples": [
                 {
-                    **item,
-                    "passing": example(rollouts.get(item["passing"]["rollout_id"])),
-                    "failing": example(rollouts.get(item["failing"]["rollout_id"])),
+                    **item.as_json(),
+                    "passing": example(rollouts.get(item.passing.rollout_id))
+                    if item.passing
+                    else None,
+                    "failing": example(rollouts.get(item.failing.rollout_id))
+                    if item.failing
+                    else None,
                 }
                 for item in shown
             ],
             "exported_tasks": len(rest),
         },
         "export": [
-            exported(rollouts[item[side]["rollout_id"]])
+            exported(rollouts[side.rollout_id])
             for item in rest
-            for side in ("passing", "failing")
-            if item[side]["rollout_id"] in rollouts
+            for side in (item.passing, item.failing)
+            if side and side.rollout_id in rollouts
         ],
         "distributions": {
             column: {

@@ -89,7 +89,7 @@ def summarise(run: ArmRun) -> ArmSummary:
         head = headline(con, run.verifier_version)
         verdict = health(con, verifier_version=run.verifier_version, max_listed=0).verdict
         run_id = run_info(con)["run_id"]
-    ci = head["ci95"]
+    ci = head.ci95
     return ArmSummary(
         name=run.arm.name,
         run_dir=str(run.run_dir),
@@ -99,9 +99,9 @@ def summarise(run: ArmRun) -> ArmSummary:
         isolates=run.arm.isolates,
         confounded=run.arm.confounded,
         reverify_only=run.arm.reverify_only,
-        pass1=head["pass@1"],
+        pass1=head.pass_at_1,
         ci95=tuple(ci) if ci else None,
-        coverage=head["coverage"],
+        coverage=head.coverage.as_dict(),
         health=verdict,
     )
 
