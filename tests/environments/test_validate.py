@@ -122,7 +122,9 @@ def test_an_environment_whose_code_is_broken(tmp_path: Path, monkeypatch) -> Non
 def test_a_manifest_naming_an_unknown_verifier(tmp_path: Path, monkeypatch) -> None:
     scaffold("no-verifier", tmp_path)
     manifest = tmp_path / "no-verifier" / "environment.yaml"
-    manifest.write_text(manifest.read_text().replace("name: numeric_match", "name: exact_vibes"))
+    text = manifest.read_text()
+    assert "verifier: {name: no-verifier_sum}" in text  # the scaffold's own verifier
+    manifest.write_text(text.replace("{name: no-verifier_sum}", "{name: exact_vibes}"))
     monkeypatch.setenv(PATH_VARIABLE, str(tmp_path))
     config = tmp_path / "eval.yaml"
     config.write_text("benchmark: no-verifier-smoke\n")
