@@ -129,15 +129,15 @@ def _effect(variant: ArmRun, baseline: ArmRun) -> dict[str, Any]:
             )
     except CompareError as exc:
         return {"error": str(exc)}
-    ci = found["ci95"]
+    ci = found.ci95
     return {
-        "tasks": found["tasks"],
-        "unpaired_tasks": found["unpaired_tasks"],
-        "difference": found["difference"],
+        "tasks": found.tasks,
+        "unpaired_tasks": found.unpaired_tasks.as_json(),
+        "difference": found.difference,
         "ci95": tuple(ci) if ci else None,
-        "p_value": found["mcnemar"]["p_value"],
-        "gained": tuple(found["flipped"]["a_only"]),
-        "lost": tuple(found["flipped"]["b_only"]),
+        "p_value": found.mcnemar.p_value,
+        "gained": tuple(found.flipped.a_only),
+        "lost": tuple(found.flipped.b_only),
     }
 
 
