@@ -424,32 +424,30 @@ def eval_reverify(
     except (StoreError, ReverifyError) as exc:
         fail(str(exc))
     if json_output:
-        print_json(result)
+        print_json(result.as_json())
         return
     console.print(
-        f"{result['environment']}: {result['base_version']} -> [bold]{result['new_version']}[/] "
-        f"({result['status']}; {result['reverified']} rollouts judged, params {result['params']})"
+        f"{result.environment}: {result.base_version} -> [bold]{result.new_version}[/] "
+        f"({result.status}; {result.reverified} rollouts judged, params {result.params})"
     )
-    flipped = result["flips"]
+    flipped = result.flips
+    rollouts = flipped.rollouts
     console.print(
-        f"flipped: {flipped['rollouts']['count']} rollouts "
-        f"({len(flipped['rollouts']['to_pass'])} now pass, "
-        f"{len(flipped['rollouts']['to_fail'])} now fail), {len(flipped['tasks'])} tasks"
+        f"flipped: {rollouts.count} rollouts ({len(rollouts.to_pass)} now pass, "
+        f"{len(rollouts.to_fail)} now fail), {len(flipped.tasks)} tasks"
     )
-    for label in ("to_pass", "to_fail"):
-        ids = flipped["rollouts"][label]
+    for label, ids in (("to_pass", rollouts.to_pass), ("to_fail", rollouts.to_fail)):
         if ids:
             console.print(f"  {label}: {', '.join(ids[:20])}" + (" …" if len(ids) > 20 else ""))
     table = Table("task", "passing before", "passing after")
-    for task in flipped["tasks"][:50]:
-        table.add_row(task["task_id"], str(task["passed_before"]), str(task["passed_after"]))
-    if flipped["tasks"]:
+    for task in flipped.tasks[:50]:
+        table.add_row(task.task_id, str(task.passed_before), str(task.passed_after))
+    if flipped.tasks:
         console.print(table)
-    for label in ("before", "after"):
-        head = result[label]
+    for label, head in (("before", result.before), ("after", result.after)):
         if head:
+            ((k, pass_at_k),) = head.pass_at_k.items()
             console.print(
-                f"{label}: pass@1 {_pct(head['pass@1'])} (95% CI {_interval(head['ci95'])}), "
-                f"pass@{next(iter(head['pass@k']))} {_pct(next(iter(head['pass@k'].values())))}"
-                f" [{head['verifier_version']}]"
+                f"{label}: pass@1 {_pct(head.pass_at_1)} (95% CI {_interval(head.ci95)}), "
+                f"pass@{k} {_pct(pass_at_k)} [{head.verifier_version}]"
             )
