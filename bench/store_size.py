@@ -8,6 +8,7 @@ each model call's request and response JSON, and its verification.
 - single-turn: `arithmetic` (split full), one model call per rollout.
 - 3-turn: the `ledger` tool environment of tests/harness/envs (two parallel deposits, a balance
   read, the answer: three model calls when the policy plays the reference plan).
+- multi-turn: the `backoffice` environment (9 tools, about 4 model calls a rollout).
 Inspect AI's figure is its `.eval` log for the single-turn workload (bench/inspect_peer.py).
 
 A store keeps each distinct tool list once (`store/tool_lists.py`); the 3-turn workload's
@@ -37,6 +38,7 @@ LEDGER_ROOT = BENCH_DIR.parent / "tests" / "harness" / "envs"
 WORKLOADS = {  # name -> (environment, split, extra environment folder)
     "single-turn (arithmetic)": ("arithmetic", "full", None),
     "3-turn (ledger tool loop)": ("ledger", "test", LEDGER_ROOT),
+    "multi-turn (backoffice, 9 tools)": ("backoffice", "test", None),
 }
 
 
@@ -135,16 +137,17 @@ def main() -> None:
         ],
         rows,
     )
-    single, multi = sizes.values()
+    single = next(iter(sizes.values()))
     print(
         f"single-turn: {single['per_rollout']:,.0f} bytes a rollout, bound {SINGLE_TURN_BOUND:,} "
         f"({'within' if single['per_rollout'] <= SINGLE_TURN_BOUND else 'OVER'})"
     )
-    print(
-        f"3-turn: {multi['per_rollout']:,.0f} bytes a rollout, tool lists stored once, against "
-        f"{multi['inline_per_rollout']:,.0f} with them inline in the same rows "
-        f"({multi['inline_per_rollout'] / multi['per_rollout']:.2f}x)"
-    )
+    for name, size in list(sizes.items())[1:]:
+        print(
+            f"{name}: {size['per_rollout']:,.0f} bytes a rollout, tool lists stored once, "
+            f"against {size['inline_per_rollout']:,.0f} with them inline in the same rows "
+            f"({size['inline_per_rollout'] / size['per_rollout']:.2f}x)"
+        )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from tests.conftest import gym
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """`gym demo` with no Prefect server configured: the suite's one run that starts its own
+    (ephemeral) server, as a new user's first run does."""
     cwd = tmp_path_factory.mktemp("demo")
     result = gym("demo", cwd=cwd, check=True)
     return cwd, result.stdout
@@ -65,8 +67,11 @@ def test_demo_prints_headline_and_report_matches(demo_run: tuple[Path, str]) -> 
     assert profile["ci95"][0] < profile["pass@1"] < profile["ci95"][1]
 
 
-def test_demo_rerun_resumes_without_new_rollouts(demo_run: tuple[Path, str]) -> None:
+def test_demo_rerun_resumes_without_new_rollouts(
+    demo_run: tuple[Path, str], prefect_api: str
+) -> None:
     cwd, first = demo_run
-    again = gym("demo", cwd=cwd, check=True).stdout
+    # on the suite's server: the first run already proved the ephemeral one
+    again = gym("demo", cwd=cwd, env={"PREFECT_API_URL": prefect_api}, check=True).stdout
     pick = re.compile(r"pass@1 = .*")
     assert pick.search(again).group(0) == pick.search(first).group(0)

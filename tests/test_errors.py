@@ -89,6 +89,9 @@ def test_bad_config_and_bad_flags_exit_1_in_one_line(tmp_path: Path):
     params = gym("serve", "environment", "arithmetic", "--param", "nope=1", cwd=tmp_path)
     assert params.returncode == exit_codes.BAD_INPUT
     assert "verifier 'numeric_match' parameters: nope" in one_error_line(params.stderr)
+    study = gym("study", "run", str(tmp_path / "nowhere.yaml"), "--check", cwd=tmp_path)
+    assert study.returncode == exit_codes.BAD_INPUT
+    assert "nowhere.yaml: cannot read config" in one_error_line(study.stderr)
     unknown = gym("serve", "model", "--benchmark", "no-such-bench", cwd=tmp_path)
     assert unknown.returncode == exit_codes.BAD_INPUT
     assert "unknown benchmark 'no-such-bench'" in one_error_line(unknown.stderr)

@@ -69,12 +69,28 @@ def imported_modules(node: ast.AST, package: str, root: Path) -> list[str]:
     else:
         module = node.module or ""
     if module == "gymflow":  # `from gymflow import progress` imports the module gymflow.progress
+        exports = root_exports(root)  # `from gymflow import Task` imports what the root exports
         return [
             f"gymflow.{alias.name}"
-            for alias in node.names
             if (root / f"{alias.name}.py").exists() or (root / alias.name).is_dir()
+            else exports[alias.name]
+            for alias in node.names
+            if (root / f"{alias.name}.py").exists()
+            or (root / alias.name).is_dir()
+            or alias.name in exports
         ]
     return [module]
+
+
+def root_exports(root: Path) -> dict[str, str]:
+    """The author API of the package root (`_EXPORTS`, name -> (module, attribute)), loaded on
+    first use by its `__getattr__`: an import of one of those names is an edge to its module."""
+    for node in ast.parse((root / "__init__.py").read_text()).body:
+        if isinstance(node, ast.AnnAssign | ast.Assign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in targets):
+                return {name: module for name, (module, _) in ast.literal_eval(node.value).items()}
+    return {}
 
 
 def cross_unit_imports(root: Path) -> list[Import]:
@@ -217,17 +233,21 @@ def test_the_checks_find_a_cycle_and_an_upward_import(tmp_path):
     root = tmp_path / "gymflow"
     (root / "low").mkdir(parents=True)
     (root / "high").mkdir()
-    (root / "__init__.py").write_text("")
+    (root / "__init__.py").write_text('_EXPORTS = {"Thing": ("gymflow.high.b", "Thing")}\n')
     (root / "low" / "__init__.py").write_text("")
     (root / "high" / "__init__.py").write_text("from gymflow import low\n")
     (root / "low" / "a.py").write_text("def f():\n    from ..high import b\n")
+    (root / "low" / "c.py").write_text("from gymflow import Thing\n")  # through the root's API
     imports = cross_unit_imports(root)
     layers = (frozenset({"low"}), frozenset({"high"}))
     assert upward_imports(imports, layers) == [
-        "src/gymflow/low/a.py:2 imports gymflow.high: low (layer 0) may not import high (layer 1)"
+        "src/gymflow/low/a.py:2 imports gymflow.high: low (layer 0) may not import high (layer 1)",
+        "src/gymflow/low/c.py:1 imports gymflow.high.b: low (layer 0) may not import high "
+        "(layer 1)",
     ]
     assert cycles(imports) == [
         "import cycle among high, low, e.g. high -> low -> high:\n"
         "    src/gymflow/high/__init__.py:1 imports gymflow.low\n"
-        "    src/gymflow/low/a.py:2 imports gymflow.high"
+        "    src/gymflow/low/a.py:2 imports gymflow.high\n"
+        "    src/gymflow/low/c.py:1 imports gymflow.high.b"
     ]

@@ -61,6 +61,29 @@ def test_a_hard_limit_too_low_refuses_the_run_before_it_starts(tmp_path):
     assert not (tmp_path / "run" / "gymflow.duckdb").exists()
 
 
+@pytest.mark.parametrize(
+    ("hard", "remote", "remedy"),
+    [
+        (400, False, "lower concurrency to 144 or raise the hard limit"),
+        (400, True, "lower concurrency to 72 or raise the hard limit"),
+        # the reserve alone is over the limit: no concurrency fits, so none is offered
+        (64, False, "raise the hard limit to at least 257"),
+        (64, True, "raise the hard limit to at least 258"),
+    ],
+)
+def test_a_refusal_offers_a_remedy_that_fits_the_hard_limit(hard, remote, remedy):
+    code = (
+        "from gymflow.models.open_files import ensure_open_files\n"
+        f"try:\n    ensure_open_files(1024, remote_resources={remote})\n"
+        "except Exception as exc:\n    print(exc)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], preexec_fn=_limited(hard, hard), capture_output=True,
+        text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.strip().endswith(f"(hard limit, `ulimit -Hn`): {remedy}")
+
+
 def test_the_default_batch_grows_to_sixteen_waves_of_the_concurrency():
     assert parse_config({"benchmark": "arithmetic-smoke"}, "test").batch_size == 2000
     config = parse_config({"benchmark": "arithmetic-smoke", "concurrency": 1024}, "test")

@@ -4,11 +4,15 @@ written before a column or table existed still opens."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 
+from gymflow.core.records import ModelCall, Verification
 from gymflow.store.db import connect
-from gymflow.store.rows import row
+from gymflow.store.rows import model_call_row, rollout_row, row, verification_row
 from gymflow.store.schema import COLUMNS, SPECS
+from gymflow.store.tool_lists import ToolLists
 
 
 def _columns(con, table: str) -> list[tuple[str, str]]:
@@ -59,3 +63,48 @@ def test_a_row_naming_a_column_its_table_lacks_is_refused():
     assert row("shards", {"run_id": "r", "shard_index": 0}) == ("r", 0, None)
     with pytest.raises(KeyError, match="shards has no column shard"):
         row("shards", {"run_id": "r", "shard": 0})
+
+
+def _same(value):
+    return value
+
+
+def test_the_builders_of_the_collectors_rows_follow_the_schemas_column_order():
+    """Each argument is given as the name of the column it fills: the row must read back as the
+    table's column names, in order (times absent: no times and no latency)."""
+    rollout = rollout_row(
+        **{
+            name: name
+            for name in COLUMNS["rollouts"]
+            if not name.endswith(("_json", "_at")) and name != "latency_s"
+        },
+        trajectory="trajectory_json",
+        counters="counters_json",
+        started_at=None,
+        finished_at=None,
+        json_of=_same,
+    )
+    assert rollout == tuple(
+        None if name in ("latency_s", "started_at", "finished_at") else name
+        for name in COLUMNS["rollouts"]
+    )
+    call = ModelCall(
+        **{
+            name: name
+            for name in COLUMNS["model_calls"]
+            if name not in ("rollout_id",) and not name.endswith("_json")
+        },
+        sampling="sampling_json",
+        request="request_json",
+        response="response_json",
+    )
+    assert model_call_row("rollout_id", call, ToolLists(), json_of=_same) == COLUMNS["model_calls"]
+    verdict = Verification(
+        "verifier_version", "status", "reward", "passed", "failure_kind", "details_json"
+    )
+    created_at = datetime(2026, 1, 1)
+    assert verification_row("rollout_id", verdict, created_at, json_of=_same) == (
+        *COLUMNS["verifications"][:-1],
+        created_at,
+    )
+    assert COLUMNS["verifications"][-1] == "created_at"

@@ -10,6 +10,7 @@ the file's own size does. A recursive alias (a node that contains itself) is ref
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -19,10 +20,16 @@ from gymflow.errors import UserError
 #: Nodes a document may expand to through its aliases. Configs, benchmarks and manifests hold
 #: hundreds; a dataset of a few thousand rows in YAML stays well below.
 MAX_EXPANDED_NODES = 1_000_000
+#: Longest YAML file read: `gym env validate /dev/zero` read until the kernel killed it.
+MAX_FILE_BYTES = 64 * 1024 * 1024
 
 
 class YamlBombError(UserError, yaml.YAMLError):
     """A document whose aliases expand past the bound, or refer to themselves."""
+
+
+class YamlFileError(UserError, yaml.YAMLError):
+    """A YAML file that cannot be read as text: over MAX_FILE_BYTES, or not UTF-8."""
 
 
 def _expanded_size(root: yaml.Node) -> int:
@@ -69,3 +76,16 @@ def safe_load(stream: str | bytes) -> Any:
         raise YamlBombError("nested too deeply to read; refused") from None
     finally:
         loader.dispose()
+
+
+def read_text(path: Path) -> str:
+    """A YAML file's text; `YamlFileError` for one over MAX_FILE_BYTES (or endless, as a device
+    or FIFO is) or not UTF-8 (a binary named by mistake); OSError as `open` raises it."""
+    with path.open("rb") as handle:
+        data = handle.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise YamlFileError(f"longer than {MAX_FILE_BYTES} bytes")
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        raise YamlFileError(f"not UTF-8 text (byte {exc.start}: {exc.reason})") from None

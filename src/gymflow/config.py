@@ -195,7 +195,11 @@ class ShardSpec(_Strict):
             index, count = (int(part) for part in text.split("/"))
         except ValueError as exc:
             raise ConfigError(f"--shard {text!r}: expected I/N, e.g. 0/4") from exc
-        return cls(index=index, count=count)
+        try:
+            return cls(index=index, count=count)
+        except ValidationError as exc:  # pydantic's own text is a multi-line report
+            reasons = "; ".join(item["msg"].removeprefix("Value error, ") for item in exc.errors())
+            raise ConfigError(f"--shard {text!r}: {reasons}") from None
 
 
 #: Waves of `concurrency` rollouts in a default batch: the tail that ends a batch then costs a
@@ -307,9 +311,11 @@ def parse_config(data: Any, source: str) -> EvalConfig:
 
 def load_config_file(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        text = bounded_yaml.read_text(path)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+    except bounded_yaml.YamlFileError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc}") from None
     try:
         data = bounded_yaml.safe_load(text)
     except bounded_yaml.YamlBombError as exc:

@@ -199,13 +199,15 @@ def _write(
                 verdicts = _verify_all(server, tasks, rows)
                 _insert(con, rows, verdicts, version, now)
             if failed_only and base.stored:
+                # The base version's passing verdicts, copied row for row into the new version.
                 con.execute(
                     f"""
-                    INSERT INTO verifications
-                    SELECT b.rollout_id, ?, b.status, b.reward, b.passed, b.failure_kind,
+                    INSERT INTO verifications BY NAME
+                    SELECT b.rollout_id, ? AS verifier_version, b.status, b.reward, b.passed,
+                           b.failure_kind,
                            json_merge_patch(coalesce(b.details_json, '{{}}'),
-                                            json_object('carried_from', ?)),
-                           ?
+                                            json_object('carried_from', ?)) AS details_json,
+                           ? AS created_at
                     FROM rollouts r
                     JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
                     WHERE NOT ({_selection(failed_only)})

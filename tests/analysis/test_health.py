@@ -89,6 +89,14 @@ def _last_call_failed(b):
     return _failed_rollout(b)
 
 
+def _mostly_unanswered(b):
+    """4 of 6 rollouts completed with no text and no call: the output-token limit spent on
+    reasoning, which a 0 would misread as the policy's."""
+    ids = [_bend(b, task, repeat, text="") for task, repeat in (("t0", 1), ("t1", 0), ("t1", 1))]
+    ids.append(_bend(b, "t2", 0, text="", incomplete=True))
+    return ids[0]
+
+
 def _failed_rollout(b):
     rid = _with_call(
         b,
@@ -164,6 +172,7 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "last_call_failed": _last_call_failed,
     "failed_share": _failed_rollout,  # 1 of 6 rollouts failed
     "empty_output": lambda b: _bend(b, "t0", 1, text="  "),
+    "no_answer_share": _mostly_unanswered,
     "incomplete_response": lambda b: _bend(b, "t0", 1, incomplete=True),
     "zero_output_tokens": lambda b: _bend(b, "t0", 1, output_tokens=0),
     "token_counts_missing": _token_counts_missing,

@@ -116,3 +116,47 @@ def test_truncated_store_is_named_and_left_alone(stored: Path, tmp_path: Path, p
     last_words = " ".join(result.stderr[result.stderr.rindex("error: ") :].split())
     assert "truncated or corrupt?" in last_words and str(store) in last_words
     assert tree_digest(broken) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        # each was a traceback (exit 3), a pydantic report, or NaN silently keeping every task
+        (["data", "profile", "{run}", "--groups", "-1"], "Invalid value for '--groups'"),
+        (["eval", "profile", "{run}", "--seed", "-1"], "Invalid value for '--seed'"),
+        (["data", "select", "{run}", "--max-input-tokens", "nan", "--dry-run"],
+         "error: --max-input-tokens nan: expected a finite number"),
+        (["data", "select", "{run}", "--max-output-tokens", "inf", "--dry-run"],
+         "error: --max-output-tokens inf: expected a finite number"),
+        (["eval", "run", "--benchmark", "arithmetic-smoke", "--shard", "3/2", "--out", "{run}"],
+         "error: --shard '3/2': shard index 3 is not below shard count 2"),
+        (["eval", "run", "--benchmark", "arithmetic-smoke", "--shards", "0", "--out", "{run}"],
+         "error: command line: invalid config (1 problem(s)) - shards: Input should be greater"),
+    ],
+)  # fmt: skip
+def test_a_bad_flag_is_one_clear_line(
+    stored: Path, tmp_path: Path, args: list[str], expected: str
+) -> None:
+    argv = [arg.format(run=stored) for arg in args]
+    message = refused(*argv, cwd=tmp_path, guarded=[stored])
+    assert expected in message and "pydantic" not in message
+
+
+def test_a_config_that_is_not_text_or_never_ends_is_refused(stored: Path, tmp_path: Path) -> None:
+    """A binary named by mistake was a UnicodeDecodeError traceback ("a gymflow bug"), and
+    /dev/zero was read until the kernel killed gym."""
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)))
+    message = refused("eval", "run", str(binary), "--out", str(stored), cwd=tmp_path,
+                      guarded=[stored])  # fmt: skip
+    assert f"error: {binary}: cannot read config: not UTF-8 text (byte" in message
+    validated = gym("env", "validate", "/dev/zero", cwd=tmp_path)
+    assert validated.returncode == 1 and "Traceback" not in validated.stderr
+    assert "/dev/zero: cannot read config: longer than 67108864 bytes" in validated.stdout
+
+
+def test_a_port_out_of_range_is_refused_not_served_nowhere(tmp_path: Path) -> None:
+    """`--port 99999` printed "serving … on :99999" and then waited forever, serving nothing."""
+    message = refused("serve", "environment", "arithmetic", "--port", "99999", cwd=tmp_path,
+                      guarded=[])  # fmt: skip
+    assert "Invalid value for '--port'" in message

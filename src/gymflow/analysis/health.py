@@ -114,6 +114,29 @@ def _sampling_differs(key: str) -> str:
 #: threshold the gate applies, so the check, the verdict and the gate agree.
 FAILED_SHARE_MAX = 0.05
 
+#: A run in which more than this share of the expected rollouts completed without any answer is
+#: unhealthy (the `no_answer_share` check): its zeros are the serving setup's, not the policy's.
+NO_ANSWER_SHARE_MAX = 0.5
+
+_NO_ANSWER = (
+    "status = 'completed' AND coalesce(trim(output_text), '') = '' "
+    "AND coalesce(trajectory_json, '') NOT LIKE '%function_call%'"
+)
+
+
+def _beyond_share(where: str, variable: str) -> str:
+    """The rollouts matching `where`, when they are more than the share held in `variable` of
+    the expected (or stored, if more) rollouts; none otherwise."""
+    return f"""
+        SELECT rollout_id AS id FROM rollouts
+        WHERE {where}
+          AND (SELECT count(*) FROM rollouts WHERE {where})
+              > getvariable('{variable}')::DOUBLE * greatest(
+                  (SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0),
+                  (SELECT count(*) FROM rollouts))
+        """
+
+
 CHECKS: dict[str, Check] = {
     "missing_rollout": Check(
         "expected (task_id, repeat_index) with no stored rollout",
@@ -284,16 +307,18 @@ CHECKS: dict[str, Check] = {
         "failed rollouts (model, transport, harness, tool failures), when more than the "
         f"threshold (by default {FAILED_SHARE_MAX:.0%}) of the expected rollouts failed: the run "
         "mostly measured its setup, not the policy",
-        """
-        SELECT rollout_id AS id FROM rollouts
-        WHERE status = 'failed'
-          AND (SELECT count(*) FROM rollouts WHERE status = 'failed')
-              > getvariable('failed_share_max')::DOUBLE * greatest(
-                  (SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0),
-                  (SELECT count(*) FROM rollouts))
-        """,
+        _beyond_share("status = 'failed'", "failed_share_max"),
         needs=("failed_share_max",),
         threshold=FAILED_SHARE_MAX,
+    ),
+    "no_answer_share": Check(
+        "completed rollouts that gave no answer (empty final text, no function call), when more "
+        f"than the threshold (by default {NO_ANSWER_SHARE_MAX:.0%}) of the expected rollouts: "
+        "scored 0, they measure the serving limits (an output-token limit spent on reasoning), "
+        "not the policy",
+        _beyond_share(_NO_ANSWER, "no_answer_share_max"),
+        needs=("no_answer_share_max",),
+        threshold=NO_ANSWER_SHARE_MAX,
     ),
     "tampering": Check(
         "the answer's code was seen touching the verification harness (failure kind "
@@ -377,7 +402,10 @@ def health(
         "verifier_version": version,
         "reward_low": spec.low if spec else None,
         "reward_high": spec.high if spec else None,
-        "failed_share_max": gate.threshold("failed_share", CHECKS["failed_share"].severity),
+        **{
+            f"{name}_max": gate.threshold(name, CHECKS[name].severity)
+            for name in ("failed_share", "no_answer_share")
+        },
     }
     _set_variables(con, variables)
     con.execute(_TOOL_ITEMS)

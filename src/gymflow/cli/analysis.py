@@ -8,15 +8,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from gymflow.analysis.compare import POWER_DIFFERENCE, CompareError, compare
-from gymflow.analysis.health import Gate, UnknownCheck, health
+from gymflow.analysis.compare import POWER_DIFFERENCE, compare
+from gymflow.analysis.health import Gate, health
 from gymflow.analysis.profile import profile
 from gymflow.analysis.results import Comparison, Profile
 from gymflow.analysis.run import analyse
 from gymflow.cli import exit_codes
 from gymflow.cli.app import console, eval_app, fail, print_json
-from gymflow.reverify import ReverifyError, parse_settings, reverify
-from gymflow.store.db import StoreError, connect
+from gymflow.reverify import parse_settings, reverify
+from gymflow.store.db import connect
 
 
 @eval_app.command("profile")
@@ -34,7 +34,7 @@ def eval_profile(
     compare_verifier_version: Annotated[
         str | None, typer.Option(help="Verifier version to read in the --compare run.")
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the bootstrap over tasks.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the bootstrap over tasks.")] = 0,
     power_difference: Annotated[
         float,
         typer.Option(
@@ -47,38 +47,35 @@ def eval_profile(
 ) -> None:
     """pass@1 with its task-clustered 95% CI, pass@k, pass^k and coverage; with --compare, a
     paired comparison of two runs."""
+    con = connect(run_dir, read_only=True)
     try:
-        con = connect(run_dir, read_only=True)
-        try:
-            result = profile(
-                con,
-                verifier_version=verifier_version,
-                failures_as_zero=failures_as_zero,
-                seed=seed,
-            )
-            if compare_with is not None:
-                other = connect(compare_with, read_only=True)
-                try:
-                    comparison = compare(
-                        con,
-                        other,
-                        verifier_version_a=verifier_version,
-                        verifier_version_b=compare_verifier_version,
-                        failures_as_zero=failures_as_zero,
-                        power_difference=power_difference,
-                    )
-                    other_profile = profile(
-                        other,
-                        verifier_version=compare_verifier_version,
-                        failures_as_zero=failures_as_zero,
-                        seed=seed,
-                    )
-                finally:
-                    other.close()
-        finally:
-            con.close()
-    except (StoreError, CompareError) as exc:
-        fail(str(exc))
+        result = profile(
+            con,
+            verifier_version=verifier_version,
+            failures_as_zero=failures_as_zero,
+            seed=seed,
+        )
+        if compare_with is not None:
+            other = connect(compare_with, read_only=True)
+            try:
+                comparison = compare(
+                    con,
+                    other,
+                    verifier_version_a=verifier_version,
+                    verifier_version_b=compare_verifier_version,
+                    failures_as_zero=failures_as_zero,
+                    power_difference=power_difference,
+                )
+                other_profile = profile(
+                    other,
+                    verifier_version=compare_verifier_version,
+                    failures_as_zero=failures_as_zero,
+                    seed=seed,
+                )
+            finally:
+                other.close()
+    finally:
+        con.close()
     if compare_with is not None:
         profiles = {"a": result, "b": other_profile}
         if json_output:
@@ -282,16 +279,11 @@ def eval_health(
         warning_max_share=warning_max_share,
         per_check=_parse_thresholds(threshold or []),
     )
+    con = connect(run_dir, read_only=True)
     try:
-        con = connect(run_dir, read_only=True)
-        try:
-            result = health(
-                con, verifier_version=verifier_version, gate=gate, max_listed=max_listed
-            )
-        finally:
-            con.close()
-    except (StoreError, UnknownCheck) as exc:
-        fail(str(exc))
+        result = health(con, verifier_version=verifier_version, gate=gate, max_listed=max_listed)
+    finally:
+        con.close()
     if json_output:
         print_json(result.as_json())
     else:
@@ -330,14 +322,11 @@ def eval_diagnose(
 ) -> None:
     """Outcome buckets, failure taxonomy, sometimes-pass tasks, verifier suspects, and the
     recommended next action (the same `decide` the flow's artifacts and the report read)."""
+    con = connect(run_dir, read_only=True)
     try:
-        con = connect(run_dir, read_only=True)
-        try:
-            analysis = analyse(con, verifier_version=verifier_version, top=top)
-        finally:
-            con.close()
-    except StoreError as exc:
-        fail(str(exc))
+        analysis = analyse(con, verifier_version=verifier_version, top=top)
+    finally:
+        con.close()
     result, decision = analysis.diagnosis, analysis.decision
     if json_output:
         print_json({**result.as_json(), "decision": decision.as_json()})
@@ -413,16 +402,13 @@ def eval_reverify(
     the environment's verifier as it is now); no inference. The result is a new verifier
     version beside the old one; under a version already stored, verifications that errored or
     timed out are judged again."""
-    try:
-        result = reverify(
-            run_dir,
-            parse_settings(settings or []),
-            failed_only=failed_only,
-            force=force,
-            base_version=base_version,
-        )
-    except (StoreError, ReverifyError) as exc:
-        fail(str(exc))
+    result = reverify(
+        run_dir,
+        parse_settings(settings or []),
+        failed_only=failed_only,
+        force=force,
+        base_version=base_version,
+    )
     if json_output:
         print_json(result.as_json())
         return

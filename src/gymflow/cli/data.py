@@ -211,7 +211,7 @@ def data_profile_command(
     threshold: Annotated[
         float, typer.Option(help="Near-duplicate threshold: estimated Jaccard of word 3-grams.")
     ] = 0.8,
-    groups: Annotated[int, typer.Option(help="Near-duplicate groups to list.")] = 20,
+    groups: Annotated[int, typer.Option(min=0, help="Near-duplicate groups to list.")] = 20,
     pass_rate: PassRate = None,
     bucket: Bucket = None,
     tag: Tag = None,

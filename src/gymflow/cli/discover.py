@@ -71,7 +71,7 @@ def _environment_detail(name: str, catalog: Catalog) -> dict[str, Any]:
     """One environment in full: manifest, tool schemas, benchmarks over it, split sizes."""
     sources = environment_sources()
     if name not in sources:
-        fail(str(UnknownName("environment", name, sources)))
+        raise UnknownName("environment", name, sources)
     try:
         env = load_environment(name)
         server = env.resources_server()

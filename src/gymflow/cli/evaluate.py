@@ -21,6 +21,7 @@ from gymflow.config import (
     ConfigError,
     EvalConfig,
     ShardSpec,
+    format_validation_error,
     load_config_file,
     merge_overrides,
     parse_config,
@@ -199,11 +200,8 @@ def _execute(
     scale: ScaleOptions = UNSHARDED,
     retry_failed: bool = True,
 ) -> None:
-    try:
-        config = build_config(path, overrides)
-        plan = check_before_run(config, resume=resume)
-    except (ConfigError, RegistryError, StoreError) as exc:
-        fail(str(exc))
+    config = build_config(path, overrides)
+    plan = check_before_run(config, resume=resume)
     prefect_for_run()
     # The local policy server starts while Prefect is imported and the flow run starts.
     with launched_early(plan):
@@ -217,9 +215,7 @@ def _execute(
             fail(f"{exc} ({_stored(plan)})", exit_codes.TERMINATED)
         except KeyboardInterrupt:
             fail(f"stopped at once (signalled twice); {_stored(plan)}", exit_codes.INTERRUPTED)
-        except ConfigError as exc:
-            fail(str(exc))
-        except (RegistryError, StoreError) as exc:
+        except (RegistryError, StoreError) as exc:  # the store or a component failed mid-run
             fail(str(exc), exit_codes.RUNTIME)
     print_headline(result)
     health = result["analysis"].health
@@ -282,8 +278,10 @@ def eval_run(
         scale = ScaleOptions(
             shards=shards, work_pool=work_pool, shard_root=shard_root, shard_retries=shard_retries
         )
-    except (ConfigError, ValidationError) as exc:
+    except ConfigError as exc:
         fail(str(exc))
+    except ValidationError as exc:
+        fail(format_validation_error(exc, "command line"))
     overrides = {
         "benchmark": benchmark,
         "environment": environment,

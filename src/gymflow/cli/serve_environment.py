@@ -29,7 +29,7 @@ def _verifier_params(pairs: list[str]) -> dict[str, Any]:
 @serve_app.command("environment")
 def serve_environment(
     name: Annotated[str, typer.Argument(help="Environment name (see `gym list environments`).")],
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8100,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8100,
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     param: Annotated[
         list[str] | None, typer.Option(help="Verifier parameter override, key=value.")

@@ -35,7 +35,7 @@ def _faults(latency_ms: float, pairs: list[str]) -> FaultSpec:
 
 @serve_app.command("model")
 def serve_model(
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     environment: Annotated[str | None, typer.Option(help="Serve this environment's tasks.")] = None,
     benchmark: Annotated[str | None, typer.Option(help="Serve this benchmark's tasks.")] = None,

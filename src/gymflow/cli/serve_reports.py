@@ -17,7 +17,7 @@ def serve_reports(
     root: Annotated[
         Path, typer.Option(help="Folder the runs write into (their report.html files).")
     ] = Path("."),
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8200,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8200,
     host: Annotated[
         str, typer.Option(help="Interface to bind (0.0.0.0 to serve other machines).")
     ] = "127.0.0.1",

@@ -10,7 +10,6 @@ from rich.table import Table
 
 from gymflow.cli import exit_codes
 from gymflow.cli.app import app, console, fail, prefect_for_run, print_json
-from gymflow.config import ConfigError
 from gymflow.store.db import StoreError
 
 study_app = typer.Typer(
@@ -35,11 +34,8 @@ def study_run(
     """Run the baseline and every variant (concurrently, resumable), then write study.html."""
     from gymflow.study.spec import read_spec, resolve_study, store_of
 
-    try:
-        spec = read_spec(study_file)
-        plan = resolve_study(spec, str(study_file))
-    except ConfigError as exc:
-        fail(str(exc))
+    spec = read_spec(study_file)
+    plan = resolve_study(spec, str(study_file))
     if check:
         stores = store_of(plan)
         for arm in (plan.baseline, *plan.variants):

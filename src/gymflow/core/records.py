@@ -28,7 +28,7 @@ class ModelCall:
     status: str  # completed | incomplete | error
     failure_kind: str | None
     http_status: int | None
-    latency_s: float
+    latency_s: float | None  # None: not measured (an imported file keeps no latency)
     request: dict[str, Any]
     response: Any  # parsed JSON, or the raw text of a malformed body
     sampling: dict[str, Any]

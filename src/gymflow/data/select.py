@@ -5,6 +5,7 @@ are not scored, as in `gym eval profile`); its bucket is the one `gym eval diagn
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -88,6 +89,13 @@ class Filters:
             raise SelectionError(
                 f"--bucket {', '.join(unknown)}: unknown (buckets: {', '.join(BUCKETS)})"
             )
+        for flag, bound in (
+            ("--max-input-tokens", self.max_input_tokens),
+            ("--max-output-tokens", self.max_output_tokens),
+        ):
+            # NaN compares above every number in DuckDB: `<= nan` silently kept every task
+            if bound is not None and not math.isfinite(bound):
+                raise SelectionError(f"{flag} {bound}: expected a finite number")
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -105,7 +105,7 @@ def search_roots() -> list[Path]:
 
 def read_manifest(path: Path) -> EnvironmentManifest:
     try:
-        data = bounded_yaml.safe_load(path.read_text())
+        data = bounded_yaml.safe_load(bounded_yaml.read_text(path))
     except (OSError, yaml.YAMLError) as exc:
         raise RegistryError(f"{path}: cannot read manifest: {exc}") from None
     try:
@@ -193,7 +193,7 @@ def load_benchmark(name: str) -> Benchmark:
         raise UnknownName("benchmark", name, files)
     path = files[name]
     try:
-        data = bounded_yaml.safe_load(path.read_text())
+        data = bounded_yaml.safe_load(bounded_yaml.read_text(path))
         return Benchmark.model_validate(data)
     except yaml.YAMLError as exc:
         raise RegistryError(f"{path}: malformed YAML: {exc}") from None

@@ -38,6 +38,8 @@ def parse_arguments(raw: object, schema: dict[str, Any] | None) -> dict[str, Any
             arguments = json.loads(raw if isinstance(raw, str) else "")
         except json.JSONDecodeError as exc:
             raise MalformedArguments(f"arguments are not valid JSON ({exc.msg})") from None
+        except RecursionError:  # `[[[[…` 5,000 deep: the model's malformed call, not our crash
+            raise MalformedArguments("arguments nest too deeply to read") from None
     if not isinstance(arguments, dict):
         raise MalformedArguments(f"arguments must be a JSON object, not {type(arguments).__name__}")
     # The cache key is the schema's canonical text: orjson's, a tenth of json.dumps's cost, which

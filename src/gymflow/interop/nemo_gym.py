@@ -560,7 +560,7 @@ def _call(
         status="error" if failed else "incomplete" if result.incomplete else "completed",
         failure_kind=result.failure_kind,
         http_status=None,
-        latency_s=None,  # type: ignore[arg-type]
+        latency_s=None,
         request=row.params,
         response=row.response,
         sampling={k: row.params[k] for k in SAMPLING_KEYS if k in row.params},

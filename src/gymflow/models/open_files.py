@@ -30,10 +30,17 @@ def ensure_open_files(concurrency: int, *, remote_resources: bool = False) -> in
     if soft == resource.RLIM_INFINITY or soft >= needed:
         return soft
     if hard != resource.RLIM_INFINITY and hard < needed:
+        fits = (hard - RESERVE) // (2 if remote_resources else 1)
+        # below the reserve no concurrency fits: "lower concurrency to 1" was refused in turn
+        remedy = (
+            f"lower concurrency to {fits} or raise the hard limit"
+            if fits >= 1
+            else "raise the hard limit to at least "
+            f"{files_needed(1, remote_resources=remote_resources)}"
+        )
         raise ConfigError(
             f"concurrency {concurrency} needs about {needed} open files, but this process may "
-            f"open at most {hard} (hard limit, `ulimit -Hn`): lower concurrency to "
-            f"{max(1, hard - RESERVE) // (2 if remote_resources else 1)} or raise the hard limit"
+            f"open at most {hard} (hard limit, `ulimit -Hn`): {remedy}"
         )
     resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
     return needed

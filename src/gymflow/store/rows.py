@@ -1,6 +1,6 @@
 """One row builder per table: every writer (the collector's, the NeMo Gym import, reverify, the
 run's registration) builds its rows here, from typed values, in the column order `schema.py`
-declares. A column the caller has no value for is NULL.
+declares. A column the caller has no value for is NULL (`row`).
 
 JSON columns are written by `dumps` unless the caller passes its own (the NeMo Gym import
 writes its JSON with sorted keys, as it always has)."""
@@ -30,18 +30,20 @@ def dumps(value: Any) -> str:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+_NAMES = {table: frozenset(columns) for table, columns in COLUMNS.items()}
+
+
 def row(table: str, values: Mapping[str, Any]) -> tuple:
     """A row of `table` in its column order; a name the table does not have is a bug."""
-    columns = COLUMNS[table]
-    unknown = values.keys() - set(columns)
-    if unknown:
-        raise KeyError(f"{table} has no column {', '.join(sorted(unknown))}")
-    return tuple(values.get(column) for column in columns)
+    if not values.keys() <= _NAMES[table]:
+        unknown = sorted(values.keys() - _NAMES[table])
+        raise KeyError(f"{table} has no column {', '.join(unknown)}")
+    return tuple(map(values.get, COLUMNS[table]))
 
 
 def naive_utc(moment: datetime | None) -> datetime | None:
     """The store's TIMESTAMP columns hold UTC without a zone."""
-    return None if moment is None else moment.replace(tzinfo=None)
+    return moment if moment is None or moment.tzinfo is None else moment.replace(tzinfo=None)
 
 
 def run_row(
@@ -88,6 +90,11 @@ def task_row(
     return row("tasks", {**values, "data_json": json_of(data), "tags": list(tags)})
 
 
+# The rollouts, model_calls and verifications rows (three for every rollout collected) are built
+# as tuples in the schema's column order, not through `row`: the collector writes thousands a
+# second. tests/test_store_schema.py checks each builder's order against the schema.
+
+
 def rollout_row(
     *,
     rollout_id: str,
@@ -113,19 +120,26 @@ def rollout_row(
     """A rollout's row. Without times (an imported rollout: its file keeps none) it stores no
     latency either."""
     timed = started_at is not None and finished_at is not None
-    values = {
-        k: v for k, v in locals().items() if k not in ("trajectory", "counters", "json_of", "timed")
-    }
-    return row(
-        "rollouts",
-        {
-            **values,
-            "trajectory_json": json_of(trajectory),
-            "latency_s": (finished_at - started_at).total_seconds() if timed else None,
-            "started_at": naive_utc(started_at),
-            "finished_at": naive_utc(finished_at),
-            "counters_json": json_of(counters),
-        },
+    return (
+        rollout_id,
+        run_id,
+        task_id,
+        repeat_index,
+        seed,
+        status,
+        failure_kind,
+        error,
+        incomplete,
+        output_text,
+        json_of(trajectory),
+        num_turns,
+        num_model_calls,
+        input_tokens,
+        output_tokens,
+        (finished_at - started_at).total_seconds() if timed else None,
+        naive_utc(started_at),
+        naive_utc(finished_at),
+        json_of(counters),
     )
 
 
@@ -160,43 +174,37 @@ def model_call_row(
     store (`tool_lists`), referenced from the JSON in their place. A response that is not
     JSON (a malformed body) is stored as the text it was."""
     response = c.response if isinstance(c.response, str) else tool_lists.refer(c.response, json_of)
-    return row(
-        "model_calls",
-        {
-            "rollout_id": rollout_id,
-            "call_index": c.call_index,
-            "attempt": c.attempt,
-            "status": c.status,
-            "failure_kind": c.failure_kind,
-            "http_status": c.http_status,
-            "latency_s": c.latency_s,
-            "input_tokens": c.input_tokens,
-            "cached_tokens": c.cached_tokens,
-            "output_tokens": c.output_tokens,
-            "reasoning_tokens": c.reasoning_tokens,
-            "sampling_json": json_of(c.sampling),
-            "request_json": tool_lists.refer(c.request, json_of),
-            "response_json": response,
-            "error": c.error,
-        },
+    return (
+        rollout_id,
+        c.call_index,
+        c.attempt,
+        c.status,
+        c.failure_kind,
+        c.http_status,
+        c.latency_s,
+        c.input_tokens,
+        c.cached_tokens,
+        c.output_tokens,
+        c.reasoning_tokens,
+        json_of(c.sampling),
+        tool_lists.refer(c.request, json_of),
+        response,
+        c.error,
     )
 
 
 def verification_row(
     rollout_id: str, v: Verification, created_at: datetime, *, json_of: Dumps = dumps
 ) -> tuple:
-    return row(
-        "verifications",
-        {
-            "rollout_id": rollout_id,
-            "verifier_version": v.verifier_version,
-            "status": v.status,
-            "reward": v.reward,
-            "passed": v.passed,
-            "failure_kind": v.failure_kind,
-            "details_json": json_of(v.details),
-            "created_at": naive_utc(created_at),
-        },
+    return (
+        rollout_id,
+        v.verifier_version,
+        v.status,
+        v.reward,
+        v.passed,
+        v.failure_kind,
+        json_of(v.details),
+        naive_utc(created_at),
     )
 
 

@@ -14,6 +14,7 @@ from gymflow.core.records import Rollout
 from gymflow.store.db import StoreError, transaction
 from gymflow.store.rows import (
     model_call_row,
+    naive_utc,
     rollout_row_of,
     verification_row,
     verifier_version_row,
@@ -80,7 +81,7 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
     which `--resume` then redoes."""
     rollout_rows, call_rows, verification_rows = [], [], []
     tool_lists = ToolLists()
-    now = datetime.now(UTC)
+    now = naive_utc(datetime.now(UTC))  # once per batch, not per row
     for r in rollouts:
         rollout_rows.append(rollout_row_of(r))
         call_rows.extend(model_call_row(r.rollout_id, c, tool_lists) for c in r.calls)

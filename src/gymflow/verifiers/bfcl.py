@@ -65,7 +65,9 @@ def model_calls(trajectory: list[dict[str, Any]], name_map: dict[str, str]) -> l
         raw = item.get("arguments") or "{}"
         try:
             arguments = json.loads(raw) if isinstance(raw, str) else raw
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
+            # RecursionError: arguments nested thousands deep; as a verifier error the call was
+            # a failure left out of the scores, not the wrong call it is
             raise Malformed(
                 f"call to {item.get('name')!r}: arguments are not JSON ({exc})"
             ) from None

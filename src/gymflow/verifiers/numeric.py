@@ -31,7 +31,9 @@ def parse_number(text: str) -> float | None:
     cleaned = text.replace(",", "")
     try:
         return float(Fraction(cleaned))
-    except (ValueError, ZeroDivisionError):
+    except (ValueError, ZeroDivisionError, OverflowError):
+        # OverflowError: a number past float's range (`Answer: 9…9`, 400 digits) is a wrong
+        # answer; as a verifier error it was a failure, left out of the scores the policy earns
         return None
 
 

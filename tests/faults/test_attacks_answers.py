@@ -1,0 +1,63 @@
+"""Answers a policy under RL pressure could send to escape its score: each crashed a verifier or
+the tool loop, and a crash is a failure left out of pass@1, so a wrong answer that crashes
+raised the score. Each is now the wrong answer it is: verified, reward 0."""
+
+from __future__ import annotations
+
+import pytest
+
+from gymflow.environments.registry import load_environment
+from gymflow.harness.tool_arguments import MalformedArguments, parse_arguments
+from gymflow.verifiers.base import VerifyInput
+
+NESTED = "[" * 5000 + "]" * 5000
+
+
+def _verify(environment: str, text: str, trajectory: list[dict]):
+    env = load_environment(environment)
+    task = env.tasks()[0]
+    return env.resources_server().verify_sync(VerifyInput(task, text, trajectory))
+
+
+@pytest.mark.parametrize(
+    "number",
+    ["9" * 400, "-" + "9" * 400, "9" * 400 + "/3", "9," * 400 + "9"],
+    ids=["400 digits", "negative", "fraction", "with commas"],
+)
+def test_a_number_past_float_range_is_a_wrong_answer(number: str) -> None:
+    verification = _verify("arithmetic", f"Answer: {number}", [])
+    assert (verification.status, verification.reward, verification.passed) == ("ok", 0.0, False)
+    assert verification.details["reason"] == "unparsable_answer"
+
+
+def test_bfcl_arguments_nested_thousands_deep_are_a_malformed_call() -> None:
+    call = {"type": "function_call", "call_id": "c", "name": "f", "arguments": NESTED}
+    verification = _verify("bfcl", "", [call])
+    assert (verification.status, verification.reward) == ("ok", 0.0)
+    assert verification.details["reason"] == "malformed_call"
+
+
+def test_tool_arguments_nested_thousands_deep_are_malformed_not_a_harness_error() -> None:
+    with pytest.raises(MalformedArguments, match="nest too deeply"):
+        parse_arguments(NESTED, {"type": "object"})
+
+
+def test_a_backtracking_pattern_is_bounded_by_its_worker(tmp_path, monkeypatch) -> None:
+    """`^(\\w+\\s?)*$` against 40 characters and a `!` backtracks for years; inline, it held
+    the collector's event loop. In its worker it is killed at regex_match's bound and recorded
+    as the verifier's timeout."""
+    from tests.environments.test_dataset import _plan, write_benchmark, write_rows
+
+    rows = [{"id": "p1", "question": "Say a word.", "pattern": r"^(\w+\s?)*$"}]
+    write_rows(tmp_path / "benchmarks" / "re.jsonl", rows)
+    write_benchmark(
+        tmp_path, "words", {"path": "re.jsonl", "fields": {"id": "id"}},
+        verifier={"name": "regex_match", "params": {"mode": "search"}},
+    )  # fmt: skip
+    plan = _plan(tmp_path, "words", monkeypatch)
+    server = plan.env.resources_server(plan.verifier_params)
+    (task,) = plan.all_tasks
+    assert server.verifier.runs == "worker"
+    verification = server.verify_bounded(VerifyInput(task, "a" * 40 + "!"))
+    assert (verification.status, verification.failure_kind) == ("error", "verifier_timeout")
+    assert server.verify_bounded(VerifyInput(task, "two words")).reward == 1.0
