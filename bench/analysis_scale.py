@@ -131,7 +131,7 @@ def run_stage(stage: str, store: Path) -> dict[str, float]:
     started = time.perf_counter()
     if stage == "reverify":
         result = reverify(store, {"extract": "last_number"})
-        detail = f"{result['reverified']} judged, {result['flips']['rollouts']['count']} flips"
+        detail = f"{result.reverified} judged, {result.flips.rollouts.count} flips"
     else:
         con = connect(store, read_only=True)
         try:

@@ -20,13 +20,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 import yaml
 
 from gymflow import bounded_yaml
 from gymflow.analysis.profile import headline
+from gymflow.analysis.results import Headline, Result
 from gymflow.core.records import Verification
 from gymflow.core.tasks import Task
 from gymflow.environments.registry import RegistryError, load_environment
@@ -242,13 +243,51 @@ def _rejudge(con, server: ResourcesServer, version: str, tasks: dict[str, Task])
     return len(rows)
 
 
-def flips(con, old: str, new: str, *, limit: int | None = None) -> dict[str, Any]:
+class FlippedRollouts(Result):
+    """Rollouts whose verdict changed; the lists are capped, `count` is not."""
+
+    to_pass: list[str]
+    to_fail: list[str]
+    count: int
+
+
+class FlippedTask(Result):
+    """A task whose number of passing rollouts changed."""
+
+    task_id: str
+    passed_before: int
+    passed_after: int
+
+
+class Flips(Result):
+    rollouts: FlippedRollouts
+    tasks: list[FlippedTask]
+
+
+class Reverified(Result):
+    """What `reverify` stored and what changed (`gym eval reverify --json` prints it)."""
+
+    environment: str
+    verifier: str
+    params: dict[str, Any]
+    base_version: str | None
+    new_version: str
+    #: "rejudged": the version was stored; its errored or missing verdicts were judged again
+    status: Literal["written", "rejudged", "already stored"]
+    #: rollouts judged
+    reverified: int
+    failed_only: bool
+    flips: Flips
+    #: None when the base version was not stored
+    before: Headline | None
+    after: Headline
+
+
+def flips(con, old: str, new: str, *, limit: int | None = None) -> Flips:
     """Rollouts and tasks whose outcome differs between two verifier versions.
 
     A rollout passes under a version when its verification there is ok and passed; an error
-    or a missing verification counts as not passing. Returns {"rollouts": {"to_pass": [id],
-    "to_fail": [id], "count": n}, "tasks": [{task_id, passed_before, passed_after}] (tasks whose
-    number of passing rollouts changed)}."""
+    or a missing verification counts as not passing."""
     cap = f"[1:{int(limit)}]" if limit is not None else ""
     to_pass, to_fail, count = con.execute(
         f"""
@@ -282,13 +321,13 @@ def flips(con, old: str, new: str, *, limit: int | None = None) -> dict[str, Any
         """,
         [old, new],
     ).fetchall()
-    return {
-        "rollouts": {"to_pass": to_pass, "to_fail": to_fail, "count": count},
-        "tasks": [
-            {"task_id": task_id, "passed_before": before, "passed_after": after}
+    return Flips(
+        rollouts=FlippedRollouts(to_pass=to_pass, to_fail=to_fail, count=count),
+        tasks=[
+            FlippedTask(task_id=task_id, passed_before=before, passed_after=after)
             for task_id, before, after in tasks
         ],
-    }
+    )
 
 
 def reverify(
@@ -299,17 +338,13 @@ def reverify(
     force: bool = False,
     base_version: str | None = None,
     max_listed: int | None = 1000,
-) -> dict[str, Any]:
+) -> Reverified:
     """Store a new verifier version for the run in `run_dir` and report what changed. With no
     `settings`, the verifier is the environment's as it is now (its manifest's parameters). A
     version whose stored code hash differs from the verifier's code now is stored anew, as
     `version+codehash` (`gymflow.verifier_identity`).
 
-    Returns {"environment", "verifier", "params", "base_version", "new_version", "status":
-    "written" | "rejudged" (the version was stored; its errored or missing verdicts were judged
-    again) | "already stored", "reverified": rollouts judged, "failed_only": bool,
-    "flips": see `flips`, "before": headline, "after": headline} where a headline is
-    `gymflow.analysis.profile.headline`. Raises ReverifyError (nothing written) when the
+    Raises ReverifyError (nothing written) when the
     environment is unknown, verifies live session state (unless `force`), or rejects the
     parameters."""
     con = connect(run_dir)
@@ -347,18 +382,18 @@ def reverify(
             reverified = _rejudge(con, server, new_version, _tasks(con))
             status = "rejudged" if reverified else "already stored"
         old = base.version if base.stored else new_version
-        return {
-            "environment": env.name,
-            "verifier": spec.name,
-            "params": server.params.model_dump(mode="json"),
-            "base_version": base.version or None,
-            "new_version": new_version,
-            "status": status,
-            "reverified": reverified,
-            "failed_only": failed_only,
-            "flips": flips(con, old, new_version, limit=max_listed),
-            "before": headline(con, old).as_json() if base.stored else None,
-            "after": headline(con, new_version).as_json(),
-        }
+        return Reverified(
+            environment=env.name,
+            verifier=spec.name,
+            params=server.params.model_dump(mode="json"),
+            base_version=base.version or None,
+            new_version=new_version,
+            status=status,
+            reverified=reverified,
+            failed_only=failed_only,
+            flips=flips(con, old, new_version, limit=max_listed),
+            before=headline(con, old) if base.stored else None,
+            after=headline(con, new_version),
+        )
     finally:
         con.close()

@@ -47,9 +47,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _compare(root: Path, a: str, b: str) -> dict:
+    """The comparison as `--json` prints it."""
     con_a, con_b = connect(root / a, read_only=True), connect(root / b, read_only=True)
     try:
-        return compare(con_a, con_b)
+        return compare(con_a, con_b).as_json()
     finally:
         con_a.close()
         con_b.close()

@@ -86,7 +86,7 @@ def test_arithmetic_extract_mode_flips_exactly(tmp_path: Path, no_policy_model) 
     run = tmp_path / "run"
     b = _arithmetic_store(run)
     old_rows = _rows(run, b.verifier_version)
-    result = reverify(run, {"extract": "last_number"})
+    result = reverify(run, {"extract": "last_number"}).as_json()
     to_pass, to_fail = _expected_flips(
         run, "numeric_match", {"extract": "answer_line"}, {"extract": "last_number"}
     )
@@ -100,14 +100,14 @@ def test_arithmetic_extract_mode_flips_exactly(tmp_path: Path, no_policy_model) 
     # tasks t0, t2, t4, t6 lose one pass and gain one: their count is unchanged
     assert result["flips"]["tasks"] == []
     assert result["before"]["pass@1"] == pytest.approx(result["after"]["pass@1"])
-    again = reverify(run, {"extract": "last_number"}, base_version=b.verifier_version)
+    again = reverify(run, {"extract": "last_number"}, base_version=b.verifier_version).as_json()
     assert again["status"] == "already stored" and again["reverified"] == 0
 
 
 def test_failed_only_carries_passing_verdicts(tmp_path: Path, no_policy_model) -> None:
     run = tmp_path / "run"
     b = _arithmetic_store(run)
-    result = reverify(run, {"extract": "last_number"}, failed_only=True)
+    result = reverify(run, {"extract": "last_number"}, failed_only=True).as_json()
     assert result["reverified"] == 4  # only the 'The result is N.' rollouts failed before
     assert result["flips"]["rollouts"]["to_fail"] == []
     assert len(result["flips"]["rollouts"]["to_pass"]) == 4
@@ -203,7 +203,7 @@ def test_ifeval_strict_to_loose(ifeval_run: Path, no_policy_model) -> None:
     calls = con.execute("SELECT count(*) FROM model_calls").fetchone()[0]
     con.close()
     old_rows = _rows(ifeval_run, old_version)
-    result = reverify(ifeval_run, {"mode": "loose"})
+    result = reverify(ifeval_run, {"mode": "loose"}).as_json()
     to_pass, to_fail = _expected_flips(ifeval_run, "ifeval", {"mode": "strict"}, {"mode": "loose"})
     assert to_pass, "the local policy plays loose-only references: some rollouts must flip"
     assert set(result["flips"]["rollouts"]["to_pass"]) == to_pass

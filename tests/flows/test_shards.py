@@ -246,8 +246,8 @@ def test_the_aggregate_and_reverify_flows(runs, tmp_path) -> None:
     assert rows(tmp_path / "merged") == rows(runs["whole"])
 
     result = reverify(str(tmp_path / "merged"), {"extract": "last_number"})
-    assert result["status"] == "written"
-    assert result["reverified"] == LIMIT * 4
-    assert result["new_version"] != result["base_version"]
+    assert result.status == "written"
+    assert result.reverified == LIMIT * 4
+    assert result.new_version != result.base_version
     versions = rows(tmp_path / "merged", "SELECT count(*) FROM verifier_versions")
     assert versions == [(2,)]

@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from gymflow.analysis.outcomes import check_verifier_version, task_table
+from gymflow.analysis.results import Comparison, Factor, McNemar, Paired, TaskIds
 from gymflow.analysis.stats import mcnemar, mcnemar_power_summary, mean_difference_ci95
 from gymflow.errors import UserError
 from gymflow.store.runs import run_info
@@ -57,27 +58,27 @@ def _factor_value(run: dict[str, Any], column: str) -> Any:
 
 def differing_factors(
     run_a: dict[str, Any], run_b: dict[str, Any], version_a: str, version_b: str
-) -> list[dict[str, Any]]:
-    """[{factor, a, b}] for every recorded factor whose value differs between the two runs."""
+) -> list[Factor]:
+    """Every recorded factor whose value differs between the two runs."""
     found = [
-        {"factor": name, "a": _factor_value(run_a, column), "b": _factor_value(run_b, column)}
+        Factor(factor=name, a=_factor_value(run_a, column), b=_factor_value(run_b, column))
         for name, column in FACTORS.items()
         if _factor_value(run_a, column) != _factor_value(run_b, column)
     ]
     if version_a != version_b:
-        found.append({"factor": "verifier version", "a": version_a, "b": version_b})
+        found.append(Factor(factor="verifier version", a=version_a, b=version_b))
     return found
 
 
-def attribution(factors: list[dict[str, Any]]) -> str:
+def attribution(factors: list[Factor]) -> str:
     if not factors:
         return (
             "no recorded factor differs between the runs: a difference is sampling noise or "
             "something gymflow does not record"
         )
     if len(factors) == 1:
-        return f"only the {factors[0]['factor']} differs: the difference can be attributed to it"
-    names = ", ".join(f["factor"] for f in factors)
+        return f"only the {factors[0].factor} differs: the difference can be attributed to it"
+    names = ", ".join(f.factor for f in factors)
     return (
         f"{len(factors)} factors differ ({names}): the difference cannot be attributed to any "
         "one of them; vary one thing at a time"
@@ -90,14 +91,11 @@ def _correlation(a: np.ndarray, b: np.ndarray) -> float | None:
     return float(np.corrcoef(a, b)[0, 1])
 
 
-def paired(per_task: pl.DataFrame, *, power_difference: float = POWER_DIFFERENCE) -> dict[str, Any]:
-    """Paired statistics from a frame with task_id, p_a, p_b (per-task pass rates).
-
-    Returns tasks, mean_a, mean_b, difference (a - b), stderr, ci95 (paired t, tasks - 1
-    degrees of freedom), ci95_reason, correlation, solved_a, solved_b, solved_difference (share
-    of tasks solved by majority verdict), mcnemar {b, c, method, statistic, p_value}, flipped
-    {a_only: [task_id], b_only: [task_id]}, power (`stats.Power`: McNemar's power, the test
-    reported, at `power_difference` in share solved)."""
+def paired(per_task: pl.DataFrame, *, power_difference: float = POWER_DIFFERENCE) -> Paired:
+    """Paired statistics from a frame with task_id, p_a, p_b (per-task pass rates): the CI is
+    the paired t (tasks - 1 degrees of freedom); solved_* are shares of tasks solved by
+    majority verdict; power (`stats.Power`) is McNemar's, the test reported, at
+    `power_difference` in share solved."""
     a = per_task["p_a"].to_numpy()
     b = per_task["p_b"].to_numpy()
     d = a - b
@@ -109,27 +107,25 @@ def paired(per_task: pl.DataFrame, *, power_difference: float = POWER_DIFFERENCE
     b_only = solved.filter(~pl.col("solved_a") & pl.col("solved_b"))
     solved_a = float(solved["solved_a"].mean()) if tasks else None
     solved_b = float(solved["solved_b"].mean()) if tasks else None
-    return {
-        "tasks": tasks,
-        "mean_a": float(a.mean()) if tasks else None,
-        "mean_b": float(b.mean()) if tasks else None,
-        "difference": float(d.mean()) if tasks else None,
-        "stderr": se,
-        "ci95": interval.as_list(),
-        "ci95_reason": interval.reason,
-        "correlation": _correlation(a, b),
-        "solved_a": solved_a,
-        "solved_b": solved_b,
-        "solved_difference": None if solved_a is None else solved_a - solved_b,
-        "mcnemar": mcnemar(a_only.height, b_only.height),
-        "flipped": {
-            "a_only": sorted(a_only["task_id"].to_list()),
-            "b_only": sorted(b_only["task_id"].to_list()),
-        },
-        "power": mcnemar_power_summary(
-            tasks, a_only.height + b_only.height, power_difference
-        ).as_dict(),
-    }
+    return Paired(
+        tasks=tasks,
+        mean_a=float(a.mean()) if tasks else None,
+        mean_b=float(b.mean()) if tasks else None,
+        difference=float(d.mean()) if tasks else None,
+        stderr=se,
+        ci95=interval.as_list(),
+        ci95_reason=interval.reason,
+        correlation=_correlation(a, b),
+        solved_a=solved_a,
+        solved_b=solved_b,
+        solved_difference=None if solved_a is None else solved_a - solved_b,
+        mcnemar=McNemar.model_validate(mcnemar(a_only.height, b_only.height)),
+        flipped=TaskIds(
+            a_only=sorted(a_only["task_id"].to_list()),
+            b_only=sorted(b_only["task_id"].to_list()),
+        ),
+        power=mcnemar_power_summary(tasks, a_only.height + b_only.height, power_difference),
+    )
 
 
 def compare(
@@ -140,15 +136,10 @@ def compare(
     verifier_version_b: str | None = None,
     failures_as_zero: bool = False,
     power_difference: float = POWER_DIFFERENCE,
-) -> dict[str, Any]:
+) -> Comparison:
     """Compare run A with run B (difference = A - B), paired on the task_ids both scored.
 
-    Returns {"a": {run_id, model, verifier_version}, "b": {...}, "benchmark",
-    "benchmark_version", "factors": [{factor, a, b}], "attribution": str, "unpaired_tasks":
-    {"a_only": n, "b_only": n} and "unpaired_task_ids" {"a_only": [task_id], "b_only": [task_id]}
-    (tasks scored in one run only, left out of the pairing), "outcome": "pass rate per task,
-    failures excluded | as 0",
-    "binary_outcome": str, **paired(...)}. Raises CompareError for different benchmark versions
+    Raises CompareError for different benchmark versions
     (another protocol) or no common scored task; tasks held by one run only do not refuse it."""
     run_a, run_b = run_info(con_a), run_info(con_b)
     if protocol_version(run_a["benchmark_version"]) != protocol_version(run_b["benchmark_version"]):
@@ -180,17 +171,27 @@ def compare(
         side: sorted(set(rate["task_id"]) - paired_ids)
         for side, rate in zip(("a_only", "b_only"), rates, strict=True)
     }
-    return {
-        "a": {"run_id": run_a["run_id"], "model": run_a["model"], "verifier_version": version_a},
-        "b": {"run_id": run_b["run_id"], "model": run_b["model"], "verifier_version": version_b},
-        "benchmark": run_a["benchmark"] or run_a["environment"],
-        "benchmark_version": run_a["benchmark_version"],
-        "factors": factors,
-        "attribution": attribution(factors),
-        "unpaired_tasks": {side: len(ids) for side, ids in unpaired.items()},
-        "unpaired_task_ids": unpaired,
-        "outcome": "per-task pass rate, failures "
-        + ("counted as 0" if failures_as_zero else "excluded"),
-        "binary_outcome": "task solved when more than half of its scored rollouts pass",
-        **paired(per_task, power_difference=power_difference),
-    }
+    return Comparison.model_validate(
+        {
+            "a": {
+                "run_id": run_a["run_id"],
+                "model": run_a["model"],
+                "verifier_version": version_a,
+            },
+            "b": {
+                "run_id": run_b["run_id"],
+                "model": run_b["model"],
+                "verifier_version": version_b,
+            },
+            "benchmark": run_a["benchmark"] or run_a["environment"],
+            "benchmark_version": run_a["benchmark_version"],
+            "factors": factors,
+            "attribution": attribution(factors),
+            "unpaired_tasks": {side: len(ids) for side, ids in unpaired.items()},
+            "unpaired_task_ids": unpaired,
+            "outcome": "per-task pass rate, failures "
+            + ("counted as 0" if failures_as_zero else "excluded"),
+            "binary_outcome": "task solved when more than half of its scored rollouts pass",
+            **dict(paired(per_task, power_difference=power_difference)),
+        }
+    )

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gymflow.analysis.stats import Power
+
 Number = int | float
 
 
@@ -280,3 +282,83 @@ class RunAnalysis(Result):
     profile: Profile
     diagnosis: Diagnosis
     decision: Decision
+
+
+class ComparedRun(Result):
+    """One side of a comparison."""
+
+    run_id: str
+    model: str | None
+    verifier_version: str
+
+
+class Factor(Result):
+    """A recorded factor whose value differs between two runs."""
+
+    factor: str
+    a: Any
+    b: Any
+
+
+class McNemar(Result):
+    """McNemar's test on the discordant tasks: b solved by A only, c by B only."""
+
+    b: int
+    c: int
+    method: str
+    statistic: Number
+    p_value: Number
+
+
+class TaskIds(Result):
+    """Task ids of A only and of B only."""
+
+    a_only: list[str]
+    b_only: list[str]
+
+
+class TaskCounts(Result):
+    a_only: int
+    b_only: int
+
+
+class Paired(Result):
+    """Paired statistics of per-task pass rates (`gymflow.analysis.compare.paired`):
+    difference = A - B with its paired-t CI; solved = majority verdict per task."""
+
+    tasks: int
+    mean_a: Number | None
+    mean_b: Number | None
+    difference: Number | None
+    stderr: Number | None
+    ci95: list[Number] | None
+    ci95_reason: str | None
+    correlation: Number | None
+    solved_a: Number | None
+    solved_b: Number | None
+    solved_difference: Number | None
+    mcnemar: McNemar
+    #: tasks solved (by majority) in one run only
+    flipped: TaskIds
+    power: Power
+
+
+class ComparisonRuns(Result):
+    """What a comparison compares: the runs, the factors that differ, the tasks left unpaired."""
+
+    a: ComparedRun
+    b: ComparedRun
+    benchmark: str | None
+    benchmark_version: str | None
+    factors: list[Factor]
+    attribution: str
+    unpaired_tasks: TaskCounts
+    #: tasks scored in one run only, left out of the pairing
+    unpaired_task_ids: TaskIds
+    outcome: str
+    binary_outcome: str
+
+
+class Comparison(Paired, ComparisonRuns):
+    """Run A compared with run B, paired on task_id (`gymflow.analysis.compare.compare`). The
+    bases' order puts ComparisonRuns's fields first in the JSON."""

@@ -11,7 +11,7 @@ from rich.table import Table
 from gymflow.analysis.compare import POWER_DIFFERENCE, compare
 from gymflow.analysis.health import Gate, health
 from gymflow.analysis.profile import profile
-from gymflow.analysis.results import Profile
+from gymflow.analysis.results import Comparison, Profile
 from gymflow.analysis.run import analyse
 from gymflow.cli import exit_codes
 from gymflow.cli.app import console, eval_app, fail, print_json
@@ -77,14 +77,16 @@ def eval_profile(
     finally:
         con.close()
     if compare_with is not None:
-        payload = {
-            **comparison,
-            "profiles": {"a": result.as_json(), "b": other_profile.as_json()},
-        }
+        profiles = {"a": result, "b": other_profile}
         if json_output:
-            print_json(payload)
+            print_json(
+                {
+                    **comparison.as_json(),
+                    "profiles": {side: p.as_json() for side, p in profiles.items()},
+                }
+            )
         else:
-            print_comparison(payload)
+            print_comparison(comparison, profiles)
         return
     if json_output:
         print_json(result.as_json())
@@ -92,61 +94,62 @@ def eval_profile(
     print_profile(result)
 
 
-def print_comparison(result: dict) -> None:
-    a, b = result["a"], result["b"]
+def print_comparison(result: Comparison, profiles: dict[str, Profile]) -> None:
+    """The comparison as text; `profiles` holds the profile of run "a" and of run "b"."""
+    a, b = result.a, result.b
     console.print(
-        f"[bold]{result['benchmark']}[/] {result['benchmark_version']}: "
-        f"A = run {a['run_id']} ({a['model']}), B = run {b['run_id']} ({b['model']})"
+        f"[bold]{result.benchmark}[/] {result.benchmark_version}: "
+        f"A = run {a.run_id} ({a.model}), B = run {b.run_id} ({b.model})"
     )
     for side in ("a", "b"):
-        p = result["profiles"][side]
+        p = profiles[side]
         console.print(
-            f"  {side.upper()}: pass@1 {_pct(p['pass@1'])} (95% CI {_interval(p['ci95'])}), "
-            f"coverage {p['coverage']}"
+            f"  {side.upper()}: pass@1 {_pct(p.pass_at_1)} (95% CI {_interval(p.ci95)}), "
+            f"coverage {p.coverage.as_dict()}"
         )
     console.print(
-        f"paired on {result['tasks']} tasks: A - B = [bold]{_pct(result['difference'])}[/] "
-        f"(SE {_pct(result['stderr'])}, 95% CI {_interval(result['ci95'], result['ci95_reason'])}"
-        f", paired t); correlation {result['correlation']}"
+        f"paired on {result.tasks} tasks: A - B = [bold]{_pct(result.difference)}[/] "
+        f"(SE {_pct(result.stderr)}, 95% CI {_interval(result.ci95, result.ci95_reason)}"
+        f", paired t); correlation {result.correlation}"
     )
-    unpaired = result["unpaired_task_ids"]
-    for side, label in (("a_only", "A"), ("b_only", "B")):
-        if unpaired[side]:
-            console.print(
-                f"  not paired: {len(unpaired[side])} tasks scored in {label} only: "
-                f"{_listed(unpaired[side])}"
-            )
-    m = result["mcnemar"]
+    unpaired = result.unpaired_task_ids
+    for ids, label in ((unpaired.a_only, "A"), (unpaired.b_only, "B")):
+        if ids:
+            console.print(f"  not paired: {len(ids)} tasks scored in {label} only: {_listed(ids)}")
+    m = result.mcnemar
     console.print(
-        f"McNemar ({m['method']}, per-task majority): {m['b']} tasks solved only by A, "
-        f"{m['c']} only by B, p = {m['p_value']:.4g}"
+        f"McNemar ({m.method}, per-task majority): {m.b} tasks solved only by A, "
+        f"{m.c} only by B, p = {m.p_value:.4g}"
     )
-    for side, label in (("a_only", "solved only by A"), ("b_only", "solved only by B")):
-        tasks = result["flipped"][side]
+    flipped = result.flipped
+    for tasks, label in (
+        (flipped.a_only, "solved only by A"),
+        (flipped.b_only, "solved only by B"),
+    ):
         if tasks:
             console.print(f"  {label}: {_listed(tasks)}")
-    power = result["power"]
-    console.print(f"power of {power['test']}:")
-    detectable = power["minimum_detectable_difference"]
+    power = result.power
+    console.print(f"power of {power.test}:")
+    detectable = power.minimum_detectable_difference
     console.print(
         f"  minimum detectable difference in share solved at 80% power with "
-        f"{power['tasks_now']} tasks: "
+        f"{power.tasks_now} tasks: "
         + (
             _pct(detectable)
             if detectable is not None
-            else f"none ({power['minimum_detectable_difference_reason']})"
+            else f"none ({power.minimum_detectable_difference_reason})"
         )
     )
-    needed = power["tasks_needed"]
+    needed = power.tasks_needed
     console.print(
-        f"  tasks needed to detect {_pct(power['difference'])} at 80% power: "
-        + (f"about {needed}" if needed is not None else f"n/a ({power['tasks_needed_reason']})")
-        + f" (assuming {_pct(power['discordant_share'])} of tasks solved by one run only, "
+        f"  tasks needed to detect {_pct(power.difference)} at 80% power: "
+        + (f"about {needed}" if needed is not None else f"n/a ({power.tasks_needed_reason})")
+        + f" (assuming {_pct(power.discordant_share)} of tasks solved by one run only, "
         "as here)"
     )
-    for factor in result["factors"]:
-        console.print(f"  differs: {factor['factor']}: {factor['a']!r} vs {factor['b']!r}")
-    console.print(result["attribution"])
+    for factor in result.factors:
+        console.print(f"  differs: {factor.factor}: {factor.a!r} vs {factor.b!r}")
+    console.print(result.attribution)
 
 
 def _listed(tasks: list[str]) -> str:
@@ -407,32 +410,30 @@ def eval_reverify(
         base_version=base_version,
     )
     if json_output:
-        print_json(result)
+        print_json(result.as_json())
         return
     console.print(
-        f"{result['environment']}: {result['base_version']} -> [bold]{result['new_version']}[/] "
-        f"({result['status']}; {result['reverified']} rollouts judged, params {result['params']})"
+        f"{result.environment}: {result.base_version} -> [bold]{result.new_version}[/] "
+        f"({result.status}; {result.reverified} rollouts judged, params {result.params})"
     )
-    flipped = result["flips"]
+    flipped = result.flips
+    rollouts = flipped.rollouts
     console.print(
-        f"flipped: {flipped['rollouts']['count']} rollouts "
-        f"({len(flipped['rollouts']['to_pass'])} now pass, "
-        f"{len(flipped['rollouts']['to_fail'])} now fail), {len(flipped['tasks'])} tasks"
+        f"flipped: {rollouts.count} rollouts ({len(rollouts.to_pass)} now pass, "
+        f"{len(rollouts.to_fail)} now fail), {len(flipped.tasks)} tasks"
     )
-    for label in ("to_pass", "to_fail"):
-        ids = flipped["rollouts"][label]
+    for label, ids in (("to_pass", rollouts.to_pass), ("to_fail", rollouts.to_fail)):
         if ids:
             console.print(f"  {label}: {', '.join(ids[:20])}" + (" …" if len(ids) > 20 else ""))
     table = Table("task", "passing before", "passing after")
-    for task in flipped["tasks"][:50]:
-        table.add_row(task["task_id"], str(task["passed_before"]), str(task["passed_after"]))
-    if flipped["tasks"]:
+    for task in flipped.tasks[:50]:
+        table.add_row(task.task_id, str(task.passed_before), str(task.passed_after))
+    if flipped.tasks:
         console.print(table)
-    for label in ("before", "after"):
-        head = result[label]
+    for label, head in (("before", result.before), ("after", result.after)):
         if head:
+            ((k, pass_at_k),) = head.pass_at_k.items()
             console.print(
-                f"{label}: pass@1 {_pct(head['pass@1'])} (95% CI {_interval(head['ci95'])}), "
-                f"pass@{next(iter(head['pass@k']))} {_pct(next(iter(head['pass@k'].values())))}"
-                f" [{head['verifier_version']}]"
+                f"{label}: pass@1 {_pct(head.pass_at_1)} (95% CI {_interval(head.ci95)}), "
+                f"pass@{k} {_pct(pass_at_k)} [{head.verifier_version}]"
             )

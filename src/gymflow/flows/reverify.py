@@ -8,6 +8,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from gymflow.reverify import Reverified
 from gymflow.reverify import reverify as reverify_run
 
 SUMMARY_KEY = "gymflow-reverify"
@@ -16,24 +17,24 @@ SUMMARY_KEY = "gymflow-reverify"
 @task(name="reverify-run", cache_policy=NO_CACHE)
 def reverify_task(
     run_dir: str, settings: dict[str, Any], failed_only: bool, force: bool
-) -> dict[str, Any]:
+) -> Reverified:
     return reverify_run(run_dir, settings, failed_only=failed_only, force=force)
 
 
-def _summary(result: dict[str, Any]) -> str:
-    flipped = result["flips"]["rollouts"]
+def _summary(result: Reverified) -> str:
+    flipped = result.flips.rollouts
     lines = [
-        f"# Reverify: {result['environment']} · {result['verifier']}",
+        f"# Reverify: {result.environment} · {result.verifier}",
         "",
-        f"`{result['base_version']}` → **`{result['new_version']}`** ({result['status']}, "
-        f"{result['reverified']} rollouts judged; params `{result['params']}`)",
+        f"`{result.base_version}` → **`{result.new_version}`** ({result.status}, "
+        f"{result.reverified} rollouts judged; params `{result.params}`)",
         "",
-        f"Flipped: {flipped['count']} rollouts ({len(flipped['to_pass'])} now pass, "
-        f"{len(flipped['to_fail'])} now fail).",
+        f"Flipped: {flipped.count} rollouts ({len(flipped.to_pass)} now pass, "
+        f"{len(flipped.to_fail)} now fail).",
     ]
-    for label in ("before", "after"):
-        if result[label]:
-            lines.append(f"- {label}: `{result[label]}`")
+    for label, head in (("before", result.before), ("after", result.after)):
+        if head:
+            lines.append(f"- {label}: `{head.as_json()}`")
     return "\n".join(lines)
 
 
@@ -43,7 +44,7 @@ def reverify(
     settings: dict[str, Any] | None = None,
     failed_only: bool = False,
     force: bool = False,
-) -> dict[str, Any]:
+) -> Reverified:
     """Store a new verifier version beside the old one (no inference) and summarise the flips.
 
     Args:

@@ -80,7 +80,7 @@ def study(spec: StudySpec, scale: ScaleOptions = UNSHARDED) -> dict[str, Any]:
             judged = reverify(
                 stores[arm.name], arm.config.verifier_params, base_version=base_version
             )
-            runs[arm.name] = ArmRun(arm, stores[arm.name], judged["new_version"])
+            runs[arm.name] = ArmRun(arm, stores[arm.name], judged.new_version)
         else:
             runs[arm.name] = ArmRun(arm, stores[arm.name], _stored_version(stores[arm.name]))
     result = study_result(plan, runs[plan.baseline.name], [runs[a.name] for a in plan.variants])

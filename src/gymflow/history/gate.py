@@ -97,11 +97,11 @@ def check(run_dir: Path, other: Path, against: Against, *, margin: float) -> Gat
             regressed=False,
             why=f"not compared: {exc}",
         )
-    difference, ci = result["difference"], result["ci95"]
+    difference, ci = result.difference, result.ci95
     ci = tuple(ci) if ci else None
     significant = ci is not None and ci[1] < 0
     regressed = significant and difference < -margin
-    points = f"{100 * difference:+.1f} points over {result['tasks']} tasks"
+    points = f"{100 * difference:+.1f} points over {result.tasks} tasks"
     if ci is not None:
         points += f" (95% CI {100 * ci[0]:+.1f} to {100 * ci[1]:+.1f})"
     if regressed:
@@ -114,10 +114,10 @@ def check(run_dir: Path, other: Path, against: Against, *, margin: float) -> Gat
         against=against,
         run_dir=str(other),
         compared=True,
-        run_id=result["b"]["run_id"],
+        run_id=result.b.run_id,
         difference=difference,
         ci95=ci,
-        tasks=result["tasks"],
+        tasks=result.tasks,
         regressed=regressed,
         why=why,
     )

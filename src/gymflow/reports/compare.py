@@ -70,8 +70,8 @@ def compare_sections(
     rates_a, rates_b = a.pop("rates"), b.pop("rates")
     common = sorted(rates_a.keys() & rates_b.keys())
     flipped = {
-        side: [(t, rates_a[t], rates_b[t]) for t in result["flipped"][side]]
-        for side in ("a_only", "b_only")
+        side: [(t, rates_a[t], rates_b[t]) for t in ids]
+        for side, ids in (("a_only", result.flipped.a_only), ("b_only", result.flipped.b_only))
     }
     return {
         "a": a,

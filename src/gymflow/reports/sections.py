@@ -177,7 +177,7 @@ def _reverify(
     names = [v["verifier_version"] for v in versions]
     index = max(names.index(shown.verifier_version), 1)
     previous, later = names[index - 1], names[index]
-    flipped = flips(con, previous, later)["rollouts"]
+    flipped = flips(con, previous, later).rollouts
     tasks = views.reward_changes(con, previous, later)
     # the shown version's profile is the analysis's: only the other versions are profiled here
     headline = {
@@ -188,8 +188,8 @@ def _reverify(
         "versions": [{**v, "profile": headline[v["verifier_version"]]} for v in versions],
         "old": previous,
         "new": later,
-        "to_pass": flipped["to_pass"],
-        "to_fail": flipped["to_fail"],
+        "to_pass": flipped.to_pass,
+        "to_fail": flipped.to_fail,
         "tasks": tasks[: limits.changed_tasks],
         "changed_tasks": len(tasks),
         "rewards_changed": sum(t["reward_changed"] for t in tasks),

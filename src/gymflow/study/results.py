@@ -10,6 +10,7 @@ from typing import Any
 from gymflow.analysis.compare import CompareError, compare
 from gymflow.analysis.health import health
 from gymflow.analysis.profile import headline
+from gymflow.analysis.results import Comparison
 from gymflow.store.db import connect
 from gymflow.store.runs import run_info
 from gymflow.study.spec import Arm, Study
@@ -115,49 +116,59 @@ def _attribution(arm: Arm) -> str:
     )
 
 
-def _effect(variant: ArmRun, baseline: ArmRun) -> dict[str, Any]:
+def _effect(variant: ArmRun, baseline: ArmRun) -> Comparison | str:
+    """The variant compared with the baseline, paired on task_id, or why it cannot be."""
     try:
         with (
             connect(variant.run_dir, read_only=True) as con_v,
             connect(baseline.run_dir, read_only=True) as con_b,
         ):
-            found = compare(
+            return compare(
                 con_v,
                 con_b,
                 verifier_version_a=variant.verifier_version,
                 verifier_version_b=baseline.verifier_version,
             )
     except CompareError as exc:
-        return {"error": str(exc)}
-    ci = found["ci95"]
-    return {
-        "tasks": found["tasks"],
-        "unpaired_tasks": found["unpaired_tasks"],
-        "difference": found["difference"],
-        "ci95": tuple(ci) if ci else None,
-        "p_value": found["mcnemar"]["p_value"],
-        "gained": tuple(found["flipped"]["a_only"]),
-        "lost": tuple(found["flipped"]["b_only"]),
-    }
+        return str(exc)
+
+
+def _variant(run: ArmRun, found: Comparison | str, p_holm: float | None) -> VariantEffect:
+    summary, attribution = summarise(run), _attribution(run.arm)
+    if isinstance(found, str):
+        return VariantEffect(
+            summary=summary,
+            tasks=0,
+            unpaired_tasks={},
+            difference=None,
+            ci95=None,
+            p_value=None,
+            p_holm=p_holm,
+            gained=(),
+            lost=(),
+            attribution=attribution,
+            error=found,
+        )
+    ci = found.ci95
+    return VariantEffect(
+        summary=summary,
+        tasks=found.tasks,
+        unpaired_tasks=found.unpaired_tasks.as_json(),
+        difference=found.difference,
+        ci95=tuple(ci) if ci else None,
+        p_value=found.mcnemar.p_value,
+        p_holm=p_holm,
+        gained=tuple(found.flipped.a_only),
+        lost=tuple(found.flipped.b_only),
+        attribution=attribution,
+    )
 
 
 def study_result(study: Study, baseline: ArmRun, variants: list[ArmRun]) -> StudyResult:
-    effects = [_effect(v, baseline) for v in variants]
-    adjusted = holm([e.get("p_value") for e in effects])
+    found = [_effect(v, baseline) for v in variants]
+    adjusted = holm([None if isinstance(f, str) else f.mcnemar.p_value for f in found])
     rows = tuple(
-        VariantEffect(
-            summary=summarise(run),
-            tasks=effect.get("tasks", 0),
-            unpaired_tasks=effect.get("unpaired_tasks", {}),
-            difference=effect.get("difference"),
-            ci95=effect.get("ci95"),
-            p_value=effect.get("p_value"),
-            p_holm=p_holm,
-            gained=effect.get("gained", ()),
-            lost=effect.get("lost", ()),
-            attribution=_attribution(run.arm),
-            error=effect.get("error"),
-        )
-        for run, effect, p_holm in zip(variants, effects, adjusted, strict=True)
+        _variant(run, effect, p_holm)
+        for run, effect, p_holm in zip(variants, found, adjusted, strict=True)
     )
     return StudyResult(study.name, TEST, summarise(baseline), rows)
