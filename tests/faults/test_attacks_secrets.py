@@ -5,15 +5,12 @@ too-large answer was stored as evidence."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from aiohttp import web
 
-from gymflow.config import ModelConfig, Sampling, format_validation_error
-from gymflow.models.client import REDACTED, ResponsesClient
-from gymflow.models.responses import user_message
-from tests.models.conftest import responses_endpoint
+from gymflow.config import ModelConfig, format_validation_error
+from gymflow.models.client import REDACTED
+from tests.models.conftest import one_call
 
 SECRET = "SEKRIT0123456789abcdef"
 
@@ -68,19 +65,7 @@ def test_a_unicode_escaped_key_in_a_too_large_answers_head_is_redacted(
         await reply.write_eof()
         return reply
 
-    async def call():
-        async with responses_endpoint(echo_then_pad) as base_url:
-            config = ModelConfig(
-                kind="responses",
-                base_url=base_url,
-                api_key_env="GYMFLOW_SECRET_FOR_TEST",
-                max_retries=0,
-                max_response_bytes=16_384,
-            )
-            async with ResponsesClient(config, base_url, Sampling()) as client:
-                return await client.create([user_message("hi")], tools=None, call_index=0, seed=0)
-
-    (record,) = asyncio.run(asyncio.wait_for(call(), timeout=60)).calls
+    (record,) = one_call(echo_then_pad, max_response_bytes=16_384).calls
     assert record.failure_kind == "response_too_large"
     kept = f"{record.response} {record.error}"
     assert escaped not in kept and key not in kept

@@ -3,12 +3,14 @@ started as a subprocess on a free 127.0.0.1 port."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -20,7 +22,8 @@ from gymflow.core.records import Verification
 from gymflow.environments.base import Environment
 from gymflow.environments.registry import load_environment
 from gymflow.harness import Episode, get_harness
-from gymflow.models.client import ResponsesClient
+from gymflow.models.client import CallOutcome, ResponsesClient
+from gymflow.models.responses import user_message
 from gymflow.simulated.local_server import free_port
 from gymflow.simulated.policy import PolicyEntry, build_table
 from tests.conftest import GYM
@@ -44,6 +47,26 @@ async def responses_endpoint(
         yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/v1"
     finally:
         await runner.cleanup()
+
+
+#: The variable the secret-handling tests put their key in.
+SECRET_ENV = "GYMFLOW_SECRET_FOR_TEST"
+
+
+def one_call(
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]], **config: Any
+) -> CallOutcome:
+    """One `create` of a client keyed by SECRET_ENV against `handler`, no retries (60 s bound)."""
+
+    async def call() -> CallOutcome:
+        async with responses_endpoint(handler) as base_url:
+            model = ModelConfig(
+                kind="responses", base_url=base_url, api_key_env=SECRET_ENV, max_retries=0, **config
+            )
+            async with ResponsesClient(model, base_url, Sampling()) as client:
+                return await client.create([user_message("hi")], tools=None, call_index=0, seed=0)
+
+    return asyncio.run(asyncio.wait_for(call(), timeout=60))
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from gymflow.models.client import REDACTED, ResponsesClient
 from gymflow.models.responses import output_text, user_message
 from gymflow.verifiers.math_judge import MathJudgeParams
 from tests.conftest import gym
-from tests.models.conftest import responses_endpoint
+from tests.models.conftest import one_call, responses_endpoint
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -160,18 +160,7 @@ def test_an_echoed_key_is_redacted_before_anything_is_kept(
             )
         return web.Response(text=text, status=status, content_type="application/json")
 
-    async def call():
-        async with responses_endpoint(echo_it) as base_url:
-            config = ModelConfig(
-                kind="responses",
-                base_url=base_url,
-                api_key_env="GYMFLOW_SECRET_FOR_TEST",
-                max_retries=0,
-            )
-            async with ResponsesClient(config, base_url, Sampling()) as client:
-                return await client.create([user_message("hi")], tools=None, call_index=0, seed=0)
-
-    outcome = asyncio.run(call())
+    outcome = one_call(echo_it)
     (record,) = outcome.calls
     kept = [record.request, record.response, record.sampling, record.error, outcome.response]
     text = json.dumps(kept)
@@ -222,18 +211,7 @@ def test_a_key_split_across_text_parts_is_redacted_in_the_answer_text(
     async def answer(request: web.Request) -> web.Response:
         return web.json_response({"id": "r", "model": "m", "status": "completed", "output": output})
 
-    async def call():
-        async with responses_endpoint(answer) as base_url:
-            config = ModelConfig(
-                kind="responses",
-                base_url=base_url,
-                api_key_env="GYMFLOW_SECRET_FOR_TEST",
-                max_retries=0,
-            )
-            async with ResponsesClient(config, base_url, Sampling()) as client:
-                return await client.create([user_message("hi")], tools=None, call_index=0, seed=0)
-
-    outcome = asyncio.run(call())
+    outcome = one_call(answer)
     (record,) = outcome.calls
     assert outcome.error is None
     answer_text = output_text(outcome.response["output"])
