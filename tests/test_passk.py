@@ -15,7 +15,6 @@ from scipy.special import comb
 
 from gymflow.analysis.passk import pair_curves, per_task_curves
 from gymflow.analysis.profile import headline, profile
-from gymflow.core.statuses import FAILED
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder
 
@@ -87,12 +86,7 @@ def test_the_headline_pass_at_k_is_exact_and_the_profiles(tmp_path) -> None:
     b = StoreBuilder(RunMeta(repeats=3))
     for i, (task_id, marks) in enumerate(OUTCOMES.items()):
         b.task(task_id, 10 + i)
-        for repeat, mark in enumerate(marks):
-            if mark in "01":
-                b.rollout(task_id, repeat, correct=mark == "1")
-            elif mark == "x":
-                record = b.rollout(task_id, repeat)
-                record.status, record.failure_kind, record.verification = FAILED, "timeout", None
+        b.marked(task_id, marks)
     con = connect(b.write(tmp_path / "run"), read_only=True)
     try:
         for as_zero in (False, True):

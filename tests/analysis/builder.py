@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.core.records import ModelCall, Rollout, Verification, rollout_id
-from gymflow.core.statuses import COMPLETED
+from gymflow.core.statuses import COMPLETED, FAILED
 from gymflow.environments.registry import load_environment
 from gymflow.store.db import connect
 from gymflow.store.writer import insert_rows, register_verifier_version, write_rollouts
@@ -74,6 +74,16 @@ class StoreBuilder:
         row = self.tasks[task_id]
         task = Task(task_id, {}, {"answer": row.answer}, "", "")
         return self.server.verify_sync(VerifyInput(task, text))
+
+    def marked(self, task_id: str, marks: str) -> None:
+        """The task's rollouts from one mark per repeat: "1" passes, "0" fails, "x" a failed
+        (timed-out) rollout, anything else none."""
+        for repeat, mark in enumerate(marks):
+            if mark in "01":
+                self.rollout(task_id, repeat, correct=mark == "1")
+            elif mark == "x":
+                record = self.rollout(task_id, repeat)
+                record.status, record.failure_kind, record.verification = FAILED, "timeout", None
 
     def rollout(
         self,

@@ -13,7 +13,6 @@ from scipy import stats as sps
 from statsmodels.stats.proportion import proportion_confint
 
 from gymflow.analysis.profile import profile
-from gymflow.core.statuses import FAILED
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder
 from tests.conftest import gym
@@ -36,12 +35,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     b = StoreBuilder(RunMeta(repeats=4))
     for i, (task_id, marks) in enumerate(OUTCOMES.items()):
         b.task(task_id, 10 + i, tags=TAGS[task_id], difficulty=DIFFICULTY[task_id])
-        for repeat, mark in enumerate(marks):
-            if mark in "01":
-                b.rollout(task_id, repeat, correct=mark == "1")
-            elif mark == "x":
-                record = b.rollout(task_id, repeat)
-                record.status, record.failure_kind, record.verification = FAILED, "timeout", None
+        b.marked(task_id, marks)
     return b.write(tmp_path_factory.mktemp("profile") / "run")
 
 
