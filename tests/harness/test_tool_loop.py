@@ -14,6 +14,7 @@ from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment
 from gymflow.environments.resources import ResourcesServer
 from gymflow.harness import get_harness
+from gymflow.harness.tool_loop import MAX_CONCURRENT_TOOL_CALLS
 from gymflow.models.client import CallOutcome, ResponsesClient
 from gymflow.models.responses import RESPONSE, function_tool
 from gymflow.simulated.local_server import LocalPolicyServer
@@ -193,6 +194,40 @@ def test_a_crash_cancels_the_other_calls_of_its_turn(ledger) -> None:
     episode, state = asyncio.run(scenario())
     assert episode.failure_kind == "tool_error"
     assert state == {"arrived": 1, "cancelled": True}
+
+
+class _Crowd(ResourcesServer):
+    """One tool that records how many of its calls are in flight at once."""
+
+    tool_schemas: ClassVar[dict[str, dict[str, Any]]] = {
+        "tick": function_tool("tick", "count a call", {"type": "object"}),
+    }
+
+    def handlers(self):
+        return {"tick": self._tick}
+
+    def initial_state(self, task: Task) -> dict[str, Any]:
+        return {"in_flight": 0, "most": 0, "done": 0}
+
+    async def _tick(self, state, arguments):
+        state["in_flight"] += 1
+        state["most"] = max(state["most"], state["in_flight"])
+        await asyncio.sleep(0.001)
+        state["in_flight"] -= 1
+        state["done"] += 1
+        return str(state["done"])
+
+
+def test_a_turn_of_many_calls_runs_them_a_bounded_number_at_a_time(ledger) -> None:
+    """A reply can carry thousands of calls: they all run and are answered in order, but never
+    more than MAX_CONCURRENT_TOOL_CALLS at once against the resources server."""
+    many = [_call("tick", {}, f"t{i}") for i in range(5 * MAX_CONCURRENT_TOOL_CALLS)]
+    client = ScriptedClient([many, [_text("done")]])
+    episode, state = asyncio.run(_play(ledger, client, server=_Crowd(ledger)))
+    assert episode.failure_kind is None and state["done"] == len(many)
+    assert 1 < state["most"] <= MAX_CONCURRENT_TOOL_CALLS
+    answered = [i["call_id"] for i in client.requests[1] if i.get("type") == "function_call_output"]
+    assert answered == [c["call_id"] for c in many]
 
 
 def test_local_policy_plays_the_ledger_over_http(ledger: Environment) -> None:

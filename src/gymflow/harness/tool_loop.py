@@ -39,6 +39,11 @@ def _output(call_id: str, text: str) -> dict[str, Any]:
     return {"type": "function_call_output", "call_id": call_id, "output": text}
 
 
+#: At most this many of one turn's tool calls run at once: an 8 MiB reply can carry ~100,000
+#: calls, and each holds a request to the resources server (on a served one, a socket).
+MAX_CONCURRENT_TOOL_CALLS = 32
+
+
 async def _run_call(
     server: Resources,
     session_id: str,
@@ -123,12 +128,15 @@ async def _run_turn(
     closes, instead of leaving them running against it."""
     if len(calls) == 1:
         return [await _run_call(server, session_id, calls[0], schemas, counters)]
+    slots = asyncio.Semaphore(MAX_CONCURRENT_TOOL_CALLS)
+
+    async def bounded(call: dict[str, Any]) -> dict[str, Any]:
+        async with slots:
+            return await _run_call(server, session_id, call, schemas, counters)
+
     try:
         async with asyncio.TaskGroup() as group:
-            running = [
-                group.create_task(_run_call(server, session_id, call, schemas, counters))
-                for call in calls
-            ]
+            running = [group.create_task(bounded(call)) for call in calls]
     except* ToolServerFailure as failures:
         raise failures.exceptions[0] from None
     return [task.result() for task in running]
