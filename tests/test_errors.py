@@ -95,6 +95,12 @@ def test_bad_config_and_bad_flags_exit_1_in_one_line(tmp_path: Path):
     unknown = gym("serve", "model", "--benchmark", "no-such-bench", cwd=tmp_path)
     assert unknown.returncode == exit_codes.BAD_INPUT
     assert "unknown benchmark 'no-such-bench'" in one_error_line(unknown.stderr)
+    mode = {"GYMFLOW_LOCAL_PREFECT": "bogus", "PREFECT_API_URL": ""}
+    run = gym(
+        "eval", "run", "--benchmark", "arithmetic-smoke", "--out", "r", cwd=tmp_path, env=mode
+    )
+    assert run.returncode == exit_codes.BAD_INPUT and not (tmp_path / "r").exists()
+    assert "GYMFLOW_LOCAL_PREFECT='bogus': use auto, on or off" in one_error_line(run.stderr)
 
 
 _BUGGY_MANIFEST = """\

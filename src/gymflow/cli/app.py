@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from gymflow.cli import exit_codes, local_prefect
+from gymflow.errors import RuntimeFailure
 
 # Prefect's INFO logs would bury the progress bar; the Prefect UI still has the run.
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -63,9 +64,7 @@ def prefect_for_run() -> None:
     started on first use on a terminal (`local_prefect.for_run`), with a line saying so."""
     try:
         server = local_prefect.for_run(on_terminal=console.is_terminal)
-    except ValueError as exc:
-        fail(str(exc))
-    except RuntimeError as exc:
+    except RuntimeFailure as exc:
         hint = f"or set {local_prefect.MODE_ENV}=off for an ephemeral server"
         fail(f"{exc} ({hint})", exit_codes.RUNTIME)
     if server is not None:

@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gymflow.errors import RuntimeFailure
+from gymflow.errors import RuntimeFailure, UserError
 from gymflow.processes import answers_ok, pid_alive
 
 STATE_FILE = "gymflow-local-server.json"
@@ -74,12 +74,13 @@ def _free_port() -> int:
 def for_run(*, on_terminal: bool) -> LocalServer | None:
     """Before a command that runs a flow imports Prefect: the local server it will use, started
     now if none runs and GYMFLOW_LOCAL_PREFECT allows it (None: PREFECT_API_URL decides, or an
-    ephemeral server). Raises RuntimeError when the server would not start."""
+    ephemeral server). Raises UserError for an unknown mode, RuntimeFailure when the server would
+    not start."""
     if os.environ.get("PREFECT_API_URL"):  # set by the user, or adopted from a running one
         return None
     mode = os.environ.get(MODE_ENV, "auto")
     if mode not in ("auto", "on", "off"):
-        raise ValueError(f"{MODE_ENV}={mode!r}: use auto, on or off")
+        raise UserError(f"{MODE_ENV}={mode!r}: use auto, on or off")
     if mode == "off" or (mode == "auto" and not on_terminal):
         return None
     server = start()
