@@ -86,7 +86,7 @@ def test_the_headline_pass_at_k_is_exact_and_the_profiles(tmp_path) -> None:
     b = StoreBuilder(RunMeta(repeats=3))
     for i, (task_id, marks) in enumerate(OUTCOMES.items()):
         b.task(task_id, 10 + i)
-        b.marked(task_id, marks)
+        b.fill(task_id, marks)
     con = connect(b.write(tmp_path / "run"), read_only=True)
     try:
         for as_zero in (False, True):

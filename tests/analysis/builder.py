@@ -75,16 +75,6 @@ class StoreBuilder:
         task = Task(task_id, {}, {"answer": row.answer}, "", "")
         return self.server.verify_sync(VerifyInput(task, text))
 
-    def marked(self, task_id: str, marks: str) -> None:
-        """The task's rollouts from one mark per repeat: "1" passes, "0" fails, "x" a failed
-        (timed-out) rollout, anything else none."""
-        for repeat, mark in enumerate(marks):
-            if mark in "01":
-                self.rollout(task_id, repeat, correct=mark == "1")
-            elif mark == "x":
-                record = self.rollout(task_id, repeat)
-                record.status, record.failure_kind, record.verification = FAILED, "timeout", None
-
     def rollout(
         self,
         task_id: str,
@@ -161,12 +151,17 @@ class StoreBuilder:
         return record
 
     def fill(self, task_id: str, outcomes: str) -> list[Rollout]:
-        """One rollout per character: '1' passes, '0' fails (wrong answer), '-' is left missing."""
-        return [
-            self.rollout(task_id, repeat, correct=mark == "1")
-            for repeat, mark in enumerate(outcomes)
-            if mark != "-"
-        ]
+        """One rollout per character: '1' passes, '0' fails (wrong answer), 'x' failed (timed
+        out, unverified), '-' is left missing."""
+        made = []
+        for repeat, mark in enumerate(outcomes):
+            if mark == "-":
+                continue
+            record = self.rollout(task_id, repeat, correct=mark == "1")
+            if mark == "x":
+                record.status, record.failure_kind, record.verification = FAILED, "timeout", None
+            made.append(record)
+        return made
 
     def write(self, run_dir: Path) -> Path:
         con = connect(run_dir, create=True)

@@ -35,7 +35,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     b = StoreBuilder(RunMeta(repeats=4))
     for i, (task_id, marks) in enumerate(OUTCOMES.items()):
         b.task(task_id, 10 + i, tags=TAGS[task_id], difficulty=DIFFICULTY[task_id])
-        b.marked(task_id, marks)
+        b.fill(task_id, marks)
     return b.write(tmp_path_factory.mktemp("profile") / "run")
 
 
