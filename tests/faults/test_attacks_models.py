@@ -74,3 +74,21 @@ def test_a_chat_answer_that_ended_in_error_is_a_server_error_not_a_score() -> No
     assert outcome.response is None
     assert [c.failure_kind for c in outcome.calls] == ["server_error"] * 2  # retried, as a 5xx
     assert '"received"' in outcome.calls[0].response  # the completion as it came, kept
+
+
+@pytest.mark.parametrize("finish_reason", ["content_filter", "refusal"])
+def test_a_chat_answer_cut_by_a_content_filter_is_refused_not_scored(finish_reason: str) -> None:
+    """A content filter that stops a generation part-way (Azure OpenAI sends the text so far with
+    `finish_reason: "content_filter"`) was a completed answer and its partial text scored; the
+    Responses API's own `incomplete: content_filter` was already a refusal."""
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": "Step 1: take the"},
+        "finish_reason": finish_reason,
+    }
+    body = orjson.dumps({"id": "c1", "model": "m", "choices": [choice]})
+    outcome = _call(_serving([body]), kind="chat_completions", max_retries=1)
+    assert outcome.response is None
+    assert [c.failure_kind for c in outcome.calls] == ["refused"]  # not retried
+    assert "content_filter" in outcome.calls[0].error
+    assert "Step 1: take the" in outcome.calls[0].response  # the partial text, kept as evidence
