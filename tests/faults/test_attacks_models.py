@@ -92,3 +92,23 @@ def test_a_chat_answer_cut_by_a_content_filter_is_refused_not_scored(finish_reas
     assert [c.failure_kind for c in outcome.calls] == ["refused"]  # not retried
     assert "content_filter" in outcome.calls[0].error
     assert "Step 1: take the" in outcome.calls[0].response  # the partial text, kept as evidence
+
+
+def test_a_completed_response_carrying_an_error_is_a_failure_not_a_score() -> None:
+    """A Responses object whose `error` is set while its status says `completed` (a gateway
+    relaying a backend failure with what it had) was scored on its text; the importer already
+    read such a NeMo Gym line as a failed response."""
+    message = {"type": "output_text", "text": "Answer: 4"}
+    body = orjson.dumps(
+        {
+            "id": "r",
+            "model": "m",
+            "status": "completed",
+            "output": [{"type": "message", "role": "assistant", "content": [message]}],
+            "error": {"code": "server_error", "message": "backend dropped the stream"},
+        }
+    )
+    outcome = _call(_serving([body]), max_retries=1)
+    assert outcome.response is None
+    assert [c.failure_kind for c in outcome.calls] == ["server_error"] * 2  # retried, as a 5xx
+    assert "backend dropped the stream" in outcome.calls[0].error
