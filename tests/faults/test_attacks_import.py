@@ -10,6 +10,7 @@ import os
 import signal
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from gymflow.interop.nemo_gym import import_rollouts
@@ -219,3 +220,32 @@ def test_tool_items_without_their_ids_are_refused(tmp_path: Path) -> None:
     message = str(caught.value)
     assert "r.jsonl:1: response.output[0].call_id: missing" in message
     assert "r.jsonl:1: response.output[1].call_id: missing" in message
+
+
+def test_a_content_filtered_response_imports_as_refused_not_scored(tmp_path: Path) -> None:
+    """`status: incomplete` with `incomplete_details.reason: content_filter` (the answer withheld
+    part-way) was imported as a completed rollout scored with the line's reward; gymflow's own
+    model client calls the same response a refusal."""
+    path = tmp_path / "r.jsonl"
+    filtered = _edited(
+        lambda r: r["response"].update(
+            status="incomplete", incomplete_details={"reason": "content_filter"}
+        )
+    )
+    path.write_text(
+        json.dumps(GOOD)
+        + "\n"
+        + filtered.replace('"_ng_rollout_index": 0', '"_ng_rollout_index": 1')
+        + "\n"
+    )
+    out = gym("import", "nemo-gym", str(path), "--out", "run", cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    con = duckdb.connect(str(store_path(tmp_path / "run")), read_only=True)
+    try:
+        rows = con.execute(
+            "SELECT r.repeat_index, r.status, r.failure_kind, v.reward FROM rollouts r "
+            "LEFT JOIN verifications v USING (rollout_id) ORDER BY r.repeat_index"
+        ).fetchall()
+    finally:
+        con.close()
+    assert rows == [(0, "completed", None, 1.0), (1, "failed", "refused", None)]

@@ -151,6 +151,11 @@ def outcome(row: NemoRow) -> Outcome:
         message = row.fields.get("error_message") or row.failure_class
         return Outcome("failed", kind, f"NeMo Gym {row.failure_class}: {message}"[:2000], False)
     refusal = refusal_text(output)
+    details = response.get("incomplete_details")
+    if refusal is None and isinstance(details, dict) and details.get("reason") == "content_filter":
+        # withheld on content grounds, whatever part of an answer came first: a refusal, as the
+        # model client reads the same response
+        refusal = "no answer: incomplete, content_filter"
     if refusal is not None:
         return Outcome("failed", "refused", f"the model refused: {refusal}"[:2000], False)
     if status == "failed" or response.get("error"):
