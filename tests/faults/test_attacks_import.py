@@ -249,3 +249,22 @@ def test_a_content_filtered_response_imports_as_refused_not_scored(tmp_path: Pat
     finally:
         con.close()
     assert rows == [(0, "completed", None, 1.0), (1, "failed", "refused", None)]
+
+
+def test_a_file_saved_by_a_windows_tool_imports_as_it_is(tmp_path: Path) -> None:
+    """A byte order mark and CRLF line ends (what Notepad and PowerShell write): the mark was
+    "not JSON: Unexpected UTF-8 BOM", refusing a file whose every row is sound."""
+    second = _edited(lambda r: r.update(_ng_rollout_index=1, reward=0.0))
+    text = json.dumps(GOOD) + "\r\n" + second + "\r\n"
+    (tmp_path / "r.jsonl").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    out = gym("import", "nemo-gym", "r.jsonl", "--out", "run", "--json", cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    result = json.loads(out.stdout)
+    assert (result["tasks"], result["rollouts"], result["failed"]) == (1, 2, 0)
+    con = duckdb.connect(str(store_path(tmp_path / "run")), read_only=True)
+    try:
+        rewards = con.execute("SELECT list(reward ORDER BY reward) FROM verifications").fetchone()
+        prompt = con.execute("SELECT prompt FROM tasks").fetchone()
+    finally:
+        con.close()
+    assert rewards == ([0.0, 1.0],) and prompt == ("What is 2 + 2?",)

@@ -386,7 +386,9 @@ def read_lines(path: Path, *, needs_result: bool = True, sidecar: bool = False) 
                 if not raw.strip():
                     continue
                 try:
-                    row = parse_line(raw.decode("utf-8"))
+                    # a byte order mark (what Windows tools write first) is no part of the JSON
+                    text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                    row = parse_line(text)
                 except UnicodeDecodeError as exc:
                     problems.append(f"{path}:{number}: not UTF-8 text at byte {exc.start}")
                     continue
