@@ -92,6 +92,17 @@ HOSTILE = {
         ),
         "r.jsonl:1: response.usage.prompt_tokens_details.cached_tokens: expected a token count",
     ),
+    # which reward? Python keeps the last (0.0 was imported), other readers the first
+    "reward given twice": (
+        json.dumps(GOOD)[:-1] + ', "reward": 0.0}',
+        "r.jsonl:1: reward: given more than once in one object",
+    ),
+    "a nested key given twice": (
+        json.dumps(GOOD).replace(
+            '"status": "completed"', '"status": "failed", "status": "completed"'
+        ),
+        "r.jsonl:1: response.status: given more than once in one object",
+    ),
     # an unknown status would be scored as a completed answer
     "unknown response status": (
         _edited(lambda r: r["response"].update(status="weird")),
@@ -268,3 +279,12 @@ def test_a_file_saved_by_a_windows_tool_imports_as_it_is(tmp_path: Path) -> None
     finally:
         con.close()
     assert rewards == ([0.0, 1.0],) and prompt == ("What is 2 + 2?",)
+
+
+def test_the_cli_refuses_a_reward_given_twice(tmp_path: Path) -> None:
+    (tmp_path / "r.jsonl").write_text(HOSTILE["reward given twice"][0] + "\n")
+    out = gym("import", "nemo-gym", "r.jsonl", "--out", "run", cwd=tmp_path, timeout=120)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    assert "r.jsonl:1: reward: given more than once" in " ".join(out.stderr.split())
+    assert not (tmp_path / "run").exists()
