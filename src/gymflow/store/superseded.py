@@ -57,7 +57,7 @@ def _set_aside(
 
 def supersede_failed(con, run_id: str, kinds: tuple[str, ...]) -> int:
     """Set aside the run's rollouts whose (last) attempt failed with one of `kinds` (the
-    caller's: the model boundary's transient kinds, `models.errors.RETRYABLE_KINDS`), with their
+    caller's: the transient kinds, `rollouts.collect.RESUMABLE_KINDS`), with their
     model calls: they become missing, and the resume runs them again."""
     return _set_aside(
         con,
