@@ -112,3 +112,30 @@ def test_a_completed_response_carrying_an_error_is_a_failure_not_a_score() -> No
     assert outcome.response is None
     assert [c.failure_kind for c in outcome.calls] == ["server_error"] * 2  # retried, as a 5xx
     assert "backend dropped the stream" in outcome.calls[0].error
+
+
+def test_a_proxy_408_is_a_timeout_that_is_retried() -> None:
+    """nginx and cloud load balancers answer 408 when they stop waiting for the model: it was
+    `client_error`, never retried and never run again by `--resume`."""
+    message = {"type": "output_text", "text": "Answer: 4"}
+    answer = orjson.dumps(
+        {
+            "id": "r",
+            "model": "m",
+            "output": [{"type": "message", "role": "assistant", "content": [message]}],
+        }
+    )
+    answered: list[int] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        answered.append(len(answered))
+        if len(answered) == 1:
+            return web.Response(status=408, text="<html>408 Request Time-out</html>")
+        return web.Response(body=answer, content_type="application/json")
+
+    outcome = _call(handler, max_retries=1)
+    assert outcome.response is not None
+    assert [(c.failure_kind, c.http_status) for c in outcome.calls] == [
+        ("timeout", 408),
+        (None, 200),
+    ]
