@@ -247,7 +247,7 @@ class EvalConfig(_Strict):
         20,
         ge=1,
         description="Stop the run early (resumable) when this many rollouts in a row could not "
-        "reach the model server, after each call's own retries.",
+        "reach the model server (or a served resources server), after each call's own retries.",
     )
 
     @field_validator("resources_url")

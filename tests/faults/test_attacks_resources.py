@@ -96,3 +96,29 @@ def test_a_resources_server_outage_is_resumable(
     resumed = gym("eval", "run", str(config), "--resume", cwd=tmp_path, env=env)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert _rollouts(tmp_path / "run") == [("completed", None, "ok")] * TASKS
+
+
+def test_a_resources_server_that_stays_down_stops_the_run_early(
+    flaky_backoffice: tuple[str, Outage], tmp_path: Path, prefect_api: str
+) -> None:
+    """As for a dead model server: rollout after rollout failing to reach it stops the run
+    (each would otherwise wait out its connect timeout when the host is gone), resumably."""
+    url, outage = flaky_backoffice
+    tasks = 40
+    config = tmp_path / "remote.yaml"
+    config.write_text(
+        f"benchmark: backoffice\nlimit: {tasks}\nrepeats: 1\nconcurrency: 1\nout: run\n"
+        f"resources_url: {url}\nstop_after_transport_failures: 3\n"
+    )
+    env = {"PREFECT_API_URL": prefect_api}
+    stopped = gym("eval", "run", str(config), cwd=tmp_path, env=env)
+    assert stopped.returncode == 3, stopped.stdout + stopped.stderr  # exit_codes.RUNTIME
+    said = " ".join(stopped.stderr.split())
+    assert "resources server is unreachable: 3 rollouts in a row" in said and "--resume" in said
+    stored = _rollouts(tmp_path / "run")
+    assert len(stored) == HEALTHY_SEEDS + 3  # the rest never started: missing, not failed
+
+    outage.restore()
+    resumed = gym("eval", "run", str(config), "--resume", cwd=tmp_path, env=env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert _rollouts(tmp_path / "run") == [("completed", None, "ok")] * tasks

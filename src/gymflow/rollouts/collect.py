@@ -183,8 +183,9 @@ class Collector:
         """Run `keys`, writing each rollout; a cancelled or crashing batch commits what finished.
 
         A stop request (`stopping`), or `stop_after_transport_failures` rollouts in a row that
-        could not reach the model server, ends the batch early: rollouts in flight are dropped
-        (`--resume` runs them), what finished is committed, and `RunStopped` is raised."""
+        could not reach the model server (or the resources server), ends the batch early:
+        rollouts in flight are dropped (`--resume` runs them), what finished is committed, and
+        `RunStopped` is raised."""
         stats = CollectStats()
         if not keys:
             return stats
