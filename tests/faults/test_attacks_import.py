@@ -288,3 +288,25 @@ def test_the_cli_refuses_a_reward_given_twice(tmp_path: Path) -> None:
     assert "Traceback" not in out.stderr
     assert "r.jsonl:1: reward: given more than once" in " ".join(out.stderr.split())
     assert not (tmp_path / "run").exists()
+
+
+def test_two_files_concatenated_are_refused_not_merged_into_each_others_tasks(
+    tmp_path: Path,
+) -> None:
+    """`cat a.jsonl b.jsonl`: each file numbers its tasks from 0, so b's "3 + 3" rollout was
+    imported as a repeat of a's "2 + 2" task and scored there, with nothing for health to see."""
+    other = _edited(
+        lambda r: (
+            r["responses_create_params"]["input"][0].update(content="What is 3 + 3?"),
+            r.update(_ng_rollout_index=1, reward=0.0),
+        )
+    )
+    (tmp_path / "r.jsonl").write_text(json.dumps(GOOD) + "\n" + other + "\n")
+    out = gym("import", "nemo-gym", "r.jsonl", "--out", "run", cwd=tmp_path, timeout=120)
+    assert out.returncode == 1, out.stdout + out.stderr
+    said = " ".join(out.stderr.split())
+    assert (
+        "r.jsonl:2: responses_create_params.input: its user message is not that of task 0 in "
+        "r.jsonl (line 1)"
+    ) in said
+    assert not (tmp_path / "run").exists()
