@@ -11,6 +11,7 @@ import itertools
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from math import isfinite
 from typing import Any, ClassVar
 
 from gymflow.core.protocols import ToolError
@@ -82,13 +83,20 @@ class ResourcesServer:
 
     # -- verification --------------------------------------------------------------------------
     def verify_sync(self, inp: VerifyInput) -> Verification:
-        """Run the verifier; an exception is a verifier error, never a reward of 0."""
+        """Run the verifier; an exception is a verifier error, never a reward of 0, and so is a
+        reward that is no finite number (NaN would pass as a failing score and make every mean
+        NaN; None stopped the run)."""
         try:
             verdict = self.verifier.fn(inp, self.params)
         except VerifierError as exc:
             return self._error(exc.kind, str(exc))
         except Exception as exc:
             return self._error("verifier_error", f"{type(exc).__name__}: {exc}")
+        reward = getattr(verdict, "reward", None)
+        if isinstance(reward, bool) or not isinstance(reward, int | float) or not isfinite(reward):
+            return self._error(
+                "bad_reward", f"the verifier returned {verdict!r:.200}, not a finite reward"
+            )
         low, high = self.env.manifest.reward_range
         passed = verdict.reward >= self.env.manifest.pass_threshold
         details = dict(verdict.details)
