@@ -25,8 +25,11 @@ VOLATILE_ENV = frozenset({"PWD", "OLDPWD", "_", "SHLVL", "COLUMNS", "LINES"})
 #: Limits a forked command would otherwise inherit from the warm process rather than its caller.
 LIMITS = ("RLIMIT_NOFILE", "RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_STACK", "RLIMIT_CPU",
           "RLIMIT_FSIZE", "RLIMIT_NPROC", "RLIMIT_CORE")  # fmt: skip
-#: The signals the command passes on to a command the warm process runs (their numbers).
-FORWARDED_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT})
+#: The signals a caller passes on to the command the warm process runs for it (Ctrl-Z stops
+#: the caller, and the command with SIGSTOP; `fg` or `bg` continue both).
+FORWARDED_SIGNALS = frozenset(
+    {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGSTOP, signal.SIGCONT}
+)
 #: `off`: a command neither uses nor starts a warm process.
 MODE_ENV = "GYMFLOW_WARM"
 #: Under PREFECT_HOME: the warm process's pid (while it serves), and its log.

@@ -157,6 +157,11 @@ def test_signals_reach_the_forked_run_and_a_gone_caller_stops_it(warm: Warm, tmp
 
     run = Running(["eval", "run", str(config)], tmp_path, "", env=warm.env)
     run.wait_collecting()
+    (command,) = _commands_of(warm.process.pid)
+    run.process.send_signal(signal.SIGTSTP)  # Ctrl-Z stops the caller and its command
+    _wait(lambda: _state(command) == "T", "the command to stop")
+    run.process.send_signal(signal.SIGCONT)  # `fg`
+    _wait(lambda: _state(command) != "T", "the command to continue")
     run.process.send_signal(signal.SIGTERM)
     code, _, stderr = run.finish()
     assert code == exit_codes.TERMINATED, stderr
@@ -185,6 +190,28 @@ def test_signals_reach_the_forked_run_and_a_gone_caller_stops_it(warm: Warm, tmp
     ] == (EXPECTED, EXPECTED)
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _commands_of(warm_pid: int) -> list[int]:
+    """The commands a warm process runs: the children of its supervisors."""
+    return [command for supervisor in _children(warm_pid) for command in _children(supervisor)]
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 def test_changed_code_on_disk_ends_the_warm_process(prefect_api: str, tmp_path: Path):
     """A file it imported changed (an upgrade, an edit): the command runs in its own process and
     the warm process ends (a terminal's next run starts a fresh one)."""
@@ -211,3 +238,21 @@ def test_changed_code_on_disk_ends_the_warm_process(prefect_api: str, tmp_path: 
     finally:
         if process.poll() is None:
             stop_warm(process)
+
+
+def test_the_warm_process_is_given_the_environment_as_the_user_had_it(monkeypatch, tmp_path):
+    """What gymflow sets before Prefect reads it (its defaults, an adopted server's address) is
+    taken out again, and a variable the user had set, even to "", is given back as it was."""
+    from gymflow.cli import local_prefect
+
+    monkeypatch.setattr(local_prefect, "_set_here", {})
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path))
+    monkeypatch.setenv("PREFECT_API_URL", "")
+    monkeypatch.delenv("PREFECT_LOGGING_LEVEL", raising=False)
+    server = {"api_url": "http://127.0.0.1:9/api", "pid": os.getpid(), "log": "-"}
+    (tmp_path / STATE_FILE).write_text(json.dumps(server))
+    before = dict(os.environ)
+    local_prefect.configure()
+    assert os.environ["PREFECT_API_URL"] == server["api_url"]
+    assert os.environ["PREFECT_LOGGING_LEVEL"] == "WARNING"
+    assert local_prefect.users_env() == before

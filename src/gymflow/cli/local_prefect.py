@@ -63,15 +63,15 @@ DEFAULTS = {
     # busy 2-core machine took longer and failed with "Timed out while attempting to connect".
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
 }
-#: The variables this process set itself (DEFAULTS, an adopted server's address): the warm
-#: process is started with the environment as the user had it, which later commands are
-#: compared to (`gymflow.launch`).
-_set_here: set[str] = set()
+#: The variables this process set itself (DEFAULTS, an adopted server's address), with the
+#: value each had before (None: unset): the warm process is started with the environment as the
+#: user had it, which later commands are compared to (`gymflow.launch`).
+_set_here: dict[str, str | None] = {}
 
 
 def _set(name: str, value: str) -> None:
+    _set_here.setdefault(name, os.environ.get(name))
     os.environ[name] = value
-    _set_here.add(name)
 
 
 def configure() -> None:
@@ -83,8 +83,9 @@ def configure() -> None:
 
 
 def users_env() -> dict[str, str]:
-    """This process's environment without what gymflow set in it."""
-    return {key: value for key, value in os.environ.items() if key not in _set_here}
+    """This process's environment as it was before gymflow set anything in it."""
+    env = {key: value for key, value in os.environ.items() if key not in _set_here}
+    return env | {key: value for key, value in _set_here.items() if value is not None}
 
 
 def adopt() -> str | None:

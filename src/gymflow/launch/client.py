@@ -5,7 +5,7 @@ The warm process takes a command only when it would run exactly as it would here
 import path, environment, limits, code on disk; `warm.refusal`); a refusal costs a few
 milliseconds and the command runs here as it always did. Once taken, the command is never run
 twice: this process passes on Ctrl-C, SIGTERM and SIGHUP, waits for the exit code and exits
-with it."""
+with it (Ctrl-Z stops both, `fg` continues both)."""
 
 from __future__ import annotations
 
@@ -82,8 +82,18 @@ def _wait(conn: socket.socket, lines: protocol.Lines) -> int:
         with contextlib.suppress(OSError):  # the warm process is gone: the exit says so
             protocol.send(conn, {"signal": signum})
 
-    for signum in protocol.FORWARDED_SIGNALS:
+    def suspend(_signum: int, _frame: object) -> None:
+        """Ctrl-Z: stop the command, then this process as the shell expects; on `fg` or `bg`,
+        continue the command."""
+        pass_on(signal.SIGSTOP, None)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # returns when this process is continued
+        signal.signal(signal.SIGTSTP, suspend)
+        pass_on(signal.SIGCONT, None)
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(signum, pass_on)
+    signal.signal(signal.SIGTSTP, suspend)
     conn.settimeout(None)
     try:
         while True:

@@ -22,6 +22,7 @@ import argparse
 import ast
 import contextlib
 import fcntl
+import gc
 import importlib
 import json
 import os
@@ -175,6 +176,9 @@ def main() -> None:
     if held is None:
         return
     recorded = preload()
+    # Objects imported here are never collected in a command: a collection would touch (and so
+    # copy) every page a command shares with this process.
+    gc.freeze()
     server = recorded()
     warm = Warm(
         home=home,
