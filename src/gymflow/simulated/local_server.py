@@ -1,15 +1,21 @@
 """Starting and stopping the local policy server as a child process on 127.0.0.1.
 
 A separate process, not a thread: the server and the rollout collector each get a core, and the
-server's work never holds the collector's GIL."""
+server's work never holds the collector's GIL.
+
+Stopping does not wait for the process to end (0.2 s of uvicorn's shutdown, which the run spent
+idle): a thread reaps it in the background, and the command waits for whatever is left of that at
+exit, so no server outlives the command that started it."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +23,42 @@ from gymflow.config import FaultSpec
 from gymflow.errors import RuntimeFailure
 from gymflow.processes import answers_ok
 from gymflow.simulated.policy import PolicyEntry, save_table
+
+#: How long a stopped server may take to exit before it is killed.
+STOP_TIMEOUT_S = 10.0
+
+#: Threads reaping stopped servers, joined at exit.
+_reapers: set[threading.Thread] = set()
+_reapers_lock = threading.Lock()
+
+
+def _reap(process: subprocess.Popen) -> None:
+    try:
+        process.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    finally:
+        with _reapers_lock:
+            _reapers.discard(threading.current_thread())
+
+
+def _stop_in_background(process: subprocess.Popen) -> None:
+    """Ask `process` to end and reap it on a thread of its own; `_reap_all` waits at exit."""
+    process.terminate()
+    reaper = threading.Thread(target=_reap, args=(process,), name="gymflow-policy-reaper")
+    reaper.daemon = True  # joined by `_reap_all`, which runs after non-daemon threads end
+    with _reapers_lock:
+        _reapers.add(reaper)
+    reaper.start()
+
+
+@atexit.register
+def _reap_all() -> None:
+    with _reapers_lock:
+        pending = list(_reapers)
+    for reaper in pending:
+        reaper.join()
 
 
 def free_port() -> int:
@@ -91,13 +133,9 @@ class LocalPolicyServer:
         raise RuntimeFailure(f"local policy server did not answer within {self.startup_timeout_s}s")
 
     def stop(self) -> None:
+        """Stop the server without waiting for its process to end (reaped in the background)."""
         if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+            _stop_in_background(self._process)
         self._process = None
         if self._tmp is not None:
             self._tmp.cleanup()
