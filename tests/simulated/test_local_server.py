@@ -1,5 +1,5 @@
-"""The local policy server's process: stopped without the run waiting for it, and never left
-behind by the command that started it."""
+"""The local policy server's process: ready the moment it listens (it says so through a pipe),
+stopped without the run waiting for it, and never left behind by the command that started it."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from gymflow.errors import RuntimeFailure
+from gymflow.processes import answers_ok
 from gymflow.simulated import local_server
 from gymflow.simulated.local_server import LocalPolicyServer
 from tests.conftest import GYM
@@ -17,6 +21,24 @@ from tests.conftest import GYM
 def _gone(pid: int) -> bool:
     """True once no process (not even an unreaped zombie) holds `pid`."""
     return not Path(f"/proc/{pid}").exists()
+
+
+def test_a_ready_server_answers_at_once() -> None:
+    server = LocalPolicyServer({}).launch()
+    try:
+        server.wait_ready()
+        assert answers_ok(f"http://127.0.0.1:{server.port}/health")
+        assert server.wait_ready() is server  # a second wait returns at once
+    finally:
+        server.stop()
+
+
+def test_a_server_that_ends_before_listening_is_an_error_not_a_wait() -> None:
+    server = LocalPolicyServer({}, startup_timeout_s=600).launch()
+    server._tmp.cleanup()  # its table is gone: the server exits before it listens
+    with pytest.raises(RuntimeFailure, match="local policy server exited with 1"):
+        server.wait_ready()
+    server.stop()
 
 
 def test_a_stopped_server_is_reaped_by_exit() -> None:
