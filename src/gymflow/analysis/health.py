@@ -378,6 +378,25 @@ def _set_variables(con, values: dict[str, Any]) -> None:
             con.execute(f"SET VARIABLE {name} = ?", [value])
 
 
+def _flagged(con, queries: dict[str, str], max_examples: int) -> dict[str, tuple[int, list]]:
+    """Run the checks' queries in one statement (three statements a check took 0.07 s of a
+    small run's analysis): the distinct ids each flags go to the temporary table `check_ids`
+    (check_name, id); returns, by check that flagged any, their count and the first ids."""
+    con.execute("CREATE OR REPLACE TEMP TABLE check_ids (check_name VARCHAR, id VARCHAR)")
+    if not queries:
+        return {}
+    con.execute(
+        "INSERT INTO check_ids "
+        + " UNION ALL ".join(f"SELECT DISTINCT ?, id FROM ({sql})" for sql in queries.values()),
+        list(queries),
+    )
+    rows = con.execute(
+        f"SELECT check_name, count(*), list(id ORDER BY id)[1:{max_examples}] FROM check_ids "
+        "GROUP BY check_name"
+    ).fetchall()
+    return {name: (count, examples or []) for name, count, examples in rows}
+
+
 def health(
     con,
     *,
@@ -427,37 +446,36 @@ def health(
     denominator = max(expected, stored, 1)
     checks: dict[str, Any] = {}
 
-    def record(
-        name: str, description: str, level: Level, severity: Severity, sql: str | None
-    ) -> None:
-        entry = {
-            "description": description,
-            "level": level,
-            "severity": severity,
-            "threshold": gate.threshold(name, severity),
-        }
-        if sql is None:
-            checks[name] = {**entry, "status": "skipped", "count": 0, "share": 0.0, "examples": []}
-            return
-        con.execute(f"CREATE OR REPLACE TEMP TABLE check_ids AS SELECT DISTINCT id FROM ({sql})")
-        count, examples = con.execute(
-            f"SELECT count(*), list(id ORDER BY id)[1:{max_examples}] FROM check_ids"
-        ).fetchone()
-        if level == "rollout":
-            con.execute("INSERT INTO health_hits SELECT id, ? FROM check_ids", [name])
+    def record(name: str, check: Check, runnable: bool, found: dict[str, tuple[int, list]]):
+        count, examples = found.get(name, (0, []))
         checks[name] = {
-            **entry,
-            "status": "failed" if count else "ok",
+            "description": check.description,
+            "level": check.level,
+            "severity": check.severity,
+            "threshold": gate.threshold(name, check.severity),
+            "status": ("failed" if count else "ok") if runnable else "skipped",
             "count": count,
             "share": count / denominator,
-            "examples": examples or [],
+            "examples": examples,
         }
 
+    runnable = {
+        name: all(variables[need] is not None for need in check.needs)
+        for name, check in CHECKS.items()
+    }
+    found = _flagged(
+        con, {name: check.sql for name, check in CHECKS.items() if runnable[name]}, max_examples
+    )
+    rollout_checks = [name for name, check in CHECKS.items() if check.level == "rollout"]
+    con.execute(
+        "INSERT INTO health_hits SELECT id, check_name FROM check_ids "
+        "WHERE list_contains(?, check_name)",
+        [rollout_checks],
+    )
     for name, check in CHECKS.items():
-        runnable = all(variables[need] is not None for need in check.needs)
-        sql = check.sql if runnable else None
-        record(name, check.description, check.level, check.severity, sql)
-    record(TASK_CHECK, TASK_CHECK_DESCRIPTION, "task", "warning", _TASK_SQL)
+        record(name, check, runnable[name], found)
+    task_check = Check(TASK_CHECK_DESCRIPTION, _TASK_SQL, "task", severity="warning")
+    record(TASK_CHECK, task_check, True, _flagged(con, {TASK_CHECK: _TASK_SQL}, max_examples))
 
     unhealthy = con.execute("SELECT count(DISTINCT id) FROM health_hits").fetchone()[0]
     verdicts = rollout_verdicts(con, unhealthy_only=True, limit=max_listed)

@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+import jinja2
+from jinja2 import BaseLoader, Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
 from gymflow import __version__
 from gymflow.analysis.results import RunAnalysis
 from gymflow.reports import svg
+from gymflow.reports.bytecode_cache import bytecode_cache
 from gymflow.reports.sections import DEFAULT_LIMITS, Limits, report_analysis, run_sections
 
 _TEMPLATES = files("gymflow.reports") / "templates"
@@ -33,13 +35,24 @@ CSP = (
     f"script-src 'sha256-{_SCRIPT_HASH}'; base-uri 'none'; form-action 'none'"
 )
 
-_JINJA = Environment(
-    loader=PackageLoader("gymflow.reports", "templates"),
-    autoescape=select_autoescape(default=True, default_for_string=True),
-    undefined=StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
+
+def environment(loader: BaseLoader, cache_folder: Path | None = None) -> Environment:
+    """The report's Jinja environment over `loader`, its compiled templates cached between
+    commands (in `cache_folder`, by default the user's cache: `reports.bytecode_cache`)."""
+    # Bytecode depends on the options below as well as on each template's source (which Jinja
+    # checks): entries are named by a digest of this module and of Jinja's version.
+    variant = hashlib.sha256(Path(__file__).read_bytes() + jinja2.__version__.encode())
+    env = Environment(
+        loader=loader,
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        bytecode_cache=bytecode_cache(variant.hexdigest()[:16], cache_folder),
+    )
+    env.filters.update(pct=pct, num=num, signed_pct=signed_pct)
+    env.globals.update(svg=svg, outcomes=svg.OUTCOMES)
+    return env
 
 
 def _finite(value: Any) -> bool:
@@ -60,8 +73,7 @@ def signed_pct(value: Any) -> str:
     return f"{100 * value:+.1f} pp" if _finite(value) else "n/a"
 
 
-_JINJA.filters.update(pct=pct, num=num, signed_pct=signed_pct)
-_JINJA.globals.update(svg=svg, outcomes=svg.OUTCOMES)
+_JINJA = environment(PackageLoader("gymflow.reports", "templates"))
 
 
 def render(template: str, data: dict[str, Any]) -> str:

@@ -409,12 +409,20 @@ def _exit_with_parent(pid: int) -> None:
             os._exit(0)
 
 
-def serve(app: PolicyApp, *, host: str, port: int) -> None:
-    """Serve `app` until interrupted (uvicorn, one process)."""
+def serve(app: PolicyApp, *, host: str, port: int, ready_fd: int | None = None) -> None:
+    """Serve `app` until interrupted (uvicorn, one process); once it listens, write one byte to
+    `ready_fd` (a pipe the launching process waits on) and close it."""
     import uvicorn
 
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started and ready_fd is not None:
+                os.write(ready_fd, b"1")
+                os.close(ready_fd)
+
     logging.getLogger("uvicorn.error").addFilter(_QuietReset())
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -424,6 +432,7 @@ def serve(app: PolicyApp, *, host: str, port: int) -> None:
         # A simulated timeout holds its request open for an hour; stopping must not wait for it.
         timeout_graceful_shutdown=1,
     )
+    Server(config).run()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -434,13 +443,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--faults", default="{}", help="FaultSpec as JSON")
     parser.add_argument("--parent-pid", type=int, help="exit when this process is gone")
+    parser.add_argument("--ready-fd", type=int, help="write a byte to this pipe once listening")
     args = parser.parse_args(argv)
     if args.parent_pid:
         threading.Thread(target=_exit_with_parent, args=(args.parent_pid,), daemon=True).start()
     app = PolicyApp(
         load_table(args.table), seed=args.seed, faults=FaultSpec.model_validate_json(args.faults)
     )
-    serve(app, host=args.host, port=args.port)
+    serve(app, host=args.host, port=args.port, ready_fd=args.ready_fd)
 
 
 if __name__ == "__main__":

@@ -93,15 +93,3 @@ def run_info(con) -> dict[str, Any]:
     if row is None:
         raise StoreError("store holds no run")
     return dict(zip([d[0] for d in cursor.description], row, strict=True))
-
-
-def store_fingerprint(con) -> str:
-    """Changes whenever rollouts or verifications are added: the cache key of pure analysis."""
-    row = con.execute(
-        """
-        SELECT (SELECT count(*) FROM rollouts), (SELECT max(finished_at) FROM rollouts),
-               (SELECT count(*) FROM verifications), (SELECT max(created_at) FROM verifications),
-               (SELECT count(*) FROM verifier_versions)
-        """
-    ).fetchone()
-    return "|".join(str(part) for part in row)
