@@ -61,6 +61,18 @@ LITELLM_REFUSAL = {
         }
     ],
 }
+#: Azure OpenAI's content filter stopping a generation part-way: the text so far, then the reason.
+LITELLM_FILTERED = {
+    "id": "chatcmpl-filtered",
+    "model": "gpt-4o-mini",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "content_filter",
+            "message": {"role": "assistant", "content": "Step 1: mix the"},
+        }
+    ],
+}
 #: Upstream answers for the native Responses path, as OpenAI sends them.
 UPSTREAM_ERRORS = {
     "up-429": (429, "Rate limit reached for requests", "rate_limit_exceeded"),
@@ -96,6 +108,8 @@ def _models(upstream: str) -> list[dict[str, Any]]:
         "mock-refusal": {**mock, "mock_response": LITELLM_REFUSAL},
         "bridged-tools": {**bridged, "mock_response": "", "mock_tool_calls": [TOOL_CALL]},
         "bridged-refusal": {**bridged, "mock_response": LITELLM_REFUSAL},
+        "mock-filtered": {**mock, "mock_response": LITELLM_FILTERED},
+        "bridged-filtered": {**bridged, "mock_response": LITELLM_FILTERED},
     }
     for name in UPSTREAM_ERRORS:
         models[name] = {
@@ -280,6 +294,19 @@ def test_a_refusal_lost_by_the_responses_bridge_is_not_scored(proxy: str) -> Non
     (call,) = outcome.calls
     assert call.failure_kind == "response_not_run" and outcome.response is None
     assert orjson.loads(call.response)["output"] == []
+
+
+@pytest.mark.parametrize(("kind", "model"), [("chat_completions", "mock-filtered"),
+                                             ("responses", "bridged-filtered")])  # fmt: skip
+def test_an_answer_cut_by_a_content_filter_is_refused_not_scored(
+    proxy: str, kind: str, model: str
+) -> None:
+    """The partial text before a content filter stopped the generation was scored as an answer."""
+    outcome = _create(proxy, kind, model)
+    (call,) = outcome.calls
+    assert outcome.response is None, outcome.response
+    assert call.failure_kind == "refused", (call.failure_kind, call.response)
+    assert "Step 1: mix the" in call.response  # what LiteLLM answered, kept as evidence
 
 
 def test_gym_eval_run_through_litellm_stores_refusals_as_failures(
