@@ -140,6 +140,9 @@ def test_retry_after_is_read_and_honoured() -> None:
     assert client.backoff(0, RateLimited("x", retry_after=1e6)) == 120.0
     delays = [client.backoff(3, ServerError("x")) for _ in range(50)]
     assert all(4.0 <= d <= 8.0 for d in delays) and len(set(delays)) > 1  # jittered
+    # the last of 20 retries waited 0.5 * 2**19 s (three days); now at most the cap, jittered
+    last = [client.backoff(19, ServerError("x")) for _ in range(50)]
+    assert all(60.0 <= d <= 120.0 for d in last) and len(set(last)) > 1
     asyncio.run(client.__aexit__())
 
 

@@ -204,11 +204,13 @@ class ResponsesClient:
         return outcome
 
     def backoff(self, attempt: int, error: ModelError) -> float:
-        """Retry-After when the server gave one (capped), else exponential backoff with jitter:
-        a uniform 50-100% of backoff_s * 2**attempt, so clients that failed together retry apart."""
+        """Retry-After when the server gave one, else exponential backoff with jitter: a uniform
+        50-100% of backoff_s * 2**attempt, so clients that failed together retry apart. Both
+        capped at MAX_RETRY_AFTER_S: `max_retries: 20` doubled the wait to three days."""
         if error.retry_after is not None:
             return min(error.retry_after, MAX_RETRY_AFTER_S)
-        return self.config.backoff_s * (2**attempt) * random.uniform(0.5, 1.0)
+        doubled = self.config.backoff_s * 2.0 ** min(attempt, 64)
+        return min(doubled, MAX_RETRY_AFTER_S) * random.uniform(0.5, 1.0)
 
     def _redact(self, text: str) -> str:
         return text.replace(self._secret, REDACTED) if self._secret else text
