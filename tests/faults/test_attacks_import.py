@@ -5,6 +5,7 @@ stored."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import pytest
 from gymflow.interop.nemo_gym import import_rollouts
 from gymflow.interop.nemo_read import InteropError
 from gymflow.store.db import store_path
+from tests.analysis.builder import RunMeta, StoreBuilder
 from tests.conftest import gym
 
 GOOD = {
@@ -310,3 +312,31 @@ def test_two_files_concatenated_are_refused_not_merged_into_each_others_tasks(
         "r.jsonl (line 1)"
     ) in said
     assert not (tmp_path / "run").exists()
+
+
+def test_an_exported_grading_failure_imports_unscored(tmp_path: Path) -> None:
+    """`gym export` writes a completed rollout whose reward was no finite number to the failures
+    file with `gymflow_verification: {"status": "ok"}`; imported back it became an `ok`
+    verification without a reward: a scored fail where the grading had failed."""
+    b = StoreBuilder(RunMeta(repeats=2))
+    b.task("t0", 7)
+    b.fill("t0", "11")
+    record = b.rollouts[-1]
+    record.verification = dataclasses.replace(record.verification, reward=float("nan"))
+    b.write(tmp_path / "run")
+    gym("export", "run", "--format", "nemo-gym", "--out", "r.jsonl", cwd=tmp_path, check=True)
+    gym("import", "nemo-gym", "r.jsonl", "--out", "back", cwd=tmp_path, check=True)
+    con = duckdb.connect(str(store_path(tmp_path / "back")), read_only=True)
+    try:
+        rows = con.execute(
+            "SELECT r.repeat_index, r.status, v.status, v.reward, v.failure_kind FROM rollouts r "
+            "JOIN verifications v USING (rollout_id) ORDER BY r.repeat_index"
+        ).fetchall()
+    finally:
+        con.close()
+    assert rows == [
+        (0, "completed", "ok", 1.0, None),
+        (1, "completed", "error", None, "non_finite_reward"),
+    ]
+    profile = gym("eval", "profile", "back", "--json", cwd=tmp_path, check=True)
+    assert json.loads(profile.stdout)["coverage"]["scored"] == 1

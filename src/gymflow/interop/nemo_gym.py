@@ -31,6 +31,7 @@ from typing import Any
 
 from gymflow import __version__
 from gymflow.core.records import ModelCall, Verification, rollout_id
+from gymflow.core.statuses import VERIFY_ERROR
 from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment
 from gymflow.environments.registry import RegistryError, load_environment
@@ -491,13 +492,18 @@ def _records(
         rollouts.append(_rollout(run_id, rid, task.task_id, key[1], last, outcome(last)))
         graded = last.fields.get("gymflow_verification")
         if isinstance(graded, dict) and graded.get("status") is not None:
+            # A failures line holds no score, whatever status it gives its grading: gymflow's
+            # export writes `ok` for a reward that was no finite number, and an `ok` without a
+            # reward was a scored fail.
             verdict = Verification(
                 IMPORTED_VERSION,
-                _text(graded["status"]),  # type: ignore[arg-type]
+                VERIFY_ERROR,
                 None,
                 None,
-                _text(graded.get("failure_kind")),
-                {"source": str(path), "line": last.line},
+                _text(graded.get("failure_kind"))
+                or _text(last.fields.get("gymflow_failure_kind"))
+                or "verifier_error",
+                {"source": str(path), "line": last.line, "status": _text(graded["status"])},
             )
             verifications.append(verification_row(rid, verdict, now, json_of=_dumps))
         calls.extend(
