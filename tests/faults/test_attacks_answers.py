@@ -4,11 +4,18 @@ raised the score. Each is now the wrong answer it is: verified, reward 0."""
 
 from __future__ import annotations
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import duckdb
 import pytest
 
 from gymflow.environments.registry import load_environment
 from gymflow.harness.tool_arguments import MalformedArguments, parse_arguments
 from gymflow.verifiers.base import VerifyInput
+from tests.conftest import gym
 
 NESTED = "[" * 5000 + "]" * 5000
 
@@ -61,3 +68,55 @@ def test_a_backtracking_pattern_is_bounded_by_its_worker(tmp_path, monkeypatch) 
     verification = server.verify_bounded(VerifyInput(task, "a" * 40 + "!"))
     assert (verification.status, verification.failure_kind) == ("error", "verifier_timeout")
     assert server.verify_bounded(VerifyInput(task, "two words")).reward == 1.0
+
+
+class _HostileCalls(BaseHTTPRequestHandler):
+    """A Responses server whose every answer is a function call with a lone surrogate escape in
+    its arguments: valid JSON, parsed by the verifier into text no UTF-8 store can hold."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))
+        arguments = '{"base": 10, "height": 5, "unit": "\\ud800"}'
+        call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": arguments}
+        body = json.dumps({"id": "r", "model": "m", "status": "completed", "output": [call]})
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_lone_surrogate_in_call_arguments_is_stored_not_a_failed_commit(
+    tmp_path: Path, prefect_api: str
+) -> None:
+    """BFCL's verdict lists the calls it judged, arguments parsed: a `\\ud800` in them made the
+    verification unstorable, so the batch's commit failed and the run stopped, every time."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _HostileCalls)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        config = tmp_path / "eval.yaml"
+        config.write_text(
+            "benchmark: bfcl-smoke\nlimit: 3\nrepeats: 1\nout: run\n"
+            f"model: {{kind: responses, base_url: '{url}', name: m, max_retries: 0}}\n"
+        )
+        result = gym("eval", "run", str(config), cwd=tmp_path, env={"PREFECT_API_URL": prefect_api})
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+    assert result.returncode in (0, 2), result.stdout + result.stderr  # ran to its end
+    con = duckdb.connect(str(tmp_path / "run" / "gymflow.duckdb"), read_only=True)
+    try:
+        rows = con.execute(
+            "SELECT r.status, v.status, v.passed, v.details_json FROM rollouts r "
+            "JOIN verifications v USING (rollout_id)"
+        ).fetchall()
+    finally:
+        con.close()
+    assert len(rows) == 3
+    assert all(row[:3] == ("completed", "ok", False) for row in rows), rows
+    assert all("\ufffd" in row[3] for row in rows)  # the argument, kept as U+FFFD

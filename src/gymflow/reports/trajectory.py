@@ -6,6 +6,7 @@ is bounded whatever a model wrote; the full trajectory stays in the store and th
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,7 @@ MAX_ITEMS = 60  # items per trajectory shown inline
 # Characters per trajectory shown inline: with the report's 12 sometimes-pass pairs and 5 evidence
 # rollouts this bounds the inlined text near 1 MB, whatever the policy wrote.
 BUDGET = 30_000
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(slots=True)
@@ -50,9 +52,15 @@ def _arguments(raw: Any) -> tuple[str, str | None]:
     if not isinstance(raw, str):
         return json.dumps(raw, indent=2, ensure_ascii=False), None
     try:
-        return json.dumps(json.loads(raw), indent=2, ensure_ascii=False), None
+        parsed = json.loads(raw)
     except json.JSONDecodeError:
         return raw, "arguments are not valid JSON"
+    pretty = json.dumps(parsed, indent=2, ensure_ascii=False)
+    if _SURROGATE.search(pretty):
+        # a `\ud800` escape in the model's arguments: shown as written, since the lone
+        # surrogate it parses to cannot be written to the UTF-8 report
+        return json.dumps(parsed, indent=2), None
+    return pretty, None
 
 
 def _block(item: Any) -> Block:

@@ -8,6 +8,7 @@ writes its JSON with sorted keys, as it always has)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -19,6 +20,7 @@ from gymflow.store.schema import COLUMNS
 from gymflow.store.tool_lists import ToolLists
 
 Dumps = Callable[[Any], str]
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def dumps(value: Any) -> str:
@@ -26,8 +28,12 @@ def dumps(value: Any) -> str:
     it, at a tenth of the cost: trajectories and model calls are most of a flush's work."""
     try:
         return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
-    except orjson.JSONEncodeError:  # integers beyond 64 bits, which untrusted output may hold
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    except orjson.JSONEncodeError:
+        # Integers beyond 64 bits, or a lone surrogate: a model's tool arguments may spell one
+        # (`"\ud800"` in its JSON text), parsed into text no UTF-8 store can hold, so one hostile
+        # call failed its whole batch's commit. It is kept as U+FFFD.
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+        return _SURROGATE.sub("\ufffd", text)
 
 
 _NAMES = {table: frozenset(columns) for table, columns in COLUMNS.items()}
