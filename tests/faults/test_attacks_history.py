@@ -15,13 +15,14 @@ from tests.conftest import gym
 TASKS, REPEATS = 6, 4
 
 
-def _night(root: Path, night: int, *, all_failed: bool) -> Path:
+def _night(root: Path, night: int, *, all_failed: bool, scored_tasks: int = 0) -> Path:
+    """A night: every rollout scored, or (`all_failed`) all but `scored_tasks` tasks' failed."""
     builder = StoreBuilder(RunMeta(run_id=f"night-{night}", model="ckpt", repeats=REPEATS))
     for i in range(TASKS):
         task_id = f"t{i}"
         builder.task(task_id, answer=i)
         for repeat in range(REPEATS):
-            if all_failed:  # the model server was down all night
+            if all_failed and i >= scored_tasks:  # the model server was down all night
                 builder.rollout(
                     task_id,
                     repeat,
@@ -55,3 +56,18 @@ def test_a_baseline_that_is_not_a_run_fails_the_gate_in_the_cli(tmp_path: Path) 
     assert out.returncode == 2, out.stdout + out.stderr
     assert "no-such-run" in out.stdout and "not compared" in out.stdout
     assert "passed" not in out.stdout.split("\n")[0]
+
+
+def test_a_night_that_mostly_failed_does_not_pass_the_gate(tmp_path: Path) -> None:
+    """The model server died after the first task: 20 of 24 rollouts failed, and the gate,
+    pairing on the one task both nights scored, printed "regression gate passed: +0.0 points
+    over 1 tasks" and exited 0, though health calls the night unhealthy."""
+    _night(tmp_path, 0, all_failed=False)
+    _night(tmp_path, 1, all_failed=True, scored_tasks=1)
+    out = gym("runs", "gate", "night-1", cwd=tmp_path, timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    said = " ".join(out.stdout.split())
+    assert said.startswith("regression gate FAILED: the run is unhealthy (failed_share)"), said
+    assert "over 1 tasks" in said  # the comparison is still stated
+    healthy = gym("runs", "gate", "night-0", cwd=tmp_path, timeout=120)
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr

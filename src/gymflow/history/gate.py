@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gymflow.analysis.compare import CompareError, compare
+from gymflow.analysis.health import health
 from gymflow.history.catalog import CatalogEntry, refresh
 from gymflow.store.db import StoreError, connect
 
@@ -43,22 +44,35 @@ class GateVerdict:
     margin: float
     test: str
     checks: tuple[GateCheck, ...]
+    #: The run's health checks beyond their thresholds: an unhealthy run is no pass, however
+    #: its few scored tasks compare (a night whose model server died scored one task in six,
+    #: and "+0.0 points over 1 tasks" passed).
+    unhealthy: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
-        """No drop, and every comparison made: a run with nothing scored (every rollout failed)
-        or a pinned baseline that cannot be read is not a pass."""
-        return not any(check.regressed or not check.compared for check in self.checks)
+        """A healthy run, no drop, and every comparison made: a run with nothing scored (every
+        rollout failed) or a pinned baseline that cannot be read is not a pass."""
+        return not self.unhealthy and not any(
+            check.regressed or not check.compared for check in self.checks
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "passed": self.passed}
 
     def summary(self) -> str:
+        health = (
+            f"the run is unhealthy ({', '.join(self.unhealthy)}): its scores cannot be trusted"
+            if self.unhealthy
+            else ""
+        )
         if not self.checks:
+            if health:
+                return f"regression gate FAILED: {health}"
             return "regression gate: nothing to compare with (no earlier run, no baseline)"
         word = "passed" if self.passed else "FAILED"
         return f"regression gate {word}: " + "; ".join(
-            f"vs {c.against}: {c.why}" for c in self.checks
+            [*([health] if health else []), *(f"vs {c.against}: {c.why}" for c in self.checks)]
         )
 
 
@@ -134,13 +148,18 @@ def gate(
     run's folder) and against `baseline`, when given."""
     run_dir = run_dir.resolve()
     checks = []
+    try:
+        with connect(run_dir, read_only=True) as con:
+            unhealthy = tuple(health(con, max_listed=0).gate_failures)
+    except StoreError as exc:  # no store, or nothing judged: nothing to trust either
+        unhealthy = (f"not checked: {exc}",)
     catalog = refresh(root or run_dir.parent)
     before = previous_run(catalog.entries, run_dir)
     if before is not None:
         checks.append(check(run_dir, Path(before.run_dir), "previous", margin=margin))
     if baseline is not None:
         checks.append(check(run_dir, baseline, "baseline", margin=margin))
-    return GateVerdict(str(run_dir), margin, TEST, tuple(checks))
+    return GateVerdict(str(run_dir), margin, TEST, tuple(checks), unhealthy)
 
 
 def save_verdict(verdict: GateVerdict) -> Path:
