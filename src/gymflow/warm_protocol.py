@@ -25,6 +25,8 @@ VOLATILE_ENV = frozenset({"PWD", "OLDPWD", "_", "SHLVL", "COLUMNS", "LINES"})
 #: Limits a forked command would otherwise inherit from the warm process rather than its caller.
 LIMITS = ("RLIMIT_NOFILE", "RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_STACK", "RLIMIT_CPU",
           "RLIMIT_FSIZE", "RLIMIT_NPROC", "RLIMIT_CORE")  # fmt: skip
+#: Namespaces a caller may have entered (`unshare`, a container) that the warm process is not in.
+NAMESPACES = ("mnt", "net", "pid", "user", "ipc", "uts", "cgroup")
 #: The signals a caller passes on to the command the warm process runs for it (Ctrl-Z stops
 #: the caller, and the command with SIGSTOP; `fg` or `bg` continue both).
 FORWARDED_SIGNALS = frozenset(
@@ -81,8 +83,35 @@ def comparable_env(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]
     return {key: value for key, value in environ.items() if key not in VOLATILE_ENV}
 
 
-def limits() -> dict[str, list[int]]:
-    return {name: list(resource.getrlimit(getattr(resource, name))) for name in LIMITS}
+def process_context() -> dict[str, object]:
+    """What a process inherits besides its environment, which a command forked from the warm
+    process would take from it instead of from its caller: limits (`ulimit`), priority
+    (`nice`), CPUs (`taskset`), control group (`systemd-run`), namespaces, groups."""
+    context: dict[str, object] = {
+        name: list(resource.getrlimit(getattr(resource, name))) for name in LIMITS
+    }
+    context["nice"] = os.getpriority(os.PRIO_PROCESS, 0)
+    context["cpus"] = sorted(os.sched_getaffinity(0))
+    context["groups"] = [os.getgid(), os.getegid(), *sorted(os.getgroups())]
+    context["cgroup"] = _read("/proc/self/cgroup")
+    for name in NAMESPACES:
+        context[f"ns_{name}"] = _readlink(f"/proc/self/ns/{name}")
+    return context
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as file:
+            return file.read()
+    except OSError:
+        return None
+
+
+def _readlink(path: str) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
 
 
 def peer_uid(conn: socket.socket) -> int:

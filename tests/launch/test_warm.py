@@ -144,6 +144,15 @@ def test_a_command_in_another_environment_runs_in_its_own_process(warm: Warm, tm
     assert result.returncode == 0 and "arithmetic-smoke" in result.stdout
     assert warm.refused("list benchmarks") == "environment differs: GYMFLOW_SOMETHING"
     assert warm.process.poll() is None  # it goes on serving the commands it can
+    # `nice` and `ulimit` apply to the command only in a process of its own
+    niced = subprocess.run(["nice", "-n", "5", GYM, "list", "environments"], cwd=tmp_path,
+                           env=warm.env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert niced.returncode == 0 and "arithmetic" in niced.stdout
+    assert warm.refused("list environments") == "process differs: nice"
+    limited = subprocess.run(["bash", "-c", f"ulimit -n 512 && {GYM} list --help"], cwd=tmp_path,
+                             env=warm.env, capture_output=True, text=True)  # fmt: skip
+    assert limited.returncode == 0 and "benchmarks" in limited.stdout
+    assert warm.refused("list --help") == "process differs: RLIMIT_NOFILE", limited.stderr
 
 
 def test_signals_reach_the_forked_run_and_a_gone_caller_stops_it(warm: Warm, tmp_path: Path):

@@ -2,7 +2,7 @@
 does and takes it, and otherwise run it here.
 
 The warm process takes a command only when it would run exactly as it would here (same Python,
-import path, environment, limits, code on disk; `warm.refusal`); a refusal costs a few
+import path, environment, limits and priority, code on disk; `warm.refusal`); a refusal costs a few
 milliseconds and the command runs here as it always did. Once taken, the command is never run
 twice: this process passes on Ctrl-C, SIGTERM and SIGHUP, waits for the exit code and exits
 with it (Ctrl-Z stops both, `fg` continues both)."""
@@ -60,7 +60,7 @@ def forwarded(argv: list[str]) -> int | None:
             "executable": sys.executable,
             "path": sys.path,
             "umask": _umask(),
-            "limits": protocol.limits(),
+            "context": protocol.process_context(),
         }
         payload = (json.dumps(request) + "\n").encode()
         socket.send_fds(conn, [payload], [0, 1, 2])

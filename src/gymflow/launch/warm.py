@@ -9,7 +9,8 @@ serves one user's commands on a Unix socket in a folder only that user can enter
 
 A command is taken only when forking gives what a fresh process would (`refusal`): the same
 Python and import path, the same environment (a library may have read any variable when it was
-imported here), the same limits, the same local Prefect server, and no imported file changed on
+imported here), the same limits, priority, CPUs, control group and namespaces, the same local
+Prefect server, and no imported file changed on
 disk since. The command then runs in a child of a supervisor (both forked from here): the
 supervisor holds the caller's socket, passes its signals on, SIGTERMs the command if the caller
 goes away, and sends the exit code when the command ends. gymflow's own modules under `cli` are
@@ -51,7 +52,7 @@ class Request:
     executable: str
     path: list[str]
     umask: int
-    limits: dict[str, list[int]]
+    context: dict[str, Any]
     fds: tuple[int, int, int]
 
 
@@ -60,7 +61,7 @@ class Warm:
     home: Path
     env: dict[str, str]  # the caller's environment, as later commands are compared to it
     path: list[str]
-    limits: dict[str, list[int]]
+    context: dict[str, Any]  # `warm_protocol.process_context`
     server_pid: int | None  # the local Prefect server it was started beside
     api_url: str | None  # the Prefect API the imported Prefect was set to
     files: dict[str, tuple[int, int]]  # every imported file: (mtime_ns, size)
@@ -86,9 +87,9 @@ class Warm:
                 k for k in theirs.keys() | self.env.keys() if theirs.get(k) != self.env.get(k)
             )
             return f"environment differs: {', '.join(names[:5])}", False
-        if request.limits != self.limits:
-            names = [k for k in self.limits if request.limits.get(k) != self.limits[k]]
-            return f"limits differ: {', '.join(names)}", False
+        if request.context != self.context:
+            names = [k for k in self.context if request.context.get(k) != self.context[k]]
+            return f"process differs: {', '.join(names)}", False
         if not os.path.isdir(request.cwd):
             return "its folder does not exist", False
         changed = changed_file(self.files)
@@ -184,7 +185,7 @@ def main() -> None:
         home=home,
         env=callers,
         path=list(sys.path),
-        limits=protocol.limits(),
+        context=protocol.process_context(),
         server_pid=server.pid if server is not None else None,
         api_url=os.environ.get("PREFECT_API_URL"),
         files=imported_files(),
