@@ -340,3 +340,24 @@ def test_an_exported_grading_failure_imports_unscored(tmp_path: Path) -> None:
     ]
     profile = gym("eval", "profile", "back", "--json", cwd=tmp_path, check=True)
     assert json.loads(profile.stdout)["coverage"]["scored"] == 1
+
+
+def test_a_failures_line_of_another_task_is_refused(tmp_path: Path) -> None:
+    """The same concatenation in `_failures.jsonl`: another file's failed "3 + 3" attempt was
+    imported as a failed rollout of this file's "2 + 2" task."""
+    (tmp_path / "r.jsonl").write_text(json.dumps(GOOD) + "\n")
+    other = _edited(
+        lambda r: (
+            r["responses_create_params"]["input"][0].update(content="What is 3 + 3?"),
+            r.update(_ng_rollout_index=1, _ng_failure_class="timeout_exceeded"),
+        )
+    )
+    (tmp_path / "r_failures.jsonl").write_text(other + "\n")
+    out = gym("import", "nemo-gym", "r.jsonl", "--out", "run", cwd=tmp_path, timeout=120)
+    assert out.returncode == 1, out.stdout + out.stderr
+    said = " ".join(out.stderr.split())
+    assert (
+        "r_failures.jsonl:1: responses_create_params.input: its user message is not that of task "
+        "0 in r.jsonl (line 1)"
+    ) in said
+    assert not (tmp_path / "run").exists()

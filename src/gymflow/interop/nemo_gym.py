@@ -170,6 +170,7 @@ def outcome(row: NemoRow) -> Outcome:
 class _Task:
     index: int
     sample: NemoRow  # the materialized input when there is one, else the first line
+    source: Path  # the file the sample is a line of
     task_id: str = ""
     env_task: Task | None = None
 
@@ -210,25 +211,20 @@ def _number(path: Path, rows: list[NemoRow]) -> list[tuple[tuple[int, int], Nemo
     return numbered
 
 
-def _check_tasks(
-    path: Path,
-    sample_file: Path,
-    tasks: dict[int, _Task],
-    numbered: list[tuple[tuple[int, int], NemoRow]],
-) -> None:
+def _check_tasks(path: Path, tasks: dict[int, _Task], rows: list[NemoRow]) -> None:
     """A task is its sample (its materialized input, else its first line: its prompt is stored
-    from there): a rollout line under the same `_ng_task_index` whose first user message is
+    from there): a line of `path` under the same `_ng_task_index` whose first user message is
     another's belongs to another task (two files concatenated, each numbered from 0), and would
-    be graded as this one. (The inputs themselves differ in form: NeMo Gym adds `type` and other
-    fields to the items.)"""
+    be graded, or failed, as this one. (The inputs themselves differ in form: NeMo Gym adds
+    `type` and other fields to the items.)"""
     problems = []
-    for (index, _), row in numbered:
-        given = tasks[index].sample
+    for row in rows:
+        task = tasks[row.task_index]  # type: ignore[index]
+        given = task.sample
         if _first_user_text(row.input_items) != _first_user_text(given.input_items):
-            where = sample_file if given.response is None else path
             problems.append(
                 f"{path}:{row.line}: responses_create_params.input: its user message is not "
-                f"that of task {index} in {where.name} (line {given.line})"
+                f"that of task {task.index} in {task.source.name} (line {given.line})"
             )
     raise_problems(path, problems)
 
@@ -339,12 +335,21 @@ def import_rollouts(
     failures = read_lines(sidecars["failures"], sidecar=True) if "failures" in sidecars else []
     tasks: dict[int, _Task] = {}
     for row in materialized:
-        tasks.setdefault(row.task_index, _Task(row.task_index, row))  # type: ignore[arg-type]
+        tasks.setdefault(
+            row.task_index,  # type: ignore[arg-type]
+            _Task(row.task_index, row, sidecars["materialized_inputs"]),  # type: ignore[arg-type]
+        )
     for (task_index, _), row in numbered:
-        tasks.setdefault(task_index, _Task(task_index, row))
+        tasks.setdefault(task_index, _Task(task_index, row, path))
     for row in failures:
-        tasks.setdefault(row.task_index, _Task(row.task_index, row))  # type: ignore[arg-type]
-    _check_tasks(path, sidecars.get("materialized_inputs", path), tasks, numbered)
+        tasks.setdefault(
+            row.task_index,  # type: ignore[arg-type]
+            _Task(row.task_index, row, sidecars["failures"]),  # type: ignore[arg-type]
+        )
+    if indexed:  # without indices, rows are numbered by their content: one question a task
+        _check_tasks(path, tasks, [row for _, row in numbered])
+        if failures:
+            _check_tasks(sidecars["failures"], tasks, failures)
     _task_ids(path, tasks, env)
     threshold = (
         pass_threshold
