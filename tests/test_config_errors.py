@@ -17,6 +17,16 @@ CASES = {
     ),
     "missing_benchmark": ("benchmark: no-such-benchmark\n", "no-such-benchmark"),
     "malformed_yaml": ("benchmark: [arithmetic-smoke\n", "malformed YAML"),
+    # YAML's .inf passed `gt=0`: the first retry slept forever, a call never timed out
+    "infinite_backoff": ("benchmark: arithmetic-smoke\nmodel: {backoff_s: .inf}\n", "backoff_s"),
+    "infinite_timeout": ("benchmark: arithmetic-smoke\nmodel: {timeout_s: .inf}\n", "timeout_s"),
+    # past 64 bits it could not be sent: every rollout was a harness error
+    "huge_max_output_tokens": (
+        "benchmark: arithmetic-smoke\nsampling: {max_output_tokens: 1208925819614629174706176}\n",
+        "sampling.max_output_tokens",
+    ),
+    # every stage enumerates tasks x repeats
+    "huge_repeats": ("benchmark: arithmetic-smoke\nrepeats: 1000000000000\n", "repeats"),
 }
 
 

@@ -6,13 +6,19 @@ inside. They load on first use, so `import gymflow` stays light (a CLI command t
 them does not pay for pydantic, the model client or the verifiers)."""
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-try:
-    __version__ = version("gymflow")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+local"
+
+def _version() -> str:
+    """Read on first use: importlib.metadata costs ~30 ms, paid by every `gym` command that
+    imports gymflow, including one the warm process runs (`gymflow.launch`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gymflow")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0.0.0+local"
+
 
 #: The author's API: name -> (module, attribute in it).
 _EXPORTS: dict[str, tuple[str, str]] = {
@@ -47,14 +53,17 @@ __all__ = ["__version__", *_EXPORTS]
 
 
 def __getattr__(name: str) -> Any:
-    try:
-        module, attribute = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module 'gymflow' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), attribute)
+    if name == "__version__":
+        value = _version()
+    else:
+        try:
+            module, attribute = _EXPORTS[name]
+        except KeyError:
+            raise AttributeError(f"module 'gymflow' has no attribute {name!r}") from None
+        value = getattr(importlib.import_module(module), attribute)
     globals()[name] = value  # the next access is a plain attribute
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+    return sorted({*globals(), *_EXPORTS, "__version__"})

@@ -20,10 +20,22 @@ class ConfigError(UserError, ValueError):
     """A config that cannot be used; the message names the file and every bad field."""
 
 
+#: Most rollouts per task a run may ask for (the run form's bound too): every stage enumerates
+#: tasks x repeats, so `repeats: 1e12` would take the machine's memory before the first call.
+MAX_REPEATS = 1000
+#: Most output tokens a call may ask for: a larger integer cannot be sent (JSON encoders stop at
+#: 64 bits) and made every rollout a harness error.
+MAX_OUTPUT_TOKENS = 2**31 - 1
+
+
 class _Strict(BaseModel):
     # hide_input_in_errors: a refused value may be a secret (a key, a URL with credentials), and
     # a ValidationError printed whole (Prefect's parameter check, a traceback) would repeat it.
-    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+    # allow_inf_nan: YAML's `.inf` passes `gt=0` (`backoff_s: .inf` slept forever on the first
+    # retry, `timeout_s: .inf` never timed out); no setting here means anything by one.
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, hide_input_in_errors=True, allow_inf_nan=False
+    )
 
 
 class Sampling(_Strict):
@@ -31,7 +43,7 @@ class Sampling(_Strict):
 
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    max_output_tokens: int = Field(1024, ge=1)
+    max_output_tokens: int = Field(1024, ge=1, le=MAX_OUTPUT_TOKENS)
     seed: int | None = Field(
         0,
         description="Run seed. Each rollout is sent a seed derived from it, its task and repeat, "
@@ -213,7 +225,9 @@ class EvalConfig(_Strict):
     benchmark: str | None = Field(None, description="Benchmark name, e.g. arithmetic-smoke.")
     environment: str | None = Field(None, description="Environment name, when no benchmark.")
     limit: int | None = Field(None, ge=1, description="Use only the first N tasks.")
-    repeats: int | None = Field(None, ge=1, description="Rollouts per task (benchmark default).")
+    repeats: int | None = Field(
+        None, ge=1, le=MAX_REPEATS, description="Rollouts per task (benchmark default)."
+    )
     model: ModelConfig = ModelConfig()
     harness: HarnessConfig = HarnessConfig()
     sampling: Sampling | None = None
@@ -233,7 +247,7 @@ class EvalConfig(_Strict):
         20,
         ge=1,
         description="Stop the run early (resumable) when this many rollouts in a row could not "
-        "reach the model server, after each call's own retries.",
+        "reach the model server (or a served resources server), after each call's own retries.",
     )
 
     @field_validator("resources_url")

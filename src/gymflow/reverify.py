@@ -219,11 +219,15 @@ def _write(
     return judged
 
 
-def _rejudge(con, server: ResourcesServer, version: str, tasks: dict[str, Task]) -> int:
+def _rejudge(
+    con, server: ResourcesServer, version: str, tasks: dict[str, Task], failed_only: bool
+) -> int:
     """Under a version already stored: judge again the rollouts whose verification errored (a
     crash, a timeout, a judge that failed; the old verdicts are set aside as evidence) or is
-    missing (a reverify killed half-way). One transaction for the new verdicts."""
-    supersede_verifications(con, version)
+    missing (a reverify killed half-way), and unless `failed_only` those a `--failed-only`
+    reverify carried from its base version: a pass under other parameters is no verdict of
+    these. One transaction for the new verdicts."""
+    supersede_verifications(con, version, carried=not failed_only)
     now = datetime.now(UTC).replace(tzinfo=None)
     rows = con.execute(
         """
@@ -379,7 +383,7 @@ def reverify(
             reverified = _write(con, server, new_version, base, _tasks(con), failed_only)
             status = "written"
         else:
-            reverified = _rejudge(con, server, new_version, _tasks(con))
+            reverified = _rejudge(con, server, new_version, _tasks(con), failed_only)
             status = "rejudged" if reverified else "already stored"
         old = base.version if base.stored else new_version
         return Reverified(

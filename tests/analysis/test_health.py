@@ -133,13 +133,17 @@ def _out_of_range(b):
     return rid
 
 
+def _judge_failed(b: StoreBuilder, task_id: str, repeat: int) -> str:
+    verification = Verification(b.verifier_version, "error", None, None, "judge_failed", {})
+    return _bend(b, task_id, repeat, verification=verification)
+
+
 def _verification_error(b):
-    return _bend(
-        b,
-        "t0",
-        1,
-        verification=Verification(b.verifier_version, "error", None, None, "judge_failed", {}),
-    )
+    # 1 unjudged rollout among 46: below the failed share that makes a run unhealthy (5%)
+    for i in range(3, 23):
+        b.task(f"t{i}", i)
+        b.fill(f"t{i}", "10")
+    return _judge_failed(b, "t0", 1)
 
 
 def _tampering(b):
@@ -290,6 +294,20 @@ def _failing_run(path: Path) -> Path:
         if record.task_id == "t0":
             record.status, record.failure_kind, record.verification = FAILED, "server_error", None
     return b.write(path)
+
+
+def test_a_run_whose_verifier_mostly_failed_is_unhealthy(tmp_path: Path) -> None:
+    """Every rollout completed but the verifier (a judge, a sandbox) judged one of six: pass@1
+    rests on that one, which is no measure of the policy, as when the model mostly failed."""
+    b = _clean()
+    for task_id, repeat in (("t0", 1), ("t1", 0), ("t1", 1), ("t2", 0), ("t2", 1)):
+        _judge_failed(b, task_id, repeat)
+    b.write(tmp_path / "run")
+    result = gym("eval", "health", "run", "--json", cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["verdict"] == "unhealthy" and "failed_share" in payload["gate_failures"]
+    assert payload["checks"]["failed_share"]["count"] == 5
 
 
 def test_the_verdict_reads_the_gates_thresholds(tmp_path: Path) -> None:

@@ -123,6 +123,50 @@ def test_failed_only_carries_passing_verdicts(tmp_path: Path, no_policy_model) -
     assert carried == 20
 
 
+def test_a_full_reverify_judges_again_what_failed_only_carried(tmp_path: Path) -> None:
+    """`--failed-only` carries the base version's passes into the new version, whose parameters
+    never judged them: "Answer: 8. Check: 3+4=7" passed under last_number and stayed a pass of
+    answer_line's version (pass@1 75% where it is 50%), and the full reverify that followed
+    answered "already stored"."""
+    b = StoreBuilder(RunMeta(verifier_params={"extract": "last_number"}))
+    b.task("t0", 7)
+    b.task("t1", 5)
+    for task_id, repeat, text in (
+        ("t0", 0, "Answer: 8. Check: 3+4=7"),
+        ("t0", 1, "Answer: 7"),
+        ("t1", 0, "Answer: 5"),
+        ("t1", 1, "Answer: 6"),
+    ):
+        b.rollout(task_id, repeat, text=text)
+    b.write(tmp_path / "run")
+    strict = ("eval", "reverify", "run", "--set", "extract=answer_line", "--json")
+    carried = gym(*strict, "--failed-only", cwd=tmp_path)
+    assert carried.returncode == 0, carried.stdout + carried.stderr
+    assert json.loads(carried.stdout)["reverified"] == 1  # the one wrong under last_number
+    full = gym(*strict, cwd=tmp_path)
+    assert full.returncode == 0, full.stdout + full.stderr
+    result = json.loads(full.stdout)
+    assert (result["status"], result["reverified"]) == ("rejudged", 3)
+    assert result["after"]["pass@1"] == 0.5
+    con = duckdb.connect(str(tmp_path / "run" / "gymflow.duckdb"), read_only=True)
+    try:
+        verdicts = dict(
+            con.execute(
+                "SELECT r.output_text, v.passed FROM rollouts r JOIN verifications v "
+                "USING (rollout_id) WHERE v.verifier_version = ?",
+                [result["new_version"]],
+            ).fetchall()
+        )
+    finally:
+        con.close()
+    assert verdicts == {
+        "Answer: 8. Check: 3+4=7": False,
+        "Answer: 7": True,
+        "Answer: 5": True,
+        "Answer: 6": False,
+    }
+
+
 def test_bad_settings_and_stateful_environments_are_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,6 +10,7 @@ import os
 import signal
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from gymflow.interop.nemo_gym import import_rollouts
@@ -90,6 +91,17 @@ HOSTILE = {
             )
         ),
         "r.jsonl:1: response.usage.prompt_tokens_details.cached_tokens: expected a token count",
+    ),
+    # which reward? Python keeps the last (0.0 was imported), other readers the first
+    "reward given twice": (
+        json.dumps(GOOD)[:-1] + ', "reward": 0.0}',
+        "r.jsonl:1: reward: given more than once in one object",
+    ),
+    "a nested key given twice": (
+        json.dumps(GOOD).replace(
+            '"status": "completed"', '"status": "failed", "status": "completed"'
+        ),
+        "r.jsonl:1: response.status: given more than once in one object",
     ),
     # an unknown status would be scored as a completed answer
     "unknown response status": (
@@ -219,3 +231,82 @@ def test_tool_items_without_their_ids_are_refused(tmp_path: Path) -> None:
     message = str(caught.value)
     assert "r.jsonl:1: response.output[0].call_id: missing" in message
     assert "r.jsonl:1: response.output[1].call_id: missing" in message
+
+
+def test_a_content_filtered_response_imports_as_refused_not_scored(tmp_path: Path) -> None:
+    """`status: incomplete` with `incomplete_details.reason: content_filter` (the answer withheld
+    part-way) was imported as a completed rollout scored with the line's reward; gymflow's own
+    model client calls the same response a refusal."""
+    path = tmp_path / "r.jsonl"
+    filtered = _edited(
+        lambda r: r["response"].update(
+            status="incomplete", incomplete_details={"reason": "content_filter"}
+        )
+    )
+    path.write_text(
+        json.dumps(GOOD)
+        + "\n"
+        + filtered.replace('"_ng_rollout_index": 0', '"_ng_rollout_index": 1')
+        + "\n"
+    )
+    out = gym("import", "nemo-gym", str(path), "--out", "run", cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    con = duckdb.connect(str(store_path(tmp_path / "run")), read_only=True)
+    try:
+        rows = con.execute(
+            "SELECT r.repeat_index, r.status, r.failure_kind, v.reward FROM rollouts r "
+            "LEFT JOIN verifications v USING (rollout_id) ORDER BY r.repeat_index"
+        ).fetchall()
+    finally:
+        con.close()
+    assert rows == [(0, "completed", None, 1.0), (1, "failed", "refused", None)]
+
+
+def test_a_file_saved_by_a_windows_tool_imports_as_it_is(tmp_path: Path) -> None:
+    """A byte order mark and CRLF line ends (what Notepad and PowerShell write): the mark was
+    "not JSON: Unexpected UTF-8 BOM", refusing a file whose every row is sound."""
+    second = _edited(lambda r: r.update(_ng_rollout_index=1, reward=0.0))
+    text = json.dumps(GOOD) + "\r\n" + second + "\r\n"
+    (tmp_path / "r.jsonl").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    out = gym("import", "nemo-gym", "r.jsonl", "--out", "run", "--json", cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    result = json.loads(out.stdout)
+    assert (result["tasks"], result["rollouts"], result["failed"]) == (1, 2, 0)
+    con = duckdb.connect(str(store_path(tmp_path / "run")), read_only=True)
+    try:
+        rewards = con.execute("SELECT list(reward ORDER BY reward) FROM verifications").fetchone()
+        prompt = con.execute("SELECT prompt FROM tasks").fetchone()
+    finally:
+        con.close()
+    assert rewards == ([0.0, 1.0],) and prompt == ("What is 2 + 2?",)
+
+
+def test_the_cli_refuses_a_reward_given_twice(tmp_path: Path) -> None:
+    (tmp_path / "r.jsonl").write_text(HOSTILE["reward given twice"][0] + "\n")
+    out = gym("import", "nemo-gym", "r.jsonl", "--out", "run", cwd=tmp_path, timeout=120)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    assert "r.jsonl:1: reward: given more than once" in " ".join(out.stderr.split())
+    assert not (tmp_path / "run").exists()
+
+
+def test_two_files_concatenated_are_refused_not_merged_into_each_others_tasks(
+    tmp_path: Path,
+) -> None:
+    """`cat a.jsonl b.jsonl`: each file numbers its tasks from 0, so b's "3 + 3" rollout was
+    imported as a repeat of a's "2 + 2" task and scored there, with nothing for health to see."""
+    other = _edited(
+        lambda r: (
+            r["responses_create_params"]["input"][0].update(content="What is 3 + 3?"),
+            r.update(_ng_rollout_index=1, reward=0.0),
+        )
+    )
+    (tmp_path / "r.jsonl").write_text(json.dumps(GOOD) + "\n" + other + "\n")
+    out = gym("import", "nemo-gym", "r.jsonl", "--out", "run", cwd=tmp_path, timeout=120)
+    assert out.returncode == 1, out.stdout + out.stderr
+    said = " ".join(out.stderr.split())
+    assert (
+        "r.jsonl:2: responses_create_params.input: its user message is not that of task 0 in "
+        "r.jsonl (line 1)"
+    ) in said
+    assert not (tmp_path / "run").exists()

@@ -9,6 +9,7 @@ import resource
 import subprocess
 from pathlib import Path
 
+from tests.analysis.builder import RunMeta, StoreBuilder
 from tests.conftest import GYM
 from tests.faults.stores import gym_env, query, rollout_rows, run_gym
 
@@ -64,3 +65,32 @@ def test_disk_full_stops_clearly_and_keeps_what_was_committed(tmp_path: Path, pr
     after = rollout_rows(store)
     assert len(after) == EXPECTED
     assert {key: after[key] for key in kept} == kept
+
+
+def _limit_to_64_kib() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+
+
+def test_an_export_that_fills_the_disk_keeps_the_previous_export_whole(tmp_path: Path) -> None:
+    """`gym export` wrote over its files in place: a disk that filled half-way left the previous
+    export cut at the limit (its sidecar emptied) in place of a whole one, a file that reads as
+    part of a run. Written aside and renamed at the end, the old files stay as they were."""
+    b = StoreBuilder(RunMeta(repeats=2))
+    for i in range(100):
+        b.task(f"t{i:03d}", i)
+        b.fill(f"t{i:03d}", "10")
+    b.write(tmp_path / "run")
+    command = [GYM, "export", "run", "--format", "nemo-gym", "--out", "r.jsonl"]
+    env = {**os.environ, "COLUMNS": "200"}
+    subprocess.run(command, cwd=tmp_path, env=env, check=True, capture_output=True)
+    names = ("r.jsonl", "r_failures.jsonl", "r_materialized_inputs.jsonl")
+    before = {name: (tmp_path / name).read_bytes() for name in names}
+    assert len(before["r.jsonl"]) > 64 * 1024  # the limit falls inside the rollout file
+
+    full = subprocess.run(
+        command, cwd=tmp_path, env=env, preexec_fn=_limit_to_64_kib, capture_output=True, text=True
+    )
+    assert full.returncode == 1, full.stdout + full.stderr
+    assert "cannot write: File too large" in full.stderr
+    assert {name: (tmp_path / name).read_bytes() for name in names} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*names, "run"])  # no partials

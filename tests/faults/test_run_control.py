@@ -38,11 +38,14 @@ EXPECTED = 50 * 20
 class Running:
     """`gym ARGS` in the background, its stdout read as it comes (progress lines)."""
 
-    def __init__(self, args: list[str], cwd: Path, prefect_api: str) -> None:
+    def __init__(
+        self, args: list[str], cwd: Path, prefect_api: str, env: dict[str, str] | None = None
+    ) -> None:
+        """`env`: the whole environment, instead of this process's pointed at `prefect_api`."""
         self.process = subprocess.Popen(
             [GYM, *args],
             cwd=cwd,
-            env={**os.environ, "COLUMNS": "200", **gym_env(prefect_api)},
+            env=env or {**os.environ, "COLUMNS": "200", **gym_env(prefect_api)},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

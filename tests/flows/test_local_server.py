@@ -4,12 +4,15 @@ runs), stopped by `gym server --stop`, as a user would run them."""
 from __future__ import annotations
 
 import json
-import os
+import time
+from pathlib import Path
 
 import httpx
 import pytest
 
+from gymflow import warm_protocol
 from gymflow.cli.local_prefect import STATE_FILE
+from gymflow.processes import pid_alive
 from tests.conftest import gym
 
 pytestmark = pytest.mark.prefect
@@ -33,8 +36,14 @@ def test_commands_reuse_the_local_server_until_it_is_stopped(tmp_path):
         api = state["api_url"]
         again = gym("server", "--start", cwd=tmp_path, env=env)
         assert f"local Prefect server: {api}" in again.stdout  # reused, not a second one
+        # beside it, the warm process the first command started: later commands fork from it
+        warm_state = home / warm_protocol.STATE_FILE
+        _wait_for(warm_state.exists, home / warm_protocol.LOG_FILE)
+        warm = json.loads(warm_state.read_text())["pid"]
         demo = gym("demo", "--out", "runs/demo", cwd=tmp_path, env=first_use, check=True)
         assert "ephemeral" not in demo.stderr and "started" not in demo.stderr
+        warm_log = (home / warm_protocol.LOG_FILE).read_text()
+        assert f"[{warm}] serving" in warm_log and "served 'demo --out runs/demo'" in warm_log
         runs = httpx.post(f"{api}/flow_runs/filter", json={"limit": 50}, timeout=30).json()
         completed = [r for r in runs if r["name"] and r["state_type"] == "COMPLETED"]
         assert len(completed) >= 2  # both runs against it are in its history
@@ -46,9 +55,13 @@ def test_commands_reuse_the_local_server_until_it_is_stopped(tmp_path):
     assert not (home / STATE_FILE).exists()
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{api}/health", timeout=2)
-    try:
-        os.kill(state["pid"], 0)
-    except ProcessLookupError:
-        pass
-    else:
-        pytest.fail("the local server's process is still running")
+    assert not pid_alive(state["pid"]), "the local server's process is still running"
+    _wait_for(lambda: not pid_alive(warm), home / warm_protocol.LOG_FILE)
+    assert not warm_state.exists()
+
+
+def _wait_for(condition, log: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)

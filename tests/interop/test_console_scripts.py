@@ -1,5 +1,5 @@
 """`gymflow` is installed beside `gym` (NeMo Gym 0.4 also installs a `gym`), and both, like
-`python -m gymflow.cli`, run the same command."""
+`python -m gymflow.cli`, run the same command (without a warm process: in their own process)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,16 @@ import tomllib
 
 from tests.conftest import ROOT
 
+ENTRY_POINT = "gymflow.launch.client:main"  # the warm process's client, else gymflow.cli:main
+
 
 def test_gymflow_script_beside_gym() -> None:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["gym"] == scripts["gymflow"] == "gymflow.cli:main"
+    assert scripts["gym"] == scripts["gymflow"] == ENTRY_POINT
 
 
 def test_the_entry_point_and_module_run_the_command(tmp_path) -> None:
-    module, _, function = "gymflow.cli:main".partition(":")
+    module, _, function = ENTRY_POINT.partition(":")
     as_script = subprocess.run(
         [
             sys.executable,

@@ -21,6 +21,7 @@ POLICY = '{"error": {"message": "blocked", "code": "content_policy_violation"}}'
     ("status", "body", "kind", "retryable"),
     [
         (429, "{}", "rate_limited", True),
+        (408, "<html>408 Request Time-out</html>", "timeout", True),
         (503, "upstream busy", "server_error", True),
         (400, OPENAI_CONTEXT, "context_length_exceeded", False),
         (400, VLLM_CONTEXT, "context_length_exceeded", False),

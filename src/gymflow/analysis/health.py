@@ -118,6 +118,13 @@ FAILED_SHARE_MAX = 0.05
 #: unhealthy (the `no_answer_share` check): its zeros are the serving setup's, not the policy's.
 NO_ANSWER_SHARE_MAX = 0.5
 
+# A verification that errored leaves its rollout unscored as surely as a model failure does: a
+# run whose verifier (a judge, a sandbox) failed on most rollouts scores the few it judged.
+_FAILED = (
+    "status = 'failed' OR rollout_id IN (SELECT rollout_id FROM verifications "
+    "WHERE verifier_version = getvariable('verifier_version') AND status <> 'ok')"
+)
+
 _NO_ANSWER = (
     "status = 'completed' AND coalesce(trim(output_text), '') = '' "
     "AND coalesce(trajectory_json, '') NOT LIKE '%function_call%'"
@@ -129,7 +136,7 @@ def _beyond_share(where: str, variable: str) -> str:
     the expected (or stored, if more) rollouts; none otherwise."""
     return f"""
         SELECT rollout_id AS id FROM rollouts
-        WHERE {where}
+        WHERE ({where})
           AND (SELECT count(*) FROM rollouts WHERE {where})
               > getvariable('{variable}')::DOUBLE * greatest(
                   (SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0),
@@ -304,11 +311,12 @@ CHECKS: dict[str, Check] = {
         severity="warning",
     ),
     "failed_share": Check(
-        "failed rollouts (model, transport, harness, tool failures), when more than the "
-        f"threshold (by default {FAILED_SHARE_MAX:.0%}) of the expected rollouts failed: the run "
-        "mostly measured its setup, not the policy",
-        _beyond_share("status = 'failed'", "failed_share_max"),
-        needs=("failed_share_max",),
+        "failed rollouts (model, transport, harness, tool failures, and completed rollouts the "
+        f"verifier could not judge), when more than the threshold (by default "
+        f"{FAILED_SHARE_MAX:.0%}) of the expected rollouts failed: the run mostly measured its "
+        "setup, not the policy",
+        _beyond_share(_FAILED, "failed_share_max"),
+        needs=("failed_share_max", "verifier_version"),
         threshold=FAILED_SHARE_MAX,
     ),
     "no_answer_share": Check(

@@ -401,7 +401,8 @@ def eval_reverify(
     """New rewards from stored rollouts under changed verifier parameters (or, without --set,
     the environment's verifier as it is now); no inference. The result is a new verifier
     version beside the old one; under a version already stored, verifications that errored or
-    timed out are judged again."""
+    timed out are judged again (and, without --failed-only, the passes a --failed-only reverify
+    carried from its base version)."""
     result = reverify(
         run_dir,
         parse_settings(settings or []),

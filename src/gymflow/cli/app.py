@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from typing import Any, NoReturn
 
@@ -15,16 +14,8 @@ from rich.text import Text
 from gymflow.cli import exit_codes, local_prefect
 from gymflow.errors import RuntimeFailure
 
-# Prefect's INFO logs would bury the progress bar; the Prefect UI still has the run.
-os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-# The machines gymflow runs on are often offline; telemetry would only log a failure.
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-# Prefect gives its ephemeral server 20 s to start; a first run (database migrations) on a busy
-# 2-core machine took longer and failed with "Timed out while attempting to connect".
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
-# A local server started by `gym server --start` is reused by every command (before Prefect
-# reads its settings): no ephemeral server to import and wait for, and the runs stay in history.
-local_prefect.adopt()
+# Prefect's defaults for gymflow, and the local server if one runs, before Prefect reads them.
+local_prefect.configure()
 
 app = typer.Typer(
     name="gym",

@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gymflow import warm_protocol
 from gymflow.errors import RuntimeFailure, UserError
 from gymflow.processes import answers_ok, pid_alive
 
@@ -40,9 +41,7 @@ class LocalServer:
     log: str
 
 
-def prefect_home() -> Path:
-    """Prefect's home folder, without importing Prefect (this runs before every command)."""
-    return Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
+prefect_home = warm_protocol.prefect_home
 
 
 def recorded() -> LocalServer | None:
@@ -54,13 +53,48 @@ def recorded() -> LocalServer | None:
     return server if pid_alive(server.pid) else None
 
 
+#: Prefect settings gymflow changes unless the user set them.
+DEFAULTS = {
+    # Prefect's INFO logs would bury the progress bar; the Prefect UI still has the run.
+    "PREFECT_LOGGING_LEVEL": "WARNING",
+    # The machines gymflow runs on are often offline; telemetry would only log a failure.
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    # Prefect gives its ephemeral server 20 s to start; a first run (database migrations) on a
+    # busy 2-core machine took longer and failed with "Timed out while attempting to connect".
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
+}
+#: The variables this process set itself (DEFAULTS, an adopted server's address), with the
+#: value each had before (None: unset): the warm process is started with the environment as the
+#: user had it, which later commands are compared to (`gymflow.launch`).
+_set_here: dict[str, str | None] = {}
+
+
+def _set(name: str, value: str) -> None:
+    _set_here.setdefault(name, os.environ.get(name))
+    os.environ[name] = value
+
+
+def configure() -> None:
+    """Before Prefect is imported: gymflow's defaults, and the local server if one runs."""
+    for name, value in DEFAULTS.items():
+        if name not in os.environ:
+            _set(name, value)
+    adopt()
+
+
+def users_env() -> dict[str, str]:
+    """This process's environment as it was before gymflow set anything in it."""
+    env = {key: value for key, value in os.environ.items() if key not in _set_here}
+    return env | {key: value for key, value in _set_here.items() if value is not None}
+
+
 def adopt() -> str | None:
     """Point this process at the recorded local server, unless PREFECT_API_URL is set."""
     if os.environ.get("PREFECT_API_URL"):
         return None
     server = recorded()
     if server is not None:
-        os.environ["PREFECT_API_URL"] = server.api_url
+        _set("PREFECT_API_URL", server.api_url)
         return server.api_url
     return None
 
@@ -76,15 +110,20 @@ def for_run(*, on_terminal: bool) -> LocalServer | None:
     now if none runs and GYMFLOW_LOCAL_PREFECT allows it (None: PREFECT_API_URL decides, or an
     ephemeral server). Raises UserError for an unknown mode, RuntimeFailure when the server would
     not start."""
-    if os.environ.get("PREFECT_API_URL"):  # set by the user, or adopted from a running one
-        return None
+    if os.environ.get("PREFECT_API_URL") and "PREFECT_API_URL" not in _set_here:
+        return None  # the user's own
     mode = os.environ.get(MODE_ENV, "auto")
     if mode not in ("auto", "on", "off"):
         raise UserError(f"{MODE_ENV}={mode!r}: use auto, on or off")
-    if mode == "off" or (mode == "auto" and not on_terminal):
+    starts = mode == "on" or (mode == "auto" and on_terminal)
+    if "PREFECT_API_URL" in _set_here:  # adopted from a running local server
+        if starts:
+            start_warm()  # again, if it ended (when gymflow's code changed on disk)
+        return None
+    if not starts:
         return None
     server = start()
-    os.environ["PREFECT_API_URL"] = server.api_url
+    _set("PREFECT_API_URL", server.api_url)
     return server
 
 
@@ -96,8 +135,34 @@ def start() -> LocalServer:
     home.mkdir(parents=True, exist_ok=True)
     with (home / "gymflow-local-server.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        running = recorded()
-        return running if running is not None else _start(home)
+        server = recorded() or _start(home)
+    start_warm()
+    return server
+
+
+def warm_pid() -> int | None:
+    """The warm process serving this PREFECT_HOME, if one runs (`gymflow.launch`)."""
+    try:
+        pid = int(json.loads((prefect_home() / warm_protocol.STATE_FILE).read_text())["pid"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return pid if pid_alive(pid) else None
+
+
+def start_warm() -> None:
+    """Start the warm process beside the local server, unless one runs or GYMFLOW_WARM=off: it
+    imports gymflow and Prefect once, in the background, and later commands fork from it. It is
+    given the environment as the user had it: a command is forked only when its own is the
+    same."""
+    home = prefect_home()
+    if os.environ.get(warm_protocol.MODE_ENV) == "off" or warm_pid() is not None:
+        return
+    command = [sys.executable, "-P", "-m", warm_protocol.MODULE, "--home", str(home)]
+    with (home / warm_protocol.LOG_FILE).open("ab") as out:
+        subprocess.Popen(
+            command, cwd=home, env=users_env(), stdin=subprocess.DEVNULL, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
 
 
 def _start(home: Path) -> LocalServer:
@@ -142,7 +207,10 @@ def _stop_pid(pid: int) -> None:
 
 
 def stop() -> LocalServer | None:
-    """Stop the recorded local server (if any) and forget it."""
+    """Stop the warm process and the recorded local server (if any) and forget them."""
+    warm = warm_pid()
+    if warm is not None:
+        os.kill(warm, signal.SIGTERM)
     server = recorded()
     (prefect_home() / STATE_FILE).unlink(missing_ok=True)
     if server is not None:

@@ -6,10 +6,18 @@ from typing import Any, Protocol
 
 from gymflow.core.records import Verification
 from gymflow.core.tasks import Task
+from gymflow.errors import RuntimeFailure
 
 
 class ToolError(Exception):
     """A tool refused its input. The message goes back to the model as the tool's output."""
+
+
+class ResourcesUnavailable(RuntimeFailure):
+    """A served resources server could not be reached or failed (connection refused, a 5xx):
+    the rollout failed for a reason a new attempt may settle, so `--resume` runs it again."""
+
+    kind = "resources_unavailable"
 
 
 class Resources(Protocol):

@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gymflow import bounded_yaml
-from gymflow.config import Sampling, format_validation_error
+from gymflow.config import MAX_REPEATS, Sampling, format_validation_error
 from gymflow.environments.base import Environment, EnvironmentManifest, VerifierRef
 from gymflow.environments.dataset.spec import DatasetSpec
 from gymflow.registry import (
@@ -52,7 +52,7 @@ class Benchmark(BaseModel):
     split: str | None = None
     limit: int | None = Field(None, ge=1)
     prompt_template: str | None = None
-    repeats: int = Field(1, ge=1)
+    repeats: int = Field(1, ge=1, le=MAX_REPEATS)
     sampling: Sampling = Sampling()
     verifier_params: dict[str, Any] = Field(default_factory=dict)
     tags: list[str] = Field(default_factory=list)

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import httpx
 
 from gymflow.config import ConfigError, EvalConfig
-from gymflow.core.protocols import ToolError
+from gymflow.core.protocols import ResourcesUnavailable, ToolError
 from gymflow.core.records import Verification
 from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment
@@ -85,7 +85,17 @@ class RemoteResourcesServer:
         return self._schemas.tools_for(task)
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = await self._http.post(path, json=body)
+        try:
+            response = await self._http.post(path, json=body)
+        except httpx.TransportError as exc:  # stopped, restarting, a network gone
+            raise ResourcesUnavailable(
+                f"resources server {self.url}{path} unreachable: {type(exc).__name__}: {exc}"
+            ) from None
+        if response.status_code >= 500:
+            raise ResourcesUnavailable(
+                f"resources server {self.url}{path} answered {response.status_code}: "
+                f"{response.text[:200]}"
+            )
         if response.status_code != 200:
             raise RuntimeFailure(
                 f"resources server {self.url}{path} answered {response.status_code}: "

@@ -29,7 +29,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from gymflow.config import EvalConfig, FaultSpec, Sampling, ShardSpec
+from gymflow.config import MAX_REPEATS, EvalConfig, FaultSpec, Sampling, ShardSpec
 from gymflow.environments.registry import (
     RegistryError,
     UnknownName,
@@ -65,7 +65,7 @@ Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 Positive = Annotated[float, Field(gt=0.0)]
 Count = Annotated[int, Field(ge=1)]
-Repeats = Annotated[int, Field(ge=1, le=1000)]
+Repeats = Annotated[int, Field(ge=1, le=MAX_REPEATS)]
 
 
 def _registry_choice(kind: str, names: Any) -> Any:

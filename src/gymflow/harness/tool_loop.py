@@ -12,7 +12,7 @@ import asyncio
 from typing import Any
 
 from gymflow.config import HarnessConfig
-from gymflow.core.protocols import Resources, ToolError
+from gymflow.core.protocols import Resources, ResourcesUnavailable, ToolError
 from gymflow.core.tasks import Task
 from gymflow.errors import RuntimeFailure
 from gymflow.harness.base import Episode, harness, opening_items
@@ -32,7 +32,13 @@ COUNTERS = (
 
 
 class ToolServerFailure(RuntimeFailure):
-    """A tool crashed (not a ToolError): the resources server failed, not the model."""
+    """A tool crashed (not a ToolError): the resources server failed, not the model. `kind` is
+    the rollout's failure kind: `tool_error`, or `resources_unavailable` for a served resources
+    server that could not be reached (a new attempt may settle it)."""
+
+    def __init__(self, message: str, kind: str = "tool_error") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def _output(call_id: str, text: str) -> dict[str, Any]:
@@ -70,6 +76,8 @@ async def _run_call(
     except ToolError as exc:
         counters["tool_errors"] += 1
         return _output(call_id, f"error: {exc}")
+    except ResourcesUnavailable as exc:
+        raise ToolServerFailure(str(exc), ResourcesUnavailable.kind) from exc
     except Exception as exc:
         raise ToolServerFailure(f"tool {name!r} crashed: {type(exc).__name__}: {exc}") from exc
     return _output(call_id, result)
@@ -111,7 +119,7 @@ async def tool_loop(
         try:
             items.extend(await _run_turn(server, session_id, calls, schemas, episode.counters))
         except ToolServerFailure as exc:
-            episode.failure_kind, episode.error = "tool_error", str(exc)
+            episode.failure_kind, episode.error = exc.kind, str(exc)
             return episode
     episode.counters["max_turns_reached"] = 1
     return episode

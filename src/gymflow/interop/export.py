@@ -14,6 +14,7 @@ from typing import Any, Literal
 from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.interop.nemo_export import write_nemo_gym
 from gymflow.interop.nemo_read import InteropError
+from gymflow.interop.staging import staged_files
 from gymflow.store.db import connect
 
 Format = Literal["nemo-gym", "jsonl", "parquet"]
@@ -97,7 +98,10 @@ def export_run(
             sql = _flat_sql(version, nested_json=fmt == "jsonl")
             con.execute(f"CREATE OR REPLACE TEMP VIEW export_rows AS {sql}")
             options = "FORMAT json" if fmt == "jsonl" else "FORMAT parquet"
-            con.execute(f"COPY (SELECT * FROM export_rows) TO {_literal(str(target))} ({options})")
+            with staged_files([target]) as (staged,):
+                con.execute(
+                    f"COPY (SELECT * FROM export_rows) TO {_literal(str(staged))} ({options})"
+                )
             rows = con.execute("SELECT count(*) FROM export_rows").fetchone()[0]
     except OSError as exc:
         raise InteropError(f"{exc.filename or target}: cannot write: {exc.strerror}") from None

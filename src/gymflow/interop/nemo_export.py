@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.interop.nemo_read import sidecar_path
+from gymflow.interop.staging import staged_files
 from gymflow.store.tool_lists import expanded
 
 #: The request fields NeMo Gym's request model allows (it forbids any other, `seed` included).
@@ -254,17 +255,20 @@ def write_nemo_gym(con, verifier_version: str, target: Path) -> dict[str, Any]:
         "materialized": sidecar_path(target, "_materialized_inputs"),
     }
     counts = dict.fromkeys(paths, 0)
-    handles = {kind: path.open("w", encoding="utf-8") for kind, path in paths.items()}
-    try:
-        for kind, line in _lines(con, verifier_version, model or "unknown", agent_ref):
-            handles[kind].write(json.dumps(line, allow_nan=False) + "\n")
-            counts[kind] += 1
-        for line in _materialized(con, agent_ref):
-            handles["materialized"].write(json.dumps(line, allow_nan=False) + "\n")
-            counts["materialized"] += 1
-    finally:
-        for handle in handles.values():
-            handle.close()
+    with staged_files(list(paths.values())) as staged:
+        handles = {
+            kind: path.open("w", encoding="utf-8") for kind, path in zip(paths, staged, strict=True)
+        }
+        try:
+            for kind, line in _lines(con, verifier_version, model or "unknown", agent_ref):
+                handles[kind].write(json.dumps(line, allow_nan=False) + "\n")
+                counts[kind] += 1
+            for line in _materialized(con, agent_ref):
+                handles["materialized"].write(json.dumps(line, allow_nan=False) + "\n")
+                counts["materialized"] += 1
+        finally:
+            for handle in handles.values():
+                handle.close()
     return {
         "rows": counts["rollout"],
         "failures": counts["failure"],

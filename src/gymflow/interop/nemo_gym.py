@@ -151,6 +151,11 @@ def outcome(row: NemoRow) -> Outcome:
         message = row.fields.get("error_message") or row.failure_class
         return Outcome("failed", kind, f"NeMo Gym {row.failure_class}: {message}"[:2000], False)
     refusal = refusal_text(output)
+    details = response.get("incomplete_details")
+    if refusal is None and isinstance(details, dict) and details.get("reason") == "content_filter":
+        # withheld on content grounds, whatever part of an answer came first: a refusal, as the
+        # model client reads the same response
+        refusal = "no answer: incomplete, content_filter"
     if refusal is not None:
         return Outcome("failed", "refused", f"the model refused: {refusal}"[:2000], False)
     if status == "failed" or response.get("error"):
@@ -204,24 +209,25 @@ def _number(path: Path, rows: list[NemoRow]) -> list[tuple[tuple[int, int], Nemo
     return numbered
 
 
-def _check_sidecar(
+def _check_tasks(
     path: Path,
-    sidecar: Path,
+    sample_file: Path,
     tasks: dict[int, _Task],
     numbered: list[tuple[tuple[int, int], NemoRow]],
 ) -> None:
-    """A task is its materialized input (its prompt is stored from there): a rollout line whose
-    first user message is another's belongs to another file, and would be graded as this task.
-    (The inputs themselves differ in form: NeMo Gym adds `type` and other fields to the items.)"""
+    """A task is its sample (its materialized input, else its first line: its prompt is stored
+    from there): a rollout line under the same `_ng_task_index` whose first user message is
+    another's belongs to another task (two files concatenated, each numbered from 0), and would
+    be graded as this one. (The inputs themselves differ in form: NeMo Gym adds `type` and other
+    fields to the items.)"""
     problems = []
     for (index, _), row in numbered:
         given = tasks[index].sample
-        if given.response is None and _first_user_text(row.input_items) != _first_user_text(
-            given.input_items
-        ):
+        if _first_user_text(row.input_items) != _first_user_text(given.input_items):
+            where = sample_file if given.response is None else path
             problems.append(
                 f"{path}:{row.line}: responses_create_params.input: its user message is not "
-                f"that of task {index} in {sidecar.name} (line {given.line})"
+                f"that of task {index} in {where.name} (line {given.line})"
             )
     raise_problems(path, problems)
 
@@ -337,8 +343,7 @@ def import_rollouts(
         tasks.setdefault(task_index, _Task(task_index, row))
     for row in failures:
         tasks.setdefault(row.task_index, _Task(row.task_index, row))  # type: ignore[arg-type]
-    if materialized:
-        _check_sidecar(path, sidecars["materialized_inputs"], tasks, numbered)
+    _check_tasks(path, sidecars.get("materialized_inputs", path), tasks, numbered)
     _task_ids(path, tasks, env)
     threshold = (
         pass_threshold

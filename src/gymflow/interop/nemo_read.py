@@ -117,9 +117,29 @@ def _parse_float(text: str) -> float | _NonFinite:
     return value if math.isfinite(value) else _NonFinite(text)
 
 
+class _Twice:
+    """Stands in for a key's value when the key is given more than once in one object: parsers
+    disagree on which value counts (Python's and jq keep the last, others the first), so a line
+    holding `"reward": 0, ..., "reward": 1` has no one meaning to import."""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                value[key] = _Twice()
+            seen.add(key)
+    return value
+
+
 def parse_line(raw: str) -> Any:
-    """JSON without NaN, ±Infinity or overflow (they come back as _NonFinite markers)."""
-    return json.loads(raw, parse_constant=_NonFinite, parse_float=_parse_float)
+    """JSON without NaN, ±Infinity or overflow (they come back as _NonFinite markers) and
+    without a key given twice in one object (its value comes back as a _Twice marker)."""
+    return json.loads(
+        raw, parse_constant=_NonFinite, parse_float=_parse_float, object_pairs_hook=_object
+    )
 
 
 #: Deeper nesting is refused before any recursive walk (the JSON parser itself allows ~1,000
@@ -139,6 +159,8 @@ def _value_problems(row: Any) -> list[str]:
             return [f"{path[:60]}...: nested deeper than {MAX_DEPTH} levels"]
         if isinstance(value, _NonFinite):
             problems.append(f"{path}: {value.text} is not a finite number")
+        elif isinstance(value, _Twice):
+            problems.append(f"{path}: given more than once in one object (which one counts?)")
         elif isinstance(value, str):
             if not value.isascii() and _SURROGATE.search(value):
                 problems.append(f"{path or '(key)'}: text with a lone surrogate (not UTF-8)")
@@ -386,7 +408,9 @@ def read_lines(path: Path, *, needs_result: bool = True, sidecar: bool = False) 
                 if not raw.strip():
                     continue
                 try:
-                    row = parse_line(raw.decode("utf-8"))
+                    # a byte order mark (what Windows tools write first) is no part of the JSON
+                    text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                    row = parse_line(text)
                 except UnicodeDecodeError as exc:
                     problems.append(f"{path}:{number}: not UTF-8 text at byte {exc.start}")
                     continue

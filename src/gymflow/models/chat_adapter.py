@@ -205,6 +205,9 @@ def completion_to_response(completion: dict[str, Any]) -> dict[str, Any]:
             }
         )
     incomplete = choice.get("finish_reason") == _LENGTH
+    # Withheld on content grounds, even with part of an answer sent (Azure's content filter cuts
+    # a generation mid-way): what the Responses API says of it, so it is a refusal, not a score.
+    filtered = choice.get("finish_reason") in _FILTERED
     parts: list[dict[str, Any]] = []
     text = _text_of(message.get("content"))
     if text:
@@ -243,8 +246,14 @@ def completion_to_response(completion: dict[str, Any]) -> dict[str, Any]:
         "object": "response",
         "created_at": completion.get("created", 0),
         "model": completion["model"],
-        "status": "incomplete" if incomplete else "completed",
-        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+        "status": "incomplete" if incomplete or filtered else "completed",
+        "incomplete_details": (
+            {"reason": "max_output_tokens"}
+            if incomplete
+            else {"reason": "content_filter"}
+            if filtered
+            else None
+        ),
         "output": output,
     }
     if choice.get("finish_reason") == _ERROR:

@@ -340,7 +340,9 @@ class ResponsesClient:
 def _unusable(response: Response, status: int) -> ModelError | None:
     """The failure a well-formed answer still means: failed, not run, or refused."""
     state = response.get("status")
-    if state == "failed":
+    if state == "failed" or response.get("error"):
+        # an error object says the response failed whatever its status claims (the importer
+        # reads a NeMo Gym line the same way): its partial output is no answer to score
         return classify_failed_response(response.get("error"), status)
     output = response.get("output")
     refusal = refusal_text(output or [])

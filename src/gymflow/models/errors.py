@@ -100,6 +100,8 @@ def classify_http_error(status: int, body: str, retry_after: float | None) -> Mo
     lowered = text.lower()
     if status == 429:
         return RateLimited(f"HTTP 429: {text}", http_status=status, retry_after=retry_after)
+    if status == 408:  # a proxy (nginx, a cloud load balancer) gave up waiting: a timeout
+        return ModelTimeout(f"HTTP 408: {text}", http_status=status, retry_after=retry_after)
     if any(marker in lowered for marker in _CONTEXT_MARKERS):
         return ContextLengthExceeded(f"HTTP {status}: {text}", http_status=status)
     if status >= 500:

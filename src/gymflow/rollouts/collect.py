@@ -18,12 +18,14 @@ from datetime import UTC, datetime
 import duckdb
 
 from gymflow import progress
+from gymflow.core.protocols import ResourcesUnavailable
 from gymflow.core.records import Rollout, rollout_id, rollout_seed
 from gymflow.core.statuses import COMPLETED, FAILED
 from gymflow.environments.remote import close_resources, open_resources
 from gymflow.environments.resources import ResourcesServer
 from gymflow.harness.base import get_harness
 from gymflow.models.client import ResponsesClient
+from gymflow.models.errors import RETRYABLE_KINDS
 from gymflow.rollouts import stopping
 from gymflow.rollouts.plan import RolloutKey, RunPlan
 from gymflow.store.writer import write_rollouts
@@ -32,6 +34,9 @@ from gymflow.store.writer import write_rollouts
 #: large enough that DuckDB commits stay cheap, small enough that a kill loses little.
 FLUSH_EVERY = 200
 FLUSH_INTERVAL_S = 0.5
+#: The failure kinds `--resume` runs again: those the model client retries, and a served
+#: resources server that could not be reached.
+RESUMABLE_KINDS = (*RETRYABLE_KINDS, ResourcesUnavailable.kind)
 #: How often a collector looks for a stop request (a signal, a cancellation, a dead server).
 STOP_POLL_S = 0.1
 #: DuckDB's buffer pool while the collector writes. Its default, 80% of RAM, keeps every block
@@ -178,8 +183,9 @@ class Collector:
         """Run `keys`, writing each rollout; a cancelled or crashing batch commits what finished.
 
         A stop request (`stopping`), or `stop_after_transport_failures` rollouts in a row that
-        could not reach the model server, ends the batch early: rollouts in flight are dropped
-        (`--resume` runs them), what finished is committed, and `RunStopped` is raised."""
+        could not reach the model server (or the resources server), ends the batch early:
+        rollouts in flight are dropped (`--resume` runs them), what finished is committed, and
+        `RunStopped` is raised."""
         stats = CollectStats()
         if not keys:
             return stats
@@ -335,11 +341,17 @@ async def run_one(
             rollout.verification = await server.verify(
                 session_id, task, episode.output_text, episode.trajectory
             )
+    except ResourcesUnavailable as exc:  # a served resources server stopped: `--resume` reruns
+        rollout.status, rollout.verification = FAILED, None
+        rollout.failure_kind, rollout.error = exc.kind, str(exc)
     except Exception as exc:  # a harness or resources-server bug must not take the batch down
+        rollout.status, rollout.verification = FAILED, None
         rollout.failure_kind = "harness_error"
         rollout.error = "".join(traceback.format_exception_only(exc)).strip()
     finally:
         if session_id is not None:
-            await server.close_session(session_id)
+            # a resources server that is gone took its sessions with it
+            with contextlib.suppress(ResourcesUnavailable):
+                await server.close_session(session_id)
         rollout.finished_at = datetime.now(UTC)
     return rollout

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from gymflow.core.protocols import ResourcesUnavailable
 from gymflow.errors import GymflowError, RuntimeFailure
 
 #: What systemd, Kubernetes, `docker stop` and a Prefect worker's cancel send, and Ctrl-C.
@@ -21,6 +22,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: The failure kind that says the model server could not be reached (refused, reset, DNS):
 #: rollout after rollout, after the client's own retries, it means the server is gone.
 DEAD_SERVER_KIND = "transport_error"
+#: The same of a served resources server (`resources_url`): unreachable or answering 5xx, it
+#: fails every rollout, each after its connect timeout when the host is gone.
+DEAD_RESOURCES_KIND = ResourcesUnavailable.kind
 
 
 class RunStopped(GymflowError):
@@ -88,14 +92,19 @@ class DeadServerWatch:
         self.tripped: StopRequest | None = None
 
     def saw(self, failure_kind: str | None, error: str | None) -> None:
-        if failure_kind != DEAD_SERVER_KIND:
+        if failure_kind not in (DEAD_SERVER_KIND, DEAD_RESOURCES_KIND):
             self.streak = 0
             return
         self.streak += 1
         if self.streak >= self.limit and self.tripped is None:
             first_line = (error or "").strip().splitlines()[0][:200] if error else "no message"
+            server = (
+                f"model server {self.base_url}"
+                if failure_kind == DEAD_SERVER_KIND
+                else "resources server"  # its URL leads the error's first line
+            )
             self.tripped = StopRequest(
-                f"model server {self.base_url} is unreachable: {self.streak} rollouts in a row "
+                f"{server} is unreachable: {self.streak} rollouts in a row "
                 f"failed with {failure_kind} ({first_line}); stopped early. Start the server, "
                 "then continue with --resume",
                 cause="dead_server",

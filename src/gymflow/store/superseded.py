@@ -57,7 +57,7 @@ def _set_aside(
 
 def supersede_failed(con, run_id: str, kinds: tuple[str, ...]) -> int:
     """Set aside the run's rollouts whose (last) attempt failed with one of `kinds` (the
-    caller's: the model boundary's transient kinds, `models.errors.RETRYABLE_KINDS`), with their
+    caller's: the transient kinds, `rollouts.collect.RESUMABLE_KINDS`), with their
     model calls: they become missing, and the resume runs them again."""
     return _set_aside(
         con,
@@ -68,13 +68,16 @@ def supersede_failed(con, run_id: str, kinds: tuple[str, ...]) -> int:
     )
 
 
-def supersede_verifications(con, verifier_version: str) -> int:
+def supersede_verifications(con, verifier_version: str, *, carried: bool = False) -> int:
     """Set aside the verifications of `verifier_version` that errored (a crash, a timeout, a
-    judge that failed): a reverify judges those rollouts again under the same version."""
+    judge that failed), and with `carried` those a `--failed-only` reverify copied from its base
+    version (`details.carried_from`: verdicts of other parameters, never judged by these): a
+    reverify judges those rollouts again under the same version."""
+    carried_sql = "OR json_extract_string(details_json, '$.carried_from') IS NOT NULL"
     return _set_aside(
         con,
         "SELECT rollout_id FROM verifications WHERE verifier_version = $version "
-        "AND list_contains($statuses, status)",
+        f"AND (list_contains($statuses, status) {carried_sql if carried else ''})",
         {"version": verifier_version, "statuses": list(REJUDGED_STATUSES)},
         ("verifications",),
         version=verifier_version,

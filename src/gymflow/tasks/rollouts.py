@@ -10,8 +10,7 @@ from prefect.runtime import task_run
 
 from gymflow import progress
 from gymflow.config import EvalConfig
-from gymflow.models.errors import RETRYABLE_KINDS
-from gymflow.rollouts.collect import Collector
+from gymflow.rollouts.collect import RESUMABLE_KINDS, Collector
 from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
 from gymflow.rollouts.registration import register_run
 from gymflow.rollouts.stopping import RunStopped
@@ -28,7 +27,7 @@ def prepare_run(config: EvalConfig, resume: bool, retry_failed: bool = False) ->
     with connect(plan.run_dir, create=True) as con:
         register_run(con, plan, resume=resume)
         if resume and retry_failed:
-            supersede_failed(con, plan.run_id, RETRYABLE_KINDS)
+            supersede_failed(con, plan.run_id, RESUMABLE_KINDS)
     return plan
 
 

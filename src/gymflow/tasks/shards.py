@@ -9,7 +9,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from gymflow.config import EvalConfig
-from gymflow.models.errors import RETRYABLE_KINDS
+from gymflow.rollouts.collect import RESUMABLE_KINDS
 from gymflow.rollouts.merge import merge_shards, shard_progress
 from gymflow.rollouts.plan import RunPlan
 from gymflow.store.db import connect, store_path
@@ -50,4 +50,4 @@ def supersede_failed_in_shards(run_dir: str, shard_dirs: list[str]) -> None:
         if store_path(path).exists():
             with connect(path) as con:
                 if con.execute("SELECT count(*) FROM runs").fetchone()[0]:
-                    supersede_failed(con, run_info(con)["run_id"], RETRYABLE_KINDS)
+                    supersede_failed(con, run_info(con)["run_id"], RESUMABLE_KINDS)

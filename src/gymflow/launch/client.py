@@ -1,0 +1,118 @@
+"""The `gym` command: hand the command to the warm process serving this PREFECT_HOME, if one
+does and takes it, and otherwise run it here.
+
+The warm process takes a command only when it would run exactly as it would here (same Python,
+import path, environment, limits and priority, code on disk; `warm.refusal`); a refusal costs a few
+milliseconds and the command runs here as it always did. Once taken, the command is never run
+twice: this process passes on Ctrl-C, SIGTERM and SIGHUP, waits for the exit code and exits
+with it (Ctrl-Z stops both, `fg` continues both)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+
+from gymflow import warm_protocol as protocol
+
+#: Commands that always run here: `gym server` starts and stops the warm process itself.
+LOCAL_ONLY = frozenset({"server"})
+#: A warm process that has not answered in this long is not used (it is checking the code on
+#: disk, a few milliseconds, or it is stuck).
+ANSWER_TIMEOUT_S = 5.0
+
+
+def main() -> None:
+    code = forwarded(sys.argv) if _may_forward(sys.argv[1:]) else None
+    if code is not None:
+        raise SystemExit(code)
+    from gymflow.cli import main as run_here
+
+    run_here()
+
+
+def _may_forward(args: list[str]) -> bool:
+    return (
+        bool(args)
+        and args[0] not in LOCAL_ONLY
+        and os.environ.get(protocol.MODE_ENV, "on") != "off"
+    )
+
+
+def forwarded(argv: list[str]) -> int | None:
+    """The exit code of `argv` run by the warm process, or None when it did not take it."""
+    path = protocol.socket_path(protocol.prefect_home())
+    if not (path.exists() and protocol.private_dir(path.parent, create=False)):
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(ANSWER_TIMEOUT_S)
+        conn.connect(str(path))
+        if protocol.peer_uid(conn) != os.getuid():
+            return None
+        request = {
+            "argv": argv,
+            "cwd": os.getcwd(),
+            "env": dict(os.environ),
+            "executable": sys.executable,
+            "path": sys.path,
+            "umask": _umask(),
+            "context": protocol.process_context(),
+        }
+        payload = (json.dumps(request) + "\n").encode()
+        socket.send_fds(conn, [payload], [0, 1, 2])
+        lines = protocol.Lines(conn)
+        answer = lines.next()
+    except (OSError, ValueError):
+        conn.close()
+        return None
+    if not answer or "pid" not in answer:
+        conn.close()
+        return None
+    return _wait(conn, lines)
+
+
+def _wait(conn: socket.socket, lines: protocol.Lines) -> int:
+    """Pass signals on until the command's exit code arrives."""
+
+    def pass_on(signum: int, _frame: object) -> None:
+        with contextlib.suppress(OSError):  # the warm process is gone: the exit says so
+            protocol.send(conn, {"signal": signum})
+
+    def suspend(_signum: int, _frame: object) -> None:
+        """Ctrl-Z: stop the command, then this process as the shell expects; on `fg` or `bg`,
+        continue the command."""
+        pass_on(signal.SIGSTOP, None)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # returns when this process is continued
+        signal.signal(signal.SIGTSTP, suspend)
+        pass_on(signal.SIGCONT, None)
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(signum, pass_on)
+    signal.signal(signal.SIGTSTP, suspend)
+    conn.settimeout(None)
+    try:
+        while True:
+            message = lines.next()  # a signal's handler runs, then recv resumes (PEP 475)
+            if message is None:
+                sys.stderr.write(
+                    "error: the warm gymflow process lost this command before it ended (see "
+                    f"{protocol.prefect_home() / protocol.LOG_FILE})\n"
+                )
+                from gymflow.cli.exit_codes import RUNTIME
+
+                return RUNTIME
+            if "exit" in message:
+                return int(message["exit"])
+    finally:
+        conn.close()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,124 @@
+"""A served resources server (`resources_url`) that stops answering mid-run. Every rollout after
+it was a `harness_error` (or a `tool_error`), kinds `--resume` does not run again, so once the
+server was back the run could only be started over; a rollout whose verification failed was even
+stored as completed. They are now `resources_unavailable` failures, and `--resume` runs them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+import uvicorn
+
+from gymflow.environments.asgi import create_app
+from gymflow.environments.registry import load_environment
+from tests.conftest import free_port, gym
+
+TASKS = 8
+HEALTHY_SEEDS = 3
+
+
+class Outage:
+    """ASGI middleware: after `healthy_seeds` sessions, every route but /health answers 503 (a
+    server restarting behind its load balancer) until `restore()`."""
+
+    def __init__(self, app, healthy_seeds: int) -> None:
+        self.app, self.left, self.down = app, healthy_seeds, False
+
+    def restore(self) -> None:
+        self.down, self.left = False, 10**6
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"] != "/health":
+            if scope["path"] == "/seed_session":
+                self.left -= 1
+                self.down = self.down or self.left < 0
+            if self.down:
+                await send({"type": "http.response.start", "status": 503, "headers": []})
+                await send({"type": "http.response.body", "body": b"restarting"})
+                return
+        await self.app(scope, receive, send)
+
+
+@pytest.fixture
+def flaky_backoffice() -> Iterator[tuple[str, Outage]]:
+    outage = Outage(create_app(load_environment("backoffice").resources_server()), HEALTHY_SEEDS)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(outage, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}", outage
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def _rollouts(run: Path) -> list[tuple]:
+    con = duckdb.connect(str(run / "gymflow.duckdb"), read_only=True)
+    try:
+        return con.execute(
+            "SELECT r.status, r.failure_kind, v.status FROM rollouts r "
+            "LEFT JOIN verifications v USING (rollout_id) ORDER BY r.task_id"
+        ).fetchall()
+    finally:
+        con.close()
+
+
+def test_a_resources_server_outage_is_resumable(
+    flaky_backoffice: tuple[str, Outage], tmp_path: Path, prefect_api: str
+) -> None:
+    url, outage = flaky_backoffice
+    config = tmp_path / "remote.yaml"
+    config.write_text(
+        f"benchmark: backoffice\nlimit: {TASKS}\nrepeats: 1\nconcurrency: 2\nout: run\n"
+        f"resources_url: {url}\n"
+    )
+    env = {"PREFECT_API_URL": prefect_api}
+    first = gym("eval", "run", str(config), cwd=tmp_path, env=env)
+    assert first.returncode != 0, first.stdout + first.stderr
+    stored = _rollouts(tmp_path / "run")
+    assert len(stored) == TASKS
+    failed = [row for row in stored if row[0] == "failed"]
+    assert failed and {kind for _, kind, _ in failed} == {"resources_unavailable"}, stored
+    # no rollout is completed without its verification
+    assert all(verdict == "ok" for status, _, verdict in stored if status == "completed")
+
+    outage.restore()  # the server is back
+    resumed = gym("eval", "run", str(config), "--resume", cwd=tmp_path, env=env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert _rollouts(tmp_path / "run") == [("completed", None, "ok")] * TASKS
+
+
+def test_a_resources_server_that_stays_down_stops_the_run_early(
+    flaky_backoffice: tuple[str, Outage], tmp_path: Path, prefect_api: str
+) -> None:
+    """As for a dead model server: rollout after rollout failing to reach it stops the run
+    (each would otherwise wait out its connect timeout when the host is gone), resumably."""
+    url, outage = flaky_backoffice
+    tasks = 40
+    config = tmp_path / "remote.yaml"
+    config.write_text(
+        f"benchmark: backoffice\nlimit: {tasks}\nrepeats: 1\nconcurrency: 1\nout: run\n"
+        f"resources_url: {url}\nstop_after_transport_failures: 3\n"
+    )
+    env = {"PREFECT_API_URL": prefect_api}
+    stopped = gym("eval", "run", str(config), cwd=tmp_path, env=env)
+    assert stopped.returncode == 3, stopped.stdout + stopped.stderr  # exit_codes.RUNTIME
+    said = " ".join(stopped.stderr.split())
+    assert "resources server is unreachable: 3 rollouts in a row" in said and "--resume" in said
+    stored = _rollouts(tmp_path / "run")
+    assert len(stored) == HEALTHY_SEEDS + 3  # the rest never started: missing, not failed
+
+    outage.restore()
+    resumed = gym("eval", "run", str(config), "--resume", cwd=tmp_path, env=env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert _rollouts(tmp_path / "run") == [("completed", None, "ok")] * tasks

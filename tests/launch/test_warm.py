@@ -1,0 +1,267 @@
+"""The warm process, as a user meets it: `gym` commands forked from a process that imported
+gymflow and Prefect once run exactly as they would in a process of their own (output, exit code,
+store, signals), and a command it cannot run exactly so (another environment, changed code on
+disk) runs in its own process instead."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gymflow import warm_protocol
+from gymflow.cli import exit_codes
+from gymflow.cli.local_prefect import STATE_FILE
+from tests.conftest import GYM
+from tests.faults.stores import one_error_line, orphans, query, rollout_rows
+from tests.faults.test_run_control import EXPECTED, SLOW, Running
+
+pytestmark = pytest.mark.prefect
+
+
+@dataclass
+class Warm:
+    home: Path
+    env: dict[str, str]
+    process: subprocess.Popen
+
+    def gym(self, *args: str, cwd: Path, env: dict[str, str] | None = None, **kwargs):
+        return subprocess.run([GYM, *args], cwd=cwd, env={**self.env, **(env or {})},
+                              capture_output=True, text=True, timeout=300, **kwargs)  # fmt: skip
+
+    def log(self) -> str:
+        return (self.home / warm_protocol.LOG_FILE).read_text()
+
+    def served(self, args: str) -> bool:
+        return f"served {args!r}" in self.log()
+
+    def refused(self, args: str) -> str | None:
+        for line in self.log().splitlines():
+            if f"refused {args!r}: " in line:
+                return line.split(f"refused {args!r}: ", 1)[1]
+        return None
+
+
+def _wait(condition, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def start_warm(home: Path, env: dict[str, str]) -> subprocess.Popen:
+    """Start the warm process for `home` (as `gym server --start` does) and wait until it serves."""
+    home.mkdir(parents=True, exist_ok=True)
+    with (home / warm_protocol.LOG_FILE).open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-P", "-m", warm_protocol.MODULE, "--home", str(home)],
+            cwd=home, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    state = home / warm_protocol.STATE_FILE
+    _wait(state.exists, f"the warm process to serve ({home / warm_protocol.LOG_FILE})")
+    assert json.loads(state.read_text())["pid"] == process.pid
+    return process
+
+
+def stop_warm(process: subprocess.Popen) -> None:
+    process.terminate()
+    assert process.wait(timeout=30) == 128 + signal.SIGTERM
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> Iterator[Warm]:
+    """A warm process serving a PREFECT_HOME whose local Prefect server is the suite's (this
+    test process stands in for its pid: the warm process ends when the server's pid does)."""
+    home = tmp_path_factory.mktemp("warm-home")
+    server = {"api_url": prefect_api, "pid": os.getpid(), "log": str(home / "server.log")}
+    (home / STATE_FILE).write_text(json.dumps(server))
+    env = _environment()
+    envs = tmp_path_factory.mktemp("environments")  # empty until a test adds to it
+    env |= {"PREFECT_HOME": str(home), "PYTHONUNBUFFERED": "1", "COLUMNS": "200",
+            "GYMFLOW_ENVIRONMENTS_PATH": str(envs)}  # fmt: skip
+    process = start_warm(home, env)
+    yield Warm(home, env, process)
+    stop_warm(process)
+
+
+def _environment() -> dict[str, str]:
+    """This process's environment, but not what pytest changes per test (PYTEST_CURRENT_TEST:
+    a command with another value than the warm process has would run in its own process)."""
+    drop = ("PYTEST_CURRENT_TEST", "PREFECT_API_URL")
+    return {key: value for key, value in os.environ.items() if key not in drop}
+
+
+def test_a_forked_run_is_the_run_its_own_process_makes(warm: Warm, tmp_path: Path):
+    args = ("eval", "run", "--benchmark", "arithmetic-smoke", "--out")
+    forked = warm.gym(*args, "forked", cwd=tmp_path)
+    assert forked.returncode == 0, forked.stdout + forked.stderr
+    assert warm.served("eval run --benchmark arithmetic-smoke --out forked"), warm.log()
+    own = warm.gym(*args, "own", cwd=tmp_path, env={warm_protocol.MODE_ENV: "off"})
+    assert own.returncode == 0, own.stdout + own.stderr
+    assert "--out own" not in warm.log()  # GYMFLOW_WARM=off: never handed over
+
+    def summary(text: str) -> list[str]:
+        return [line for line in text.splitlines() if not line.startswith("report: ")]
+
+    assert summary(forked.stdout) == summary(own.stdout)
+    assert "health: healthy" in forked.stdout
+    rows = rollout_rows(tmp_path / "forked" / "gymflow.duckdb")
+    assert len(rows) == 200 and rows == rollout_rows(tmp_path / "own" / "gymflow.duckdb")
+
+
+def test_errors_and_exit_codes_come_back_to_the_caller(warm: Warm, tmp_path: Path):
+    (tmp_path / "bad.yaml").write_text("benchmark: arithmetic-smoke\nrepeats: -3\n")
+    bad = warm.gym("eval", "run", "bad.yaml", cwd=tmp_path)
+    assert warm.served("eval run bad.yaml"), warm.log()
+    assert bad.returncode == exit_codes.BAD_INPUT, bad.stdout + bad.stderr
+    assert "bad.yaml" in bad.stderr and "repeats" in bad.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_environments_added_after_it_started_are_found(warm: Warm, tmp_path: Path):
+    """It read the environment folders when it started; each command reads them again."""
+    before = warm.gym("list", "environments", cwd=tmp_path)
+    assert before.returncode == 0 and "ledger" not in before.stdout
+    envs = Path(warm.env["GYMFLOW_ENVIRONMENTS_PATH"])
+    shutil.copytree(Path(__file__).parents[1] / "harness" / "envs" / "ledger", envs / "ledger")
+    after = warm.gym("list", "environments", cwd=tmp_path)
+    assert warm.log().count("served 'list environments'") == 2, warm.log()
+    assert after.returncode == 0 and "ledger" in after.stdout, after.stdout
+
+
+def test_a_command_in_another_environment_runs_in_its_own_process(warm: Warm, tmp_path: Path):
+    result = warm.gym("list", "benchmarks", cwd=tmp_path, env={"GYMFLOW_SOMETHING": "1"})
+    assert result.returncode == 0 and "arithmetic-smoke" in result.stdout
+    assert warm.refused("list benchmarks") == "environment differs: GYMFLOW_SOMETHING"
+    assert warm.process.poll() is None  # it goes on serving the commands it can
+    # `nice` and `ulimit` apply to the command only in a process of its own
+    niced = subprocess.run(["nice", "-n", "5", GYM, "list", "environments"], cwd=tmp_path,
+                           env=warm.env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert niced.returncode == 0 and "arithmetic" in niced.stdout
+    assert warm.refused("list environments") == "process differs: nice"
+    limited = subprocess.run(["bash", "-c", f"ulimit -n 512 && {GYM} list --help"], cwd=tmp_path,
+                             env=warm.env, capture_output=True, text=True)  # fmt: skip
+    assert limited.returncode == 0 and "benchmarks" in limited.stdout
+    assert warm.refused("list --help") == "process differs: RLIMIT_NOFILE", limited.stderr
+
+
+def test_signals_reach_the_forked_run_and_a_gone_caller_stops_it(warm: Warm, tmp_path: Path):
+    """SIGTERM to the caller stops the run as it stops one in its own process (exit 143, what
+    finished is kept, --resume completes it); a caller killed outright (its terminal closed)
+    gets its run stopped the same way."""
+    out = tmp_path / "run"
+    config = tmp_path / "run.yaml"
+    config.write_text(SLOW.format(out=out))
+    store = out / "gymflow.duckdb"
+
+    run = Running(["eval", "run", str(config)], tmp_path, "", env=warm.env)
+    run.wait_collecting()
+    (command,) = _commands_of(warm.process.pid)
+    run.process.send_signal(signal.SIGTSTP)  # Ctrl-Z stops the caller and its command
+    _wait(lambda: _state(command) == "T", "the command to stop")
+    run.process.send_signal(signal.SIGCONT)  # `fg`
+    _wait(lambda: _state(command) != "T", "the command to continue")
+    run.process.send_signal(signal.SIGTERM)
+    code, _, stderr = run.finish()
+    assert code == exit_codes.TERMINATED, stderr
+    assert warm.served(f"eval run {config}"), warm.log()
+    line = one_error_line(stderr)
+    assert "stopped by SIGTERM" in line and "--resume" in line, line
+    stored = query(store, "SELECT count(*) FROM rollouts")[0][0]
+    assert 0 < stored < EXPECTED and orphans(store) == 0
+
+    resumed = Running(["eval", "run", str(config), "--resume"], tmp_path, "", env=warm.env)
+    resumed.wait_collecting()
+    resumed.process.kill()
+    resumed.finish()
+    ended = f"served 'eval run {config} --resume' in pid"
+    _wait(lambda: ended in warm.log(), "the orphaned run to stop", timeout=180)
+    assert "went away: SIGTERM" in warm.log()
+    assert next(line for line in warm.log().splitlines() if ended in line).endswith(": exit 143")
+    after = query(store, "SELECT count(*) FROM rollouts")[0][0]
+    assert stored <= after < EXPECTED and orphans(store) == 0
+
+    final = warm.gym("eval", "run", str(config), "--resume", cwd=tmp_path)
+    assert final.returncode == 0, final.stdout + final.stderr
+    assert "missing 0" in final.stdout and "health: healthy" in final.stdout
+    assert query(store, "SELECT count(DISTINCT (task_id, repeat_index)), count(*) FROM rollouts")[
+        0
+    ] == (EXPECTED, EXPECTED)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _commands_of(warm_pid: int) -> list[int]:
+    """The commands a warm process runs: the children of its supervisors."""
+    return [command for supervisor in _children(warm_pid) for command in _children(supervisor)]
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_changed_code_on_disk_ends_the_warm_process(prefect_api: str, tmp_path: Path):
+    """A file it imported changed (an upgrade, an edit): the command runs in its own process and
+    the warm process ends (a terminal's next run starts a fresh one)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    server = {"api_url": prefect_api, "pid": os.getpid(), "log": "-"}
+    (home / STATE_FILE).write_text(json.dumps(server))
+    env = _environment() | {"PREFECT_HOME": str(home)}
+    process = start_warm(home, env)
+    warm = Warm(home, env, process)
+    import gymflow.analysis.stats as touched
+
+    before = os.stat(touched.__file__)
+    try:
+        os.utime(touched.__file__, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+        result = warm.gym("list", "benchmarks", cwd=tmp_path)
+    finally:
+        os.utime(touched.__file__, ns=(before.st_atime_ns, before.st_mtime_ns))
+    try:
+        assert result.returncode == 0 and "arithmetic-smoke" in result.stdout
+        assert warm.refused("list benchmarks") == f"{touched.__file__} changed on disk"
+        assert process.wait(timeout=30) == 0  # it ended by itself
+        assert not (home / warm_protocol.STATE_FILE).exists()
+    finally:
+        if process.poll() is None:
+            stop_warm(process)
+
+
+def test_the_warm_process_is_given_the_environment_as_the_user_had_it(monkeypatch, tmp_path):
+    """What gymflow sets before Prefect reads it (its defaults, an adopted server's address) is
+    taken out again, and a variable the user had set, even to "", is given back as it was."""
+    from gymflow.cli import local_prefect
+
+    monkeypatch.setattr(local_prefect, "_set_here", {})
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path))
+    monkeypatch.setenv("PREFECT_API_URL", "")
+    monkeypatch.delenv("PREFECT_LOGGING_LEVEL", raising=False)
+    server = {"api_url": "http://127.0.0.1:9/api", "pid": os.getpid(), "log": "-"}
+    (tmp_path / STATE_FILE).write_text(json.dumps(server))
+    before = dict(os.environ)
+    local_prefect.configure()
+    assert os.environ["PREFECT_API_URL"] == server["api_url"]
+    assert os.environ["PREFECT_LOGGING_LEVEL"] == "WARNING"
+    assert local_prefect.users_env() == before
