@@ -90,6 +90,15 @@ def test_a_cache_that_cannot_be_written_still_renders(templates: Path, tmp_path:
     assert "<main>" in env.get_template("base.html.j2").render(PAGE)
 
 
+def test_no_home_folder_means_no_cache(monkeypatch) -> None:
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert bytecode_cache("v") is None
+
+
 def test_the_cache_lives_in_the_users_cache_folder(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache_root() == tmp_path / "gymflow" / "jinja"

@@ -59,7 +59,10 @@ class SafeBytecodeCache(FileSystemBytecodeCache):
 def bytecode_cache(variant: str, folder: Path | None = None) -> SafeBytecodeCache | None:
     """A cache in `folder` (default `cache_root()`) whose entries are named by `variant` (a
     digest of the environment's options), or None if the folder is not safe to use."""
-    folder = folder or cache_root()
+    try:
+        folder = folder or cache_root()
+    except RuntimeError:  # no home folder (HOME unset, no passwd entry): nowhere to cache
+        return None
     if not _private_folder(folder):
         return None
     return SafeBytecodeCache(str(folder), pattern=f"{variant}-%s.cache")
