@@ -12,9 +12,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from gymflow.core.tasks import Task
 from gymflow.environments.registry import load_environment
 from gymflow.harness.tool_arguments import MalformedArguments, parse_arguments
-from gymflow.verifiers.base import VerifyInput
+from gymflow.verifiers.base import VerifyInput, get_verifier
 from tests.conftest import gym
 
 NESTED = "[" * 5000 + "]" * 5000
@@ -35,6 +36,30 @@ def test_a_number_past_float_range_is_a_wrong_answer(number: str) -> None:
     verification = _verify("arithmetic", f"Answer: {number}", [])
     assert (verification.status, verification.reward, verification.passed) == ("ok", 0.0, False)
     assert verification.details["reason"] == "unparsable_answer"
+
+
+NUMERIC = get_verifier("numeric_match")
+
+
+@pytest.mark.parametrize(
+    ("reference", "answer", "passed"),
+    [
+        (1_000_000, "1000001", False),  # inside the default rel_tol 1e-6: it passed
+        (1_000_000, "999999.9999", False),
+        (1_000_000, "1,000,000", True),
+        (1_000_000, "1000000.0", True),
+        (1_000_000, "2000000/2", True),
+        (2**53 + 1, str(2**53), False),  # one float: it passed
+        ("42", "42", True),
+        (2.5, "2.5000001", True),  # a non-integer reference keeps its tolerance
+        (2.5, "5/2", True),
+        (2.5, "2.6", False),
+    ],
+)
+def test_an_integer_reference_is_matched_exactly(reference, answer, passed) -> None:
+    task = Task(task_id="t", inputs={}, data={"answer": reference}, reference="", distractor="")
+    verdict = NUMERIC.fn(VerifyInput(task, f"Answer: {answer}"), NUMERIC.params({}))
+    assert verdict.reward == (1.0 if passed else 0.0), verdict.details
 
 
 def test_bfcl_arguments_nested_thousands_deep_are_a_malformed_call() -> None:

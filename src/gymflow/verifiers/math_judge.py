@@ -73,10 +73,14 @@ class MathJudgeParams(BaseModel):
 
 
 def read_score(reply: str) -> float | None:
-    """The judge's score: the last `Score: S`, or a reply that is only a number; None if absent
-    or outside [0, 1]."""
-    matches = _SCORE.findall(reply)
-    raw = matches[-1] if matches else None
+    """The judge's score: its `Score: S` line, or a reply that is only a number; None if absent,
+    outside [0, 1], or given as two different scores. A judge that quotes the candidate's answer
+    quotes any `Score: 1` the answer wrote: whichever score was taken, first or last, an answer
+    could choose its own."""
+    matches = {float(raw) for raw in _SCORE.findall(reply)}
+    if len(matches) > 1:
+        return None
+    raw = str(matches.pop()) if matches else None
     if raw is None:
         bare = _BARE_NUMBER.fullmatch(reply)
         raw = bare.group(1) if bare else None
@@ -155,7 +159,9 @@ def math_judge(inp: VerifyInput, params: MathJudgeParams) -> Verdict:
     reply = _run(ask_judge(prompt, params))
     score = read_score(reply)
     if score is None:
-        raise VerifierError(f"judge reply has no score in [0, 1]: {reply[:300]!r}", "judge_failed")
+        raise VerifierError(
+            f"judge reply has no single score in [0, 1]: {reply[:300]!r}", "judge_failed"
+        )
     passed = score >= params.threshold
     return Verdict(
         1.0 if passed else 0.0,

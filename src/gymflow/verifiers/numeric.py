@@ -23,18 +23,42 @@ class NumericParams(BaseModel):
         description="answer_line reads the number after 'Answer:'; last_number takes the last "
         "number anywhere in the response (lenient, more false positives).",
     )
-    rel_tol: float = Field(1e-6, ge=0.0)
-    abs_tol: float = Field(1e-9, ge=0.0)
+    rel_tol: float = Field(
+        1e-6, ge=0.0, description="Relative tolerance; not applied to an integer reference."
+    )
+    abs_tol: float = Field(
+        1e-9, ge=0.0, description="Absolute tolerance; not applied to an integer reference."
+    )
+
+
+def parse_exact(text: str) -> Fraction | None:
+    try:
+        return Fraction(text.replace(",", ""))
+    except (ValueError, ZeroDivisionError):
+        return None
 
 
 def parse_number(text: str) -> float | None:
-    cleaned = text.replace(",", "")
+    exact = parse_exact(text)
     try:
-        return float(Fraction(cleaned))
-    except (ValueError, ZeroDivisionError, OverflowError):
-        # OverflowError: a number past float's range (`Answer: 9…9`, 400 digits) is a wrong
-        # answer; as a verifier error it was a failure, left out of the scores the policy earns
+        return None if exact is None else float(exact)
+    except OverflowError:
+        # a number past float's range (`Answer: 9…9`, 400 digits) is a wrong answer; as a
+        # verifier error it was a failure, left out of the scores the policy earns
         return None
+
+
+def matches(raw: str, expected: object, params: NumericParams) -> bool:
+    """Whether the extracted answer is the reference: exactly when the reference is an integer
+    (a tolerance for rounding let 1000001 pass for 1,000,000 at the default 1e-6, and floats
+    cannot tell integers apart past 2^53), else within the tolerances."""
+    reference = parse_exact(str(expected))
+    if reference is not None and reference.denominator == 1:
+        return parse_exact(raw) == reference
+    value = parse_number(raw)
+    return value is not None and math.isclose(
+        value, float(expected), rel_tol=params.rel_tol, abs_tol=params.abs_tol
+    )
 
 
 def extract_answer(text: str, mode: str) -> str | None:
@@ -49,10 +73,9 @@ def numeric_match(inp: VerifyInput, params: NumericParams) -> Verdict:
     raw = extract_answer(inp.output_text, params.extract)
     if raw is None:
         return Verdict(0.0, {"reason": "no_answer_extracted", "expected": expected})
-    value = parse_number(raw)
-    if value is None:
+    if parse_number(raw) is None:
         return Verdict(0.0, {"reason": "unparsable_answer", "extracted": raw, "expected": expected})
-    ok = math.isclose(value, expected, rel_tol=params.rel_tol, abs_tol=params.abs_tol)
+    ok = matches(raw, inp.task.data["answer"], params)
     return Verdict(
         1.0 if ok else 0.0,
         {"reason": "match" if ok else "wrong_answer", "extracted": raw, "expected": expected},
