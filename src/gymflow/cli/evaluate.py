@@ -267,7 +267,10 @@ def eval_run(
     ] = True,
     stop_after_transport_failures: Annotated[
         int | None,
-        typer.Option(help="Stop early after this many rollouts in a row cannot reach the model."),
+        typer.Option(
+            help="Stop early after this many rollouts in a row cannot reach the model or the "
+            "resources server."
+        ),
     ] = None,
 ) -> None:
     """Collect rollouts, then check health, profile and write the report."""
