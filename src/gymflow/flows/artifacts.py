@@ -37,34 +37,43 @@ def interval(bounds: list[float] | tuple[float, float] | None) -> str:
     return "n/a" if not bounds else f"{pct(bounds[0])} – {pct(bounds[1])}"
 
 
+#: The artifacts this process published, by (flow run, key): published again, updated in place.
+_published: dict[tuple[str, str], UUID] = {}
+
+
+def _earlier_attempts(client, run_id: str | None, keys: list[str]) -> dict[str, UUID]:
+    """By key, the newest artifact an earlier attempt of this flow run published (a retry: the
+    UI's Retry button, a crashed run run again). A first attempt has none: no query."""
+    if run_id is None or (flow_run.run_count or 1) <= 1:
+        return {}
+    found = client.read_artifacts(
+        artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=keys), flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])
+        )
+    )
+    return {a.key: a.id for a in sorted(found, key=lambda a: a.created)}
+
+
 def publish(*items: artifacts.Artifact) -> list[UUID]:
     """Create each artifact, or update in place the one this flow run already has under its key
-    (a retried run re-publishes what its earlier attempt showed). One query finds them all: a
-    round trip to the API server each was a third of publishing the results."""
+    (published earlier in this attempt, or by an earlier one a retry re-publishes). Only a
+    retry asks the API server which it has: that query was a third of publishing the results."""
     run_id = flow_run.id
     with get_client(sync_client=True) as client:
-        found = (
-            client.read_artifacts(
-                artifact_filter=ArtifactFilter(
-                    key=ArtifactFilterKey(any_=[item.key for item in items]),
-                    flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]),
-                )
-            )
-            if run_id
-            else []
-        )
-        latest = {a.key: a for a in sorted(found, key=lambda a: a.created)}
+        earlier = _earlier_attempts(client, run_id, [item.key for item in items])
         ids = []
         for item in items:
-            existing = latest.get(item.key)
+            existing = _published.get((run_id, item.key)) or earlier.get(item.key)
             if existing is None:
-                ids.append(item.create(_sync=True).id)
-                continue
-            client.update_artifact(
-                existing.id,
-                ArtifactUpdate(data=item.format(_sync=True), description=item.description),
-            )
-            ids.append(existing.id)
+                existing = item.create(_sync=True).id
+            else:
+                client.update_artifact(
+                    existing,
+                    ArtifactUpdate(data=item.format(_sync=True), description=item.description),
+                )
+            if run_id is not None:
+                _published[(run_id, item.key)] = existing
+            ids.append(existing)
         return ids
 
 
