@@ -265,3 +265,26 @@ def test_the_warm_process_is_given_the_environment_as_the_user_had_it(monkeypatc
     assert os.environ["PREFECT_API_URL"] == server["api_url"]
     assert os.environ["PREFECT_LOGGING_LEVEL"] == "WARNING"
     assert local_prefect.users_env() == before
+
+
+def test_a_caller_that_gave_up_waiting_runs_its_command_once(warm: Warm, tmp_path: Path):
+    """Two connections that send nothing hold the warm process past the caller's wait: the
+    caller runs the command itself, and the warm process, reading its request later, must not
+    start it as well (its output, or a second run into the same store)."""
+    import socket
+
+    path = json.loads((warm.home / warm_protocol.STATE_FILE).read_text())["socket"]
+    silent = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
+    try:
+        for conn in silent:
+            conn.connect(path)
+        result = warm.gym("list", "benchmarks", cwd=tmp_path)
+        ended = "the caller of 'list benchmarks' stopped waiting"
+        _wait(lambda: ended in warm.log(), "the warm process to read the request")
+    finally:
+        for conn in silent:
+            conn.close()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("arithmetic-smoke ") == 1, result.stdout
+    assert not warm.served("list benchmarks"), warm.log()
+

@@ -66,10 +66,13 @@ def forwarded(argv: list[str]) -> int | None:
         socket.send_fds(conn, [payload], [0, 1, 2])
         lines = protocol.Lines(conn)
         answer = lines.next()
+        if not answer or "taken" not in answer:
+            conn.close()
+            return None
+        # The command starts only on this answer: a caller that gave up waiting (and runs the
+        # command here) has closed the connection instead, and the command never starts there.
+        protocol.send(conn, {"go": True})
     except (OSError, ValueError):
-        conn.close()
-        return None
-    if not answer or "pid" not in answer:
         conn.close()
         return None
     return _wait(conn, lines)

@@ -282,12 +282,26 @@ def _take(conn: socket.socket, warm: Warm, kept: tuple[socket.socket, int]) -> R
     os.close(kept[1])
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if not _confirmed(conn, lines):
+        log(f"the caller of {' '.join(request.argv[1:])!r} stopped waiting: it runs it itself")
+        os._exit(0)
     runner = os.fork()
     if runner == 0:
         conn.close()
         return request
     _close(request.fds)
     _supervise(conn, lines, runner, request.argv)
+
+
+def _confirmed(conn: socket.socket, lines: protocol.Lines) -> bool:
+    """Whether the caller still waits for this command (it answers `taken` with `go`). A caller
+    that timed out runs the command itself: starting it here too would run it twice."""
+    try:
+        protocol.send(conn, {"taken": True})
+        answer = lines.next()
+    except (OSError, ValueError):
+        return False
+    return bool(answer and answer.get("go") is True)
 
 
 def _read(conn: socket.socket) -> tuple[Request, protocol.Lines] | None:
