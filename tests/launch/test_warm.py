@@ -288,3 +288,12 @@ def test_a_caller_that_gave_up_waiting_runs_its_command_once(warm: Warm, tmp_pat
     assert result.stdout.count("arithmetic-smoke ") == 1, result.stdout
     assert not warm.served("list benchmarks"), warm.log()
 
+
+def test_a_closed_stdout_stays_closed(warm: Warm, tmp_path: Path):
+    """`gym ... >&-`: the caller's connection would take fd 1 and be handed over as the
+    command's stdout (its output read as messages, a traceback, exit 1)."""
+    closed = subprocess.run([GYM, "list", "--help"], cwd=tmp_path, env=warm.env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            timeout=300, preexec_fn=lambda: os.close(1))  # fmt: skip
+    assert closed.returncode == 0 and closed.stderr == "", closed.stderr
+

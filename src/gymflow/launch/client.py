@@ -47,6 +47,8 @@ def forwarded(argv: list[str]) -> int | None:
     path = protocol.socket_path(protocol.prefect_home())
     if not (path.exists() and protocol.private_dir(path.parent, create=False)):
         return None
+    if not all(_is_open(fd) for fd in (0, 1, 2)):  # `gym ... >&-`: the socket would take its fd
+        return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(ANSWER_TIMEOUT_S)
