@@ -297,3 +297,11 @@ def test_a_closed_stdout_stays_closed(warm: Warm, tmp_path: Path):
                             timeout=300, preexec_fn=lambda: os.close(1))  # fmt: skip
     assert closed.returncode == 0 and closed.stderr == "", closed.stderr
 
+
+def test_usage_names_the_gym_command(warm: Warm, tmp_path: Path):
+    forked = warm.gym("eval", "run", "--no-such-option", cwd=tmp_path)
+    assert warm.served("eval run --no-such-option"), warm.log()
+    own = warm.gym("eval", "run", "--no-such-option", cwd=tmp_path,
+                   env={warm_protocol.MODE_ENV: "off"})  # fmt: skip
+    assert forked.returncode == own.returncode == exit_codes.BAD_INPUT
+    assert forked.stderr == own.stderr and "Usage: gym eval run" in forked.stderr, forked.stderr

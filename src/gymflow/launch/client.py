@@ -117,6 +117,14 @@ def _wait(conn: socket.socket, lines: protocol.Lines) -> int:
         conn.close()
 
 
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -32,6 +32,7 @@ import signal
 import socket
 import sys
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -378,6 +379,7 @@ def run(request: Request) -> None:
     os.environ.clear()
     os.environ.update(request.env)
     sys.argv = list(request.argv)
+    sys.modules["__main__"] = _script(request.argv[0])
     sys.path[:] = request.path
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for signum in (signal.SIGHUP, signal.SIGQUIT):
@@ -388,6 +390,14 @@ def run(request: Request) -> None:
     cli = importlib.import_module(CLI_PACKAGE)  # sets Prefect's defaults and server, as here
     _refresh_prefect()
     cli.main()
+
+
+def _script(path: str) -> types.ModuleType:
+    """The `gym` script as `__main__`, as in a process of its own: click names the program
+    after it (`Usage: gym ...`), not after this module (`python -m gymflow.launch.gym`)."""
+    main = types.ModuleType("__main__")
+    main.__file__ = path
+    return main
 
 
 def _stream(old: Any, fd: int, mode: str, *, line_buffering: bool | None = None) -> Any:
