@@ -305,3 +305,18 @@ def test_usage_names_the_gym_command(warm: Warm, tmp_path: Path):
                    env={warm_protocol.MODE_ENV: "off"})  # fmt: skip
     assert forked.returncode == own.returncode == exit_codes.BAD_INPUT
     assert forked.stderr == own.stderr and "Usage: gym eval run" in forked.stderr, forked.stderr
+
+
+def test_a_nohup_run_survives_its_terminal_closing(warm: Warm, tmp_path: Path):
+    """`nohup gym eval run ...`: the caller ignores SIGHUP, and so must the command it hands over
+    (a hangup passed on ended the run, exit 129)."""
+    config = tmp_path / "run.yaml"
+    config.write_text(SLOW.format(out=tmp_path / "run").replace("repeats: 20", "repeats: 8"))
+    caller = subprocess.Popen(["nohup", GYM, "eval", "run", str(config)], cwd=tmp_path,
+                              env=warm.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)  # fmt: skip
+    _wait(lambda: _commands_of(warm.process.pid), "the command to start")
+    caller.send_signal(signal.SIGHUP)
+    output, _ = caller.communicate(timeout=300)
+    assert caller.returncode == 0, output
+    assert "health: healthy" in output and warm.served(f"eval run {config}"), warm.log()

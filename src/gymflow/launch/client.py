@@ -96,9 +96,13 @@ def _wait(conn: socket.socket, lines: protocol.Lines) -> int:
         signal.signal(signal.SIGTSTP, suspend)
         pass_on(signal.SIGCONT, None)
 
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(signum, pass_on)
-    signal.signal(signal.SIGTSTP, suspend)
+    # A signal this process ignores (`nohup`, a script's background job) stays ignored, as the
+    # command in its own process would ignore it: passed on, a hangup would end a `nohup` run.
+    for signum, handler in ((signal.SIGINT, pass_on), (signal.SIGTERM, pass_on),
+                            (signal.SIGHUP, pass_on), (signal.SIGQUIT, pass_on),
+                            (signal.SIGTSTP, suspend)):  # fmt: skip
+        if signal.getsignal(signum) != signal.SIG_IGN:
+            signal.signal(signum, handler)
     conn.settimeout(None)
     try:
         while True:
