@@ -320,3 +320,19 @@ def test_a_nohup_run_survives_its_terminal_closing(warm: Warm, tmp_path: Path):
     output, _ = caller.communicate(timeout=300)
     assert caller.returncode == 0, output
     assert "health: healthy" in output and warm.served(f"eval run {config}"), warm.log()
+
+
+def test_a_command_killed_by_a_signal_kills_its_caller_so(warm: Warm, tmp_path: Path):
+    """An OOM kill of the forked command: its caller ends as the command in its own process
+    would, killed by SIGKILL (returncode -9), not with an exit code of 137."""
+    config = tmp_path / "run.yaml"
+    config.write_text(SLOW.format(out=tmp_path / "run"))
+    caller = subprocess.Popen([GYM, "eval", "run", str(config)], cwd=tmp_path, env=warm.env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    _wait(lambda: _commands_of(warm.process.pid), "the command to start")
+    (command,) = _commands_of(warm.process.pid)
+    os.kill(command, signal.SIGKILL)
+    _, stderr = caller.communicate(timeout=300)
+    assert caller.returncode == -signal.SIGKILL, stderr
+    assert warm.served(f"eval run {config}"), warm.log()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import signal
 import socket
 import sys
@@ -116,9 +117,21 @@ def _wait(conn: socket.socket, lines: protocol.Lines) -> int:
 
                 return RUNTIME
             if "exit" in message:
+                if "killed" in message:
+                    _die_by(int(message["killed"]))
                 return int(message["exit"])
     finally:
         conn.close()
+
+
+def _die_by(signum: int) -> None:
+    """End as the command ended, killed by `signum` (an OOM kill, SIGQUIT): a parent sees a
+    process killed by a signal (Python's returncode -9), not one that exited 137. Without a
+    core file: the command wrote its own."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    with contextlib.suppress(OSError):  # SIGKILL cannot be handled, nor so be reset
+        signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)  # returns only for a signal that does not end a process
 
 
 def _is_open(fd: int) -> bool:

@@ -345,11 +345,12 @@ def _supervise(conn: socket.socket, lines: protocol.Lines, runner: int, argv: li
             for key, _ in watch.select():
                 if key.fileobj == ended:
                     code = os.waitstatus_to_exitcode(os.waitpid(runner, 0)[1])
+                    ended_by = {"killed": -code} if code < 0 else {}  # the caller dies so too
                     code = 128 - code if code < 0 else code  # killed by a signal: as a shell says
                     log(f"served {' '.join(argv[1:])!r} in pid {runner}: exit {code}")
                     if caller:
                         with contextlib.suppress(OSError):
-                            protocol.send(conn, {"exit": code})
+                            protocol.send(conn, {"exit": code, **ended_by})
                     os._exit(0)
                 message = lines.next() if caller else None
                 if message is None:  # the caller is gone: stop the command as SIGTERM would
