@@ -265,3 +265,74 @@ def test_the_warm_process_is_given_the_environment_as_the_user_had_it(monkeypatc
     assert os.environ["PREFECT_API_URL"] == server["api_url"]
     assert os.environ["PREFECT_LOGGING_LEVEL"] == "WARNING"
     assert local_prefect.users_env() == before
+
+
+def test_a_caller_that_gave_up_waiting_runs_its_command_once(warm: Warm, tmp_path: Path):
+    """Two connections that send nothing hold the warm process past the caller's wait: the
+    caller runs the command itself, and the warm process, reading its request later, must not
+    start it as well (its output, or a second run into the same store)."""
+    import socket
+
+    path = json.loads((warm.home / warm_protocol.STATE_FILE).read_text())["socket"]
+    silent = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
+    try:
+        for conn in silent:
+            conn.connect(path)
+        result = warm.gym("list", "benchmarks", cwd=tmp_path)
+        ended = "the caller of 'list benchmarks' stopped waiting"
+        _wait(lambda: ended in warm.log(), "the warm process to read the request")
+    finally:
+        for conn in silent:
+            conn.close()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("arithmetic-smoke ") == 1, result.stdout
+    assert not warm.served("list benchmarks"), warm.log()
+
+
+def test_a_closed_stdout_stays_closed(warm: Warm, tmp_path: Path):
+    """`gym ... >&-`: the caller's connection would take fd 1 and be handed over as the
+    command's stdout (its output read as messages, a traceback, exit 1)."""
+    closed = subprocess.run([GYM, "list", "--help"], cwd=tmp_path, env=warm.env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            timeout=300, preexec_fn=lambda: os.close(1))  # fmt: skip
+    assert closed.returncode == 0 and closed.stderr == "", closed.stderr
+
+
+def test_usage_names_the_gym_command(warm: Warm, tmp_path: Path):
+    forked = warm.gym("eval", "run", "--no-such-option", cwd=tmp_path)
+    assert warm.served("eval run --no-such-option"), warm.log()
+    own = warm.gym("eval", "run", "--no-such-option", cwd=tmp_path,
+                   env={warm_protocol.MODE_ENV: "off"})  # fmt: skip
+    assert forked.returncode == own.returncode == exit_codes.BAD_INPUT
+    assert forked.stderr == own.stderr and "Usage: gym eval run" in forked.stderr, forked.stderr
+
+
+def test_a_nohup_run_survives_its_terminal_closing(warm: Warm, tmp_path: Path):
+    """`nohup gym eval run ...`: the caller ignores SIGHUP, and so must the command it hands over
+    (a hangup passed on ended the run, exit 129)."""
+    config = tmp_path / "run.yaml"
+    config.write_text(SLOW.format(out=tmp_path / "run").replace("repeats: 20", "repeats: 8"))
+    caller = subprocess.Popen(["nohup", GYM, "eval", "run", str(config)], cwd=tmp_path,
+                              env=warm.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)  # fmt: skip
+    _wait(lambda: _commands_of(warm.process.pid), "the command to start")
+    caller.send_signal(signal.SIGHUP)
+    output, _ = caller.communicate(timeout=300)
+    assert caller.returncode == 0, output
+    assert "health: healthy" in output and warm.served(f"eval run {config}"), warm.log()
+
+
+def test_a_command_killed_by_a_signal_kills_its_caller_so(warm: Warm, tmp_path: Path):
+    """An OOM kill of the forked command: its caller ends as the command in its own process
+    would, killed by SIGKILL (returncode -9), not with an exit code of 137."""
+    config = tmp_path / "run.yaml"
+    config.write_text(SLOW.format(out=tmp_path / "run"))
+    caller = subprocess.Popen([GYM, "eval", "run", str(config)], cwd=tmp_path, env=warm.env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    _wait(lambda: _commands_of(warm.process.pid), "the command to start")
+    (command,) = _commands_of(warm.process.pid)
+    os.kill(command, signal.SIGKILL)
+    _, stderr = caller.communicate(timeout=300)
+    assert caller.returncode == -signal.SIGKILL, stderr
+    assert warm.served(f"eval run {config}"), warm.log()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import signal
 import socket
 import sys
@@ -47,6 +48,8 @@ def forwarded(argv: list[str]) -> int | None:
     path = protocol.socket_path(protocol.prefect_home())
     if not (path.exists() and protocol.private_dir(path.parent, create=False)):
         return None
+    if not all(_is_open(fd) for fd in (0, 1, 2)):  # `gym ... >&-`: the socket would take its fd
+        return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(ANSWER_TIMEOUT_S)
@@ -66,10 +69,13 @@ def forwarded(argv: list[str]) -> int | None:
         socket.send_fds(conn, [payload], [0, 1, 2])
         lines = protocol.Lines(conn)
         answer = lines.next()
+        if not answer or "taken" not in answer:
+            conn.close()
+            return None
+        # The command starts only on this answer: a caller that gave up waiting (and runs the
+        # command here) has closed the connection instead, and the command never starts there.
+        protocol.send(conn, {"go": True})
     except (OSError, ValueError):
-        conn.close()
-        return None
-    if not answer or "pid" not in answer:
         conn.close()
         return None
     return _wait(conn, lines)
@@ -91,9 +97,13 @@ def _wait(conn: socket.socket, lines: protocol.Lines) -> int:
         signal.signal(signal.SIGTSTP, suspend)
         pass_on(signal.SIGCONT, None)
 
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(signum, pass_on)
-    signal.signal(signal.SIGTSTP, suspend)
+    # A signal this process ignores (`nohup`, a script's background job) stays ignored, as the
+    # command in its own process would ignore it: passed on, a hangup would end a `nohup` run.
+    for signum, handler in ((signal.SIGINT, pass_on), (signal.SIGTERM, pass_on),
+                            (signal.SIGHUP, pass_on), (signal.SIGQUIT, pass_on),
+                            (signal.SIGTSTP, suspend)):  # fmt: skip
+        if signal.getsignal(signum) != signal.SIG_IGN:
+            signal.signal(signum, handler)
     conn.settimeout(None)
     try:
         while True:
@@ -107,9 +117,29 @@ def _wait(conn: socket.socket, lines: protocol.Lines) -> int:
 
                 return RUNTIME
             if "exit" in message:
+                if "killed" in message:
+                    _die_by(int(message["killed"]))
                 return int(message["exit"])
     finally:
         conn.close()
+
+
+def _die_by(signum: int) -> None:
+    """End as the command ended, killed by `signum` (an OOM kill, SIGQUIT): a parent sees a
+    process killed by a signal (Python's returncode -9), not one that exited 137. Without a
+    core file: the command wrote its own."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    with contextlib.suppress(OSError):  # SIGKILL cannot be handled, nor so be reset
+        signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)  # returns only for a signal that does not end a process
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 def _umask() -> int:

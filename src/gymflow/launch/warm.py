@@ -32,6 +32,7 @@ import signal
 import socket
 import sys
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,12 +283,26 @@ def _take(conn: socket.socket, warm: Warm, kept: tuple[socket.socket, int]) -> R
     os.close(kept[1])
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if not _confirmed(conn, lines):
+        log(f"the caller of {' '.join(request.argv[1:])!r} stopped waiting: it runs it itself")
+        os._exit(0)
     runner = os.fork()
     if runner == 0:
         conn.close()
         return request
     _close(request.fds)
     _supervise(conn, lines, runner, request.argv)
+
+
+def _confirmed(conn: socket.socket, lines: protocol.Lines) -> bool:
+    """Whether the caller still waits for this command (it answers `taken` with `go`). A caller
+    that timed out runs the command itself: starting it here too would run it twice."""
+    try:
+        protocol.send(conn, {"taken": True})
+        answer = lines.next()
+    except (OSError, ValueError):
+        return False
+    return bool(answer and answer.get("go") is True)
 
 
 def _read(conn: socket.socket) -> tuple[Request, protocol.Lines] | None:
@@ -330,11 +345,12 @@ def _supervise(conn: socket.socket, lines: protocol.Lines, runner: int, argv: li
             for key, _ in watch.select():
                 if key.fileobj == ended:
                     code = os.waitstatus_to_exitcode(os.waitpid(runner, 0)[1])
+                    ended_by = {"killed": -code} if code < 0 else {}  # the caller dies so too
                     code = 128 - code if code < 0 else code  # killed by a signal: as a shell says
                     log(f"served {' '.join(argv[1:])!r} in pid {runner}: exit {code}")
                     if caller:
                         with contextlib.suppress(OSError):
-                            protocol.send(conn, {"exit": code})
+                            protocol.send(conn, {"exit": code, **ended_by})
                     os._exit(0)
                 message = lines.next() if caller else None
                 if message is None:  # the caller is gone: stop the command as SIGTERM would
@@ -364,6 +380,7 @@ def run(request: Request) -> None:
     os.environ.clear()
     os.environ.update(request.env)
     sys.argv = list(request.argv)
+    sys.modules["__main__"] = _script(request.argv[0])
     sys.path[:] = request.path
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for signum in (signal.SIGHUP, signal.SIGQUIT):
@@ -374,6 +391,14 @@ def run(request: Request) -> None:
     cli = importlib.import_module(CLI_PACKAGE)  # sets Prefect's defaults and server, as here
     _refresh_prefect()
     cli.main()
+
+
+def _script(path: str) -> types.ModuleType:
+    """The `gym` script as `__main__`, as in a process of its own: click names the program
+    after it (`Usage: gym ...`), not after this module (`python -m gymflow.launch.gym`)."""
+    main = types.ModuleType("__main__")
+    main.__file__ = path
+    return main
 
 
 def _stream(old: Any, fd: int, mode: str, *, line_buffering: bool | None = None) -> Any:
