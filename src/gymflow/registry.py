@@ -8,6 +8,7 @@ from an import path, an entry point or a file happens here and nowhere else."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import sys
@@ -72,9 +73,13 @@ def import_from_file(path: Path, module_name: str, attribute: str) -> Any:
         raise RegistryError(f"{path}: no {attribute!r}") from None
 
 
-def entry_point_objects(group: str) -> list[Any]:
-    """Every object installed packages publish under the entry-point group `group`."""
-    return [entry.load() for entry in entry_points(group=group)]
+@functools.cache
+def entry_point_objects(group: str) -> tuple[Any, ...]:
+    """Every object installed packages publish under the entry-point group `group`. Read once
+    per process: scanning every installed distribution took ~11 ms, and a small run asked ~7
+    times. A package installed meanwhile counts from the next command on (the warm process
+    empties this cache for every command it runs)."""
+    return tuple(entry.load() for entry in entry_points(group=group))
 
 
 class Registry(Generic[T]):
