@@ -5,6 +5,7 @@ stored as completed. They are now `resources_unavailable` failures, and `--resum
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -122,3 +123,92 @@ def test_a_resources_server_that_stays_down_stops_the_run_early(
     resumed = gym("eval", "run", str(config), "--resume", cwd=tmp_path, env=env)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert _rollouts(tmp_path / "run") == [("completed", None, "ok")] * tasks
+
+
+class Forger:
+    """ASGI middleware: the served environment's `/verify` answers replaced, in turn, by each
+    of FORGED (a compromised or buggy resources server, or a proxy in between)."""
+
+    def __init__(self, app) -> None:
+        self.app, self.calls = app, 0
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["path"] != "/verify":
+            await self.app(scope, receive, send)
+            return
+        real: list[bytes] = []
+
+        async def keep(message) -> None:
+            if message["type"] == "http.response.body":
+                real.append(message.get("body", b""))
+
+        await self.app(scope, receive, keep)
+        forge = FORGED[self.calls % len(FORGED)]
+        self.calls += 1
+        body = forge(json.loads(b"".join(real)))
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _as(reply: dict, **changes) -> bytes:
+    return json.dumps({**reply, **changes}).encode()
+
+
+#: Each forged reply, and what the run must store for it: (rollout status, rollout failure kind,
+#: verification status, verification failure kind, reward, passed).
+FORGED = [
+    lambda r: _as(r, reward=0.0, passed=True),  # a pass claimed for reward 0
+    lambda r: _as(r, reward=1.0, passed=False),
+    lambda r: _as(r, reward="1"),
+    lambda r: _as(r, verifier_version="other_verifier@1"),
+    lambda r: _as(r).replace(b'"reward": ' + json.dumps(r["reward"]).encode(), b'"reward": NaN'),
+    lambda r: b"<html>502 Bad Gateway</html>",
+]
+STORED = sorted(
+    [
+        ("completed", None, "ok", None, 0.0, False),
+        ("completed", None, "ok", None, 1.0, True),
+        ("completed", None, "error", "bad_verify_reply", None, None),
+        ("completed", None, "error", "bad_verify_reply", None, None),
+        ("completed", None, "error", "bad_reward", None, None),
+        ("failed", "resources_unavailable", None, None, None, None),
+    ],
+    key=repr,
+)
+
+
+def test_a_served_verdict_is_judged_on_this_side(tmp_path: Path, prefect_api: str) -> None:
+    """Pass or fail is the run's environment's own threshold on the served reward, not the
+    server's `passed`; a reply that is no verdict, or one made under another verifier, is a
+    verifier error; a body that is no JSON is a resumable failure. Never a score."""
+    app = Forger(create_app(load_environment("backoffice").resources_server()))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.05)
+    try:
+        config = tmp_path / "remote.yaml"
+        config.write_text(
+            f"benchmark: backoffice\nlimit: {len(FORGED)}\nrepeats: 1\nconcurrency: 1\nout: run\n"
+            f"resources_url: http://127.0.0.1:{port}\n"
+        )
+        run = gym("eval", "run", str(config), cwd=tmp_path, env={"PREFECT_API_URL": prefect_api})
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    assert app.calls == len(FORGED), run.stdout + run.stderr
+    con = duckdb.connect(str(tmp_path / "run" / "gymflow.duckdb"), read_only=True)
+    try:
+        stored = con.execute(
+            "SELECT r.status, r.failure_kind, v.status, v.failure_kind, v.reward, v.passed "
+            "FROM rollouts r LEFT JOIN verifications v USING (rollout_id)"
+        ).fetchall()
+    finally:
+        con.close()
+    assert sorted(stored, key=repr) == STORED, run.stdout + run.stderr
+    assert "unhealthy" in run.stdout, run.stdout

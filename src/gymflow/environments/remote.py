@@ -8,13 +8,23 @@ quietly scoring the run under a different verifier."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import httpx
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
 
 from gymflow.config import ConfigError, EvalConfig
 from gymflow.core.protocols import ResourcesUnavailable, ToolError
 from gymflow.core.records import Verification
+from gymflow.core.statuses import VERIFY_ERROR
 from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment
 from gymflow.environments.resources import ResourcesServer
@@ -65,6 +75,18 @@ def remote_problems(plan: ServedPlan, url: str) -> list[str]:
     return problems
 
 
+class ServedVerdict(BaseModel):
+    """A verification as `/verify` answers it (`environments/asgi.py`). Its `passed` is not
+    read: pass or fail is decided on this side, by the run's environment."""
+
+    model_config = ConfigDict(extra="ignore")
+    verifier_version: StrictStr
+    status: Literal["ok", "error"]
+    reward: StrictFloat | StrictInt | None
+    failure_kind: StrictStr | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
 class RemoteResourcesServer:
     """The resources protocol (core.protocols.Resources) over HTTP. Use inside one event loop;
     `aclose()` at the end."""
@@ -101,7 +123,13 @@ class RemoteResourcesServer:
                 f"resources server {self.url}{path} answered {response.status_code}: "
                 f"{response.text[:200]}"
             )
-        return response.json()
+        try:
+            return response.json()
+        except ValueError:  # a proxy's page, a truncated body: no answer the run can use
+            raise ResourcesUnavailable(
+                f"resources server {self.url}{path} answered 200 without JSON: "
+                f"{response.text[:200]!r}"
+            ) from None
 
     async def seed_session(self, task: Task) -> str:
         seeded = await self._post("/seed_session", {"task_id": task.task_id, "split": self.split})
@@ -126,7 +154,32 @@ class RemoteResourcesServer:
             "trajectory": trajectory,
             "close": False,
         }
-        return Verification(**await self._post("/verify", body))
+        return self._checked(await self._post("/verify", body))
+
+    def _checked(self, reply: Any) -> Verification:
+        """The served verdict, judged here as an in-process one is (its reward against this
+        environment's pass threshold, a reward that is no finite number a verifier error): a
+        reply that is not a verdict, or one made under another verifier version, is a verifier
+        error, never a score."""
+        source = f"resources server {self.url}/verify"
+        try:
+            served = ServedVerdict.model_validate(reply)
+        except ValidationError as exc:
+            problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            return self._schemas.unjudged("bad_verify_reply", f"{source}: {problem}"[:500])
+        if served.verifier_version != self.verifier_version:
+            return self._schemas.unjudged(
+                "bad_verify_reply",
+                f"{source} verified with {served.verifier_version}, the run with "
+                f"{self.verifier_version}",
+            )
+        if served.status == VERIFY_ERROR:
+            kind = served.failure_kind or "verifier_error"
+            version = self.verifier_version
+            return Verification(version, VERIFY_ERROR, None, None, kind, served.details)
+        return self._schemas.judged(
+            served.reward, served.failure_kind, served.details, source=source
+        )
 
     async def close_session(self, session_id: str) -> None:
         await self._post("/close_session", {"session_id": session_id})

@@ -89,22 +89,30 @@ class ResourcesServer:
         try:
             verdict = self.verifier.fn(inp, self.params)
         except VerifierError as exc:
-            return self._error(exc.kind, str(exc))
+            return self.unjudged(exc.kind, str(exc))
         except Exception as exc:
-            return self._error("verifier_error", f"{type(exc).__name__}: {exc}")
-        reward = getattr(verdict, "reward", None)
-        if isinstance(reward, bool) or not isinstance(reward, int | float) or not isfinite(reward):
-            return self._error(
-                "bad_reward", f"the verifier returned {verdict!r:.200}, not a finite reward"
-            )
-        low, high = self.env.manifest.reward_range
-        passed = verdict.reward >= self.env.manifest.pass_threshold
-        details = dict(verdict.details)
-        if not low <= verdict.reward <= high:
-            details["out_of_range"] = True
-        return Verification(
-            self.verifier_version, VERIFIED, verdict.reward, passed, verdict.failure_kind, details
+            return self.unjudged("verifier_error", f"{type(exc).__name__}: {exc}")
+        return self.judged(
+            getattr(verdict, "reward", None),
+            getattr(verdict, "failure_kind", None),
+            dict(getattr(verdict, "details", None) or {}),
+            source="the verifier",
         )
+
+    def judged(
+        self, reward: object, failure_kind: str | None, details: dict[str, Any], *, source: str
+    ) -> Verification:
+        """A verdict's reward as stored: pass or fail by this environment's threshold, or a
+        verifier error when it is no finite number. The same for a served resources server's
+        verdict (`remote.py`), whose own `passed` is not taken."""
+        if isinstance(reward, bool) or not isinstance(reward, int | float) or not isfinite(reward):
+            reason = f"{source} returned {reward!r:.200}, not a finite reward"
+            return self.unjudged("bad_reward", reason)
+        low, high = self.env.manifest.reward_range
+        if not low <= reward <= high:
+            details = {**details, "out_of_range": True}
+        passed = reward >= self.env.manifest.pass_threshold
+        return Verification(self.verifier_version, VERIFIED, reward, passed, failure_kind, details)
 
     @property
     def verify_timeout(self) -> float | None:
@@ -121,11 +129,11 @@ class ResourcesServer:
 
     def _bounded_failure(self, exc: WorkerTimeout | WorkerFailed) -> Verification:
         if isinstance(exc, WorkerTimeout):
-            return self._error(
+            return self.unjudged(
                 "verifier_timeout",
                 f"{exc} (the verifier's timeout_s); its worker process was killed",
             )
-        return self._error("verifier_error", str(exc))
+        return self.unjudged("verifier_error", str(exc))
 
     @functools.cached_property
     def worker_ref(self) -> VerifierRef:
@@ -176,12 +184,13 @@ class ResourcesServer:
         try:
             return await asyncio.wait_for(waiting, self.verify_timeout)
         except TimeoutError:
-            return self._error(
+            return self.unjudged(
                 "verifier_timeout",
                 f"no verdict within {self.verify_timeout:g}s (the verifier's timeout_s)",
             )
 
-    def _error(self, kind: str, reason: str) -> Verification:
+    def unjudged(self, kind: str, reason: str) -> Verification:
+        """A verification that failed: `kind` and why, never a reward."""
         return Verification(
             self.verifier_version, VERIFY_ERROR, None, None, kind, {"error": reason}
         )
