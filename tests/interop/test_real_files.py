@@ -40,6 +40,12 @@ def _health(run: Path) -> dict:
         con.close()
 
 
+def _final_output(line: dict) -> list[dict]:
+    """A line's output items: the last conversation's, when it holds one per model call."""
+    response = line["response"]
+    return response["output"][-1] if response.get("contains_transitions") else response["output"]
+
+
 def test_the_fixtures_are_the_files_the_readme_lists() -> None:
     readme = (DATA / "README.md").read_text()
     assert len(FILES) == 7
@@ -57,7 +63,11 @@ def test_every_real_file_imports_every_line(path: Path, tmp_path: Path) -> None:
     rewards = _query(
         tmp_path / "run", "SELECT sum(reward) FROM verifications WHERE verifier_version='imported'"
     )[0][0]
-    assert rewards == pytest.approx(sum(line["reward"] for line in lines))
+    # a response holding no message or tool call is no answer: not scored (gymnasium's five)
+    answered = [line for line in lines if any(
+        item.get("type") in ("message", "function_call") for item in _final_output(line)
+    )]  # fmt: skip
+    assert (rewards or 0.0) == pytest.approx(sum(line["reward"] for line in answered))
     if all("_ng_task_index" in line for line in lines):
         assert result["tasks"] == len({line["_ng_task_index"] for line in lines})
 
@@ -71,6 +81,12 @@ def test_without_indices_rows_group_by_task_content_in_file_order(tmp_path: Path
     ][0] == [0, 1, 2, 3, 4]
     # no usage in the file: token counts stay unknown, never 0
     assert _query(tmp_path / "g", "SELECT count(input_tokens) FROM rollouts")[0][0] == 0
+    # each response's output is empty: NeMo Gym scored 0.0, but there is no answer to score
+    assert _query(tmp_path / "g", "SELECT DISTINCT status, failure_kind, error FROM rollouts") == [
+        ("failed", "response_not_run",
+         "the response did not run: status completed, empty output (NeMo Gym's reward: 0.0)")
+    ]  # fmt: skip
+    assert _health(tmp_path / "g")["verdict"] != "healthy"
     # abstention: five different questions are five tasks, ids from the rows' own `id`
     lines = _lines(DATA / "abstention" / "example_rollouts.jsonl")
     result = import_rollouts(DATA / "abstention" / "example_rollouts.jsonl", tmp_path / "a")

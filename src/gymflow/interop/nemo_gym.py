@@ -43,7 +43,7 @@ from gymflow.interop.nemo_read import (
     sidecar_path,
 )
 from gymflow.interop.staging import staged_store
-from gymflow.models.responses import output_text, refusal_text
+from gymflow.models.responses import output_text, refusal_text, unanswered
 from gymflow.store.db import store_path
 from gymflow.store.rows import model_call_row, rollout_row, run_row, task_row, verification_row
 from gymflow.store.schema import COLUMNS
@@ -65,7 +65,6 @@ FAILURE_CLASSES = {
     "skipped": "skipped",
     "legitimate": "harness_error",
 }
-NOT_RUN = ("cancelled", "queued", "in_progress")
 
 __all__ = ["IMPORTED_VERSION", "InteropError", "import_rollouts"]
 
@@ -161,8 +160,10 @@ def outcome(row: NemoRow) -> Outcome:
         return Outcome("failed", "refused", f"the model refused: {refusal}"[:2000], False)
     if status == "failed" or response.get("error"):
         return Outcome("failed", "model_error", _dumps(response.get("error"))[:2000], False)
-    if status in NOT_RUN:
-        return Outcome("failed", "response_not_run", f"response status {status!r}", False)
+    not_run = unanswered(status, output)
+    if not_run is not None:  # scored by NeMo Gym, but no answer: read as the model client reads it
+        reward = f" (NeMo Gym's reward: {row.reward!r})" if row.reward is not None else ""
+        return Outcome("failed", "response_not_run", f"{not_run}{reward}", False)
     return Outcome("completed", None, None, status == "incomplete")
 
 

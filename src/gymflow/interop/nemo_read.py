@@ -46,8 +46,9 @@ MAX_TASK_INDEX = 100_000_000
 #: A reward's magnitude above this is refused: sums over a run of them would overflow.
 MAX_ABS_REWARD = 1e12
 MAX_TOKENS = 2**53
-#: A longer line is refused unread (NeMo Gym's largest shipped lines are under 1 MB).
-MAX_LINE_BYTES = 256 * 2**20
+#: A longer line is refused unread (NeMo Gym's largest shipped lines are under 1 MB). Parsed, a
+#: line of small objects takes ~10 times its size: 256 MB would have been ~2.6 GB in memory.
+MAX_LINE_BYTES = 64 * 2**20
 MAX_REPORTED = 20
 #: The Responses API's statuses: an unknown one would otherwise be scored as a completed answer.
 STATUSES = ("completed", "incomplete", "failed", "cancelled", "queued", "in_progress")

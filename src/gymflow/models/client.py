@@ -51,7 +51,7 @@ from gymflow.models.errors import (
     classify_http_error,
 )
 from gymflow.models.rate_limit import RequestSpacer
-from gymflow.models.responses import NOT_RUN, RESPONSE, Response, refusal_text
+from gymflow.models.responses import RESPONSE, Response, refusal_text, unanswered
 from gymflow.models.transport import JsonPoster
 
 REDACTED = "[redacted]"
@@ -59,8 +59,6 @@ REDACTED_BYTES = REDACTED.encode()
 _UNICODE_ESCAPE = re.compile(rb"\\u([0-9a-fA-F]{4})")
 #: Longest wait a server's Retry-After may impose before a retry; longer ones are capped.
 MAX_RETRY_AFTER_S = 120.0
-#: Output items that answer: a message (even an empty one) or a tool call.
-ANSWER_ITEMS = ("message", "function_call")
 
 
 @dataclass(slots=True)
@@ -354,25 +352,8 @@ def _unusable(response: Response, status: int) -> ModelError | None:
         refusal = "no answer: incomplete, content_filter"
     if refusal is not None:
         return Refused(f"the model refused: {refusal}"[:500], http_status=status)
-    if state in NOT_RUN or not output:
-        # A model that answers, even with nothing to say, answers a message; an empty output is
-        # what a gateway leaves when it dropped the answer (LiteLLM's Responses bridge drops a
-        # chat refusal that way), so it is no answer to score.
-        return ResponseNotRun(
-            f"the response did not run: status {state or 'completed'}, "
-            f"{'no output' if output is None else 'empty output'}",
-            http_status=status,
-        )
-    if state != "incomplete" and not any(item.get("type") in ANSWER_ITEMS for item in output):
-        # Only reasoning (or other non-answer items): the model thought and never answered.
-        # Scoring that as an empty answer would call a model or gateway failure a reward of 0.
-        held = ", ".join(sorted({str(item.get("type")) for item in output}))
-        return ResponseNotRun(
-            f"the response did not run to an answer: status {state or 'completed'}, its output "
-            f"holds only {held} (no message, no function_call)",
-            http_status=status,
-        )
-    return None
+    reason = unanswered(state, output)
+    return None if reason is None else ResponseNotRun(reason, http_status=status)
 
 
 def _unescaped(match: re.Match[bytes]) -> bytes:

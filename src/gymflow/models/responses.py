@@ -117,6 +117,28 @@ OutputItem = Annotated[
 
 #: Statuses of a response that has not (or not yet) produced its answer.
 NOT_RUN = frozenset({"queued", "in_progress", "cancelled"})
+#: Output items that answer: a message (even an empty one) or a tool call.
+ANSWER_ITEMS = ("message", "function_call")
+
+
+def unanswered(state: str | None, output: list[dict[str, Any]] | None) -> str | None:
+    """Why a response that neither failed nor refused is no answer to score
+    (`response_not_run`), or None. The model client and the importer read responses alike."""
+    if state in NOT_RUN or not output:
+        # A model that answers, even with nothing to say, answers a message; an empty output is
+        # what a gateway leaves when it dropped the answer (LiteLLM's Responses bridge drops a
+        # chat refusal that way), so it is no answer to score.
+        held = "no output" if output is None else "empty output"
+        return f"the response did not run: status {state or 'completed'}, {held}"
+    if state != "incomplete" and not any(item.get("type") in ANSWER_ITEMS for item in output):
+        # Only reasoning (or other non-answer items): the model thought and never answered.
+        # Scoring that as an empty answer would call a model or gateway failure a reward of 0.
+        held = ", ".join(sorted({str(item.get("type")) for item in output}))
+        return (
+            f"the response did not run to an answer: status {state or 'completed'}, its output "
+            f"holds only {held} (no message, no function_call)"
+        )
+    return None
 
 
 @with_config(_OPEN)
