@@ -41,8 +41,14 @@ class _Strict(BaseModel):
 class Sampling(_Strict):
     """Sampling settings sent on every model call, fixed for the whole run."""
 
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    # null: not sent, so the server's default applies and is recorded as not sent. OpenAI's
+    # reasoning models refuse a request that names either (every call a client_error).
+    temperature: float | None = Field(
+        1.0, ge=0.0, le=2.0, description="null: not sent (for models that refuse it)."
+    )
+    top_p: float | None = Field(
+        1.0, gt=0.0, le=1.0, description="null: not sent (for models that refuse it)."
+    )
     max_output_tokens: int = Field(1024, ge=1, le=MAX_OUTPUT_TOKENS)
     seed: int | None = Field(
         0,

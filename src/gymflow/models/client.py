@@ -165,6 +165,9 @@ class ResponsesClient:
             "top_p": self.sampling.top_p,
             "max_output_tokens": self.sampling.max_output_tokens,
         }
+        for unset in ("temperature", "top_p"):  # null in the config: not sent
+            if body[unset] is None:
+                del body[unset]
         if seed is not None and self._seed_in == "body":
             body["seed"] = seed
         elif seed is not None and self._seed_in == "metadata":
