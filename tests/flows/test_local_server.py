@@ -49,6 +49,7 @@ def test_commands_reuse_the_local_server_until_it_is_stopped(tmp_path):
         assert len(completed) >= 2  # both runs against it are in its history
         told = gym("server", cwd=tmp_path, env=env, check=True)
         assert f"connected to the Prefect server at {api}" in told.stdout
+        assert f"warm process: pid {warm}" in told.stdout
     finally:
         stopped = gym("server", "--stop", cwd=tmp_path, env=env)
     assert stopped.returncode == 0 and "stopped the local Prefect server" in stopped.stdout

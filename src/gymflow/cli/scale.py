@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from gymflow import warm_protocol
 from gymflow.cli import exit_codes, local_prefect
 from gymflow.cli.app import app, console, errors, eval_app, fail, print_json
 from gymflow.rollouts.merge import merge_shards
@@ -108,6 +109,16 @@ def server(
     api_url = PREFECT_API_URL.value()
     text = SERVER_HINT if not api_url else f"{_connected(api_url)}\n\n{_TEAM_SETUP}"
     console.print(text, highlight=False, markup=False, soft_wrap=True)
+    warm = local_prefect.warm_pid()
+    if warm is not None:
+        log = local_prefect.prefect_home() / warm_protocol.LOG_FILE
+        console.print(
+            f"\nwarm process: pid {warm} (log {log}); gym commands of this PREFECT_HOME are "
+            f"forked from it when they can be (`{warm_protocol.MODE_ENV}=off`: never)",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 def _print_report(report: MergeReport, max_missing: int) -> None:
