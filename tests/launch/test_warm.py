@@ -336,3 +336,29 @@ def test_a_command_killed_by_a_signal_kills_its_caller_so(warm: Warm, tmp_path: 
     _, stderr = caller.communicate(timeout=300)
     assert caller.returncode == -signal.SIGKILL, stderr
     assert warm.served(f"eval run {config}"), warm.log()
+
+
+def test_a_request_of_the_wrong_shape_leaves_it_serving(warm: Warm, tmp_path: Path):
+    """Not JSON, or JSON with a field of the wrong type: dropped, with the descriptors it came
+    with (a kept pipe's write end would leave its reader waiting for EOF), and the warm process
+    goes on serving (a `path` of null ended it)."""
+    import socket
+
+    path = json.loads((warm.home / warm_protocol.STATE_FILE).read_text())["socket"]
+    fds = Path(f"/proc/{warm.process.pid}/fd")
+    before = len(list(fds.iterdir()))
+    request = {"argv": ["gym"], "cwd": str(tmp_path), "env": {}, "executable": sys.executable,
+               "path": None, "umask": 0o22, "context": {}}  # fmt: skip
+    for payload in (b"not json\n", json.dumps(request).encode() + b"\n"):
+        read, write = os.pipe()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(path)
+            socket.send_fds(conn, [payload], [read, write, write])
+            os.close(read)
+            os.close(write)
+            conn.settimeout(30)
+            assert conn.recv(100) == b""  # dropped: closed without an answer
+    assert warm.process.poll() is None, warm.log()
+    assert len(list(fds.iterdir())) == before, sorted(os.readlink(fd) for fd in fds.iterdir())
+    result = warm.gym("list", "benchmarks", cwd=tmp_path)
+    assert result.returncode == 0 and warm.served("list benchmarks"), warm.log()

@@ -261,19 +261,25 @@ def _exit_on_signal(signum: int, _frame: Any) -> None:
 def _take(conn: socket.socket, warm: Warm, kept: tuple[socket.socket, int]) -> Request | str | None:
     """Read one command and fork it, or refuse it. Returns the request in the forked command
     (the supervisor never returns), a reason to end when this process is stale, else None."""
+    taken = None
     try:
         taken = _read(conn)
-    except (OSError, ValueError, TypeError) as exc:
+        if taken is not None:
+            refused = warm.refusal(taken[0])
+            described = " ".join(taken[0].argv[1:])
+    except (OSError, ValueError, TypeError, AttributeError, KeyError) as exc:
+        # A request of the wrong shape (not from `gym`) must leave this process serving.
         log(f"dropped a request: {exc}")
+        if taken is not None:
+            _close(taken[0].fds)
         taken = None
     if taken is None:
         conn.close()
         return None
     request, lines = taken
-    refused = warm.refusal(request)
     if refused is not None or os.fork():  # refused, or forked: the warm process goes on
         if refused is not None:
-            log(f"refused {' '.join(request.argv[1:])!r}: {refused[0]}")
+            log(f"refused {described!r}: {refused[0]}")
             with contextlib.suppress(OSError):
                 protocol.send(conn, {"refused": refused[0]})
         _close(request.fds)
@@ -312,13 +318,13 @@ def _read(conn: socket.socket) -> tuple[Request, protocol.Lines] | None:
     data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
     lines = protocol.Lines(conn)
     lines.buffer = data
-    message = lines.next()
-    if message is None or len(fds) != 3:
-        _close(fds)
-        return None
     try:
+        message = lines.next()
+        if message is None or len(fds) != 3:
+            _close(fds)
+            return None
         return Request(**message, fds=(fds[0], fds[1], fds[2])), lines
-    except TypeError:
+    except BaseException:  # not a request: the descriptors it came with are not kept
         _close(fds)
         raise
 
