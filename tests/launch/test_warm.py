@@ -362,3 +362,17 @@ def test_a_request_of_the_wrong_shape_leaves_it_serving(warm: Warm, tmp_path: Pa
     assert len(list(fds.iterdir())) == before, sorted(os.readlink(fd) for fd in fds.iterdir())
     result = warm.gym("list", "benchmarks", cwd=tmp_path)
     assert result.returncode == 0 and warm.served("list benchmarks"), warm.log()
+
+
+def test_a_command_with_fewer_privileges_runs_in_its_own_process(warm: Warm, tmp_path: Path):
+    """`setpriv --no-new-privs gym ...` (or dropped capabilities, a seccomp filter) and `choom`:
+    forked from the warm process, the command would have run with its privileges and its
+    standing with the OOM killer, not its caller's."""
+    for wrapper, args, why in (
+        (["setpriv", "--no-new-privs"], ("list", "benchmarks", "--help"), "privileges"),
+        (["choom", "-n", "500", "--"], ("list", "environments", "--help"), "oom_score_adj"),
+    ):
+        result = subprocess.run([*wrapper, GYM, *args], cwd=tmp_path, env=warm.env,
+                                capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert result.returncode == 0 and "Usage: gym list" in result.stdout, result.stderr
+        assert warm.refused(" ".join(args)) == f"process differs: {why}", warm.log()
