@@ -376,3 +376,30 @@ def test_a_command_with_fewer_privileges_runs_in_its_own_process(warm: Warm, tmp
                                 capture_output=True, text=True, timeout=300)  # fmt: skip
         assert result.returncode == 0 and "Usage: gym list" in result.stdout, result.stderr
         assert warm.refused(" ".join(args)) == f"process differs: {why}", warm.log()
+
+
+def test_a_command_whose_supervisor_is_killed_stops(warm: Warm, tmp_path: Path):
+    """The supervisor killed (`kill -9`, the OOM killer): the caller says the command was lost
+    and exits 3, and the command stops as on SIGTERM (what finished is kept) instead of going on
+    unseen in the caller's terminal."""
+    config = tmp_path / "run.yaml"
+    config.write_text(SLOW.format(out=tmp_path / "run"))
+    with (tmp_path / "stderr").open("w") as stderr:
+        caller = subprocess.Popen([GYM, "eval", "run", str(config)], cwd=tmp_path, env=warm.env,
+                                  stdout=subprocess.DEVNULL, stderr=stderr)  # fmt: skip
+    store = tmp_path / "run" / "gymflow.duckdb"
+    _wait(store.exists, "the run to start")
+    (supervisor,) = _children(warm.process.pid)
+    (command,) = _children(supervisor)
+    os.kill(supervisor, signal.SIGKILL)
+    assert caller.wait(timeout=300) == exit_codes.RUNTIME
+    assert "lost this command" in (tmp_path / "stderr").read_text()
+
+    def ended() -> bool:
+        try:
+            return _state(command) in ("Z", "X")
+        except OSError:
+            return True
+
+    _wait(ended, "the command to stop")
+    assert query(store, "SELECT count(*) FROM rollouts")[0][0] < EXPECTED and orphans(store) == 0
