@@ -27,6 +27,8 @@ LIMITS = ("RLIMIT_NOFILE", "RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_STACK", "RLIMIT_C
           "RLIMIT_FSIZE", "RLIMIT_NPROC", "RLIMIT_CORE")  # fmt: skip
 #: Namespaces a caller may have entered (`unshare`, a container) that the warm process is not in.
 NAMESPACES = ("mnt", "net", "pid", "user", "ipc", "uts", "cgroup")
+#: The lines of /proc/self/status that say what a process may do.
+PRIVILEGES = ("CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:", "NoNewPrivs:", "Seccomp:")
 #: The signals a caller passes on to the command the warm process runs for it (Ctrl-Z stops
 #: the caller, and the command with SIGSTOP; `fg` or `bg` continue both).
 FORWARDED_SIGNALS = frozenset(
@@ -86,7 +88,8 @@ def comparable_env(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]
 def process_context() -> dict[str, object]:
     """What a process inherits besides its environment, which a command forked from the warm
     process would take from it instead of from its caller: limits (`ulimit`), priority
-    (`nice`), CPUs (`taskset`), control group (`systemd-run`), namespaces, groups."""
+    (`nice`), CPUs (`taskset`), control group (`systemd-run`), namespaces, groups,
+    privileges."""
     context: dict[str, object] = {
         name: list(resource.getrlimit(getattr(resource, name))) for name in LIMITS
     }
@@ -94,9 +97,19 @@ def process_context() -> dict[str, object]:
     context["cpus"] = sorted(os.sched_getaffinity(0))
     context["groups"] = [os.getgid(), os.getegid(), *sorted(os.getgroups())]
     context["cgroup"] = _read("/proc/self/cgroup")
+    context["privileges"] = _privileges()
+    # `choom`, systemd's OOMScoreAdjust: which process the kernel kills first when memory runs out
+    context["oom_score_adj"] = _read("/proc/self/oom_score_adj")
     for name in NAMESPACES:
         context[f"ns_{name}"] = _readlink(f"/proc/self/ns/{name}")
     return context
+
+
+def _privileges() -> list[str]:
+    """Capabilities, no_new_privs and seccomp (`setpriv`, `capsh`, a sandbox): a command forked
+    from the warm process would run with its privileges, not its caller's fewer."""
+    status = _read("/proc/self/status") or ""
+    return [line for line in status.splitlines() if line.startswith(PRIVILEGES)]
 
 
 def _read(path: str) -> str | None:

@@ -346,7 +346,6 @@ def test_a_request_of_the_wrong_shape_leaves_it_serving(warm: Warm, tmp_path: Pa
 
     path = json.loads((warm.home / warm_protocol.STATE_FILE).read_text())["socket"]
     fds = Path(f"/proc/{warm.process.pid}/fd")
-    before = len(list(fds.iterdir()))
     request = {"argv": ["gym"], "cwd": str(tmp_path), "env": {}, "executable": sys.executable,
                "path": None, "umask": 0o22, "context": {}}  # fmt: skip
     for payload in (b"not json\n", json.dumps(request).encode() + b"\n"):
@@ -359,6 +358,48 @@ def test_a_request_of_the_wrong_shape_leaves_it_serving(warm: Warm, tmp_path: Pa
             conn.settimeout(30)
             assert conn.recv(100) == b""  # dropped: closed without an answer
     assert warm.process.poll() is None, warm.log()
-    assert len(list(fds.iterdir())) == before, sorted(os.readlink(fd) for fd in fds.iterdir())
+    kept = [os.readlink(fd) for fd in fds.iterdir()]
+    assert not [name for name in kept if name.startswith("pipe:")], kept
     result = warm.gym("list", "benchmarks", cwd=tmp_path)
     assert result.returncode == 0 and warm.served("list benchmarks"), warm.log()
+
+
+def test_a_command_with_fewer_privileges_runs_in_its_own_process(warm: Warm, tmp_path: Path):
+    """`setpriv --no-new-privs gym ...` (or dropped capabilities, a seccomp filter) and `choom`:
+    forked from the warm process, the command would have run with its privileges and its
+    standing with the OOM killer, not its caller's."""
+    for wrapper, args, why in (
+        (["setpriv", "--no-new-privs"], ("list", "benchmarks", "--help"), "privileges"),
+        (["choom", "-n", "500", "--"], ("list", "environments", "--help"), "oom_score_adj"),
+    ):
+        result = subprocess.run([*wrapper, GYM, *args], cwd=tmp_path, env=warm.env,
+                                capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert result.returncode == 0 and "Usage: gym list" in result.stdout, result.stderr
+        assert warm.refused(" ".join(args)) == f"process differs: {why}", warm.log()
+
+
+def test_a_command_whose_supervisor_is_killed_stops(warm: Warm, tmp_path: Path):
+    """The supervisor killed (`kill -9`, the OOM killer): the caller says the command was lost
+    and exits 3, and the command stops as on SIGTERM (what finished is kept) instead of going on
+    unseen in the caller's terminal."""
+    config = tmp_path / "run.yaml"
+    config.write_text(SLOW.format(out=tmp_path / "run"))
+    with (tmp_path / "stderr").open("w") as stderr:
+        caller = subprocess.Popen([GYM, "eval", "run", str(config)], cwd=tmp_path, env=warm.env,
+                                  stdout=subprocess.DEVNULL, stderr=stderr)  # fmt: skip
+    store = tmp_path / "run" / "gymflow.duckdb"
+    _wait(store.exists, "the run to start")
+    (supervisor,) = _children(warm.process.pid)
+    (command,) = _children(supervisor)
+    os.kill(supervisor, signal.SIGKILL)
+    assert caller.wait(timeout=300) == exit_codes.RUNTIME
+    assert "lost this command" in (tmp_path / "stderr").read_text()
+
+    def ended() -> bool:
+        try:
+            return _state(command) in ("Z", "X")
+        except OSError:
+            return True
+
+    _wait(ended, "the command to stop")
+    assert query(store, "SELECT count(*) FROM rollouts")[0][0] < EXPECTED and orphans(store) == 0

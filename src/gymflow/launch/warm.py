@@ -43,6 +43,8 @@ from gymflow import warm_protocol as protocol
 #: How often the warm process checks that its local Prefect server still runs.
 TICK_S = 1.0
 CLI_PACKAGE = "gymflow.cli"
+#: prctl(2): the signal a process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,12 +294,24 @@ def _take(conn: socket.socket, warm: Warm, kept: tuple[socket.socket, int]) -> R
     if not _confirmed(conn, lines):
         log(f"the caller of {' '.join(request.argv[1:])!r} stopped waiting: it runs it itself")
         os._exit(0)
+    supervisor = os.getpid()
     runner = os.fork()
     if runner == 0:
         conn.close()
+        _end_with(supervisor)
         return request
     _close(request.fds)
     _supervise(conn, lines, runner, request.argv)
+
+
+def _end_with(supervisor: int) -> None:
+    """SIGTERM this command when its supervisor dies (killed): its caller then says the command
+    was lost and exits, and the command must not go on in the caller's terminal unseen."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != supervisor:  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _confirmed(conn: socket.socket, lines: protocol.Lines) -> bool:
