@@ -18,10 +18,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-#: Set by the shell for its own bookkeeping, different in every folder or subshell; nothing
-#: gymflow or its libraries read at import. Every other variable must be equal, or the command
-#: runs in its own process: a library may have read it when the warm process imported it.
-VOLATILE_ENV = frozenset({"PWD", "OLDPWD", "_", "SHLVL", "COLUMNS", "LINES"})
+#: Set by the shell for its own bookkeeping, different in every folder or subshell, or read
+#: only by the `gym` script itself (GYMFLOW_WARM); nothing gymflow or its libraries read at
+#: import. Every other variable must be equal, or the command runs in its own process: a
+#: library may have read it when the warm process imported it.
+VOLATILE_ENV = frozenset({"PWD", "OLDPWD", "_", "SHLVL", "COLUMNS", "LINES", "GYMFLOW_WARM"})
 #: Limits a forked command would otherwise inherit from the warm process rather than its caller.
 LIMITS = ("RLIMIT_NOFILE", "RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_STACK", "RLIMIT_CPU",
           "RLIMIT_FSIZE", "RLIMIT_NPROC", "RLIMIT_CORE")  # fmt: skip

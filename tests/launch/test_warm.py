@@ -144,6 +144,9 @@ def test_a_command_in_another_environment_runs_in_its_own_process(warm: Warm, tm
     assert result.returncode == 0 and "arithmetic-smoke" in result.stdout
     assert warm.refused("list benchmarks") == "environment differs: GYMFLOW_SOMETHING"
     assert warm.process.poll() is None  # it goes on serving the commands it can
+    # GYMFLOW_WARM is read by the `gym` script alone: `on` is no other environment
+    warm.gym("search", "arithmetic", cwd=tmp_path, env={"GYMFLOW_WARM": "on"})
+    assert warm.served("search arithmetic"), warm.log()
     # `nice` and `ulimit` apply to the command only in a process of its own
     niced = subprocess.run(["nice", "-n", "5", GYM, "list", "environments"], cwd=tmp_path,
                            env=warm.env, capture_output=True, text=True, timeout=300)  # fmt: skip
@@ -268,13 +271,17 @@ def test_the_warm_process_is_given_the_environment_as_the_user_had_it(monkeypatc
 
 
 def test_a_caller_that_gave_up_waiting_runs_its_command_once(warm: Warm, tmp_path: Path):
-    """Two connections that send nothing hold the warm process past the caller's wait: the
-    caller runs the command itself, and the warm process, reading its request later, must not
-    start it as well (its output, or a second run into the same store)."""
+    """Connections that send nothing hold the warm process past the caller's wait: the caller
+    runs the command itself, and the warm process, reading its request later, must not start it
+    as well (its output, or a second run into the same store)."""
     import socket
 
+    from gymflow.launch.client import ANSWER_TIMEOUT_S
+    from gymflow.launch.warm import REQUEST_TIMEOUT_S
+
     path = json.loads((warm.home / warm_protocol.STATE_FILE).read_text())["socket"]
-    silent = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
+    held = int(ANSWER_TIMEOUT_S / REQUEST_TIMEOUT_S) + 2
+    silent = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(held)]
     try:
         for conn in silent:
             conn.connect(path)

@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import gc
 import importlib
+import io
 import json
 import os
 import selectors
@@ -43,6 +44,9 @@ from gymflow import warm_protocol as protocol
 #: How often the warm process checks that its local Prefect server still runs.
 TICK_S = 1.0
 CLI_PACKAGE = "gymflow.cli"
+#: Requests are read one at a time: a connection that sends nothing holds the next ones this
+#: long (a `gym` caller sends its request as soon as it connects).
+REQUEST_TIMEOUT_S = 1.0
 #: prctl(2): the signal a process gets when its parent dies.
 PR_SET_PDEATHSIG = 1
 
@@ -91,7 +95,8 @@ class Warm:
             )
             return f"environment differs: {', '.join(names[:5])}", False
         if request.context != self.context:
-            names = [k for k in self.context if request.context.get(k) != self.context[k]]
+            keys = request.context.keys() | self.context.keys()
+            names = sorted(k for k in keys if request.context.get(k) != self.context.get(k))
             return f"process differs: {', '.join(names)}", False
         if not os.path.isdir(request.cwd):
             return "its folder does not exist", False
@@ -326,7 +331,7 @@ def _confirmed(conn: socket.socket, lines: protocol.Lines) -> bool:
 
 
 def _read(conn: socket.socket) -> tuple[Request, protocol.Lines] | None:
-    conn.settimeout(5.0)
+    conn.settimeout(REQUEST_TIMEOUT_S)
     if protocol.peer_uid(conn) != os.getuid():
         return None
     data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
@@ -391,9 +396,10 @@ def run(request: Request) -> None:
     for target, fd in enumerate(request.fds):
         os.dup2(fd, target)
     _close(fd for fd in request.fds if fd > 2)
+    unbuffered = bool(request.env.get("PYTHONUNBUFFERED"))  # as Python reads it at start
     sys.stdin = _stream(sys.stdin, 0, "r")
-    sys.stdout = _stream(sys.stdout, 1, "w")
-    sys.stderr = _stream(sys.stderr, 2, "w", line_buffering=True)
+    sys.stdout = _stream(sys.stdout, 1, "w", unbuffered=unbuffered)
+    sys.stderr = _stream(sys.stderr, 2, "w", unbuffered=unbuffered, line_buffering=True)
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
     os.chdir(request.cwd)
     os.umask(request.umask)
@@ -421,14 +427,19 @@ def _script(path: str) -> types.ModuleType:
     return main
 
 
-def _stream(old: Any, fd: int, mode: str, *, line_buffering: bool | None = None) -> Any:
+def _stream(
+    old: Any, fd: int, mode: str, *, unbuffered: bool = False, line_buffering: bool | None = None
+) -> Any:
     """A new text stream on `fd`, buffered as Python buffers it for a fresh process: by line on
-    a terminal (and always for stderr)."""
+    a terminal (and always for stderr), not at all under PYTHONUNBUFFERED."""
+    raw = io.FileIO(fd, mode, closefd=False)
+    if mode == "r":
+        return io.TextIOWrapper(io.BufferedReader(raw), encoding=old.encoding, errors=old.errors)
     if line_buffering is None:
         line_buffering = os.isatty(fd)
-    return open(
-        fd, mode, buffering=1 if line_buffering and mode == "w" else -1,
-        encoding=old.encoding, errors=old.errors, closefd=False,
+    return io.TextIOWrapper(
+        raw if unbuffered else io.BufferedWriter(raw), encoding=old.encoding, errors=old.errors,
+        line_buffering=line_buffering, write_through=unbuffered,
     )  # fmt: skip
 
 
