@@ -12,7 +12,6 @@ import os
 import resource
 import signal
 import socket
-import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -58,28 +57,6 @@ def socket_dir() -> Path:
 def socket_path(home: Path) -> Path:
     digest = hashlib.sha256(str(home).encode()).hexdigest()[:24]
     return socket_dir() / f"{digest}.sock"
-
-
-def private_dir(folder: Path, *, create: bool) -> bool:
-    """True when `folder` is a real folder owned by this user that no one else can enter
-    (created so when `create`). Anything else is not used: another user could put a socket there
-    that reads our environment and terminal."""
-    if create:
-        try:
-            folder.mkdir(mode=0o700)
-        except FileExistsError:
-            pass
-        except OSError:
-            return False
-    try:
-        info = folder.lstat()
-    except OSError:
-        return False
-    return (
-        stat.S_ISDIR(info.st_mode)
-        and info.st_uid == os.getuid()
-        and stat.S_IMODE(info.st_mode) & 0o077 == 0
-    )
 
 
 def comparable_env(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:

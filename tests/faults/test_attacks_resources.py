@@ -5,6 +5,7 @@ stored as completed. They are now `resources_unavailable` failures, and `--resum
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -45,11 +46,11 @@ class Outage:
         await self.app(scope, receive, send)
 
 
-@pytest.fixture
-def flaky_backoffice() -> Iterator[tuple[str, Outage]]:
-    outage = Outage(create_app(load_environment("backoffice").resources_server()), HEALTHY_SEEDS)
+@contextlib.contextmanager
+def serving(app) -> Iterator[str]:
+    """`app` (the backoffice resources server behind a middleware) on 127.0.0.1: its URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(outage, host="127.0.0.1", port=port, log_level="error"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -57,10 +58,21 @@ def flaky_backoffice() -> Iterator[tuple[str, Outage]]:
         assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
         time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{port}", outage
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def backoffice_app():
+    return create_app(load_environment("backoffice").resources_server())
+
+
+@pytest.fixture
+def flaky_backoffice() -> Iterator[tuple[str, Outage]]:
+    outage = Outage(backoffice_app(), HEALTHY_SEEDS)
+    with serving(outage) as url:
+        yield url, outage
 
 
 def _rollouts(run: Path) -> list[tuple]:
@@ -182,25 +194,14 @@ def test_a_served_verdict_is_judged_on_this_side(tmp_path: Path, prefect_api: st
     """Pass or fail is the run's environment's own threshold on the served reward, not the
     server's `passed`; a reply that is no verdict, or one made under another verifier, is a
     verifier error; a body that is no JSON is a resumable failure. Never a score."""
-    app = Forger(create_app(load_environment("backoffice").resources_server()))
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
-    try:
-        config = tmp_path / "remote.yaml"
+    app = Forger(backoffice_app())
+    config = tmp_path / "remote.yaml"
+    with serving(app) as url:
         config.write_text(
             f"benchmark: backoffice\nlimit: {len(FORGED)}\nrepeats: 1\nconcurrency: 1\nout: run\n"
-            f"resources_url: http://127.0.0.1:{port}\n"
+            f"resources_url: {url}\n"
         )
         run = gym("eval", "run", str(config), cwd=tmp_path, env={"PREFECT_API_URL": prefect_api})
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
     assert app.calls == len(FORGED), run.stdout + run.stderr
     con = duckdb.connect(str(tmp_path / "run" / "gymflow.duckdb"), read_only=True)
     try:

@@ -18,6 +18,7 @@ import socket
 import sys
 
 from gymflow import warm_protocol as protocol
+from gymflow.user_folders import private_folder
 
 #: Commands that always run here: `gym server` starts and stops the warm process itself.
 LOCAL_ONLY = frozenset({"server"})
@@ -46,7 +47,7 @@ def _may_forward(args: list[str]) -> bool:
 def forwarded(argv: list[str]) -> int | None:
     """The exit code of `argv` run by the warm process, or None when it did not take it."""
     path = protocol.socket_path(protocol.prefect_home())
-    if not (path.exists() and protocol.private_dir(path.parent, create=False)):
+    if not (path.exists() and private_folder(path.parent, create=False)):
         return None
     if not all(_is_open(fd) for fd in (0, 1, 2)):  # `gym ... >&-`: the socket would take its fd
         return None

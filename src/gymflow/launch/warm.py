@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from gymflow import warm_protocol as protocol
+from gymflow.user_folders import private_folder
 
 #: How often the warm process checks that its local Prefect server still runs.
 TICK_S = 1.0
@@ -220,7 +221,7 @@ def serve(warm: Warm, held: int) -> Request | None:
     """Serve until this process should end (None); in a forked command, its request. `held`:
     the lock of `_one_per_home`, closed in every forked process."""
     folder = protocol.socket_dir()
-    if not protocol.private_dir(folder, create=True):
+    if not private_folder(folder, create=True):
         log(f"{folder} is not a folder only this user can enter: not serving")
         return None
     path = protocol.socket_path(warm.home)

@@ -7,38 +7,24 @@ again; the file name also carries a digest of what the bytecode depends on besid
 (the environment's options, here, and Jinja's and Python's versions, which Jinja checks too).
 
 The cache is an optimisation only: a folder that cannot be made, is not the user's own or is
-writable by others (bytecode is code), or an entry that cannot be read or written, means the
+open to others (bytecode is code), or an entry that cannot be read or written, means the
 templates are compiled as before, never a failed report."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import stat
 from pathlib import Path
 
 from jinja2.bccache import Bucket, FileSystemBytecodeCache
+
+from gymflow.user_folders import private_folder
 
 
 def cache_root() -> Path:
     """`$XDG_CACHE_HOME/gymflow/jinja`, or `~/.cache/gymflow/jinja`."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "gymflow" / "jinja"
-
-
-def _private_folder(path: Path) -> bool:
-    """Make `path` (mode 0700 when new) and tell whether it is a folder of this user's that
-    nobody else can write to."""
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = path.lstat()
-    except OSError:
-        return False
-    return (
-        stat.S_ISDIR(info.st_mode)
-        and info.st_uid == os.getuid()
-        and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    )
 
 
 class SafeBytecodeCache(FileSystemBytecodeCache):
@@ -63,6 +49,6 @@ def bytecode_cache(variant: str, folder: Path | None = None) -> SafeBytecodeCach
         folder = folder or cache_root()
     except RuntimeError:  # no home folder (HOME unset, no passwd entry): nowhere to cache
         return None
-    if not _private_folder(folder):
+    if not private_folder(folder, create=True):
         return None
     return SafeBytecodeCache(str(folder), pattern=f"{variant}-%s.cache")
