@@ -32,7 +32,7 @@ SCENARIOS = {
     "multi_turn": [["eval", "run", "--benchmark", "backoffice", "--limit", "20", "--out", "{dir}"]],
     "reverify": [
         ["demo", "--out", "{dir}"],
-        ["eval", "reverify", "{dir}", "--set", "rel_tol=0.5"],
+        ["eval", "reverify", "{dir}", "--set", "abs_tol=1.5"],
     ],
 }
 

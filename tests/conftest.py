@@ -70,9 +70,6 @@ SHARED_FIXTURE_GROUPS = {
     "tests/flows/test_shards.py": "flows-harness",
     "tests/flows/test_nightly.py": "flows-harness",
     "tests/flows/test_batch_retries.py": "flows-harness",
-    # one changes an imported file's time, which ends every warm process then running
-    "tests/launch/test_warm.py": "warm",
-    "tests/flows/test_local_server.py": "warm",
 }
 
 

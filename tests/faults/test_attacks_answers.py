@@ -57,9 +57,20 @@ NUMERIC = get_verifier("numeric_match")
     ],
 )
 def test_an_integer_reference_is_matched_exactly(reference, answer, passed) -> None:
+    assert _numeric(reference, answer, {}) == passed
+
+
+def test_an_integer_reference_takes_an_explicit_absolute_tolerance() -> None:
+    """abs_tol is how a study accepts near answers on purpose; rel_tol stays for rounding."""
+    assert _numeric(1_000_000, "1000001", {"abs_tol": 1.5})
+    assert not _numeric(1_000_000, "1000002", {"abs_tol": 1.5})
+    assert not _numeric(1_000_000, "1000001", {"rel_tol": 0.01})
+
+
+def _numeric(reference, answer: str, params: dict) -> bool:
     task = Task(task_id="t", inputs={}, data={"answer": reference}, reference="", distractor="")
-    verdict = NUMERIC.fn(VerifyInput(task, f"Answer: {answer}"), NUMERIC.params({}))
-    assert verdict.reward == (1.0 if passed else 0.0), verdict.details
+    verdict = NUMERIC.fn(VerifyInput(task, f"Answer: {answer}"), NUMERIC.params(params))
+    return verdict.reward == 1.0
 
 
 def test_bfcl_arguments_nested_thousands_deep_are_a_malformed_call() -> None:

@@ -226,25 +226,28 @@ def _state(pid: int) -> str:
 
 def test_changed_code_on_disk_ends_the_warm_process(prefect_api: str, tmp_path: Path):
     """A file it imported changed (an upgrade, an edit): the command runs in its own process and
-    the warm process ends (a terminal's next run starts a fresh one)."""
+    the warm process ends (a terminal's next run starts a fresh one). The file is a
+    `sitecustomize` of this test's own (Python imports it at start): touching one of gymflow's
+    would end every other test's warm process too."""
     home = tmp_path / "home"
     home.mkdir()
     server = {"api_url": prefect_api, "pid": os.getpid(), "log": "-"}
     (home / STATE_FILE).write_text(json.dumps(server))
-    env = _environment() | {"PREFECT_HOME": str(home)}
+    site = tmp_path / "site"
+    site.mkdir()
+    touched = site / "sitecustomize.py"
+    touched.write_text("# imported by every Python this test starts\n")
+    path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    env = _environment() | {"PREFECT_HOME": str(home), "PYTHONPATH": path}
     process = start_warm(home, env)
     warm = Warm(home, env, process)
-    import gymflow.analysis.stats as touched
-
-    before = os.stat(touched.__file__)
     try:
-        os.utime(touched.__file__, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
-        result = warm.gym("list", "benchmarks", cwd=tmp_path)
-    finally:
-        os.utime(touched.__file__, ns=(before.st_atime_ns, before.st_mtime_ns))
-    try:
-        assert result.returncode == 0 and "arithmetic-smoke" in result.stdout
-        assert warm.refused("list benchmarks") == f"{touched.__file__} changed on disk"
+        first = warm.gym("list", "benchmarks", cwd=tmp_path)
+        assert first.returncode == 0 and warm.served("list benchmarks"), warm.log()
+        touched.write_text("# edited\n")
+        result = warm.gym("list", "environments", cwd=tmp_path)
+        assert result.returncode == 0 and "arithmetic" in result.stdout
+        assert warm.refused("list environments") == f"{touched} changed on disk", warm.log()
         assert process.wait(timeout=30) == 0  # it ended by itself
         assert not (home / warm_protocol.STATE_FILE).exists()
     finally:

@@ -27,7 +27,7 @@ class NumericParams(BaseModel):
         1e-6, ge=0.0, description="Relative tolerance; not applied to an integer reference."
     )
     abs_tol: float = Field(
-        1e-9, ge=0.0, description="Absolute tolerance; not applied to an integer reference."
+        1e-9, ge=0.0, description="Absolute tolerance (an integer reference's only one)."
     )
 
 
@@ -49,12 +49,14 @@ def parse_number(text: str) -> float | None:
 
 
 def matches(raw: str, expected: object, params: NumericParams) -> bool:
-    """Whether the extracted answer is the reference: exactly when the reference is an integer
-    (a tolerance for rounding let 1000001 pass for 1,000,000 at the default 1e-6, and floats
-    cannot tell integers apart past 2^53), else within the tolerances."""
+    """Whether the extracted answer is the reference. An integer reference is matched within
+    `abs_tol` only, in exact arithmetic: a relative tolerance for rounding let 1000001 pass for
+    1,000,000 at the default 1e-6, and floats cannot tell integers apart past 2^53. Any other
+    reference within either tolerance."""
     reference = parse_exact(str(expected))
     if reference is not None and reference.denominator == 1:
-        return parse_exact(raw) == reference
+        answer = parse_exact(raw)
+        return answer is not None and abs(answer - reference) <= Fraction(params.abs_tol)
     value = parse_number(raw)
     return value is not None and math.isclose(
         value, float(expected), rel_tol=params.rel_tol, abs_tol=params.abs_tol
