@@ -169,7 +169,7 @@ def test_signals_reach_the_forked_run_and_a_gone_caller_stops_it(warm: Warm, tmp
 
     run = Running(["eval", "run", str(config)], tmp_path, "", env=warm.env)
     run.wait_collecting()
-    (command,) = _commands_of(warm.process.pid)
+    command = _only(lambda: _commands_of(warm.process.pid), "the forked command")
     run.process.send_signal(signal.SIGTSTP)  # Ctrl-Z stops the caller and its command
     _wait(lambda: _state(command) == "T", "the command to stop")
     run.process.send_signal(signal.SIGCONT)  # `fg`
@@ -203,14 +203,15 @@ def test_signals_reach_the_forked_run_and_a_gone_caller_stops_it(warm: Warm, tmp
 
 
 def _children(pid: int) -> list[int]:
+    """The live children of `pid` (not one that ended and waits to be reaped)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                stat = (entry / "stat").read_text()
+                state, parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
             except OSError:
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            if int(parent) == pid and state not in ("Z", "X"):
                 found.append(int(entry.name))
     return found
 
@@ -220,8 +221,24 @@ def _commands_of(warm_pid: int) -> list[int]:
     return [command for supervisor in _children(warm_pid) for command in _children(supervisor)]
 
 
+def _only(find, what: str) -> int:
+    """The one pid `find` returns, once it returns one (an earlier command may still be
+    ending)."""
+    found: list[int] = []
+
+    def one() -> bool:
+        found[:] = find()
+        return len(found) == 1
+
+    _wait(one, what)
+    return found[0]
+
+
 def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "X"  # gone
 
 
 def test_changed_code_on_disk_ends_the_warm_process(prefect_api: str, tmp_path: Path):
@@ -340,8 +357,7 @@ def test_a_command_killed_by_a_signal_kills_its_caller_so(warm: Warm, tmp_path: 
     caller = subprocess.Popen([GYM, "eval", "run", str(config)], cwd=tmp_path, env=warm.env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               text=True)  # fmt: skip
-    _wait(lambda: _commands_of(warm.process.pid), "the command to start")
-    (command,) = _commands_of(warm.process.pid)
+    command = _only(lambda: _commands_of(warm.process.pid), "the command to start")
     os.kill(command, signal.SIGKILL)
     _, stderr = caller.communicate(timeout=300)
     assert caller.returncode == -signal.SIGKILL, stderr
@@ -399,8 +415,8 @@ def test_a_command_whose_supervisor_is_killed_stops(warm: Warm, tmp_path: Path):
                                   stdout=subprocess.DEVNULL, stderr=stderr)  # fmt: skip
     store = tmp_path / "run" / "gymflow.duckdb"
     _wait(store.exists, "the run to start")
-    (supervisor,) = _children(warm.process.pid)
-    (command,) = _children(supervisor)
+    supervisor = _only(lambda: _children(warm.process.pid), "the command's supervisor")
+    command = _only(lambda: _children(supervisor), "the forked command")
     os.kill(supervisor, signal.SIGKILL)
     assert caller.wait(timeout=300) == exit_codes.RUNTIME
     assert "lost this command" in (tmp_path / "stderr").read_text()
