@@ -172,6 +172,8 @@ def test_signals_reach_the_forked_run_and_a_gone_caller_stops_it(warm: Warm, tmp
     command = _only(lambda: _commands_of(warm.process.pid), "the forked command")
     run.process.send_signal(signal.SIGTSTP)  # Ctrl-Z stops the caller and its command
     _wait(lambda: _state(command) == "T", "the command to stop")
+    # a shell continues a job it saw stopped: the caller stops itself after passing SIGSTOP on
+    _wait(lambda: _state(run.process.pid) == "T", "the caller to stop")
     run.process.send_signal(signal.SIGCONT)  # `fg`
     _wait(lambda: _state(command) != "T", "the command to continue")
     run.process.send_signal(signal.SIGTERM)
