@@ -33,6 +33,7 @@ import math
 import time
 
 import numpy as np
+import tiny
 
 from gymflow.analysis.passk import pair_curves
 from gymflow.analysis.stats import (
@@ -133,7 +134,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--bootstrap-samples", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=20261130)
-    args = parser.parse_args()
+    args = tiny.parse(parser, runs=20, tasks=[10], bootstrap_samples=100)
     rng = np.random.default_rng(args.seed)
     started = time.perf_counter()
     print(

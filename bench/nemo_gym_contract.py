@@ -26,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import tiny
+
 #: Runs inside NeMo Gym's venv: validate, then profile. Prints one JSON object.
 CHECK = r"""
 import json, sys
@@ -144,7 +146,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--venv", type=Path, default=Path("/tmp/ng312"))
     parser.add_argument("--benchmark", default="backoffice")
-    args = parser.parse_args()
+    args = tiny.parse(parser)
     python = args.venv / "bin" / "python"
     if not python.exists():
         raise SystemExit(f"{python}: no NeMo Gym venv (see this script's docstring)")

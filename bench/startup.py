@@ -31,6 +31,8 @@ import time
 from contextlib import closing
 from pathlib import Path
 
+import tiny
+
 GYM = str(Path(sys.executable).parent / "gym")
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -117,7 +119,7 @@ def main() -> None:
     parser.add_argument("--large", action="store_true", help="20,000 rollouts: Prefect's share")
     parser.add_argument("--compare-src", type=Path, help="also run gym from this src folder")
     parser.add_argument("--stages", help=argparse.SUPPRESS)  # internal: JSON [workload, out]
-    args = parser.parse_args()
+    args = tiny.parse(parser, runs=1)
     if args.stages:
         without_prefect(*json.loads(args.stages))
         return
