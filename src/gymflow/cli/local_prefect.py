@@ -46,10 +46,6 @@ STARTUP_TIMEOUT_S = 180.0
 #: `on`: off a terminal too; `off`: never (an ephemeral server per command, unless
 #: `gym server --start` ran).
 MODE_ENV = "GYMFLOW_LOCAL_PREFECT"
-#: Read here, not from gymflow.reports.serving: that imports Starlette, which a command that
-#: only finds its server must not pay for.
-REPORTS_URL_ENV = "GYMFLOW_REPORTS_URL"
-REPORTS_ROOT_ENV = "GYMFLOW_REPORTS_ROOT"
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +224,9 @@ def configure() -> None:
 def _use(server: LocalServer) -> None:
     """Point this process's flows at `server`, and their report links at its report server
     (unless the user points them elsewhere)."""
+    # imported here, not with this module: Starlette comes with it
+    from gymflow.reports.serving import REPORTS_ROOT_ENV, REPORTS_URL_ENV
+
     os.environ["PREFECT_API_URL"] = server.api_url
     if os.environ.get(REPORTS_URL_ENV):
         return
