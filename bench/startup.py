@@ -214,7 +214,7 @@ def main() -> None:
                 if server.returncode != 0:
                     sys.exit(f"gym server --start failed: {server.stdout}{server.stderr}")
                 started = True
-                api = json.loads((home / "gymflow-local-server.json").read_text())["api_url"]
+                api = json.loads((home / "gymflow-local-server.json").read_text())["prefect"]["url"]
                 # as a user runs it: the command finds the local server's record; a checkout
                 # whose record differs is given its address
                 modes += [Mode(f"gym eval run, local server{label}", [*GYM, *run],
