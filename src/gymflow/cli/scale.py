@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from gymflow.cli import exit_codes, local_prefect
 from gymflow.cli.app import app, console, errors, eval_app, fail, print_json
-from gymflow.rollouts.merge import merge_shards
-from gymflow.store.merge import MergeReport
+
+if TYPE_CHECKING:
+    from gymflow.store.merge import MergeReport
 
 _TEAM_SETUP = """\
 For a team (history, the UI, Retry buttons, schedules, work pools):
@@ -167,6 +168,8 @@ def eval_aggregate(
 ) -> None:
     """Merge shard stores into a run store. Idempotent; a shard of another config or benchmark
     version is refused and nothing is written; lists the (task_id, repeat_index) pairs missing."""
+    from gymflow.rollouts.merge import merge_shards  # DuckDB and the store: not for `gym server`
+
     report = merge_shards(out, list(shard_dirs))
     if json_output:
         print_json(report.as_dict(max_missing=len(report.missing)))
