@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from gymflow.analysis.compare import POWER_DIFFERENCE, compare
-from gymflow.analysis.health import Gate, health
-from gymflow.analysis.profile import profile
-from gymflow.analysis.results import Comparison, Profile
-from gymflow.analysis.run import analyse
+from gymflow.analysis.compare import POWER_DIFFERENCE
 from gymflow.cli import exit_codes
 from gymflow.cli.app import console, eval_app, fail, print_json
-from gymflow.reverify import parse_settings, reverify
 from gymflow.store.db import connect
+
+if TYPE_CHECKING:
+    from gymflow.analysis.results import Comparison, Profile
+
+# Each command imports what only it runs (the health checks, the diagnosis, the verifiers of a
+# reverify) in its body: `gym eval profile` does not pay for the others.
 
 
 @eval_app.command("profile")
@@ -47,6 +48,9 @@ def eval_profile(
 ) -> None:
     """pass@1 with its task-clustered 95% CI, pass@k, pass^k and coverage; with --compare, a
     paired comparison of two runs."""
+    from gymflow.analysis.compare import compare
+    from gymflow.analysis.profile import profile
+
     con = connect(run_dir, read_only=True)
     try:
         result = profile(
@@ -274,6 +278,8 @@ def eval_health(
     ] = 1000,
 ) -> None:
     """Check every record; exit 1 when a check flags more than its allowed share of rollouts."""
+    from gymflow.analysis.health import Gate, health
+
     gate = Gate(
         max_share=max_share,
         warning_max_share=warning_max_share,
@@ -322,6 +328,8 @@ def eval_diagnose(
 ) -> None:
     """Outcome buckets, failure taxonomy, sometimes-pass tasks, verifier suspects, and the
     recommended next action (the same `decide` the flow's artifacts and the report read)."""
+    from gymflow.analysis.run import analyse
+
     con = connect(run_dir, read_only=True)
     try:
         analysis = analyse(con, verifier_version=verifier_version, top=top)
@@ -403,6 +411,8 @@ def eval_reverify(
     version beside the old one; under a version already stored, verifications that errored or
     timed out are judged again (and, without --failed-only, the passes a --failed-only reverify
     carried from its base version)."""
+    from gymflow.reverify import parse_settings, reverify
+
     result = reverify(
         run_dir,
         parse_settings(settings or []),

@@ -11,10 +11,10 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from gymflow.cli import exit_codes, local_prefect
+from gymflow.cli import GROUPS, exit_codes, local_prefect
 from gymflow.errors import RuntimeFailure
 
-# Prefect's defaults for gymflow, and the local server if one runs, before Prefect reads them.
+# Prefect's defaults for gymflow, before Prefect reads them.
 local_prefect.configure()
 
 app = typer.Typer(
@@ -24,19 +24,19 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-eval_app = typer.Typer(help="Run, check, profile and diagnose evaluations.", no_args_is_help=True)
-app.add_typer(eval_app, name="eval")
-list_app = typer.Typer(help="List environments and benchmarks.", no_args_is_help=True)
-app.add_typer(list_app, name="list")
-env_app = typer.Typer(help="Check and scaffold environments and configs.", no_args_is_help=True)
-app.add_typer(env_app, name="env")
-serve_app = typer.Typer(help="Serve a model or an environment over HTTP.", no_args_is_help=True)
-app.add_typer(serve_app, name="serve")
-data_app = typer.Typer(
-    help="Training data from a run: select tasks, export trajectories, profile.",
-    no_args_is_help=True,
+_groups = {name: typer.Typer(help=text, no_args_is_help=True) for name, text in GROUPS.items()}
+for _name, _group in _groups.items():
+    app.add_typer(_group, name=_name)
+
+
+def group(name: str) -> typer.Typer:
+    """The Typer app of the command group `name` (`gymflow.cli.GROUPS`)."""
+    return _groups[name]
+
+
+eval_app, list_app, env_app, serve_app, data_app = map(
+    group, ("eval", "list", "env", "serve", "data")
 )
-app.add_typer(data_app, name="data")
 
 console = Console()
 errors = Console(stderr=True)
@@ -62,7 +62,8 @@ def prefect_for_run() -> None:
         ui = server.api_url.removesuffix("/api")
         errors.print(
             f"started a local Prefect server that this and later gym commands use: {ui} (pid "
-            f"{server.pid}, log {server.log}); `gym server --stop` stops it",
+            f"{server.prefect.pid}, log {server.log}), with reports served at "
+            f"{server.reports.url}; `gym server --stop` stops both",
             highlight=False,
             markup=False,
             soft_wrap=True,

@@ -10,13 +10,9 @@ import typer
 from rich.table import Table
 
 from gymflow.cli import exit_codes
-from gymflow.cli.app import app, console, fail, print_json
+from gymflow.cli.app import console, fail, group, print_json
 
-runs_app = typer.Typer(
-    help="The runs under a folder: list them, draw a benchmark's trend, gate on regressions.",
-    no_args_is_help=True,
-)
-app.add_typer(runs_app, name="runs")
+runs_app = group("runs")
 
 Root = Annotated[Path, typer.Option(help="Folder holding the run folders (searched below).")]
 

@@ -9,13 +9,10 @@ import typer
 from rich.table import Table
 
 from gymflow.cli import exit_codes
-from gymflow.cli.app import app, console, fail, prefect_for_run, print_json
+from gymflow.cli.app import console, fail, group, prefect_for_run, print_json
 from gymflow.store.db import StoreError
 
-study_app = typer.Typer(
-    help="Ablation studies: vary one thing at a time against a baseline.", no_args_is_help=True
-)
-app.add_typer(study_app, name="study")
+study_app = group("study")
 
 
 def _pp(value: float | None) -> str:
