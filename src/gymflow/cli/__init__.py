@@ -16,11 +16,11 @@ import traceback
 
 import duckdb
 import typer
-from rich.text import Text
 
 from gymflow.cli import exit_codes
 from gymflow.cli.app import app, errors
 from gymflow.errors import GymflowError
+from gymflow.present.terminal import styled
 
 #: The module that registers each command. A command imports only its own module (and what that
 #: imports): importing all of them took ~1 s (polars, numpy, the analysis and report modules)
@@ -65,7 +65,7 @@ def _register(argv: list[str]) -> None:
 
 
 def _error(message: str) -> None:
-    errors.print(Text("error: ", style="bold red") + Text(message), highlight=False, soft_wrap=True)
+    errors.print(styled(("error: ", "bold red"), message), highlight=False)
 
 
 def main() -> None:

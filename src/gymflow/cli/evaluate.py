@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
 from gymflow import progress
 from gymflow.cli import exit_codes
@@ -29,6 +28,8 @@ from gymflow.config import (
 from gymflow.environments.registry import RegistryError, load_benchmark
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
 from gymflow.models.open_files import ensure_open_files
+from gymflow.present import coverage_text, format_percent, headline_text
+from gymflow.present.terminal import print_table, styled, table
 from gymflow.rollouts.plan import RunPlan, resolve
 from gymflow.rollouts.stopping import RunStopped
 from gymflow.simulated.endpoint import launched_early
@@ -139,7 +140,7 @@ def run_loop(
     server_hint_once()
 
     columns = (
-        TextColumn("[bold]{task.description}"),
+        TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
@@ -165,31 +166,23 @@ def _stored(plan: RunPlan) -> str:
 def print_headline(result: dict[str, Any]) -> None:
     analysis: RunAnalysis = result["analysis"]
     profile = analysis.profile
-    coverage = profile.coverage
-    lo, hi = profile.ci95 or (None, None)
-
-    def pct(value: float | None) -> str:
-        return "n/a" if value is None else f"{100 * value:.1f}%"
-
     console.print(
-        f"[bold]{profile.benchmark or profile.environment}[/] · {profile.model}"
-        f" · run {profile.run_id}"
+        styled(
+            (profile.benchmark or profile.environment, "bold"),
+            f" · {profile.model} · run {profile.run_id}",
+        )
     )
-    console.print(f"pass@1 = [bold]{pct(profile.pass_at_1)}[/]  (95% CI {pct(lo)} – {pct(hi)})")
-    table = Table("k", "pass@k", "pass^k")
+    console.print(styled((headline_text(profile), "bold")))
+    grid = table("k", "pass@k", "pass^k")
     for k, value in profile.pass_at_k.items():
-        table.add_row(k, pct(value), pct(profile.pass_hat_k[k]))
-    console.print(table)
-    console.print(
-        f"coverage: expected {coverage.expected}, scored {coverage.scored}, "
-        f"failed {coverage.failed}, missing {coverage.missing} "
-        f"(failures {profile.failures})"
-    )
+        grid.add_row(k, format_percent(value), format_percent(profile.pass_hat_k[k]))
+    print_table(console, grid)
+    console.print(f"coverage: {coverage_text(profile.coverage)} (failures {profile.failures})")
     health = analysis.health
     warnings = f" (warnings: {', '.join(health.warnings)})" if health.warnings else ""
-    console.print(f"health: {health.verdict}{warnings}", markup=False)
+    console.print(f"health: {health.verdict}{warnings}")
     decision = analysis.decision
-    console.print(f"next action: {decision.label or 'none'} ({decision.why})", markup=False)
+    console.print(f"next action: {decision.label or 'none'} ({decision.why})")
     console.print(f"report: {result['report']}")
 
 
