@@ -86,27 +86,31 @@ def _overhead(grid: Table) -> int:
 
 def column_widths(grid: Table, width: int) -> list[int]:
     """Content widths for `grid`'s columns within `width` cells where possible: every column as
-    wide as its widest cell, then the widest columns that are not keys narrowed, one cell at a
-    time, to their floor (a key column's floor is its widest cell)."""
-    natural, floor = [], []
+    wide as its widest cell, then the widest columns that are not keys narrowed one cell at a
+    time, first down to their longest word (lines break between words), then, if still too
+    wide, down to their floor (a key column's floor is its widest cell)."""
+    natural, whole_words, floor = [], [], []
     for column in grid.columns:
         header, cells = _text(column.header), [_text(c) for c in column.cells]
         lines = [line for text in (header, *cells) for line in text.splitlines()]
         widest = max((cell_len(line) for line in lines), default=0)
         natural.append(widest)
         if column.no_wrap:
+            whole_words.append(widest)
             floor.append(widest)
         else:
+            whole_words.append(max(_longest_word([header, *cells]), 1))
             floor.append(max(_longest_word([header]), min(_longest_word(cells), _WORD_FLOOR), 1))
     widths = list(natural)
     excess = sum(widths) + _overhead(grid) - width
-    while excess > 0:
-        shrinkable = [i for i, w in enumerate(widths) if w > floor[i]]
-        if not shrinkable:
-            break
-        widest = max(shrinkable, key=lambda i: widths[i])
-        widths[widest] -= 1
-        excess -= 1
+    for limit in (whole_words, floor):
+        while excess > 0:
+            shrinkable = [i for i, w in enumerate(widths) if w > limit[i]]
+            if not shrinkable:
+                break
+            widest = max(shrinkable, key=lambda i: widths[i])
+            widths[widest] -= 1
+            excess -= 1
     return widths
 
 
