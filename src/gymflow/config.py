@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -300,6 +301,18 @@ class EvalConfig(_Strict):
         identity["model"].pop("api_key_env", None)
         blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def missing_api_key(model: ModelConfig) -> str | None:
+    """Why a run of `model` would send no key (`api_key_env` names a variable not set here), or
+    None: every request would then fail, or succeed as someone else."""
+    key = model.api_key_env
+    if key and not os.environ.get(key):
+        return (
+            f"model.api_key_env names {key}, which is not set here: export {key}=... (the key "
+            "is read from it at run time and never stored)"
+        )
+    return None
 
 
 def format_validation_error(error: ValidationError, source: str) -> str:

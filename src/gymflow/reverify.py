@@ -373,7 +373,7 @@ def reverify(
         try:
             server = env.resources_server(params)
         except UserError as exc:  # parameters that do not validate, a verifier gone
-            raise ReverifyError(str(exc)) from None
+            raise ReverifyError(f"--set: {exc}" if settings else str(exc)) from None
         new_version = _version_of(con, server)
         stored = {
             row[0]

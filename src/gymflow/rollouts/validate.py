@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from gymflow.config import ConfigError, EvalConfig, load_config_file
+from gymflow.config import ConfigError, EvalConfig, load_config_file, missing_api_key
 from gymflow.core.prompts import PromptError, render_prompt
 from gymflow.environments.registry import (
     RegistryError,
@@ -200,6 +200,11 @@ async def _ask(plan: RunPlan, base_url: str) -> str:
 
 def _ping(plan: RunPlan, report: ValidationReport) -> None:
     from gymflow.simulated.endpoint import model_endpoint
+
+    missing = missing_api_key(plan.config.model)
+    if missing:  # the ping would go without the key `gym eval run` then refuses to run without
+        report.problems.append(missing)
+        return
 
     try:
         with model_endpoint(plan) as base_url:
