@@ -137,3 +137,17 @@ def test_resume_says_what_it_does(tmp_path: Path, prefect_api: str):
     assert "--resume: runs/typo holds no run yet" in said and "a new run of 2 rollouts" in said
     again = gym(*args, "--out", "runs/typo", "--resume", cwd=tmp_path, env=env, check=True)
     assert "nothing to collect: runs/typo already holds all 2 rollouts" in again.stdout
+
+
+def test_an_import_without_an_environment_says_what_reverify_needs(tmp_path: Path):
+    from tests.interop.test_real_files import DATA
+
+    rows = DATA / "blackjack" / "example_rollouts.jsonl"
+    gym("import", "nemo-gym", str(rows), "--out", "runs/ng", cwd=tmp_path, check=True)
+    refused = gym("eval", "reverify", "runs/ng", cwd=tmp_path)
+    assert refused.returncode == 1
+    said = " ".join(refused.stderr.split())
+    assert "names no environment (imported without --environment?)" in said, said
+    assert "unknown environment ''" not in said
+    listed = gym("runs", "list", "runs", cwd=tmp_path, env=NARROW, check=True)
+    assert "None" not in listed.stdout and "runs/ng" in listed.stdout.split(), listed.stdout

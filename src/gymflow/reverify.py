@@ -354,8 +354,14 @@ def reverify(
     con = connect(run_dir)
     try:
         run = run_info(con)
+        if not run["environment"]:  # an import that was not matched to an environment
+            raise ReverifyError(
+                f"run {run['run_id']} names no environment (imported without --environment?): "
+                "reverify runs an environment's verifier; import it again with "
+                "`gym import nemo-gym FILE --environment NAME --out DIR`"
+            )
         try:
-            env = load_environment(run["environment"] or "")
+            env = load_environment(run["environment"])
         except RegistryError as exc:
             raise ReverifyError(
                 f"run {run['run_id']}: reverify needs the environment's verifier, but {exc}"
