@@ -151,3 +151,14 @@ def test_an_import_without_an_environment_says_what_reverify_needs(tmp_path: Pat
     assert "unknown environment ''" not in said
     listed = gym("runs", "list", "runs", cwd=tmp_path, env=NARROW, check=True)
     assert "None" not in listed.stdout and "runs/ng" in listed.stdout.split(), listed.stdout
+
+
+def test_a_bad_flag_value_is_named_by_its_flag(tmp_path: Path):
+    result = gym(
+        "eval", "run", "--benchmark", "arithmetic-smoke", "--temperature", "5",
+        "--concurrency", "0", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "  - --temperature: Input should be less than or equal to 2" in result.stderr
+    assert "  - --concurrency: Input should be greater than or equal to 1" in result.stderr
+    assert "sampling.temperature" not in result.stderr

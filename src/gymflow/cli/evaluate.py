@@ -67,7 +67,22 @@ class _Bar:
             self.bar.console.print(f"rollouts: {self.done}/{self.total}", highlight=False)
 
 
+#: The flag that sets each config field whose flag is not named after the field.
+FLAGS = {
+    "model.kind": "--model-kind",
+    "model.base_url": "--model-url",
+    "model.name": "--model-name",
+    "sampling.seed": "--seed",
+    "shard": "--shard",
+}
+
+
+def _flag(key: str) -> str:
+    return FLAGS.get(key, "--" + key.rpartition(".")[2].replace("_", "-"))
+
+
 def build_config(path: Path | None, overrides: dict[str, Any]) -> EvalConfig:
+    """The config file overlaid with the flags; a problem names the flag that set the field."""
     source = str(path) if path else "command line"
     base = load_config_file(path) if path else {}
     data = merge_overrides(base, overrides)
@@ -78,7 +93,8 @@ def build_config(path: Path | None, overrides: dict[str, Any]) -> EvalConfig:
         # `--seed` (or `--temperature`, …) changes that setting only: the benchmark's other
         # sampling settings stay.
         data["sampling"] = {**_benchmark_sampling(data.get("benchmark")), **data["sampling"]}
-    return parse_config(data, source)
+    flags = {key: _flag(key) for key, value in overrides.items() if value is not None}
+    return parse_config(data, source, flags)
 
 
 def _benchmark_sampling(name: Any) -> dict[str, Any]:
