@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -302,11 +303,27 @@ class EvalConfig(_Strict):
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def format_validation_error(error: ValidationError, source: str) -> str:
+def missing_api_key(model: ModelConfig) -> str | None:
+    """Why a run of `model` would send no key (`api_key_env` names a variable not set here), or
+    None: every request would then fail, or succeed as someone else."""
+    key = model.api_key_env
+    if key and not os.environ.get(key):
+        return (
+            f"model.api_key_env names {key}, which is not set here: export {key}=... (the key "
+            "is read from it at run time and never stored)"
+        )
+    return None
+
+
+def format_validation_error(
+    error: ValidationError, source: str, names: dict[str, str] | None = None
+) -> str:
+    """One line per problem, each naming its field as the user gave it: `names` maps a dotted
+    field to what set it (a CLI flag: `sampling.temperature` -> `--temperature`)."""
     lines = [f"{source}: invalid config ({error.error_count()} problem(s))"]
     for item in error.errors():
         field = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        lines.append(f"  - {field}: {item['msg']}")
+        lines.append(f"  - {(names or {}).get(field, field)}: {item['msg']}")
     return "\n".join(lines)
 
 
@@ -320,13 +337,13 @@ def refuse_removed(data: Any, removed: dict[str, str]) -> Any:
     return data
 
 
-def parse_config(data: Any, source: str) -> EvalConfig:
+def parse_config(data: Any, source: str, names: dict[str, str] | None = None) -> EvalConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of config keys, got {type(data).__name__}")
     try:
         return EvalConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, source)) from None
+        raise ConfigError(format_validation_error(exc, source, names)) from None
 
 
 def load_config_file(path: Path) -> dict[str, Any]:

@@ -362,8 +362,14 @@ def reverify(
     con = connect(run_dir)
     try:
         run = run_info(con)
+        if not run["environment"]:  # an import that was not matched to an environment
+            raise ReverifyError(
+                f"run {run['run_id']} names no environment (imported without --environment?): "
+                "reverify runs an environment's verifier; import it again with "
+                "`gym import nemo-gym FILE --environment NAME --out DIR`"
+            )
         try:
-            env = load_environment(run["environment"] or "")
+            env = load_environment(run["environment"])
         except RegistryError as exc:
             raise ReverifyError(
                 f"run {run['run_id']}: reverify needs the environment's verifier, but {exc}"
@@ -381,7 +387,7 @@ def reverify(
         try:
             server = env.resources_server(params)
         except UserError as exc:  # parameters that do not validate, a verifier gone
-            raise ReverifyError(str(exc)) from None
+            raise ReverifyError(f"--set: {exc}" if settings else str(exc)) from None
         new_version = _version_of(con, server)
         stored = {
             row[0]

@@ -59,12 +59,20 @@ def _factor_value(run: dict[str, Any], column: str) -> Any:
 def differing_factors(
     run_a: dict[str, Any], run_b: dict[str, Any], version_a: str, version_b: str
 ) -> list[Factor]:
-    """Every recorded factor whose value differs between the two runs."""
-    found = [
-        Factor(factor=name, a=_factor_value(run_a, column), b=_factor_value(run_b, column))
-        for name, column in FACTORS.items()
-        if _factor_value(run_a, column) != _factor_value(run_b, column)
-    ]
+    """Every recorded factor whose value differs between the two runs; sampling one setting at
+    a time ("sampling temperature": 0.2 vs 0.7), a setting one run does not record reading as
+    not set (a store written before `reasoning_effort` existed does not differ by it)."""
+    found = []
+    for name, column in FACTORS.items():
+        a, b = _factor_value(run_a, column), _factor_value(run_b, column)
+        if column == "sampling_json" and isinstance(a, dict) and isinstance(b, dict):
+            found += [
+                Factor(factor=f"sampling {key}", a=a.get(key), b=b.get(key))
+                for key in sorted(a.keys() | b.keys())
+                if a.get(key) != b.get(key)
+            ]
+        elif a != b:
+            found.append(Factor(factor=name, a=a, b=b))
     if version_a != version_b:
         found.append(Factor(factor="verifier version", a=version_a, b=version_b))
     return found

@@ -16,10 +16,10 @@ import sys
 import traceback
 
 import typer
-from rich.text import Text
 
 from gymflow.cli import exit_codes
 from gymflow.errors import GymflowError
+from gymflow.present.terminal import styled
 
 #: The command groups and what each is for.
 GROUPS: dict[str, str] = {
@@ -149,7 +149,7 @@ def _unreadable_store(exc: Exception) -> bool:
 def _error(message: str) -> None:
     from gymflow.cli.app import errors
 
-    errors.print(Text("error: ", style="bold red") + Text(message), highlight=False, soft_wrap=True)
+    errors.print(styled(("error: ", "bold red"), message), highlight=False, soft_wrap=True)
 
 
 def main() -> None:

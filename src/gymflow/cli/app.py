@@ -8,11 +8,10 @@ import sys
 from typing import Any, NoReturn
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
 from gymflow.cli import GROUPS, exit_codes, local_prefect
 from gymflow.errors import RuntimeFailure
+from gymflow.present.terminal import TextConsole, styled
 
 # Prefect's defaults for gymflow, before Prefect reads them.
 local_prefect.configure()
@@ -38,15 +37,16 @@ eval_app, list_app, env_app, serve_app, data_app = map(
     group, ("eval", "list", "env", "serve", "data")
 )
 
-console = Console()
-errors = Console(stderr=True)
+# Every string printed as text: markup off, control characters escaped (`present.terminal`).
+console = TextConsole()
+errors = TextConsole(stderr=True)
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print one error line and exit; `code` is one of `gymflow.cli.exit_codes` (1: bad usage,
     config or input)."""
-    # soft_wrap: one line stays one line in a log, whatever the terminal's width
-    errors.print(Text("error: ", style="bold red") + Text(message), highlight=False, soft_wrap=True)
+    # soft wrap (the console's): one line stays one line in a log, whatever the terminal's width
+    errors.print(styled(("error: ", "bold red"), message), highlight=False)
     raise typer.Exit(code)
 
 

@@ -6,13 +6,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 from gymflow.cli import exit_codes, local_prefect
 from gymflow.cli.app import app, console, errors, eval_app, fail, print_json
 
 if TYPE_CHECKING:
     from gymflow.store.merge import MergeReport
+from gymflow.present import format_value
+from gymflow.present.terminal import print_table, styled, table
 
 _TEAM_SETUP = """\
 For a team (history, the UI, Retry buttons, schedules, work pools):
@@ -129,24 +130,29 @@ def server(
 
 
 def _print_report(report: MergeReport, max_missing: int) -> None:
-    table = Table("shard store", "shards", "rollouts")
+    grid = table("shard store", "shards", "rollouts", keys=("shard store",))
     for shard in report.merged:
-        table.add_row(
-            str(shard.path.parent), ",".join(map(str, shard.indices)), str(shard.rollouts)
-        )
-    console.print(table)
-    added = ", ".join(f"{table} +{n}" for table, n in report.added.items())
+        grid.add_row(str(shard.path.parent), ",".join(map(str, shard.indices)), str(shard.rollouts))
+    print_table(console, grid)
+    added = ", ".join(f"{name} +{n}" for name, n in report.added.items())
     console.print(f"run {report.run_id} → {report.run_dir}: {added}")
     console.print(
         f"stored {report.stored} of {report.expected} rollouts; shards present "
         f"{report.shards_present or 'none'} of {report.shard_count}"
     )
     if report.complete:
-        console.print("[bold green]complete[/]: no (task_id, repeat_index) is missing")
+        console.print(styled(("complete", "bold green"), ": no (task_id, repeat_index) is missing"))
         return
     console.print(
-        f"[bold yellow]missing {len(report.missing)}[/] (task_id, repeat_index) pairs"
-        + (f"; shards with no store: {report.shards_missing}" if report.shards_missing else "")
+        styled(
+            (f"missing {len(report.missing)}", "bold yellow"),
+            " (task_id, repeat_index) pairs"
+            + (
+                f"; shards with no store: {format_value(report.shards_missing)}"
+                if report.shards_missing
+                else ""
+            ),
+        )
     )
     for task_id, repeat in report.missing[:max_missing]:
         console.print(f"  {task_id} #{repeat}", highlight=False)

@@ -16,6 +16,7 @@ from gymflow.config import EvalConfig
 from gymflow.errors import RuntimeFailure
 from gymflow.flows.eval_run import evaluation_loop
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
+from gymflow.present import format_number, format_percent, format_points
 from gymflow.reverify import reverify
 from gymflow.store.db import connect, copy_store
 from gymflow.store.runs import run_info
@@ -97,8 +98,8 @@ def _publish(out: Path, result: StudyResult) -> Path:
     )
     rows = [
         f"| {v.summary.name} | {v.summary.isolates or 'confounded'} | "
-        f"{_pp(v.difference)} | {_p(v.p_holm)} | {len(v.gained)}/{len(v.lost)} | "
-        f"{v.summary.health} |"
+        f"{format_points(v.difference)} | {format_number(v.p_holm)} | "
+        f"{len(v.gained)}/{len(v.lost)} | {v.summary.health} |"
         for v in result.variants
     ]
     create_markdown_artifact(
@@ -107,7 +108,7 @@ def _publish(out: Path, result: StudyResult) -> Path:
             [
                 f"# Study {result.name}",
                 "",
-                f"Baseline pass@1 {_pct(result.baseline.pass1)}; {result.test}.",
+                f"Baseline pass@1 {format_percent(result.baseline.pass1)}; {result.test}.",
                 "",
                 "| variant | isolates | difference | p (Holm) | gained/lost | health |",
                 "|---|---|---|---|---|---|",
@@ -117,15 +118,3 @@ def _publish(out: Path, result: StudyResult) -> Path:
         description="Study: each variant against the baseline",
     )
     return report
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
-
-
-def _pp(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:+.1f} pp"
-
-
-def _p(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3g}"

@@ -176,9 +176,14 @@ def plan_problems(
     failing: dict[str, list[tuple[int, str]]] = {}
     for row, task in enumerate(plan.all_tasks):
         try:
-            render_prompt(plan.template, task.inputs)
+            rendered = render_prompt(plan.template, task.inputs)
         except PromptError as exc:
             failing.setdefault(str(exc), []).append((row, task.task_id))
+        else:
+            if not rendered.strip():  # an empty CSV cell: the model would be asked nothing
+                failing.setdefault("renders empty (an empty field?)", []).append(
+                    (row, task.task_id)
+                )
     problems = []
     for message, rows in failing.items():
         shown = ", ".join(f"row {row} ({task_id})" for row, task_id in rows[:rows_shown])

@@ -101,8 +101,15 @@ class VerifierSpec:
         try:
             params = self.params_model.model_validate(values)
         except ValidationError as exc:
+            known = ", ".join(self.params_model.model_fields) or "none"
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+                f"{'.'.join(str(p) for p in e['loc'])}: "
+                + (
+                    f"not a parameter of {self.name} (its parameters: {known})"
+                    if e["type"] == "extra_forbidden"
+                    else e["msg"]
+                )
+                for e in exc.errors()
             )
             raise VerifierParamsError(f"verifier {self.name!r} parameters: {problems}") from None
         # `rel_tol=inf` would pass every answer, and the version's JSON would hold `Infinity`

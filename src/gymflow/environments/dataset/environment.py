@@ -144,7 +144,11 @@ class DatasetEnvironment(Environment):
             rows = read_rows(path, self.spec.format or "jsonl", self.limit)
         rules = self.rules()
         mapped = map_rows(rows, rules)
-        problems = [*self._unmapped(rules), *mapped.problems(source)]
+        problems = [
+            *self._unmapped(rules),
+            *mapped.problems(source),
+            *_repeated_ids(source, mapped.tasks, mapped.wheres),
+        ]
         if not mapped.tasks and not problems:
             problems = [f"{source}: holds no rows"]
         loaded = Loaded(source, commit, mapped.tasks, mapped.digests, mapped.wheres, problems)
@@ -214,3 +218,18 @@ class DatasetEnvironment(Environment):
             "dataset.fields.reference to a passing response); on the others it replies that it "
             "cannot, and those rollouts fail verification: use a real model for this dataset"
         )
+
+
+def _repeated_ids(source: str, tasks: list[Task], wheres: list[str]) -> list[str]:
+    """A task id given by two rows, named by the file's own lines (or Parquet rows), as every
+    other row problem is: "line 7: task_id 'a' repeats line 3"."""
+    first: dict[str, str] = {}
+    problems = []
+    for task, where in zip(tasks, wheres, strict=True):
+        if task.task_id in first:
+            problems.append(
+                f"{source}: {where}: task_id {task.task_id!r} repeats {first[task.task_id]}"
+            )
+        else:
+            first[task.task_id] = where
+    return problems
