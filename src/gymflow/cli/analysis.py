@@ -13,6 +13,7 @@ from gymflow.analysis.health import Gate, health
 from gymflow.analysis.profile import profile
 from gymflow.analysis.results import Comparison, Profile
 from gymflow.analysis.run import analyse
+from gymflow.analysis.stats import PairedPower, Power
 from gymflow.cli import exit_codes
 from gymflow.cli.app import console, eval_app, fail, print_json
 from gymflow.reverify import parse_settings, reverify
@@ -107,19 +108,25 @@ def print_comparison(result: Comparison, profiles: dict[str, Profile]) -> None:
             f"  {side.upper()}: pass@1 {_pct(p.pass_at_1)} (95% CI {_interval(p.ci95)}), "
             f"coverage {p.coverage.as_dict()}"
         )
+    correlation = "n/a" if result.correlation is None else f"{result.correlation:.2f}"
+    p_value = "n/a" if result.p_value is None else f"{result.p_value:.4g}"
     console.print(
-        f"paired on {result.tasks} tasks: A - B = [bold]{_pct(result.difference)}[/] "
-        f"(SE {_pct(result.stderr)}, 95% CI {_interval(result.ci95, result.ci95_reason)}"
-        f", paired t); correlation {result.correlation}"
+        f"paired on {result.tasks} tasks, difference in pass rate: A - B = "
+        f"[bold]{_pct(result.difference)}[/] (SE {_pct(result.stderr)}, 95% CI "
+        f"{_interval(result.ci95, result.ci95_reason)}, p = {p_value}); "
+        f"correlation {correlation}"
     )
+    console.print(f"  test: {result.test}", markup=False, soft_wrap=True)
+    _print_power(result.power, "pass rate")
     unpaired = result.unpaired_task_ids
     for ids, label in ((unpaired.a_only, "A"), (unpaired.b_only, "B")):
         if ids:
             console.print(f"  not paired: {len(ids)} tasks scored in {label} only: {_listed(ids)}")
     m = result.mcnemar
     console.print(
-        f"McNemar ({m.method}, per-task majority): {m.b} tasks solved only by A, "
-        f"{m.c} only by B, p = {m.p_value:.4g}"
+        f"share solved by majority verdict: A {_pct(result.solved_a)}, B {_pct(result.solved_b)}, "
+        f"A - B = {_pct(result.solved_difference)}; McNemar ({m.method}): {m.b} tasks solved "
+        f"only by A, {m.c} only by B, p = {m.p_value:.4g}"
     )
     flipped = result.flipped
     for tasks, label in (
@@ -128,28 +135,36 @@ def print_comparison(result: Comparison, profiles: dict[str, Profile]) -> None:
     ):
         if tasks:
             console.print(f"  {label}: {_listed(tasks)}")
-    power = result.power
-    console.print(f"power of {power.test}:")
+    _print_power(result.majority_power, "share solved")
+    majority = result.majority_power
+    console.print(
+        f"  (assuming {_pct(majority.discordant_share)} of tasks solved by one run only, as here)"
+    )
+    for factor in result.factors:
+        console.print(f"  differs: {factor.factor}: {factor.a!r} vs {factor.b!r}")
+    console.print(result.attribution)
+
+
+def _print_power(power: PairedPower | Power, quantity: str) -> None:
+    """A test's minimum detectable difference and tasks needed, in the quantity it tests."""
+    console.print(f"  power of {power.test}:", markup=False, soft_wrap=True)
     detectable = power.minimum_detectable_difference
     console.print(
-        f"  minimum detectable difference in share solved at 80% power with "
+        f"    minimum detectable difference in {quantity} at 80% power with "
         f"{power.tasks_now} tasks: "
         + (
             _pct(detectable)
             if detectable is not None
             else f"none ({power.minimum_detectable_difference_reason})"
-        )
+        ),
+        markup=False,
     )
     needed = power.tasks_needed
     console.print(
-        f"  tasks needed to detect {_pct(power.difference)} at 80% power: "
-        + (f"about {needed}" if needed is not None else f"n/a ({power.tasks_needed_reason})")
-        + f" (assuming {_pct(power.discordant_share)} of tasks solved by one run only, "
-        "as here)"
+        f"    tasks needed to detect {_pct(power.difference)} in {quantity} at 80% power: "
+        + (f"about {needed}" if needed is not None else f"n/a ({power.tasks_needed_reason})"),
+        markup=False,
     )
-    for factor in result.factors:
-        console.print(f"  differs: {factor.factor}: {factor.a!r} vs {factor.b!r}")
-    console.print(result.attribution)
 
 
 def _listed(tasks: list[str]) -> str:
