@@ -59,7 +59,15 @@ def study_run(
     base = result["baseline"]
     pass1 = "n/a" if base["pass1"] is None else f"{100 * base['pass1']:.1f}%"
     console.print(f"study {result['name']}: baseline pass@1 {pass1}", markup=False)
-    columns = ("variant", "isolates", "difference", "95% CI", "p (Holm)", "gained/lost", "health")
+    columns = (
+        "variant",
+        "isolates",
+        "difference",
+        "95% CI (simultaneous)",
+        "p (Bonferroni)",
+        "gained/lost",
+        "health",
+    )
     table = Table(*columns)
     for v in result["variants"]:
         s = v["summary"]
@@ -69,10 +77,10 @@ def study_run(
             s["isolates"] or "confounded",
             _pp(v["difference"]),
             f"{_pp(ci[0])} to {_pp(ci[1])}" if ci else "n/a",
-            "n/a" if v["p_holm"] is None else f"{v['p_holm']:.3g}",
+            "n/a" if v["p_adjusted"] is None else f"{v['p_adjusted']:.3g}",
             f"{len(v['gained'])}/{len(v['lost'])}",
             s["health"],
         )
     console.print(table)
-    console.print(f"p-values: {result['test']}", markup=False, soft_wrap=True)
+    console.print(f"test: {result['test']}", markup=False, soft_wrap=True)
     console.print(f"report: {Path(result['report']).resolve()}", markup=False, soft_wrap=True)

@@ -97,7 +97,7 @@ def _publish(out: Path, result: StudyResult) -> Path:
     )
     rows = [
         f"| {v.summary.name} | {v.summary.isolates or 'confounded'} | "
-        f"{_pp(v.difference)} | {_p(v.p_holm)} | {len(v.gained)}/{len(v.lost)} | "
+        f"{_pp(v.difference)} | {_p(v.p_adjusted)} | {len(v.gained)}/{len(v.lost)} | "
         f"{v.summary.health} |"
         for v in result.variants
     ]
@@ -109,7 +109,7 @@ def _publish(out: Path, result: StudyResult) -> Path:
                 "",
                 f"Baseline pass@1 {_pct(result.baseline.pass1)}; {result.test}.",
                 "",
-                "| variant | isolates | difference | p (Holm) | gained/lost | health |",
+                "| variant | isolates | difference | p (Bonferroni) | gained/lost | health |",
                 "|---|---|---|---|---|---|",
                 *rows,
             ]
