@@ -87,9 +87,7 @@ def main() -> None:
         f"{months:,} seeded months a scenario (seed {args.seed}); CUSUM allowance "
         f"{ALLOWANCE:g} SE, threshold {THRESHOLD:g}, margin {100 * MARGIN:.0f} points"
     )
-    print(
-        f"Monte-Carlo SE of a share near 5%: {100 * math.sqrt(0.05 * 0.95 / months):.1f} points"
-    )
+    print(f"Monte-Carlo SE of a share near 5%: {100 * math.sqrt(0.05 * 0.95 / months):.1f} points")
     results: dict[str, dict[str, np.ndarray]] = {}
     for name, drop in _scenarios().items():
         runs = [simulate_month(rng, args.tasks, args.repeats, drop) for _ in range(months)]

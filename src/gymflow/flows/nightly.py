@@ -1,6 +1,7 @@
 """The `nightly` flow: the evaluation loop, then the regression gate (a CUSUM of paired tests
 against a pinned baseline, `gymflow.history.gate`). A regression fails the flow run, is stated
-in the run's report and artifacts, and emits a `gymflow.run.regressed` event an automation can turn into a notification."""
+in the run's report and artifacts, and emits a `gymflow.run.regressed` event an automation can
+turn into a notification."""
 
 from __future__ import annotations
 
