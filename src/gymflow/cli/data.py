@@ -245,10 +245,15 @@ def _rate(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
 
 
+def _share(value: float | None, digits: int) -> str:
+    return "n/a" if value is None else f"{100 * value:.{digits}f}%"
+
+
 def _print_profile(result: dict) -> None:
     console.print(
         f"{result['tasks']} tasks, [bold]{result['informative']}[/] informative "
-        f"({100 * result['informative_share']:.1f}%: 0 < pass rate < 1) under verifier "
+        f"({_share(result['informative_share'], 1)} of the tasks with a score: 0 < pass rate < 1) "
+        "under verifier "
         f"{result['verifier_version']}"
     )
     table = Table("group", "tasks", "informative", "mean pass", "tasks per pass-rate bin")
@@ -259,14 +264,15 @@ def _print_profile(result: dict) -> None:
         table.add_row(
             label,
             str(g["tasks"]),
-            f"{100 * g['informative_share']:.0f}%",
+            _share(g["informative_share"], 0),
             _rate(g["mean_pass_rate"]),
             " ".join(f"{b}:{v}" for b, v in g["histogram"].items() if v),
         )
     console.print(table)
     dups = result["near_duplicates"]
     console.print(
-        f"near-duplicate prompts (similarity >= {dups['threshold']}): {dups['groups']} groups, "
+        f"near-duplicate prompts (exact similarity >= {dups['threshold']}; precision 100%, "
+        f"recall {dups['recall_at_threshold']:.1%} at the threshold): {dups['groups']} groups, "
         f"{dups['grouped_tasks']} tasks"
     )
     for group in dups["shown"]:
