@@ -5,10 +5,10 @@ simulated month from Uniform(0.1, 0.95)), runs `--repeats` times a task every ni
 baseline is one such run made before the month. A stable month keeps every probability; a drop
 lowers each by 2, 5 or 10 points from the first night on; a drift lowers them by 1 point a night
 for 10 nights (then stays 10 points down). Each night is judged with the gate's own functions
-(`paired_t` for the statistic, `gate.cusum` for the sequence, the margin as `gym runs gate`
-applies it), and, for comparison, with the rule gymflow used before (a 95% CI of the paired
-difference below 0 and a drop beyond the margin), against the night before and against the
-pinned baseline.
+(`paired_t` for the statistic, `gate.sequence` for the CUSUM and the single-night limit, the
+margin as `gym runs gate` applies it), and, for comparison, with the rule gymflow used before
+(a 95% CI of the paired difference below 0 and a drop beyond the margin), against the night
+before and against the pinned baseline.
 
 Printed: the share of stable months with at least one false alarm and false alarms per month;
 the share of months in which each drop is caught on the first night, within 7 and within 30
@@ -29,7 +29,7 @@ from collections.abc import Callable
 import numpy as np
 
 from gymflow.analysis.stats import paired_t
-from gymflow.history.gate import ALLOWANCE, THRESHOLD, cusum
+from gymflow.history.gate import ALLOWANCE, LIMIT, THRESHOLD, sequence
 
 NIGHTS = 30
 MARGIN = 0.02
@@ -62,9 +62,9 @@ def simulate_month(
 
     statistics = [t.difference / t.stderr for t in base]
     return {
-        "gate (CUSUM vs pinned baseline)": [
-            s > THRESHOLD and t.difference < -MARGIN
-            for s, t in zip(cusum(statistics), base, strict=True)
+        "gate (CUSUM + limit vs pinned baseline)": [
+            alarmed and t.difference < -MARGIN
+            for (_, alarmed), t in zip(sequence(statistics), base, strict=True)
         ],
         "old rule vs the night before": [old(t) for t in prev],
         "old rule vs pinned baseline": [old(t) for t in base],
@@ -85,7 +85,8 @@ def main() -> None:
     print(
         f"Regression gate at {args.tasks} tasks x {args.repeats} repeats, {NIGHTS}-night months, "
         f"{months:,} seeded months a scenario (seed {args.seed}); CUSUM allowance "
-        f"{ALLOWANCE:g} SE, threshold {THRESHOLD:g}, margin {100 * MARGIN:.0f} points"
+        f"{ALLOWANCE:g} SE, threshold {THRESHOLD:g}, single-night limit {LIMIT:g} SE, margin "
+        f"{100 * MARGIN:.0f} points"
     )
     print(f"Monte-Carlo SE of a share near 5%: {100 * math.sqrt(0.05 * 0.95 / months):.1f} points")
     results: dict[str, dict[str, np.ndarray]] = {}

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gymflow.history.catalog import CATALOG_FILE, refresh
-from gymflow.history.gate import ALLOWANCE, THRESHOLD, cusum, gate
+from gymflow.history.gate import ALLOWANCE, LIMIT, THRESHOLD, gate, sequence
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder
 from tests.conftest import gym
@@ -62,21 +62,27 @@ def test_the_gate_catches_the_regression_and_raises_no_false_alarm(week):
         assert verdict.passed is not regressed
         # the smallest drop caught tonight (80% power) is stated, at this run's standard error
         se = found.difference / found.statistic
-        expected = (THRESHOLD + ALLOWANCE - found.cusum_before + 0.8416212335729143) * se
+        to_alarm = min(THRESHOLD + ALLOWANCE - found.cusum_before, LIMIT)
+        expected = (to_alarm + 0.8416212335729143) * se
         assert found.detectable_drop == pytest.approx(expected)
         assert f"a drop of {100 * expected:.1f} points is caught tonight" in found.why
     caught = gate(week[REGRESSED_NIGHT], margin=0.05).checks[0]
-    assert caught.difference < -0.2 and caught.ci95[1] < 0 and caught.cusum > THRESHOLD
+    assert caught.difference < -0.2 and caught.ci95[1] < 0 and caught.statistic < -LIMIT
     # the alarm restarts the CUSUM: the recovered night after it starts from 0
     assert gate(week[REGRESSED_NIGHT + 1], margin=0.05).checks[0].cusum_before == 0.0
     assert "FAILED" in gate(week[REGRESSED_NIGHT], margin=0.05).summary()
 
 
 def test_the_cusum_adds_up_small_drops_and_forgets_after_an_alarm():
-    # t = -2.5 a night: 2.5 - 1 = 1.5 added each night, past 5.5 on the fourth
-    assert cusum([-2.5] * 5) == pytest.approx([1.5, 3.0, 4.5, 6.0, 1.5])
-    assert cusum([0.5, -1.0, 3.0]) == [0.0, 0.0, 0.0]  # within the allowance: nothing adds up
-    assert cusum([-8.0, 0.0]) == [7.0, 0.0]  # a large drop alarms at once
+    assert (THRESHOLD, ALLOWANCE, LIMIT) == (7.0, 1.0, 3.5)  # the figures below assume them
+    # t = -2.5 a night: 2.5 - 1 = 1.5 added each night, past 7 on the fifth, then from 0 again
+    found = sequence([-2.5] * 6)
+    assert [s for s, _ in found] == pytest.approx([1.5, 3.0, 4.5, 6.0, 7.5, 1.5])
+    assert [alarmed for _, alarmed in found] == [False] * 4 + [True, False]
+    # within the allowance nothing adds up
+    assert sequence([0.5, -1.0, 3.0]) == [(0.0, False)] * 3
+    # a large drop alarms on its first night, through the single-night limit
+    assert sequence([-3.6, 0.0]) == [(pytest.approx(2.6), True), (0.0, False)]
 
 
 def test_a_comparison_not_made_is_stated_and_fails_the_gate(week, tmp_path):

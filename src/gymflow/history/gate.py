@@ -7,10 +7,12 @@ raised a false alarm on 2.5% of nights, so on most 30-night months at least once
 slow drift was never seen. Here the reference stays put (the baseline: given, or the earliest
 run of the benchmark version in the history), each night's paired t statistic against it,
 z = difference / SE, feeds a one-sided CUSUM, S = max(0, S_before - z - ALLOWANCE), and the gate
-alarms when S exceeds THRESHOLD (S restarts at 0 after an alarm). Small drops add up night after
-night until they are seen; a large one alarms at once. bench/gate_calibration.py measures what
-this gives at the nightly's size: false alarms per 30-night month and how soon 2/5/10-point
-drops and drifts are caught. A drop must also exceed the margin to fail the gate."""
+alarms when S exceeds THRESHOLD, or at once when a single night's t is below -LIMIT (S restarts
+at 0 after an alarm): the CUSUM adds small drops up night after night until they are seen, the
+limit catches a large drop on its first night (a combined Shewhart-CUSUM scheme, Lucas 1982).
+bench/gate_calibration.py measures what this gives at the nightly's size: false alarms per
+30-night month and how soon 2/5/10-point drops and drifts are caught. A drop must also exceed
+the margin to fail the gate."""
 
 from __future__ import annotations
 
@@ -32,18 +34,20 @@ GATE_FILE = "gate.json"
 #: The CUSUM's allowance k, in standard errors: a night whose drop is within k SE of the
 #: baseline adds nothing. About half the shift in SE it is quickest to detect (2 SE).
 ALLOWANCE = 1.0
-#: The CUSUM's decision threshold h: about 5% of stable 30-night months raise an alarm at the
-#: nightly's size (50 tasks x 4 repeats), against a baseline of that size too, whose own noise is
-#: shared by every night (bench/gate_calibration.py).
-THRESHOLD = 5.5
+#: The CUSUM's decision threshold h and the single-night limit (in standard errors below the
+#: baseline): together about 5% of stable 30-night months raise an alarm at the nightly's size
+#: (50 tasks x 4 repeats) against a baseline of that size, whose own noise every night shares
+#: (bench/gate_calibration.py).
+THRESHOLD = 7.0
+LIMIT = 3.5
 #: The standard normal's 80% quantile: the detectable drop is stated at 80% power.
 Z80 = 0.8416212335729143
 #: How the gate decides: named in every verdict, so a reader knows which test said "regressed".
 TEST = (
     f"{PAIRED_TEST}, against a pinned baseline; one-sided CUSUM of its t statistics over the runs "
     f"since the baseline, S = max(0, S_before - t - {ALLOWANCE:g}), alarm when S > "
-    f"{THRESHOLD:g} (about 5% of stable 30-night months at 50 tasks x 4 repeats: "
-    "bench/gate_calibration.py)"
+    f"{THRESHOLD:g} or a single run's t < -{LIMIT:g} (about 5% of stable 30-night months at "
+    "50 tasks x 4 repeats: bench/gate_calibration.py)"
 )
 
 
@@ -109,26 +113,30 @@ class GateVerdict:
         )
 
 
-def cusum_step(before: float, statistic: float) -> float:
+def step(before: float, statistic: float) -> tuple[float, bool]:
     """The one-sided (downward) CUSUM after a run whose t statistic against the baseline is
-    `statistic` (negative: below the baseline)."""
-    return max(0.0, before - statistic - ALLOWANCE)
+    `statistic` (negative: below the baseline), and whether the run alarms."""
+    s = max(0.0, before - statistic - ALLOWANCE)
+    return s, s > THRESHOLD or statistic < -LIMIT
 
 
-def cusum(statistics: list[float]) -> list[float]:
-    """The CUSUM after each run of a sequence of t statistics, restarting from 0 after an alarm
-    (a value above THRESHOLD: the drop has been reported; one that persists alarms again)."""
+def sequence(statistics: list[float]) -> list[tuple[float, bool]]:
+    """(CUSUM, alarm) after each run of a sequence of t statistics, the CUSUM restarting from 0
+    after an alarm (the drop has been reported; one that persists alarms again)."""
     s, out = 0.0, []
     for statistic in statistics:
-        s = cusum_step(0.0 if s > THRESHOLD else s, statistic)
-        out.append(s)
+        s, alarmed = step(s, statistic)
+        out.append((s, alarmed))
+        s = 0.0 if alarmed else s
     return out
 
 
-def _cusum_before(statistics: list[float]) -> float:
+def _start(statistics: list[float]) -> float:
     """The CUSUM a run starts from after `statistics` (0 after an alarm)."""
-    last = cusum(statistics)[-1] if statistics else 0.0
-    return 0.0 if last > THRESHOLD else last
+    if not statistics:
+        return 0.0
+    s, alarmed = sequence(statistics)[-1]
+    return 0.0 if alarmed else s
 
 
 def _earlier(entries: list[CatalogEntry], run_dir: Path) -> list[CatalogEntry]:
@@ -182,7 +190,7 @@ def check(run_dir: Path, baseline: Path, *, margin: float, between: list[Path] =
         return _not_compared(baseline, exc)
     difference, se = result.difference, result.stderr
     ci = tuple(result.ci95) if result.ci95 else None
-    before = _cusum_before(earlier)
+    before = _start(earlier)
     points = f"{100 * difference:+.1f} points over {result.tasks} tasks"
     if ci is not None:
         points += f" (95% CI {100 * ci[0]:+.1f} to {100 * ci[1]:+.1f})"
@@ -192,14 +200,14 @@ def check(run_dir: Path, baseline: Path, *, margin: float, between: list[Path] =
                          result.tasks, False, why, cusum_before=before,
                          runs_in_sequence=len(earlier) + 1)  # fmt: skip
     statistic = difference / se
-    s = cusum_step(before, statistic)
-    alarm = s > THRESHOLD
+    s, alarm = step(before, statistic)
     regressed = alarm and difference < -margin
-    # Tonight alarms when -t > THRESHOLD + ALLOWANCE - before; with 80% power for a true drop
-    # of (that + z_0.8) standard errors (normal approximation).
-    detectable = (THRESHOLD + ALLOWANCE - before + Z80) * se
+    # Tonight alarms when -t exceeds THRESHOLD + ALLOWANCE - before or LIMIT; with 80% power
+    # for a true drop of (the smaller + z_0.8) standard errors (normal approximation).
+    detectable = (min(THRESHOLD + ALLOWANCE - before, LIMIT) + Z80) * se
     state = (
-        f"CUSUM {before:.1f} -> {s:.1f} (alarm above {THRESHOLD:g}) over "
+        f"t {statistic:+.2f}, CUSUM {before:.1f} -> {s:.1f} (alarm above {THRESHOLD:g}, or "
+        f"t below -{LIMIT:g}) over "
         f"{len(earlier) + 1} run{'s' if earlier else ''} since the baseline; at this run's size "
         f"a drop of {100 * detectable:.1f} points is caught tonight with 80% power"
     )
