@@ -17,6 +17,7 @@ the margin to fail the gate."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any, Literal
 from gymflow.analysis.compare import CompareError, compare
 from gymflow.analysis.health import health
 from gymflow.analysis.stats import PAIRED_TEST
-from gymflow.history.catalog import CatalogEntry, refresh
+from gymflow.history.catalog import CatalogEntry, read_entry, refresh
 from gymflow.store.db import StoreError, connect
 
 Against = Literal["baseline"]
@@ -168,7 +169,9 @@ def _not_compared(baseline: Path, exc: Exception) -> GateCheck:
     )
 
 
-def check(run_dir: Path, baseline: Path, *, margin: float, between: list[Path] = ()) -> GateCheck:
+def check(
+    run_dir: Path, baseline: Path, *, margin: float, between: Sequence[Path] = ()
+) -> GateCheck:
     """Compare `run_dir` with `baseline`, paired on task_id, after the runs `between` (in time
     order, since the baseline) have fed the CUSUM; a comparison that cannot be made is stated
     (and fails the gate: see GateVerdict.passed). An earlier run that cannot be compared is left
@@ -259,6 +262,11 @@ def gate(
         return GateVerdict(str(run_dir), margin, TEST, (), unhealthy)
     key = str(baseline.resolve())
     since = next((e.created_at for e in earlier if e.run_dir == key), None)
+    if since is None:  # a baseline outside the history: the runs after it still feed the CUSUM
+        try:
+            since = read_entry(baseline).created_at
+        except (StoreError, OSError):
+            since = None  # not a run: `check` says so
     between = sorted(
         (e for e in earlier if since is not None and e.created_at > since),
         key=lambda e: e.created_at or datetime.min,
