@@ -24,6 +24,7 @@ from gymflow.store.db import connect
 
 if TYPE_CHECKING:
     from gymflow.analysis.results import Comparison, Profile
+    from gymflow.analysis.stats import PairedPower, Power
 
 # Each command imports what only it runs (the health checks, the diagnosis, the verifiers of a
 # reverify) in its body: `gym eval profile` does not pay for the others.
@@ -123,21 +124,26 @@ def print_comparison(result: Comparison, profiles: dict[str, Profile]) -> None:
         console.print(f"  {side.upper()}: {headline_text(p)}; coverage: {coverage}")
     console.print(
         styled(
-            f"paired on {result.tasks} tasks: A - B = ",
+            f"paired on {result.tasks} tasks, difference in pass rate: A - B = ",
             (format_percent(result.difference), "bold"),
             f" (SE {format_percent(result.stderr)}, 95% CI "
-            f"{format_interval(result.ci95, result.ci95_reason)}, paired t); correlation "
+            f"{format_interval(result.ci95, result.ci95_reason)}, "
+            f"p = {format_number(result.p_value, 4)}); correlation "
             f"{format_number(result.correlation, 2)}",
         )
     )
+    console.print(f"  test: {result.test}", markup=False, soft_wrap=True)
+    _print_power(result.power, "pass rate")
     unpaired = result.unpaired_task_ids
     for ids, label in ((unpaired.a_only, "A"), (unpaired.b_only, "B")):
         if ids:
             console.print(f"  not paired: {len(ids)} tasks scored in {label} only: {_listed(ids)}")
     m = result.mcnemar
     console.print(
-        f"McNemar ({m.method}, per-task majority): {m.b} tasks solved only by A, "
-        f"{m.c} only by B, p = {format_number(m.p_value, 4)}"
+        f"share solved by majority verdict: A {format_percent(result.solved_a)}, "
+        f"B {format_percent(result.solved_b)}, A - B = {format_percent(result.solved_difference)}; "
+        f"McNemar ({m.method}): {m.b} tasks solved only by A, {m.c} only by B, "
+        f"p = {format_number(m.p_value, 4)}"
     )
     flipped = result.flipped
     for tasks, label in (
@@ -146,30 +152,40 @@ def print_comparison(result: Comparison, profiles: dict[str, Profile]) -> None:
     ):
         if tasks:
             console.print(f"  {label}: {_listed(tasks)}")
-    power = result.power
-    console.print(f"power of {power.test}:")
-    detectable = power.minimum_detectable_difference
+    _print_power(result.majority_power, "share solved")
+    majority = result.majority_power
     console.print(
-        f"  minimum detectable difference in share solved at 80% power with "
-        f"{power.tasks_now} tasks: "
-        + (
-            format_percent(detectable)
-            if detectable is not None
-            else f"none ({power.minimum_detectable_difference_reason})"
-        )
-    )
-    needed = power.tasks_needed
-    console.print(
-        f"  tasks needed to detect {format_percent(power.difference)} at 80% power: "
-        + (f"about {needed}" if needed is not None else f"n/a ({power.tasks_needed_reason})")
-        + f" (assuming {format_percent(power.discordant_share)} of tasks solved by one run only, "
-        "as here)"
+        f"  (assuming {format_percent(majority.discordant_share)} of tasks solved by one run "
+        "only, as here)"
     )
     for factor in result.factors:
         console.print(
             f"  differs: {factor.factor}: {format_value(factor.a)} vs {format_value(factor.b)}"
         )
     console.print(result.attribution)
+
+
+def _print_power(power: PairedPower | Power, quantity: str) -> None:
+    """A test's minimum detectable difference and tasks needed, in the quantity it tests."""
+    console.print(f"  power of {power.test}:", markup=False, soft_wrap=True)
+    detectable = power.minimum_detectable_difference
+    console.print(
+        f"    minimum detectable difference in {quantity} at 80% power with "
+        f"{power.tasks_now} tasks: "
+        + (
+            format_percent(detectable)
+            if detectable is not None
+            else f"none ({power.minimum_detectable_difference_reason})"
+        ),
+        markup=False,
+    )
+    needed = power.tasks_needed
+    console.print(
+        f"    tasks needed to detect {format_percent(power.difference)} in {quantity} at 80% "
+        "power: "
+        + (f"about {needed}" if needed is not None else f"n/a ({power.tasks_needed_reason})"),
+        markup=False,
+    )
 
 
 def _listed(tasks: list[str]) -> str:

@@ -262,7 +262,8 @@ def _print_profile(result: dict) -> None:
         styled(
             f"{result['tasks']} tasks, ",
             (str(result["informative"]), "bold"),
-            f" informative ({format_percent(result['informative_share'])}: 0 < pass rate < 1) "
+            f" informative ({format_percent(result['informative_share'])} "
+            "of the tasks with a score: 0 < pass rate < 1) "
             f"under verifier {result['verifier_version']}",
         )
     )
@@ -283,7 +284,8 @@ def _print_profile(result: dict) -> None:
     print_table(console, grid)
     dups = result["near_duplicates"]
     console.print(
-        f"near-duplicate prompts (similarity >= {dups['threshold']}): {dups['groups']} groups, "
+        f"near-duplicate prompts (exact similarity >= {dups['threshold']}; precision 100%, "
+        f"recall {dups['recall_at_threshold']:.1%} at the threshold): {dups['groups']} groups, "
         f"{dups['grouped_tasks']} tasks"
     )
     for group in dups["shown"]:

@@ -132,14 +132,18 @@ def runs_gate(
         Path | None,
         typer.Option(help="Where earlier runs live (default: the folder holding RUN_DIR)."),
     ] = None,
-    baseline: Annotated[Path | None, typer.Option(help="A pinned baseline run.")] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(help="The pinned baseline run (default: the earliest run under --root)."),
+    ] = None,
     margin: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Drop (0-1) a regression must exceed.")
     ] = 0.02,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Compare RUN_DIR, paired by task, with the run before it and a baseline; exit 2 when a
-    significant drop beyond the margin is found. The verdict is kept as RUN_DIR/gate.json, and
+    """Compare RUN_DIR, paired by task, with a pinned baseline, and feed the paired t statistic
+    to a CUSUM over the runs since the baseline; exit 2 when it alarms on a drop beyond the
+    margin. The verdict is kept as RUN_DIR/gate.json, and
     `gym report RUN_DIR` states it."""
     from gymflow.history.gate import gate, save_verdict
 

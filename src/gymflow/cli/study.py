@@ -52,7 +52,15 @@ def study_run(
         return
     base = result["baseline"]
     console.print(f"study {result['name']}: baseline pass@1 {format_percent(base['pass1'])}")
-    columns = ("variant", "isolates", "difference", "95% CI", "p (Holm)", "gained/lost", "health")
+    columns = (
+        "variant",
+        "isolates",
+        "difference",
+        "95% CI (simultaneous)",
+        "p (Bonferroni)",
+        "gained/lost",
+        "health",
+    )
     grid = table(*columns, keys=("variant",))
     for v in result["variants"]:
         s = v["summary"]
@@ -61,10 +69,10 @@ def study_run(
             s["isolates"] or "confounded",
             format_points(v["difference"]),
             format_interval(v["ci95"], each=format_points, between=" to "),
-            format_number(v["p_holm"]),
+            format_number(v["p_adjusted"]),
             f"{len(v['gained'])}/{len(v['lost'])}",
             s["health"],
         )
     print_table(console, grid)
-    console.print(f"p-values: {result['test']}")
+    console.print(f"test: {result['test']}")
     console.print(f"report: {Path(result['report']).resolve()}")

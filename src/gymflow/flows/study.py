@@ -98,7 +98,7 @@ def _publish(out: Path, result: StudyResult) -> Path:
     )
     rows = [
         f"| {v.summary.name} | {v.summary.isolates or 'confounded'} | "
-        f"{format_points(v.difference)} | {format_number(v.p_holm)} | "
+        f"{format_points(v.difference)} | {format_number(v.p_adjusted)} | "
         f"{len(v.gained)}/{len(v.lost)} | {v.summary.health} |"
         for v in result.variants
     ]
@@ -110,7 +110,7 @@ def _publish(out: Path, result: StudyResult) -> Path:
                 "",
                 f"Baseline pass@1 {format_percent(result.baseline.pass1)}; {result.test}.",
                 "",
-                "| variant | isolates | difference | p (Holm) | gained/lost | health |",
+                "| variant | isolates | difference | p (Bonferroni) | gained/lost | health |",
                 "|---|---|---|---|---|---|",
                 *rows,
             ]
