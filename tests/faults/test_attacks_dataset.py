@@ -207,3 +207,27 @@ def test_validate_stops_a_slow_template_at_its_time_bound_on_the_first_row(tmp_p
     assert "row 0 (q0): prompt: took more than 2 s to render; the 49 rows after it" in report
     assert "slow.yaml (prompt_template)" in report
     assert tree_digest(tmp_path) == before
+
+
+def test_a_corrupt_parquet_page_is_a_problem_naming_its_row_group(tmp_path, monkeypatch) -> None:
+    """A data page whose header is not thrift: an `OSError: Couldn't deserialize thrift`
+    traceback. Now one problem naming the file and the row group's rows; the groups before
+    and after it are read, so their own problems are reported in the same pass."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [dict(ROWS[0], id=f"q{i}", answer=i) for i in range(30)]
+    rows[25]["answer"] = float("nan")
+    path = tmp_path / "benchmarks" / "d.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=10, compression="NONE")
+    column = pq.ParquetFile(path).metadata.row_group(1).column(1)
+    data = bytearray(path.read_bytes())
+    data[column.data_page_offset : column.data_page_offset + 12] = b"\xff" * 12
+    path.write_bytes(data)
+    write_benchmark(tmp_path, "torn", {"path": "d.parquet", "fields": MAPPED})
+    with pytest.raises(ConfigError) as caught:
+        _plan(tmp_path, "torn", monkeypatch)
+    message = str(caught.value)
+    assert f"{path}: row group 1 (rows 10 to 19): cannot be read: Couldn't deserialize" in message
+    assert "row 25" in message and "non-finite" in message
