@@ -7,11 +7,19 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
 
 from gymflow import bounded_yaml
 from gymflow.errors import UserError
@@ -130,20 +138,51 @@ def refuse_key_as_env_name(value: str | None) -> str | None:
     return value
 
 
+def _any_case(word: str) -> str:
+    """`word` as a case-insensitive pattern: JSON Schema's (ECMAScript) patterns take no flags."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
+
+
+# The two rules above as JSON Schema patterns, built from the same words, so the Prefect form
+# refuses before a flow run exists what the config refuses when it is validated (the form held
+# a key as `api_key_env`, and `user:password@`, in a flow run's parameters). tests/faults checks
+# that pattern and function agree.
+_CREDENTIAL_WORDS = _CREDENTIAL_PARAM.pattern.split("|")
+#: A URL without `user:password@` and without a query or fragment parameter named for a key
+#: (or percent-escaped: a name the pattern cannot read, as `%6Bey` for `key`).
+URL_PATTERN = (
+    f"^(?!.*[?#&][^=&#]*(?:%|{'|'.join(map(_any_case, _CREDENTIAL_WORDS))}))"
+    + URL_WITHOUT_CREDENTIALS.removeprefix("^")
+)
+#: A variable's name that does not look like a key (a key's prefix; one long run with digits).
+API_KEY_ENV_PATTERN = (
+    f"^(?!{'|'.join(_any_case(p) for p in _KEY_PREFIXES if re.fullmatch(r'[A-Za-z_]+', p))})"
+    "(?!(?=.{20})_*[A-Za-z0-9]*[0-9][A-Za-z0-9]*_*$)" + ENV_VAR_NAME.removeprefix("^")
+)
+#: A model server's URL, wherever one is given (config, Prefect form, judge parameters).
+ServerUrl = Annotated[
+    str,
+    AfterValidator(refuse_url_credentials),
+    WithJsonSchema({"type": "string", "pattern": URL_PATTERN}),
+]
+#: The name of the environment variable holding an API key, wherever one is given.
+ApiKeyEnv = Annotated[
+    str,
+    AfterValidator(refuse_key_as_env_name),
+    WithJsonSchema({"type": "string", "pattern": API_KEY_ENV_PATTERN}),
+]
+
+
 class ModelConfig(_Strict):
     """Where the policy's model lives. `local` starts the seeded local policy server."""
 
     kind: Literal["local", "responses", "chat_completions"] = "local"
-    base_url: str | None = Field(
-        None,
-        description="e.g. http://127.0.0.1:8000/v1 (no user:password@: use api_key_env)",
-        json_schema_extra={"pattern": URL_WITHOUT_CREDENTIALS},
+    base_url: ServerUrl | None = Field(
+        None, description="e.g. http://127.0.0.1:8000/v1 (no user:password@: use api_key_env)"
     )
     name: str = "gymflow-local-policy"
-    api_key_env: str | None = Field(
-        None,
-        description="Name of the environment variable holding the API key (never the key).",
-        json_schema_extra={"pattern": ENV_VAR_NAME},
+    api_key_env: ApiKeyEnv | None = Field(
+        None, description="Name of the environment variable holding the API key (never the key)."
     )
     seed_in: Literal["body", "metadata", "none"] | None = Field(
         None,
@@ -166,16 +205,6 @@ class ModelConfig(_Strict):
     requests_per_minute: float | None = Field(None, gt=0.0)
     skill_seed: int = Field(0, description="Local policy only: which tasks it can and cannot do.")
     faults: FaultSpec = FaultSpec()
-
-    @field_validator("base_url")
-    @classmethod
-    def _no_credentials(cls, url: str | None) -> str | None:
-        return refuse_url_credentials(url)
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _names_a_variable(cls, value: str | None) -> str | None:
-        return refuse_key_as_env_name(value)
 
     @model_validator(mode="after")
     def _remote_needs_url(self) -> ModelConfig:
@@ -244,11 +273,10 @@ class EvalConfig(_Strict):
     out: str = Field("runs/latest", description="Run directory (store and report).")
     shard: ShardSpec = ShardSpec()
     prompt_template: str | None = None
-    resources_url: str | None = Field(
+    resources_url: ServerUrl | None = Field(
         None,
         description="Use the environment's resources server served at this URL (`gym serve "
         "environment NAME --port P`) instead of an in-process one.",
-        json_schema_extra={"pattern": URL_WITHOUT_CREDENTIALS},
     )
     stop_after_transport_failures: int = Field(
         20,
@@ -256,11 +284,6 @@ class EvalConfig(_Strict):
         description="Stop the run early (resumable) when this many rollouts in a row could not "
         "reach the model server (or a served resources server), after each call's own retries.",
     )
-
-    @field_validator("resources_url")
-    @classmethod
-    def _no_credentials(cls, url: str | None) -> str | None:
-        return refuse_url_credentials(url)
 
     @model_validator(mode="after")
     def _one_target(self) -> EvalConfig:

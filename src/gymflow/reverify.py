@@ -59,6 +59,8 @@ def parse_settings(pairs: list[str]) -> dict[str, Any]:
             raise ReverifyError(f"--set {pair!r}: expected KEY=VALUE, e.g. mode=loose")
         try:
             settings[key.strip()] = bounded_yaml.safe_load(raw) if raw.strip() else ""
+        except bounded_yaml.YamlNumberError as exc:
+            raise ReverifyError(f"--set {key.strip()}: {exc}") from None
         except yaml.YAMLError as exc:
             raise ReverifyError(f"--set {pair!r}: value is not a YAML scalar: {exc}") from None
     return settings

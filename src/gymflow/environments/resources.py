@@ -128,6 +128,9 @@ class ResourcesServer:
             return self._bounded_failure(exc)
 
     def _bounded_failure(self, exc: WorkerTimeout | WorkerFailed) -> Verification:
+        if isinstance(exc, WorkerTimeout) and self.verifier.outlived_bound_fails:
+            details = {"reason": "timeout", "limit": "verifier_timeout_s", "error": str(exc)}
+            return self.judged(0.0, None, details, source="the verifier's bound")
         if isinstance(exc, WorkerTimeout):
             return self.unjudged(
                 "verifier_timeout",

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.config import ConfigError, EvalConfig, Sampling
-from gymflow.core.prompts import PromptError, render_prompt
+from gymflow.core.prompts import PromptError, PromptTimeout, render_prompt
 from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment, UnknownSplit
 from gymflow.environments.registry import (
@@ -172,11 +172,17 @@ def plan_problems(
 ) -> list[str]:
     """Every problem with a plan, not just the first. Rows failing the same way are one problem
     (naming the first few rows and the count), so a bad template gives one line, not thousands;
-    it names the file and field the template came from."""
+    it names the file and field the template came from. A template that outlives its time bound
+    on one row is not tried on the others: each would cost the bound again."""
     failing: dict[str, list[tuple[int, str]]] = {}
     for row, task in enumerate(plan.all_tasks):
         try:
             rendered = render_prompt(plan.template, task.inputs)
+        except PromptTimeout as exc:
+            left = len(plan.all_tasks) - row - 1
+            message = f"{exc}; the {left} rows after it were not rendered" if left else str(exc)
+            failing.setdefault(message, []).append((row, task.task_id))
+            break
         except PromptError as exc:
             failing.setdefault(str(exc), []).append((row, task.task_id))
         else:

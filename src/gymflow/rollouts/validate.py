@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from gymflow.config import ConfigError, EvalConfig, load_config_file, missing_api_key
 from gymflow.core.prompts import PromptError, render_prompt
+from gymflow.core.protocols import SESSION_TOKEN_HEADER
 from gymflow.environments.registry import (
     PATH_VARIABLE,
     RegistryError,
@@ -161,9 +162,11 @@ async def _health(plan: RunPlan) -> str:
                 "/seed_session", json={"task_id": task.task_id, "split": plan.split}
             )
             seeded.raise_for_status()
+            session = seeded.json()
             verified = await client.post(
                 "/verify",
-                json={"session_id": seeded.json()["session_id"], "output_text": ""},
+                json={"session_id": session["session_id"], "output_text": ""},
+                headers={SESSION_TOKEN_HEADER: session["session_token"]},
             )
             verified.raise_for_status()
     return f"resources server starts and answers /health ({health.json()['environment']})"

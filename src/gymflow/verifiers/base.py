@@ -96,6 +96,11 @@ class VerifierSpec:
     timeout_s: float | None = None
     #: The `Task.data` fields it reads, by name.
     fields: dict[str, DataField] = field(default_factory=dict)
+    #: It runs the answer's own code, so a verification that outlives `timeout_s` is the answer
+    #: running too long (reward 0, reason `timeout`, counted in every score), not a verifier
+    #: failure left out of them: an answer that could make its verification time out (a value
+    #: costly to build or compare here) would otherwise take itself out of the denominator.
+    outlived_bound_fails: bool = False
 
     def params(self, values: dict[str, Any]) -> BaseModel:
         try:
@@ -142,6 +147,7 @@ def verifier(
     reward_range: tuple[float, float] = (0.0, 1.0),
     pass_threshold: float = 1.0,
     fields: dict[str, DataField] | None = None,
+    outlived_bound_fails: bool = False,
 ) -> Callable[[VerifyFn], VerifyFn]:
     """Register a verify function under `name` with its parameter model (none: it takes no
     parameters), how it runs and its bound (`timeout_s`, default 300 s for a `worker` or
@@ -169,6 +175,7 @@ def verifier(
                 runs=runs,
                 timeout_s=bound,
                 fields=dict(fields or {}),
+                outlived_bound_fails=outlived_bound_fails,
             ),
         )
         return fn
