@@ -16,7 +16,7 @@ Scenarios are data, of two kinds:
   folder, default `.`). Its store is read as it is: a real model's run kept as a fixture.
 
     python bench/decide.py [--tiny] [--json] [--only NAME ...] [--scenarios FILE]
-                           [--recorded DIR ...]
+                           [--recorded DIR ...] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -217,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="run only these scenarios")
     parser.add_argument("--scenarios", type=Path, default=SCENARIOS)
     parser.add_argument("--recorded", type=Path, nargs="*", default=[RECORDED])
+    parser.add_argument("--keep", type=Path, help="keep the scenarios' run directories here")
     args = parser.parse_args(argv)
 
     scenarios = simulated(args.scenarios, tiny=args.tiny)
@@ -234,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             [str(work / "envs"), *([extra] if extra else [])]
         )
         outcomes = run(scenarios, work / "runs")
+        if args.keep:
+            shutil.copytree(work / "runs", args.keep, dirs_exist_ok=True)
     if args.json:
         for outcome in outcomes:
             print(json.dumps(asdict(outcome)))

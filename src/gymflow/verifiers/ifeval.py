@@ -201,7 +201,12 @@ class IfevalParams(BaseModel):
     )
 
 
-@verifier("ifeval", params=IfevalParams, fields={"constraints": DataField("list")})
+@verifier(
+    "ifeval",
+    params=IfevalParams,
+    fields={"constraints": DataField("list")},
+    no_answer_reasons=("empty_response",),
+)
 def ifeval(inp: VerifyInput, params: IfevalParams) -> Verdict:
     """Fraction of the task's verifiable constraints the response meets (strict or loose)."""
     constraints = _validated(inp.task.data.get("constraints"), inp.task.task_id)
