@@ -52,6 +52,12 @@ class Verdict:
     failure_kind: str | None = None
 
 
+#: The `details` key of a failed verdict holding what a lenient reading of the same output
+#: accepts (the task's pattern found anywhere in it, say): the evidence the diagnosis reads that
+#: a reading in another form would change the verdict (a prompt asking for another form, or a
+#: verifier parameter that rejects right answers).
+LENIENT_MATCH = "lenient_match"
+
 VerifyFn = Callable[[VerifyInput, Any], Verdict]
 
 #: What a task data field must hold: `scalar` is text or a number; `list` and `mapping` are JSON.
