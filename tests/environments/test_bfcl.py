@@ -233,17 +233,20 @@ def test_gym_eval_run_end_to_end(tmp_path: Path, by_id, prefect_api: str) -> Non
     # A function call is an answer: the passing calls are no verifier suspects and no
     # rollout is an empty output; a single-turn rollout is never stopped at max turns.
     out = tmp_path / "run"
-    diagnosis = json.loads(gym("eval", "diagnose", str(out), "--json", check=True).stdout)
+    diagnosis = json.loads(
+        gym("eval", "diagnose", str(out), "--json", cwd=tmp_path, check=True).stdout
+    )
     assert diagnosis["verifier_suspects"] == []
     assert diagnosis["decision"]["action"] != "verifier_repair"
     assert {row["category"] for row in diagnosis["taxonomy"]} <= {"wrong_answer", "no_answer"}
-    health = json.loads(gym("eval", "health", str(out), "--json").stdout)
+    health = json.loads(gym("eval", "health", str(out), "--json", cwd=tmp_path).stdout)
     assert health["checks"]["empty_output"]["count"] == 0
     assert health["checks"]["tools_never_called"]["count"] == 0
     sft = tmp_path / "sft.jsonl"
     gym(
         *("data", "trajectories", str(out), "--out", str(sft), "--kind", "passing"),
         *("--pass-rate", "[0,1]", "--keep-duplicates"),
+        cwd=tmp_path,
         check=True,
     )
     written = [json.loads(line) for line in sft.read_text().splitlines()]
