@@ -129,6 +129,11 @@ def refuse_key_as_env_name(value: str | None) -> str | None:
     return value
 
 
+#: The `tool_choice` values both the Responses API and chat completions document as text (the
+#: openai SDK's `ToolChoiceOptions` and `ChatCompletionToolChoiceOptionParam`).
+ToolChoice = Literal["auto", "required", "none"]
+
+
 class ModelConfig(_Strict):
     """Where the policy's model lives. `local` starts the seeded local policy server."""
 
@@ -149,6 +154,12 @@ class ModelConfig(_Strict):
         description="Where each rollout's seed is sent: the body's `seed` (chat completions "
         "documents it), `metadata.seed`, or nowhere. Default: none for `responses` (not a "
         "Responses API parameter: strict servers answer 422, others drop it), body otherwise.",
+    )
+    tool_choice: ToolChoice | None = Field(
+        None,
+        description="Sent as `tool_choice` on every call that offers tools: auto, required or "
+        "none. Unset: not sent, so the server's default applies (llama.cpp's function-calling "
+        "handler then ignores the tools) and the run records it as not sent.",
     )
     max_response_bytes: int = Field(
         8 << 20,

@@ -248,6 +248,10 @@ def eval_run(
     ] = None,
     model_url: Annotated[str | None, typer.Option(help="Model server base URL (…/v1).")] = None,
     model_name: Annotated[str | None, typer.Option(help="Model name sent to the server.")] = None,
+    tool_choice: Annotated[
+        str | None,
+        typer.Option(help="auto | required | none, sent with the tools (unset: not sent)."),
+    ] = None,
     shards: Annotated[
         int, typer.Option(help="Split into N shards, run concurrently here (or on --work-pool).")
     ] = 1,
@@ -297,6 +301,7 @@ def eval_run(
         "model.kind": model_kind,
         "model.base_url": model_url,
         "model.name": model_name,
+        "model.tool_choice": tool_choice,
         "stop_after_transport_failures": stop_after_transport_failures,
     }
     _execute(config, overrides, resume, scale, retry_failed)

@@ -29,7 +29,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from gymflow.config import MAX_REPEATS, EvalConfig, FaultSpec, Sampling, ShardSpec
+from gymflow.config import MAX_REPEATS, EvalConfig, FaultSpec, Sampling, ShardSpec, ToolChoice
 from gymflow.environments.registry import (
     RegistryError,
     UnknownName,
@@ -136,6 +136,11 @@ class ModelForm(_Form):
         None,
         description="Name of the environment variable (on the worker) holding the API key. "
         "Never the key itself.",
+    )
+    tool_choice: ToolChoice | SkipJsonSchema[None] = Field(
+        None,
+        description="Sent as tool_choice on every call that offers tools (auto, required, "
+        "none). Unset: not sent; the server's default applies.",
     )
     timeout_s: float = Field(60.0, gt=0.0, description="Seconds allowed for one call in total.")
     connect_timeout_s: float = Field(5.0, gt=0.0, description="Seconds allowed to connect.")

@@ -150,6 +150,9 @@ class PolicyApp:
                 return unit_draw(self.seed, body.get("seed"), entry.task_id, *parts)
 
             step = entry.step(items, correct=correct, tools=_tool_names(body), draw=draw)
+            if body.get("tool_choice") == "none" and not isinstance(step, str):
+                # Told not to call tools, as both APIs define it: a plan that needs them ends.
+                step = "I was asked not to call a tool, and cannot answer without one."
         output: list[dict[str, Any]] = []
         reasoning_tokens = 0
         if body.get("reasoning") and fault != "refused":
