@@ -192,3 +192,27 @@ def test_profile_compare_and_compare_report_name_model_kind_and_url(two_runs: Pa
     assert report.returncode == 0, report.stderr
     page = (two_runs / "local" / "compare.html").read_text()
     assert 'data-factor="model.kind"' in page and 'data-factor="model.base_url"' in page
+
+
+def test_simulated_wherever_the_simulated_server_answered(two_runs: Path) -> None:
+    """One predicate, from the answers' `model` field: the local policy and `gym serve model`
+    reached over the Responses API are both simulated, and every surface says so."""
+    for run in ("local", "served"):
+        assert _json_of("eval", "profile", run, cwd=two_runs)["simulated"] is True
+        text = gym("eval", "profile", run, cwd=two_runs)
+        assert "SIMULATED: gymflow's simulated policy server answered" in text.stdout
+        diagnose = gym("eval", "diagnose", run, cwd=two_runs)
+        assert "SIMULATED" in diagnose.stdout
+        page = (two_runs / run / "report.html").read_text()
+        assert 'data-field="simulated"' in page
+    compared = gym("eval", "profile", "local", "--compare", "served", cwd=two_runs)
+    assert "A: SIMULATED" in compared.stdout and "B: SIMULATED" in compared.stdout
+    gym("report", "local", "--compare", "served", cwd=two_runs, check=True)
+    page = (two_runs / "local" / "compare.html").read_text()
+    assert 'data-field="simulated"' in page and "answered both runs" in page
+
+
+def _json_of(*args: str, cwd: Path) -> dict:
+    out = gym(*args, "--json", cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)

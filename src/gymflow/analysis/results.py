@@ -135,6 +135,8 @@ class Profile(Result):
     benchmark: str | None
     environment: str | None
     model: str | None
+    #: a simulated model answered (`gymflow.analysis.simulated`), not a real one
+    simulated: bool
     verifier_version: str
     coverage: Coverage
     failures: str

@@ -36,6 +36,7 @@ COMMAND_MODULES: dict[tuple[str, ...], str] = {
     ("eval", "health"): "analysis",
     ("eval", "diagnose"): "analysis",
     ("eval", "reverify"): "analysis",
+    ("eval", "use-version"): "analysis",
     ("data",): "data",
     ("list",): "discover",
     ("search",): "discover",

@@ -14,7 +14,14 @@ from gymflow.analysis.profile import profile
 from gymflow.analysis.results import Comparison, Profile
 from gymflow.analysis.run import analyse
 from gymflow.cli import exit_codes
-from gymflow.cli.app import console, eval_app, fail, print_json
+from gymflow.cli.app import (
+    SIMULATED_LINE,
+    console,
+    eval_app,
+    fail,
+    print_json,
+    warn_stale_report,
+)
 from gymflow.reverify import parse_settings, reverify
 from gymflow.store.db import connect
 
@@ -74,6 +81,7 @@ def eval_profile(
                 )
             finally:
                 other.close()
+        warn_stale_report(con, run_dir)
     finally:
         con.close()
     if compare_with is not None:
@@ -97,6 +105,9 @@ def eval_profile(
 def print_comparison(result: Comparison, profiles: dict[str, Profile]) -> None:
     """The comparison as text; `profiles` holds the profile of run "a" and of run "b"."""
     a, b = result.a, result.b
+    for side in ("a", "b"):
+        if profiles[side].simulated:
+            console.print(f"{side.upper()}: {SIMULATED_LINE}", markup=False)
     console.print(
         f"[bold]{result.benchmark}[/] {result.benchmark_version}: "
         f"A = run {a.run_id} ({a.model}), B = run {b.run_id} ({b.model})"
@@ -172,6 +183,8 @@ def print_profile(result: Profile) -> None:
         f"[bold]{result.benchmark or result.environment}[/] · {result.model} · "
         f"verifier {result.verifier_version}"
     )
+    if result.simulated:
+        console.print(SIMULATED_LINE, markup=False)
     console.print(
         f"coverage: expected {coverage.expected}, scored {coverage.scored}, "
         f"failed {coverage.failed}, missing {coverage.missing} "
@@ -282,6 +295,7 @@ def eval_health(
     con = connect(run_dir, read_only=True)
     try:
         result = health(con, verifier_version=verifier_version, gate=gate, max_listed=max_listed)
+        warn_stale_report(con, run_dir)
     finally:
         con.close()
     if json_output:
@@ -308,6 +322,7 @@ def eval_health(
             f"gate: {result.gate}"
             + (f" ({', '.join(result.gate_failures)})" if result.gate_failures else "")
             + (f"; warnings: {', '.join(result.warnings)}" if result.warnings else "")
+            + f"; verifier {result.verifier_version}"
         )
     if result.gate == "fail":
         raise typer.Exit(exit_codes.GATE_FAILED)
@@ -325,6 +340,7 @@ def eval_diagnose(
     con = connect(run_dir, read_only=True)
     try:
         analysis = analyse(con, verifier_version=verifier_version, top=top)
+        warn_stale_report(con, run_dir)
     finally:
         con.close()
     result, decision = analysis.diagnosis, analysis.decision
@@ -332,6 +348,8 @@ def eval_diagnose(
         print_json({**result.as_json(), "decision": decision.as_json()})
         return
     console.print(f"run {result.run_id} · verifier {result.verifier_version}")
+    if analysis.profile.simulated:
+        console.print(SIMULATED_LINE, markup=False)
     buckets = Table("bucket", "tasks", "share")
     for name, bucket in result.buckets.items():
         buckets.add_row(name, str(bucket.tasks), _pct(bucket.share))
@@ -394,22 +412,34 @@ def eval_reverify(
         bool, typer.Option(help="Reverify even environments that verify live session state.")
     ] = False,
     base_version: Annotated[
-        str | None, typer.Option("--from-version", help="Base verifier version (newest).")
+        str | None,
+        typer.Option("--from-version", help="Base verifier version (the current one)."),
     ] = None,
+    make_current: Annotated[
+        bool,
+        typer.Option(
+            help="Read the run under the new version from now on (profile, diagnose, reports, "
+            "history, data); otherwise the current version stays."
+        ),
+    ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """New rewards from stored rollouts under changed verifier parameters (or, without --set,
     the environment's verifier as it is now); no inference. The result is a new verifier
     version beside the old one; under a version already stored, verifications that errored or
     timed out are judged again (and, without --failed-only, the passes a --failed-only reverify
-    carried from its base version)."""
+    carried from its base version). The run is read under the new version only with
+    --make-current (or `gym eval use-version`)."""
     result = reverify(
         run_dir,
         parse_settings(settings or []),
         failed_only=failed_only,
         force=force,
         base_version=base_version,
+        make_current=make_current,
     )
+    with connect(run_dir, read_only=True) as con:
+        warn_stale_report(con, run_dir)
     if json_output:
         print_json(result.as_json())
         return
@@ -438,3 +468,37 @@ def eval_reverify(
                 f"{label}: pass@1 {_pct(head.pass_at_1)} (95% CI {_interval(head.ci95)}), "
                 f"pass@{k} {_pct(pass_at_k)} [{head.verifier_version}]"
             )
+    if result.made_current or result.current_version == result.new_version:
+        console.print(f"the run is read under {result.current_version} from now on", markup=False)
+    else:
+        console.print(
+            f"the run is still read under {result.current_version} (profile, diagnose, reports, "
+            f"history, data); to read it under the new version: gym eval use-version {run_dir} "
+            f"{result.new_version}",
+            markup=False,
+            soft_wrap=True,
+        )
+
+
+@eval_app.command("use-version")
+def eval_use_version(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (or its .duckdb file).")],
+    version: Annotated[str, typer.Argument(help="A verifier version the store holds.")],
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Read the run under VERSION from now on: profile, diagnose, reports, `gym runs`, trend and
+    `gym data` read the current version unless told --verifier-version."""
+    from gymflow.store.current import current_verifier_version, make_current, stored_versions
+
+    con = connect(run_dir)
+    try:
+        before = current_verifier_version(con)
+        make_current(con, version)
+        known = stored_versions(con)
+        warn_stale_report(con, run_dir)
+    finally:
+        con.close()
+    if json_output:
+        print_json({"previous_version": before, "current_version": version, "versions": known})
+        return
+    console.print(f"{run_dir}: read under {version} from now on (was {before})", markup=False)

@@ -15,7 +15,15 @@ from rich.table import Table
 
 from gymflow import progress
 from gymflow.cli import exit_codes
-from gymflow.cli.app import app, console, errors, eval_app, fail, prefect_for_run
+from gymflow.cli.app import (
+    SIMULATED_LINE,
+    app,
+    console,
+    errors,
+    eval_app,
+    fail,
+    prefect_for_run,
+)
 from gymflow.cli.scale import server_hint_once
 from gymflow.config import (
     ConfigError,
@@ -175,6 +183,8 @@ def print_headline(result: dict[str, Any]) -> None:
         f"[bold]{profile.benchmark or profile.environment}[/] · {profile.model}"
         f" · run {profile.run_id}"
     )
+    if profile.simulated:
+        console.print(SIMULATED_LINE, markup=False)
     console.print(f"pass@1 = [bold]{pct(profile.pass_at_1)}[/]  (95% CI {pct(lo)} – {pct(hi)})")
     table = Table("k", "pass@k", "pass^k")
     for k, value in profile.pass_at_k.items():
@@ -190,6 +200,7 @@ def print_headline(result: dict[str, Any]) -> None:
     console.print(f"health: {health.verdict}{warnings}", markup=False)
     decision = analysis.decision
     console.print(f"next action: {decision.label or 'none'} ({decision.why})", markup=False)
+    console.print(f"verifier version: {profile.verifier_version}", markup=False)
     console.print(f"report: {result['report']}")
 
 

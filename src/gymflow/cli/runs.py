@@ -46,7 +46,8 @@ def runs_list(
             }
         )
         return
-    columns = ("when", "benchmark", "model", "harness", "pass@1", "95% CI", "scored", "run")
+    columns = ("when", "benchmark", "model", "harness", "verifier", "pass@1", "95% CI", "scored")
+    columns += ("run",)
     table = Table(*columns)
     for e in sorted(entries, key=lambda e: (str(e.created_at), e.run_dir)):
         ci = f"{_pct(e.ci_low)} – {_pct(e.ci_high)}" if e.ci_low is not None else "n/a"
@@ -55,6 +56,7 @@ def runs_list(
             f"{e.benchmark or e.environment} {e.benchmark_version}",
             e.model,
             e.harness,
+            e.verifier_version,
             _pct(e.pass1),
             ci,
             f"{e.scored}/{e.expected}",
@@ -90,12 +92,18 @@ def runs_trend(
             {"benchmark": benchmark, "report": str(path), "runs": [asdict(e) for e in entries]}
         )
         return
-    table = Table("when", "model", "version", "pass@1", "95% CI", "coverage")
+    table = Table("when", "model", "version", "verifier", "pass@1", "95% CI", "coverage")
     for e in entries:
         ci = f"{_pct(e.ci_low)} – {_pct(e.ci_high)}" if e.ci_low is not None else "n/a"
         when = f"{e.created_at:%Y-%m-%d %H:%M}" if e.created_at else "?"
         table.add_row(
-            when, e.model, e.benchmark_version, _pct(e.pass1), ci, f"{e.scored}/{e.expected}"
+            when,
+            e.model,
+            e.benchmark_version,
+            e.verifier_version,
+            _pct(e.pass1),
+            ci,
+            f"{e.scored}/{e.expected}",
         )
     console.print(table)
     console.print(f"trend: {path.resolve()}", markup=False, soft_wrap=True)

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from gymflow.cli import exit_codes
-from gymflow.cli.app import app, console, fail, prefect_for_run, print_json
+from gymflow.cli.app import SIMULATED_LINE, app, console, fail, prefect_for_run, print_json
 from gymflow.store.db import StoreError
 
 study_app = typer.Typer(
@@ -59,6 +59,10 @@ def study_run(
     base = result["baseline"]
     pass1 = "n/a" if base["pass1"] is None else f"{100 * base['pass1']:.1f}%"
     console.print(f"study {result['name']}: baseline pass@1 {pass1}", markup=False)
+    arms = [base, *(v["summary"] for v in result["variants"])]
+    if any(arm["simulated"] for arm in arms):
+        names = ", ".join(arm["name"] for arm in arms if arm["simulated"])
+        console.print(f"{SIMULATED_LINE} (arms: {names})", markup=False, soft_wrap=True)
     columns = ("variant", "isolates", "difference", "95% CI", "p (Holm)", "gained/lost", "health")
     table = Table(*columns)
     for v in result["variants"]:

@@ -140,6 +140,8 @@ def headline_rows(profile: Profile, health: Health) -> list[dict[str, str]]:
     rows += [
         {"metric": "coverage", "value": _coverage_text(profile.coverage), "95% CI": ""},
         {"metric": "health", "value": _health_text(health), "95% CI": ""},
+        {"metric": "verifier version", "value": profile.verifier_version, "95% CI": ""},
+        {"metric": "policy", "value": "simulated" if profile.simulated else "model", "95% CI": ""},
     ]
     return rows
 
@@ -193,11 +195,21 @@ def summary_markdown(analysis: RunAnalysis, link: ReportLink) -> str:
         [
             f"# {name} · {profile.model} · run `{profile.run_id}`",
             "",
+            *(
+                [
+                    "**Simulated**: gymflow's simulated policy server answered this run, not a "
+                    "real model.",
+                    "",
+                ]
+                if profile.simulated
+                else []
+            ),
             f"**pass@1 = {pct(profile.pass_at_1)}** (95% CI {interval(profile.ci95)}, "
             f"clustered on {profile.tasks_scored} tasks × {profile.repeats} repeats)",
             "",
             f"- Coverage: {_coverage_text(profile.coverage)}; failures {profile.failures}.",
             f"- Health: **{_health_text(health)}**",
+            f"- Verifier version: `{profile.verifier_version}`",
             "",
             "## Recommended next action",
             "",

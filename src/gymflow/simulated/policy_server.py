@@ -30,6 +30,7 @@ import orjson
 
 from gymflow.config import FaultSpec
 from gymflow.models.chat_adapter import chat_to_request, response_to_completion
+from gymflow.simulated import SIMULATED_MODEL
 from gymflow.simulated.policy import (
     PolicyEntry,
     call_turns,
@@ -39,7 +40,6 @@ from gymflow.simulated.policy import (
     unit_draw,
 )
 
-SIMULATED_MODEL = "gymflow-simulated-policy"
 #: Fault names a schedule may hold ("ok" means no fault), in the order rates are drawn.
 FAULT_KINDS = (
     "timeout",
