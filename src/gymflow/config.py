@@ -210,6 +210,11 @@ ApiKeyEnv = Annotated[
 ]
 
 
+#: The `tool_choice` values both the Responses API and chat completions document as text (the
+#: openai SDK's `ToolChoiceOptions` and `ChatCompletionToolChoiceOptionParam`).
+ToolChoice = Literal["auto", "required", "none"]
+
+
 class ModelConfig(_Strict):
     """Where the policy's model lives. `local` starts the seeded local policy server."""
 
@@ -226,6 +231,12 @@ class ModelConfig(_Strict):
         description="Where each rollout's seed is sent: the body's `seed` (chat completions "
         "documents it), `metadata.seed`, or nowhere. Default: none for `responses` (not a "
         "Responses API parameter: strict servers answer 422, others drop it), body otherwise.",
+    )
+    tool_choice: ToolChoice | None = Field(
+        None,
+        description="Sent as `tool_choice` on every call that offers tools: auto, required or "
+        "none. Unset: not sent, so the server's default applies (llama.cpp's function-calling "
+        "handler then ignores the tools) and the run records it as not sent.",
     )
     max_response_bytes: int = Field(
         8 << 20,
@@ -290,6 +301,18 @@ class ShardSpec(_Strict):
             raise ConfigError(f"--shard {text!r}: {reasons}") from None
 
 
+#: Config keys that decide where a run is written or how fast it runs, not what its rollouts
+#: are: outside its fingerprint, and no factor a comparison names (`analysis/factors.py`).
+NOT_FACTORS = (
+    "out",
+    "shard",
+    "concurrency",
+    "batch_size",
+    "resources_url",
+    "stop_after_transport_failures",
+    "model.api_key_env",
+)
+
 #: Waves of `concurrency` rollouts in a default batch: the tail that ends a batch then costs a
 #: latency-bound run about a seventeenth of its bound (bench/latency_bound.py).
 WAVES_PER_BATCH = 16
@@ -350,18 +373,16 @@ class EvalConfig(_Strict):
 
     def fingerprint(self) -> str:
         """Hash of everything that decides the rollouts (not where they go or which shard)."""
-        identity = self.model_dump(
-            mode="json",
-            exclude={
-                "out",
-                "shard",
-                "concurrency",
-                "batch_size",
-                "resources_url",
-                "stop_after_transport_failures",
-            },
-        )
-        identity["model"].pop("api_key_env", None)
+        identity = self.model_dump(mode="json")
+        for key in NOT_FACTORS:
+            *parents, leaf = key.split(".")
+            node = identity
+            for part in parents:
+                node = node[part]
+            node.pop(leaf, None)
+        if identity["model"]["tool_choice"] is None:
+            # added later: unset (not sent, as before) keeps the run ids of earlier configs
+            del identity["model"]["tool_choice"]
         blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

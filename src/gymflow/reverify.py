@@ -33,6 +33,7 @@ from gymflow.core.tasks import Task
 from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.environments.resources import ResourcesServer
 from gymflow.errors import UserError
+from gymflow.store import current
 from gymflow.store.db import connect, transaction
 from gymflow.store.rows import verification_row
 from gymflow.store.runs import run_info
@@ -75,13 +76,18 @@ class _Base:
 
 def _base_version(con, verifier_name: str, defaults: dict[str, Any], requested: str | None):
     """The version reverify starts from (flips are counted against it) and the parameters the
-    `--set` values override: the requested version, else the newest version of the
-    environment's verifier, else (an imported run) the newest version of any verifier with the
-    manifest's default parameters."""
+    `--set` values override: the requested version, else the current one (what the run is read
+    under) when it is the environment's verifier, else the newest version of the environment's
+    verifier, else (an imported run) the newest version of any verifier with the manifest's
+    default parameters."""
     rows = con.execute(
         "SELECT verifier_version, verifier_name, params_json FROM verifier_versions "
         "ORDER BY created_at DESC, verifier_version"
     ).fetchall()
+    if requested is None and rows:
+        requested = current.current_verifier_version(con)
+        if next(row[1] for row in rows if row[0] == requested) != verifier_name:
+            requested = None
     if requested is not None:
         match = [row for row in rows if row[0] == requested]
         if not match:
@@ -295,6 +301,10 @@ class Reverified(Result):
     #: None when the base version was not stored
     before: Headline | None
     after: Headline
+    #: the version profile, diagnose, reports, history and data read from now on: the new one
+    #: only when asked (`make_current`), else the one read before
+    current_version: str
+    made_current: bool
 
 
 def flips(con, old: str, new: str, *, limit: int | None = None) -> Flips:
@@ -352,11 +362,15 @@ def reverify(
     force: bool = False,
     base_version: str | None = None,
     max_listed: int | None = 1000,
+    make_current: bool = False,
 ) -> Reverified:
     """Store a new verifier version for the run in `run_dir` and report what changed. With no
     `settings`, the verifier is the environment's as it is now (its manifest's parameters). A
     version whose stored code hash differs from the verifier's code now is stored anew, as
     `version+codehash` (`gymflow.verifier_identity`).
+
+    The new version is what the run is read under from now on only with `make_current`; else
+    the version read before stays current (a what-if never silently becomes the run's numbers).
 
     Raises ReverifyError (nothing written) when the
     environment is unknown, verifies live session state (unless `force`), or rejects the
@@ -401,6 +415,8 @@ def reverify(
         else:
             reverified = _rejudge(con, server, new_version, _tasks(con), failed_only)
             status = "rejudged" if reverified else "already stored"
+        if make_current:
+            current.make_current(con, new_version)
         old = base.version if base.stored else new_version
         return Reverified(
             environment=env.name,
@@ -414,6 +430,8 @@ def reverify(
             flips=flips(con, old, new_version, limit=max_listed),
             before=headline(con, old) if base.stored else None,
             after=headline(con, new_version),
+            current_version=current.current_verifier_version(con),
+            made_current=make_current,
         )
     finally:
         con.close()

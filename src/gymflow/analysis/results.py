@@ -135,6 +135,8 @@ class Profile(Result):
     benchmark: str | None
     environment: str | None
     model: str | None
+    #: a simulated model answered (`gymflow.analysis.simulated`), not a real one
+    simulated: bool
     verifier_version: str
     coverage: Coverage
     failures: str
@@ -296,9 +298,14 @@ class ComparedRun(Result):
 
 
 class Factor(Result):
-    """A recorded factor whose value differs between two runs."""
+    """A recorded factor whose value differs between two runs (`gymflow.analysis.factors`)."""
 
+    #: its name: the dotted config key, or a word for what the run resolved or recorded
     factor: str
+    #: the dotted key in the run's recorded factors
+    key: str
+    #: the study's unit of one thing at a time this factor belongs to
+    group: str
     a: Any
     b: Any
 

@@ -58,6 +58,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
         "analysis",
         "New rewards from stored rollouts under changed verifier parameters; no inference.",
     ),
+    ("eval", "use-version"): (
+        "analysis",
+        "Read a run under another stored verifier version from now on.",
+    ),
     ("eval", "aggregate"): ("scale", "Merge shard stores into a run store (idempotent)."),
     ("demo",): ("evaluate", "Run the whole loop on arithmetic-smoke against the simulated policy."),
     ("report",): ("report", "Write the HTML report: opens offline, readable without JavaScript."),

@@ -9,7 +9,14 @@ import typer
 
 from gymflow.analysis.compare import POWER_DIFFERENCE
 from gymflow.cli import exit_codes
-from gymflow.cli.app import console, eval_app, fail, print_json
+from gymflow.cli.app import (
+    SIMULATED_LINE,
+    console,
+    eval_app,
+    fail,
+    print_json,
+    warn_stale_report,
+)
 from gymflow.present import (
     coverage_text,
     format_counts,
@@ -88,6 +95,7 @@ def eval_profile(
                 )
             finally:
                 other.close()
+        warn_stale_report(con, run_dir)
     finally:
         con.close()
     if compare_with is not None:
@@ -111,6 +119,9 @@ def eval_profile(
 def print_comparison(result: Comparison, profiles: dict[str, Profile]) -> None:
     """The comparison as text; `profiles` holds the profile of run "a" and of run "b"."""
     a, b = result.a, result.b
+    for side in ("a", "b"):
+        if profiles[side].simulated:
+            console.print(f"{side.upper()}: {SIMULATED_LINE}", markup=False)
     console.print(
         styled(
             (result.benchmark, "bold"),
@@ -199,6 +210,8 @@ def print_profile(result: Profile) -> None:
             f" · {result.model} · verifier {result.verifier_version}",
         )
     )
+    if result.simulated:
+        console.print(SIMULATED_LINE)
     console.print(f"coverage: {coverage_text(result.coverage)} (failures {result.failures})")
     console.print(
         styled(
@@ -308,6 +321,7 @@ def eval_health(
     con = connect(run_dir, read_only=True)
     try:
         result = health(con, verifier_version=verifier_version, gate=gate, max_listed=max_listed)
+        warn_stale_report(con, run_dir)
     finally:
         con.close()
     if json_output:
@@ -336,6 +350,7 @@ def eval_health(
             f"gate: {result.gate}"
             + (f" ({', '.join(result.gate_failures)})" if result.gate_failures else "")
             + (f"; warnings: {', '.join(result.warnings)}" if result.warnings else "")
+            + f"; verifier {result.verifier_version}"
         )
     if result.gate == "fail":
         raise typer.Exit(exit_codes.GATE_FAILED)
@@ -355,6 +370,7 @@ def eval_diagnose(
     con = connect(run_dir, read_only=True)
     try:
         analysis = analyse(con, verifier_version=verifier_version, top=top)
+        warn_stale_report(con, run_dir)
     finally:
         con.close()
     result, decision = analysis.diagnosis, analysis.decision
@@ -362,6 +378,8 @@ def eval_diagnose(
         print_json({**result.as_json(), "decision": decision.as_json()})
         return
     console.print(f"run {result.run_id} · verifier {result.verifier_version}")
+    if analysis.profile.simulated:
+        console.print(SIMULATED_LINE)
     buckets = table("bucket", "tasks", "share")
     for name, bucket in result.buckets.items():
         buckets.add_row(name, str(bucket.tasks), format_percent(bucket.share))
@@ -430,15 +448,24 @@ def eval_reverify(
         bool, typer.Option(help="Reverify even environments that verify live session state.")
     ] = False,
     base_version: Annotated[
-        str | None, typer.Option("--from-version", help="Base verifier version (newest).")
+        str | None,
+        typer.Option("--from-version", help="Base verifier version (the current one)."),
     ] = None,
+    make_current: Annotated[
+        bool,
+        typer.Option(
+            help="Read the run under the new version from now on (profile, diagnose, reports, "
+            "history, data); otherwise the current version stays."
+        ),
+    ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """New rewards from stored rollouts under changed verifier parameters (or, without --set,
     the environment's verifier as it is now); no inference. The result is a new verifier
     version beside the old one; under a version already stored, verifications that errored or
     timed out are judged again (and, without --failed-only, the passes a --failed-only reverify
-    carried from its base version)."""
+    carried from its base version). The run is read under the new version only with
+    --make-current (or `gym eval use-version`)."""
     from gymflow.reverify import parse_settings, reverify
 
     result = reverify(
@@ -447,7 +474,10 @@ def eval_reverify(
         failed_only=failed_only,
         force=force,
         base_version=base_version,
+        make_current=make_current,
     )
+    with connect(run_dir, read_only=True) as con:
+        warn_stale_report(con, run_dir)
     if json_output:
         print_json(result.as_json())
         return
@@ -481,3 +511,37 @@ def eval_reverify(
                 f"{format_interval(head.ci95)}), pass@{k} {format_percent(pass_at_k)} "
                 f"[{head.verifier_version}]"
             )
+    if result.made_current or result.current_version == result.new_version:
+        console.print(f"the run is read under {result.current_version} from now on", markup=False)
+    else:
+        console.print(
+            f"the run is still read under {result.current_version} (profile, diagnose, reports, "
+            f"history, data); to read it under the new version: gym eval use-version {run_dir} "
+            f"{result.new_version}",
+            markup=False,
+            soft_wrap=True,
+        )
+
+
+@eval_app.command("use-version")
+def eval_use_version(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (or its .duckdb file).")],
+    version: Annotated[str, typer.Argument(help="A verifier version the store holds.")],
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Read the run under VERSION from now on: profile, diagnose, reports, `gym runs`, trend and
+    `gym data` read the current version unless told --verifier-version."""
+    from gymflow.store.current import current_verifier_version, make_current, stored_versions
+
+    con = connect(run_dir)
+    try:
+        before = current_verifier_version(con)
+        make_current(con, version)
+        known = stored_versions(con)
+        warn_stale_report(con, run_dir)
+    finally:
+        con.close()
+    if json_output:
+        print_json({"previous_version": before, "current_version": version, "versions": known})
+        return
+    console.print(f"{run_dir}: read under {version} from now on (was {before})", markup=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
@@ -48,6 +49,23 @@ def fail(message: str, code: int = 1) -> NoReturn:
     # soft wrap (the console's): one line stays one line in a log, whatever the terminal's width
     errors.print(styled(("error: ", "bold red"), message), highlight=False)
     raise typer.Exit(code)
+
+
+#: What every command reading a run prints when a simulated model answered it
+#: (`gymflow.analysis.simulated`).
+SIMULATED_LINE = "SIMULATED: gymflow's simulated policy server answered this run, not a real model"
+
+
+def warn_stale_report(con, run_dir: Path) -> None:
+    """One line on stderr when RUN_DIR/report.html was rendered under another verifier version
+    than the one the run is read under now (a report is static: it cannot say so itself)."""
+    from gymflow.reports.stamp import stale_report
+    from gymflow.store.current import current_verifier_version
+    from gymflow.store.db import store_path
+
+    warning = stale_report(store_path(run_dir).parent, current_verifier_version(con))
+    if warning:
+        errors.print(styled(("warning: ", "bold yellow"), warning), highlight=False)
 
 
 def prefect_for_run() -> None:

@@ -62,14 +62,15 @@ def runs_list(
             }
         )
         return
-    columns = ("when", "benchmark", "model", "harness", "pass@1", "95% CI", "scored", "run")
-    grid = table(*columns, keys=("run",))
+    columns = ("when", "benchmark", "model", "harness", "verifier", "pass@1", "95% CI", "scored")
+    grid = table(*columns, "run", keys=("run",))
     for e in sorted(entries, key=lambda e: (str(e.created_at), e.run_dir)):
         grid.add_row(
             f"{e.created_at:%Y-%m-%d %H:%M}" if e.created_at else "?",
             _benchmark(e),
             e.model,
             e.harness,
+            e.verifier_version,
             format_percent(e.pass1),
             _ci(e),
             f"{e.scored}/{e.expected}",
@@ -110,13 +111,14 @@ def runs_trend(
             {"benchmark": benchmark, "report": str(path), "runs": [asdict(e) for e in entries]}
         )
         return
-    grid = table("when", "model", "version", "pass@1", "95% CI", "coverage")
+    grid = table("when", "model", "version", "verifier", "pass@1", "95% CI", "coverage")
     for e in entries:
         when = f"{e.created_at:%Y-%m-%d %H:%M}" if e.created_at else "?"
         grid.add_row(
             when,
             e.model,
             e.benchmark_version or "none",
+            e.verifier_version,
             format_percent(e.pass1),
             _ci(e),
             f"{e.scored}/{e.expected}",

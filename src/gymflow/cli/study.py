@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from gymflow.cli import exit_codes
-from gymflow.cli.app import console, fail, group, prefect_for_run, print_json
+from gymflow.cli.app import SIMULATED_LINE, console, fail, group, prefect_for_run, print_json
 from gymflow.present import format_interval, format_number, format_percent, format_points
 from gymflow.present.terminal import print_table, table
 from gymflow.store.db import StoreError
@@ -52,6 +52,10 @@ def study_run(
         return
     base = result["baseline"]
     console.print(f"study {result['name']}: baseline pass@1 {format_percent(base['pass1'])}")
+    arms = [base, *(v["summary"] for v in result["variants"])]
+    if any(arm["simulated"] for arm in arms):
+        names = ", ".join(arm["name"] for arm in arms if arm["simulated"])
+        console.print(f"{SIMULATED_LINE} (arms: {names})")
     columns = (
         "variant",
         "isolates",

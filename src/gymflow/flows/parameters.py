@@ -37,6 +37,7 @@ from gymflow.config import (
     Sampling,
     ServerUrl,
     ShardSpec,
+    ToolChoice,
 )
 from gymflow.environments.registry import (
     RegistryError,
@@ -147,6 +148,11 @@ class ModelForm(_Form):
         None,
         description="Name of the environment variable (on the worker) holding the API key. "
         "Never the key itself.",
+    )
+    tool_choice: ToolChoice | SkipJsonSchema[None] = Field(
+        None,
+        description="Sent as tool_choice on every call that offers tools (auto, required, "
+        "none). Unset: not sent; the server's default applies.",
     )
     timeout_s: float = Field(60.0, gt=0.0, description="Seconds allowed for one call in total.")
     connect_timeout_s: float = Field(5.0, gt=0.0, description="Seconds allowed to connect.")

@@ -30,6 +30,7 @@ import orjson
 
 from gymflow.config import FaultSpec, SimulatedBehaviour
 from gymflow.models.chat_adapter import chat_to_request, response_to_completion
+from gymflow.simulated import SIMULATED_MODEL
 from gymflow.simulated.policy import (
     PolicyEntry,
     call_turns,
@@ -42,7 +43,6 @@ from gymflow.simulated.policy import (
     without_tools,
 )
 
-SIMULATED_MODEL = "gymflow-simulated-policy"
 #: Fault names a schedule may hold ("ok" means no fault), in the order rates are drawn.
 FAULT_KINDS = (
     "timeout",
@@ -170,6 +170,9 @@ class PolicyApp:
             return unit_draw(self.seed, body.get("seed"), entry.task_id, *parts)
 
         step = entry.step(items, correct=correct, tools=_tool_names(body), draw=draw)
+        if body.get("tool_choice") == "none" and not isinstance(step, str):
+            # Told not to call tools, as both APIs define it: a plan that needs them ends.
+            step = "I was asked not to call a tool, and cannot answer without one."
         if behaviour.tools == "ignore" and not isinstance(step, str):
             step = without_tools(entry, step, correct=correct)
         if isinstance(step, str) and not correct and draw("ramble") < behaviour.ramble:
