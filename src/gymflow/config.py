@@ -74,6 +74,43 @@ class FaultSpec(_Strict):
     rate_reset: float = Field(0.0, ge=0.0, le=1.0, description="Connection dropped mid-answer.")
 
 
+class SimulatedBehaviour(_Strict):
+    """How the local simulated policy misbehaves, each on purpose and one at a time: the decision
+    benchmark (bench/decide.py) breaks one factor of a run and checks the recommended action.
+    The defaults are the plain simulation."""
+
+    skill: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Every task's chance of a right answer; None: drawn per task from skill_seed "
+        "(some tasks always right, some never, some sometimes).",
+    )
+    answer_form: Literal["reference", "prose"] = Field(
+        "reference",
+        description="prose: the final answer said in a sentence ('The answer is 42.') instead of "
+        "the form the task asks for (an 'Answer:' line, a \\boxed{}), as a model told by its "
+        "prompt to answer in another form would.",
+    )
+    tools: Literal["use", "ignore"] = Field(
+        "use",
+        description="ignore: never call a tool, answering in text, as a server whose "
+        "function-calling handler drops the offered tools does.",
+    )
+    ramble: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of the wrong answers that repeat one sentence until the output-token "
+        "limit cuts them.",
+    )
+    needs_instructions: str | None = Field(
+        None,
+        description="Reliable only when a system message holds this text (a skill or system "
+        "prompt); without it every task's skill is halved.",
+    )
+
+
 #: A URL without `user:password@` (for the Prefect form: the validators below say it in words).
 URL_WITHOUT_CREDENTIALS = (
     r"^(?:[A-Za-z][A-Za-z0-9+.-]*://[^/?#@]*|[^/?#@:]*(?::[0-9]+)?)(?:[/?#].*)?$"
@@ -165,6 +202,9 @@ class ModelConfig(_Strict):
     requests_per_minute: float | None = Field(None, gt=0.0)
     skill_seed: int = Field(0, description="Local policy only: which tasks it can and cannot do.")
     faults: FaultSpec = FaultSpec()
+    simulate: SimulatedBehaviour = Field(
+        SimulatedBehaviour(), description="Local policy only: behaviours broken on purpose."
+    )
 
     @field_validator("base_url")
     @classmethod

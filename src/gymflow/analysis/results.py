@@ -258,6 +258,9 @@ class Candidate(Result):
     fired: bool
     categories: dict[str, int]
     examples: list[str]
+    #: what the evidence is, in words: how the categories were weighed (the share of answers
+    #: in another form, why truncated rollouts count here), shown beside the decision
+    notes: list[str] = []
 
 
 class Decision(Result):

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from gymflow.config import FaultSpec
+from gymflow.config import FaultSpec, SimulatedBehaviour
 from gymflow.models.chat_adapter import chat_to_request, response_to_completion
 from gymflow.simulated.policy import (
     PolicyEntry,
@@ -36,7 +36,10 @@ from gymflow.simulated.policy import (
     decide,
     load_table,
     prompt_key,
+    rambling,
+    said_in_prose,
     unit_draw,
+    without_tools,
 )
 
 SIMULATED_MODEL = "gymflow-simulated-policy"
@@ -80,6 +83,19 @@ def _first_user_text(items: list[dict[str, Any]]) -> str:
     return ""
 
 
+def _system_text(items: list[dict[str, Any]]) -> str:
+    texts = []
+    for item in items:
+        if item.get("type", "message") == "message" and item.get("role") in ("system", "developer"):
+            content = item.get("content")
+            texts.append(
+                content
+                if isinstance(content, str)
+                else "".join(p.get("text", "") for p in content or ())
+            )
+    return "\n".join(texts)
+
+
 def _tool_names(body: dict[str, Any]) -> list[str]:
     return [t.get("name", "") for t in body.get("tools") or () if t.get("type") == "function"]
 
@@ -91,11 +107,13 @@ class PolicyApp:
         *,
         seed: int = 0,
         faults: FaultSpec | None = None,
+        behaviour: SimulatedBehaviour | None = None,
         timeout_sleep_s: float = 3600.0,
     ) -> None:
         self.table = table
         self.seed = seed
         self.faults = faults or FaultSpec()
+        self.behaviour = behaviour or SimulatedBehaviour()
         self.schedule: list[str] = []
         self.timeout_sleep_s = timeout_sleep_s
         self._seen: Counter[str] = Counter()
@@ -132,6 +150,34 @@ class PolicyApp:
             u -= rate
         return None
 
+    def _skill(self, entry: PolicyEntry, items: list[dict[str, Any]]) -> float:
+        behaviour = self.behaviour
+        skill = entry.skill if behaviour.skill is None else behaviour.skill
+        needed = behaviour.needs_instructions
+        if needed and needed not in _system_text(items):
+            skill /= 2
+        return skill
+
+    def _step(
+        self, entry: PolicyEntry, items: list[dict[str, Any]], body: dict[str, Any]
+    ) -> list[dict[str, Any]] | str:
+        """The policy's next step for `entry`, with the behaviours broken on purpose applied."""
+        behaviour = self.behaviour
+        skill = self._skill(entry, items)
+        correct = decide(entry, server_seed=self.seed, request_seed=body.get("seed"), skill=skill)
+
+        def draw(*parts: object) -> float:
+            return unit_draw(self.seed, body.get("seed"), entry.task_id, *parts)
+
+        step = entry.step(items, correct=correct, tools=_tool_names(body), draw=draw)
+        if behaviour.tools == "ignore" and not isinstance(step, str):
+            step = without_tools(entry, step, correct=correct)
+        if isinstance(step, str) and not correct and draw("ramble") < behaviour.ramble:
+            step = rambling(step, body.get("max_output_tokens"))
+        if isinstance(step, str) and behaviour.answer_form == "prose":
+            step = said_in_prose(step)
+        return step
+
     def respond(self, body: dict[str, Any], fault: str | None = None) -> dict[str, Any]:
         """The Responses API object for `body`; `fault` may be "truncated" or "refused"."""
         items = body.get("input") or []
@@ -144,12 +190,7 @@ class PolicyApp:
         elif entry is None:
             step = "I am a simulated policy and do not know this task."
         else:
-            correct = decide(entry, server_seed=self.seed, request_seed=body.get("seed"))
-
-            def draw(*parts: object) -> float:
-                return unit_draw(self.seed, body.get("seed"), entry.task_id, *parts)
-
-            step = entry.step(items, correct=correct, tools=_tool_names(body), draw=draw)
+            step = self._step(entry, items, body)
         output: list[dict[str, Any]] = []
         reasoning_tokens = 0
         if body.get("reasoning") and fault != "refused":
@@ -442,13 +483,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--faults", default="{}", help="FaultSpec as JSON")
+    parser.add_argument("--behaviour", default="{}", help="SimulatedBehaviour as JSON")
     parser.add_argument("--parent-pid", type=int, help="exit when this process is gone")
     parser.add_argument("--ready-fd", type=int, help="write a byte to this pipe once listening")
     args = parser.parse_args(argv)
     if args.parent_pid:
         threading.Thread(target=_exit_with_parent, args=(args.parent_pid,), daemon=True).start()
     app = PolicyApp(
-        load_table(args.table), seed=args.seed, faults=FaultSpec.model_validate_json(args.faults)
+        load_table(args.table),
+        seed=args.seed,
+        faults=FaultSpec.model_validate_json(args.faults),
+        behaviour=SimulatedBehaviour.model_validate_json(args.behaviour),
     )
     serve(app, host=args.host, port=args.port, ready_fd=args.ready_fd)
 

@@ -96,6 +96,10 @@ class VerifierSpec:
     timeout_s: float | None = None
     #: The `Task.data` fields it reads, by name.
     fields: dict[str, DataField] = field(default_factory=dict)
+    #: The `details.reason` values of its verdicts that mean "no answer in the expected form"
+    #: (no answer line, no boxed answer, no code, an empty response): the diagnosis reads these,
+    #: never a list of its own, to tell a missing answer from a wrong one.
+    no_answer_reasons: frozenset[str] = frozenset()
 
     def params(self, values: dict[str, Any]) -> BaseModel:
         try:
@@ -135,10 +139,12 @@ def verifier(
     reward_range: tuple[float, float] = (0.0, 1.0),
     pass_threshold: float = 1.0,
     fields: dict[str, DataField] | None = None,
+    no_answer_reasons: tuple[str, ...] = (),
 ) -> Callable[[VerifyFn], VerifyFn]:
     """Register a verify function under `name` with its parameter model (none: it takes no
     parameters), how it runs and its bound (`timeout_s`, default 300 s for a `worker` or
-    `threads` verifier)."""
+    `threads` verifier), and which of its verdicts' reasons mean the output held no answer in
+    the form it reads (`no_answer_reasons`)."""
     if runs not in ("inline", "worker", "threads"):
         raise ValueError(f"verifier {name!r}: runs={runs!r} (known: inline, worker, threads)")
     if runs == "inline" and timeout_s is not None:
@@ -162,6 +168,7 @@ def verifier(
                 runs=runs,
                 timeout_s=bound,
                 fields=dict(fields or {}),
+                no_answer_reasons=frozenset(no_answer_reasons),
             ),
         )
         return fn

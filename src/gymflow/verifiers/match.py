@@ -54,6 +54,7 @@ def normalize(text: str, params: ExactParams) -> str:
     "exact_match",
     params=ExactParams,
     fields={"answer": DataField("scalar")},
+    no_answer_reasons=("no_answer_extracted",),  # no 'Answer:' line, no non-empty line
 )
 def exact_match(inp: VerifyInput, params: ExactParams) -> Verdict:
     """Reward 1 when the extracted answer equals an expected one after normalisation."""
@@ -93,6 +94,7 @@ class RegexParams(BaseModel):
     runs="worker",
     timeout_s=10.0,
     fields={"pattern": DataField("text")},
+    no_answer_reasons=("no_answer_extracted",),
 )
 def regex_match(inp: VerifyInput, params: RegexParams) -> Verdict:
     """Reward 1 when the task's regular expression matches the (extracted) response."""

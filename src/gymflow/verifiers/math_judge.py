@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gymflow.config import refuse_key_as_env_name, refuse_url_credentials
 from gymflow.verifiers.base import DataField, Verdict, VerifierError, VerifyInput, verifier
 from gymflow.verifiers.math_answer import (
+    NO_ANSWER_REASONS,
     MathAnswerParams,
     candidate,
     equivalent,
@@ -131,6 +132,7 @@ def _run(coro) -> Any:
     runs="threads",
     timeout_s=300.0,
     fields={"answer": DataField("scalar"), "question": DataField("text", required=False)},
+    no_answer_reasons=NO_ANSWER_REASONS,  # the boxed answer is read as math_answer reads it
 )
 def math_judge(inp: VerifyInput, params: MathJudgeParams) -> Verdict:
     """Reward 1 when an LLM judge scores the boxed answer equivalent (at or above threshold)."""

@@ -68,7 +68,13 @@ def extract_answer(text: str, mode: str) -> str | None:
     return matches[-1] if matches else None
 
 
-@verifier("numeric_match", params=NumericParams, fields={"answer": DataField("number")})
+@verifier(
+    "numeric_match",
+    params=NumericParams,
+    fields={"answer": DataField("number")},
+    # no 'Answer:' line (or no number at all), or one that is no number
+    no_answer_reasons=("no_answer_extracted", "unparsable_answer"),
+)
 def numeric_match(inp: VerifyInput, params: NumericParams) -> Verdict:
     """Reward 1 when the extracted number equals the reference within tolerance."""
     expected = float(inp.task.data["answer"])
