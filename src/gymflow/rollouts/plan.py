@@ -91,10 +91,13 @@ class RunPlan:
         if self.benchmark is not None:
             rows = self.dataset_version if self.benchmark.dataset is not None else None
             return self.benchmark.version(rows)
-        return hashlib.sha256(
+        protocol = (
             f"{self.env.name}|{self.split}|{self.template}|{self.repeats}|"
-            f"{self.sampling.model_dump_json()}|{self.config.limit}".encode()
-        ).hexdigest()[:12]
+            f"{self.sampling.model_dump_json()}|{self.config.limit}"
+        )
+        if self.env.rows_are_protocol:  # another file's rows, or another server, is another run
+            protocol += f"|{self.dataset_version}|{self.verifier_version}"
+        return hashlib.sha256(protocol.encode()).hexdigest()[:12]
 
 
 def resolve(config: EvalConfig) -> RunPlan:
