@@ -48,6 +48,26 @@ def _instance_fields(config_yaml: Path, instance: str, server: str) -> dict:
     return fields
 
 
+def build_app(root: Path, server: str, config: Path, instance: str, port: int):
+    """The server's FastAPI app, built as NeMo Gym's own tests build it."""
+    sys.path.insert(0, str(root.resolve()))
+    module = importlib.import_module(f"resources_servers.{server}.app")
+    cls = _server_class(module)
+    config_cls = cls.model_fields["config"].annotation
+    fields = {
+        **_instance_fields(config, instance, server),
+        "host": "127.0.0.1",
+        "port": port,
+        "name": instance,
+    }
+    from nemo_gym.server_utils import ServerClient
+
+    built = cls(
+        config=config_cls.model_validate(fields), server_client=MagicMock(spec=ServerClient)
+    )
+    return built.setup_webserver(), cls.__name__
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("root", type=Path, help="the folder holding resources_servers/")
@@ -56,31 +76,16 @@ def main() -> None:
     parser.add_argument("instance")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
-    sys.path.insert(0, str(args.root.resolve()))
-    module = importlib.import_module(f"resources_servers.{args.server}.app")
-    cls = _server_class(module)
-    config_cls = cls.model_fields["config"].annotation
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
     port = sock.getsockname()[1]
-    fields = {
-        **_instance_fields(args.config, args.instance, args.server),
-        "host": "127.0.0.1",
-        "port": port,
-        "name": args.instance,
-    }
-    from nemo_gym.server_utils import ServerClient
-
-    server = cls(
-        config=config_cls.model_validate(fields), server_client=MagicMock(spec=ServerClient)
-    )
-    app = server.setup_webserver()
+    app, name = build_app(args.root, args.server, args.config, args.instance, port)
 
     import uvicorn
 
     sock.listen(128)
-    print(json.dumps({"port": port, "server": cls.__name__}), flush=True)
+    print(json.dumps({"port": port, "server": name}), flush=True)
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
 
 
