@@ -9,7 +9,9 @@ middleware keeps it, so rollouts running at once must each keep their own."""
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -65,6 +67,10 @@ def fake_app() -> FastAPI:
     @app.post("/strict")
     async def strict() -> Response:
         return JSONResponse({"detail": [{"loc": ["body", "x"], "msg": "missing"}]}, 422)
+
+    @app.get("/reverify_mode")
+    async def reverify_mode() -> str:
+        return "stateless"
 
     @app.post("/verify")
     async def verify(request: Request) -> Response:
@@ -148,7 +154,19 @@ def hostile_run(tmp_path_factory: pytest.TempPathFactory, prefect_api: str):
         )
         env = {"GYMFLOW_NEMO_GYM_PATH": str(work / "ng"), "PREFECT_API_URL": prefect_api}
         ran = gym("eval", "run", "eval.yaml", cwd=work, env=env, timeout=600)
-    con = duckdb.connect(str(work / "run" / "gymflow.duckdb"), read_only=True)
+        yield HostileRun(ran, _by_case(work / "run"), work, env)
+
+
+@dataclass
+class HostileRun:
+    ran: subprocess.CompletedProcess[str]
+    by_case: dict[str, list[tuple]]
+    work: Path
+    env: dict[str, str]
+
+
+def _by_case(run: Path) -> dict[str, list[tuple]]:
+    con = duckdb.connect(str(run / "gymflow.duckdb"), read_only=True)
     try:
         rows = con.execute(
             "SELECT json_extract_string(t.data_json, '$.case'), r.status, r.failure_kind, "
@@ -161,11 +179,11 @@ def hostile_run(tmp_path_factory: pytest.TempPathFactory, prefect_api: str):
     by_case: dict[str, list[tuple]] = {}
     for case, *rest in rows:
         by_case.setdefault(case, []).append(tuple(rest))
-    return ran, by_case
+    return by_case
 
 
 def test_each_bad_answer_is_its_own_failure_never_a_zero(hostile_run) -> None:
-    ran, by_case = hostile_run
+    ran, by_case = hostile_run.ran, hostile_run.by_case
     assert ran.returncode == 2, ran.stdout + ran.stderr  # most rollouts unscored: the gate fails
     assert set(by_case) == set(CASES) and all(len(v) == 3 for v in by_case.values())
     expected_errors = {
@@ -185,7 +203,7 @@ def test_each_bad_answer_is_its_own_failure_never_a_zero(hostile_run) -> None:
 
 
 def test_good_answers_are_judged_here_with_the_servers_fields(hostile_run) -> None:
-    _, by_case = hostile_run
+    by_case = hostile_run.by_case
     for _, _, v_status, reward, _, details, _ in by_case["ok"]:
         assert (v_status, reward) == ("ok", 1.0)
         assert json.loads(details) == {"judge_note": "fine"}  # the row's fields are not echoed
@@ -195,6 +213,17 @@ def test_good_answers_are_judged_here_with_the_servers_fields(hostile_run) -> No
         assert any(o["output"].startswith("error: 422") for o in outputs)
     # three rollouts at once, each counted in its own cookie session
     assert [reward for _, _, _, reward, *_ in by_case["session"]] == [1.0, 1.0, 1.0]
+
+
+def test_reverify_asks_the_runs_server_and_judges_its_errors_again(hostile_run) -> None:
+    # the fake says its verifier is stateless (GET /reverify_mode): the verdicts that errored
+    # are judged again at the run's resources_url, and error the same way
+    done = gym("eval", "reverify", "run", "--json", cwd=hostile_run.work, env=hostile_run.env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["status"] == "rejudged"
+    after = _by_case(hostile_run.work / "run")
+    assert [v[2:5] for v in after["nan_reward"]] == [("error", None, "bad_reward")] * 3
+    assert [v[2:4] for v in after["ok"]] == [("ok", 1.0)] * 3
 
 
 def test_a_row_without_an_input_is_refused_naming_file_line_and_field(
@@ -216,3 +245,15 @@ def test_without_a_venv_or_url_the_error_says_how_to_get_one(tmp_path: Path) -> 
     ran = gym("eval", "run", "--environment", "ng-fake", "--out", "run", cwd=tmp_path, env=env)
     assert ran.returncode == 1, ran.stdout + ran.stderr
     assert "pip install nemo-gym==0.4.0" in ran.stderr and "resources_url" in ran.stderr
+
+
+def test_validate_names_a_tool_the_server_has_no_route_for(tmp_path: Path) -> None:
+    row = _row("ok")
+    row["responses_create_params"]["tools"] = [*TOOLS, {**TOOLS[0], "name": "nowhere"}]
+    root = _folder(tmp_path / "ng", [row])
+    with serving(fake_app()) as url:
+        (tmp_path / "eval.yaml").write_text(f"environment: ng-fake\nresources_url: {url}\n")
+        env = {"GYMFLOW_NEMO_GYM_PATH": str(root)}
+        checked = gym("env", "validate", "eval.yaml", cwd=tmp_path, env=env)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert f"NeMo Gym server {url} has no POST route /nowhere" in checked.stdout + checked.stderr

@@ -124,6 +124,17 @@ def test_rewards_agree_with_nemo_gyms_own_verify(
     theirs = {(task, repeat): reward for task, repeat, reward in json.loads(judged.stdout)}
     assert theirs == {key: reward for key, (_, reward) in stored.items()}
 
+    # NeMo Gym's own aggregation of the run, beside gymflow's profile
+    metrics = json.loads((tmp_path / "run" / "nemo_gym_metrics.json").read_text())
+    assert metrics["rollouts"] == 15
+    mean = sum(reward for _, reward in stored.values()) / 15
+    assert metrics["agent_metrics"]["mean/reward"] == pytest.approx(mean)
+
+    # 0.4.0's servers do not say their verifier is stateless (no GET /reverify_mode)
+    refused = gym("eval", "reverify", "run", cwd=tmp_path, env=env, timeout=300)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "reverify mode 'unknown'" in refused.stderr and "--force" in refused.stderr
+
     # the rest of the loop reads the run as any other
     diagnosed = gym("eval", "diagnose", "run", "--json", cwd=tmp_path, env=env, check=True)
     assert json.loads(diagnosed.stdout)["buckets"]

@@ -24,7 +24,7 @@ from typing import Any
 
 from gymflow.interop.nemo_read import sidecar_path
 from gymflow.interop.staging import staged_files
-from gymflow.models.nemo_gym_shapes import nemo_request, nemo_response
+from gymflow.models.nemo_gym_shapes import nemo_request, nemo_response, usage
 from gymflow.store.tool_lists import expanded
 
 #: gymflow's failure kinds as NeMo Gym failure classes (a timeout is terminal there).
@@ -49,18 +49,6 @@ ORDER BY t.task_index, r.repeat_index, r.rollout_id
 """
 
 
-def _usage(input_tokens: int | None, output_tokens: int | None) -> dict[str, Any] | None:
-    if input_tokens is None or output_tokens is None:
-        return None
-    return {
-        "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": input_tokens + output_tokens,
-    }
-
-
 def _lines(con, verifier_version: str, model: str, agent_ref: dict) -> Iterator[tuple[str, dict]]:
     """('rollout' | 'failure', line) per stored rollout, in task and repeat order."""
     cursor = con.execute(_SQL, [verifier_version])
@@ -81,7 +69,7 @@ def _lines(con, verifier_version: str, model: str, agent_ref: dict) -> Iterator[
                 model=model,
                 created_at=float(started or 0),
                 incomplete=bool(incomplete),
-                usage=_usage(input_tokens, output_tokens),
+                usage=usage(input_tokens, output_tokens),
             )
             line = {
                 "responses_create_params": request,

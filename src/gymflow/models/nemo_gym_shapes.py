@@ -115,3 +115,17 @@ def nemo_response(
         "tools": request["tools"],
         "usage": usage,
     }
+
+
+def usage(input_tokens: int | None, output_tokens: int | None) -> dict[str, Any] | None:
+    """Responses usage with both details objects, as NeMo Gym's models require; None unless
+    both counts are known."""
+    if input_tokens is None or output_tokens is None:
+        return None
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens + output_tokens,
+    }

@@ -230,6 +230,13 @@ def _request(row: dict[str, Any], where: str, out: Mapped):
     return tuple(items), tuple(tools)
 
 
+def row_input_items(row: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """The input items a NeMo Gym row's request opens a rollout with (as its task's
+    `input_items`); empty when the row has none it could use."""
+    request = _request(row, "", Mapped())
+    return request[0] if request else ()
+
+
 def _id_text(value: Any) -> str | None:
     if isinstance(value, str) and value:
         return value

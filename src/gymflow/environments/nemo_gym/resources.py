@@ -21,7 +21,10 @@ What each answer means here:
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,15 +32,27 @@ import httpx
 from gymflow.core.protocols import ResourcesUnavailable, ToolError
 from gymflow.core.records import Verification
 from gymflow.core.tasks import Task
+from gymflow.environments.dataset.mapping import row_input_items
 from gymflow.environments.resources import ResourcesServer
 from gymflow.errors import RuntimeFailure
 from gymflow.models.nemo_gym_shapes import nemo_request, nemo_response
+from gymflow.models.nemo_gym_shapes import usage as _usage
 from gymflow.verifiers.base import VerifyInput
 
 #: Generous: a verification can run code or ask a judge.
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 #: Reply fields that are the request echoed back, not the verifier's own.
 ECHOED = ("reward", "response", "responses_create_params")
+#: Where a run keeps the server's own `/aggregate_metrics` answer, beside its report.
+METRICS_FILE = "nemo_gym_metrics.json"
+#: A run's scored verdicts as NeMo Gym's aggregation reads them (its task and rollout indices).
+_SCORED = """
+SELECT t.task_index, r.repeat_index, t.data_json, v.reward, v.details_json,
+       r.input_tokens, r.output_tokens
+FROM rollouts r JOIN tasks t USING (task_id) JOIN verifications v USING (rollout_id)
+WHERE v.verifier_version = ? AND v.status = 'ok'
+ORDER BY t.task_index, r.repeat_index
+"""
 #: Statuses of a server in the way (a proxy, a restart) rather than one that answered.
 UNAVAILABLE = (502, 503, 504)
 
@@ -53,8 +68,9 @@ def verify_body(task: Task, trajectory: list[dict[str, Any]]) -> dict[str, Any]:
     """The `/verify` request NeMo Gym's agents send: the row, and the rollout as one response."""
     row = task.data
     request = nemo_request(row.get("responses_create_params") or {})
-    opening = len(task.input_items)
-    if list(trajectory[:opening]) != list(task.input_items):
+    items = list(task.input_items or row_input_items(row))  # a stored task keeps only its row
+    opening = len(items)
+    if list(trajectory[:opening]) != items:
         opening += 1  # the harness's system prompt went first (harness.base.opening_items)
     incomplete = any(item.get("status") == "incomplete" for item in trajectory[opening:])
     response = nemo_response(
@@ -102,6 +118,20 @@ class NemoGymResources(ResourcesServer):
         paths = document.get("paths") if isinstance(document, dict) else None
         return {p for p, ops in (paths or {}).items() if isinstance(ops, dict) and "post" in ops}
 
+    def route_problems(self, tasks: list[Task]) -> list[str]:
+        """What a run would miss on this server: `/seed_session`, `/verify` and a POST route
+        for every tool the tasks offer (`gym env validate`)."""
+        routes = self.routes()
+        if not routes:
+            return [f"{self.url}/openapi.json lists no routes: not a NeMo Gym resources server?"]
+        wanted = {"/seed_session", "/verify"} | {
+            f"/{tool['name']}" for task in tasks for tool in task.tools if "name" in tool
+        }
+        missing = sorted(wanted - routes)
+        return [f"NeMo Gym server {self.url} has no POST route {', '.join(missing)}"] * bool(
+            missing
+        )
+
     def reverify_mode(self) -> str:
         """What the server says of judging stored rollouts again (`GET /reverify_mode`, NeMo
         Gym after 0.4): `stateless`, or `unknown` when it does not say (0.4.0 servers)."""
@@ -110,6 +140,27 @@ class NemoGymResources(ResourcesServer):
             return str(reply.json()) if reply.status_code == 200 else "unknown"
         except (httpx.HTTPError, ValueError):
             return "unknown"
+
+    def reverify_refusal(self, resources_url: str | None) -> str | None:
+        """Only a server that says its verifier is stateless judges stored rollouts again: the
+        run's server (`resources_url`) when it still answers, else this environment's, started."""
+        if not self.url:
+            self.open(resources_url if resources_url and self._answers(resources_url) else None)
+        mode = self.reverify_mode()
+        if mode == "stateless":
+            return None
+        return (
+            f"NeMo Gym server {self.env.server.name} answers reverify mode {mode!r} "
+            f"(GET {self.url}/reverify_mode): only a stateless verifier judges stored rollouts, "
+            "which hold no session state"
+        )
+
+    @staticmethod
+    def _answers(url: str) -> bool:
+        try:
+            return httpx.get(f"{url.rstrip('/')}/openapi.json", timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def close(self) -> None:
         if self._process is not None:
@@ -176,6 +227,54 @@ class NemoGymResources(ResourcesServer):
 
     def final_state(self, session_id: str) -> dict[str, Any] | None:
         return None  # the server holds it
+
+    # -- NeMo Gym's own metrics ----------------------------------------------------------------
+    async def store_aggregate(self, con, run_dir: Path) -> None:
+        """The server's `/aggregate_metrics` over every scored rollout in the store, written to
+        `RUN/nemo_gym_metrics.json` (its own figures, beside gymflow's profile): each verdict as
+        NeMo Gym strips it for aggregation, the row's fields and the verifier's with the reward
+        and the usage. A server that cannot aggregate leaves its error in the file; the run's
+        own results do not depend on it."""
+        entries = [
+            {
+                **{
+                    k: v
+                    for k, v in json.loads(data or "{}").items()
+                    if k != "responses_create_params"
+                },
+                **json.loads(details or "{}"),
+                "_ng_task_index": task_index,
+                "_ng_rollout_index": repeat,
+                "reward": reward,
+                "response": {"usage": _usage(input_tokens, output_tokens)},
+            }
+            for task_index, repeat, data, reward, details, input_tokens, output_tokens in (
+                con.execute(_SCORED, [self.verifier_version]).fetchall()
+            )
+        ]
+        if not entries:
+            return
+        try:
+            response = await self._post("", "/aggregate_metrics", {"verify_responses": entries})
+            answer = (
+                response.json()
+                if response.status_code == 200
+                else {
+                    "error": f"/aggregate_metrics answered {response.status_code}: "
+                    f"{response.text[:500]}"
+                }
+            )
+        except (ResourcesUnavailable, ValueError) as exc:
+            answer = {"error": str(exc)[:500]}
+        target = run_dir / METRICS_FILE
+        partial = target.with_suffix(".partial")
+        partial.write_text(
+            json.dumps(
+                {"verifier_version": self.verifier_version, "rollouts": len(entries), **answer},
+                indent=2,
+            )
+        )
+        os.replace(partial, target)
 
     # -- verification --------------------------------------------------------------------------
     async def verify(
