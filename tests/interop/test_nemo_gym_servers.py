@@ -139,3 +139,48 @@ def test_rewards_agree_with_nemo_gyms_own_verify(
     diagnosed = gym("eval", "diagnose", "run", "--json", cwd=tmp_path, env=env, check=True)
     assert json.loads(diagnosed.stdout)["buckets"]
     assert (tmp_path / "run" / "report.html").stat().st_size > 10_000
+
+
+def test_own_rows_on_a_running_server_through_a_benchmark(
+    nemo_env, prefect_api: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user's dataset file and the URL of a NeMo Gym server already running: a benchmark
+    names the file and the server (`verifier: nemo_gym`), the eval config the URL."""
+    for name, value in nemo_env.items():
+        monkeypatch.setenv(name, value)
+    from gymflow.environments.nemo_gym.folder import nemo_servers
+    from gymflow.environments.nemo_gym.launch import ServerProcess
+
+    data = Path(nemo_env["GYMFLOW_NEMO_GYM_PATH"]) / "resources_servers/mcqa/data"
+    (tmp_path / "mine/benchmarks").mkdir(parents=True)
+    rows = data.joinpath("example.jsonl").read_text().splitlines()[:3]
+    (tmp_path / "mine/rows.jsonl").write_text("\n".join(rows) + "\n")
+    (tmp_path / "mine/rows_rollouts.jsonl").write_bytes(
+        data.joinpath("example_rollouts.jsonl").read_bytes()
+    )
+    (tmp_path / "mine/benchmarks/my-mcqa.yaml").write_text(
+        "name: my-mcqa\ndescription: three of mcqa's rows\nrepeats: 2\n"
+        "dataset: {path: ../rows.jsonl, format: nemo_gym}\n"
+        "verifier: {name: nemo_gym, params: {server: ng-mcqa}}\n"
+    )
+    server = ServerProcess(nemo_servers()["ng-mcqa"])
+    url = server.start()
+    try:
+        (tmp_path / "eval.yaml").write_text(f"benchmark: my-mcqa\nout: run\nresources_url: {url}\n")
+        env = {**nemo_env, "GYMFLOW_ENVIRONMENTS_PATH": str(tmp_path / "mine"),
+               "PREFECT_API_URL": prefect_api}  # fmt: skip
+        listed = gym("list", "benchmarks", "--json", cwd=tmp_path, env=env, check=True)
+        assert "my-mcqa" in {b["name"] for b in json.loads(listed.stdout)}
+        ran = gym("eval", "run", "eval.yaml", cwd=tmp_path, env=env, timeout=600)
+    finally:
+        server.stop()
+    assert ran.returncode in (0, 2), ran.stdout + ran.stderr
+    con = duckdb.connect(str(tmp_path / "run" / "gymflow.duckdb"), read_only=True)
+    try:
+        verdicts = con.execute("SELECT status, reward FROM verifications").fetchall()
+        (version,) = con.execute("SELECT benchmark_version FROM runs").fetchone()
+    finally:
+        con.close()
+    assert len(verdicts) == 6 and {status for status, _ in verdicts} == {"ok"}
+    assert {reward for _, reward in verdicts} <= {0.0, 1.0}
+    assert "." in version  # the rows' (and the server's) part of the protocol

@@ -178,9 +178,12 @@ def _dataset_environment(name: str) -> Environment | None:
     if benchmark.dataset is None:
         return None
     from gymflow.environments.dataset.environment import DatasetEnvironment
+    from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
 
+    # a NeMo Gym server as the verifier: the benchmark's rows run on that environment's server
+    kind = NemoGymEnvironment if benchmark.verifier.name == "nemo_gym" else DatasetEnvironment
     try:
-        return DatasetEnvironment.from_benchmark(benchmark, path)
+        return kind.from_benchmark(benchmark, path)
     except ValueError as exc:
         raise RegistryError(f"{path}: {exc}") from None
 

@@ -90,6 +90,10 @@ class RunPlan:
     def benchmark_version(self) -> str:
         if self.benchmark is not None:
             rows = self.dataset_version if self.benchmark.dataset is not None else None
+            if self.env.rows_are_protocol:  # the server judging them too: another server's
+                # verdicts read as another dataset's in a comparison, as they should
+                served = f"{rows}|{self.verifier_version}".encode()
+                rows = hashlib.sha256(served).hexdigest()[:12]
             return self.benchmark.version(rows)
         protocol = (
             f"{self.env.name}|{self.split}|{self.template}|{self.repeats}|"

@@ -16,17 +16,21 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from gymflow.core.tasks import Task, ToolCall
-from gymflow.environments.base import Environment
+from gymflow.environments.base import Environment, EnvironmentManifest
+from gymflow.environments.dataset.environment import local_path
 from gymflow.environments.dataset.mapping import FieldProblem, RowRules, first_user_text, map_rows
 from gymflow.environments.dataset.readers import DatasetError, read_rows
 from gymflow.environments.dataset.spec import FieldMap
-from gymflow.environments.nemo_gym.folder import NemoServer
+from gymflow.environments.nemo_gym.folder import PATH_VARIABLE, NemoServer, nemo_servers
 from gymflow.models.responses import output_text
+
+if TYPE_CHECKING:
+    from gymflow.environments.registry import Benchmark
 
 Plan = tuple[tuple[ToolCall, ...], ...]
 
@@ -34,10 +38,38 @@ Plan = tuple[tuple[ToolCall, ...], ...]
 class NemoGymEnvironment(Environment):
     rows_are_protocol = True
 
-    def __init__(self, server: NemoServer) -> None:
-        super().__init__(server.manifest(), server.folder)
+    def __init__(self, server: NemoServer, manifest: EnvironmentManifest | None = None) -> None:
+        super().__init__(manifest or server.manifest(), server.folder)
         self.server = server
         self._digests: dict[str, list[bytes]] = {}
+
+    @classmethod
+    def from_benchmark(cls, benchmark: Benchmark, benchmark_file: Path) -> NemoGymEnvironment:
+        """A dataset benchmark's own rows on a NeMo Gym environment's server:
+        `dataset: {path: rows.jsonl, format: nemo_gym}` with
+        `verifier: {name: nemo_gym, params: {server: ng-NAME}}`. Raises ValueError naming the
+        key."""
+        assert benchmark.dataset is not None and benchmark.verifier is not None
+        spec, named = benchmark.dataset, benchmark.verifier.params.get("server")
+        servers = nemo_servers()
+        if named not in servers:
+            known = ", ".join(sorted(servers)) or f"none: set {PATH_VARIABLE}"
+            raise ValueError(
+                f"verifier.params.server: {named!r} is no NeMo Gym environment (known: {known})"
+            )
+        if spec.hub is not None or spec.format != "nemo_gym":
+            raise ValueError("dataset: a NeMo Gym server's rows are a local nemo_gym file")
+        server = replace(servers[named], splits={spec.split_name: local_path(spec, benchmark_file)})
+        base = server.manifest()
+        manifest = base.model_copy(
+            update={
+                "name": benchmark.name,
+                "description": benchmark.description or base.description,
+                "tags": [*benchmark.tags, *base.tags, "dataset"],
+                "harness": spec.harness if "harness" in spec.model_fields_set else base.harness,
+            }
+        )
+        return cls(server, manifest)
 
     def rules(self) -> RowRules:
         return RowRules(

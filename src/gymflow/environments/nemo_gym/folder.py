@@ -87,7 +87,11 @@ class NemoServer:
             harness="tool_loop" if _tool_names(self.splits[default]) else "single_turn",
             prompt_template="{{ prompt }}",
             splits={
-                name: SplitSpec(description=str(path.relative_to(self.root)))
+                name: SplitSpec(
+                    description=str(
+                        path.relative_to(self.root) if path.is_relative_to(self.root) else path
+                    )
+                )
                 for name, path in self.splits.items()
             },
             default_split=default,
