@@ -390,12 +390,6 @@ def reverify(
             raise ReverifyError(
                 f"run {run['run_id']}: reverify needs the environment's verifier, but {exc}"
             ) from None
-        if not env.manifest.reverify_stateless and not force:
-            raise ReverifyError(
-                f"environment {env.name!r} verifies live session state "
-                "(reverify_stateless: false), which stored rollouts do not hold; "
-                "pass --force to verify without it"
-            )
         spec = env.manifest.verifier
         base = _base_version(con, spec.name, spec.params, base_version)
         # No settings: the environment's verifier as it is now (its manifest's parameters).
@@ -404,34 +398,69 @@ def reverify(
             server = env.resources_server(params)
         except UserError as exc:  # parameters that do not validate, a verifier gone
             raise ReverifyError(f"--set: {exc}" if settings else str(exc)) from None
-        new_version = _version_of(con, server)
-        stored = {
-            row[0]
-            for row in con.execute("SELECT verifier_version FROM verifier_versions").fetchall()
-        }
-        if new_version not in stored:
-            reverified = _write(con, server, new_version, base, _tasks(con), failed_only)
-            status = "written"
-        else:
-            reverified = _rejudge(con, server, new_version, _tasks(con), failed_only)
-            status = "rejudged" if reverified else "already stored"
-        if make_current:
-            current.make_current(con, new_version)
-        old = base.version if base.stored else new_version
-        return Reverified(
-            environment=env.name,
-            verifier=spec.name,
-            params=server.params.model_dump(mode="json"),
-            base_version=base.version or None,
-            new_version=new_version,
-            status=status,
-            reverified=reverified,
-            failed_only=failed_only,
-            flips=flips(con, old, new_version, limit=max_listed),
-            before=headline(con, old) if base.stored else None,
-            after=headline(con, new_version),
-            current_version=current.current_verifier_version(con),
-            made_current=make_current,
-        )
+        try:
+            return _reverify_with(
+                con,
+                run,
+                env,
+                spec,
+                base,
+                server,
+                force=force,
+                failed_only=failed_only,
+                max_listed=max_listed,
+                make_current=make_current,
+            )
+        finally:
+            server.close()
     finally:
         con.close()
+
+
+def _reverify_with(
+    con,
+    run: dict[str, Any],
+    env,
+    spec,
+    base,
+    server: ResourcesServer,
+    *,
+    force: bool,
+    failed_only: bool,
+    max_listed: int | None,
+    make_current: bool,
+) -> Reverified:
+    """reverify's work once its resources server is built (the caller closes it)."""
+    # the run's own server, when it was served: a NeMo Gym server is asked there first
+    run_config = json.loads(run.get("config_json") or "{}")
+    refusal = server.reverify_refusal(run_config.get("resources_url"))
+    if refusal is not None and not force:
+        raise ReverifyError(f"{refusal}; pass --force to verify without it")
+    new_version = _version_of(con, server)
+    stored = {
+        row[0] for row in con.execute("SELECT verifier_version FROM verifier_versions").fetchall()
+    }
+    if new_version not in stored:
+        reverified = _write(con, server, new_version, base, _tasks(con), failed_only)
+        status = "written"
+    else:
+        reverified = _rejudge(con, server, new_version, _tasks(con), failed_only)
+        status = "rejudged" if reverified else "already stored"
+    if make_current:
+        current.make_current(con, new_version)
+    old = base.version if base.stored else new_version
+    return Reverified(
+        environment=env.name,
+        verifier=spec.name,
+        params=server.params.model_dump(mode="json"),
+        base_version=base.version or None,
+        new_version=new_version,
+        status=status,
+        reverified=reverified,
+        failed_only=failed_only,
+        flips=flips(con, old, new_version, limit=max_listed),
+        before=headline(con, old) if base.stored else None,
+        after=headline(con, new_version),
+        current_version=current.current_verifier_version(con),
+        made_current=make_current,
+    )

@@ -196,6 +196,10 @@ class RemoteResourcesServer:
 def open_resources(plan: ServedPlan) -> ResourcesServer | RemoteResourcesServer:
     """The run's resources server: in-process, or the one at the config's `resources_url`."""
     url = plan.config.resources_url
+    from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
+
+    if isinstance(plan.env, NemoGymEnvironment):  # its own server: the given one, or started
+        return plan.env.resources_server(plan.verifier_params).open(url)
     if not url:
         return plan.env.resources_server(plan.verifier_params)
     problems = remote_problems(plan, url)
@@ -205,5 +209,6 @@ def open_resources(plan: ServedPlan) -> ResourcesServer | RemoteResourcesServer:
 
 
 async def close_resources(server: ResourcesServer | RemoteResourcesServer) -> None:
-    if isinstance(server, RemoteResourcesServer):
-        await server.aclose()
+    aclose = getattr(server, "aclose", None)  # a served one, or a NeMo Gym server's client
+    if aclose is not None:
+        await aclose()

@@ -90,11 +90,18 @@ class RunPlan:
     def benchmark_version(self) -> str:
         if self.benchmark is not None:
             rows = self.dataset_version if self.benchmark.dataset is not None else None
+            if self.env.rows_are_protocol:  # the server judging them too: another server's
+                # verdicts read as another dataset's in a comparison, as they should
+                served = f"{rows}|{self.verifier_version}".encode()
+                rows = hashlib.sha256(served).hexdigest()[:12]
             return self.benchmark.version(rows)
-        return hashlib.sha256(
+        protocol = (
             f"{self.env.name}|{self.split}|{self.template}|{self.repeats}|"
-            f"{self.sampling.model_dump_json()}|{self.config.limit}".encode()
-        ).hexdigest()[:12]
+            f"{self.sampling.model_dump_json()}|{self.config.limit}"
+        )
+        if self.env.rows_are_protocol:  # another file's rows, or another server, is another run
+            protocol += f"|{self.dataset_version}|{self.verifier_version}"
+        return hashlib.sha256(protocol.encode()).hexdigest()[:12]
 
 
 def resolve(config: EvalConfig) -> RunPlan:
