@@ -16,7 +16,7 @@ from gymflow.config import EvalConfig
 from gymflow.errors import RuntimeFailure
 from gymflow.flows.eval_run import evaluation_loop
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
-from gymflow.present import format_number, format_percent, format_points
+from gymflow.present import format_number, format_percent, format_points, markdown_text
 from gymflow.reverify import reverify
 from gymflow.store.db import connect, copy_store
 from gymflow.store.runs import run_info
@@ -97,7 +97,7 @@ def _publish(out: Path, result: StudyResult) -> Path:
         key="gymflow-study-report", link=report.resolve().as_uri(), description="Study report"
     )
     rows = [
-        f"| {v.summary.name} | {v.summary.isolates or 'confounded'} | "
+        f"| {markdown_text(v.summary.name)} | {v.summary.isolates or 'confounded'} | "
         f"{format_points(v.difference)} | {format_number(v.p_holm)} | "
         f"{len(v.gained)}/{len(v.lost)} | {v.summary.health} |"
         for v in result.variants
