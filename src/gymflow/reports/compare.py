@@ -40,6 +40,12 @@ def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _effective(run_config: dict[str, Any]) -> dict[str, Any]:
+    """The config with the sampling the run used: a config without `sampling` took the
+    benchmark's (0.7 read as `null` beside a config that wrote 0.7)."""
+    return {**run_config["config"], "sampling": run_config["sampling"]}
+
+
 def config_changes(
     config_a: dict[str, Any], config_b: dict[str, Any]
 ) -> list[tuple[str, Any, Any]]:
@@ -81,5 +87,5 @@ def compare_sections(
         "points": [(rates_b[t], rates_a[t], t) for t in common],
         "flipped": {side: rows[: limits.changed_tasks] for side, rows in flipped.items()},
         "flipped_counts": {side: len(rows) for side, rows in flipped.items()},
-        "config_changes": config_changes(a["run"]["config"], b["run"]["config"]),
+        "config_changes": config_changes(_effective(a["run"]), _effective(b["run"])),
     }
