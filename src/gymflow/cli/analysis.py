@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gymflow.analysis.compare import POWER_DIFFERENCE, compare
-from gymflow.analysis.health import Gate, health
-from gymflow.analysis.profile import profile
-from gymflow.analysis.results import Comparison, Profile
-from gymflow.analysis.run import analyse
+from gymflow.analysis.compare import POWER_DIFFERENCE
 from gymflow.cli import exit_codes
-from gymflow.cli.app import console, eval_app, fail, print_json
+from gymflow.cli.app import (
+    SIMULATED_LINE,
+    console,
+    eval_app,
+    fail,
+    print_json,
+    warn_stale_report,
+)
 from gymflow.present import (
     coverage_text,
     format_counts,
@@ -24,8 +27,14 @@ from gymflow.present import (
     headline_text,
 )
 from gymflow.present.terminal import print_table, styled, table
-from gymflow.reverify import parse_settings, reverify
 from gymflow.store.db import connect
+
+if TYPE_CHECKING:
+    from gymflow.analysis.results import Comparison, Profile
+    from gymflow.analysis.stats import PairedPower, Power
+
+# Each command imports what only it runs (the health checks, the diagnosis, the verifiers of a
+# reverify) in its body: `gym eval profile` does not pay for the others.
 
 
 @eval_app.command("profile")
@@ -56,6 +65,9 @@ def eval_profile(
 ) -> None:
     """pass@1 with its task-clustered 95% CI, pass@k, pass^k and coverage; with --compare, a
     paired comparison of two runs."""
+    from gymflow.analysis.compare import compare
+    from gymflow.analysis.profile import profile
+
     con = connect(run_dir, read_only=True)
     try:
         result = profile(
@@ -83,6 +95,7 @@ def eval_profile(
                 )
             finally:
                 other.close()
+        warn_stale_report(con, run_dir)
     finally:
         con.close()
     if compare_with is not None:
@@ -106,6 +119,9 @@ def eval_profile(
 def print_comparison(result: Comparison, profiles: dict[str, Profile]) -> None:
     """The comparison as text; `profiles` holds the profile of run "a" and of run "b"."""
     a, b = result.a, result.b
+    for side in ("a", "b"):
+        if profiles[side].simulated:
+            console.print(f"{side.upper()}: {SIMULATED_LINE}", markup=False)
     console.print(
         styled(
             (result.benchmark, "bold"),
@@ -119,21 +135,26 @@ def print_comparison(result: Comparison, profiles: dict[str, Profile]) -> None:
         console.print(f"  {side.upper()}: {headline_text(p)}; coverage: {coverage}")
     console.print(
         styled(
-            f"paired on {result.tasks} tasks: A - B = ",
+            f"paired on {result.tasks} tasks, difference in pass rate: A - B = ",
             (format_percent(result.difference), "bold"),
             f" (SE {format_percent(result.stderr)}, 95% CI "
-            f"{format_interval(result.ci95, result.ci95_reason)}, paired t); correlation "
+            f"{format_interval(result.ci95, result.ci95_reason)}, "
+            f"p = {format_number(result.p_value, 4)}); correlation "
             f"{format_number(result.correlation, 2)}",
         )
     )
+    console.print(f"  test: {result.test}", markup=False, soft_wrap=True)
+    _print_power(result.power, "pass rate")
     unpaired = result.unpaired_task_ids
     for ids, label in ((unpaired.a_only, "A"), (unpaired.b_only, "B")):
         if ids:
             console.print(f"  not paired: {len(ids)} tasks scored in {label} only: {_listed(ids)}")
     m = result.mcnemar
     console.print(
-        f"McNemar ({m.method}, per-task majority): {m.b} tasks solved only by A, "
-        f"{m.c} only by B, p = {format_number(m.p_value, 4)}"
+        f"share solved by majority verdict: A {format_percent(result.solved_a)}, "
+        f"B {format_percent(result.solved_b)}, A - B = {format_percent(result.solved_difference)}; "
+        f"McNemar ({m.method}): {m.b} tasks solved only by A, {m.c} only by B, "
+        f"p = {format_number(m.p_value, 4)}"
     )
     flipped = result.flipped
     for tasks, label in (
@@ -142,30 +163,40 @@ def print_comparison(result: Comparison, profiles: dict[str, Profile]) -> None:
     ):
         if tasks:
             console.print(f"  {label}: {_listed(tasks)}")
-    power = result.power
-    console.print(f"power of {power.test}:")
-    detectable = power.minimum_detectable_difference
+    _print_power(result.majority_power, "share solved")
+    majority = result.majority_power
     console.print(
-        f"  minimum detectable difference in share solved at 80% power with "
-        f"{power.tasks_now} tasks: "
-        + (
-            format_percent(detectable)
-            if detectable is not None
-            else f"none ({power.minimum_detectable_difference_reason})"
-        )
-    )
-    needed = power.tasks_needed
-    console.print(
-        f"  tasks needed to detect {format_percent(power.difference)} at 80% power: "
-        + (f"about {needed}" if needed is not None else f"n/a ({power.tasks_needed_reason})")
-        + f" (assuming {format_percent(power.discordant_share)} of tasks solved by one run only, "
-        "as here)"
+        f"  (assuming {format_percent(majority.discordant_share)} of tasks solved by one run "
+        "only, as here)"
     )
     for factor in result.factors:
         console.print(
             f"  differs: {factor.factor}: {format_value(factor.a)} vs {format_value(factor.b)}"
         )
     console.print(result.attribution)
+
+
+def _print_power(power: PairedPower | Power, quantity: str) -> None:
+    """A test's minimum detectable difference and tasks needed, in the quantity it tests."""
+    console.print(f"  power of {power.test}:", markup=False, soft_wrap=True)
+    detectable = power.minimum_detectable_difference
+    console.print(
+        f"    minimum detectable difference in {quantity} at 80% power with "
+        f"{power.tasks_now} tasks: "
+        + (
+            format_percent(detectable)
+            if detectable is not None
+            else f"none ({power.minimum_detectable_difference_reason})"
+        ),
+        markup=False,
+    )
+    needed = power.tasks_needed
+    console.print(
+        f"    tasks needed to detect {format_percent(power.difference)} in {quantity} at 80% "
+        "power: "
+        + (f"about {needed}" if needed is not None else f"n/a ({power.tasks_needed_reason})"),
+        markup=False,
+    )
 
 
 def _listed(tasks: list[str]) -> str:
@@ -179,6 +210,8 @@ def print_profile(result: Profile) -> None:
             f" · {result.model} · verifier {result.verifier_version}",
         )
     )
+    if result.simulated:
+        console.print(SIMULATED_LINE)
     console.print(f"coverage: {coverage_text(result.coverage)} (failures {result.failures})")
     console.print(
         styled(
@@ -278,6 +311,8 @@ def eval_health(
     ] = 1000,
 ) -> None:
     """Check every record; exit 1 when a check flags more than its allowed share of rollouts."""
+    from gymflow.analysis.health import Gate, health
+
     gate = Gate(
         max_share=max_share,
         warning_max_share=warning_max_share,
@@ -286,6 +321,7 @@ def eval_health(
     con = connect(run_dir, read_only=True)
     try:
         result = health(con, verifier_version=verifier_version, gate=gate, max_listed=max_listed)
+        warn_stale_report(con, run_dir)
     finally:
         con.close()
     if json_output:
@@ -314,6 +350,7 @@ def eval_health(
             f"gate: {result.gate}"
             + (f" ({', '.join(result.gate_failures)})" if result.gate_failures else "")
             + (f"; warnings: {', '.join(result.warnings)}" if result.warnings else "")
+            + f"; verifier {result.verifier_version}"
         )
     if result.gate == "fail":
         raise typer.Exit(exit_codes.GATE_FAILED)
@@ -328,9 +365,12 @@ def eval_diagnose(
 ) -> None:
     """Outcome buckets, failure taxonomy, sometimes-pass tasks, verifier suspects, and the
     recommended next action (the same `decide` the flow's artifacts and the report read)."""
+    from gymflow.analysis.run import analyse
+
     con = connect(run_dir, read_only=True)
     try:
         analysis = analyse(con, verifier_version=verifier_version, top=top)
+        warn_stale_report(con, run_dir)
     finally:
         con.close()
     result, decision = analysis.diagnosis, analysis.decision
@@ -338,6 +378,8 @@ def eval_diagnose(
         print_json({**result.as_json(), "decision": decision.as_json()})
         return
     console.print(f"run {result.run_id} · verifier {result.verifier_version}")
+    if analysis.profile.simulated:
+        console.print(SIMULATED_LINE)
     buckets = table("bucket", "tasks", "share")
     for name, bucket in result.buckets.items():
         buckets.add_row(name, str(bucket.tasks), format_percent(bucket.share))
@@ -406,22 +448,36 @@ def eval_reverify(
         bool, typer.Option(help="Reverify even environments that verify live session state.")
     ] = False,
     base_version: Annotated[
-        str | None, typer.Option("--from-version", help="Base verifier version (newest).")
+        str | None,
+        typer.Option("--from-version", help="Base verifier version (the current one)."),
     ] = None,
+    make_current: Annotated[
+        bool,
+        typer.Option(
+            help="Read the run under the new version from now on (profile, diagnose, reports, "
+            "history, data); otherwise the current version stays."
+        ),
+    ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """New rewards from stored rollouts under changed verifier parameters (or, without --set,
     the environment's verifier as it is now); no inference. The result is a new verifier
     version beside the old one; under a version already stored, verifications that errored or
     timed out are judged again (and, without --failed-only, the passes a --failed-only reverify
-    carried from its base version)."""
+    carried from its base version). The run is read under the new version only with
+    --make-current (or `gym eval use-version`)."""
+    from gymflow.reverify import parse_settings, reverify
+
     result = reverify(
         run_dir,
         parse_settings(settings or []),
         failed_only=failed_only,
         force=force,
         base_version=base_version,
+        make_current=make_current,
     )
+    with connect(run_dir, read_only=True) as con:
+        warn_stale_report(con, run_dir)
     if json_output:
         print_json(result.as_json())
         return
@@ -455,3 +511,37 @@ def eval_reverify(
                 f"{format_interval(head.ci95)}), pass@{k} {format_percent(pass_at_k)} "
                 f"[{head.verifier_version}]"
             )
+    if result.made_current or result.current_version == result.new_version:
+        console.print(f"the run is read under {result.current_version} from now on", markup=False)
+    else:
+        console.print(
+            f"the run is still read under {result.current_version} (profile, diagnose, reports, "
+            f"history, data); to read it under the new version: gym eval use-version {run_dir} "
+            f"{result.new_version}",
+            markup=False,
+            soft_wrap=True,
+        )
+
+
+@eval_app.command("use-version")
+def eval_use_version(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (or its .duckdb file).")],
+    version: Annotated[str, typer.Argument(help="A verifier version the store holds.")],
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Read the run under VERSION from now on: profile, diagnose, reports, `gym runs`, trend and
+    `gym data` read the current version unless told --verifier-version."""
+    from gymflow.store.current import current_verifier_version, make_current, stored_versions
+
+    con = connect(run_dir)
+    try:
+        before = current_verifier_version(con)
+        make_current(con, version)
+        known = stored_versions(con)
+        warn_stale_report(con, run_dir)
+    finally:
+        con.close()
+    if json_output:
+        print_json({"previous_version": before, "current_version": version, "versions": known})
+        return
+    console.print(f"{run_dir}: read under {version} from now on (was {before})", markup=False)

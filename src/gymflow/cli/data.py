@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from gymflow.cli.app import console, data_app, fail, print_json
+from gymflow.cli.app import console, data_app, fail, print_json, warn_stale_report
 from gymflow.data.chat import KINDS, TrajectoryFilters, prepare_trajectories, write_trajectories
 from gymflow.data.profile import data_profile
 from gymflow.data.provenance import provenance
@@ -96,6 +96,7 @@ def data_select(
     filters = _filters(pass_rate, bucket, tag, difficulty, max_input_tokens, max_output_tokens)
     con = connect(run_dir, read_only=True)
     try:
+        warn_stale_report(con, run_dir)
         selection = select_tasks(con, filters, verifier_version=verifier_version)
         record = provenance(
             con,
@@ -187,6 +188,7 @@ def data_trajectories(
     filters = _filters(pass_rate, bucket, tag, difficulty, max_input_tokens, max_output_tokens)
     con = connect(run_dir, read_only=True)
     try:
+        warn_stale_report(con, run_dir)
         selection = select_tasks(con, filters, verifier_version=verifier_version)
         counts = prepare_trajectories(con, selection.verifier_version, trajectory_filters)
         counts = {"tasks": selection.counts, "rollouts": counts}
@@ -238,6 +240,7 @@ def data_profile_command(
     filters = _filters(pass_rate, bucket, tag, difficulty, max_input_tokens, max_output_tokens)
     con = connect(run_dir, read_only=True)
     try:
+        warn_stale_report(con, run_dir)
         result = data_profile(
             con,
             verifier_version=verifier_version,
@@ -262,7 +265,8 @@ def _print_profile(result: dict) -> None:
         styled(
             f"{result['tasks']} tasks, ",
             (str(result["informative"]), "bold"),
-            f" informative ({format_percent(result['informative_share'])}: 0 < pass rate < 1) "
+            f" informative ({format_percent(result['informative_share'])} "
+            "of the tasks with a score: 0 < pass rate < 1) "
             f"under verifier {result['verifier_version']}",
         )
     )
@@ -283,7 +287,8 @@ def _print_profile(result: dict) -> None:
     print_table(console, grid)
     dups = result["near_duplicates"]
     console.print(
-        f"near-duplicate prompts (similarity >= {dups['threshold']}): {dups['groups']} groups, "
+        f"near-duplicate prompts (exact similarity >= {dups['threshold']}; precision 100%, "
+        f"recall {dups['recall_at_threshold']:.1%} at the threshold): {dups['groups']} groups, "
         f"{dups['grouped_tasks']} tasks"
     )
     for group in dups["shown"]:

@@ -13,7 +13,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from gymflow import progress
 from gymflow.cli import exit_codes
-from gymflow.cli.app import app, console, errors, eval_app, fail, prefect_for_run
+from gymflow.cli.app import (
+    SIMULATED_LINE,
+    app,
+    console,
+    errors,
+    eval_app,
+    fail,
+    prefect_for_run,
+)
 from gymflow.cli.scale import server_hint_once
 from gymflow.config import (
     ConfigError,
@@ -211,6 +219,8 @@ def print_headline(result: dict[str, Any]) -> None:
             f" · {profile.model} · run {profile.run_id}",
         )
     )
+    if profile.simulated:
+        console.print(SIMULATED_LINE)
     console.print(styled((headline_text(profile), "bold")))
     grid = table("k", "pass@k", "pass^k")
     for k, value in profile.pass_at_k.items():
@@ -222,6 +232,7 @@ def print_headline(result: dict[str, Any]) -> None:
     console.print(f"health: {health.verdict}{warnings}")
     decision = analysis.decision
     console.print(f"next action: {decision.label or 'none'} ({decision.why})")
+    console.print(f"verifier version: {profile.verifier_version}")
     console.print(f"report: {result['report']}")
 
 
@@ -301,6 +312,10 @@ def eval_run(
     prompt_template: Annotated[
         str | None, typer.Option(help="Jinja prompt template over a task's fields.")
     ] = None,
+    tool_choice: Annotated[
+        str | None,
+        typer.Option(help="auto | required | none, sent with the tools (unset: not sent)."),
+    ] = None,
     shards: Annotated[
         int, typer.Option(help="Split into N shards, run concurrently here (or on --work-pool).")
     ] = 1,
@@ -357,6 +372,7 @@ def eval_run(
         "harness.name": harness,
         "harness.max_turns": max_turns,
         "prompt_template": prompt_template,
+        "model.tool_choice": tool_choice,
         "stop_after_transport_failures": stop_after_transport_failures,
     }
     _execute(config, overrides, resume, scale, retry_failed)

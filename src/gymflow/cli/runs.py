@@ -12,18 +12,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gymflow.cli import exit_codes
-from gymflow.cli.app import app, console, fail, print_json
+from gymflow.cli.app import console, fail, group, print_json
 from gymflow.present import format_interval, format_percent
 from gymflow.present.terminal import print_table, table
 
 if TYPE_CHECKING:
     from gymflow.history.catalog import CatalogEntry
 
-runs_app = typer.Typer(
-    help="The runs under a folder: list them, draw a benchmark's trend, gate on regressions.",
-    no_args_is_help=True,
-)
-app.add_typer(runs_app, name="runs")
+runs_app = group("runs")
 
 Root = Annotated[Path, typer.Option(help="Folder holding the run folders (searched below).")]
 
@@ -66,14 +62,15 @@ def runs_list(
             }
         )
         return
-    columns = ("when", "benchmark", "model", "harness", "pass@1", "95% CI", "scored", "run")
-    grid = table(*columns, keys=("run",))
+    columns = ("when", "benchmark", "model", "harness", "verifier", "pass@1", "95% CI", "scored")
+    grid = table(*columns, "run", keys=("run",))
     for e in sorted(entries, key=lambda e: (str(e.created_at), e.run_dir)):
         grid.add_row(
             f"{e.created_at:%Y-%m-%d %H:%M}" if e.created_at else "?",
             _benchmark(e),
             e.model,
             e.harness,
+            e.verifier_version,
             format_percent(e.pass1),
             _ci(e),
             f"{e.scored}/{e.expected}",
@@ -114,13 +111,14 @@ def runs_trend(
             {"benchmark": benchmark, "report": str(path), "runs": [asdict(e) for e in entries]}
         )
         return
-    grid = table("when", "model", "version", "pass@1", "95% CI", "coverage")
+    grid = table("when", "model", "version", "verifier", "pass@1", "95% CI", "coverage")
     for e in entries:
         when = f"{e.created_at:%Y-%m-%d %H:%M}" if e.created_at else "?"
         grid.add_row(
             when,
             e.model,
             e.benchmark_version or "none",
+            e.verifier_version,
             format_percent(e.pass1),
             _ci(e),
             f"{e.scored}/{e.expected}",
@@ -136,14 +134,18 @@ def runs_gate(
         Path | None,
         typer.Option(help="Where earlier runs live (default: the folder holding RUN_DIR)."),
     ] = None,
-    baseline: Annotated[Path | None, typer.Option(help="A pinned baseline run.")] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(help="The pinned baseline run (default: the earliest run under --root)."),
+    ] = None,
     margin: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Drop (0-1) a regression must exceed.")
     ] = 0.02,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Compare RUN_DIR, paired by task, with the run before it and a baseline; exit 2 when a
-    significant drop beyond the margin is found. The verdict is kept as RUN_DIR/gate.json, and
+    """Compare RUN_DIR, paired by task, with a pinned baseline, and feed the paired t statistic
+    to a CUSUM over the runs since the baseline; exit 2 when it alarms on a drop beyond the
+    margin. The verdict is kept as RUN_DIR/gate.json, and
     `gym report RUN_DIR` states it."""
     from gymflow.history.gate import gate, save_verdict
 

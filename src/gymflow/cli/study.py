@@ -8,15 +8,12 @@ from typing import Annotated
 import typer
 
 from gymflow.cli import exit_codes
-from gymflow.cli.app import app, console, fail, prefect_for_run, print_json
+from gymflow.cli.app import SIMULATED_LINE, console, fail, group, prefect_for_run, print_json
 from gymflow.present import format_interval, format_number, format_percent, format_points
 from gymflow.present.terminal import print_table, table
 from gymflow.store.db import StoreError
 
-study_app = typer.Typer(
-    help="Ablation studies: vary one thing at a time against a baseline.", no_args_is_help=True
-)
-app.add_typer(study_app, name="study")
+study_app = group("study")
 
 
 @study_app.command("run")
@@ -55,7 +52,19 @@ def study_run(
         return
     base = result["baseline"]
     console.print(f"study {result['name']}: baseline pass@1 {format_percent(base['pass1'])}")
-    columns = ("variant", "isolates", "difference", "95% CI", "p (Holm)", "gained/lost", "health")
+    arms = [base, *(v["summary"] for v in result["variants"])]
+    if any(arm["simulated"] for arm in arms):
+        names = ", ".join(arm["name"] for arm in arms if arm["simulated"])
+        console.print(f"{SIMULATED_LINE} (arms: {names})")
+    columns = (
+        "variant",
+        "isolates",
+        "difference",
+        "95% CI (simultaneous)",
+        "p (Bonferroni)",
+        "gained/lost",
+        "health",
+    )
     grid = table(*columns, keys=("variant",))
     for v in result["variants"]:
         s = v["summary"]
@@ -64,10 +73,10 @@ def study_run(
             s["isolates"] or "confounded",
             format_points(v["difference"]),
             format_interval(v["ci95"], each=format_points, between=" to "),
-            format_number(v["p_holm"]),
+            format_number(v["p_adjusted"]),
             f"{len(v['gained'])}/{len(v['lost'])}",
             s["health"],
         )
     print_table(console, grid)
-    console.print(f"p-values: {result['test']}")
+    console.print(f"test: {result['test']}")
     console.print(f"report: {Path(result['report']).resolve()}")

@@ -133,6 +133,8 @@ def headline_rows(profile: Profile, health: Health) -> list[dict[str, str]]:
     rows += [
         {"metric": "coverage", "value": coverage_text(profile.coverage), "95% CI": ""},
         {"metric": "health", "value": _health_text(health), "95% CI": ""},
+        {"metric": "verifier version", "value": profile.verifier_version, "95% CI": ""},
+        {"metric": "policy", "value": "simulated" if profile.simulated else "model", "95% CI": ""},
     ]
     return rows
 
@@ -186,11 +188,21 @@ def summary_markdown(analysis: RunAnalysis, link: ReportLink) -> str:
         [
             f"# {name} · {markdown_text(profile.model)} · run `{profile.run_id}`",
             "",
+            *(
+                [
+                    "**Simulated**: gymflow's simulated policy server answered this run, not a "
+                    "real model.",
+                    "",
+                ]
+                if profile.simulated
+                else []
+            ),
             f"**{headline(profile)}**, clustered on {profile.tasks_scored} tasks × "
             f"{profile.repeats} repeats",
             "",
             f"- Coverage: {coverage_text(profile.coverage)}; failures {profile.failures}.",
             f"- Health: **{_health_text(health)}**",
+            f"- Verifier version: `{profile.verifier_version}`",
             "",
             "## Recommended next action",
             "",

@@ -18,8 +18,8 @@ from gymflow.flows.eval_run import evaluation_loop
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
 from gymflow.present import format_number, format_percent, format_points, markdown_text
 from gymflow.reverify import reverify
+from gymflow.store.current import current_verifier_version
 from gymflow.store.db import connect, copy_store
-from gymflow.store.runs import run_info
 from gymflow.study.results import ArmRun, StudyResult, study_result
 from gymflow.study.spec import StudySpec, resolve_study, store_of
 
@@ -39,8 +39,9 @@ def run_arm(name: str, config: EvalConfig, scale: ScaleOptions) -> str:
 
 
 def _stored_version(run_dir: Path) -> str:
+    """The version the arm's run is read under (`store.current`)."""
     with connect(run_dir, read_only=True) as con:
-        return run_info(con)["verifier_version"]
+        return current_verifier_version(con)
 
 
 @flow(
@@ -78,8 +79,12 @@ def study(spec: StudySpec, scale: ScaleOptions = UNSHARDED) -> dict[str, Any]:
     for arm in plan.variants:
         if arm.reverify_only:
             copy_store(base_dir, stores[arm.name])
+            # the copy is the variant's run: it is read under the variant's verifier
             judged = reverify(
-                stores[arm.name], arm.config.verifier_params, base_version=base_version
+                stores[arm.name],
+                arm.config.verifier_params,
+                base_version=base_version,
+                make_current=True,
             )
             runs[arm.name] = ArmRun(arm, stores[arm.name], judged.new_version)
         else:
@@ -96,9 +101,11 @@ def _publish(out: Path, result: StudyResult) -> Path:
     create_link_artifact(
         key="gymflow-study-report", link=report.resolve().as_uri(), description="Study report"
     )
+    arms = [result.baseline, *(v.summary for v in result.variants)]
+    simulated = ", ".join(arm.name for arm in arms if arm.simulated)
     rows = [
         f"| {markdown_text(v.summary.name)} | {v.summary.isolates or 'confounded'} | "
-        f"{format_points(v.difference)} | {format_number(v.p_holm)} | "
+        f"{format_points(v.difference)} | {format_number(v.p_adjusted)} | "
         f"{len(v.gained)}/{len(v.lost)} | {v.summary.health} |"
         for v in result.variants
     ]
@@ -110,7 +117,12 @@ def _publish(out: Path, result: StudyResult) -> Path:
                 "",
                 f"Baseline pass@1 {format_percent(result.baseline.pass1)}; {result.test}.",
                 "",
-                "| variant | isolates | difference | p (Holm) | gained/lost | health |",
+                *(
+                    ["**Simulated**: gymflow's simulated policy server answered " + simulated, ""]
+                    if simulated
+                    else []
+                ),
+                "| variant | isolates | difference | p (Bonferroni) | gained/lost | health |",
                 "|---|---|---|---|---|---|",
                 *rows,
             ]

@@ -20,12 +20,15 @@ from pydantic import ValidationError
 
 from gymflow.config import ConfigError, EvalConfig, load_config_file, missing_api_key
 from gymflow.core.prompts import PromptError, render_prompt
+from gymflow.core.protocols import SESSION_TOKEN_HEADER
+from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
 from gymflow.environments.registry import (
     PATH_VARIABLE,
     RegistryError,
     load_benchmark,
     load_environment,
 )
+from gymflow.errors import UserError
 from gymflow.rollouts.plan import VERIFIER_PROBLEM, RunPlan, build_plan, plan_problems
 
 
@@ -161,15 +164,35 @@ async def _health(plan: RunPlan) -> str:
                 "/seed_session", json={"task_id": task.task_id, "split": plan.split}
             )
             seeded.raise_for_status()
+            session = seeded.json()
             verified = await client.post(
                 "/verify",
-                json={"session_id": seeded.json()["session_id"], "output_text": ""},
+                json={"session_id": session["session_id"], "output_text": ""},
+                headers={SESSION_TOKEN_HEADER: session["session_token"]},
             )
             verified.raise_for_status()
     return f"resources server starts and answers /health ({health.json()['environment']})"
 
 
+def _nemo_gym_routes(plan: RunPlan, report: ValidationReport) -> None:
+    """A NeMo Gym environment's server, given or started, has the routes its rows need."""
+    server = plan.env.resources_server(plan.verifier_params)
+    try:
+        server.open(plan.config.resources_url)
+        problems = server.route_problems(list(plan.all_tasks))
+    except UserError as exc:  # it did not start: its log says why
+        problems = [str(exc)]
+    finally:
+        server.close()
+    report.problems.extend(problems)
+    if not problems:
+        report.passed.append(f"NeMo Gym server at {server.url} has every route the rows need")
+
+
 def _resources(plan: RunPlan, report: ValidationReport) -> None:
+    if isinstance(plan.env, NemoGymEnvironment):
+        _nemo_gym_routes(plan, report)
+        return
     url = plan.config.resources_url
     if url:
         from gymflow.environments.remote import remote_problems

@@ -88,10 +88,24 @@ def _parquet(path: Path) -> Iterator[RawRow]:
     except (OSError, pa.ArrowException) as exc:
         raise DatasetError([f"{path}: not a Parquet file: {exc}"]) from None
     number = 0
-    for batch in parquet.iter_batches(batch_size=8192):
-        for row in batch.to_pylist():
-            yield _finite(f"row {number}", row)
-            number += 1
+    # A row group at a time: a corrupt page (`OSError: Couldn't deserialize thrift`) is a
+    # problem naming its row group and rows, and the groups after it are still read.
+    for group in range(parquet.num_row_groups):
+        end = number + parquet.metadata.row_group(group).num_rows
+        batches = parquet.iter_batches(batch_size=8192, row_groups=[group])
+        while True:
+            try:
+                batch = next(batches, None)
+            except (OSError, pa.ArrowException) as exc:
+                where = f"row group {group} (rows {number} to {end - 1})"
+                yield RawRow(where, None, f"cannot be read: {' '.join(str(exc).split())}")
+                break
+            if batch is None:
+                break
+            for row in batch.to_pylist():
+                yield _finite(f"row {number}", row)
+                number += 1
+        number = end
 
 
 def _saved(path: Path) -> Iterator[RawRow]:
