@@ -3,6 +3,7 @@ wrapped, no Python repr is printed, errors name the flag, and the README's claim
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -45,7 +46,10 @@ def test_health_at_80_columns_shows_every_check_name_whole(runs: Path):
         names = list(health(con).checks)
     words = result.stdout.split()
     assert all(name in words for name in names), result.stdout
-    assert "…" not in result.stdout and max(map(len, result.stdout.splitlines())) <= 80
+    table = [
+        line for line in result.stdout.splitlines() if line.split()[:1] in ([n] for n in names)
+    ]
+    assert "…" not in result.stdout and max(map(len, table)) <= 80, result.stdout
     _no_repr(result.stdout)
 
 
@@ -162,3 +166,28 @@ def test_a_bad_flag_value_is_named_by_its_flag(tmp_path: Path):
     assert "  - --temperature: Input should be less than or equal to 2" in result.stderr
     assert "  - --concurrency: Input should be greater than or equal to 1" in result.stderr
     assert "sampling.temperature" not in result.stderr
+
+
+def test_compare_html_shows_effective_settings_as_values(tmp_path: Path):
+    """A config that left sampling to the benchmark and one that wrote the same 0.7 do not
+    differ; a setting that does differ reads as a value, never a repr or `null`."""
+    configs = {
+        "a": {"benchmark": "arithmetic-test", "sampling": None, "model": {"name": "x"}},
+        "b": {
+            "benchmark": "arithmetic-test",
+            "sampling": {"temperature": 0.7, "top_p": 1.0},
+            "model": {"name": "x", "api_key_env": None},
+        },
+    }
+    for side, config in configs.items():
+        b = StoreBuilder(RunMeta(run_id=f"run-{side}", model=f"model-{side}", repeats=2))
+        b.task("t0", 10)
+        b.fill("t0", "10")
+        b.after_write.append(("UPDATE runs SET config_json = ?", [json.dumps(config)]))
+        b.write(tmp_path / side)
+    gym("report", "a", "--compare", "b", cwd=tmp_path, check=True)
+    page = (tmp_path / "a" / "compare.html").read_text()
+    changes = page[page.index('id="factors"') : page.index('<div class="pair">')]
+    assert 'data-factor="sampling' not in changes and "null" not in changes
+    assert "{&#39;" not in page and "&#39;: None" not in page and "{'" not in page
+    assert "<code>model-a</code>" in changes and "<code>model-b</code>" in changes

@@ -17,6 +17,7 @@ from gymflow.present import (
     format_points,
     format_value,
     headline_text,
+    markdown_text,
     safe_text,
 )
 from gymflow.present.terminal import TextConsole, print_table, styled, table
@@ -70,6 +71,14 @@ def test_headline_and_coverage_read_any_profile():
 def test_safe_text(raw: str, shown: str):
     assert safe_text(raw) == shown
     assert safe_text("a\nb\tc", newlines=False) == "a\\nb\\tc"
+
+
+def test_markdown_text_cannot_make_a_link_or_break_a_table():
+    shown = markdown_text("m[click](http://evil) | ![i](x) \x1b]0;t\x07\nnext")
+    assert "[click](" not in shown and "![" not in shown and " | " not in shown
+    assert shown == (
+        "m\\[click\\]\\(http://evil\\) \\| \\!\\[i\\]\\(x\\) \\\\x1b\\]0;t\\\\x07\\\\nnext"
+    )
 
 
 def _console(width: int) -> tuple[TextConsole, io.StringIO]:

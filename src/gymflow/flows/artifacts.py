@@ -21,7 +21,13 @@ from prefect.client.schemas.filters import (
 from prefect.runtime import flow_run
 
 from gymflow.analysis.results import Decision, Health, Profile, RunAnalysis
-from gymflow.present import coverage_text, format_counts, format_interval, format_percent
+from gymflow.present import (
+    coverage_text,
+    format_counts,
+    format_interval,
+    format_percent,
+    markdown_text,
+)
 from gymflow.present import headline_text as headline
 from gymflow.reports.serving import ReportLink, report_link
 
@@ -169,7 +175,7 @@ def _report_lines(link: ReportLink) -> list[str]:
 
 def summary_markdown(analysis: RunAnalysis, link: ReportLink) -> str:
     profile, health = analysis.profile, analysis.health
-    name = profile.benchmark or profile.environment
+    name = markdown_text(profile.benchmark or profile.environment)
     table = [
         "| k | pass@k | 95% CI | pass^k |",
         "|---|---|---|---|",
@@ -180,7 +186,7 @@ def summary_markdown(analysis: RunAnalysis, link: ReportLink) -> str:
     ]
     return "\n".join(
         [
-            f"# {name} · {profile.model} · run `{profile.run_id}`",
+            f"# {name} · {markdown_text(profile.model)} · run `{profile.run_id}`",
             "",
             *(
                 [

@@ -9,7 +9,7 @@ from prefect import get_run_logger
 
 from gymflow.analysis.results import RunAnalysis, TaxonomyRow
 from gymflow.flows.artifacts import action_text
-from gymflow.present import coverage_text, headline_text
+from gymflow.present import coverage_text, headline_text, safe_text
 from gymflow.reports.serving import ReportLink
 
 
@@ -58,8 +58,9 @@ def results(analysis: RunAnalysis, link: ReportLink) -> None:
     profile = analysis.profile
     logger.info(
         "%s · %s: %s; coverage: %s; health: %s",
-        profile.benchmark or profile.environment,
-        profile.model,
+        # the console handler prints a flow run's log to the terminal as well: escaped
+        safe_text(profile.benchmark or profile.environment),
+        safe_text(profile.model),
         headline_text(profile),
         coverage_text(profile.coverage),
         analysis.health.verdict,

@@ -16,7 +16,7 @@ from gymflow.config import EvalConfig
 from gymflow.errors import RuntimeFailure
 from gymflow.flows.eval_run import evaluation_loop
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
-from gymflow.present import format_number, format_percent, format_points
+from gymflow.present import format_number, format_percent, format_points, markdown_text
 from gymflow.reverify import reverify
 from gymflow.store.current import current_verifier_version
 from gymflow.store.db import connect, copy_store
@@ -104,7 +104,7 @@ def _publish(out: Path, result: StudyResult) -> Path:
     arms = [result.baseline, *(v.summary for v in result.variants)]
     simulated = ", ".join(arm.name for arm in arms if arm.simulated)
     rows = [
-        f"| {v.summary.name} | {v.summary.isolates or 'confounded'} | "
+        f"| {markdown_text(v.summary.name)} | {v.summary.isolates or 'confounded'} | "
         f"{format_points(v.difference)} | {format_number(v.p_adjusted)} | "
         f"{len(v.gained)}/{len(v.lost)} | {v.summary.health} |"
         for v in result.variants

@@ -123,3 +123,13 @@ def safe_text(text: str, *, newlines: bool = True) -> str:
     if not newlines:
         text = text.replace("\n", "\\n").replace("\t", "\\t")
     return text
+
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~])")
+
+
+def markdown_text(text: str) -> str:
+    """`text` for a markdown document (a Prefect artifact) shown as it is: control characters
+    escaped and every markdown character backslash-escaped, so a model name cannot become a
+    link, an image or a table cell break."""
+    return _MARKDOWN.sub(r"\\\1", safe_text(text, newlines=False))

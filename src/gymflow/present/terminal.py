@@ -8,8 +8,8 @@ and tables that never cut what a user must type.
 - Lines are never hard-wrapped (soft wrap): a command printed for copy and paste stays one line
   whatever the width; the terminal folds it for the eye only.
 - A table's key columns (check names, run paths: what a user types back) are never wrapped or
-  shortened; when they do not fit the width, the table is printed wider rather than cut. Other
-  cells fold; none is ever replaced by "…"."""
+  shortened; when the columns cannot share the width, each row is printed as a record instead.
+  Other cells wrap between words (fold, as a last resort); none is ever replaced by "…"."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any
 from rich import box
 from rich.cells import cell_len
 from rich.console import Console
-from rich.segment import Segments
+from rich.padding import Padding
 from rich.table import Column, Table
 from rich.text import Text
 
@@ -124,19 +124,30 @@ def _fit(grid: Table, width: int) -> int:
 
 def print_table(console: Console, grid: Table) -> None:
     """Print `grid` within the console's width: bordered if it fits, else without borders and
-    padding (columns one space apart), else wider than the console, since a key cell is never
-    cut (a terminal folds an over-long line for the eye; a pipe gets it whole)."""
-    needed = _fit(grid, console.width)
-    if needed > console.width:
-        grid.box, grid.show_edge, grid.pad_edge, grid.padding = (
-            box.SIMPLE_HEAD,
-            False,
-            False,
-            (0, 0),
-        )
-        needed = _fit(grid, console.width)
-    if needed <= console.width:
-        console.print(grid)
-        return
-    segments = console.render(grid, console.options.update_width(needed))
-    console.print(Segments(segments), crop=False, soft_wrap=True)
+    padding (columns one space apart), else as one record per row (`print_records`), since a
+    key cell is never cut."""
+    if _fit(grid, console.width) > console.width:
+        grid.box, grid.show_edge, grid.pad_edge = box.SIMPLE_HEAD, False, False
+        grid.padding = (0, 0)
+        if _fit(grid, console.width) > console.width:
+            print_records(console, grid)
+            return
+    console.print(grid)
+
+
+def print_records(console: Console, grid: Table) -> None:
+    """`grid` with one record per row, for a width its columns cannot share: the key cells on a
+    line of their own, whole (a terminal folds an over-long line for the eye only), then every
+    other cell as "header value", wrapped between cells and words."""
+    columns = grid.columns
+    for index in range(grid.row_count):
+        cells = [(c, _text(c.header), list(c.cells)[index]) for c in columns]
+        keys = [_text(cell) for c, _, cell in cells if c.no_wrap]
+        if keys:
+            console.print("  ".join(keys), style="bold")
+        details = Text()
+        for number, (_, header, cell) in enumerate(c for c in cells if not c[0].no_wrap):
+            details.append("; " if number else "")
+            details.append(f"{header} ", style="dim")
+            details.append(cell if isinstance(cell, Text) else Text(_text(cell)))
+        console.print(Padding(details, (0, 0, 0, 2)), soft_wrap=False)
