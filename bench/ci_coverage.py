@@ -46,6 +46,7 @@ import math
 import time
 
 import numpy as np
+import tiny
 from gate_calibration import NIGHTS, simulate_month
 
 from gymflow.analysis.passk import pair_curves
@@ -286,10 +287,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--bootstrap-samples", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=20261130)
-    parser.add_argument("--tiny", action="store_true", help="a few runs, to check it runs")
-    args = parser.parse_args()
-    if args.tiny:
-        args.runs, args.tasks, args.bootstrap_samples = 20, [10], 200
+    args = tiny.parse(parser, runs=20, tasks=[10], bootstrap_samples=200)
     rng = np.random.default_rng(args.seed)
     started = time.perf_counter()
     print(

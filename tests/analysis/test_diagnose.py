@@ -42,7 +42,7 @@ def _mixed() -> StoreBuilder:
     b.fill("t2", "00")  # never
     # t3: no rollout at all -> missing
     _fail(b.rollout("t4", 0), "rate_limited")  # model failure
-    b.rollout("t4", 1, text="I believe it is 104")  # no Answer: line -> no_answer
+    b.rollout("t4", 1, text="I believe it is 104")  # no Answer: line, 104 in the text
     b.rollout("t5", 0)  # passes
     b.rollout(
         "t5",
@@ -73,7 +73,7 @@ def test_taxonomy(mixed: Diagnosis) -> None:
     assert counts == {
         ("wrong_answer", "wrong_answer"): 3,
         ("model_failure", "rate_limited"): 1,
-        ("no_answer", "no_answer_extracted"): 1,
+        ("answer_in_other_form", "no_answer_extracted"): 1,
         ("verifier_error", "judge_failed"): 1,
     }
     assert mixed.non_passing_rollouts == 6
@@ -198,12 +198,12 @@ def test_taxonomy_of_harness_tool_and_truncation_failures(tmp_path: Path) -> Non
     # one unverified rollout in seven is 14% of the evidence: verifier repair comes first
     assert decision.action == "verifier_repair"
     assert decision.runner_up is not None and decision.runner_up.action == "harness_work"
+    # one truncated rollout in seven, on a task no repeat passes: the policy's, not the limit's
     assert decision.runner_up.categories == {
         "harness_max_turns": 1,
         "harness_malformed_tool_call": 1,
         "tool_error": 1,
         "harness_error": 1,
-        "truncated": 1,
     }
 
 
@@ -231,3 +231,127 @@ def test_decide_puts_an_incomplete_then_an_unhealthy_run_first(tmp_path: Path) -
     fix = decide(unhealthy, profile, whole.diagnosis)
     assert fix.action == "fix_health" and "token_mismatch" in fix.why
     assert fix.runner_up == evidence.evidence
+
+
+def test_no_answer_without_the_expected_answer_is_a_wrong_answer(tmp_path: Path) -> None:
+    """The real arithmetic run: answers lack the 'Answer:' line and the expected number is in
+    almost none of them. No reading of them would pass: a capability gap, not a prompt change,
+    and the decision says what its evidence is."""
+    b = StoreBuilder(RunMeta(repeats=4))
+    for i in range(6):
+        b.task(f"t{i}", 300 + i)
+        for repeat in range(4):
+            text = f"I think the result is about {i * 11}."
+            if (i, repeat) == (0, 3):
+                text = "Roughly 300 in all."  # the one answer holding the expected number
+            b.rollout(f"t{i}", repeat, text=text)
+    result = _diagnose(b, tmp_path / "run")
+    counts = {(row.category, row.kind): row.rollouts for row in result.taxonomy}
+    assert counts == {
+        ("no_answer", "no_answer_extracted"): 23,
+        ("answer_in_other_form", "no_answer_extracted"): 1,
+    }
+    decision = recommend(result)
+    assert decision.action == "model_training", decision.why
+    assert "1 of the 24 answers" in decision.why and "nowhere" in decision.why
+
+
+def test_the_verifier_declares_its_no_answer_reasons(tmp_path: Path) -> None:
+    """math_answer's `no_boxed_answer` is "no answer in the expected form" as arithmetic's
+    missing answer line is: read from the verifier's declaration, the same diagnosis."""
+    from gymflow.verifiers import get_verifier
+
+    declared = {
+        name: get_verifier(name).no_answer_reasons
+        for name in ("numeric_match", "math_answer", "code_exec", "ifeval", "bfcl")
+    }
+    assert declared["math_answer"] >= {"no_boxed_answer", "empty_answer"}
+    assert "no_code" in declared["code_exec"] and "empty_response" in declared["ifeval"]
+    assert "no_call" in declared["bfcl"]
+    b = StoreBuilder(RunMeta(environment="math", verifier_params={}, repeats=2))
+    b.task("t0", 12)
+    b.task("t1", 13)
+    b.rollout("t0", 0, text="The answer is 12.")  # no \boxed{}, the number elsewhere
+    b.rollout("t0", 1, text="I cannot tell.")  # no \boxed{}, no number
+    b.rollout("t1", 0, text="So \\boxed{13}.")
+    b.rollout("t1", 1, text="So \\boxed{14}.")
+    counts = {(r.category, r.kind): r.rollouts for r in _diagnose(b, tmp_path / "run").taxonomy}
+    assert counts == {
+        ("answer_in_other_form", "no_boxed_answer"): 1,
+        ("no_answer", "no_boxed_answer"): 1,
+        ("wrong_answer", "wrong_answer"): 1,
+    }
+
+
+def _bfcl_style(b: StoreBuilder, task_id: str, repeat: int, *, passed: bool) -> None:
+    """A single-turn rollout whose answer is a function call and no text, as BFCL's are."""
+    record = b.rollout(task_id, repeat, text="")
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"x": 1}'}
+    record.trajectory = [*record.trajectory[:1], call]
+    reason = "match" if passed else "wrong_arguments"
+    record.verification = Verification(
+        b.verifier_version, "ok", float(passed), passed, None, {"reason": reason}
+    )
+
+
+def test_a_function_call_is_an_answer_and_single_turn_is_never_max_turns(tmp_path: Path):
+    b = StoreBuilder(RunMeta(repeats=2))
+    b.task("t0", 1)
+    b.task("t1", 2)
+    _bfcl_style(b, "t0", 0, passed=True)
+    _bfcl_style(b, "t0", 1, passed=True)
+    _bfcl_style(b, "t1", 0, passed=False)
+    _bfcl_style(b, "t1", 1, passed=False)
+    result = _diagnose(b, tmp_path / "run")
+    assert result.verifier_suspects == []  # the passing calls are answers
+    counts = {(row.category, row.kind): row.rollouts for row in result.taxonomy}
+    assert counts == {("wrong_answer", "wrong_arguments"): 2}
+    assert recommend(result).action == "model_training"
+
+
+def test_truncation_is_harness_work_only_when_it_cost_answers(tmp_path: Path) -> None:
+    """Rambling answers cut at the limit on tasks the policy never solves are the policy's;
+    cut on tasks other repeats pass, the limit cost answers."""
+    never = StoreBuilder(RunMeta(repeats=4))
+    for i in range(5):
+        never.task(f"t{i}", 50 + i)
+        never.fill(f"t{i}", "0000")
+    never.rollouts[0].incomplete = True
+    decision = recommend(_diagnose(never, tmp_path / "never"))
+    assert decision.action == "model_training"
+    assert "the policy's rambling" in decision.why
+    varying = StoreBuilder(RunMeta(repeats=4))
+    for i in range(5):
+        varying.task(f"t{i}", 50 + i)
+        varying.fill(f"t{i}", "1100")
+    for record in varying.rollouts[3:8:4]:  # t0 and t1's last repeats: 2 of 20 rollouts
+        record.incomplete = True
+    decision = recommend(_diagnose(varying, tmp_path / "varying"))
+    assert decision.action == "harness_work", decision.why
+    assert "on tasks other repeats pass" in decision.why
+
+
+def test_a_lenient_reading_of_the_verifier_is_evidence(tmp_path: Path) -> None:
+    """`details.lenient_match` (regex_match's pattern found anywhere): with no answer in the form
+    read, an answer in another form (prompt change); with an answer read and failed, a verifier
+    suspect (a parameter that rejects right answers)."""
+    b = StoreBuilder(RunMeta(repeats=4))
+    b.task("t0", 7)
+    b.task("t1", 8)
+
+    def judged(task: str, repeat: int, reason: str) -> None:
+        details = {"reason": reason, "pattern": "Paris", "lenient_match": "Paris"}
+        verdict = Verification(b.verifier_version, "ok", 0.0, False, None, details)
+        b.rollout(task, repeat, text="The capital is Paris.", verification=verdict)
+
+    for repeat in range(4):
+        judged("t0", repeat, "no_answer_extracted")
+        judged("t1", repeat, "wrong_answer")
+    result = _diagnose(b, tmp_path / "run")
+    counts = {(row.category, row.kind): row.rollouts for row in result.taxonomy}
+    assert counts[("answer_in_other_form", "no_answer_extracted")] == 4
+    (suspect,) = result.verifier_suspects
+    assert (suspect.kind, suspect.count) == ("lenient_reading_passes", 4)
+    decision = recommend(result)
+    assert decision.action == "verifier_repair"
+    assert "4 rollout(s): the answer the verifier read failed" in decision.why

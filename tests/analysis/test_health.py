@@ -97,6 +97,22 @@ def _mostly_unanswered(b):
     return ids[0]
 
 
+def _tools_never_called(b):
+    """A run offering tools on every call, 12 rollouts, none of which called one."""
+    for i in range(3, 6):
+        b.task(f"t{i}", 40 + i)
+        b.fill(f"t{i}", "10")
+    for record in b.rollouts:
+        record.calls = [
+            replace(call, request={**call.request, "tools": [{"type": "function", "name": "f"}]})
+            for call in record.calls
+        ]
+    return b.rollouts[0].rollout_id
+
+
+_LOOP = "Let me go over the question once more before answering. " * 12
+
+
 def _failed_rollout(b):
     rid = _with_call(
         b,
@@ -130,6 +146,14 @@ def _out_of_range(b):
     rid = _bend(b, "t0", 1)
     v = b.rollouts[-1].verification
     b.rollouts[-1].verification = replace(v, reward=2.0)
+    return rid
+
+
+def _verdict_disagrees(b):
+    """A verdict flipped in the store, its reward left as judged."""
+    rid = _bend(b, "t0", 1)
+    v = b.rollouts[-1].verification
+    b.rollouts[-1].verification = replace(v, passed=not v.passed)
     return rid
 
 
@@ -190,12 +214,14 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "invalid_tool_arguments": lambda b: _bend(
         b, "t0", 1, trajectory=_tool_trajectory(_call("c1", '{"x": 1'), _output("c1"))
     ),
-    "runaway_generation": lambda b: _bend(b, "t0", 1, output_tokens=256),
+    "runaway_generation": lambda b: _bend(b, "t0", 1, text=_LOOP + "Let me go over the"),
+    "tools_never_called": _tools_never_called,
     "sampling_mismatch": lambda b: _with_call(
         b, "t0", 1, sampling={"temperature": 1.0, "top_p": 1.0, "max_output_tokens": 256}
     ),
     "identical_repeats": _identical_repeats,
     "reward_out_of_range": _out_of_range,
+    "verdict_disagrees": _verdict_disagrees,
     "verification_missing": lambda b: _bend(b, "t0", 1, verification=None),
     "verification_error": _verification_error,
     "tampering": _tampering,
@@ -205,6 +231,48 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
 
 def test_every_check_has_a_failing_record() -> None:
     assert set(MUTATIONS) == {*CHECKS, TASK_CHECK}
+
+
+def test_a_function_call_is_an_answer_not_an_empty_output(tmp_path: Path) -> None:
+    """BFCL's answers are calls with no text: not `empty_output`, and nothing unhealthy."""
+    b = _clean()
+    _bend(b, "t0", 1, text="", trajectory=_tool_trajectory(_call("c1")))
+    result = _run(b, tmp_path)
+    assert result["checks"]["empty_output"]["status"] == "ok"
+    assert result["unhealthy_rollouts"] == 0
+
+
+def test_runaway_is_repetition_not_the_token_limit(tmp_path: Path) -> None:
+    """A varied answer that reached its output-token limit is incomplete, not a loop; a loop
+    that stopped on its own, below the limit, is one."""
+    b = _clean()
+    varied = " ".join(f"step {i} adds {i * 7} to the total" for i in range(40))
+    cut = _bend(b, "t0", 1, text=varied, output_tokens=256, incomplete=True)
+    looped = _bend(b, "t1", 1, text=_LOOP)
+    checks = _run(b, tmp_path)["checks"]
+    assert checks["incomplete_response"]["examples"] == [cut]
+    assert checks["runaway_generation"]["examples"] == [looped]
+
+
+def test_tools_called_by_a_few_rollouts_are_not_ignored(tmp_path: Path) -> None:
+    """One rollout of twelve calling a tool is a policy that rarely calls, not a server that
+    ignores tools; fewer than ten rollouts offered tools are too few to say."""
+    b = _clean()
+    _tools_never_called(b)
+    caller = b.rollouts[0]
+    _bend(b, caller.task_id, caller.repeat_index, trajectory=_tool_trajectory(_call("c1")))
+    b.rollouts[-1].calls = [
+        replace(call, request={**call.request, "tools": [{"type": "function", "name": "f"}]})
+        for call in b.rollouts[-1].calls
+    ]
+    assert _run(b, tmp_path)["checks"]["tools_never_called"]["status"] == "ok"
+    few = _clean()
+    for record in few.rollouts:
+        record.calls = [
+            replace(call, request={**call.request, "tools": [{"type": "function", "name": "f"}]})
+            for call in record.calls
+        ]
+    assert _run(few, tmp_path / "few")["checks"]["tools_never_called"]["status"] == "ok"
 
 
 def test_single_turn_calls_are_answers_not_unanswered_calls(tmp_path: Path) -> None:

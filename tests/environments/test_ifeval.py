@@ -62,6 +62,25 @@ def test_each_constraint_on_positive_and_negative(constraint, good, bad) -> None
     assert failed.details["first_failure"].startswith(constraint["kind"])
 
 
+QUOTED = [
+    # (constraint, a response that opens with (or is wrapped in) quote marks and meets it)
+    ({"kind": "section_count", "n": 2}, '"SECTION 1\na\nSECTION 2\nb"'),
+    ({"kind": "section_count", "n": 2}, "\u201cSection 1\na\n\u2018Section 2\nb"),
+    ({"kind": "bullet_count", "n": 2}, '"- a\n- b"'),
+    ({"kind": "start_phrase", "phrase": "In short"}, "\u201cIn short, yes.\u201d"),
+    ({"kind": "end_phrase", "phrase": "Any other questions?"}, "'Done. Any other questions?'"),
+]
+
+
+@pytest.mark.parametrize(("constraint", "text"), QUOTED, ids=[c[0]["kind"] for c in QUOTED])
+@pytest.mark.parametrize("params", [STRICT, LOOSE], ids=["strict", "loose"])
+def test_a_header_or_phrase_after_leading_quotes_counts(constraint, text, params) -> None:
+    """As the IFEval reference reads them: its section count splits on the marker wherever it
+    stands (a first header after a quote counts), its end check strips quotes."""
+    graded = _grade(text, constraint, params=params)
+    assert graded.reward == 1.0, graded.details
+
+
 def test_reward_is_the_fraction_met_and_details_list_each_result() -> None:
     constraints = (
         {"kind": "lowercase"},

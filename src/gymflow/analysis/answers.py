@@ -1,8 +1,40 @@
-"""Extracted answers, as verifiers report them in `details.extracted`, compared after
-normalisation: case, whitespace, thousands separators, currency signs and a trailing period do not
-make two answers different."""
+"""What counts as an answer, as SQL the health checks and the diagnosis share.
+
+- A rollout answered when its final text is not empty or it made a function call: a function
+  call is an answer (BFCL's single-turn answers are calls and nothing else).
+- Extracted answers, as verifiers report them in `details.extracted`, compare after
+  normalisation: case, whitespace, thousands separators, currency signs and a trailing period do
+  not make two answers different.
+- The expected answer "appears elsewhere" in a response the verifier found no answer in when it
+  occurs in the text as a whole token: the evidence that a reading in another form would change
+  the verdict (a prompt problem), where its absence means the answer was not there to find.
+- Tools were ignored when a run offered tools on its model calls and (nearly) none of its
+  rollouts called one: a server whose function-calling handler drops them, not a policy."""
 
 from __future__ import annotations
+
+#: A trajectory that holds a function call (or its output: a call was made).
+CALLED_SQL = "coalesce({trajectory}, '') LIKE '%\"function_call%'"
+
+#: Tools ignored: at least this many rollouts were offered tools...
+TOOLS_OFFERED_MIN = 10
+#: ...and at most this share of them called any.
+TOOLS_CALLED_MAX_SHARE = 0.02
+
+
+def called_sql(trajectory: str = "trajectory_json") -> str:
+    """SQL: the trajectory column `trajectory` holds a function call."""
+    return CALLED_SQL.format(trajectory=trajectory)
+
+
+def no_answer_sql(rollouts: str = "") -> str:
+    """SQL over a rollouts row (alias `rollouts`, or none): completed with no answer at all,
+    neither final text nor a function call."""
+    prefix = f"{rollouts}." if rollouts else ""
+    return (
+        f"{prefix}status = 'completed' AND coalesce(trim({prefix}output_text), '') = '' "
+        f"AND NOT ({called_sql(prefix + 'trajectory_json')})"
+    )
 
 
 def extracted_sql(details_column: str) -> str:
@@ -14,3 +46,45 @@ def normalised_sql(expression: str) -> str:
     """SQL normalising an answer string: lower case, no whitespace, commas, '$' or final '.'."""
     squeezed = f"regexp_replace(trim({expression}), '[\\s,$]+', '', 'g')"
     return f"regexp_replace(lower({squeezed}), '\\.$', '')"
+
+
+def appears_in_sql(expected: str, text: str) -> str:
+    """SQL: the expected answer `expected` occurs in `text` as a whole token (not inside a
+    longer number or word), case and thousands separators aside; an integral number however it
+    was stored (42.0 is looked for as 42). NULL or empty `expected`: false."""
+    number = f"TRY_CAST({expected} AS DOUBLE)"
+    integral = f"{number} = floor({number}) AND abs({number}) < 1e15"
+    wanted = (
+        f"lower(trim(CASE WHEN {integral} THEN CAST(CAST({number} AS BIGINT) AS VARCHAR) "
+        f"ELSE {expected} END))"
+    )
+    haystack = f"lower(regexp_replace(coalesce({text}, ''), '(\\d),(\\d{{3}})', '\\1\\2', 'g'))"
+    # \Q...\E: the answer is matched literally (an answer holding `\E` is not looked for)
+    pattern = f"'(^|[^a-z0-9])\\Q' || {wanted} || '\\E($|[^a-z0-9])'"
+    return (
+        f"coalesce({wanted} <> '' AND NOT contains({wanted}, '\\E') "
+        f"AND regexp_matches({haystack}, {pattern}), FALSE)"
+    )
+
+
+def tools_ignored_sql() -> str:
+    """SQL: ids (`rollout_id`) of the completed rollouts that were offered tools and called
+    none, in a run where at least TOOLS_OFFERED_MIN rollouts were offered tools and at most
+    TOOLS_CALLED_MAX_SHARE of them called one; none otherwise. The tools are read off the
+    requests as stored: a reference to a stored tool list, or a list written inline."""
+    return f"""
+        WITH offered AS (
+            SELECT DISTINCT rollout_id FROM model_calls
+            WHERE request_json LIKE '%"tools":"@tool_list:%'
+               OR request_json LIKE '%"tools":[{{%'
+        ),
+        marked AS (
+            SELECT o.rollout_id, {called_sql("r.trajectory_json")} AS called, r.status
+            FROM offered o JOIN rollouts r USING (rollout_id)
+        )
+        SELECT rollout_id FROM marked
+        WHERE NOT called AND status = 'completed'
+          AND (SELECT count(*) FROM marked) >= {TOOLS_OFFERED_MIN}
+          AND (SELECT count(*) FILTER (WHERE called) FROM marked)
+              <= {TOOLS_CALLED_MAX_SHARE} * (SELECT count(*) FROM marked)
+    """

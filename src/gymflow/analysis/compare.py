@@ -10,14 +10,12 @@ file with a subset of the rows): the comparison pairs the tasks both scored and 
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import numpy as np
 import polars as pl
 
+from gymflow.analysis.factors import attribution, differing_factors
 from gymflow.analysis.outcomes import check_verifier_version, task_table
-from gymflow.analysis.results import Comparison, Factor, McNemar, Paired, TaskIds
+from gymflow.analysis.results import Comparison, McNemar, Paired, TaskIds
 from gymflow.analysis.stats import (
     PAIRED_TEST,
     mcnemar,
@@ -37,57 +35,10 @@ class CompareError(UserError):
 POWER_DIFFERENCE = 0.05
 
 
-#: factor name -> runs column; sampling is compared as parsed JSON
-FACTORS = {
-    "model": "model",
-    "harness": "harness",
-    "prompt template": "prompt_template",
-    "sampling": "sampling_json",
-    "dataset version": "dataset_version",
-    "gymflow version": "gymflow_version",
-}
-
-
 def protocol_version(benchmark_version: str | None) -> str:
     """A dataset benchmark's version is `protocol.rows`: two runs whose rows alone differ are
     compared (on the task ids they share), with "dataset version" among the differing factors."""
     return (benchmark_version or "").partition(".")[0]
-
-
-def _factor_value(run: dict[str, Any], column: str) -> Any:
-    value = run[column]
-    if column == "sampling_json" and value:
-        return json.loads(value)
-    return value
-
-
-def differing_factors(
-    run_a: dict[str, Any], run_b: dict[str, Any], version_a: str, version_b: str
-) -> list[Factor]:
-    """Every recorded factor whose value differs between the two runs."""
-    found = [
-        Factor(factor=name, a=_factor_value(run_a, column), b=_factor_value(run_b, column))
-        for name, column in FACTORS.items()
-        if _factor_value(run_a, column) != _factor_value(run_b, column)
-    ]
-    if version_a != version_b:
-        found.append(Factor(factor="verifier version", a=version_a, b=version_b))
-    return found
-
-
-def attribution(factors: list[Factor]) -> str:
-    if not factors:
-        return (
-            "no recorded factor differs between the runs: a difference is sampling noise or "
-            "something gymflow does not record"
-        )
-    if len(factors) == 1:
-        return f"only the {factors[0].factor} differs: the difference can be attributed to it"
-    names = ", ".join(f.factor for f in factors)
-    return (
-        f"{len(factors)} factors differ ({names}): the difference cannot be attributed to any "
-        "one of them; vary one thing at a time"
-    )
 
 
 def _correlation(a: np.ndarray, b: np.ndarray) -> float | None:

@@ -4,14 +4,26 @@ tasks worth reading, and rollouts whose verdict looks wrong (verifier suspects).
 Every rollout that did not pass gets exactly one category, the first that applies in this order
 (the earliest cause explains the rest): model failure (the rollout failed with a model error
 kind), tool error (the resources server crashed), harness error, truncated (incomplete response:
-output-token limit), unverified, verifier error (including judge failures), harness max turns,
-harness malformed tool call, tool error reported to the model, no answer / format, wrong answer."""
+output-token limit), unverified, verifier error (including judge failures), tools not called
+(the run offered tools and its server ignored them: `answers.tools_ignored_sql`), harness max
+turns (a multi-turn rollout the harness stopped at its turn limit: a single-turn rollout never
+is, its function call is its answer), harness malformed tool call, tool error reported to the
+model, answer in another form (the verifier found no answer in the form it reads, a reason its
+verifier declares as such, yet the expected answer appears elsewhere in the text), no answer (such
+a reason, and the expected answer is nowhere in the text either), wrong answer."""
 
 from __future__ import annotations
 
 import polars as pl
 
-from gymflow.analysis.answers import normalised_sql
+from gymflow.analysis.answers import (
+    appears_in_sql,
+    called_sql,
+    no_answer_sql,
+    normalised_sql,
+    tools_ignored_sql,
+)
+from gymflow.analysis.environment import no_answer_reasons
 from gymflow.analysis.frames import frame
 from gymflow.analysis.outcomes import check_verifier_version, task_counts_sql
 from gymflow.analysis.results import (
@@ -24,6 +36,7 @@ from gymflow.analysis.results import (
 )
 from gymflow.models.errors import ModelError
 from gymflow.store.runs import run_info
+from gymflow.verifiers.base import LENIENT_MATCH
 
 CATEGORIES = (
     "model_failure",
@@ -32,14 +45,13 @@ CATEGORIES = (
     "truncated",
     "unverified",
     "verifier_error",
+    "tools_not_called",
     "harness_max_turns",
     "harness_malformed_tool_call",
+    "answer_in_other_form",
     "no_answer",
     "wrong_answer",
 )
-
-#: verification `details.reason` values that mean "no answer in the expected form"
-FORMAT_REASONS = ("no_answer_extracted", "unparsable_answer", "format", "no_code_block")
 
 
 def _model_kinds() -> list[str]:
@@ -62,9 +74,13 @@ def _counter(name: str) -> str:
 _LAST_ITEM = "json_extract_string(r.trajectory_json, '$[#-1].type')"
 
 
-def _classify_sql() -> str:
-    """SQL over rollouts `r` and verifications `v`: (category, kind) of a non-passing rollout."""
+def _classify_sql(no_answer: tuple[str, ...]) -> str:
+    """SQL over rollouts `r` and verifications `v`: (category, kind) of a non-passing rollout;
+    `no_answer` are the reasons the verifier declares as "no answer in the expected form"."""
     reason = "json_extract_string(v.details_json, '$.reason')"
+    missing = f"{reason} IN ({_quoted(no_answer)})" if no_answer else "FALSE"
+    expected = "json_extract_string(v.details_json, '$.expected')"
+    lenient = f"json_extract(v.details_json, '$.{LENIENT_MATCH}') IS NOT NULL"
     return f"""
         CASE
           WHEN r.status <> 'completed' AND r.failure_kind IN ({_quoted(_model_kinds())})
@@ -74,13 +90,19 @@ def _classify_sql() -> str:
           WHEN r.incomplete THEN 'truncated'
           WHEN v.rollout_id IS NULL THEN 'unverified'
           WHEN v.status <> 'ok' THEN 'verifier_error'
+          WHEN r.rollout_id IN (SELECT rollout_id FROM diag_tools_ignored)
+            THEN 'tools_not_called'
           WHEN {_counter("max_turns_reached")} > 0
-               OR (r.trajectory_json LIKE '%function_call%'
+               OR (coalesce(r.num_turns, 1) > 1
+                   AND NOT EXISTS (SELECT 1 FROM runs WHERE harness = 'single_turn')
+                   AND {called_sql("r.trajectory_json")}
                    AND {_LAST_ITEM} IN ('function_call', 'function_call_output'))
             THEN 'harness_max_turns'
           WHEN {_counter("malformed_tool_calls")} > 0 THEN 'harness_malformed_tool_call'
           WHEN {_counter("tool_errors")} > 0 THEN 'tool_error'
-          WHEN {reason} IN ({_quoted(FORMAT_REASONS)}) THEN 'no_answer'
+          WHEN {missing} AND ({lenient} OR {appears_in_sql(expected, "r.output_text")})
+            THEN 'answer_in_other_form'
+          WHEN {missing} THEN 'no_answer'
           ELSE 'wrong_answer'
         END AS category,
         CASE
@@ -96,9 +118,11 @@ def _bucket_sql() -> str:
                    WHEN c = 0 THEN 'never_pass' ELSE 'sometimes_pass' END"""
 
 
-def _prepare(con, version: str) -> None:
-    """Temp tables shared by the sections: diag_tasks (bucket per task) and diag_failures (one
-    classified row per stored rollout that did not pass)."""
+def _prepare(con, version: str, no_answer: tuple[str, ...]) -> None:
+    """Temp tables shared by the sections: diag_tasks (bucket per task), diag_tools_ignored (the
+    rollouts offered tools their server ignored) and diag_failures (one classified row per
+    stored rollout that did not pass)."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE diag_tools_ignored AS {tools_ignored_sql()}")
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE diag_tasks AS "
         f"SELECT task_id, n, c, {_bucket_sql()} AS bucket FROM ({task_counts_sql()})",
@@ -107,7 +131,7 @@ def _prepare(con, version: str) -> None:
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE diag_failures AS
-        SELECT r.rollout_id, r.task_id, r.repeat_index, t.bucket, {_classify_sql()}
+        SELECT r.rollout_id, r.task_id, r.repeat_index, t.bucket, {_classify_sql(no_answer)}
         FROM rollouts r
         LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
         LEFT JOIN diag_tasks t ON t.task_id = r.task_id
@@ -204,24 +228,32 @@ def sometimes_pass(con, version: str, *, top: int, excerpt: int) -> list[Sometim
     return [SometimesPass.model_validate(row) for row in rows]
 
 
-def verifier_suspects(con, version: str, *, examples: int) -> list[Suspect]:
+def verifier_suspects(
+    con, version: str, *, examples: int, no_answer: tuple[str, ...] = ()
+) -> list[Suspect]:
     """Rollouts whose verdict looks wrong, one Suspect per kind:
 
     - extracted_equals_reference: the verifier extracted an answer equal to the expected one
       (as text after normalisation, or as numbers) yet did not pass it;
-    - passed_without_answer: passed with an empty output or no extracted answer;
+    - lenient_reading_passes: failed on an answer in the expected form, yet the verifier's own
+      lenient reading (`details.lenient_match`) finds the expected answer in the response;
+    - passed_without_answer: passed with no answer at all (no text and no function call: a
+      function call is an answer) or with a reason its verifier declares as no answer;
     - versions_disagree:A|B: rollouts the version read (A) and another stored version (B)
       judge differently."""
     suspects = []
+    missing = f"d[3] IN ({_quoted(no_answer)})" if no_answer else "FALSE"
     # Normalise only distinct (task, extracted, expected) triples of failed rollouts: the
     # regexes then run once per distinct answer, not once per rollout.
     extracted, expected = normalised_sql("raw_extracted"), normalised_sql("raw_expected")
     rows = con.execute(
         f"""
         WITH judged AS (
-            SELECT r.rollout_id, r.task_id, r.repeat_index, v.passed, r.output_text,
-                   json_extract_string(v.details_json, ['$.extracted', '$.expected', '$.reason'])
-                     AS d
+            SELECT r.rollout_id, r.task_id, r.repeat_index, v.passed,
+                   {no_answer_sql("r")} AS unanswered,
+                   json_extract_string(
+                     v.details_json, ['$.extracted', '$.expected', '$.reason', '$.{LENIENT_MATCH}']
+                   ) AS d
             FROM rollouts r
             JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
             WHERE r.status = 'completed' AND v.status = 'ok'
@@ -250,8 +282,11 @@ def verifier_suspects(con, version: str, *, examples: int) -> list[Suspect]:
             UNION ALL
             SELECT 'passed_without_answer', rollout_id, task_id, repeat_index
             FROM judged
-            WHERE passed AND (coalesce(trim(output_text), '') = ''
-                              OR d[3] IN ({_quoted(FORMAT_REASONS)}))
+            WHERE passed AND (unanswered OR {missing})
+            UNION ALL
+            SELECT 'lenient_reading_passes', rollout_id, task_id, repeat_index
+            FROM judged
+            WHERE NOT passed AND d[4] IS NOT NULL AND NOT coalesce({missing}, FALSE)
         )
         SELECT kind, count(*), list(rollout_id ORDER BY task_id, repeat_index)[1:{examples}]
         FROM flagged GROUP BY kind ORDER BY kind
@@ -261,7 +296,11 @@ def verifier_suspects(con, version: str, *, examples: int) -> list[Suspect]:
     descriptions = {
         "extracted_equals_reference": "extracted answer equals the expected answer after "
         "normalisation, but the rollout did not pass",
-        "passed_without_answer": "passed with an empty output or no extracted answer",
+        "lenient_reading_passes": "the answer the verifier read failed, yet a lenient reading "
+        "of the same response finds the expected answer (a verifier parameter that rejects "
+        "right answers)",
+        "passed_without_answer": "passed with no answer (no text and no function call), or with "
+        "a reason its verifier declares as no answer in the expected form",
     }
     for kind, count, ids in rows:
         suspects.append(
@@ -305,7 +344,8 @@ def diagnose(
 
     version = check_verifier_version(con, verifier_version)
     run = run_info(con)
-    _prepare(con, version)
+    no_answer = no_answer_reasons(con, version)
+    _prepare(con, version, no_answer)
     detail = failure_detail(con, examples)
     stored, expected = con.execute(
         "SELECT (SELECT count(*) FROM rollouts), "
@@ -322,5 +362,5 @@ def diagnose(
         taxonomy=taxonomy(detail, examples),
         failures_by_bucket=[FailureRow.model_validate(row) for row in detail.to_dicts()],
         sometimes_pass=sometimes_pass(con, version, top=top, excerpt=excerpt),
-        verifier_suspects=verifier_suspects(con, version, examples=examples),
+        verifier_suspects=verifier_suspects(con, version, examples=examples, no_answer=no_answer),
     )

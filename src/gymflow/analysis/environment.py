@@ -1,4 +1,5 @@
-"""What the analysis needs to know about a run's environment: its reward range and pass threshold.
+"""What the analysis needs to know about a run's environment and verifier: the reward range and
+pass threshold, and which verdict reasons mean "no answer in the expected form".
 
 A store records the environment's name, not its manifest; the manifest comes from the registry.
 A run imported from elsewhere may name no environment gymflow knows, and then these are unknown
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 
 from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.store.runs import run_info
+from gymflow.verifiers.base import get_verifier
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,3 +32,24 @@ def reward_spec(con) -> RewardSpec | None:
         return None
     low, high = manifest.reward_range
     return RewardSpec(float(low), float(high), float(manifest.pass_threshold))
+
+
+def no_answer_reasons(con, verifier_version: str) -> tuple[str, ...]:
+    """The verdict reasons the verifier behind `verifier_version` declares as "no answer in the
+    expected form" (`VerifierSpec.no_answer_reasons`, next to the reasons themselves); () when
+    that verifier is unknown here (a run imported from another tool)."""
+    row = con.execute(
+        "SELECT verifier_name FROM verifier_versions WHERE verifier_version = ?", [verifier_version]
+    ).fetchone()
+    name = row[0] if row and row[0] else verifier_version.partition("@")[0]
+    try:
+        return tuple(sorted(get_verifier(name).no_answer_reasons))
+    except RegistryError:
+        pass
+    environment = run_info(con)["environment"]
+    try:  # an environment's own verifier registers when its environment loads
+        if environment:
+            load_environment(environment)
+        return tuple(sorted(get_verifier(name).no_answer_reasons))
+    except RegistryError:
+        return ()

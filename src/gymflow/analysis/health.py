@@ -14,6 +14,12 @@ from typing import Any, Literal
 
 import polars as pl
 
+from gymflow.analysis.answers import (
+    TOOLS_CALLED_MAX_SHARE,
+    TOOLS_OFFERED_MIN,
+    no_answer_sql,
+    tools_ignored_sql,
+)
 from gymflow.analysis.environment import reward_spec
 from gymflow.analysis.frames import frame
 from gymflow.analysis.outcomes import check_verifier_version
@@ -125,10 +131,26 @@ _FAILED = (
     "WHERE verifier_version = getvariable('verifier_version') AND status <> 'ok')"
 )
 
-_NO_ANSWER = (
-    "status = 'completed' AND coalesce(trim(output_text), '') = '' "
-    "AND coalesce(trajectory_json, '') NOT LIKE '%function_call%'"
+_NO_ANSWER = no_answer_sql()
+
+#: A loop: the output's last LOOP_WORDS words occur at least LOOP_REPEATS times in it.
+LOOP_WORDS, LOOP_REPEATS = 8, 3
+# Whitespace squeezed so a phrase repeated across line breaks still matches itself; only outputs
+# long enough to hold the loop are split into words.
+_LOOPS = f"""
+WITH squeezed AS (
+    SELECT rollout_id, regexp_replace(trim(output_text), '\\s+', ' ', 'g') AS text
+    FROM rollouts WHERE length(output_text) >= {LOOP_WORDS * LOOP_REPEATS * 2}
+),
+tails AS (
+    SELECT rollout_id, text,
+           array_to_string(list_slice(string_split(text, ' '), -{LOOP_WORDS}, -1), ' ') AS tail
+    FROM squeezed
+    WHERE len(string_split(text, ' ')) >= {LOOP_WORDS * LOOP_REPEATS}
 )
+SELECT rollout_id AS id FROM tails
+WHERE (length(text) - length(replace(text, tail, ''))) >= {LOOP_REPEATS} * length(tail)
+"""
 
 
 def _beyond_share(where: str, variable: str) -> str:
@@ -182,11 +204,9 @@ CHECKS: dict[str, Check] = {
         severity="warning",
     ),
     "empty_output": Check(
-        "completed rollout whose final output text is empty",
-        """
-        SELECT rollout_id AS id FROM rollouts
-        WHERE status = 'completed' AND coalesce(trim(output_text), '') = ''
-        """,
+        "completed rollout with no answer: its final output text is empty and it made no "
+        "function call (a function call is an answer)",
+        f"SELECT rollout_id AS id FROM rollouts WHERE {_NO_ANSWER}",
         severity="warning",
     ),
     "incomplete_response": Check(
@@ -242,11 +262,20 @@ CHECKS: dict[str, Check] = {
         """,
         severity="warning",
     ),
+    # Not the token limit (`incomplete_response` says that): a loop, whether the limit cut it
+    # or the model stopped on its own. A rambling answer cut at the limit is not one.
     "runaway_generation": Check(
-        "a model call whose output tokens reached its max_output_tokens",
-        """
-        SELECT DISTINCT rollout_id AS id FROM calls WHERE output_tokens >= max_output_tokens
-        """,
+        f"the output runs in a loop: its last {LOOP_WORDS} words occur {LOOP_REPEATS} or more "
+        "times in it (degenerate repetition)",
+        _LOOPS,
+        severity="warning",
+    ),
+    "tools_never_called": Check(
+        f"offered tools and called none, in a run where at least {TOOLS_OFFERED_MIN} rollouts "
+        f"were offered tools and at most {TOOLS_CALLED_MAX_SHARE:.0%} of them called one: the "
+        "model server ignores the tools (a function-calling handler that drops them, a chat "
+        "template without tools, a tool_choice it needs and was not sent)",
+        f"SELECT rollout_id AS id FROM ({tools_ignored_sql()})",
         severity="warning",
     ),
     "sampling_mismatch": Check(
@@ -288,6 +317,20 @@ CHECKS: dict[str, Check] = {
             OR reward > getvariable('reward_high')::DOUBLE)
         """,
         needs=("reward_low", "reward_high"),
+    ),
+    # Scores count `passed`; the threshold decides it from the reward when it is stored
+    # (environments/resources.py `judged`). A verdict that disagrees was written by something
+    # else: `UPDATE verifications SET passed = true` took pass@1 from 59% to 100%, healthy.
+    "verdict_disagrees": Check(
+        "a stored verdict (any verifier version) that is not its reward judged by the "
+        "environment's pass threshold: passed true below it, false at or above it, or missing",
+        """
+        SELECT DISTINCT rollout_id AS id FROM verifications
+        WHERE status = 'ok' AND (
+            passed IS NULL OR reward IS NULL
+            OR passed <> (reward >= getvariable('pass_threshold')::DOUBLE))
+        """,
+        needs=("pass_threshold",),
     ),
     "verification_missing": Check(
         "completed rollout with no verification under the verifier version read",
@@ -429,6 +472,7 @@ def health(
         "verifier_version": version,
         "reward_low": spec.low if spec else None,
         "reward_high": spec.high if spec else None,
+        "pass_threshold": spec.pass_threshold if spec else None,
         **{
             f"{name}_max": gate.threshold(name, CHECKS[name].severity)
             for name in ("failed_share", "no_answer_share")

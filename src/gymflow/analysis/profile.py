@@ -19,6 +19,7 @@ from gymflow.analysis.outcomes import (
 )
 from gymflow.analysis.passk import pair_curves, per_task_curves
 from gymflow.analysis.results import Estimate, Headline, Profile, Usage
+from gymflow.analysis.simulated import simulated
 from gymflow.analysis.stats import (
     BAND_METHOD,
     CI_METHOD,
@@ -240,6 +241,7 @@ def profile(
             "benchmark": run["benchmark"],
             "environment": run["environment"],
             "model": run["model"],
+            "simulated": simulated(con),
             "verifier_version": version,
             "coverage": coverage_of(tasks, repeats).as_dict(),
             "failures": "counted as failures (reward 0)"

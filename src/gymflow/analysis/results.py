@@ -135,6 +135,8 @@ class Profile(Result):
     benchmark: str | None
     environment: str | None
     model: str | None
+    #: a simulated model answered (`gymflow.analysis.simulated`), not a real one
+    simulated: bool
     verifier_version: str
     coverage: Coverage
     failures: str
@@ -258,6 +260,9 @@ class Candidate(Result):
     fired: bool
     categories: dict[str, int]
     examples: list[str]
+    #: what the evidence is, in words: how the categories were weighed (the share of answers
+    #: in another form, why truncated rollouts count here), shown beside the decision
+    notes: list[str] = []
 
 
 class Decision(Result):
@@ -293,9 +298,14 @@ class ComparedRun(Result):
 
 
 class Factor(Result):
-    """A recorded factor whose value differs between two runs."""
+    """A recorded factor whose value differs between two runs (`gymflow.analysis.factors`)."""
 
+    #: its name: the dotted config key, or a word for what the run resolved or recorded
     factor: str
+    #: the dotted key in the run's recorded factors
+    key: str
+    #: the study's unit of one thing at a time this factor belongs to
+    group: str
     a: Any
     b: Any
 

@@ -40,7 +40,9 @@ def policy_table(plan: PolicyPlan) -> dict[str, PolicyEntry]:
 
 def local_policy_server(plan: PolicyPlan) -> LocalPolicyServer:
     model = plan.config.model
-    return LocalPolicyServer(policy_table(plan), seed=model.skill_seed, faults=model.faults)
+    return LocalPolicyServer(
+        policy_table(plan), seed=model.skill_seed, faults=model.faults, behaviour=model.simulate
+    )
 
 
 #: Local policy servers launched ahead of their run (`launched_early`), by run id.

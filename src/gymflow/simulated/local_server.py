@@ -19,7 +19,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from gymflow.config import FaultSpec
+from gymflow.config import FaultSpec, SimulatedBehaviour
 from gymflow.errors import RuntimeFailure
 from gymflow.simulated.policy import PolicyEntry, save_table
 
@@ -75,11 +75,13 @@ class LocalPolicyServer:
         *,
         seed: int = 0,
         faults: FaultSpec | None = None,
+        behaviour: SimulatedBehaviour | None = None,
         startup_timeout_s: float = 30.0,
     ) -> None:
         self.table = table
         self.seed = seed
         self.faults = faults or FaultSpec()
+        self.behaviour = behaviour or SimulatedBehaviour()
         self.startup_timeout_s = startup_timeout_s
         self.port = 0
         self._process: subprocess.Popen | None = None
@@ -113,6 +115,8 @@ class LocalPolicyServer:
             str(self.seed),
             "--faults",
             self.faults.model_dump_json(),
+            "--behaviour",
+            self.behaviour.model_dump_json(),
             "--parent-pid",
             str(os.getpid()),
             "--ready-fd",

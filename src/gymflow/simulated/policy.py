@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -219,6 +220,41 @@ def load_table(path: Path) -> dict[str, PolicyEntry]:
     return {key: PolicyEntry(**row) for key, row in json.loads(path.read_text()).items()}
 
 
-def decide(entry: PolicyEntry, *, server_seed: int, request_seed: object) -> bool:
-    """Whether this rollout is a correct one; decided once, so every turn follows the same plan."""
-    return unit_draw("answer", server_seed, request_seed, entry.task_id) < entry.skill
+def decide(
+    entry: PolicyEntry, *, server_seed: int, request_seed: object, skill: float | None = None
+) -> bool:
+    """Whether this rollout is a correct one; decided once, so every turn follows the same plan.
+    `skill` replaces the task's own (a behaviour set on purpose: `SimulatedBehaviour`)."""
+    chance = entry.skill if skill is None else skill
+    return unit_draw("answer", server_seed, request_seed, entry.task_id) < chance
+
+
+# -- behaviours broken on purpose (gymflow.config.SimulatedBehaviour) -----------------------------
+_ANSWER_LINE = re.compile(r"^[ \t]*answer[ \t]*[:=][ \t]*(.+?)[ \t]*$", re.I | re.M)
+_BOXED = re.compile(r"\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
+#: What a rambling answer repeats until the output-token limit cuts it.
+RAMBLE = "Let me go over the question once more before answering. "
+
+
+def said_in_prose(text: str) -> str:
+    """The answer said in a sentence instead of the form the task asks for: an `Answer: X` line
+    becomes "The answer is X.", a `\\boxed{X}` its bare content."""
+    text = _ANSWER_LINE.sub(lambda m: f"The answer is {m.group(1)}.", text)
+    return _BOXED.sub(lambda m: m.group(1), text)
+
+
+def rambling(text: str, max_output_tokens: int | None) -> str:
+    """`text` behind a sentence repeated until well past the output-token limit, so the limit
+    cuts it before the answer (about 4 characters a token, as the server counts them)."""
+    limit = int(max_output_tokens or 500) * 4
+    return RAMBLE * (2 * limit // len(RAMBLE) + 1) + text
+
+
+def without_tools(entry: PolicyEntry, calls: list[dict[str, Any]], *, correct: bool) -> str:
+    """The answer of a model whose server dropped the offered tools: the task's final text, or
+    when it has none (the calls were the answer) the calls written out in words."""
+    final = entry.reference if correct else entry.distractor
+    if final.strip():
+        return final
+    written = "; ".join(f"{call['name']}({json.dumps(call['arguments'])})" for call in calls)
+    return f"I would call {written}."

@@ -28,18 +28,21 @@ from typing import Any
 
 import orjson
 
-from gymflow.config import FaultSpec
+from gymflow.config import FaultSpec, SimulatedBehaviour
 from gymflow.models.chat_adapter import chat_to_request, response_to_completion
+from gymflow.simulated import SIMULATED_MODEL
 from gymflow.simulated.policy import (
     PolicyEntry,
     call_turns,
     decide,
     load_table,
     prompt_key,
+    rambling,
+    said_in_prose,
     unit_draw,
+    without_tools,
 )
 
-SIMULATED_MODEL = "gymflow-simulated-policy"
 #: Fault names a schedule may hold ("ok" means no fault), in the order rates are drawn.
 FAULT_KINDS = (
     "timeout",
@@ -80,6 +83,19 @@ def _first_user_text(items: list[dict[str, Any]]) -> str:
     return ""
 
 
+def _system_text(items: list[dict[str, Any]]) -> str:
+    texts = []
+    for item in items:
+        if item.get("type", "message") == "message" and item.get("role") in ("system", "developer"):
+            content = item.get("content")
+            texts.append(
+                content
+                if isinstance(content, str)
+                else "".join(p.get("text", "") for p in content or ())
+            )
+    return "\n".join(texts)
+
+
 def _tool_names(body: dict[str, Any]) -> list[str]:
     return [t.get("name", "") for t in body.get("tools") or () if t.get("type") == "function"]
 
@@ -91,11 +107,13 @@ class PolicyApp:
         *,
         seed: int = 0,
         faults: FaultSpec | None = None,
+        behaviour: SimulatedBehaviour | None = None,
         timeout_sleep_s: float = 3600.0,
     ) -> None:
         self.table = table
         self.seed = seed
         self.faults = faults or FaultSpec()
+        self.behaviour = behaviour or SimulatedBehaviour()
         self.schedule: list[str] = []
         self.timeout_sleep_s = timeout_sleep_s
         self._seen: Counter[str] = Counter()
@@ -132,6 +150,37 @@ class PolicyApp:
             u -= rate
         return None
 
+    def _skill(self, entry: PolicyEntry, items: list[dict[str, Any]]) -> float:
+        behaviour = self.behaviour
+        skill = entry.skill if behaviour.skill is None else behaviour.skill
+        needed = behaviour.needs_instructions
+        if needed and needed not in _system_text(items):
+            skill /= 2
+        return skill
+
+    def _step(
+        self, entry: PolicyEntry, items: list[dict[str, Any]], body: dict[str, Any]
+    ) -> list[dict[str, Any]] | str:
+        """The policy's next step for `entry`, with the behaviours broken on purpose applied."""
+        behaviour = self.behaviour
+        skill = self._skill(entry, items)
+        correct = decide(entry, server_seed=self.seed, request_seed=body.get("seed"), skill=skill)
+
+        def draw(*parts: object) -> float:
+            return unit_draw(self.seed, body.get("seed"), entry.task_id, *parts)
+
+        step = entry.step(items, correct=correct, tools=_tool_names(body), draw=draw)
+        if body.get("tool_choice") == "none" and not isinstance(step, str):
+            # Told not to call tools, as both APIs define it: a plan that needs them ends.
+            step = "I was asked not to call a tool, and cannot answer without one."
+        if behaviour.tools == "ignore" and not isinstance(step, str):
+            step = without_tools(entry, step, correct=correct)
+        if isinstance(step, str) and not correct and draw("ramble") < behaviour.ramble:
+            step = rambling(step, body.get("max_output_tokens"))
+        if isinstance(step, str) and behaviour.answer_form == "prose":
+            step = said_in_prose(step)
+        return step
+
     def respond(self, body: dict[str, Any], fault: str | None = None) -> dict[str, Any]:
         """The Responses API object for `body`; `fault` may be "truncated" or "refused"."""
         items = body.get("input") or []
@@ -144,12 +193,7 @@ class PolicyApp:
         elif entry is None:
             step = "I am a simulated policy and do not know this task."
         else:
-            correct = decide(entry, server_seed=self.seed, request_seed=body.get("seed"))
-
-            def draw(*parts: object) -> float:
-                return unit_draw(self.seed, body.get("seed"), entry.task_id, *parts)
-
-            step = entry.step(items, correct=correct, tools=_tool_names(body), draw=draw)
+            step = self._step(entry, items, body)
         output: list[dict[str, Any]] = []
         reasoning_tokens = 0
         if body.get("reasoning") and fault != "refused":
@@ -211,12 +255,11 @@ class PolicyApp:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await _read_body(scope, receive)
+        if body is None:
+            message = f"request body over {MAX_BODY_BYTES >> 20} MiB"
+            await _send(send, 413, {"error": {"message": message}})
+            return
         path, method = scope["path"], scope["method"]
         if path in ("/health", "/v1/health") and method == "GET":
             await _send(
@@ -240,7 +283,12 @@ class PolicyApp:
             finally:
                 self._in_flight_changes(-1)
         elif path == "/_gymflow/faults" and method == "POST":
-            schedule = list(orjson.loads(body).get("schedule", []))
+            request = _json_object(body)
+            schedule = request.get("schedule") if request is not None else None
+            if not isinstance(schedule, list) or not all(isinstance(k, str) for k in schedule):
+                message = 'expected a JSON object {"schedule": [fault kind, ...]}'
+                await _send(send, 400, {"error": {"message": message}})
+                return
             unknown = sorted(set(schedule) - {*FAULT_KINDS, "ok"})
             if unknown:
                 message = f"unknown fault kinds {unknown}; known: {[*FAULT_KINDS, 'ok']}"
@@ -264,11 +312,20 @@ class PolicyApp:
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
 
     async def _model(self, raw: bytes, send, *, chat: bool) -> None:
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            await _send(send, 400, {"error": {"message": "request body is not JSON"}})
+        body = _json_object(raw)
+        if body is None:
+            await _send(send, 400, {"error": {"message": "request body is not a JSON object"}})
             return
+        try:
+            await self._answer(raw, body, send, chat=chat)
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+            # A field of the wrong shape (`input: 5`, a message that is a list): the request's
+            # fault, said as a 400 (it was a 500 with a traceback in the server's log).
+            message = f"request body is not a {'chat completions' if chat else 'Responses API'} "
+            message += f"request: {type(exc).__name__}: {exc}"[:300]
+            await _send(send, 400, {"error": {"message": message, "type": "invalid_request_error"}})
+
+    async def _answer(self, raw: bytes, body: dict[str, Any], send, *, chat: bool) -> None:
         if chat:
             body = chat_to_request(body)
         body_key = prompt_key(raw.decode())
@@ -302,6 +359,37 @@ class PolicyApp:
         else:
             response = self.respond(body, fault)
             await _send(send, 200, response_to_completion(response) if chat else response)
+
+
+#: Longest request body read: a long conversation is a few MiB; 100 MB read by repeated
+#: concatenation took 59 s.
+MAX_BODY_BYTES = 64 << 20
+
+
+async def _read_body(scope, receive) -> bytes | None:
+    """The request's body in linear time, or None once it is over MAX_BODY_BYTES (a declared
+    Content-Length over it is refused before anything is read)."""
+    for name, value in scope.get("headers") or ():
+        if name == b"content-length" and value.isdigit() and int(value) > MAX_BODY_BYTES:
+            return None
+    chunks, size, more = [], 0, True
+    while more:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _missing_reasoning(body: dict[str, Any]) -> str | None:
@@ -442,13 +530,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--faults", default="{}", help="FaultSpec as JSON")
+    parser.add_argument("--behaviour", default="{}", help="SimulatedBehaviour as JSON")
     parser.add_argument("--parent-pid", type=int, help="exit when this process is gone")
     parser.add_argument("--ready-fd", type=int, help="write a byte to this pipe once listening")
     args = parser.parse_args(argv)
     if args.parent_pid:
         threading.Thread(target=_exit_with_parent, args=(args.parent_pid,), daemon=True).start()
     app = PolicyApp(
-        load_table(args.table), seed=args.seed, faults=FaultSpec.model_validate_json(args.faults)
+        load_table(args.table),
+        seed=args.seed,
+        faults=FaultSpec.model_validate_json(args.faults),
+        behaviour=SimulatedBehaviour.model_validate_json(args.behaviour),
     )
     serve(app, host=args.host, port=args.port, ready_fd=args.ready_fd)
 

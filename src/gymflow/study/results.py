@@ -11,6 +11,7 @@ from gymflow.analysis.compare import CompareError, compare
 from gymflow.analysis.health import health
 from gymflow.analysis.profile import headline
 from gymflow.analysis.results import Comparison
+from gymflow.analysis.simulated import simulated
 from gymflow.analysis.stats import ALPHA, PAIRED_TEST, t_interval
 from gymflow.store.db import connect
 from gymflow.store.runs import run_info
@@ -57,6 +58,8 @@ class ArmSummary:
     ci95: tuple[float, float] | None
     coverage: dict[str, int]
     health: str
+    #: a simulated model answered this arm (`gymflow.analysis.simulated`)
+    simulated: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,7 @@ def summarise(run: ArmRun) -> ArmSummary:
         head = headline(con, run.verifier_version)
         verdict = health(con, verifier_version=run.verifier_version, max_listed=0).verdict
         run_id = run_info(con)["run_id"]
+        answered_by_simulation = simulated(con)
     ci = head.ci95
     return ArmSummary(
         name=run.arm.name,
@@ -109,6 +113,7 @@ def summarise(run: ArmRun) -> ArmSummary:
         ci95=tuple(ci) if ci else None,
         coverage=head.coverage.as_dict(),
         health=verdict,
+        simulated=answered_by_simulation,
     )
 
 

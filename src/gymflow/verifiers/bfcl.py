@@ -11,7 +11,9 @@ A task's `data` holds the BFCL function documents (`functions`), the possible an
 - the model makes exactly as many calls as the answer has, and parallel calls match in any order;
 - an irrelevance task passes only when no function is called.
 
-Details name the first mismatch."""
+Details name the first mismatch; the reason says how the calls went wrong: `no_call` (text only:
+no answer in the form read), `wrong_call_count`, `wrong_function`, `wrong_arguments`,
+`called_irrelevant`, `malformed_call` (arguments that are no JSON object)."""
 
 from __future__ import annotations
 
@@ -201,6 +203,8 @@ def _assign(problems: list[list[str | None]], row: int, used: set[int]) -> bool:
         "ground_truth": DataField("list"),
         "name_map": DataField("mapping", required=False),
     },
+    # the answer is a function call: text alone is no answer in that form
+    no_answer_reasons=("no_call",),
 )
 def bfcl(inp: VerifyInput, params: BfclParams) -> Verdict:
     """Reward 1 when the function calls match BFCL's possible answers."""
@@ -218,9 +222,23 @@ def bfcl(inp: VerifyInput, params: BfclParams) -> Verdict:
             )
         return Verdict(1.0, {"reason": "match", "calls": made})
     docs = {doc["name"]: doc for doc in data["functions"]}
+    expected = [next(iter(answer)) for answer in data["ground_truth"]]
     if not calls:
-        return Verdict(0.0, {"reason": "no_call", "mismatch": "no function was called"})
+        # the first expected function's name, for a reader looking for it written in the text
+        details = {"reason": "no_call", "mismatch": "no function was called"}
+        return Verdict(0.0, {**details, "expected": expected[0]} if expected else details)
     mismatch = match_calls(calls, data["ground_truth"], docs)
     if mismatch is not None:
-        return Verdict(0.0, {"reason": "mismatch", "mismatch": mismatch, "calls": made})
+        return Verdict(
+            0.0, {"reason": _wrong(calls, expected), "mismatch": mismatch, "calls": made}
+        )
     return Verdict(1.0, {"reason": "match", "calls": made})
+
+
+def _wrong(calls: list[Call], expected: list[str]) -> str:
+    """How calls that do not match went wrong: how many, which functions, or their arguments."""
+    if len(calls) != len(expected):
+        return "wrong_call_count"
+    if sorted(call.name for call in calls) != sorted(expected):
+        return "wrong_function"
+    return "wrong_arguments"

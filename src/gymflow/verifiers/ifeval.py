@@ -27,8 +27,13 @@ from gymflow.verifiers.base import DataField, Verdict, VerifierError, VerifyInpu
 _WORD = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)?")
 _SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
-_SECTION = re.compile(r"^\s*section\s+\d+\b", re.IGNORECASE | re.MULTILINE)
-_BULLET = re.compile(r"^\s*- \S", re.MULTILINE)
+#: Quote marks a response may open with or wrap itself in. A header or phrase after them is read
+#: as if they were not there, as the IFEval reference reads a response starting `"SECTION 1`: its
+#: section count splits on the marker wherever it stands, and its end check strips quotes.
+QUOTES = "\"'`\u201c\u201d\u2018\u2019\u00ab\u00bb\u201e"
+_LINE_START = rf"^[ \t]*[{QUOTES}]*[ \t]*"
+_SECTION = re.compile(_LINE_START + r"section\s*\d+\b", re.IGNORECASE | re.MULTILINE)
+_BULLET = re.compile(_LINE_START + r"- \S", re.MULTILINE)
 _TITLE = re.compile(r"<<[^<>\n]+>>")
 
 Check = Callable[[str, dict[str, Any]], tuple[bool, str]]
@@ -110,14 +115,19 @@ def _uppercase(text: str, p: dict[str, Any]) -> tuple[bool, str]:
     return not lower, f"has lowercase {''.join(lower[:10])}" if lower else "all capitals"
 
 
+def _unquoted(text: str) -> str:
+    """The text without surrounding whitespace and quote marks."""
+    return text.strip().strip(QUOTES).strip()
+
+
 def _start(text: str, p: dict[str, Any]) -> tuple[bool, str]:
-    head = text.strip().strip('"').lower()
+    head = _unquoted(text).lower()
     ok = head.startswith(p["phrase"].lower())
     return ok, "starts with the phrase" if ok else f"starts with {text.strip()[:40]!r}"
 
 
 def _end(text: str, p: dict[str, Any]) -> tuple[bool, str]:
-    tail = text.strip().strip('"').lower()
+    tail = _unquoted(text).lower()
     ok = tail.endswith(p["phrase"].lower())
     return ok, "ends with the phrase" if ok else f"ends with {text.strip()[-40:]!r}"
 
@@ -201,7 +211,12 @@ class IfevalParams(BaseModel):
     )
 
 
-@verifier("ifeval", params=IfevalParams, fields={"constraints": DataField("list")})
+@verifier(
+    "ifeval",
+    params=IfevalParams,
+    fields={"constraints": DataField("list")},
+    no_answer_reasons=("empty_response",),
+)
 def ifeval(inp: VerifyInput, params: IfevalParams) -> Verdict:
     """Fraction of the task's verifiable constraints the response meets (strict or loose)."""
     constraints = _validated(inp.task.data.get("constraints"), inp.task.task_id)

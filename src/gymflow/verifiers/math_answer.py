@@ -94,6 +94,10 @@ def equivalent(gold: list[Any], answer: list[Any], params: MathAnswerParams) -> 
     )
 
 
+#: No \\boxed{} answer (`candidate`), an empty one, or text math-verify cannot read as mathematics.
+NO_ANSWER_REASONS = ("no_boxed_answer", "empty_answer", "unparsable_answer")
+
+
 def candidate(output_text: str, params: MathAnswerParams) -> tuple[str | None, str | None]:
     """(the answer text to parse, or None with the reason there is none)."""
     boxed = last_boxed(output_text)
@@ -118,6 +122,7 @@ def candidate(output_text: str, params: MathAnswerParams) -> tuple[str | None, s
     runs="worker",
     timeout_s=300.0,
     fields={"answer": DataField("scalar")},
+    no_answer_reasons=NO_ANSWER_REASONS,
 )
 def math_answer(inp: VerifyInput, params: MathAnswerParams) -> Verdict:
     """Reward 1 when the boxed answer is mathematically equivalent to the gold answer."""
