@@ -18,7 +18,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "gymflow"
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer.split())
     for layer in (
-        "core config bounded_yaml processes progress errors registry warm_protocol user_folders",
+        "core config bounded_yaml processes progress errors registry warm_protocol user_folders "
+        "written",
         "models",
         "verifiers",
         "verifier_identity",

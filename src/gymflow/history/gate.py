@@ -15,6 +15,7 @@ from gymflow.analysis.compare import CompareError, compare
 from gymflow.analysis.health import health
 from gymflow.history.catalog import CatalogEntry, refresh
 from gymflow.store.db import StoreError, connect
+from gymflow.written import write_text
 
 Against = Literal["previous", "baseline"]
 #: Beside the run's store: the report states the gate's verdict, whoever ran the gate.
@@ -164,7 +165,7 @@ def gate(
 
 def save_verdict(verdict: GateVerdict) -> Path:
     path = Path(verdict.run_dir) / GATE_FILE
-    path.write_text(json.dumps(verdict.as_dict(), indent=2, allow_nan=False), "utf-8")
+    write_text(path, json.dumps(verdict.as_dict(), indent=2, allow_nan=False))
     return path
 
 
