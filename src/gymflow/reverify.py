@@ -7,7 +7,8 @@ the environment's resources server with the new parameters. The result is a new 
 stored beside the old ones: nothing is overwritten, and the policy model is never called (an LLM
 judge inside a verifier may be). Verification is the collector's (`ResourcesServer.verify_many`):
 a verifier with a bound runs in the worker pool, where one that hangs is killed and its rollout
-recorded as `verifier_timeout`, so a reverify always finishes.
+recorded as `verifier_timeout` (or, for one running the answer's code, as the answer failing),
+so a reverify always finishes.
 
 With `failed_only`, only rollouts the base version did not pass are judged again; the base
 version's passing verdicts are carried into the new version (marked `carried_from`), so the new

@@ -131,6 +131,7 @@ def test_the_report_server_serves_regular_files_under_its_root_only(tmp_path: Pa
     (run / "gymflow.duckdb").write_bytes(b"DUCK the store")
     (run / "store.html").symlink_to(run / "gymflow.duckdb")
     (root / "linked").symlink_to(run, target_is_directory=True)
+    (root / "everything").symlink_to("/", target_is_directory=True)  # never walked
     os.mkfifo(run / "fifo.html")
     before = {
         p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "fifo.html"

@@ -59,7 +59,13 @@ def import_nemo_gym(
 def export(
     run_dir: Annotated[Path, typer.Argument(help="Run directory (or its .duckdb file).")],
     fmt: Annotated[str, typer.Option("--format", help=" | ".join(FORMATS))] = "jsonl",
-    out: Annotated[Path | None, typer.Option(help="Output file (default: in RUN_DIR).")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Output file (default: in RUN_DIR). A symlink is followed (the file it names "
+            "is replaced, the link kept); a device or FIFO is refused."
+        ),
+    ] = None,
     verifier_version: Annotated[
         str | None, typer.Option(help="Verifier version whose rewards to write (newest).")
     ] = None,

@@ -28,6 +28,7 @@ from gymflow.analysis.health import health
 from gymflow.analysis.stats import PAIRED_TEST
 from gymflow.history.catalog import CatalogEntry, read_entry, refresh
 from gymflow.store.db import StoreError, connect
+from gymflow.written import write_text
 
 Against = Literal["baseline"]
 #: Beside the run's store: the report states the gate's verdict, whoever ran the gate.
@@ -277,7 +278,7 @@ def gate(
 
 def save_verdict(verdict: GateVerdict) -> Path:
     path = Path(verdict.run_dir) / GATE_FILE
-    path.write_text(json.dumps(verdict.as_dict(), indent=2, allow_nan=False), "utf-8")
+    write_text(path, json.dumps(verdict.as_dict(), indent=2, allow_nan=False))
     return path
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.interop.nemo_read import sidecar_path
-from gymflow.interop.staging import staged_files
 from gymflow.models.nemo_gym_shapes import nemo_request, nemo_response, usage
 from gymflow.store.tool_lists import expanded
+from gymflow.written import written
 
 #: gymflow's failure kinds as NeMo Gym failure classes (a timeout is terminal there).
 FAILURE_CLASSES = {"timeout": "timeout_exceeded", "verifier_error": "transient"}
@@ -159,7 +159,7 @@ def write_nemo_gym(con, verifier_version: str, target: Path) -> dict[str, Any]:
         "materialized": sidecar_path(target, "_materialized_inputs"),
     }
     counts = dict.fromkeys(paths, 0)
-    with staged_files(list(paths.values())) as staged:
+    with written(*paths.values()) as staged:
         handles = {
             kind: path.open("w", encoding="utf-8") for kind, path in zip(paths, staged, strict=True)
         }

@@ -8,6 +8,7 @@ from gymflow.history.catalog import CatalogEntry
 from gymflow.reports.history_charts import Interval, forest_plot, trend_chart
 from gymflow.reports.render import render
 from gymflow.study.results import StudyResult, VariantEffect
+from gymflow.written import write_text
 
 
 def _tone(variant: VariantEffect) -> str:
@@ -21,8 +22,7 @@ def _tone(variant: VariantEffect) -> str:
 def write_study_report(out: Path, result: StudyResult) -> Path:
     rows = [Interval(v.summary.name, v.difference, v.ci95, _tone(v)) for v in result.variants]
     forest = forest_plot(rows, label=f"study {result.name}: differences from the baseline")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render("study.html.j2", {"result": result, "forest": forest}), "utf-8")
+    write_text(out, render("study.html.j2", {"result": result, "forest": forest}))
     return out
 
 
@@ -37,6 +37,5 @@ def write_trend_report(out: Path, benchmark: str, root: Path, entries: list[Cata
     ]
     chart = trend_chart(points, label=f"{benchmark}: pass@1 over time")
     data = {"benchmark": benchmark, "root": str(root), "entries": entries, "chart": chart}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render("trend.html.j2", data), "utf-8")
+    write_text(out, render("trend.html.j2", data))
     return out

@@ -25,6 +25,7 @@ from gymflow.present import format_number, format_percent, format_points, format
 from gymflow.reports import svg
 from gymflow.reports.bytecode_cache import bytecode_cache
 from gymflow.reports.sections import DEFAULT_LIMITS, Limits, report_analysis, run_sections
+from gymflow.written import written
 
 _TEMPLATES = files("gymflow.reports") / "templates"
 _STYLE = (_TEMPLATES / "style.css").read_text(encoding="utf-8")
@@ -77,17 +78,13 @@ def export_path(out: Path) -> Path:
     return out.with_name(out.stem + ".trajectories.jsonl")
 
 
-def _write_export(out: Path, rows: list[dict[str, Any]]) -> str | None:
-    """Write the JSONL export (or remove a stale one) and return its relative link."""
-    path = export_path(out)
-    if not rows:
-        path.unlink(missing_ok=True)
-        return None
-    with path.open("w", encoding="utf-8") as handle:
+def _write_export(partial: Path, name: str, rows: list[dict[str, Any]]) -> str:
+    """Write the JSONL export to `partial` and return the relative link to `name`."""
+    with partial.open("w", encoding="utf-8") as handle:
         for row in rows:
             handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
     # "./" keeps a file name like "javascript:x" from being read as a URL scheme.
-    return "./" + quote(path.name)
+    return "./" + quote(name)
 
 
 def write_run_report(
@@ -123,8 +120,12 @@ def write_run_report(
             con.close()
         template = "run.html.j2"
         data["gate"] = load_verdict(store_path(run_dir).parent)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    data["export_link"] = _write_export(out_path, data.pop("export", []))
-    html = render(template, data)
-    out_path.write_text(html, encoding="utf-8")
+    rows, export = data.pop("export", []), export_path(out_path)
+    # The report and its trajectories take their names together (gymflow.written); a stale
+    # export goes once the report that no longer links it is in place.
+    with written(out_path, *([export] if rows else [])) as partials:
+        data["export_link"] = _write_export(partials[1], export.name, rows) if rows else None
+        partials[0].write_text(render(template, data), encoding="utf-8")
+    if not rows:
+        export.unlink(missing_ok=True)
     return out_path

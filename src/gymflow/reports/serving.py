@@ -83,7 +83,14 @@ def _served_file(root: Path, relative: str) -> Path | None:
 
 
 def _reports(root: Path) -> list[Path]:
-    found = [p for p in root.rglob("*.html") if _served_file(root, str(p.relative_to(root)))]
+    """The served reports, found without following a symlinked folder (a link to / made every
+    index page walk the whole file system, for files it would not serve)."""
+    found = [
+        path
+        for folder, _, names in os.walk(root)
+        for path in (Path(folder) / name for name in names if name.endswith(".html"))
+        if _served_file(root, str(path.relative_to(root)))
+    ]
     found.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     return found[:INDEX_LIMIT]
 
