@@ -10,16 +10,12 @@ reads is still the one LiteLLM makes of it. Skipped locally without the venv, a 
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import duckdb
-import httpx
 import orjson
 import pytest
 import yaml
@@ -30,12 +26,10 @@ from gymflow.models.client import CallOutcome, ResponsesClient
 from gymflow.models.responses import function_calls, function_tool, output_text, user_message
 from gymflow.simulated.local_server import free_port
 from tests.conftest import gym
+from tests.servers import litellm_proxy, litellm_venv
 
-VENV = Path(os.environ.get("GYMFLOW_LITELLM_VENV", "/tmp/litellm-venv"))
 MASTER_KEY = "sk-gymflow-contract-0123456789"
 KEY_ENV = "GYMFLOW_LITELLM_TEST_KEY"
-#: On a busy 2-core machine the proxy takes ~30 s to import and start.
-START_TIMEOUT_S = 180
 ADD = function_tool(
     "add",
     "Add two integers.",
@@ -84,14 +78,6 @@ UPSTREAM_ERRORS = {
     ),
     "up-401": (401, "Incorrect API key provided.", "invalid_api_key"),
 }
-
-
-def _venv() -> Path:
-    if not (VENV / "bin" / "litellm").exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"LiteLLM's venv is missing at {VENV}; .ci/run creates it")
-        pytest.skip(f"LiteLLM's venv is missing at {VENV} (python3.11 -m venv; pip install)")
-    return VENV
 
 
 def _models(upstream: str) -> list[dict[str, Any]]:
@@ -161,7 +147,7 @@ class _Upstream:
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`litellm --config` on a free 127.0.0.1 port; yields its base URL (…/v1)."""
-    venv = _venv()
+    litellm_venv()  # skipped (or failed in CI) before the upstream starts
     folder = tmp_path_factory.mktemp("litellm")
     with _Upstream() as upstream:
         config = {
@@ -171,37 +157,8 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             "router_settings": {"disable_cooldowns": True},
             "general_settings": {"master_key": MASTER_KEY},
         }
-        (folder / "config.yaml").write_text(yaml.safe_dump(config))
-        port = free_port()
-        command = [str(venv / "bin" / "litellm"), "--config", str(folder / "config.yaml"),
-                   "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
-        # offline: the model cost map ships with the package
-        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "NO_DOCS": "True"}
-        log = folder / "litellm.log"
-        with log.open("w") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-        try:
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while True:
-                if process.poll() is not None:
-                    raise AssertionError(f"litellm exited:\n{log.read_text()[-3000:]}")
-                try:
-                    url = f"http://127.0.0.1:{port}/health/liveliness"
-                    if httpx.get(url, timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"litellm did not start:\n{log.read_text()[-3000:]}")
-                time.sleep(0.25)
-            yield f"http://127.0.0.1:{port}/v1"
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+        with litellm_proxy(config, folder) as url:
+            yield url
 
 
 def _create(

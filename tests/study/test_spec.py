@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gymflow.config import ConfigError
-from gymflow.study.results import holm
+from gymflow.study.results import bonferroni
 from gymflow.study.spec import StudySpec, resolve_study, store_of
 
 BASE = {"benchmark": "arithmetic-smoke", "repeats": 2, "sampling": {"temperature": 0.7}}
@@ -76,11 +76,12 @@ def test_arms_share_rollouts_where_their_configs_coincide():
     assert stores["loose"] == Path("runs/s/loose")  # a copy of the baseline's, judged again
 
 
-def test_holm_matches_the_step_down_rule():
-    # sorted: 0.01 x3 = 0.03; 0.03 x2 = 0.06; 0.04 x1 = 0.04 -> kept monotone at 0.06
-    assert holm([0.04, 0.01, None, 0.03]) == pytest.approx([0.06, 0.03, None, 0.06])
-    assert holm([0.6, 0.9]) == [1.0, 1.0]
+def test_bonferroni_matches_statsmodels():
+    """Changed on purpose (issue 30): Bonferroni, whose verdicts its simultaneous intervals
+    match, replaces Holm's step-down, which no displayed interval matched."""
+    assert bonferroni([0.04, 0.01, None, 0.03]) == pytest.approx([0.12, 0.03, None, 0.09])
+    assert bonferroni([0.6, 0.9]) == [1.0, 1.0]
     statsmodels = pytest.importorskip("statsmodels.stats.multitest")
     p = [0.002, 0.04, 0.013, 0.5, 0.021]
-    expected = statsmodels.multipletests(p, method="holm")[1]
-    assert holm(p) == pytest.approx(list(expected))
+    expected = statsmodels.multipletests(p, method="bonferroni")[1]
+    assert bonferroni(p) == pytest.approx(list(expected))

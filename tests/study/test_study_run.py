@@ -48,7 +48,11 @@ def test_each_variant_is_compared_with_the_baseline_on_its_one_factor(study_run)
     for effect in effects.values():
         assert effect["tasks"] == 30
         assert effect["summary"]["coverage"]["scored"] == 60
-        assert effect["p_holm"] >= effect["p_value"]
+        variants = len(effects)
+        assert effect["p_adjusted"] == pytest.approx(min(1.0, variants * effect["p_value"]))
+        # the interval shown is simultaneous over the variants, and the colour follows it
+        low, high = effect["ci95"]
+        assert effect["significant"] is (low > 0 or high < 0)
     # the simulated policy's wrong answers are off by one: accepting them can only gain tasks
     loose = effects["off-by-one-ok"]
     assert loose["difference"] > 0 and not loose["lost"]

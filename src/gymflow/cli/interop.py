@@ -7,12 +7,11 @@ from typing import Annotated
 
 import typer
 
-from gymflow.cli.app import app, console, fail, print_json
+from gymflow.cli.app import app, console, fail, group, print_json
 from gymflow.interop.export import FORMATS, export_run
 from gymflow.interop.nemo_gym import import_rollouts
 
-import_app = typer.Typer(help="Import rollouts collected elsewhere.", no_args_is_help=True)
-app.add_typer(import_app, name="import")
+import_app = group("import")
 
 
 @import_app.command("nemo-gym")

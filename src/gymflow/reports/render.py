@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import math
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
@@ -22,6 +21,7 @@ from markupsafe import Markup
 
 from gymflow import __version__
 from gymflow.analysis.results import RunAnalysis
+from gymflow.present import format_number, format_percent, format_points, format_value
 from gymflow.reports import svg
 from gymflow.reports.bytecode_cache import bytecode_cache
 from gymflow.reports.sections import DEFAULT_LIMITS, Limits, report_analysis, run_sections
@@ -50,27 +50,12 @@ def environment(loader: BaseLoader, cache_folder: Path | None = None) -> Environ
         lstrip_blocks=True,
         bytecode_cache=bytecode_cache(variant.hexdigest()[:16], cache_folder),
     )
-    env.filters.update(pct=pct, num=num, signed_pct=signed_pct)
+    # The presentation layer's formatters, so a figure reads as it does in the CLI and the UI.
+    env.filters.update(
+        pct=format_percent, num=format_number, signed_pct=format_points, value=format_value
+    )
     env.globals.update(svg=svg, outcomes=svg.OUTCOMES)
     return env
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def pct(value: Any, digits: int = 1) -> str:
-    return f"{100 * value:.{digits}f}%" if _finite(value) else "n/a"
-
-
-def num(value: Any, digits: int = 3) -> str:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return f"{value:.{digits}g}" if _finite(value) else "n/a"
-
-
-def signed_pct(value: Any) -> str:
-    return f"{100 * value:+.1f} pp" if _finite(value) else "n/a"
 
 
 _JINJA = environment(PackageLoader("gymflow.reports", "templates"))

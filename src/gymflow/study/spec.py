@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gymflow.analysis.factors import changed_groups
 from gymflow.config import (
     ConfigError,
     EvalConfig,
@@ -34,16 +35,6 @@ from gymflow.config import (
 )
 from gymflow.rollouts.plan import resolve
 
-#: The factors a variant may change, by the config keys that make them up. Keys not listed
-#: (out, concurrency, batch_size, shard, resources_url) decide where and how fast, not what.
-FACTOR_KEYS = {
-    "model": ("model",),
-    "harness": ("harness",),
-    "prompt template": ("prompt_template",),
-    "sampling": ("sampling",),
-    "verifier parameters": ("verifier_params",),
-    "dataset version": ("benchmark", "environment", "limit", "repeats"),
-}
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 
@@ -98,19 +89,6 @@ class Study:
     variants: tuple[Arm, ...]
 
 
-def _identity(config: EvalConfig) -> dict[str, Any]:
-    return config.model_dump(
-        mode="json", include={k for keys in FACTOR_KEYS.values() for k in keys}
-    )
-
-
-def changed_factors(baseline: EvalConfig, variant: EvalConfig) -> tuple[str, ...]:
-    a, b = _identity(baseline), _identity(variant)
-    return tuple(
-        factor for factor, keys in FACTOR_KEYS.items() if any(a.get(k) != b.get(k) for k in keys)
-    )
-
-
 def _arm_config(base: dict[str, Any], changes: dict[str, Any], out: Path, source: str):
     merged = merge_overrides(base, _flatten(changes)) | {"out": str(out)}
     return parse_config(merged, source)
@@ -141,7 +119,7 @@ def resolve_study(spec: StudySpec, source: str) -> Study:
         except ConfigError as exc:
             problems.append(str(exc))
             continue
-        factors = changed_factors(baseline_config, config)
+        factors = changed_groups(baseline_config, config)
         if not factors:
             problems.append(f"{where}: changes no factor (same config as the baseline)")
         elif len(factors) > 1 and not variant.confounded:
