@@ -3,14 +3,16 @@ tasks worth reading, and rollouts whose verdict looks wrong (verifier suspects).
 
 Every rollout that did not pass gets exactly one category, the first that applies in this order
 (the earliest cause explains the rest): model failure (the rollout failed with a model error
-kind), tool error (the resources server crashed), harness error, truncated (incomplete response:
-output-token limit), unverified, verifier error (including judge failures), tools not called
-(the run offered tools and its server ignored them: `answers.tools_ignored_sql`), harness max
-turns (a multi-turn rollout the harness stopped at its turn limit: a single-turn rollout never
-is, its function call is its answer), harness malformed tool call, tool error reported to the
-model, answer in another form (the verifier found no answer in the form it reads, a reason its
-verifier declares as such, yet the expected answer appears elsewhere in the text), no answer (such
-a reason, and the expected answer is nowhere in the text either), wrong answer."""
+kind), tool error (the resources server crashed), harness error, tools not called (the run
+offered tools and its server ignored them: `answers.tools_ignored_sql`; the text the model wrote
+instead, cut at the limit or not, follows from that), truncated (incomplete response:
+output-token limit), unverified, verifier error (including judge failures), harness max turns
+(a multi-turn rollout the harness stopped at its turn limit: a single-turn rollout never is, its
+function call is its answer), harness malformed tool call, tool error reported to the model,
+answer in another form (the verifier found no answer in the form it reads, a reason its verifier
+declares as such, yet the expected answer appears elsewhere in the text, or the verifier's own
+lenient reading finds it), no answer (such a reason, and the expected answer found nowhere),
+wrong answer."""
 
 from __future__ import annotations
 
@@ -42,10 +44,10 @@ CATEGORIES = (
     "model_failure",
     "tool_error",
     "harness_error",
+    "tools_not_called",
     "truncated",
     "unverified",
     "verifier_error",
-    "tools_not_called",
     "harness_max_turns",
     "harness_malformed_tool_call",
     "answer_in_other_form",
@@ -87,11 +89,11 @@ def _classify_sql(no_answer: tuple[str, ...]) -> str:
             THEN 'model_failure'
           WHEN r.status <> 'completed' AND r.failure_kind = 'tool_error' THEN 'tool_error'
           WHEN r.status <> 'completed' THEN 'harness_error'
+          WHEN r.rollout_id IN (SELECT rollout_id FROM diag_tools_ignored)
+            THEN 'tools_not_called'
           WHEN r.incomplete THEN 'truncated'
           WHEN v.rollout_id IS NULL THEN 'unverified'
           WHEN v.status <> 'ok' THEN 'verifier_error'
-          WHEN r.rollout_id IN (SELECT rollout_id FROM diag_tools_ignored)
-            THEN 'tools_not_called'
           WHEN {_counter("max_turns_reached")} > 0
                OR (coalesce(r.num_turns, 1) > 1
                    AND NOT EXISTS (SELECT 1 FROM runs WHERE harness = 'single_turn')
