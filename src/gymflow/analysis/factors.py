@@ -124,13 +124,17 @@ def differing_factors(
     return _differing(a, b)
 
 
-def changed_groups(config_a: EvalConfig, config_b: EvalConfig) -> tuple[str, ...]:
-    """The factor groups in which two configs differ, in the order their keys sort."""
-    found = _differing(
+def changed_factors(config_a: EvalConfig, config_b: EvalConfig) -> list[Factor]:
+    """Every factor in which two configs differ (a study's variant and its baseline)."""
+    return _differing(
         config_factors(config_a.model_dump(mode="json")),
         config_factors(config_b.model_dump(mode="json")),
     )
-    return tuple(dict.fromkeys(f.group for f in found))
+
+
+def groups_of(factors: list[Factor]) -> tuple[str, ...]:
+    """The groups of `factors`, each once, in their order."""
+    return tuple(dict.fromkeys(f.group for f in factors))
 
 
 def attribution(factors: list[Factor]) -> str:
@@ -139,7 +143,7 @@ def attribution(factors: list[Factor]) -> str:
             "no recorded factor differs between the runs: a difference is sampling noise or "
             "something gymflow does not record"
         )
-    groups = list(dict.fromkeys(f.group for f in factors))
+    groups = groups_of(factors)
     names = ", ".join(f.factor for f in factors)
     if len(groups) == 1:
         which = "" if names == groups[0] else f" ({names})"

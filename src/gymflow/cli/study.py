@@ -34,6 +34,8 @@ def study_run(
         stores = store_of(plan)
         for arm in (plan.baseline, *plan.variants):
             what = "baseline" if arm is plan.baseline else (arm.isolates or "confounded")
+            if arm.keys:
+                what += f" ({', '.join(arm.keys)})"
             how = f"rollouts in {stores[arm.name]}"
             if arm.reverify_only:
                 how = f"the baseline's rollouts judged again in {stores[arm.name]}"

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gymflow.analysis.factors import changed_groups
+from gymflow.analysis.factors import changed_factors, groups_of
 from gymflow.config import (
     ConfigError,
     EvalConfig,
@@ -71,6 +71,8 @@ class Arm:
     name: str
     config: EvalConfig
     factors: tuple[str, ...]
+    #: the config keys it changes (`gymflow.analysis.factors`), e.g. model.kind, model.base_url
+    keys: tuple[str, ...]
     confounded: bool
     #: only verifier parameters change: judged again on the baseline's rollouts, no inference
     reverify_only: bool
@@ -110,7 +112,7 @@ def resolve_study(spec: StudySpec, source: str) -> Study:
     """Every arm's config, checked; raises ConfigError naming the variant and what is wrong."""
     out = Path(spec.out)
     baseline_config = _arm_config(spec.baseline, {}, out / "baseline", f"{source}: baseline")
-    baseline = Arm("baseline", baseline_config, (), False, False)
+    baseline = Arm("baseline", baseline_config, (), (), False, False)
     arms, problems = [], []
     for variant in spec.variants:
         where = f"{source}: variant {variant.name!r}"
@@ -119,12 +121,14 @@ def resolve_study(spec: StudySpec, source: str) -> Study:
         except ConfigError as exc:
             problems.append(str(exc))
             continue
-        factors = changed_groups(baseline_config, config)
+        changed = changed_factors(baseline_config, config)
+        factors, keys = groups_of(changed), tuple(f.key for f in changed)
         if not factors:
             problems.append(f"{where}: changes no factor (same config as the baseline)")
         elif len(factors) > 1 and not variant.confounded:
             problems.append(
-                f"{where}: changes {len(factors)} factors ({', '.join(factors)}); a difference "
+                f"{where}: changes {len(factors)} factors ({', '.join(factors)}: "
+                f"{', '.join(keys)}); a difference "
                 "could not be attributed to any one of them. Split it into one variant per "
                 "factor, or set `confounded: true` to run it labelled as not attributable"
             )
@@ -136,7 +140,7 @@ def resolve_study(spec: StudySpec, source: str) -> Study:
                 resolve(config)
             except ConfigError as exc:
                 problems.append(f"{where}: {exc}")
-        arms.append(Arm(variant.name, config, factors, variant.confounded, reverify_only))
+        arms.append(Arm(variant.name, config, factors, keys, variant.confounded, reverify_only))
     names = [v.name for v in spec.variants]
     if len(set(names)) != len(names):
         problems.append(f"{source}: variant names repeat ({', '.join(names)})")
