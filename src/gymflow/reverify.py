@@ -31,6 +31,7 @@ from gymflow.analysis.profile import headline
 from gymflow.analysis.results import Headline, Result
 from gymflow.core.records import Verification
 from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment, VerifierRef
 from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.environments.resources import ResourcesServer
 from gymflow.errors import UserError
@@ -421,9 +422,9 @@ def reverify(
 def _reverify_with(
     con,
     run: dict[str, Any],
-    env,
-    spec,
-    base,
+    env: Environment,
+    spec: VerifierRef,
+    base: _Base,
     server: ResourcesServer,
     *,
     force: bool,

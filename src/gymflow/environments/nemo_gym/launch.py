@@ -67,7 +67,10 @@ class ServerProcess:
             stdout=subprocess.PIPE,
             stderr=self._log,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONPATH": ""},  # gymflow's own packages stay out of its path
+            # in the server's folder, as NeMo Gym runs it (data paths relative to it); gymflow's
+            # own packages stay out of its path
+            cwd=server.folder,
+            env={**os.environ, "PYTHONPATH": ""},
         )  # fmt: skip
         atexit.register(self.stop)
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -49,8 +49,9 @@ def _instance_fields(config_yaml: Path, instance: str, server: str) -> dict:
 
 
 def build_app(root: Path, server: str, config: Path, instance: str, port: int):
-    """The server's FastAPI app, built as NeMo Gym's own tests build it."""
-    sys.path.insert(0, str(root.resolve()))
+    """The server's FastAPI app, built as NeMo Gym's own tests build it. Its folder is on the
+    path too, as NeMo Gym runs it (`import utils` beside app.py)."""
+    sys.path[:0] = [str((root / "resources_servers" / server).resolve()), str(root.resolve())]
     module = importlib.import_module(f"resources_servers.{server}.app")
     cls = _server_class(module)
     config_cls = cls.model_fields["config"].annotation
