@@ -12,8 +12,9 @@ Scenarios are data, of two kinds:
   a temporary folder, the eval config fields that break the factor (mostly the simulated policy's
   `model.simulate` behaviours), run in this process against the local policy server;
 - recorded: any folder under `--recorded` (default tests/fixtures/real_model/) holding a
-  `scenario.yaml` (`name`, `broken`, `expected`, and `store`: the run directory, relative to the
-  folder, default `.`). Its store is read as it is: a real model's run kept as a fixture.
+  `scenario.yaml` (`name`, `broken`, `expected`, and `store`: the run directory, or its store
+  gzipped, relative to the folder, default `.`). Its store is read as it is: a real model's run
+  kept as a fixture.
 
     python bench/decide.py [--tiny] [--json] [--only NAME ...] [--scenarios FILE]
                            [--recorded DIR ...] [--keep DIR]
@@ -22,6 +23,7 @@ Scenarios are data, of two kinds:
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -178,6 +180,8 @@ def judge(scenario: Scenario, run_dir: Path, seconds: float) -> Outcome:
 
 
 def run(scenarios: list[Scenario], work: Path) -> list[Outcome]:
+    from gymflow.store.db import store_path
+
     outcomes = []
     for scenario in scenarios:
         started = time.perf_counter()
@@ -186,7 +190,12 @@ def run(scenarios: list[Scenario], work: Path) -> list[Outcome]:
         else:
             # a copy: reading may migrate an older store, and the fixture stays as recorded
             run_dir = work / scenario.name
-            shutil.copytree(scenario.store, run_dir)
+            if scenario.store.is_file():  # a gzipped store (tests/fixtures/real_model)
+                run_dir.mkdir(parents=True)
+                with gzip.open(scenario.store) as packed, store_path(run_dir).open("wb") as raw:
+                    shutil.copyfileobj(packed, raw)
+            else:
+                shutil.copytree(scenario.store, run_dir)
         outcomes.append(judge(scenario, run_dir, time.perf_counter() - started))
     return outcomes
 
