@@ -12,9 +12,10 @@ on a terminal starts them on first use, and says so (GYMFLOW_LOCAL_PREFECT, `for
 The record cannot be fooled by what outlives it: it names each process by pid, start time (from
 /proc, in clock ticks since boot) and command line, and the URL it serves. A pid that now
 belongs to another process is never used nor signalled, a server that does not answer is not
-used (`gym server --stop` stops it); the command says so in one line. Under PREFECT_HOME, files are written beside their name and renamed
-over it, and logs opened, without following a link someone planted there, and a PREFECT_HOME
-that belongs to another user is refused (as root, it would be theirs to plant links in)."""
+used (`gym server --stop` stops it); the command says so in one line. Under PREFECT_HOME,
+files are written beside their name and renamed over it, and logs opened, without following a
+link someone planted there, and a PREFECT_HOME that belongs to another user is refused (as
+root, it would be theirs to plant links in)."""
 
 from __future__ import annotations
 
