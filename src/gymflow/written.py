@@ -80,12 +80,10 @@ def _remove_abandoned(path: Path) -> None:
 
 
 def _failed(exc: OSError, partials: list[Path], targets: list[Path]) -> WriteError:
-    """The error naming what could not be written: the folder when its partial could not be
-    made or filled (read-only, full), the file when it could not be renamed into place."""
-    for partial, path in zip(partials, targets, strict=True):
-        if exc.filename == str(partial):
-            return WriteError(f"{path.parent}: cannot write {path.name}: {exc.strerror or exc}")
-    path = next((t for t in targets if exc.filename == str(t)), targets[0])
+    """The error naming the file that could not be written (its partial could not be made or
+    filled, in a read-only or full place, or it could not be renamed into place)."""
+    named = dict(zip(map(str, partials), targets, strict=True)) | {str(t): t for t in targets}
+    path = named.get(str(exc.filename), targets[0])
     return WriteError(f"{path}: cannot write: {exc.strerror or exc}")
 
 
