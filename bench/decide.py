@@ -197,8 +197,6 @@ def unpacked(store: Path, run_dir: Path) -> Path:
 
 
 def run(scenarios: list[Scenario], work: Path) -> list[Outcome]:
-    from gymflow.store.db import store_path
-
     outcomes = []
     for scenario in scenarios:
         started = time.perf_counter()

@@ -55,11 +55,7 @@ def test_recorded_verdicts_agree_with_the_benchmarks_own_checker(name: str, tmp_
 
 #: Scenarios today's diagnosis gets wrong, and why; strict, so a fix shows as XPASS and its
 #: entry goes.
-MISSES = {
-    "scenario-verifier-fullmatch": "regex_match's verdicts hold no expected or extracted "
-    "answer, so no verifier suspect can show that right answers were rejected: the sentences "
-    "that fail `fullmatch` count as wrong answers (model training)",
-}
+MISSES: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(
