@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import tiny
+
 REPEATS = 100
 STAGES = ("health", "profile", "diagnose", "reverify")
 
@@ -189,7 +191,7 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="Build the stores here and keep them.")
     parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
     parser.add_argument("--store", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = tiny.parse(parser, sizes=[2000])
     if args.stage:  # child mode
         print(json.dumps(run_stage(args.stage, args.store)))
         return

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tiny
 from transport import drive
 
 CANNED = json.dumps(
@@ -186,7 +187,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="timed window per client")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = tiny.parse(parser, seconds=0.5)
     if args.serve:
         import uvicorn
 

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import tiny
 from analysis_scale import REPEATS, build_store, print_table, report_stage, stage_in_child
 
 STAGES = ("profile", "select", "trajectories", "trajectories-all")
@@ -117,7 +118,7 @@ def main() -> None:
     parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
     parser.add_argument("--store", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = tiny.parse(parser, sizes=[2000])
     if args.stage:  # child mode
         print(json.dumps(run_stage(args.stage, args.store, args.out)))
         return

@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import tiny
 import yaml
 
 BENCHMARK = "bench-rows"
@@ -108,7 +109,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--format", choices=("jsonl", "csv", "parquet"), default="jsonl")
-    args = parser.parse_args()
+    args = tiny.parse(parser, rows=300)
     with tempfile.TemporaryDirectory(prefix="gymflow-bench-dataset-") as tmp:
         folder = Path(tmp)
         config = write(folder, args.rows, args.format)

@@ -12,9 +12,9 @@ Scenarios are data, of two kinds:
   a temporary folder, the eval config fields that break the factor (mostly the simulated policy's
   `model.simulate` behaviours), run in this process against the local policy server;
 - recorded: any folder under `--recorded` (default tests/fixtures/real_model/) holding a
-  `scenario.yaml` (`name`, `broken`, `expected`, and `store`: the run directory, or its store
-  gzipped, relative to the folder, default `.`). Its store is read as it is: a real model's run
-  kept as a fixture.
+  `scenario.yaml` (`name`, `broken`, `expected`, and `store`, relative to the folder, default
+  `.`: the run directory, its `gymflow.duckdb`, or that file gzipped). Its store is read as
+  recorded: a real model's run kept as a fixture.
 
     python bench/decide.py [--tiny] [--json] [--only NAME ...] [--scenarios FILE]
                            [--recorded DIR ...] [--keep DIR]
@@ -179,6 +179,23 @@ def judge(scenario: Scenario, run_dir: Path, seconds: float) -> Outcome:
     )
 
 
+def unpacked(store: Path, run_dir: Path) -> Path:
+    """A copy of a recorded store as a run directory (reading may migrate an older store; the
+    fixture stays as recorded): `store` is a run directory, its `.duckdb` file, or that file
+    gzipped (`gymflow.duckdb.gz`, as recorded fixtures are kept)."""
+    if store.is_dir():
+        shutil.copytree(store, run_dir)
+        return run_dir
+    run_dir.mkdir(parents=True)
+    target = run_dir / "gymflow.duckdb"
+    if store.suffix == ".gz":
+        with gzip.open(store, "rb") as packed, target.open("wb") as out:
+            shutil.copyfileobj(packed, out)
+    else:
+        shutil.copyfile(store, target)
+    return run_dir
+
+
 def run(scenarios: list[Scenario], work: Path) -> list[Outcome]:
     from gymflow.store.db import store_path
 
@@ -188,14 +205,7 @@ def run(scenarios: list[Scenario], work: Path) -> list[Outcome]:
         if scenario.source == "simulated":
             run_dir = run_simulated(scenario, work / scenario.name)
         else:
-            # a copy: reading may migrate an older store, and the fixture stays as recorded
-            run_dir = work / scenario.name
-            if scenario.store.is_file():  # a gzipped store (tests/fixtures/real_model)
-                run_dir.mkdir(parents=True)
-                with gzip.open(scenario.store) as packed, store_path(run_dir).open("wb") as raw:
-                    shutil.copyfileobj(packed, raw)
-            else:
-                shutil.copytree(scenario.store, run_dir)
+            run_dir = unpacked(scenario.store, work / scenario.name)
         outcomes.append(judge(scenario, run_dir, time.perf_counter() - started))
     return outcomes
 

@@ -33,6 +33,7 @@ import yaml
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 import ceiling  # noqa: E402  (a sibling script, not a package)
+import tiny  # noqa: E402  (bench/tiny.py: the --tiny flag every script takes)
 
 BENCHMARK = "bench-e2e"
 GYM = str(Path(sys.executable).parent / "gym")
@@ -59,12 +60,14 @@ class Figure:
 
 
 def write_benchmark(root: Path, environment: str, split: str, rollouts: int) -> tuple[int, int]:
-    """Write benchmarks/bench-e2e.yaml under `root`; return (tasks, repeats) covering `rollouts`."""
+    """Write benchmarks/bench-e2e.yaml under `root`; return (tasks, repeats) covering `rollouts`,
+    or as many as a config allows of a small split (at most MAX_REPEATS a task)."""
+    from gymflow.config import MAX_REPEATS
     from gymflow.environments.registry import load_environment
 
     available = len(load_environment(environment).tasks(split))
     limit = min(available, rollouts)
-    repeats = max(1, round(rollouts / limit))
+    repeats = min(MAX_REPEATS, max(1, round(rollouts / limit)))
     (root / "benchmarks").mkdir(parents=True, exist_ok=True)
     spec = {
         "name": BENCHMARK,
@@ -178,7 +181,7 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=Path, help="write a pyinstrument profile of the collector (.html or text)"
     )
-    args = parser.parse_args()
+    args = tiny.parse(parser, rollouts=200, ceiling_seconds=0.5)
 
     with tempfile.TemporaryDirectory(prefix="gymflow-bench-") as tmp:
         root = Path(tmp)

@@ -24,6 +24,8 @@ import time
 import venv
 from pathlib import Path
 
+import tiny
+
 VENV = Path.home() / ".cache" / "gymflow-bench" / "inspect-venv"
 CONCURRENCY = 64
 
@@ -146,7 +148,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=20_000)
     parser.add_argument("--skip-gymflow", action="store_true", help="Inspect's figure only")
-    args = parser.parse_args()
+    args = tiny.parse(parser, rollouts=100)
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import ceiling

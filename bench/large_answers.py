@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tiny
 from e2e_rollouts import high_water_kib  # a sibling script, not a package
 
 
@@ -123,7 +124,7 @@ def main() -> None:
     parser.add_argument("--chunked", action="store_true", help="no Content-Length")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--collect", nargs=2, metavar=("URL", "OUT"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = tiny.parse(parser, answer_mb=2, rollouts=2)
     if args.serve:
         return serve(args.serve, args.answer_mb, args.chunked)
     if args.collect:

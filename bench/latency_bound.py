@@ -25,6 +25,7 @@ import yaml
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
+import tiny  # noqa: E402  (bench/tiny.py: the --tiny flag every script takes)
 from e2e_rollouts import BENCHMARK, GYM, PREFECT_HOME, write_benchmark  # noqa: E402
 
 
@@ -94,7 +95,7 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=1000.0)
     parser.add_argument("--batch-size", type=int, help="set by hand (default: gymflow's)")
     parser.add_argument("--skip-collector", action="store_true")
-    args = parser.parse_args()
+    args = tiny.parse(parser, rollouts=128, concurrency=64, latency_ms=200.0)
     bound = args.concurrency / (args.latency_ms / 1000)
 
     with tempfile.TemporaryDirectory(prefix="gymflow-bench-") as tmp:

@@ -10,9 +10,9 @@ inputs, and the aggregation `gym eval aggregate` asks each agent server for (gro
 `agent_ref`, computed by `compute_aggregate_metrics`, without the HTTP hop). Then the export is
 imported back and every count and reward compared.
 
-    ~/.pyenv/versions/3.12*/bin/python -m venv /tmp/ng312
-    /tmp/ng312/bin/pip install nemo-gym==0.4.0
-    python bench/nemo_gym_contract.py [--venv /tmp/ng312]
+    ~/.pyenv/versions/3.12*/bin/python -m venv /tmp/nemo-gym-venv
+    /tmp/nemo-gym-venv/bin/pip install nemo-gym==0.4.0
+    python bench/nemo_gym_contract.py [--venv DIR]   # default: $GYMFLOW_NEMO_GYM_VENV or that
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import tiny
 
 #: Runs inside NeMo Gym's venv: validate, then profile. Prints one JSON object.
 CHECK = r"""
@@ -142,9 +144,10 @@ def _import_every_shipped_file(venv: Path, work: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--venv", type=Path, default=Path("/tmp/ng312"))
+    default_venv = os.environ.get("GYMFLOW_NEMO_GYM_VENV", "/tmp/nemo-gym-venv")
+    parser.add_argument("--venv", type=Path, default=Path(default_venv))
     parser.add_argument("--benchmark", default="backoffice")
-    args = parser.parse_args()
+    args = tiny.parse(parser)
     python = args.venv / "bin" / "python"
     if not python.exists():
         raise SystemExit(f"{python}: no NeMo Gym venv (see this script's docstring)")

@@ -25,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the DevTools client lives with the browser tests
 
+import tiny  # noqa: E402  (bench/tiny.py: the --tiny flag every script takes)
+
 from tests.reports.browser import chromium, visit  # noqa: E402
 
 BENCHMARK = """\
@@ -73,7 +75,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=8)
     parser.add_argument("--loads", type=int, default=7, help="page loads to time")
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it")
-    args = parser.parse_args()
+    args = tiny.parse(parser, tasks=20, repeats=2, loads=1)
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="gymflow-report-bench-"))
     try:

@@ -12,6 +12,9 @@ Run it once per checkout on the same stored run, alternating, and compare:
 
     PYTHONPATH=src python bench/run_stages.py runs/smoke --repeats 3
     PYTHONPATH=/tmp/base/src python bench/run_stages.py runs/smoke --repeats 3
+
+Without a run folder it first stores one (`gym eval run --benchmark arithmetic-smoke`) in a
+temporary folder.
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
+
+import tiny
 
 
 def stages(run_dir: Path) -> dict[str, float]:
@@ -67,27 +73,44 @@ def stages(run_dir: Path) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir", type=Path, help="a stored run (gym eval run --out DIR)")
+    parser.add_argument(
+        "run_dir", type=Path, nargs="?", help="a stored run (gym eval run --out DIR)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes to take")
     parser.add_argument("--once", action="store_true", help=argparse.SUPPRESS)  # internal
-    args = parser.parse_args()
+    args = tiny.parse(parser, repeats=1)
     if args.once:
         print(json.dumps(stages(args.run_dir.resolve())))
         return
-    runs = []
-    for _ in range(args.repeats):
-        done = subprocess.run(
-            [sys.executable, __file__, str(args.run_dir), "--once"],
-            capture_output=True,
-            text=True,
-            check=True,
-            env=os.environ,
-        )
-        runs.append(json.loads(done.stdout))
+    with tempfile.TemporaryDirectory() as scratch:
+        run_dir = args.run_dir or _stored_run(Path(scratch))
+        runs = [_once(run_dir) for _ in range(args.repeats)]
     print(f"{args.repeats} fresh processes, load {os.getloadavg()[0]:.1f}; median (best) seconds")
     for name in runs[0]:
         values = [run[name] for run in runs]
         print(f"{name:<32}{statistics.median(values):>8.3f} ({min(values):.3f})")
+
+
+def _stored_run(scratch: Path) -> Path:
+    gym = Path(sys.executable).parent / "gym"
+    run_dir = scratch / "smoke"
+    subprocess.run(
+        [str(gym), "eval", "run", "--benchmark", "arithmetic-smoke", "--out", str(run_dir)],
+        check=True,
+        capture_output=True,
+    )
+    return run_dir
+
+
+def _once(run_dir: Path) -> dict[str, float]:
+    done = subprocess.run(
+        [sys.executable, __file__, str(run_dir), "--once"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=os.environ,
+    )
+    return json.loads(done.stdout)
 
 
 if __name__ == "__main__":

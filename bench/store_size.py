@@ -33,6 +33,7 @@ sys.path.insert(0, str(BENCH_DIR))
 import ceiling  # noqa: E402  (sibling scripts, not a package)
 import e2e_rollouts  # noqa: E402
 import inspect_peer  # noqa: E402
+import tiny  # noqa: E402  (bench/tiny.py: the --tiny flag every script takes)
 
 LEDGER_ROOT = BENCH_DIR.parent / "tests" / "harness" / "envs"
 WORKLOADS = {  # name -> (environment, split, extra environment folder)
@@ -105,7 +106,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=5000)
     parser.add_argument("--skip-inspect", action="store_true")
-    args = parser.parse_args()
+    args = tiny.parse(parser, rollouts=200)
 
     rows, sizes = [], {}
     for name, (environment, split, extra) in WORKLOADS.items():

@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 import duckdb
+import tiny
 
 SCENARIOS = {
     "demo": [["demo", "--out", "{dir}"]],
@@ -146,9 +147,9 @@ def digest(snapshot: dict, masked: dict[str, list[str]]) -> dict[str, object]:
     return {"tables": tables}
 
 
-def snapshot() -> dict[str, object]:
+def snapshot(scenarios: list[str]) -> dict[str, object]:
     result = {}
-    for name in SCENARIOS:
+    for name in scenarios:
         with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
             # Same folder name in both runs, so paths stored in rows compare equal.
             first = scenario_once(name, Path(a))
@@ -193,15 +194,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--save", type=Path, help="write this commit's digests here")
     parser.add_argument("--against", type=Path, help="compare with digests saved on another commit")
-    args = parser.parse_args()
-    result = snapshot()
+    parser.add_argument("--scenarios", nargs="+", choices=list(SCENARIOS), default=list(SCENARIOS))
+    args = tiny.parse(parser, scenarios=["demo"])
+    result = snapshot(args.scenarios)
     if args.save:
         args.save.write_text(json.dumps(result, indent=1))
+    for name, s in result.items():
+        rows = sum(t["rows"] for t in s["tables"].values())
+        print(f"{name:<11} {len(s['tables']):>2} tables {rows:>6} rows")
     if args.against:
-        problems = compare(json.loads(args.against.read_text()), result)
-        for name, s in result.items():
-            rows = sum(t["rows"] for t in s["tables"].values())
-            print(f"{name:<11} {len(s['tables']):>2} tables {rows:>6} rows")
+        before = json.loads(args.against.read_text())
+        problems = compare({name: before[name] for name in result if name in before}, result)
         print("\n".join(problems) if problems else "every stored row and export identical")
         sys.exit(1 if problems else 0)
 

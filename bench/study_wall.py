@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import tiny
 import yaml
 
 GYM = str(Path(sys.executable).parent / "gym")
@@ -77,7 +78,7 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=200.0)
     parser.add_argument("--limit", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=4)
-    args = parser.parse_args()
+    args = tiny.parse(parser, latency_ms=20.0, limit=5, repeats=2)
     spec = study(args.latency_ms, args.limit, args.repeats)
     PREFECT_HOME.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PREFECT_HOME": str(PREFECT_HOME),

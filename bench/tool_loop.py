@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import httpx
+import tiny
 
 ENVS = Path(__file__).resolve().parents[1] / "tests" / "harness" / "envs"
 
@@ -100,7 +101,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.0, 50.0])
     parser.add_argument("--scenario", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = tiny.parse(parser, rollouts=100, latency_ms=[0.0])
     if args.scenario:
         figures = scenario(args.rollouts, args.concurrency, args.latency_ms[0])
         sys.stdout.write(json.dumps(figures) + "\n")

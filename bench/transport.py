@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 import httpx
+import tiny
 
 from gymflow.config import ModelConfig, Sampling
 from gymflow.models.client import ResponsesClient
@@ -113,7 +114,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="timed window per cell")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 16, 64])
     parser.add_argument("--rounds", type=int, default=3, help="best of this many windows")
-    args = parser.parse_args()
+    args = tiny.parse(parser, seconds=0.2, rounds=1, concurrency=[1, 8])
     table = {name: [0.0] * len(args.concurrency) for name in CANDIDATES}
     with LocalPolicyServer({}) as server:
         # Rounds interleave the candidates, so a burst of load from other processes on a shared

@@ -35,6 +35,8 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import tiny
+
 Case = tuple[str, Callable[[], Any]]
 
 
@@ -217,7 +219,7 @@ def main(argv: list[str] | None = None, extra: list[Case] | None = None) -> None
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--only", help="Run only cases whose name contains this.")
-    args = parser.parse_args(argv)
+    args = tiny.parse(parser, argv, seconds=0.3, workers=[1])
     print(f"cores: {os.cpu_count()}; {args.seconds:g} s per measurement; machine shared, noisy")
     with instant_judge() as judge_url:
         selected = [

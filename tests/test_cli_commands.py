@@ -1,5 +1,6 @@
-"""`gym` imports only the module of the command it runs (`gymflow.cli.COMMAND_MODULES`): the table
-must name, for every command, the module that registers it."""
+"""`gym` imports only the module of the command it runs (`gymflow.cli.COMMANDS`): the table must
+name, for every command, the module that registers it, and a line that names no command lists
+them all from the table's summaries without importing any command module."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import sys
 
 import gymflow.cli as cli
 from gymflow.cli.app import app
+from tests.conftest import gym
 
 
 def _registered() -> dict[tuple[str, ...], str]:
     """Every command's words (group, name) and the module whose import registered it."""
-    for name in cli.command_modules([]):  # no command: every module
-        __import__(f"gymflow.cli.{name}")
+    for module in {module for module, _ in cli.COMMANDS.values()}:
+        __import__(f"gymflow.cli.{module}")
     found = {(command.name,): command.callback.__module__ for command in app.registered_commands}
     for group in app.registered_groups:
         for command in group.typer_instance.registered_commands:
@@ -21,30 +23,53 @@ def _registered() -> dict[tuple[str, ...], str]:
     return {words: module.rpartition(".")[2] for words, module in found.items()}
 
 
-def test_every_command_is_found_in_the_module_that_registers_it() -> None:
+def test_the_table_names_every_command_and_the_module_that_registers_it() -> None:
     registered = _registered()
-    assert len(registered) > 20
-    for words, module in registered.items():
-        assert cli.command_modules(list(words)) == [module], words
+    assert registered == {words: module for words, (module, _) in cli.COMMANDS.items()}
+    assert {group.name for group in app.registered_groups} == set(cli.GROUPS)
+    for words in registered:
+        assert cli.command_module([*words, "--help"]) == registered[words], words
 
 
-def test_help_and_unknown_commands_import_every_module() -> None:
-    every = cli.command_modules([])
-    assert {"evaluate", "analysis", "scale", "study"} <= set(every)
-    assert cli.command_modules(["--help"]) == every
-    assert cli.command_modules(["eval", "--help"]) == every
-    assert cli.command_modules(["evl", "run"]) == every
-
-
-def test_a_run_does_not_import_the_analysis_commands() -> None:
-    """`gym eval run --help` loads its own module, not the CLI's polars-backed analysis ones."""
+def _imported_by(argv: list[str]) -> list[str]:
+    """The command modules and heavy libraries a `gym` command line imported."""
     probe = (
-        "import sys; sys.argv = ['gym', 'eval', 'run', '--help']\n"
+        f"import sys; sys.argv = ['gym', *{argv!r}]\n"
         "from gymflow.cli import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in ('gymflow.cli.analysis', 'gymflow.cli.data', 'polars')"
-        " if m in sys.modules))"
+        "heavy = ('duckdb', 'polars', 'numpy', 'prefect', 'gymflow.flows')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('gymflow.cli.') and m not in "
+        "('gymflow.cli.app', 'gymflow.cli.exit_codes', 'gymflow.cli.local_prefect') "
+        "or m in heavy))"
     )
     ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.strip().splitlines()[-1] == "[]"
+    return eval(ran.stdout.strip().splitlines()[-1])
+
+
+def test_listing_commands_imports_none_of_them() -> None:
+    for argv in ([], ["--help"], ["eval", "--help"], ["data"], ["evl", "run"]):
+        assert _imported_by(argv) == [], argv
+
+
+def test_a_command_imports_its_own_module_only() -> None:
+    """`gym eval run --help` loads its own module, not the CLI's polars-backed analysis ones."""
+    imported = _imported_by(["eval", "run", "--help"])
+    assert "gymflow.cli.evaluate" in imported
+    assert not {"gymflow.cli.analysis", "gymflow.cli.data", "polars", "prefect"} & set(imported)
+
+
+def test_help_lists_every_command_by_its_summary(tmp_path) -> None:
+    top = gym("--help", cwd=tmp_path, check=True).stdout
+    for words, (_, summary) in cli.COMMANDS.items():
+        if len(words) == 1:
+            assert words[0] in top and summary in top, words
+    for name, text in cli.GROUPS.items():
+        assert text in top, name
+        listed = gym(name, "--help", cwd=tmp_path, check=True).stdout
+        for words, (_, summary) in cli.COMMANDS.items():
+            if words[0] == name:
+                assert words[1] in listed and summary in listed, words
+    typo = gym("evl", "run", cwd=tmp_path)
+    assert typo.returncode == cli.exit_codes.BAD_INPUT
+    assert "No such command 'evl'" in typo.stderr

@@ -49,6 +49,9 @@ def test_demo_prints_headline_and_report_matches(demo_run: tuple[Path, str]) -> 
     for k in (1, 2, 3, 4):
         assert re.search(rf"│ {k} │ [\d.]+%", stdout), f"pass@{k} row missing:\n{stdout}"
     assert "coverage: expected 200, scored 200, failed 0, missing 0" in stdout
+    # the terminal says the answers were simulated, and which verifier version it reads
+    assert "SIMULATED: gymflow's simulated policy server answered this run" in stdout
+    assert re.search(r"verifier version: \S+", stdout), stdout
     report_path = Path(re.search(r"report: (\S+)", stdout).group(1))
     assert report_path.exists()
     html = report_path.read_text()

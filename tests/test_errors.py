@@ -37,6 +37,10 @@ INTERNAL = {
     "so the candidate's tests cannot swallow it",
     "gymflow.verifiers.sandbox_runner.Unsupported": "runs in the candidate's process, which "
     "imports nothing from gymflow",
+    "gymflow.verifiers.sandbox_runner.OutOfTime": "decoding the candidate's value outlived its "
+    "deadline: judged as the answer running out of time",
+    "gymflow.core.bounded_jinja.RenderTimeout": "a Jinja SecurityError, raised inside the render "
+    "and turned into a PromptTimeout naming the file and row",
 }
 
 

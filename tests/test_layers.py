@@ -18,7 +18,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "gymflow"
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer.split())
     for layer in (
-        "core config bounded_yaml processes progress errors registry warm_protocol user_folders",
+        "core config bounded_yaml processes progress errors registry user_folders present "
+        "written",
         "models",
         "verifiers",
         "verifier_identity",
@@ -32,7 +33,6 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "tasks",
         "flows",
         "cli",
-        "launch",
     )
 )
 

@@ -11,7 +11,7 @@ from typing import Any
 
 def _version() -> str:
     """Read on first use: importlib.metadata costs ~30 ms, paid by every `gym` command that
-    imports gymflow, including one the warm process runs (`gymflow.launch`)."""
+    imports gymflow."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:

@@ -6,7 +6,9 @@ as a small graph but expands to 9**9 strings as soon as anything walks it (a JSO
 pydantic validation), which took `gym eval run` to 5.3 GB before a MemoryError. Here the
 composed node graph is measured before anything is constructed: its size as a tree (each alias
 counted as a copy of what it names), computed once per distinct node, so the check costs what
-the file's own size does. A recursive alias (a node that contains itself) is refused too."""
+the file's own size does. A recursive alias (a node that contains itself) is refused too, and so
+is an integer longer than MAX_INT_DIGITS, named by its field and line (Python's own bound, 4,300
+digits, was a ValueError traceback from inside the loader)."""
 
 from __future__ import annotations
 
@@ -20,12 +22,20 @@ from gymflow.errors import UserError
 #: Nodes a document may expand to through its aliases. Configs, benchmarks and manifests hold
 #: hundreds; a dataset of a few thousand rows in YAML stays well below.
 MAX_EXPANDED_NODES = 1_000_000
+#: Longest integer a document may hold, in characters: past any seed, count or answer a config
+#: holds, and well inside what Python converts (4,300 digits).
+MAX_INT_DIGITS = 1000
+_INT_TAG = "tag:yaml.org,2002:int"
 #: Longest YAML file read: `gym env validate /dev/zero` read until the kernel killed it.
 MAX_FILE_BYTES = 64 * 1024 * 1024
 
 
 class YamlBombError(UserError, yaml.YAMLError):
     """A document whose aliases expand past the bound, or refer to themselves."""
+
+
+class YamlNumberError(UserError, yaml.YAMLError):
+    """An integer too long to hold: its field and line say which."""
 
 
 class YamlFileError(UserError, yaml.YAMLError):
@@ -36,7 +46,7 @@ def _expanded_size(root: yaml.Node) -> int:
     sizes: dict[int, int] = {}
     in_progress: set[int] = set()
 
-    def size(node: yaml.Node) -> int:
+    def size(node: yaml.Node, field: str | None = None) -> int:
         key = id(node)
         if key in sizes:
             return sizes[key]
@@ -46,10 +56,17 @@ def _expanded_size(root: yaml.Node) -> int:
         total = 1
         if isinstance(node, yaml.SequenceNode):
             for child in node.value:
-                total += size(child)
+                total += size(child, field)
         elif isinstance(node, yaml.MappingNode):
             for key_node, value_node in node.value:
-                total += size(key_node) + size(value_node)
+                name = key_node.value if isinstance(key_node, yaml.ScalarNode) else field
+                total += size(key_node) + size(value_node, name)
+        elif node.tag == _INT_TAG and len(node.value) > MAX_INT_DIGITS:
+            where = f"field {field!r}, " if field is not None else ""
+            raise YamlNumberError(
+                f"{where}line {node.start_mark.line + 1}: an integer of {len(node.value)} "
+                f"characters (at most {MAX_INT_DIGITS})"
+            )
         in_progress.discard(key)
         if total > MAX_EXPANDED_NODES:
             raise YamlBombError(

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
 
 from gymflow import bounded_yaml
 from gymflow.errors import UserError
@@ -166,26 +175,68 @@ def refuse_key_as_env_name(value: str | None) -> str | None:
     return value
 
 
+def _any_case(word: str) -> str:
+    """`word` as a case-insensitive pattern: JSON Schema's (ECMAScript) patterns take no flags."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
+
+
+# The two rules above as JSON Schema patterns, built from the same words, so the Prefect form
+# refuses before a flow run exists what the config refuses when it is validated (the form held
+# a key as `api_key_env`, and `user:password@`, in a flow run's parameters). tests/faults checks
+# that pattern and function agree.
+_CREDENTIAL_WORDS = _CREDENTIAL_PARAM.pattern.split("|")
+#: A URL without `user:password@` and without a query or fragment parameter named for a key
+#: (or percent-escaped: a name the pattern cannot read, as `%6Bey` for `key`).
+URL_PATTERN = (
+    f"^(?!.*[?#&][^=&#]*(?:%|{'|'.join(map(_any_case, _CREDENTIAL_WORDS))}))"
+    + URL_WITHOUT_CREDENTIALS.removeprefix("^")
+)
+#: A variable's name that does not look like a key (a key's prefix; one long run with digits).
+API_KEY_ENV_PATTERN = (
+    f"^(?!{'|'.join(_any_case(p) for p in _KEY_PREFIXES if re.fullmatch(r'[A-Za-z_]+', p))})"
+    "(?!(?=.{20})_*[A-Za-z0-9]*[0-9][A-Za-z0-9]*_*$)" + ENV_VAR_NAME.removeprefix("^")
+)
+#: A model server's URL, wherever one is given (config, Prefect form, judge parameters).
+ServerUrl = Annotated[
+    str,
+    AfterValidator(refuse_url_credentials),
+    WithJsonSchema({"type": "string", "pattern": URL_PATTERN}),
+]
+#: The name of the environment variable holding an API key, wherever one is given.
+ApiKeyEnv = Annotated[
+    str,
+    AfterValidator(refuse_key_as_env_name),
+    WithJsonSchema({"type": "string", "pattern": API_KEY_ENV_PATTERN}),
+]
+
+
+#: The `tool_choice` values both the Responses API and chat completions document as text (the
+#: openai SDK's `ToolChoiceOptions` and `ChatCompletionToolChoiceOptionParam`).
+ToolChoice = Literal["auto", "required", "none"]
+
+
 class ModelConfig(_Strict):
     """Where the policy's model lives. `local` starts the seeded local policy server."""
 
     kind: Literal["local", "responses", "chat_completions"] = "local"
-    base_url: str | None = Field(
-        None,
-        description="e.g. http://127.0.0.1:8000/v1 (no user:password@: use api_key_env)",
-        json_schema_extra={"pattern": URL_WITHOUT_CREDENTIALS},
+    base_url: ServerUrl | None = Field(
+        None, description="e.g. http://127.0.0.1:8000/v1 (no user:password@: use api_key_env)"
     )
     name: str = "gymflow-local-policy"
-    api_key_env: str | None = Field(
-        None,
-        description="Name of the environment variable holding the API key (never the key).",
-        json_schema_extra={"pattern": ENV_VAR_NAME},
+    api_key_env: ApiKeyEnv | None = Field(
+        None, description="Name of the environment variable holding the API key (never the key)."
     )
     seed_in: Literal["body", "metadata", "none"] | None = Field(
         None,
         description="Where each rollout's seed is sent: the body's `seed` (chat completions "
         "documents it), `metadata.seed`, or nowhere. Default: none for `responses` (not a "
         "Responses API parameter: strict servers answer 422, others drop it), body otherwise.",
+    )
+    tool_choice: ToolChoice | None = Field(
+        None,
+        description="Sent as `tool_choice` on every call that offers tools: auto, required or "
+        "none. Unset: not sent, so the server's default applies (llama.cpp's function-calling "
+        "handler then ignores the tools) and the run records it as not sent.",
     )
     max_response_bytes: int = Field(
         8 << 20,
@@ -205,16 +256,6 @@ class ModelConfig(_Strict):
     simulate: SimulatedBehaviour = Field(
         SimulatedBehaviour(), description="Local policy only: behaviours broken on purpose."
     )
-
-    @field_validator("base_url")
-    @classmethod
-    def _no_credentials(cls, url: str | None) -> str | None:
-        return refuse_url_credentials(url)
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _names_a_variable(cls, value: str | None) -> str | None:
-        return refuse_key_as_env_name(value)
 
     @model_validator(mode="after")
     def _remote_needs_url(self) -> ModelConfig:
@@ -260,6 +301,18 @@ class ShardSpec(_Strict):
             raise ConfigError(f"--shard {text!r}: {reasons}") from None
 
 
+#: Config keys that decide where a run is written or how fast it runs, not what its rollouts
+#: are: outside its fingerprint, and no factor a comparison names (`analysis/factors.py`).
+NOT_FACTORS = (
+    "out",
+    "shard",
+    "concurrency",
+    "batch_size",
+    "resources_url",
+    "stop_after_transport_failures",
+    "model.api_key_env",
+)
+
 #: Waves of `concurrency` rollouts in a default batch: the tail that ends a batch then costs a
 #: latency-bound run about a seventeenth of its bound (bench/latency_bound.py).
 WAVES_PER_BATCH = 16
@@ -283,11 +336,10 @@ class EvalConfig(_Strict):
     out: str = Field("runs/latest", description="Run directory (store and report).")
     shard: ShardSpec = ShardSpec()
     prompt_template: str | None = None
-    resources_url: str | None = Field(
+    resources_url: ServerUrl | None = Field(
         None,
         description="Use the environment's resources server served at this URL (`gym serve "
         "environment NAME --port P`) instead of an in-process one.",
-        json_schema_extra={"pattern": URL_WITHOUT_CREDENTIALS},
     )
     stop_after_transport_failures: int = Field(
         20,
@@ -295,11 +347,6 @@ class EvalConfig(_Strict):
         description="Stop the run early (resumable) when this many rollouts in a row could not "
         "reach the model server (or a served resources server), after each call's own retries.",
     )
-
-    @field_validator("resources_url")
-    @classmethod
-    def _no_credentials(cls, url: str | None) -> str | None:
-        return refuse_url_credentials(url)
 
     @model_validator(mode="after")
     def _one_target(self) -> EvalConfig:
@@ -326,27 +373,41 @@ class EvalConfig(_Strict):
 
     def fingerprint(self) -> str:
         """Hash of everything that decides the rollouts (not where they go or which shard)."""
-        identity = self.model_dump(
-            mode="json",
-            exclude={
-                "out",
-                "shard",
-                "concurrency",
-                "batch_size",
-                "resources_url",
-                "stop_after_transport_failures",
-            },
-        )
-        identity["model"].pop("api_key_env", None)
+        identity = self.model_dump(mode="json")
+        for key in NOT_FACTORS:
+            *parents, leaf = key.split(".")
+            node = identity
+            for part in parents:
+                node = node[part]
+            node.pop(leaf, None)
+        if identity["model"]["tool_choice"] is None:
+            # added later: unset (not sent, as before) keeps the run ids of earlier configs
+            del identity["model"]["tool_choice"]
         blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def format_validation_error(error: ValidationError, source: str) -> str:
+def missing_api_key(model: ModelConfig) -> str | None:
+    """Why a run of `model` would send no key (`api_key_env` names a variable not set here), or
+    None: every request would then fail, or succeed as someone else."""
+    key = model.api_key_env
+    if key and not os.environ.get(key):
+        return (
+            f"model.api_key_env names {key}, which is not set here: export {key}=... (the key "
+            "is read from it at run time and never stored)"
+        )
+    return None
+
+
+def format_validation_error(
+    error: ValidationError, source: str, names: dict[str, str] | None = None
+) -> str:
+    """One line per problem, each naming its field as the user gave it: `names` maps a dotted
+    field to what set it (a CLI flag: `sampling.temperature` -> `--temperature`)."""
     lines = [f"{source}: invalid config ({error.error_count()} problem(s))"]
     for item in error.errors():
         field = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        lines.append(f"  - {field}: {item['msg']}")
+        lines.append(f"  - {(names or {}).get(field, field)}: {item['msg']}")
     return "\n".join(lines)
 
 
@@ -360,13 +421,13 @@ def refuse_removed(data: Any, removed: dict[str, str]) -> Any:
     return data
 
 
-def parse_config(data: Any, source: str) -> EvalConfig:
+def parse_config(data: Any, source: str, names: dict[str, str] | None = None) -> EvalConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of config keys, got {type(data).__name__}")
     try:
         return EvalConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, source)) from None
+        raise ConfigError(format_validation_error(exc, source, names)) from None
 
 
 def load_config_file(path: Path) -> dict[str, Any]:

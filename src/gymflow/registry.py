@@ -77,8 +77,7 @@ def import_from_file(path: Path, module_name: str, attribute: str) -> Any:
 def entry_point_objects(group: str) -> tuple[Any, ...]:
     """Every object installed packages publish under the entry-point group `group`. Read once
     per process: scanning every installed distribution took ~11 ms, and a small run asked ~7
-    times. A package installed meanwhile counts from the next command on (the warm process
-    empties this cache for every command it runs)."""
+    times. A package installed meanwhile counts from the next command on."""
     return tuple(entry.load() for entry in entry_points(group=group))
 
 

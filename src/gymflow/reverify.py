@@ -7,7 +7,8 @@ the environment's resources server with the new parameters. The result is a new 
 stored beside the old ones: nothing is overwritten, and the policy model is never called (an LLM
 judge inside a verifier may be). Verification is the collector's (`ResourcesServer.verify_many`):
 a verifier with a bound runs in the worker pool, where one that hangs is killed and its rollout
-recorded as `verifier_timeout`, so a reverify always finishes.
+recorded as `verifier_timeout` (or, for one running the answer's code, as the answer failing),
+so a reverify always finishes.
 
 With `failed_only`, only rollouts the base version did not pass are judged again; the base
 version's passing verdicts are carried into the new version (marked `carried_from`), so the new
@@ -30,9 +31,11 @@ from gymflow.analysis.profile import headline
 from gymflow.analysis.results import Headline, Result
 from gymflow.core.records import Verification
 from gymflow.core.tasks import Task
+from gymflow.environments.base import Environment, VerifierRef
 from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.environments.resources import ResourcesServer
 from gymflow.errors import UserError
+from gymflow.store import current
 from gymflow.store.db import connect, transaction
 from gymflow.store.rows import verification_row
 from gymflow.store.runs import run_info
@@ -59,6 +62,8 @@ def parse_settings(pairs: list[str]) -> dict[str, Any]:
             raise ReverifyError(f"--set {pair!r}: expected KEY=VALUE, e.g. mode=loose")
         try:
             settings[key.strip()] = bounded_yaml.safe_load(raw) if raw.strip() else ""
+        except bounded_yaml.YamlNumberError as exc:
+            raise ReverifyError(f"--set {key.strip()}: {exc}") from None
         except yaml.YAMLError as exc:
             raise ReverifyError(f"--set {pair!r}: value is not a YAML scalar: {exc}") from None
     return settings
@@ -73,13 +78,18 @@ class _Base:
 
 def _base_version(con, verifier_name: str, defaults: dict[str, Any], requested: str | None):
     """The version reverify starts from (flips are counted against it) and the parameters the
-    `--set` values override: the requested version, else the newest version of the
-    environment's verifier, else (an imported run) the newest version of any verifier with the
-    manifest's default parameters."""
+    `--set` values override: the requested version, else the current one (what the run is read
+    under) when it is the environment's verifier, else the newest version of the environment's
+    verifier, else (an imported run) the newest version of any verifier with the manifest's
+    default parameters."""
     rows = con.execute(
         "SELECT verifier_version, verifier_name, params_json FROM verifier_versions "
         "ORDER BY created_at DESC, verifier_version"
     ).fetchall()
+    if requested is None and rows:
+        requested = current.current_verifier_version(con)
+        if next(row[1] for row in rows if row[0] == requested) != verifier_name:
+            requested = None
     if requested is not None:
         match = [row for row in rows if row[0] == requested]
         if not match:
@@ -165,12 +175,20 @@ def _verify_all(
 def _insert(
     con, rows: list[tuple], verdicts: list[Verification], version: str, now: datetime
 ) -> None:
-    """Insert one batch of verdicts, as `version`, through Arrow (`insert_arrow`)."""
+    """Insert one batch of verdicts, as `version`, through Arrow (`insert_arrow`). A verdict
+    is copied only when stored under another version (the verifier's code changed since):
+    copying every one was a tenth of a reverify."""
     insert_arrow(
         con,
         "verifications",
         [
-            verification_row(row[0], replace(verdict, verifier_version=version), now)
+            verification_row(
+                row[0],
+                verdict
+                if verdict.verifier_version == version
+                else replace(verdict, verifier_version=version),
+                now,
+            )
             for row, verdict in zip(rows, verdicts, strict=True)
         ],
     )
@@ -285,6 +303,10 @@ class Reverified(Result):
     #: None when the base version was not stored
     before: Headline | None
     after: Headline
+    #: the version profile, diagnose, reports, history and data read from now on: the new one
+    #: only when asked (`make_current`), else the one read before
+    current_version: str
+    made_current: bool
 
 
 def flips(con, old: str, new: str, *, limit: int | None = None) -> Flips:
@@ -342,11 +364,15 @@ def reverify(
     force: bool = False,
     base_version: str | None = None,
     max_listed: int | None = 1000,
+    make_current: bool = False,
 ) -> Reverified:
     """Store a new verifier version for the run in `run_dir` and report what changed. With no
     `settings`, the verifier is the environment's as it is now (its manifest's parameters). A
     version whose stored code hash differs from the verifier's code now is stored anew, as
     `version+codehash` (`gymflow.verifier_identity`).
+
+    The new version is what the run is read under from now on only with `make_current`; else
+    the version read before stays current (a what-if never silently becomes the run's numbers).
 
     Raises ReverifyError (nothing written) when the
     environment is unknown, verifies live session state (unless `force`), or rejects the
@@ -354,18 +380,18 @@ def reverify(
     con = connect(run_dir)
     try:
         run = run_info(con)
+        if not run["environment"]:  # an import that was not matched to an environment
+            raise ReverifyError(
+                f"run {run['run_id']} names no environment (imported without --environment?): "
+                "reverify runs an environment's verifier; import it again with "
+                "`gym import nemo-gym FILE --environment NAME --out DIR`"
+            )
         try:
-            env = load_environment(run["environment"] or "")
+            env = load_environment(run["environment"])
         except RegistryError as exc:
             raise ReverifyError(
                 f"run {run['run_id']}: reverify needs the environment's verifier, but {exc}"
             ) from None
-        if not env.manifest.reverify_stateless and not force:
-            raise ReverifyError(
-                f"environment {env.name!r} verifies live session state "
-                "(reverify_stateless: false), which stored rollouts do not hold; "
-                "pass --force to verify without it"
-            )
         spec = env.manifest.verifier
         base = _base_version(con, spec.name, spec.params, base_version)
         # No settings: the environment's verifier as it is now (its manifest's parameters).
@@ -373,31 +399,70 @@ def reverify(
         try:
             server = env.resources_server(params)
         except UserError as exc:  # parameters that do not validate, a verifier gone
-            raise ReverifyError(str(exc)) from None
-        new_version = _version_of(con, server)
-        stored = {
-            row[0]
-            for row in con.execute("SELECT verifier_version FROM verifier_versions").fetchall()
-        }
-        if new_version not in stored:
-            reverified = _write(con, server, new_version, base, _tasks(con), failed_only)
-            status = "written"
-        else:
-            reverified = _rejudge(con, server, new_version, _tasks(con), failed_only)
-            status = "rejudged" if reverified else "already stored"
-        old = base.version if base.stored else new_version
-        return Reverified(
-            environment=env.name,
-            verifier=spec.name,
-            params=server.params.model_dump(mode="json"),
-            base_version=base.version or None,
-            new_version=new_version,
-            status=status,
-            reverified=reverified,
-            failed_only=failed_only,
-            flips=flips(con, old, new_version, limit=max_listed),
-            before=headline(con, old) if base.stored else None,
-            after=headline(con, new_version),
-        )
+            raise ReverifyError(f"--set: {exc}" if settings else str(exc)) from None
+        try:
+            return _reverify_with(
+                con,
+                run,
+                env,
+                spec,
+                base,
+                server,
+                force=force,
+                failed_only=failed_only,
+                max_listed=max_listed,
+                make_current=make_current,
+            )
+        finally:
+            server.close()
     finally:
         con.close()
+
+
+def _reverify_with(
+    con,
+    run: dict[str, Any],
+    env: Environment,
+    spec: VerifierRef,
+    base: _Base,
+    server: ResourcesServer,
+    *,
+    force: bool,
+    failed_only: bool,
+    max_listed: int | None,
+    make_current: bool,
+) -> Reverified:
+    """reverify's work once its resources server is built (the caller closes it)."""
+    # the run's own server, when it was served: a NeMo Gym server is asked there first
+    run_config = json.loads(run.get("config_json") or "{}")
+    refusal = server.reverify_refusal(run_config.get("resources_url"))
+    if refusal is not None and not force:
+        raise ReverifyError(f"{refusal}; pass --force to verify without it")
+    new_version = _version_of(con, server)
+    stored = {
+        row[0] for row in con.execute("SELECT verifier_version FROM verifier_versions").fetchall()
+    }
+    if new_version not in stored:
+        reverified = _write(con, server, new_version, base, _tasks(con), failed_only)
+        status = "written"
+    else:
+        reverified = _rejudge(con, server, new_version, _tasks(con), failed_only)
+        status = "rejudged" if reverified else "already stored"
+    if make_current:
+        current.make_current(con, new_version)
+    old = base.version if base.stored else new_version
+    return Reverified(
+        environment=env.name,
+        verifier=spec.name,
+        params=server.params.model_dump(mode="json"),
+        base_version=base.version or None,
+        new_version=new_version,
+        status=status,
+        reverified=reverified,
+        failed_only=failed_only,
+        flips=flips(con, old, new_version, limit=max_listed),
+        before=headline(con, old) if base.stored else None,
+        after=headline(con, new_version),
+        current_version=current.current_verifier_version(con),
+        made_current=make_current,
+    )

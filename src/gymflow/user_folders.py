@@ -1,5 +1,5 @@
-"""Folders gymflow keeps things in for one user (compiled report templates, the warm process's
-socket), used only when no one else can reach into them."""
+"""Folders gymflow keeps things in for one user (compiled report templates), used only when no
+one else can reach into them."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from pathlib import Path
 def private_folder(folder: Path, *, create: bool) -> bool:
     """True when `folder` is a real folder (not a link) owned by this user that no one else can
     read, write or enter; made (mode 0700, with its parents) first when `create`. Anything else
-    is not to be used: another user could plant bytecode there, or a socket that reads our
-    environment and terminal."""
+    is not to be used: another user could plant bytecode there."""
     if create:
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)

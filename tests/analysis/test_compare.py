@@ -72,8 +72,15 @@ def test_hand_computed_pairing(runs: Path) -> None:
     assert result["flipped"] == {"a_only": ["t3"], "b_only": ["t2"]}
     assert result["mcnemar"]["method"] == "exact binomial"
     assert result["mcnemar"]["p_value"] == 1.0
-    power = result["power"]
-    assert power["test"].startswith("McNemar's test on per-task majority verdicts")
+    # One test per verdict: the p-value and power are the paired t's, like the CI.
+    assert result["test"].startswith("paired t test on per-task pass-rate differences")
+    assert result["p_value"] == pytest.approx(sps.ttest_1samp([0, 0.5, -1, 1, 0], 0.0).pvalue)
+    assert result["power"]["test"] == result["test"]
+    assert result["power"]["sd_differences"] == pytest.approx(sd)
+    assert result["power"]["minimum_detectable_difference"] is None  # 5 tasks, sd 0.74
+    # The share solved by majority is a second quantity, with McNemar's test and power.
+    power = result["majority_power"]
+    assert power["test"].startswith("McNemar's test on the share of tasks solved by majority")
     assert power["discordant_share"] == pytest.approx(2 / 5)
     assert power["minimum_detectable_difference"] is None  # 5 tasks cannot reach 80%
     assert "do not reach 80% power" in power["minimum_detectable_difference_reason"]
@@ -123,7 +130,10 @@ def test_compare_cli_json_and_text(runs: Path) -> None:
     assert "A - B = 10.0%" in text
     assert "vary one thing at a time" in text
     flat = " ".join(text.split())
-    assert "power of McNemar's test" in flat and "minimum detectable difference" in flat
+    assert "power of McNemar's test" in flat and "power of paired t test" in flat
+    assert "minimum detectable difference in pass rate" in flat
+    assert "minimum detectable difference in share solved" in flat
+    assert "correlation 0.00" in flat or "correlation -" in flat or "correlation n/a" in flat
     wide = gym(
         "eval", "profile", "a", "--compare", "b", "--power-difference", "0.3", "--json", cwd=runs
     )

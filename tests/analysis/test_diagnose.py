@@ -329,3 +329,29 @@ def test_truncation_is_harness_work_only_when_it_cost_answers(tmp_path: Path) ->
     decision = recommend(_diagnose(varying, tmp_path / "varying"))
     assert decision.action == "harness_work", decision.why
     assert "on tasks other repeats pass" in decision.why
+
+
+def test_a_lenient_reading_of_the_verifier_is_evidence(tmp_path: Path) -> None:
+    """`details.lenient_match` (regex_match's pattern found anywhere): with no answer in the form
+    read, an answer in another form (prompt change); with an answer read and failed, a verifier
+    suspect (a parameter that rejects right answers)."""
+    b = StoreBuilder(RunMeta(repeats=4))
+    b.task("t0", 7)
+    b.task("t1", 8)
+
+    def judged(task: str, repeat: int, reason: str) -> None:
+        details = {"reason": reason, "pattern": "Paris", "lenient_match": "Paris"}
+        verdict = Verification(b.verifier_version, "ok", 0.0, False, None, details)
+        b.rollout(task, repeat, text="The capital is Paris.", verification=verdict)
+
+    for repeat in range(4):
+        judged("t0", repeat, "no_answer_extracted")
+        judged("t1", repeat, "wrong_answer")
+    result = _diagnose(b, tmp_path / "run")
+    counts = {(row.category, row.kind): row.rollouts for row in result.taxonomy}
+    assert counts[("answer_in_other_form", "no_answer_extracted")] == 4
+    (suspect,) = result.verifier_suspects
+    assert (suspect.kind, suspect.count) == ("lenient_reading_passes", 4)
+    decision = recommend(result)
+    assert decision.action == "verifier_repair"
+    assert "4 rollout(s): the answer the verifier read failed" in decision.why

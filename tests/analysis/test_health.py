@@ -149,6 +149,14 @@ def _out_of_range(b):
     return rid
 
 
+def _verdict_disagrees(b):
+    """A verdict flipped in the store, its reward left as judged."""
+    rid = _bend(b, "t0", 1)
+    v = b.rollouts[-1].verification
+    b.rollouts[-1].verification = replace(v, passed=not v.passed)
+    return rid
+
+
 def _judge_failed(b: StoreBuilder, task_id: str, repeat: int) -> str:
     verification = Verification(b.verifier_version, "error", None, None, "judge_failed", {})
     return _bend(b, task_id, repeat, verification=verification)
@@ -213,6 +221,7 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     ),
     "identical_repeats": _identical_repeats,
     "reward_out_of_range": _out_of_range,
+    "verdict_disagrees": _verdict_disagrees,
     "verification_missing": lambda b: _bend(b, "t0", 1, verification=None),
     "verification_error": _verification_error,
     "tampering": _tampering,

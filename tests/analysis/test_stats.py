@@ -15,6 +15,7 @@ from statsmodels.stats.proportion import proportion_confint
 from statsmodels.stats.weightstats import DescrStatsW
 
 from gymflow.analysis.stats import (
+    MCNEMAR_TEST,
     Z95,
     _binomial_cdf,
     _expanded_tail,
@@ -27,10 +28,13 @@ from gymflow.analysis.stats import (
     mcnemar_power,
     mcnemar_power_summary,
     mcnemar_tasks_needed,
-    mean_difference_ci95,
+    paired_t,
+    paired_t_power,
+    paired_t_power_summary,
     t_quantile,
     t_upper_tail,
     variance_components,
+    widened_band,
 )
 
 
@@ -91,16 +95,77 @@ def test_bounded_mean_ci_stays_in_range_and_is_t_for_large_runs() -> None:
     assert one.bounds is None and "one task" in one.reason
 
 
-def test_paired_difference_ci_is_statsmodels_t_interval() -> None:
+def test_paired_test_is_statsmodels_t_test_where_the_floor_does_not_bind() -> None:
     rng = np.random.default_rng(3)
-    for tasks in (2, 5, 30, 400):
-        d = rng.uniform(-1, 1, size=tasks) * 0.5
-        got = mean_difference_ci95(d)
-        expected = np.clip(DescrStatsW(d).tconfint_mean(alpha=0.05), -1.0, 1.0)
-        assert got.bounds == pytest.approx(tuple(expected), abs=1e-12)
-    assert mean_difference_ci95(np.array([0.5])).bounds is None
-    clipped = mean_difference_ci95(np.array([1.0, 1.0, 0.9]))
-    assert clipped.bounds[0] >= -1.0 and clipped.bounds[1] == 1.0
+    for d in (np.array([-0.9, 0.8]), *(rng.uniform(-1, 1, size=t) for t in (5, 30, 400))):
+        assert ((d - d.mean()) ** 2).sum() >= 1  # spread out: the floor does not bind
+        got = paired_t(d)
+        described = DescrStatsW(d)
+        expected = np.clip(described.tconfint_mean(alpha=0.05), -1.0, 1.0)
+        assert got.interval.bounds == pytest.approx(tuple(expected), abs=1e-12)
+        assert got.p_value == pytest.approx(sps.ttest_1samp(d, 0.0).pvalue, rel=1e-9)
+        assert got.stderr == pytest.approx(described.std_mean, rel=1e-12)
+    assert paired_t(np.array([0.5])).interval.bounds is None
+
+
+def test_paired_test_has_no_zero_width_interval_when_every_task_agrees() -> None:
+    """Changed on purpose (issue 30): the spread of differences is at least that of one task
+    flipping completely among tasks that agree, so it is that sample's t test."""
+    for tasks in (2, 5, 20, 200):
+        got = paired_t(np.zeros(tasks))
+        flipped = np.r_[np.ones(1), np.zeros(tasks - 1)]
+        assert got.stderr == pytest.approx(1 / tasks)
+        assert got.stderr == pytest.approx(DescrStatsW(flipped).std_mean)
+        half = sps.t.ppf(0.975, tasks - 1) / tasks
+        assert got.interval.bounds == pytest.approx((max(-half, -1), min(half, 1)))
+        assert got.p_value == 1.0
+    clipped = paired_t(np.array([1.0, 1.0, 0.9]))
+    assert clipped.interval.bounds[0] >= -1.0 and clipped.interval.bounds[1] == 1.0
+    floored_se = math.sqrt((2 / 3) / 2) / math.sqrt(3)  # sum of squares 2/3, 2 df
+    assert clipped.p_value == pytest.approx(2 * sps.t.sf((2.9 / 3) / floored_se, 2))
+
+
+@pytest.mark.parametrize("tasks", [2, 3, 10, 50, 400])
+def test_paired_power_is_the_noncentral_t_power_of_statsmodels(tasks: int) -> None:
+    from statsmodels.stats.power import TTestPower
+
+    for sd, difference in ((0.3, 0.05), (0.3, 0.2), (0.1, 0.1)):
+        expected = TTestPower().power(difference / sd, tasks, 0.05, alternative="two-sided")
+        assert paired_t_power(tasks, sd, difference) == pytest.approx(expected, abs=1e-5)
+
+
+def test_paired_power_figures_reach_80_percent() -> None:
+    from statsmodels.stats.power import TTestPower
+
+    d = np.random.default_rng(5).normal(0.02, 0.3, size=60)
+    summary = paired_t_power_summary(paired_t(d), 0.05)
+    sd = summary.sd_differences
+    assert sd == pytest.approx(float(np.std(d, ddof=1)))
+    detectable = summary.minimum_detectable_difference
+    expected = TTestPower().solve_power(nobs=60, alpha=0.05, power=0.8) * sd
+    assert detectable == pytest.approx(expected, abs=1e-4)
+    needed = summary.tasks_needed
+    assert paired_t_power(needed, sd, 0.05) >= 0.8 > paired_t_power(needed - 1, sd, 0.05)
+    assert summary.power_now == pytest.approx(paired_t_power(60, sd, 0.05))
+    one = paired_t_power_summary(paired_t(np.array([0.1])), 0.05)
+    assert one.minimum_detectable_difference is None and one.tasks_needed is None
+
+
+def test_a_band_is_never_a_point_when_every_task_agrees() -> None:
+    """Changed on purpose (issue 30): the bootstrap band is widened to the Wilson-t interval on
+    the effective sample size, which for tasks that all pass falls back to the task count."""
+    values = np.ones((10, 1))
+    low, high = bootstrap_ci95(values)
+    assert (low[0], high[0]) == (1.0, 1.0)  # the bootstrap alone is a point
+    band = widened_band(low[0], high[0], values[:, 0], independent=10)
+    assert band == pytest.approx(bounded_mean_ci95(1.0, 0.0, tasks=10, rollouts=10).bounds)
+    assert band[0] < 0.75 and band[1] == 1.0
+    spread = np.random.default_rng(2).uniform(0, 1, 400)
+    b_low, b_high = bootstrap_ci95(spread[:, None], samples=2000)
+    wide = widened_band(b_low[0], b_high[0], spread, independent=1600)
+    assert wide[0] <= b_low[0] and wide[1] >= b_high[0]
+    assert wide[1] - wide[0] < 1.1 * (b_high[0] - b_low[0])  # many tasks: the two agree
+    assert widened_band(0.5, 0.5, np.array([0.5, np.nan]), independent=1) is None
 
 
 def test_bootstrap_is_the_expanded_percentile_interval() -> None:
@@ -178,6 +243,9 @@ def test_icc_is_none_with_a_reason_when_undefined() -> None:
 
 def test_design_effect_follows_the_icc() -> None:
     assert design_effect(0.3, np.full(10, 5)) == pytest.approx(1 + 4 * 0.3)  # Kish
+    # A negative ICC estimate reads as 0: never below independent rollouts (issue 30).
+    assert design_effect(-0.2, np.full(10, 5)) == pytest.approx(1.0)
+    assert design_effect(-0.9, np.array([1, 2, 8])) >= 1.0
     # Unequal repeats: Var(mean of task means) / (sigma^2 / N), by simulation of the model.
     rng = np.random.default_rng(7)
     sizes = np.array([1, 2, 4, 8] * 5)
@@ -204,6 +272,10 @@ def test_mcnemar_matches_statsmodels() -> None:
             assert ours["method"] == (
                 "exact binomial" if exact else "chi-square, continuity corrected"
             )
+    # The label states the switch where the code makes it: 25 discordant tasks use chi-square.
+    assert mcnemar(12, 13)["method"] == "chi-square, continuity corrected"
+    assert mcnemar(12, 12)["method"] == "exact binomial"
+    assert "below 25 discordant tasks" in MCNEMAR_TEST and "from 25" in MCNEMAR_TEST
 
 
 def test_binomial_cdf_matches_scipy() -> None:

@@ -10,7 +10,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from gymflow.data.neardup import components, signatures
+from gymflow.data.neardup import components, group_documents, recall_at, signatures
 from tests.analysis.builder import RunMeta, StoreBuilder
 from tests.conftest import gym
 
@@ -58,7 +58,8 @@ def _nonzero(entry: dict) -> dict:
 
 def test_histograms_and_informative_share(run: Path) -> None:
     p = _profile(run)
-    assert p["tasks"] == 5 and p["informative"] == 2 and p["informative_share"] == 2 / 5
+    # Changed on purpose (issue 30): the share is of the 4 tasks with a score, not of all 5.
+    assert p["tasks"] == 5 and p["informative"] == 2 and p["informative_share"] == 2 / 4
     assert _nonzero(p["overall"]) == {"0": 1, "[0.2,0.3)": 1, "[0.5,0.6)": 1, "1": 1, "missing": 1}
     by_tag = {g["group"]: g for g in p["by_tag"]}
     assert set(by_tag) == {"word", "shop", "(none)"}
@@ -109,7 +110,7 @@ def test_profile_text_and_bad_threshold(run: Path) -> None:
 def test_a_run_without_tasks_profiles_as_empty(tmp_path: Path) -> None:
     run = StoreBuilder(RunMeta()).write(tmp_path / "empty")
     p = _profile(run)
-    assert (p["tasks"], p["informative"], p["informative_share"]) == (0, 0, 0.0)
+    assert (p["tasks"], p["informative"], p["informative_share"]) == (0, 0, None)
     assert p["by_tag"] == [] and p["near_duplicates"]["groups"] == 0
     assert p["selection"]["kept"] == 0
 
@@ -130,3 +131,50 @@ def test_components_follow_chains() -> None:
     edges = np.array([[3, 4], [0, 1], [1, 2], [2, 3]])
     assert components(6, edges).tolist() == [0, 0, 0, 0, 0, 5]
     assert components(3, np.empty((0, 2), dtype=np.int64)).tolist() == [0, 1, 2]
+
+
+def _brute_jaccard(a: str, b: str) -> float:
+    def shingles(text: str) -> set[str]:
+        w = text.split()
+        return {text} if len(w) <= 3 else {" ".join(w[i : i + 3]) for i in range(len(w) - 2)}
+
+    x, y = shingles(a), shingles(b)
+    return len(x & y) / len(x | y)
+
+
+def test_near_duplicates_are_confirmed_on_exact_jaccard() -> None:
+    """Groups are the components of the pairs whose exact Jaccard (brute force here) reaches
+    the threshold, and each group's similarity is the exact one of its weakest kept pair."""
+    import itertools
+
+    import duckdb
+
+    rng = np.random.default_rng(4)
+    vocabulary = [f"w{i}" for i in range(300)]
+    texts = []
+    for _ in range(12):
+        base = list(rng.choice(vocabulary, size=40))
+        texts.append(" ".join(base))
+        for changes in (1, 2, 4, 8):  # similarities from about 0.9 down to about 0.5
+            edited = list(base)
+            for position in rng.choice(40, size=changes, replace=False):
+                edited[position] = str(rng.choice(vocabulary))
+            texts.append(" ".join(edited))
+    texts = sorted(set(texts))
+    threshold = 0.7
+    con = duckdb.connect()
+    con.execute("CREATE TABLE docs AS SELECT unnest($1) AS doc, unnest($2) AS text",
+                [list(range(len(texts))), texts])  # fmt: skip
+    found = group_documents(con, "SELECT doc, text FROM docs", len(texts), threshold=threshold)
+    exact = {
+        (i, j): _brute_jaccard(texts[i], texts[j])
+        for i, j in itertools.combinations(range(len(texts)), 2)
+    }
+    kept = np.array([pair for pair, value in exact.items() if value >= threshold])
+    assert 0.7 <= min(v for v in exact.values() if v >= threshold) < 0.8  # the cut is exercised
+    assert any(0.5 < v < threshold for v in exact.values())
+    assert found.label.tolist() == components(len(texts), kept).tolist()
+    for group in set(found.label.tolist()):
+        joined = [exact[tuple(p)] for p in kept.tolist() if found.label[p[0]] == group]
+        assert found.similarity[group] == pytest.approx(min(joined, default=1.0))
+    assert recall_at(0.8) == pytest.approx(1 - (1 - 0.8**4) ** 16)

@@ -22,9 +22,10 @@ def test_report_shows_the_training_data_profile(run: Path) -> None:  # noqa: F81
     html = (run / "report.html").read_text()
     section = html[html.index('id="training-data"') : html.index('id="distributions"')]
     assert _field(section, "data.informative") == "2"
-    assert "of 5 tasks (40.0%) are informative" in section
+    # of the tasks with a score (issue 30): the missing task is neither informative nor not
+    assert "of the 4 tasks with a score (50.0%; 5 tasks in all) are informative" in section
     assert "with the default band keeps 2" in section
-    assert "tag <code>word</code></td><td>4</td><td>25.0%</td>" in section
+    assert "tag <code>word</code></td><td>4</td><td>33.3%</td>" in section  # 1 of 3 scored
     # the two prompts that normalise to one text form the only group at the default 0.8
     assert _field(section, "data.near_duplicate_groups") == "1"
     assert "2 tasks, similarity 1, pass rates 100% · 0%" in section

@@ -12,6 +12,7 @@ import duckdb
 import httpx
 import pytest
 
+from gymflow.core.protocols import SESSION_TOKEN_HEADER
 from gymflow.environments.asgi import create_app
 from gymflow.environments.backoffice.tasks import play
 from gymflow.environments.registry import PATH_VARIABLE, load_environment
@@ -54,26 +55,34 @@ def test_sessions_tools_and_verify(notes_env) -> None:
             ]
             assert a["session_id"] != b["session_id"]
             assert a["tools"][0]["name"] == "note"
+            of_a, of_b = _token(a), _token(b)
 
             call = {"session_id": a["session_id"], "arguments": {"text": "first"}}
-            assert (await client.post("/tools/note", json=call)).json() == {
+            assert (await client.post("/tools/note", json=call, headers=of_a)).json() == {
                 "output": '["first"]',
                 "error": False,
             }
             # session b never sees a's notes
             call_b = {"session_id": b["session_id"], "arguments": {"text": "other"}}
-            assert (await client.post("/tools/note", json=call_b)).json()["output"] == '["other"]'
+            noted = await client.post("/tools/note", json=call_b, headers=of_b)
+            assert noted.json()["output"] == '["other"]'
+            # a session answers only the caller that seeded it
+            for headers in (None, of_b):
+                taken = await client.post("/tools/note", json=call, headers=headers)
+                assert taken.status_code == 404 and "unknown session" in taken.json()["detail"]
 
             # bad input and unknown tools come back as tool output, not HTTP errors
-            bad = await client.post("/tools/note", json={"session_id": a["session_id"]})
+            only_a = {"session_id": a["session_id"]}
+            bad = await client.post("/tools/note", json=only_a, headers=of_a)
             assert bad.status_code == 200
             assert bad.json() == {"output": "error: note needs a non-empty 'text'", "error": True}
-            unknown = await client.post("/tools/fly", json={"session_id": a["session_id"]})
+            unknown = await client.post("/tools/fly", json=only_a, headers=of_a)
             assert unknown.json() == {"output": "error: unknown tool 'fly'", "error": True}
 
             verdict = await client.post(
                 "/verify",
                 json={"session_id": a["session_id"], "output_text": task.reference},
+                headers=of_a,
             )
             assert verdict.json()["reward"] == 1.0 and verdict.json()["passed"] is True
             wrong = await client.post(
@@ -83,20 +92,28 @@ def test_sessions_tools_and_verify(notes_env) -> None:
                     "output_text": task.distractor,
                     "close": False,
                 },
+                headers=of_b,
             )
             assert wrong.json()["reward"] == 0.0
             assert (await client.get("/health")).json()["sessions"] == 1  # a closed, b kept
 
-            gone = await client.post("/tools/note", json=call)
+            gone = await client.post("/tools/note", json=call, headers=of_a)
             assert gone.status_code == 404 and "unknown session" in gone.json()["detail"]
             missing = await client.post("/seed_session", json={"task_id": "notes-9999"})
             assert missing.status_code == 404
             malformed = await client.post("/seed_session", json={"task": 1})
             assert malformed.status_code == 422
-            closed = await client.post("/close_session", json={"session_id": b["session_id"]})
+            closed = await client.post(
+                "/close_session", json={"session_id": b["session_id"]}, headers=of_b
+            )
             assert closed.json() == {"closed": b["session_id"]}
 
     asyncio.run(scenario())
+
+
+def _token(seeded: dict) -> dict[str, str]:
+    """The header every later request on a seeded session carries."""
+    return {SESSION_TOKEN_HEADER: seeded["session_token"]}
 
 
 def test_a_crashing_tool_is_reported_as_output(notes_env) -> None:
@@ -109,7 +126,7 @@ def test_a_crashing_tool_is_reported_as_output(notes_env) -> None:
         async with httpx.AsyncClient(transport=transport, base_url="http://env") as client:
             seeded = (await client.post("/seed_session", json={"task_id": "notes-0000"})).json()
             call = {"session_id": seeded["session_id"], "arguments": {"text": "x"}}
-            return (await client.post("/tools/note", json=call)).json()
+            return (await client.post("/tools/note", json=call, headers=_token(seeded))).json()
 
     result = asyncio.run(scenario())
     assert result["error"] is True and result["crashed"] is True
@@ -152,10 +169,13 @@ def test_gym_serve_environment_on_a_port(served_backoffice: str) -> None:
     refused = httpx.post(
         f"{base}/tools/restock",
         json={"session_id": session["session_id"], "arguments": {"sku": "nope", "quantity": 1}},
+        headers=_token(session),
     ).json()
     assert refused == {"output": "error: no product 'nope'", "error": True}
     verdict = httpx.post(
-        f"{base}/verify", json={"session_id": session["session_id"], "output_text": ""}
+        f"{base}/verify",
+        json={"session_id": session["session_id"], "output_text": ""},
+        headers=_token(session),
     ).json()
     assert verdict["status"] == "ok" and verdict["details"]["reason"] == "state_differs"
 

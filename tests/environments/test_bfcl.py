@@ -16,6 +16,7 @@ from gymflow.environments.bfcl.env import json_schema, tool_name, tools_of
 from gymflow.environments.registry import load_environment
 from gymflow.store.tool_lists import expanded
 from gymflow.verifiers.base import VerifyInput, get_verifier
+from tests.conftest import gym
 from tests.environments.runs import run_benchmark
 
 SPEC = get_verifier("bfcl")
@@ -229,3 +230,25 @@ def test_gym_eval_run_end_to_end(tmp_path: Path, by_id, prefect_api: str) -> Non
     for _, _, passed, details in rows:
         reason = json.loads(details)["reason"]
         assert (reason == "match") == passed
+    # A function call is an answer: the passing calls are no verifier suspects and no
+    # rollout is an empty output; a single-turn rollout is never stopped at max turns.
+    out = tmp_path / "run"
+    diagnosis = json.loads(
+        gym("eval", "diagnose", str(out), "--json", cwd=tmp_path, check=True).stdout
+    )
+    assert diagnosis["verifier_suspects"] == []
+    assert diagnosis["decision"]["action"] != "verifier_repair"
+    assert {row["category"] for row in diagnosis["taxonomy"]} <= {"wrong_answer", "no_answer"}
+    health = json.loads(gym("eval", "health", str(out), "--json", cwd=tmp_path).stdout)
+    assert health["checks"]["empty_output"]["count"] == 0
+    assert health["checks"]["tools_never_called"]["count"] == 0
+    sft = tmp_path / "sft.jsonl"
+    gym(
+        *("data", "trajectories", str(out), "--out", str(sft), "--kind", "passing"),
+        *("--pass-rate", "[0,1]", "--keep-duplicates"),
+        cwd=tmp_path,
+        check=True,
+    )
+    written = [json.loads(line) for line in sft.read_text().splitlines()]
+    assert len(written) >= passes - health["unhealthy_rollouts"] > 0
+    assert any(m.get("tool_calls") for row in written for m in row["messages"])

@@ -406,6 +406,15 @@ def test_regex_match() -> None:
     assert _verify("regex_match", {"pattern": r"\b4\d\b"}, "it is 42").reward == 1.0
     full = _verify("regex_match", {"pattern": r"\d+"}, "it is 42", mode="fullmatch")
     assert full.reward == 0.0 and full.details["reason"] == "no_match"
+    # what a lenient reading finds, for the diagnosis: the pattern anywhere in the response
+    assert full.details["lenient_match"] == "42"
+    line = _verify("regex_match", {"pattern": r"\d+"}, "it is 42", extract="answer_line")
+    assert line.details == {
+        "reason": "no_answer_extracted",
+        "pattern": r"\d+",
+        "lenient_match": "42",
+    }
+    assert "lenient_match" not in _verify("regex_match", {"pattern": "7"}, "it is 42").details
     assert _verify("regex_match", {"pattern": "RED"}, "red", ignore_case=True).reward == 1.0
     from gymflow.verifiers.base import VerifierError
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gymflow.core.protocols import ToolError
+from gymflow.core.protocols import SESSION_TOKEN_HEADER, ToolError
 from gymflow.core.tasks import Task, ToolCall
 from gymflow.environments.asgi import create_app
 from gymflow.environments.backoffice import tools
@@ -110,6 +110,7 @@ def test_sessions_are_isolated_and_errors_are_tool_output() -> None:
             refused = await client.post(
                 "/tools/cancel_order",
                 json={"session_id": seeded["session_id"], "arguments": {"order_id": "O-999"}},
+                headers={SESSION_TOKEN_HEADER: seeded["session_token"]},
             )
             assert refused.json() == {"output": "error: no order 'O-999'", "error": True}
 

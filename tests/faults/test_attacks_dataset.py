@@ -10,7 +10,11 @@ import pytest
 
 from gymflow.config import ConfigError
 from gymflow.core.prompts import PromptError, render_prompt
+from tests.conftest import gym
 from tests.environments.test_dataset import MAPPED, ROWS, _plan, write_benchmark
+from tests.faults.stores import tree_digest
+
+SLOW = "{% set a = 'x' * 4000000 %}{% for i in range(99999) %}{{ a|title|length }}{% endfor %}"
 
 
 def _bench(tmp_path: Path, name: str, body: bytes, suffix: str = ".jsonl", **extra) -> None:
@@ -150,7 +154,10 @@ UNBOUNDED = [
     ("{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}"
      "{% endfor %}", "makes a value of"),
     ("{% set a = 'x' * 4000000 %}{{ a|replace('x', a) }}", "would make a value of"),
-    ("{% set a = 'x' * 4000000 %}{{ ([a] * 4000000)|join }}", "would make a value of"),
+    ("{% set a = 'x' * 4000000 %}{{ ([a] * 4000000)|join }}", "more than 100000 loop"),
+    (SLOW, "took more than 2 s to render"),  # inside the step and size bounds, 0.1 s a step
+    # one step of a filter that runs Python per item: 8 s as one step before it cost a step each
+    ("{% set a = 'x' * 4000000 %}{{ a|list|sort|length }}", "more than 100000 loop"),
     ("{% for i in range(99999) %}{{ 'y' * 100000 }}{% endfor %}", "outputs more than"),
     ("{{ ('ab' * 1000000)|wordwrap(1) }}", "wordwrap of 2000000 characters"),
     ("{{ lipsum(10**9) }}", "'lipsum' is undefined"),
@@ -180,3 +187,47 @@ def test_a_bounded_template_keeps_what_prompts_use() -> None:
     )
     rendered = render_prompt(template, {"q": "a", "tags": ["x", "y"]})
     assert rendered == "[  a  ] x, y 3.14    2 bb! a\n  b 1180591620717411303424 12.3 GB"
+
+
+def test_validate_stops_a_slow_template_at_its_time_bound_on_the_first_row(tmp_path) -> None:
+    """A template inside every step and size bound, 0.1 s a step: `gym env validate` was still
+    rendering its first row at 90 s. Now one row costs the bound, the others are not tried,
+    and the problem names the file and row; nothing is written."""
+    rows = [dict(ROWS[0], id=f"q{i}") for i in range(50)]
+    envs = tmp_path / "envs"
+    _bench(envs, "slow", "".join(json.dumps(r) + "\n" for r in rows).encode(), prompt_template=SLOW)
+    (tmp_path / "eval.yaml").write_text("benchmark: slow\n")
+    before = tree_digest(tmp_path)
+    validated = gym(
+        "env", "validate", "eval.yaml", cwd=tmp_path, env={"GYMFLOW_ENVIRONMENTS_PATH": str(envs)}
+    )
+    assert validated.returncode == 1, validated.stderr
+    assert "Traceback" not in validated.stdout + validated.stderr
+    report = " ".join(validated.stdout.split())
+    assert "row 0 (q0): prompt: took more than 2 s to render; the 49 rows after it" in report
+    assert "slow.yaml (prompt_template)" in report
+    assert tree_digest(tmp_path) == before
+
+
+def test_a_corrupt_parquet_page_is_a_problem_naming_its_row_group(tmp_path, monkeypatch) -> None:
+    """A data page whose header is not thrift: an `OSError: Couldn't deserialize thrift`
+    traceback. Now one problem naming the file and the row group's rows; the groups before
+    and after it are read, so their own problems are reported in the same pass."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [dict(ROWS[0], id=f"q{i}", answer=i) for i in range(30)]
+    rows[25]["answer"] = float("nan")
+    path = tmp_path / "benchmarks" / "d.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=10, compression="NONE")
+    column = pq.ParquetFile(path).metadata.row_group(1).column(1)
+    data = bytearray(path.read_bytes())
+    data[column.data_page_offset : column.data_page_offset + 12] = b"\xff" * 12
+    path.write_bytes(data)
+    write_benchmark(tmp_path, "torn", {"path": "d.parquet", "fields": MAPPED})
+    with pytest.raises(ConfigError) as caught:
+        _plan(tmp_path, "torn", monkeypatch)
+    message = str(caught.value)
+    assert f"{path}: row group 1 (rows 10 to 19): cannot be read: Couldn't deserialize" in message
+    assert "row 25" in message and "non-finite" in message

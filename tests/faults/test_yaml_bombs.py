@@ -68,3 +68,26 @@ def test_no_module_reads_yaml_but_through_the_bounded_loader():
         if path.name != "bounded_yaml.py" and unbounded.search(path.read_text())
     ]
     assert offenders == []
+
+
+LONG = "9" * 5000
+
+
+def test_an_integer_too_long_to_convert_is_one_error_naming_its_field(tmp_path: Path):
+    """Python refuses to convert past 4,300 digits, inside the YAML loader: `gym env validate`
+    and `gym eval reverify --set` ended in a ValueError traceback, exit 3."""
+    config = tmp_path / "long.yaml"
+    config.write_text(f"benchmark: arithmetic-smoke\nseed: {LONG}\n")
+    validated = gym("env", "validate", str(config), cwd=tmp_path, timeout=120)
+    assert validated.returncode == exit_codes.BAD_INPUT, validated.stderr
+    assert "Traceback" not in validated.stdout + validated.stderr
+    shown = " ".join(validated.stdout.split())
+    assert "field 'seed', line 2: an integer of 5000 characters (at most 1000)" in shown
+
+    run = collect_run(tmp_path / "run", limit=2, repeats=1)
+    before = tree_digest(run)
+    refused = gym("eval", "reverify", str(run), "--set", f"abs_tol={LONG}", cwd=tmp_path)
+    assert refused.returncode == exit_codes.BAD_INPUT
+    line = one_error_line(refused.stderr)
+    assert line == "error: --set abs_tol: line 1: an integer of 5000 characters (at most 1000)"
+    assert tree_digest(run) == before

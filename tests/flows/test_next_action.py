@@ -14,8 +14,9 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
 from gymflow.analysis.decide import COMPLETE_RUN, LABELS
 from gymflow.analysis.results import RunAnalysis
-from gymflow.flows.artifacts import SUMMARY_KEY
+from gymflow.flows.artifacts import SUMMARY_KEY, headline_rows, summary_markdown
 from gymflow.flows.eval_run import analyse_run
+from gymflow.reports.serving import ReportLink
 from gymflow.tasks.analysis import analyse_store
 from tests.analysis.builder import RunMeta, StoreBuilder
 from tests.conftest import gym
@@ -88,3 +89,17 @@ def test_the_cached_analysis_comes_back_as_the_typed_results(incomplete) -> None
     assert isinstance(cached, RunAnalysis) and cached == computed
     assert cached.as_json() == computed.as_json()
     assert cached == incomplete["result"]["analysis"]
+
+
+def test_the_summary_names_the_verifier_version_and_whether_it_was_simulated(incomplete) -> None:
+    profile = incomplete["result"]["analysis"].profile
+    summary = incomplete["summary"]
+    assert f"Verifier version: `{profile.verifier_version}`" in summary
+    assert not profile.simulated and "Simulated" not in summary  # the answers name model-a
+    simulated = incomplete["result"]["analysis"].model_copy(
+        update={"profile": profile.model_copy(update={"simulated": True})}
+    )
+    link = ReportLink(path="report.html", url=None, note="")
+    assert "**Simulated**: gymflow's simulated policy server" in summary_markdown(simulated, link)
+    rows = {row["metric"]: row["value"] for row in headline_rows(profile, simulated.health)}
+    assert rows["verifier version"] == profile.verifier_version and rows["policy"] == "model"

@@ -18,8 +18,10 @@ from gymflow.flows.nightly import REGRESSED_EVENT, GateOptions, RegressionFound,
 pytestmark = pytest.mark.prefect
 
 
-def _config(out: Path, **changes) -> EvalConfig:
-    return EvalConfig(benchmark="arithmetic-smoke", limit=40, repeats=2, out=str(out), **changes)
+def _config(out: Path, limit: int = 40, repeats: int = 2, **changes) -> EvalConfig:
+    return EvalConfig(
+        benchmark="arithmetic-smoke", limit=limit, repeats=repeats, out=str(out), **changes
+    )
 
 
 async def _events(name: str, resource_id: str, timeout_s: float = 60) -> list[dict]:
@@ -44,13 +46,14 @@ async def _events(name: str, resource_id: str, timeout_s: float = 60) -> list[di
 
 def test_a_run_below_its_baseline_fails_the_gate_and_says_so(prefect_api, tmp_path):
     # The pinned baseline accepted answers off by one (the simulated policy's wrong answers):
-    # tonight's run, judged strictly, is a real and large drop against it.
+    # tonight's run, judged strictly, is a real and large drop against it: about 20 points,
+    # beyond the gate's single-night limit (3.5 standard errors) at the benchmark's 50 tasks x 4.
     baseline = tmp_path / "baseline"
-    evaluation_loop(_config(baseline, verifier_params={"abs_tol": 1.5}))
+    evaluation_loop(_config(baseline, limit=50, repeats=4, verifier_params={"abs_tol": 1.5}))
     tonight = tmp_path / "nightly" / "2026-01-02"
     options = GateOptions(baseline=str(baseline), margin=0.05)
     with pytest.raises(RegressionFound, match="regression gate FAILED: vs baseline"):
-        nightly(_config(tonight), gate=options)
+        nightly(_config(tonight, limit=50, repeats=4), gate=options)
     verdict = json.loads((tonight / "gate.json").read_text())
     assert verdict["passed"] is False
     assert verdict["checks"][0]["against"] == "baseline"
@@ -66,4 +69,6 @@ def test_a_run_like_the_one_before_passes(prefect_api, tmp_path):
     nightly(_config(first))
     result = nightly(_config(tmp_path / "nightly" / "2026-01-02", sampling={"seed": 1}))
     assert result["gate"]["passed"] is True
-    assert [c["against"] for c in result["gate"]["checks"]] == ["previous"]
+    # the first night is the pinned baseline by default
+    assert [c["against"] for c in result["gate"]["checks"]] == ["baseline"]
+    assert result["gate"]["checks"][0]["run_dir"] == str(first.resolve())

@@ -1,5 +1,6 @@
 """A week of nightly runs, one of which regressed: the catalog lists them, the trend draws them,
-and the gate fails the regressed night only (against the night before and a pinned baseline)."""
+and the gate fails the regressed night only (a CUSUM against a pinned baseline: by default the
+earliest run)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from gymflow.history.catalog import CATALOG_FILE, refresh
-from gymflow.history.gate import gate
+from gymflow.history.gate import ALLOWANCE, LIMIT, THRESHOLD, gate, sequence
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder
 from tests.conftest import gym
@@ -50,33 +51,58 @@ def week(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 def test_the_gate_catches_the_regression_and_raises_no_false_alarm(week):
     baseline = week[0]
     for night, run_dir in enumerate(week[1:], start=1):
-        verdict = gate(run_dir, baseline=baseline, margin=0.05)
-        by = {c.against: c for c in verdict.checks}
-        assert by["previous"].run_dir == str(week[night - 1]), night
-        assert by["baseline"].tasks == TASKS
+        verdict = gate(run_dir, margin=0.05)  # the pinned baseline by default: the earliest run
+        assert verdict == gate(run_dir, baseline=baseline, margin=0.05)
+        (found,) = verdict.checks
+        assert found.against == "baseline" and found.run_dir == str(baseline)
+        assert found.tasks == TASKS
+        assert found.runs_in_sequence == night  # every night since the baseline fed the CUSUM
         regressed = night == REGRESSED_NIGHT
-        assert by["previous"].regressed is regressed, (night, verdict.summary())
-        assert by["baseline"].regressed is regressed, (night, verdict.summary())
+        assert found.regressed is regressed, (night, verdict.summary())
         assert verdict.passed is not regressed
-    caught = gate(week[REGRESSED_NIGHT], baseline=baseline, margin=0.05)
-    assert caught.checks[0].difference < -0.2
-    assert caught.checks[0].ci95[1] < 0
-    assert "FAILED" in caught.summary()
+        # the smallest drop caught tonight (80% power) is stated, at this run's standard error
+        se = found.difference / found.statistic
+        to_alarm = min(THRESHOLD + ALLOWANCE - found.cusum_before, LIMIT)
+        expected = (to_alarm + 0.8416212335729143) * se
+        assert found.detectable_drop == pytest.approx(expected)
+        assert f"a drop of {100 * expected:.1f} points is caught tonight" in found.why
+    caught = gate(week[REGRESSED_NIGHT], margin=0.05).checks[0]
+    assert caught.difference < -0.2 and caught.ci95[1] < 0 and caught.statistic < -LIMIT
+    # the alarm restarts the CUSUM: the recovered night after it starts from 0
+    assert gate(week[REGRESSED_NIGHT + 1], margin=0.05).checks[0].cusum_before == 0.0
+    assert "FAILED" in gate(week[REGRESSED_NIGHT], margin=0.05).summary()
+
+
+def test_the_cusum_adds_up_small_drops_and_forgets_after_an_alarm():
+    assert (THRESHOLD, ALLOWANCE, LIMIT) == (7.0, 1.0, 3.5)  # the figures below assume them
+    # t = -2.5 a night: 2.5 - 1 = 1.5 added each night, past 7 on the fifth, then from 0 again
+    found = sequence([-2.5] * 6)
+    assert [s for s, _ in found] == pytest.approx([1.5, 3.0, 4.5, 6.0, 7.5, 1.5])
+    assert [alarmed for _, alarmed in found] == [False] * 4 + [True, False]
+    # within the allowance nothing adds up
+    assert sequence([0.5, -1.0, 3.0]) == [(0.0, False)] * 3
+    # a large drop alarms on its first night, through the single-night limit
+    assert sequence([-3.6, 0.0]) == [(pytest.approx(2.6), True), (0.0, False)]
 
 
 def test_a_comparison_not_made_is_stated_and_fails_the_gate(week, tmp_path):
     verdict = gate(week[1], baseline=tmp_path / "no-such-run", margin=0.05)
-    by = {c.against: c for c in verdict.checks}
-    assert by["previous"].compared and not by["previous"].regressed
-    assert not by["baseline"].compared and by["baseline"].why.startswith("not compared")
+    (found,) = verdict.checks
+    assert not found.compared and found.why.startswith("not compared")
     assert not verdict.passed
-    assert verdict.as_dict()["checks"][1]["compared"] is False
+    assert verdict.as_dict()["checks"][0]["compared"] is False
 
 
-def test_a_significant_drop_within_the_margin_passes(week):
-    verdict = gate(week[REGRESSED_NIGHT], baseline=week[0], margin=0.5)
+def test_the_first_run_has_nothing_to_compare_with(week):
+    verdict = gate(week[0])
+    assert verdict.checks == () and verdict.passed
+    assert "nothing to compare with" in verdict.summary()
+
+
+def test_an_alarm_within_the_margin_passes(week):
+    verdict = gate(week[REGRESSED_NIGHT], margin=0.5)
     assert verdict.passed
-    assert all("within the 50.0-point margin" in c.why for c in verdict.checks)
+    assert "alarm, but within the 50.0-point margin" in verdict.checks[0].why
 
 
 def test_the_catalog_is_a_queryable_duckdb_file_rebuilt_from_the_stores(week):
@@ -107,8 +133,7 @@ def test_runs_commands_as_a_user_runs_them(week, tmp_path):
     page = (root / "trend-arithmetic-test.html").read_text()
     assert page.count('data-field="pass@1"') == NIGHTS
     assert "<polyline" in page and "trend:" in trend.stdout
-    regressed = gym("runs", "gate", str(week[REGRESSED_NIGHT]), "--baseline", str(week[0]),
-                    "--json", cwd=tmp_path)  # fmt: skip
+    regressed = gym("runs", "gate", str(week[REGRESSED_NIGHT]), "--json", cwd=tmp_path)
     assert regressed.returncode == 2, regressed.stderr
     assert json.loads(regressed.stdout)["passed"] is False
     fine = gym("runs", "gate", str(week[-1]), "--baseline", str(week[0]), cwd=tmp_path)

@@ -1,5 +1,5 @@
 """`gymflow` is installed beside `gym` (NeMo Gym 0.4 also installs a `gym`), and both, like
-`python -m gymflow.cli`, run the same command (without a warm process: in their own process)."""
+`python -m gymflow.cli`, run the same command."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import tomllib
 
 from tests.conftest import ROOT
 
-ENTRY_POINT = "gymflow.launch.client:main"  # the warm process's client, else gymflow.cli:main
+ENTRY_POINT = "gymflow.cli:main"
 
 
 def test_gymflow_script_beside_gym() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import duckdb
 
-from gymflow.interop.nemo_export import REQUEST_FIELDS
 from gymflow.interop.nemo_gym import import_rollouts
+from gymflow.models.nemo_gym_shapes import REQUEST_FIELDS
 from tests.conftest import gym
 from tests.interop.test_real_files import DATA, _query
 
@@ -138,7 +138,7 @@ def test_a_non_finite_stored_reward_never_reaches_an_export_as_nan(tmp_path: Pat
 
 
 def test_a_request_is_shaped_to_nemo_gyms_request_model() -> None:
-    from gymflow.interop.nemo_export import nemo_request
+    from gymflow.models.nemo_gym_shapes import nemo_request
 
     tool = {"type": "function", "name": "f", "description": "d", "parameters": {"type": "object"}}
     shaped = nemo_request(

@@ -131,12 +131,14 @@ def test_every_stage_runs_on_the_imported_run(imported: Path) -> None:
         "run",
         "--set",
         "extract=answer_line",
+        "--make-current",
         "--json",
         cwd=imported,
         check=True,
     )
     result = json.loads(out.stdout)
     assert result["base_version"] == "imported"
+    assert result["current_version"] == result["new_version"]
     # gymflow's strict answer_line check fails the two lenient 'I get N.' rows NeMo Gym passed
     assert len(result["flips"]["rollouts"]["to_fail"]) == 2
     assert result["flips"]["rollouts"]["to_pass"] == []

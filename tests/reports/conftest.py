@@ -18,6 +18,7 @@ from gymflow.core.records import ModelCall, Rollout, Verification, rollout_id
 from gymflow.core.statuses import COMPLETED, FAILED, VERIFIED, VERIFY_ERROR
 from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.registration import register_run
+from gymflow.store.current import make_current
 from gymflow.store.db import connect
 from gymflow.store.writer import insert_rows, register_verifier_version, write_rollouts
 from tests.conftest import gym
@@ -204,6 +205,7 @@ def build_store(out: Path, outcomes: list[str], *, hostile: bool) -> Path:
             source="reverify",
         )
         insert_rows(con, "verifications", second)
+        make_current(con, SECOND)  # the run is read under its reverified version
     con.close()
     return out
 

@@ -84,6 +84,7 @@ def test_report_after_a_real_reverify_shows_its_flips(eval_run, workdir):
             str(run),
             "--set",
             "abs_tol=1.5",
+            "--make-current",
             "--json",
             cwd=workdir,
             check=True,
@@ -97,7 +98,7 @@ def test_report_after_a_real_reverify_shows_its_flips(eval_run, workdir):
     assert pages.number(page, "reverify.to_fail") == len(flipped["to_fail"])
     new = result["new_version"]
     assert pages.number(page, f"reverify.{new}.pass@1") == result["after"]["pass@1"]
-    assert pages.number(page, "pass@1") == result["after"]["pass@1"]  # the newest is shown
+    assert pages.number(page, "pass@1") == result["after"]["pass@1"]  # made current: shown
 
 
 def test_a_run_with_nothing_collected_still_reports(workdir):

@@ -82,8 +82,7 @@ def _policy_servers_of(parent: int) -> list[int]:
 
 
 def test_no_policy_server_outlives_gym_eval_run(tmp_path: Path, prefect_api: str) -> None:
-    # Run here, not forked by a warm process: the server's parent is then the process we start.
-    env = {**os.environ, "PREFECT_API_URL": prefect_api, "GYMFLOW_WARM": "off"}
+    env = {**os.environ, "PREFECT_API_URL": prefect_api}
     command = [GYM, "eval", "run", "--benchmark", "arithmetic-smoke", "--out", str(tmp_path)]
     run = subprocess.Popen(
         command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from gymflow.config import ConfigError
-from gymflow.study.results import holm
+from gymflow.study.results import bonferroni
 from gymflow.study.spec import StudySpec, resolve_study, store_of
+from tests.conftest import gym
 
 BASE = {"benchmark": "arithmetic-smoke", "repeats": 2, "sampling": {"temperature": 0.7}}
 
@@ -76,11 +78,40 @@ def test_arms_share_rollouts_where_their_configs_coincide():
     assert stores["loose"] == Path("runs/s/loose")  # a copy of the baseline's, judged again
 
 
-def test_holm_matches_the_step_down_rule():
-    # sorted: 0.01 x3 = 0.03; 0.03 x2 = 0.06; 0.04 x1 = 0.04 -> kept monotone at 0.06
-    assert holm([0.04, 0.01, None, 0.03]) == pytest.approx([0.06, 0.03, None, 0.06])
-    assert holm([0.6, 0.9]) == [1.0, 1.0]
+def test_bonferroni_matches_statsmodels():
+    """Changed on purpose (issue 30): Bonferroni, whose verdicts its simultaneous intervals
+    match, replaces Holm's step-down, which no displayed interval matched."""
+    assert bonferroni([0.04, 0.01, None, 0.03]) == pytest.approx([0.12, 0.03, None, 0.09])
+    assert bonferroni([0.6, 0.9]) == [1.0, 1.0]
     statsmodels = pytest.importorskip("statsmodels.stats.multitest")
     p = [0.002, 0.04, 0.013, 0.5, 0.021]
-    expected = statsmodels.multipletests(p, method="holm")[1]
-    assert holm(p) == pytest.approx(list(expected))
+    expected = statsmodels.multipletests(p, method="bonferroni")[1]
+    assert bonferroni(p) == pytest.approx(list(expected))
+
+
+def test_a_model_on_another_server_is_one_factor_naming_its_keys(tmp_path: Path):
+    served = {"kind": "responses", "base_url": "http://127.0.0.1:9/v1"}
+    study = _study(
+        {"name": "served", "set": {"model": served}},
+        {"name": "forced-tools", "set": {"model": {"tool_choice": "required"}}},
+    )
+    keys = {arm.name: (arm.isolates, arm.keys) for arm in study.variants}
+    assert keys == {
+        "served": ("model", ("model.base_url", "model.kind")),
+        "forced-tools": ("model", ("model.tool_choice",)),
+    }
+    spec = {
+        "name": "s",
+        "out": "runs/s",
+        "baseline": BASE,
+        "variants": [{"name": "served", "set": {"model": served}}],
+    }
+    (tmp_path / "study.yaml").write_text(json.dumps(spec))
+    out = gym("study", "run", "study.yaml", "--check", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "served: model (model.base_url, model.kind)" in out.stdout
+    two = {**spec, "variants": [{"name": "both", "set": {"model": served, "repeats": 4}}]}
+    (tmp_path / "study.yaml").write_text(json.dumps(two))
+    refused = gym("study", "run", "study.yaml", "--check", cwd=tmp_path)
+    assert refused.returncode == 1
+    assert "changes 2 factors (dataset version, model: repeats, model.base_url" in refused.stderr

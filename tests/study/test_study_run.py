@@ -48,7 +48,11 @@ def test_each_variant_is_compared_with_the_baseline_on_its_one_factor(study_run)
     for effect in effects.values():
         assert effect["tasks"] == 30
         assert effect["summary"]["coverage"]["scored"] == 60
-        assert effect["p_holm"] >= effect["p_value"]
+        variants = len(effects)
+        assert effect["p_adjusted"] == pytest.approx(min(1.0, variants * effect["p_value"]))
+        # the interval shown is simultaneous over the variants, and the colour follows it
+        low, high = effect["ci95"]
+        assert effect["significant"] is (low > 0 or high < 0)
     # the simulated policy's wrong answers are off by one: accepting them can only gain tasks
     loose = effects["off-by-one-ok"]
     assert loose["difference"] > 0 and not loose["lost"]
@@ -82,6 +86,22 @@ def test_a_verifier_only_variant_is_a_reverify_not_new_inference(study_run):
     # and the baseline's own store keeps only its verifier, so reading it later is not the
     # variant's verdicts by default
     assert base_versions == [result["baseline"]["verifier_version"]]
+    # the variant's copy is read under the variant's verifier, as the study compared it
+    loose = next(v for v in result["variants"] if v["summary"]["name"] == "off-by-one-ok")
+    profiled = gym("eval", "profile", str(runs / "off-by-one-ok"), "--json", cwd=cwd, check=True)
+    assert json.loads(profiled.stdout)["verifier_version"] == loose["summary"]["verifier_version"]
+    assert loose["summary"]["verifier_version"] not in base_versions
+
+
+def test_every_arm_of_the_simulated_policy_is_called_simulated(study_run, prefect_api: str):
+    cwd, result = study_run
+    arms = [result["baseline"], *(v["summary"] for v in result["variants"])]
+    assert all(arm["simulated"] for arm in arms)
+    page = Path(result["report"]).read_text()
+    assert 'data-field="simulated"' in page and "answered every arm" in page
+    env = {"PREFECT_API_URL": prefect_api}
+    text = gym("study", "run", "study.yaml", cwd=cwd, env=env, check=True)
+    assert "SIMULATED: gymflow's simulated policy server answered" in text.stdout
 
 
 def test_running_the_study_again_resumes_and_runs_nothing_new(study_run, prefect_api: str):

@@ -10,16 +10,19 @@ file with a subset of the rows): the comparison pairs the tasks both scored and 
 
 from __future__ import annotations
 
-import json
-import math
-from typing import Any
-
 import numpy as np
 import polars as pl
 
+from gymflow.analysis.factors import attribution, differing_factors
 from gymflow.analysis.outcomes import check_verifier_version, task_table
-from gymflow.analysis.results import Comparison, Factor, McNemar, Paired, TaskIds
-from gymflow.analysis.stats import mcnemar, mcnemar_power_summary, mean_difference_ci95
+from gymflow.analysis.results import Comparison, McNemar, Paired, TaskIds
+from gymflow.analysis.stats import (
+    PAIRED_TEST,
+    mcnemar,
+    mcnemar_power_summary,
+    paired_t,
+    paired_t_power_summary,
+)
 from gymflow.errors import UserError
 from gymflow.store.runs import run_info
 
@@ -28,61 +31,14 @@ class CompareError(UserError):
     """Two runs that cannot be compared (different benchmark versions, no common tasks)."""
 
 
-#: the difference in share of tasks solved that a comparison's tasks-needed figure is for
+#: the difference (in pass rate, and in share solved by majority) the tasks-needed figures are for
 POWER_DIFFERENCE = 0.05
-
-
-#: factor name -> runs column; sampling is compared as parsed JSON
-FACTORS = {
-    "model": "model",
-    "harness": "harness",
-    "prompt template": "prompt_template",
-    "sampling": "sampling_json",
-    "dataset version": "dataset_version",
-    "gymflow version": "gymflow_version",
-}
 
 
 def protocol_version(benchmark_version: str | None) -> str:
     """A dataset benchmark's version is `protocol.rows`: two runs whose rows alone differ are
     compared (on the task ids they share), with "dataset version" among the differing factors."""
     return (benchmark_version or "").partition(".")[0]
-
-
-def _factor_value(run: dict[str, Any], column: str) -> Any:
-    value = run[column]
-    if column == "sampling_json" and value:
-        return json.loads(value)
-    return value
-
-
-def differing_factors(
-    run_a: dict[str, Any], run_b: dict[str, Any], version_a: str, version_b: str
-) -> list[Factor]:
-    """Every recorded factor whose value differs between the two runs."""
-    found = [
-        Factor(factor=name, a=_factor_value(run_a, column), b=_factor_value(run_b, column))
-        for name, column in FACTORS.items()
-        if _factor_value(run_a, column) != _factor_value(run_b, column)
-    ]
-    if version_a != version_b:
-        found.append(Factor(factor="verifier version", a=version_a, b=version_b))
-    return found
-
-
-def attribution(factors: list[Factor]) -> str:
-    if not factors:
-        return (
-            "no recorded factor differs between the runs: a difference is sampling noise or "
-            "something gymflow does not record"
-        )
-    if len(factors) == 1:
-        return f"only the {factors[0].factor} differs: the difference can be attributed to it"
-    names = ", ".join(f.factor for f in factors)
-    return (
-        f"{len(factors)} factors differ ({names}): the difference cannot be attributed to any "
-        "one of them; vary one thing at a time"
-    )
 
 
 def _correlation(a: np.ndarray, b: np.ndarray) -> float | None:
@@ -92,16 +48,15 @@ def _correlation(a: np.ndarray, b: np.ndarray) -> float | None:
 
 
 def paired(per_task: pl.DataFrame, *, power_difference: float = POWER_DIFFERENCE) -> Paired:
-    """Paired statistics from a frame with task_id, p_a, p_b (per-task pass rates): the CI is
-    the paired t (tasks - 1 degrees of freedom); solved_* are shares of tasks solved by
-    majority verdict; power (`stats.Power`) is McNemar's, the test reported, at
-    `power_difference` in share solved."""
+    """Paired statistics from a frame with task_id, p_a, p_b (per-task pass rates). The verdict
+    is the paired t on pass-rate differences (`stats.paired_t`): its difference, CI, p-value and
+    power (at `power_difference` in pass rate). The share solved by majority verdict is reported
+    beside it with its own test, McNemar's, and its own power (at `power_difference` in share
+    solved)."""
     a = per_task["p_a"].to_numpy()
     b = per_task["p_b"].to_numpy()
-    d = a - b
-    tasks = len(d)
-    se = float(d.std(ddof=1)) / math.sqrt(tasks) if tasks > 1 else None
-    interval = mean_difference_ci95(d)
+    test = paired_t(a - b)
+    tasks = test.tasks
     solved = per_task.with_columns(solved_a=pl.col("p_a") > 0.5, solved_b=pl.col("p_b") > 0.5)
     a_only = solved.filter(pl.col("solved_a") & ~pl.col("solved_b"))
     b_only = solved.filter(~pl.col("solved_a") & pl.col("solved_b"))
@@ -111,11 +66,14 @@ def paired(per_task: pl.DataFrame, *, power_difference: float = POWER_DIFFERENCE
         tasks=tasks,
         mean_a=float(a.mean()) if tasks else None,
         mean_b=float(b.mean()) if tasks else None,
-        difference=float(d.mean()) if tasks else None,
-        stderr=se,
-        ci95=interval.as_list(),
-        ci95_reason=interval.reason,
+        test=PAIRED_TEST,
+        difference=test.difference,
+        stderr=test.stderr,
+        ci95=test.interval.as_list(),
+        ci95_reason=test.interval.reason,
+        p_value=test.p_value,
         correlation=_correlation(a, b),
+        power=paired_t_power_summary(test, power_difference),
         solved_a=solved_a,
         solved_b=solved_b,
         solved_difference=None if solved_a is None else solved_a - solved_b,
@@ -124,7 +82,9 @@ def paired(per_task: pl.DataFrame, *, power_difference: float = POWER_DIFFERENCE
             a_only=sorted(a_only["task_id"].to_list()),
             b_only=sorted(b_only["task_id"].to_list()),
         ),
-        power=mcnemar_power_summary(tasks, a_only.height + b_only.height, power_difference),
+        majority_power=mcnemar_power_summary(
+            tasks, a_only.height + b_only.height, power_difference
+        ),
     )
 
 

@@ -73,8 +73,8 @@ _WHY = {
     "evidence: fix it before trusting any score",
     "harness_work": "{share} of the evidence is the harness or serving stack failing (model "
     "calls, tools, turn or token limits), not the policy",
-    "prompt_change": "{share} of the evidence is answers missing or in the wrong format: the "
-    "prompt does not get the answer into the form the verifier reads",
+    "prompt_change": "{share} of the evidence is answers in another form than the verifier "
+    "reads: the prompt does not get the answer into the form the verifier reads",
     "skill_improvement": "{share} of the evidence is wrong answers on tasks the policy solves "
     "sometimes: it can do them, not reliably",
     "model_training": "{share} of the evidence is wrong answers on tasks the policy never "
@@ -254,6 +254,11 @@ def _notes(diagnosis: Diagnosis, limit_shapes_run: bool, truncated: int) -> dict
                     f"{cut}; {truncated - on_varying} on tasks no repeat passes, under "
                     f"{TRUNCATED_SHARE:.0%} of the run: the policy's rambling, not the limit"
                 )
+    for suspect in diagnosis.verifier_suspects:
+        if not suspect.kind.startswith("versions_disagree"):
+            notes.setdefault("verifier_repair", []).append(
+                f"{suspect.count} rollout(s): {suspect.description}"
+            )
     if ignored:
         notes.setdefault("harness_work", []).append(
             f"{ignored} rollout(s) were offered tools the model server ignored (almost no "

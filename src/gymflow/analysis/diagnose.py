@@ -3,14 +3,16 @@ tasks worth reading, and rollouts whose verdict looks wrong (verifier suspects).
 
 Every rollout that did not pass gets exactly one category, the first that applies in this order
 (the earliest cause explains the rest): model failure (the rollout failed with a model error
-kind), tool error (the resources server crashed), harness error, truncated (incomplete response:
-output-token limit), unverified, verifier error (including judge failures), tools not called
-(the run offered tools and its server ignored them: `answers.tools_ignored_sql`), harness max
-turns (a multi-turn rollout the harness stopped at its turn limit: a single-turn rollout never
-is, its function call is its answer), harness malformed tool call, tool error reported to the
-model, answer in another form (the verifier found no answer in the form it reads, a reason its
-verifier declares as such, yet the expected answer appears elsewhere in the text), no answer (such
-a reason, and the expected answer is nowhere in the text either), wrong answer."""
+kind), tool error (the resources server crashed), harness error, tools not called (the run
+offered tools and its server ignored them: `answers.tools_ignored_sql`; the text the model wrote
+instead, cut at the limit or not, follows from that), truncated (incomplete response:
+output-token limit), unverified, verifier error (including judge failures), harness max turns
+(a multi-turn rollout the harness stopped at its turn limit: a single-turn rollout never is, its
+function call is its answer), harness malformed tool call, tool error reported to the model,
+answer in another form (the verifier found no answer in the form it reads, a reason its verifier
+declares as such, yet the expected answer appears elsewhere in the text, or the verifier's own
+lenient reading finds it), no answer (such a reason, and the expected answer found nowhere),
+wrong answer."""
 
 from __future__ import annotations
 
@@ -36,15 +38,16 @@ from gymflow.analysis.results import (
 )
 from gymflow.models.errors import ModelError
 from gymflow.store.runs import run_info
+from gymflow.verifiers.base import LENIENT_MATCH
 
 CATEGORIES = (
     "model_failure",
     "tool_error",
     "harness_error",
+    "tools_not_called",
     "truncated",
     "unverified",
     "verifier_error",
-    "tools_not_called",
     "harness_max_turns",
     "harness_malformed_tool_call",
     "answer_in_other_form",
@@ -79,17 +82,18 @@ def _classify_sql(no_answer: tuple[str, ...]) -> str:
     reason = "json_extract_string(v.details_json, '$.reason')"
     missing = f"{reason} IN ({_quoted(no_answer)})" if no_answer else "FALSE"
     expected = "json_extract_string(v.details_json, '$.expected')"
+    lenient = f"json_extract(v.details_json, '$.{LENIENT_MATCH}') IS NOT NULL"
     return f"""
         CASE
           WHEN r.status <> 'completed' AND r.failure_kind IN ({_quoted(_model_kinds())})
             THEN 'model_failure'
           WHEN r.status <> 'completed' AND r.failure_kind = 'tool_error' THEN 'tool_error'
           WHEN r.status <> 'completed' THEN 'harness_error'
+          WHEN r.rollout_id IN (SELECT rollout_id FROM diag_tools_ignored)
+            THEN 'tools_not_called'
           WHEN r.incomplete THEN 'truncated'
           WHEN v.rollout_id IS NULL THEN 'unverified'
           WHEN v.status <> 'ok' THEN 'verifier_error'
-          WHEN r.rollout_id IN (SELECT rollout_id FROM diag_tools_ignored)
-            THEN 'tools_not_called'
           WHEN {_counter("max_turns_reached")} > 0
                OR (coalesce(r.num_turns, 1) > 1
                    AND NOT EXISTS (SELECT 1 FROM runs WHERE harness = 'single_turn')
@@ -98,7 +102,7 @@ def _classify_sql(no_answer: tuple[str, ...]) -> str:
             THEN 'harness_max_turns'
           WHEN {_counter("malformed_tool_calls")} > 0 THEN 'harness_malformed_tool_call'
           WHEN {_counter("tool_errors")} > 0 THEN 'tool_error'
-          WHEN {missing} AND {appears_in_sql(expected, "r.output_text")}
+          WHEN {missing} AND ({lenient} OR {appears_in_sql(expected, "r.output_text")})
             THEN 'answer_in_other_form'
           WHEN {missing} THEN 'no_answer'
           ELSE 'wrong_answer'
@@ -233,6 +237,8 @@ def verifier_suspects(
 
     - extracted_equals_reference: the verifier extracted an answer equal to the expected one
       (as text after normalisation, or as numbers) yet did not pass it;
+    - lenient_reading_passes: failed on an answer in the expected form, yet the verifier's own
+      lenient reading (`details.lenient_match`) finds the expected answer in the response;
     - passed_without_answer: passed with no answer at all (no text and no function call: a
       function call is an answer) or with a reason its verifier declares as no answer;
     - versions_disagree:A|B: rollouts the version read (A) and another stored version (B)
@@ -247,8 +253,9 @@ def verifier_suspects(
         WITH judged AS (
             SELECT r.rollout_id, r.task_id, r.repeat_index, v.passed,
                    {no_answer_sql("r")} AS unanswered,
-                   json_extract_string(v.details_json, ['$.extracted', '$.expected', '$.reason'])
-                     AS d
+                   json_extract_string(
+                     v.details_json, ['$.extracted', '$.expected', '$.reason', '$.{LENIENT_MATCH}']
+                   ) AS d
             FROM rollouts r
             JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
             WHERE r.status = 'completed' AND v.status = 'ok'
@@ -278,6 +285,10 @@ def verifier_suspects(
             SELECT 'passed_without_answer', rollout_id, task_id, repeat_index
             FROM judged
             WHERE passed AND (unanswered OR {missing})
+            UNION ALL
+            SELECT 'lenient_reading_passes', rollout_id, task_id, repeat_index
+            FROM judged
+            WHERE NOT passed AND d[4] IS NOT NULL AND NOT coalesce({missing}, FALSE)
         )
         SELECT kind, count(*), list(rollout_id ORDER BY task_id, repeat_index)[1:{examples}]
         FROM flagged GROUP BY kind ORDER BY kind
@@ -287,6 +298,9 @@ def verifier_suspects(
     descriptions = {
         "extracted_equals_reference": "extracted answer equals the expected answer after "
         "normalisation, but the rollout did not pass",
+        "lenient_reading_passes": "the answer the verifier read failed, yet a lenient reading "
+        "of the same response finds the expected answer (a verifier parameter that rejects "
+        "right answers)",
         "passed_without_answer": "passed with no answer (no text and no function call), or with "
         "a reason its verifier declares as no answer in the expected form",
     }

@@ -318,6 +318,20 @@ CHECKS: dict[str, Check] = {
         """,
         needs=("reward_low", "reward_high"),
     ),
+    # Scores count `passed`; the threshold decides it from the reward when it is stored
+    # (environments/resources.py `judged`). A verdict that disagrees was written by something
+    # else: `UPDATE verifications SET passed = true` took pass@1 from 59% to 100%, healthy.
+    "verdict_disagrees": Check(
+        "a stored verdict (any verifier version) that is not its reward judged by the "
+        "environment's pass threshold: passed true below it, false at or above it, or missing",
+        """
+        SELECT DISTINCT rollout_id AS id FROM verifications
+        WHERE status = 'ok' AND (
+            passed IS NULL OR reward IS NULL
+            OR passed <> (reward >= getvariable('pass_threshold')::DOUBLE))
+        """,
+        needs=("pass_threshold",),
+    ),
     "verification_missing": Check(
         "completed rollout with no verification under the verifier version read",
         """
@@ -458,6 +472,7 @@ def health(
         "verifier_version": version,
         "reward_low": spec.low if spec else None,
         "reward_high": spec.high if spec else None,
+        "pass_threshold": spec.pass_threshold if spec else None,
         **{
             f"{name}_max": gate.threshold(name, CHECKS[name].severity)
             for name in ("failed_share", "no_answer_share")

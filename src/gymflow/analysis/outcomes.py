@@ -6,22 +6,14 @@ import polars as pl
 
 from gymflow.analysis.frames import frame
 from gymflow.analysis.results import Coverage
+from gymflow.store.current import current_verifier_version
 from gymflow.store.db import StoreError
 
 
-def newest_verifier_version(con) -> str:
-    row = con.execute(
-        "SELECT verifier_version FROM verifier_versions ORDER BY created_at DESC, "
-        "verifier_version LIMIT 1"
-    ).fetchone()
-    if row is None:
-        raise StoreError("store holds no verifier version")
-    return row[0]
-
-
 def check_verifier_version(con, version: str | None) -> str:
+    """`version` when the store holds it; None: the run's current version (`store.current`)."""
     if version is None:
-        return newest_verifier_version(con)
+        return current_verifier_version(con)
     known = [r[0] for r in con.execute("SELECT verifier_version FROM verifier_versions").fetchall()]
     if version not in known:
         raise StoreError(

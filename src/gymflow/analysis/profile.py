@@ -19,13 +19,16 @@ from gymflow.analysis.outcomes import (
 )
 from gymflow.analysis.passk import pair_curves, per_task_curves
 from gymflow.analysis.results import Estimate, Headline, Profile, Usage
+from gymflow.analysis.simulated import simulated
 from gymflow.analysis.stats import (
+    BAND_METHOD,
     CI_METHOD,
     bootstrap_ci95,
     bounded_mean_ci95,
     clustered_stderr,
     design_effect,
     variance_components,
+    widened_band,
 )
 from gymflow.environments.registry import RegistryError, environment_sources
 from gymflow.store.runs import run_info
@@ -215,6 +218,10 @@ def profile(
     hat_mean = [_number(v) for v in _nanmean(hat_tasks)]
     tasks_at_k = [int(v) for v in (~np.isnan(at_tasks)).sum(axis=0)]
     low, high = bootstrap_ci95(at_table, groups=group, samples=bootstrap_samples, seed=seed)
+    bands = [
+        widened_band(lo, hi, at_tasks[:, j], independent=int((n // k).sum()))
+        for j, (k, lo, hi) in enumerate(zip(ks.tolist(), low, high, strict=True))
+    ]
     rollouts_scored = int(n.sum())
     p = scored["p"].to_numpy()
     pass1 = _estimate(p.tolist(), rollouts=rollouts_scored)
@@ -234,6 +241,7 @@ def profile(
             "benchmark": run["benchmark"],
             "environment": run["environment"],
             "model": run["model"],
+            "simulated": simulated(con),
             "verifier_version": version,
             "coverage": coverage_of(tasks, repeats).as_dict(),
             "failures": "counted as failures (reward 0)"
@@ -254,17 +262,22 @@ def profile(
             "tasks_at_k": dict(zip(key, tasks_at_k, strict=True)),
             "retry_value": dict(zip(key, _retry_values(at_tasks), strict=True)),
             "pass@k_bootstrap_ci95": {
-                k: None if math.isnan(lo) else [float(lo), float(hi)]
-                for k, lo, hi in zip(key, low, high, strict=True)
+                k: None if band is None else [float(band[0]), float(band[1])]
+                for k, band in zip(key, bands, strict=True)
             },
             "pass@k_bootstrap_ci95_reason": {
                 k: None
-                if not math.isnan(lo)
+                if band is not None
                 else f"{count} task{'s' if count != 1 else ''} with at least {k} scored rollouts: "
                 "a bootstrap over tasks needs two"
-                for k, lo, count in zip(key, low, tasks_at_k, strict=True)
+                for k, band, count in zip(key, bands, tasks_at_k, strict=True)
             },
-            "bootstrap": {"samples": bootstrap_samples, "seed": seed, "unit": "task"},
+            "bootstrap": {
+                "samples": bootstrap_samples,
+                "seed": seed,
+                "unit": "task",
+                "method": BAND_METHOD,
+            },
             "majority@k": None if majority is None else {str(repeats): majority},
             "mean_reward": reward["mean"],
             "mean_reward_stderr": reward["stderr"],

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.analysis.stats import Power
+from gymflow.analysis.stats import PairedPower, Power
 
 Number = int | float
 
@@ -135,6 +135,8 @@ class Profile(Result):
     benchmark: str | None
     environment: str | None
     model: str | None
+    #: a simulated model answered (`gymflow.analysis.simulated`), not a real one
+    simulated: bool
     verifier_version: str
     coverage: Coverage
     failures: str
@@ -296,9 +298,14 @@ class ComparedRun(Result):
 
 
 class Factor(Result):
-    """A recorded factor whose value differs between two runs."""
+    """A recorded factor whose value differs between two runs (`gymflow.analysis.factors`)."""
 
+    #: its name: the dotted config key, or a word for what the run resolved or recorded
     factor: str
+    #: the dotted key in the run's recorded factors
+    key: str
+    #: the study's unit of one thing at a time this factor belongs to
+    group: str
     a: Any
     b: Any
 
@@ -326,24 +333,31 @@ class TaskCounts(Result):
 
 
 class Paired(Result):
-    """Paired statistics of per-task pass rates (`gymflow.analysis.compare.paired`):
-    difference = A - B with its paired-t CI; solved = majority verdict per task."""
+    """Paired statistics of per-task pass rates (`gymflow.analysis.compare.paired`).
+
+    The verdict is one test, `test` (the paired t on pass-rate differences): difference = A - B,
+    its stderr, ci95, p_value and power are all that test's. The share solved by majority
+    verdict is a second quantity with its own test: solved_difference, mcnemar and
+    majority_power are McNemar's."""
 
     tasks: int
     mean_a: Number | None
     mean_b: Number | None
+    test: str
     difference: Number | None
     stderr: Number | None
     ci95: list[Number] | None
     ci95_reason: str | None
+    p_value: Number | None
     correlation: Number | None
+    power: PairedPower
     solved_a: Number | None
     solved_b: Number | None
     solved_difference: Number | None
     mcnemar: McNemar
     #: tasks solved (by majority) in one run only
     flipped: TaskIds
-    power: Power
+    majority_power: Power
 
 
 class ComparisonRuns(Result):

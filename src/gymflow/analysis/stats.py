@@ -180,18 +180,119 @@ def bounded_mean_ci95(
     return Interval((low + width * lower, low + width * upper))
 
 
-def mean_difference_ci95(differences: np.ndarray, *, limit: float = 1.0) -> Interval:
-    """The paired t interval for a mean of per-task differences (t at tasks - 1 degrees of
-    freedom). A difference of two pass rates lies in [-1, 1]; the interval is kept inside it
-    (it can only leave it on a handful of tasks that all moved the same way)."""
-    tasks = len(differences)
+def t_interval(
+    mean: float, stderr: float, tasks: int, *, alpha: float = ALPHA, limit: float = 1.0
+) -> Interval:
+    """mean +- t(1 - alpha / 2, tasks - 1) * stderr, kept inside [-limit, limit] (a difference of
+    two pass rates cannot leave [-1, 1]). A smaller `alpha` gives the wider intervals that hold
+    simultaneously over several comparisons (Bonferroni: alpha / comparisons each)."""
     if tasks < 2:
         return Interval(None, "one task: the spread between tasks, the error, is not observable")
-    mean = float(differences.mean())
-    half = (
-        t_quantile(1.0 - ALPHA / 2, tasks - 1) * float(differences.std(ddof=1)) / math.sqrt(tasks)
-    )
+    half = t_quantile(1.0 - alpha / 2, tasks - 1) * stderr
     return Interval((max(mean - half, -limit), min(mean + half, limit)))
+
+
+def _noncentral_t_above(critical: float, df: int, shift: float) -> float:
+    """P(T' > critical) for the noncentral t with `df` degrees of freedom and noncentrality
+    `shift`: T' = (Z + shift) / (W / sqrt(df)) with W chi-distributed, so the probability is
+    the integral of P(Z > critical * w / sqrt(df) - shift) against W's density, summed on a
+    grid of 4,001 points over the 12 standard deviations around W's mode (W's sd is below
+    0.71 for every df)."""
+    centre = math.sqrt(max(df - 1, 0))
+    w = np.linspace(max(centre - 12.0, 0.0), centre + 12.0, 4001)
+    with np.errstate(divide="ignore"):
+        power_term = (df - 1) * np.log(w) if df > 1 else np.zeros_like(w)  # 0 * log 0 is 0
+    log_density = power_term - w * w / 2 - (df / 2 - 1) * math.log(2) - math.lgamma(df / 2)
+    tail = [0.5 * math.erfc((critical * x / math.sqrt(df) - shift) / math.sqrt(2)) for x in w]
+    return float(np.trapezoid(np.asarray(tail) * np.exp(log_density), w))
+
+
+PAIRED_TEST = (
+    "paired t test on per-task pass-rate differences (t at tasks - 1 degrees of freedom, "
+    "two-sided alpha 0.05), their spread taken as at least that of one task flipping "
+    "completely: the difference, its CI, its p-value and its power all come from this test"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PairedTest:
+    """The paired t test of a mean of per-task differences: everything a verdict shows."""
+
+    tasks: int
+    difference: float | None
+    #: the standard deviation of the per-task differences the test uses (with the floor)
+    sd: float | None
+    stderr: float | None
+    p_value: float | None
+    interval: Interval
+
+
+def paired_t(differences: np.ndarray, *, limit: float = 1.0) -> PairedTest:
+    """The paired t test on per-task differences in [-limit, limit].
+
+    The sample's sum of squared deviations is taken as at least (tasks - 1) / tasks * limit^2,
+    what it is when one task moved by the whole range and every other agreed: when every task
+    agrees (near the ceiling, most tasks pass in both runs) the plain t interval is [0, 0] and
+    its p-value undefined, a certainty no finite sample has. With that floor the standard error
+    is at least limit / tasks, and the interval covers at the ceiling too (bench/ci_coverage.py);
+    away from it the floor does not bind and this is the textbook paired t."""
+    tasks = len(differences)
+    if tasks == 0:
+        return PairedTest(0, None, None, None, None, Interval(None, "no task is paired"))
+    mean = float(differences.mean())
+    if tasks < 2:
+        return PairedTest(tasks, mean, None, None, None, t_interval(mean, math.nan, tasks))
+    squares = float(((differences - mean) ** 2).sum())
+    sd = math.sqrt(max(squares, (tasks - 1) / tasks * limit * limit) / (tasks - 1))
+    se = sd / math.sqrt(tasks)
+    p_value = min(1.0, 2.0 * t_upper_tail(abs(mean) / se, tasks - 1))
+    return PairedTest(tasks, mean, sd, se, p_value, t_interval(mean, se, tasks, limit=limit))
+
+
+def paired_t_power(tasks: int, sd: float, difference: float, *, alpha: float = ALPHA) -> float:
+    """Power of the two-sided paired t test on `tasks` tasks whose differences have standard
+    deviation `sd`, when the true mean difference is `difference`: P(|T'| > t_crit) for T'
+    the noncentral t with noncentrality difference / SE."""
+    if tasks < 2 or not sd > 0:
+        return 0.0
+    shift = abs(difference) / (sd / math.sqrt(tasks))
+    critical = t_quantile(1.0 - alpha / 2, tasks - 1)
+    return min(
+        _noncentral_t_above(critical, tasks - 1, shift)
+        + _noncentral_t_above(critical, tasks - 1, -shift),
+        1.0,
+    )
+
+
+def _bisect_difference(tasks: int, sd: float, high: float) -> float | None:
+    """The smallest difference in (0, high] the paired t detects with POWER; None if none."""
+    if paired_t_power(tasks, sd, high) < POWER:
+        return None
+    low = 0.0
+    while high - low > 1e-5:
+        middle = 0.5 * (low + high)
+        if paired_t_power(tasks, sd, middle) >= POWER:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def _bisect_tasks(sd: float, difference: float) -> int | None:
+    """The fewest tasks at which the paired t detects `difference` with POWER (None: more than
+    MAX_TASKS), assuming the spread of differences stays `sd`."""
+    low, high = 1, 2
+    while paired_t_power(high, sd, difference) < POWER:
+        if high >= MAX_TASKS:
+            return None
+        low, high = high, min(2 * high, MAX_TASKS)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if paired_t_power(middle, sd, difference) >= POWER:
+            high = middle
+        else:
+            low = middle
+    return high
 
 
 def bootstrap_ci95(
@@ -248,6 +349,35 @@ def bootstrap_ci95(
                 means[:, column], [100 * tail, 100 * (1 - tail)]
             )
     return low, high
+
+
+BAND_METHOD = (
+    "expanded-percentile bootstrap over tasks, widened to at least the Wilson-t interval on the "
+    "task-clustered effective sample size (pass@1's method): a bootstrap of tasks that all "
+    "agree has zero width"
+)
+
+
+def widened_band(
+    low: float, high: float, values: np.ndarray, *, independent: int
+) -> tuple[float, float] | None:
+    """The union of a bootstrap band [low, high] and `bounded_mean_ci95` on the per-task
+    `values` it resamples (NaN: a task that does not count), with `independent` the most
+    independent outcomes they can rest on (for pass@k, the disjoint k-subsets of the tasks'
+    rollouts). A percentile bootstrap cannot be wider than the spread it resamples: when every
+    task has the same value (all pass at the ceiling) it is a point, while the Wilson interval
+    falls back to the number of tasks. None below two tasks that count."""
+    counted = values[~np.isnan(values)]
+    if len(counted) < 2 or math.isnan(low):
+        return None
+    interval = bounded_mean_ci95(
+        float(counted.mean()),
+        clustered_stderr(counted.tolist()),
+        tasks=len(counted),
+        rollouts=max(independent, len(counted)),
+    ).bounds
+    assert interval is not None  # two tasks or more, values in [0, 1]
+    return min(low, interval[0]), max(high, interval[1])
 
 
 def _expanded_tail(tasks: int) -> float:
@@ -314,30 +444,39 @@ def design_effect(icc: float | None, n: np.ndarray) -> float | None:
     pass@1 weights tasks equally, so with sigma^2 the total variance its variance is
     sigma^2 / a * (icc + (1 - icc) * mean(1 / n_i)) over a tasks; the independent-rollout mean's
     is sigma^2 / N. Their ratio is (N / a) * (icc + (1 - icc) * mean(1 / n_i)), which is Kish's
-    1 + (m - 1) * icc when every task has m repeats."""
+    1 + (m - 1) * icc when every task has m repeats.
+
+    A negative ICC estimate (tasks differing less than their repeats make them look) is read as
+    0: repeats of a task cannot be less alike than rollouts of different tasks in the population
+    the estimate is for, so the design effect is never below that of independent rollouts."""
     if icc is None or len(n) == 0:
         return None
+    icc = max(icc, 0.0)
     n = np.asarray(n, dtype=float)
     return float(n.sum() / len(n) * (icc + (1.0 - icc) * float(np.mean(1.0 / n))))
 
 
 # --- McNemar's test and its power --------------------------------------------------------------
 
+#: The discordant count from which `mcnemar` uses the chi-square (below it, the exact test).
+CHI_SQUARE_FROM = 25
+
 MCNEMAR_TEST = (
-    "McNemar's test on per-task majority verdicts, two-sided alpha 0.05 (exact binomial below "
-    "25 discordant tasks, continuity-corrected chi-square above)"
+    "McNemar's test on the share of tasks solved by majority verdict, two-sided alpha 0.05 "
+    f"(exact binomial below {CHI_SQUARE_FROM} discordant tasks, continuity-corrected chi-square "
+    f"from {CHI_SQUARE_FROM})"
 )
 
 
 def mcnemar(b: int, c: int) -> dict[str, float | int | str]:
     """McNemar's test on the discordant pairs b (A pass, B fail) and c (A fail, B pass).
 
-    Exact two-sided binomial test when b + c < 25, else the chi-square with continuity
-    correction (1 degree of freedom)."""
+    Exact two-sided binomial test when b + c < CHI_SQUARE_FROM, else the chi-square with
+    continuity correction (1 degree of freedom)."""
     discordant = b + c
     if discordant == 0:
         return {"b": b, "c": c, "method": "exact binomial", "statistic": 0.0, "p_value": 1.0}
-    if discordant < 25:
+    if discordant < CHI_SQUARE_FROM:
         tail = sum(math.comb(discordant, i) for i in range(min(b, c) + 1)) / 2**discordant
         return {
             "b": b,
@@ -366,7 +505,9 @@ def _critical(discordant: int) -> int:
     The p-value rises with min(b, c), so the rejection region is min(b, c) <= this."""
     # The corrected chi-square rejects when (d - 2m - 1)^2 >= z^2 d; start there, then let the
     # test itself settle the boundary so rounding cannot make the two disagree.
-    m = math.floor((discordant - 1 - Z95 * math.sqrt(discordant)) / 2) if discordant >= 25 else -1
+    m = -1
+    if discordant >= CHI_SQUARE_FROM:
+        m = math.floor((discordant - 1 - Z95 * math.sqrt(discordant)) / 2)
     m = min(max(m, -1), (discordant - 1) // 2)
     while m + 1 <= (discordant - 1) // 2 and _rejects(m + 1, discordant):
         m += 1
@@ -417,10 +558,10 @@ def _binomial_cdf(k: np.ndarray, n: np.ndarray, p: float) -> np.ndarray:
 
 
 def mcnemar_power(tasks: int, discordant: float, difference: float) -> float:
-    """Power of `mcnemar` as reported (exact below 25 discordant tasks, corrected chi-square
-    above, reject at p <= 0.05) on `tasks` paired tasks, when a share `discordant` of tasks is
-    solved by exactly one run and A's share solved exceeds B's by `difference` (so A alone
-    solves (discordant + difference) / 2 of the tasks).
+    """Power of `mcnemar` as reported (exact below CHI_SQUARE_FROM discordant tasks, corrected
+    chi-square from there on, reject at p <= 0.05) on `tasks` paired tasks, when a share
+    `discordant` of tasks is solved by exactly one run and A's share solved exceeds B's by
+    `difference` (so A alone solves (discordant + difference) / 2 of the tasks).
 
     Exact: the number of discordant tasks D is Binomial(tasks, discordant) and, given D = d, the
     tasks A alone solves are Binomial(d, pi) with pi = (1 + difference / discordant) / 2; power
@@ -544,4 +685,62 @@ def mcnemar_power_summary(tasks: int, discordant_tasks: int, difference: float) 
         power_now=mcnemar_power(tasks, share, difference) if 0 < difference <= share else None,
         tasks_needed=needed,
         tasks_needed_reason=needed_reason,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PairedPower:
+    """Power figures of the paired t test on pass-rate differences (`paired_t`), the test whose
+    difference, CI and p-value a comparison shows; every figure names the test it is for."""
+
+    test: str
+    power: float
+    tasks_now: int
+    #: the standard deviation of per-task differences assumed (this comparison's, floored)
+    sd_differences: float | None
+    minimum_detectable_difference: float | None
+    minimum_detectable_difference_reason: str | None
+    difference: float
+    power_now: float | None
+    tasks_needed: int | None
+    tasks_needed_reason: str | None
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def paired_t_power_summary(
+    test: PairedTest, difference: float, *, limit: float = 1.0
+) -> PairedPower:
+    """The minimum difference in pass rate the paired t detects with 80% power on this
+    comparison's tasks, and the tasks needed for `difference`; both assume the spread of
+    per-task differences observed here (which, unlike the difference, a run estimates well)."""
+    difference = abs(difference)
+    sd, tasks = test.sd, test.tasks
+    if sd is None:
+        reason = "fewer than two paired tasks: the spread of differences is not observable"
+        return PairedPower(
+            PAIRED_TEST, POWER, tasks, None, None, reason, difference, None, None, reason
+        )
+    detectable = _bisect_difference(tasks, sd, limit)
+    needed = _bisect_tasks(sd, difference) if difference > 0 else None
+    return PairedPower(
+        test=PAIRED_TEST,
+        power=POWER,
+        tasks_now=tasks,
+        sd_differences=sd,
+        minimum_detectable_difference=detectable,
+        minimum_detectable_difference_reason=None
+        if detectable is not None
+        else f"{tasks} tasks at this spread of differences do not reach 80% power",
+        difference=difference,
+        power_now=paired_t_power(tasks, sd, difference) if difference > 0 else None,
+        tasks_needed=needed,
+        tasks_needed_reason=None
+        if needed is not None
+        else (
+            "a difference of 0 cannot be detected"
+            if difference == 0
+            else f"more than {MAX_TASKS:,} tasks"
+        ),
     )

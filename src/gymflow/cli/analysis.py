@@ -3,20 +3,38 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from gymflow.analysis.compare import POWER_DIFFERENCE, compare
-from gymflow.analysis.health import Gate, health
-from gymflow.analysis.profile import profile
-from gymflow.analysis.results import Comparison, Profile
-from gymflow.analysis.run import analyse
+from gymflow.analysis.compare import POWER_DIFFERENCE
 from gymflow.cli import exit_codes
-from gymflow.cli.app import console, eval_app, fail, print_json
-from gymflow.reverify import parse_settings, reverify
+from gymflow.cli.app import (
+    SIMULATED_LINE,
+    console,
+    eval_app,
+    fail,
+    print_json,
+    warn_stale_report,
+)
+from gymflow.present import (
+    coverage_text,
+    format_counts,
+    format_interval,
+    format_number,
+    format_percent,
+    format_value,
+    headline_text,
+)
+from gymflow.present.terminal import print_table, styled, table
 from gymflow.store.db import connect
+
+if TYPE_CHECKING:
+    from gymflow.analysis.results import Comparison, Profile
+    from gymflow.analysis.stats import PairedPower, Power
+
+# Each command imports what only it runs (the health checks, the diagnosis, the verifiers of a
+# reverify) in its body: `gym eval profile` does not pay for the others.
 
 
 @eval_app.command("profile")
@@ -47,6 +65,9 @@ def eval_profile(
 ) -> None:
     """pass@1 with its task-clustered 95% CI, pass@k, pass^k and coverage; with --compare, a
     paired comparison of two runs."""
+    from gymflow.analysis.compare import compare
+    from gymflow.analysis.profile import profile
+
     con = connect(run_dir, read_only=True)
     try:
         result = profile(
@@ -74,6 +95,7 @@ def eval_profile(
                 )
             finally:
                 other.close()
+        warn_stale_report(con, run_dir)
     finally:
         con.close()
     if compare_with is not None:
@@ -97,29 +119,42 @@ def eval_profile(
 def print_comparison(result: Comparison, profiles: dict[str, Profile]) -> None:
     """The comparison as text; `profiles` holds the profile of run "a" and of run "b"."""
     a, b = result.a, result.b
+    for side in ("a", "b"):
+        if profiles[side].simulated:
+            console.print(f"{side.upper()}: {SIMULATED_LINE}", markup=False)
     console.print(
-        f"[bold]{result.benchmark}[/] {result.benchmark_version}: "
-        f"A = run {a.run_id} ({a.model}), B = run {b.run_id} ({b.model})"
+        styled(
+            (result.benchmark, "bold"),
+            f" {result.benchmark_version}: A = run {a.run_id} ({a.model}), "
+            f"B = run {b.run_id} ({b.model})",
+        )
     )
     for side in ("a", "b"):
         p = profiles[side]
-        console.print(
-            f"  {side.upper()}: pass@1 {_pct(p.pass_at_1)} (95% CI {_interval(p.ci95)}), "
-            f"coverage {p.coverage.as_dict()}"
-        )
+        coverage = coverage_text(p.coverage)
+        console.print(f"  {side.upper()}: {headline_text(p)}; coverage: {coverage}")
     console.print(
-        f"paired on {result.tasks} tasks: A - B = [bold]{_pct(result.difference)}[/] "
-        f"(SE {_pct(result.stderr)}, 95% CI {_interval(result.ci95, result.ci95_reason)}"
-        f", paired t); correlation {result.correlation}"
+        styled(
+            f"paired on {result.tasks} tasks, difference in pass rate: A - B = ",
+            (format_percent(result.difference), "bold"),
+            f" (SE {format_percent(result.stderr)}, 95% CI "
+            f"{format_interval(result.ci95, result.ci95_reason)}, "
+            f"p = {format_number(result.p_value, 4)}); correlation "
+            f"{format_number(result.correlation, 2)}",
+        )
     )
+    console.print(f"  test: {result.test}", markup=False, soft_wrap=True)
+    _print_power(result.power, "pass rate")
     unpaired = result.unpaired_task_ids
     for ids, label in ((unpaired.a_only, "A"), (unpaired.b_only, "B")):
         if ids:
             console.print(f"  not paired: {len(ids)} tasks scored in {label} only: {_listed(ids)}")
     m = result.mcnemar
     console.print(
-        f"McNemar ({m.method}, per-task majority): {m.b} tasks solved only by A, "
-        f"{m.c} only by B, p = {m.p_value:.4g}"
+        f"share solved by majority verdict: A {format_percent(result.solved_a)}, "
+        f"B {format_percent(result.solved_b)}, A - B = {format_percent(result.solved_difference)}; "
+        f"McNemar ({m.method}): {m.b} tasks solved only by A, {m.c} only by B, "
+        f"p = {format_number(m.p_value, 4)}"
     )
     flipped = result.flipped
     for tasks, label in (
@@ -128,79 +163,81 @@ def print_comparison(result: Comparison, profiles: dict[str, Profile]) -> None:
     ):
         if tasks:
             console.print(f"  {label}: {_listed(tasks)}")
-    power = result.power
-    console.print(f"power of {power.test}:")
+    _print_power(result.majority_power, "share solved")
+    majority = result.majority_power
+    console.print(
+        f"  (assuming {format_percent(majority.discordant_share)} of tasks solved by one run "
+        "only, as here)"
+    )
+    for factor in result.factors:
+        console.print(
+            f"  differs: {factor.factor}: {format_value(factor.a)} vs {format_value(factor.b)}"
+        )
+    console.print(result.attribution)
+
+
+def _print_power(power: PairedPower | Power, quantity: str) -> None:
+    """A test's minimum detectable difference and tasks needed, in the quantity it tests."""
+    console.print(f"  power of {power.test}:", markup=False, soft_wrap=True)
     detectable = power.minimum_detectable_difference
     console.print(
-        f"  minimum detectable difference in share solved at 80% power with "
+        f"    minimum detectable difference in {quantity} at 80% power with "
         f"{power.tasks_now} tasks: "
         + (
-            _pct(detectable)
+            format_percent(detectable)
             if detectable is not None
             else f"none ({power.minimum_detectable_difference_reason})"
-        )
+        ),
+        markup=False,
     )
     needed = power.tasks_needed
     console.print(
-        f"  tasks needed to detect {_pct(power.difference)} at 80% power: "
-        + (f"about {needed}" if needed is not None else f"n/a ({power.tasks_needed_reason})")
-        + f" (assuming {_pct(power.discordant_share)} of tasks solved by one run only, "
-        "as here)"
+        f"    tasks needed to detect {format_percent(power.difference)} in {quantity} at 80% "
+        "power: "
+        + (f"about {needed}" if needed is not None else f"n/a ({power.tasks_needed_reason})"),
+        markup=False,
     )
-    for factor in result.factors:
-        console.print(f"  differs: {factor.factor}: {factor.a!r} vs {factor.b!r}")
-    console.print(result.attribution)
 
 
 def _listed(tasks: list[str]) -> str:
     return ", ".join(tasks[:10]) + (" …" if len(tasks) > 10 else "")
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
-
-
-def _interval(bounds: list[float] | None, reason: str | None = None) -> str:
-    if bounds is None:
-        return f"n/a: {reason}" if reason else "n/a"
-    return f"{_pct(bounds[0])} – {_pct(bounds[1])}"
-
-
 def print_profile(result: Profile) -> None:
-    coverage = result.coverage
     console.print(
-        f"[bold]{result.benchmark or result.environment}[/] · {result.model} · "
-        f"verifier {result.verifier_version}"
+        styled(
+            (result.benchmark or result.environment, "bold"),
+            f" · {result.model} · verifier {result.verifier_version}",
+        )
     )
+    if result.simulated:
+        console.print(SIMULATED_LINE)
+    console.print(f"coverage: {coverage_text(result.coverage)} (failures {result.failures})")
     console.print(
-        f"coverage: expected {coverage.expected}, scored {coverage.scored}, "
-        f"failed {coverage.failed}, missing {coverage.missing} "
-        f"(failures {result.failures})"
-    )
-    console.print(
-        f"pass@1 = [bold]{_pct(result.pass_at_1)}[/] "
-        f"(95% CI {_interval(result.ci95, result.ci95_reason)}, task-clustered); "
-        f"mean reward {result.mean_reward}"
+        styled(
+            (headline_text(result), "bold"),
+            f", task-clustered; mean reward {format_number(result.mean_reward)}",
+        )
     )
     console.print(result.weighting)
-    table = Table("k", "tasks", "pass@k", "bootstrap 95% CI", "pass^k", "retry value")
+    grid = table("k", "tasks", "pass@k", "bootstrap 95% CI", "pass^k", "retry value")
     for k, value in result.pass_at_k.items():
-        table.add_row(
+        grid.add_row(
             k,
             str(result.tasks_at_k[k]),
-            _pct(value),
-            _interval(result.pass_at_k_bootstrap_ci95[k]),
-            _pct(result.pass_hat_k[k]),
-            _pct(result.retry_value[k]),
+            format_percent(value),
+            format_interval(result.pass_at_k_bootstrap_ci95[k]),
+            format_percent(result.pass_hat_k[k]),
+            format_percent(result.retry_value[k]),
         )
-    console.print(table)
+    print_table(console, grid)
     console.print(
         "pass@k, pass^k and the retry value (pass@k - pass@1 on the same tasks) average over "
         "the tasks with at least k scored rollouts; a bootstrap CI needs two such tasks"
     )
     if result.majority_at_k:
         for k, value in result.majority_at_k.items():
-            console.print(f"majority@{k} = {_pct(value)}")
+            console.print(f"majority@{k} = {format_percent(value)}")
     variance = result.variance["pass"]
     if variance.icc is not None:
         console.print(
@@ -212,25 +249,25 @@ def print_profile(result: Profile) -> None:
         console.print(f"variance split: n/a ({variance.reason})")
     for title, groups in (("tag", result.by_tag), ("difficulty", result.by_difficulty)):
         if groups:
-            breakdown = Table(title, "tasks", "pass@1", "95% CI")
+            breakdown = table(title, "tasks", "pass@1", "95% CI", keys=(title,))
             for name, group in groups.items():
                 breakdown.add_row(
                     name,
                     str(group.tasks),
-                    _pct(group.pass_at_1),
-                    _interval(group.ci95, group.ci95_reason),
+                    format_percent(group.pass_at_1),
+                    format_interval(group.ci95, group.ci95_reason),
                 )
-            console.print(breakdown)
-    usage = Table("per rollout", "mean", "p50", "p90", "p99", "max")
+            print_table(console, breakdown)
+    usage = table("per rollout", "mean", "p50", "p90", "p99", "max")
     for name, stats in result.usage.items():
         usage.add_row(
             name,
             *(
-                f"{value:.4g}" if value is not None else "n/a"
+                format_number(value, 4)
                 for value in (stats.mean, stats.p50, stats.p90, stats.p99, stats.max)
             ),
         )
-    console.print(usage)
+    print_table(console, usage)
 
 
 def _parse_thresholds(values: list[str]) -> dict[str, float]:
@@ -274,6 +311,8 @@ def eval_health(
     ] = 1000,
 ) -> None:
     """Check every record; exit 1 when a check flags more than its allowed share of rollouts."""
+    from gymflow.analysis.health import Gate, health
+
     gate = Gate(
         max_share=max_share,
         warning_max_share=warning_max_share,
@@ -282,32 +321,36 @@ def eval_health(
     con = connect(run_dir, read_only=True)
     try:
         result = health(con, verifier_version=verifier_version, gate=gate, max_listed=max_listed)
+        warn_stale_report(con, run_dir)
     finally:
         con.close()
     if json_output:
         print_json(result.as_json())
     else:
-        table = Table("check", "kind", "status", "rollouts", "share", "allowed", "examples")
+        grid = table(
+            "check", "kind", "status", "rollouts", "share", "allowed", "examples", keys=("check",)
+        )
         for name, check in result.checks.items():
             style = {"failed": "red", "skipped": "yellow"}.get(check.status, "green")
             if check.status == "failed" and name in result.warnings:
                 style = "yellow"
-            table.add_row(
+            grid.add_row(
                 name,
                 check.severity,
-                f"[{style}]{check.status}[/]",
+                styled((check.status, style)),
                 str(check.count),
-                f"{check.share:.2%}",
-                f"{check.threshold:.2%}",
+                format_percent(check.share, 2),
+                format_percent(check.threshold, 2),
                 ", ".join(check.examples[:3]),
             )
-        console.print(table)
+        print_table(console, grid)
         console.print(
             f"{result.unhealthy_rollouts} of {result.rollouts} rollouts unhealthy "
             f"({result.expected} expected); verdict: {result.verdict}; "
             f"gate: {result.gate}"
             + (f" ({', '.join(result.gate_failures)})" if result.gate_failures else "")
             + (f"; warnings: {', '.join(result.warnings)}" if result.warnings else "")
+            + f"; verifier {result.verifier_version}"
         )
     if result.gate == "fail":
         raise typer.Exit(exit_codes.GATE_FAILED)
@@ -322,9 +365,12 @@ def eval_diagnose(
 ) -> None:
     """Outcome buckets, failure taxonomy, sometimes-pass tasks, verifier suspects, and the
     recommended next action (the same `decide` the flow's artifacts and the report read)."""
+    from gymflow.analysis.run import analyse
+
     con = connect(run_dir, read_only=True)
     try:
         analysis = analyse(con, verifier_version=verifier_version, top=top)
+        warn_stale_report(con, run_dir)
     finally:
         con.close()
     result, decision = analysis.diagnosis, analysis.decision
@@ -332,48 +378,56 @@ def eval_diagnose(
         print_json({**result.as_json(), "decision": decision.as_json()})
         return
     console.print(f"run {result.run_id} · verifier {result.verifier_version}")
-    buckets = Table("bucket", "tasks", "share")
+    if analysis.profile.simulated:
+        console.print(SIMULATED_LINE)
+    buckets = table("bucket", "tasks", "share")
     for name, bucket in result.buckets.items():
-        buckets.add_row(name, str(bucket.tasks), _pct(bucket.share))
-    console.print(buckets)
-    taxonomy = Table("failure", "kind", "rollouts", "share", "examples")
+        buckets.add_row(name, str(bucket.tasks), format_percent(bucket.share))
+    print_table(console, buckets)
+    taxonomy = table("failure", "kind", "rollouts", "share", "examples")
     for row in result.taxonomy:
         taxonomy.add_row(
             row.category,
             row.kind,
             str(row.rollouts),
-            _pct(row.share),
+            format_percent(row.share),
             ", ".join(row.examples[:3]),
         )
-    console.print(taxonomy)
+    print_table(console, taxonomy)
     if result.missing_rollouts:
         console.print(f"missing rollouts: {result.missing_rollouts}")
     for task in result.sometimes_pass[:top]:
         passing = task.passing.rollout_id if task.passing else None
         failing = task.failing.rollout_id if task.failing else None
         console.print(
-            f"[bold]{task.task_id}[/] passes {task.c}/{task.n}: pass {passing} vs fail {failing}"
+            styled(
+                (task.task_id, "bold"),
+                f" passes {task.c}/{task.n}: pass {passing} vs fail {failing}",
+            )
         )
     for suspect in result.verifier_suspects:
         console.print(
-            f"[yellow]verifier suspect[/] {suspect.kind}: {suspect.count} rollouts "
-            f"({suspect.description}), e.g. {', '.join(suspect.examples[:3])}"
+            styled(
+                ("verifier suspect", "yellow"),
+                f" {suspect.kind}: {suspect.count} rollouts ({suspect.description}), "
+                f"e.g. {', '.join(suspect.examples[:3])}",
+            )
         )
     if decision.action is None:
-        console.print(f"next action: none ({decision.why})", markup=False)
+        console.print(f"next action: none ({decision.why})")
         return
-    console.print(f"[bold]next action: {decision.label}[/] — ", end="")
-    console.print(decision.why, markup=False)
+    console.print(styled((f"next action: {decision.label}", "bold"), f" — {decision.why}"))
     evidence = decision.evidence
     if evidence:
         console.print(
-            f"  evidence: {evidence.rollouts} rollouts {evidence.categories}, "
-            f"e.g. {', '.join(evidence.examples[:3])}",
-            markup=False,
+            f"  evidence: {evidence.rollouts} rollouts ({format_counts(evidence.categories)}), "
+            f"e.g. {', '.join(evidence.examples[:3])}"
         )
     runner = decision.runner_up
     if runner:
-        console.print(f"  runner-up: {runner.label} ({_pct(runner.share)} of the evidence)")
+        console.print(
+            f"  runner-up: {runner.label} ({format_percent(runner.share)} of the evidence)"
+        )
 
 
 @eval_app.command("reverify")
@@ -394,28 +448,46 @@ def eval_reverify(
         bool, typer.Option(help="Reverify even environments that verify live session state.")
     ] = False,
     base_version: Annotated[
-        str | None, typer.Option("--from-version", help="Base verifier version (newest).")
+        str | None,
+        typer.Option("--from-version", help="Base verifier version (the current one)."),
     ] = None,
+    make_current: Annotated[
+        bool,
+        typer.Option(
+            help="Read the run under the new version from now on (profile, diagnose, reports, "
+            "history, data); otherwise the current version stays."
+        ),
+    ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """New rewards from stored rollouts under changed verifier parameters (or, without --set,
     the environment's verifier as it is now); no inference. The result is a new verifier
     version beside the old one; under a version already stored, verifications that errored or
     timed out are judged again (and, without --failed-only, the passes a --failed-only reverify
-    carried from its base version)."""
+    carried from its base version). The run is read under the new version only with
+    --make-current (or `gym eval use-version`)."""
+    from gymflow.reverify import parse_settings, reverify
+
     result = reverify(
         run_dir,
         parse_settings(settings or []),
         failed_only=failed_only,
         force=force,
         base_version=base_version,
+        make_current=make_current,
     )
+    with connect(run_dir, read_only=True) as con:
+        warn_stale_report(con, run_dir)
     if json_output:
         print_json(result.as_json())
         return
     console.print(
-        f"{result.environment}: {result.base_version} -> [bold]{result.new_version}[/] "
-        f"({result.status}; {result.reverified} rollouts judged, params {result.params})"
+        styled(
+            f"{result.environment}: {result.base_version} -> ",
+            (result.new_version, "bold"),
+            f" ({result.status}; {result.reverified} rollouts judged, params "
+            f"{format_value(result.params)})",
+        )
     )
     flipped = result.flips
     rollouts = flipped.rollouts
@@ -426,15 +498,50 @@ def eval_reverify(
     for label, ids in (("to_pass", rollouts.to_pass), ("to_fail", rollouts.to_fail)):
         if ids:
             console.print(f"  {label}: {', '.join(ids[:20])}" + (" …" if len(ids) > 20 else ""))
-    table = Table("task", "passing before", "passing after")
+    grid = table("task", "passing before", "passing after", keys=("task",))
     for task in flipped.tasks[:50]:
-        table.add_row(task.task_id, str(task.passed_before), str(task.passed_after))
+        grid.add_row(task.task_id, str(task.passed_before), str(task.passed_after))
     if flipped.tasks:
-        console.print(table)
+        print_table(console, grid)
     for label, head in (("before", result.before), ("after", result.after)):
         if head:
             ((k, pass_at_k),) = head.pass_at_k.items()
             console.print(
-                f"{label}: pass@1 {_pct(head.pass_at_1)} (95% CI {_interval(head.ci95)}), "
-                f"pass@{k} {_pct(pass_at_k)} [{head.verifier_version}]"
+                f"{label}: pass@1 {format_percent(head.pass_at_1)} (95% CI "
+                f"{format_interval(head.ci95)}), pass@{k} {format_percent(pass_at_k)} "
+                f"[{head.verifier_version}]"
             )
+    if result.made_current or result.current_version == result.new_version:
+        console.print(f"the run is read under {result.current_version} from now on", markup=False)
+    else:
+        console.print(
+            f"the run is still read under {result.current_version} (profile, diagnose, reports, "
+            f"history, data); to read it under the new version: gym eval use-version {run_dir} "
+            f"{result.new_version}",
+            markup=False,
+            soft_wrap=True,
+        )
+
+
+@eval_app.command("use-version")
+def eval_use_version(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (or its .duckdb file).")],
+    version: Annotated[str, typer.Argument(help="A verifier version the store holds.")],
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Read the run under VERSION from now on: profile, diagnose, reports, `gym runs`, trend and
+    `gym data` read the current version unless told --verifier-version."""
+    from gymflow.store.current import current_verifier_version, make_current, stored_versions
+
+    con = connect(run_dir)
+    try:
+        before = current_verifier_version(con)
+        make_current(con, version)
+        known = stored_versions(con)
+        warn_stale_report(con, run_dir)
+    finally:
+        con.close()
+    if json_output:
+        print_json({"previous_version": before, "current_version": version, "versions": known})
+        return
+    console.print(f"{run_dir}: read under {version} from now on (was {before})", markup=False)

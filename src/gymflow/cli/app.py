@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
-from gymflow.cli import exit_codes, local_prefect
+from gymflow.cli import GROUPS, exit_codes, local_prefect
 from gymflow.errors import RuntimeFailure
+from gymflow.present.terminal import TextConsole, styled
 
-# Prefect's defaults for gymflow, and the local server if one runs, before Prefect reads them.
+# Prefect's defaults for gymflow, before Prefect reads them.
 local_prefect.configure()
 
 app = typer.Typer(
@@ -24,30 +24,48 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-eval_app = typer.Typer(help="Run, check, profile and diagnose evaluations.", no_args_is_help=True)
-app.add_typer(eval_app, name="eval")
-list_app = typer.Typer(help="List environments and benchmarks.", no_args_is_help=True)
-app.add_typer(list_app, name="list")
-env_app = typer.Typer(help="Check and scaffold environments and configs.", no_args_is_help=True)
-app.add_typer(env_app, name="env")
-serve_app = typer.Typer(help="Serve a model or an environment over HTTP.", no_args_is_help=True)
-app.add_typer(serve_app, name="serve")
-data_app = typer.Typer(
-    help="Training data from a run: select tasks, export trajectories, profile.",
-    no_args_is_help=True,
-)
-app.add_typer(data_app, name="data")
+_groups = {name: typer.Typer(help=text, no_args_is_help=True) for name, text in GROUPS.items()}
+for _name, _group in _groups.items():
+    app.add_typer(_group, name=_name)
 
-console = Console()
-errors = Console(stderr=True)
+
+def group(name: str) -> typer.Typer:
+    """The Typer app of the command group `name` (`gymflow.cli.GROUPS`)."""
+    return _groups[name]
+
+
+eval_app, list_app, env_app, serve_app, data_app = map(
+    group, ("eval", "list", "env", "serve", "data")
+)
+
+# Every string printed as text: markup off, control characters escaped (`present.terminal`).
+console = TextConsole()
+errors = TextConsole(stderr=True)
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print one error line and exit; `code` is one of `gymflow.cli.exit_codes` (1: bad usage,
     config or input)."""
-    # soft_wrap: one line stays one line in a log, whatever the terminal's width
-    errors.print(Text("error: ", style="bold red") + Text(message), highlight=False, soft_wrap=True)
+    # soft wrap (the console's): one line stays one line in a log, whatever the terminal's width
+    errors.print(styled(("error: ", "bold red"), message), highlight=False)
     raise typer.Exit(code)
+
+
+#: What every command reading a run prints when a simulated model answered it
+#: (`gymflow.analysis.simulated`).
+SIMULATED_LINE = "SIMULATED: gymflow's simulated policy server answered this run, not a real model"
+
+
+def warn_stale_report(con, run_dir: Path) -> None:
+    """One line on stderr when RUN_DIR/report.html was rendered under another verifier version
+    than the one the run is read under now (a report is static: it cannot say so itself)."""
+    from gymflow.reports.stamp import stale_report
+    from gymflow.store.current import current_verifier_version
+    from gymflow.store.db import store_path
+
+    warning = stale_report(store_path(run_dir).parent, current_verifier_version(con))
+    if warning:
+        errors.print(styled(("warning: ", "bold yellow"), warning), highlight=False)
 
 
 def prefect_for_run() -> None:
@@ -62,7 +80,8 @@ def prefect_for_run() -> None:
         ui = server.api_url.removesuffix("/api")
         errors.print(
             f"started a local Prefect server that this and later gym commands use: {ui} (pid "
-            f"{server.pid}, log {server.log}); `gym server --stop` stops it",
+            f"{server.prefect.pid}, log {server.log}), with reports served at "
+            f"{server.reports.url}; `gym server --stop` stops both",
             highlight=False,
             markup=False,
             soft_wrap=True,

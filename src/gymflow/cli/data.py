@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from gymflow.cli.app import console, data_app, fail, print_json
+from gymflow.cli.app import console, data_app, fail, print_json, warn_stale_report
 from gymflow.data.chat import KINDS, TrajectoryFilters, prepare_trajectories, write_trajectories
 from gymflow.data.profile import data_profile
 from gymflow.data.provenance import provenance
 from gymflow.data.rows import write_selection
 from gymflow.data.select import INFORMATIVE, Filters, parse_band, select_tasks
+from gymflow.present import format_counts, format_number, format_percent
+from gymflow.present.terminal import print_table, styled, table
 from gymflow.store.db import connect
 
 RunDir = Annotated[Path, typer.Argument(help="Run directory (or its .duckdb file).")]
@@ -94,6 +96,7 @@ def data_select(
     filters = _filters(pass_rate, bucket, tag, difficulty, max_input_tokens, max_output_tokens)
     con = connect(run_dir, read_only=True)
     try:
+        warn_stale_report(con, run_dir)
         selection = select_tasks(con, filters, verifier_version=verifier_version)
         record = provenance(
             con,
@@ -117,10 +120,14 @@ def data_select(
         return
     counts = selection.counts
     console.print(
-        f"kept [bold]{counts['kept']}[/] of {counts['tasks']} tasks ({counts['rollouts']} "
-        f"rollouts) under verifier {selection.verifier_version}"
+        styled(
+            "kept ",
+            (str(counts["kept"]), "bold"),
+            f" of {counts['tasks']} tasks ({counts['rollouts']} rollouts) under verifier "
+            f"{selection.verifier_version}",
+        )
     )
-    kept = ", ".join(f"{b} {n}" for b, n in counts["kept_by_bucket"].items() if n)
+    kept = format_counts({b: n for b, n in counts["kept_by_bucket"].items() if n})
     if kept:
         console.print(f"  by bucket: {kept}")
     for filter_name, rejected in counts["rejected_by"].items():
@@ -129,8 +136,10 @@ def data_select(
         console.print(f"  {kind}: {path}")
     if paths:
         root = Path(paths["benchmark"]).parent.parent
+        # On a line of its own, never wrapped (the console soft-wraps): it is copied and pasted.
+        console.print("evaluate it again:")
         console.print(
-            f"evaluate it again: GYMFLOW_ENVIRONMENTS_PATH={root} gym eval run --benchmark {name}"
+            f"  GYMFLOW_ENVIRONMENTS_PATH={shlex.quote(str(root))} gym eval run --benchmark {name}"
         )
 
 
@@ -179,6 +188,7 @@ def data_trajectories(
     filters = _filters(pass_rate, bucket, tag, difficulty, max_input_tokens, max_output_tokens)
     con = connect(run_dir, read_only=True)
     try:
+        warn_stale_report(con, run_dir)
         selection = select_tasks(con, filters, verifier_version=verifier_version)
         counts = prepare_trajectories(con, selection.verifier_version, trajectory_filters)
         counts = {"tasks": selection.counts, "rollouts": counts}
@@ -199,9 +209,13 @@ def data_trajectories(
         return
     r = counts["rollouts"]
     console.print(
-        f"wrote [bold]{rows}[/] {kind} rows to {out} from {selection.counts['kept']} tasks; "
-        f"rollouts: {r['scored_rollouts']} scored, {r['dropped_unhealthy']} flagged by health, "
-        f"{r['dropped_too_long']} too long, {r['dropped_duplicates']} duplicates dropped"
+        styled(
+            "wrote ",
+            (str(rows), "bold"),
+            f" {kind} rows to {out} from {selection.counts['kept']} tasks; rollouts: "
+            f"{r['scored_rollouts']} scored, {r['dropped_unhealthy']} flagged by health, "
+            f"{r['dropped_too_long']} too long, {r['dropped_duplicates']} duplicates dropped",
+        )
     )
 
 
@@ -226,6 +240,7 @@ def data_profile_command(
     filters = _filters(pass_rate, bucket, tag, difficulty, max_input_tokens, max_output_tokens)
     con = connect(run_dir, read_only=True)
     try:
+        warn_stale_report(con, run_dir)
         result = data_profile(
             con,
             verifier_version=verifier_version,
@@ -242,31 +257,38 @@ def data_profile_command(
 
 
 def _rate(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}"
+    return format_number(value, 2)
 
 
 def _print_profile(result: dict) -> None:
     console.print(
-        f"{result['tasks']} tasks, [bold]{result['informative']}[/] informative "
-        f"({100 * result['informative_share']:.1f}%: 0 < pass rate < 1) under verifier "
-        f"{result['verifier_version']}"
+        styled(
+            f"{result['tasks']} tasks, ",
+            (str(result["informative"]), "bold"),
+            f" informative ({format_percent(result['informative_share'])} "
+            "of the tasks with a score: 0 < pass rate < 1) "
+            f"under verifier {result['verifier_version']}",
+        )
     )
-    table = Table("group", "tasks", "informative", "mean pass", "tasks per pass-rate bin")
+    grid = table(
+        "group", "tasks", "informative", "mean pass", "tasks per pass-rate bin", keys=("group",)
+    )
     rows = [("all", result["overall"])]
     rows += [(f"tag {g['group']}", g) for g in result["by_tag"]]
     rows += [(f"difficulty {g['group']}", g) for g in result["by_difficulty"]]
     for label, g in rows:
-        table.add_row(
+        grid.add_row(
             label,
             str(g["tasks"]),
-            f"{100 * g['informative_share']:.0f}%",
+            format_percent(g["informative_share"], 0),
             _rate(g["mean_pass_rate"]),
             " ".join(f"{b}:{v}" for b, v in g["histogram"].items() if v),
         )
-    console.print(table)
+    print_table(console, grid)
     dups = result["near_duplicates"]
     console.print(
-        f"near-duplicate prompts (similarity >= {dups['threshold']}): {dups['groups']} groups, "
+        f"near-duplicate prompts (exact similarity >= {dups['threshold']}; precision 100%, "
+        f"recall {dups['recall_at_threshold']:.1%} at the threshold): {dups['groups']} groups, "
         f"{dups['grouped_tasks']} tasks"
     )
     for group in dups["shown"]:
@@ -274,4 +296,10 @@ def _print_profile(result: dict) -> None:
         console.print(f"  {group['tasks']} tasks (similarity {group['similarity']:.2f}): {rates}")
     sel = result["selection"]
     chosen = {k: v for k, v in sel["filters"].items() if v not in (None, [])}
-    console.print(f"selection {chosen}: keeps [bold]{sel['kept']}[/] of {sel['tasks']} tasks")
+    console.print(
+        styled(
+            f"selection ({format_counts(chosen, between='=') if chosen else 'no filter'}): keeps ",
+            (str(sel["kept"]), "bold"),
+            f" of {sel['tasks']} tasks",
+        )
+    )

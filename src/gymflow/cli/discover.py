@@ -17,6 +17,8 @@ from gymflow.environments.registry import (
 from gymflow.environments.requirements import install_hint
 from gymflow.environments.search import Catalog, load_catalog, search
 from gymflow.errors import GymflowError
+from gymflow.present import format_interval, format_number, format_value
+from gymflow.present.terminal import styled
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
@@ -46,7 +48,7 @@ def _first_sentence(text: str) -> str:
 def _catalog() -> Catalog:
     catalog = load_catalog()
     for problem in catalog.problems:
-        errors.print(f"[yellow]warning:[/] {problem}", highlight=False)
+        errors.print(styled(("warning:", "yellow"), f" {problem}"), highlight=False)
     return catalog
 
 
@@ -90,7 +92,7 @@ def _environment_detail(name: str, catalog: Catalog) -> dict[str, Any]:
 
 
 def _print_detail(detail: dict[str, Any]) -> None:
-    console.print(f"[bold]{detail['name']}[/]  ({detail['domain']})  {detail['path']}")
+    console.print(styled((detail["name"], "bold"), f"  ({detail['domain']})  {detail['path']}"))
     console.print(detail["description"], highlight=False)
     table = Table(show_header=False, box=None)
     table.add_column(style="bold")
@@ -99,9 +101,10 @@ def _print_detail(detail: dict[str, Any]) -> None:
     table.add_row("harness", detail["harness"])
     table.add_row(
         "verifier",
-        f"{detail['verifier_version']}  params {detail['verifier']['params'] or '{}'}",
+        f"{detail['verifier_version']}  params {format_value(detail['verifier']['params'])}",
     )
-    table.add_row("reward", f"{detail['reward_range']}  pass at >= {detail['pass_threshold']}")
+    reward = format_interval(detail["reward_range"], each=format_number, between=" to ")
+    table.add_row("reward", f"{reward}; passes at >= {format_number(detail['pass_threshold'])}")
     table.add_row("reverify", "stateless" if detail["reverify_stateless"] else "needs state")
     splits = ", ".join(
         f"{name} ({spec['size'] if spec['size'] is not None else '?'})"
@@ -116,8 +119,8 @@ def _print_detail(detail: dict[str, Any]) -> None:
             params = ", ".join((tool.get("parameters") or {}).get("properties", {}))
             tools.add_row(tool["name"], params, tool.get("description", ""))
         console.print(tools)
-    console.print("[bold]prompt template[/]")
-    console.print(detail["prompt_template"], highlight=False, markup=False)
+    console.print("prompt template", style="bold")
+    console.print(detail["prompt_template"], highlight=False)
 
 
 @list_app.command("environments")

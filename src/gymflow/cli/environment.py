@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.text import Text
 
 from gymflow.cli import exit_codes
 from gymflow.cli.app import console, env_app, print_json
 from gymflow.environments.registry import PATH_VARIABLE
 from gymflow.environments.scaffold import scaffold
+from gymflow.present.terminal import styled
 from gymflow.rollouts.validate import validate_config
 
 
@@ -29,11 +29,11 @@ def validate(
         print_json(report.as_json())
     else:
         for check in report.passed:
-            console.print(Text("ok   ", style="green") + Text(check))
+            console.print(styled(("ok   ", "green"), check))
         for problem in report.problems:
-            console.print(Text("FAIL ", style="bold red") + Text(problem))
+            console.print(styled(("FAIL ", "bold red"), problem))
         verdict = "valid" if report.ok else f"{len(report.problems)} problem(s)"
-        console.print(Text(f"{config}: {verdict}", style="bold"))
+        console.print(f"{config}: {verdict}", style="bold")
     if not report.ok:
         raise typer.Exit(exit_codes.BAD_INPUT)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -11,11 +10,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
 from gymflow import progress
 from gymflow.cli import exit_codes
-from gymflow.cli.app import app, console, errors, eval_app, fail, prefect_for_run
+from gymflow.cli.app import (
+    SIMULATED_LINE,
+    app,
+    console,
+    errors,
+    eval_app,
+    fail,
+    prefect_for_run,
+)
 from gymflow.cli.scale import server_hint_once
 from gymflow.config import (
     ConfigError,
@@ -24,11 +30,14 @@ from gymflow.config import (
     format_validation_error,
     load_config_file,
     merge_overrides,
+    missing_api_key,
     parse_config,
 )
 from gymflow.environments.registry import RegistryError, load_benchmark
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
 from gymflow.models.open_files import ensure_open_files
+from gymflow.present import coverage_text, format_percent, headline_text
+from gymflow.present.terminal import print_table, styled, table
 from gymflow.rollouts.plan import RunPlan, resolve
 from gymflow.rollouts.stopping import RunStopped
 from gymflow.simulated.endpoint import launched_early
@@ -66,14 +75,34 @@ class _Bar:
             self.bar.console.print(f"rollouts: {self.done}/{self.total}", highlight=False)
 
 
+#: The flag that sets each config field whose flag is not named after the field.
+FLAGS = {
+    "model.kind": "--model-kind",
+    "model.base_url": "--model-url",
+    "model.name": "--model-name",
+    "sampling.seed": "--seed",
+    "shard": "--shard",
+}
+
+
+def _flag(key: str) -> str:
+    return FLAGS.get(key, "--" + key.rpartition(".")[2].replace("_", "-"))
+
+
 def build_config(path: Path | None, overrides: dict[str, Any]) -> EvalConfig:
+    """The config file overlaid with the flags; a problem names the flag that set the field."""
     source = str(path) if path else "command line"
     base = load_config_file(path) if path else {}
     data = merge_overrides(base, overrides)
-    if overrides.get("sampling.seed") is not None and "sampling" not in base:
-        # `--seed` changes the seed only: the benchmark's other sampling settings stay.
+    sampling_flags = [
+        k for k, v in overrides.items() if k.startswith("sampling.") and v is not None
+    ]
+    if sampling_flags and "sampling" not in base:
+        # `--seed` (or `--temperature`, …) changes that setting only: the benchmark's other
+        # sampling settings stay.
         data["sampling"] = {**_benchmark_sampling(data.get("benchmark")), **data["sampling"]}
-    return parse_config(data, source)
+    flags = {key: _flag(key) for key, value in overrides.items() if value is not None}
+    return parse_config(data, source, flags)
 
 
 def _benchmark_sampling(name: Any) -> dict[str, Any]:
@@ -94,13 +123,9 @@ def check_before_run(config: EvalConfig, *, resume: bool) -> RunPlan:
         config.out, plan.run_id, resume=resume, benchmark_version=plan.benchmark_version
     )
     ensure_open_files(config.concurrency, remote_resources=config.resources_url is not None)
-    key = config.model.api_key_env
-    if key and not os.environ.get(key):
-        # Otherwise every request would go without a key, and fail (or succeed) as someone else.
-        raise ConfigError(
-            f"model.api_key_env names {key}, which is not set here: export {key}=... (the key "
-            "is read from it at run time and never stored)"
-        )
+    missing = missing_api_key(config.model)
+    if missing:
+        raise ConfigError(missing)
     return plan
 
 
@@ -139,7 +164,7 @@ def run_loop(
     server_hint_once()
 
     columns = (
-        TextColumn("[bold]{task.description}"),
+        TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
@@ -162,34 +187,52 @@ def _stored(plan: RunPlan) -> str:
     return f"{plan.config.out} holds {stored} of {len(plan.keys())} rollouts"
 
 
+def _resuming(plan: RunPlan) -> str:
+    """What `--resume` will do with the run's folder, said before it starts: a mistyped --out
+    must not start a fresh run unannounced where the user meant to continue one."""
+    out, expected = plan.config.out, len(plan.keys())
+    if not store_path(out).exists():
+        return (
+            f"--resume: {out} holds no run yet (no {store_path(out).name}), so a new run of "
+            f"{expected} rollouts starts there; check --out if you meant to continue one"
+        )
+    with connect(store_path(out), read_only=True) as con:
+        stored, failed = con.execute(
+            "SELECT count(DISTINCT (task_id, repeat_index)), "
+            "count(DISTINCT (task_id, repeat_index)) FILTER (WHERE status <> 'completed') "
+            "FROM rollouts"
+        ).fetchone()
+    if stored >= expected and not failed:
+        return (
+            f"nothing to collect: {out} already holds all {expected} rollouts; health, profile "
+            "and the report are brought up to date"
+        )
+    return f"resuming {out}: {stored} of {expected} rollouts stored ({failed} failed)"
+
+
 def print_headline(result: dict[str, Any]) -> None:
     analysis: RunAnalysis = result["analysis"]
     profile = analysis.profile
-    coverage = profile.coverage
-    lo, hi = profile.ci95 or (None, None)
-
-    def pct(value: float | None) -> str:
-        return "n/a" if value is None else f"{100 * value:.1f}%"
-
     console.print(
-        f"[bold]{profile.benchmark or profile.environment}[/] · {profile.model}"
-        f" · run {profile.run_id}"
+        styled(
+            (profile.benchmark or profile.environment, "bold"),
+            f" · {profile.model} · run {profile.run_id}",
+        )
     )
-    console.print(f"pass@1 = [bold]{pct(profile.pass_at_1)}[/]  (95% CI {pct(lo)} – {pct(hi)})")
-    table = Table("k", "pass@k", "pass^k")
+    if profile.simulated:
+        console.print(SIMULATED_LINE)
+    console.print(styled((headline_text(profile), "bold")))
+    grid = table("k", "pass@k", "pass^k")
     for k, value in profile.pass_at_k.items():
-        table.add_row(k, pct(value), pct(profile.pass_hat_k[k]))
-    console.print(table)
-    console.print(
-        f"coverage: expected {coverage.expected}, scored {coverage.scored}, "
-        f"failed {coverage.failed}, missing {coverage.missing} "
-        f"(failures {profile.failures})"
-    )
+        grid.add_row(k, format_percent(value), format_percent(profile.pass_hat_k[k]))
+    print_table(console, grid)
+    console.print(f"coverage: {coverage_text(profile.coverage)} (failures {profile.failures})")
     health = analysis.health
     warnings = f" (warnings: {', '.join(health.warnings)})" if health.warnings else ""
-    console.print(f"health: {health.verdict}{warnings}", markup=False)
+    console.print(f"health: {health.verdict}{warnings}")
     decision = analysis.decision
-    console.print(f"next action: {decision.label or 'none'} ({decision.why})", markup=False)
+    console.print(f"next action: {decision.label or 'none'} ({decision.why})")
+    console.print(f"verifier version: {profile.verifier_version}")
     console.print(f"report: {result['report']}")
 
 
@@ -202,6 +245,8 @@ def _execute(
 ) -> None:
     config = build_config(path, overrides)
     plan = check_before_run(config, resume=resume)
+    if resume and scale.shards == 1 and config.shard.count == 1:
+        console.print(_resuming(plan))
     prefect_for_run()
     # The local policy server starts while Prefect is imported and the flow run starts.
     with launched_early(plan):
@@ -248,6 +293,29 @@ def eval_run(
     ] = None,
     model_url: Annotated[str | None, typer.Option(help="Model server base URL (…/v1).")] = None,
     model_name: Annotated[str | None, typer.Option(help="Model name sent to the server.")] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Environment variable holding the API key (not the key).")
+    ] = None,
+    temperature: Annotated[
+        float | None, typer.Option(help="Sampling temperature (the benchmark's otherwise).")
+    ] = None,
+    top_p: Annotated[float | None, typer.Option(help="Sampling top_p.")] = None,
+    max_output_tokens: Annotated[
+        int | None, typer.Option(help="Output tokens per model call.")
+    ] = None,
+    harness: Annotated[
+        str | None, typer.Option(help="Harness: single_turn | tool_loop (the environment's).")
+    ] = None,
+    max_turns: Annotated[
+        int | None, typer.Option(help="Model calls per rollout (tool_loop).")
+    ] = None,
+    prompt_template: Annotated[
+        str | None, typer.Option(help="Jinja prompt template over a task's fields.")
+    ] = None,
+    tool_choice: Annotated[
+        str | None,
+        typer.Option(help="auto | required | none, sent with the tools (unset: not sent)."),
+    ] = None,
     shards: Annotated[
         int, typer.Option(help="Split into N shards, run concurrently here (or on --work-pool).")
     ] = 1,
@@ -294,9 +362,17 @@ def eval_run(
         "shard": shard_spec,
         "concurrency": concurrency,
         "sampling.seed": seed,
+        "sampling.temperature": temperature,
+        "sampling.top_p": top_p,
+        "sampling.max_output_tokens": max_output_tokens,
         "model.kind": model_kind,
         "model.base_url": model_url,
         "model.name": model_name,
+        "model.api_key_env": api_key_env,
+        "harness.name": harness,
+        "harness.max_turns": max_turns,
+        "prompt_template": prompt_template,
+        "model.tool_choice": tool_choice,
         "stop_after_transport_failures": stop_after_transport_failures,
     }
     _execute(config, overrides, resume, scale, retry_failed)
@@ -305,4 +381,5 @@ def eval_run(
 @app.command("demo")
 def demo(out: Annotated[str, typer.Option(help="Run directory.")] = "runs/demo") -> None:
     """Run the whole loop on arithmetic-smoke against the local (simulated) policy server."""
-    _execute(None, {"benchmark": "arithmetic-smoke", "out": out}, resume=True)
+    # A second demo continues the first (and says there is nothing to collect).
+    _execute(None, {"benchmark": "arithmetic-smoke", "out": out}, resume=store_path(out).exists())

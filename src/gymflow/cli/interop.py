@@ -7,12 +7,11 @@ from typing import Annotated
 
 import typer
 
-from gymflow.cli.app import app, console, fail, print_json
+from gymflow.cli.app import app, console, fail, group, print_json
 from gymflow.interop.export import FORMATS, export_run
 from gymflow.interop.nemo_gym import import_rollouts
 
-import_app = typer.Typer(help="Import rollouts collected elsewhere.", no_args_is_help=True)
-app.add_typer(import_app, name="import")
+import_app = group("import")
 
 
 @import_app.command("nemo-gym")
@@ -60,7 +59,13 @@ def import_nemo_gym(
 def export(
     run_dir: Annotated[Path, typer.Argument(help="Run directory (or its .duckdb file).")],
     fmt: Annotated[str, typer.Option("--format", help=" | ".join(FORMATS))] = "jsonl",
-    out: Annotated[Path | None, typer.Option(help="Output file (default: in RUN_DIR).")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Output file (default: in RUN_DIR). A symlink is followed (the file it names "
+            "is replaced, the link kept); a device or FIFO is refused."
+        ),
+    ] = None,
     verifier_version: Annotated[
         str | None, typer.Option(help="Verifier version whose rewards to write (newest).")
     ] = None,

@@ -23,7 +23,7 @@ def report(
         ),
     ] = None,
     verifier_version: Annotated[
-        str | None, typer.Option(help="Verifier version to read (default: the newest).")
+        str | None, typer.Option(help="Verifier version to read (default: the run's current one).")
     ] = None,
 ) -> None:
     """Write the HTML report: opens offline, readable without JavaScript."""
@@ -34,7 +34,11 @@ def report(
     path = write_run_report(
         run_dir, out=out, compare_dir=compare, verifier_version=verifier_version
     )
-    console.print(f"report: {path.resolve()}", highlight=False, soft_wrap=True)
+    from gymflow.reports.stamp import rendered_verifier_version
+
+    version = rendered_verifier_version(path)
+    under = f" (verifier {version})" if version else ""
+    console.print(f"report: {path.resolve()}{under}", highlight=False, soft_wrap=True)
     export = export_path(path)
     if export.exists():
         console.print(f"trajectories: {export.resolve()}", highlight=False, soft_wrap=True)

@@ -2,27 +2,43 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 from gymflow.cli import exit_codes
-from gymflow.cli.app import app, console, fail, print_json
+from gymflow.cli.app import console, fail, group, print_json
+from gymflow.present import format_interval, format_percent
+from gymflow.present.terminal import print_table, table
 
-runs_app = typer.Typer(
-    help="The runs under a folder: list them, draw a benchmark's trend, gate on regressions.",
-    no_args_is_help=True,
-)
-app.add_typer(runs_app, name="runs")
+if TYPE_CHECKING:
+    from gymflow.history.catalog import CatalogEntry
+
+runs_app = group("runs")
 
 Root = Annotated[Path, typer.Option(help="Folder holding the run folders (searched below).")]
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
+def _shown(path: str) -> str:
+    """A run folder as a user types it here: relative to the working folder when under it."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def _benchmark(entry: CatalogEntry) -> str:
+    """Benchmark and version; an import without one is named by its environment."""
+    name = entry.benchmark or entry.environment or "unknown"
+    return f"{name} {entry.benchmark_version}" if entry.benchmark_version else name
+
+
+def _ci(entry: CatalogEntry) -> str:
+    bounds = None if entry.ci_low is None else (entry.ci_low, entry.ci_high)
+    return format_interval(bounds)
 
 
 @runs_app.command("list")
@@ -46,25 +62,30 @@ def runs_list(
             }
         )
         return
-    columns = ("when", "benchmark", "model", "harness", "pass@1", "95% CI", "scored", "run")
-    table = Table(*columns)
+    columns = ("when", "benchmark", "model", "harness", "verifier", "pass@1", "95% CI", "scored")
+    grid = table(*columns, "run", keys=("run",))
     for e in sorted(entries, key=lambda e: (str(e.created_at), e.run_dir)):
-        ci = f"{_pct(e.ci_low)} – {_pct(e.ci_high)}" if e.ci_low is not None else "n/a"
-        table.add_row(
+        grid.add_row(
             f"{e.created_at:%Y-%m-%d %H:%M}" if e.created_at else "?",
-            f"{e.benchmark or e.environment} {e.benchmark_version}",
+            _benchmark(e),
             e.model,
             e.harness,
-            _pct(e.pass1),
-            ci,
+            e.verifier_version,
+            format_percent(e.pass1),
+            _ci(e),
             f"{e.scored}/{e.expected}",
-            e.run_dir,
+            _shown(e.run_dir),
         )
-    console.print(table)
+    print_table(console, grid)
     for run_dir, why in catalog.skipped:
-        console.print(f"skipped {run_dir}: {why}", markup=False, soft_wrap=True)
-    sql = f"duckdb {catalog.path} 'SELECT * FROM runs'"
-    console.print(f"catalog: {catalog.path} (SQL: {sql})", markup=False, soft_wrap=True)
+        console.print(f"skipped {_shown(run_dir)}: {why}")
+    # The duckdb Python package is installed with gymflow; its command-line tool may not be.
+    query = (
+        f"import duckdb; duckdb.connect({json.dumps(str(catalog.path))}, read_only=True)"
+        '.sql("SELECT * FROM runs").show()'
+    )
+    console.print(f"catalog: {catalog.path}; query it with SQL:")
+    console.print(f"  python -c {shlex.quote(query)}")
 
 
 @runs_app.command("trend")
@@ -90,15 +111,20 @@ def runs_trend(
             {"benchmark": benchmark, "report": str(path), "runs": [asdict(e) for e in entries]}
         )
         return
-    table = Table("when", "model", "version", "pass@1", "95% CI", "coverage")
+    grid = table("when", "model", "version", "verifier", "pass@1", "95% CI", "coverage")
     for e in entries:
-        ci = f"{_pct(e.ci_low)} – {_pct(e.ci_high)}" if e.ci_low is not None else "n/a"
         when = f"{e.created_at:%Y-%m-%d %H:%M}" if e.created_at else "?"
-        table.add_row(
-            when, e.model, e.benchmark_version, _pct(e.pass1), ci, f"{e.scored}/{e.expected}"
+        grid.add_row(
+            when,
+            e.model,
+            e.benchmark_version or "none",
+            e.verifier_version,
+            format_percent(e.pass1),
+            _ci(e),
+            f"{e.scored}/{e.expected}",
         )
-    console.print(table)
-    console.print(f"trend: {path.resolve()}", markup=False, soft_wrap=True)
+    print_table(console, grid)
+    console.print(f"trend: {path.resolve()}")
 
 
 @runs_app.command("gate")
@@ -108,14 +134,18 @@ def runs_gate(
         Path | None,
         typer.Option(help="Where earlier runs live (default: the folder holding RUN_DIR)."),
     ] = None,
-    baseline: Annotated[Path | None, typer.Option(help="A pinned baseline run.")] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(help="The pinned baseline run (default: the earliest run under --root)."),
+    ] = None,
     margin: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Drop (0-1) a regression must exceed.")
     ] = 0.02,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Compare RUN_DIR, paired by task, with the run before it and a baseline; exit 2 when a
-    significant drop beyond the margin is found. The verdict is kept as RUN_DIR/gate.json, and
+    """Compare RUN_DIR, paired by task, with a pinned baseline, and feed the paired t statistic
+    to a CUSUM over the runs since the baseline; exit 2 when it alarms on a drop beyond the
+    margin. The verdict is kept as RUN_DIR/gate.json, and
     `gym report RUN_DIR` states it."""
     from gymflow.history.gate import gate, save_verdict
 
@@ -124,7 +154,7 @@ def runs_gate(
     if as_json:
         print_json(verdict.as_dict())
     else:
-        console.print(verdict.summary(), markup=False, soft_wrap=True)
-        console.print(f"test: {verdict.test}", markup=False, soft_wrap=True)
+        console.print(verdict.summary())
+        console.print(f"test: {verdict.test}")
     if not verdict.passed:
         raise typer.Exit(exit_codes.GATE_FAILED)

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from gymflow import warm_protocol
 from gymflow.cli import exit_codes, local_prefect
 from gymflow.cli.app import app, console, errors, eval_app, fail, print_json
-from gymflow.rollouts.merge import merge_shards
-from gymflow.store.merge import MergeReport
+
+if TYPE_CHECKING:
+    from gymflow.store.merge import MergeReport
+from gymflow.present import format_value
+from gymflow.present.terminal import print_table, styled, table
 
 _TEAM_SETUP = """\
 For a team (history, the UI, Retry buttons, schedules, work pools):
@@ -31,7 +32,8 @@ gymflow is using Prefect's ephemeral mode (PREFECT_API_URL is not set): a tempor
 per command, which keeps little run history and costs each command several seconds.
 
 On one machine: `gym server --start` starts a local Prefect server in the background that every
-later gym command reuses (`gym server --stop` stops it).
+later gym command reuses, with a report server beside it for the Prefect UI's report links
+(`gym server --stop` stops both).
 
 {_TEAM_SETUP}
 
@@ -42,16 +44,15 @@ _HINT_MARKER = "gymflow-server-hint-shown"
 
 def server_hint_once() -> None:
     """Print SERVER_HINT on stderr if runs go to an ephemeral server and it was never shown."""
-    from prefect.settings import PREFECT_API_URL, PREFECT_HOME
+    from prefect.settings import PREFECT_API_URL
 
     if PREFECT_API_URL.value():
         return
-    marker = Path(PREFECT_HOME.value()) / _HINT_MARKER
+    marker = local_prefect.own_home() / _HINT_MARKER
     if marker.exists():
         return
     errors.print(SERVER_HINT, highlight=False, markup=False, soft_wrap=True)
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.touch()
+    local_prefect.write_file(marker, b"")
 
 
 def _connected(api_url: str) -> str:
@@ -82,64 +83,76 @@ def server(
         bool, typer.Option("--start", help="Start a local Prefect server every gym reuses.")
     ] = False,
     stop: Annotated[bool, typer.Option("--stop", help="Stop the local server.")] = False,
+    reports_root: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --start: the folder whose reports the report server serves "
+            "(default: the working folder)."
+        ),
+    ] = None,
 ) -> None:
     """Which Prefect server runs go to, and how to start a persistent one and a worker, so a
     team keeps run history. Plain lines (no wrapping), so they copy as they are. `--start`
     starts one on 127.0.0.1 in the background that every later gym command of this
-    PREFECT_HOME uses (no ephemeral server per command); `--stop` stops it."""
+    PREFECT_HOME uses (no ephemeral server per command), with a report server beside it for
+    the UI's report links; `--stop` stops both."""
     if start and stop:
         fail("give --start or --stop, not both")
     if stop:
         stopped = local_prefect.stop()
-        said = f"stopped the local Prefect server at {stopped.api_url}" if stopped else None
-        console.print(said or "no local Prefect server was running", markup=False)
+        said = (
+            f"stopped the local Prefect server at {stopped.api_url} and the report server at "
+            f"{stopped.reports.url}"
+            if stopped
+            else "no local Prefect server was running"
+        )
+        console.print(said, markup=False, soft_wrap=True)
         return
     if start:
-        local = local_prefect.start()
+        if reports_root is not None and not reports_root.is_dir():
+            fail(f"--reports-root {reports_root}: not a folder")
+        local, _ = local_prefect.start(reports_root)
         console.print(
-            f"local Prefect server: {local.api_url} (pid {local.pid}, log {local.log}); every "
-            "gym command of this PREFECT_HOME now uses it; its UI is at "
-            f"{local.api_url.removesuffix('/api')}. Stop it with `gym server --stop`.",
+            f"local Prefect server: {local.api_url} (pid {local.prefect.pid}, log {local.log}); "
+            "every gym command of this PREFECT_HOME now uses it; its UI is at "
+            f"{local.api_url.removesuffix('/api')}; the reports under {local.reports_root} are "
+            f"served at {local.reports.url}. Stop both with `gym server --stop`.",
             markup=False,
             soft_wrap=True,
         )
         return
+    local_prefect.adopt()
     from prefect.settings import PREFECT_API_URL
 
     api_url = PREFECT_API_URL.value()
     text = SERVER_HINT if not api_url else f"{_connected(api_url)}\n\n{_TEAM_SETUP}"
     console.print(text, highlight=False, markup=False, soft_wrap=True)
-    warm = local_prefect.warm_pid()
-    if warm is not None:
-        log = local_prefect.prefect_home() / warm_protocol.LOG_FILE
-        console.print(
-            f"\nwarm process: pid {warm} (log {log}); gym commands of this PREFECT_HOME are "
-            f"forked from it when they can be (`{warm_protocol.MODE_ENV}=off`: never)",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
-        )
 
 
 def _print_report(report: MergeReport, max_missing: int) -> None:
-    table = Table("shard store", "shards", "rollouts")
+    grid = table("shard store", "shards", "rollouts", keys=("shard store",))
     for shard in report.merged:
-        table.add_row(
-            str(shard.path.parent), ",".join(map(str, shard.indices)), str(shard.rollouts)
-        )
-    console.print(table)
-    added = ", ".join(f"{table} +{n}" for table, n in report.added.items())
+        grid.add_row(str(shard.path.parent), ",".join(map(str, shard.indices)), str(shard.rollouts))
+    print_table(console, grid)
+    added = ", ".join(f"{name} +{n}" for name, n in report.added.items())
     console.print(f"run {report.run_id} → {report.run_dir}: {added}")
     console.print(
         f"stored {report.stored} of {report.expected} rollouts; shards present "
         f"{report.shards_present or 'none'} of {report.shard_count}"
     )
     if report.complete:
-        console.print("[bold green]complete[/]: no (task_id, repeat_index) is missing")
+        console.print(styled(("complete", "bold green"), ": no (task_id, repeat_index) is missing"))
         return
     console.print(
-        f"[bold yellow]missing {len(report.missing)}[/] (task_id, repeat_index) pairs"
-        + (f"; shards with no store: {report.shards_missing}" if report.shards_missing else "")
+        styled(
+            (f"missing {len(report.missing)}", "bold yellow"),
+            " (task_id, repeat_index) pairs"
+            + (
+                f"; shards with no store: {format_value(report.shards_missing)}"
+                if report.shards_missing
+                else ""
+            ),
+        )
     )
     for task_id, repeat in report.missing[:max_missing]:
         console.print(f"  {task_id} #{repeat}", highlight=False)
@@ -161,6 +174,8 @@ def eval_aggregate(
 ) -> None:
     """Merge shard stores into a run store. Idempotent; a shard of another config or benchmark
     version is refused and nothing is written; lists the (task_id, repeat_index) pairs missing."""
+    from gymflow.rollouts.merge import merge_shards  # DuckDB and the store: not for `gym server`
+
     report = merge_shards(out, list(shard_dirs))
     if json_output:
         print_json(report.as_dict(max_missing=len(report.missing)))

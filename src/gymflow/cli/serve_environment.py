@@ -10,6 +10,7 @@ import yaml
 from gymflow import bounded_yaml
 from gymflow.cli.app import console, fail, serve_app
 from gymflow.environments.registry import load_environment
+from gymflow.present.terminal import styled
 
 
 def _verifier_params(pairs: list[str]) -> dict[str, Any]:
@@ -42,7 +43,11 @@ def serve_environment(
 
     server = load_environment(name).resources_server(_verifier_params(param or []))
     console.print(
-        f"serving environment [bold]{name}[/] ({server.verifier_version}) on http://{host}:{port}",
+        styled(
+            "serving environment ",
+            (name, "bold"),
+            f" ({server.verifier_version}) on http://{host}:{port}",
+        ),
         highlight=False,
     )
     uvicorn.run(create_app(server), host=host, port=port, log_level="warning")

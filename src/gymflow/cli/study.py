@@ -6,20 +6,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from gymflow.cli import exit_codes
-from gymflow.cli.app import app, console, fail, prefect_for_run, print_json
+from gymflow.cli.app import SIMULATED_LINE, console, fail, group, prefect_for_run, print_json
+from gymflow.present import format_interval, format_number, format_percent, format_points
+from gymflow.present.terminal import print_table, table
 from gymflow.store.db import StoreError
 
-study_app = typer.Typer(
-    help="Ablation studies: vary one thing at a time against a baseline.", no_args_is_help=True
-)
-app.add_typer(study_app, name="study")
-
-
-def _pp(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:+.1f} pp"
+study_app = group("study")
 
 
 @study_app.command("run")
@@ -40,10 +34,12 @@ def study_run(
         stores = store_of(plan)
         for arm in (plan.baseline, *plan.variants):
             what = "baseline" if arm is plan.baseline else (arm.isolates or "confounded")
+            if arm.keys:
+                what += f" ({', '.join(arm.keys)})"
             how = f"rollouts in {stores[arm.name]}"
             if arm.reverify_only:
                 how = f"the baseline's rollouts judged again in {stores[arm.name]}"
-            console.print(f"{arm.name}: {what} ({how})", markup=False, soft_wrap=True)
+            console.print(f"{arm.name}: {what} ({how})")
         return
     prefect_for_run()
     from gymflow.flows.parameters import ScaleOptions
@@ -57,22 +53,32 @@ def study_run(
         print_json(result)
         return
     base = result["baseline"]
-    pass1 = "n/a" if base["pass1"] is None else f"{100 * base['pass1']:.1f}%"
-    console.print(f"study {result['name']}: baseline pass@1 {pass1}", markup=False)
-    columns = ("variant", "isolates", "difference", "95% CI", "p (Holm)", "gained/lost", "health")
-    table = Table(*columns)
+    console.print(f"study {result['name']}: baseline pass@1 {format_percent(base['pass1'])}")
+    arms = [base, *(v["summary"] for v in result["variants"])]
+    if any(arm["simulated"] for arm in arms):
+        names = ", ".join(arm["name"] for arm in arms if arm["simulated"])
+        console.print(f"{SIMULATED_LINE} (arms: {names})")
+    columns = (
+        "variant",
+        "isolates",
+        "difference",
+        "95% CI (simultaneous)",
+        "p (Bonferroni)",
+        "gained/lost",
+        "health",
+    )
+    grid = table(*columns, keys=("variant",))
     for v in result["variants"]:
         s = v["summary"]
-        ci = v["ci95"]
-        table.add_row(
+        grid.add_row(
             s["name"],
             s["isolates"] or "confounded",
-            _pp(v["difference"]),
-            f"{_pp(ci[0])} to {_pp(ci[1])}" if ci else "n/a",
-            "n/a" if v["p_holm"] is None else f"{v['p_holm']:.3g}",
+            format_points(v["difference"]),
+            format_interval(v["ci95"], each=format_points, between=" to "),
+            format_number(v["p_adjusted"]),
             f"{len(v['gained'])}/{len(v['lost'])}",
             s["health"],
         )
-    console.print(table)
-    console.print(f"p-values: {result['test']}", markup=False, soft_wrap=True)
-    console.print(f"report: {Path(result['report']).resolve()}", markup=False, soft_wrap=True)
+    print_table(console, grid)
+    console.print(f"test: {result['test']}")
+    console.print(f"report: {Path(result['report']).resolve()}")

@@ -4,8 +4,12 @@ Jinja's own sandbox stops attribute escapes, not work: `{{ 'x'|center(10**9) }}`
 gigabyte and two nested `range(100000)` loops run for hours. Here one render gets a budget of
 steps (loop iterations and calls) and of output characters, and every operation that can make a
 large value from small ones (`*`, `**`, padding widths, `join`, `replace`, `~`, a `{% set %}`
-block) is checked before or right after it runs. A template over a bound raises SecurityError
-(a TemplateError), which the caller reports with the template's file and field."""
+block) is checked before or right after it runs. A filter that runs Python for every item of
+its input (`sort`, `map`, `groupby`, and any filter over a list) costs a step per item: one
+`a|list|sort` of 4 million characters took 8 s as one step, `groupby` 21 s. And one render gets a
+wall-clock bound, checked at every step, for whatever work remains uncounted. A template over a
+bound raises SecurityError (a TemplateError), which the caller reports with the template's file
+and field; over the time bound, RenderTimeout, so a caller can stop rendering other rows."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import inspect
 import operator
 import re
 import string
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -30,6 +35,16 @@ from jinja2.visitor import NodeTransformer
 MAX_SIZE = 1 << 22
 #: Loop iterations plus calls in one render (a macro call costs ~10 us: about a second).
 MAX_STEPS = 100_000
+#: Wall-clock seconds one render may take: a prompt renders in well under a millisecond.
+MAX_SECONDS = 2.0
+#: Filters that cost the same whatever their input's size: the one exception to a step per item.
+CONSTANT_FILTERS = {"length", "count", "first", "last", "random", "default", "d"}
+#: Filters that run Python per character of a text (for the others a text costs no steps: they
+#: run at C speed, and the slow ones are SLOW_FILTERS).
+PER_ITEM_TEXT_FILTERS = {
+    *("sort", "unique", "map", "select", "reject", "selectattr", "rejectattr", "groupby"),
+    *("min", "max", "sum", "batch", "slice", "dictsort", "list", "join"),
+}
 #: Largest integer a template may compute, in bits.
 MAX_BITS = 1 << 16
 #: Methods and filters whose result grows with an integer argument (a width or a count).
@@ -42,8 +57,13 @@ _PRINTF = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
 _STEPS_FILTER, _OUTPUT_FILTER, _SIZE_FILTER = "_gymflow_steps", "_gymflow_output", "_gymflow_size"
 
 
+class RenderTimeout(SecurityError):
+    """The render outlived MAX_SECONDS: the template's own cost, whatever row it renders."""
+
+
 @dataclass(slots=True)
 class _Budget:
+    deadline: float
     steps: int = MAX_STEPS
     output: int = MAX_SIZE
 
@@ -51,11 +71,28 @@ class _Budget:
 _BUDGET: ContextVar[_Budget] = ContextVar("jinja_budget")
 
 
-def _step() -> None:
+def _step(count: int = 1) -> None:
     budget = _BUDGET.get()
-    budget.steps -= 1
+    budget.steps -= count
     if budget.steps < 0:
-        raise SecurityError(f"more than {MAX_STEPS} loop iterations and calls")
+        raise SecurityError(f"more than {MAX_STEPS} loop iterations, calls and filtered items")
+    if time.monotonic() > budget.deadline:
+        raise RenderTimeout(f"took more than {MAX_SECONDS:g} s to render")
+
+
+def _charge(name: str, value: Any) -> Any:
+    """A filter's cost in steps before it runs: a step per item of its input (an iterator's
+    items as they are drawn), none for a text a C-speed filter reads."""
+    if name in CONSTANT_FILTERS:
+        return value
+    if isinstance(value, str):
+        if name in PER_ITEM_TEXT_FILTERS:
+            _step(len(value))
+    elif isinstance(value, list | tuple | dict | set | frozenset | range):
+        _step(len(value))
+    elif isinstance(value, Iterator):
+        return _steps(value)
+    return value
 
 
 def _sized(value: Any) -> Any:
@@ -130,6 +167,9 @@ def _bounded_filter(name: str, function: Callable[..., Any]) -> Callable[..., An
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _step()
+        if len(args) >= skip:
+            args = (*args[: skip - 1], _charge(name, args[skip - 1]), *args[skip:])
         _precheck(name, args[skip - 1] if len(args) >= skip else None, args[skip:], kwargs)
         return _sized(function(*args, **kwargs))
 
@@ -151,6 +191,7 @@ def _steps(iterable: Iterable[Any]) -> Iterator[Any]:
 
 def _output(value: Any) -> str:
     text = str(value)
+    _step(0)  # the clock
     budget = _BUDGET.get()
     budget.output -= len(text)
     if budget.output < 0:
@@ -240,7 +281,7 @@ def _filter(node: nodes.Node | None, name: str) -> nodes.Filter:
 
 def render(template: Any, inputs: dict[str, Any]) -> str:
     """Render a template compiled by a BoundedSandbox, within a fresh budget."""
-    token = _BUDGET.set(_Budget())
+    token = _BUDGET.set(_Budget(time.monotonic() + MAX_SECONDS))
     try:
         return "".join(template.generate(**inputs))
     finally:

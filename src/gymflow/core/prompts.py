@@ -7,7 +7,7 @@ from typing import Any
 
 from jinja2 import StrictUndefined, TemplateError
 
-from gymflow.core.bounded_jinja import BoundedSandbox, render
+from gymflow.core.bounded_jinja import BoundedSandbox, RenderTimeout, render
 from gymflow.errors import UserError
 
 _JINJA = BoundedSandbox(undefined=StrictUndefined, keep_trailing_newline=False, autoescape=False)
@@ -15,6 +15,10 @@ _JINJA = BoundedSandbox(undefined=StrictUndefined, keep_trailing_newline=False, 
 
 class PromptError(UserError, ValueError):
     pass
+
+
+class PromptTimeout(PromptError):
+    """The template outlived its time bound: its own cost, so other rows need not be tried."""
 
 
 @cache
@@ -28,6 +32,8 @@ def _compile(template: str):
 def render_prompt(template: str, inputs: dict[str, Any]) -> str:
     try:
         return render(_compile(template), inputs)
+    except RenderTimeout as exc:
+        raise PromptTimeout(str(exc)) from None
     except TemplateError as exc:
         raise PromptError(str(exc)) from None
     except (

@@ -8,6 +8,9 @@ from gymflow.core.records import Verification
 from gymflow.core.tasks import Task
 from gymflow.errors import RuntimeFailure
 
+#: The header a served resources server's session token travels in (environments/asgi.py).
+SESSION_TOKEN_HEADER = "X-Gymflow-Session-Token"
+
 
 class ToolError(Exception):
     """A tool refused its input. The message goes back to the model as the tool's output."""

@@ -15,8 +15,9 @@ from typing import Any, Literal
 
 from gymflow.analysis.health import health
 from gymflow.data.lines import copy_to, make_folder, write_lines
-from gymflow.data.provenance import parquet_metadata_sql, write_sidecar
+from gymflow.data.provenance import parquet_metadata_sql, sidecar_path, sidecar_text
 from gymflow.store.tool_lists import expanded
+from gymflow.written import written
 
 Kind = Literal["passing", "pairs"]
 KINDS: tuple[Kind, ...] = ("passing", "pairs")
@@ -287,7 +288,9 @@ def write_trajectories(
     make_folder(path.parent)
     if parquet:
         sql = _PASSING_PARQUET if kind == "passing" else _PAIRS_PARQUET
-        return copy_to(con, sql, path, f"FORMAT parquet, {parquet_metadata_sql(record)}")
-    rows = write_lines(con, _PASSING_JSONL if kind == "passing" else _PAIRS_JSONL, [], path)
-    write_sidecar(path, record)
+        with written(path) as (partial,):
+            return copy_to(con, sql, partial, f"FORMAT parquet, {parquet_metadata_sql(record)}")
+    with written(path, sidecar_path(path)) as (lines, sidecar):
+        rows = write_lines(con, _PASSING_JSONL if kind == "passing" else _PAIRS_JSONL, [], lines)
+        sidecar.write_text(sidecar_text(record), encoding="utf-8")
     return rows

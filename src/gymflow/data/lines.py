@@ -1,5 +1,7 @@
 """Writing query results to files: a single text column as lines, or a whole query through
-DuckDB's COPY; a file that cannot be written is an OutputError naming it."""
+DuckDB's COPY; a file that cannot be written is a WriteError naming it. The paths given are
+written as they are: callers pass the partials of gymflow.written, which renames a selection's
+files into place together."""
 
 from __future__ import annotations
 
@@ -9,13 +11,9 @@ from typing import Any
 
 import duckdb
 
-from gymflow.errors import UserError
+from gymflow.written import WriteError
 
 BATCH = 50_000
-
-
-class OutputError(UserError):
-    """An output file or folder that cannot be written."""
 
 
 def write_lines(con, sql: str, params: Sequence[Any], path: Path) -> int:
@@ -25,13 +23,10 @@ def write_lines(con, sql: str, params: Sequence[Any], path: Path) -> int:
     its top level, which differ from row to row, so each row is built as JSON text in SQL."""
     rows = 0
     cursor = con.execute(sql, list(params))
-    try:
-        with path.open("w", encoding="utf-8") as handle:
-            while batch := cursor.fetchmany(BATCH):
-                handle.write("\n".join(value for (value,) in batch) + "\n")
-                rows += len(batch)
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    with path.open("w", encoding="utf-8") as handle:  # an OSError: gymflow.written names it
+        while batch := cursor.fetchmany(BATCH):
+            handle.write("\n".join(value for (value,) in batch) + "\n")
+            rows += len(batch)
     return rows
 
 
@@ -40,8 +35,8 @@ def copy_to(con, sql: str, path: Path, options: str) -> int:
     target = str(path).replace("'", "''")
     try:
         (rows,) = con.execute(f"COPY ({sql}) TO '{target}' ({options})").fetchone()
-    except duckdb.IOException as exc:
-        raise OutputError(f"{path}: cannot write: {exc}") from None
+    except duckdb.IOException as exc:  # as an OSError on `path`, for gymflow.written to name
+        raise OSError(0, str(exc).splitlines()[0], str(path)) from None
     return rows
 
 
@@ -49,5 +44,5 @@ def make_folder(path: Path) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OutputError(f"{path}: cannot create the folder: {exc.strerror or exc}") from None
+        raise WriteError(f"{path}: cannot create the folder: {exc.strerror or exc}") from None
     return path

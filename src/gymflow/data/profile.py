@@ -11,7 +11,7 @@ import numpy as np
 
 from gymflow.analysis.frames import frame
 from gymflow.analysis.outcomes import check_verifier_version
-from gymflow.data.neardup import group_documents, normalised_sql
+from gymflow.data.neardup import group_documents, normalised_sql, recall_at
 from gymflow.data.select import Filters, SelectionError, select_tasks
 
 #: Pass-rate bins: exactly 0, tenths in between (the first open at 0), exactly 1, and tasks with
@@ -31,8 +31,10 @@ MEMBERS = 50
 
 
 def _histograms(con, group_sql: str | None) -> list[dict[str, Any]]:
-    """Per group (or one group "all"): tasks, informative tasks and share, mean pass rate over
-    tasks with a score, and task counts per bin of BINS."""
+    """Per group (or one group "all"): tasks, tasks with a score, informative tasks and their
+    share of the tasks with a score (None when none has one: a task with nothing scored is
+    neither informative nor not), mean pass rate over tasks with a score, and task counts per
+    bin of BINS."""
     group = group_sql or "'all'"
     source = (
         "(SELECT *, unnest(CASE WHEN len(coalesce(tags, [])) = 0 THEN ['(none)'] ELSE tags END)"
@@ -45,15 +47,15 @@ def _histograms(con, group_sql: str | None) -> list[dict[str, Any]]:
         f"""
         WITH binned AS (SELECT {group} AS grp, {_BIN_SQL} AS bin, pass_rate FROM {source}),
         per_bin AS (SELECT grp, bin, count(*) AS tasks FROM binned GROUP BY grp, bin)
-        SELECT b.grp, t.tasks, t.informative, t.mean_pass_rate,
+        SELECT b.grp, t.tasks, t.scored, t.informative, t.mean_pass_rate,
                list(b.tasks ORDER BY b.bin) AS counts, list(b.bin ORDER BY b.bin) AS bins
         FROM per_bin b JOIN (
-            SELECT grp, count(*) AS tasks,
+            SELECT grp, count(*) AS tasks, count(*) FILTER (WHERE bin <> 12) AS scored,
                    count(*) FILTER (WHERE pass_rate > 0 AND pass_rate < 1) AS informative,
                    avg(pass_rate) AS mean_pass_rate
             FROM binned GROUP BY grp
         ) t USING (grp)
-        GROUP BY b.grp, t.tasks, t.informative, t.mean_pass_rate
+        GROUP BY b.grp, t.tasks, t.scored, t.informative, t.mean_pass_rate
         ORDER BY t.tasks DESC, b.grp
         """,
     ).to_dicts()
@@ -66,8 +68,9 @@ def _histograms(con, group_sql: str | None) -> list[dict[str, Any]]:
             {
                 "group": row["grp"],
                 "tasks": row["tasks"],
+                "scored": row["scored"],
                 "informative": row["informative"],
-                "informative_share": row["informative"] / row["tasks"],
+                "informative_share": row["informative"] / row["scored"] if row["scored"] else None,
                 "mean_pass_rate": row["mean_pass_rate"],
                 "histogram": dict(zip(BINS, counts, strict=True)),
             }
@@ -133,7 +136,12 @@ def near_duplicates(con, *, threshold: float, shown: int, seed: int = 0) -> dict
     ).to_dicts()
     return {
         "threshold": threshold,
-        "method": "MinHash (64 permutations, 16 bands) over word 3-grams of normalised prompts",
+        "method": "exact Jaccard similarity of word 3-grams of normalised prompts, over the "
+        "candidate pairs of MinHash LSH (64 permutations, 16 bands of 4)",
+        # Every pair kept is checked exactly; a pair exactly at the threshold is a candidate
+        # with this probability (more alike: more often).
+        "precision": 1.0,
+        "recall_at_threshold": recall_at(threshold),
         "groups": summary[0]["groups"] if summary else 0,
         "grouped_tasks": int(summary[0]["grouped_tasks"]) if summary else 0,
         "shown": [
@@ -158,7 +166,7 @@ def data_profile(
 ) -> dict[str, Any]:
     """The training-data profile of the run in `con` under one verifier version (the newest
     unless given). `filters` (default: the informative band) is the selection whose size is
-    reported. Returns {"verifier_version", "tasks", "informative", "informative_share",
+    reported. Returns {"verifier_version", "tasks", "scored", "informative", "informative_share",
     "bins": BINS, "overall": histogram entry, "by_tag": [...], "by_difficulty": [...],
     "near_duplicates": {...}, "selection": {"filters", "kept", "tasks", "kept_by_bucket"}}."""
     if not 0.0 < threshold <= 1.0:
@@ -169,14 +177,16 @@ def data_profile(
     overall = next(iter(_histograms(con, None)), None) or {
         "group": "all",
         "tasks": 0,
+        "scored": 0,
         "informative": 0,
-        "informative_share": 0.0,
+        "informative_share": None,
         "mean_pass_rate": None,
         "histogram": dict.fromkeys(BINS, 0),
     }
     return {
         "verifier_version": version,
         "tasks": overall["tasks"],
+        "scored": overall["scored"],
         "informative": overall["informative"],
         "informative_share": overall["informative_share"],
         "bins": list(BINS),

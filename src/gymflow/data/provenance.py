@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from gymflow import __version__
-from gymflow.data.lines import OutputError
 from gymflow.store.runs import run_info
 
 PARQUET_KEY = "gymflow.provenance"
@@ -55,13 +54,9 @@ def sidecar_path(path: Path) -> Path:
     return path.with_name(path.name.split(".")[0] + ".meta.json")
 
 
-def write_sidecar(path: Path, record: dict[str, Any]) -> Path:
-    target = sidecar_path(path)
-    try:
-        target.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise OutputError(f"{target}: cannot write: {exc.strerror or exc}") from None
-    return target
+def sidecar_text(record: dict[str, Any]) -> str:
+    """The `.meta.json` sidecar's text."""
+    return json.dumps(record, indent=2, default=str) + "\n"
 
 
 def parquet_metadata_sql(record: dict[str, Any]) -> str:

@@ -18,10 +18,11 @@ from typing import Any
 import yaml
 
 from gymflow.config import Sampling
-from gymflow.data.lines import OutputError, copy_to, make_folder, write_lines
-from gymflow.data.provenance import parquet_metadata_sql, write_sidecar
+from gymflow.data.lines import copy_to, make_folder, write_lines
+from gymflow.data.provenance import parquet_metadata_sql, sidecar_path, sidecar_text
 from gymflow.data.select import Selection
 from gymflow.store.tool_lists import expanded
+from gymflow.written import written
 
 # The first attempt of the first model call of each selected task's first stored rollout.
 _REQUESTS = f"""
@@ -100,24 +101,26 @@ def write_selection(
     `NAME.yaml` (a benchmark over the JSONL) and with `parquet`, `NAME.parquet` carrying the
     provenance in its metadata.
 
-    Expects `select_tasks` to have run on `con` (it leaves `data_selected`)."""
+    Expects `select_tasks` to have run on `con` (it leaves `data_selected`). The files take
+    their names together once all are written: a failure (a full disk cut the JSONL mid-line
+    beside the old YAML) leaves the previous selection whole."""
     out_dir = make_folder(out_dir / "benchmarks")
-    jsonl = out_dir / f"{name}.jsonl"
-    rows = write_lines(con, _JSONL, [], jsonl)
-    paths = {"jsonl": str(jsonl), "meta": str(write_sidecar(jsonl, record))}
+    paths = {"benchmark": out_dir / f"{name}.yaml", "jsonl": out_dir / f"{name}.jsonl"}
+    paths["meta"] = sidecar_path(paths["jsonl"])
     if parquet:
-        target = out_dir / f"{name}.parquet"
-        copy_to(con, _PARQUET, target, f"FORMAT parquet, {parquet_metadata_sql(record)}")
-        paths["parquet"] = str(target)
+        paths["parquet"] = out_dir / f"{name}.parquet"
     data_keys = _data_keys(con)
-    benchmark = benchmark_yaml(name, jsonl.name, record, _verifier(con, selection), data_keys)
-    target = out_dir / f"{name}.yaml"
-    try:
-        target.write_text(yaml.safe_dump(benchmark, sort_keys=False), encoding="utf-8")
-    except OSError as exc:
-        raise OutputError(f"{target}: cannot write: {exc.strerror or exc}") from None
-    paths["benchmark"] = str(target)
-    return Written(rows, paths)
+    verifier = _verifier(con, selection)
+    benchmark = benchmark_yaml(name, paths["jsonl"].name, record, verifier, data_keys)
+    with written(*paths.values()) as partials:
+        staged = dict(zip(paths, partials, strict=True))
+        rows = write_lines(con, _JSONL, [], staged["jsonl"])
+        staged["meta"].write_text(sidecar_text(record), encoding="utf-8")
+        if parquet:
+            sql_options = f"FORMAT parquet, {parquet_metadata_sql(record)}"
+            copy_to(con, _PARQUET, staged["parquet"], sql_options)
+        staged["benchmark"].write_text(yaml.safe_dump(benchmark, sort_keys=False), "utf-8")
+    return Written(rows, {kind: str(path) for kind, path in paths.items()})
 
 
 def _data_keys(con) -> list[str]:

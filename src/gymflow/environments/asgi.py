@@ -1,6 +1,6 @@
 """The resources server over HTTP: an ASGI app around one `ResourcesServer`.
 
-    POST /seed_session   {"task_id", "split"?}                 -> {"session_id", "tools"}
+    POST /seed_session   {"task_id", "split"?}   -> {"session_id", "session_token", "tools"}
     POST /tools/{name}   {"session_id", "arguments"}           -> {"output", "error"}
     POST /verify         {"session_id", "output_text", "trajectory"?, "close"?} -> verification
     POST /close_session  {"session_id"}                        -> {"closed"}
@@ -9,17 +9,24 @@
 A tool's failure is the tool's output (`error: true`, status 200): the model reads it and may try
 again; only a request the server cannot route (unknown session or task, a body that is not the
 expected shape) is an HTTP error. Each session holds its own state, so concurrent rollouts never
-see each other's changes."""
+see each other's changes.
+
+A session belongs to the caller that seeded it. Its id is unguessable, and every later request
+on it carries the token the seed returned, in the `X-Gymflow-Session-Token` header: with ids
+`s0, s1, ...` and no check, another local user drove a run's session (cancelled its order, sent
+its email) and the run's own /verify gave reward 1.0. A wrong or missing token is answered as an
+unknown session is (404), so a guess learns nothing."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import Any
+import secrets
+from dataclasses import asdict, dataclass
+from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.core.protocols import ToolError
+from gymflow.core.protocols import SESSION_TOKEN_HEADER, ToolError
 from gymflow.core.tasks import Task
 from gymflow.environments.resources import ResourcesServer
 
@@ -49,6 +56,16 @@ class SessionRequest(BaseModel):
     session_id: str
 
 
+Token = Annotated[str | None, Header(alias=SESSION_TOKEN_HEADER)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Session:
+    internal_id: str  # the resources server's own (deterministic) session id
+    task: Task
+    token: str
+
+
 def _find_task(server: ResourcesServer, task_id: str, split: str | None) -> Task:
     manifest = server.env.manifest
     splits = [split] if split else [manifest.default_split, *manifest.splits]
@@ -65,12 +82,13 @@ def _find_task(server: ResourcesServer, task_id: str, split: str | None) -> Task
 
 def create_app(server: ResourcesServer) -> FastAPI:
     app = FastAPI(title=f"gymflow resources server: {server.env.name}")
-    tasks: dict[str, Task] = {}  # session_id -> task, for /verify
+    sessions: dict[str, _Session] = {}  # the id handed out -> the session
 
-    def task_of(session_id: str) -> Task:
-        if session_id not in tasks:
-            raise HTTPException(404, f"unknown session {session_id!r}")
-        return tasks[session_id]
+    def session_of(session_id: str, token: str | None) -> _Session:
+        session = sessions.get(session_id)
+        if session is None or not secrets.compare_digest(token or "", session.token):
+            raise HTTPException(404, f"unknown session {session_id[:64]!r} for this caller")
+        return session
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -79,21 +97,26 @@ def create_app(server: ResourcesServer) -> FastAPI:
             "environment": server.env.name,
             "verifier_version": server.verifier_version,
             "tools": [tool["name"] for tool in server.tools()],
-            "sessions": len(tasks),
+            "sessions": len(sessions),
         }
 
     @app.post("/seed_session")
     async def seed_session(request: SeedRequest) -> dict[str, Any]:
         task = _find_task(server, request.task_id, request.split)
-        session_id = await server.seed_session(task)
-        tasks[session_id] = task
-        return {"session_id": session_id, "task_id": task.task_id, "tools": server.tools_for(task)}
+        session_id, token = secrets.token_urlsafe(16), secrets.token_urlsafe(32)
+        sessions[session_id] = _Session(await server.seed_session(task), task, token)
+        return {
+            "session_id": session_id,
+            "session_token": token,
+            "task_id": task.task_id,
+            "tools": server.tools_for(task),
+        }
 
     @app.post("/tools/{name}")
-    async def call_tool(name: str, request: ToolRequest) -> dict[str, Any]:
-        task_of(request.session_id)
+    async def call_tool(name: str, request: ToolRequest, token: Token = None) -> dict[str, Any]:
+        session = session_of(request.session_id, token)
         try:
-            output = await server.call_tool(request.session_id, name, request.arguments)
+            output = await server.call_tool(session.internal_id, name, request.arguments)
         except ToolError as exc:
             return {"output": f"error: {exc}", "error": True}
         except Exception as exc:  # a tool bug is reported to the caller, not a dead server
@@ -105,23 +128,24 @@ def create_app(server: ResourcesServer) -> FastAPI:
         return {"output": output, "error": False}
 
     @app.post("/verify")
-    async def verify(request: VerifyRequest) -> dict[str, Any]:
-        task = task_of(request.session_id)
+    async def verify(request: VerifyRequest, token: Token = None) -> dict[str, Any]:
+        session = session_of(request.session_id, token)
         verification = await server.verify(
-            request.session_id, task, request.output_text, request.trajectory
+            session.internal_id, session.task, request.output_text, request.trajectory
         )
         if request.close:
             await _close(request.session_id)
         return asdict(verification)
 
     @app.post("/close_session")
-    async def close_session(request: SessionRequest) -> dict[str, Any]:
-        task_of(request.session_id)
+    async def close_session(request: SessionRequest, token: Token = None) -> dict[str, Any]:
+        session_of(request.session_id, token)
         await _close(request.session_id)
         return {"closed": request.session_id}
 
     async def _close(session_id: str) -> None:
-        tasks.pop(session_id, None)
-        await server.close_session(session_id)
+        session = sessions.pop(session_id, None)
+        if session is not None:
+            await server.close_session(session.internal_id)
 
     return app

@@ -77,6 +77,11 @@ class Environment:
 
     Instances are cheap; tasks are loaded on demand and cached per split."""
 
+    #: Whether a run's benchmark version covers the split's rows and the verifier's version:
+    #: true for an environment whose rows and verifier live outside gymflow (NeMo Gym's), where
+    #: the environment's name alone does not pin them.
+    rows_are_protocol = False
+
     def __init__(self, manifest: EnvironmentManifest, folder: Path) -> None:
         self.manifest = manifest
         self.folder = folder

@@ -17,6 +17,7 @@ from gymflow import bounded_yaml
 from gymflow.config import MAX_REPEATS, Sampling, format_validation_error
 from gymflow.environments.base import Environment, EnvironmentManifest, VerifierRef
 from gymflow.environments.dataset.spec import DatasetSpec
+from gymflow.environments.nemo_gym.folder import nemo_servers
 from gymflow.registry import (
     Registry,
     RegistryError,
@@ -131,8 +132,12 @@ def _sources(roots: tuple[Path, ...]) -> Registry[EnvironmentSource]:
 
 
 def environment_sources() -> dict[str, EnvironmentSource]:
+    """gymflow's environments, then the NeMo Gym ones of `GYMFLOW_NEMO_GYM_PATH`."""
     found = _sources(tuple(search_roots()))
-    return {name: found.get(name) for name in found.names()}
+    sources = {name: found.get(name) for name in found.names()}
+    for name, server in nemo_servers().items():
+        sources.setdefault(name, EnvironmentSource(server.manifest(), server.folder))
+    return sources
 
 
 def load_entrypoint(source: EnvironmentSource) -> type[Environment]:
@@ -155,6 +160,11 @@ def _load_environment(name: str, roots: tuple[Path, ...]) -> Environment:
         dataset_env = _dataset_environment(name)
         if dataset_env is not None:
             return dataset_env
+        server = nemo_servers().get(name)
+        if server is not None:
+            from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
+
+            return NemoGymEnvironment(server)
     source = sources.get(name)  # raises UnknownName
     return load_entrypoint(source)(source.manifest, source.folder)
 
@@ -168,9 +178,12 @@ def _dataset_environment(name: str) -> Environment | None:
     if benchmark.dataset is None:
         return None
     from gymflow.environments.dataset.environment import DatasetEnvironment
+    from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
 
+    # a NeMo Gym server as the verifier: the benchmark's rows run on that environment's server
+    kind = NemoGymEnvironment if benchmark.verifier.name == "nemo_gym" else DatasetEnvironment
     try:
-        return DatasetEnvironment.from_benchmark(benchmark, path)
+        return kind.from_benchmark(benchmark, path)
     except ValueError as exc:
         raise RegistryError(f"{path}: {exc}") from None
 

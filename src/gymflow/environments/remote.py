@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from gymflow.config import ConfigError, EvalConfig
-from gymflow.core.protocols import ResourcesUnavailable, ToolError
+from gymflow.core.protocols import SESSION_TOKEN_HEADER, ResourcesUnavailable, ToolError
 from gymflow.core.records import Verification
 from gymflow.core.statuses import VERIFY_ERROR
 from gymflow.core.tasks import Task
@@ -99,6 +99,7 @@ class RemoteResourcesServer:
         # Tool schemas are the environment's code, which this side has too: no round trip.
         self._schemas = plan.env.resources_server(plan.verifier_params)
         self._http = httpx.AsyncClient(base_url=self.url, timeout=TIMEOUT)
+        self._tokens: dict[str, str] = {}  # session id -> the token its seed returned
 
     def tools(self) -> list[dict[str, Any]]:
         return self._schemas.tools()
@@ -107,8 +108,10 @@ class RemoteResourcesServer:
         return self._schemas.tools_for(task)
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        token = self._tokens.get(body.get("session_id", ""))
+        headers = {SESSION_TOKEN_HEADER: token} if token else None
         try:
-            response = await self._http.post(path, json=body)
+            response = await self._http.post(path, json=body, headers=headers)
         except httpx.TransportError as exc:  # stopped, restarting, a network gone
             raise ResourcesUnavailable(
                 f"resources server {self.url}{path} unreachable: {type(exc).__name__}: {exc}"
@@ -133,6 +136,7 @@ class RemoteResourcesServer:
 
     async def seed_session(self, task: Task) -> str:
         seeded = await self._post("/seed_session", {"task_id": task.task_id, "split": self.split})
+        self._tokens[seeded["session_id"]] = seeded["session_token"]
         return seeded["session_id"]
 
     async def call_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> str:
@@ -183,6 +187,7 @@ class RemoteResourcesServer:
 
     async def close_session(self, session_id: str) -> None:
         await self._post("/close_session", {"session_id": session_id})
+        self._tokens.pop(session_id, None)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -191,6 +196,10 @@ class RemoteResourcesServer:
 def open_resources(plan: ServedPlan) -> ResourcesServer | RemoteResourcesServer:
     """The run's resources server: in-process, or the one at the config's `resources_url`."""
     url = plan.config.resources_url
+    from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
+
+    if isinstance(plan.env, NemoGymEnvironment):  # its own server: the given one, or started
+        return plan.env.resources_server(plan.verifier_params).open(url)
     if not url:
         return plan.env.resources_server(plan.verifier_params)
     problems = remote_problems(plan, url)
@@ -200,5 +209,6 @@ def open_resources(plan: ServedPlan) -> ResourcesServer | RemoteResourcesServer:
 
 
 async def close_resources(server: ResourcesServer | RemoteResourcesServer) -> None:
-    if isinstance(server, RemoteResourcesServer):
-        await server.aclose()
+    aclose = getattr(server, "aclose", None)  # a served one, or a NeMo Gym server's client
+    if aclose is not None:
+        await aclose()

@@ -81,6 +81,21 @@ class ResourcesServer:
     async def close_session(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
 
+    # -- judging stored rollouts again -------------------------------------------------------
+    def reverify_refusal(self, resources_url: str | None) -> str | None:
+        """Why stored rollouts cannot be judged again here (None when they can): a verifier of
+        live session state needs the session, which a stored rollout does not hold.
+        `resources_url` is the server the run used, for servers that are not in-process."""
+        if self.env.manifest.reverify_stateless:
+            return None
+        return (
+            f"environment {self.env.name!r} verifies live session state "
+            "(reverify_stateless: false), which stored rollouts do not hold"
+        )
+
+    def close(self) -> None:
+        """Release what the server holds (a started process); nothing for an in-process one."""
+
     # -- verification --------------------------------------------------------------------------
     def verify_sync(self, inp: VerifyInput) -> Verification:
         """Run the verifier; an exception is a verifier error, never a reward of 0, and so is a
@@ -128,6 +143,9 @@ class ResourcesServer:
             return self._bounded_failure(exc)
 
     def _bounded_failure(self, exc: WorkerTimeout | WorkerFailed) -> Verification:
+        if isinstance(exc, WorkerTimeout) and self.verifier.outlived_bound_fails:
+            details = {"reason": "timeout", "limit": "verifier_timeout_s", "error": str(exc)}
+            return self.judged(0.0, None, details, source="the verifier's bound")
         if isinstance(exc, WorkerTimeout):
             return self.unjudged(
                 "verifier_timeout",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from gymflow.environments.base import EnvironmentManifest
 from gymflow.errors import UserError
+from gymflow.written import written
 
 _NAME = re.compile(EnvironmentManifest.model_fields["name"].metadata[0].pattern)
 
@@ -171,7 +172,7 @@ def scaffold(name: str, parent: Path) -> list[Path]:
         folder / "eval.yaml": _CONFIG,
         benchmark: _BENCHMARK,
     }
-    for path, template in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(template.format(**values))
+    with written(*files) as partials:
+        for partial, template in zip(partials, files.values(), strict=True):
+            partial.write_text(template.format(**values))
     return list(files)

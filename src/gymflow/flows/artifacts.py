@@ -20,21 +20,21 @@ from prefect.client.schemas.filters import (
 )
 from prefect.runtime import flow_run
 
-from gymflow.analysis.results import Coverage, Decision, Health, Profile, RunAnalysis
+from gymflow.analysis.results import Decision, Health, Profile, RunAnalysis
+from gymflow.present import (
+    coverage_text,
+    format_counts,
+    format_interval,
+    format_percent,
+    markdown_text,
+)
+from gymflow.present import headline_text as headline
 from gymflow.reports.serving import ReportLink, report_link
 
 REPORT_KEY = "gymflow-report"
 HEADLINE_KEY = "gymflow-headline"
 SUMMARY_KEY = "gymflow-summary"
 PROGRESS_KEY = "gymflow-progress"
-
-
-def pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
-
-
-def interval(bounds: list[float] | tuple[float, float] | None) -> str:
-    return "n/a" if not bounds else f"{pct(bounds[0])} – {pct(bounds[1])}"
 
 
 #: The artifacts this process published, by (flow run, key): published again, updated in place.
@@ -98,13 +98,6 @@ class ProgressArtifact:
         )
 
 
-def _coverage_text(coverage: Coverage) -> str:
-    return (
-        f"expected {coverage.expected}, scored {coverage.scored}, failed "
-        f"{coverage.failed}, missing {coverage.missing}"
-    )
-
-
 def _health_text(health: Health) -> str:
     failing = health.failing_checks
     return health.verdict + (f" (failing: {', '.join(failing)})" if failing else "")
@@ -118,9 +111,9 @@ def pass_at_k_rows(profile: Profile) -> list[dict[str, str]]:
         rows.append(
             {
                 "k": k,
-                "pass@k": pct(value),
-                "95% CI": interval(ci),
-                "pass^k": pct(profile.pass_hat_k.get(k)),
+                "pass@k": format_percent(value),
+                "95% CI": format_interval(ci),
+                "pass^k": format_percent(profile.pass_hat_k.get(k)),
             }
         )
     return rows
@@ -133,13 +126,15 @@ def headline_rows(profile: Profile, health: Health) -> list[dict[str, str]]:
         for row in pass_at_k_rows(profile)
     ]
     rows += [
-        {"metric": f"pass^{k}", "value": pct(v), "95% CI": ""}
+        {"metric": f"pass^{k}", "value": format_percent(v), "95% CI": ""}
         for k, v in profile.pass_hat_k.items()
         if k != "1"  # pass^1 is pass@1
     ]
     rows += [
-        {"metric": "coverage", "value": _coverage_text(profile.coverage), "95% CI": ""},
+        {"metric": "coverage", "value": coverage_text(profile.coverage), "95% CI": ""},
         {"metric": "health", "value": _health_text(health), "95% CI": ""},
+        {"metric": "verifier version", "value": profile.verifier_version, "95% CI": ""},
+        {"metric": "policy", "value": "simulated" if profile.simulated else "model", "95% CI": ""},
     ]
     return rows
 
@@ -155,20 +150,20 @@ def _evidence_lines(decision: Decision) -> list[str]:
     lines = []
     evidence = decision.evidence
     if evidence:
-        categories = ", ".join(
-            f"{name} {count}"
-            for name, count in sorted(evidence.categories.items(), key=lambda kv: -kv[1])
-        )
+        categories = format_counts(dict(sorted(evidence.categories.items(), key=lambda kv: -kv[1])))
         lines += [
             "",
-            f"Evidence: {evidence.rollouts} rollouts ({evidence.share:.0%} of the failing "
-            f"evidence){f': {categories}' if categories else ''}.",
+            f"Evidence: {evidence.rollouts} rollouts ({format_percent(evidence.share, 0)} of the "
+            f"failing evidence){f': {categories}' if categories else ''}.",
         ]
         if evidence.examples:
             lines.append("Example rollouts: " + ", ".join(f"`{e}`" for e in evidence.examples))
     runner_up = decision.runner_up
     if runner_up:
-        lines += ["", f"Runner-up: {runner_up.label} ({runner_up.share:.0%} of the evidence)."]
+        lines += [
+            "",
+            f"Runner-up: {runner_up.label} ({format_percent(runner_up.share, 0)} of the evidence).",
+        ]
     return lines
 
 
@@ -180,7 +175,7 @@ def _report_lines(link: ReportLink) -> list[str]:
 
 def summary_markdown(analysis: RunAnalysis, link: ReportLink) -> str:
     profile, health = analysis.profile, analysis.health
-    name = profile.benchmark or profile.environment
+    name = markdown_text(profile.benchmark or profile.environment)
     table = [
         "| k | pass@k | 95% CI | pass^k |",
         "|---|---|---|---|",
@@ -191,13 +186,23 @@ def summary_markdown(analysis: RunAnalysis, link: ReportLink) -> str:
     ]
     return "\n".join(
         [
-            f"# {name} · {profile.model} · run `{profile.run_id}`",
+            f"# {name} · {markdown_text(profile.model)} · run `{profile.run_id}`",
             "",
-            f"**pass@1 = {pct(profile.pass_at_1)}** (95% CI {interval(profile.ci95)}, "
-            f"clustered on {profile.tasks_scored} tasks × {profile.repeats} repeats)",
+            *(
+                [
+                    "**Simulated**: gymflow's simulated policy server answered this run, not a "
+                    "real model.",
+                    "",
+                ]
+                if profile.simulated
+                else []
+            ),
+            f"**{headline(profile)}**, clustered on {profile.tasks_scored} tasks × "
+            f"{profile.repeats} repeats",
             "",
-            f"- Coverage: {_coverage_text(profile.coverage)}; failures {profile.failures}.",
+            f"- Coverage: {coverage_text(profile.coverage)}; failures {profile.failures}.",
             f"- Health: **{_health_text(health)}**",
+            f"- Verifier version: `{profile.verifier_version}`",
             "",
             "## Recommended next action",
             "",

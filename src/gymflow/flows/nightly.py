@@ -1,6 +1,7 @@
-"""The `nightly` flow: the evaluation loop, then the regression gate against the run before it
-and a pinned baseline. A regression fails the flow run, is stated in the run's report and
-artifacts, and emits a `gymflow.run.regressed` event an automation can turn into a notification."""
+"""The `nightly` flow: the evaluation loop, then the regression gate (a CUSUM of paired tests
+against a pinned baseline, `gymflow.history.gate`). A regression fails the flow run, is stated
+in the run's report and artifacts, and emits a `gymflow.run.regressed` event an automation can
+turn into a notification."""
 
 from __future__ import annotations
 
@@ -29,14 +30,16 @@ class GateOptions(BaseModel):
 
     # Plain strings, empty for "none": the Prefect form shows a text box, not a null type.
     baseline: str = Field(
-        "", description="A pinned baseline run folder, compared as well as the run before."
+        "",
+        description="The pinned baseline run folder every night is compared with (empty: the "
+        "earliest run of the benchmark version in the history folder).",
     )
     margin: float = Field(
         0.02,
         ge=0.0,
         le=1.0,
-        description="Drop in pass@1, as a fraction (0.02 = 2 points), that a significant "
-        "paired drop must exceed to fail the gate.",
+        description="Drop in pass@1, as a fraction (0.02 = 2 points), that a drop the CUSUM "
+        "alarms on must exceed to fail the gate.",
     )
     history: str = Field(
         "", description="Folder holding the earlier runs (empty: the folder holding this run)."

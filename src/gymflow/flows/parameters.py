@@ -29,7 +29,16 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from gymflow.config import MAX_REPEATS, EvalConfig, FaultSpec, Sampling, ShardSpec
+from gymflow.config import (
+    MAX_REPEATS,
+    ApiKeyEnv,
+    EvalConfig,
+    FaultSpec,
+    Sampling,
+    ServerUrl,
+    ShardSpec,
+    ToolChoice,
+)
 from gymflow.environments.registry import (
     RegistryError,
     UnknownName,
@@ -50,7 +59,10 @@ def _no_null_defaults(schema: dict[str, Any]) -> None:
 
 
 class _Form(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_no_null_defaults)
+    # A refused value is never repeated in the error: it may be the key given in the wrong field.
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, hide_input_in_errors=True, json_schema_extra=_no_null_defaults
+    )
 
     @model_serializer(mode="wrap")
     def _without_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -126,16 +138,21 @@ class ModelForm(_Form):
         "OpenAI-compatible /v1/responses server. chat_completions: a server with only "
         "/v1/chat/completions (vLLM, SGLang, Ollama).",
     )
-    base_url: str | SkipJsonSchema[None] = Field(
+    base_url: ServerUrl | SkipJsonSchema[None] = Field(
         None,
         description="The model server's base URL, e.g. http://127.0.0.1:8000/v1. Required "
         "unless kind is local.",
     )
     name: str = Field("gymflow-local-policy", description="Model name sent on every call.")
-    api_key_env: str | SkipJsonSchema[None] = Field(
+    api_key_env: ApiKeyEnv | SkipJsonSchema[None] = Field(
         None,
         description="Name of the environment variable (on the worker) holding the API key. "
         "Never the key itself.",
+    )
+    tool_choice: ToolChoice | SkipJsonSchema[None] = Field(
+        None,
+        description="Sent as tool_choice on every call that offers tools (auto, required, "
+        "none). Unset: not sent; the server's default applies.",
     )
     timeout_s: float = Field(60.0, gt=0.0, description="Seconds allowed for one call in total.")
     connect_timeout_s: float = Field(5.0, gt=0.0, description="Seconds allowed to connect.")
@@ -222,7 +239,7 @@ class RunForm(_Form):
     prompt_template: str | SkipJsonSchema[None] = Field(
         None, description="Jinja template over a task's inputs. Unset: the benchmark's."
     )
-    resources_url: str | SkipJsonSchema[None] = Field(
+    resources_url: ServerUrl | SkipJsonSchema[None] = Field(
         None,
         description="A resources server started with `gym serve environment NAME`. Unset: one "
         "in-process.",

@@ -16,9 +16,11 @@ SUMMARY_KEY = "gymflow-reverify"
 
 @task(name="reverify-run", cache_policy=NO_CACHE)
 def reverify_task(
-    run_dir: str, settings: dict[str, Any], failed_only: bool, force: bool
+    run_dir: str, settings: dict[str, Any], failed_only: bool, force: bool, make_current: bool
 ) -> Reverified:
-    return reverify_run(run_dir, settings, failed_only=failed_only, force=force)
+    return reverify_run(
+        run_dir, settings, failed_only=failed_only, force=force, make_current=make_current
+    )
 
 
 def _summary(result: Reverified) -> str:
@@ -31,6 +33,9 @@ def _summary(result: Reverified) -> str:
         "",
         f"Flipped: {flipped.count} rollouts ({len(flipped.to_pass)} now pass, "
         f"{len(flipped.to_fail)} now fail).",
+        "",
+        f"The run is read under `{result.current_version}`"
+        + (" (made current)." if result.made_current else " (unchanged: not made current)."),
     ]
     for label, head in (("before", result.before), ("after", result.after)):
         if head:
@@ -44,6 +49,7 @@ def reverify(
     settings: dict[str, Any] | None = None,
     failed_only: bool = False,
     force: bool = False,
+    make_current: bool = False,
 ) -> Reverified:
     """Store a new verifier version beside the old one (no inference) and summarise the flips.
 
@@ -53,8 +59,10 @@ def reverify(
             environment's verifier as it is now.
         failed_only: Judge again only rollouts the base version did not pass.
         force: Reverify even environments that verify live session state.
+        make_current: Read the run under the new version from now on (profile, diagnose,
+            reports, history, data); otherwise the version read before stays current.
     """
-    result = reverify_task(run_dir, settings or {}, failed_only, force)
+    result = reverify_task(run_dir, settings or {}, failed_only, force, make_current)
     create_markdown_artifact(
         key=SUMMARY_KEY, markdown=_summary(result), description="Reverify: what changed"
     )

@@ -8,7 +8,8 @@ from typing import Any
 from prefect import get_run_logger
 
 from gymflow.analysis.results import RunAnalysis, TaxonomyRow
-from gymflow.flows.artifacts import action_text, interval, pct
+from gymflow.flows.artifacts import action_text
+from gymflow.present import coverage_text, headline_text, safe_text
 from gymflow.reports.serving import ReportLink
 
 
@@ -54,18 +55,14 @@ def _kind(row: TaxonomyRow) -> str:
 
 def results(analysis: RunAnalysis, link: ReportLink) -> None:
     logger = get_run_logger()
-    profile, coverage = analysis.profile, analysis.profile.coverage
+    profile = analysis.profile
     logger.info(
-        "%s · %s: pass@1 %s (95%% CI %s); coverage: expected %d, scored %d, failed %d, "
-        "missing %d; health: %s",
-        profile.benchmark or profile.environment,
-        profile.model,
-        pct(profile.pass_at_1),
-        interval(profile.ci95),
-        coverage.expected,
-        coverage.scored,
-        coverage.failed,
-        coverage.missing,
+        "%s · %s: %s; coverage: %s; health: %s",
+        # the console handler prints a flow run's log to the terminal as well: escaped
+        safe_text(profile.benchmark or profile.environment),
+        safe_text(profile.model),
+        headline_text(profile),
+        coverage_text(profile.coverage),
         analysis.health.verdict,
     )
     kinds = ", ".join(_kind(row) for row in analysis.diagnosis.taxonomy)

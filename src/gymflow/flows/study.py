@@ -16,9 +16,10 @@ from gymflow.config import EvalConfig
 from gymflow.errors import RuntimeFailure
 from gymflow.flows.eval_run import evaluation_loop
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
+from gymflow.present import format_number, format_percent, format_points, markdown_text
 from gymflow.reverify import reverify
+from gymflow.store.current import current_verifier_version
 from gymflow.store.db import connect, copy_store
-from gymflow.store.runs import run_info
 from gymflow.study.results import ArmRun, StudyResult, study_result
 from gymflow.study.spec import StudySpec, resolve_study, store_of
 
@@ -38,8 +39,9 @@ def run_arm(name: str, config: EvalConfig, scale: ScaleOptions) -> str:
 
 
 def _stored_version(run_dir: Path) -> str:
+    """The version the arm's run is read under (`store.current`)."""
     with connect(run_dir, read_only=True) as con:
-        return run_info(con)["verifier_version"]
+        return current_verifier_version(con)
 
 
 @flow(
@@ -77,8 +79,12 @@ def study(spec: StudySpec, scale: ScaleOptions = UNSHARDED) -> dict[str, Any]:
     for arm in plan.variants:
         if arm.reverify_only:
             copy_store(base_dir, stores[arm.name])
+            # the copy is the variant's run: it is read under the variant's verifier
             judged = reverify(
-                stores[arm.name], arm.config.verifier_params, base_version=base_version
+                stores[arm.name],
+                arm.config.verifier_params,
+                base_version=base_version,
+                make_current=True,
             )
             runs[arm.name] = ArmRun(arm, stores[arm.name], judged.new_version)
         else:
@@ -95,10 +101,12 @@ def _publish(out: Path, result: StudyResult) -> Path:
     create_link_artifact(
         key="gymflow-study-report", link=report.resolve().as_uri(), description="Study report"
     )
+    arms = [result.baseline, *(v.summary for v in result.variants)]
+    simulated = ", ".join(arm.name for arm in arms if arm.simulated)
     rows = [
-        f"| {v.summary.name} | {v.summary.isolates or 'confounded'} | "
-        f"{_pp(v.difference)} | {_p(v.p_holm)} | {len(v.gained)}/{len(v.lost)} | "
-        f"{v.summary.health} |"
+        f"| {markdown_text(v.summary.name)} | {v.summary.isolates or 'confounded'} | "
+        f"{format_points(v.difference)} | {format_number(v.p_adjusted)} | "
+        f"{len(v.gained)}/{len(v.lost)} | {v.summary.health} |"
         for v in result.variants
     ]
     create_markdown_artifact(
@@ -107,9 +115,14 @@ def _publish(out: Path, result: StudyResult) -> Path:
             [
                 f"# Study {result.name}",
                 "",
-                f"Baseline pass@1 {_pct(result.baseline.pass1)}; {result.test}.",
+                f"Baseline pass@1 {format_percent(result.baseline.pass1)}; {result.test}.",
                 "",
-                "| variant | isolates | difference | p (Holm) | gained/lost | health |",
+                *(
+                    ["**Simulated**: gymflow's simulated policy server answered " + simulated, ""]
+                    if simulated
+                    else []
+                ),
+                "| variant | isolates | difference | p (Bonferroni) | gained/lost | health |",
                 "|---|---|---|---|---|---|",
                 *rows,
             ]
@@ -117,15 +130,3 @@ def _publish(out: Path, result: StudyResult) -> Path:
         description="Study: each variant against the baseline",
     )
     return report
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
-
-
-def _pp(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:+.1f} pp"
-
-
-def _p(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3g}"

@@ -1,11 +1,23 @@
-"""The regression gate: a run compared, paired by task, with the run before it and a pinned
-baseline. A drop fails the gate only when it is both real (the paired difference's 95% CI lies
-below zero) and large (beyond the margin): a significant drop of half a point is noise for a
-nightly, and a large drop the test cannot tell from chance is not yet evidence."""
+"""The regression gate: a run compared, paired by task, with a pinned baseline, and a CUSUM over
+the runs since that baseline so that false alarms are controlled across nights, not per night.
+
+Why not a 95% test against the night before: at a nightly's size (50 tasks x 4 repeats) it
+raised a false alarm on 2.5% of nights, so on most 30-night months at least once; it caught a
+5-point drop on one night in five; and a drop it missed became the next night's reference, so a
+slow drift was never seen. Here the reference stays put (the baseline: given, or the earliest
+run of the benchmark version in the history), each night's paired t statistic against it,
+z = difference / SE, feeds a one-sided CUSUM, S = max(0, S_before - z - ALLOWANCE), and the gate
+alarms when S exceeds THRESHOLD, or at once when a single night's t is below -LIMIT (S restarts
+at 0 after an alarm): the CUSUM adds small drops up night after night until they are seen, the
+limit catches a large drop on its first night (a combined Shewhart-CUSUM scheme, Lucas 1982).
+bench/gate_calibration.py measures what this gives at the nightly's size: false alarms per
+30-night month and how soon 2/5/10-point drops and drifts are caught. A drop must also exceed
+the margin to fail the gate."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -13,14 +25,32 @@ from typing import Any, Literal
 
 from gymflow.analysis.compare import CompareError, compare
 from gymflow.analysis.health import health
-from gymflow.history.catalog import CatalogEntry, refresh
+from gymflow.analysis.stats import PAIRED_TEST
+from gymflow.history.catalog import CatalogEntry, read_entry, refresh
 from gymflow.store.db import StoreError, connect
+from gymflow.written import write_text
 
-Against = Literal["previous", "baseline"]
+Against = Literal["baseline"]
 #: Beside the run's store: the report states the gate's verdict, whoever ran the gate.
 GATE_FILE = "gate.json"
-#: How the gate decides: named in every verdict, so a reader knows which test said "significant".
-TEST = "paired difference of per-task pass rates (this run - the other), 95% CI below 0"
+#: The CUSUM's allowance k, in standard errors: a night whose drop is within k SE of the
+#: baseline adds nothing. About half the shift in SE it is quickest to detect (2 SE).
+ALLOWANCE = 1.0
+#: The CUSUM's decision threshold h and the single-night limit (in standard errors below the
+#: baseline): together about 5% of stable 30-night months raise an alarm at the nightly's size
+#: (50 tasks x 4 repeats) against a baseline of that size, whose own noise every night shares
+#: (bench/gate_calibration.py).
+THRESHOLD = 7.0
+LIMIT = 3.5
+#: The standard normal's 80% quantile: the detectable drop is stated at 80% power.
+Z80 = 0.8416212335729143
+#: How the gate decides: named in every verdict, so a reader knows which test said "regressed".
+TEST = (
+    f"{PAIRED_TEST}, against a pinned baseline; one-sided CUSUM of its t statistics over the runs "
+    f"since the baseline, S = max(0, S_before - t - {ALLOWANCE:g}), alarm when S > "
+    f"{THRESHOLD:g} or a single run's t < -{LIMIT:g} (about 5% of stable 30-night months at "
+    "50 tasks x 4 repeats: bench/gate_calibration.py)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,12 +60,21 @@ class GateCheck:
     #: False when the comparison could not be made (`why` says why): that fails the gate
     compared: bool
     run_id: str | None
-    #: this run's pass@1 minus the other's, on the tasks both hold
+    #: this run's pass@1 minus the baseline's, on the tasks both hold
     difference: float | None
     ci95: tuple[float, float] | None
     tasks: int
     regressed: bool
     why: str
+    #: the paired t statistic, difference / SE
+    statistic: float | None = None
+    #: the CUSUM before this run and after it (it alarms above THRESHOLD)
+    cusum_before: float = 0.0
+    cusum: float | None = None
+    #: runs since the baseline that fed the CUSUM, this one included
+    runs_in_sequence: int = 0
+    #: the drop from the baseline this run's alarm needs to be seen with 80% power at its SE
+    detectable_drop: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +115,38 @@ class GateVerdict:
         )
 
 
-def previous_run(entries: list[CatalogEntry], run_dir: Path) -> CatalogEntry | None:
-    """The latest run before `run_dir`'s of the same benchmark version, from a catalog."""
+def step(before: float, statistic: float) -> tuple[float, bool]:
+    """The one-sided (downward) CUSUM after a run whose t statistic against the baseline is
+    `statistic` (negative: below the baseline), and whether the run alarms."""
+    s = max(0.0, before - statistic - ALLOWANCE)
+    return s, s > THRESHOLD or statistic < -LIMIT
+
+
+def sequence(statistics: list[float]) -> list[tuple[float, bool]]:
+    """(CUSUM, alarm) after each run of a sequence of t statistics, the CUSUM restarting from 0
+    after an alarm (the drop has been reported; one that persists alarms again)."""
+    s, out = 0.0, []
+    for statistic in statistics:
+        s, alarmed = step(s, statistic)
+        out.append((s, alarmed))
+        s = 0.0 if alarmed else s
+    return out
+
+
+def _start(statistics: list[float]) -> float:
+    """The CUSUM a run starts from after `statistics` (0 after an alarm)."""
+    if not statistics:
+        return 0.0
+    s, alarmed = sequence(statistics)[-1]
+    return 0.0 if alarmed else s
+
+
+def _earlier(entries: list[CatalogEntry], run_dir: Path) -> list[CatalogEntry]:
     key = str(run_dir.resolve())
     this = next((e for e in entries if e.run_dir == key), None)
     if this is None or this.created_at is None:
-        return None
-    earlier = [
+        return []
+    return [
         e
         for e in entries
         if e.run_dir != key
@@ -90,43 +154,76 @@ def previous_run(entries: list[CatalogEntry], run_dir: Path) -> CatalogEntry | N
         and e.created_at is not None
         and e.created_at < this.created_at
     ]
-    return max(earlier, key=lambda e: e.created_at or datetime.min, default=None)
 
 
-def check(run_dir: Path, other: Path, against: Against, *, margin: float) -> GateCheck:
-    """Compare `run_dir` with `other`, paired on task_id; a comparison that cannot be made is
-    stated (and fails the gate: see GateVerdict.passed)."""
+def _not_compared(baseline: Path, exc: Exception) -> GateCheck:
+    return GateCheck(
+        against="baseline",
+        run_dir=str(baseline),
+        compared=False,
+        run_id=None,
+        difference=None,
+        ci95=None,
+        tasks=0,
+        regressed=False,
+        why=f"not compared: {exc}",
+    )
+
+
+def check(
+    run_dir: Path, baseline: Path, *, margin: float, between: Sequence[Path] = ()
+) -> GateCheck:
+    """Compare `run_dir` with `baseline`, paired on task_id, after the runs `between` (in time
+    order, since the baseline) have fed the CUSUM; a comparison that cannot be made is stated
+    (and fails the gate: see GateVerdict.passed). An earlier run that cannot be compared is left
+    out of the sequence."""
     try:
-        with connect(run_dir, read_only=True) as con_a, connect(other, read_only=True) as con_b:
-            result = compare(con_a, con_b)
+        with connect(baseline, read_only=True) as con_base:
+            earlier = []
+            for night in between:
+                try:
+                    with connect(night, read_only=True) as con:
+                        found = compare(con, con_base)
+                except (CompareError, StoreError):
+                    continue
+                if found.stderr:
+                    earlier.append(found.difference / found.stderr)
+            with connect(run_dir, read_only=True) as con_a:
+                result = compare(con_a, con_base)
     except (CompareError, StoreError) as exc:
-        return GateCheck(
-            against=against,
-            run_dir=str(other),
-            compared=False,
-            run_id=None,
-            difference=None,
-            ci95=None,
-            tasks=0,
-            regressed=False,
-            why=f"not compared: {exc}",
-        )
-    difference, ci = result.difference, result.ci95
-    ci = tuple(ci) if ci else None
-    significant = ci is not None and ci[1] < 0
-    regressed = significant and difference < -margin
+        return _not_compared(baseline, exc)
+    difference, se = result.difference, result.stderr
+    ci = tuple(result.ci95) if result.ci95 else None
+    before = _start(earlier)
     points = f"{100 * difference:+.1f} points over {result.tasks} tasks"
     if ci is not None:
         points += f" (95% CI {100 * ci[0]:+.1f} to {100 * ci[1]:+.1f})"
+    if not se:
+        why = f"{points}: one paired task, no standard error: the CUSUM cannot use it"
+        return GateCheck("baseline", str(baseline), True, result.b.run_id, difference, ci,
+                         result.tasks, False, why, cusum_before=before,
+                         runs_in_sequence=len(earlier) + 1)  # fmt: skip
+    statistic = difference / se
+    s, alarm = step(before, statistic)
+    regressed = alarm and difference < -margin
+    # Tonight alarms when -t exceeds THRESHOLD + ALLOWANCE - before or LIMIT; with 80% power
+    # for a true drop of (the smaller + z_0.8) standard errors (normal approximation).
+    detectable = (min(THRESHOLD + ALLOWANCE - before, LIMIT) + Z80) * se
+    state = (
+        f"t {statistic:+.2f}, CUSUM {before:.1f} -> {s:.1f} (alarm above {THRESHOLD:g}, or "
+        f"t below -{LIMIT:g}) over "
+        f"{len(earlier) + 1} run{'s' if earlier else ''} since the baseline; at this run's size "
+        f"a drop of {100 * detectable:.1f} points is caught tonight with 80% power"
+    )
     if regressed:
-        why = f"{points}: a significant drop beyond the {100 * margin:.1f}-point margin"
-    elif significant:
-        why = f"{points}: significant, within the {100 * margin:.1f}-point margin"
+        why = f"{points}, {state}: a drop beyond the {100 * margin:.1f}-point margin"
+    elif alarm:
+        why = f"{points}, {state}: alarm, but within the {100 * margin:.1f}-point margin"
     else:
-        why = f"{points}: not a significant drop"
+        why = f"{points}, {state}: no alarm"
     return GateCheck(
-        against=against,
-        run_dir=str(other),
+        against="baseline",
+        run_dir=str(baseline),
         compared=True,
         run_id=result.b.run_id,
         difference=difference,
@@ -134,6 +231,11 @@ def check(run_dir: Path, other: Path, against: Against, *, margin: float) -> Gat
         tasks=result.tasks,
         regressed=regressed,
         why=why,
+        statistic=statistic,
+        cusum_before=before,
+        cusum=s,
+        runs_in_sequence=len(earlier) + 1,
+        detectable_drop=detectable,
     )
 
 
@@ -144,27 +246,39 @@ def gate(
     baseline: Path | None = None,
     margin: float = 0.02,
 ) -> GateVerdict:
-    """Gate `run_dir` against the run before it under `root` (default: the folder holding the
-    run's folder) and against `baseline`, when given."""
+    """Gate `run_dir` against `baseline` (default: the earliest run of its benchmark version
+    under `root`, itself by default the folder holding the run's folder), through the CUSUM over
+    the runs of that version between the baseline and this one."""
     run_dir = run_dir.resolve()
-    checks = []
     try:
         with connect(run_dir, read_only=True) as con:
             unhealthy = tuple(health(con, max_listed=0).gate_failures)
     except StoreError as exc:  # no store, or nothing judged: nothing to trust either
         unhealthy = (f"not checked: {exc}",)
-    catalog = refresh(root or run_dir.parent)
-    before = previous_run(catalog.entries, run_dir)
-    if before is not None:
-        checks.append(check(run_dir, Path(before.run_dir), "previous", margin=margin))
-    if baseline is not None:
-        checks.append(check(run_dir, baseline, "baseline", margin=margin))
-    return GateVerdict(str(run_dir), margin, TEST, tuple(checks), unhealthy)
+    earlier = _earlier(refresh(root or run_dir.parent).entries, run_dir)
+    if baseline is None:
+        pinned = min(earlier, key=lambda e: e.created_at or datetime.min, default=None)
+        baseline = Path(pinned.run_dir) if pinned is not None else None
+    if baseline is None:
+        return GateVerdict(str(run_dir), margin, TEST, (), unhealthy)
+    key = str(baseline.resolve())
+    since = next((e.created_at for e in earlier if e.run_dir == key), None)
+    if since is None:  # a baseline outside the history: the runs after it still feed the CUSUM
+        try:
+            since = read_entry(baseline).created_at
+        except (StoreError, OSError):
+            since = None  # not a run: `check` says so
+    between = sorted(
+        (e for e in earlier if since is not None and e.created_at > since),
+        key=lambda e: e.created_at or datetime.min,
+    )
+    found = check(run_dir, baseline, margin=margin, between=[Path(e.run_dir) for e in between])
+    return GateVerdict(str(run_dir), margin, TEST, (found,), unhealthy)
 
 
 def save_verdict(verdict: GateVerdict) -> Path:
     path = Path(verdict.run_dir) / GATE_FILE
-    path.write_text(json.dumps(verdict.as_dict(), indent=2, allow_nan=False), "utf-8")
+    write_text(path, json.dumps(verdict.as_dict(), indent=2, allow_nan=False))
     return path
 
 

@@ -14,8 +14,9 @@ from typing import Any, Literal
 from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.interop.nemo_export import write_nemo_gym
 from gymflow.interop.nemo_read import InteropError
-from gymflow.interop.staging import staged_files
 from gymflow.store.db import connect
+from gymflow.written import WriteError, written
+from gymflow.written import target as write_target
 
 Format = Literal["nemo-gym", "jsonl", "parquet"]
 FORMATS: tuple[Format, ...] = ("nemo-gym", "jsonl", "parquet")
@@ -57,9 +58,12 @@ def _flat_sql(verifier_version: str, nested_json: bool) -> str:
 
 
 def _check_target(target: Path) -> None:
-    """An `--out` that cannot be written is one line naming it, before the store is opened."""
-    if target.is_dir():
-        raise InteropError(f"{target}: is a folder; --out names the file to write")
+    """An `--out` that cannot be written is one line naming it, before the store is opened: a
+    folder or special file (gymflow.written), a parent that is no folder or not writable."""
+    try:
+        write_target(target)
+    except WriteError as exc:
+        raise InteropError(str(exc)) from None
     parent = target.parent
     if parent.exists() and not parent.is_dir():
         raise InteropError(f"{parent}: not a folder; cannot write {target.name} in it")
@@ -98,7 +102,7 @@ def export_run(
             sql = _flat_sql(version, nested_json=fmt == "jsonl")
             con.execute(f"CREATE OR REPLACE TEMP VIEW export_rows AS {sql}")
             options = "FORMAT json" if fmt == "jsonl" else "FORMAT parquet"
-            with staged_files([target]) as (staged,):
+            with written(target) as (staged,):
                 con.execute(
                     f"COPY (SELECT * FROM export_rows) TO {_literal(str(staged))} ({options})"
                 )

@@ -23,34 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.interop.nemo_read import sidecar_path
-from gymflow.interop.staging import staged_files
+from gymflow.models.nemo_gym_shapes import nemo_request, nemo_response, usage
 from gymflow.store.tool_lists import expanded
+from gymflow.written import written
 
-#: The request fields NeMo Gym's request model allows (it forbids any other, `seed` included).
-REQUEST_FIELDS = (
-    "background",
-    "include",
-    "input",
-    "instructions",
-    "max_output_tokens",
-    "max_tool_calls",
-    "metadata",
-    "model",
-    "parallel_tool_calls",
-    "previous_response_id",
-    "prompt",
-    "reasoning",
-    "service_tier",
-    "store",
-    "temperature",
-    "text",
-    "tool_choice",
-    "tools",
-    "top_logprobs",
-    "top_p",
-    "truncation",
-    "user",
-)
 #: gymflow's failure kinds as NeMo Gym failure classes (a timeout is terminal there).
 FAILURE_CLASSES = {"timeout": "timeout_exceeded", "verifier_error": "transient"}
 #: NeMo Gym's ResponseError codes for the failure kinds that have one.
@@ -73,72 +49,6 @@ ORDER BY t.task_index, r.repeat_index, r.rollout_id
 """
 
 
-def _tool(tool: dict[str, Any]) -> dict[str, Any]:
-    if tool.get("type") != "function":
-        return tool
-    return {
-        "type": "function",
-        "name": tool.get("name"),
-        "description": tool.get("description"),
-        "parameters": tool.get("parameters") or {"type": "object", "properties": {}},
-        "strict": bool(tool.get("strict", False)),
-    }
-
-
-def nemo_request(request: dict[str, Any]) -> dict[str, Any]:
-    """A request NeMo Gym's request model accepts: its fields only, its defaults filled."""
-    shaped = {k: request[k] for k in REQUEST_FIELDS if request.get(k) is not None}
-    given = request.get("input") or []
-    if isinstance(given, str):
-        given = [{"role": "user", "content": given}]
-    shaped["input"] = [nemo_item(item, f"in{i}") for i, item in enumerate(given)]
-    shaped["tools"] = [_tool(tool) for tool in request.get("tools") or []]
-    shaped.setdefault("parallel_tool_calls", True)
-    shaped.setdefault("tool_choice", "auto")
-    if isinstance(shaped.get("metadata"), dict):  # the Responses API's metadata is text to text
-        shaped["metadata"] = {
-            str(k): v if isinstance(v, str) else json.dumps(v)
-            for k, v in shaped["metadata"].items()
-        }
-    return shaped
-
-
-def nemo_item(item: dict[str, Any], name: str) -> dict[str, Any]:
-    """An item as NeMo Gym's item models want it: assistant messages as output messages (id,
-    status, content parts with annotations), tool outputs as text, reasoning with a summary."""
-    kind = item.get("type", "message")
-    if kind == "message" and item.get("role", "assistant") == "assistant":
-        content = item.get("content")
-        parts = [{"type": "output_text", "text": content}] if isinstance(content, str) else content
-        return {
-            "id": item.get("id") or f"msg_{name}",
-            "type": "message",
-            "role": "assistant",
-            "status": item.get("status") or "completed",
-            "content": [
-                part if part.get("type") == "refusal" else {"annotations": [], **part}
-                for part in parts or []
-            ],
-        }
-    if kind == "function_call_output" and not isinstance(item.get("output"), str):
-        return {**item, "output": json.dumps(item.get("output"))}
-    if kind == "reasoning":
-        return {**item, "id": item.get("id") or f"rs_{name}", "summary": item.get("summary") or []}
-    return item
-
-
-def _usage(input_tokens: int | None, output_tokens: int | None) -> dict[str, Any] | None:
-    if input_tokens is None or output_tokens is None:
-        return None
-    return {
-        "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": input_tokens + output_tokens,
-    }
-
-
 def _lines(con, verifier_version: str, model: str, agent_ref: dict) -> Iterator[tuple[str, dict]]:
     """('rollout' | 'failure', line) per stored rollout, in task and repeat order."""
     cursor = con.execute(_SQL, [verifier_version])
@@ -152,21 +62,15 @@ def _lines(con, verifier_version: str, model: str, agent_ref: dict) -> Iterator[
             request = json.loads(request_json) if request_json else {"input": trajectory[:1]}
             request = nemo_request(request)
             given = request["input"]
-            output = [
-                nemo_item(item, f"{rid}_{i}") for i, item in enumerate(trajectory[len(given) :])
-            ]
-            response = {
-                "id": f"resp_{rid}",
-                "object": "response",
-                "created_at": float(started or 0),
-                "model": model,
-                "status": "incomplete" if incomplete else "completed",
-                "output": output,
-                "parallel_tool_calls": request["parallel_tool_calls"],
-                "tool_choice": request["tool_choice"],
-                "tools": request["tools"],
-                "usage": _usage(input_tokens, output_tokens),
-            }
+            response = nemo_response(
+                f"resp_{rid}",
+                request,
+                trajectory[len(given) :],
+                model=model,
+                created_at=float(started or 0),
+                incomplete=bool(incomplete),
+                usage=usage(input_tokens, output_tokens),
+            )
             line = {
                 "responses_create_params": request,
                 "response": response,
@@ -255,7 +159,7 @@ def write_nemo_gym(con, verifier_version: str, target: Path) -> dict[str, Any]:
         "materialized": sidecar_path(target, "_materialized_inputs"),
     }
     counts = dict.fromkeys(paths, 0)
-    with staged_files(list(paths.values())) as staged:
+    with written(*paths.values()) as staged:
         handles = {
             kind: path.open("w", encoding="utf-8") for kind, path in zip(paths, staged, strict=True)
         }

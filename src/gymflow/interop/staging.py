@@ -1,12 +1,10 @@
-"""Writing a new store, or exported files, through temporary files that take their names only
-when complete.
+"""Writing a new store through a temporary folder whose store takes its name only when complete
+(exported files go through gymflow.written, as every file gymflow writes).
 
 The store is built in a hidden folder beside the run folder, committed and checkpointed, then
 moved into place with one rename; a killed or failed import leaves at most that hidden folder
 (named with the importing process's id, and removed by the next import into that folder), never a
-half-written store at `--out` that would block the next import. Exported files are written as
-hidden files beside their names and renamed over them at the end, so a failed export (a full
-disk) leaves the previous export whole instead of a cut file that reads as a smaller run."""
+half-written store at `--out` that would block the next import."""
 
 from __future__ import annotations
 
@@ -57,27 +55,3 @@ def staged_store(out: Path) -> Iterator:
     finally:
         con.close()
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def _partial(path: Path, pid: int) -> Path:
-    return path.with_name(f".{path.name}.exporting-{pid}")
-
-
-@contextmanager
-def staged_files(paths: list[Path]) -> Iterator[list[Path]]:
-    """Temporary paths to write `paths` to; on success each is renamed over its own name (the
-    first last), on failure they are removed. Partial files a killed export left are removed
-    first."""
-    for path in paths:
-        for left in path.parent.glob(f".{path.name}.exporting-*"):
-            pid = left.name.rpartition("-")[2]
-            if pid.isdigit() and not pid_alive(int(pid)):
-                left.unlink(missing_ok=True)
-    staged = [_partial(path, os.getpid()) for path in paths]
-    try:
-        yield staged
-        for temporary, path in reversed(list(zip(staged, paths, strict=True))):
-            os.replace(temporary, path)
-    finally:
-        for temporary in staged:
-            temporary.unlink(missing_ok=True)

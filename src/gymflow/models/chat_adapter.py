@@ -168,7 +168,8 @@ def request_to_chat(body: dict[str, Any]) -> dict[str, Any]:
     chat: dict[str, Any] = {"model": body["model"], "messages": items_to_messages(body["input"])}
     if body.get("tools"):
         chat["tools"] = tools_to_chat(body["tools"])
-    for key in ("temperature", "top_p", "seed", "metadata"):
+    # tool_choice's text values (auto, required, none) mean the same in both APIs.
+    for key in ("temperature", "top_p", "seed", "metadata", "tool_choice"):
         if body.get(key) is not None:
             chat[key] = body[key]
     if body.get("max_output_tokens") is not None:
@@ -311,7 +312,7 @@ def chat_to_request(chat: dict[str, Any]) -> dict[str, Any]:
     ]
     if tools:
         body["tools"] = tools
-    for key in ("temperature", "top_p", "seed", "metadata"):
+    for key in ("temperature", "top_p", "seed", "metadata", "tool_choice"):
         if chat.get(key) is not None:
             body[key] = chat[key]
     limit = chat.get("max_completion_tokens") or chat.get("max_tokens")

@@ -103,8 +103,11 @@ class _Wire:
 
 #: Sampling parameters as recorded: under their Responses API names whatever the server kind, so
 #: runs over either kind compare (the chat adapter sends max_output_tokens as max_tokens and
-#: reasoning.effort as reasoning_effort, with the same values).
-SAMPLING_KEYS = ("temperature", "top_p", "max_output_tokens", "seed", "metadata", "reasoning")
+#: reasoning.effort as reasoning_effort, with the same values). tool_choice is recorded with them:
+#: whether it was sent decides whether a server that ignores tools was asked to use them.
+SAMPLING_KEYS = (
+    "temperature", "top_p", "max_output_tokens", "seed", "metadata", "reasoning", "tool_choice",
+)  # fmt: skip
 
 
 class ResponsesClient:
@@ -176,6 +179,9 @@ class ResponsesClient:
             body["reasoning"] = {"effort": self.sampling.reasoning_effort}
         if tools:
             body["tools"] = tools
+            # Only beside tools: both APIs refuse a tool_choice with no tools (a 400).
+            if self.config.tool_choice is not None:
+                body["tool_choice"] = self.config.tool_choice
         return body
 
     async def create(

@@ -31,29 +31,6 @@ def _side(con, run_dir: Path) -> dict[str, Any]:
     }
 
 
-def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(node, dict):
-        return {prefix[:-1]: node}
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        out.update(_flat(value, f"{prefix}{key}."))
-    return out
-
-
-def config_changes(
-    config_a: dict[str, Any], config_b: dict[str, Any]
-) -> list[tuple[str, Any, Any]]:
-    """(dotted key, A, B) for every config value that differs, except where the run was written
-    and how fast: a reader sees, e.g., a changed skill seed or fault rate that no factor names."""
-    fa, fb = _flat(config_a), _flat(config_b)
-    return [
-        (key, fa.get(key), fb.get(key))
-        for key in sorted(fa.keys() | fb.keys())
-        if key.split(".")[0] not in ("out", "concurrency", "batch_size")
-        and fa.get(key) != fb.get(key)
-    ]
-
-
 def compare_sections(
     dir_a: Path, dir_b: Path, *, limits: Limits = DEFAULT_LIMITS
 ) -> dict[str, Any]:
@@ -81,5 +58,4 @@ def compare_sections(
         "points": [(rates_b[t], rates_a[t], t) for t in common],
         "flipped": {side: rows[: limits.changed_tasks] for side, rows in flipped.items()},
         "flipped_counts": {side: len(rows) for side, rows in flipped.items()},
-        "config_changes": config_changes(a["run"]["config"], b["run"]["config"]),
     }

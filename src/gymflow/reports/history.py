@@ -7,20 +7,22 @@ from pathlib import Path
 from gymflow.history.catalog import CatalogEntry
 from gymflow.reports.history_charts import Interval, forest_plot, trend_chart
 from gymflow.reports.render import render
-from gymflow.study.results import StudyResult
+from gymflow.study.results import StudyResult, VariantEffect
+from gymflow.written import write_text
 
 
-def _tone(ci: tuple[float, float] | None) -> str:
-    if not ci:
+def _tone(variant: VariantEffect) -> str:
+    """The adjusted verdict's colour: a variant is coloured only when significant after the
+    adjustment for the number of variants (its simultaneous interval then excludes 0)."""
+    if not variant.significant or variant.difference is None:
         return ""
-    return "pos" if ci[0] > 0 else ("neg" if ci[1] < 0 else "")
+    return "pos" if variant.difference > 0 else "neg"
 
 
 def write_study_report(out: Path, result: StudyResult) -> Path:
-    rows = [Interval(v.summary.name, v.difference, v.ci95, _tone(v.ci95)) for v in result.variants]
+    rows = [Interval(v.summary.name, v.difference, v.ci95, _tone(v)) for v in result.variants]
     forest = forest_plot(rows, label=f"study {result.name}: differences from the baseline")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render("study.html.j2", {"result": result, "forest": forest}), "utf-8")
+    write_text(out, render("study.html.j2", {"result": result, "forest": forest}))
     return out
 
 
@@ -35,6 +37,5 @@ def write_trend_report(out: Path, benchmark: str, root: Path, entries: list[Cata
     ]
     chart = trend_chart(points, label=f"{benchmark}: pass@1 over time")
     data = {"benchmark": benchmark, "root": str(root), "entries": entries, "chart": chart}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render("trend.html.j2", data), "utf-8")
+    write_text(out, render("trend.html.j2", data))
     return out

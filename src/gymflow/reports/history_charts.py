@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from markupsafe import Markup
 
+from gymflow.present import format_percent
 from gymflow.reports.svg import Frame, el, svg
 
 
@@ -79,7 +80,7 @@ def trend_chart(points: Sequence[Interval], *, label: str, width: float = 640) -
         coords = " ".join(f"{frame.x(i):.1f},{frame.y(p.value):.1f}" for i, p in shown)
         parts.append(el("polyline", points=coords, class_="at"))
     for i, p in shown:
-        text = f"{p.label}: {100 * p.value:.1f}%"
+        text = f"{p.label}: {format_percent(p.value)}"
         parts.append(el("circle", el("title", text), cx=frame.x(i), cy=frame.y(p.value), r=3.5,
                         class_=f"at {p.tone}".strip()))  # fmt: skip
     every = max(1, len(points) // 8)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import math
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
@@ -22,9 +21,11 @@ from markupsafe import Markup
 
 from gymflow import __version__
 from gymflow.analysis.results import RunAnalysis
+from gymflow.present import format_number, format_percent, format_points, format_value
 from gymflow.reports import svg
 from gymflow.reports.bytecode_cache import bytecode_cache
 from gymflow.reports.sections import DEFAULT_LIMITS, Limits, report_analysis, run_sections
+from gymflow.written import written
 
 _TEMPLATES = files("gymflow.reports") / "templates"
 _STYLE = (_TEMPLATES / "style.css").read_text(encoding="utf-8")
@@ -50,27 +51,12 @@ def environment(loader: BaseLoader, cache_folder: Path | None = None) -> Environ
         lstrip_blocks=True,
         bytecode_cache=bytecode_cache(variant.hexdigest()[:16], cache_folder),
     )
-    env.filters.update(pct=pct, num=num, signed_pct=signed_pct)
+    # The presentation layer's formatters, so a figure reads as it does in the CLI and the UI.
+    env.filters.update(
+        pct=format_percent, num=format_number, signed_pct=format_points, value=format_value
+    )
     env.globals.update(svg=svg, outcomes=svg.OUTCOMES)
     return env
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def pct(value: Any, digits: int = 1) -> str:
-    return f"{100 * value:.{digits}f}%" if _finite(value) else "n/a"
-
-
-def num(value: Any, digits: int = 3) -> str:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return f"{value:.{digits}g}" if _finite(value) else "n/a"
-
-
-def signed_pct(value: Any) -> str:
-    return f"{100 * value:+.1f} pp" if _finite(value) else "n/a"
 
 
 _JINJA = environment(PackageLoader("gymflow.reports", "templates"))
@@ -92,17 +78,13 @@ def export_path(out: Path) -> Path:
     return out.with_name(out.stem + ".trajectories.jsonl")
 
 
-def _write_export(out: Path, rows: list[dict[str, Any]]) -> str | None:
-    """Write the JSONL export (or remove a stale one) and return its relative link."""
-    path = export_path(out)
-    if not rows:
-        path.unlink(missing_ok=True)
-        return None
-    with path.open("w", encoding="utf-8") as handle:
+def _write_export(partial: Path, name: str, rows: list[dict[str, Any]]) -> str:
+    """Write the JSONL export to `partial` and return the relative link to `name`."""
+    with partial.open("w", encoding="utf-8") as handle:
         for row in rows:
             handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
     # "./" keeps a file name like "javascript:x" from being read as a URL scheme.
-    return "./" + quote(path.name)
+    return "./" + quote(name)
 
 
 def write_run_report(
@@ -138,8 +120,12 @@ def write_run_report(
             con.close()
         template = "run.html.j2"
         data["gate"] = load_verdict(store_path(run_dir).parent)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    data["export_link"] = _write_export(out_path, data.pop("export", []))
-    html = render(template, data)
-    out_path.write_text(html, encoding="utf-8")
+    rows, export = data.pop("export", []), export_path(out_path)
+    # The report and its trajectories take their names together (gymflow.written); a stale
+    # export goes once the report that no longer links it is in place.
+    with written(out_path, *([export] if rows else [])) as partials:
+        data["export_link"] = _write_export(partials[1], export.name, rows) if rows else None
+        partials[0].write_text(render(template, data), encoding="utf-8")
+    if not rows:
+        export.unlink(missing_ok=True)
     return out_path

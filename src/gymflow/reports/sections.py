@@ -16,6 +16,7 @@ from gymflow.data.profile import data_profile
 from gymflow.reports import views
 from gymflow.reports.trajectory import blocks
 from gymflow.reverify import flips
+from gymflow.store.current import current_verifier_version
 from gymflow.store.runs import run_info
 
 
@@ -72,13 +73,11 @@ def exported(rollout: dict[str, Any]) -> dict[str, Any]:
 def run_config(run: dict[str, Any]) -> dict[str, Any]:
     config = json.loads(run["config_json"] or "{}")
     sampling = json.loads(run["sampling_json"] or "{}")
-    model = config.get("model", {})
     return {
         "run": run,
         "config": config,
         "config_pretty": json.dumps(config, indent=2, sort_keys=True),
         "sampling": sampling,
-        "simulated": model.get("kind") == "local",
     }
 
 
@@ -105,6 +104,7 @@ def run_sections(con, analysis: RunAnalysis, *, limits: Limits = DEFAULT_LIMITS)
     taxonomy = diagnosis.taxonomy
     return {
         "verifier_version": version,
+        "current_verifier_version": current_verifier_version(con),
         "profile": prof,
         "health": analysis.health,
         "run": run_config(run_info(con)),

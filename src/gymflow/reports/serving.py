@@ -3,13 +3,15 @@ small read-only server behind `gym serve reports`.
 
 A browser refuses `file://` links from a web page (the Prefect UI), and with several workers a
 report sits on whichever machine ran the flow; a server over the folder the runs write into makes
-the report one click away. Only report files are served (no stores, no configs), from inside the
-root only, with the reports' own Content-Security-Policy as a header too."""
+the report one click away. Only report files are served (no stores, no configs): regular files named
+as reports, reached from the root without a symlink on the way (a `.html` link to the run's
+`gymflow.duckdb` served the store), with the reports' own Content-Security-Policy as a header."""
 
 from __future__ import annotations
 
 import html
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -67,17 +69,28 @@ def report_link(report: Path | str, environ: dict[str, str] | None = None) -> Re
 
 
 def _served_file(root: Path, relative: str) -> Path | None:
-    """The file `relative` names inside root, if it is a report file; symlinks out are refused."""
-    if not relative.endswith(SERVED_SUFFIXES):
+    """The file `relative` names inside `root` (resolved), if it is a report file: a regular
+    file, not a symlink, under no symlinked folder. A NUL byte (`%00`) names nothing."""
+    if "\0" in relative or not relative.endswith(SERVED_SUFFIXES):
         return None
-    candidate = (root / relative).resolve()
-    if not candidate.is_relative_to(root) or not candidate.is_file():
+    path = Path(os.path.normpath(root / relative))
+    try:
+        if not path.is_relative_to(root) or path.resolve() != path:
+            return None
+        return path if stat.S_ISREG(path.lstat().st_mode) else None
+    except (OSError, ValueError):
         return None
-    return candidate
 
 
 def _reports(root: Path) -> list[Path]:
-    found = [p for p in root.rglob("*.html") if p.is_file()]
+    """The served reports, found without following a symlinked folder (a link to / made every
+    index page walk the whole file system, for files it would not serve)."""
+    found = [
+        path
+        for folder, _, names in os.walk(root)
+        for path in (Path(folder) / name for name in names if name.endswith(".html"))
+        if _served_file(root, str(path.relative_to(root)))
+    ]
     found.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     return found[:INDEX_LIMIT]
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
+from gymflow.present import format_percent
+
 # Outcome of one (task, repeat) cell. Failed and missing must look unlike a wrong answer.
 OUTCOMES: dict[str, str] = {
     "P": "passed",
@@ -54,10 +56,6 @@ def svg(width: float, height: float, *children: Markup, label: str) -> Markup:
         aria_label=label,
         class_="chart",
     )
-
-
-def _pct(value: float) -> str:
-    return f"{100 * value:.1f}%"
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +143,14 @@ def k_curves(
         )
         for x, y, k, v in pts:
             parts.append(
-                el("circle", el("title", f"{name} k={k}: {_pct(v)}"), cx=x, cy=y, r=3.0, class_=css)
+                el(
+                    "circle",
+                    el("title", f"{name} k={k}: {format_percent(v)}"),
+                    cx=x,
+                    cy=y,
+                    r=3.0,
+                    class_=css,
+                )
             )
     return svg(width, height, *parts, label=label)
 
@@ -234,7 +239,7 @@ def bar_chart(
     parts = []
     for i, (name, count) in enumerate(bars):
         y = i * row_h + 2
-        share = f" ({_pct(count / total)})" if total else ""
+        share = f" ({format_percent(count / total)})" if total else ""
         length = (width - label_w - 110) * count / top
         parts.append(
             el(
@@ -338,7 +343,10 @@ def scatter(
         parts.append(
             el(
                 "circle",
-                el("title", f"{len(names)} task(s) at {_pct(x)} → {_pct(y)}: {shown}"),
+                el(
+                    "title",
+                    f"{len(names)} task(s) at {format_percent(x)} → {format_percent(y)}: {shown}",
+                ),
                 cx=frame.x(x),
                 cy=frame.y(y),
                 r=min(3 + 1.5 * len(names) ** 0.5, 14),

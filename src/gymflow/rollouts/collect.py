@@ -164,6 +164,10 @@ class Collector:
         )  # fmt: skip
         self._server = open_resources(self.plan)  # in-process, or the config's resources_url
         self._resources.push_async_callback(close_resources, self._server)
+        aggregate = getattr(self._server, "store_aggregate", None)
+        if aggregate is not None and self.plan.config.shard.count == 1:
+            # a NeMo Gym server's own metrics of the whole store, once the last commit is in
+            self._resources.push_async_callback(aggregate, self.con, self.plan.run_dir)
         self._committer = _Committer(self.con)
         self._resources.callback(self._committer.close)
 

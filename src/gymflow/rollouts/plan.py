@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.config import ConfigError, EvalConfig, Sampling
-from gymflow.core.prompts import PromptError, render_prompt
+from gymflow.core.prompts import PromptError, PromptTimeout, render_prompt
 from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment, UnknownSplit
 from gymflow.environments.registry import (
@@ -90,11 +90,18 @@ class RunPlan:
     def benchmark_version(self) -> str:
         if self.benchmark is not None:
             rows = self.dataset_version if self.benchmark.dataset is not None else None
+            if self.env.rows_are_protocol:  # the server judging them too: another server's
+                # verdicts read as another dataset's in a comparison, as they should
+                served = f"{rows}|{self.verifier_version}".encode()
+                rows = hashlib.sha256(served).hexdigest()[:12]
             return self.benchmark.version(rows)
-        return hashlib.sha256(
+        protocol = (
             f"{self.env.name}|{self.split}|{self.template}|{self.repeats}|"
-            f"{self.sampling.model_dump_json()}|{self.config.limit}".encode()
-        ).hexdigest()[:12]
+            f"{self.sampling.model_dump_json()}|{self.config.limit}"
+        )
+        if self.env.rows_are_protocol:  # another file's rows, or another server, is another run
+            protocol += f"|{self.dataset_version}|{self.verifier_version}"
+        return hashlib.sha256(protocol.encode()).hexdigest()[:12]
 
 
 def resolve(config: EvalConfig) -> RunPlan:
@@ -172,13 +179,24 @@ def plan_problems(
 ) -> list[str]:
     """Every problem with a plan, not just the first. Rows failing the same way are one problem
     (naming the first few rows and the count), so a bad template gives one line, not thousands;
-    it names the file and field the template came from."""
+    it names the file and field the template came from. A template that outlives its time bound
+    on one row is not tried on the others: each would cost the bound again."""
     failing: dict[str, list[tuple[int, str]]] = {}
     for row, task in enumerate(plan.all_tasks):
         try:
-            render_prompt(plan.template, task.inputs)
+            rendered = render_prompt(plan.template, task.inputs)
+        except PromptTimeout as exc:
+            left = len(plan.all_tasks) - row - 1
+            message = f"{exc}; the {left} rows after it were not rendered" if left else str(exc)
+            failing.setdefault(message, []).append((row, task.task_id))
+            break
         except PromptError as exc:
             failing.setdefault(str(exc), []).append((row, task.task_id))
+        else:
+            if not rendered.strip():  # an empty CSV cell: the model would be asked nothing
+                failing.setdefault("renders empty (an empty field?)", []).append(
+                    (row, task.task_id)
+                )
     problems = []
     for message, rows in failing.items():
         shown = ", ".join(f"row {row} ({task_id})" for row, task_id in rows[:rows_shown])

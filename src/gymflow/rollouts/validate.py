@@ -7,7 +7,10 @@ verifier parameters. Nothing is written: no store, no run directory, no Prefect 
 from __future__ import annotations
 
 import asyncio
+import os
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,13 +18,17 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from gymflow.config import ConfigError, EvalConfig, load_config_file
+from gymflow.config import ConfigError, EvalConfig, load_config_file, missing_api_key
 from gymflow.core.prompts import PromptError, render_prompt
+from gymflow.core.protocols import SESSION_TOKEN_HEADER
+from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
 from gymflow.environments.registry import (
+    PATH_VARIABLE,
     RegistryError,
     load_benchmark,
     load_environment,
 )
+from gymflow.errors import UserError
 from gymflow.rollouts.plan import VERIFIER_PROBLEM, RunPlan, build_plan, plan_problems
 
 
@@ -157,15 +164,35 @@ async def _health(plan: RunPlan) -> str:
                 "/seed_session", json={"task_id": task.task_id, "split": plan.split}
             )
             seeded.raise_for_status()
+            session = seeded.json()
             verified = await client.post(
                 "/verify",
-                json={"session_id": seeded.json()["session_id"], "output_text": ""},
+                json={"session_id": session["session_id"], "output_text": ""},
+                headers={SESSION_TOKEN_HEADER: session["session_token"]},
             )
             verified.raise_for_status()
     return f"resources server starts and answers /health ({health.json()['environment']})"
 
 
+def _nemo_gym_routes(plan: RunPlan, report: ValidationReport) -> None:
+    """A NeMo Gym environment's server, given or started, has the routes its rows need."""
+    server = plan.env.resources_server(plan.verifier_params)
+    try:
+        server.open(plan.config.resources_url)
+        problems = server.route_problems(list(plan.all_tasks))
+    except UserError as exc:  # it did not start: its log says why
+        problems = [str(exc)]
+    finally:
+        server.close()
+    report.problems.extend(problems)
+    if not problems:
+        report.passed.append(f"NeMo Gym server at {server.url} has every route the rows need")
+
+
 def _resources(plan: RunPlan, report: ValidationReport) -> None:
+    if isinstance(plan.env, NemoGymEnvironment):
+        _nemo_gym_routes(plan, report)
+        return
     url = plan.config.resources_url
     if url:
         from gymflow.environments.remote import remote_problems
@@ -201,6 +228,11 @@ async def _ask(plan: RunPlan, base_url: str) -> str:
 def _ping(plan: RunPlan, report: ValidationReport) -> None:
     from gymflow.simulated.endpoint import model_endpoint
 
+    missing = missing_api_key(plan.config.model)
+    if missing:  # the ping would go without the key `gym eval run` then refuses to run without
+        report.problems.append(missing)
+        return
+
     try:
         with model_endpoint(plan) as base_url:
             report.passed.append(asyncio.run(_ask(plan, base_url)))
@@ -228,6 +260,40 @@ def validate_config(path: Path, *, ping: bool = False) -> ValidationReport:
     if not isinstance(data, dict):
         report.problems.append(f"{source}: expected a mapping of config keys")
         return report
+    if _is_benchmark_file(path, data):
+        # A benchmark definition, not an eval config: check the config that runs it, with the
+        # folder holding its benchmarks/ on the search path (as a user would put it).
+        report.passed.append(
+            f"{source}: a benchmark definition; checked as the config `benchmark: {path.stem}` "
+            f"with {PATH_VARIABLE}={path.resolve().parent.parent}"
+        )
+        with _on_search_path(path.resolve().parent.parent):
+            return _validate({"benchmark": path.stem}, source, report, ping)
+    return _validate(data, source, report, ping)
+
+
+def _is_benchmark_file(path: Path, data: dict[str, Any]) -> bool:
+    """A YAML in a `benchmarks/` folder, named by its `name:`: where the registry finds
+    benchmarks, and the key an eval config does not have."""
+    return path.parent.name == "benchmarks" and "name" in data and "benchmark" not in data
+
+
+@contextmanager
+def _on_search_path(root: Path) -> Iterator[None]:
+    saved = os.environ.get(PATH_VARIABLE)
+    os.environ[PATH_VARIABLE] = os.pathsep.join(p for p in (str(root), saved) if p)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(PATH_VARIABLE, None)
+        else:
+            os.environ[PATH_VARIABLE] = saved
+
+
+def _validate(
+    data: dict[str, Any], source: str, report: ValidationReport, ping: bool
+) -> ValidationReport:
     config = _schema(data, source, report)
     if config is None or not _dataset_rows(config, report):
         return report

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.core.tasks import Task
+from gymflow.written import write_text
 
 
 def unit_draw(*parts: object) -> float:
@@ -213,7 +214,7 @@ def build_table(tasks: list[Task], prompts: list[str], skill_seed: int) -> dict[
 
 
 def save_table(table: dict[str, PolicyEntry], path: Path) -> None:
-    path.write_text(json.dumps({key: asdict(entry) for key, entry in table.items()}))
+    write_text(path, json.dumps({key: asdict(entry) for key, entry in table.items()}))
 
 
 def load_table(path: Path) -> dict[str, PolicyEntry]:

@@ -30,6 +30,7 @@ import orjson
 
 from gymflow.config import FaultSpec, SimulatedBehaviour
 from gymflow.models.chat_adapter import chat_to_request, response_to_completion
+from gymflow.simulated import SIMULATED_MODEL
 from gymflow.simulated.policy import (
     PolicyEntry,
     call_turns,
@@ -42,7 +43,6 @@ from gymflow.simulated.policy import (
     without_tools,
 )
 
-SIMULATED_MODEL = "gymflow-simulated-policy"
 #: Fault names a schedule may hold ("ok" means no fault), in the order rates are drawn.
 FAULT_KINDS = (
     "timeout",
@@ -170,6 +170,9 @@ class PolicyApp:
             return unit_draw(self.seed, body.get("seed"), entry.task_id, *parts)
 
         step = entry.step(items, correct=correct, tools=_tool_names(body), draw=draw)
+        if body.get("tool_choice") == "none" and not isinstance(step, str):
+            # Told not to call tools, as both APIs define it: a plan that needs them ends.
+            step = "I was asked not to call a tool, and cannot answer without one."
         if behaviour.tools == "ignore" and not isinstance(step, str):
             step = without_tools(entry, step, correct=correct)
         if isinstance(step, str) and not correct and draw("ramble") < behaviour.ramble:
@@ -252,12 +255,11 @@ class PolicyApp:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await _read_body(scope, receive)
+        if body is None:
+            message = f"request body over {MAX_BODY_BYTES >> 20} MiB"
+            await _send(send, 413, {"error": {"message": message}})
+            return
         path, method = scope["path"], scope["method"]
         if path in ("/health", "/v1/health") and method == "GET":
             await _send(
@@ -281,7 +283,12 @@ class PolicyApp:
             finally:
                 self._in_flight_changes(-1)
         elif path == "/_gymflow/faults" and method == "POST":
-            schedule = list(orjson.loads(body).get("schedule", []))
+            request = _json_object(body)
+            schedule = request.get("schedule") if request is not None else None
+            if not isinstance(schedule, list) or not all(isinstance(k, str) for k in schedule):
+                message = 'expected a JSON object {"schedule": [fault kind, ...]}'
+                await _send(send, 400, {"error": {"message": message}})
+                return
             unknown = sorted(set(schedule) - {*FAULT_KINDS, "ok"})
             if unknown:
                 message = f"unknown fault kinds {unknown}; known: {[*FAULT_KINDS, 'ok']}"
@@ -305,11 +312,20 @@ class PolicyApp:
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
 
     async def _model(self, raw: bytes, send, *, chat: bool) -> None:
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            await _send(send, 400, {"error": {"message": "request body is not JSON"}})
+        body = _json_object(raw)
+        if body is None:
+            await _send(send, 400, {"error": {"message": "request body is not a JSON object"}})
             return
+        try:
+            await self._answer(raw, body, send, chat=chat)
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+            # A field of the wrong shape (`input: 5`, a message that is a list): the request's
+            # fault, said as a 400 (it was a 500 with a traceback in the server's log).
+            message = f"request body is not a {'chat completions' if chat else 'Responses API'} "
+            message += f"request: {type(exc).__name__}: {exc}"[:300]
+            await _send(send, 400, {"error": {"message": message, "type": "invalid_request_error"}})
+
+    async def _answer(self, raw: bytes, body: dict[str, Any], send, *, chat: bool) -> None:
         if chat:
             body = chat_to_request(body)
         body_key = prompt_key(raw.decode())
@@ -343,6 +359,37 @@ class PolicyApp:
         else:
             response = self.respond(body, fault)
             await _send(send, 200, response_to_completion(response) if chat else response)
+
+
+#: Longest request body read: a long conversation is a few MiB; 100 MB read by repeated
+#: concatenation took 59 s.
+MAX_BODY_BYTES = 64 << 20
+
+
+async def _read_body(scope, receive) -> bytes | None:
+    """The request's body in linear time, or None once it is over MAX_BODY_BYTES (a declared
+    Content-Length over it is refused before anything is read)."""
+    for name, value in scope.get("headers") or ():
+        if name == b"content-length" and value.isdigit() and int(value) > MAX_BODY_BYTES:
+            return None
+    chunks, size, more = [], 0, True
+    while more:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _missing_reasoning(body: dict[str, Any]) -> str | None:

@@ -9,13 +9,13 @@ store or the new one, never a half-written one."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
 from gymflow.store.db import store_path
+from gymflow.written import written
 
 #: Rewrite when at least this share of the store's blocks are free.
 MIN_FREE_SHARE = 0.1
@@ -45,13 +45,9 @@ def compact(run_dir: Path | str, *, min_free_share: float = MIN_FREE_SHARE) -> C
     share = free_share(path)
     if share < min_free_share or path.with_name(path.name + ".wal").exists():
         return Compaction(before, before, share, rewritten=False)
-    fresh = path.with_name(path.name + ".compact")
-    fresh.unlink(missing_ok=True)
-    with duckdb.connect() as con:
+    with written(path) as (fresh,), duckdb.connect() as con:
         con.execute("ATTACH ? AS old (READ_ONLY)", [str(path)])
         con.execute("ATTACH ? AS fresh", [str(fresh)])
         con.execute("COPY FROM DATABASE old TO fresh")
-    with fresh.open("rb") as handle:
-        os.fsync(handle.fileno())
-    os.replace(fresh, path)
+        con.execute("DETACH fresh")
     return Compaction(before, path.stat().st_size, share, rewritten=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import shutil
 import threading
@@ -15,6 +14,7 @@ import duckdb
 
 from gymflow.errors import UserError
 from gymflow.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, SPECS, TABLES
+from gymflow.written import created, written
 
 STORE_FILE = "gymflow.duckdb"
 
@@ -112,10 +112,8 @@ def copy_store(source: Path | str, run_dir: Path | str) -> Path:
     """Copy a closed store into `run_dir`, replacing the one there in one rename (a copy taken
     again after the source grew must not be half old)."""
     target = store_path(run_dir)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".copy")
-    shutil.copyfile(store_path(source), partial)
-    os.replace(partial, target)
+    with written(target) as (partial,):
+        shutil.copyfile(store_path(source), partial)
     return target
 
 
@@ -132,7 +130,10 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
     if not path.exists():
         if not create:
             raise StoreError(f"{path}: no gymflow store here (run `gym eval run` first?)")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            _create(path)
+        except duckdb.Error as exc:
+            raise StoreError(f"{path}: cannot create the store: {exc}") from None
     try:
         con = _open(path, read_only and path.exists())
     except duckdb.IOException as exc:
@@ -145,6 +146,22 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
         _check_version(con, path)
         _stand_in_for_new_tables(con)
         return con
+    _schema(con, path)
+    return con
+
+
+def _create(path: Path) -> None:
+    """A new store with its schema, built aside and then given its name (gymflow.written)."""
+    with created(path) as partial:
+        con = _open(partial, False)
+        try:
+            _schema(con, partial)
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
+
+
+def _schema(con, path: Path) -> None:
     for ddl in (*TABLES.values(), *ADDED_COLUMNS):
         con.execute(ddl)
     stored = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -152,7 +169,6 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
         con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
     else:
         _check_version(con, path)
-    return con
 
 
 def _stand_in_for_new_tables(con) -> None:

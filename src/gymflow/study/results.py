@@ -1,5 +1,5 @@
-"""What a study found: each variant's paired difference from the baseline, with p-values
-adjusted for the number of variants (Holm), flips, coverage and health."""
+"""What a study found: each variant's paired difference from the baseline, with its interval and
+p-value adjusted for the number of variants (Bonferroni), flips, coverage and health."""
 
 from __future__ import annotations
 
@@ -11,25 +11,28 @@ from gymflow.analysis.compare import CompareError, compare
 from gymflow.analysis.health import health
 from gymflow.analysis.profile import headline
 from gymflow.analysis.results import Comparison
+from gymflow.analysis.simulated import simulated
+from gymflow.analysis.stats import ALPHA, PAIRED_TEST, t_interval
 from gymflow.store.db import connect
 from gymflow.store.runs import run_info
 from gymflow.study.spec import Arm, Study
 
-#: The test whose p-values are adjusted: the one `gym eval profile --compare` reports.
-TEST = "McNemar's test on per-task majority verdicts, Holm-adjusted over the variants"
+#: The test behind every difference, interval, p-value and colour of a study.
+TEST = (
+    f"{PAIRED_TEST}; intervals and p-values Bonferroni-adjusted over the variants, so that the "
+    "intervals hold simultaneously and a variant is coloured only when its adjusted p <= 0.05 "
+    "(its interval then excludes 0)"
+)
 
 
-def holm(p_values: list[float | None]) -> list[float | None]:
-    """Holm's step-down adjustment (controls the family-wise error rate); None stays None and
-    does not count as a test."""
-    ranked = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
-    m = len(ranked)
-    adjusted: list[float | None] = [None] * len(p_values)
-    running = 0.0
-    for rank, (p, i) in enumerate(ranked):
-        running = max(running, min(1.0, (m - rank) * p))
-        adjusted[i] = running
-    return adjusted
+def bonferroni(p_values: list[float | None]) -> list[float | None]:
+    """min(1, m * p) over the m p-values that are not None (None: not compared, not a test).
+    Holm's step-down rejects a little more often, but no interval matches its verdicts short of
+    Strassburger & Bretz's (one-sided for every rejected variant); Bonferroni's verdicts and its
+    simultaneous intervals agree exactly, so the colour, the p-value and the interval never
+    disagree."""
+    m = sum(p is not None for p in p_values)
+    return [None if p is None else min(1.0, m * p) for p in p_values]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,8 @@ class ArmSummary:
     ci95: tuple[float, float] | None
     coverage: dict[str, int]
     health: str
+    #: a simulated model answered this arm (`gymflow.analysis.simulated`)
+    simulated: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +70,12 @@ class VariantEffect:
     tasks: int
     unpaired_tasks: dict[str, int]
     difference: float | None
+    #: the simultaneous 95% interval: each at 1 - 0.05 / variants compared (Bonferroni)
     ci95: tuple[float, float] | None
     p_value: float | None
-    p_holm: float | None
+    p_adjusted: float | None
+    #: adjusted p <= 0.05, which is the interval excluding 0: what the colour shows
+    significant: bool
     gained: tuple[str, ...]
     lost: tuple[str, ...]
     attribution: str
@@ -90,6 +98,7 @@ def summarise(run: ArmRun) -> ArmSummary:
         head = headline(con, run.verifier_version)
         verdict = health(con, verifier_version=run.verifier_version, max_listed=0).verdict
         run_id = run_info(con)["run_id"]
+        answered_by_simulation = simulated(con)
     ci = head.ci95
     return ArmSummary(
         name=run.arm.name,
@@ -104,6 +113,7 @@ def summarise(run: ArmRun) -> ArmSummary:
         ci95=tuple(ci) if ci else None,
         coverage=head.coverage.as_dict(),
         health=verdict,
+        simulated=answered_by_simulation,
     )
 
 
@@ -133,7 +143,9 @@ def _effect(variant: ArmRun, baseline: ArmRun) -> Comparison | str:
         return str(exc)
 
 
-def _variant(run: ArmRun, found: Comparison | str, p_holm: float | None) -> VariantEffect:
+def _variant(
+    run: ArmRun, found: Comparison | str, p_adjusted: float | None, compared: int
+) -> VariantEffect:
     summary, attribution = summarise(run), _attribution(run.arm)
     if isinstance(found, str):
         return VariantEffect(
@@ -143,21 +155,27 @@ def _variant(run: ArmRun, found: Comparison | str, p_holm: float | None) -> Vari
             difference=None,
             ci95=None,
             p_value=None,
-            p_holm=p_holm,
+            p_adjusted=p_adjusted,
+            significant=False,
             gained=(),
             lost=(),
             attribution=attribution,
             error=found,
         )
-    ci = found.ci95
+    ci = (
+        t_interval(found.difference, found.stderr, found.tasks, alpha=ALPHA / compared).bounds
+        if found.stderr is not None
+        else None
+    )
     return VariantEffect(
         summary=summary,
         tasks=found.tasks,
         unpaired_tasks=found.unpaired_tasks.as_json(),
         difference=found.difference,
-        ci95=tuple(ci) if ci else None,
-        p_value=found.mcnemar.p_value,
-        p_holm=p_holm,
+        ci95=ci,
+        p_value=found.p_value,
+        p_adjusted=p_adjusted,
+        significant=p_adjusted is not None and p_adjusted <= ALPHA,
         gained=tuple(found.flipped.a_only),
         lost=tuple(found.flipped.b_only),
         attribution=attribution,
@@ -166,9 +184,10 @@ def _variant(run: ArmRun, found: Comparison | str, p_holm: float | None) -> Vari
 
 def study_result(study: Study, baseline: ArmRun, variants: list[ArmRun]) -> StudyResult:
     found = [_effect(v, baseline) for v in variants]
-    adjusted = holm([None if isinstance(f, str) else f.mcnemar.p_value for f in found])
+    adjusted = bonferroni([None if isinstance(f, str) else f.p_value for f in found])
+    compared = max(sum(p is not None for p in adjusted), 1)
     rows = tuple(
-        _variant(run, effect, p_holm)
-        for run, effect, p_holm in zip(variants, found, adjusted, strict=True)
+        _variant(run, effect, p_adjusted, compared)
+        for run, effect, p_adjusted in zip(variants, found, adjusted, strict=True)
     )
     return StudyResult(study.name, TEST, summarise(baseline), rows)

@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gymflow.analysis.factors import changed_factors, groups_of
 from gymflow.config import (
     ConfigError,
     EvalConfig,
@@ -34,16 +35,6 @@ from gymflow.config import (
 )
 from gymflow.rollouts.plan import resolve
 
-#: The factors a variant may change, by the config keys that make them up. Keys not listed
-#: (out, concurrency, batch_size, shard, resources_url) decide where and how fast, not what.
-FACTOR_KEYS = {
-    "model": ("model",),
-    "harness": ("harness",),
-    "prompt template": ("prompt_template",),
-    "sampling": ("sampling",),
-    "verifier parameters": ("verifier_params",),
-    "dataset version": ("benchmark", "environment", "limit", "repeats"),
-}
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 
@@ -80,6 +71,8 @@ class Arm:
     name: str
     config: EvalConfig
     factors: tuple[str, ...]
+    #: the config keys it changes (`gymflow.analysis.factors`), e.g. model.kind, model.base_url
+    keys: tuple[str, ...]
     confounded: bool
     #: only verifier parameters change: judged again on the baseline's rollouts, no inference
     reverify_only: bool
@@ -96,19 +89,6 @@ class Study:
     out: Path
     baseline: Arm
     variants: tuple[Arm, ...]
-
-
-def _identity(config: EvalConfig) -> dict[str, Any]:
-    return config.model_dump(
-        mode="json", include={k for keys in FACTOR_KEYS.values() for k in keys}
-    )
-
-
-def changed_factors(baseline: EvalConfig, variant: EvalConfig) -> tuple[str, ...]:
-    a, b = _identity(baseline), _identity(variant)
-    return tuple(
-        factor for factor, keys in FACTOR_KEYS.items() if any(a.get(k) != b.get(k) for k in keys)
-    )
 
 
 def _arm_config(base: dict[str, Any], changes: dict[str, Any], out: Path, source: str):
@@ -132,7 +112,7 @@ def resolve_study(spec: StudySpec, source: str) -> Study:
     """Every arm's config, checked; raises ConfigError naming the variant and what is wrong."""
     out = Path(spec.out)
     baseline_config = _arm_config(spec.baseline, {}, out / "baseline", f"{source}: baseline")
-    baseline = Arm("baseline", baseline_config, (), False, False)
+    baseline = Arm("baseline", baseline_config, (), (), False, False)
     arms, problems = [], []
     for variant in spec.variants:
         where = f"{source}: variant {variant.name!r}"
@@ -141,12 +121,14 @@ def resolve_study(spec: StudySpec, source: str) -> Study:
         except ConfigError as exc:
             problems.append(str(exc))
             continue
-        factors = changed_factors(baseline_config, config)
+        changed = changed_factors(baseline_config, config)
+        factors, keys = groups_of(changed), tuple(f.key for f in changed)
         if not factors:
             problems.append(f"{where}: changes no factor (same config as the baseline)")
         elif len(factors) > 1 and not variant.confounded:
             problems.append(
-                f"{where}: changes {len(factors)} factors ({', '.join(factors)}); a difference "
+                f"{where}: changes {len(factors)} factors ({', '.join(factors)}: "
+                f"{', '.join(keys)}); a difference "
                 "could not be attributed to any one of them. Split it into one variant per "
                 "factor, or set `confounded: true` to run it labelled as not attributable"
             )
@@ -158,7 +140,7 @@ def resolve_study(spec: StudySpec, source: str) -> Study:
                 resolve(config)
             except ConfigError as exc:
                 problems.append(f"{where}: {exc}")
-        arms.append(Arm(variant.name, config, factors, variant.confounded, reverify_only))
+        arms.append(Arm(variant.name, config, factors, keys, variant.confounded, reverify_only))
     names = [v.name for v in spec.variants]
     if len(set(names)) != len(names):
         problems.append(f"{source}: variant names repeat ({', '.join(names)})")

@@ -17,7 +17,7 @@ from gymflow.reports.sections import DEFAULT_LIMITS
 from gymflow.store.db import connect, store_path
 
 #: Part of the cache key: a result cached under an older shape of the results is not read back.
-RESULTS_VERSION = 1
+RESULTS_VERSION = 2  # 2: Profile.simulated, Factor.key and .group
 
 
 def _file_state(path: Path) -> str:

@@ -7,6 +7,7 @@ from gymflow.verifiers import (  # noqa: F401
     match,
     math_answer,
     math_judge,
+    nemo_gym,
     numeric,
     state_match,
 )

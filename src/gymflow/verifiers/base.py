@@ -52,6 +52,12 @@ class Verdict:
     failure_kind: str | None = None
 
 
+#: The `details` key of a failed verdict holding what a lenient reading of the same output
+#: accepts (the task's pattern found anywhere in it, say): the evidence the diagnosis reads that
+#: a reading in another form would change the verdict (a prompt asking for another form, or a
+#: verifier parameter that rejects right answers).
+LENIENT_MATCH = "lenient_match"
+
 VerifyFn = Callable[[VerifyInput, Any], Verdict]
 
 #: What a task data field must hold: `scalar` is text or a number; `list` and `mapping` are JSON.
@@ -96,6 +102,11 @@ class VerifierSpec:
     timeout_s: float | None = None
     #: The `Task.data` fields it reads, by name.
     fields: dict[str, DataField] = field(default_factory=dict)
+    #: It runs the answer's own code, so a verification that outlives `timeout_s` is the answer
+    #: running too long (reward 0, reason `timeout`, counted in every score), not a verifier
+    #: failure left out of them: an answer that could make its verification time out (a value
+    #: costly to build or compare here) would otherwise take itself out of the denominator.
+    outlived_bound_fails: bool = False
     #: The `details.reason` values of its verdicts that mean "no answer in the expected form"
     #: (no answer line, no boxed answer, no code, an empty response): the diagnosis reads these,
     #: never a list of its own, to tell a missing answer from a wrong one.
@@ -105,8 +116,15 @@ class VerifierSpec:
         try:
             params = self.params_model.model_validate(values)
         except ValidationError as exc:
+            known = ", ".join(self.params_model.model_fields) or "none"
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+                f"{'.'.join(str(p) for p in e['loc'])}: "
+                + (
+                    f"not a parameter of {self.name} (its parameters: {known})"
+                    if e["type"] == "extra_forbidden"
+                    else e["msg"]
+                )
+                for e in exc.errors()
             )
             raise VerifierParamsError(f"verifier {self.name!r} parameters: {problems}") from None
         # `rel_tol=inf` would pass every answer, and the version's JSON would hold `Infinity`
@@ -139,6 +157,7 @@ def verifier(
     reward_range: tuple[float, float] = (0.0, 1.0),
     pass_threshold: float = 1.0,
     fields: dict[str, DataField] | None = None,
+    outlived_bound_fails: bool = False,
     no_answer_reasons: tuple[str, ...] = (),
 ) -> Callable[[VerifyFn], VerifyFn]:
     """Register a verify function under `name` with its parameter model (none: it takes no
@@ -168,6 +187,7 @@ def verifier(
                 runs=runs,
                 timeout_s=bound,
                 fields=dict(fields or {}),
+                outlived_bound_fails=outlived_bound_fails,
                 no_answer_reasons=frozenset(no_answer_reasons),
             ),
         )

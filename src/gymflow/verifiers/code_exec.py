@@ -127,6 +127,7 @@ def _as_body(code: str) -> str:
     runs="worker",
     timeout_s=300.0,
     fields={n: DataField("text") for n in ("prompt", "test", "entry_point")},
+    outlived_bound_fails=True,
     no_answer_reasons=("no_code",),  # nothing to run: an empty answer or an empty code block
 )
 def code_exec(inp: VerifyInput, params: CodeExecParams) -> Verdict:

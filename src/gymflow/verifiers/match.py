@@ -8,7 +8,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.verifiers.base import DataField, Verdict, VerifierError, VerifyInput, verifier
+from gymflow.verifiers.base import (
+    LENIENT_MATCH,
+    DataField,
+    Verdict,
+    VerifierError,
+    VerifyInput,
+    verifier,
+)
 
 _ANSWER_LINE = re.compile(r"answer\s*[:=]\s*(.+)", re.IGNORECASE)
 _EDGE_PUNCTUATION = re.compile(r"^[\s\"'`]+|[\s\"'`.,;!]+$")
@@ -107,10 +114,18 @@ def regex_match(inp: VerifyInput, params: RegexParams) -> Verdict:
     except re.error as exc:
         raise VerifierError(f"data.pattern does not compile: {exc}", "bad_task_data") from None
     text = extract_text(inp.output_text or "", params.extract)
-    if text is None:
-        return Verdict(0.0, {"reason": "no_answer_extracted", "pattern": pattern})
-    found = compiled.search(text) if params.mode == "search" else compiled.fullmatch(text.strip())
-    details = {"reason": "match" if found else "no_match", "pattern": pattern}
+    found = None
+    if text is not None:
+        found = (
+            compiled.search(text) if params.mode == "search" else compiled.fullmatch(text.strip())
+        )
+    details = {
+        "reason": "match" if found else "no_match" if text is not None else "no_answer_extracted",
+        "pattern": pattern,
+    }
     if found:
         details["matched"] = found.group(0)[:200]
+    elif (anywhere := compiled.search(inp.output_text or "")) is not None:
+        # the pattern is in the response, where this reading did not look or not as all of it
+        details[LENIENT_MATCH] = anywhere.group(0)[:200]
     return Verdict(1.0 if found else 0.0, details)

@@ -14,9 +14,9 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.config import refuse_key_as_env_name, refuse_url_credentials
+from gymflow.config import ApiKeyEnv, ServerUrl
 from gymflow.verifiers.base import DataField, Verdict, VerifierError, VerifyInput, verifier
 from gymflow.verifiers.math_answer import (
     NO_ANSWER_REASONS,
@@ -45,10 +45,13 @@ _BARE_NUMBER = re.compile(r"\s*([01](?:\.\d+)?|\.\d+)\s*")
 
 class MathJudgeParams(BaseModel):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
-    base_url: str = Field(description="The judge's model server, e.g. http://127.0.0.1:8000/v1")
+    # The parameters are stored with the verifier version and shown in reports: no key in them.
+    base_url: ServerUrl = Field(
+        description="The judge's model server, e.g. http://127.0.0.1:8000/v1"
+    )
     model: str = Field("judge", description="Model name sent to the judge server.")
     kind: Literal["responses", "chat_completions"] = "responses"
-    api_key_env: str | None = Field(None, description="Environment variable holding the key.")
+    api_key_env: ApiKeyEnv | None = Field(None, description="Environment variable holding the key.")
     prompt_template: str = Field(
         DEFAULT_PROMPT, description="Jinja template over question, expected and answer."
     )
@@ -60,17 +63,6 @@ class MathJudgeParams(BaseModel):
     timeout_s: float = Field(60.0, gt=0.0)
     max_retries: int = Field(2, ge=0, le=10)
     max_output_tokens: int = Field(256, ge=1)
-
-    # The parameters are stored with the verifier version and shown in reports: no key in them.
-    @field_validator("base_url")
-    @classmethod
-    def _no_credentials(cls, url: str) -> str | None:
-        return refuse_url_credentials(url)
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _names_a_variable(cls, value: str | None) -> str | None:
-        return refuse_key_as_env_name(value)
 
 
 def read_score(reply: str) -> float | None:

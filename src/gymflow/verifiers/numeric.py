@@ -31,33 +31,37 @@ class NumericParams(BaseModel):
     )
 
 
-def parse_exact(text: str) -> Fraction | None:
+def parse_exact(text: str) -> int | Fraction | None:
+    """The number a text writes, exactly: an int for an integer (most answers; a Fraction costs
+    ~10 us, most of a reverify of arithmetic), else a Fraction."""
+    text = text.replace(",", "")
+    digits = text[1:] if text[:1] == "-" else text
+    if digits.isascii() and digits.isdigit():
+        return int(text)
     try:
-        return Fraction(text.replace(",", ""))
+        return Fraction(text)
     except (ValueError, ZeroDivisionError):
         return None
 
 
-def parse_number(text: str) -> float | None:
-    exact = parse_exact(text)
+def as_float(exact: int | Fraction) -> float | None:
     try:
-        return None if exact is None else float(exact)
+        return float(exact)
     except OverflowError:
         # a number past float's range (`Answer: 9…9`, 400 digits) is a wrong answer; as a
         # verifier error it was a failure, left out of the scores the policy earns
         return None
 
 
-def matches(raw: str, expected: object, params: NumericParams) -> bool:
-    """Whether the extracted answer is the reference. An integer reference is matched within
-    `abs_tol` only, in exact arithmetic: a relative tolerance for rounding let 1000001 pass for
-    1,000,000 at the default 1e-6, and floats cannot tell integers apart past 2^53. Any other
-    reference within either tolerance."""
+def matches(answer: int | Fraction, expected: object, params: NumericParams) -> bool:
+    """Whether the answer is the reference. An integer reference is matched within `abs_tol`
+    only, in exact arithmetic (Python compares an int or a Fraction with a float exactly): a
+    relative tolerance for rounding let 1000001 pass for 1,000,000 at the default 1e-6, and
+    floats cannot tell integers apart past 2^53. Any other reference within either tolerance."""
     reference = parse_exact(str(expected))
-    if reference is not None and reference.denominator == 1:
-        answer = parse_exact(raw)
-        return answer is not None and abs(answer - reference) <= Fraction(params.abs_tol)
-    value = parse_number(raw)
+    if reference is not None and (isinstance(reference, int) or reference.denominator == 1):
+        return abs(answer - reference) <= params.abs_tol
+    value = as_float(answer)
     return value is not None and math.isclose(
         value, float(expected), rel_tol=params.rel_tol, abs_tol=params.abs_tol
     )
@@ -81,9 +85,10 @@ def numeric_match(inp: VerifyInput, params: NumericParams) -> Verdict:
     raw = extract_answer(inp.output_text, params.extract)
     if raw is None:
         return Verdict(0.0, {"reason": "no_answer_extracted", "expected": expected})
-    if parse_number(raw) is None:
+    answer = parse_exact(raw)
+    if answer is None or as_float(answer) is None:
         return Verdict(0.0, {"reason": "unparsable_answer", "extracted": raw, "expected": expected})
-    ok = matches(raw, inp.task.data["answer"], params)
+    ok = matches(answer, inp.task.data["answer"], params)
     return Verdict(
         1.0 if ok else 0.0,
         {"reason": "match" if ok else "wrong_answer", "extracted": raw, "expected": expected},

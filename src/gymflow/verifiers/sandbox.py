@@ -9,8 +9,12 @@ process is a value per call; the tests that judge those values run here.
 The process runs under bubblewrap in fresh network, PID, IPC and UTS namespaces, sees only a
 read-only /usr and Python installation (site-packages hidden: no dataset, no answer key) plus a
 size-limited private /tmp, and runs under rlimits on CPU time, address space, process count and
-file size; the wall clock is bounded here. Its user may not create user namespaces (bubblewrap's
-`--disable-userns`), so it cannot become root in one and mount its way past the limits.
+file size; the wall clock is bounded here. Where this host lets us make a memory cgroup (v1 or v2),
+every sandbox gets one, limited to `memory_mb`: an address-space rlimit is per process and does not
+see memory held as files (memfd_create, /dev/shm, the tmpfs /tmp), which a program spread over its
+processes held to 900 MiB under a 512 MiB limit; the cgroup counts pages however they are held.
+Its user may not create user namespaces (bubblewrap's `--disable-userns`), so it cannot become
+root in one and mount its way past the limits.
 
 Why two bubblewraps when we are root: root ignores RLIMIT_NPROC, so the program runs under a user
 id of its own (one per sandbox slot and process, so a fork bomb in one sandbox never eats another's
@@ -49,7 +53,7 @@ from typing import Any
 
 from gymflow.errors import RuntimeFailure
 from gymflow.processes import pid_alive
-from gymflow.verifiers.sandbox_runner import MAX_MESSAGE, Unsupported, decode
+from gymflow.verifiers.sandbox_runner import MAX_MESSAGE, OutOfTime, Unsupported, decode
 
 #: Exit status of bubblewrap when its child died of signal N is 128 + N.
 _SIGNAL_EXIT = 128
@@ -129,16 +133,102 @@ def _sandbox_uid(slot: int) -> int:
 
 # -- scratch folders -----------------------------------------------------------------------------
 def sweep_orphans(root: str | None = None) -> list[Path]:
-    """Remove the scratch folders whose owner process is gone (a verifier worker killed with
-    SIGKILL never ran its cleanup); returns what was removed. A folder whose owner still runs
-    is left alone, even if the pid was reused: never delete what may be in use."""
+    """Remove the scratch folders (and memory cgroups) whose owner process is gone (a verifier
+    worker killed with SIGKILL never ran its cleanup); returns what was removed. A folder whose
+    owner still runs is left alone, even if the pid was reused: never delete what may be in use."""
     removed = []
     for folder in Path(root or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
-        owner = folder.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
-        if owner.isdigit() and not pid_alive(int(owner)) and folder.is_dir():
+        if _orphaned(folder) and folder.is_dir():
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
+    cgroups = _cgroups()
+    if cgroups is not None and root is None:
+        for group in cgroups.root.glob(f"{SCRATCH_PREFIX}*"):
+            if _orphaned(group) and cgroups.remove(group):
+                removed.append(group)
     return removed
+
+
+def _orphaned(path: Path) -> bool:
+    owner = path.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+    return owner.isdigit() and not pid_alive(int(owner))
+
+
+# -- memory cgroups ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Cgroups:
+    """A cgroup hierarchy with the memory controller where we may make children: the file that
+    sets a child's memory limit, the one that keeps it from swapping past it, and the one that
+    counts its out-of-memory kills."""
+
+    root: Path
+    limit: str
+    swap: tuple[str, bool]  # (file, whether it bounds memory plus swap or swap alone)
+    events: str
+
+    def make(self, name: str, limit: int) -> Path | None:
+        group = self.root / name
+        swap_file, with_memory = self.swap
+        try:
+            group.mkdir()
+            (group / self.limit).write_text(str(limit))
+            if (group / swap_file).exists():  # absent where swap is not accounted
+                (group / swap_file).write_text(str(limit if with_memory else 0))
+        except OSError:
+            self.remove(group)
+            return None
+        return group
+
+    def oom_killed(self, group: Path) -> bool:
+        try:
+            counts = dict(line.split() for line in (group / self.events).read_text().splitlines())
+        except (OSError, ValueError):
+            return False
+        return counts.get("oom_kill", "0") != "0"
+
+    def kill_all(self, group: Path) -> None:
+        """SIGKILL every process still in `group`: the PID namespace's processes outlive their
+        init by a moment, and a cgroup with members cannot be removed."""
+        with suppress(OSError):
+            for pid in (group / "cgroup.procs").read_text().split():
+                with suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+
+    def remove(self, group: Path) -> bool:
+        for _ in range(50):
+            self.kill_all(group)
+            try:
+                group.rmdir()
+                return True
+            except FileNotFoundError:
+                return True
+            except OSError:
+                time.sleep(0.02)
+        return False  # left for sweep_orphans
+
+
+@functools.cache
+def _cgroups() -> _Cgroups | None:
+    """The memory cgroup hierarchy this host lets us use, found by making (and removing) a child;
+    None when there is none (not root, a container without cgroup access)."""
+    unified = Path("/sys/fs/cgroup")
+    v1 = unified / "memory"
+    candidates = [
+        _Cgroups(
+            v1, "memory.limit_in_bytes", ("memory.memsw.limit_in_bytes", True), "memory.oom_control"
+        )
+    ]
+    with suppress(OSError):
+        if "memory" in (unified / "cgroup.subtree_control").read_text().split():
+            candidates.append(
+                _Cgroups(unified, "memory.max", ("memory.swap.max", False), "memory.events")
+            )
+    for cgroups in candidates:
+        probe = cgroups.make(f"{SCRATCH_PREFIX}{os.getpid()}-probe", 64 << 20)
+        if probe is not None:
+            cgroups.remove(probe)
+            return cgroups
+    return None
 
 
 # -- the command ---------------------------------------------------------------------------------
@@ -242,8 +332,10 @@ def _command(bwrap: str, job: Path, limits: SandboxLimits, uid: int | None) -> l
     return cmd
 
 
-def _limit_resources(limits: SandboxLimits, process_budget: int) -> None:
+def _limit_resources(limits: SandboxLimits, process_budget: int, group: Path | None) -> None:
     """Runs in the child between fork and exec; the limits pass on to everything it starts."""
+    if group is not None:
+        (group / "cgroup.procs").write_text(str(os.getpid()))
     cpu = math.ceil(limits.timeout_s)
     memory = limits.memory_mb << 20
     file_size = limits.max_file_mb << 20
@@ -331,6 +423,7 @@ class Sandbox:
         slot = self._slot.__enter__()
         self._proc: subprocess.Popen[bytes] | None = None
         self._fds: list[int] = []
+        self._group: Path | None = None
         try:
             self._scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
         except BaseException:
@@ -358,6 +451,10 @@ class Sandbox:
             # Without root the program keeps our user id, whose other processes count too.
             uid, budget = None, _user_process_count(os.geteuid()) + self.limits.max_processes
         cmd = _command(bwrap, self._scratch, self.limits, uid)
+        self._cgroups = _cgroups()
+        if self._cgroups is not None:
+            self._group = self._cgroups.make(self._scratch.name, self.limits.memory_mb << 20)
+        group = self._group
         request_r, self._request_w = os.pipe()
         self._reply_r, reply_w = os.pipe()
         self._fds = [self._request_w, self._reply_r]
@@ -371,7 +468,7 @@ class Sandbox:
                     stdout=reply_w,
                     stderr=output,
                     start_new_session=True,
-                    preexec_fn=lambda: _limit_resources(self.limits, budget),
+                    preexec_fn=lambda: _limit_resources(self.limits, budget, group),
                 )
         except OSError as exc:
             raise SandboxError(f"cannot start bubblewrap: {exc}") from None
@@ -399,6 +496,8 @@ class Sandbox:
                 with suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        if self._group is not None and self._cgroups is not None:
+            self._cgroups.remove(self._group)
         for fd in self._fds:
             with suppress(OSError):
                 os.close(fd)
@@ -434,7 +533,10 @@ class Sandbox:
         reply = self._receive(lambda m: m.get("id") == call_id)
         if "value" in reply:
             try:
-                return decode(reply["value"])
+                # Under the program's own deadline: building the value is the program's time.
+                return decode(reply["value"], self._deadline, time.monotonic)
+            except OutOfTime:
+                raise self._end("timeout", limit="wall_clock") from None
             except (Unsupported, RecursionError) as exc:
                 self._saw(f"forged_reply:{exc}")
                 raise self._end("tampering") from None
@@ -495,6 +597,8 @@ class Sandbox:
             return self._end("timeout", limit="cpu", exit_code=code)
         if code == _SIGNAL_EXIT + signal.SIGXFSZ:
             return self._end("file_size", exit_code=code)
+        if self._group is not None and self._cgroups and self._cgroups.oom_killed(self._group):
+            return self._end("memory", limit="memory", exit_code=code)
         if code == 0:
             # The runner exits only when we close its pipe: a clean exit mid-test is the
             # candidate ending the test phase the way a finished run would.

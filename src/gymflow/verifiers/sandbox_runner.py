@@ -19,41 +19,75 @@ evidence only by first doing something that is itself reported."""
 
 #: Largest message either side sends, in bytes: a return value the runner cannot fit is refused.
 MAX_MESSAGE = 8 << 20
+#: Deepest nesting, and most values, in one return value. Both sides count alike, one level per
+#: container (a dict's keys and values one below it) and one value per item, so a value the
+#: runner writes always decodes and only a forged one is refused.
 _MAX_DEPTH = 200
+MAX_VALUES = 1 << 20
 _TAGS = ("tuple", "set", "frozenset", "dict", "float")
 _ESCAPES = {**{code: f"\\u{code:04x}" for code in range(32)}, 34: '\\"', 92: "\\\\"}
+#: How many members a set or dict takes between two looks at the clock while it is built.
+_CLOCK_EVERY = 64
 
 
 class Unsupported(ValueError):
     """A value with no plain-data form (an object, a function, a generator...)."""
 
 
-def decode(data, depth=0):
+class OutOfTime(Exception):
+    """Decoding reached the sandbox's deadline: the value cost more to build than the program
+    had time for (members whose hashes collide make a set quadratic to build)."""
+
+
+def decode(data, deadline=None, clock=None):
     """The value `to_json` wrote as `data` (parsed JSON); anything `to_json` never writes raises
-    Unsupported. Only built-in types come out, so nothing decoded can run code when compared."""
-    if depth > _MAX_DEPTH:
-        raise Unsupported(f"nested more than {_MAX_DEPTH} deep")
-    kind = type(data)
-    if data is None or kind in (bool, int, float, str):
-        return data
-    if kind is list:
-        return [decode(item, depth + 1) for item in data]
-    if kind is not dict or len(data) != 1:
-        raise Unsupported(f"not a plain-data encoding: {kind.__name__}")
-    ((tag, payload),) = data.items()
-    if tag == "float" and payload in ("nan", "inf", "-inf"):
-        return float(payload)
-    if tag not in _TAGS or type(payload) is not list:
-        raise Unsupported(f"unknown tag {tag!r}")
-    items = [decode(item, depth + 1) for item in payload]
-    try:
+    Unsupported. Only built-in types come out, so nothing decoded can run code when compared.
+    With a `deadline` (on `clock`), sets and dicts are built member by member and OutOfTime is
+    raised once it passes: a candidate's values are built on the trusted side, and it chooses
+    their hashes (int subclasses with distinct hashes in the sandbox become plain ints that all
+    hash alike here)."""
+    count = [0]
+
+    def members(pairs, add):
+        for index, pair in enumerate(pairs):
+            add(*pair)
+            if deadline is not None and index % _CLOCK_EVERY == 0 and clock() > deadline:
+                raise OutOfTime("building the returned value outlived the time limit")
+
+    def value(data, depth):
+        count[0] += 1
+        if depth > _MAX_DEPTH:
+            raise Unsupported(f"nested more than {_MAX_DEPTH} deep")
+        if count[0] > MAX_VALUES:
+            raise Unsupported(f"more than {MAX_VALUES} values")
+        kind = type(data)
+        if data is None or kind in (bool, int, float, str):
+            return data
+        if kind is list:
+            return [value(item, depth + 1) for item in data]
+        if kind is not dict or len(data) != 1:
+            raise Unsupported(f"not a plain-data encoding: {kind.__name__}")
+        ((tag, payload),) = data.items()
+        if tag == "float" and payload in ("nan", "inf", "-inf"):
+            return float(payload)
+        if tag not in _TAGS or type(payload) is not list:
+            raise Unsupported(f"unknown tag {tag!r}")
         if tag == "dict":
-            if any(type(pair) is not list or len(pair) != 2 for pair in items):
+            if any(type(pair) is not list or len(pair) != 2 for pair in payload):
                 raise Unsupported("a dict item is not a pair")
-            return {key: value for key, value in items}
-        return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](items)
-    except TypeError as exc:  # an unhashable key or member
-        raise Unsupported(str(exc)) from None
+            items = [(value(k, depth + 1), value(v, depth + 1)) for k, v in payload]
+        else:
+            items = [(value(item, depth + 1),) for item in payload]
+        if tag == "tuple":
+            return tuple(item for (item,) in items)
+        built = {} if tag == "dict" else set()
+        try:
+            members(items, built.__setitem__ if tag == "dict" else built.add)
+        except TypeError as exc:  # an unhashable key or member
+            raise Unsupported(str(exc)) from None
+        return frozenset(built) if tag == "frozenset" else built
+
+    return value(data, 0)
 
 
 def _writers(
@@ -72,19 +106,26 @@ def _writers(
     UnicodeEncodeError=UnicodeEncodeError,
     Unsupported=Unsupported,
     max_depth=_MAX_DEPTH,
+    max_values=MAX_VALUES,
     escapes=_ESCAPES,
 ):
     """`to_json` and `message`, with every built-in they use bound here: a candidate that patches
     `builtins` (or this module) cannot change what the runner writes, only get reported."""
 
-    def to_json(value, depth=0):
+    def to_json(value, depth=0, count=None):
         """JSON text for `value` as plain data: None, bool, int, str and finite float as themselves,
         a list as a list; tuples, sets, dicts and non-finite floats as a one-key object
         ({"tuple": [...]}, {"dict": [[key, value], ...]}, {"float": "nan"}). Subclasses of these
         (a Counter, a namedtuple, an IntEnum) become their base type; anything else is Unsupported.
-        Runs in the sandbox: base-type methods, so a subclass cannot choose its own text."""
+        Runs in the sandbox: base-type methods, so a subclass cannot choose its own text.
+        `count` holds the values written so far, counted as `decode` counts them."""
+        if count is None:
+            count = [0]
+        count[0] += 1
         if depth > max_depth:
             raise Unsupported(f"nested more than {max_depth} deep")
+        if count[0] > max_values:
+            raise Unsupported(f"more than {max_values} values")
         if value is None:
             return "null"
         if isinstance(value, bool):
@@ -99,12 +140,13 @@ def _writers(
             return json_string(str.__str__(value))
         if isinstance(value, dict):
             pairs = (
-                f"[{to_json(k, depth + 1)},{to_json(v, depth + 1)}]" for k, v in dict.items(value)
+                f"[{to_json(k, depth + 1, count)},{to_json(v, depth + 1, count)}]"
+                for k, v in dict.items(value)
             )
             return '{"dict":[' + ",".join(pairs) + "]}"
         for kind in (list, tuple, frozenset, set):
             if isinstance(value, kind):
-                items = ",".join(to_json(item, depth + 1) for item in kind.__iter__(value))
+                items = ",".join(to_json(item, depth + 1, count) for item in kind.__iter__(value))
                 return f"[{items}]" if kind is list else f'{{"{kind.__name__}":[{items}]}}'
         raise Unsupported(type(value).__name__)
 

@@ -74,6 +74,26 @@ def dataset_manifest(benchmark: Benchmark) -> EnvironmentManifest:
     )
 
 
+def local_path(spec: DatasetSpec, benchmark_file: Path | None) -> Path:
+    """`dataset.path`, relative to the benchmark YAML and inside the folder that holds its
+    `benchmarks/` (the folder a user put on the search path or downloaded): a benchmark
+    someone else wrote must not read ~/.ssh or /etc into a run's store. Symlinks are
+    followed before the check, so a link inside the folder cannot point out of it."""
+    assert spec.path is not None
+    if benchmark_file is None:
+        return Path.cwd() / spec.path
+    root = benchmark_file.parent.parent.resolve()
+    path = (benchmark_file.parent / spec.path).resolve()
+    if not path.is_relative_to(root):
+        raise DatasetError(
+            [
+                f"{benchmark_file}: dataset.path: {spec.path!r} is outside {root} "
+                "(a benchmark reads only files under the folder that holds its benchmarks/)"
+            ]
+        )
+    return path
+
+
 class DatasetResources(ResourcesServer):
     """No tools of its own: each task offers the tools its row brings, which are never executed
     (the verifier reads the calls from the trajectory)."""
@@ -144,7 +164,11 @@ class DatasetEnvironment(Environment):
             rows = read_rows(path, self.spec.format or "jsonl", self.limit)
         rules = self.rules()
         mapped = map_rows(rows, rules)
-        problems = [*self._unmapped(rules), *mapped.problems(source)]
+        problems = [
+            *self._unmapped(rules),
+            *mapped.problems(source),
+            *_repeated_ids(source, mapped.tasks, mapped.wheres),
+        ]
         if not mapped.tasks and not problems:
             problems = [f"{source}: holds no rows"]
         loaded = Loaded(source, commit, mapped.tasks, mapped.digests, mapped.wheres, problems)
@@ -152,23 +176,8 @@ class DatasetEnvironment(Environment):
         return loaded
 
     def _local_path(self) -> Path:
-        """`dataset.path`, relative to the benchmark YAML and inside the folder that holds its
-        `benchmarks/` (the folder a user put on the search path or downloaded): a benchmark
-        someone else wrote must not read ~/.ssh or /etc into a run's store. Symlinks are
-        followed before the check, so a link inside the folder cannot point out of it."""
-        assert self.spec is not None and self.spec.path is not None
-        if self.benchmark_file is None:
-            return Path.cwd() / self.spec.path
-        root = self.benchmark_file.parent.parent.resolve()
-        path = (self.benchmark_file.parent / self.spec.path).resolve()
-        if not path.is_relative_to(root):
-            raise DatasetError(
-                [
-                    f"{self.benchmark_file}: dataset.path: {self.spec.path!r} is outside {root} "
-                    "(a benchmark reads only files under the folder that holds its benchmarks/)"
-                ]
-            )
-        return path
+        assert self.spec is not None
+        return local_path(self.spec, self.benchmark_file)
 
     def _unmapped(self, rules: RowRules) -> list[str]:
         """Fields the verifier needs that an explicit mapping leaves out (a default mapping
@@ -214,3 +223,18 @@ class DatasetEnvironment(Environment):
             "dataset.fields.reference to a passing response); on the others it replies that it "
             "cannot, and those rollouts fail verification: use a real model for this dataset"
         )
+
+
+def _repeated_ids(source: str, tasks: list[Task], wheres: list[str]) -> list[str]:
+    """A task id given by two rows, named by the file's own lines (or Parquet rows), as every
+    other row problem is: "line 7: task_id 'a' repeats line 3"."""
+    first: dict[str, str] = {}
+    problems = []
+    for task, where in zip(tasks, wheres, strict=True):
+        if task.task_id in first:
+            problems.append(
+                f"{source}: {where}: task_id {task.task_id!r} repeats {first[task.task_id]}"
+            )
+        else:
+            first[task.task_id] = where
+    return problems

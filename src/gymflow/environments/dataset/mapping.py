@@ -41,6 +41,8 @@ class RowRules:
     verifier: str
     verifier_params: dict[str, Any]
     verifier_fields: dict[str, DataField]  # what the verifier declares it reads
+    #: The whole row is the task's data (a NeMo Gym server's /verify reads the row itself).
+    carry_row: bool = False
 
     @property
     def verifier_map(self) -> dict[str, str]:
@@ -228,6 +230,13 @@ def _request(row: dict[str, Any], where: str, out: Mapped):
     return tuple(items), tuple(tools)
 
 
+def row_input_items(row: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """The input items a NeMo Gym row's request opens a rollout with (as its task's
+    `input_items`); empty when the row has none it could use."""
+    request = _request(row, "", Mapped())
+    return request[0] if request else ()
+
+
 def _id_text(value: Any) -> str | None:
     if isinstance(value, str) and value:
         return value
@@ -296,7 +305,7 @@ def map_row(raw: RawRow, rules: RowRules, out: Mapped) -> None:
         except FieldProblem as exc:
             out.fail(where, f"field {f.tools!r} (tools)", "type", str(exc))
             ok = False
-    data = _verifier_data(row, where, rules, out)
+    data = dict(row) if rules.carry_row else _verifier_data(row, where, rules, out)
     tags, tags_ok = _tags(row, f.tags, where, out)
     difficulty, difficulty_ok = _text_or_none(row, f.difficulty, where, "difficulty", out)
     reference, reference_ok = _text_or_none(row, f.reference, where, "reference", out)

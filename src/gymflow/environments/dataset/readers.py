@@ -1,4 +1,5 @@
-"""Reading dataset rows from local files: JSONL (and NeMo Gym rows), Parquet and CSV.
+"""Reading dataset rows from local files: JSONL (and NeMo Gym rows), Parquet, CSV, and a folder
+the `datasets` package wrote with `save_to_disk` (Arrow files, read with pyarrow alone).
 
 Every row comes with where it is (`line N` of a text file, `row N` of a table), so a problem can
 name the file, the row and the field. A row that cannot be read is a problem, not an exception:
@@ -39,10 +40,19 @@ class RawRow:
 
 
 def read_rows(path: Path, fmt: str, limit: int | None = None) -> Iterator[RawRow]:
-    """The rows of a local file, the first `limit` when given."""
-    if not path.is_file():
+    """The rows of a local file (or `save_to_disk` folder), the first `limit` when given."""
+    if fmt == "save_to_disk":
+        if not path.is_dir():
+            raise DatasetError([f"{path}: no such folder (a dataset saved with save_to_disk)"])
+    elif not path.is_file():
         raise DatasetError([f"{path}: no such dataset file"])
-    reader = {"jsonl": _jsonl, "nemo_gym": _jsonl, "parquet": _parquet, "csv": _csv}[fmt]
+    reader = {
+        "jsonl": _jsonl,
+        "nemo_gym": _jsonl,
+        "parquet": _parquet,
+        "csv": _csv,
+        "save_to_disk": _saved,
+    }[fmt]
     return islice(reader(path), limit)
 
 
@@ -78,10 +88,61 @@ def _parquet(path: Path) -> Iterator[RawRow]:
     except (OSError, pa.ArrowException) as exc:
         raise DatasetError([f"{path}: not a Parquet file: {exc}"]) from None
     number = 0
-    for batch in parquet.iter_batches(batch_size=8192):
-        for row in batch.to_pylist():
-            yield _finite(f"row {number}", row)
-            number += 1
+    # A row group at a time: a corrupt page (`OSError: Couldn't deserialize thrift`) is a
+    # problem naming its row group and rows, and the groups after it are still read.
+    for group in range(parquet.num_row_groups):
+        end = number + parquet.metadata.row_group(group).num_rows
+        batches = parquet.iter_batches(batch_size=8192, row_groups=[group])
+        while True:
+            try:
+                batch = next(batches, None)
+            except (OSError, pa.ArrowException) as exc:
+                where = f"row group {group} (rows {number} to {end - 1})"
+                yield RawRow(where, None, f"cannot be read: {' '.join(str(exc).split())}")
+                break
+            if batch is None:
+                break
+            for row in batch.to_pylist():
+                yield _finite(f"row {number}", row)
+                number += 1
+        number = end
+
+
+def _saved(path: Path) -> Iterator[RawRow]:
+    """A `Dataset.save_to_disk` folder: `state.json` lists its Arrow stream files, in order. A
+    `DatasetDict`'s folder holds one such folder per split, and is refused naming them."""
+    import pyarrow as pa
+
+    if (path / "dataset_dict.json").is_file():
+        splits = sorted(p.name for p in path.iterdir() if (p / "state.json").is_file())
+        raise DatasetError(
+            [
+                f"{path}: a DatasetDict saved with save_to_disk: set dataset.path to one split's "
+                f"folder ({', '.join(f'{path.name}/{s}' for s in splits) or 'none found'})"
+            ]
+        )
+    try:
+        files = [
+            entry["filename"]
+            for entry in orjson.loads((path / "state.json").read_bytes())["_data_files"]
+        ]
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        raise DatasetError(
+            [f"{path}: a folder, but not one written by save_to_disk (state.json: {exc})"]
+        ) from None
+    number = 0
+    for name in files:
+        file = (path / str(name)).resolve()
+        if not file.is_relative_to(path.resolve()):  # state.json names files in its folder
+            raise DatasetError([f"{path}: state.json names {name!r}, outside the folder"])
+        try:
+            with pa.memory_map(str(file)) as source:
+                for batch in pa.ipc.open_stream(source):
+                    for row in batch.to_pylist():
+                        yield _finite(f"row {number}", row)
+                        number += 1
+        except (OSError, pa.ArrowException) as exc:
+            raise DatasetError([f"{file}: not an Arrow file of save_to_disk: {exc}"]) from None
 
 
 def _csv(path: Path) -> Iterator[RawRow]:

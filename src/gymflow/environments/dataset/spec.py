@@ -10,9 +10,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from gymflow.config import refuse_removed
 from gymflow.environments.base import REMOVED_FIELDS
 
-#: Local file formats, by suffix; `nemo_gym` is a JSONL file of NeMo Gym dataset rows.
-SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv"}
-Format = Literal["jsonl", "parquet", "csv", "nemo_gym"]
+#: Local file formats, by suffix; `nemo_gym` is a JSONL file of NeMo Gym dataset rows, and a
+#: path without a suffix is a folder written by the `datasets` package's `save_to_disk`.
+SUFFIXES = {
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".parquet": "parquet",
+    ".csv": "csv",
+    "": "save_to_disk",
+}
+Format = Literal["jsonl", "parquet", "csv", "nemo_gym", "save_to_disk"]
 
 
 class HubSource(BaseModel):
@@ -59,7 +66,9 @@ class DatasetSpec(BaseModel):
     path: str | None = None
     hub: HubSource | None = None
     format: Format | None = Field(
-        None, description="jsonl, parquet, csv (from the suffix when unset) or nemo_gym"
+        None,
+        description="jsonl, parquet, csv, save_to_disk (a folder; from the suffix when unset) "
+        "or nemo_gym",
     )
     split: str = Field("test", description="the split name a local file is known by")
     fields: FieldMap = FieldMap()

@@ -1,0 +1,45 @@
+"""Every script under bench/ runs in its tiny mode and prints its figures: a benchmark that a
+change broke fails here, not months later when somebody wants its number."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name != "tiny.py")
+
+
+def _peer_arguments(script: str) -> list[str]:
+    """The scripts that measure NeMo Gym's code run it from its own Python 3.12 venv."""
+    if script != "nemo_gym_contract.py":
+        return []
+    venv = os.environ.get("GYMFLOW_NEMO_GYM_VENV")
+    if not venv:
+        if os.environ.get("CI"):
+            pytest.fail("GYMFLOW_NEMO_GYM_VENV is not set; .ci/run makes NeMo Gym's venv")
+        pytest.skip("GYMFLOW_NEMO_GYM_VENV (a venv with nemo-gym==0.4.0) is not set")
+    return ["--venv", venv]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_tiny_run(script: str, tmp_path: Path, prefect_api: str) -> None:
+    env = {**os.environ, "PREFECT_API_URL": prefect_api, "GYMFLOW_LOCAL_PREFECT": "off"}
+    ran = subprocess.run(
+        [sys.executable, str(BENCH / script), "--tiny", *_peer_arguments(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert ran.returncode == 0, (
+        f"{script} --tiny exited {ran.returncode}:\n{ran.stdout}\n{ran.stderr}"
+    )
+    assert any(ch.isdigit() for ch in ran.stdout), (
+        f"{script} --tiny printed no figure:\n{ran.stdout}"
+    )

@@ -1,0 +1,150 @@
+"""Served endpoints that took any caller at its word. `gym serve environment` handed out session
+ids `s0, s1, ...` and checked no caller: another local user drove a run's session (cancelled
+its order) and the run's /verify gave 1.0. `gym serve model` read bodies by repeated
+concatenation with no bound (100 MB: 59 s) and answered non-object JSON with a 500 and a
+traceback. `gym serve reports` served a `.html` symlink to the run's `gymflow.duckdb`, and a
+`%00` in a path was a 500."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gymflow.core.protocols import SESSION_TOKEN_HEADER
+from gymflow.environments.asgi import create_app
+from gymflow.environments.registry import load_environment
+from gymflow.simulated.local_server import free_port
+from gymflow.simulated.policy_server import MAX_BODY_BYTES
+from tests.conftest import GYM
+
+
+def test_a_session_answers_only_the_caller_that_seeded_it() -> None:
+    """The attacker knows the session's id (a log, a guess) but not its token: every tool call,
+    verify and close is an unknown session, and the session's state is as the run left it."""
+    env = load_environment("backoffice")
+    server = env.resources_server()
+    task = next(t for t in env.tasks() if "cancel_order" in t.reference or t.data)
+
+    async def scenario() -> tuple[dict, dict, dict]:
+        transport = httpx.ASGITransport(app=create_app(server))
+        async with httpx.AsyncClient(transport=transport, base_url="http://env") as client:
+            seeded = (await client.post("/seed_session", json={"task_id": task.task_id})).json()
+            sid = seeded["session_id"]
+            assert len(sid) >= 20 and not sid.startswith("s0")
+            (internal,) = server._sessions
+            before = server.final_state(internal)
+            order = next(iter(before.get("orders", {})), "O-1")
+            attacks = [
+                ("/tools/cancel_order", {"session_id": sid, "arguments": {"order_id": order}}),
+                ("/verify", {"session_id": sid, "output_text": task.reference, "close": False}),
+                ("/close_session", {"session_id": sid}),
+                ("/tools/cancel_order", {"session_id": "s0", "arguments": {"order_id": order}}),
+            ]
+            for token in (None, "guess", seeded["session_token"][:-1] + "x"):
+                headers = {SESSION_TOKEN_HEADER: token} if token else None
+                for path, body in attacks:
+                    refused = await client.post(path, json=body, headers=headers)
+                    assert refused.status_code == 404, (path, refused.text)
+            after = server.final_state(internal)
+            health = (await client.get("/health")).json()
+            return before, after, health
+
+    before, after, health = asyncio.run(scenario())
+    assert after == before
+    assert health["sessions"] == 1  # still the run's, open
+
+
+@contextlib.contextmanager
+def served(*args: str, cwd: Path) -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [GYM, "serve", *args, "--port", str(port)],
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "200"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert process.poll() is None, process.communicate()
+            try:
+                httpx.get(base + "/", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "server did not start"
+                time.sleep(0.2)
+        yield base
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=20)
+        assert "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/chat/completions"])
+def test_the_model_server_checks_a_body_before_it_uses_it(tmp_path: Path, path: str) -> None:
+    with served("model", cwd=tmp_path) as base:
+        field = "messages" if "chat" in path else "input"
+        shapes = [b"[1, 2]", b'"text"', b"5", b"null", b"{"]
+        shapes += [f'{{"{field}": {value}}}'.encode() for value in ("5", "[5]", "[[1]]")]
+        for body in shapes:
+            answer = httpx.post(base + path, content=body, timeout=30)
+            assert answer.status_code == 400, (body, answer.text)
+            assert "error" in answer.json()
+        faults = httpx.post(base + "/_gymflow/faults", content=b"[]", timeout=30)
+        assert faults.status_code == 400
+        assert _declared_too_big(base, path).startswith(b"HTTP/1.1 413")
+        streamed = httpx.post(
+            base + path, content=(b"x" * (1 << 20) for _ in range(66)), timeout=60
+        )  # no Content-Length: counted as it is read
+        assert streamed.status_code == 413
+        assert httpx.get(base + "/health", timeout=30).json()["status"] == "ok"
+
+
+def _declared_too_big(base: str, path: str) -> bytes:
+    """A request declaring a body over the bound: answered before the body is sent."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as conn:
+        conn.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {MAX_BODY_BYTES + 1}\r\n\r\n".encode()
+        )
+        return conn.recv(4096)
+
+
+def test_the_report_server_serves_regular_files_under_its_root_only(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    run = root / "nightly"
+    run.mkdir(parents=True)
+    (run / "report.html").write_text("<!doctype html><title>the report</title>")
+    (run / "gymflow.duckdb").write_bytes(b"DUCK the store")
+    (run / "store.html").symlink_to(run / "gymflow.duckdb")
+    (root / "linked").symlink_to(run, target_is_directory=True)
+    (root / "everything").symlink_to("/", target_is_directory=True)  # never walked
+    os.mkfifo(run / "fifo.html")
+    before = {
+        p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "fifo.html"
+    }
+    with served("reports", "--root", str(root), cwd=tmp_path) as base:
+        assert httpx.get(base + "/nightly/report.html").status_code == 200
+        for path in ("/nightly/store.html", "/linked/report.html", "/nightly/fifo.html",
+                     "/nightly/report.html%00", "/nightly/%00.html", "/nightly/gymflow.duckdb",
+                     "/nightly/../../etc/passwd.html"):  # fmt: skip
+            answer = httpx.get(base + path, timeout=30)
+            assert answer.status_code == 404, (path, answer.status_code)
+            assert b"DUCK" not in answer.content
+        index = httpx.get(base + "/").text
+        assert "report.html" in index and "store.html" not in index
+    after = {p.name: p.read_bytes() for p in run.iterdir() if p.name != "fifo.html"}
+    assert after == before
