@@ -18,8 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "gymflow"
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer.split())
     for layer in (
-        "core config bounded_yaml processes progress errors registry user_folders present "
-        "written",
+        "core config bounded_yaml processes progress errors registry user_folders present written",
         "models",
         "verifiers",
         "verifier_identity",

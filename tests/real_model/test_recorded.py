@@ -13,18 +13,21 @@ import yaml
 from gymflow.analysis.run import analyse
 from gymflow.store.db import connect
 from tests.real_model import references
-from tests.real_model.plans import FIXTURES, RUN_SCENARIOS, RUNS, SCENARIOS
-from tests.real_model.record import STORE, unpack
+from tests.real_model.plans import FIXTURES, RUNS, SCENARIOS, Plan, scenario
+from tests.real_model.record import STORE, manifest, unpack
 
 RECORDED = sorted(folder.name for folder in FIXTURES.iterdir() if (folder / STORE).exists())
-SCENARIO_NAMES = sorted(
-    folder.name for folder in FIXTURES.iterdir() if (folder / "scenario.yaml").exists()
-)
+PLANS = RUNS + SCENARIOS
+SCENARIO_PLANS = [plan for plan in PLANS if scenario(plan)]
 
 
 def test_every_plan_is_recorded_and_every_scenario_has_its_manifest() -> None:
-    assert sorted(plan.name for plan in RUNS + SCENARIOS) == RECORDED
-    assert sorted([*RUN_SCENARIOS, *(plan.name for plan in SCENARIOS)]) == SCENARIO_NAMES
+    assert sorted(plan.name for plan in PLANS) == RECORDED
+    for plan in PLANS:
+        assert (FIXTURES / plan.name / "scenario.yaml").exists() == (manifest(plan) is not None)
+        if manifest(plan):
+            on_disk = yaml.safe_load((FIXTURES / plan.name / "scenario.yaml").read_text())
+            assert on_disk == manifest(plan)
 
 
 def _run_dir(name: str, tmp_path: Path) -> Path:
@@ -53,27 +56,24 @@ def test_recorded_verdicts_agree_with_the_benchmarks_own_checker(name: str, tmp_
     assert not problems, "\n".join(problems)
 
 
-#: Scenarios today's diagnosis gets wrong, and why; strict, so a fix shows as XPASS and its
-#: entry goes.
-MISSES: dict[str, str] = {}
-
-
 @pytest.mark.parametrize(
-    "name",
+    "plan",
     [
-        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=MISSES[name]))
-        if name in MISSES
-        else name
-        for name in SCENARIO_NAMES
+        pytest.param(
+            plan, id=plan.name, marks=pytest.mark.xfail(strict=True, reason=plan.known_miss)
+        )
+        if plan.known_miss
+        else pytest.param(plan, id=plan.name)
+        for plan in SCENARIO_PLANS
     ],
 )
-def test_a_recorded_scenario_gets_the_right_next_action(name: str, tmp_path: Path) -> None:
-    """Rests on the diagnosis rules of issue 26 (h/diagnose): a capability gap is not a format
-    problem without a reading that changes verdicts, tools never called are harness work."""
-    scenario = yaml.safe_load((FIXTURES / name / "scenario.yaml").read_text())
-    con = connect(_run_dir(name, tmp_path), read_only=True)
+def test_a_recorded_scenario_gets_the_right_next_action(plan: Plan, tmp_path: Path) -> None:
+    """Rests on the diagnosis rules of issue 26: a capability gap is not a format problem
+    without a reading that changes verdicts, tools never called are harness work."""
+    broken, expected = scenario(plan)
+    con = connect(_run_dir(plan.name, tmp_path), read_only=True)
     try:
         decision = analyse(con).decision
     finally:
         con.close()
-    assert decision.action == scenario["expected"], (scenario["broken"], decision.why)
+    assert decision.action == expected, (broken, decision.why)
