@@ -186,7 +186,7 @@ def test_profile_compare_and_compare_report_name_model_kind_and_url(two_runs: Pa
         in json.loads(out.stdout)["attribution"]
     )
     text = gym("eval", "profile", "local", "--compare", "served", cwd=two_runs)
-    assert "differs: model.kind: 'local' vs 'responses'" in text.stdout
+    assert "differs: model.kind: local vs responses" in text.stdout  # values, not reprs
     assert "no recorded factor differs" not in text.stdout
     report = gym("report", "local", "--compare", "served", cwd=two_runs)
     assert report.returncode == 0, report.stderr
