@@ -346,8 +346,9 @@ def test_imported_forgery_is_failed_by_reverify_and_reported_by_health(tmp_path:
     gym("import", "nemo-gym", "rollouts.jsonl", "--out", "run", "--environment", "humaneval",
         cwd=tmp_path, check=True)  # fmt: skip
     reverified = gym(
-        "eval", "reverify", "run", "--set", "timeout_s=5", "--json", cwd=tmp_path, check=True
-    )
+        "eval", "reverify", "run", "--set", "timeout_s=5", "--make-current", "--json",
+        cwd=tmp_path, check=True,
+    )  # fmt: skip
     result = json.loads(reverified.stdout)
     assert len(result["flips"]["rollouts"]["to_fail"]) == 1
     assert result["after"]["pass@1"] == pytest.approx(0.5)

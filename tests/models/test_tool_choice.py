@@ -74,7 +74,7 @@ def test_no_tool_choice_without_tools(kind: str) -> None:
 def test_an_unknown_tool_choice_is_a_config_error(tmp_path: Path) -> None:
     out = gym("eval", "run", "--benchmark", "backoffice", "--tool-choice", "always", cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
-    assert "model.tool_choice" in out.stderr and "'required'" in out.stderr
+    assert "--tool-choice" in out.stderr and "'required'" in out.stderr  # the flag it was given
     (tmp_path / "eval.yaml").write_text("benchmark: backoffice\nmodel: {tool_choice: sometimes}\n")
     out = gym("env", "validate", "eval.yaml", cwd=tmp_path)
     assert out.returncode == 1 and "model.tool_choice" in out.stdout + out.stderr
