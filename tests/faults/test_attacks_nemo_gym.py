@@ -18,7 +18,7 @@ from tests.faults.test_attacks_resources import serving
 HUGE = "1" + "0" * 400  # 1e400 as an integer: no float holds it
 
 
-def huge_reward_app() -> FastAPI:
+def fake_app(reward: str) -> FastAPI:
     app = FastAPI()
 
     @app.post("/seed_session")
@@ -32,7 +32,7 @@ def huge_reward_app() -> FastAPI:
     @app.post("/verify")
     async def verify(request: Request) -> Response:
         await request.body()
-        return Response(f'{{"reward": {HUGE}}}', media_type="application/json")
+        return Response(f'{{"reward": {reward}}}', media_type="application/json")
 
     return app
 
@@ -54,7 +54,7 @@ def test_a_reward_past_floats_range_is_a_bad_reward_never_a_dropped_rollout(
 ) -> None:
     _folder(tmp_path / "ng", [_row("ok")], [_recorded("ok", None, 1.0)])
     env = {"GYMFLOW_NEMO_GYM_PATH": str(tmp_path / "ng"), "PREFECT_API_URL": prefect_api}
-    with serving(huge_reward_app()) as url:
+    with serving(fake_app(HUGE)) as url:
         (tmp_path / "eval.yaml").write_text(
             f"environment: ng-fake\nrepeats: 2\nout: run\nresources_url: {url}\n"
         )
@@ -71,3 +71,23 @@ def test_a_reward_past_floats_range_is_a_bad_reward_never_a_dropped_rollout(
         assert again.returncode == 0, again.stdout + again.stderr
         assert json.loads(again.stdout)["status"] == "rejudged"
     assert _stored(tmp_path / "run") == before
+
+
+def test_a_left_partial_of_the_servers_metrics_blocks_nothing(
+    tmp_path: Path, prefect_api: str
+) -> None:
+    """The server's `/aggregate_metrics` answer was written through one fixed partial name
+    (`nemo_gym_metrics.partial`): whatever a killed run left there (here a folder) ended the
+    next run's metrics write. It is written aside as every file is (gymflow.written)."""
+    _folder(tmp_path / "ng", [_row("ok")], [_recorded("ok", None, 1.0)])
+    env = {"GYMFLOW_NEMO_GYM_PATH": str(tmp_path / "ng"), "PREFECT_API_URL": prefect_api}
+    (tmp_path / "run" / "nemo_gym_metrics.partial").mkdir(parents=True)
+    with serving(fake_app("1.0")) as url:
+        (tmp_path / "eval.yaml").write_text(
+            f"environment: ng-fake\nrepeats: 2\nout: run\nresources_url: {url}\n"
+        )
+        ran = gym("eval", "run", "eval.yaml", cwd=tmp_path, env=env, timeout=600)
+    assert "Traceback" not in ran.stderr, ran.stderr
+    metrics = json.loads((tmp_path / "run" / "nemo_gym_metrics.json").read_text())
+    assert metrics["rollouts"] == 2  # the fake has no /aggregate_metrics: its 404 is kept
+    assert [row[4:7] for row in _stored(tmp_path / "run")] == [("ok", 1.0, True)] * 2
