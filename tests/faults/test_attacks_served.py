@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from gymflow.core.protocols import SESSION_TOKEN_HEADER
+from gymflow.environments.asgi import MAX_BODY_BYTES as ENV_MAX_BODY_BYTES
 from gymflow.environments.asgi import create_app
 from gymflow.environments.registry import load_environment
 from gymflow.simulated.local_server import free_port
@@ -112,13 +113,13 @@ def test_the_model_server_checks_a_body_before_it_uses_it(tmp_path: Path, path: 
         assert httpx.get(base + "/health", timeout=30).json()["status"] == "ok"
 
 
-def _declared_too_big(base: str, path: str) -> bytes:
+def _declared_too_big(base: str, path: str, bound: int = MAX_BODY_BYTES) -> bytes:
     """A request declaring a body over the bound: answered before the body is sent."""
     host, port = base.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as conn:
         conn.sendall(
             f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {MAX_BODY_BYTES + 1}\r\n\r\n".encode()
+            f"Content-Length: {bound + 1}\r\n\r\n".encode()
         )
         return conn.recv(4096)
 
@@ -148,3 +149,22 @@ def test_the_report_server_serves_regular_files_under_its_root_only(tmp_path: Pa
         assert "report.html" in index and "store.html" not in index
     after = {p.name: p.read_bytes() for p in run.iterdir() if p.name != "fifo.html"}
     assert after == before
+
+
+def test_the_environment_server_bounds_a_body_before_it_reads_it(tmp_path: Path) -> None:
+    """Unbounded, a 400 MB /verify for a session that does not exist was read whole first (the
+    server grew by 430 MB and kept it). Over the bound is a 413, declared or streamed, and the
+    server's sessions are as they were; a run's ordinary requests still work."""
+    with served("environment", "arithmetic", cwd=tmp_path) as base:
+        seeded = httpx.post(base + "/seed_session", json={"task_id": "arith-00000"}).json()
+        before = httpx.get(base + "/health", timeout=30).json()
+        assert _declared_too_big(base, "/verify", ENV_MAX_BODY_BYTES).startswith(b"HTTP/1.1 413")
+        over = (b"x" * (1 << 20) for _ in range((ENV_MAX_BODY_BYTES >> 20) + 2))
+        streamed = httpx.post(base + "/verify", content=over, timeout=60)
+        assert streamed.status_code == 413, streamed.text  # no Content-Length: counted as read
+        assert httpx.get(base + "/health", timeout=30).json() == before
+        headers = {SESSION_TOKEN_HEADER: seeded["session_token"]}
+        body = {"session_id": seeded["session_id"], "output_text": "Answer: 0"}
+        verdict = httpx.post(base + "/verify", json=body, headers=headers, timeout=30)
+        assert verdict.status_code == 200, verdict.text
+        assert verdict.json()["status"] == "ok"

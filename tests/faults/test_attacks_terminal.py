@@ -15,6 +15,7 @@ import pytest
 from gymflow.present import safe_text
 from tests.analysis.builder import RunMeta, StoreBuilder
 from tests.conftest import gym
+from tests.faults.stores import tree_digest
 
 #: An OSC window title, cursor up + erase line (the fake "health: healthy" overwrite), a bell,
 #: a C1 control and a right-to-left override, beside Rich markup that closes a style never opened.
@@ -90,3 +91,24 @@ def test_a_fake_line_cannot_overwrite_the_verdict(runs: Path):
     stdout = _run(runs.parent, "eval", "diagnose", "runs/a")
     assert "t[bold red]\\x1b[1A\\x1b[2Khealth: healthy passes 1/3" in stdout
     assert not any(line.startswith("health: healthy") for line in stdout.splitlines())
+
+
+#: A newline in a model name or a task id: the line after it is one the data wrote.
+FORGED_VERDICT = "0 of 12 rollouts unhealthy (12 expected); verdict: healthy; gate: pass"
+FORGED_SCORE = "pass@1 = 100.0% (95% CI 99.0% – 100.0%)"
+
+
+def test_a_newline_in_an_id_or_model_prints_no_line_of_its_own(tmp_path: Path):
+    b = StoreBuilder(RunMeta(run_id="run-nl", model=f"gpt\n{FORGED_VERDICT}", repeats=3))
+    b.task(f"t\n{FORGED_SCORE}", 10)
+    b.fill(f"t\n{FORGED_SCORE}", "110")  # sometimes passes: diagnose names it on a line
+    b.task("u", 11)
+    b.fill("u", "000")
+    run = b.write(tmp_path / "a")
+    before = tree_digest(run)
+    for args in (("eval", "profile", "a"), ("eval", "diagnose", "a")):
+        stdout = _run(tmp_path, *args)
+        lines = stdout.splitlines()
+        assert not any(line.startswith((FORGED_VERDICT, FORGED_SCORE)) for line in lines), stdout
+    assert "gpt\\n0 of 12 rollouts unhealthy" in _run(tmp_path, "eval", "profile", "a")
+    assert tree_digest(run) == before  # read-only commands: the store is as it was

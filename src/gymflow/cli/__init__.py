@@ -153,7 +153,7 @@ def _unreadable_store(exc: Exception) -> bool:
 def _error(message: str) -> None:
     from gymflow.cli.app import errors
 
-    errors.print(styled(("error: ", "bold red"), message), highlight=False, soft_wrap=True)
+    errors.print(styled(("error:", "bold red")), message, highlight=False, soft_wrap=True)
 
 
 def main() -> None:

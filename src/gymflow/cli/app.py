@@ -47,7 +47,7 @@ def fail(message: str, code: int = 1) -> NoReturn:
     """Print one error line and exit; `code` is one of `gymflow.cli.exit_codes` (1: bad usage,
     config or input)."""
     # soft wrap (the console's): one line stays one line in a log, whatever the terminal's width
-    errors.print(styled(("error: ", "bold red"), message), highlight=False)
+    errors.print(styled(("error:", "bold red")), message, highlight=False)
     raise typer.Exit(code)
 
 
@@ -65,7 +65,7 @@ def warn_stale_report(con, run_dir: Path) -> None:
 
     warning = stale_report(store_path(run_dir).parent, current_verifier_version(con))
     if warning:
-        errors.print(styled(("warning: ", "bold yellow"), warning), highlight=False)
+        errors.print(styled(("warning:", "bold yellow")), warning, highlight=False)
 
 
 def prefect_for_run() -> None:

@@ -48,7 +48,7 @@ def _first_sentence(text: str) -> str:
 def _catalog() -> Catalog:
     catalog = load_catalog()
     for problem in catalog.problems:
-        errors.print(styled(("warning:", "yellow"), f" {problem}"), highlight=False)
+        errors.print(styled(("warning:", "yellow")), problem, highlight=False)
     return catalog
 
 

@@ -29,9 +29,9 @@ def validate(
         print_json(report.as_json())
     else:
         for check in report.passed:
-            console.print(styled(("ok   ", "green"), check))
+            console.print(styled(("ok  ", "green")), check)
         for problem in report.problems:
-            console.print(styled(("FAIL ", "bold red"), problem))
+            console.print(styled(("FAIL", "bold red")), problem)
         verdict = "valid" if report.ok else f"{len(report.problems)} problem(s)"
         console.print(f"{config}: {verdict}", style="bold")
     if not report.ok:

@@ -19,6 +19,7 @@ unknown session is (404), so a guess learns nothing."""
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any
@@ -80,8 +81,61 @@ def _find_task(server: ResourcesServer, task_id: str, split: str | None) -> Task
     raise HTTPException(404, f"environment {server.env.name!r} has no task {task_id!r}")
 
 
+#: Longest request body read: a long rollout's trajectory is a few MiB. Unbounded, a 400 MB
+#: /verify for an unknown session was read whole first (the server grew by 430 MB, kept).
+MAX_BODY_BYTES = 64 << 20
+
+
+class _BoundedBody:
+    """ASGI middleware: a body over MAX_BODY_BYTES is a 413 before the app reads any of it (a
+    declared Content-Length over it at once, a streamed one as soon as it passes the bound)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or ()).get(b"content-length", b"")
+        too_big = f"request body over {MAX_BODY_BYTES >> 20} MiB"
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            await _refuse(send, 413, too_big)
+            return
+        chunks: list[bytes] = []
+        size, more = 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the caller went away
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > MAX_BODY_BYTES:
+                await _refuse(send, 413, too_big)
+                return
+            more = message.get("more_body", False)
+        body, replayed = b"".join(chunks), False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+async def _refuse(send, status: int, detail: str) -> None:
+    content = json.dumps({"detail": detail}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(content))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": content})
+
+
 def create_app(server: ResourcesServer) -> FastAPI:
     app = FastAPI(title=f"gymflow resources server: {server.env.name}")
+    app.add_middleware(_BoundedBody)
     sessions: dict[str, _Session] = {}  # the id handed out -> the session
 
     def session_of(session_id: str, token: str | None) -> _Session:

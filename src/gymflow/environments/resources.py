@@ -120,7 +120,7 @@ class ResourcesServer:
         """A verdict's reward as stored: pass or fail by this environment's threshold, or a
         verifier error when it is no finite number. The same for a served resources server's
         verdict (`remote.py`), whose own `passed` is not taken."""
-        if isinstance(reward, bool) or not isinstance(reward, int | float) or not isfinite(reward):
+        if isinstance(reward, bool) or not isinstance(reward, int | float) or not _finite(reward):
             reason = f"{source} returned {reward!r:.200}, not a finite reward"
             return self.unjudged("bad_reward", reason)
         low, high = self.env.manifest.reward_range
@@ -212,3 +212,12 @@ class ResourcesServer:
         return Verification(
             self.verifier_version, VERIFY_ERROR, None, None, kind, {"error": reason}
         )
+
+
+def _finite(reward: int | float) -> bool:
+    # JSON bounds no integer's digits, and isfinite raises OverflowError on one past a float's
+    # range (a served `"reward": 1` with 400 zeros) instead of answering False
+    try:
+        return isfinite(reward)
+    except OverflowError:
+        return False

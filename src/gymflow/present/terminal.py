@@ -40,10 +40,14 @@ class TextConsole(Console):
 
 def styled(*parts: str | tuple[str, str]) -> Text:
     """One line from plain parts and (text, style) parts, every part printed as text:
-    `styled("pass@1 = ", (figure, "bold"))`."""
+    `styled("pass@1 = ", (figure, "bold"))`. Newlines are shown escaped too: a task id or
+    model name holding one printed a forged line of its own ("verdict: healthy"). A message
+    of several lines goes beside it instead: `console.print(styled(("error:", "red")), text)`."""
     return Text.assemble(
         *(
-            (safe_text(part[0]), part[1]) if isinstance(part, tuple) else safe_text(part)
+            (safe_text(part[0], newlines=False), part[1])
+            if isinstance(part, tuple)
+            else safe_text(part, newlines=False)
             for part in parts
         )
     )

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from gymflow.errors import RuntimeFailure
 from gymflow.models.nemo_gym_shapes import nemo_request, nemo_response
 from gymflow.models.nemo_gym_shapes import usage as _usage
 from gymflow.verifiers.base import VerifyInput
+from gymflow.written import written
 
 #: Generous: a verification can run code or ask a judge.
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)
@@ -266,15 +266,13 @@ class NemoGymResources(ResourcesServer):
             )
         except (ResourcesUnavailable, ValueError) as exc:
             answer = {"error": str(exc)[:500]}
-        target = run_dir / METRICS_FILE
-        partial = target.with_suffix(".partial")
-        partial.write_text(
-            json.dumps(
-                {"verifier_version": self.verifier_version, "rollouts": len(entries), **answer},
-                indent=2,
+        with written(run_dir / METRICS_FILE) as (partial,):
+            partial.write_text(
+                json.dumps(
+                    {"verifier_version": self.verifier_version, "rollouts": len(entries), **answer},
+                    indent=2,
+                )
             )
-        )
-        os.replace(partial, target)
 
     # -- verification --------------------------------------------------------------------------
     async def verify(
