@@ -13,7 +13,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from gymflow.analysis.factors import changed_groups, differing_factors
+from gymflow.analysis.factors import changed_factors, differing_factors, groups_of
 from gymflow.config import NOT_FACTORS, EvalConfig
 from tests.conftest import free_port, gym
 from tests.faults.test_run_control import ModelServer
@@ -115,7 +115,7 @@ def test_every_config_field_is_a_named_factor_or_declared_not_one() -> None:
     for key, annotation in LEAVES:
         changed = _changed(key, annotation)
         named = [f.key for f in differing_factors(_run(base), _run(changed), "v", "v")]
-        groups = changed_groups(base, changed)
+        groups = groups_of(changed_factors(base, changed))
         if any(key == skip or key.startswith(f"{skip}.") for skip in NOT_FACTORS):
             assert named == [] and groups == (), key
         else:
@@ -127,7 +127,7 @@ def test_the_shard_is_no_factor() -> None:
     base = EvalConfig.model_validate(BASE)
     sharded = EvalConfig.model_validate(BASE | {"shard": {"index": 1, "count": 2}})
     assert differing_factors(_run(base), _run(sharded), "v", "v") == []
-    assert changed_groups(base, sharded) == () and base.fingerprint() == sharded.fingerprint()
+    assert changed_factors(base, sharded) == [] and base.fingerprint() == sharded.fingerprint()
 
 
 def test_a_run_recorded_before_a_field_existed_compares_as_its_default() -> None:
