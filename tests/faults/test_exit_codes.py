@@ -1,4 +1,5 @@
-"""The exit codes `gymflow.cli.exit_codes` defines are the ones the README documents, and a usage
+"""The exit codes `gymflow.cli.exit_codes` defines are the ones the docs' table lists
+(docs/reference/exit-codes.md), and a usage
 error exits 1 (bad usage, like any bad input), not click's 2, which would read as a failed
 gate; no error prints a traceback."""
 
@@ -12,8 +13,9 @@ from tests.conftest import ROOT, gym
 from tests.faults.stores import one_error_line
 
 
-def test_the_readme_documents_every_exit_code():
-    table = ROOT.joinpath("README.md").read_text().split("| exit code |", 1)[1]
+def test_the_docs_list_every_exit_code():
+    page = ROOT.joinpath("docs", "reference", "exit-codes.md").read_text()
+    table = page.split("| exit code |", 1)[1]
     documented = set()
     for first, second in re.findall(r"^\| (\d+)(?: / (\d+))? \|", table, re.M):
         documented |= {int(first), *([int(second)] if second else [])}

@@ -1,0 +1,102 @@
+"""The docs site builds with no warning (no broken link or anchor, no page outside the nav), its
+reference holds a page per command with every flag the command's `--help` prints, and the
+README stays the short page that points into it: its two commands are the ones CI runs, and
+its links lead somewhere."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gymflow.cli import COMMANDS
+from tests.conftest import ROOT, gym
+
+README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
+#: The README is the first page a newcomer reads: what gymflow is, the two commands, a tour and
+#: links. Everything else has a page of its own under docs/.
+README_MAX_LINES = 120
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site as `mkdocs build --strict` writes it (every warning is an error)."""
+    out = tmp_path_factory.mktemp("site")
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    assert "WARNING" not in built.stderr, built.stderr
+    return out
+
+
+def _text(page: Path) -> str:
+    return re.sub(r"<[^>]+>", " ", page.read_text())
+
+
+def test_every_command_has_a_reference_page_in_the_nav(site: Path):
+    index = (site / "reference" / "index.html").read_text()
+    for words in COMMANDS:
+        page = f"gym-{'-'.join(words)}.html"
+        assert (site / "reference" / page).is_file(), page
+        assert f'href="{page}"' in index, page
+
+
+def test_a_command_page_holds_every_flag_its_help_prints(site: Path):
+    shown = gym("eval", "run", "--help", cwd=ROOT, check=True).stdout
+    flags = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", shown)) - {"--help"}
+    page = _text(site / "reference" / "gym-eval-run.html")
+    missing = sorted(flag for flag in flags if flag not in page)
+    assert len(flags) > 20 and not missing, missing
+
+
+def test_the_config_reference_lists_every_key(site: Path):
+    from gymflow.config import EvalConfig, ModelConfig
+
+    page = _text(site / "reference" / "config.html")
+    keys = [*EvalConfig.model_fields, *(f"model.{key}" for key in ModelConfig.model_fields)]
+    assert not [key for key in keys if key not in page]
+
+
+def _bash_blocks(text: str) -> list[str]:
+    return re.findall(r"```bash\n(.*?)```", text, re.S)
+
+
+def test_the_readme_is_short_and_its_test_command_is_the_one_ci_runs():
+    lines = README.splitlines()
+    assert len(lines) < README_MAX_LINES, "README.md: put the details in a page under docs/"
+    two = README.split("## Two commands", 1)[1].split("\n## ", 1)[0]
+    run, tests = (block.strip() for block in _bash_blocks(two))
+    assert run == "pip install -e '.[dev]' && gym demo"
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert tests == ci
+    install = (DOCS / "basics" / "install.md").read_text()
+    assert run in _bash_blocks(install)[0] and tests in _bash_blocks(install)[1]
+
+
+def test_the_readme_links_lead_to_pages_that_exist():
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README)
+    local = [link for link in links if "://" not in link]
+    assert local, "the README links into docs/"
+    assert not [link for link in local if not (ROOT / link).exists()]
+
+
+def test_every_variable_gymflow_reads_is_documented():
+    """The `GYMFLOW_*` variables the package names, and no other, head a row of the page."""
+    source = "\n".join(path.read_text() for path in (ROOT / "src" / "gymflow").rglob("*.py"))
+    read = set(re.findall(r"\bGYMFLOW_[A-Z_]+\b", source))
+    page = (DOCS / "reference" / "environment-variables.md").read_text()
+    documented = set(re.findall(r"^\| `(GYMFLOW_[A-Z_]+)` \|", page, re.M))
+    suite = (ROOT / ".ci" / "run").read_text()
+    assert read <= documented, read - documented
+    assert not {name for name in documented - read if name not in suite}
