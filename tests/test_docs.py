@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from gymflow.cli import COMMANDS
 from tests.conftest import ROOT, gym
+from tests.faults.stores import gym_env
 
 README = (ROOT / "README.md").read_text()
 DOCS = ROOT / "docs"
@@ -100,3 +102,30 @@ def test_every_variable_gymflow_reads_is_documented():
     suite = (ROOT / ".ci" / "run").read_text()
     assert read <= documented, read - documented
     assert not {name for name in documented - read if name not in suite}
+
+
+def _commands(block: str) -> list[str]:
+    """The command lines of a bash block, comments cut."""
+    lines = (line.split("  #", 1)[0].strip() for line in block.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def test_the_tour_runs_as_written(tmp_path: Path, prefect_api: str):
+    """Every command of the tutorial, in order, in an empty folder, as a new user types them;
+    the README's five-minute tour is a part of it, and what the tutorial says they print holds."""
+    tutorial = (DOCS / "basics" / "tutorial.md").read_text()
+    steps = [line for block in _bash_blocks(tutorial) for line in _commands(block)]
+    tour = README.split("## A five-minute tour", 1)[1]
+    assert set(_commands(_bash_blocks(tour)[0])) <= set(steps)
+    said = {}
+    for line in steps:
+        words = shlex.split(line)
+        assert words[0] == "gym", line
+        result = gym(*words[1:], cwd=tmp_path, env=gym_env(prefect_api), check=True)
+        said[line] = " ".join(result.stdout.split())
+    assert "pass@1 =" in said["gym demo"] and (tmp_path / "runs/demo/report.html").is_file()
+    compared = said["gym eval profile runs/demo --compare runs/seed1"]
+    assert "differs: sampling.seed: 0 vs 1" in compared
+    assert (tmp_path / "runs/demo/compare.html").is_file()
+    reverified = said["gym eval reverify runs/seed1 --set abs_tol=5"]
+    assert "before: pass@1" in reverified and "after: pass@1" in reverified

@@ -65,7 +65,7 @@ def _escape(text: str) -> str:
     out = []
     for part in parts:
         if part.startswith("`"):
-            out.append(part.replace("|", r"\|"))
+            out.append(part)  # a table's cells split on no pipe inside a code span
         else:
             out.append(html.escape(part, quote=False).replace("|", r"\|").replace("*", r"\*"))
     return "".join(out)
@@ -103,14 +103,13 @@ def command_page(words: tuple[str, ...], summary: str, ctx: Any) -> str:
     for argument in arguments:
         shown = argument.name.upper() + ("..." if argument.nargs == -1 else "")
         usage.append(shown if argument.required else f"[{shown}]")
-    lines = [f"# {name}", "", _escape(summary), "", "```text", " ".join(usage), "```", ""]
-    help_text = " ".join((command.help or "").split())
-    if help_text and help_text != " ".join(summary.split()):
-        lines += [_escape(help_text), ""]
+    # the command's own help (its docstring) says more than the table's one line, when it has one
+    about = " ".join((command.help or summary).split())
+    lines = [f"# {name}", "", _escape(about), "", "```text", " ".join(usage), "```", ""]
     for title, group in (("Arguments", arguments), ("Options", options)):
         if not group:
             continue
-        lines += [f"## {title}", "", "| | |", "|---|---|"]
+        lines += [f"## {title}", "", f"| {title[:-1].lower()} | what it does |", "|---|---|"]
         for param in group:
             record = param.get_help_record(ctx)
             shown, described = record if record else (param.name, "")

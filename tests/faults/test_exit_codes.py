@@ -37,3 +37,17 @@ def test_usage_and_input_errors_exit_1_without_a_traceback(tmp_path: Path):
     missing = gym("eval", "profile", str(tmp_path / "nowhere"), cwd=tmp_path)
     assert missing.returncode == exit_codes.BAD_INPUT
     assert "no gymflow store here" in one_error_line(missing.stderr)
+
+
+def test_help_that_names_a_gates_exit_code_names_the_one_it_returns():
+    """`exit N when ...` / `exit N on ...` in a command's help (its summary in the command table
+    or its docstring) describes a gate, and a failed gate exits GATE_FAILED: `gym eval health`'s
+    help said 1 while it exited 2."""
+    cli = ROOT / "src" / "gymflow" / "cli"
+    claims = [
+        (path.name, int(code))
+        for path in sorted(cli.glob("*.py"))
+        for code in re.findall(r"\bexit (\d+) (?:when|on)\b", path.read_text())
+    ]
+    assert claims, "the gates' help names their exit code"
+    assert [c for c in claims if c[1] != exit_codes.GATE_FAILED] == []

@@ -310,7 +310,7 @@ def eval_health(
         int, typer.Option(min=0, help="Unhealthy rollouts listed in the JSON output.")
     ] = 1000,
 ) -> None:
-    """Check every record; exit 1 when a check flags more than its allowed share of rollouts."""
+    """Check every record; exit 2 when a check flags more than its allowed share of rollouts."""
     from gymflow.analysis.health import Gate, health
 
     gate = Gate(
