@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gymflow.cli import COMMANDS
 from tests.conftest import ROOT, gym
@@ -129,3 +130,41 @@ def test_the_tour_runs_as_written(tmp_path: Path, prefect_api: str):
     assert (tmp_path / "runs/demo/compare.html").is_file()
     reverified = said["gym eval reverify runs/seed1 --set abs_tol=5"]
     assert "before: pass@1" in reverified and "after: pass@1" in reverified
+
+
+#: The shipped dataset a docs example names, copied beside the example when it is checked.
+SHIPPED_BENCHMARKS = ROOT / "src" / "gymflow" / "environments" / "benchmarks"
+
+
+def test_every_config_study_and_benchmark_example_is_valid(tmp_path: Path):
+    """Each YAML example in the docs passes the command the docs say reads it: an eval config
+    `gym env validate`, a study `gym study run --check`, a benchmark definition (beside a copy
+    of the shipped data it names) `gym env validate benchmarks/NAME.yaml`. A fragment (one
+    section of a config) and a benchmark that needs NeMo Gym's server are not whole examples."""
+    examples = [
+        (page, yaml.safe_load(block))
+        for page in sorted(DOCS.rglob("*.md"))
+        for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), re.S)
+    ]
+    checked = []
+    for number, (page, example) in enumerate(examples):
+        folder = tmp_path / str(number)
+        (folder / "benchmarks").mkdir(parents=True)
+        if "baseline" in example:
+            target, args = "example.yaml", ["study", "run", "example.yaml", "--check"]
+        elif "dataset" in example and example["verifier"]["name"] != "nemo_gym":
+            # a new name: the shipped benchmark of the same name would be checked instead
+            example["name"] = f"docs-example-{number}"
+            data = example["dataset"]["path"]
+            (folder / "benchmarks" / data).write_bytes((SHIPPED_BENCHMARKS / data).read_bytes())
+            target = f"benchmarks/{example['name']}.yaml"
+            args = ["env", "validate", target]
+        elif "benchmark" in example:
+            target, args = "example.yaml", ["env", "validate", "example.yaml"]
+        else:
+            continue
+        (folder / target).write_text(yaml.safe_dump(example))
+        result = gym(*args, cwd=folder)
+        assert result.returncode == 0, (page.name, result.stdout, result.stderr)
+        checked.append(page.name)
+    assert {"options.md", "studies.md", "benchmarks.md"} <= set(checked), checked
