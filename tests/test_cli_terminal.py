@@ -122,7 +122,7 @@ def test_sampling_flags_change_one_setting_and_keep_the_benchmarks_others():
 def test_the_flags_the_docs_name_exist():
     """The options page's list of `gym eval run` flags, each in `gym eval run --help`."""
     flat = " ".join(OPTIONS_PAGE.split())
-    (claim,) = re.findall(r"the fields most often varied also have flags \(([^)]*)\)", flat)
+    (claim,) = re.findall(r"(?i)the fields most often varied also have flags \(([^)]*)\)", flat)
     flags = re.findall(r"`(--[a-z-]+)`", claim)
     assert {"--temperature", "--api-key-env", "--harness", "--prompt-template"} <= set(flags)
     shown = gym("eval", "run", "--help", cwd=ROOT, env={"COLUMNS": "200"}, check=True).stdout
