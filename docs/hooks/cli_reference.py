@@ -183,6 +183,9 @@ def _models(annotation: Any) -> list[type[BaseModel]]:
     return [m for arg in typing.get_args(annotation) for m in _models(arg)]
 
 
+HEADER = "| key | type | default | bounds | about |"
+
+
 def _config_rows(model: type[BaseModel], prefix: str) -> list[str]:
     rows, nested = [], []
     for name, field in model.model_fields.items():
@@ -190,20 +193,19 @@ def _config_rows(model: type[BaseModel], prefix: str) -> list[str]:
         inner = _models(field.annotation)
         if inner:
             nested += [(key, m) for m in inner]
-            rows.append(f"| `{key}` | [{inner[0].__name__}](#{key.replace('.', '')}) | | |")
+            rows.append(f"| `{key}` | [{inner[0].__name__}](#{key.replace('.', '')}) | | | |")
             continue
         default = field.get_default(call_default_factory=True)
         shown = "" if default is PydanticUndefined else f"`{json.dumps(default, default=str)}`"
-        about = "; ".join(p for p in (field.description or "", _bounds(field)) if p)
-        kind = _escape(_type_name(field.annotation))
-        rows.append(f"| `{key}` | {kind} | {shown} | {_escape(about)} |")
+        kind, about = _escape(_type_name(field.annotation)), _escape(field.description or "")
+        rows.append(f"| `{key}` | {kind} | {shown} | {_escape(_bounds(field))} | {about} |")
     sections = []
     for key, inner in nested:
         doc = " ".join((inner.__doc__ or "").split())
         sections += ["", f"## {key} {{#{key.replace('.', '')}}}", ""]
         if doc:
             sections += [_escape(doc), ""]
-        sections += ["| key | type | default | about |", "|---|---|---|---|"]
+        sections += [HEADER, "|---|---|---|---|---|"]
         sections += _config_rows(inner, f"{key}.")
     return rows + sections
 
@@ -221,8 +223,8 @@ def config_page() -> str:
             "`gymflow.config.EvalConfig` when the docs are built; see [Options]"
             "(../basics/options.md) for how flags and files combine.",
             "",
-            "| key | type | default | about |",
-            "|---|---|---|---|",
+            HEADER,
+            "|---|---|---|---|---|",
             *_config_rows(EvalConfig, ""),
             "",
         ]

@@ -58,7 +58,9 @@ class Sampling(_Strict):
     top_p: float | None = Field(
         1.0, gt=0.0, le=1.0, description="null: not sent (for models that refuse it)."
     )
-    max_output_tokens: int = Field(1024, ge=1, le=MAX_OUTPUT_TOKENS)
+    max_output_tokens: int = Field(
+        1024, ge=1, le=MAX_OUTPUT_TOKENS, description="Output tokens per model call, at most."
+    )
     seed: int | None = Field(
         0,
         description="Run seed. Each rollout is sent a seed derived from it, its task and repeat, "
@@ -218,11 +220,15 @@ ToolChoice = Literal["auto", "required", "none"]
 class ModelConfig(_Strict):
     """Where the policy's model lives. `local` starts the seeded local policy server."""
 
-    kind: Literal["local", "responses", "chat_completions"] = "local"
+    kind: Literal["local", "responses", "chat_completions"] = Field(
+        "local",
+        description="local: the simulated policy server, started for the run. responses: an "
+        "OpenAI-compatible /v1/responses server. chat_completions: a /v1/chat/completions one.",
+    )
     base_url: ServerUrl | None = Field(
         None, description="e.g. http://127.0.0.1:8000/v1 (no user:password@: use api_key_env)"
     )
-    name: str = "gymflow-local-policy"
+    name: str = Field("gymflow-local-policy", description="Model name sent on every call.")
     api_key_env: ApiKeyEnv | None = Field(
         None, description="Name of the environment variable holding the API key (never the key)."
     )
@@ -244,13 +250,17 @@ class ModelConfig(_Strict):
         description="Longest answer read; a longer one is recorded as response_too_large.",
     )
     timeout_s: float = Field(60.0, gt=0.0, description="Total time allowed for one call.")
-    connect_timeout_s: float = Field(5.0, gt=0.0)
+    connect_timeout_s: float = Field(5.0, gt=0.0, description="Time allowed to connect.")
     read_timeout_s: float | None = Field(
         None, gt=0.0, description="Longest silence while reading an answer; timeout_s if unset."
     )
-    max_retries: int = Field(4, ge=0, le=20)
+    max_retries: int = Field(
+        4, ge=0, le=20, description="Retries of a call after a 429, 5xx, timeout or bad body."
+    )
     backoff_s: float = Field(0.5, ge=0.0, description="First retry delay; doubles with jitter.")
-    requests_per_minute: float | None = Field(None, gt=0.0)
+    requests_per_minute: float | None = Field(
+        None, gt=0.0, description="Space calls to at most this many per minute; unset: no limit."
+    )
     skill_seed: int = Field(0, description="Local policy only: which tasks it can and cannot do.")
     faults: FaultSpec = FaultSpec()
     simulate: SimulatedBehaviour = Field(
@@ -272,12 +282,16 @@ class ModelConfig(_Strict):
 
 
 class HarnessConfig(_Strict):
+    """The agent harness that turns the model into an agent."""
+
     name: str | None = Field(None, description="Harness name; the environment's default if unset.")
-    system_prompt: str | None = None
-    max_turns: int = Field(8, ge=1)
+    system_prompt: str | None = Field(None, description="System message sent first; unset: none.")
+    max_turns: int = Field(8, ge=1, description="Model calls per rollout at most (tool_loop).")
 
 
 class ShardSpec(_Strict):
+    """Which shard of the run this is (`--shard I/N`): tasks split by a stable hash of task_id."""
+
     index: int = Field(0, ge=0)
     count: int = Field(1, ge=1)
 
@@ -330,12 +344,23 @@ class EvalConfig(_Strict):
     model: ModelConfig = ModelConfig()
     harness: HarnessConfig = HarnessConfig()
     sampling: Sampling | None = None
-    verifier_params: dict[str, Any] = Field(default_factory=dict)
-    concurrency: int = Field(64, ge=1, le=4096)
-    batch_size: int = Field(2000, ge=1, description="Rollouts per Prefect task.")
+    verifier_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Verifier parameters to change, e.g. {mode: loose}; the rest keep the "
+        "benchmark's and environment's values.",
+    )
+    concurrency: int = Field(64, ge=1, le=4096, description="Rollouts in flight at once.")
+    batch_size: int = Field(
+        2000,
+        ge=1,
+        description="Rollouts per Prefect task. Unset: the larger of 2000 and "
+        f"{WAVES_PER_BATCH} x concurrency; set, at least concurrency.",
+    )
     out: str = Field("runs/latest", description="Run directory (store and report).")
     shard: ShardSpec = ShardSpec()
-    prompt_template: str | None = None
+    prompt_template: str | None = Field(
+        None, description="Jinja template over a task's fields; unset: the benchmark's."
+    )
     resources_url: ServerUrl | None = Field(
         None,
         description="Use the environment's resources server served at this URL (`gym serve "
