@@ -193,7 +193,8 @@ def _config_rows(model: type[BaseModel], prefix: str) -> list[str]:
         inner = _models(field.annotation)
         if inner:
             nested += [(key, m) for m in inner]
-            rows.append(f"| `{key}` | [{inner[0].__name__}](#{key.replace('.', '')}) | | | |")
+            link = f"[{inner[0].__name__}](#{key.replace('.', '')})"
+            rows.append(f"| `{key}` | {link} | | | {_escape(field.description or '')} |")
             continue
         default = field.get_default(call_default_factory=True)
         shown = "" if default is PydanticUndefined else f"`{json.dumps(default, default=str)}`"

@@ -343,7 +343,11 @@ class EvalConfig(_Strict):
     )
     model: ModelConfig = ModelConfig()
     harness: HarnessConfig = HarnessConfig()
-    sampling: Sampling | None = None
+    sampling: Sampling | None = Field(
+        None,
+        description="Unset: the benchmark's sampling. Set, it replaces the benchmark's whole: a "
+        "key it leaves out takes its default here (a sampling flag changes only its own key).",
+    )
     verifier_params: dict[str, Any] = Field(
         default_factory=dict,
         description="Verifier parameters to change, e.g. {mode: loose}; the rest keep the "
