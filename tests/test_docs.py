@@ -47,6 +47,14 @@ def _text(page: Path) -> str:
     return re.sub(r"<[^>]+>", " ", page.read_text())
 
 
+def test_the_site_reads_offline(site: Path):
+    """No page loads a script, stylesheet or font from elsewhere (mkdocs.yml: `font: false`)."""
+    loads = re.compile(r"<(?:script|link|img)\b[^>]*\b(?:src|href)=\"(?:https?:)?//", re.I)
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > len(COMMANDS)
+    assert not [page.name for page in pages if loads.search(page.read_text())]
+
+
 def test_every_command_has_a_reference_page_in_the_nav(site: Path):
     index = (site / "reference" / "index.html").read_text()
     for words in COMMANDS:
