@@ -38,7 +38,7 @@ from gymflow.errors import UserError
 from gymflow.store import current
 from gymflow.store.db import connect, transaction
 from gymflow.store.rows import verification_row
-from gymflow.store.runs import run_info
+from gymflow.store.runs import RunInfo, run_info
 from gymflow.store.superseded import supersede_verifications
 from gymflow.store.writer import insert_arrow, register_verifier_version
 from gymflow.verifier_identity import code_hash, with_code
@@ -380,17 +380,17 @@ def reverify(
     con = connect(run_dir)
     try:
         run = run_info(con)
-        if not run["environment"]:  # an import that was not matched to an environment
+        if not run.environment:  # an import that was not matched to an environment
             raise ReverifyError(
-                f"run {run['run_id']} names no environment (imported without --environment?): "
+                f"run {run.run_id} names no environment (imported without --environment?): "
                 "reverify runs an environment's verifier; import it again with "
                 "`gym import nemo-gym FILE --environment NAME --out DIR`"
             )
         try:
-            env = load_environment(run["environment"])
+            env = load_environment(run.environment)
         except RegistryError as exc:
             raise ReverifyError(
-                f"run {run['run_id']}: reverify needs the environment's verifier, but {exc}"
+                f"run {run.run_id}: reverify needs the environment's verifier, but {exc}"
             ) from None
         spec = env.manifest.verifier
         base = _base_version(con, spec.name, spec.params, base_version)
@@ -421,7 +421,7 @@ def reverify(
 
 def _reverify_with(
     con,
-    run: dict[str, Any],
+    run: RunInfo,
     env: Environment,
     spec: VerifierRef,
     base: _Base,
@@ -434,7 +434,7 @@ def _reverify_with(
 ) -> Reverified:
     """reverify's work once its resources server is built (the caller closes it)."""
     # the run's own server, when it was served: a NeMo Gym server is asked there first
-    run_config = json.loads(run.get("config_json") or "{}")
+    run_config = json.loads(run.config_json or "{}")
     refusal = server.reverify_refusal(run_config.get("resources_url"))
     if refusal is not None and not force:
         raise ReverifyError(f"{refusal}; pass --force to verify without it")

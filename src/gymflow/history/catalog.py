@@ -16,7 +16,7 @@ import duckdb
 
 from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.analysis.profile import headline
-from gymflow.store.db import STORE_FILE, StoreError, connect, transaction
+from gymflow.store.db import STORE_FILE, StoreError, StoreFailure, connect, transaction
 from gymflow.store.runs import run_info
 
 CATALOG_FILE = "catalog.duckdb"
@@ -96,17 +96,17 @@ def read_entry(run_dir: Path) -> CatalogEntry:
     cover = head.coverage
     return CatalogEntry(
         run_dir=str(run_dir),
-        run_id=run["run_id"],
-        created_at=run["created_at"],
-        benchmark=run["benchmark"],
-        benchmark_version=run["benchmark_version"],
-        environment=run["environment"],
-        dataset_version=run["dataset_version"],
-        model=run["model"],
-        harness=run["harness"],
-        prompt_template=run["prompt_template"],
-        sampling_json=run["sampling_json"],
-        repeats=run["repeats"],
+        run_id=run.run_id,
+        created_at=run.created_at,
+        benchmark=run.benchmark,
+        benchmark_version=run.benchmark_version,
+        environment=run.environment,
+        dataset_version=run.dataset_version,
+        model=run.model,
+        harness=run.harness,
+        prompt_template=run.prompt_template,
+        sampling_json=run.sampling_json,
+        repeats=run.repeats,
         verifier_version=version,
         pass1=head.pass_at_1,
         ci_low=low,
@@ -156,7 +156,7 @@ def refresh(root: Path) -> Catalog:
                 continue
             try:
                 entries.append(read_entry(run_dir))
-            except StoreError as exc:
+            except (StoreError, StoreFailure) as exc:  # another file, or one being written
                 skipped.append((key, str(exc)))
                 if cached:
                     entries.append(cached)
