@@ -27,6 +27,7 @@ import orjson
 import yaml
 
 from gymflow import bounded_yaml
+from gymflow.analysis.outcomes import REVERIFY_SOURCE
 from gymflow.analysis.profile import headline
 from gymflow.analysis.results import Headline, Result
 from gymflow.core.records import Verification
@@ -209,7 +210,7 @@ def _write(
                 version,
                 server.verifier.name,
                 server.params.model_dump(mode="json"),
-                source=f"reverify from {base.version or 'no stored version'}",
+                source=f"{REVERIFY_SOURCE}{base.version or 'no stored version'}",
                 code_hash=code_hash(server.verifier),
             )
             for rows in _batches(reader, base.version, failed_only):

@@ -102,3 +102,26 @@ def test_a_verifier_of_live_state_cannot_be_checked_and_says_so(tmp_path) -> Non
     assert out.returncode == 1, out.stdout + out.stderr
     assert "cannot be recomputed from the store" in " ".join(out.stderr.split())
     assert rollout_rows(run / "gymflow.duckdb") == before
+
+
+def test_a_run_read_under_a_reverify_says_so_with_its_parameters(tmp_path) -> None:
+    """After `use-version`, profile and health named the version read but not that it was a
+    reverify, nor its parameters: the numbers read as the run's own. Both say it, in text and
+    in --json, and reading changes nothing stored."""
+    run = collect_run(tmp_path / "run")
+    done = gym("eval", "reverify", str(run), "--set", "abs_tol=0.5", "--json", cwd=tmp_path)
+    new = json.loads(done.stdout)["new_version"]
+    own = json.loads(gym("eval", "profile", str(run), "--json", cwd=tmp_path).stdout)
+    assert own["version_read"]["origin"] == "run"
+    assert gym("eval", "use-version", str(run), new, cwd=tmp_path).returncode == 0
+    before = rollout_rows(run / "gymflow.duckdb")
+    for command in ("profile", "health"):
+        read = json.loads(gym("eval", command, str(run), "--json", cwd=tmp_path).stdout)
+        said = read["version_read"]
+        assert (said["version"], said["origin"]) == (new, "reverify")
+        assert said["params"]["abs_tol"] == 0.5
+        assert said["reverified_from"] == said["judged_under"] == own["verifier_version"]
+        text = " ".join(gym("eval", command, str(run), cwd=tmp_path).stdout.split())
+        assert f"verifier {new}: a REVERIFY of the stored rollouts" in text
+        assert '"abs_tol": 0.5' in text
+    assert rollout_rows(run / "gymflow.duckdb") == before

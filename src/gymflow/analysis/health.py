@@ -22,7 +22,7 @@ from gymflow.analysis.answers import (
 )
 from gymflow.analysis.environment import reward_spec
 from gymflow.analysis.frames import frame
-from gymflow.analysis.outcomes import check_verifier_version
+from gymflow.analysis.outcomes import check_verifier_version, version_read
 from gymflow.analysis.results import Health
 from gymflow.errors import UserError
 
@@ -539,6 +539,7 @@ def health(
         unhealthy_rollouts=unhealthy,
         unhealthy_share=unhealthy / denominator,
         verifier_version=version,
+        version_read=version_read(con, version),
         reward_range=[spec.low, spec.high] if spec else None,
         checks=checks,
         rollout_verdicts=verdicts.to_dicts(),

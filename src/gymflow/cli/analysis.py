@@ -30,7 +30,7 @@ from gymflow.present.terminal import print_table, styled, table
 from gymflow.store.db import connect
 
 if TYPE_CHECKING:
-    from gymflow.analysis.results import Comparison, Profile
+    from gymflow.analysis.results import Comparison, Profile, VersionRead
     from gymflow.analysis.stats import PairedPower, Power
 
 # Each command imports what only it runs (the health checks, the diagnosis, the verifiers of a
@@ -203,6 +203,13 @@ def _listed(tasks: list[str]) -> str:
     return ", ".join(tasks[:10]) + (" …" if len(tasks) > 10 else "")
 
 
+def print_version_read(read: VersionRead | None) -> None:
+    """A run read under a reverify says so, with the reverify's parameters (its version's name
+    alone read as the run's own verdicts)."""
+    if read is not None and read.origin == "reverify":
+        console.print(read.describe(), style="bold", markup=False, highlight=False, soft_wrap=True)
+
+
 def print_profile(result: Profile) -> None:
     console.print(
         styled(
@@ -212,6 +219,7 @@ def print_profile(result: Profile) -> None:
     )
     if result.simulated:
         console.print(SIMULATED_LINE)
+    print_version_read(result.version_read)
     console.print(f"coverage: {coverage_text(result.coverage)} (failures {result.failures})")
     console.print(
         styled(
@@ -352,6 +360,7 @@ def eval_health(
             + (f"; warnings: {', '.join(result.warnings)}" if result.warnings else "")
             + f"; verifier {result.verifier_version}"
         )
+        print_version_read(result.version_read)
     if result.gate == "fail":
         raise typer.Exit(exit_codes.GATE_FAILED)
 
