@@ -323,7 +323,9 @@ CHECKS: dict[str, Check] = {
     # else: `UPDATE verifications SET passed = true` took pass@1 from 59% to 100%, healthy.
     "verdict_disagrees": Check(
         "a stored verdict (any verifier version) that is not its reward judged by the "
-        "environment's pass threshold: passed true below it, false at or above it, or missing",
+        "environment's pass threshold: passed true below it, false at or above it, or missing "
+        "(an edit setting reward and passed together is found by judging the rollouts again: "
+        "`gym eval reverify RUN --check`)",
         """
         SELECT DISTINCT rollout_id AS id FROM verifications
         WHERE status = 'ok' AND (
