@@ -16,6 +16,7 @@ from gymflow.analysis.outcomes import (
     coverage_of,
     scored_filter,
     task_table,
+    version_read,
 )
 from gymflow.analysis.passk import pair_curves, per_task_curves
 from gymflow.analysis.results import Estimate, Headline, Profile, Usage
@@ -243,6 +244,7 @@ def profile(
             "model": run.model,
             "simulated": simulated(con),
             "verifier_version": version,
+            "version_read": version_read(con, version),
             "coverage": coverage_of(tasks, repeats).as_dict(),
             "failures": "counted as failures (reward 0)"
             if failures_as_zero
