@@ -235,6 +235,9 @@ def main() -> None:
         help="another checkout (src/ and bench/) to run every stage on too, interleaved",
     )
     parser.add_argument("--rounds", type=int, default=1, help="times each stage runs")
+    parser.add_argument(
+        "--reuse", action="store_true", help="with --keep: use the stores built there before"
+    )
     parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
     parser.add_argument("--store", type=Path, help=argparse.SUPPRESS)
     args = tiny.parse(parser, sizes=[2000])
@@ -251,6 +254,9 @@ def main() -> None:
         for size in args.sizes:
             stores = {code: root / f"store-{size}-{code}" for code in codes}
             for code, store in stores.items():
+                if args.reuse and store.exists():
+                    print(f"reusing {store}", flush=True)
+                    continue
                 if store.exists():
                     shutil.rmtree(store)
                 if code == "this":
