@@ -40,6 +40,7 @@ def serve_environment(
     import uvicorn
 
     from gymflow.environments.asgi import create_app
+    from gymflow.models.open_files import ensure_serving_open_files
 
     server = load_environment(name).resources_server(_verifier_params(param or []))
     console.print(
@@ -50,4 +51,5 @@ def serve_environment(
         ),
         highlight=False,
     )
+    ensure_serving_open_files()  # a socket per client connection, however many come
     uvicorn.run(create_app(server), host=host, port=port, log_level="warning")
