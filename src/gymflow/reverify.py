@@ -36,7 +36,7 @@ from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.environments.resources import ResourcesServer
 from gymflow.errors import UserError
 from gymflow.store import current
-from gymflow.store.db import connect, memory_capped, transaction
+from gymflow.store.db import connect, transaction
 from gymflow.store.rows import verification_row
 from gymflow.store.runs import run_info
 from gymflow.store.superseded import supersede_verifications
@@ -413,19 +413,18 @@ def reverify(
         except UserError as exc:  # parameters that do not validate, a verifier gone
             raise ReverifyError(f"--set: {exc}" if settings else str(exc)) from None
         try:
-            with memory_capped(con):
-                return _reverify_with(
-                    con,
-                    run,
-                    env,
-                    spec,
-                    base,
-                    server,
-                    force=force,
-                    failed_only=failed_only,
-                    max_listed=max_listed,
-                    make_current=make_current,
-                )
+            return _reverify_with(
+                con,
+                run,
+                env,
+                spec,
+                base,
+                server,
+                force=force,
+                failed_only=failed_only,
+                max_listed=max_listed,
+                make_current=make_current,
+            )
         finally:
             server.close()
     finally:

@@ -71,7 +71,7 @@ WHERE item->>'type' IN ('function_call', 'function_call_output')
 # call sampled above temperature 0 and whether any sent other sampling than the run's config
 # (each call's sampling parsed once, by one multi-path extract). The call checks read this
 # instead of each joining or parsing ten million rows again; a table of the calls themselves
-# (1.5 GiB at 10M rollouts) is never built.
+# (1.5 GiB at 10M rollouts) is never built. A store holds one run (`store.runs.run_info`).
 _SAMPLING = (
     "json_extract_string(sampling_json, ['$.temperature', '$.top_p', '$.max_output_tokens'])"
 )
@@ -81,9 +81,9 @@ _DIFFERS = " OR ".join(
 _ROLLOUT_CALLS = f"""
 CREATE OR REPLACE TEMP TABLE rollout_calls AS
 WITH configured AS (
-    SELECT TRY_CAST(s[1] AS DOUBLE) AS temperature, TRY_CAST(s[2] AS DOUBLE) AS top_p,
-           TRY_CAST(s[3] AS DOUBLE) AS max_output_tokens
-    FROM (SELECT {_SAMPLING} AS s FROM runs)
+    SELECT TRUE AS present, TRY_CAST(s[1] AS DOUBLE) AS temperature,
+           TRY_CAST(s[2] AS DOUBLE) AS top_p, TRY_CAST(s[3] AS DOUBLE) AS max_output_tokens
+    FROM (SELECT {_SAMPLING} AS s FROM runs LIMIT 1)
 ),
 sent AS (
     SELECT rollout_id, call_index, attempt, status, input_tokens, output_tokens,
@@ -105,9 +105,9 @@ LEFT JOIN (
                WHERE status <> 'error' AND (input_tokens IS NULL OR output_tokens IS NULL)
            ) AS without_usage,
            arg_max(status, call_index::BIGINT * 1000000 + attempt) AS last_status,
-           bool_or(temperature > 0) AS warm,
-           bool_or(EXISTS (SELECT 1 FROM configured run WHERE {_DIFFERS})) AS sampling_differs
-    FROM sent c GROUP BY rollout_id
+           bool_or(c.temperature > 0) AS warm,
+           bool_or(coalesce(run.present, FALSE) AND ({_DIFFERS})) AS sampling_differs
+    FROM sent c LEFT JOIN configured run ON TRUE GROUP BY rollout_id
 ) m USING (rollout_id)
 """
 
