@@ -120,16 +120,29 @@ def prefect_server(env: dict, nofile: int) -> Iterator[dict]:
 
 
 def collection_rate(run_dir: Path) -> dict:
-    """Rollouts stored, rollouts/s between the first start and the last finish, that span, and
-    the model calls that were attempts after a first (a reset connection, a refused one)."""
+    """Rollouts stored, rollouts/s between the first start and the last finish, that span, the
+    model calls that were attempts after a first (a reset connection, a refused one), and the
+    longest time no rollout started (a batch's tail and the next batch's start)."""
     from gymflow.store.db import connect
 
     with connect(run_dir, read_only=True) as con:
-        count, span, retried = con.execute(
-            "SELECT count(*), epoch(max(finished_at)) - epoch(min(started_at)), "
-            "(SELECT count(*) FROM model_calls WHERE attempt > 0) FROM rollouts"
+        count, span, retried, gap = con.execute(
+            """
+            SELECT count(*), epoch(max(finished_at)) - epoch(min(started_at)),
+                   (SELECT count(*) FROM model_calls WHERE attempt > 0),
+                   (SELECT max(epoch(started_at) - epoch(previous)) FROM (
+                        SELECT started_at, lag(started_at) OVER (ORDER BY started_at) AS previous
+                        FROM rollouts))
+            FROM rollouts
+            """
         ).fetchone()
-    return {"rollouts": count, "rate": count / span, "span": span, "retried": retried}
+    return {
+        "rollouts": count,
+        "rate": count / span,
+        "span": span,
+        "retried": retried,
+        "gap": gap or 0.0,
+    }
 
 
 def cpu_of(pid: int) -> float:
@@ -248,14 +261,15 @@ def main() -> None:
     )
     print(
         "\n| measure | rollouts | rollouts/s | ÷ bound | span s | wall s | peak in flight | "
-        "mean in flight | retried calls | client CPU s | served model CPU s |"
+        "mean in flight | retried calls | longest start gap s | client CPU s | "
+        "served model CPU s |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, f in rows:
         print(
             f"| {name} | {f['rollouts']:,} | {f['rate']:,.0f} | {f['rate'] / bound:.2f} | "
             f"{f['span']:.1f} | {f['wall']:.1f} | {f['peak']:,} | {f['mean']:,.0f} | "
-            f"{f['retried']:,} | {f['client_cpu']:.1f} | {f['server_cpu']:.1f} |"
+            f"{f['retried']:,} | {f['gap']:.2f} | {f['client_cpu']:.1f} | {f['server_cpu']:.1f} |"
         )
 
 
