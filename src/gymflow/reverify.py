@@ -148,16 +148,20 @@ def _selection(failed_only: bool) -> str:
     return judged_again
 
 
-def _batches(con, base: str, failed_only: bool) -> Iterator[list[tuple]]:
-    cursor = con.execute(
-        f"""
-        SELECT r.rollout_id, r.task_id, r.output_text, r.trajectory_json
-        FROM rollouts r
-        LEFT JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
-        WHERE {_selection(failed_only)}
-        """,
-        [base],
-    )
+def _to_judge(con, text_only: bool, source: str, params: list) -> Iterator[list[tuple]]:
+    """Batches of (task_id, output_text, trajectory_json, rollout ids) to judge, from the
+    rollouts `r` that `source` (FROM ... WHERE) selects. A text-only verifier's come grouped by
+    task and text, without the trajectory: one verdict for every rollout that gave the answer
+    (100 repeats of an arithmetic task give a few distinct answers), and no trajectory read or
+    parsed (once half of a reverify's work)."""
+    if text_only:
+        sql = (
+            f"SELECT r.task_id, r.output_text, NULL, list(r.rollout_id) {source} "
+            "GROUP BY r.task_id, r.output_text"
+        )
+    else:
+        sql = f"SELECT r.task_id, r.output_text, r.trajectory_json, [r.rollout_id] {source}"
+    cursor = con.execute(sql, params)
     while rows := cursor.fetchmany(BATCH):
         yield rows
 
@@ -169,30 +173,44 @@ def _verify_all(
         VerifyInput(
             tasks[task_id], output_text or "", orjson.loads(trajectory) if trajectory else []
         )
-        for _, task_id, output_text, trajectory in rows
+        for task_id, output_text, trajectory, _ in rows
     )
 
 
-def _insert(
-    con, rows: list[tuple], verdicts: list[Verification], version: str, now: datetime
-) -> None:
-    """Insert one batch of verdicts, as `version`, through Arrow (`insert_arrow`). A verdict
-    is copied only when stored under another version (the verifier's code changed since):
-    copying every one was a tenth of a reverify."""
-    insert_arrow(
-        con,
-        "verifications",
-        [
-            verification_row(
-                row[0],
-                verdict
-                if verdict.verifier_version == version
-                else replace(verdict, verifier_version=version),
-                now,
-            )
-            for row, verdict in zip(rows, verdicts, strict=True)
-        ],
-    )
+def _judge(
+    con,
+    server: ResourcesServer,
+    tasks: dict[str, Task],
+    version: str,
+    now: datetime,
+    source: str,
+    params: list,
+) -> int:
+    """Judge the rollouts `source` selects and insert their verdicts as `version`, batch by
+    batch, through Arrow (`insert_arrow`), each verdict stored once for each of its rollouts; a
+    second connection streams the rollouts while `con` writes, so memory stays one batch.
+    A verdict is copied only when stored under another version (the verifier's code changed
+    since): copying every one was a tenth of a reverify. Returns the rollouts judged."""
+    reader = con.cursor()
+    judged = 0
+    try:
+        for rows in _to_judge(reader, server.text_only, source, params):
+            verdicts = _verify_all(server, tasks, rows)
+            stored = [
+                verification_row(
+                    row[3],
+                    verdict
+                    if verdict.verifier_version == version
+                    else replace(verdict, verifier_version=version),
+                    now,
+                )
+                for row, verdict in zip(rows, verdicts, strict=True)
+            ]
+            insert_arrow(con, "verifications", stored, listed_keys=True)
+            judged += sum(len(row[3]) for row in rows)
+    finally:
+        reader.close()
+    return judged
 
 
 def _write(
@@ -200,41 +218,41 @@ def _write(
 ) -> int:
     """Judge and insert, as `version`, in one transaction: a crash leaves the store as it was."""
     now = datetime.now(UTC).replace(tzinfo=None)
-    # A second connection streams the rollouts while this one writes: memory stays one batch.
-    reader = con.cursor()
-    judged = 0
-    try:
-        with transaction(con):
-            register_verifier_version(
-                con,
-                version,
-                server.verifier.name,
-                server.params.model_dump(mode="json"),
-                source=f"{REVERIFY_SOURCE}{base.version or 'no stored version'}",
-                code_hash=code_hash(server.verifier),
+    with transaction(con):
+        register_verifier_version(
+            con,
+            version,
+            server.verifier.name,
+            server.params.model_dump(mode="json"),
+            source=f"{REVERIFY_SOURCE}{base.version or 'no stored version'}",
+            code_hash=code_hash(server.verifier),
+        )
+        judged = _judge(
+            con,
+            server,
+            tasks,
+            version,
+            now,
+            "FROM rollouts r LEFT JOIN verifications b ON b.rollout_id = r.rollout_id "
+            f"AND b.verifier_version = ? WHERE {_selection(failed_only)}",
+            [base.version],
+        )
+        if failed_only and base.stored:
+            # The base version's passing verdicts, copied row for row into the new version.
+            con.execute(
+                f"""
+                INSERT INTO verifications BY NAME
+                SELECT b.rollout_id, ? AS verifier_version, b.status, b.reward, b.passed,
+                       b.failure_kind,
+                       json_merge_patch(coalesce(b.details_json, '{{}}'),
+                                        json_object('carried_from', ?)) AS details_json,
+                       ? AS created_at
+                FROM rollouts r
+                JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
+                WHERE NOT ({_selection(failed_only)})
+                """,
+                [version, base.version, now, base.version],
             )
-            for rows in _batches(reader, base.version, failed_only):
-                judged += len(rows)
-                verdicts = _verify_all(server, tasks, rows)
-                _insert(con, rows, verdicts, version, now)
-            if failed_only and base.stored:
-                # The base version's passing verdicts, copied row for row into the new version.
-                con.execute(
-                    f"""
-                    INSERT INTO verifications BY NAME
-                    SELECT b.rollout_id, ? AS verifier_version, b.status, b.reward, b.passed,
-                           b.failure_kind,
-                           json_merge_patch(coalesce(b.details_json, '{{}}'),
-                                            json_object('carried_from', ?)) AS details_json,
-                           ? AS created_at
-                    FROM rollouts r
-                    JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
-                    WHERE NOT ({_selection(failed_only)})
-                    """,
-                    [version, base.version, now, base.version],
-                )
-    finally:
-        reader.close()
     return judged
 
 
@@ -247,23 +265,17 @@ def _rejudge(
     reverify carried from its base version: a pass under other parameters is no verdict of
     these. One transaction for the new verdicts."""
     supersede_verifications(con, version, carried=not failed_only)
-    now = datetime.now(UTC).replace(tzinfo=None)
-    rows = con.execute(
-        """
-        SELECT r.rollout_id, r.task_id, r.output_text, r.trajectory_json
-        FROM rollouts r
-        ANTI JOIN (SELECT rollout_id FROM verifications WHERE verifier_version = ?) v
-            USING (rollout_id)
-        WHERE r.status = 'completed'
-        """,
-        [version],
-    ).fetchall()
-    if not rows:
-        return 0
-    verdicts = _verify_all(server, tasks, rows)
     with transaction(con):
-        _insert(con, rows, verdicts, version, now)
-    return len(rows)
+        return _judge(
+            con,
+            server,
+            tasks,
+            version,
+            datetime.now(UTC).replace(tzinfo=None),
+            "FROM rollouts r ANTI JOIN (SELECT rollout_id FROM verifications "
+            "WHERE verifier_version = ?) v USING (rollout_id) WHERE r.status = 'completed'",
+            [version],
+        )
 
 
 class FlippedRollouts(Result):
@@ -539,11 +551,9 @@ def check(
         if row is None:
             raise ReverifyError(f"no verifier version {version!r} in this store")
         try:
-            env = load_environment(run["environment"] or "")
+            env = load_environment(run.environment or "")
         except RegistryError as exc:
-            raise ReverifyError(
-                f"run {run['run_id']}: cannot re-check its verdicts: {exc}"
-            ) from None
+            raise ReverifyError(f"run {run.run_id}: cannot re-check its verdicts: {exc}") from None
         if row[0] != env.manifest.verifier.name:
             raise ReverifyError(
                 f"version {version} is verifier {row[0]!r}, not environment {env.name}'s "
@@ -554,7 +564,7 @@ def check(
         except UserError as exc:
             raise ReverifyError(f"version {version}: {exc}") from None
         try:
-            run_config = json.loads(run.get("config_json") or "{}")
+            run_config = json.loads(run.config_json or "{}")
             refusal = server.reverify_refusal(run_config.get("resources_url"))
             if refusal is not None:
                 raise ReverifyError(
@@ -586,7 +596,9 @@ def _check_with(
     listed: list[Disagreement] = []
     while rows := cursor.fetchmany(BATCH):
         judged = [row for row in rows if row[5] == "completed" and row[1] in tasks]
-        verdicts = iter(_verify_all(server, tasks, [row[:4] for row in judged]))
+        verdicts = iter(
+            _verify_all(server, tasks, [(row[1], row[2], row[3], row[0]) for row in judged])
+        )
         for row in rows:
             checked += 1
             stored = row[6:10]

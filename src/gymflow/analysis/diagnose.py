@@ -37,6 +37,7 @@ from gymflow.analysis.results import (
     TaxonomyRow,
 )
 from gymflow.models.errors import ModelError
+from gymflow.store.db import memory_capped_call
 from gymflow.store.runs import run_info
 from gymflow.verifiers.base import LENIENT_MATCH
 
@@ -332,6 +333,7 @@ def verifier_suspects(
     return suspects
 
 
+@memory_capped_call
 def diagnose(
     con,
     *,

@@ -32,6 +32,7 @@ from gymflow.analysis.stats import (
     widened_band,
 )
 from gymflow.environments.registry import RegistryError, environment_sources
+from gymflow.store.db import memory_capped_call
 from gymflow.store.runs import run_info
 
 #: rollout columns summarised by percentile
@@ -179,6 +180,7 @@ def usage_percentiles(con) -> dict[str, Usage]:
     return usage
 
 
+@memory_capped_call
 def profile(
     con,
     *,

@@ -49,6 +49,7 @@ def serve_environment(
     import uvicorn
 
     from gymflow.environments.asgi import create_app
+    from gymflow.models.open_files import ensure_serving_open_files
 
     server = load_environment(name).resources_server(_verifier_params(param or []))
     console.print(
@@ -60,4 +61,5 @@ def serve_environment(
         highlight=False,
     )
     app = create_app(server, max_sessions=max_sessions, session_idle_s=session_idle_s)
+    ensure_serving_open_files()  # a socket per client connection, however many come
     uvicorn.run(app, host=host, port=port, log_level="warning")

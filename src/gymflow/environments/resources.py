@@ -130,6 +130,13 @@ class ResourcesServer:
         return Verification(self.verifier_version, VERIFIED, reward, passed, failure_kind, details)
 
     @property
+    def text_only(self) -> bool:
+        """Whether a verdict here is a pure function of the task and the output text (the
+        verifier's own `text_only`), so a reverify may read nothing else and judge each distinct
+        text once. A server whose verification reads more overrides it."""
+        return self.verifier.text_only
+
+    @property
     def verify_timeout(self) -> float | None:
         """The verifier's own bound on one verification; None for an inline verifier."""
         return self.verifier.timeout_s
