@@ -37,7 +37,7 @@ from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.environments.resources import ResourcesServer
 from gymflow.errors import UserError
 from gymflow.store import current
-from gymflow.store.db import connect, transaction
+from gymflow.store.db import connect, store_path, transaction
 from gymflow.store.rows import verification_row
 from gymflow.store.runs import RunInfo, run_info
 from gymflow.store.superseded import supersede_verifications
@@ -52,6 +52,25 @@ BATCH = 50_000
 
 class ReverifyError(UserError):
     """A reverify that cannot run; nothing was written."""
+
+
+def _stored_json(
+    raw: str | None, kind: type, store: Path, row: str, column: str, loads=json.loads
+) -> Any:
+    """A JSON value read back from the store (`kind()` when NULL or empty): an edited or corrupt
+    one is a ReverifyError naming the store, the row and the column, never a traceback."""
+    if not raw:
+        return kind()
+    try:
+        value = loads(raw)
+    except ValueError as exc:  # not JSON, or an integer past Python's digit limit
+        raise ReverifyError(f"{store}: {row}: {column} is not JSON ({exc})") from None
+    if not isinstance(value, kind):
+        raise ReverifyError(
+            f"{store}: {row}: {column} holds a JSON {type(value).__name__}, "
+            f"not a JSON {'object' if kind is dict else 'array'}"
+        )
+    return value
 
 
 def parse_settings(pairs: list[str]) -> dict[str, Any]:
@@ -77,7 +96,9 @@ class _Base:
     stored: bool  # False: the store has no version of this verifier (e.g. an imported run)
 
 
-def _base_version(con, verifier_name: str, defaults: dict[str, Any], requested: str | None):
+def _base_version(
+    con, store: Path, verifier_name: str, defaults: dict[str, Any], requested: str | None
+):
     """The version reverify starts from (flips are counted against it) and the parameters the
     `--set` values override: the requested version, else the current one (what the run is read
     under) when it is the environment's verifier, else the newest version of the environment's
@@ -99,14 +120,18 @@ def _base_version(con, verifier_name: str, defaults: dict[str, Any], requested: 
         version, name, params = match[0]
         if name != verifier_name:
             return _Base(version, dict(defaults), True)
-        return _Base(version, json.loads(params or "{}"), True)
+        return _Base(version, _params(params, store, version), True)
     for version, name, params in rows:
         if name == verifier_name:
-            return _Base(version, json.loads(params or "{}"), True)
+            return _Base(version, _params(params, store, version), True)
     # Nothing of this verifier stored (an imported run): compare with the newest version there is.
     if rows:
         return _Base(rows[0][0], dict(defaults), True)
     return _Base("", dict(defaults), False)
+
+
+def _params(raw: str | None, store: Path, version: str) -> dict[str, Any]:
+    return _stored_json(raw, dict, store, f"verifier version {version}", "params_json")
 
 
 def _version_of(con, server: ResourcesServer) -> str:
@@ -122,7 +147,7 @@ def _version_of(con, server: ResourcesServer) -> str:
     return version
 
 
-def _tasks(con) -> dict[str, Task]:
+def _tasks(con, store: Path) -> dict[str, Task]:
     rows = con.execute(
         "SELECT task_id, data_json, reference, tags, difficulty FROM tasks"
     ).fetchall()
@@ -130,7 +155,7 @@ def _tasks(con) -> dict[str, Task]:
         task_id: Task(
             task_id=task_id,
             inputs={},
-            data=json.loads(data_json) if data_json else {},
+            data=_stored_json(data_json, dict, store, f"task {task_id!r}", "data_json"),
             reference=reference or "",
             distractor="",
             tags=tuple(tags or ()),
@@ -167,18 +192,25 @@ def _to_judge(con, text_only: bool, source: str, params: list) -> Iterator[list[
 
 
 def _verify_all(
-    server: ResourcesServer, tasks: dict[str, Task], rows: list[tuple]
+    server: ResourcesServer, tasks: dict[str, Task], rows: list[tuple], store: Path
 ) -> list[Verification]:
+    """Verdicts of (task_id, output_text, trajectory_json, rollout ids) rows (orjson: parsing
+    trajectories was half of a reverify's work)."""
     return server.verify_many(
         VerifyInput(
-            tasks[task_id], output_text or "", orjson.loads(trajectory) if trajectory else []
+            tasks[task_id],
+            output_text or "",
+            _stored_json(
+                trajectory, list, store, f"rollout {ids[0]}", "trajectory_json", orjson.loads
+            ),
         )
-        for task_id, output_text, trajectory, _ in rows
+        for task_id, output_text, trajectory, ids in rows
     )
 
 
 def _judge(
     con,
+    store: Path,
     server: ResourcesServer,
     tasks: dict[str, Task],
     version: str,
@@ -195,7 +227,7 @@ def _judge(
     judged = 0
     try:
         for rows in _to_judge(reader, server.text_only, source, params):
-            verdicts = _verify_all(server, tasks, rows)
+            verdicts = _verify_all(server, tasks, rows, store)
             stored = [
                 verification_row(
                     row[3],
@@ -214,7 +246,7 @@ def _judge(
 
 
 def _write(
-    con, server: ResourcesServer, version: str, base: _Base, tasks, failed_only: bool
+    con, store: Path, server: ResourcesServer, version: str, base: _Base, tasks, failed_only: bool
 ) -> int:
     """Judge and insert, as `version`, in one transaction: a crash leaves the store as it was."""
     now = datetime.now(UTC).replace(tzinfo=None)
@@ -229,6 +261,7 @@ def _write(
         )
         judged = _judge(
             con,
+            store,
             server,
             tasks,
             version,
@@ -257,7 +290,12 @@ def _write(
 
 
 def _rejudge(
-    con, server: ResourcesServer, version: str, tasks: dict[str, Task], failed_only: bool
+    con,
+    store: Path,
+    server: ResourcesServer,
+    version: str,
+    tasks: dict[str, Task],
+    failed_only: bool,
 ) -> int:
     """Under a version already stored: judge again the rollouts whose verification errored (a
     crash, a timeout, a judge that failed; the old verdicts are set aside as evidence) or is
@@ -268,6 +306,7 @@ def _rejudge(
     with transaction(con):
         return _judge(
             con,
+            store,
             server,
             tasks,
             version,
@@ -406,7 +445,7 @@ def reverify(
                 f"run {run.run_id}: reverify needs the environment's verifier, but {exc}"
             ) from None
         spec = env.manifest.verifier
-        base = _base_version(con, spec.name, spec.params, base_version)
+        base = _base_version(con, store_path(run_dir), spec.name, spec.params, base_version)
         # No settings: the environment's verifier as it is now (its manifest's parameters).
         params = {**base.params, **settings} if settings else dict(spec.params)
         try:
@@ -416,6 +455,7 @@ def reverify(
         try:
             return _reverify_with(
                 con,
+                store_path(run_dir),
                 run,
                 env,
                 spec,
@@ -434,6 +474,7 @@ def reverify(
 
 def _reverify_with(
     con,
+    store: Path,
     run: RunInfo,
     env: Environment,
     spec: VerifierRef,
@@ -456,10 +497,11 @@ def _reverify_with(
         row[0] for row in con.execute("SELECT verifier_version FROM verifier_versions").fetchall()
     }
     if new_version not in stored:
-        reverified = _write(con, server, new_version, base, _tasks(con), failed_only)
+        tasks = _tasks(con, store)
+        reverified = _write(con, store, server, new_version, base, tasks, failed_only)
         status = "written"
     else:
-        reverified = _rejudge(con, server, new_version, _tasks(con), failed_only)
+        reverified = _rejudge(con, store, server, new_version, _tasks(con, store), failed_only)
         status = "rejudged" if reverified else "already stored"
     if make_current:
         current.make_current(con, new_version)
@@ -485,8 +527,9 @@ class Disagreement(Result):
     """A stored verdict the verifier, run again on the stored rollout, does not give."""
 
     rollout_id: str
-    task_id: str
-    repeat_index: int
+    #: None when the store holds NULL there (an edited store is listed, not a traceback)
+    task_id: str | None
+    repeat_index: int | None
     stored: str
     recomputed: str
 
@@ -505,10 +548,14 @@ class Rechecked(Result):
     #: the verifier's code differs from the code the version was stored with: a disagreement
     #: may be the code's change rather than an edit of the store
     code_changed: bool
+    #: the version's stored parameters are those its name hashes (`name@params-hash`): False is
+    #: parameters edited in the store, under which any verdict could be judged again as stored
+    #: (a tolerance of 1e300 passes every answer), so the check fails whatever the verdicts say
+    params_named: bool
 
     @property
     def agrees(self) -> bool:
-        return self.count == 0
+        return self.count == 0 and self.params_named
 
 
 def _said(status: str | None, reward: float | None, passed: bool | None, kind: str | None) -> str:
@@ -540,12 +587,14 @@ def check(
     catch an edit of the rollouts themselves: an output rewritten to the reference answer is
     judged again as a pass. A verifier of live session state cannot be run again from the store
     (the state is gone): ReverifyError, nothing checked."""
+    store = store_path(run_dir)
     con = connect(run_dir, read_only=True)
     try:
         run = run_info(con)
         version = version or current.current_verifier_version(con)
         row = con.execute(
-            "SELECT verifier_name, params_json FROM verifier_versions WHERE verifier_version = ?",
+            "SELECT verifier_name, params_json, code_hash FROM verifier_versions "
+            "WHERE verifier_version = ?",
             [version],
         ).fetchone()
         if row is None:
@@ -560,7 +609,7 @@ def check(
                 f"({env.manifest.verifier.name!r}): there is nothing here to judge it again with"
             )
         try:
-            server = env.resources_server(json.loads(row[1] or "{}"))
+            server = env.resources_server(_params(row[1], store, version))
         except UserError as exc:
             raise ReverifyError(f"version {version}: {exc}") from None
         try:
@@ -571,7 +620,7 @@ def check(
                     f"cannot re-check version {version}: {refusal}; its verdicts cannot be "
                     "recomputed from the store"
                 )
-            return _check_with(con, env, server, version, max_listed)
+            return _check_with(con, store, env, server, version, row[2], max_listed)
         finally:
             server.close()
     finally:
@@ -579,16 +628,25 @@ def check(
 
 
 def _check_with(
-    con, env: Environment, server: ResourcesServer, version: str, max_listed: int | None
+    con,
+    store: Path,
+    env: Environment,
+    server: ResourcesServer,
+    version: str,
+    stored_code: str | None,
+    max_listed: int | None,
 ) -> Rechecked:
-    tasks = _tasks(con)
+    tasks = _tasks(con, store)
+    # Every completed rollout, with or without a verdict under the version (a failing verdict
+    # deleted leaves the scores counting only the passes), and every verdict of a rollout.
     cursor = con.execute(
         """
         SELECT r.rollout_id, r.task_id, r.output_text, r.trajectory_json, r.repeat_index,
                r.status, v.status, v.reward, v.passed, v.failure_kind
-        FROM verifications v JOIN rollouts r USING (rollout_id)
-        WHERE v.verifier_version = ?
-        ORDER BY r.task_id, r.repeat_index
+        FROM rollouts r
+        LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+        WHERE v.rollout_id IS NOT NULL OR r.status = 'completed'
+        ORDER BY r.task_id, r.repeat_index, r.rollout_id
         """,
         [version],
     )
@@ -597,7 +655,9 @@ def _check_with(
     while rows := cursor.fetchmany(BATCH):
         judged = [row for row in rows if row[5] == "completed" and row[1] in tasks]
         verdicts = iter(
-            _verify_all(server, tasks, [(row[1], row[2], row[3], row[0]) for row in judged])
+            _verify_all(
+                server, tasks, [(row[1], row[2], row[3], [row[0]]) for row in judged], store
+            )
         )
         for row in rows:
             checked += 1
@@ -628,5 +688,8 @@ def _check_with(
         agreed=agreed,
         disagreements=listed,
         count=count,
-        code_changed=_version_of(con, server) != version,
+        code_changed=None not in (stored_code, code := code_hash(server.verifier))
+        and stored_code != code,
+        params_named=version == server.verifier_version
+        or version.startswith(f"{server.verifier_version}+"),
     )

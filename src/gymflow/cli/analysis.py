@@ -564,6 +564,15 @@ def _recheck(run_dir: Path, version: str | None, json_output: bool) -> None:
                 " (nothing written)",
             )
         )
+        if not result.params_named:
+            console.print(
+                f"version {result.version}'s stored parameters are not the ones its name "
+                "hashes: they were edited in the store, and no verdict judged under them is "
+                "evidence",
+                style="bold red",
+                markup=False,
+                highlight=False,
+            )
         if result.code_changed:
             console.print(
                 "the verifier's code changed since this version was stored: a difference may "

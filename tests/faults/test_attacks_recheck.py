@@ -1,0 +1,124 @@
+"""`gym eval reverify RUN --check` against stores forged to pass it or made to crash it.
+
+The check judged the stored rollouts again under the parameters the store says the version
+has, and compared only the verdicts the store holds: parameters edited to a tolerance that
+passes every answer made consistently forged verdicts agree, and deleting the failing verdicts
+left nothing to disagree with (exit 0 both times). A NULL or non-JSON value in a column it reads
+was a traceback. Now parameters that are not the ones the version's name hashes fail the check,
+a completed rollout without a verdict is a difference, and a corrupt value is one line naming
+the store, the row and the column; nothing is written either way."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pytest
+
+from tests.conftest import gym
+from tests.faults.stores import collect_run, rollout_rows, tree_digest
+
+
+def _edit(run, *statements: str) -> None:
+    con = duckdb.connect(str(run / "gymflow.duckdb"))
+    try:
+        for sql in statements:
+            con.execute(sql)
+    finally:
+        con.close()
+
+
+def _check(run, cwd):
+    return gym("eval", "reverify", str(run), "--check", "--json", cwd=cwd)
+
+
+def test_parameters_edited_to_pass_everything_fail_the_check(tmp_path) -> None:
+    run = collect_run(tmp_path / "run")
+    _edit(
+        run,
+        "UPDATE verifier_versions SET params_json = "
+        """'{"extract": "last_number", "abs_tol": 1e300}'""",
+        "UPDATE verifications SET passed = true, reward = 1 WHERE NOT passed",
+    )
+    before = tree_digest(run)
+    out = _check(run, tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    found = json.loads(out.stdout)
+    assert found["params_named"] is False and found["agrees"] is False
+    assert found["code_changed"] is False  # the code did not change: the parameters did
+    text = gym("eval", "reverify", str(run), "--check", cwd=tmp_path)
+    assert text.returncode == 2
+    assert "were edited in the store" in " ".join(text.stdout.split())
+    assert tree_digest(run) == before
+
+
+def test_deleted_failing_verdicts_are_differences(tmp_path) -> None:
+    run = collect_run(tmp_path / "run")
+    failing = {
+        r
+        for (r,) in duckdb.connect(str(run / "gymflow.duckdb"), read_only=True)
+        .execute("SELECT rollout_id FROM verifications WHERE NOT passed")
+        .fetchall()
+    }
+    assert failing
+    _edit(run, "DELETE FROM verifications WHERE NOT passed")
+    before = tree_digest(run)
+    out = _check(run, tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    found = json.loads(out.stdout)
+    assert found["count"] == len(failing) and found["checked"] == 12
+    assert {d["rollout_id"] for d in found["disagreements"]} == failing
+    assert all(d["stored"].startswith("no verdict") for d in found["disagreements"])
+    assert tree_digest(run) == before
+
+
+def test_null_keys_of_a_forged_verdict_are_listed(tmp_path) -> None:
+    run = collect_run(tmp_path / "run")
+    _edit(
+        run,
+        "UPDATE rollouts SET repeat_index = NULL",
+        "UPDATE verifications SET passed = true, reward = 1 WHERE NOT passed",
+    )
+    out = _check(run, tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert all(d["repeat_index"] is None for d in json.loads(out.stdout)["disagreements"])
+
+
+STORED = [
+    ("UPDATE tasks SET data_json = 'nope'", "data_json is not JSON"),
+    ("UPDATE tasks SET data_json = '[1]'", "data_json holds a JSON list"),
+    ("UPDATE verifier_versions SET params_json = '[1]'", "params_json holds a JSON list"),
+    ("UPDATE verifier_versions SET params_json = 'nope'", "params_json is not JSON"),
+]
+# A text-only verifier's reverify reads no trajectory (a corrupt one changes no verdict); the
+# check judges each rollout with its trajectory.
+TRAJECTORIES = [
+    ("UPDATE rollouts SET trajectory_json = '[1,'", "trajectory_json is not JSON"),
+    ("UPDATE rollouts SET trajectory_json = '{}'", "trajectory_json holds a JSON dict"),
+]
+
+
+@pytest.mark.parametrize(
+    ("edit", "named", "command"),
+    [(e, n, ("--check",)) for e, n in STORED + TRAJECTORIES]
+    + [(e, n, ("--set", "abs_tol=0.5")) for e, n in STORED],
+)
+def test_a_corrupt_stored_value_is_named_and_nothing_is_written(
+    tmp_path, edit: str, named: str, command: tuple[str, ...]
+) -> None:
+    run = collect_run(tmp_path / "run")
+    _edit(run, edit)
+    before = rollout_rows(run / "gymflow.duckdb")
+    versions = duckdb.connect(str(run / "gymflow.duckdb"), read_only=True).execute(
+        "SELECT * FROM verifier_versions"
+    )
+    stored_versions = versions.fetchall()
+    versions.close()
+    out = gym("eval", "reverify", str(run), *command, cwd=tmp_path)
+    error = " ".join(out.stderr.split())
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr and "gymflow bug" not in error
+    assert str(run / "gymflow.duckdb") in error and named in error
+    assert rollout_rows(run / "gymflow.duckdb") == before
+    with duckdb.connect(str(run / "gymflow.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT * FROM verifier_versions").fetchall() == stored_versions
