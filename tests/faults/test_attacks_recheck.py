@@ -122,3 +122,38 @@ def test_a_corrupt_stored_value_is_named_and_nothing_is_written(
     assert rollout_rows(run / "gymflow.duckdb") == before
     with duckdb.connect(str(run / "gymflow.duckdb"), read_only=True) as con:
         assert con.execute("SELECT * FROM verifier_versions").fetchall() == stored_versions
+
+
+def test_a_server_that_judges_the_trajectory_is_not_text_only(tmp_path, monkeypatch) -> None:
+    """`text_only` came from the verifier alone: an environment whose resources server judges
+    the trajectory itself (its own `verify_sync`, as NeMo Gym's does) over a text-only verifier
+    had every rollout of a text judged with an empty trajectory, one verdict for all. A reverify
+    stores what judging each rollout on its own gives."""
+    from gymflow.environments.registry import load_environment
+    from gymflow.environments.resources import ResourcesServer
+    from gymflow.reverify import reverify
+    from gymflow.verifiers.base import VerifyInput
+
+    class ReadsTheTrajectory(ResourcesServer):
+        def verify_sync(self, inp: VerifyInput):
+            return self.judged(float(bool(inp.trajectory)), None, {}, source="test")
+
+    monkeypatch.setattr(
+        type(load_environment("arithmetic")),  # the class reverify loads by name
+        "resources_server",
+        lambda self, params=None: ReadsTheTrajectory(self, params),
+    )
+    run = collect_run(tmp_path / "run")
+    # repeats of one answer whose trajectories differ (the simulated policy answers alike)
+    _edit(run, "UPDATE rollouts SET trajectory_json = '[]' WHERE repeat_index = 0")
+    done = reverify(run, {"abs_tol": 0.5})
+    con = duckdb.connect(str(run / "gymflow.duckdb"), read_only=True)
+    stored = con.execute(
+        "SELECT r.trajectory_json, v.reward FROM verifications v JOIN rollouts r "
+        "USING (rollout_id) WHERE v.verifier_version = ?",
+        [done.new_version],
+    ).fetchall()
+    con.close()
+    assert len(stored) == 12
+    assert sorted(reward for _, reward in stored) == [0.0] * 6 + [1.0] * 6
+    assert all(reward == float(bool(json.loads(t or "[]"))) for t, reward in stored)

@@ -133,8 +133,13 @@ class ResourcesServer:
     def text_only(self) -> bool:
         """Whether a verdict here is a pure function of the task and the output text (the
         verifier's own `text_only`), so a reverify may read nothing else and judge each distinct
-        text once. A server whose verification reads more overrides it."""
-        return self.verifier.text_only
+        text once. A server that judges in its own way (its own `verify_sync`, `verify_many` or
+        `verify_bounded`: NeMo Gym's posts the trajectory) is not, whatever its verifier says."""
+        judges_as_declared = all(
+            getattr(type(self), name) is getattr(ResourcesServer, name)
+            for name in ("verify_sync", "verify_many", "verify_bounded")
+        )
+        return self.verifier.text_only and judges_as_declared
 
     @property
     def verify_timeout(self) -> float | None:
