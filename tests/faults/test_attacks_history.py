@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from gymflow.core.statuses import FAILED
 from gymflow.history.gate import gate
@@ -122,4 +123,32 @@ def test_listing_runs_without_a_usable_cache_still_lists_them(tmp_path: Path) ->
     listed = json.loads(out.stdout)
     assert listed["catalog"] is None and [r["run_id"] for r in listed["runs"]] == ["night-0"]
     assert list((shared / "gymflow" / "catalogs").iterdir()) == []
+    assert _tree(root) == before
+
+
+@pytest.mark.parametrize(
+    "replace",
+    [
+        "CREATE TABLE runs (run_dir INTEGER)",  # another gymflow version's columns
+        "CREATE TABLE runs (run_dir VARCHAR, extra VARCHAR)",
+        "CREATE VIEW runs AS SELECT 1 AS x",
+    ],
+    ids=["fewer_columns", "other_columns", "view"],
+)
+def test_a_catalog_of_another_shape_is_rebuilt_from_the_stores(tmp_path: Path, replace) -> None:
+    """The catalog is a cache in the user's folder: one whose `runs` is not this version's
+    table (an older gymflow's, an edit) made every `gym runs list` a BinderException until the
+    file was deleted. It is rebuilt from the stores; the run folder is untouched."""
+    root = tmp_path / "runs"
+    _night(root, 0, all_failed=False)
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    listed = lambda: gym("runs", "list", str(root), "--json", cwd=tmp_path, env=env)  # noqa: E731
+    first = json.loads(listed().stdout)
+    with duckdb.connect(first["catalog"]) as con:
+        con.execute("DROP TABLE runs")
+        con.execute(replace)
+    before = _tree(root)
+    again = listed()
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json.loads(again.stdout) == first
     assert _tree(root) == before

@@ -161,6 +161,31 @@ class Catalog:
         return sorted(chosen, key=lambda e: (e.created_at or datetime.min, e.run_dir))
 
 
+#: `runs` as DuckDB describes this version's table: (column, type) in order
+_SCHEMA = [(f.name, _TYPES[f.type]) for f in fields(CatalogEntry)]
+
+
+def _cached(con) -> dict[str, CatalogEntry]:
+    """The rows kept from the last listing, by run directory. The catalog is a cache: a `runs`
+    that is not this version's table (another gymflow version's columns, a view, an edit) is
+    dropped and built again from the stores; read as it was, it was a BinderException on every
+    listing until the file was deleted by hand."""
+    kind = con.execute(
+        "SELECT table_type FROM information_schema.tables "
+        "WHERE table_schema = 'main' AND table_name = 'runs'"
+    ).fetchone()
+    if kind is not None:
+        columns = con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = 'main' AND table_name = 'runs' ORDER BY ordinal_position"
+        ).fetchall()
+        if kind[0] != "BASE TABLE" or columns != _SCHEMA:
+            con.execute(f"DROP {'VIEW' if kind[0] == 'VIEW' else 'TABLE'} runs")
+    con.execute(_DDL)
+    cursor = con.execute(f"SELECT {', '.join(COLUMNS)} FROM runs")
+    return {row[0]: CatalogEntry(*row) for row in cursor.fetchall()}
+
+
 def refresh(root: Path) -> Catalog:
     """Bring the catalog of `root` up to date with the stores under `root` and return it.
 
@@ -171,9 +196,7 @@ def refresh(root: Path) -> Catalog:
         raise StoreError(f"{root}: no such folder")
     con, path = _open_catalog(root)
     with con:
-        con.execute(_DDL)
-        cursor = con.execute(f"SELECT {', '.join(COLUMNS)} FROM runs")
-        known = {row[0]: CatalogEntry(*row) for row in cursor.fetchall()}
+        known = _cached(con)
         entries, skipped = [], []
         for run_dir in find_stores(root):
             key = str(run_dir)
