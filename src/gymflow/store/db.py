@@ -205,9 +205,20 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
     if read_only:
         _check_version(con, path)
         _stand_in_for_new_tables(con)
+        _builtins_first(con)  # last: it changes what current_database() names
         return con
     _schema(con, path)
     return con
+
+
+def _builtins_first(con) -> None:
+    """Resolve a name to DuckDB's own function before one the store defines: a store file keeps
+    macros, and one named as a built-in (`CREATE MACRO sum(x) AS count(x)`, `abs`, `list`)
+    replaced it in every reader's SQL (profile was a traceback, health read other checks). The
+    store's tables still resolve: temporary ones (the stand-ins below) first, then its own."""
+    database = con.execute("SELECT current_database()").fetchone()[0]
+    path = "system.main,temp.main," + '"' + database.replace('"', '""') + '".main'
+    con.execute("SET search_path = '" + path.replace("'", "''") + "'")
 
 
 def _create(path: Path) -> None:
