@@ -356,7 +356,7 @@ def diagnose(
         "(SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0)"
     ).fetchone()
     return Diagnosis(
-        run_id=run["run_id"],
+        run_id=run.run_id,
         verifier_version=version,
         rollouts=stored,
         expected=expected,

@@ -22,7 +22,7 @@ from gymflow.analysis.answers import (
 )
 from gymflow.analysis.environment import reward_spec
 from gymflow.analysis.frames import frame
-from gymflow.analysis.outcomes import check_verifier_version
+from gymflow.analysis.outcomes import check_verifier_version, version_read
 from gymflow.analysis.results import Health
 from gymflow.errors import UserError
 from gymflow.store.db import memory_capped_call
@@ -322,7 +322,9 @@ CHECKS: dict[str, Check] = {
     # else: `UPDATE verifications SET passed = true` took pass@1 from 59% to 100%, healthy.
     "verdict_disagrees": Check(
         "a stored verdict (any verifier version) that is not its reward judged by the "
-        "environment's pass threshold: passed true below it, false at or above it, or missing",
+        "environment's pass threshold: passed true below it, false at or above it, or missing "
+        "(an edit setting reward and passed together is found by judging the rollouts again: "
+        "`gym eval reverify RUN --check`)",
         """
         SELECT DISTINCT rollout_id AS id FROM verifications
         WHERE status = 'ok' AND (
@@ -538,6 +540,7 @@ def health(
         unhealthy_rollouts=unhealthy,
         unhealthy_share=unhealthy / denominator,
         verifier_version=version,
+        version_read=version_read(con, version),
         reward_range=[spec.low, spec.high] if spec else None,
         checks=checks,
         rollout_verdicts=verdicts.to_dicts(),

@@ -21,7 +21,7 @@ from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment
 from gymflow.environments.verifier_ref import VerifierRef
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
-from gymflow.verifiers.pool import WorkerFailed, WorkerTimeout, worker_pool
+from gymflow.verifiers.pool import WorkerFailed, WorkerOutOfMemory, WorkerTimeout, worker_pool
 
 ToolHandler = Callable[[dict[str, Any], dict[str, Any]], Any]
 #: `threads` verifications (judge calls) waiting at once: the collector's default concurrency.
@@ -153,6 +153,10 @@ class ResourcesServer:
         if isinstance(exc, WorkerTimeout) and self.verifier.outlived_bound_fails:
             details = {"reason": "timeout", "limit": "verifier_timeout_s", "error": str(exc)}
             return self.judged(0.0, None, details, source="the verifier's bound")
+        if isinstance(exc, WorkerOutOfMemory) and self.verifier.outlived_bound_fails:
+            # the answer's code (or what it returned) took the memory: the answer failing
+            details = {"reason": "memory", "limit": "host_or_cgroup_memory", "error": str(exc)}
+            return self.judged(0.0, None, details, source="the out-of-memory killer")
         if isinstance(exc, WorkerTimeout):
             return self.unjudged(
                 "verifier_timeout",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 
-from gymflow.errors import UserError
+from gymflow.errors import RuntimeFailure, UserError
 from gymflow.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, SPECS, TABLES
 from gymflow.written import created, written
 
@@ -30,10 +30,18 @@ LOCK_FIRST_WAIT_S = 0.05
 
 
 class StoreError(UserError):
-    """A store that cannot be opened or does not match what the caller expects."""
+    """A store the user named that is not what the command needs: no store at that path, a file
+    that is not a gymflow store (or of another schema version, or truncated), a store of another
+    run or benchmark version. Nothing was written; another path or file fixes it."""
 
 
-class StoreBusy(StoreError):
+class StoreFailure(RuntimeFailure):
+    """The store failed while a command ran: a commit (disk full, a file size limit), a shard
+    attached for the merge, or another process holding it for longer than waited. What was
+    committed is kept; once the cause is gone, a retry (`--resume`) continues."""
+
+
+class StoreBusy(StoreFailure):
     """Another process holds the store (a run writing it, or a reader) for longer than waited."""
 
 

@@ -11,7 +11,7 @@ import duckdb
 import pyarrow as pa
 
 from gymflow.core.records import Rollout
-from gymflow.store.db import StoreError, transaction
+from gymflow.store.db import StoreFailure, transaction
 from gymflow.store.rows import (
     model_call_row,
     naive_utc,
@@ -112,7 +112,7 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
         if isinstance(
             exc, duckdb.IOException | duckdb.FatalException | duckdb.TransactionException
         ):
-            raise StoreError(
+            raise StoreFailure(
                 f"{_database_path(con)}: cannot commit {len(rollout_rows)} rollouts (disk full "
                 f"or file size limit?); rollouts committed before are kept and `--resume` redoes "
                 f"the rest. {type(exc).__name__}: {exc}"

@@ -106,6 +106,7 @@ class VerifierSpec:
     #: running too long (reward 0, reason `timeout`, counted in every score), not a verifier
     #: failure left out of them: an answer that could make its verification time out (a value
     #: costly to build or compare here) would otherwise take itself out of the denominator.
+    #: Likewise a worker the out-of-memory killer ends (reason `memory`; `verifiers.oom`).
     outlived_bound_fails: bool = False
     #: The `details.reason` values of its verdicts that mean "no answer in the expected form"
     #: (no answer line, no boxed answer, no code, an empty response): the diagnosis reads these,
