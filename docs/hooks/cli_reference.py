@@ -236,7 +236,7 @@ def config_page() -> str:
 def health_page() -> str:
     """Every health check, from `gymflow.analysis.health.CHECKS`: what it flags and when it
     fails the gate."""
-    from gymflow.analysis.health import CHECKS
+    from gymflow.analysis.health import CHECKS, TASK_CHECK, TASK_CHECK_DESCRIPTION, Check
 
     def gate(check: Any) -> str:
         """When it fails the gate by default (`health.Gate.threshold`): its own share, else
@@ -258,7 +258,9 @@ def health_page() -> str:
         "| check | kind | fails the gate by default when it flags | what it flags |",
         "|---|---|---|---|",
     ]
-    for name, check in CHECKS.items():
+    # the task check is derived from the rollout checks, after them (`health.health`)
+    derived = Check(TASK_CHECK_DESCRIPTION, "", "task", severity="warning")
+    for name, check in [*CHECKS.items(), (TASK_CHECK, derived)]:
         lines.append(
             f"| `{name}` | {check.severity} | {gate(check)} | {_escape(check.description)} |"
         )
