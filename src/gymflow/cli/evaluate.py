@@ -94,12 +94,9 @@ def build_config(path: Path | None, overrides: dict[str, Any]) -> EvalConfig:
     source = str(path) if path else "command line"
     base = load_config_file(path) if path else {}
     data = merge_overrides(base, overrides)
-    sampling_flags = [
-        k for k, v in overrides.items() if k.startswith("sampling.") and v is not None
-    ]
-    if sampling_flags and "sampling" not in base:
-        # `--seed` (or `--temperature`, …) changes that setting only: the benchmark's other
-        # sampling settings stay.
+    if isinstance(data.get("sampling"), dict):
+        # A sampling key, from the file's `sampling:` or a flag (`--seed`, `--temperature`, …),
+        # changes that setting only: the benchmark's others stay (vary one thing at a time).
         data["sampling"] = {**_benchmark_sampling(data.get("benchmark")), **data["sampling"]}
     flags = {key: _flag(key) for key, value in overrides.items() if value is not None}
     return parse_config(data, source, flags)
