@@ -163,7 +163,11 @@ def _print_report(report: MergeReport, max_missing: int) -> None:
 @eval_app.command("aggregate")
 def eval_aggregate(
     shard_dirs: Annotated[
-        list[Path], typer.Argument(help="Shard run directories (or their .duckdb files).")
+        list[str],
+        typer.Argument(
+            help="Shard run directories (or their .duckdb files), or shard root URLs: a "
+            "shard's URL, or a run's folder under the shard root (every committed shard in it)."
+        ),
     ],
     out: Annotated[Path, typer.Option("--out", help="Run directory to merge into.")],
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -173,10 +177,15 @@ def eval_aggregate(
     max_missing: Annotated[int, typer.Option(help="Missing pairs to list.")] = 20,
 ) -> None:
     """Merge shard stores into a run store. Idempotent; a shard of another config or benchmark
-    version is refused and nothing is written; lists the (task_id, repeat_index) pairs missing."""
-    from gymflow.rollouts.merge import merge_shards  # DuckDB and the store: not for `gym server`
+    version is refused and nothing is written; lists the (task_id, repeat_index) pairs missing.
+    A URL's shards are read from their committed results, each file checked against its
+    checksum."""
+    # DuckDB and the store: not for `gym server`
+    from gymflow.rollouts.merge import merge_shards
+    from gymflow.rollouts.published import fetched
 
-    report = merge_shards(out, list(shard_dirs))
+    with fetched(shard_dirs, skip_missing=False) as stores:
+        report = merge_shards(out, stores)
     if json_output:
         print_json(report.as_dict(max_missing=len(report.missing)))
     else:

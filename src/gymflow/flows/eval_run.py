@@ -19,7 +19,13 @@ from gymflow.flows import run_log
 from gymflow.flows.artifacts import ProgressArtifact, publish_results, publish_shard_failure
 from gymflow.flows.cancellation import stop_on_cancel
 from gymflow.flows.eval_shard import collect_plan
-from gymflow.flows.fan_out import ShardFailed, run_shard_here, run_shard_on_pool, shard_deployment
+from gymflow.flows.fan_out import (
+    ShardFailed,
+    run_shard_here,
+    run_shard_on_pool,
+    shard_deployment,
+    shard_options,
+)
 from gymflow.flows.labels import run_name, tag_run
 from gymflow.flows.lean import flow
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions, shard_config
@@ -154,14 +160,16 @@ def _collect_shards(
     failures: dict[int, str] = {}
     # Local shards share one local policy server; pool shards each start their own if needed.
     with model_endpoint(plan) if local else nullcontext(None) as base_url:
+        shard_flow = shard_options(plan, scale)
         if local:
             runner = run_shard_here.with_options(**options)
-            futures = [runner.submit(quote(plan), c, base_url) for c in configs]
+            futures = [runner.submit(quote(plan), c, base_url, shard_flow) for c in configs]
         else:
             deployment_id = shard_deployment(scale.work_pool)
             runner = run_shard_on_pool.with_options(**options)
             futures = [
-                runner.submit(quote(plan), c, deployment_id, scale.shard_timeout_s) for c in configs
+                runner.submit(quote(plan), c, deployment_id, scale.shard_timeout_s, shard_flow)
+                for c in configs
             ]
         index = {future.task_run_id: i for i, future in enumerate(futures)}
         for future in as_completed(futures):
@@ -177,7 +185,7 @@ def _collect_shards(
     # stopped shard's store holds whole rollouts only: merged, the run store shows what finished.
     stopped = stopping.stop_requested() is not None
     merging = configs if stopped else [configs[i] for i in sorted(finished)]
-    merged = aggregate_shards(config.out, [c.out for c in merging])
+    merged = aggregate_shards(config.out, [c.out for c in merging], checkpoints=stopped)
     stopping.raise_if_requested()
     if failures:
         publish_shard_failure(failures, merged.stored if merged else 0, len(plan.keys()))

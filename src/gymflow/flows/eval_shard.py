@@ -11,10 +11,13 @@ from prefect.utilities.annotations import quote
 from gymflow.config import EvalConfig
 from gymflow.flows import run_log
 from gymflow.flows.lean import flow
+from gymflow.flows.parameters import CHECKPOINT_ROLLOUTS, CHECKPOINT_S
 from gymflow.rollouts.collect import Collector
 from gymflow.rollouts.plan import RunPlan
+from gymflow.rollouts.published import check_expectations, run_published
 from gymflow.simulated.endpoint import model_endpoint
 from gymflow.store.db import connect, held
+from gymflow.store.remote import is_url
 from gymflow.tasks.rollouts import collect_batch, prepare_run
 
 
@@ -52,21 +55,42 @@ def collect_plan(
 
 
 @flow(name="eval-shard", log_prints=True)
-def eval_shard(config: EvalConfig, base_url: str | None = None) -> dict[str, Any]:
+def eval_shard(
+    config: EvalConfig,
+    base_url: str | None = None,
+    expected: dict[str, str] | None = None,
+    checkpoint_s: float = CHECKPOINT_S,
+    checkpoint_rollouts: int = CHECKPOINT_ROLLOUTS,
+) -> dict[str, Any]:
     """Collect the missing rollouts of one shard (`config.shard`) into its store (`config.out`).
 
     Always resumes: a shard store belongs to one run, and re-running a shard (a retry, a UI
-    retry of the parent run) must run only what the store does not hold yet.
+    retry of the parent run) must run only what the store does not hold yet. A `config.out`
+    that is a URL is a published shard (`rollouts/published.py`): run on a local store here,
+    checkpointed there, and committed once.
 
     Args:
         config: The run's config with `shard` (which shard) and `out` (the shard's store).
         base_url: A model endpoint somebody else started (…/v1); unset, the config's model.
+        expected: What the parent run resolved (benchmark and DuckDB version): a shard that
+            differs is refused before any model call.
+        checkpoint_s: Published shards: seconds between checkpoints.
+        checkpoint_rollouts: Published shards: a checkpoint once this many rollouts are new.
     """
-    plan = prepare_run(config, True)
-    collected = collect_plan(plan, base_url, on_batch=run_log.batch_done)
-    return {
-        "shard": [config.shard.index, config.shard.count],
-        "store": config.out,
-        "run_id": plan.run_id,
-        "collected": collected,
-    }
+
+    def prepare(config: EvalConfig) -> RunPlan:
+        plan = prepare_run(config, True)
+        check_expectations(plan, expected)
+        return plan
+
+    def collect(plan: RunPlan) -> list[dict[str, int]]:
+        return collect_plan(plan, base_url, on_batch=run_log.batch_done)
+
+    result = {"shard": [config.shard.index, config.shard.count], "store": config.out}
+    if is_url(config.out):
+        published = run_published(
+            config, prepare, collect, every_s=checkpoint_s, every_rollouts=checkpoint_rollouts
+        )
+        return {**result, "run_id": config.fingerprint(), **published}
+    plan = prepare(config)
+    return {**result, "run_id": plan.run_id, "collected": collect(plan)}

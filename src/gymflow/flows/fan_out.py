@@ -23,8 +23,9 @@ from gymflow import progress
 from gymflow.config import ConfigError, EvalConfig
 from gymflow.errors import RuntimeFailure
 from gymflow.flows.eval_shard import eval_shard
-from gymflow.flows.parameters import SHARD_FLOW
+from gymflow.flows.parameters import SHARD_FLOW, ScaleOptions
 from gymflow.rollouts.plan import RunPlan
+from gymflow.rollouts.published import expectations
 from gymflow.tasks.shards import progress_dict, progress_of
 
 
@@ -37,13 +38,16 @@ def _label(config: EvalConfig) -> str:
 
 
 @task(name="run-shard", cache_policy=NO_CACHE, task_run_name="run-shard-{config.shard.index}")
-def run_shard_here(plan: RunPlan, config: EvalConfig, base_url: str | None) -> dict[str, Any]:
-    """Run one shard as a subflow of this flow run, in this process."""
+def run_shard_here(
+    plan: RunPlan, config: EvalConfig, base_url: str | None, options: dict[str, Any]
+) -> dict[str, Any]:
+    """Run one shard as a subflow of this flow run, in this process (`options`: the shard
+    flow's other parameters, `shard_options`)."""
     before = progress_of(plan, config)
     if before.complete:
         progress.advanced(before.stored)
         return {**progress_dict(before), "ran": False}
-    collected = eval_shard(config, base_url)["collected"]
+    collected = eval_shard(config, base_url, **options)["collected"]
     after = progress_of(plan, config)
     if not after.complete:
         raise ShardFailed(
@@ -51,6 +55,16 @@ def run_shard_here(plan: RunPlan, config: EvalConfig, base_url: str | None) -> d
             f"rollouts after the shard ran{f' ({after.error})' if after.error else ''}"
         )
     return {**progress_dict(after), "ran": True, "collected": collected}
+
+
+def shard_options(plan: RunPlan, scale: ScaleOptions) -> dict[str, Any]:
+    """The shard flow's parameters besides its config: what the run resolved, for the shard to
+    check, and how often a published shard checkpoints."""
+    return {
+        "expected": expectations(plan),
+        "checkpoint_s": scale.checkpoint_s,
+        "checkpoint_rollouts": scale.checkpoint_rollouts,
+    }
 
 
 def shard_deployment(work_pool: str) -> UUID:
@@ -75,7 +89,11 @@ def shard_deployment(work_pool: str) -> UUID:
     task_run_name="run-shard-{config.shard.index}-on-pool",
 )
 def run_shard_on_pool(
-    plan: RunPlan, config: EvalConfig, deployment_id: UUID, timeout_s: float | None
+    plan: RunPlan,
+    config: EvalConfig,
+    deployment_id: UUID,
+    timeout_s: float | None,
+    options: dict[str, Any],
 ) -> dict[str, Any]:
     """Run one shard as a run of the `eval-shard` deployment and wait for it."""
     before = progress_of(plan, config)
@@ -84,7 +102,7 @@ def run_shard_on_pool(
         return {**progress_dict(before), "ran": False}
     flow_run = run_deployment(
         deployment_id,
-        parameters={"config": config.model_dump(mode="json")},
+        parameters={"config": config.model_dump(mode="json"), **options},
         flow_run_name=f"{plan.run_id}-shard-{config.shard.index}-of-{config.shard.count}",
         timeout=timeout_s,
         poll_interval=2,

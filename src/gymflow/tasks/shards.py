@@ -12,6 +12,7 @@ from gymflow.config import EvalConfig
 from gymflow.rollouts.collect import RESUMABLE_KINDS
 from gymflow.rollouts.merge import merge_shards, shard_progress
 from gymflow.rollouts.plan import RunPlan
+from gymflow.rollouts.published import fetched
 from gymflow.store.db import connect, store_path
 from gymflow.store.merge import MergeReport, ShardProgress
 from gymflow.store.runs import run_info
@@ -28,13 +29,14 @@ def progress_of(plan: RunPlan, config: EvalConfig) -> ShardProgress:
 
 
 @task(name="aggregate-shards", cache_policy=NO_CACHE)
-def aggregate_shards(run_dir: str, shard_dirs: list[str]) -> MergeReport | None:
-    """Merge every shard store that exists into the run store; report what is still missing
+def aggregate_shards(
+    run_dir: str, shard_dirs: list[str], *, checkpoints: bool = False
+) -> MergeReport | None:
+    """Merge every shard store that exists (a published shard's committed result, or with
+    `checkpoints` what its checkpoints hold) into the run store; report what is still missing
     (None: no shard store exists yet, nothing was merged)."""
-    present = [path for path in shard_dirs if store_path(path).exists()]
-    if not present:
-        return None
-    return merge_shards(run_dir, present)
+    with fetched(shard_dirs, checkpoints=checkpoints) as present:
+        return merge_shards(run_dir, present) if present else None
 
 
 def progress_dict(progress: ShardProgress) -> dict[str, Any]:

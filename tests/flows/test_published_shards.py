@@ -1,0 +1,57 @@
+"""A sharded run whose shard root is an S3 URL (SeaweedFS), through the eval-run flow: each shard
+works on a local store, checkpoints and commits it at the URL, and the run store is their merge;
+a resumed run skips the committed shards, and a shard run again after its commit runs nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from gymflow.flows.eval_run import evaluation_loop
+from gymflow.flows.eval_shard import eval_shard
+from gymflow.flows.parameters import ScaleOptions, shard_config
+from gymflow.rollouts.published import PublishedShard
+from tests.flows import test_shards
+from tests.flows.test_shards import rows, snapshot
+
+pytestmark = pytest.mark.prefect
+
+
+def config(out):
+    """test_shards' config, its model slowed so that a shard lasts several checkpoints."""
+    base = test_shards.config(out)
+    faults = base.model.faults.model_copy(update={"latency_ms": 50.0})
+    return base.model_copy(
+        update={"concurrency": 4, "model": base.model.model_copy(update={"faults": faults})}
+    )
+
+
+def test_a_run_sharded_on_s3_equals_the_run_in_one_store(prefect_api, s3, tmp_path):
+    scale = ScaleOptions(shards=2, shard_root=s3.url(tmp_path.name), checkpoint_rollouts=16)
+    whole = evaluation_loop(config(tmp_path / "whole"))
+    result = evaluation_loop(config(tmp_path / "sharded"), scale=scale)
+    assert result["collected"]["aggregate"].complete
+    assert rows(tmp_path / "sharded") == rows(whole["run_dir"])
+    before = snapshot(tmp_path / "sharded")
+
+    run_id = result["collected"]["aggregate"].run_id
+    shards = [shard_config(config(tmp_path / "sharded"), scale, run_id, i) for i in range(2)]
+    for shard in shards:
+        published = PublishedShard(shard.out)
+        committed = published.committed()
+        assert committed is not None and committed["failed"] == 0
+        assert len(published.checkpoints()) >= 2  # 60 rollouts a shard, one per 16 at most
+
+    # resumed: both shards are committed, so neither runs; the store is unchanged
+    again = evaluation_loop(config(tmp_path / "sharded"), resume=True, scale=scale)
+    assert [s["ran"] for s in again["collected"]["shards"]] == [False, False]
+    assert snapshot(tmp_path / "sharded") == before
+    # a shard run again after its commit (a duplicate attempt) runs and commits nothing
+    attempt = eval_shard(shards[0])
+    assert attempt["attempt"] is None and attempt["collected"] == []
+    assert rows(tmp_path / "sharded", "SELECT count(*) FROM rollouts") == [
+        (len(whole_keys(whole)),)
+    ]
+
+
+def whole_keys(whole: dict) -> list[tuple]:
+    return rows(whole["run_dir"], "SELECT rollout_id FROM rollouts")
