@@ -11,11 +11,16 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gymflow.config import EvalConfig
+from gymflow.config import ConfigError, EvalConfig
+from gymflow.environments.registry import PATH_VARIABLE
+from gymflow.flows.fan_out import loopback_urls
+from gymflow.rollouts.merge import shard_progress
 from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.published import PublishedShard, published_progress
+from gymflow.rollouts.travel import publish_bundle, travelled
 from gymflow.store.remote import AlreadyExists, Remote
 from tests.conftest import gym
+from tests.environments.test_dataset import ROWS, write_benchmark, write_rows
 from tests.faults.stores import collect_run, query
 
 
@@ -110,3 +115,67 @@ def test_aggregate_reads_committed_shards_from_the_url(s3, tmp_path):
         "eval", "aggregate", s3.url("nothing-here"), "--out", str(out), cwd=tmp_path, env=env
     )
     assert missing.returncode == 1 and "no committed shard result here" in missing.stderr
+
+
+def test_a_shard_whose_every_rollout_failed_is_not_complete(tmp_path):
+    # the local policy answering nothing: every rollout a transport failure, all stored
+    run_dir, config = _shard(tmp_path, 0, 1)
+    con = duckdb.connect(str(run_dir / "gymflow.duckdb"))
+    try:
+        con.execute("UPDATE rollouts SET status = 'failed', failure_kind = 'transport'")
+    finally:
+        con.close()
+    plan = resolve(config.model_copy(update={"out": str(run_dir)}))
+    progress = shard_progress(plan)
+    assert progress.stored == progress.expected == progress.failed == 12
+    assert not progress.complete
+
+
+@pytest.mark.parametrize(
+    ("url", "loopback"),
+    [
+        ("http://127.0.0.1:8000/v1", True),
+        ("http://localhost:8000/v1", True),
+        ("http://[::1]:8000/v1", True),
+        ("http://10.0.0.5:8000/v1", False),
+        ("https://models.example.com/v1", False),
+    ],
+)
+def test_a_work_pool_run_is_warned_of_a_loopback_model_url(url, loopback):
+    config = EvalConfig.model_validate(
+        {"benchmark": "arithmetic-smoke", "model": {"kind": "responses", "base_url": url}}
+    )
+    warnings = loopback_urls(config)
+    assert bool(warnings) is loopback
+    assert all("model.base_url" in w and "loopback" in w for w in warnings)
+
+
+def test_the_users_own_benchmark_travels_with_the_run(s3, tmp_path, monkeypatch):
+    """A benchmark and dataset only the user's machine has: packed at the shard root, a worker
+    without them resolves the same run from the bundle, and the aggregate needs neither."""
+    mine = tmp_path / "mine"
+    write_rows(mine / "benchmarks" / "d.jsonl", ROWS)
+    write_benchmark(mine, "sums", {"path": "d.jsonl"})
+    monkeypatch.setenv(PATH_VARIABLE, str(mine))
+    shard = {"shard": {"index": 0, "count": 1}, "benchmark": "sums", "repeats": 2}
+    plan = resolve(EvalConfig.model_validate(shard))
+    bundle = publish_bundle(plan, s3.url(tmp_path.name))
+    assert bundle is not None and publish_bundle(plan, s3.url(tmp_path.name)) == bundle
+    run_dir = collect_run(tmp_path / "shard", **shard)
+    url = s3.url(tmp_path.name, plan.run_id)
+    PublishedShard(f"{url}/shard-0-of-1").commit(run_dir, "a1", {"bundle": bundle})
+
+    monkeypatch.delenv(PATH_VARIABLE)  # a worker: none of the user's files
+    with pytest.raises(ConfigError, match="sums"):
+        resolve(EvalConfig.model_validate(shard))
+    with travelled(bundle):
+        there = resolve(EvalConfig.model_validate(shard))
+    assert there.benchmark_version == plan.benchmark_version
+    assert [t.task_id for t in there.all_tasks] == [t.task_id for t in plan.all_tasks]
+
+    env = {**s3.env, "PREFECT_API_URL": "", PATH_VARIABLE: ""}
+    merged = gym(
+        "eval", "aggregate", url, "--out", str(tmp_path / "merged"), "--json", cwd=tmp_path, env=env
+    )
+    assert merged.returncode == 0, merged.stderr
+    assert json.loads(merged.stdout)["stored"] == len(ROWS) * 2

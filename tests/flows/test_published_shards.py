@@ -9,7 +9,8 @@ import pytest
 from gymflow.flows.eval_run import evaluation_loop
 from gymflow.flows.eval_shard import eval_shard
 from gymflow.flows.parameters import ScaleOptions, shard_config
-from gymflow.rollouts.published import PublishedShard
+from gymflow.rollouts.published import PublishedShard, run_url
+from gymflow.store.remote import Remote
 from tests.flows import test_shards
 from tests.flows.test_shards import rows, snapshot
 
@@ -34,6 +35,13 @@ def test_a_run_sharded_on_s3_equals_the_run_in_one_store(prefect_api, s3, tmp_pa
     before = snapshot(tmp_path / "sharded")
 
     run_id = result["collected"]["aggregate"].run_id
+    # the run store and report are published beside the shards, as they are
+    published = Remote(run_url(scale.shard_root, run_id))
+    assert result["published"] == [
+        f"{published.url}/gymflow.duckdb",
+        f"{published.url}/report.html",
+    ]
+    assert published.read("report.html") == (tmp_path / "sharded" / "report.html").read_bytes()
     shards = [shard_config(config(tmp_path / "sharded"), scale, run_id, i) for i in range(2)]
     for shard in shards:
         published = PublishedShard(shard.out)

@@ -21,6 +21,8 @@ from gymflow.flows.cancellation import stop_on_cancel
 from gymflow.flows.eval_shard import collect_plan
 from gymflow.flows.fan_out import (
     ShardFailed,
+    loopback_urls,
+    publish_beside_shards,
     run_shard_here,
     run_shard_on_pool,
     shard_deployment,
@@ -34,6 +36,7 @@ from gymflow.rollouts.plan import resolve
 from gymflow.simulated.endpoint import model_endpoint
 from gymflow.store.compact import compact
 from gymflow.store.merge import check_destination
+from gymflow.store.remote import is_url
 from gymflow.tasks.analysis import analyse_store, render_report
 from gymflow.tasks.rollouts import prepare_run, retry_unless_stopped
 from gymflow.tasks.shards import aggregate_shards, supersede_failed_in_shards
@@ -42,9 +45,10 @@ from gymflow.tasks.shards import aggregate_shards, supersede_failed_in_shards
 MAX_CONCURRENT_SHARDS = 32
 
 
-def _dated(config: EvalConfig) -> EvalConfig:
+def dated(config: EvalConfig) -> EvalConfig:
     """`out` may hold `{date}`: the run's scheduled UTC date (a nightly run gets its own store,
-    and a retry of that run finds the same one)."""
+    and a retry of that run finds the same one). A flow that runs this one as a subflow dates
+    its config first: a subflow's scheduled time is when it started, not the schedule's."""
     if "{date}" not in config.out:
         return config
     when = flow_run.scheduled_start_time or datetime.now(UTC)
@@ -85,7 +89,7 @@ def evaluation_loop(
             attempts are kept in the store as evidence.
     """
     stopping.clear()
-    config = _dated(config)
+    config = dated(config)
     tag_run(config)
     resume = resuming(resume)
     try:
@@ -101,7 +105,10 @@ def evaluation_loop(
             stopping.raise_if_requested()
             # The run's writes are done: its store gives back the blocks its commits freed.
             compact(config.out)
-            return {**analyse_run(config.out), "collected": collected}
+            result = {**analyse_run(config.out), "collected": collected}
+            if scale.shard_root and is_url(scale.shard_root):
+                result["published"] = publish_beside_shards(config, scale.shard_root)
+            return result
     except stopping.RunStopped as exc:
         if exc.cause == "cancelled":
             return Cancelled(message=str(exc))
@@ -165,6 +172,8 @@ def _collect_shards(
             runner = run_shard_here.with_options(**options)
             futures = [runner.submit(quote(plan), c, base_url, shard_flow) for c in configs]
         else:
+            for warning in loopback_urls(config):  # preflight: said before any shard starts
+                print(f"warning: {warning}")
             deployment_id = shard_deployment(scale.work_pool)
             runner = run_shard_on_pool.with_options(**options)
             futures = [

@@ -15,6 +15,7 @@ from gymflow.flows.parameters import CHECKPOINT_ROLLOUTS, CHECKPOINT_S
 from gymflow.rollouts.collect import Collector
 from gymflow.rollouts.plan import RunPlan
 from gymflow.rollouts.published import check_expectations, run_published
+from gymflow.rollouts.travel import travelled
 from gymflow.simulated.endpoint import model_endpoint
 from gymflow.store.db import connect, held
 from gymflow.store.remote import is_url
@@ -61,6 +62,7 @@ def eval_shard(
     expected: dict[str, str] | None = None,
     checkpoint_s: float = CHECKPOINT_S,
     checkpoint_rollouts: int = CHECKPOINT_ROLLOUTS,
+    bundle: str | None = None,
 ) -> dict[str, Any]:
     """Collect the missing rollouts of one shard (`config.shard`) into its store (`config.out`).
 
@@ -76,6 +78,8 @@ def eval_shard(
             differs is refused before any model call.
         checkpoint_s: Published shards: seconds between checkpoints.
         checkpoint_rollouts: Published shards: a checkpoint once this many rollouts are new.
+        bundle: The run's own benchmark, dataset and environment files, at the shard root
+            (`rollouts/travel.py`): read ahead of this machine's.
     """
 
     def prepare(config: EvalConfig) -> RunPlan:
@@ -87,10 +91,16 @@ def eval_shard(
         return collect_plan(plan, base_url, on_batch=run_log.batch_done)
 
     result = {"shard": [config.shard.index, config.shard.count], "store": config.out}
-    if is_url(config.out):
-        published = run_published(
-            config, prepare, collect, every_s=checkpoint_s, every_rollouts=checkpoint_rollouts
-        )
-        return {**result, "run_id": config.fingerprint(), **published}
-    plan = prepare(config)
-    return {**result, "run_id": plan.run_id, "collected": collect(plan)}
+    with travelled(bundle):
+        if is_url(config.out):
+            published = run_published(
+                config,
+                prepare,
+                collect,
+                every_s=checkpoint_s,
+                every_rollouts=checkpoint_rollouts,
+                meta={"bundle": bundle},
+            )
+            return {**result, "run_id": config.fingerprint(), **published}
+        plan = prepare(config)
+        return {**result, "run_id": plan.run_id, "collected": collect(plan)}

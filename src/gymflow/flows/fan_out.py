@@ -4,7 +4,9 @@ Prefect UI's Retry) re-runs only the shards that are not complete."""
 
 from __future__ import annotations
 
+from ipaddress import ip_address
 from typing import Any
+from urllib.parse import urlsplit
 from uuid import UUID
 
 from prefect import task
@@ -25,7 +27,9 @@ from gymflow.errors import RuntimeFailure
 from gymflow.flows.eval_shard import eval_shard
 from gymflow.flows.parameters import SHARD_FLOW, ScaleOptions
 from gymflow.rollouts.plan import RunPlan
-from gymflow.rollouts.published import expectations
+from gymflow.rollouts.published import expectations, publish_run, run_url
+from gymflow.rollouts.travel import publish_bundle
+from gymflow.store.remote import is_url
 from gymflow.tasks.shards import progress_dict, progress_of
 
 
@@ -57,13 +61,48 @@ def run_shard_here(
     return {**progress_dict(after), "ran": True, "collected": collected}
 
 
+def loopback_urls(config: EvalConfig) -> list[str]:
+    """Why a run's shards may not reach its servers from a worker on another machine: each
+    URL of the config on a loopback address (127.0.0.0/8, ::1, localhost) names the worker's
+    own host there, not the one it was written on."""
+    found = []
+    for field, url in (
+        ("model.base_url", config.model.base_url),
+        ("resources_url", config.resources_url),
+    ):
+        host = urlsplit(str(url)).hostname if url else None
+        if host is None:
+            continue
+        try:
+            loopback = host == "localhost" or ip_address(host).is_loopback
+        except ValueError:  # a host name: resolved on the worker
+            loopback = host.endswith(".localhost")
+        if loopback:
+            found.append(
+                f"{field} {url} is a loopback address: a shard on a worker on another machine "
+                "reaches that machine's own port, not this one's; give an address every worker "
+                "reaches (fine when every worker runs on this machine)"
+            )
+    return found
+
+
+def publish_beside_shards(config: EvalConfig, shard_root: str) -> list[str]:
+    """Upload the run store and report beside the run's shards: the flow may have run on a
+    worker, whose disk the user does not see."""
+    published = publish_run(config.out, run_url(shard_root, config.fingerprint()))
+    print(f"run store and report published: {', '.join(published)}")
+    return published
+
+
 def shard_options(plan: RunPlan, scale: ScaleOptions) -> dict[str, Any]:
     """The shard flow's parameters besides its config: what the run resolved, for the shard to
     check, and how often a published shard checkpoints."""
+    published = scale.shard_root is not None and is_url(scale.shard_root)
     return {
         "expected": expectations(plan),
         "checkpoint_s": scale.checkpoint_s,
         "checkpoint_rollouts": scale.checkpoint_rollouts,
+        "bundle": publish_bundle(plan, scale.shard_root) if published else None,
     }
 
 

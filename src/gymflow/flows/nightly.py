@@ -15,7 +15,7 @@ from prefect.events import emit_event
 from pydantic import BaseModel, ConfigDict, Field
 
 from gymflow.errors import GateFailed
-from gymflow.flows.eval_run import evaluation_loop, resuming
+from gymflow.flows.eval_run import dated, evaluation_loop, resuming
 from gymflow.flows.labels import run_name, tag_run
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions
 from gymflow.history.gate import GateVerdict, gate, save_verdict
@@ -76,6 +76,7 @@ def nightly(
         scale: How the run is sharded.
         gate: What the run is compared with and how large a drop fails it.
     """
+    config = dated(config)  # tonight's scheduled date, however late the run starts
     tag_run(config)
     # A retry of this flow run (the UI's Retry) continues tonight's run instead of refusing it.
     result = evaluation_loop(config, resume=resuming(False), scale=scale)

@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,12 +36,14 @@ import duckdb
 from gymflow import __version__
 from gymflow.config import ConfigError, EvalConfig
 from gymflow.rollouts.plan import RunPlan
+from gymflow.rollouts.travel import travelled
 from gymflow.store import snapshot
-from gymflow.store.db import StoreError, connect, store_path
+from gymflow.store.db import STORE_FILE, StoreError, connect, store_path
 from gymflow.store.merge import ShardProgress, stored_progress
 from gymflow.store.remote import AlreadyExists, Remote, RemoteError, is_url, sha256
 
 COMMITTED = "COMMITTED.json"
+REPORT_FILE = "report.html"
 MANIFEST = "manifest.json"
 
 
@@ -75,6 +77,7 @@ class Restored:
     source: str  # "committed", "checkpoints" or "nothing"
     rollouts: int
     pieces: int
+    bundle: str | None = None  # the files the run carried (`rollouts/travel.py`)
 
 
 class PublishedShard:
@@ -89,9 +92,12 @@ class PublishedShard:
         data = self.remote.read(COMMITTED)
         return None if data is None else json.loads(data)
 
-    def checkpoints(self) -> list[str]:
-        """The manifest names of every whole checkpoint, newest first."""
-        return sorted(self.remote.find(f"/{MANIFEST}"), reverse=True)
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """The manifest of every whole checkpoint, newest first. A manifest listed but not yet
+        readable (storage that lists an object while its upload completes) is left for the
+        next reader, as a checkpoint without one is."""
+        names = sorted(self.remote.find(f"/{MANIFEST}"), reverse=True)
+        return [json.loads(data) for name in names if (data := self.remote.read(name))]
 
     def _download(self, manifest: dict[str, Any], into: Path) -> dict[str, Path]:
         """A manifest's files into `into`, each checked against its recorded checksum."""
@@ -117,7 +123,7 @@ class PublishedShard:
         if committed is not None:
             pieces = [committed]
         elif checkpoints:
-            pieces = [json.loads(self.remote.read(name)) for name in self.checkpoints()]
+            pieces = self.checkpoints()
         else:
             pieces = []
         with closing(connect(run_dir, create=True)) as con:
@@ -126,7 +132,8 @@ class PublishedShard:
                     snapshot.load(con, self._download(piece, Path(scratch, str(i))))
             stored = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
         source = "committed" if committed else ("checkpoints" if pieces else "nothing")
-        return Restored(source=source, rollouts=stored, pieces=len(pieces))
+        bundle = next((p["bundle"] for p in pieces if p.get("bundle")), None)
+        return Restored(source=source, rollouts=stored, pieces=len(pieces), bundle=bundle)
 
     def _upload(self, prefix: str, snap: snapshot.Snapshot, meta: dict[str, Any]) -> bytes:
         """Upload a snapshot's files under `prefix`; returns its manifest (not yet written)."""
@@ -160,13 +167,18 @@ class PublishedShard:
             self.remote.put(f"{prefix}/{MANIFEST}", manifest)
         return snap.rollout_ids
 
-    def commit(self, run_dir: Path, attempt: str) -> dict[str, Any]:
+    def commit(
+        self, run_dir: Path, attempt: str, meta: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Publish the whole shard at `run_dir` as its result, then commit it: only if no other
-        attempt committed first (AlreadyExists then, and this attempt's result is left unread)."""
+        attempt committed first (AlreadyExists then, and this attempt's result is left unread).
+        `meta` goes into the manifest (the run's bundle of files, `rollouts/travel.py`)."""
         with tempfile.TemporaryDirectory(prefix="gymflow-result-") as scratch:
             with closing(connect(run_dir)) as con:
                 snap = snapshot.export(con, Path(scratch))
-            manifest = self._upload(f"results/{attempt}", snap, {"attempt": attempt})
+            manifest = self._upload(
+                f"results/{attempt}", snap, {**(meta or {}), "attempt": attempt}
+            )
         self.remote.put_new(COMMITTED, manifest)
         return json.loads(manifest)
 
@@ -262,6 +274,25 @@ def local_work_dir() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def run_url(shard_root: str, run_id: str) -> str:
+    """Where a run's store and report are published beside its shards."""
+    return f"{shard_root.rstrip('/')}/{run_id}/run"
+
+
+def publish_run(run_dir: Path | str, url: str) -> list[str]:
+    """Upload a run's store and report to `url`, so a run whose flow ran on a worker can be
+    read where the user is (`gym eval aggregate URL`, or the storage's own copy command).
+    Replaced on each publish: a resumed run publishes its newer store."""
+    remote = Remote(url)
+    published = []
+    for name in (STORE_FILE, REPORT_FILE):
+        path = Path(run_dir, name)
+        if path.exists():
+            remote.put_file(name, path)
+            published.append(f"{url}/{name}")
+    return published
+
+
 def shard_folders(location: str) -> list[str]:
     """The committed shards at `location`: a shard's URL, or a folder holding shards (a run's
     folder under the shard root)."""
@@ -278,10 +309,14 @@ def fetched(
     locations: list[str], *, checkpoints: bool = False, skip_missing: bool = True
 ) -> Iterator[list[Path]]:
     """Local shard stores for `locations` to merge: a path as it is; a URL's committed result
-    (with `checkpoints`, else what its checkpoints hold) restored into a temporary store.
-    Locations with nothing to merge are left out (`skip_missing`) or refused."""
-    with tempfile.TemporaryDirectory(prefix="gymflow-fetched-") as scratch:
+    (or, with `checkpoints`, what its checkpoints hold) restored into a temporary store.
+    Locations with nothing to merge are left out (`skip_missing`) or refused. While inside,
+    the registry reads the files the run carried (its bundle), so the merge resolves the run's
+    tasks without the user's benchmark files."""
+    with ExitStack() as stack:
+        scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="gymflow-fetched-"))
         stores: list[Path] = []
+        bundles: set[str] = set()
         for i, location in enumerate(locations):
             if not is_url(location):
                 if store_path(location).exists() or not skip_missing:
@@ -292,8 +327,11 @@ def fetched(
                 restored = PublishedShard(url).restore(local, checkpoints=checkpoints)
                 if restored.source != "nothing":
                     stores.append(local)
+                    bundles.update([restored.bundle] if restored.bundle else [])
                 elif not skip_missing:
                     raise StoreError(f"{url}: no committed shard result here")
+        for bundle in sorted(bundles):  # one per run; another run's shards are refused anyway
+            stack.enter_context(travelled(bundle))
         yield stores
 
 
@@ -304,11 +342,13 @@ def run_published(
     *,
     every_s: float,
     every_rollouts: int,
+    meta: dict[str, Any] | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Run the shard published at `config.out` (a URL) on a local store: restore what was
     published, `prepare` the local run (registration, checks), `collect` it while it is
-    checkpointed, then commit it if every rollout is stored. Returns what happened."""
+    checkpointed, then commit it if every rollout is stored (its manifest holding `meta`).
+    Returns what happened."""
     shard = PublishedShard(config.out)
     label = f"shard {config.shard.index}/{config.shard.count}"
     committed = shard.committed()
@@ -338,7 +378,7 @@ def run_published(
             )
             return {"attempt": attempt, "committed": None, "collected": collected}
         try:
-            shard.commit(work, attempt)
+            shard.commit(work, attempt, meta)
         except AlreadyExists:
             winner = shard.committed() or {}
             log(

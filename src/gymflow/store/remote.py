@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,22 @@ class Remote:
                 _link_new(Path(root, name), data, replace=True)
             else:
                 fs.pipe_file(f"{root}/{name}", data)
+        except OSError as exc:
+            raise RemoteError(f"{self.url}/{name}: cannot write: {exc}") from None
+
+    def put_file(self, name: str, path: Path) -> None:
+        """Upload the file at `path` as `name`, replacing what was there (streamed: a run store
+        can be larger than memory)."""
+        fs, root = self._fs
+        try:
+            if self.local:
+                target = Path(root, name)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+                shutil.copyfile(path, partial)
+                partial.replace(target)
+            else:
+                fs.put_file(str(path), f"{root}/{name}")
         except OSError as exc:
             raise RemoteError(f"{self.url}/{name}: cannot write: {exc}") from None
 
