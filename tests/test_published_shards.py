@@ -16,7 +16,12 @@ from gymflow.environments.registry import PATH_VARIABLE
 from gymflow.flows.fan_out import loopback_urls
 from gymflow.rollouts.merge import shard_progress
 from gymflow.rollouts.plan import resolve
-from gymflow.rollouts.published import PublishedShard, published_progress
+from gymflow.rollouts.published import (
+    PublishedShard,
+    check_expectations,
+    expectations,
+    published_progress,
+)
 from gymflow.rollouts.travel import publish_bundle, travelled
 from gymflow.store.remote import AlreadyExists, Remote
 from tests.conftest import gym
@@ -179,3 +184,11 @@ def test_the_users_own_benchmark_travels_with_the_run(s3, tmp_path, monkeypatch)
     )
     assert merged.returncode == 0, merged.stderr
     assert json.loads(merged.stdout)["stored"] == len(ROWS) * 2
+
+
+def test_a_shard_unlike_its_parent_is_refused_before_any_model_call():
+    plan = resolve(EvalConfig(benchmark="arithmetic-smoke", limit=4))
+    check_expectations(plan, expectations(plan))
+    for key, other in (("benchmark_version", "0123456789ab"), ("duckdb_version", "1.5.5")):
+        with pytest.raises(ConfigError, match=f"this worker has {key}"):
+            check_expectations(plan, {**expectations(plan), key: other})
