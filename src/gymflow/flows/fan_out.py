@@ -160,11 +160,16 @@ def run_shard_on_pool(
             f"{_label(config)}: flow run {flow_run.name} ended {state.name}: {state.message}"
         )
     after = progress_of(plan, config)
+    if not after.complete and is_url(config.out):
+        raise ShardFailed(
+            f"{_label(config)}: flow run {flow_run.name} completed without committing a result "
+            f"at {config.out} (what it stored is checkpointed there; its log says why)"
+        )
     if not after.complete:
         raise ShardFailed(
             f"{_label(config)}: flow run {flow_run.name} completed, but the store this flow reads "
             f"({after.store}) holds {after.stored} of {after.expected} rollouts: is shard_root "
-            "a path the workers and this flow share?"
+            "a path the workers and this flow share? (or a URL every worker reaches)"
         )
     progress.advanced(after.stored)
     return {**progress_dict(after), "ran": True, "flow_run": str(flow_run.id)}
