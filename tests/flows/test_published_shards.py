@@ -9,8 +9,10 @@ import pytest
 from gymflow.flows.eval_run import evaluation_loop
 from gymflow.flows.eval_shard import eval_shard
 from gymflow.flows.parameters import ScaleOptions, shard_config
+from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.published import PublishedShard, run_url
 from gymflow.store.remote import Remote
+from tests.conftest import free_port
 from tests.flows import test_shards
 from tests.flows.test_shards import rows, snapshot
 
@@ -63,3 +65,26 @@ def test_a_run_sharded_on_s3_equals_the_run_in_one_store(prefect_api, s3, tmp_pa
 
 def whole_keys(whole: dict) -> list[tuple]:
     return rows(whole["run_dir"], "SELECT rollout_id FROM rollouts")
+
+
+def test_a_shard_whose_host_reached_no_model_runs_its_failures_again_elsewhere(
+    prefect_api, s3, tmp_path
+):
+    """The first host cannot reach the model: every rollout it tries fails, so the shard is
+    not complete and commits nothing. A retry on a host that can restores those failures,
+    runs them again, and commits the shard whole."""
+    base = test_shards.config(tmp_path / "run")
+    cfg = base.model_copy(
+        update={"limit": 8, "model": base.model.model_copy(update={"max_retries": 0})}
+    )
+    scale = ScaleOptions(shards=2, shard_root=s3.url(tmp_path.name))
+    shard = shard_config(cfg, scale, cfg.fingerprint(), 0)
+    unreachable = f"http://127.0.0.1:{free_port()}/v1"
+    first = eval_shard(shard, base_url=unreachable, return_state=True)
+    published = PublishedShard(shard.out)
+    assert published.committed() is None
+    assert sum(c["failed"] for c in published.checkpoints()) > 0, first
+    again = eval_shard(shard)
+    committed = published.committed()
+    assert again["committed"] == committed["attempt"] and committed["failed"] == 0
+    assert committed["rollouts"] == len(resolve(shard).keys())

@@ -82,10 +82,16 @@ def eval_shard(
             (`rollouts/travel.py`): read ahead of this machine's.
     """
 
-    def prepare(config: EvalConfig) -> RunPlan:
-        plan = prepare_run(config, True)
+    def prepare(config: EvalConfig, retry_failed: bool = False) -> RunPlan:
+        plan = prepare_run(config, True, retry_failed)
         check_expectations(plan, expected)
         return plan
+
+    def prepare_uncommitted(config: EvalConfig) -> RunPlan:
+        # A published shard runs again only while uncommitted, as a retry (often on another
+        # host): what failed for a transient reason (a worker that could not reach the model)
+        # runs again, or the shard could never complete.
+        return prepare(config, retry_failed=True)
 
     def collect(plan: RunPlan) -> list[dict[str, int]]:
         return collect_plan(plan, base_url, on_batch=run_log.batch_done)
@@ -95,7 +101,7 @@ def eval_shard(
         if is_url(config.out):
             published = run_published(
                 config,
-                prepare,
+                prepare_uncommitted,
                 collect,
                 every_s=checkpoint_s,
                 every_rollouts=checkpoint_rollouts,
