@@ -68,10 +68,10 @@ def test_a_run_like_the_one_before_passes(prefect_api, tmp_path):
     first = tmp_path / "nightly" / "2026-01-01"
     nightly(_config(first))
     result = nightly(_config(tmp_path / "nightly" / "2026-01-02", sampling={"seed": 1}))
-    assert result["gate"]["passed"] is True
+    assert result.gate.passed is True
     # the first night is the pinned baseline by default
-    assert [c["against"] for c in result["gate"]["checks"]] == ["baseline"]
-    assert result["gate"]["checks"][0]["run_dir"] == str(first.resolve())
+    assert [c.against for c in result.gate.checks] == ["baseline"]
+    assert result.gate.checks[0].run_dir == str(first.resolve())
 
 
 def test_a_late_night_is_dated_by_its_schedule_not_its_start(prefect_api, tmp_path):
@@ -90,5 +90,5 @@ def test_a_late_night_is_dated_by_its_schedule_not_its_start(prefect_api, tmp_pa
             nightly, parameters=parameters, state=Scheduled(scheduled_time=night)
         )
     result = run_flow(nightly, flow_run=flow_run, parameters=parameters)
-    assert Path(result["run_dir"]) == tmp_path / "nightly" / f"{night:%Y-%m-%d}"
+    assert Path(result.run_dir) == tmp_path / "nightly" / f"{night:%Y-%m-%d}"
     assert (tmp_path / "nightly" / f"{night:%Y-%m-%d}" / "report.html").exists()

@@ -4,8 +4,8 @@ fanned out over shards here or on a work pool, then aggregated), check health, p
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
 
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
@@ -14,6 +14,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
 from gymflow import progress
+from gymflow.analysis.results import RunAnalysis
 from gymflow.config import ConfigError, EvalConfig
 from gymflow.flows import run_log
 from gymflow.flows.artifacts import ProgressArtifact, publish_results, publish_shard_failure
@@ -32,13 +33,14 @@ from gymflow.flows.labels import run_name, tag_run
 from gymflow.flows.lean import flow
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions, shard_config
 from gymflow.rollouts import stopping
-from gymflow.rollouts.plan import resolve
+from gymflow.rollouts.outcomes import BatchOutcome, ShardOutcome
+from gymflow.rollouts.plan import RunPlan, plan_of
 from gymflow.simulated.endpoint import model_endpoint
 from gymflow.store.compact import compact
-from gymflow.store.merge import check_destination
+from gymflow.store.merge import MergeReport, check_destination
 from gymflow.store.remote import is_url
 from gymflow.tasks.analysis import analyse_store, render_report
-from gymflow.tasks.rollouts import prepare_run, retry_unless_stopped
+from gymflow.tasks.rollouts import retry_unless_stopped
 from gymflow.tasks.shards import aggregate_shards, supersede_failed_in_shards
 
 #: Threads for local shards and pool-shard waiters: each local shard holds one while it runs.
@@ -71,7 +73,7 @@ def evaluation_loop(
     resume: bool = False,
     scale: ScaleOptions = UNSHARDED,
     retry_failed: bool = True,
-) -> dict[str, Any]:
+) -> RunOutcome:
     """Collect every missing rollout of the config's run, then health, profile, diagnosis and
     report.
 
@@ -90,25 +92,27 @@ def evaluation_loop(
     """
     stopping.clear()
     config = dated(config)
-    tag_run(config)
+    plan = plan_of(config)  # the one plan of this run: every stage below reads it
+    tag_run(plan)
     resume = resuming(resume)
     try:
         with stopping.stop_on_signals(), stop_on_cancel():
+            batches, shards, merged = (), (), None
             if scale.sharded:
                 if config.shard.count > 1:
                     raise ConfigError(
                         "give either shard (run one shard) or scale.shards (run them all)"
                     )
-                collected = _collect_shards(config, scale, resume, retry_failed)
+                shards, merged = _collect_shards(plan, scale, resume, retry_failed)
             else:
-                collected = _collect_here(config, resume, retry_failed)
+                batches = _collect_here(plan, resume, retry_failed)
             stopping.raise_if_requested()
             # The run's writes are done: its store gives back the blocks its commits freed.
             compact(config.out)
-            result = {**analyse_run(config.out), "collected": collected}
+            outcome = analyse_run(config.out)
             if scale.shard_root and is_url(scale.shard_root):
-                result["published"] = publish_beside_shards(config, scale.shard_root)
-            return result
+                publish_beside_shards(config, scale.shard_root)
+            return replace(outcome, batches=batches, shards=shards, aggregate=merged)
     except stopping.RunStopped as exc:
         if exc.cause == "cancelled":
             return Cancelled(message=str(exc))
@@ -117,38 +121,48 @@ def evaluation_loop(
         stopping.clear()
 
 
-def analyse_run(run_dir: str) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """A run collected (or merged) and analysed: its store, its report (and the report's link,
+    when a report server serves it) and its analysis; then what collecting did: the batches run
+    here, or the shards run and their merge (the `aggregate` flow has only the merge)."""
+
+    run_dir: str
+    report: str
+    report_url: str | None
+    analysis: RunAnalysis
+    batches: tuple[BatchOutcome, ...] = ()
+    shards: tuple[ShardOutcome, ...] = ()
+    aggregate: MergeReport | None = None
+
+
+def analyse_run(run_dir: str) -> RunOutcome:
     """Health, profile, diagnosis and decision of a run store, computed once; the report, the
     artifacts and the log render that one analysis."""
     analysis = analyse_store(run_dir)
     report_path = render_report(run_dir, quote(analysis))
     link = publish_results(analysis, report_path)
     run_log.results(analysis, link)
-    return {
-        "run_dir": run_dir,
-        "report": report_path,
-        "report_url": link.url,
-        "analysis": analysis,
-    }
+    return RunOutcome(run_dir, report_path, link.url, analysis)
 
 
-def _collect_here(config: EvalConfig, resume: bool, retry_failed: bool) -> list[dict[str, int]]:
-    plan = prepare_run(config, resume, retry_failed)
+def _collect_here(plan: RunPlan, resume: bool, retry_failed: bool) -> tuple[BatchOutcome, ...]:
     keys = plan.keys()
-    tracker = ProgressArtifact(-(-len(keys) // config.batch_size), "batches")
+    tracker = ProgressArtifact(-(-len(keys) // plan.config.batch_size), "batches")
     progress.started(len(keys))
 
-    def on_batch(done: int, total: int, stats: dict[str, int]) -> None:
+    def on_batch(done: int, total: int, batch: BatchOutcome) -> None:
         tracker.update(done)
-        run_log.batch_done(done, total, stats)
+        run_log.batch_done(done, total, batch)
 
-    return collect_plan(plan, on_batch=on_batch)
+    return collect_plan(plan, resume=resume, retry_failed=retry_failed, on_batch=on_batch)
 
 
 def _collect_shards(
-    config: EvalConfig, scale: ScaleOptions, resume: bool, retry_failed: bool
-) -> dict[str, Any]:
-    plan = resolve(config)
+    plan: RunPlan, scale: ScaleOptions, resume: bool, retry_failed: bool
+) -> tuple[tuple[ShardOutcome, ...], MergeReport | None]:
+    """Every shard run (here or on a work pool) and merged into the run store."""
+    config = plan.config
     check_destination(
         config.out, plan.run_id, resume=resume, benchmark_version=plan.benchmark_version
     )
@@ -163,7 +177,7 @@ def _collect_shards(
         "retry_delay_seconds": scale.shard_retry_delay_s,
         "retry_condition_fn": retry_unless_stopped,
     }
-    finished: dict[int, dict[str, Any]] = {}
+    finished: dict[int, ShardOutcome] = {}
     failures: dict[int, str] = {}
     # Local shards share one local policy server; pool shards each start their own if needed.
     with model_endpoint(plan) if local else nullcontext(None) as base_url:
@@ -194,7 +208,11 @@ def _collect_shards(
     # stopped shard's store holds whole rollouts only: merged, the run store shows what finished.
     stopped = stopping.stop_requested() is not None
     merging = configs if stopped else [configs[i] for i in sorted(finished)]
-    merged = aggregate_shards(config.out, [c.out for c in merging], checkpoints=stopped)
+    # the run's plan as the merge needs it: with the shards' count (any shard's config has it)
+    sharded = plan.for_shard(configs[0])
+    merged = aggregate_shards(
+        config.out, [c.out for c in merging], quote(sharded), checkpoints=stopped
+    )
     stopping.raise_if_requested()
     if failures:
         publish_shard_failure(failures, merged.stored if merged else 0, len(plan.keys()))
@@ -203,4 +221,4 @@ def _collect_shards(
             f"{len(failures)} of {scale.shards} shards failed ({listed}); retry this flow run "
             "to re-run only them"
         )
-    return {"shards": [finished[i] for i in sorted(finished)], "aggregate": merged}
+    return tuple(finished[i] for i in sorted(finished)), merged

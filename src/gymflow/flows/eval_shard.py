@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import closing, nullcontext
-from typing import Any
 
 from prefect.utilities.annotations import quote
 
@@ -13,7 +12,8 @@ from gymflow.flows import run_log
 from gymflow.flows.lean import flow
 from gymflow.flows.parameters import CHECKPOINT_ROLLOUTS, CHECKPOINT_S
 from gymflow.rollouts.collect import Collector
-from gymflow.rollouts.plan import RunPlan
+from gymflow.rollouts.outcomes import BatchOutcome
+from gymflow.rollouts.plan import RunPlan, plan_of
 from gymflow.rollouts.published import check_expectations, run_published
 from gymflow.rollouts.travel import travelled
 from gymflow.simulated.endpoint import model_endpoint
@@ -28,31 +28,37 @@ def _chunks(items: list, size: int) -> list[list]:
 
 def collect_plan(
     plan: RunPlan,
+    *,
+    resume: bool,
+    retry_failed: bool = False,
     base_url: str | None = None,
-    on_batch: Callable[[int, int, dict[str, int]], None] | None = None,
-) -> list[dict[str, int]]:
-    """Run the plan's rollout keys as Prefect tasks of `batch_size` rollouts each, against
-    `base_url` or, if unset, the endpoint the config names (a local policy server started here).
-    `on_batch(done, total, stats)` hears of each finished batch. The store stays open for
-    writing from the first batch to the last (`store.db.held`): a reader cannot slip in between
-    two. One collector serves every batch (`Collector`): no event loop, HTTP session or store
-    connection restarts between them.
+    on_batch: Callable[[int, int, BatchOutcome], None] | None = None,
+) -> tuple[BatchOutcome, ...]:
+    """Register the run in its store (`prepare_run`), then run the plan's rollout keys as
+    Prefect tasks of `batch_size` rollouts each, against `base_url` or, if unset, the endpoint
+    the config names (a local policy server started here). `on_batch(done, total, stats)` hears
+    of each finished batch. The store is opened once, for writing, and held from the
+    registration to the last batch (`store.db.held`): a reader cannot slip in between two. One
+    collector serves every batch (`Collector`): no event loop, HTTP session or store connection
+    restarts between them.
 
-    The keys and the collector are quoted: Prefect would otherwise walk every task and key of
-    them looking for futures, about 0.15 s per batch task for 2,000 keys on these machines."""
+    The plan, the keys and the collector are quoted: Prefect would otherwise walk every task
+    and key of them looking for futures, about 0.15 s per batch task for 2,000 keys on these
+    machines."""
     batches = _chunks(plan.keys(), plan.config.batch_size)
-    collected: list[dict[str, int]] = []
-    with (
-        held(plan.run_dir),
-        model_endpoint(plan) if base_url is None else nullcontext(base_url) as url,
-        closing(connect(plan.run_dir)) as con,
-        Collector(plan, con, base_url=url) as collector,
-    ):
-        for batch in batches:
-            collected.append(collect_batch(quote(batch), quote(collector)))
-            if on_batch is not None:
-                on_batch(len(collected), len(batches), collected[-1])
-    return collected
+    collected: list[BatchOutcome] = []
+    with held(plan.run_dir):
+        prepare_run(quote(plan), resume, retry_failed)
+        with (
+            model_endpoint(plan) if base_url is None else nullcontext(base_url) as url,
+            closing(connect(plan.run_dir)) as con,
+            Collector(plan, con, base_url=url) as collector,
+        ):
+            for batch in batches:
+                collected.append(collect_batch(quote(batch), quote(collector)))
+                if on_batch is not None:
+                    on_batch(len(collected), len(batches), collected[-1])
+    return tuple(collected)
 
 
 @flow(name="eval-shard", log_prints=True)
@@ -63,8 +69,9 @@ def eval_shard(
     checkpoint_s: float = CHECKPOINT_S,
     checkpoint_rollouts: int = CHECKPOINT_ROLLOUTS,
     bundle: str | None = None,
-) -> dict[str, Any]:
-    """Collect the missing rollouts of one shard (`config.shard`) into its store (`config.out`).
+) -> tuple[BatchOutcome, ...]:
+    """Collect the missing rollouts of one shard (`config.shard`) into its store (`config.out`);
+    what each batch did.
 
     Always resumes: a shard store belongs to one run, and re-running a shard (a retry, a UI
     retry of the parent run) must run only what the store does not hold yet. A `config.out`
@@ -82,31 +89,18 @@ def eval_shard(
             (`rollouts/travel.py`): read ahead of this machine's.
     """
 
-    def prepare(config: EvalConfig, retry_failed: bool = False) -> RunPlan:
-        plan = prepare_run(config, True, retry_failed)
+    def collect(plan: RunPlan) -> tuple[BatchOutcome, ...]:
+        return collect_plan(plan, resume=True, base_url=base_url, on_batch=run_log.batch_done)
+
+    with travelled(bundle):  # before the plan: a worker may know the benchmark only from it
+        plan = plan_of(config)
         check_expectations(plan, expected)
-        return plan
-
-    def prepare_uncommitted(config: EvalConfig) -> RunPlan:
-        # A published shard runs again only while uncommitted, as a retry (often on another
-        # host): what failed for a transient reason (a worker that could not reach the model)
-        # runs again, or the shard could never complete.
-        return prepare(config, retry_failed=True)
-
-    def collect(plan: RunPlan) -> list[dict[str, int]]:
-        return collect_plan(plan, base_url, on_batch=run_log.batch_done)
-
-    result = {"shard": [config.shard.index, config.shard.count], "store": config.out}
-    with travelled(bundle):
-        if is_url(config.out):
-            published = run_published(
-                config,
-                prepare_uncommitted,
-                collect,
-                every_s=checkpoint_s,
-                every_rollouts=checkpoint_rollouts,
-                meta={"bundle": bundle},
-            )
-            return {**result, "run_id": config.fingerprint(), **published}
-        plan = prepare(config)
-        return {**result, "run_id": plan.run_id, "collected": collect(plan)}
+        if not is_url(config.out):
+            return collect(plan)
+        return run_published(
+            plan,
+            collect,
+            every_s=checkpoint_s,
+            every_rollouts=checkpoint_rollouts,
+            meta={"bundle": bundle},
+        )

@@ -26,11 +26,12 @@ from gymflow.config import ConfigError, EvalConfig
 from gymflow.errors import RuntimeFailure
 from gymflow.flows.eval_shard import eval_shard
 from gymflow.flows.parameters import SHARD_FLOW, ScaleOptions
-from gymflow.rollouts.plan import RunPlan
+from gymflow.rollouts.outcomes import ShardOutcome
+from gymflow.rollouts.plan import RunPlan, handed_down
 from gymflow.rollouts.published import expectations, publish_run, run_url
 from gymflow.rollouts.travel import publish_bundle
 from gymflow.store.remote import is_url
-from gymflow.tasks.shards import progress_dict, progress_of
+from gymflow.tasks.shards import progress_of
 
 
 class ShardFailed(RuntimeFailure):
@@ -44,21 +45,22 @@ def _label(config: EvalConfig) -> str:
 @task(name="run-shard", cache_policy=NO_CACHE, task_run_name="run-shard-{config.shard.index}")
 def run_shard_here(
     plan: RunPlan, config: EvalConfig, base_url: str | None, options: dict[str, Any]
-) -> dict[str, Any]:
+) -> ShardOutcome:
     """Run one shard as a subflow of this flow run, in this process (`options`: the shard
     flow's other parameters, `shard_options`)."""
     before = progress_of(plan, config)
     if before.complete:
         progress.advanced(before.stored)
-        return {**progress_dict(before), "ran": False}
-    collected = eval_shard(config, base_url, **options)["collected"]
+        return ShardOutcome(before, ran=False)
+    with handed_down(plan.for_shard(config)):
+        batches = eval_shard(config, base_url, **options)
     after = progress_of(plan, config)
     if not after.complete:
         raise ShardFailed(
             f"{_label(config)}: its store {after.store} holds {after.stored} of {after.expected} "
             f"rollouts after the shard ran{f' ({after.error})' if after.error else ''}"
         )
-    return {**progress_dict(after), "ran": True, "collected": collected}
+    return ShardOutcome(after, ran=True, batches=batches)
 
 
 def loopback_urls(config: EvalConfig) -> list[str]:
@@ -133,12 +135,12 @@ def run_shard_on_pool(
     deployment_id: UUID,
     timeout_s: float | None,
     options: dict[str, Any],
-) -> dict[str, Any]:
+) -> ShardOutcome:
     """Run one shard as a run of the `eval-shard` deployment and wait for it."""
     before = progress_of(plan, config)
     if before.complete:
         progress.advanced(before.stored)
-        return {**progress_dict(before), "ran": False}
+        return ShardOutcome(before, ran=False)
     flow_run = run_deployment(
         deployment_id,
         parameters={"config": config.model_dump(mode="json"), **options},
@@ -172,4 +174,4 @@ def run_shard_on_pool(
             "a path the workers and this flow share? (or a URL every worker reaches)"
         )
     progress.advanced(after.stored)
-    return {**progress_dict(after), "ran": True, "flow_run": str(flow_run.id)}
+    return ShardOutcome(after, ran=True, flow_run=str(flow_run.id))

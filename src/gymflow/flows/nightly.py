@@ -5,8 +5,8 @@ turn into a notification."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
@@ -15,11 +15,12 @@ from prefect.events import emit_event
 from pydantic import BaseModel, ConfigDict, Field
 
 from gymflow.errors import GateFailed
-from gymflow.flows.eval_run import dated, evaluation_loop, resuming
+from gymflow.flows.eval_run import RunOutcome, dated, evaluation_loop, resuming
 from gymflow.flows.fan_out import publish_beside_shards
 from gymflow.flows.labels import run_name, tag_run
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions
 from gymflow.history.gate import GateVerdict, gate, save_verdict
+from gymflow.rollouts.plan import handed_down, plan_of
 from gymflow.store.remote import is_url
 
 REGRESSED_EVENT = "gymflow.run.regressed"
@@ -67,10 +68,18 @@ def gate_run(run_dir: str, options: GateOptions) -> GateVerdict:
     return verdict
 
 
+@dataclass(frozen=True, slots=True)
+class NightlyOutcome:
+    """Tonight's run and its regression gate's verdict."""
+
+    run: RunOutcome
+    gate: GateVerdict
+
+
 @flow(name="nightly", flow_run_name=run_name, log_prints=True)
 def nightly(
     config: FlowConfig, scale: ScaleOptions = UNSHARDED, gate: GateOptions = NO_GATE_OPTIONS
-) -> dict[str, Any]:
+) -> NightlyOutcome:
     """Run the evaluation loop, then gate the run on regressions.
 
     Args:
@@ -78,15 +87,19 @@ def nightly(
         scale: How the run is sharded.
         gate: What the run is compared with and how large a drop fails it.
     """
-    config = dated(config)  # tonight's scheduled date, however late the run starts
-    tag_run(config)
+    # Dated here, so that the evaluation subflow runs tonight's config: the plan handed down
+    # is its plan.
+    config = dated(config)
+    plan = plan_of(config)
+    tag_run(plan)
     # A retry of this flow run (the UI's Retry) continues tonight's run instead of refusing it.
-    result = evaluation_loop(config, resume=resuming(False), scale=scale)
-    verdict = gate_run(result["run_dir"], gate)
+    with handed_down(plan):
+        result = evaluation_loop(config, resume=resuming(False), scale=scale)
+    verdict = gate_run(result.run_dir, gate)
     # The report was written before the gate: again, so that it states the verdict.
     from gymflow.reports.render import write_run_report
 
-    write_run_report(result["run_dir"], analysis=result["analysis"])
+    write_run_report(result.run_dir, analysis=result.analysis)
     if scale.shard_root and is_url(scale.shard_root):  # the published report states it too
         publish_beside_shards(config, scale.shard_root)
     get_run_logger().info(verdict.summary())
@@ -99,10 +112,10 @@ def nightly(
         emit_event(
             event=REGRESSED_EVENT,
             resource={
-                "prefect.resource.id": f"gymflow.run.{Path(result['run_dir']).name}",
+                "prefect.resource.id": f"gymflow.run.{Path(result.run_dir).name}",
                 "prefect.resource.name": config.benchmark or config.environment or "run",
             },
             payload=verdict.as_dict(),
         )
         raise RegressionFound(verdict.summary())
-    return {**result, "gate": verdict.as_dict()}
+    return NightlyOutcome(result, verdict)

@@ -34,13 +34,16 @@ from typing import Any
 import duckdb
 
 from gymflow import __version__
-from gymflow.config import ConfigError, EvalConfig
+from gymflow.config import ConfigError
+from gymflow.rollouts.collect import RESUMABLE_KINDS
+from gymflow.rollouts.outcomes import BatchOutcome
 from gymflow.rollouts.plan import RunPlan
 from gymflow.rollouts.travel import travelled
 from gymflow.store import snapshot
 from gymflow.store.db import STORE_FILE, StoreError, connect, store_path
 from gymflow.store.merge import ShardProgress, stored_progress
 from gymflow.store.remote import AlreadyExists, Remote, RemoteError, is_url, sha256
+from gymflow.store.superseded import supersede_failed
 
 COMMITTED = "COMMITTED.json"
 REPORT_FILE = "report.html"
@@ -336,25 +339,27 @@ def fetched(
 
 
 def run_published(
-    config: EvalConfig,
-    prepare: Callable[[EvalConfig], RunPlan],
-    collect: Callable[[RunPlan], list[dict[str, int]]],
+    plan: RunPlan,
+    collect: Callable[[RunPlan], tuple[BatchOutcome, ...]],
     *,
     every_s: float,
     every_rollouts: int,
     meta: dict[str, Any] | None = None,
     log: Callable[[str], None] = print,
-) -> dict[str, Any]:
-    """Run the shard published at `config.out` (a URL) on a local store: restore what was
-    published, `prepare` the local run (registration, checks), `collect` it while it is
-    checkpointed, then commit it if every rollout is stored (its manifest holding `meta`).
-    Returns what happened."""
+) -> tuple[BatchOutcome, ...]:
+    """Run the shard published at `plan.config.out` (a URL) on a local store: restore what was
+    published, set aside what failed for a transient reason (an uncommitted shard runs again
+    as a retry, often on another host: a worker that could not reach the model leaves only
+    failures, and the shard could never complete), `collect` it while it is checkpointed, then
+    commit it, with `meta` in its manifest, if every rollout is stored. Returns what `collect`
+    did (nothing, for a shard committed already)."""
+    config = plan.config
     shard = PublishedShard(config.out)
     label = f"shard {config.shard.index}/{config.shard.count}"
     committed = shard.committed()
     if committed is not None:
         log(f"{label}: committed by attempt {committed['attempt']} already; nothing to run")
-        return {"attempt": None, "committed": committed["attempt"], "collected": []}
+        return ()
     with local_work_dir() as work:
         restored = shard.restore(work)
         log(
@@ -363,36 +368,33 @@ def run_published(
             if restored.pieces
             else f"{label}: nothing published yet at {shard.url}"
         )
-        plan = prepare(config.model_copy(update={"out": str(work)}))
+        local = plan.for_shard(config.model_copy(update={"out": str(work)}))
+        with closing(connect(work)) as con:
+            supersede_failed(con, plan.run_id, RESUMABLE_KINDS)
         attempt = new_attempt()
         with Checkpointer(
             shard, work, attempt, every_s=every_s, every_rollouts=every_rollouts, log=log
         ) as checkpointer:
-            collected = collect(plan)
-        shard_ = plan.config.shard
-        progress = stored_progress(work, plan.run_id, plan.keys(), shard_.index, shard_.count)
+            collected = collect(local)
+        index, count = config.shard.index, config.shard.count
+        progress = stored_progress(work, plan.run_id, plan.keys(), index, count)
         if not progress.complete:
             log(
                 f"{label}: {progress.stored} of {progress.expected} rollouts stored "
                 f"({progress.failed} failed); checkpointed, not committed"
             )
-            return {"attempt": attempt, "committed": None, "collected": collected}
+            return collected
         try:
             shard.commit(work, attempt, meta)
         except AlreadyExists:
             winner = shard.committed() or {}
             log(
                 f"{label}: a late duplicate: attempt {winner.get('attempt')} committed this "
-                f"shard first, so this attempt's result is refused and never merged"
+                "shard first, so this attempt's result is refused and never merged"
             )
-            return {
-                "attempt": attempt,
-                "committed": winner.get("attempt"),
-                "refused": True,
-                "collected": collected,
-            }
+            return collected
         log(
             f"{label}: committed {progress.stored} rollouts at {shard.url} (attempt {attempt}, "
             f"{checkpointer.seq} checkpoints)"
         )
-        return {"attempt": attempt, "committed": attempt, "collected": collected}
+        return collected
