@@ -68,7 +68,7 @@ SHARED_FIXTURE_GROUPS = {
     "tests/flows/test_ui.py": "deployment",
     "tests/flows/test_work_pool.py": "deployment",
     "tests/flows/test_shards.py": "flows-harness",
-    "tests/flows/test_published_shards.py": "flows-harness",
+    "tests/flows/test_sharded_on_s3.py": "flows-harness",
     "tests/flows/test_nightly.py": "flows-harness",
     "tests/flows/test_batch_retries.py": "flows-harness",
 }

@@ -90,5 +90,5 @@ def test_a_late_night_is_dated_by_its_schedule_not_its_start(prefect_api, tmp_pa
             nightly, parameters=parameters, state=Scheduled(scheduled_time=night)
         )
     result = run_flow(nightly, flow_run=flow_run, parameters=parameters)
-    assert Path(result.run_dir) == tmp_path / "nightly" / f"{night:%Y-%m-%d}"
+    assert Path(result.run.run_dir) == tmp_path / "nightly" / f"{night:%Y-%m-%d}"
     assert (tmp_path / "nightly" / f"{night:%Y-%m-%d}" / "report.html").exists()
