@@ -230,6 +230,15 @@ def _schema(con, path: Path) -> None:
         con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
     else:
         _check_version(con, path)
+    # The DuckDB that wrote the file last: an older release cannot read what a newer one wrote,
+    # so a store that will not open elsewhere says which DuckDB it needs.
+    written_by = con.execute("SELECT value FROM meta WHERE key = 'duckdb_version'").fetchone()
+    if written_by is None or written_by[0] != duckdb.__version__:
+        con.execute(
+            "INSERT INTO meta VALUES ('duckdb_version', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [duckdb.__version__],
+        )
 
 
 def _stand_in_for_new_tables(con) -> None:
