@@ -68,6 +68,7 @@ SHARED_FIXTURE_GROUPS = {
     "tests/flows/test_ui.py": "deployment",
     "tests/flows/test_work_pool.py": "deployment",
     "tests/flows/test_shards.py": "flows-harness",
+    "tests/flows/test_sharded_on_s3.py": "flows-harness",
     "tests/flows/test_nightly.py": "flows-harness",
     "tests/flows/test_batch_retries.py": "flows-harness",
 }
@@ -197,3 +198,13 @@ def ledger_run(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> Le
     }
     result = gym("eval", "run", "eval.yaml", cwd=cwd, env=env, check=True)
     return LedgerRun(cwd=cwd, run_dir=cwd / "runs" / "ledger", key=key, result=result)
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory):
+    """SeaweedFS's S3 gateway on 127.0.0.1 (tests/storage.py), its AWS_* variables exported in
+    this process for the session, as a user's shell would."""
+    from tests.storage import exported, seaweed
+
+    with seaweed(tmp_path_factory.mktemp("seaweedfs")) as store, exported(store):
+        yield store

@@ -79,6 +79,21 @@ def test_the_config_reference_lists_every_key(site: Path):
     assert not [key for key in keys if key not in page]
 
 
+def test_the_health_checks_page_lists_every_check_health_runs(site: Path, tmp_path: Path):
+    from gymflow.analysis.health import health
+    from gymflow.store.db import connect
+    from tests.analysis.builder import RunMeta, StoreBuilder
+
+    builder = StoreBuilder(RunMeta(repeats=2))
+    builder.task("t0", 7)
+    builder.fill("t0", "10")
+    builder.write(tmp_path / "run")
+    with connect(tmp_path / "run", read_only=True) as con:
+        names = list(health(con).checks)
+    page = _text(site / "reference" / "health-checks.html")
+    assert len(names) > 20 and not [name for name in names if name not in page]
+
+
 def _bash_blocks(text: str) -> list[str]:
     return re.findall(r"```bash\n(.*?)```", text, re.S)
 

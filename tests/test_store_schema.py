@@ -108,3 +108,17 @@ def test_the_builders_of_the_collectors_rows_follow_the_schemas_column_order():
         created_at,
     )
     assert COLUMNS["verifications"][-1] == "created_at"
+
+
+def test_a_store_records_the_duckdb_that_wrote_it(tmp_path):
+    import duckdb
+
+    from gymflow.store.db import connect
+
+    connect(tmp_path, create=True).close()
+    con = connect(tmp_path, read_only=True)
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = 'duckdb_version'").fetchone()
+    finally:
+        con.close()
+    assert row == (duckdb.__version__,)

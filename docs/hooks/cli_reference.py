@@ -9,7 +9,8 @@ here is new on every build. A command in the table gets a page and a nav entry u
 Reference > Commands; a removed one loses both. `mkdocs build --strict` (tests/test_docs.py)
 fails on a broken link to one. The configuration file's page (`reference/config.md`) is built
 the same way from `gymflow.config.EvalConfig`: every key, its type, default, bounds and
-description."""
+description; so is the list of health checks (`reference/health-checks.md`), from
+`gymflow.analysis.health.CHECKS`."""
 
 from __future__ import annotations
 
@@ -232,6 +233,40 @@ def config_page() -> str:
     )
 
 
+def health_page() -> str:
+    """Every health check, from `gymflow.analysis.health.CHECKS`: what it flags and when it
+    fails the gate."""
+    from gymflow.analysis.health import CHECKS, TASK_CHECK, TASK_CHECK_DESCRIPTION, Check
+
+    def gate(check: Any) -> str:
+        """When it fails the gate by default (`health.Gate.threshold`): its own share, else
+        `--max-share` (0: any) for integrity, `--warning-max-share` (1: never) for warnings."""
+        if check.threshold is not None:
+            return f"more than {check.threshold:.0%}"
+        return "never, unless allowed less" if check.severity == "warning" else "any"
+
+    lines = [
+        "# Health checks",
+        "",
+        "Every check `gym eval health` runs, as `gymflow.analysis.health` defines it (this page "
+        "is generated from it when the docs are built). An *integrity* check fails the gate when "
+        "it flags more than its allowed share of the expected rollouts; a *warning* describes "
+        "the policy or the setup. `--max-share` sets the integrity checks' allowance (0: any "
+        "flagged fails), `--warning-max-share` the warnings' (1: never), and "
+        "`--threshold NAME=SHARE` one check's. See [Analysis](../components/analysis.md#health).",
+        "",
+        "| check | kind | fails the gate by default when it flags | what it flags |",
+        "|---|---|---|---|",
+    ]
+    # the task check is derived from the rollout checks, after them (`health.health`)
+    derived = Check(TASK_CHECK_DESCRIPTION, "", "task", severity="warning")
+    for name, check in [*CHECKS.items(), (TASK_CHECK, derived)]:
+        lines.append(
+            f"| `{name}` | {check.severity} | {gate(check)} | {_escape(check.description)} |"
+        )
+    return "\n".join([*lines, ""])
+
+
 def on_config(config: Any) -> Any:
     """Put a page per command under Reference > Commands in the nav."""
     from gymflow.cli import COMMANDS
@@ -250,6 +285,7 @@ def on_files(files: Files, config: Any) -> Files:
 
     files.append(File.generated(config, f"{REFERENCE}/index.md", content=index_page()))
     files.append(File.generated(config, f"{REFERENCE}/config.md", content=config_page()))
+    files.append(File.generated(config, f"{REFERENCE}/health-checks.md", content=health_page()))
     for words, ctx in _contexts().items():
         page = command_page(words, COMMANDS[words][1], ctx)
         files.append(File.generated(config, page_name(words), content=page))

@@ -394,8 +394,8 @@ class EvalConfig(_Strict):
     harness: HarnessConfig = HarnessConfig()
     sampling: Sampling | None = Field(
         None,
-        description="Unset: the benchmark's sampling. Set, it replaces the benchmark's whole: a "
-        "key it leaves out takes its default here (a sampling flag changes only its own key).",
+        description="Unset: the benchmark's sampling. In a config file or by flags, each key "
+        "given changes that setting only; the others keep the benchmark's.",
     )
     verifier_params: dict[str, Any] = Field(
         default_factory=dict,

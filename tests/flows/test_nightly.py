@@ -72,3 +72,23 @@ def test_a_run_like_the_one_before_passes(prefect_api, tmp_path):
     # the first night is the pinned baseline by default
     assert [c.against for c in result.gate.checks] == ["baseline"]
     assert result.gate.checks[0].run_dir == str(first.resolve())
+
+
+def test_a_late_night_is_dated_by_its_schedule_not_its_start(prefect_api, tmp_path):
+    """A nightly run started days after its scheduled time (a worker was down) writes the
+    scheduled night's folder: `{date}` is the flow run's expected start, not its subflow's."""
+    from datetime import UTC, datetime, timedelta
+
+    from prefect.client.orchestration import get_client
+    from prefect.flow_engine import run_flow
+    from prefect.states import Scheduled
+
+    night = datetime.now(UTC) - timedelta(days=3)
+    parameters = {"config": _config(tmp_path / "nightly" / "{date}", limit=10, repeats=1)}
+    with get_client(sync_client=True) as client:
+        flow_run = client.create_flow_run(
+            nightly, parameters=parameters, state=Scheduled(scheduled_time=night)
+        )
+    result = run_flow(nightly, flow_run=flow_run, parameters=parameters)
+    assert Path(result.run.run_dir) == tmp_path / "nightly" / f"{night:%Y-%m-%d}"
+    assert (tmp_path / "nightly" / f"{night:%Y-%m-%d}" / "report.html").exists()

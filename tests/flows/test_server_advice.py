@@ -20,7 +20,9 @@ RECIPE = (
     "prefect server start --host 0.0.0.0 --port 4200          # one machine, keep it running",
     "export PREFECT_API_URL=http://SERVER:4200/api",
     "prefect work-pool create gymflow-process --type process  # once",
+    "export PREFECT_FLOWS_HEARTBEAT_FREQUENCY=30",
     "GYMFLOW_CHECKOUT=$PWD prefect worker start --pool gymflow-process   # each worker machine",
+    "gym server --crash-silent-runs",
     "prefect --no-prompt deploy --all",
     "gym serve reports --root . --port 8200",
 )

@@ -34,7 +34,7 @@ from gymflow.config import (
     parse_config,
 )
 from gymflow.environments.registry import RegistryError, load_benchmark
-from gymflow.flows.parameters import UNSHARDED, ScaleOptions
+from gymflow.flows.parameters import CHECKPOINT_S, SHARD_TIMEOUT_S, UNSHARDED, ScaleOptions
 from gymflow.models.open_files import ensure_open_files
 from gymflow.present import coverage_text, format_percent, headline_text
 from gymflow.present.terminal import print_table, styled, table
@@ -94,12 +94,9 @@ def build_config(path: Path | None, overrides: dict[str, Any]) -> EvalConfig:
     source = str(path) if path else "command line"
     base = load_config_file(path) if path else {}
     data = merge_overrides(base, overrides)
-    sampling_flags = [
-        k for k, v in overrides.items() if k.startswith("sampling.") and v is not None
-    ]
-    if sampling_flags and "sampling" not in base:
-        # `--seed` (or `--temperature`, …) changes that setting only: the benchmark's other
-        # sampling settings stay.
+    if isinstance(data.get("sampling"), dict):
+        # A sampling key, from the file's `sampling:` or a flag (`--seed`, `--temperature`, …),
+        # changes that setting only: the benchmark's others stay (vary one thing at a time).
         data["sampling"] = {**_benchmark_sampling(data.get("benchmark")), **data["sampling"]}
     flags = {key: _flag(key) for key, value in overrides.items() if value is not None}
     return parse_config(data, source, flags)
@@ -333,9 +330,26 @@ def eval_run(
         str | None, typer.Option(help="Run shards as eval-shard deployment runs on this pool.")
     ] = None,
     shard_root: Annotated[
-        str | None, typer.Option(help="Where shard stores live (shared by workers).")
+        str | None,
+        typer.Option(
+            help="Where shard stores live: a folder, or a URL every worker reaches "
+            "(s3://bucket/prefix, gs://…, file://…; credentials from AWS_* and the like)."
+        ),
     ] = None,
     shard_retries: Annotated[int, typer.Option(help="Re-runs of a failed shard.")] = 2,
+    shard_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds to wait for a shard on --work-pool before it is retried "
+            f"(default {SHARD_TIMEOUT_S:.0f})."
+        ),
+    ] = None,
+    checkpoint_s: Annotated[
+        float | None,
+        typer.Option(
+            help=f"Seconds between a URL shard's checkpoints (default {CHECKPOINT_S:.0f})."
+        ),
+    ] = None,
     retry_failed: Annotated[
         bool,
         typer.Option(
@@ -356,8 +370,13 @@ def eval_run(
         fail("give a CONFIG file, --benchmark NAME or --environment NAME")
     try:
         shard_spec = ShardSpec.parse(shard).model_dump() if shard else None
+        timings = {"shard_timeout_s": shard_timeout, "checkpoint_s": checkpoint_s}
         scale = ScaleOptions(
-            shards=shards, work_pool=work_pool, shard_root=shard_root, shard_retries=shard_retries
+            shards=shards,
+            work_pool=work_pool,
+            shard_root=shard_root,
+            shard_retries=shard_retries,
+            **{key: value for key, value in timings.items() if value is not None},
         )
     except ConfigError as exc:
         fail(str(exc))

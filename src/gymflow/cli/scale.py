@@ -21,7 +21,9 @@ For a team (history, the UI, Retry buttons, schedules, work pools):
   prefect server start --host 0.0.0.0 --port 4200          # one machine, keep it running
   export PREFECT_API_URL=http://SERVER:4200/api            # every machine and shell
   prefect work-pool create gymflow-process --type process  # once
+  export PREFECT_FLOWS_HEARTBEAT_FREQUENCY=30              # each worker machine: heartbeats
   GYMFLOW_CHECKOUT=$PWD prefect worker start --pool gymflow-process   # each worker machine
+  gym server --crash-silent-runs                           # once: a dead host's runs end Crashed
   prefect --no-prompt deploy --all                         # from this checkout (prefect.yaml)
   gym serve reports --root . --port 8200                   # reports for the UI's links
   export GYMFLOW_REPORTS_URL=http://SERVER:8200            # where workers' links point"""
@@ -83,6 +85,15 @@ def server(
         bool, typer.Option("--start", help="Start a local Prefect server every gym reuses.")
     ] = False,
     stop: Annotated[bool, typer.Option("--stop", help="Stop the local server.")] = False,
+    crash_silent_runs: Annotated[
+        bool,
+        typer.Option(
+            "--crash-silent-runs",
+            help="Create (once) the automation that marks a flow run Crashed when its worker's "
+            "heartbeats stop (PREFECT_FLOWS_HEARTBEAT_FREQUENCY): a dead host's shards are "
+            "then retried on another worker.",
+        ),
+    ] = False,
     reports_root: Annotated[
         Path | None,
         typer.Option(
@@ -98,6 +109,27 @@ def server(
     the UI's report links; `--stop` stops both."""
     if start and stop:
         fail("give --start or --stop, not both")
+    if crash_silent_runs:
+        local_prefect.adopt()
+        from prefect.settings import PREFECT_API_URL
+
+        if not PREFECT_API_URL.value():
+            fail(
+                "--crash-silent-runs needs the team's Prefect server: set PREFECT_API_URL (or "
+                "start one with `gym server --start`)"
+            )
+        from gymflow.flows.heartbeats import SILENT_S
+        from gymflow.flows.heartbeats import crash_silent_runs as create
+
+        automation, made = create()
+        console.print(
+            f"automation {automation.name!r} ({automation.id}) "
+            + ("created" if made else "exists already")
+            + f": a flow run silent for {SILENT_S} s (no heartbeat) is marked Crashed",
+            markup=False,
+            soft_wrap=True,
+        )
+        return
     if stop:
         stopped = local_prefect.stop()
         said = (
@@ -163,7 +195,11 @@ def _print_report(report: MergeReport, max_missing: int) -> None:
 @eval_app.command("aggregate")
 def eval_aggregate(
     shard_dirs: Annotated[
-        list[Path], typer.Argument(help="Shard run directories (or their .duckdb files).")
+        list[str],
+        typer.Argument(
+            help="Shard run directories (or their .duckdb files), or shard root URLs: a "
+            "shard's URL, or a run's folder under the shard root (every committed shard in it)."
+        ),
     ],
     out: Annotated[Path, typer.Option("--out", help="Run directory to merge into.")],
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -173,10 +209,15 @@ def eval_aggregate(
     max_missing: Annotated[int, typer.Option(help="Missing pairs to list.")] = 20,
 ) -> None:
     """Merge shard stores into a run store. Idempotent; a shard of another config or benchmark
-    version is refused and nothing is written; lists the (task_id, repeat_index) pairs missing."""
-    from gymflow.rollouts.merge import merge_shards  # DuckDB and the store: not for `gym server`
+    version is refused and nothing is written; lists the (task_id, repeat_index) pairs missing.
+    A URL's shards are read from their committed results, each file checked against its
+    checksum."""
+    # DuckDB and the store: not for `gym server`
+    from gymflow.rollouts.merge import merge_shards
+    from gymflow.rollouts.published import fetched
 
-    report = merge_shards(out, list(shard_dirs))
+    with fetched(shard_dirs, skip_missing=False) as stores:
+        report = merge_shards(out, stores)
     if json_output:
         print_json(report.as_dict(max_missing=len(report.missing)))
     else:

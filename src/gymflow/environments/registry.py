@@ -192,19 +192,32 @@ def load_environment(name: str) -> Environment:
     return _load_environment(name, tuple(search_roots()))
 
 
-def benchmark_files() -> dict[str, Path]:
-    files: dict[str, Path] = {}
+def _benchmark_paths() -> dict[str, list[Path]]:
+    """Every benchmark file by name, in search order (one file reached twice counts once)."""
+    paths: dict[str, list[Path]] = {}
     for root in search_roots():
         for path in sorted((root / "benchmarks").glob("*.yaml")):
-            files.setdefault(path.stem, path)
-    return files
+            found = paths.setdefault(path.stem, [])
+            if path.resolve() not in {p.resolve() for p in found}:
+                found.append(path)
+    return paths
+
+
+def benchmark_files() -> dict[str, Path]:
+    return {name: paths[0] for name, paths in _benchmark_paths().items()}
 
 
 def load_benchmark(name: str) -> Benchmark:
-    files = benchmark_files()
-    if name not in files:
-        raise UnknownName("benchmark", name, files)
-    path = files[name]
+    paths = _benchmark_paths()
+    if name not in paths:
+        raise UnknownName("benchmark", name, {n: p[0] for n, p in paths.items()})
+    path, *others = paths[name]
+    if others:
+        # The first would be used and the user's own edited copy silently ignored.
+        raise RegistryError(
+            f"benchmark {name!r} is defined twice: {path} and {others[0]}; rename one "
+            "(its `name:` and file) so a run says which it used"
+        )
     try:
         data = bounded_yaml.safe_load(bounded_yaml.read_text(path))
         return Benchmark.model_validate(data)

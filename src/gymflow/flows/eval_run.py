@@ -20,7 +20,15 @@ from gymflow.flows import run_log
 from gymflow.flows.artifacts import ProgressArtifact, publish_results, publish_shard_failure
 from gymflow.flows.cancellation import stop_on_cancel
 from gymflow.flows.eval_shard import collect_plan
-from gymflow.flows.fan_out import ShardFailed, run_shard_here, run_shard_on_pool, shard_deployment
+from gymflow.flows.fan_out import (
+    ShardFailed,
+    loopback_urls,
+    publish_beside_shards,
+    run_shard_here,
+    run_shard_on_pool,
+    shard_deployment,
+    shard_options,
+)
 from gymflow.flows.labels import run_name, tag_run
 from gymflow.flows.lean import flow
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions, shard_config
@@ -30,6 +38,7 @@ from gymflow.rollouts.plan import RunPlan, plan_of
 from gymflow.simulated.endpoint import model_endpoint
 from gymflow.store.compact import compact
 from gymflow.store.merge import MergeReport, check_destination
+from gymflow.store.remote import is_url
 from gymflow.tasks.analysis import analyse_store, render_report
 from gymflow.tasks.rollouts import retry_unless_stopped
 from gymflow.tasks.shards import aggregate_shards, supersede_failed_in_shards
@@ -40,7 +49,8 @@ MAX_CONCURRENT_SHARDS = 32
 
 def dated(config: EvalConfig) -> EvalConfig:
     """`out` may hold `{date}`: the run's scheduled UTC date (a nightly run gets its own store,
-    and a retry of that run finds the same one)."""
+    and a retry of that run finds the same one). A flow that runs this one as a subflow dates
+    its config first: a subflow's scheduled time is when it started, not the schedule's."""
     if "{date}" not in config.out:
         return config
     when = flow_run.scheduled_start_time or datetime.now(UTC)
@@ -100,6 +110,8 @@ def evaluation_loop(
             # The run's writes are done: its store gives back the blocks its commits freed.
             compact(config.out)
             outcome = analyse_run(config.out)
+            if scale.shard_root and is_url(scale.shard_root):
+                publish_beside_shards(config, scale.shard_root)
             return replace(outcome, batches=batches, shards=shards, aggregate=merged)
     except stopping.RunStopped as exc:
         if exc.cause == "cancelled":
@@ -169,14 +181,18 @@ def _collect_shards(
     failures: dict[int, str] = {}
     # Local shards share one local policy server; pool shards each start their own if needed.
     with model_endpoint(plan) if local else nullcontext(None) as base_url:
+        shard_flow = shard_options(plan, scale)
         if local:
             runner = run_shard_here.with_options(**options)
-            futures = [runner.submit(quote(plan), c, base_url) for c in configs]
+            futures = [runner.submit(quote(plan), c, base_url, shard_flow) for c in configs]
         else:
+            for warning in loopback_urls(config):  # preflight: said before any shard starts
+                print(f"warning: {warning}")
             deployment_id = shard_deployment(scale.work_pool)
             runner = run_shard_on_pool.with_options(**options)
             futures = [
-                runner.submit(quote(plan), c, deployment_id, scale.shard_timeout_s) for c in configs
+                runner.submit(quote(plan), c, deployment_id, scale.shard_timeout_s, shard_flow)
+                for c in configs
             ]
         index = {future.task_run_id: i for i, future in enumerate(futures)}
         for future in as_completed(futures):
@@ -194,7 +210,9 @@ def _collect_shards(
     merging = configs if stopped else [configs[i] for i in sorted(finished)]
     # the run's plan as the merge needs it: with the shards' count (any shard's config has it)
     sharded = plan.for_shard(configs[0])
-    merged = aggregate_shards(config.out, [c.out for c in merging], quote(sharded))
+    merged = aggregate_shards(
+        config.out, [c.out for c in merging], quote(sharded), checkpoints=stopped
+    )
     stopping.raise_if_requested()
     if failures:
         publish_shard_failure(failures, merged.stored if merged else 0, len(plan.keys()))

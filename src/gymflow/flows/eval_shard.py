@@ -10,11 +10,15 @@ from prefect.utilities.annotations import quote
 from gymflow.config import EvalConfig
 from gymflow.flows import run_log
 from gymflow.flows.lean import flow
+from gymflow.flows.parameters import CHECKPOINT_ROLLOUTS, CHECKPOINT_S
 from gymflow.rollouts.collect import Collector
 from gymflow.rollouts.outcomes import BatchOutcome
 from gymflow.rollouts.plan import RunPlan, plan_of
+from gymflow.rollouts.published import check_expectations, run_published
+from gymflow.rollouts.travel import travelled
 from gymflow.simulated.endpoint import model_endpoint
 from gymflow.store.db import connect, held
+from gymflow.store.remote import is_url
 from gymflow.tasks.rollouts import collect_batch, prepare_run
 
 
@@ -58,17 +62,45 @@ def collect_plan(
 
 
 @flow(name="eval-shard", log_prints=True)
-def eval_shard(config: EvalConfig, base_url: str | None = None) -> tuple[BatchOutcome, ...]:
+def eval_shard(
+    config: EvalConfig,
+    base_url: str | None = None,
+    expected: dict[str, str] | None = None,
+    checkpoint_s: float = CHECKPOINT_S,
+    checkpoint_rollouts: int = CHECKPOINT_ROLLOUTS,
+    bundle: str | None = None,
+) -> tuple[BatchOutcome, ...]:
     """Collect the missing rollouts of one shard (`config.shard`) into its store (`config.out`);
     what each batch did.
 
     Always resumes: a shard store belongs to one run, and re-running a shard (a retry, a UI
-    retry of the parent run) must run only what the store does not hold yet.
+    retry of the parent run) must run only what the store does not hold yet. A `config.out`
+    that is a URL is a published shard (`rollouts/published.py`): run on a local store here,
+    checkpointed there, and committed once.
 
     Args:
         config: The run's config with `shard` (which shard) and `out` (the shard's store).
         base_url: A model endpoint somebody else started (…/v1); unset, the config's model.
+        expected: What the parent run resolved (benchmark and DuckDB version): a shard that
+            differs is refused before any model call.
+        checkpoint_s: Published shards: seconds between checkpoints.
+        checkpoint_rollouts: Published shards: a checkpoint once this many rollouts are new.
+        bundle: The run's own benchmark, dataset and environment files, at the shard root
+            (`rollouts/travel.py`): read ahead of this machine's.
     """
-    return collect_plan(
-        plan_of(config), resume=True, base_url=base_url, on_batch=run_log.batch_done
-    )
+
+    def collect(plan: RunPlan) -> tuple[BatchOutcome, ...]:
+        return collect_plan(plan, resume=True, base_url=base_url, on_batch=run_log.batch_done)
+
+    with travelled(bundle):  # before the plan: a worker may know the benchmark only from it
+        plan = plan_of(config)
+        check_expectations(plan, expected)
+        if not is_url(config.out):
+            return collect(plan)
+        return run_published(
+            plan,
+            collect,
+            every_s=checkpoint_s,
+            every_rollouts=checkpoint_rollouts,
+            meta={"bundle": bundle},
+        )

@@ -4,6 +4,9 @@ Prefect UI's Retry) re-runs only the shards that are not complete."""
 
 from __future__ import annotations
 
+from ipaddress import ip_address
+from typing import Any
+from urllib.parse import urlsplit
 from uuid import UUID
 
 from prefect import task
@@ -22,9 +25,12 @@ from gymflow import progress
 from gymflow.config import ConfigError, EvalConfig
 from gymflow.errors import RuntimeFailure
 from gymflow.flows.eval_shard import eval_shard
-from gymflow.flows.parameters import SHARD_FLOW
+from gymflow.flows.parameters import SHARD_FLOW, ScaleOptions
 from gymflow.rollouts.outcomes import ShardOutcome
 from gymflow.rollouts.plan import RunPlan, handed_down
+from gymflow.rollouts.published import expectations, publish_run, run_url
+from gymflow.rollouts.travel import publish_bundle
+from gymflow.store.remote import is_url
 from gymflow.tasks.shards import progress_of
 
 
@@ -37,14 +43,17 @@ def _label(config: EvalConfig) -> str:
 
 
 @task(name="run-shard", cache_policy=NO_CACHE, task_run_name="run-shard-{config.shard.index}")
-def run_shard_here(plan: RunPlan, config: EvalConfig, base_url: str | None) -> ShardOutcome:
-    """Run one shard as a subflow of this flow run, in this process."""
+def run_shard_here(
+    plan: RunPlan, config: EvalConfig, base_url: str | None, options: dict[str, Any]
+) -> ShardOutcome:
+    """Run one shard as a subflow of this flow run, in this process (`options`: the shard
+    flow's other parameters, `shard_options`)."""
     before = progress_of(plan, config)
     if before.complete:
         progress.advanced(before.stored)
         return ShardOutcome(before, ran=False)
     with handed_down(plan.for_shard(config)):
-        batches = eval_shard(config, base_url)
+        batches = eval_shard(config, base_url, **options)
     after = progress_of(plan, config)
     if not after.complete:
         raise ShardFailed(
@@ -52,6 +61,51 @@ def run_shard_here(plan: RunPlan, config: EvalConfig, base_url: str | None) -> S
             f"rollouts after the shard ran{f' ({after.error})' if after.error else ''}"
         )
     return ShardOutcome(after, ran=True, batches=batches)
+
+
+def loopback_urls(config: EvalConfig) -> list[str]:
+    """Why a run's shards may not reach its servers from a worker on another machine: each
+    URL of the config on a loopback address (127.0.0.0/8, ::1, localhost) names the worker's
+    own host there, not the one it was written on."""
+    found = []
+    for field, url in (
+        ("model.base_url", config.model.base_url),
+        ("resources_url", config.resources_url),
+    ):
+        host = urlsplit(str(url)).hostname if url else None
+        if host is None:
+            continue
+        try:
+            loopback = host == "localhost" or ip_address(host).is_loopback
+        except ValueError:  # a host name: resolved on the worker
+            loopback = host.endswith(".localhost")
+        if loopback:
+            found.append(
+                f"{field} {url} is a loopback address: a shard on a worker on another machine "
+                "reaches that machine's own port, not this one's; give an address every worker "
+                "reaches (fine when every worker runs on this machine)"
+            )
+    return found
+
+
+def publish_beside_shards(config: EvalConfig, shard_root: str) -> list[str]:
+    """Upload the run store and report beside the run's shards: the flow may have run on a
+    worker, whose disk the user does not see."""
+    published = publish_run(config.out, run_url(shard_root, config.fingerprint()))
+    print(f"run store and report published: {', '.join(published)}")
+    return published
+
+
+def shard_options(plan: RunPlan, scale: ScaleOptions) -> dict[str, Any]:
+    """The shard flow's parameters besides its config: what the run resolved, for the shard to
+    check, and how often a published shard checkpoints."""
+    published = scale.shard_root is not None and is_url(scale.shard_root)
+    return {
+        "expected": expectations(plan),
+        "checkpoint_s": scale.checkpoint_s,
+        "checkpoint_rollouts": scale.checkpoint_rollouts,
+        "bundle": publish_bundle(plan, scale.shard_root) if published else None,
+    }
 
 
 def shard_deployment(work_pool: str) -> UUID:
@@ -76,7 +130,11 @@ def shard_deployment(work_pool: str) -> UUID:
     task_run_name="run-shard-{config.shard.index}-on-pool",
 )
 def run_shard_on_pool(
-    plan: RunPlan, config: EvalConfig, deployment_id: UUID, timeout_s: float | None
+    plan: RunPlan,
+    config: EvalConfig,
+    deployment_id: UUID,
+    timeout_s: float | None,
+    options: dict[str, Any],
 ) -> ShardOutcome:
     """Run one shard as a run of the `eval-shard` deployment and wait for it."""
     before = progress_of(plan, config)
@@ -85,7 +143,7 @@ def run_shard_on_pool(
         return ShardOutcome(before, ran=False)
     flow_run = run_deployment(
         deployment_id,
-        parameters={"config": config.model_dump(mode="json")},
+        parameters={"config": config.model_dump(mode="json"), **options},
         flow_run_name=f"{plan.run_id}-shard-{config.shard.index}-of-{config.shard.count}",
         timeout=timeout_s,
         poll_interval=2,
@@ -104,11 +162,16 @@ def run_shard_on_pool(
             f"{_label(config)}: flow run {flow_run.name} ended {state.name}: {state.message}"
         )
     after = progress_of(plan, config)
+    if not after.complete and is_url(config.out):
+        raise ShardFailed(
+            f"{_label(config)}: flow run {flow_run.name} completed without committing a result "
+            f"at {config.out} (what it stored is checkpointed there; its log says why)"
+        )
     if not after.complete:
         raise ShardFailed(
             f"{_label(config)}: flow run {flow_run.name} completed, but the store this flow reads "
             f"({after.store}) holds {after.stored} of {after.expected} rollouts: is shard_root "
-            "a path the workers and this flow share?"
+            "a path the workers and this flow share? (or a URL every worker reaches)"
         )
     progress.advanced(after.stored)
     return ShardOutcome(after, ran=True, flow_run=str(flow_run.id))

@@ -16,10 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gymflow.errors import GateFailed
 from gymflow.flows.eval_run import RunOutcome, dated, evaluation_loop, resuming
+from gymflow.flows.fan_out import publish_beside_shards
 from gymflow.flows.labels import run_name, tag_run
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions
 from gymflow.history.gate import GateVerdict, gate, save_verdict
 from gymflow.rollouts.plan import handed_down, plan_of
+from gymflow.store.remote import is_url
 
 REGRESSED_EVENT = "gymflow.run.regressed"
 
@@ -98,6 +100,8 @@ def nightly(
     from gymflow.reports.render import write_run_report
 
     write_run_report(result.run_dir, analysis=result.analysis)
+    if scale.shard_root and is_url(scale.shard_root):  # the published report states it too
+        publish_beside_shards(config, scale.shard_root)
     get_run_logger().info(verdict.summary())
     create_markdown_artifact(
         key="gymflow-regression-gate",

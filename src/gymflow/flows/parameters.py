@@ -46,9 +46,20 @@ from gymflow.environments.registry import (
     environment_sources,
     load_benchmark,
 )
+from gymflow.store.remote import is_url
 
 #: The deployment that runs one shard on a work pool (flow name / deployment name).
 SHARD_FLOW = "eval-shard"
+
+#: How long a run waits for one shard's flow run on a work pool by default: a shard whose host
+#: died stays Running in Prefect (until an automation marks it crashed), and a run that waited
+#: forever would never retry it elsewhere. Generous: a slow but live shard must not be cut off.
+SHARD_TIMEOUT_S = 4 * 3600.0
+
+#: A shard on a shard root URL checkpoints when either is reached: a host that dies loses at
+#: most that much work, plus the rollouts it had in flight.
+CHECKPOINT_S = 5.0
+CHECKPOINT_ROLLOUTS = 200
 
 
 def _no_null_defaults(schema: dict[str, Any]) -> None:
@@ -305,8 +316,11 @@ class ScaleOptions(_Form):
     )
     shard_root: str | SkipJsonSchema[None] = Field(
         None,
-        description="Folder holding shard stores (RUN_DIR/shards if unset). With a work pool it "
-        "must be a path every worker and this flow can reach, e.g. a shared filesystem mount.",
+        description="Where shard results go (RUN_DIR/shards if unset): a folder, or an object "
+        "storage URL (s3://bucket/prefix, gs://…, file://…) that every worker reaches, with "
+        "credentials from the storage's own variables (AWS_*, AWS_ENDPOINT_URL). With a URL a "
+        "shard works on a local store, checkpoints it there and commits its result once; with "
+        "a work pool on several machines, use a URL (or a folder every worker mounts).",
     )
     shard_retries: int = Field(
         2, ge=0, le=20, description="Times a failed shard is re-run before the run fails."
@@ -314,10 +328,19 @@ class ScaleOptions(_Form):
     shard_retry_delay_s: float = Field(
         5.0, ge=0.0, le=3600.0, description="Seconds to wait before re-running a failed shard."
     )
-    shard_timeout_s: Positive | SkipJsonSchema[None] = Field(
-        None,
-        description="Work pool only: seconds to wait for one shard's flow run before giving up. "
-        "Unset: no limit.",
+    shard_timeout_s: Positive = Field(
+        SHARD_TIMEOUT_S,
+        description="Work pool only: seconds to wait for one shard's flow run before it is "
+        "cancelled and retried (a worker whose host died never reports back).",
+    )
+    checkpoint_s: Positive = Field(
+        CHECKPOINT_S,
+        description="Shard root URL only: seconds between a shard's checkpoints (a host that "
+        "dies loses at most this much of its work).",
+    )
+    checkpoint_rollouts: Count = Field(
+        CHECKPOINT_ROLLOUTS,
+        description="Shard root URL only: a checkpoint once this many rollouts are new.",
     )
 
     @property
@@ -329,11 +352,15 @@ class ScaleOptions(_Form):
 UNSHARDED = ScaleOptions()
 
 
-def shard_dir(config: EvalConfig, scale: ScaleOptions, run_id: str, index: int) -> Path:
-    """Where shard `index` of the run keeps its store. Namespaced by run id, so several runs can
-    share one shard root without a shard store ever holding two runs."""
+def shard_dir(config: EvalConfig, scale: ScaleOptions, run_id: str, index: int) -> str:
+    """Where shard `index` of the run keeps its store (a folder) or publishes it (a URL).
+    Namespaced by run id, so several runs can share one shard root without a shard store ever
+    holding two runs."""
+    name = f"{run_id}/shard-{index}-of-{scale.shards}"
+    if scale.shard_root and is_url(scale.shard_root):
+        return f"{scale.shard_root.rstrip('/')}/{name}"
     root = Path(scale.shard_root) if scale.shard_root else Path(config.out) / "shards"
-    return root / run_id / f"shard-{index}-of-{scale.shards}"
+    return str(root / name)
 
 
 def shard_config(config: EvalConfig, scale: ScaleOptions, run_id: str, index: int) -> EvalConfig:
@@ -341,6 +368,6 @@ def shard_config(config: EvalConfig, scale: ScaleOptions, run_id: str, index: in
     return config.model_copy(
         update={
             "shard": ShardSpec(index=index, count=scale.shards),
-            "out": str(shard_dir(config, scale, run_id, index)),
+            "out": shard_dir(config, scale, run_id, index),
         }
     )

@@ -8,9 +8,11 @@ from pathlib import Path
 from gymflow.config import ConfigError, EvalConfig, ShardSpec
 from gymflow.environments.registry import RegistryError
 from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
+from gymflow.rollouts.published import published_progress
 from gymflow.rollouts.registration import task_rows
 from gymflow.store.db import StoreError
 from gymflow.store.merge import MergeReport, ShardProgress, merge_into, read_shards, stored_progress
+from gymflow.store.remote import is_url
 from gymflow.store.runs import RunInfo
 
 
@@ -71,6 +73,11 @@ def merge_shards(
 
 
 def shard_progress(plan: RunPlan) -> ShardProgress:
-    """How much of a shard's plan its store at `plan.run_dir` holds (read-only)."""
+    """How much of a shard's plan its store at `plan.run_dir` holds (read-only), or, for a
+    shard published at a URL, its committed result."""
     shard = plan.config.shard
+    if is_url(plan.config.out):
+        return published_progress(
+            plan.config.out, plan.run_id, plan.keys(), shard.index, shard.count
+        )
     return stored_progress(plan.run_dir, plan.run_id, plan.keys(), shard.index, shard.count)

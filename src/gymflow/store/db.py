@@ -117,11 +117,11 @@ def transaction(con) -> Iterator[None]:
         raise
 
 
-#: DuckDB's memory while an analysis reads a whole store (health, profile, diagnose).
+#: DuckDB's memory while an analysis reads a whole store (health, profile, diagnose, reverify).
 #: Left alone its buffer pool grows towards 80% of the machine's memory: 4.6 GiB for the health
 #: of ten million rollouts. Within this what a query cannot hold spills to disk; at 2 GB the
-#: spilling cost health about a fifth more CPU at 10M, at 3 GB less, and the peak stays near
-#: 3 GiB (bench/analysis_scale.py).
+#: spilling cost health about a fifth more CPU at 10M and a 10M reverify ran out of memory, at
+#: 3 GB every stage there peaks under 4 GiB (bench/analysis_scale.py).
 ANALYSIS_MEMORY_LIMIT = "3GB"
 
 
@@ -154,8 +154,9 @@ def memory_capped(con, limit: str = ANALYSIS_MEMORY_LIMIT) -> Iterator[None]:
 
 def memory_capped_call(fn):
     """`fn(con, ...)` run under `memory_capped(con)`: an analysis that reads a whole store and
-    writes nothing to it. Where DuckDB cannot do it within the cap (what it cannot spill), it
-    runs again uncapped: slower, never a failure that the machine's memory would have spared."""
+    writes nothing to it, or writes in transactions that an error rolls back. Where DuckDB
+    cannot do it within the cap (what it cannot spill), it runs again uncapped: slower, never a
+    failure that the machine's memory would have spared."""
 
     @functools.wraps(fn)
     def capped(con, *args, **kwargs):
@@ -240,6 +241,15 @@ def _schema(con, path: Path) -> None:
         con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
     else:
         _check_version(con, path)
+    # The DuckDB that wrote the file last: an older release cannot read what a newer one wrote,
+    # so a store that will not open elsewhere says which DuckDB it needs.
+    written_by = con.execute("SELECT value FROM meta WHERE key = 'duckdb_version'").fetchone()
+    if written_by is None or written_by[0] != duckdb.__version__:
+        con.execute(
+            "INSERT INTO meta VALUES ('duckdb_version', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [duckdb.__version__],
+        )
 
 
 def _stand_in_for_new_tables(con) -> None:

@@ -8,6 +8,7 @@ from the caller, which resolves the run's stored config (`rollouts/merge.py`).""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -185,21 +186,37 @@ def _copy(con, shards: list[ShardInfo]) -> dict[str, int]:
     try:
         with transaction(con):
             for alias in aliases:
-                for table in KEYED_TABLES:
-                    added[table] += _insert(con, table, f"SELECT * FROM {alias}.{table}")
-                for table in REFERRED_TABLES:
-                    if _has_table(con, alias, table):  # a shard written before it existed
-                        _insert(con, table, f"SELECT * FROM {alias}.{table}")
-                added["model_calls"] += _insert(
-                    con,
-                    "model_calls",
-                    f"SELECT * FROM {alias}.model_calls m "
-                    "WHERE m.rollout_id NOT IN (SELECT rollout_id FROM main.rollouts)",
-                )
-                for table in ("rollouts", "verifications"):
-                    added[table] += _insert(con, table, f"SELECT * FROM {alias}.{table}")
+
+                def relation(table: str, alias: str = alias) -> str | None:
+                    # a shard written before a referred table existed has none
+                    present = table not in REFERRED_TABLES or _has_table(con, alias, table)
+                    return f"{alias}.{table}" if present else None
+
+                for table, n in copy_rows(con, relation).items():
+                    added[table] += n
     finally:
         _detach(con, aliases)
+    return added
+
+
+def copy_rows(con, relation: Callable[[str], str | None]) -> dict[str, int]:
+    """Copy one source's rows into the store `con` (inside the caller's transaction):
+    `relation(table)` is the SQL relation holding that table's rows (an attached store's table,
+    a Parquet file), or None where the source has none. Returns the rows added per table."""
+    added = {}
+    for table in KEYED_TABLES:
+        added[table] = _insert(con, table, f"SELECT * FROM {relation(table)}")
+    for table in REFERRED_TABLES:
+        if (source := relation(table)) is not None:
+            _insert(con, table, f"SELECT * FROM {source}")
+    added["model_calls"] = _insert(
+        con,
+        "model_calls",
+        f"SELECT * FROM {relation('model_calls')} m "
+        "WHERE m.rollout_id NOT IN (SELECT rollout_id FROM main.rollouts)",
+    )
+    for table in ("rollouts", "verifications"):
+        added[table] = _insert(con, table, f"SELECT * FROM {relation(table)}")
     return added
 
 
@@ -243,10 +260,14 @@ class ShardProgress:
     expected: int
     stored: int
     error: str | None = None
+    #: Stored rollouts that failed: a shard whose every rollout failed (a worker that cannot
+    #: reach the model) is not complete, however many it stored.
+    failed: int = 0
 
     @property
     def complete(self) -> bool:
-        return self.error is None and self.stored >= self.expected
+        all_failed = self.expected > 0 and self.failed >= self.stored
+        return self.error is None and self.stored >= self.expected and not all_failed
 
 
 def stored_progress(
@@ -264,9 +285,12 @@ def stored_progress(
         return replace(progress, error=str(exc))
     try:
         stored = expected - len(missing_keys(con, run_id, keys))
+        failed = con.execute(
+            "SELECT count(*) FROM rollouts WHERE run_id = ? AND status = 'failed'", [run_id]
+        ).fetchone()[0]
     finally:
         con.close()
-    return replace(progress, stored=stored)
+    return replace(progress, stored=stored, failed=failed)
 
 
 def check_destination(

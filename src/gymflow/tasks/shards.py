@@ -9,6 +9,7 @@ from gymflow.config import EvalConfig
 from gymflow.rollouts.collect import RESUMABLE_KINDS
 from gymflow.rollouts.merge import merge_shards, shard_progress
 from gymflow.rollouts.plan import RunPlan
+from gymflow.rollouts.published import fetched
 from gymflow.store.db import connect, store_path
 from gymflow.store.merge import MergeReport, ShardProgress
 from gymflow.store.runs import run_info
@@ -21,15 +22,18 @@ def progress_of(plan: RunPlan, config: EvalConfig) -> ShardProgress:
 
 @task(name="aggregate-shards", cache_policy=NO_CACHE)
 def aggregate_shards(
-    run_dir: str, shard_dirs: list[str], plan: RunPlan | None = None
+    run_dir: str,
+    shard_dirs: list[str],
+    plan: RunPlan | None = None,
+    *,
+    checkpoints: bool = False,
 ) -> MergeReport | None:
-    """Merge every shard store that exists into the run store; report what is still missing
+    """Merge every shard store that exists (a published shard's committed result, or with
+    `checkpoints` what its checkpoints hold) into the run store; report what is still missing
     (None: no shard store exists yet, nothing was merged). `plan`: the run's, with its shard
     count, from the flow that ran the shards; unset, resolved from what the shards stored."""
-    present = [path for path in shard_dirs if store_path(path).exists()]
-    if not present:
-        return None
-    return merge_shards(run_dir, present, plan)
+    with fetched(shard_dirs, checkpoints=checkpoints) as present:
+        return merge_shards(run_dir, present, plan) if present else None
 
 
 @task(name="supersede-failed", cache_policy=NO_CACHE)

@@ -1,0 +1,122 @@
+"""What a run resolved from the user's own files travels with it: a worker without them runs the
+same tasks, and an aggregate elsewhere lists the same ones.
+
+A run's benchmark file, its dataset file and its environment folder, when they come from the
+user's folders (`GYMFLOW_ENVIRONMENTS_PATH`) rather than gymflow's package, are packed into one
+tar file in the registry's own layout and stored content-addressed at the shard root
+(`ROOT/bundles/SHA256.tar`). A shard (or an aggregate) given that name unpacks it, checks its
+checksum, and puts it first on `GYMFLOW_ENVIRONMENTS_PATH` while it runs: the registry then
+resolves the run exactly as the user's machine did, and the benchmark version check
+(`rollouts/published.py`) refuses anything that still differs."""
+
+from __future__ import annotations
+
+import io
+import os
+import posixpath
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from gymflow.config import ConfigError
+from gymflow.environments.registry import (
+    PACKAGE_DIR,
+    PATH_VARIABLE,
+    benchmark_files,
+    environment_sources,
+)
+from gymflow.rollouts.plan import RunPlan
+from gymflow.store.remote import AlreadyExists, Remote, RemoteError, sha256
+
+
+def _shipped(path: Path) -> bool:
+    return PACKAGE_DIR in path.resolve().parents
+
+
+def _tree(prefix: str, path: Path) -> dict[str, Path]:
+    if path.is_file():
+        return {prefix: path}
+    return {
+        posixpath.join(prefix, part.relative_to(path).as_posix()): part
+        for part in sorted(path.rglob("*"))
+        if part.is_file() and "__pycache__" not in part.parts
+    }
+
+
+def bundle_files(plan: RunPlan) -> dict[str, Path]:
+    """The user's files the plan was resolved from, by their name in the bundle (none for a
+    run of gymflow's own benchmarks and environments)."""
+    files: dict[str, Path] = {}
+    benchmark = plan.benchmark
+    if benchmark is not None:
+        path = benchmark_files()[benchmark.name]
+        if not _shipped(path):
+            files[f"benchmarks/{path.name}"] = path
+            dataset = benchmark.dataset
+            if dataset is not None and dataset.path is not None:
+                name = posixpath.normpath(posixpath.join("benchmarks", dataset.path))
+                if name.startswith("..") or posixpath.isabs(name):
+                    raise ConfigError(
+                        f"{path}: dataset.path {dataset.path!r} lies outside the folder above "
+                        "benchmarks/, so it cannot travel to the workers; move it inside"
+                    )
+                files.update(_tree(name, path.parent / dataset.path))
+    source = environment_sources().get(plan.env.name)
+    if source is not None and not _shipped(source.folder):
+        files.update(_tree(source.folder.name, source.folder))
+    return files
+
+
+def pack(files: dict[str, Path]) -> bytes:
+    """A tar of `files`, byte for byte the same for the same contents (sorted, no times or
+    owners): its checksum names it."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(files):
+            data = files[name].read_bytes()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def publish_bundle(plan: RunPlan, shard_root: str) -> str | None:
+    """Store the plan's bundle at the shard root; returns its URL (None: nothing to carry)."""
+    files = bundle_files(plan)
+    if not files:
+        return None
+    data = pack(files)
+    name = f"bundles/{sha256(data)}.tar"
+    # content-addressed: a name already held holds these very bytes (an earlier run's)
+    with suppress(AlreadyExists):
+        Remote(shard_root).put_new(name, data)
+    return f"{shard_root.rstrip('/')}/{name}"
+
+
+@contextmanager
+def travelled(bundle: str | None) -> Iterator[None]:
+    """While inside, the registry also reads the bundle at `bundle` (checked against the
+    checksum its name carries), ahead of this machine's own folders."""
+    if bundle is None:
+        yield
+        return
+    folder, name = bundle.rsplit("/", 1)
+    data = Remote(folder).read(name)
+    if data is None:
+        raise RemoteError(f"{bundle}: the run's files are missing from the shard root")
+    if f"{sha256(data)}.tar" != name:
+        raise RemoteError(f"{bundle}: checksum mismatch (corrupt or altered); refused")
+    saved = os.environ.get(PATH_VARIABLE)
+    with tempfile.TemporaryDirectory(prefix="gymflow-bundle-") as unpacked:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(unpacked, filter="data")  # no links, no paths outside
+        os.environ[PATH_VARIABLE] = os.pathsep.join(p for p in (unpacked, saved) if p)
+        try:
+            yield
+        finally:
+            if saved is None:
+                os.environ.pop(PATH_VARIABLE, None)
+            else:
+                os.environ[PATH_VARIABLE] = saved

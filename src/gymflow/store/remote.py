@@ -1,0 +1,163 @@
+"""Storage every host reaches: a local path or an fsspec URL (`s3://`, `gs://`, `file://`).
+
+A URL's credentials and endpoint come from its storage's standard variables (for S3, the
+`AWS_*` ones botocore reads, `AWS_ENDPOINT_URL` included); gymflow never takes them as
+parameters, so they never reach a config, a store or Prefect. The client is an optional extra
+(`pip install 'gymflow[s3]'`): a missing one is one line saying which to install.
+
+Objects written here are immutable: `put_new` writes a name only if nothing holds it yet
+(`If-None-Match: *` on S3, a hard link on a local disk), so of two attempts that publish one
+name, exactly one wins and the other is told (`AlreadyExists`)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gymflow.errors import UserError
+
+#: URL schemes a shard root may take, and the package that reads each (the extra that has it).
+CLIENTS = {"s3": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"), "file": ("", "")}
+
+
+class RemoteError(UserError):
+    """Storage that cannot be reached, read or written: the message names the URL and why."""
+
+
+class AlreadyExists(RemoteError):
+    """An immutable name already holds an object: another attempt published it first."""
+
+
+def is_url(location: str | Path) -> bool:
+    """A URL (`scheme://…`) rather than a path on this machine."""
+    return "://" in str(location)
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A folder at a URL (or a local path): read, list, and write objects under it."""
+
+    url: str
+
+    def __post_init__(self) -> None:
+        scheme = self.url.split("://", 1)[0] if is_url(self.url) else "file"
+        if scheme not in CLIENTS:
+            raise RemoteError(
+                f"{self.url}: storage scheme {scheme!r} is not supported; use a path or one of "
+                f"{', '.join(f'{s}://' for s in CLIENTS)}"
+            )
+
+    @property
+    def _fs(self) -> tuple[Any, str]:
+        import fsspec
+
+        scheme = self.url.split("://", 1)[0] if is_url(self.url) else "file"
+        try:
+            return fsspec.core.url_to_fs(self.url)
+        except ImportError:
+            package, extra = CLIENTS[scheme]
+            raise RemoteError(
+                f"{self.url}: reading {scheme}:// needs {package}: pip install 'gymflow[{extra}]'"
+            ) from None
+
+    @property
+    def local(self) -> bool:
+        return not is_url(self.url) or self.url.startswith("file://")
+
+    def child(self, *parts: str) -> Remote:
+        return Remote("/".join([self.url.rstrip("/"), *parts]))
+
+    def read(self, name: str) -> bytes | None:
+        """The object at `name` (relative to this folder), or None if there is none."""
+        fs, root = self._fs
+        try:
+            return fs.cat_file(f"{root}/{name}")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise RemoteError(f"{self.url}/{name}: cannot read: {exc}") from None
+
+    def find(self, suffix: str) -> list[str]:
+        """Names (relative to this folder) of every object under it ending in `suffix`."""
+        fs, root = self._fs
+        try:
+            found = fs.find(root)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise RemoteError(f"{self.url}: cannot list: {exc}") from None
+        prefix = root.rstrip("/") + "/"
+        return sorted(p.removeprefix(prefix) for p in found if p.endswith(suffix))
+
+    def put(self, name: str, data: bytes) -> None:
+        """Write `name`, under a name no other attempt uses (so overwriting never happens)."""
+        fs, root = self._fs
+        try:
+            if self.local:
+                _link_new(Path(root, name), data, replace=True)
+            else:
+                fs.pipe_file(f"{root}/{name}", data)
+        except OSError as exc:
+            raise RemoteError(f"{self.url}/{name}: cannot write: {exc}") from None
+
+    def put_file(self, name: str, path: Path) -> None:
+        """Upload the file at `path` as `name`, replacing what was there (streamed: a run store
+        can be larger than memory)."""
+        fs, root = self._fs
+        try:
+            if self.local:
+                target = Path(root, name)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+                shutil.copyfile(path, partial)
+                partial.replace(target)
+            else:
+                fs.put_file(str(path), f"{root}/{name}")
+        except OSError as exc:
+            raise RemoteError(f"{self.url}/{name}: cannot write: {exc}") from None
+
+    def put_new(self, name: str, data: bytes) -> None:
+        """Write `name` only if nothing holds it yet (a conditional write); else AlreadyExists."""
+        fs, root = self._fs
+        path = f"{root}/{name}"
+        try:
+            if self.local:
+                _link_new(Path(path), data, replace=False)
+            else:
+                fs.pipe_file(path, data, mode="create")
+        except FileExistsError:
+            raise AlreadyExists(f"{self.url}/{name}: already written by another attempt") from None
+        except OSError as exc:
+            # S3 answers 412 Precondition Failed, which s3fs raises as a plain OSError: the
+            # object's presence says whether another attempt won (or this one's reply was lost).
+            held = self.read(name)
+            if held is None:
+                raise RemoteError(f"{self.url}/{name}: cannot write: {exc}") from None
+            if held != data:
+                raise AlreadyExists(
+                    f"{self.url}/{name}: already written by another attempt"
+                ) from None
+
+
+def _link_new(path: Path, data: bytes, *, replace: bool) -> None:
+    """Write aside, then give the file its name: a hard link fails if the name exists (no
+    reader ever sees half a file, and of two writers one wins); `replace` renames instead."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.partial")
+    partial.write_bytes(data)
+    try:
+        if replace:
+            partial.replace(path)
+        else:
+            os.link(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)

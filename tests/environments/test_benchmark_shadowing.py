@@ -1,0 +1,42 @@
+"""A benchmark file named like another on the search path (a user's edited copy of a shipped
+benchmark) is refused naming both files, never silently replaced by the other."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from gymflow.environments.registry import PACKAGE_DIR
+
+SHIPPED = PACKAGE_DIR / "benchmarks"
+
+
+def test_validating_an_edited_copy_of_a_shipped_benchmark_names_both_files(tmp_path: Path):
+    (tmp_path / "benchmarks").mkdir()
+    copy = tmp_path / "benchmarks" / "word-problems.yaml"
+    copy.write_text(
+        (SHIPPED / "word-problems.yaml").read_text().replace("repeats:", "repeats: 3 #")
+    )
+    (tmp_path / "benchmarks" / "word-problems.jsonl").write_bytes(
+        (SHIPPED / "word-problems.jsonl").read_bytes()
+    )
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
+    for args in (
+        ["env", "validate", "benchmarks/word-problems.yaml"],
+        ["eval", "run", "--benchmark", "word-problems", "--out", "runs/x"],
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "gymflow.cli", *args],
+            cwd=tmp_path,
+            env={**env, "GYMFLOW_ENVIRONMENTS_PATH": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        out = result.stdout + result.stderr
+        assert result.returncode == 1, out
+        assert "defined twice" in out and "word-problems.yaml" in out, out
+        assert "Traceback" not in out
+    assert not (tmp_path / "runs").exists()

@@ -1,0 +1,194 @@
+"""Shards published to object storage (rollouts/published.py, store/remote.py) against a real S3
+server (SeaweedFS, tests/storage.py) and a local folder: a commit is a conditional write that a
+second attempt loses, checkpoints restore what a dead attempt stored, checksums are checked, and
+`gym eval aggregate` merges committed results from the URL, idempotently."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from gymflow.config import ConfigError, EvalConfig
+from gymflow.environments.registry import PATH_VARIABLE
+from gymflow.flows.fan_out import loopback_urls
+from gymflow.rollouts.merge import shard_progress
+from gymflow.rollouts.plan import resolve
+from gymflow.rollouts.published import (
+    PublishedShard,
+    check_expectations,
+    expectations,
+    published_progress,
+)
+from gymflow.rollouts.travel import publish_bundle, travelled
+from gymflow.store.remote import AlreadyExists, Remote
+from tests.conftest import gym
+from tests.environments.test_dataset import ROWS, write_benchmark, write_rows
+from tests.faults.stores import collect_run, query
+
+
+@pytest.fixture(params=["s3", "file"])
+def root(request, tmp_path) -> str:
+    """A shard root on S3 (SeaweedFS) or on this disk (file://), one per test."""
+    if request.param == "file":
+        return f"file://{tmp_path / 'root'}"
+    return request.getfixturevalue("s3").url(tmp_path.name)
+
+
+def test_a_conditional_write_has_one_winner(root):
+    remote = Remote(root)
+    remote.put_new("COMMITTED.json", b"first")
+    with pytest.raises(AlreadyExists, match="already written by another attempt"):
+        remote.put_new("COMMITTED.json", b"second")
+    assert remote.read("COMMITTED.json") == b"first"
+    assert remote.read("absent.json") is None
+
+
+def _shard(tmp_path: Path, index: int = 0, count: int = 2) -> tuple[Path, EvalConfig]:
+    config = {"shard": {"index": index, "count": count}}
+    run_dir = collect_run(tmp_path / f"shard-{index}", **config)
+    return run_dir, EvalConfig.model_validate(
+        {"benchmark": "arithmetic-smoke", "limit": 6, "repeats": 2, **config}
+    )
+
+
+def _rollouts(run_dir: Path) -> int:
+    return query(run_dir / "gymflow.duckdb", "SELECT count(*) FROM rollouts")[0][0]
+
+
+def test_checkpoints_restore_and_a_late_duplicate_commit_is_refused(root, tmp_path):
+    run_dir, config = _shard(tmp_path)
+    stored = _rollouts(run_dir)
+    shard = PublishedShard(f"{root}/run/shard-0-of-2")
+    # a checkpoint holds what is new since the last one; a second with nothing new writes none
+    first = shard.checkpoint(run_dir, "a1", 0, set())
+    assert len(first) == stored
+    assert shard.checkpoint(run_dir, "a1", 1, set(first)) == ()
+    assert len(shard.checkpoints()) == 1
+
+    # another host restores the checkpoints into a fresh store: every rollout, once
+    restored = shard.restore(tmp_path / "elsewhere")
+    assert (restored.source, restored.rollouts) == ("checkpoints", stored)
+    again = shard.restore(tmp_path / "elsewhere")  # idempotent
+    assert again.rollouts == stored
+    calls = query(tmp_path / "elsewhere" / "gymflow.duckdb", "SELECT count(*) FROM model_calls")
+    assert calls == query(run_dir / "gymflow.duckdb", "SELECT count(*) FROM model_calls")
+
+    plan = resolve(config)
+    keys = plan.keys()
+    assert not published_progress(shard.url, plan.run_id, keys, 0, 2).complete
+    shard.commit(run_dir, "a1")
+    progress = published_progress(shard.url, plan.run_id, keys, 0, 2)
+    assert progress.complete and progress.stored == len(keys)
+    with pytest.raises(AlreadyExists):
+        shard.commit(tmp_path / "elsewhere", "a2")  # the late duplicate
+    assert shard.committed()["attempt"] == "a1"
+    assert shard.restore(tmp_path / "third").source == "committed"
+
+
+def test_a_file_altered_after_its_commit_is_refused(root, tmp_path):
+    run_dir, _ = _shard(tmp_path)
+    shard = PublishedShard(f"{root}/run/shard-0-of-2")
+    manifest = shard.commit(run_dir, "a1")
+    name = manifest["files"]["rollouts"]["name"]
+    shard.remote.put(name, shard.remote.read(name) + b"x")
+    with pytest.raises(Exception, match="checksum mismatch"):
+        shard.restore(tmp_path / "elsewhere")
+
+
+def test_aggregate_reads_committed_shards_from_the_url(s3, tmp_path):
+    url = s3.url(tmp_path.name, "run")
+    for index in (0, 1):
+        run_dir, _ = _shard(tmp_path, index)
+        PublishedShard(f"{url}/shard-{index}-of-2").commit(run_dir, f"a{index}")
+    out = tmp_path / "merged"
+    env = {**s3.env, "PREFECT_API_URL": ""}
+    first = gym("eval", "aggregate", url, "--out", str(out), "--json", cwd=tmp_path, env=env)
+    assert first.returncode == 0, first.stderr
+    report = json.loads(first.stdout)
+    assert report["expected"] == report["stored"] == 12 and report["missing_count"] == 0
+    second = gym("eval", "aggregate", url, "--out", str(out), "--json", cwd=tmp_path, env=env)
+    assert json.loads(second.stdout)["added"]["rollouts"] == 0
+    con = duckdb.connect(str(out / "gymflow.duckdb"), read_only=True)
+    try:
+        assert con.execute("SELECT count(DISTINCT rollout_id) FROM rollouts").fetchone()[0] == 12
+    finally:
+        con.close()
+    missing = gym(
+        "eval", "aggregate", s3.url("nothing-here"), "--out", str(out), cwd=tmp_path, env=env
+    )
+    assert missing.returncode == 1 and "no committed shard result here" in missing.stderr
+
+
+def test_a_shard_whose_every_rollout_failed_is_not_complete(tmp_path):
+    # the local policy answering nothing: every rollout a transport failure, all stored
+    run_dir, config = _shard(tmp_path, 0, 1)
+    con = duckdb.connect(str(run_dir / "gymflow.duckdb"))
+    try:
+        con.execute("UPDATE rollouts SET status = 'failed', failure_kind = 'transport'")
+    finally:
+        con.close()
+    plan = resolve(config.model_copy(update={"out": str(run_dir)}))
+    progress = shard_progress(plan)
+    assert progress.stored == progress.expected == progress.failed == 12
+    assert not progress.complete
+
+
+@pytest.mark.parametrize(
+    ("url", "loopback"),
+    [
+        ("http://127.0.0.1:8000/v1", True),
+        ("http://localhost:8000/v1", True),
+        ("http://[::1]:8000/v1", True),
+        ("http://10.0.0.5:8000/v1", False),
+        ("https://models.example.com/v1", False),
+    ],
+)
+def test_a_work_pool_run_is_warned_of_a_loopback_model_url(url, loopback):
+    config = EvalConfig.model_validate(
+        {"benchmark": "arithmetic-smoke", "model": {"kind": "responses", "base_url": url}}
+    )
+    warnings = loopback_urls(config)
+    assert bool(warnings) is loopback
+    assert all("model.base_url" in w and "loopback" in w for w in warnings)
+
+
+def test_the_users_own_benchmark_travels_with_the_run(s3, tmp_path, monkeypatch):
+    """A benchmark and dataset only the user's machine has: packed at the shard root, a worker
+    without them resolves the same run from the bundle, and the aggregate needs neither."""
+    mine = tmp_path / "mine"
+    write_rows(mine / "benchmarks" / "d.jsonl", ROWS)
+    write_benchmark(mine, "sums", {"path": "d.jsonl"})
+    monkeypatch.setenv(PATH_VARIABLE, str(mine))
+    shard = {"shard": {"index": 0, "count": 1}, "benchmark": "sums", "repeats": 2}
+    plan = resolve(EvalConfig.model_validate(shard))
+    bundle = publish_bundle(plan, s3.url(tmp_path.name))
+    assert bundle is not None and publish_bundle(plan, s3.url(tmp_path.name)) == bundle
+    run_dir = collect_run(tmp_path / "shard", **shard)
+    url = s3.url(tmp_path.name, plan.run_id)
+    PublishedShard(f"{url}/shard-0-of-1").commit(run_dir, "a1", {"bundle": bundle})
+
+    monkeypatch.delenv(PATH_VARIABLE)  # a worker: none of the user's files
+    with pytest.raises(ConfigError, match="sums"):
+        resolve(EvalConfig.model_validate(shard))
+    with travelled(bundle):
+        there = resolve(EvalConfig.model_validate(shard))
+    assert there.benchmark_version == plan.benchmark_version
+    assert [t.task_id for t in there.all_tasks] == [t.task_id for t in plan.all_tasks]
+
+    env = {**s3.env, "PREFECT_API_URL": "", PATH_VARIABLE: ""}
+    merged = gym(
+        "eval", "aggregate", url, "--out", str(tmp_path / "merged"), "--json", cwd=tmp_path, env=env
+    )
+    assert merged.returncode == 0, merged.stderr
+    assert json.loads(merged.stdout)["stored"] == len(ROWS) * 2
+
+
+def test_a_shard_unlike_its_parent_is_refused_before_any_model_call():
+    plan = resolve(EvalConfig(benchmark="arithmetic-smoke", limit=4))
+    check_expectations(plan, expectations(plan))
+    for key, other in (("benchmark_version", "0123456789ab"), ("duckdb_version", "1.5.5")):
+        with pytest.raises(ConfigError, match=f"this worker has {key}"):
+            check_expectations(plan, {**expectations(plan), key: other})
