@@ -6,6 +6,8 @@ signal. A worker-run deployment gets its worker's SIGTERM too; whichever comes f
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import os
 import threading
 from collections.abc import Iterator
 from uuid import UUID
@@ -13,6 +15,7 @@ from uuid import UUID
 from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
 
+from gymflow.errors import option
 from gymflow.rollouts import stopping
 
 #: Seconds between two reads of the flow run's state: one small request each.
@@ -34,22 +37,35 @@ def _watch(flow_run_id: UUID, done: threading.Event) -> None:
         if cancelled:
             stopping.request_stop(
                 f"flow run {flow_run_id} was cancelled in Prefect: finished rollouts are "
-                "committed; continue with --resume (or Retry in the UI)",
+                f"committed; continue it ({option('resume')})",
                 cause="cancelled",
             )
             return
 
 
+def supervised() -> bool:
+    """This process was started by a Prefect worker or runner to execute a flow run (it names
+    the run in PREFECT__FLOW_RUN_ID): the worker delivers a cancellation as SIGTERM, after
+    telling Prefect's engine it is one, and the engine then ends the run Cancelled cleanly."""
+    return bool(os.environ.get("PREFECT__FLOW_RUN_ID"))
+
+
 @contextlib.contextmanager
 def stop_on_cancel() -> Iterator[None]:
-    """While inside: a cancellation of this flow run asks the collectors to stop."""
+    """While inside: a cancellation of this flow run asks the collectors to stop. Under a worker
+    its SIGTERM does (`supervised`): a stop seen here first would end the run before the engine
+    knew it was a cancellation, and it would log the Cancelled end as an unexpected error."""
     run_id = flow_run.id
-    if run_id is None:
+    if run_id is None or supervised():
         yield
         return
     done = threading.Event()
+    # in this context, so that its stop request names options as this flow run does
     thread = threading.Thread(
-        target=_watch, args=(UUID(str(run_id)), done), name="gymflow-cancel", daemon=True
+        target=contextvars.copy_context().run,
+        args=(_watch, UUID(str(run_id)), done),
+        name="gymflow-cancel",
+        daemon=True,
     )
     thread.start()
     try:

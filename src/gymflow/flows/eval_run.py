@@ -3,26 +3,32 @@ fanned out over shards here or on a work pool, then aggregated), check health, p
 
 from __future__ import annotations
 
+import signal
 from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any
+from uuid import uuid4
 
+from prefect import get_run_logger
+from prefect.exceptions import TerminationSignal
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
-from prefect.states import Cancelled
+from prefect.states import Cancelled, Failed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
 from gymflow import progress
 from gymflow.config import ConfigError, EvalConfig
+from gymflow.errors import GateFailed, naming_options
 from gymflow.flows import run_log
-from gymflow.flows.artifacts import ProgressArtifact, publish_results, publish_shard_failure
-from gymflow.flows.cancellation import stop_on_cancel
+from gymflow.flows.artifacts import publish_results, publish_retrying, publish_shard_failure
+from gymflow.flows.cancellation import stop_on_cancel, supervised
 from gymflow.flows.eval_shard import collect_plan
 from gymflow.flows.fan_out import ShardFailed, run_shard_here, run_shard_on_pool, shard_deployment
 from gymflow.flows.labels import run_name, tag_run
 from gymflow.flows.lean import flow
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions, shard_config
+from gymflow.flows.progress import RunProgress
 from gymflow.rollouts import stopping
 from gymflow.rollouts.plan import resolve
 from gymflow.simulated.endpoint import model_endpoint
@@ -36,18 +42,47 @@ from gymflow.tasks.shards import aggregate_shards, supersede_failed_in_shards
 MAX_CONCURRENT_SHARDS = 32
 
 
-def _dated(config: EvalConfig) -> EvalConfig:
-    """`out` may hold `{date}`: the run's scheduled UTC date (a nightly run gets its own store,
-    and a retry of that run finds the same one)."""
-    if "{date}" not in config.out:
-        return config
-    when = flow_run.scheduled_start_time or datetime.now(UTC)
-    return config.model_copy(update={"out": config.out.replace("{date}", f"{when:%Y-%m-%d}")})
+def _placed(config: EvalConfig) -> EvalConfig:
+    """`out` may hold `{date}`, the run's scheduled UTC date (a nightly run gets its own store),
+    and `{flow_run_id}`, this flow run's id (every run from a form gets its own store, however
+    many start on a day). A retry of the flow run keeps both, so it finds the same store."""
+    out = config.out
+    if "{date}" in out:
+        when = flow_run.scheduled_start_time or datetime.now(UTC)
+        out = out.replace("{date}", f"{when:%Y-%m-%d}")
+    if "{flow_run_id}" in out:
+        out = out.replace("{flow_run_id}", str(flow_run.id or uuid4()))
+    return config if out == config.out else config.model_copy(update={"out": out})
 
 
 def resuming(resume: bool) -> bool:
     """A retry of this flow run (the UI's Retry button) continues it, as `--resume` would."""
     return resume or (flow_run.run_count or 1) > 1
+
+
+class UnhealthyRun(GateFailed):
+    """The run finished and failed its health gate: its flow run ends Failed, as `gym eval run`
+    exits 2 on it. Carries the run's results, for the CLI to print."""
+
+    def __init__(self, message: str, result: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.result = result
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self), self.result)
+
+
+def health_gated(result: dict[str, Any]) -> dict[str, Any] | State:
+    """The flow run's end as the health gate says: its results, or, for a run that fails the
+    gate, a Failed state named Unhealthy whose message gives the failing checks."""
+    health = result["analysis"].health
+    if health.gate != "fail":
+        return result
+    message = (
+        f"health gate failed ({', '.join(health.gate_failures)}): see the report, or "
+        f"`gym eval health {result['run_dir']}`"
+    )
+    return Failed(name="Unhealthy", message=message, data=UnhealthyRun(message, result))
 
 
 @flow(
@@ -63,7 +98,7 @@ def evaluation_loop(
     retry_failed: bool = True,
 ) -> dict[str, Any]:
     """Collect every missing rollout of the config's run, then health, profile, diagnosis and
-    report.
+    report. A run that fails its health gate ends Failed (`UnhealthyRun`).
 
     SIGINT, SIGTERM or a cancellation of this flow run stops it: finished rollouts are
     committed, the rest are left for a resume (the run ends Cancelled when cancelled).
@@ -78,12 +113,27 @@ def evaluation_loop(
             transient reason (transport, timeout, rate limit, server error); the failed
             attempts are kept in the store as evidence.
     """
+    result = run_evaluation(config, resume, scale, retry_failed)
+    return result if isinstance(result, State) else health_gated(result)
+
+
+def run_evaluation(
+    config: EvalConfig, resume: bool, scale: ScaleOptions, retry_failed: bool
+) -> dict[str, Any] | State:
+    """The evaluation loop in the calling flow run (eval-run's, or nightly's, whose own page so
+    shows the run's progress, summary and report link): its results, or Cancelled."""
     stopping.clear()
-    config = _dated(config)
+    config = _placed(config)
     tag_run(config)
     resume = resuming(resume)
     try:
-        with stopping.stop_on_signals(), stop_on_cancel():
+        with (
+            naming_options("form", unless_set=True),
+            stopping.stop_on_signals(),
+            stop_on_cancel(),
+        ):
+            if (flow_run.run_count or 1) > 1:
+                publish_retrying(flow_run.run_count)
             if scale.sharded:
                 if config.shard.count > 1:
                     raise ConfigError(
@@ -97,6 +147,12 @@ def evaluation_loop(
             compact(config.out)
             return {**analyse_run(config.out), "collected": collected}
     except stopping.RunStopped as exc:
+        if exc.cause == "signal" and supervised():
+            # A worker's SIGTERM: a cancellation from the UI, or the worker shutting down. Our
+            # handler stood in for Prefect's while collecting; Prefect's engine now decides what
+            # the signal meant (a cancellation ends Cancelled, with no error logged).
+            get_run_logger().info("%s", exc)
+            raise TerminationSignal(signal.SIGTERM) from exc
         if exc.cause == "cancelled":
             return Cancelled(message=str(exc))
         raise
@@ -121,15 +177,9 @@ def analyse_run(run_dir: str) -> dict[str, Any]:
 
 def _collect_here(config: EvalConfig, resume: bool, retry_failed: bool) -> list[dict[str, int]]:
     plan = prepare_run(config, resume, retry_failed)
-    keys = plan.keys()
-    tracker = ProgressArtifact(-(-len(keys) // config.batch_size), "batches")
-    progress.started(len(keys))
-
-    def on_batch(done: int, total: int, stats: dict[str, int]) -> None:
-        tracker.update(done)
-        run_log.batch_done(done, total, stats)
-
-    return collect_plan(plan, on_batch=on_batch)
+    progress.started(len(plan.keys()))
+    with RunProgress(len(plan.keys())):
+        return collect_plan(plan, on_batch=run_log.batch_done)
 
 
 def _collect_shards(
@@ -142,7 +192,6 @@ def _collect_shards(
     configs = [shard_config(config, scale, plan.run_id, i) for i in range(scale.shards)]
     if resume and retry_failed:
         supersede_failed_in_shards(config.out, [c.out for c in configs])
-    tracker = ProgressArtifact(scale.shards, "shards")
     progress.started(len(plan.keys()))
     local = scale.work_pool is None
     options = {
@@ -153,7 +202,10 @@ def _collect_shards(
     finished: dict[int, dict[str, Any]] = {}
     failures: dict[int, str] = {}
     # Local shards share one local policy server; pool shards each start their own if needed.
-    with model_endpoint(plan) if local else nullcontext(None) as base_url:
+    with (
+        RunProgress(len(plan.keys()), shards=scale.shards) as tracker,
+        model_endpoint(plan) if local else nullcontext(None) as base_url,
+    ):
         if local:
             runner = run_shard_here.with_options(**options)
             futures = [runner.submit(quote(plan), c, base_url) for c in configs]
@@ -172,7 +224,7 @@ def _collect_shards(
             except Exception as exc:  # a shard's failure is reported after the others finish
                 failures[shard] = f"{type(exc).__name__}: {exc}"
                 run_log.shard_failed(shard, scale.shards, failures[shard])
-            tracker.update(len(finished), len(failures))
+            tracker.shard_finished(len(finished), len(failures))
     # A failed shard's store may be partial or unreadable: it is merged once it completes. A
     # stopped shard's store holds whole rollouts only: merged, the run store shows what finished.
     stopped = stopping.stop_requested() is not None

@@ -12,11 +12,13 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
+from prefect.states import Failed, State
+from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field
 
 from gymflow.errors import GateFailed
-from gymflow.flows.eval_run import evaluation_loop, resuming
-from gymflow.flows.labels import run_name, tag_run
+from gymflow.flows.eval_run import MAX_CONCURRENT_SHARDS, run_evaluation
+from gymflow.flows.labels import run_name
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions
 from gymflow.history.gate import GateVerdict, gate, save_verdict
 
@@ -65,29 +67,38 @@ def gate_run(run_dir: str, options: GateOptions) -> GateVerdict:
     return verdict
 
 
-@flow(name="nightly", flow_run_name=run_name, log_prints=True)
+@flow(
+    name="nightly",
+    flow_run_name=run_name,
+    log_prints=True,
+    task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENT_SHARDS),
+)
 def nightly(
     config: FlowConfig, scale: ScaleOptions = UNSHARDED, gate: GateOptions = NO_GATE_OPTIONS
 ) -> dict[str, Any]:
-    """Run the evaluation loop, then gate the run on regressions.
+    """Run the evaluation loop, then gate the run on regressions. The loop runs in this flow
+    run, not in a subflow: its progress, summary, report link and log are on this run's page.
+    A regression (or an unhealthy run: the gate counts it) ends the run Failed.
 
     Args:
         config: What to run; `{date}` in `out` gives each night its own run folder.
         scale: How the run is sharded.
         gate: What the run is compared with and how large a drop fails it.
     """
-    tag_run(config)
     # A retry of this flow run (the UI's Retry) continues tonight's run instead of refusing it.
-    result = evaluation_loop(config, resume=resuming(False), scale=scale)
+    result = run_evaluation(config, resume=False, scale=scale, retry_failed=True)
+    if isinstance(result, State):  # cancelled
+        return result
     verdict = gate_run(result["run_dir"], gate)
     # The report was written before the gate: again, so that it states the verdict.
     from gymflow.reports.render import write_run_report
 
     write_run_report(result["run_dir"], analysis=result["analysis"])
     get_run_logger().info(verdict.summary())
+    report = f"\n\nReport: {result['report_url']}" if result["report_url"] else ""
     create_markdown_artifact(
         key="gymflow-regression-gate",
-        markdown=f"# Regression gate\n\n{verdict.summary()}\n\nTest: {verdict.test}.",
+        markdown=f"# Regression gate\n\n{verdict.summary()}\n\nTest: {verdict.test}.{report}",
         description="Nightly regression gate",
     )
     if not verdict.passed:
@@ -99,5 +110,6 @@ def nightly(
             },
             payload=verdict.as_dict(),
         )
-        raise RegressionFound(verdict.summary())
+        message = verdict.summary()
+        return Failed(name="Regressed", message=message, data=RegressionFound(message))
     return {**result, "gate": verdict.as_dict()}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gymflow.errors import option
 from gymflow.store.db import StoreError
 from gymflow.store.schema import COLUMNS
 from gymflow.store.writer import insert_rows
@@ -24,7 +25,7 @@ def check_run_store(
     if stored and run_id not in stored:
         raise StoreError(
             f"{run_dir}: holds run {sorted(stored)[0]}, but this config is run {run_id}; "
-            "use another --out for a different config"
+            f"choose another run folder ({option('out')}) for a different config"
         )
     if benchmark_version is not None and stored.get(run_id, benchmark_version) != (
         benchmark_version
@@ -32,12 +33,12 @@ def check_run_store(
         raise StoreError(
             f"{run_dir}: holds run {run_id} on benchmark version {stored[run_id]}, but the "
             f"benchmark is now version {benchmark_version} (its dataset or protocol changed); "
-            "use another --out"
+            f"choose another run folder ({option('out')})"
         )
     if not resume and con.execute("SELECT count(*) FROM rollouts").fetchone()[0] > 0:
         raise StoreError(
-            f"{run_dir}: already holds rollouts of this run; pass --resume to continue it "
-            "or choose another --out"
+            f"{run_dir}: already holds rollouts of this run; continue it ({option('resume')}) "
+            f"or choose another run folder ({option('out')})"
         )
 
 
