@@ -12,8 +12,11 @@ import threading
 from collections.abc import Iterator
 from uuid import UUID
 
+from prefect import get_run_logger
 from prefect.client.orchestration import get_client
+from prefect.exceptions import Abort
 from prefect.runtime import flow_run
+from prefect.states import Cancelled
 
 from gymflow.errors import option
 from gymflow.rollouts import stopping
@@ -28,6 +31,33 @@ def _cancel_requested(flow_run_id: UUID) -> bool:
     return state is not None and (state.is_cancelling() or state.is_cancelled())
 
 
+def cancelling() -> bool:
+    """Whether this flow run is being cancelled (Cancel in the UI sets it Cancelling)."""
+    return flow_run.id is not None and _cancel_requested(UUID(str(flow_run.id)))
+
+
+def cancelled_message(flow_run_id: UUID | str) -> str:
+    return (
+        f"flow run {flow_run_id} was cancelled in Prefect: finished rollouts are committed; "
+        f"continue it ({option('resume')})"
+    )
+
+
+def end_cancelled() -> Abort:
+    """Mark this flow run Cancelled, saying what is kept and how to continue, and return the
+    Abort that ends its process quietly: Prefect's engine takes the state an Abort carries as
+    the run's last (its log's "Finished in state Cancelled(...)")."""
+    message = cancelled_message(flow_run.id)
+    get_run_logger().info("%s", message)
+    with get_client(sync_client=True) as client:
+        set_to = client.set_flow_run_state(
+            UUID(str(flow_run.id)), Cancelled(message=message), force=True
+        )
+    abort = Abort(message)
+    abort.state = set_to.state
+    return abort
+
+
 def _watch(flow_run_id: UUID, done: threading.Event) -> None:
     while not done.wait(POLL_S):
         try:
@@ -35,11 +65,7 @@ def _watch(flow_run_id: UUID, done: threading.Event) -> None:
         except Exception:  # an API hiccup: the next poll asks again
             continue
         if cancelled:
-            stopping.request_stop(
-                f"flow run {flow_run_id} was cancelled in Prefect: finished rollouts are "
-                f"committed; continue it ({option('resume')})",
-                cause="cancelled",
-            )
+            stopping.request_stop(cancelled_message(flow_run_id), cause="cancelled")
             return
 
 

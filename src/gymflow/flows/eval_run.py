@@ -22,7 +22,7 @@ from gymflow.config import ConfigError, EvalConfig
 from gymflow.errors import GateFailed, naming_options
 from gymflow.flows import run_log
 from gymflow.flows.artifacts import publish_results, publish_retrying, publish_shard_failure
-from gymflow.flows.cancellation import stop_on_cancel, supervised
+from gymflow.flows.cancellation import cancelling, end_cancelled, stop_on_cancel, supervised
 from gymflow.flows.eval_shard import collect_plan
 from gymflow.flows.fan_out import ShardFailed, run_shard_here, run_shard_on_pool, shard_deployment
 from gymflow.flows.labels import run_name, tag_run
@@ -148,9 +148,14 @@ def run_evaluation(
             return {**analyse_run(config.out), "collected": collected}
     except stopping.RunStopped as exc:
         if exc.cause == "signal" and supervised():
-            # A worker's SIGTERM: a cancellation from the UI, or the worker shutting down. Our
-            # handler stood in for Prefect's while collecting; Prefect's engine now decides what
-            # the signal meant (a cancellation ends Cancelled, with no error logged).
+            if cancelling():
+                # The worker's SIGTERM for a Cancel in the UI. A Cancelled state returned from
+                # here would make Prefect's engine end the process on a CancelledRun error
+                # (logged as unexpected, exit 1); its Abort ends it quietly, once the run's
+                # state says what happened.
+                raise end_cancelled() from exc
+            # Another SIGTERM (the worker shutting down): Prefect's engine decides, as it
+            # would have had our handler not stood in for its own while collecting.
             get_run_logger().info("%s", exc)
             raise TerminationSignal(signal.SIGTERM) from exc
         if exc.cause == "cancelled":
