@@ -9,12 +9,21 @@ in a fresh subprocess, so its peak RSS (ru_maxrss) is its own.
     python bench/analysis_scale.py                     # both sizes
     python bench/analysis_scale.py --sizes 100000      # one size
     python bench/analysis_scale.py --keep /tmp/stores  # keep the stores for inspection
+    python bench/analysis_scale.py --baseline /tmp/old  # interleaved with another checkout
+
+`--baseline CHECKOUT` (a folder holding that commit's src/ and bench/, e.g. from `git archive
+9bdf3f3 src bench | tar -x -C /tmp/old`) builds a store with that checkout's own code and runs
+each stage there right after it runs here, so both are measured in the same minutes on a shared
+machine. CPU seconds (user + sys, the whole child process) are what to compare under load; the
+wall seconds are the stage's own, imports excluded. Reverify runs on a copy of the store each
+time (it adds a verifier version), so every round judges every rollout.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -153,42 +162,82 @@ def run_stage(stage: str, store: Path) -> dict[str, float]:
     return {"seconds": seconds, "peak_rss_mib": peak, "detail": detail}
 
 
-def stage_in_child(script: str, stage: str, store: Path, *extra: str) -> dict:
+def stage_in_child(
+    script: str, stage: str, store: Path, *extra: str, src: Path | None = None
+) -> dict:
     """Run one stage as `script --stage STAGE --store STORE`, in a fresh process (its own peak
-    memory), and return the JSON figure it prints last."""
-    child = subprocess.run(
-        [sys.executable, script, "--stage", stage, "--store", str(store), *extra],
-        capture_output=True,
-        text=True,
-        check=True,
+    memory) importing gymflow from `src` when given, and return the JSON figure it prints last
+    with the process's CPU seconds (user + sys) beside it."""
+    env = {**os.environ, "PYTHONPATH": str(src)} if src else None
+    with tempfile.TemporaryFile("w+") as out:
+        child = subprocess.Popen(
+            [sys.executable, script, "--stage", stage, "--store", str(store), *extra],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        errors = child.stderr.read()
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode:
+            sys.exit(f"{script} --stage {stage} exited {child.returncode}:\n{errors}")
+        out.seek(0)
+        result = json.loads(out.read().strip().splitlines()[-1])
+    return {**result, "cpu_s": usage.ru_utime + usage.ru_stime}
+
+
+def build_in_child(checkout: Path, store: Path, tasks: int) -> float:
+    """Build a store with `checkout`'s own build_store and gymflow (its schema may differ)."""
+    code = (
+        "import sys; from pathlib import Path; sys.argv = ['x']; import analysis_scale as a; "
+        f"print(a.build_store(Path({str(store)!r}), {tasks}))"
     )
-    return json.loads(child.stdout.strip().splitlines()[-1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout / "src"),
+                                                        str(checkout / "bench")])}  # fmt: skip
+    child = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return float(child.stdout.strip().splitlines()[-1])
 
 
-def report_stage(rows: list, size: int, stage: str, result: dict) -> None:
-    rows.append((size, stage, result))
+def report_stage(rows: list, size: int, stage: str, result: dict, code: str = "") -> None:
+    rows.append((size, stage, code, result))
+    cpu = f"{result['cpu_s']:7.2f} s CPU " if "cpu_s" in result else ""
     print(
-        f"{size:>9,} {stage:<12} {result['seconds']:7.2f} s "
+        f"{size:>10,} {stage:<12} {code:<9} {result['seconds']:7.2f} s {cpu}"
         f"{result['peak_rss_mib']:7.0f} MiB  {result['detail']}",
         flush=True,
     )
 
 
 def print_table(rows: list) -> None:
-    print("\n| rollouts | stage | seconds | peak RSS (MiB) | result |")
-    print("|---:|---|---:|---:|---|")
-    for size, stage, result in rows:
+    print("\n| rollouts | stage | code | seconds | CPU s (user + sys) | peak RSS (MiB) | result |")
+    print("|---:|---|---|---:|---:|---:|---|")
+    for size, stage, code, result in rows:
+        cpu = f"{result['cpu_s']:.2f}" if "cpu_s" in result else "–"
         print(
-            f"| {size:,} | {stage} | {result['seconds']:.2f} | {result['peak_rss_mib']:.0f} | "
-            f"{result['detail']} |"
+            f"| {size:,} | {stage} | {code or 'this'} | {result['seconds']:.2f} | {cpu} | "
+            f"{result['peak_rss_mib']:.0f} | {result['detail']} |"
         )
-    print("\n(2 shared cores, other engineers' work running: figures are noisy.)")
+    print(f"\n(load average {os.getloadavg()[0]:.1f} at the end; 2 shared cores: wall seconds are")
+    print("noisy, CPU seconds much less so.)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--keep", type=Path, help="Build the stores here and keep them.")
+    parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout (src/ and bench/) to run every stage on too, interleaved",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="times each stage runs")
+    parser.add_argument(
+        "--reuse", action="store_true", help="with --keep: use the stores built there before"
+    )
     parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
     parser.add_argument("--store", type=Path, help=argparse.SUPPRESS)
     args = tiny.parse(parser, sizes=[2000])
@@ -197,15 +246,34 @@ def main() -> None:
         return
     root = args.keep or Path(tempfile.mkdtemp(prefix="gymflow-bench-"))
     rows = []
+    codes = {"this": (Path(__file__), None)}
+    if args.baseline:
+        base = args.baseline.resolve()
+        codes["baseline"] = (base / "bench" / "analysis_scale.py", base / "src")
     try:
         for size in args.sizes:
-            store = root / f"store-{size}"
-            if store.exists():
-                shutil.rmtree(store)
-            built = build_store(store, size // REPEATS)
-            print(f"built {size:,} rollouts in {built:.1f} s", flush=True)
-            for stage in STAGES:
-                report_stage(rows, size, stage, stage_in_child(__file__, stage, store))
+            stores = {code: root / f"store-{size}-{code}" for code in codes}
+            for code, store in stores.items():
+                if args.reuse and store.exists():
+                    print(f"reusing {store}", flush=True)
+                    continue
+                if store.exists():
+                    shutil.rmtree(store)
+                if code == "this":
+                    built = build_store(store, size // REPEATS)
+                else:
+                    built = build_in_child(args.baseline.resolve(), store, size // REPEATS)
+                print(f"built {size:,} rollouts ({code}) in {built:.1f} s", flush=True)
+            for stage in args.stages:
+                for _ in range(args.rounds):
+                    for code, (script, src) in codes.items():
+                        store = stores[code]
+                        if stage == "reverify":  # on a copy: each round judges every rollout
+                            store = root / f"reverified-{code}"
+                            shutil.rmtree(store, ignore_errors=True)
+                            shutil.copytree(stores[code], store)
+                        result = stage_in_child(str(script), stage, store, src=src)
+                        report_stage(rows, size, stage, result, code)
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -79,8 +79,8 @@ def run_stage(stage: str, store: Path, out: Path) -> dict[str, object]:
         if stage == "profile":
             result = data_profile(con)
             detail = (
-                f"{result['informative']} of {result['tasks']} tasks informative, "
-                f"{result['near_duplicates']['groups']} near-duplicate groups"
+                f"{result.informative} of {result.tasks} tasks informative, "
+                f"{result.near_duplicates.groups} near-duplicate groups"
             )
         else:
             selection = select_tasks(con, Filters())

@@ -106,7 +106,6 @@ def run_collector(run_dir: Path, concurrency: int, profile_to: Path | None) -> F
     con = connect(plan.run_dir, create=True)
     register_run(con, plan, resume=False)
     keys = plan.keys()
-    _ = plan.prompts  # rendered once per run, before the timed part, as the flow does
     profiler = None
     if profile_to:
         from pyinstrument import Profiler

@@ -94,10 +94,10 @@ def timed_entry(category: str, cm: Callable) -> Callable:
 
 def instrument() -> None:
     Collector.run = timed("rollouts", Collector.run)
-    rollout_tasks.resolve = timed("plan", rollout_tasks.resolve)
+    eval_run_module.plan_of = timed("plan", eval_run_module.plan_of)
+    eval_shard_module.plan_of = timed("plan", eval_shard_module.plan_of)
     rollout_tasks.register_run = timed("plan", rollout_tasks.register_run)
     rollout_tasks.missing_keys = timed("plan", rollout_tasks.missing_keys)
-    eval_run_module.resolve = timed("plan", eval_run_module.resolve)
     eval_run_module.check_destination = timed("plan", eval_run_module.check_destination)
     shard_tasks.merge_shards = timed("merge", shard_tasks.merge_shards)
     shard_tasks.shard_progress = timed("merge", shard_tasks.shard_progress)
@@ -117,7 +117,7 @@ def run_once(root: Path, shards: int, tasks: int, repeats: int) -> dict[str, flo
     start = time.perf_counter()
     result = eval_run_module.evaluation_loop(config, scale=scale)
     wall = time.perf_counter() - start
-    rollouts = result["analysis"].profile.coverage.expected
+    rollouts = result.analysis.profile.coverage.expected
     domain = TIMELINE.union()
     figures = {
         "shards": shards,

@@ -60,8 +60,8 @@ def require_tool(name: str) -> str:
 
 
 #: Test files that share a session fixture costing a run or a server: under `pytest -n 2 --dist
-#: loadgroup` (README) each group runs on one worker, so its fixture is built once; every other
-#: file is a group of its own (its module fixtures are built once too).
+#: loadgroup` (the test command) each group runs on one worker, so its fixture is built once;
+#: every other file is a group of its own (its module fixtures are built once too).
 SHARED_FIXTURE_GROUPS = {
     "tests/data/test_trajectories.py": "ledger_run",
     "tests/harness/test_tool_loop_cli.py": "ledger_run",

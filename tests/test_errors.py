@@ -30,6 +30,7 @@ INTERNAL = {
     "gymflow.verifiers.pool.WorkerTimeout": "recorded by the resources server as a failure kind",
     "gymflow.verifiers.pool.WorkerFailed": "recorded by the resources server as a failure kind",
     "gymflow.verifiers.pool.JobRejected": "a WorkerFailed whose worker stays in the pool",
+    "gymflow.verifiers.pool.WorkerOutOfMemory": "a WorkerFailed recorded as the answer failing",
     "gymflow.verifiers.pool.Abandoned": "the caller was cancelled and no longer waits",
     "gymflow.verifiers.sandbox.CandidateRaised": "the candidate program's own exception: what "
     "code_exec judges",

@@ -5,12 +5,15 @@ from __future__ import annotations
 import resource
 import subprocess
 import sys
+import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 
 from gymflow.config import ConfigError, parse_config
-from gymflow.models.open_files import RESERVE
-from tests.conftest import GYM
+from gymflow.models.open_files import RESERVE, SERVING_OPEN_FILES
+from tests.conftest import GYM, free_port
 
 
 def _limited(soft: int, hard: int):
@@ -97,3 +100,42 @@ def test_a_chosen_batch_below_the_concurrency_is_refused():
         parse_config(
             {"benchmark": "arithmetic-smoke", "concurrency": 200, "batch_size": 100}, "test"
         )
+
+
+def _soft_open_files(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    raise AssertionError("no open-file limit in /proc")
+
+
+@pytest.mark.parametrize("command", [["model"], ["environment", "arithmetic"]])
+def test_a_served_model_or_environment_raises_its_own_open_file_limit(command):
+    """A server started from a shell with a soft limit of 1,024 refused the last connections of
+    a run at concurrency 1,024 (bench/latency_bound.py: 0.61 of the bound, 638 calls retried):
+    it raises its own limit, however many clients come."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    wanted = SERVING_OPEN_FILES if hard == resource.RLIM_INFINITY else min(SERVING_OPEN_FILES, hard)
+    if wanted <= 300:
+        pytest.skip(f"hard open-file limit {hard} leaves nothing to raise")
+    port = free_port()
+    server = subprocess.Popen(
+        [GYM, "serve", *command, "--port", str(port)],
+        preexec_fn=_limited(300, hard),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
+                    break
+            except OSError:
+                assert server.poll() is None, server.stderr.read().decode()
+                assert time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.2)
+        assert _soft_open_files(server.pid) == wanted
+    finally:
+        server.terminate()
+        server.wait(30)

@@ -8,7 +8,6 @@ import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import parse_qsl, urlsplit
 
 import yaml
 from pydantic import (
@@ -58,7 +57,9 @@ class Sampling(_Strict):
     top_p: float | None = Field(
         1.0, gt=0.0, le=1.0, description="null: not sent (for models that refuse it)."
     )
-    max_output_tokens: int = Field(1024, ge=1, le=MAX_OUTPUT_TOKENS)
+    max_output_tokens: int = Field(
+        1024, ge=1, le=MAX_OUTPUT_TOKENS, description="Output tokens per model call, at most."
+    )
     seed: int | None = Field(
         0,
         description="Run seed. Each rollout is sent a seed derived from it, its task and repeat, "
@@ -148,27 +149,66 @@ ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _KEY_PREFIXES = (
     "sk-", "sk_", "pk-", "rk-", "hf_", "gsk_", "xai-", "aiza", "ghp_", "github_pat_", "bearer ",
 )  # fmt: skip
-#: Query or fragment parameters that carry a credential (`?key=` for Google APIs, `?api-key=`,
+#: Parameter names that carry a credential (`?key=` for Google APIs, `?api-key=`,
 #: `?access_token=`, a signature): stored and shown with the URL as surely as `user:pw@`.
-_CREDENTIAL_PARAM = re.compile(r"key|token|secret|pass|pwd|auth|sig|credential", re.IGNORECASE)
+_CREDENTIAL_WORDS = ("key", "token", "secret", "pass", "pwd", "auth", "sig", "credential")
+
+
+def _any_case(word: str) -> str:
+    """`word` as a case-insensitive pattern: JSON Schema's (ECMAScript) patterns take no flags."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
+
+
+def _either(words: tuple[str, ...]) -> str:
+    return "(?:" + "|".join(map(_any_case, words)) + ")"
+
+
+#: What a URL must not hold, each a pattern matched from the URL's start, and what it is in
+#: words. One rule for every place a URL is given: the config's validator tries them one by one
+#: (to say which), and the Prefect form's JSON Schema pattern is their negation, so the form
+#: refuses before a flow run exists exactly what the config refuses. A URL is read as pieces
+#: between `/ ? # & ; =` (the host, path segments, `;` parameters, query and fragment names and
+#: values): a key was stored when it sat in a query value or a path segment
+#: (`…/v1?q=sk-proj-…`, `…/sk-proj-…/v1`), where the parameter-name check never looked.
+_URL_REFUSALS: tuple[tuple[str, str], ...] = (
+    # RFC 3986's unreserved characters never need an escape; an escape hides a word from the
+    # patterns below (`%6Bey` is `key`), and a pattern cannot decode one.
+    (
+        r".*%(?:3[0-9]|[46][1-9A-Fa-f]|[57][0-9Aa]|2[DEde]|5[Ff]|7[Ee])",
+        "a percent-escaped letter, digit or -._~ (it would hide a key's name or prefix)",
+    ),
+    (
+        rf".*[?#&;][^=&#;/]*{_either(_CREDENTIAL_WORDS)}",
+        "a parameter named for a credential (" + ", ".join(_CREDENTIAL_WORDS) + ")",
+    ),
+    (
+        ".*[/?#&;=]" + _either(tuple(p for p in _KEY_PREFIXES if re.fullmatch(r"[\w-]+", p))),
+        "a part that begins as API keys do (sk-, hf_, AIza, ghp_, ...)",
+    ),
+    # as api_key_env's rule: keys are long runs of letters and digits (not path segments:
+    # account and deployment ids in gateway URLs look the same and are not secrets)
+    (
+        r".*=(?=[A-Za-z0-9]{20})[A-Za-z0-9]*[0-9]",
+        "a parameter value that looks like a key (20 or more letters and digits)",
+    ),
+)
 
 
 def refuse_url_credentials(url: str | None) -> str | None:
     """A URL holding credentials would be stored (runs.config_json), shown (report, `--ping`) and
     sent to Prefect with the config: refused (pydantic names the field), never echoed."""
-    if url is not None and not re.match(URL_WITHOUT_CREDENTIALS, url):
+    if url is None:
+        return None
+    if not re.match(URL_WITHOUT_CREDENTIALS, url):
         raise ValueError(
             "a URL must not carry credentials (user:password@host): put the key in an "
             "environment variable and name it in model.api_key_env"
         )
-    if url is not None:
-        parts = urlsplit(url)
-        given = parse_qsl(parts.query, keep_blank_values=True)
-        given += parse_qsl(parts.fragment, keep_blank_values=True)
-        if any(_CREDENTIAL_PARAM.search(name) for name, _ in given):
+    for pattern, what in _URL_REFUSALS:
+        if re.match(pattern, url):
             raise ValueError(
-                "a URL must not carry credentials (a key or token in its query): put the key "
-                "in an environment variable and name it in model.api_key_env"
+                f"a URL must not carry credentials, and this one holds {what}: put the key in "
+                "an environment variable and name it in model.api_key_env"
             )
     return url
 
@@ -194,20 +234,14 @@ def refuse_key_as_env_name(value: str | None) -> str | None:
     return value
 
 
-def _any_case(word: str) -> str:
-    """`word` as a case-insensitive pattern: JSON Schema's (ECMAScript) patterns take no flags."""
-    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
-
-
-# The two rules above as JSON Schema patterns, built from the same words, so the Prefect form
-# refuses before a flow run exists what the config refuses when it is validated (the form held
-# a key as `api_key_env`, and `user:password@`, in a flow run's parameters). tests/faults checks
-# that pattern and function agree.
-_CREDENTIAL_WORDS = _CREDENTIAL_PARAM.pattern.split("|")
-#: A URL without `user:password@` and without a query or fragment parameter named for a key
-#: (or percent-escaped: a name the pattern cannot read, as `%6Bey` for `key`).
+# The two rules above as JSON Schema patterns, built from the same patterns and words, so the
+# Prefect form refuses before a flow run exists what the config refuses when it is validated
+# (the form held a key as `api_key_env`, and `user:password@`, in a flow run's parameters).
+# tests/faults checks that pattern and function agree.
+#: A URL none of `_URL_REFUSALS` matches, without `user:password@`.
 URL_PATTERN = (
-    f"^(?!.*[?#&][^=&#]*(?:%|{'|'.join(map(_any_case, _CREDENTIAL_WORDS))}))"
+    "^"
+    + "".join(f"(?!{pattern})" for pattern, _ in _URL_REFUSALS)
     + URL_WITHOUT_CREDENTIALS.removeprefix("^")
 )
 #: A variable's name that does not look like a key (a key's prefix; one long run with digits).
@@ -237,11 +271,15 @@ ToolChoice = Literal["auto", "required", "none"]
 class ModelConfig(_Strict):
     """Where the policy's model lives. `local` starts the seeded local policy server."""
 
-    kind: Literal["local", "responses", "chat_completions"] = "local"
+    kind: Literal["local", "responses", "chat_completions"] = Field(
+        "local",
+        description="local: the simulated policy server, started for the run. responses: an "
+        "OpenAI-compatible /v1/responses server. chat_completions: a /v1/chat/completions one.",
+    )
     base_url: ServerUrl | None = Field(
         None, description="e.g. http://127.0.0.1:8000/v1 (no user:password@: use api_key_env)"
     )
-    name: str = "gymflow-local-policy"
+    name: str = Field("gymflow-local-policy", description="Model name sent on every call.")
     api_key_env: ApiKeyEnv | None = Field(
         None, description="Name of the environment variable holding the API key (never the key)."
     )
@@ -263,13 +301,17 @@ class ModelConfig(_Strict):
         description="Longest answer read; a longer one is recorded as response_too_large.",
     )
     timeout_s: float = Field(60.0, gt=0.0, description="Total time allowed for one call.")
-    connect_timeout_s: float = Field(5.0, gt=0.0)
+    connect_timeout_s: float = Field(5.0, gt=0.0, description="Time allowed to connect.")
     read_timeout_s: float | None = Field(
         None, gt=0.0, description="Longest silence while reading an answer; timeout_s if unset."
     )
-    max_retries: int = Field(4, ge=0, le=20)
+    max_retries: int = Field(
+        4, ge=0, le=20, description="Retries of a call after a 429, 5xx, timeout or bad body."
+    )
     backoff_s: float = Field(0.5, ge=0.0, description="First retry delay; doubles with jitter.")
-    requests_per_minute: float | None = Field(None, gt=0.0)
+    requests_per_minute: float | None = Field(
+        None, gt=0.0, description="Space calls to at most this many per minute; unset: no limit."
+    )
     skill_seed: int = Field(0, description="Local policy only: which tasks it can and cannot do.")
     faults: FaultSpec = FaultSpec()
     simulate: SimulatedBehaviour = Field(
@@ -291,12 +333,16 @@ class ModelConfig(_Strict):
 
 
 class HarnessConfig(_Strict):
+    """The agent harness that turns the model into an agent."""
+
     name: str | None = Field(None, description="Harness name; the environment's default if unset.")
-    system_prompt: str | None = None
-    max_turns: int = Field(8, ge=1)
+    system_prompt: str | None = Field(None, description="System message sent first; unset: none.")
+    max_turns: int = Field(8, ge=1, description="Model calls per rollout at most (tool_loop).")
 
 
 class ShardSpec(_Strict):
+    """Which shard of the run this is (`--shard I/N`): tasks split by a stable hash of task_id."""
+
     index: int = Field(0, ge=0)
     count: int = Field(1, ge=1)
 
@@ -348,13 +394,28 @@ class EvalConfig(_Strict):
     )
     model: ModelConfig = ModelConfig()
     harness: HarnessConfig = HarnessConfig()
-    sampling: Sampling | None = None
-    verifier_params: dict[str, Any] = Field(default_factory=dict)
-    concurrency: int = Field(64, ge=1, le=4096)
-    batch_size: int = Field(2000, ge=1, description="Rollouts per Prefect task.")
+    sampling: Sampling | None = Field(
+        None,
+        description="Unset: the benchmark's sampling. Set, it replaces the benchmark's whole: a "
+        "key it leaves out takes its default here (a sampling flag changes only its own key).",
+    )
+    verifier_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Verifier parameters to change, e.g. {mode: loose}; the rest keep the "
+        "benchmark's and environment's values.",
+    )
+    concurrency: int = Field(64, ge=1, le=4096, description="Rollouts in flight at once.")
+    batch_size: int = Field(
+        2000,
+        ge=1,
+        description="Rollouts per Prefect task. Unset: the larger of 2000 and "
+        f"{WAVES_PER_BATCH} x concurrency; set, at least concurrency.",
+    )
     out: str = Field("runs/latest", description="Run directory (store and report).")
     shard: ShardSpec = ShardSpec()
-    prompt_template: str | None = None
+    prompt_template: str | None = Field(
+        None, description="Jinja template over a task's fields; unset: the benchmark's."
+    )
     resources_url: ServerUrl | None = Field(
         None,
         description="Use the environment's resources server served at this URL (`gym serve "

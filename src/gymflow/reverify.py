@@ -27,6 +27,7 @@ import orjson
 import yaml
 
 from gymflow import bounded_yaml
+from gymflow.analysis.outcomes import REVERIFY_SOURCE
 from gymflow.analysis.profile import headline
 from gymflow.analysis.results import Headline, Result
 from gymflow.core.records import Verification
@@ -38,7 +39,7 @@ from gymflow.errors import UserError
 from gymflow.store import current
 from gymflow.store.db import connect, transaction
 from gymflow.store.rows import verification_row
-from gymflow.store.runs import run_info
+from gymflow.store.runs import RunInfo, run_info
 from gymflow.store.superseded import supersede_verifications
 from gymflow.store.writer import insert_arrow, register_verifier_version
 from gymflow.verifier_identity import code_hash, with_code
@@ -147,16 +148,20 @@ def _selection(failed_only: bool) -> str:
     return judged_again
 
 
-def _batches(con, base: str, failed_only: bool) -> Iterator[list[tuple]]:
-    cursor = con.execute(
-        f"""
-        SELECT r.rollout_id, r.task_id, r.output_text, r.trajectory_json
-        FROM rollouts r
-        LEFT JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
-        WHERE {_selection(failed_only)}
-        """,
-        [base],
-    )
+def _to_judge(con, text_only: bool, source: str, params: list) -> Iterator[list[tuple]]:
+    """Batches of (task_id, output_text, trajectory_json, rollout ids) to judge, from the
+    rollouts `r` that `source` (FROM ... WHERE) selects. A text-only verifier's come grouped by
+    task and text, without the trajectory: one verdict for every rollout that gave the answer
+    (100 repeats of an arithmetic task give a few distinct answers), and no trajectory read or
+    parsed (once half of a reverify's work)."""
+    if text_only:
+        sql = (
+            f"SELECT r.task_id, r.output_text, NULL, list(r.rollout_id) {source} "
+            "GROUP BY r.task_id, r.output_text"
+        )
+    else:
+        sql = f"SELECT r.task_id, r.output_text, r.trajectory_json, [r.rollout_id] {source}"
+    cursor = con.execute(sql, params)
     while rows := cursor.fetchmany(BATCH):
         yield rows
 
@@ -168,30 +173,44 @@ def _verify_all(
         VerifyInput(
             tasks[task_id], output_text or "", orjson.loads(trajectory) if trajectory else []
         )
-        for _, task_id, output_text, trajectory in rows
+        for task_id, output_text, trajectory, _ in rows
     )
 
 
-def _insert(
-    con, rows: list[tuple], verdicts: list[Verification], version: str, now: datetime
-) -> None:
-    """Insert one batch of verdicts, as `version`, through Arrow (`insert_arrow`). A verdict
-    is copied only when stored under another version (the verifier's code changed since):
-    copying every one was a tenth of a reverify."""
-    insert_arrow(
-        con,
-        "verifications",
-        [
-            verification_row(
-                row[0],
-                verdict
-                if verdict.verifier_version == version
-                else replace(verdict, verifier_version=version),
-                now,
-            )
-            for row, verdict in zip(rows, verdicts, strict=True)
-        ],
-    )
+def _judge(
+    con,
+    server: ResourcesServer,
+    tasks: dict[str, Task],
+    version: str,
+    now: datetime,
+    source: str,
+    params: list,
+) -> int:
+    """Judge the rollouts `source` selects and insert their verdicts as `version`, batch by
+    batch, through Arrow (`insert_arrow`), each verdict stored once for each of its rollouts; a
+    second connection streams the rollouts while `con` writes, so memory stays one batch.
+    A verdict is copied only when stored under another version (the verifier's code changed
+    since): copying every one was a tenth of a reverify. Returns the rollouts judged."""
+    reader = con.cursor()
+    judged = 0
+    try:
+        for rows in _to_judge(reader, server.text_only, source, params):
+            verdicts = _verify_all(server, tasks, rows)
+            stored = [
+                verification_row(
+                    row[3],
+                    verdict
+                    if verdict.verifier_version == version
+                    else replace(verdict, verifier_version=version),
+                    now,
+                )
+                for row, verdict in zip(rows, verdicts, strict=True)
+            ]
+            insert_arrow(con, "verifications", stored, listed_keys=True)
+            judged += sum(len(row[3]) for row in rows)
+    finally:
+        reader.close()
+    return judged
 
 
 def _write(
@@ -199,41 +218,41 @@ def _write(
 ) -> int:
     """Judge and insert, as `version`, in one transaction: a crash leaves the store as it was."""
     now = datetime.now(UTC).replace(tzinfo=None)
-    # A second connection streams the rollouts while this one writes: memory stays one batch.
-    reader = con.cursor()
-    judged = 0
-    try:
-        with transaction(con):
-            register_verifier_version(
-                con,
-                version,
-                server.verifier.name,
-                server.params.model_dump(mode="json"),
-                source=f"reverify from {base.version or 'no stored version'}",
-                code_hash=code_hash(server.verifier),
+    with transaction(con):
+        register_verifier_version(
+            con,
+            version,
+            server.verifier.name,
+            server.params.model_dump(mode="json"),
+            source=f"{REVERIFY_SOURCE}{base.version or 'no stored version'}",
+            code_hash=code_hash(server.verifier),
+        )
+        judged = _judge(
+            con,
+            server,
+            tasks,
+            version,
+            now,
+            "FROM rollouts r LEFT JOIN verifications b ON b.rollout_id = r.rollout_id "
+            f"AND b.verifier_version = ? WHERE {_selection(failed_only)}",
+            [base.version],
+        )
+        if failed_only and base.stored:
+            # The base version's passing verdicts, copied row for row into the new version.
+            con.execute(
+                f"""
+                INSERT INTO verifications BY NAME
+                SELECT b.rollout_id, ? AS verifier_version, b.status, b.reward, b.passed,
+                       b.failure_kind,
+                       json_merge_patch(coalesce(b.details_json, '{{}}'),
+                                        json_object('carried_from', ?)) AS details_json,
+                       ? AS created_at
+                FROM rollouts r
+                JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
+                WHERE NOT ({_selection(failed_only)})
+                """,
+                [version, base.version, now, base.version],
             )
-            for rows in _batches(reader, base.version, failed_only):
-                judged += len(rows)
-                verdicts = _verify_all(server, tasks, rows)
-                _insert(con, rows, verdicts, version, now)
-            if failed_only and base.stored:
-                # The base version's passing verdicts, copied row for row into the new version.
-                con.execute(
-                    f"""
-                    INSERT INTO verifications BY NAME
-                    SELECT b.rollout_id, ? AS verifier_version, b.status, b.reward, b.passed,
-                           b.failure_kind,
-                           json_merge_patch(coalesce(b.details_json, '{{}}'),
-                                            json_object('carried_from', ?)) AS details_json,
-                           ? AS created_at
-                    FROM rollouts r
-                    JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
-                    WHERE NOT ({_selection(failed_only)})
-                    """,
-                    [version, base.version, now, base.version],
-                )
-    finally:
-        reader.close()
     return judged
 
 
@@ -246,23 +265,17 @@ def _rejudge(
     reverify carried from its base version: a pass under other parameters is no verdict of
     these. One transaction for the new verdicts."""
     supersede_verifications(con, version, carried=not failed_only)
-    now = datetime.now(UTC).replace(tzinfo=None)
-    rows = con.execute(
-        """
-        SELECT r.rollout_id, r.task_id, r.output_text, r.trajectory_json
-        FROM rollouts r
-        ANTI JOIN (SELECT rollout_id FROM verifications WHERE verifier_version = ?) v
-            USING (rollout_id)
-        WHERE r.status = 'completed'
-        """,
-        [version],
-    ).fetchall()
-    if not rows:
-        return 0
-    verdicts = _verify_all(server, tasks, rows)
     with transaction(con):
-        _insert(con, rows, verdicts, version, now)
-    return len(rows)
+        return _judge(
+            con,
+            server,
+            tasks,
+            version,
+            datetime.now(UTC).replace(tzinfo=None),
+            "FROM rollouts r ANTI JOIN (SELECT rollout_id FROM verifications "
+            "WHERE verifier_version = ?) v USING (rollout_id) WHERE r.status = 'completed'",
+            [version],
+        )
 
 
 class FlippedRollouts(Result):
@@ -380,17 +393,17 @@ def reverify(
     con = connect(run_dir)
     try:
         run = run_info(con)
-        if not run["environment"]:  # an import that was not matched to an environment
+        if not run.environment:  # an import that was not matched to an environment
             raise ReverifyError(
-                f"run {run['run_id']} names no environment (imported without --environment?): "
+                f"run {run.run_id} names no environment (imported without --environment?): "
                 "reverify runs an environment's verifier; import it again with "
                 "`gym import nemo-gym FILE --environment NAME --out DIR`"
             )
         try:
-            env = load_environment(run["environment"])
+            env = load_environment(run.environment)
         except RegistryError as exc:
             raise ReverifyError(
-                f"run {run['run_id']}: reverify needs the environment's verifier, but {exc}"
+                f"run {run.run_id}: reverify needs the environment's verifier, but {exc}"
             ) from None
         spec = env.manifest.verifier
         base = _base_version(con, spec.name, spec.params, base_version)
@@ -421,7 +434,7 @@ def reverify(
 
 def _reverify_with(
     con,
-    run: dict[str, Any],
+    run: RunInfo,
     env: Environment,
     spec: VerifierRef,
     base: _Base,
@@ -434,7 +447,7 @@ def _reverify_with(
 ) -> Reverified:
     """reverify's work once its resources server is built (the caller closes it)."""
     # the run's own server, when it was served: a NeMo Gym server is asked there first
-    run_config = json.loads(run.get("config_json") or "{}")
+    run_config = json.loads(run.config_json or "{}")
     refusal = server.reverify_refusal(run_config.get("resources_url"))
     if refusal is not None and not force:
         raise ReverifyError(f"{refusal}; pass --force to verify without it")
@@ -465,4 +478,155 @@ def _reverify_with(
         after=headline(con, new_version),
         current_version=current.current_verifier_version(con),
         made_current=make_current,
+    )
+
+
+class Disagreement(Result):
+    """A stored verdict the verifier, run again on the stored rollout, does not give."""
+
+    rollout_id: str
+    task_id: str
+    repeat_index: int
+    stored: str
+    recomputed: str
+
+
+class Rechecked(Result):
+    """What `gym eval reverify RUN --check` found (`--json` prints it). Nothing was written."""
+
+    environment: str
+    version: str
+    #: verdicts stored under `version` and judged again
+    checked: int
+    agreed: int
+    #: every stored verdict the verifier does not give again (the list is capped, `count` not)
+    disagreements: list[Disagreement]
+    count: int
+    #: the verifier's code differs from the code the version was stored with: a disagreement
+    #: may be the code's change rather than an edit of the store
+    code_changed: bool
+
+    @property
+    def agrees(self) -> bool:
+        return self.count == 0
+
+
+def _said(status: str | None, reward: float | None, passed: bool | None, kind: str | None) -> str:
+    if status != "ok":
+        return f"{status or 'no verdict'} ({kind or 'no kind'})"
+    return f"{'pass' if passed else 'fail'}, reward {reward!r}"
+
+
+def _same(stored: tuple, again: Verification) -> bool:
+    status, reward, passed, kind = stored
+    if status != again.status:
+        return False
+    if status != "ok":
+        return kind == again.failure_kind
+    same_reward = (reward is None and again.reward is None) or (
+        reward is not None and again.reward is not None and abs(reward - again.reward) <= 1e-9
+    )
+    return passed is again.passed and same_reward
+
+
+def check(
+    run_dir: Path | str, version: str | None = None, *, max_listed: int | None = 1000
+) -> Rechecked:
+    """Judge every rollout again under a stored version's own parameters (default: the version
+    the run is read under) and compare with what the store says, writing nothing.
+
+    This catches verdicts edited in the store, consistently or not (`passed` and `reward` set
+    together read healthy: health can only check that they agree with each other). It cannot
+    catch an edit of the rollouts themselves: an output rewritten to the reference answer is
+    judged again as a pass. A verifier of live session state cannot be run again from the store
+    (the state is gone): ReverifyError, nothing checked."""
+    con = connect(run_dir, read_only=True)
+    try:
+        run = run_info(con)
+        version = version or current.current_verifier_version(con)
+        row = con.execute(
+            "SELECT verifier_name, params_json FROM verifier_versions WHERE verifier_version = ?",
+            [version],
+        ).fetchone()
+        if row is None:
+            raise ReverifyError(f"no verifier version {version!r} in this store")
+        try:
+            env = load_environment(run.environment or "")
+        except RegistryError as exc:
+            raise ReverifyError(f"run {run.run_id}: cannot re-check its verdicts: {exc}") from None
+        if row[0] != env.manifest.verifier.name:
+            raise ReverifyError(
+                f"version {version} is verifier {row[0]!r}, not environment {env.name}'s "
+                f"({env.manifest.verifier.name!r}): there is nothing here to judge it again with"
+            )
+        try:
+            server = env.resources_server(json.loads(row[1] or "{}"))
+        except UserError as exc:
+            raise ReverifyError(f"version {version}: {exc}") from None
+        try:
+            run_config = json.loads(run.config_json or "{}")
+            refusal = server.reverify_refusal(run_config.get("resources_url"))
+            if refusal is not None:
+                raise ReverifyError(
+                    f"cannot re-check version {version}: {refusal}; its verdicts cannot be "
+                    "recomputed from the store"
+                )
+            return _check_with(con, env, server, version, max_listed)
+        finally:
+            server.close()
+    finally:
+        con.close()
+
+
+def _check_with(
+    con, env: Environment, server: ResourcesServer, version: str, max_listed: int | None
+) -> Rechecked:
+    tasks = _tasks(con)
+    cursor = con.execute(
+        """
+        SELECT r.rollout_id, r.task_id, r.output_text, r.trajectory_json, r.repeat_index,
+               r.status, v.status, v.reward, v.passed, v.failure_kind
+        FROM verifications v JOIN rollouts r USING (rollout_id)
+        WHERE v.verifier_version = ?
+        ORDER BY r.task_id, r.repeat_index
+        """,
+        [version],
+    )
+    checked = agreed = count = 0
+    listed: list[Disagreement] = []
+    while rows := cursor.fetchmany(BATCH):
+        judged = [row for row in rows if row[5] == "completed" and row[1] in tasks]
+        verdicts = iter(
+            _verify_all(server, tasks, [(row[1], row[2], row[3], row[0]) for row in judged])
+        )
+        for row in rows:
+            checked += 1
+            stored = row[6:10]
+            if row[5] == "completed" and row[1] in tasks:
+                again = next(verdicts)
+                if _same(stored, again):
+                    agreed += 1
+                    continue
+                recomputed = _said(again.status, again.reward, again.passed, again.failure_kind)
+            else:
+                recomputed = f"nothing to judge (rollout {row[5]}, task {row[1]!r} stored)"
+            count += 1
+            if max_listed is None or len(listed) < max_listed:
+                listed.append(
+                    Disagreement(
+                        rollout_id=row[0],
+                        task_id=row[1],
+                        repeat_index=row[4],
+                        stored=_said(*stored),
+                        recomputed=recomputed,
+                    )
+                )
+    return Rechecked(
+        environment=env.name,
+        version=version,
+        checked=checked,
+        agreed=agreed,
+        disagreements=listed,
+        count=count,
+        code_changed=_version_of(con, server) != version,
     )

@@ -1,5 +1,5 @@
-"""Folders gymflow keeps things in for one user (compiled report templates), used only when no
-one else can reach into them."""
+"""Folders gymflow keeps things in for one user (compiled report templates, the catalogs of run
+folders), used only when no one else can reach into them."""
 
 from __future__ import annotations
 
@@ -26,3 +26,10 @@ def private_folder(folder: Path, *, create: bool) -> bool:
         and info.st_uid == os.getuid()
         and stat.S_IMODE(info.st_mode) & 0o077 == 0
     )
+
+
+def user_cache(name: str) -> Path:
+    """`$XDG_CACHE_HOME/gymflow/NAME`, or `~/.cache/gymflow/NAME`. Raises RuntimeError when
+    there is no home folder (HOME unset, no passwd entry): nowhere to cache."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gymflow" / name

@@ -4,6 +4,7 @@ neither a factor nor declared in `config.NOT_FACTORS`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import typing
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from gymflow.analysis.factors import changed_factors, differing_factors, groups_of
 from gymflow.config import NOT_FACTORS, EvalConfig
+from gymflow.store.runs import RunInfo
 from tests.conftest import free_port, gym
 from tests.faults.test_run_control import ModelServer
 
@@ -89,20 +91,25 @@ def _get(data: dict[str, Any], key: str) -> Any:
     return node
 
 
-def _run(config: EvalConfig) -> dict[str, Any]:
-    """A `runs` row as a run of this config records it (`rollouts/registration.py`)."""
-    return {
-        "config_json": config.model_dump_json(exclude={"shard"}),
-        "model": config.model.name,
-        "harness": config.harness.name or "single_turn",
-        "prompt_template": config.prompt_template or "{{ question }}",
-        "sampling_json": config.sampling.model_dump_json() if config.sampling else None,
-        "repeats": config.repeats or 4,
-        "benchmark": config.benchmark,
-        "environment": config.environment or "arithmetic",
-        "dataset_version": "d1",
-        "gymflow_version": "0.1",
-    }
+def _run(config: EvalConfig) -> RunInfo:
+    """A `runs` row as a run of this config records it (`rollouts/registration.py`); the
+    columns no factor reads are left unset."""
+    unset = dict.fromkeys(f.name for f in dataclasses.fields(RunInfo))
+    return RunInfo(
+        **unset
+        | {
+            "config_json": config.model_dump_json(exclude={"shard"}),
+            "model": config.model.name,
+            "harness": config.harness.name or "single_turn",
+            "prompt_template": config.prompt_template or "{{ question }}",
+            "sampling_json": config.sampling.model_dump_json() if config.sampling else None,
+            "repeats": config.repeats or 4,
+            "benchmark": config.benchmark,
+            "environment": config.environment or "arithmetic",
+            "dataset_version": "d1",
+            "gymflow_version": "0.1",
+        }
+    )
 
 
 LEAVES = [
@@ -132,10 +139,9 @@ def test_the_shard_is_no_factor() -> None:
 
 def test_a_run_recorded_before_a_field_existed_compares_as_its_default() -> None:
     base = EvalConfig.model_validate(BASE)
-    old = _run(base)
-    recorded = json.loads(old["config_json"])
+    recorded = json.loads(_run(base).config_json)
     del recorded["model"]["tool_choice"]
-    old["config_json"] = json.dumps(recorded)
+    old = dataclasses.replace(_run(base), config_json=json.dumps(recorded))
     assert differing_factors(old, _run(base), "v", "v") == []
 
 

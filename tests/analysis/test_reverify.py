@@ -104,6 +104,48 @@ def test_arithmetic_extract_mode_flips_exactly(tmp_path: Path, no_policy_model) 
     assert again["status"] == "already stored" and again["reverified"] == 0
 
 
+@pytest.mark.parametrize("text_only", [True, False])
+def test_each_distinct_answer_is_judged_once_by_a_text_only_verifier(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text_only: bool
+) -> None:
+    """numeric_match reads only the text (`text_only`): a reverify judges each distinct text of
+    a task once and stores its verdict for every rollout that gave it, without reading any
+    trajectory. A verifier that reads more is given every rollout with its trajectory. Both
+    store the verdicts judging each rollout on its own gives."""
+    from gymflow.environments.resources import ResourcesServer
+
+    run = tmp_path / "run"
+    _arithmetic_store(run)
+    seen: list[VerifyInput] = []
+    judge = ResourcesServer.verify_sync
+    monkeypatch.setattr(ResourcesServer, "text_only", property(lambda self: text_only))
+    monkeypatch.setattr(
+        ResourcesServer, "verify_sync", lambda self, inp: seen.append(inp) or judge(self, inp)
+    )
+    result = reverify(run, {"extract": "last_number"})
+    assert result.reverified == 24
+    con = connect(run, read_only=True)
+    distinct = con.execute("SELECT count(DISTINCT (task_id, output_text)) FROM rollouts").fetchone()
+    con.close()
+    assert distinct[0] < 24  # the store repeats answers
+    assert len(seen) == (distinct[0] if text_only else 24)
+    assert all((inp.trajectory == []) == text_only for inp in seen)
+    spec = get_verifier("numeric_match")
+    params = spec.params({"extract": "last_number"})
+    con = connect(run, read_only=True)
+    stored = con.execute(
+        "SELECT r.output_text, t.data_json, v.reward FROM verifications v "
+        "JOIN rollouts r USING (rollout_id) JOIN tasks t USING (task_id) "
+        "WHERE v.verifier_version = ?",
+        [result.new_version],
+    ).fetchall()
+    con.close()
+    assert len(stored) == 24
+    for text, data, reward in stored:
+        task = Task("x", {}, json.loads(data), "", "")
+        assert reward == spec.fn(VerifyInput(task, text), params).reward
+
+
 def test_failed_only_carries_passing_verdicts(tmp_path: Path, no_policy_model) -> None:
     run = tmp_path / "run"
     b = _arithmetic_store(run)

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from gymflow.core.protocols import SESSION_TOKEN_HEADER
-from gymflow.environments.asgi import create_app
+from gymflow.environments.asgi import MAX_SESSIONS, SESSION_IDLE_S, create_app
 from gymflow.environments.backoffice.tasks import play
 from gymflow.environments.registry import PATH_VARIABLE, load_environment
 from gymflow.environments.scaffold import scaffold
@@ -48,6 +48,8 @@ def test_sessions_tools_and_verify(notes_env) -> None:
                 "verifier_version": health["verifier_version"],
                 "tools": ["note"],
                 "sessions": 0,
+                "max_sessions": MAX_SESSIONS,
+                "session_idle_s": SESSION_IDLE_S,
             }
             a, b = [
                 (await client.post("/seed_session", json={"task_id": task.task_id})).json()

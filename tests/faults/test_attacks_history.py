@@ -1,10 +1,14 @@
 """The regression gate on runs it cannot compare: a nightly whose every rollout failed, and a
-pinned baseline that is a typo, each printed "regression gate passed" and exited 0."""
+pinned baseline that is a typo, each printed "regression gate passed" and exited 0; and listing
+runs wrote its catalog into the run folder."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from pathlib import Path
+
+import duckdb
 
 from gymflow.core.statuses import FAILED
 from gymflow.history.gate import gate
@@ -71,3 +75,51 @@ def test_a_night_that_mostly_failed_does_not_pass_the_gate(tmp_path: Path) -> No
     assert "over 1 tasks" in said  # the comparison is still stated
     healthy = gym("runs", "gate", "night-0", cwd=tmp_path, timeout=120)
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+
+
+def _tree(root: Path) -> dict[str, tuple[bytes, float]]:
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_listing_runs_writes_nothing_into_the_run_folder(tmp_path: Path) -> None:
+    """`gym runs list DIR` wrote `catalog.duckdb` into DIR, the user's (perhaps shared) run
+    folder. The folder is byte for byte as it was after listing twice, the catalog is a
+    queryable file in the user's cache, and the second listing reads the same runs from it."""
+    root = tmp_path / "runs"
+    for night in range(2):
+        _night(root, night, all_failed=False)
+    cache = tmp_path / "cache"
+    env = {"XDG_CACHE_HOME": str(cache)}
+    before = _tree(root)
+    first = json.loads(gym("runs", "list", str(root), "--json", cwd=tmp_path, env=env,
+                           check=True).stdout)  # fmt: skip
+    second = json.loads(gym("runs", "list", str(root), "--json", cwd=tmp_path, env=env,
+                            check=True).stdout)  # fmt: skip
+    assert _tree(root) == before
+    assert Path(first["catalog"]).is_relative_to(cache / "gymflow" / "catalogs")
+    assert first == second and len(first["runs"]) == 2
+    with duckdb.connect(first["catalog"], read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM runs").fetchone() == (2,)
+    shown = gym("runs", "list", str(root), cwd=tmp_path, env=env, check=True).stdout
+    assert "night-0" in shown and first["catalog"] in " ".join(shown.split())
+
+
+def test_listing_runs_without_a_usable_cache_still_lists_them(tmp_path: Path) -> None:
+    """A cache folder open to others is not used (nothing is written there either): the runs
+    are listed from their stores, and no catalog path is offered."""
+    root = tmp_path / "runs"
+    _night(root, 0, all_failed=False)
+    shared = tmp_path / "shared-cache"
+    (shared / "gymflow" / "catalogs").mkdir(parents=True, mode=0o777)
+    (shared / "gymflow" / "catalogs").chmod(0o777)
+    before = _tree(root)
+    out = gym("runs", "list", str(root), "--json", cwd=tmp_path,
+              env={"XDG_CACHE_HOME": str(shared)}, check=True)  # fmt: skip
+    listed = json.loads(out.stdout)
+    assert listed["catalog"] is None and [r["run_id"] for r in listed["runs"]] == ["night-0"]
+    assert list((shared / "gymflow" / "catalogs").iterdir()) == []
+    assert _tree(root) == before

@@ -12,6 +12,7 @@ import contextlib
 import os
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from gymflow.core.protocols import SESSION_TOKEN_HEADER
 from gymflow.environments.asgi import MAX_BODY_BYTES as ENV_MAX_BODY_BYTES
 from gymflow.environments.asgi import create_app
 from gymflow.environments.registry import load_environment
+from gymflow.reports.serving import _open_served
 from gymflow.simulated.local_server import free_port
 from gymflow.simulated.policy_server import MAX_BODY_BYTES
 from tests.conftest import GYM
@@ -168,3 +170,115 @@ def test_the_environment_server_bounds_a_body_before_it_reads_it(tmp_path: Path)
         verdict = httpx.post(base + "/verify", json=body, headers=headers, timeout=30)
         assert verdict.status_code == 200, verdict.text
         assert verdict.json()["status"] == "ok"
+
+
+def test_the_report_server_serves_the_file_it_opened_not_a_path_checked_before(
+    tmp_path: Path,
+) -> None:
+    """A writer inside the root swaps `report.html` for a symlink to the run's store, back and
+    forth, while it is fetched. A server that checks the path and then serves it by path can
+    serve the store between the two; one that opens the file folder by folder without following
+    links and serves that open file answers the report or 404, never the store."""
+    run = tmp_path / "runs" / "nightly"
+    run.mkdir(parents=True)
+    report = run / "report.html"
+    report.write_text("<!doctype html><title>the report</title>")
+    (run / "gymflow.duckdb").write_bytes(b"DUCK the store " * 1000)
+    before = (run / "gymflow.duckdb").read_bytes()
+    stop = threading.Event()
+
+    def swap() -> None:
+        while not stop.is_set():
+            (run / "link.tmp").symlink_to(run / "gymflow.duckdb")
+            os.replace(run / "link.tmp", report)
+            (run / "file.tmp").write_text("<!doctype html><title>the report</title>")
+            os.replace(run / "file.tmp", report)
+
+    with served("reports", "--root", str(run.parent), cwd=tmp_path) as base:
+        swapper = threading.Thread(target=swap)
+        swapper.start()
+        try:
+            answers = [httpx.get(base + "/nightly/report.html", timeout=30) for _ in range(300)]
+        finally:
+            stop.set()
+            swapper.join()
+    assert {a.status_code for a in answers} <= {200, 404}
+    assert not [a for a in answers if b"DUCK" in a.content]
+    assert any(a.status_code == 200 for a in answers)
+    report_text = "<!doctype html><title>the report</title>"
+    assert all(a.text == report_text for a in answers if a.is_success)
+    assert (run / "gymflow.duckdb").read_bytes() == before
+
+
+def test_a_report_opened_for_serving_stays_the_file_opened(tmp_path: Path) -> None:
+    """The same race made certain: the file is swapped for a symlink to the store after it was
+    opened for serving and before a byte of it is sent."""
+    (tmp_path / "report.html").write_text("the report")
+    (tmp_path / "gymflow.duckdb").write_bytes(b"DUCK")
+    served = _open_served(tmp_path, "report.html")
+    assert served is not None
+    (tmp_path / "link").symlink_to(tmp_path / "gymflow.duckdb")
+    os.replace(tmp_path / "link", tmp_path / "report.html")
+    with served.file:
+        assert served.file.read() == b"the report"
+    assert _open_served(tmp_path, "report.html") is None  # a symlink now
+
+
+def test_seeded_sessions_are_capped_and_idle_ones_expire() -> None:
+    """Any caller could seed sessions without end: each kept its state until the server's memory
+    ran out. Past the cap a seed is a 503 saying why, while the sessions already open keep
+    working; a session untouched for the idle time is closed and its state freed."""
+    env = load_environment("backoffice")
+    server = env.resources_server()
+    task = next(iter(env.tasks()))
+    now = [0.0]
+
+    async def scenario() -> None:
+        app = create_app(server, max_sessions=40, session_idle_s=600, clock=lambda: now[0])
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://env") as client:
+            seeds = [
+                (await client.post("/seed_session", json={"task_id": task.task_id})).json()
+                for _ in range(40)
+            ]
+            states = {sid: server.final_state(sid) for sid in server._sessions}
+            for _ in range(200):  # the attacker keeps seeding
+                refused = await client.post("/seed_session", json={"task_id": task.task_id})
+                assert refused.status_code == 503, refused.text
+                assert "40 sessions open" in refused.json()["detail"]
+                assert refused.headers["retry-after"]
+            assert len(server._sessions) == 40
+            assert {sid: server.final_state(sid) for sid in server._sessions} == states
+            now[0] = 599.0  # one session used just before the others go idle
+            kept = seeds[0]
+            headers = {SESSION_TOKEN_HEADER: kept["session_token"]}
+            body = {"session_id": kept["session_id"], "output_text": "", "close": False}
+            assert (await client.post("/verify", json=body, headers=headers)).status_code == 200
+            now[0] = 601.0
+            health = (await client.get("/health")).json()
+            assert health["sessions"] == 1 and health["max_sessions"] == 40
+            assert len(server._sessions) == 1  # the expired sessions' state is freed
+            stale = seeds[1]
+            headers_stale = {SESSION_TOKEN_HEADER: stale["session_token"]}
+            gone = await client.post(
+                "/verify", json={"session_id": stale["session_id"]}, headers=headers_stale
+            )
+            assert gone.status_code == 404
+            again = await client.post("/seed_session", json={"task_id": task.task_id})
+            assert again.status_code == 200
+            assert (await client.post("/verify", json=body, headers=headers)).status_code == 200
+
+    asyncio.run(scenario())
+
+
+def test_the_served_environment_takes_its_session_bounds_from_the_command_line(
+    tmp_path: Path,
+) -> None:
+    with served("environment", "arithmetic", "--max-sessions", "3", cwd=tmp_path) as base:
+        for _ in range(3):
+            seeded = httpx.post(base + "/seed_session", json={"task_id": "arith-00000"})
+            assert seeded.status_code == 200
+        full = httpx.post(base + "/seed_session", json={"task_id": "arith-00000"})
+        assert full.status_code == 503 and "3 sessions open" in full.json()["detail"]
+        health = httpx.get(base + "/health", timeout=30).json()
+        assert (health["sessions"], health["max_sessions"]) == (3, 3)

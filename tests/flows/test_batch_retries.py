@@ -13,7 +13,8 @@ from prefect.client.orchestration import get_client
 from prefect.utilities.annotations import quote
 
 from gymflow.config import EvalConfig
-from gymflow.store.db import StoreError, connect
+from gymflow.rollouts.plan import resolve
+from gymflow.store.db import StoreFailure, connect
 from gymflow.tasks.rollouts import collect_batch, prepare_run
 
 
@@ -30,12 +31,13 @@ class _RefusingStore:
 
     def run(self, keys) -> None:
         self.runs += 1
-        raise StoreError(f"run store: cannot commit {len(keys)} rollouts (disk full?)")
+        raise StoreFailure(f"run store: cannot commit {len(keys)} rollouts (disk full?)")
 
 
 def test_a_store_error_is_not_retried(prefect_api, tmp_path: Path) -> None:
     config = EvalConfig(benchmark="arithmetic-smoke", limit=2, out=str(tmp_path / "run"))
-    plan = prepare_run.fn(config, False)
+    plan = resolve(config)
+    prepare_run.fn(plan, False)
     with closing(connect(plan.run_dir)) as con:
         collector = _RefusingStore(plan, con)
 
@@ -52,7 +54,7 @@ def test_a_store_error_is_not_retried(prefect_api, tmp_path: Path) -> None:
 
         outcome = one_batch()
     assert outcome["failed"]
-    assert isinstance(outcome["error"], StoreError)
+    assert isinstance(outcome["error"], StoreFailure)
     assert "disk full" in str(outcome["error"])
     assert collector.runs == 1
     assert asyncio.run(_run_count(outcome["task_run_id"])) == 1, "retries=2, but none was run"

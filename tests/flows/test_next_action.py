@@ -15,7 +15,7 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from gymflow.analysis.decide import COMPLETE_RUN, LABELS
 from gymflow.analysis.results import RunAnalysis
 from gymflow.flows.artifacts import SUMMARY_KEY, headline_rows, summary_markdown
-from gymflow.flows.eval_run import analyse_run
+from gymflow.flows.eval_run import RunOutcome, analyse_run
 from gymflow.reports.serving import ReportLink
 from gymflow.tasks.analysis import analyse_store
 from tests.analysis.builder import RunMeta, StoreBuilder
@@ -24,7 +24,7 @@ from tests.reports import pages
 
 
 @flow(name="analyse-for-test")
-def _analyse(run_dir: str) -> dict:
+def _analyse(run_dir: str) -> RunOutcome:
     return analyse_run(run_dir)
 
 
@@ -64,14 +64,14 @@ def incomplete(prefect_api, tmp_path_factory) -> dict:
 
 def test_missing_rollouts_read_the_same_next_action_everywhere(incomplete) -> None:
     run_dir, result = incomplete["run_dir"], incomplete["result"]
-    decision = result["analysis"].decision
+    decision = result.analysis.decision
     assert decision.action == COMPLETE_RUN and "3 of the 8 expected rollouts" in decision.why
     # the Prefect artifact
     summary = incomplete["summary"]
     action = summary.split("## Recommended next action")[1].split("##")[0]
     assert f"**{LABELS[COMPLETE_RUN]}**: {decision.why}" in action
     # the report the flow wrote, from the same analysis
-    page = pages.read(Path(result["report"]))
+    page = pages.read(Path(result.report))
     assert page.fields["decision.action"] == COMPLETE_RUN
     assert LABELS[COMPLETE_RUN] in page.text
     # the CLI, which has no flow: the same `decide`
@@ -88,15 +88,15 @@ def test_the_cached_analysis_comes_back_as_the_typed_results(incomplete) -> None
     assert second == "Cached"
     assert isinstance(cached, RunAnalysis) and cached == computed
     assert cached.as_json() == computed.as_json()
-    assert cached == incomplete["result"]["analysis"]
+    assert cached == incomplete["result"].analysis
 
 
 def test_the_summary_names_the_verifier_version_and_whether_it_was_simulated(incomplete) -> None:
-    profile = incomplete["result"]["analysis"].profile
+    profile = incomplete["result"].analysis.profile
     summary = incomplete["summary"]
     assert f"Verifier version: `{profile.verifier_version}`" in summary
     assert not profile.simulated and "Simulated" not in summary  # the answers name model-a
-    simulated = incomplete["result"]["analysis"].model_copy(
+    simulated = incomplete["result"].analysis.model_copy(
         update={"profile": profile.model_copy(update={"simulated": True})}
     )
     link = ReportLink(path="report.html", url=None, note="")

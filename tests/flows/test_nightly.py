@@ -101,7 +101,7 @@ def test_a_run_like_the_one_before_passes(prefect_api, tmp_path):
     first = tmp_path / "nightly" / "2026-01-01"
     nightly(_config(first))
     result = nightly(_config(tmp_path / "nightly" / "2026-01-02", sampling={"seed": 1}))
-    assert result["gate"]["passed"] is True
+    assert result.gate.passed is True
     # the first night is the pinned baseline by default
-    assert [c["against"] for c in result["gate"]["checks"]] == ["baseline"]
-    assert result["gate"]["checks"][0]["run_dir"] == str(first.resolve())
+    assert [c.against for c in result.gate.checks] == ["baseline"]
+    assert result.gate.checks[0].run_dir == str(first.resolve())

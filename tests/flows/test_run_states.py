@@ -97,7 +97,7 @@ def test_an_unhealthy_run_ends_failed_naming_the_failing_checks(prefect_api, tmp
     with pytest.raises(UnhealthyRun) as raised:
         state.result()
     # the run's results come with it: what `gym eval run` prints before exiting 2
-    assert raised.value.result["analysis"].health.gate == "fail"
+    assert raised.value.result.analysis.health.gate == "fail"
     assert (tmp_path / "run" / "report.html").exists()
 
 
@@ -109,7 +109,7 @@ def test_the_default_form_run_twice_gets_two_folders(prefect_api, tmp_path, monk
     for _ in range(2):
         state = evaluation_loop(form.eval_config(), return_state=True)
         assert state.is_completed(), state
-        outs.append(Path(state.result()["run_dir"]))
+        outs.append(Path(state.result().run_dir))
         assert outs[-1].name == str(state.state_details.flow_run_id)
     assert outs[0] != outs[1] and outs[0].parent == outs[1].parent
 

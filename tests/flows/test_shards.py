@@ -74,8 +74,8 @@ def runs(prefect_api, tmp_path_factory) -> dict[str, Path]:
     sharded = state.result()
     return {
         "root": root,
-        "whole": Path(whole["run_dir"]),
-        "sharded": Path(sharded["run_dir"]),
+        "whole": Path(whole.run_dir),
+        "sharded": Path(sharded.run_dir),
         "result": sharded,
         "flow_run_id": state.state_details.flow_run_id,
     }
@@ -95,10 +95,10 @@ def test_two_shards_aggregate_to_the_unsharded_run(runs) -> None:
     per_shard = [rows(d) for d in shard_dirs(runs["sharded"])]
     assert all(per_shard)
     assert sorted(r for shard in per_shard for r in shard) == whole
-    aggregate = runs["result"]["collected"]["aggregate"]
+    aggregate = runs["result"].aggregate
     assert aggregate.complete and aggregate.stored == LIMIT * 4
-    assert runs["result"]["analysis"].health.verdict == "healthy"
-    assert runs["result"]["analysis"].profile.coverage.missing == 0
+    assert runs["result"].analysis.health.verdict == "healthy"
+    assert runs["result"].analysis.profile.coverage.missing == 0
 
 
 def test_the_flow_run_carries_its_artifacts(runs) -> None:
@@ -109,11 +109,11 @@ def test_the_flow_run_carries_its_artifacts(runs) -> None:
     by_key = {a.key: a for a in artifacts}
     keys = {"gymflow-report", "gymflow-headline", "gymflow-summary", "gymflow-progress"}
     assert set(by_key) == keys
-    assert runs["result"]["report"] in str(by_key["gymflow-report"].data)
+    assert runs["result"].report in str(by_key["gymflow-report"].data)
     headline = json.loads(by_key["gymflow-headline"].data)
     metrics = [row["metric"] for row in headline]
     assert len(metrics) == len(set(metrics)), "each figure once"
-    pass1 = f"{100 * runs['result']['analysis'].profile.pass_at_1:.1f}%"
+    pass1 = f"{100 * runs['result'].analysis.profile.pass_at_1:.1f}%"
     assert {"metric": "pass@1", "value": pass1} == {
         k: v for k, v in headline[0].items() if k != "95% CI"
     }
@@ -229,11 +229,11 @@ def test_a_failed_shard_is_rerun_alone_and_only_its_missing_rollouts(runs, tmp_p
     assert len(rows(second)) == kept - deleted
 
     result = evaluation_loop(config(out), resume=True, scale=ScaleOptions(shards=2))
-    shard_0, shard_1 = result["collected"]["shards"]
-    assert shard_0["ran"] is False and shard_0["complete"]
-    assert shard_1["ran"] is True and shard_1["complete"]
-    assert sum(batch["attempted"] for batch in shard_1["collected"]) == deleted
-    assert result["collected"]["aggregate"].added["rollouts"] == kept
+    shard_0, shard_1 = result.shards
+    assert shard_0.ran is False and shard_0.progress.complete
+    assert shard_1.ran is True and shard_1.progress.complete
+    assert sum(batch.attempted for batch in shard_1.batches) == deleted
+    assert result.aggregate.added["rollouts"] == kept
     assert rows(out) == rows(runs["whole"])
     calls = "SELECT count(*), count(DISTINCT (rollout_id, call_index, attempt)) FROM model_calls"
     assert rows(out, calls)[0][0] == rows(out, calls)[0][1]
@@ -241,8 +241,8 @@ def test_a_failed_shard_is_rerun_alone_and_only_its_missing_rollouts(runs, tmp_p
 
 def test_the_aggregate_and_reverify_flows(runs, tmp_path) -> None:
     merged = aggregate(str(tmp_path / "merged"), [str(d) for d in shard_dirs(runs["sharded"])])
-    assert merged["aggregate"].complete
-    assert merged["analysis"].profile.pass_at_1 == runs["result"]["analysis"].profile.pass_at_1
+    assert merged.aggregate.complete
+    assert merged.analysis.profile.pass_at_1 == runs["result"].analysis.profile.pass_at_1
     assert rows(tmp_path / "merged") == rows(runs["whole"])
 
     result = reverify(str(tmp_path / "merged"), {"extract": "last_number"})

@@ -12,7 +12,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from gymflow.history.catalog import CATALOG_FILE, refresh
+from gymflow.history.catalog import refresh
 from gymflow.history.gate import ALLOWANCE, LIMIT, THRESHOLD, gate, sequence
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder
@@ -111,7 +111,8 @@ def test_the_catalog_is_a_queryable_duckdb_file_rebuilt_from_the_stores(week):
     assert [e.run_id for e in catalog.of_benchmark("arithmetic-test")] == [
         f"night-{n}" for n in range(NIGHTS)
     ]
-    with duckdb.connect(str(root / CATALOG_FILE), read_only=True) as con:
+    assert catalog.path is not None and not catalog.path.is_relative_to(root)
+    with duckdb.connect(str(catalog.path), read_only=True) as con:
         rows = con.execute(
             "SELECT run_id, scored FROM runs WHERE pass1 < 0.4 ORDER BY created_at"
         ).fetchall()

@@ -127,8 +127,11 @@ def build_store(out: Path, outcomes: list[str], *, hostile: bool) -> Path:
     )
     if hostile:
         tasks = list(plan.all_tasks)
+        prompt = plan.prompts[tasks[5].task_id]  # rendered with the plan: the same inputs
         tasks[5] = dataclasses.replace(tasks[5], task_id=EVIL_TASK, tags=("evil<i>tag</i>",))
-        plan = dataclasses.replace(plan, all_tasks=tuple(tasks))
+        plan = dataclasses.replace(
+            plan, all_tasks=tuple(tasks), prompts={**plan.prompts, EVIL_TASK: prompt}
+        )
     noise = PAYLOAD if hostile else ""
     con = connect(out, create=True)
     register_run(con, plan, resume=False)

@@ -102,11 +102,11 @@ def compare(
     Raises CompareError for different benchmark versions
     (another protocol) or no common scored task; tasks held by one run only do not refuse it."""
     run_a, run_b = run_info(con_a), run_info(con_b)
-    if protocol_version(run_a["benchmark_version"]) != protocol_version(run_b["benchmark_version"]):
+    if protocol_version(run_a.benchmark_version) != protocol_version(run_b.benchmark_version):
         raise CompareError(
-            f"runs {run_a['run_id']} and {run_b['run_id']} are on different benchmark versions "
-            f"({run_a['benchmark'] or run_a['environment']} {run_a['benchmark_version']} vs "
-            f"{run_b['benchmark'] or run_b['environment']} {run_b['benchmark_version']}): their "
+            f"runs {run_a.run_id} and {run_b.run_id} are on different benchmark versions "
+            f"({run_a.benchmark or run_a.environment} {run_a.benchmark_version} vs "
+            f"{run_b.benchmark or run_b.environment} {run_b.benchmark_version}): their "
             "protocol (dataset, prompt template, repeats or sampling) differs, so a paired "
             "comparison would mislead; rerun both on one benchmark version"
         )
@@ -122,9 +122,7 @@ def compare(
         )
     per_task = rates[0].join(rates[1], on="task_id", how="inner").sort("task_id")
     if per_task.is_empty():
-        raise CompareError(
-            f"runs {run_a['run_id']} and {run_b['run_id']} have no scored task in common"
-        )
+        raise CompareError(f"runs {run_a.run_id} and {run_b.run_id} have no scored task in common")
     factors = differing_factors(run_a, run_b, version_a, version_b)
     paired_ids = set(per_task["task_id"])
     unpaired = {
@@ -134,17 +132,17 @@ def compare(
     return Comparison.model_validate(
         {
             "a": {
-                "run_id": run_a["run_id"],
-                "model": run_a["model"],
+                "run_id": run_a.run_id,
+                "model": run_a.model,
                 "verifier_version": version_a,
             },
             "b": {
-                "run_id": run_b["run_id"],
-                "model": run_b["model"],
+                "run_id": run_b.run_id,
+                "model": run_b.model,
                 "verifier_version": version_b,
             },
-            "benchmark": run_a["benchmark"] or run_a["environment"],
-            "benchmark_version": run_a["benchmark_version"],
+            "benchmark": run_a.benchmark or run_a.environment,
+            "benchmark_version": run_a.benchmark_version,
             "factors": factors,
             "attribution": attribution(factors),
             "unpaired_tasks": {side: len(ids) for side, ids in unpaired.items()},

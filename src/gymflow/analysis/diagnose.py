@@ -37,6 +37,7 @@ from gymflow.analysis.results import (
     TaxonomyRow,
 )
 from gymflow.models.errors import ModelError
+from gymflow.store.db import memory_capped_call
 from gymflow.store.runs import run_info
 from gymflow.verifiers.base import LENIENT_MATCH
 
@@ -332,6 +333,7 @@ def verifier_suspects(
     return suspects
 
 
+@memory_capped_call
 def diagnose(
     con,
     *,
@@ -354,7 +356,7 @@ def diagnose(
         "(SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0)"
     ).fetchone()
     return Diagnosis(
-        run_id=run["run_id"],
+        run_id=run.run_id,
         verifier_version=version,
         rollouts=stored,
         expected=expected,

@@ -23,7 +23,7 @@ class RewardSpec:
 
 def reward_spec(con) -> RewardSpec | None:
     """The reward range and pass threshold of the store's environment, or None if unknown."""
-    name = run_info(con)["environment"]
+    name = run_info(con).environment
     if not name:
         return None
     try:
@@ -46,7 +46,7 @@ def no_answer_reasons(con, verifier_version: str) -> tuple[str, ...]:
         return tuple(sorted(get_verifier(name).no_answer_reasons))
     except RegistryError:
         pass
-    environment = run_info(con)["environment"]
+    environment = run_info(con).environment
     try:  # an environment's own verifier registers when its environment loads
         if environment:
             load_environment(environment)

@@ -13,13 +13,16 @@ how fast it runs) are no factor."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from gymflow.analysis.results import Factor
 from gymflow.config import NOT_FACTORS, EvalConfig
 from gymflow.environments.registry import benchmark_sampling
+
+if TYPE_CHECKING:  # the store (and duckdb) is imported by whoever read the runs
+    from gymflow.store.runs import RunInfo
 
 #: The group of each top-level config key; a key not listed is a group of its own, named by it.
 GROUPS = {
@@ -89,21 +92,21 @@ def _recorded_config(config_json: str | None) -> dict[str, Any]:
         return raw if isinstance(raw, dict) else {"config": raw}
 
 
-def run_factors(run: dict[str, Any]) -> dict[str, Any]:
+def run_factors(run: RunInfo) -> dict[str, Any]:
     """Dotted key -> value of every factor of a stored run (a `runs` row): its recorded config,
     with what the run resolved in place of what the config left unset."""
-    found = config_factors(_recorded_config(run.get("config_json")))
-    found["model.name"] = run.get("model")
-    found["harness.name"] = run.get("harness")
-    found["prompt_template"] = run.get("prompt_template")
-    found["repeats"] = run.get("repeats")
-    for key in ("benchmark", "environment"):
-        found[key] = run.get(key)
-    if run.get("sampling_json"):
+    found = config_factors(_recorded_config(run.config_json))
+    found["model.name"] = run.model
+    found["harness.name"] = run.harness
+    found["prompt_template"] = run.prompt_template
+    found["repeats"] = run.repeats
+    found["benchmark"] = run.benchmark
+    found["environment"] = run.environment
+    if run.sampling_json:
         found = {k: v for k, v in found.items() if not k.startswith("sampling")}
-        found |= _flat(json.loads(run["sampling_json"]), "sampling")
+        found |= _flat(json.loads(run.sampling_json), "sampling")
     for key in _RECORDED:
-        found[key] = run.get(key)
+        found[key] = getattr(run, key)
     return found
 
 
@@ -116,7 +119,7 @@ def _differing(a: dict[str, Any], b: dict[str, Any]) -> list[Factor]:
 
 
 def differing_factors(
-    run_a: dict[str, Any], run_b: dict[str, Any], version_a: str, version_b: str
+    run_a: RunInfo, run_b: RunInfo, version_a: str, version_b: str
 ) -> list[Factor]:
     """Every recorded factor whose value differs between two stored runs, the verifier version
     each is read under among them."""
@@ -130,10 +133,10 @@ def differing_factors(
     return _differing(a, b)
 
 
-def _configured(run: dict[str, Any]) -> bool:
+def _configured(run: RunInfo) -> bool:
     """Whether a stored run's recorded config is a gymflow config (an import's is not)."""
     try:
-        EvalConfig.model_validate(json.loads(run.get("config_json") or "{}") or {})
+        EvalConfig.model_validate(json.loads(run.config_json or "{}") or {})
     except (ValidationError, TypeError, ValueError):
         return False
     return True

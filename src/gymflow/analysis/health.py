@@ -2,10 +2,10 @@
 
 A check yields the ids it flags: rollout ids for `rollout` checks, `task_id#repeat` keys for the
 `run` check on missing rows, task ids for the `task` check. Parameters reach the SQL as DuckDB
-session variables (`getvariable('name')`), so every check stays a plain, copyable query. Three
+session variables (`getvariable('name')`), so every check stays a plain, copyable query. Two
 temporary tables are built once and shared: `tool_items` (the trajectories' function calls and
-outputs, unnested), `calls` (model_calls with their sampling parsed) and `rollout_calls` (each
-rollout's token totals beside its calls' sums and last status)."""
+outputs, unnested) and `rollout_calls` (each rollout's token totals beside its calls' sums, last
+status and sampling)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ from gymflow.analysis.answers import (
 )
 from gymflow.analysis.environment import reward_spec
 from gymflow.analysis.frames import frame
-from gymflow.analysis.outcomes import check_verifier_version
+from gymflow.analysis.outcomes import check_verifier_version, version_read
 from gymflow.analysis.results import Health
 from gymflow.errors import UserError
+from gymflow.store.db import memory_capped_call
 
 Level = Literal["rollout", "run", "task"]
 #: `integrity`: the records themselves are incomplete or inconsistent, so the run's numbers
@@ -66,26 +67,34 @@ FROM items
 WHERE item->>'type' IN ('function_call', 'function_call_output')
 """
 
-# One row per model call with its sampling parsed once (a multi-path extract reads the JSON a
-# single time), and one row per rollout with its calls summed: the call checks read these
-# instead of each joining or parsing a million rows again.
-_CALLS = """
-CREATE OR REPLACE TEMP TABLE calls AS
-SELECT rollout_id, call_index, attempt, status, input_tokens, output_tokens,
-       TRY_CAST(s[1] AS DOUBLE) AS temperature,
-       TRY_CAST(s[2] AS DOUBLE) AS top_p,
-       TRY_CAST(s[3] AS BIGINT) AS max_output_tokens
-FROM (
-    SELECT *, json_extract_string(sampling_json, ['$.temperature', '$.top_p',
-                                                  '$.max_output_tokens']) AS s
-    FROM model_calls
+# One row per rollout: its token totals beside its calls' sums and last status, whether any
+# call sampled above temperature 0 and whether any sent other sampling than the run's config
+# (each call's sampling parsed once, by one multi-path extract). The call checks read this
+# instead of each joining or parsing ten million rows again; a table of the calls themselves
+# (1.5 GiB at 10M rollouts) is never built. A store holds one run (`store.runs.run_info`).
+_SAMPLING = (
+    "json_extract_string(sampling_json, ['$.temperature', '$.top_p', '$.max_output_tokens'])"
 )
-"""
-
-_ROLLOUT_CALLS = """
+_DIFFERS = " OR ".join(
+    f"c.{key} IS DISTINCT FROM run.{key}" for key in ("temperature", "top_p", "max_output_tokens")
+)
+_ROLLOUT_CALLS = f"""
 CREATE OR REPLACE TEMP TABLE rollout_calls AS
+WITH configured AS (
+    SELECT TRUE AS present, TRY_CAST(s[1] AS DOUBLE) AS temperature,
+           TRY_CAST(s[2] AS DOUBLE) AS top_p, TRY_CAST(s[3] AS DOUBLE) AS max_output_tokens
+    FROM (SELECT {_SAMPLING} AS s FROM runs LIMIT 1)
+),
+sent AS (
+    SELECT rollout_id, call_index, attempt, status, input_tokens, output_tokens,
+           TRY_CAST(s[1] AS DOUBLE) AS temperature,
+           TRY_CAST(s[2] AS DOUBLE) AS top_p,
+           TRY_CAST(s[3] AS BIGINT) AS max_output_tokens
+    FROM (SELECT *, {_SAMPLING} AS s FROM model_calls)
+)
 SELECT r.rollout_id, r.input_tokens, r.output_tokens,
-       m.calls, m.input_sum, m.output_sum, m.without_usage, m.last_status
+       m.calls, m.input_sum, m.output_sum, m.without_usage, m.last_status, m.warm,
+       m.sampling_differs
 FROM rollouts r
 LEFT JOIN (
     SELECT rollout_id,
@@ -95,8 +104,10 @@ LEFT JOIN (
            count(*) FILTER (
                WHERE status <> 'error' AND (input_tokens IS NULL OR output_tokens IS NULL)
            ) AS without_usage,
-           arg_max(status, call_index::BIGINT * 1000000 + attempt) AS last_status
-    FROM calls GROUP BY rollout_id
+           arg_max(status, call_index::BIGINT * 1000000 + attempt) AS last_status,
+           bool_or(c.temperature > 0) AS warm,
+           bool_or(coalesce(run.present, FALSE) AND ({_DIFFERS})) AS sampling_differs
+    FROM sent c LEFT JOIN configured run ON TRUE GROUP BY rollout_id
 ) m USING (rollout_id)
 """
 
@@ -106,13 +117,6 @@ SELECT rollout_id, call_id,
        count(*) FILTER (WHERE type = 'function_call_output') AS outputs
 FROM tool_items GROUP BY rollout_id, call_id
 """
-
-
-def _sampling_differs(key: str) -> str:
-    return (
-        f"m.{key} IS DISTINCT FROM "
-        f"TRY_CAST(json_extract_string(runs.sampling_json, '$.{key}') AS DOUBLE)"
-    )
 
 
 #: A run in which more than this share of the expected rollouts failed is unhealthy (the
@@ -186,7 +190,7 @@ CHECKS: dict[str, Check] = {
             SELECT (task_id, repeat_index) FROM rollouts
             GROUP BY task_id, repeat_index HAVING count(*) > 1)
         UNION
-        SELECT rollout_id FROM calls
+        SELECT rollout_id FROM model_calls
         GROUP BY rollout_id, call_index, attempt HAVING count(*) > 1
         """,
     ),
@@ -280,12 +284,7 @@ CHECKS: dict[str, Check] = {
     ),
     "sampling_mismatch": Check(
         "a model call sent temperature, top_p or max_output_tokens other than the run's config",
-        f"""
-        SELECT DISTINCT m.rollout_id AS id FROM calls m CROSS JOIN runs
-        WHERE {_sampling_differs("temperature")}
-           OR {_sampling_differs("top_p")}
-           OR {_sampling_differs("max_output_tokens")}
-        """,
+        "SELECT rollout_id AS id FROM rollout_calls WHERE sampling_differs",
     ),
     # Run-wide on purpose: a confident policy repeats a short answer at any temperature, but
     # when no task's repeats differ at all, sampling had no effect: a gateway dropping the seed
@@ -298,7 +297,7 @@ CHECKS: dict[str, Check] = {
             SELECT task_id, count(DISTINCT (output_text, output_tokens, num_turns)) AS answers
             FROM rollouts
             WHERE status = 'completed'
-              AND rollout_id IN (SELECT rollout_id FROM calls WHERE temperature > 0)
+              AND rollout_id IN (SELECT rollout_id FROM rollout_calls WHERE warm)
             GROUP BY task_id HAVING count(*) > 1
         )
         SELECT task_id AS id FROM per_task
@@ -323,7 +322,9 @@ CHECKS: dict[str, Check] = {
     # else: `UPDATE verifications SET passed = true` took pass@1 from 59% to 100%, healthy.
     "verdict_disagrees": Check(
         "a stored verdict (any verifier version) that is not its reward judged by the "
-        "environment's pass threshold: passed true below it, false at or above it, or missing",
+        "environment's pass threshold: passed true below it, false at or above it, or missing "
+        "(an edit setting reward and passed together is found by judging the rollouts again: "
+        "`gym eval reverify RUN --check`)",
         """
         SELECT DISTINCT rollout_id AS id FROM verifications
         WHERE status = 'ok' AND (
@@ -440,6 +441,7 @@ def _flagged(con, queries: dict[str, str], max_examples: int) -> dict[str, tuple
     return {name: (count, examples or []) for name, count, examples in rows}
 
 
+@memory_capped_call
 def health(
     con,
     *,
@@ -480,7 +482,6 @@ def health(
     }
     _set_variables(con, variables)
     con.execute(_TOOL_ITEMS)
-    con.execute(_CALLS)
     con.execute(_ROLLOUT_CALLS)
     con.execute("CREATE OR REPLACE TEMP TABLE health_hits (id VARCHAR, check_name VARCHAR)")
     expected, stored = con.execute(
@@ -526,7 +527,7 @@ def health(
     failing = [name for name, check in checks.items() if check["count"]]
     gate_failures = [name for name, check in checks.items() if check["share"] > check["threshold"]]
     broken = [name for name in gate_failures if checks[name]["severity"] == "integrity"]
-    for table in ("check_ids", "calls", "rollout_calls", "tool_items"):
+    for table in ("check_ids", "rollout_calls", "tool_items"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
     return Health(
         verdict="unhealthy" if broken else "healthy",
@@ -539,6 +540,7 @@ def health(
         unhealthy_rollouts=unhealthy,
         unhealthy_share=unhealthy / denominator,
         verifier_version=version,
+        version_read=version_read(con, version),
         reward_range=[spec.low, spec.high] if spec else None,
         checks=checks,
         rollout_verdicts=verdicts.to_dicts(),

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 
 from gymflow.analysis.frames import frame
-from gymflow.analysis.results import Coverage
+from gymflow.analysis.results import Coverage, VersionRead
 from gymflow.store.current import current_verifier_version
 from gymflow.store.db import StoreError
 
@@ -20,6 +22,30 @@ def check_verifier_version(con, version: str | None) -> str:
             f"no verifier version {version!r} in this store (have: {', '.join(known)})"
         )
     return version
+
+
+#: how a reverify's version records its origin (`gymflow.reverify`)
+REVERIFY_SOURCE = "reverify from "
+
+
+def version_read(con, version: str) -> VersionRead:
+    """What made `version` (a version the store holds): the run's verdicts, or a reverify."""
+    name, params, source = con.execute(
+        "SELECT verifier_name, params_json, source FROM verifier_versions "
+        "WHERE verifier_version = ?",
+        [version],
+    ).fetchone()
+    judged = con.execute("SELECT verifier_version FROM runs LIMIT 1").fetchone()
+    reverified = (source or "").startswith(REVERIFY_SOURCE)
+    return VersionRead(
+        version=version,
+        verifier=name,
+        params=json.loads(params or "{}"),
+        origin="reverify" if reverified else "run",
+        source=source,
+        reverified_from=source.removeprefix(REVERIFY_SOURCE) if reverified else None,
+        judged_under=judged[0] if judged else None,
+    )
 
 
 def coverage(con, verifier_version: str) -> Coverage:

@@ -16,6 +16,7 @@ from gymflow.analysis.outcomes import (
     coverage_of,
     scored_filter,
     task_table,
+    version_read,
 )
 from gymflow.analysis.passk import pair_curves, per_task_curves
 from gymflow.analysis.results import Estimate, Headline, Profile, Usage
@@ -31,6 +32,7 @@ from gymflow.analysis.stats import (
     widened_band,
 )
 from gymflow.environments.registry import RegistryError, environment_sources
+from gymflow.store.db import memory_capped_call
 from gymflow.store.runs import run_info
 
 #: rollout columns summarised by percentile
@@ -178,6 +180,7 @@ def usage_percentiles(con) -> dict[str, Usage]:
     return usage
 
 
+@memory_capped_call
 def profile(
     con,
     *,
@@ -208,7 +211,7 @@ def profile(
     scored = tasks.filter(pl.col("n") > 0).with_columns(
         p=pl.col("c") / pl.col("n"), reward_mean=pl.col("reward_sum") / pl.col("n")
     )
-    repeats = int(run["repeats"] or 0)
+    repeats = int(run.repeats or 0)
     ks = np.arange(1, max(repeats, 1) + 1)
     n = scored["n"].to_numpy()
     c = scored["c"].to_numpy()
@@ -227,7 +230,7 @@ def profile(
     pass1 = _estimate(p.tolist(), rollouts=rollouts_scored)
     pooled = float(c.sum()) / rollouts_scored if rollouts_scored else None
     reward_means = scored["reward_mean"].to_numpy()
-    bounds = reward_range(run["environment"], reward_means)
+    bounds = reward_range(run.environment, reward_means)
     reward = _estimate(reward_means.tolist(), rollouts=rollouts_scored, bounds=bounds)
     pass_variance = variance_components(n, c, c)  # a pass is 0 or 1: its square is itself
     reward_variance = variance_components(
@@ -237,12 +240,13 @@ def profile(
     key = [str(k) for k in ks]
     return Profile.model_validate(
         {
-            "run_id": run["run_id"],
-            "benchmark": run["benchmark"],
-            "environment": run["environment"],
-            "model": run["model"],
+            "run_id": run.run_id,
+            "benchmark": run.benchmark,
+            "environment": run.environment,
+            "model": run.model,
             "simulated": simulated(con),
             "verifier_version": version,
+            "version_read": version_read(con, version),
             "coverage": coverage_of(tasks, repeats).as_dict(),
             "failures": "counted as failures (reward 0)"
             if failures_as_zero
@@ -318,7 +322,7 @@ def headline(con, verifier_version: str, *, failures_as_zero: bool = False) -> H
     """The few numbers a summary line needs, without bootstrap or breakdowns (`Headline`)."""
     tasks = task_table(con, verifier_version, failures_as_zero=failures_as_zero)
     scored = tasks.filter(pl.col("n") > 0)
-    repeats = max(int(run_info(con)["repeats"] or 1), 1)
+    repeats = max(int(run_info(con).repeats or 1), 1)
     at_k, _ = per_task_curves(scored["n"].to_numpy(), scored["c"].to_numpy(), np.array([repeats]))
     pass1 = _estimate((scored["c"] / scored["n"]).to_list(), rollouts=int(scored["n"].sum()))
     return Headline.model_validate(

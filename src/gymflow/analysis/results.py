@@ -10,6 +10,7 @@ would print `3.0` where it printed `3`."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -53,6 +54,35 @@ class HealthCheck(Result):
     examples: list[str]
 
 
+class VersionRead(Result):
+    """The verifier version a result reads, and what made it: the verdicts the run was judged
+    with (collected or imported), or a reverify of stored rollouts, with its parameters. A run
+    read under a reverify (`use-version`, `--make-current`) said only the version's name, and a
+    reader could not tell its numbers came from other parameters than the run's."""
+
+    version: str
+    verifier: str
+    params: dict[str, Any]
+    origin: Literal["run", "reverify"]
+    #: as stored: "gymflow", "nemo-gym import of FILE", "reverify from VERSION"
+    source: str | None
+    #: the version a reverify started from; None for the run's own
+    reverified_from: str | None
+    #: the version the run was judged under when collected
+    judged_under: str | None
+
+    def describe(self) -> str:
+        """One line in words, for a terminal."""
+        if self.origin == "run":
+            return f"verifier {self.version} (the run's own verdicts)"
+        return (
+            f"verifier {self.version}: a REVERIFY of the stored rollouts (from "
+            f"{self.reverified_from or 'no stored version'}; the run was judged under "
+            f"{self.judged_under or 'no version'}) with parameters "
+            + json.dumps(self.params, sort_keys=True)
+        )
+
+
 class Health(Result):
     """Can the run's numbers be trusted? (`gymflow.analysis.health.health`)"""
 
@@ -70,6 +100,9 @@ class Health(Result):
     unhealthy_rollouts: int
     unhealthy_share: Number
     verifier_version: str
+    #: what made that version (the run's verdicts, or a reverify and its parameters); None
+    #: only in a result cached before it was recorded
+    version_read: VersionRead | None = None
     reward_range: list[Number] | None
     checks: dict[str, HealthCheck]
     rollout_verdicts: list[dict[str, Any]]
@@ -138,6 +171,9 @@ class Profile(Result):
     #: a simulated model answered (`gymflow.analysis.simulated`), not a real one
     simulated: bool
     verifier_version: str
+    #: what made that version (the run's verdicts, or a reverify and its parameters); None
+    #: only in a result cached before it was recorded
+    version_read: VersionRead | None = None
     coverage: Coverage
     failures: str
     tasks: int

@@ -44,7 +44,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ),
     ("eval", "health"): (
         "analysis",
-        "Check every record; exit 1 when a check flags too many rollouts.",
+        "Check every record; exit 2 when a check flags too many rollouts.",
     ),
     ("eval", "profile"): (
         "analysis",
@@ -110,7 +110,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("runs", "trend"): ("runs", "pass@1 with its 95% CI over time for one benchmark."),
     ("runs", "gate"): (
         "runs",
-        "Compare a run with the one before it and a baseline; exit 2 on a drop.",
+        "Compare a run with a pinned baseline, paired by task; exit 2 on a drop.",
     ),
     ("study", "run"): ("study", "Run the baseline and every variant, then write study.html."),
 }

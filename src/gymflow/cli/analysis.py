@@ -30,7 +30,7 @@ from gymflow.present.terminal import print_table, styled, table
 from gymflow.store.db import connect
 
 if TYPE_CHECKING:
-    from gymflow.analysis.results import Comparison, Profile
+    from gymflow.analysis.results import Comparison, Profile, VersionRead
     from gymflow.analysis.stats import PairedPower, Power
 
 # Each command imports what only it runs (the health checks, the diagnosis, the verifiers of a
@@ -203,6 +203,13 @@ def _listed(tasks: list[str]) -> str:
     return ", ".join(tasks[:10]) + (" …" if len(tasks) > 10 else "")
 
 
+def print_version_read(read: VersionRead | None) -> None:
+    """A run read under a reverify says so, with the reverify's parameters (its version's name
+    alone read as the run's own verdicts)."""
+    if read is not None and read.origin == "reverify":
+        console.print(read.describe(), style="bold", markup=False, highlight=False, soft_wrap=True)
+
+
 def print_profile(result: Profile) -> None:
     console.print(
         styled(
@@ -212,6 +219,7 @@ def print_profile(result: Profile) -> None:
     )
     if result.simulated:
         console.print(SIMULATED_LINE)
+    print_version_read(result.version_read)
     console.print(f"coverage: {coverage_text(result.coverage)} (failures {result.failures})")
     console.print(
         styled(
@@ -310,7 +318,7 @@ def eval_health(
         int, typer.Option(min=0, help="Unhealthy rollouts listed in the JSON output.")
     ] = 1000,
 ) -> None:
-    """Check every record; exit 1 when a check flags more than its allowed share of rollouts."""
+    """Check every record; exit 2 when a check flags more than its allowed share of rollouts."""
     from gymflow.analysis.health import Gate, health
 
     gate = Gate(
@@ -352,6 +360,7 @@ def eval_health(
             + (f"; warnings: {', '.join(result.warnings)}" if result.warnings else "")
             + f"; verifier {result.verifier_version}"
         )
+        print_version_read(result.version_read)
     if result.gate == "fail":
         raise typer.Exit(exit_codes.GATE_FAILED)
 
@@ -449,8 +458,19 @@ def eval_reverify(
     ] = False,
     base_version: Annotated[
         str | None,
-        typer.Option("--from-version", help="Base verifier version (the current one)."),
+        typer.Option(
+            "--from-version",
+            help="Base verifier version, or the one --check checks (the current one).",
+        ),
     ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Write nothing: judge the stored rollouts again under the version's own "
+            "parameters and exit 2 listing every stored verdict that differs (an edited store).",
+        ),
+    ] = False,
     make_current: Annotated[
         bool,
         typer.Option(
@@ -468,6 +488,12 @@ def eval_reverify(
     --make-current (or `gym eval use-version`)."""
     from gymflow.reverify import parse_settings, reverify
 
+    if check:
+        if settings or failed_only or force or make_current:
+            fail("--check judges a stored version under its own parameters: it takes no --set, "
+                 "--failed-only, --force or --make-current")  # fmt: skip
+        _recheck(run_dir, base_version, json_output)
+        return
     result = reverify(
         run_dir,
         parse_settings(settings or []),
@@ -521,6 +547,38 @@ def eval_reverify(
             markup=False,
             soft_wrap=True,
         )
+
+
+def _recheck(run_dir: Path, version: str | None, json_output: bool) -> None:
+    from gymflow.reverify import check
+
+    result = check(run_dir, version)
+    if json_output:
+        print_json({**result.as_json(), "agrees": result.agrees})
+    else:
+        console.print(
+            styled(
+                f"{result.environment} {result.version}: {result.checked} stored verdicts judged "
+                f"again, {result.agreed} agree, ",
+                (f"{result.count} differ", "bold red" if result.count else "bold"),
+                " (nothing written)",
+            )
+        )
+        if result.code_changed:
+            console.print(
+                "the verifier's code changed since this version was stored: a difference may "
+                "be the code's, not an edit of the store",
+                markup=False,
+            )
+        grid = table(
+            "rollout", "task", "repeat", "stored", "judged again", keys=("rollout", "task")
+        )
+        for d in result.disagreements:
+            grid.add_row(d.rollout_id, d.task_id, str(d.repeat_index), d.stored, d.recomputed)
+        if result.disagreements:
+            print_table(console, grid)
+    if not result.agrees:
+        raise typer.Exit(exit_codes.GATE_FAILED)
 
 
 @eval_app.command("use-version")

@@ -10,7 +10,7 @@ import typer
 
 from gymflow.cli.app import console, data_app, fail, print_json, warn_stale_report
 from gymflow.data.chat import KINDS, TrajectoryFilters, prepare_trajectories, write_trajectories
-from gymflow.data.profile import data_profile
+from gymflow.data.profile import DataProfile, data_profile
 from gymflow.data.provenance import provenance
 from gymflow.data.rows import write_selection
 from gymflow.data.select import INFORMATIVE, Filters, parse_band, select_tasks
@@ -251,7 +251,7 @@ def data_profile_command(
     finally:
         con.close()
     if json_output:
-        print_json(result)
+        print_json(result.as_json())
         return
     _print_profile(result)
 
@@ -260,46 +260,46 @@ def _rate(value: float | None) -> str:
     return format_number(value, 2)
 
 
-def _print_profile(result: dict) -> None:
+def _print_profile(result: DataProfile) -> None:
     console.print(
         styled(
-            f"{result['tasks']} tasks, ",
-            (str(result["informative"]), "bold"),
-            f" informative ({format_percent(result['informative_share'])} "
+            f"{result.tasks} tasks, ",
+            (str(result.informative), "bold"),
+            f" informative ({format_percent(result.informative_share)} "
             "of the tasks with a score: 0 < pass rate < 1) "
-            f"under verifier {result['verifier_version']}",
+            f"under verifier {result.verifier_version}",
         )
     )
     grid = table(
         "group", "tasks", "informative", "mean pass", "tasks per pass-rate bin", keys=("group",)
     )
-    rows = [("all", result["overall"])]
-    rows += [(f"tag {g['group']}", g) for g in result["by_tag"]]
-    rows += [(f"difficulty {g['group']}", g) for g in result["by_difficulty"]]
+    rows = [("all", result.overall)]
+    rows += [(f"tag {g.group}", g) for g in result.by_tag]
+    rows += [(f"difficulty {g.group}", g) for g in result.by_difficulty]
     for label, g in rows:
         grid.add_row(
             label,
-            str(g["tasks"]),
-            format_percent(g["informative_share"], 0),
-            _rate(g["mean_pass_rate"]),
-            " ".join(f"{b}:{v}" for b, v in g["histogram"].items() if v),
+            str(g.tasks),
+            format_percent(g.informative_share, 0),
+            _rate(g.mean_pass_rate),
+            " ".join(f"{b}:{v}" for b, v in g.histogram.items() if v),
         )
     print_table(console, grid)
-    dups = result["near_duplicates"]
+    dups = result.near_duplicates
     console.print(
-        f"near-duplicate prompts (exact similarity >= {dups['threshold']}; precision 100%, "
-        f"recall {dups['recall_at_threshold']:.1%} at the threshold): {dups['groups']} groups, "
-        f"{dups['grouped_tasks']} tasks"
+        f"near-duplicate prompts (exact similarity >= {dups.threshold}; precision 100%, "
+        f"recall {dups.recall_at_threshold:.1%} at the threshold): {dups.groups} groups, "
+        f"{dups.grouped_tasks} tasks"
     )
-    for group in dups["shown"]:
-        rates = ", ".join(f"{m['task_id']} {_rate(m['pass_rate'])}" for m in group["members"])
-        console.print(f"  {group['tasks']} tasks (similarity {group['similarity']:.2f}): {rates}")
-    sel = result["selection"]
-    chosen = {k: v for k, v in sel["filters"].items() if v not in (None, [])}
+    for group in dups.shown:
+        rates = ", ".join(f"{m.task_id} {_rate(m.pass_rate)}" for m in group.members)
+        console.print(f"  {group.tasks} tasks (similarity {group.similarity:.2f}): {rates}")
+    sel = result.selection
+    chosen = {k: v for k, v in sel.filters.items() if v not in (None, [])}
     console.print(
         styled(
             f"selection ({format_counts(chosen, between='=') if chosen else 'no filter'}): keeps ",
-            (str(sel["kept"]), "bold"),
-            f" of {sel['tasks']} tasks",
+            (str(sel.kept), "bold"),
+            f" of {sel.tasks} tasks",
         )
     )

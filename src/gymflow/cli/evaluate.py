@@ -39,14 +39,14 @@ from gymflow.flows.parameters import UNSHARDED, ScaleOptions
 from gymflow.models.open_files import ensure_open_files
 from gymflow.present import coverage_text, format_percent, headline_text
 from gymflow.present.terminal import print_table, styled, table
-from gymflow.rollouts.plan import RunPlan, resolve
+from gymflow.rollouts.plan import RunPlan, handed_down, resolve
 from gymflow.rollouts.stopping import RunStopped
 from gymflow.simulated.endpoint import launched_early
-from gymflow.store.db import StoreError, connect, store_path
+from gymflow.store.db import StoreError, StoreFailure, connect, store_path
 from gymflow.store.merge import check_destination
 
 if TYPE_CHECKING:
-    from gymflow.analysis.results import RunAnalysis
+    from gymflow.flows.eval_run import RunOutcome
 
 
 class _Bar:
@@ -141,14 +141,19 @@ def _quiet_prefect_console() -> None:
 
 
 def run_loop(
-    config: EvalConfig,
+    plan: RunPlan,
     *,
     resume: bool,
     scale: ScaleOptions = UNSHARDED,
     retry_failed: bool = True,
-) -> dict[str, Any]:
-    """Run the evaluation loop flow with a progress bar (after `check_before_run`)."""
+) -> RunOutcome:
+    """Run the evaluation loop flow with a progress bar on the plan `check_before_run` made:
+    handed down to the flow (which takes a config, as the UI and a schedule give it), and its
+    tags given to the flow run as Prefect creates it."""
+    from prefect import tags
+
     from gymflow.flows.eval_run import evaluation_loop
+    from gymflow.flows.labels import run_tags
     from gymflow.flows.lean import without_heartbeat
 
     _quiet_prefect_console()
@@ -163,10 +168,12 @@ def run_loop(
     with (
         Progress(*columns, console=console, transient=False) as bar,
         without_heartbeat(),
+        handed_down(plan),
+        tags(*run_tags(plan)),
         progress.listening(_Bar(bar)),
         naming_options("flags"),
     ):
-        return evaluation_loop(config, resume, scale, retry_failed)
+        return evaluation_loop(plan.config, resume, scale, retry_failed)
 
 
 def _stored(plan: RunPlan) -> str:
@@ -174,7 +181,7 @@ def _stored(plan: RunPlan) -> str:
     try:
         with connect(store_path(plan.config.out), read_only=True) as con:
             stored = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
-    except StoreError:
+    except (StoreError, StoreFailure):
         stored = 0
     return f"{plan.config.out} holds {stored} of {len(plan.keys())} rollouts"
 
@@ -202,8 +209,8 @@ def _resuming(plan: RunPlan) -> str:
     return f"resuming {out}: {stored} of {expected} rollouts stored ({failed} failed)"
 
 
-def print_headline(result: dict[str, Any]) -> None:
-    analysis: RunAnalysis = result["analysis"]
+def print_headline(result: RunOutcome) -> None:
+    analysis = result.analysis
     profile = analysis.profile
     console.print(
         styled(
@@ -225,7 +232,7 @@ def print_headline(result: dict[str, Any]) -> None:
     decision = analysis.decision
     console.print(f"next action: {decision.label or 'none'} ({decision.why})")
     console.print(f"verifier version: {profile.verifier_version}")
-    console.print(f"report: {result['report']}")
+    console.print(f"report: {result.report}")
 
 
 def _execute(
@@ -247,7 +254,7 @@ def _execute(
         from gymflow.flows.eval_run import UnhealthyRun
 
         try:
-            result = run_loop(config, resume=resume, scale=scale, retry_failed=retry_failed)
+            result = run_loop(plan, resume=resume, scale=scale, retry_failed=retry_failed)
         except UnhealthyRun as exc:  # its flow run ended Failed; the gate's line follows
             result = exc.result
         except RunStopped as exc:
@@ -256,10 +263,10 @@ def _execute(
             fail(f"{exc} ({_stored(plan)})", exit_codes.TERMINATED)
         except KeyboardInterrupt:
             fail(f"stopped at once (signalled twice); {_stored(plan)}", exit_codes.INTERRUPTED)
-        except (RegistryError, StoreError) as exc:  # the store or a component failed mid-run
+        except (RegistryError, StoreError, StoreFailure) as exc:  # failed mid-run
             fail(str(exc), exit_codes.RUNTIME)
     print_headline(result)
-    health = result["analysis"].health
+    health = result.analysis.health
     if health.gate == "fail":
         errors.print(
             f"health gate failed ({', '.join(health.gate_failures)}): see "

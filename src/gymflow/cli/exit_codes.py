@@ -1,4 +1,4 @@
-"""The exit codes of every `gym` command (the README's table is this module, in prose)."""
+"""The exit codes of every `gym` command (docs/reference/exit-codes.md is this module, in prose)."""
 
 from __future__ import annotations
 

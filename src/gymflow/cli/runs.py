@@ -47,8 +47,9 @@ def runs_list(
     benchmark: Annotated[str | None, typer.Option(help="Only this benchmark.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Every run under ROOT with its factors and headline; the catalog is ROOT/catalog.duckdb,
-    a DuckDB file any SQL client can query (table `runs`)."""
+    """Every run under ROOT with its factors and headline. Nothing is written under ROOT: the
+    catalog is a DuckDB file in the user's cache folder (its path is printed) that any SQL
+    client can query (table `runs`)."""
     from gymflow.history.catalog import refresh
 
     catalog = refresh(root)
@@ -56,7 +57,7 @@ def runs_list(
     if as_json:
         print_json(
             {
-                "catalog": str(catalog.path),
+                "catalog": str(catalog.path) if catalog.path else None,
                 "runs": [asdict(e) for e in entries],
                 "skipped": [{"run_dir": d, "why": why} for d, why in catalog.skipped],
             }
@@ -79,6 +80,8 @@ def runs_list(
     print_table(console, grid)
     for run_dir, why in catalog.skipped:
         console.print(f"skipped {_shown(run_dir)}: {why}")
+    if catalog.path is None:
+        return
     # The duckdb Python package is installed with gymflow; its command-line tool may not be.
     query = (
         f"import duckdb; duckdb.connect({json.dumps(str(catalog.path))}, read_only=True)"

@@ -9,6 +9,7 @@ import yaml
 
 from gymflow import bounded_yaml
 from gymflow.cli.app import console, fail, serve_app
+from gymflow.environments.asgi import MAX_SESSIONS, SESSION_IDLE_S
 from gymflow.environments.registry import load_environment
 from gymflow.present.terminal import styled
 
@@ -35,11 +36,20 @@ def serve_environment(
     param: Annotated[
         list[str] | None, typer.Option(help="Verifier parameter override, key=value.")
     ] = None,
+    max_sessions: Annotated[
+        int,
+        typer.Option(min=1, help="Sessions open at once; a seed past it is a 503 saying so."),
+    ] = MAX_SESSIONS,
+    session_idle_s: Annotated[
+        float,
+        typer.Option(min=1.0, help="Seconds a session may go untouched before it is closed."),
+    ] = SESSION_IDLE_S,
 ) -> None:
     """Serve POST /seed_session, /tools/{name}, /verify and GET /health over HTTP."""
     import uvicorn
 
     from gymflow.environments.asgi import create_app
+    from gymflow.models.open_files import ensure_serving_open_files
 
     server = load_environment(name).resources_server(_verifier_params(param or []))
     console.print(
@@ -50,4 +60,6 @@ def serve_environment(
         ),
         highlight=False,
     )
-    uvicorn.run(create_app(server), host=host, port=port, log_level="warning")
+    app = create_app(server, max_sessions=max_sessions, session_idle_s=session_idle_s)
+    ensure_serving_open_files()  # a socket per client connection, however many come
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -50,6 +50,7 @@ def serve_model(
     ] = None,
 ) -> None:
     """Serve the seeded local policy (a simulation) over HTTP until interrupted."""
+    from gymflow.models.open_files import ensure_serving_open_files
     from gymflow.rollouts.plan import resolve
     from gymflow.simulated.endpoint import policy_table
     from gymflow.simulated.policy_server import PolicyApp, serve
@@ -63,4 +64,5 @@ def serve_model(
         f"gymflow local policy server (a simulation): {len(table)} tasks of {name} "
         f"at http://{host}:{port}/v1"
     )
+    ensure_serving_open_files()  # a socket per client connection, however many come
     serve(PolicyApp(table, seed=seed, faults=faults), host=host, port=port)

@@ -11,6 +11,7 @@ import numpy as np
 
 from gymflow.analysis.frames import frame
 from gymflow.analysis.outcomes import check_verifier_version
+from gymflow.analysis.results import Number, Result
 from gymflow.data.neardup import group_documents, normalised_sql, recall_at
 from gymflow.data.select import Filters, SelectionError, select_tasks
 
@@ -30,11 +31,74 @@ EXCERPT = 160
 MEMBERS = 50
 
 
-def _histograms(con, group_sql: str | None) -> list[dict[str, Any]]:
-    """Per group (or one group "all"): tasks, tasks with a score, informative tasks and their
-    share of the tasks with a score (None when none has one: a task with nothing scored is
-    neither informative nor not), mean pass rate over tasks with a score, and task counts per
-    bin of BINS."""
+class PassRates(Result):
+    """A group of tasks (all, a tag, a difficulty) by pass rate: `informative_share` is of the
+    tasks with a score (None when none has one: a task with nothing scored is neither
+    informative nor not), `mean_pass_rate` over them, `histogram` task counts per bin of BINS."""
+
+    group: str
+    tasks: int
+    scored: int
+    informative: int
+    informative_share: Number | None
+    mean_pass_rate: Number | None
+    histogram: dict[str, int]
+
+
+class DuplicateMember(Result):
+    task_id: str
+    n: int
+    c: int
+    pass_rate: Number | None
+    #: the prompt's first EXCERPT characters
+    prompt: str | None
+
+
+class DuplicateGroup(Result):
+    similarity: Number
+    tasks: int
+    pass_rate_spread: Number | None
+    #: the first MEMBERS by task_id
+    members: list[DuplicateMember]
+
+
+class NearDuplicates(Result):
+    threshold: Number
+    method: str
+    precision: Number
+    recall_at_threshold: Number
+    groups: int
+    grouped_tasks: int
+    shown: list[DuplicateGroup]
+
+
+class SelectionSize(Result):
+    """How many tasks a selection (`gym data select` with these filters) keeps."""
+
+    filters: dict[str, Any]
+    tasks: int
+    kept: int
+    kept_by_bucket: dict[str, int]
+
+
+class DataProfile(Result):
+    """The run as training data under one verifier version (`data_profile`)."""
+
+    verifier_version: str
+    tasks: int
+    scored: int
+    informative: int
+    informative_share: Number | None
+    bins: list[str]
+    overall: PassRates
+    by_tag: list[PassRates]
+    by_difficulty: list[PassRates]
+    near_duplicates: NearDuplicates
+    selection: SelectionSize
+
+
+def _histograms(con, group_sql: str | None) -> list[PassRates]:
+    """Per group (or one group "all"): its tasks by pass rate (`PassRates`)."""
     group = group_sql or "'all'"
     source = (
         "(SELECT *, unnest(CASE WHEN len(coalesce(tags, [])) = 0 THEN ['(none)'] ELSE tags END)"
@@ -65,20 +129,20 @@ def _histograms(con, group_sql: str | None) -> list[dict[str, Any]]:
         for index, count in zip(row["bins"], row["counts"], strict=True):
             counts[index] = count
         out.append(
-            {
-                "group": row["grp"],
-                "tasks": row["tasks"],
-                "scored": row["scored"],
-                "informative": row["informative"],
-                "informative_share": row["informative"] / row["scored"] if row["scored"] else None,
-                "mean_pass_rate": row["mean_pass_rate"],
-                "histogram": dict(zip(BINS, counts, strict=True)),
-            }
+            PassRates(
+                group=row["grp"],
+                tasks=row["tasks"],
+                scored=row["scored"],
+                informative=row["informative"],
+                informative_share=row["informative"] / row["scored"] if row["scored"] else None,
+                mean_pass_rate=row["mean_pass_rate"],
+                histogram=dict(zip(BINS, counts, strict=True)),
+            )
         )
     return out
 
 
-def near_duplicates(con, *, threshold: float, shown: int, seed: int = 0) -> dict[str, Any]:
+def near_duplicates(con, *, threshold: float, shown: int, seed: int = 0) -> NearDuplicates:
     """Groups of tasks whose normalised prompts are near-duplicates (see `neardup`), each with
     its tasks' pass rates side by side (the first MEMBERS by task_id). Largest groups first,
     then the widest pass-rate spread.
@@ -134,26 +198,26 @@ def near_duplicates(con, *, threshold: float, shown: int, seed: int = 0) -> dict
         LIMIT {int(shown)}
         """,
     ).to_dicts()
-    return {
-        "threshold": threshold,
-        "method": "exact Jaccard similarity of word 3-grams of normalised prompts, over the "
+    return NearDuplicates(
+        threshold=threshold,
+        method="exact Jaccard similarity of word 3-grams of normalised prompts, over the "
         "candidate pairs of MinHash LSH (64 permutations, 16 bands of 4)",
         # Every pair kept is checked exactly; a pair exactly at the threshold is a candidate
         # with this probability (more alike: more often).
-        "precision": 1.0,
-        "recall_at_threshold": recall_at(threshold),
-        "groups": summary[0]["groups"] if summary else 0,
-        "grouped_tasks": int(summary[0]["grouped_tasks"]) if summary else 0,
-        "shown": [
-            {
-                "similarity": row["similarity"],
-                "tasks": row["tasks"],
-                "pass_rate_spread": row["spread"],
-                "members": row["members"],
-            }
+        precision=1.0,
+        recall_at_threshold=recall_at(threshold),
+        groups=summary[0]["groups"] if summary else 0,
+        grouped_tasks=int(summary[0]["grouped_tasks"]) if summary else 0,
+        shown=[
+            DuplicateGroup(
+                similarity=row["similarity"],
+                tasks=row["tasks"],
+                pass_rate_spread=row["spread"],
+                members=row["members"],
+            )
             for row in summary
         ],
-    }
+    )
 
 
 def data_profile(
@@ -163,41 +227,39 @@ def data_profile(
     filters: Filters | None = None,
     threshold: float = 0.8,
     groups_shown: int = 20,
-) -> dict[str, Any]:
+) -> DataProfile:
     """The training-data profile of the run in `con` under one verifier version (the newest
     unless given). `filters` (default: the informative band) is the selection whose size is
-    reported. Returns {"verifier_version", "tasks", "scored", "informative", "informative_share",
-    "bins": BINS, "overall": histogram entry, "by_tag": [...], "by_difficulty": [...],
-    "near_duplicates": {...}, "selection": {"filters", "kept", "tasks", "kept_by_bucket"}}."""
+    reported."""
     if not 0.0 < threshold <= 1.0:
         raise SelectionError(f"--threshold {threshold}: need 0 < threshold <= 1")
     version = check_verifier_version(con, verifier_version)
     # select_tasks leaves `data_tasks`, which every section below reads.
     selection = select_tasks(con, filters or Filters(), verifier_version=version)
-    overall = next(iter(_histograms(con, None)), None) or {
-        "group": "all",
-        "tasks": 0,
-        "scored": 0,
-        "informative": 0,
-        "informative_share": None,
-        "mean_pass_rate": None,
-        "histogram": dict.fromkeys(BINS, 0),
-    }
-    return {
-        "verifier_version": version,
-        "tasks": overall["tasks"],
-        "scored": overall["scored"],
-        "informative": overall["informative"],
-        "informative_share": overall["informative_share"],
-        "bins": list(BINS),
-        "overall": overall,
-        "by_tag": _histograms(con, "tag"),
-        "by_difficulty": _histograms(con, "coalesce(difficulty, '(none)')"),
-        "near_duplicates": near_duplicates(con, threshold=threshold, shown=groups_shown),
-        "selection": {
-            "filters": selection.filters.as_dict(),
-            "tasks": selection.counts["tasks"],
-            "kept": selection.counts["kept"],
-            "kept_by_bucket": selection.counts["kept_by_bucket"],
-        },
-    }
+    overall = next(iter(_histograms(con, None)), None) or PassRates(
+        group="all",
+        tasks=0,
+        scored=0,
+        informative=0,
+        informative_share=None,
+        mean_pass_rate=None,
+        histogram=dict.fromkeys(BINS, 0),
+    )
+    return DataProfile(
+        verifier_version=version,
+        tasks=overall.tasks,
+        scored=overall.scored,
+        informative=overall.informative,
+        informative_share=overall.informative_share,
+        bins=list(BINS),
+        overall=overall,
+        by_tag=_histograms(con, "tag"),
+        by_difficulty=_histograms(con, "coalesce(difficulty, '(none)')"),
+        near_duplicates=near_duplicates(con, threshold=threshold, shown=groups_shown),
+        selection=SelectionSize(
+            filters=selection.filters.as_dict(),
+            tasks=selection.counts["tasks"],
+            kept=selection.counts["kept"],
+            kept_by_bucket=selection.counts["kept_by_bucket"],
+        ),
+    )

@@ -42,7 +42,7 @@ def provenance(
         "gymflow_version": __version__,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "store": str(Path(store).resolve()),
-        "run": {name: run.get(name) for name in _RUN_FIELDS},
+        "run": {name: getattr(run, name) for name in _RUN_FIELDS},
         "verifier_version": verifier_version,
         "filters": filters,
         "counts": counts,

@@ -15,12 +15,21 @@ A session belongs to the caller that seeded it. Its id is unguessable, and every
 on it carries the token the seed returned, in the `X-Gymflow-Session-Token` header: with ids
 `s0, s1, ...` and no check, another local user drove a run's session (cancelled its order, sent
 its email) and the run's own /verify gave reward 1.0. A wrong or missing token is answered as an
-unknown session is (404), so a guess learns nothing."""
+unknown session is (404), so a guess learns nothing.
+
+Sessions are bounded: at most `max_sessions` open at once (a seed past it is a 503 saying so,
+with Retry-After), and a session no request has touched for `session_idle_s` is closed (its
+state freed). Unbounded, any caller could seed sessions until the server's memory ran out. A
+session with a request in progress (a long /verify) is never idle."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any
 
@@ -60,11 +69,92 @@ class SessionRequest(BaseModel):
 Token = Annotated[str | None, Header(alias=SESSION_TOKEN_HEADER)]
 
 
-@dataclass(frozen=True, slots=True)
+#: Sessions open at once, by default: far above a run's concurrency (at most 4096), far below
+#: what exhausts a server's memory (a backoffice session is a few KiB).
+MAX_SESSIONS = 10_000
+#: A session untouched this long is closed: longer than a rollout waits on its model between
+#: two requests (a call's timeout times its retries), far shorter than forever.
+SESSION_IDLE_S = 1800.0
+
+
+@dataclass(slots=True)
 class _Session:
     internal_id: str  # the resources server's own (deterministic) session id
     task: Task
     token: str
+    used_at: float
+    busy: int = 0  # requests on it in progress
+
+
+class _Sessions:
+    """The sessions handed out, least recently used first, bounded in number and idle time."""
+
+    def __init__(
+        self,
+        server: ResourcesServer,
+        max_sessions: int,
+        idle_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.server, self.max_sessions, self.idle_s = server, max_sessions, idle_s
+        self.clock = clock
+        self._open: OrderedDict[str, _Session] = OrderedDict()  # the id handed out -> session
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    async def expire(self) -> None:
+        """Close the sessions idle for `idle_s` (amortised O(1): the oldest are first)."""
+        now = self.clock()
+        while self._open:
+            session_id, session = next(iter(self._open.items()))
+            if now - session.used_at < self.idle_s:
+                return
+            if session.busy:  # not idle: a request on it is in progress
+                session.used_at = now
+                self._open.move_to_end(session_id)
+                continue
+            await self.close(session_id)
+
+    async def seed(self, task: Task) -> tuple[str, str]:
+        await self.expire()
+        if len(self._open) >= self.max_sessions:
+            raise HTTPException(
+                503,
+                f"resources server full: {self.max_sessions} sessions open, the most it keeps; "
+                f"close finished sessions (/close_session, or /verify with close) or wait: a "
+                f"session untouched for {self.idle_s:g} s is closed",
+                headers={"Retry-After": "5"},
+            )
+        session_id, token = secrets.token_urlsafe(16), secrets.token_urlsafe(32)
+        internal = await self.server.seed_session(task)
+        self._open[session_id] = _Session(internal, task, token, self.clock())
+        return session_id, token
+
+    @contextlib.asynccontextmanager
+    async def use(self, session_id: str, token: str | None) -> AsyncIterator[_Session]:
+        """The caller's session, touched before and after the request it serves."""
+        await self.expire()
+        session = self._open.get(session_id)
+        if session is None or not secrets.compare_digest(token or "", session.token):
+            raise HTTPException(404, f"unknown session {session_id[:64]!r} for this caller")
+        session.busy += 1
+        self._touch(session_id, session)
+        try:
+            yield session
+        finally:
+            session.busy -= 1
+            if session_id in self._open:
+                self._touch(session_id, session)
+
+    def _touch(self, session_id: str, session: _Session) -> None:
+        session.used_at = self.clock()
+        self._open.move_to_end(session_id)
+
+    async def close(self, session_id: str) -> None:
+        session = self._open.pop(session_id, None)
+        if session is not None:
+            await self.server.close_session(session.internal_id)
 
 
 def _find_task(server: ResourcesServer, task_id: str, split: str | None) -> Task:
@@ -133,32 +223,34 @@ async def _refuse(send, status: int, detail: str) -> None:
     await send({"type": "http.response.body", "body": content})
 
 
-def create_app(server: ResourcesServer) -> FastAPI:
+def create_app(
+    server: ResourcesServer,
+    *,
+    max_sessions: int = MAX_SESSIONS,
+    session_idle_s: float = SESSION_IDLE_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> FastAPI:
     app = FastAPI(title=f"gymflow resources server: {server.env.name}")
     app.add_middleware(_BoundedBody)
-    sessions: dict[str, _Session] = {}  # the id handed out -> the session
-
-    def session_of(session_id: str, token: str | None) -> _Session:
-        session = sessions.get(session_id)
-        if session is None or not secrets.compare_digest(token or "", session.token):
-            raise HTTPException(404, f"unknown session {session_id[:64]!r} for this caller")
-        return session
+    sessions = _Sessions(server, max_sessions, session_idle_s, clock)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
+        await sessions.expire()
         return {
             "status": "ok",
             "environment": server.env.name,
             "verifier_version": server.verifier_version,
             "tools": [tool["name"] for tool in server.tools()],
             "sessions": len(sessions),
+            "max_sessions": sessions.max_sessions,
+            "session_idle_s": sessions.idle_s,
         }
 
     @app.post("/seed_session")
     async def seed_session(request: SeedRequest) -> dict[str, Any]:
         task = _find_task(server, request.task_id, request.split)
-        session_id, token = secrets.token_urlsafe(16), secrets.token_urlsafe(32)
-        sessions[session_id] = _Session(await server.seed_session(task), task, token)
+        session_id, token = await sessions.seed(task)
         return {
             "session_id": session_id,
             "session_token": token,
@@ -168,38 +260,34 @@ def create_app(server: ResourcesServer) -> FastAPI:
 
     @app.post("/tools/{name}")
     async def call_tool(name: str, request: ToolRequest, token: Token = None) -> dict[str, Any]:
-        session = session_of(request.session_id, token)
-        try:
-            output = await server.call_tool(session.internal_id, name, request.arguments)
-        except ToolError as exc:
-            return {"output": f"error: {exc}", "error": True}
-        except Exception as exc:  # a tool bug is reported to the caller, not a dead server
-            return {
-                "output": f"error: tool {name!r} failed: {type(exc).__name__}: {exc}",
-                "error": True,
-                "crashed": True,
-            }
+        async with sessions.use(request.session_id, token) as session:
+            try:
+                output = await server.call_tool(session.internal_id, name, request.arguments)
+            except ToolError as exc:
+                return {"output": f"error: {exc}", "error": True}
+            except Exception as exc:  # a tool bug is reported to the caller, not a dead server
+                return {
+                    "output": f"error: tool {name!r} failed: {type(exc).__name__}: {exc}",
+                    "error": True,
+                    "crashed": True,
+                }
         return {"output": output, "error": False}
 
     @app.post("/verify")
     async def verify(request: VerifyRequest, token: Token = None) -> dict[str, Any]:
-        session = session_of(request.session_id, token)
-        verification = await server.verify(
-            session.internal_id, session.task, request.output_text, request.trajectory
-        )
+        async with sessions.use(request.session_id, token) as session:
+            verification = await server.verify(
+                session.internal_id, session.task, request.output_text, request.trajectory
+            )
         if request.close:
-            await _close(request.session_id)
+            await sessions.close(request.session_id)
         return asdict(verification)
 
     @app.post("/close_session")
     async def close_session(request: SessionRequest, token: Token = None) -> dict[str, Any]:
-        session_of(request.session_id, token)
-        await _close(request.session_id)
+        async with sessions.use(request.session_id, token):
+            pass
+        await sessions.close(request.session_id)
         return {"closed": request.session_id}
-
-    async def _close(session_id: str) -> None:
-        session = sessions.pop(session_id, None)
-        if session is not None:
-            await server.close_session(session.internal_id)
 
     return app

@@ -21,7 +21,7 @@ from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment
 from gymflow.environments.verifier_ref import VerifierRef
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
-from gymflow.verifiers.pool import WorkerFailed, WorkerTimeout, worker_pool
+from gymflow.verifiers.pool import WorkerFailed, WorkerOutOfMemory, WorkerTimeout, worker_pool
 
 ToolHandler = Callable[[dict[str, Any], dict[str, Any]], Any]
 #: `threads` verifications (judge calls) waiting at once: the collector's default concurrency.
@@ -130,6 +130,13 @@ class ResourcesServer:
         return Verification(self.verifier_version, VERIFIED, reward, passed, failure_kind, details)
 
     @property
+    def text_only(self) -> bool:
+        """Whether a verdict here is a pure function of the task and the output text (the
+        verifier's own `text_only`), so a reverify may read nothing else and judge each distinct
+        text once. A server whose verification reads more overrides it."""
+        return self.verifier.text_only
+
+    @property
     def verify_timeout(self) -> float | None:
         """The verifier's own bound on one verification; None for an inline verifier."""
         return self.verifier.timeout_s
@@ -146,6 +153,10 @@ class ResourcesServer:
         if isinstance(exc, WorkerTimeout) and self.verifier.outlived_bound_fails:
             details = {"reason": "timeout", "limit": "verifier_timeout_s", "error": str(exc)}
             return self.judged(0.0, None, details, source="the verifier's bound")
+        if isinstance(exc, WorkerOutOfMemory) and self.verifier.outlived_bound_fails:
+            # the answer's code (or what it returned) took the memory: the answer failing
+            details = {"reason": "memory", "limit": "host_or_cgroup_memory", "error": str(exc)}
+            return self.judged(0.0, None, details, source="the out-of-memory killer")
         if isinstance(exc, WorkerTimeout):
             return self.unjudged(
                 "verifier_timeout",

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 from prefect import flow
 
-from gymflow.flows.eval_run import analyse_run
+from gymflow.flows.eval_run import RunOutcome, analyse_run
 from gymflow.tasks.shards import aggregate_shards
 
 
 @flow(name="aggregate", log_prints=True)
-def aggregate(run_dir: str, shard_dirs: list[str]) -> dict[str, Any]:
+def aggregate(run_dir: str, shard_dirs: list[str]) -> RunOutcome:
     """Merge shard stores (idempotent; a shard of another run is refused and nothing is
     written), then analyse the run store and publish its artifacts.
 
@@ -20,4 +20,4 @@ def aggregate(run_dir: str, shard_dirs: list[str]) -> dict[str, Any]:
         shard_dirs: Shard run directories (or .duckdb files); ones with no store are skipped.
     """
     merged = aggregate_shards(run_dir, shard_dirs)
-    return {**analyse_run(run_dir), "aggregate": merged}
+    return replace(analyse_run(run_dir), aggregate=merged)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import signal
 from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
 from uuid import uuid4
 
 from prefect import get_run_logger
@@ -18,6 +18,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
 from gymflow import progress
+from gymflow.analysis.results import RunAnalysis
 from gymflow.config import ConfigError, EvalConfig
 from gymflow.errors import GateFailed, naming_options
 from gymflow.flows import run_log
@@ -30,19 +31,20 @@ from gymflow.flows.lean import flow
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions, shard_config
 from gymflow.flows.progress import RunProgress
 from gymflow.rollouts import stopping
-from gymflow.rollouts.plan import resolve
+from gymflow.rollouts.outcomes import BatchOutcome, ShardOutcome
+from gymflow.rollouts.plan import RunPlan, plan_of
 from gymflow.simulated.endpoint import model_endpoint
 from gymflow.store.compact import compact
-from gymflow.store.merge import check_destination
+from gymflow.store.merge import MergeReport, check_destination
 from gymflow.tasks.analysis import analyse_store, render_report
-from gymflow.tasks.rollouts import prepare_run, retry_unless_stopped
+from gymflow.tasks.rollouts import retry_unless_stopped
 from gymflow.tasks.shards import aggregate_shards, supersede_failed_in_shards
 
 #: Threads for local shards and pool-shard waiters: each local shard holds one while it runs.
 MAX_CONCURRENT_SHARDS = 32
 
 
-def _placed(config: EvalConfig) -> EvalConfig:
+def placed(config: EvalConfig) -> EvalConfig:
     """`out` may hold `{date}`, the run's scheduled UTC date (a nightly run gets its own store),
     and `{flow_run_id}`, this flow run's id (every run from a form gets its own store, however
     many start on a day). A retry of the flow run keeps both, so it finds the same store."""
@@ -60,31 +62,6 @@ def resuming(resume: bool) -> bool:
     return resume or (flow_run.run_count or 1) > 1
 
 
-class UnhealthyRun(GateFailed):
-    """The run finished and failed its health gate: its flow run ends Failed, as `gym eval run`
-    exits 2 on it. Carries the run's results, for the CLI to print."""
-
-    def __init__(self, message: str, result: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.result = result
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (str(self), self.result)
-
-
-def health_gated(result: dict[str, Any]) -> dict[str, Any] | State:
-    """The flow run's end as the health gate says: its results, or, for a run that fails the
-    gate, a Failed state named Unhealthy whose message gives the failing checks."""
-    health = result["analysis"].health
-    if health.gate != "fail":
-        return result
-    message = (
-        f"health gate failed ({', '.join(health.gate_failures)}): see the report, or "
-        f"`gym eval health {result['run_dir']}`"
-    )
-    return Failed(name="Unhealthy", message=message, data=UnhealthyRun(message, result))
-
-
 @flow(
     name="eval-run",
     flow_run_name=run_name,
@@ -96,7 +73,7 @@ def evaluation_loop(
     resume: bool = False,
     scale: ScaleOptions = UNSHARDED,
     retry_failed: bool = True,
-) -> dict[str, Any]:
+) -> RunOutcome:
     """Collect every missing rollout of the config's run, then health, profile, diagnosis and
     report. A run that fails its health gate ends Failed (`UnhealthyRun`).
 
@@ -119,12 +96,13 @@ def evaluation_loop(
 
 def run_evaluation(
     config: EvalConfig, resume: bool, scale: ScaleOptions, retry_failed: bool
-) -> dict[str, Any] | State:
+) -> RunOutcome | State:
     """The evaluation loop in the calling flow run (eval-run's, or nightly's, whose own page so
-    shows the run's progress, summary and report link): its results, or Cancelled."""
+    shows the run's progress, summary and report link): its outcome, or Cancelled."""
     stopping.clear()
-    config = _placed(config)
-    tag_run(config)
+    config = placed(config)
+    plan = plan_of(config)  # the one plan of this run: every stage below reads it
+    tag_run(plan)
     resume = resuming(resume)
     try:
         with (
@@ -134,18 +112,20 @@ def run_evaluation(
         ):
             if (flow_run.run_count or 1) > 1:
                 publish_retrying(flow_run.run_count)
+            batches, shards, merged = (), (), None
             if scale.sharded:
                 if config.shard.count > 1:
                     raise ConfigError(
                         "give either shard (run one shard) or scale.shards (run them all)"
                     )
-                collected = _collect_shards(config, scale, resume, retry_failed)
+                shards, merged = _collect_shards(plan, scale, resume, retry_failed)
             else:
-                collected = _collect_here(config, resume, retry_failed)
+                batches = _collect_here(plan, resume, retry_failed)
             stopping.raise_if_requested()
             # The run's writes are done: its store gives back the blocks its commits freed.
             compact(config.out)
-            return {**analyse_run(config.out), "collected": collected}
+            outcome = analyse_run(config.out)
+            return replace(outcome, batches=batches, shards=shards, aggregate=merged)
     except stopping.RunStopped as exc:
         if exc.cause == "signal" and supervised():
             if cancelling():
@@ -165,32 +145,69 @@ def run_evaluation(
         stopping.clear()
 
 
-def analyse_run(run_dir: str) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """A run collected (or merged) and analysed: its store, its report (and the report's link,
+    when a report server serves it) and its analysis; then what collecting did: the batches run
+    here, or the shards run and their merge (the `aggregate` flow has only the merge)."""
+
+    run_dir: str
+    report: str
+    report_url: str | None
+    analysis: RunAnalysis
+    batches: tuple[BatchOutcome, ...] = ()
+    shards: tuple[ShardOutcome, ...] = ()
+    aggregate: MergeReport | None = None
+
+
+class UnhealthyRun(GateFailed):
+    """The run finished and failed its health gate: its flow run ends Failed, as `gym eval run`
+    exits 2 on it. Carries the run's outcome, for the CLI to print."""
+
+    def __init__(self, message: str, result: RunOutcome) -> None:
+        super().__init__(message)
+        self.result = result
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return type(self), (str(self), self.result)
+
+
+def health_gated(outcome: RunOutcome) -> RunOutcome | State:
+    """The flow run's end as the health gate says: its outcome, or, for a run that fails the
+    gate, a Failed state named Unhealthy whose message gives the failing checks."""
+    health = outcome.analysis.health
+    if health.gate != "fail":
+        return outcome
+    message = (
+        f"health gate failed ({', '.join(health.gate_failures)}): see the report, or "
+        f"`gym eval health {outcome.run_dir}`"
+    )
+    return Failed(name="Unhealthy", message=message, data=UnhealthyRun(message, outcome))
+
+
+def analyse_run(run_dir: str) -> RunOutcome:
     """Health, profile, diagnosis and decision of a run store, computed once; the report, the
     artifacts and the log render that one analysis."""
     analysis = analyse_store(run_dir)
     report_path = render_report(run_dir, quote(analysis))
     link = publish_results(analysis, report_path)
     run_log.results(analysis, link)
-    return {
-        "run_dir": run_dir,
-        "report": report_path,
-        "report_url": link.url,
-        "analysis": analysis,
-    }
+    return RunOutcome(run_dir, report_path, link.url, analysis)
 
 
-def _collect_here(config: EvalConfig, resume: bool, retry_failed: bool) -> list[dict[str, int]]:
-    plan = prepare_run(config, resume, retry_failed)
+def _collect_here(plan: RunPlan, resume: bool, retry_failed: bool) -> tuple[BatchOutcome, ...]:
     progress.started(len(plan.keys()))
     with RunProgress(len(plan.keys())):
-        return collect_plan(plan, on_batch=run_log.batch_done)
+        return collect_plan(
+            plan, resume=resume, retry_failed=retry_failed, on_batch=run_log.batch_done
+        )
 
 
 def _collect_shards(
-    config: EvalConfig, scale: ScaleOptions, resume: bool, retry_failed: bool
-) -> dict[str, Any]:
-    plan = resolve(config)
+    plan: RunPlan, scale: ScaleOptions, resume: bool, retry_failed: bool
+) -> tuple[tuple[ShardOutcome, ...], MergeReport | None]:
+    """Every shard run (here or on a work pool) and merged into the run store."""
+    config = plan.config
     check_destination(
         config.out, plan.run_id, resume=resume, benchmark_version=plan.benchmark_version
     )
@@ -204,7 +221,7 @@ def _collect_shards(
         "retry_delay_seconds": scale.shard_retry_delay_s,
         "retry_condition_fn": retry_unless_stopped,
     }
-    finished: dict[int, dict[str, Any]] = {}
+    finished: dict[int, ShardOutcome] = {}
     failures: dict[int, str] = {}
     # Local shards share one local policy server; pool shards each start their own if needed.
     with (
@@ -234,7 +251,9 @@ def _collect_shards(
     # stopped shard's store holds whole rollouts only: merged, the run store shows what finished.
     stopped = stopping.stop_requested() is not None
     merging = configs if stopped else [configs[i] for i in sorted(finished)]
-    merged = aggregate_shards(config.out, [c.out for c in merging])
+    # the run's plan as the merge needs it: with the shards' count (any shard's config has it)
+    sharded = plan.for_shard(configs[0])
+    merged = aggregate_shards(config.out, [c.out for c in merging], quote(sharded))
     stopping.raise_if_requested()
     if failures:
         publish_shard_failure(failures, merged.stored if merged else 0, len(plan.keys()))
@@ -243,4 +262,4 @@ def _collect_shards(
             f"{len(failures)} of {scale.shards} shards failed ({listed}); retry this flow run "
             "to re-run only them"
         )
-    return {"shards": [finished[i] for i in sorted(finished)], "aggregate": merged}
+    return tuple(finished[i] for i in sorted(finished)), merged

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import closing, nullcontext
-from typing import Any
 
 from prefect.utilities.annotations import quote
 
@@ -14,7 +13,8 @@ from gymflow.flows.labels import eval_shard_name
 from gymflow.flows.lean import flow
 from gymflow.rollouts import stopping
 from gymflow.rollouts.collect import Collector
-from gymflow.rollouts.plan import RunPlan
+from gymflow.rollouts.outcomes import BatchOutcome
+from gymflow.rollouts.plan import RunPlan, plan_of
 from gymflow.simulated.endpoint import model_endpoint
 from gymflow.store.db import connect, held
 from gymflow.tasks.rollouts import collect_batch, prepare_run
@@ -26,37 +26,44 @@ def _chunks(items: list, size: int) -> list[list]:
 
 def collect_plan(
     plan: RunPlan,
+    *,
+    resume: bool,
+    retry_failed: bool = False,
     base_url: str | None = None,
-    on_batch: Callable[[int, int, dict[str, int]], None] | None = None,
-) -> list[dict[str, int]]:
-    """Run the plan's rollout keys as Prefect tasks of `batch_size` rollouts each, against
-    `base_url` or, if unset, the endpoint the config names (a local policy server started here).
-    `on_batch(done, total, stats)` hears of each finished batch. The store stays open for
-    writing from the first batch to the last (`store.db.held`): a reader cannot slip in between
-    two. One collector serves every batch (`Collector`): no event loop, HTTP session or store
-    connection restarts between them.
+    on_batch: Callable[[int, int, BatchOutcome], None] | None = None,
+) -> tuple[BatchOutcome, ...]:
+    """Register the run in its store (`prepare_run`), then run the plan's rollout keys as
+    Prefect tasks of `batch_size` rollouts each, against `base_url` or, if unset, the endpoint
+    the config names (a local policy server started here). `on_batch(done, total, stats)` hears
+    of each finished batch. The store is opened once, for writing, and held from the
+    registration to the last batch (`store.db.held`): a reader cannot slip in between two. One
+    collector serves every batch (`Collector`): no event loop, HTTP session or store connection
+    restarts between them.
 
-    The keys and the collector are quoted: Prefect would otherwise walk every task and key of
-    them looking for futures, about 0.15 s per batch task for 2,000 keys on these machines."""
+    The plan, the keys and the collector are quoted: Prefect would otherwise walk every task
+    and key of them looking for futures, about 0.15 s per batch task for 2,000 keys on these
+    machines."""
     batches = _chunks(plan.keys(), plan.config.batch_size)
-    collected: list[dict[str, int]] = []
-    with (
-        held(plan.run_dir),
-        model_endpoint(plan) if base_url is None else nullcontext(base_url) as url,
-        closing(connect(plan.run_dir)) as con,
-        Collector(plan, con, base_url=url) as collector,
-    ):
-        for batch in batches:
-            collected.append(collect_batch(quote(batch), quote(collector)))
-            stopping.raise_if_requested()  # a batch asked to stop returns what it committed
-            if on_batch is not None:
-                on_batch(len(collected), len(batches), collected[-1])
-    return collected
+    collected: list[BatchOutcome] = []
+    with held(plan.run_dir):
+        prepare_run(quote(plan), resume, retry_failed)
+        with (
+            model_endpoint(plan) if base_url is None else nullcontext(base_url) as url,
+            closing(connect(plan.run_dir)) as con,
+            Collector(plan, con, base_url=url) as collector,
+        ):
+            for batch in batches:
+                collected.append(collect_batch(quote(batch), quote(collector)))
+                stopping.raise_if_requested()  # a batch asked to stop returns what it committed
+                if on_batch is not None:
+                    on_batch(len(collected), len(batches), collected[-1])
+    return tuple(collected)
 
 
 @flow(name="eval-shard", flow_run_name=eval_shard_name, log_prints=True)
-def eval_shard(config: EvalConfig, base_url: str | None = None) -> dict[str, Any]:
-    """Collect the missing rollouts of one shard (`config.shard`) into its store (`config.out`).
+def eval_shard(config: EvalConfig, base_url: str | None = None) -> tuple[BatchOutcome, ...]:
+    """Collect the missing rollouts of one shard (`config.shard`) into its store (`config.out`);
+    what each batch did.
 
     Always resumes: a shard store belongs to one run, and re-running a shard (a retry, a UI
     retry of the parent run) must run only what the store does not hold yet.
@@ -65,11 +72,6 @@ def eval_shard(config: EvalConfig, base_url: str | None = None) -> dict[str, Any
         config: The run's config with `shard` (which shard) and `out` (the shard's store).
         base_url: A model endpoint somebody else started (…/v1); unset, the config's model.
     """
-    plan = prepare_run(config, True)
-    collected = collect_plan(plan, base_url, on_batch=run_log.batch_done)
-    return {
-        "shard": [config.shard.index, config.shard.count],
-        "store": config.out,
-        "run_id": plan.run_id,
-        "collected": collected,
-    }
+    return collect_plan(
+        plan_of(config), resume=True, base_url=base_url, on_batch=run_log.batch_done
+    )

@@ -5,7 +5,6 @@ Prefect UI's Retry) re-runs only the shards that are not complete."""
 from __future__ import annotations
 
 import time
-from typing import Any
 from uuid import UUID
 
 from prefect import task
@@ -31,8 +30,9 @@ from gymflow.errors import RuntimeFailure
 from gymflow.flows.eval_shard import eval_shard
 from gymflow.flows.labels import shard_run_name
 from gymflow.flows.parameters import SHARD_FLOW
-from gymflow.rollouts.plan import RunPlan
-from gymflow.tasks.shards import progress_dict, progress_of
+from gymflow.rollouts.outcomes import ShardOutcome
+from gymflow.rollouts.plan import RunPlan, handed_down
+from gymflow.tasks.shards import progress_of
 
 
 class ShardFailed(RuntimeFailure):
@@ -44,20 +44,21 @@ def _label(config: EvalConfig) -> str:
 
 
 @task(name="run-shard", cache_policy=NO_CACHE, task_run_name="run-shard-{config.shard.index}")
-def run_shard_here(plan: RunPlan, config: EvalConfig, base_url: str | None) -> dict[str, Any]:
+def run_shard_here(plan: RunPlan, config: EvalConfig, base_url: str | None) -> ShardOutcome:
     """Run one shard as a subflow of this flow run, in this process."""
     before = progress_of(plan, config)
     if before.complete:
         progress.advanced(before.stored)
-        return {**progress_dict(before), "ran": False}
-    collected = eval_shard(config, base_url)["collected"]
+        return ShardOutcome(before, ran=False)
+    with handed_down(plan.for_shard(config)):
+        batches = eval_shard(config, base_url)
     after = progress_of(plan, config)
     if not after.complete:
         raise ShardFailed(
             f"{_label(config)}: its store {after.store} holds {after.stored} of {after.expected} "
             f"rollouts after the shard ran{f' ({after.error})' if after.error else ''}"
         )
-    return {**progress_dict(after), "ran": True, "collected": collected}
+    return ShardOutcome(after, ran=True, batches=batches)
 
 
 def shard_deployment(work_pool: str) -> UUID:
@@ -128,12 +129,12 @@ def _run_or_rerun(
 )
 def run_shard_on_pool(
     plan: RunPlan, config: EvalConfig, deployment_id: UUID, timeout_s: float | None
-) -> dict[str, Any]:
+) -> ShardOutcome:
     """Run one shard as a run of the `eval-shard` deployment and wait for it."""
     before = progress_of(plan, config)
     if before.complete:
         progress.advanced(before.stored)
-        return {**progress_dict(before), "ran": False}
+        return ShardOutcome(before, ran=False)
     flow_run = _run_or_rerun(plan, config, deployment_id, timeout_s)
     state = flow_run.state
     if state is None or not state.is_final():
@@ -156,4 +157,4 @@ def run_shard_on_pool(
             "a path the workers and this flow share?"
         )
     progress.advanced(after.stored)
-    return {**progress_dict(after), "ran": True, "flow_run": str(flow_run.id)}
+    return ShardOutcome(after, ran=True, flow_run=str(flow_run.id))

@@ -12,7 +12,7 @@ from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
 
 from gymflow.config import EvalConfig
-from gymflow.environments.registry import RegistryError, load_benchmark, load_environment
+from gymflow.rollouts.plan import RunPlan
 
 
 def _field(config: Any, *path: str) -> Any:
@@ -66,26 +66,26 @@ def eval_shard_name() -> str:
     return shard_run_name(config.fingerprint(), config)
 
 
-def run_tags(config: EvalConfig) -> list[str]:
+def run_tags(plan: RunPlan) -> list[str]:
     """benchmark:, environment:, model: and harness: tags (the environment's harness if unset)."""
-    tags = [f"model:{config.model.name}"]
-    environment = config.environment
-    try:
-        if config.benchmark:
-            tags.append(f"benchmark:{config.benchmark}")
-            environment = environment or load_benchmark(config.benchmark).environment
-        harness = config.harness.name or load_environment(environment).manifest.harness
-    except RegistryError:
-        return tags  # the flow's own checks name the problem
-    return [*tags, f"environment:{environment}", f"harness:{harness}"]
+    benchmark = [f"benchmark:{plan.benchmark.name}"] if plan.benchmark else []
+    return [
+        f"model:{plan.config.model.name}",
+        *benchmark,
+        f"environment:{plan.env.name}",
+        f"harness:{plan.harness}",
+    ]
 
 
-def tag_run(config: EvalConfig) -> None:
-    """Add the run's tags to this flow run, beside those its deployment gave it."""
+def tag_run(plan: RunPlan) -> None:
+    """Give this flow run the run's tags it lacks, beside those its deployment gave it. A run
+    started by `gym eval run` was created with them (`prefect.tags` around the call), and one
+    from the UI or a schedule gets them in one update: the flow run's tags are read from its
+    context, not from the API."""
     if flow_run.id is None:
         return
-    with get_client(sync_client=True) as client:
-        current = client.read_flow_run(flow_run.id).tags
-        wanted = [*current, *(t for t in run_tags(config) if t not in current)]
-        if wanted != current:
-            client.update_flow_run(flow_run.id, tags=wanted)
+    current = list(flow_run.tags)
+    missing = [tag for tag in run_tags(plan) if tag not in current]
+    if missing:
+        with get_client(sync_client=True) as client:
+            client.update_flow_run(flow_run.id, tags=[*current, *missing])

@@ -5,8 +5,8 @@ turn into a notification."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
@@ -17,7 +17,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field
 
 from gymflow.errors import GateFailed
-from gymflow.flows.eval_run import MAX_CONCURRENT_SHARDS, run_evaluation
+from gymflow.flows.eval_run import MAX_CONCURRENT_SHARDS, RunOutcome, run_evaluation
 from gymflow.flows.labels import run_name
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions
 from gymflow.history.gate import GateVerdict, gate, save_verdict
@@ -67,6 +67,14 @@ def gate_run(run_dir: str, options: GateOptions) -> GateVerdict:
     return verdict
 
 
+@dataclass(frozen=True, slots=True)
+class NightlyOutcome:
+    """Tonight's run and its regression gate's verdict."""
+
+    run: RunOutcome
+    gate: GateVerdict
+
+
 @flow(
     name="nightly",
     flow_run_name=run_name,
@@ -75,7 +83,7 @@ def gate_run(run_dir: str, options: GateOptions) -> GateVerdict:
 )
 def nightly(
     config: FlowConfig, scale: ScaleOptions = UNSHARDED, gate: GateOptions = NO_GATE_OPTIONS
-) -> dict[str, Any]:
+) -> NightlyOutcome:
     """Run the evaluation loop, then gate the run on regressions. The loop runs in this flow
     run, not in a subflow: its progress, summary, report link and log are on this run's page.
     A regression (or an unhealthy run: the gate counts it) ends the run Failed.
@@ -89,13 +97,13 @@ def nightly(
     result = run_evaluation(config, resume=False, scale=scale, retry_failed=True)
     if isinstance(result, State):  # cancelled
         return result
-    verdict = gate_run(result["run_dir"], gate)
+    verdict = gate_run(result.run_dir, gate)
     # The report was written before the gate: again, so that it states the verdict.
     from gymflow.reports.render import write_run_report
 
-    write_run_report(result["run_dir"], analysis=result["analysis"])
+    write_run_report(result.run_dir, analysis=result.analysis)
     get_run_logger().info(verdict.summary())
-    report = f"\n\nReport: {result['report_url']}" if result["report_url"] else ""
+    report = f"\n\nReport: {result.report_url}" if result.report_url else ""
     create_markdown_artifact(
         key="gymflow-regression-gate",
         markdown=f"# Regression gate\n\n{verdict.summary()}\n\nTest: {verdict.test}.{report}",
@@ -105,11 +113,11 @@ def nightly(
         emit_event(
             event=REGRESSED_EVENT,
             resource={
-                "prefect.resource.id": f"gymflow.run.{Path(result['run_dir']).name}",
+                "prefect.resource.id": f"gymflow.run.{Path(result.run_dir).name}",
                 "prefect.resource.name": config.benchmark or config.environment or "run",
             },
             payload=verdict.as_dict(),
         )
         message = verdict.summary()
         return Failed(name="Regressed", message=message, data=RegressionFound(message))
-    return {**result, "gate": verdict.as_dict()}
+    return NightlyOutcome(result, verdict)

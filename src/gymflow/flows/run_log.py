@@ -3,44 +3,43 @@ kind, the headline and where the report is. Prefect's run logger, so they land o
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import get_run_logger
 
 from gymflow.analysis.results import RunAnalysis, TaxonomyRow
 from gymflow.flows.artifacts import action_text
 from gymflow.present import coverage_text, headline_text, safe_text
 from gymflow.reports.serving import ReportLink
+from gymflow.rollouts.outcomes import BatchOutcome, ShardOutcome
 
 
-def batch_done(done: int, total: int, stats: dict[str, int]) -> None:
+def batch_done(done: int, total: int, batch: BatchOutcome) -> None:
     get_run_logger().info(
         "batch %d of %d done: %d rollouts run (%d completed, %d failed), %d already stored",
         done,
         total,
-        stats.get("attempted", 0),
-        stats.get("completed", 0),
-        stats.get("failed", 0),
-        stats.get("skipped", 0),
+        batch.attempted,
+        batch.completed,
+        batch.failed,
+        batch.skipped,
     )
 
 
-def shard_done(index: int, count: int, result: dict[str, Any]) -> None:
+def shard_done(index: int, count: int, shard: ShardOutcome) -> None:
     logger = get_run_logger()
-    if not result.get("ran", True):
+    if not shard.ran:
         logger.info(
             "shard %d of %d skipped: its store already holds all %s rollouts",
             index,
             count,
-            result.get("expected"),
+            shard.progress.expected,
         )
         return
     logger.info(
         "shard %d of %d done: %s of %s rollouts stored",
         index,
         count,
-        result.get("stored"),
-        result.get("expected"),
+        shard.progress.stored,
+        shard.progress.expected,
     )
 
 

@@ -1,11 +1,16 @@
 """The catalog of the runs under a root folder: one row per run store, in a DuckDB file of its own.
 
 The run stores stay the truth; the catalog is a summary rebuilt from them (a row is recomputed
-only when its store changed on disk), so it can be deleted at any time. It lives beside the runs
-as `catalog.duckdb`, so any SQL client can query it."""
+only when its store changed on disk), so it can be deleted at any time. It lives in the user's
+cache folder (`$XDG_CACHE_HOME/gymflow/catalogs`, one file per root), never in the run folder:
+listing runs writes nothing where the runs are (it wrote `catalog.duckdb` there, into a folder
+others may share or a read-only one). Any SQL client can query it. A cache that cannot be used
+(no private cache folder, a file another listing holds or cannot read) means the summary is
+computed in memory, from the stores, as on a first listing."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -17,10 +22,10 @@ import duckdb
 
 from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.analysis.profile import headline
-from gymflow.store.db import STORE_FILE, StoreError, connect, transaction
+from gymflow.store.db import STORE_FILE, StoreError, StoreFailure, connect, transaction
 from gymflow.store.runs import run_info
+from gymflow.user_folders import private_folder, user_cache
 
-CATALOG_FILE = "catalog.duckdb"
 #: Shard stores are parts of a run, merged into its store: not runs of their own.
 SHARD_FOLDER = "shards"
 #: How deep under the root run stores are looked for (a nightly layout is root/benchmark/date).
@@ -97,17 +102,17 @@ def read_entry(run_dir: Path) -> CatalogEntry:
     cover = head.coverage
     return CatalogEntry(
         run_dir=str(run_dir),
-        run_id=run["run_id"],
-        created_at=run["created_at"],
-        benchmark=run["benchmark"],
-        benchmark_version=run["benchmark_version"],
-        environment=run["environment"],
-        dataset_version=run["dataset_version"],
-        model=run["model"],
-        harness=run["harness"],
-        prompt_template=run["prompt_template"],
-        sampling_json=run["sampling_json"],
-        repeats=run["repeats"],
+        run_id=run.run_id,
+        created_at=run.created_at,
+        benchmark=run.benchmark,
+        benchmark_version=run.benchmark_version,
+        environment=run.environment,
+        dataset_version=run.dataset_version,
+        model=run.model,
+        harness=run.harness,
+        prompt_template=run.prompt_template,
+        sampling_json=run.sampling_json,
+        repeats=run.repeats,
         verifier_version=version,
         pass1=head.pass_at_1,
         ci_low=low,
@@ -121,9 +126,32 @@ def read_entry(run_dir: Path) -> CatalogEntry:
     )
 
 
+def catalog_file(root: Path) -> Path | None:
+    """Where the catalog of `root` (resolved) is kept, or None when there is no private cache
+    folder to keep it in."""
+    try:
+        folder = user_cache("catalogs")
+    except RuntimeError:
+        return None
+    if not private_folder(folder, create=True):
+        return None
+    return folder / f"{hashlib.sha256(os.fsencode(root)).hexdigest()[:32]}.duckdb"
+
+
+def _open_catalog(root: Path) -> tuple[duckdb.DuckDBPyConnection, Path | None]:
+    path = catalog_file(root)
+    if path is not None:
+        try:
+            return duckdb.connect(str(path)), path
+        except duckdb.Error:  # held by another listing, or not a DuckDB file: go without
+            pass
+    return duckdb.connect(":memory:"), None
+
+
 @dataclass(frozen=True, slots=True)
 class Catalog:
-    path: Path
+    #: the DuckDB file holding table `runs`, None when it was computed in memory only
+    path: Path | None
     entries: list[CatalogEntry]
     #: run directories whose store could not be read (a run in progress holds its lock), with why
     skipped: list[tuple[str, str]]
@@ -176,15 +204,15 @@ def mixed_factors(entries: list[CatalogEntry]) -> dict[str, list[str]]:
 
 
 def refresh(root: Path) -> Catalog:
-    """Bring `root/catalog.duckdb` up to date with the stores under `root` and return it.
+    """Bring the catalog of `root` up to date with the stores under `root` and return it.
 
     A row is recomputed only when its store's size or modification time changed; rows of stores
     that are gone are dropped."""
     root = root.resolve()
     if not root.is_dir():
         raise StoreError(f"{root}: no such folder")
-    path = root / CATALOG_FILE
-    with duckdb.connect(str(path)) as con:
+    con, path = _open_catalog(root)
+    with con:
         con.execute(_DDL)
         cursor = con.execute(f"SELECT {', '.join(COLUMNS)} FROM runs")
         known = {row[0]: CatalogEntry(*row) for row in cursor.fetchall()}
@@ -198,7 +226,7 @@ def refresh(root: Path) -> Catalog:
                 continue
             try:
                 entries.append(read_entry(run_dir))
-            except StoreError as exc:
+            except (StoreError, StoreFailure) as exc:  # another file, or one being written
                 skipped.append((key, str(exc)))
                 if cached:
                     entries.append(cached)

@@ -27,7 +27,7 @@ from gymflow.analysis.compare import CompareError, compare
 from gymflow.analysis.health import health
 from gymflow.analysis.stats import PAIRED_TEST
 from gymflow.history.catalog import CatalogEntry, read_entry, refresh
-from gymflow.store.db import StoreError, connect
+from gymflow.store.db import StoreError, StoreFailure, connect
 from gymflow.written import write_text
 
 Against = Literal["baseline"]
@@ -184,13 +184,13 @@ def check(
                 try:
                     with connect(night, read_only=True) as con:
                         found = compare(con, con_base)
-                except (CompareError, StoreError):
+                except (CompareError, StoreError, StoreFailure):
                     continue
                 if found.stderr:
                     earlier.append(found.difference / found.stderr)
             with connect(run_dir, read_only=True) as con_a:
                 result = compare(con_a, con_base)
-    except (CompareError, StoreError) as exc:
+    except (CompareError, StoreError, StoreFailure) as exc:
         return _not_compared(baseline, exc)
     difference, se = result.difference, result.stderr
     ci = tuple(result.ci95) if result.ci95 else None
@@ -253,7 +253,10 @@ def gate(
     try:
         with connect(run_dir, read_only=True) as con:
             unhealthy = tuple(health(con, max_listed=0).gate_failures)
-    except StoreError as exc:  # no store, or nothing judged: nothing to trust either
+    except (
+        StoreError,
+        StoreFailure,
+    ) as exc:  # no store, or nothing judged: nothing to trust either
         unhealthy = (f"not checked: {exc}",)
     earlier = _earlier(refresh(root or run_dir.parent).entries, run_dir)
     if baseline is None:
@@ -266,7 +269,7 @@ def gate(
     if since is None:  # a baseline outside the history: the runs after it still feed the CUSUM
         try:
             since = read_entry(baseline).created_at
-        except (StoreError, OSError):
+        except (StoreError, StoreFailure, OSError):
             since = None  # not a run: `check` says so
     between = sorted(
         (e for e in earlier if since is not None and e.created_at > since),

@@ -13,18 +13,16 @@ templates are compiled as before, never a failed report."""
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 
 from jinja2.bccache import Bucket, FileSystemBytecodeCache
 
-from gymflow.user_folders import private_folder
+from gymflow.user_folders import private_folder, user_cache
 
 
 def cache_root() -> Path:
     """`$XDG_CACHE_HOME/gymflow/jinja`, or `~/.cache/gymflow/jinja`."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gymflow" / "jinja"
+    return user_cache("jinja")
 
 
 class SafeBytecodeCache(FileSystemBytecodeCache):

@@ -17,7 +17,7 @@ from gymflow.reports import views
 from gymflow.reports.trajectory import blocks
 from gymflow.reverify import flips
 from gymflow.store.current import current_verifier_version
-from gymflow.store.runs import run_info
+from gymflow.store.runs import RunInfo, run_info
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +70,9 @@ def exported(rollout: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def run_config(run: dict[str, Any]) -> dict[str, Any]:
-    config = json.loads(run["config_json"] or "{}")
-    sampling = json.loads(run["sampling_json"] or "{}")
+def run_config(run: RunInfo) -> dict[str, Any]:
+    config = json.loads(run.config_json or "{}")
+    sampling = json.loads(run.sampling_json or "{}")
     return {
         "run": run,
         "config": config,

@@ -5,20 +5,23 @@ A browser refuses `file://` links from a web page (the Prefect UI), and with sev
 report sits on whichever machine ran the flow; a server over the folder the runs write into makes
 the report one click away. Only report files are served (no stores, no configs): regular files named
 as reports, reached from the root without a symlink on the way (a `.html` link to the run's
-`gymflow.duckdb` served the store), with the reports' own Content-Security-Policy as a header."""
+`gymflow.duckdb` served the store), with the reports' own Content-Security-Policy as a header.
+The file is opened once, folder by folder, and served from that open file."""
 
 from __future__ import annotations
 
 import html
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import quote
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gymflow.reports.render import CSP
@@ -29,6 +32,7 @@ REPORTS_URL_ENV = "GYMFLOW_REPORTS_URL"
 REPORTS_ROOT_ENV = "GYMFLOW_REPORTS_ROOT"
 #: What is served: the reports and the trajectories file beside a large one.
 SERVED_SUFFIXES = (".html", ".jsonl")
+MEDIA_TYPES = {".html": "text/html; charset=utf-8", ".jsonl": "application/x-ndjson"}
 #: Reports listed on the index page, newest first.
 INDEX_LIMIT = 500
 
@@ -68,31 +72,68 @@ def report_link(report: Path | str, environ: dict[str, str] | None = None) -> Re
     return ReportLink(str(path), f"{base}/{quote(relative)}", f"served by {base}")
 
 
-def _served_file(root: Path, relative: str) -> Path | None:
-    """The file `relative` names inside `root` (resolved), if it is a report file: a regular
-    file, not a symlink, under no symlinked folder. A NUL byte (`%00`) names nothing."""
+@dataclass(frozen=True)
+class _Served:
+    """A report file opened for serving: the open file is what is served, never its path again
+    (checking a path and then serving it by path let a writer inside the root swap in a symlink
+    to the store between the two)."""
+
+    file: BinaryIO
+    info: os.stat_result
+
+
+#: Each folder on the way is opened as a folder, never through a symlink, relative to the one
+#: before it; the file itself is opened without following a symlink and without waiting on a
+#: FIFO's writer, then checked as opened (fstat) to be a regular file.
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _open_served(root: Path, relative: str) -> _Served | None:
+    """The report file `relative` names inside `root`, opened, if it is one: a regular file
+    named as a report, reached one component at a time from the root without a symlink, `..`
+    or an empty part. A NUL byte (`%00`) names nothing."""
+    parts = relative.split("/")
     if "\0" in relative or not relative.endswith(SERVED_SUFFIXES):
         return None
-    path = Path(os.path.normpath(root / relative))
+    if any(part in ("", ".", "..") for part in parts):
+        return None
+    fd = -1
     try:
-        if not path.is_relative_to(root) or path.resolve() != path:
+        folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for part in parts[:-1]:
+                inner = os.open(part, _FOLDER_FLAGS, dir_fd=folder)
+                os.close(folder)
+                folder = inner
+            fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=folder)
+        finally:
+            os.close(folder)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
             return None
-        return path if stat.S_ISREG(path.lstat().st_mode) else None
+        os.set_blocking(fd, True)
+        return _Served(os.fdopen(fd, "rb"), info)
     except (OSError, ValueError):
+        if fd >= 0:
+            os.close(fd)
         return None
 
 
-def _reports(root: Path) -> list[Path]:
-    """The served reports, found without following a symlinked folder (a link to / made every
-    index page walk the whole file system, for files it would not serve)."""
-    found = [
-        path
-        for folder, _, names in os.walk(root)
-        for path in (Path(folder) / name for name in names if name.endswith(".html"))
-        if _served_file(root, str(path.relative_to(root)))
-    ]
-    found.sort(key=lambda p: p.stat().st_mtime, reverse=True)
-    return found[:INDEX_LIMIT]
+def _reports(root: Path) -> list[tuple[Path, float]]:
+    """The served reports with their modification times, found without following a symlinked
+    folder (a link to / made every index page walk the whole file system, for files it would
+    not serve)."""
+    found = []
+    for folder, _, names in os.walk(root):
+        for path in (Path(folder) / name for name in names if name.endswith(".html")):
+            served = _open_served(root, path.relative_to(root).as_posix())
+            if served is not None:
+                served.file.close()
+                found.append((path, served.info.st_mtime))
+    found.sort(key=lambda item: item[1], reverse=True)
+    return [path for path, _ in found[:INDEX_LIMIT]]
 
 
 def _index_page(root: Path) -> str:
@@ -117,9 +158,21 @@ def reports_app(root: Path | str) -> Starlette:
         return HTMLResponse(_index_page(base), headers=headers)
 
     async def report(request: Request) -> Response:
-        found = _served_file(base, request.path_params["path"])
-        if found is None:
+        served = _open_served(base, request.path_params["path"])
+        if served is None:
             return PlainTextResponse("not found", status_code=404)
-        return FileResponse(found, headers=headers)
+        path = request.path_params["path"]
+        return StreamingResponse(
+            _chunks(served.file),
+            media_type=MEDIA_TYPES[next(s for s in SERVED_SUFFIXES if path.endswith(s))],
+            headers={**headers, "Content-Length": str(served.info.st_size)},
+        )
 
     return Starlette(routes=[Route("/", index), Route("/{path:path}", report)])
+
+
+def _chunks(file: BinaryIO, size: int = 1 << 16) -> Iterator[bytes]:
+    """The open file's bytes (read in Starlette's thread pool), closed when done."""
+    with file:
+        while chunk := file.read(size):
+            yield chunk

@@ -4,7 +4,6 @@ says which tasks and rollouts the run expects; the store copies the rows (`store
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from gymflow.config import ConfigError, EvalConfig, ShardSpec
 from gymflow.environments.registry import RegistryError
@@ -12,31 +11,37 @@ from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
 from gymflow.rollouts.registration import task_rows
 from gymflow.store.db import StoreError
 from gymflow.store.merge import MergeReport, ShardProgress, merge_into, read_shards, stored_progress
+from gymflow.store.runs import RunInfo
 
 
-def expected_plan(run: dict[str, Any]) -> RunPlan:
+def expected_plan(run: RunInfo) -> RunPlan:
     """The whole run's plan, from the config a shard stored: it names every expected task."""
     try:
-        config = EvalConfig.model_validate_json(run["config_json"])
+        config = EvalConfig.model_validate_json(run.config_json)
         plan = resolve(
-            config.model_copy(update={"shard": ShardSpec(index=0, count=run["shard_count"])})
+            config.model_copy(update={"shard": ShardSpec(index=0, count=run.shard_count)})
         )
     except (ConfigError, RegistryError, ValueError) as exc:
         raise StoreError(
-            f"cannot resolve run {run['run_id']}'s stored config to list its tasks: {exc}"
+            f"cannot resolve run {run.run_id}'s stored config to list its tasks: {exc}"
         ) from None
-    if plan.run_id != run["run_id"]:
+    check_collected_as(plan, run)
+    return plan
+
+
+def check_collected_as(plan: RunPlan, run: RunInfo) -> None:
+    """A shard's stored run is the plan's run, at the plan's benchmark version."""
+    if plan.run_id != run.run_id:
         raise StoreError(
-            f"run {run['run_id']}'s stored config hashes to {plan.run_id} under this gymflow "
-            f"({run['gymflow_version']} collected it): aggregate with the version that ran it"
+            f"run {run.run_id}'s stored config hashes to {plan.run_id} under this gymflow "
+            f"({run.gymflow_version} collected it): aggregate with the version that ran it"
         )
-    if plan.benchmark_version != run["benchmark_version"]:
+    if plan.benchmark_version != run.benchmark_version:
         raise StoreError(
-            f"run {run['run_id']} was collected at benchmark version "
-            f"{run['benchmark_version']}, but this machine's benchmark is version "
+            f"run {run.run_id} was collected at benchmark version "
+            f"{run.benchmark_version}, but this machine's benchmark is version "
             f"{plan.benchmark_version}; aggregate where the benchmark matches"
         )
-    return plan
 
 
 def all_keys(plan: RunPlan) -> list[RolloutKey]:
@@ -44,10 +49,17 @@ def all_keys(plan: RunPlan) -> list[RolloutKey]:
     return [(task.task_id, r) for task in plan.all_tasks for r in range(plan.repeats)]
 
 
-def merge_shards(run_dir: Path | str, shard_dirs: list[Path | str]) -> MergeReport:
-    """Merge `shard_dirs` into the store at `run_dir`, then count what is still missing."""
+def merge_shards(
+    run_dir: Path | str, shard_dirs: list[Path | str], plan: RunPlan | None = None
+) -> MergeReport:
+    """Merge `shard_dirs` into the store at `run_dir`, then count what is still missing.
+    `plan`: the run's, with its shard count, when the caller has it (the flow that ran the
+    shards); else resolved from the config the shards stored (`gym eval aggregate`)."""
     shards = read_shards(run_dir, shard_dirs)
-    plan = expected_plan(shards[0].run)
+    if plan is None:
+        plan = expected_plan(shards[0].run)
+    else:
+        check_collected_as(plan, shards[0].run)
     return merge_into(
         run_dir,
         shards,

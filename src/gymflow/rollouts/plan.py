@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -46,10 +49,12 @@ class RunPlan:
     verifier_params: dict[str, Any]
     harness: str
     all_tasks: tuple[Task, ...]
-
-    @property
-    def run_id(self) -> str:
-        return self.config.fingerprint()
+    #: The config's fingerprint, taken once: every row of the run carries it.
+    run_id: str
+    #: Every task's prompt, rendered once when the plan is built (`render_all`).
+    prompts: dict[str, str]
+    #: The rows whose prompt did not render, by what went wrong (`plan_problems` reports them).
+    prompt_failures: dict[str, list[tuple[int, str]]]
 
     @property
     def run_dir(self) -> Path:
@@ -66,15 +71,16 @@ class RunPlan:
         )
 
     @cached_property
-    def prompts(self) -> dict[str, str]:
-        return {task.task_id: render_prompt(self.template, task.inputs) for task in self.all_tasks}
-
-    @cached_property
     def task_by_id(self) -> dict[str, Task]:
         return {task.task_id: task for task in self.all_tasks}
 
     def keys(self) -> list[RolloutKey]:
         return [(task.task_id, r) for task in self.tasks for r in range(self.repeats)]
+
+    def for_shard(self, config: EvalConfig) -> RunPlan:
+        """This run's plan for `config`, one of its shards (same run, another `shard` and
+        `out`), without resolving or rendering anything again."""
+        return replace(self, config=config)
 
     @cached_property
     def verifier_version(self) -> str:
@@ -111,6 +117,36 @@ def resolve(config: EvalConfig) -> RunPlan:
     return plan
 
 
+#: Plans resolved ahead of their flow run in this process (`handed_down`), by config.
+_handed: dict[str, RunPlan] = {}
+_handed_lock = threading.Lock()
+
+
+@contextmanager
+def handed_down(plan: RunPlan) -> Iterator[None]:
+    """While inside, `plan_of` this plan's config is this plan. A flow's parameters cross
+    Prefect's API as JSON (the UI's form, a work pool's shard), so a flow takes a config, not a
+    plan; a caller in the same process that has resolved the plan already (`gym eval run`
+    before its flow run, a shard task before its subflow) hands it down here instead of having
+    it resolved, its benchmark and environment loaded and its prompts rendered again."""
+    key = plan.config.model_dump_json()
+    with _handed_lock:
+        _handed[key] = plan
+    try:
+        yield
+    finally:
+        with _handed_lock:
+            _handed.pop(key, None)
+
+
+def plan_of(config: EvalConfig) -> RunPlan:
+    """The plan handed down for `config` (`handed_down`), else `resolve(config)`: a run from
+    the UI or a schedule, or a shard on a work pool, resolves its own."""
+    with _handed_lock:
+        plan = _handed.get(config.model_dump_json())
+    return plan if plan is not None else resolve(config)
+
+
 def build_plan(config: EvalConfig) -> RunPlan:
     """Resolve names against the registry; a name that does not resolve is a ConfigError."""
     try:
@@ -142,6 +178,7 @@ def build_plan(config: EvalConfig) -> RunPlan:
         or env.manifest.prompt_template
     )
     verifier_params = {**(benchmark.verifier_params if benchmark else {}), **config.verifier_params}
+    prompts, prompt_failures = render_all(template, tasks)
     return RunPlan(
         config=config,
         env=env,
@@ -153,7 +190,36 @@ def build_plan(config: EvalConfig) -> RunPlan:
         verifier_params=verifier_params,
         harness=config.harness.name or env.manifest.harness,
         all_tasks=tuple(tasks),
+        run_id=config.fingerprint(),
+        prompts=prompts,
+        prompt_failures=prompt_failures,
     )
+
+
+def render_all(
+    template: str, tasks: list[Task]
+) -> tuple[dict[str, str], dict[str, list[tuple[int, str]]]]:
+    """Every task's prompt, and the rows that failed, by message. A template that outlives its
+    time bound on one row is not tried on the others: each would cost the bound again."""
+    prompts: dict[str, str] = {}
+    failing: dict[str, list[tuple[int, str]]] = {}
+    for row, task in enumerate(tasks):
+        try:
+            rendered = render_prompt(template, task.inputs)
+        except PromptTimeout as exc:
+            left = len(tasks) - row - 1
+            message = f"{exc}; the {left} rows after it were not rendered" if left else str(exc)
+            failing.setdefault(message, []).append((row, task.task_id))
+            break
+        except PromptError as exc:
+            failing.setdefault(str(exc), []).append((row, task.task_id))
+        else:
+            if not rendered.strip():  # an empty CSV cell: the model would be asked nothing
+                failing.setdefault("renders empty (an empty field?)", []).append(
+                    (row, task.task_id)
+                )
+            prompts[task.task_id] = rendered
+    return prompts, failing
 
 
 def check_plan(plan: RunPlan) -> None:
@@ -179,26 +245,9 @@ def plan_problems(
 ) -> list[str]:
     """Every problem with a plan, not just the first. Rows failing the same way are one problem
     (naming the first few rows and the count), so a bad template gives one line, not thousands;
-    it names the file and field the template came from. A template that outlives its time bound
-    on one row is not tried on the others: each would cost the bound again."""
-    failing: dict[str, list[tuple[int, str]]] = {}
-    for row, task in enumerate(plan.all_tasks):
-        try:
-            rendered = render_prompt(plan.template, task.inputs)
-        except PromptTimeout as exc:
-            left = len(plan.all_tasks) - row - 1
-            message = f"{exc}; the {left} rows after it were not rendered" if left else str(exc)
-            failing.setdefault(message, []).append((row, task.task_id))
-            break
-        except PromptError as exc:
-            failing.setdefault(str(exc), []).append((row, task.task_id))
-        else:
-            if not rendered.strip():  # an empty CSV cell: the model would be asked nothing
-                failing.setdefault("renders empty (an empty field?)", []).append(
-                    (row, task.task_id)
-                )
+    it names the file and field the template came from."""
     problems = []
-    for message, rows in failing.items():
+    for message, rows in plan.prompt_failures.items():
         shown = ", ".join(f"row {row} ({task_id})" for row, task_id in rows[:rows_shown])
         more = f" and {len(rows) - rows_shown} more rows" if len(rows) > rows_shown else ""
         problems.append(

@@ -216,7 +216,7 @@ async def _ask(plan: RunPlan, base_url: str) -> str:
 
     model = plan.config.model.model_copy(update={"max_retries": 1})
     sampling = plan.sampling.model_copy(update={"max_output_tokens": 16})
-    prompt = plan.prompts[plan.all_tasks[0].task_id] if plan.all_tasks else "Reply with OK."
+    prompt = next(iter(plan.prompts.values()), "Reply with OK.")  # the first row that renders
     async with ResponsesClient(model, base_url, sampling, concurrency=1) as client:
         outcome = await client.create([user_message(prompt)], tools=None, call_index=0, seed=0)
     if outcome.error is not None:

@@ -29,12 +29,24 @@ class Compaction:
     rewritten: bool
 
 
-def free_share(path: Path) -> float:
-    with duckdb.connect(str(path), read_only=True) as con:
-        total, free = con.execute(
-            "SELECT total_blocks, free_blocks FROM pragma_database_size()"
-        ).fetchone()
+def _attached_free_share(con) -> float:
+    total, free = con.execute(
+        "SELECT total_blocks, free_blocks FROM pragma_database_size() WHERE database_name = 'old'"
+    ).fetchone()
     return free / total if total else 0.0
+
+
+def _attached(path: Path):
+    """An in-memory connection with the store attached read-only as `old`: the one handle the
+    compaction measures and copies through."""
+    con = duckdb.connect()
+    con.execute("ATTACH ? AS old (READ_ONLY)", [str(path)])
+    return con
+
+
+def free_share(path: Path) -> float:
+    with _attached(path) as con:
+        return _attached_free_share(con)
 
 
 def compact(run_dir: Path | str, *, min_free_share: float = MIN_FREE_SHARE) -> Compaction:
@@ -42,12 +54,15 @@ def compact(run_dir: Path | str, *, min_free_share: float = MIN_FREE_SHARE) -> C
     Call it only when nothing writes the store (a reader that has it open keeps the old file)."""
     path = store_path(run_dir)
     before = path.stat().st_size
-    share = free_share(path)
-    if share < min_free_share or path.with_name(path.name + ".wal").exists():
-        return Compaction(before, before, share, rewritten=False)
-    with written(path) as (fresh,), duckdb.connect() as con:
-        con.execute("ATTACH ? AS old (READ_ONLY)", [str(path)])
-        con.execute("ATTACH ? AS fresh", [str(fresh)])
-        con.execute("COPY FROM DATABASE old TO fresh")
-        con.execute("DETACH fresh")
+    if path.with_name(path.name + ".wal").exists():
+        return Compaction(before, before, free_share(path), rewritten=False)
+    with _attached(path) as con:
+        share = _attached_free_share(con)
+        if share < min_free_share:
+            return Compaction(before, before, share, rewritten=False)
+        with written(path) as (fresh,):
+            con.execute("ATTACH ? AS fresh", [str(fresh)])
+            con.execute("COPY FROM DATABASE old TO fresh")
+            con.execute("DETACH fresh")
+            con.execute("DETACH old")  # before the fresh file takes the old one's name
     return Compaction(before, path.stat().st_size, share, rewritten=True)

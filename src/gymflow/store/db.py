@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import shutil
 import threading
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 
-from gymflow.errors import UserError, option
+from gymflow.errors import RuntimeFailure, UserError, option
 from gymflow.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, SPECS, TABLES
 from gymflow.written import created, written
 
@@ -29,10 +30,18 @@ LOCK_FIRST_WAIT_S = 0.05
 
 
 class StoreError(UserError):
-    """A store that cannot be opened or does not match what the caller expects."""
+    """A store the user named that is not what the command needs: no store at that path, a file
+    that is not a gymflow store (or of another schema version, or truncated), a store of another
+    run or benchmark version. Nothing was written; another path or file fixes it."""
 
 
-class StoreBusy(StoreError):
+class StoreFailure(RuntimeFailure):
+    """The store failed while a command ran: a commit (disk full, a file size limit), a shard
+    attached for the merge, or another process holding it for longer than waited. What was
+    committed is kept; once the cause is gone, a retry (`--resume`) continues."""
+
+
+class StoreBusy(StoreFailure):
     """Another process holds the store (a run writing it, or a reader) for longer than waited."""
 
 
@@ -106,6 +115,57 @@ def transaction(con) -> Iterator[None]:
         with contextlib.suppress(duckdb.Error):
             con.execute("ROLLBACK")
         raise
+
+
+#: DuckDB's memory while an analysis reads a whole store (health, profile, diagnose).
+#: Left alone its buffer pool grows towards 80% of the machine's memory: 4.6 GiB for the health
+#: of ten million rollouts. Within this what a query cannot hold spills to disk; at 2 GB the
+#: spilling cost health about a fifth more CPU at 10M, at 3 GB less, and the peak stays near
+#: 3 GiB (bench/analysis_scale.py).
+ANALYSIS_MEMORY_LIMIT = "3GB"
+
+
+def _memory_limit(con) -> str:
+    return con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+
+
+@functools.cache
+def _default_memory_limit() -> str:
+    with duckdb.connect() as fresh:  # an in-memory database has the default limit
+        return _memory_limit(fresh)
+
+
+@contextlib.contextmanager
+def memory_capped(con, limit: str = ANALYSIS_MEMORY_LIMIT) -> Iterator[None]:
+    """DuckDB's memory limit set to `limit` while inside, then RESET (the setting is the
+    database's, shared by every cursor of it); inside another cap, or where somebody chose a
+    limit already (the collector's while it writes), nothing changes: a chosen limit wins, and
+    DuckDB prints one rounded, so setting it back would shrink it a little each time."""
+
+    untouched = _memory_limit(con) == _default_memory_limit()
+    if untouched:
+        con.execute(f"SET memory_limit = '{limit}'")
+    try:
+        yield
+    finally:
+        if untouched:
+            con.execute("RESET memory_limit")
+
+
+def memory_capped_call(fn):
+    """`fn(con, ...)` run under `memory_capped(con)`: an analysis that reads a whole store and
+    writes nothing to it. Where DuckDB cannot do it within the cap (what it cannot spill), it
+    runs again uncapped: slower, never a failure that the machine's memory would have spared."""
+
+    @functools.wraps(fn)
+    def capped(con, *args, **kwargs):
+        try:
+            with memory_capped(con):
+                return fn(con, *args, **kwargs)
+        except duckdb.OutOfMemoryException:
+            return fn(con, *args, **kwargs)
+
+    return capped
 
 
 def copy_store(source: Path | str, run_dir: Path | str) -> Path:

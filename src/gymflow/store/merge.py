@@ -14,8 +14,8 @@ from typing import Any
 
 import duckdb
 
-from gymflow.store.db import StoreError, connect, store_path, transaction
-from gymflow.store.runs import RolloutKey, check_run_store, missing_keys, run_info
+from gymflow.store.db import StoreError, StoreFailure, connect, store_path, transaction
+from gymflow.store.runs import RolloutKey, RunInfo, check_run_store, missing_keys, run_info
 from gymflow.store.writer import insert_rows
 
 #: Tables copied from shards, in order. Keyed tables take `INSERT OR IGNORE`; `model_calls` has no
@@ -34,7 +34,7 @@ IDENTITY = ("run_id", "config_hash", "benchmark_version", "dataset_version", "re
 @dataclass(frozen=True)
 class ShardInfo:
     path: Path
-    run: dict[str, Any]
+    run: RunInfo
     indices: tuple[int, ...]
     rollouts: int
 
@@ -97,17 +97,18 @@ def read_shard(path: Path | str) -> ShardInfo:
     return ShardInfo(path=store_path(path), run=run, indices=indices, rollouts=rollouts)
 
 
-def check_identity(reference: dict[str, Any], shard: ShardInfo, reference_name: str) -> None:
+def check_identity(reference: RunInfo, shard: ShardInfo, reference_name: str) -> None:
     for key in IDENTITY:
-        if shard.run[key] != reference[key]:
+        theirs, ours = getattr(shard.run, key), getattr(reference, key)
+        if theirs != ours:
             raise StoreError(
-                f"{shard.path.parent}: refused: its {key} is {shard.run[key]!r}, but "
-                f"{reference_name} has {reference[key]!r}; a shard of another run (or another "
+                f"{shard.path.parent}: refused: its {key} is {theirs!r}, but "
+                f"{reference_name} has {ours!r}; a shard of another run (or another "
                 "config or benchmark version) cannot be merged"
             )
 
 
-def _destination_run(destination: Path) -> dict[str, Any] | None:
+def _destination_run(destination: Path) -> RunInfo | None:
     if not destination.exists():
         return None
     con = connect(destination, read_only=True)
@@ -180,7 +181,7 @@ def _copy(con, shards: list[ShardInfo]) -> dict[str, int]:
             con.execute(f"ATTACH '{_quote(shard.path)}' AS {alias} (READ_ONLY)")
     except duckdb.Error as exc:
         _detach(con, aliases)
-        raise StoreError(f"cannot attach a shard store read-only: {exc}") from None
+        raise StoreFailure(f"cannot attach a shard store read-only: {exc}") from None
     try:
         with transaction(con):
             for alias in aliases:
@@ -259,7 +260,7 @@ def stored_progress(
         return progress
     try:
         con = connect(run_dir, read_only=True)
-    except StoreError as exc:
+    except (StoreError, StoreFailure) as exc:  # a shard store not a store, or held by a writer
         return replace(progress, error=str(exc))
     try:
         stored = expected - len(missing_keys(con, run_id, keys))

@@ -3,8 +3,9 @@ from the caller (a plan's, `rollouts/registration.py`): the store resolves no co
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from gymflow.errors import option
 from gymflow.store.db import StoreError
@@ -88,9 +89,37 @@ def missing_keys(con, run_id: str, wanted: list[RolloutKey]) -> list[RolloutKey]
     return [key for key in wanted if key not in found]
 
 
-def run_info(con) -> dict[str, Any]:
-    cursor = con.execute("SELECT * FROM runs LIMIT 1")
-    row = cursor.fetchone()
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """A run's `runs` row: what ran, on which benchmark version, with which model, harness and
+    sampling. A run gymflow collected fills every column (`rollouts/registration.py`); an
+    imported one may leave the descriptive ones NULL."""
+
+    run_id: str
+    created_at: datetime | None
+    gymflow_version: str | None
+    config_json: str | None
+    config_hash: str | None
+    benchmark: str | None
+    benchmark_version: str | None
+    environment: str | None
+    dataset_version: str | None
+    split: str | None
+    model: str | None
+    harness: str | None
+    prompt_template: str | None
+    sampling_json: str | None
+    repeats: int | None
+    shard_count: int | None
+    verifier_version: str | None
+
+
+_RUN_COLUMNS = ", ".join(f.name for f in fields(RunInfo))
+
+
+def run_info(con) -> RunInfo:
+    """The store's run (a store holds one)."""
+    row = con.execute(f"SELECT {_RUN_COLUMNS} FROM runs LIMIT 1").fetchone()
     if row is None:
         raise StoreError("store holds no run")
-    return dict(zip([d[0] for d in cursor.description], row, strict=True))
+    return RunInfo(*row)

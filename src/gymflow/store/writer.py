@@ -11,7 +11,7 @@ import duckdb
 import pyarrow as pa
 
 from gymflow.core.records import Rollout
-from gymflow.store.db import StoreError, transaction
+from gymflow.store.db import StoreFailure, transaction
 from gymflow.store.rows import (
     model_call_row,
     naive_utc,
@@ -48,23 +48,36 @@ def insert_rows(
     con.execute(f"{verb} INTO {table} ({', '.join(columns)}) SELECT {selects}", lists)
 
 
-def insert_arrow(con, table: str, rows: Sequence[Sequence[Any]]) -> None:
+def insert_arrow(
+    con, table: str, rows: Sequence[Sequence[Any]], *, listed_keys: bool = False
+) -> None:
     """`insert_rows` through Arrow: for very large batches (a reverify's 50,000 verdicts), where
-    converting Python lists for `unnest` costs more than the work itself (34 us a row)."""
+    converting Python lists for `unnest` costs more than the work itself (34 us a row). With
+    `listed_keys`, each row's first column holds a list of values and the row is stored once
+    for each of them (one verdict for every rollout that gave the same answer)."""
     if not rows:
         return
     spec = _SPECS[table]
+    types = [_ARROW[column.type] for column in spec.columns]
+    if listed_keys:
+        types[0] = pa.list_(types[0])
+    values = zip(*rows, strict=True)
     batch = pa.table(
         {
-            column.name: pa.array(values, _ARROW[column.type])
-            for column, values in zip(spec.columns, zip(*rows, strict=True), strict=True)
+            column.name: pa.array(column_values, kind)
+            for column, kind, column_values in zip(spec.columns, types, values, strict=True)
         }
     )
     columns = ", ".join(spec.column_names)
+    first = spec.column_names[0]
+    selected = f"unnest({first}) AS {first}, " + ", ".join(spec.column_names[1:])
     name = f"{table}_batch"
     con.register(name, batch)
     try:
-        con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {name}")
+        con.execute(
+            f"INSERT INTO {table} ({columns}) "
+            f"SELECT {selected if listed_keys else columns} FROM {name}"
+        )
     finally:
         con.unregister(name)
 
@@ -99,7 +112,7 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
         if isinstance(
             exc, duckdb.IOException | duckdb.FatalException | duckdb.TransactionException
         ):
-            raise StoreError(
+            raise StoreFailure(
                 f"{_database_path(con)}: cannot commit {len(rollout_rows)} rollouts (disk full "
                 f"or file size limit?); rollouts committed before are kept and `--resume` redoes "
                 f"the rest. {type(exc).__name__}: {exc}"

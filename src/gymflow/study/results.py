@@ -97,7 +97,7 @@ def summarise(run: ArmRun) -> ArmSummary:
     with connect(run.run_dir, read_only=True) as con:
         head = headline(con, run.verifier_version)
         verdict = health(con, verifier_version=run.verifier_version, max_listed=0).verdict
-        run_id = run_info(con)["run_id"]
+        run_id = run_info(con).run_id
         answered_by_simulation = simulated(con)
     ci = head.ci95
     return ArmSummary(

@@ -9,26 +9,26 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import task_run
 
 from gymflow import progress
-from gymflow.config import EvalConfig
 from gymflow.rollouts.collect import RESUMABLE_KINDS, Collector
-from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
+from gymflow.rollouts.outcomes import BatchOutcome
+from gymflow.rollouts.plan import RolloutKey, RunPlan
 from gymflow.rollouts.registration import register_run
 from gymflow.rollouts.stopping import RunStopped
-from gymflow.store.db import StoreError, connect
+from gymflow.store.db import StoreError, StoreFailure, connect
 from gymflow.store.runs import missing_keys
 from gymflow.store.superseded import supersede_failed
 
 
 @task(name="prepare-run", cache_policy=NO_CACHE)
-def prepare_run(config: EvalConfig, resume: bool, retry_failed: bool = False) -> RunPlan:
+def prepare_run(plan: RunPlan, resume: bool, retry_failed: bool = False) -> None:
     """Register the run in its store; with `retry_failed` (resuming), set aside the rollouts
-    whose last attempt failed for a transient reason, so they count as missing and run again."""
-    plan = resolve(config)
+    whose last attempt failed for a transient reason, so they count as missing and run again.
+    Called with the store held for the collection (`store.db.held`): its connection is the
+    one the batches then write through."""
     with connect(plan.run_dir, create=True) as con:
         register_run(con, plan, resume=resume)
         if resume and retry_failed:
             supersede_failed(con, plan.run_id, RESUMABLE_KINDS)
-    return plan
 
 
 def retry_unless_stopped(task, task_run, state) -> bool:
@@ -47,7 +47,7 @@ def _worth_retrying(task, task_run, state) -> bool:
     was asked to stop."""
     try:
         state.result()
-    except (StoreError, RunStopped):
+    except (StoreError, StoreFailure, RunStopped):
         return False
     except Exception:
         return True
@@ -65,7 +65,7 @@ def _worth_retrying(task, task_run, state) -> bool:
     retry_delay_seconds=1,
     retry_condition_fn=_worth_retrying,
 )
-def collect_batch(keys: list[RolloutKey], collector: Collector) -> dict[str, int]:
+def collect_batch(keys: list[RolloutKey], collector: Collector) -> BatchOutcome:
     todo = missing_keys(collector.con, collector.plan.run_id, keys)
     if (task_run.run_count or 1) == 1:
         # on a retry, what the failed attempt stored was already counted as it flushed
@@ -77,6 +77,7 @@ def collect_batch(keys: list[RolloutKey], collector: Collector) -> dict[str, int
             raise
         # Asked to stop from outside (a signal, a cancellation): what finished is committed,
         # and that is not this batch failing: a failed task would log an error for a clean
-        # stop. The flow ends the run (`gymflow.flows.eval_shard.collect_plan`).
-        return {"skipped": len(keys) - len(todo), "stopped": 1}
-    return {"skipped": len(keys) - len(todo), **asdict(stats)}
+        # stop. The flow ends the run at once (`gymflow.flows.eval_shard.collect_plan`), so
+        # these counts are never reported.
+        return BatchOutcome(skipped=len(keys) - len(todo), attempted=0, completed=0, failed=0)
+    return BatchOutcome(skipped=len(keys) - len(todo), **asdict(stats))

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
-from typing import Any
-
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
@@ -18,27 +15,21 @@ from gymflow.store.runs import run_info
 from gymflow.store.superseded import supersede_failed
 
 
-def shard_plan(plan: RunPlan, config: EvalConfig) -> RunPlan:
-    """The run's plan narrowed to one shard, without resolving the config again."""
-    return replace(plan, config=config)
-
-
 def progress_of(plan: RunPlan, config: EvalConfig) -> ShardProgress:
-    return shard_progress(shard_plan(plan, config))
+    return shard_progress(plan.for_shard(config))
 
 
 @task(name="aggregate-shards", cache_policy=NO_CACHE)
-def aggregate_shards(run_dir: str, shard_dirs: list[str]) -> MergeReport | None:
+def aggregate_shards(
+    run_dir: str, shard_dirs: list[str], plan: RunPlan | None = None
+) -> MergeReport | None:
     """Merge every shard store that exists into the run store; report what is still missing
-    (None: no shard store exists yet, nothing was merged)."""
+    (None: no shard store exists yet, nothing was merged). `plan`: the run's, with its shard
+    count, from the flow that ran the shards; unset, resolved from what the shards stored."""
     present = [path for path in shard_dirs if store_path(path).exists()]
     if not present:
         return None
-    return merge_shards(run_dir, present)
-
-
-def progress_dict(progress: ShardProgress) -> dict[str, Any]:
-    return {**asdict(progress), "complete": progress.complete}
+    return merge_shards(run_dir, present, plan)
 
 
 @task(name="supersede-failed", cache_policy=NO_CACHE)
@@ -50,4 +41,4 @@ def supersede_failed_in_shards(run_dir: str, shard_dirs: list[str]) -> None:
         if store_path(path).exists():
             with connect(path) as con:
                 if con.execute("SELECT count(*) FROM runs").fetchone()[0]:
-                    supersede_failed(con, run_info(con)["run_id"], RESUMABLE_KINDS)
+                    supersede_failed(con, run_info(con).run_id, RESUMABLE_KINDS)

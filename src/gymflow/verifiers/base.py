@@ -106,11 +106,17 @@ class VerifierSpec:
     #: running too long (reward 0, reason `timeout`, counted in every score), not a verifier
     #: failure left out of them: an answer that could make its verification time out (a value
     #: costly to build or compare here) would otherwise take itself out of the denominator.
+    #: Likewise a worker the out-of-memory killer ends (reason `memory`; `verifiers.oom`).
     outlived_bound_fails: bool = False
     #: The `details.reason` values of its verdicts that mean "no answer in the expected form"
     #: (no answer line, no boxed answer, no code, an empty response): the diagnosis reads these,
     #: never a list of its own, to tell a missing answer from a wrong one.
     no_answer_reasons: frozenset[str] = frozenset()
+    #: Its verdict is a pure function of the task and the final output text: it reads neither
+    #: the trajectory nor session state, and judges the same text the same way every time (no
+    #: model judge). A reverify then reads only the text and judges each distinct text of a
+    #: task once: most of a large run's repeats give one of a few answers.
+    text_only: bool = False
 
     def params(self, values: dict[str, Any]) -> BaseModel:
         try:
@@ -159,11 +165,13 @@ def verifier(
     fields: dict[str, DataField] | None = None,
     outlived_bound_fails: bool = False,
     no_answer_reasons: tuple[str, ...] = (),
+    text_only: bool = False,
 ) -> Callable[[VerifyFn], VerifyFn]:
     """Register a verify function under `name` with its parameter model (none: it takes no
     parameters), how it runs and its bound (`timeout_s`, default 300 s for a `worker` or
     `threads` verifier), and which of its verdicts' reasons mean the output held no answer in
-    the form it reads (`no_answer_reasons`)."""
+    the form it reads (`no_answer_reasons`), and whether its verdict is a pure function of the
+    task and the output text (`text_only`)."""
     if runs not in ("inline", "worker", "threads"):
         raise ValueError(f"verifier {name!r}: runs={runs!r} (known: inline, worker, threads)")
     if runs == "inline" and timeout_s is not None:
@@ -189,6 +197,7 @@ def verifier(
                 fields=dict(fields or {}),
                 outlived_bound_fails=outlived_bound_fails,
                 no_answer_reasons=frozenset(no_answer_reasons),
+                text_only=text_only,
             ),
         )
         return fn

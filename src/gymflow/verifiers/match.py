@@ -62,6 +62,7 @@ def normalize(text: str, params: ExactParams) -> str:
     params=ExactParams,
     fields={"answer": DataField("scalar")},
     no_answer_reasons=("no_answer_extracted",),  # no 'Answer:' line, no non-empty line
+    text_only=True,
 )
 def exact_match(inp: VerifyInput, params: ExactParams) -> Verdict:
     """Reward 1 when the extracted answer equals an expected one after normalisation."""
@@ -102,6 +103,7 @@ class RegexParams(BaseModel):
     timeout_s=10.0,
     fields={"pattern": DataField("text")},
     no_answer_reasons=("no_answer_extracted",),
+    text_only=True,
 )
 def regex_match(inp: VerifyInput, params: RegexParams) -> Verdict:
     """Reward 1 when the task's regular expression matches the (extracted) response."""

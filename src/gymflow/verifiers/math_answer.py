@@ -123,6 +123,7 @@ def candidate(output_text: str, params: MathAnswerParams) -> tuple[str | None, s
     timeout_s=300.0,
     fields={"answer": DataField("scalar")},
     no_answer_reasons=NO_ANSWER_REASONS,
+    text_only=True,
 )
 def math_answer(inp: VerifyInput, params: MathAnswerParams) -> Verdict:
     """Reward 1 when the boxed answer is mathematically equivalent to the gold answer."""

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Protocol
 
+from gymflow.verifiers.oom import killed_since, oom_kills
+
 if TYPE_CHECKING:
     from gymflow.core.records import Verification
     from gymflow.verifiers.base import VerifyInput
@@ -58,6 +60,11 @@ class WorkerFailed(Exception):
 
 class Abandoned(Exception):
     """The caller gave up on the job (its task was cancelled); the worker was killed."""
+
+
+class WorkerOutOfMemory(WorkerFailed):
+    """The worker died by SIGKILL mid-job while the kernel counted an out-of-memory kill in its
+    cgroup (`gymflow.verifiers.oom`): the host's or the cgroup's memory ran out, not a bug."""
 
 
 class JobRejected(WorkerFailed):
@@ -158,6 +165,7 @@ class _Worker:
             job = pickle.dumps((ref, list(inputs)), protocol=pickle.HIGHEST_PROTOCOL)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
             raise JobRejected(f"cannot send the rollout to a verifier worker: {exc}") from None
+        oom_before = oom_kills()
         try:
             self.conn.send_bytes(job)
         except (OSError, EOFError) as exc:
@@ -176,6 +184,11 @@ class _Worker:
             except (OSError, EOFError):
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.process.wait(5)
+                if self.process.returncode == -signal.SIGKILL and killed_since(oom_before):
+                    raise WorkerOutOfMemory(
+                        "verifier worker was killed by the out-of-memory killer mid-verification "
+                        "(SIGKILL while the kernel counted an OOM kill in its memory cgroup)"
+                    ) from None
                 raise WorkerFailed(
                     f"verifier worker died mid-verification (exit code {self.process.returncode})"
                 ) from None
