@@ -67,10 +67,12 @@ SHARED_FIXTURE_GROUPS = {
     "tests/harness/test_tool_loop_cli.py": "ledger_run",
     "tests/flows/test_ui.py": "deployment",
     "tests/flows/test_work_pool.py": "deployment",
+    "tests/flows/test_ui_runs.py": "deployment",
     "tests/flows/test_shards.py": "flows-harness",
     "tests/flows/test_sharded_on_s3.py": "flows-harness",
     "tests/flows/test_nightly.py": "flows-harness",
     "tests/flows/test_batch_retries.py": "flows-harness",
+    "tests/flows/test_run_states.py": "flows-harness",
 }
 
 

@@ -73,15 +73,34 @@ class Sampling(_Strict):
 class FaultSpec(_Strict):
     """Faults the local policy server injects, as rates per request (seeded, deterministic)."""
 
-    latency_ms: float = Field(0.0, ge=0.0)
-    rate_429: float = Field(0.0, ge=0.0, le=1.0)
-    rate_500: float = Field(0.0, ge=0.0, le=1.0)
-    rate_malformed: float = Field(0.0, ge=0.0, le=1.0)
-    rate_truncated: float = Field(0.0, ge=0.0, le=1.0)
-    rate_timeout: float = Field(0.0, ge=0.0, le=1.0)
-    rate_context_length: float = Field(0.0, ge=0.0, le=1.0)
-    rate_refused: float = Field(0.0, ge=0.0, le=1.0)
-    rate_reset: float = Field(0.0, ge=0.0, le=1.0, description="Connection dropped mid-answer.")
+    latency_ms: float = Field(0.0, ge=0.0, description="Milliseconds added before every answer.")
+    rate_429: float = Field(
+        0.0, ge=0.0, le=1.0, description="Share of requests answered 429 (rate limited)."
+    )
+    rate_500: float = Field(
+        0.0, ge=0.0, le=1.0, description="Share of requests answered 500 (server error)."
+    )
+    rate_malformed: float = Field(
+        0.0, ge=0.0, le=1.0, description="Share of answers whose body is not valid JSON."
+    )
+    rate_truncated: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of answers cut at the output-token limit (status incomplete).",
+    )
+    rate_timeout: float = Field(
+        0.0, ge=0.0, le=1.0, description="Share of requests never answered in time."
+    )
+    rate_context_length: float = Field(
+        0.0, ge=0.0, le=1.0, description="Share of requests refused as over the context length."
+    )
+    rate_refused: float = Field(
+        0.0, ge=0.0, le=1.0, description="Share of answers that are a refusal."
+    )
+    rate_reset: float = Field(
+        0.0, ge=0.0, le=1.0, description="Share of answers whose connection drops mid-answer."
+    )
 
 
 class SimulatedBehaviour(_Strict):

@@ -7,6 +7,9 @@ from gymflow, so every package may raise these."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import ClassVar
 
 
@@ -38,3 +41,36 @@ class RuntimeFailure(GymflowError):
     kept; a retry (`--resume`) continues."""
 
     exit_code: ClassVar[int] = 3
+
+
+#: How messages name a run's options: `flags` (the `gym` command's) or `form` (a flow run's
+#: parameters, as the Prefect UI's form shows them). The CLI says `flags` before it starts a
+#: flow; a flow run no command started names its form's fields.
+_option_names: ContextVar[str | None] = ContextVar("gymflow_option_names", default=None)
+
+#: A run option's field in the eval-run form, by its name.
+_FORM_FIELDS = {
+    "out": "the form's config.out field",
+    "resume": "the form's resume field, or Retry on this flow run",
+}
+
+
+def option(name: str) -> str:
+    """How a message names the run option `name` (`out`, `resume`) to whoever reads it."""
+    if _option_names.get() == "form":
+        return _FORM_FIELDS[name]
+    return f"--{name.replace('_', '-')}"
+
+
+@contextlib.contextmanager
+def naming_options(names: str, *, unless_set: bool = False) -> Iterator[None]:
+    """While inside, messages name options as `names` says (`flags` or `form`); with
+    `unless_set`, only if nobody outside chose already (a flow run started by the CLI)."""
+    if unless_set and _option_names.get() is not None:
+        yield
+        return
+    token = _option_names.set(names)
+    try:
+        yield
+    finally:
+        _option_names.reset(token)

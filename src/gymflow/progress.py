@@ -1,7 +1,10 @@
-"""Progress reporting from the collector to whoever is watching (the CLI's progress bar)."""
+"""Progress reporting from the collector to whoever is watching: the CLI's progress bar, and a
+flow run's progress artifact and log (`gymflow.flows.progress`). A `gym eval run` has both."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Protocol
 
 
@@ -10,19 +13,24 @@ class ProgressListener(Protocol):
     def advanced(self, count: int) -> None: ...
 
 
-_listener: ProgressListener | None = None
+_listeners: list[ProgressListener] = []
 
 
-def set_listener(listener: ProgressListener | None) -> None:
-    global _listener
-    _listener = listener
+@contextlib.contextmanager
+def listening(listener: ProgressListener) -> Iterator[None]:
+    """While inside, `listener` hears of every run started and every rollout stored."""
+    _listeners.append(listener)
+    try:
+        yield
+    finally:
+        _listeners.remove(listener)
 
 
 def started(total: int) -> None:
-    if _listener is not None:
-        _listener.started(total)
+    for listener in list(_listeners):
+        listener.started(total)
 
 
 def advanced(count: int) -> None:
-    if _listener is not None:
-        _listener.advanced(count)
+    for listener in list(_listeners):
+        listener.advanced(count)

@@ -51,7 +51,7 @@ def test_a_run_into_a_store_holding_its_rollouts_needs_resume(stored: Path, tmp_
     config = tmp_path / "again.yaml"
     config.write_text(f"benchmark: arithmetic-smoke\nlimit: 6\nrepeats: 2\nout: {stored}\n")
     message = refused("eval", "run", str(config), cwd=tmp_path, guarded=[stored])
-    assert f"{stored}: already holds rollouts of this run; pass --resume" in message
+    assert f"{stored}: already holds rollouts of this run; continue it (--resume)" in message
 
 
 def test_jsonl_rows_with_wrong_types_name_file_line_and_field(stored: Path, tmp_path: Path):

@@ -10,6 +10,12 @@ from pathlib import Path
 
 import pytest
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    FlowRunFilter,
+    FlowRunFilterParentFlowRunId,
+)
 
 from gymflow.config import EvalConfig
 from gymflow.flows.eval_run import evaluation_loop
@@ -44,6 +50,23 @@ async def _events(name: str, resource_id: str, timeout_s: float = 60) -> list[di
             await asyncio.sleep(0.5)
 
 
+def _artifact_keys(run_id) -> set[str]:
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))
+        )
+    return {a.key for a in found if a.key}
+
+
+def _subflow_runs(run_id) -> list:
+    with get_client(sync_client=True) as client:
+        return client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run_id])
+            )
+        )
+
+
 def test_a_run_below_its_baseline_fails_the_gate_and_says_so(prefect_api, tmp_path):
     # The pinned baseline accepted answers off by one (the simulated policy's wrong answers):
     # tonight's run, judged strictly, is a real and large drop against it: about 20 points,
@@ -52,14 +75,24 @@ def test_a_run_below_its_baseline_fails_the_gate_and_says_so(prefect_api, tmp_pa
     evaluation_loop(_config(baseline, limit=50, repeats=4, verifier_params={"abs_tol": 1.5}))
     tonight = tmp_path / "nightly" / "2026-01-02"
     options = GateOptions(baseline=str(baseline), margin=0.05)
+    state = nightly(_config(tonight, limit=50, repeats=4), gate=options, return_state=True)
+    assert state.is_failed() and state.name == "Regressed"
     with pytest.raises(RegressionFound, match="regression gate FAILED: vs baseline"):
-        nightly(_config(tonight, limit=50, repeats=4), gate=options)
+        state.result()
+    # the nightly's own run carries the results: no subflow of the same name holds them
+    run_id = state.state_details.flow_run_id
+    assert {"gymflow-summary", "gymflow-report", "gymflow-progress"} <= _artifact_keys(run_id)
+    assert "gymflow-regression-gate" in _artifact_keys(run_id)
+    assert not _subflow_runs(run_id)
     verdict = json.loads((tonight / "gate.json").read_text())
     assert verdict["passed"] is False
     assert verdict["checks"][0]["against"] == "baseline"
     assert verdict["checks"][0]["difference"] < -0.05
     report = (tonight / "report.html").read_text()
     assert 'id="regression-gate"' in report and "Regression gate FAILED" in report
+    # the health card names both gates: the run's records pass, the regression gate fails
+    assert 'data-field="regression.gate" data-value="fail"' in report
+    assert 'health gate <strong class="healthy" data-field="health.gate"' in report
     events = asyncio.run(_events(REGRESSED_EVENT, "gymflow.run.2026-01-02"))
     assert events and events[0]["payload"]["passed"] is False
 

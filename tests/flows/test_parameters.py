@@ -3,6 +3,7 @@ filled-in form becomes. No Prefect server: the schema is built as `prefect deplo
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from prefect.utilities.callables import parameter_schema
 from pydantic import TypeAdapter, ValidationError
 
 from gymflow.config import EvalConfig, Sampling
+from gymflow.environments.bfcl import env as bfcl_environment
 from gymflow.environments.registry import benchmark_files, load_benchmark
 from gymflow.flows.eval_run import evaluation_loop
 from gymflow.flows.parameters import FlowConfig
@@ -26,10 +28,46 @@ def fields(schema: dict[str, Any], model: str) -> dict[str, dict[str, Any]]:
     return schema["definitions"][model]["properties"]
 
 
-def test_benchmark_and_environment_are_choices_from_the_registry(schema) -> None:
+def test_the_benchmark_is_a_required_choice_from_the_registry(schema) -> None:
     form = fields(schema, "RunForm")
     assert form["benchmark"]["enum"] == sorted(benchmark_files())
-    assert "arithmetic" in form["environment"]["enum"]
+    # required, so the UI marks it, and no other field is (each has a default)
+    assert schema["definitions"]["RunForm"]["required"] == ["benchmark"]
+    assert "default" not in form["benchmark"]
+
+
+def _missing_package(root: Path) -> str:
+    """An environment whose data package is not installed, and a benchmark over it."""
+    manifest = (Path(bfcl_environment.__file__).parent / "environment.yaml").read_text()
+    folder = root / "needs-a-package"
+    folder.mkdir(parents=True)
+    (folder / "environment.yaml").write_text(
+        manifest.replace("name: bfcl\n", "name: needs-a-package\n").replace(
+            "{module: bfcl_eval, install: pip install --no-deps bfcl-eval}",
+            "{module: gymflow_no_such_package, install: pip install gymflow-no-such-package}",
+        )
+    )
+    (root / "benchmarks").mkdir()
+    (root / "benchmarks" / "needs-a-package-smoke.yaml").write_text(
+        "name: needs-a-package-smoke\nenvironment: needs-a-package\nsplit: smoke\nrepeats: 1\n"
+    )
+    return "needs-a-package-smoke"
+
+
+def test_a_benchmark_whose_package_is_missing_is_marked_and_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("GYMFLOW_ENVIRONMENTS_PATH", str(tmp_path))
+    name = _missing_package(tmp_path)
+    field = fields(parameter_schema(evaluation_loop).model_dump(), "RunForm")["benchmark"]
+    assert name in field["enum"]
+    assert (
+        f"Unavailable until its package is installed: {name} (pip install gymflow-no-"
+        in (field["description"])
+    )
+    with pytest.raises(ValidationError) as refused:
+        CONFIG.validate_python({"benchmark": name})
+    message = str(refused.value)
+    assert f"benchmark {name!r} cannot run on this worker" in message
+    assert "pip install gymflow-no-such-package" in message
 
 
 def test_every_field_is_described_and_none_is_typed_none(schema) -> None:
@@ -39,6 +77,9 @@ def test_every_field_is_described_and_none_is_typed_none(schema) -> None:
             assert "anyOf" not in field and field.get("default", 0) is not None, (model, name)
     assert "seconds" in fields(schema, "ModelForm")["timeout_s"]["description"].lower()
     assert "{date}" in fields(schema, "RunForm")["out"]["description"]
+    # the fault-injection settings say what each does
+    for name, field in schema["definitions"]["FaultSpec"]["properties"].items():
+        assert field.get("description"), f"FaultSpec.{name} has no description"
 
 
 def test_rules_are_in_the_schema(schema) -> None:
@@ -86,9 +127,9 @@ def test_test_settings_reach_the_local_policy() -> None:
 @pytest.mark.parametrize(
     ("form", "named"),
     [
-        ({}, "benchmark: choose a benchmark"),
+        ({}, "benchmark\n  Field required"),
         ({"benchmark": "no-such-bench"}, "unknown benchmark 'no-such-bench'"),
-        ({"environment": "nowhere"}, "unknown environment 'nowhere'"),
+        ({"benchmark": "arithmetic-smoke", "environment": "x"}, "environment"),
         ({"benchmark": "arithmetic-smoke", "sampling": {"temperature": 5}}, "sampling.temperature"),
         ({"benchmark": "arithmetic-smoke", "model": {"kind": "responses"}}, "model.base_url"),
         ({"benchmark": "arithmetic-smoke", "shard": {"index": 3, "count": 2}}, "shard"),

@@ -38,7 +38,8 @@ def check_the_form(deployment: dict) -> None:
     form = definitions(deployment)
     run = form["RunForm"]
     assert run["benchmark"]["enum"] == sorted(benchmark_files())
-    assert "arithmetic" in run["environment"]["enum"]
+    schema = deployment["parameter_openapi_schema"]["definitions"]["RunForm"]
+    assert schema["required"] == ["benchmark"]
     assert form["SamplingForm"]["temperature"]["maximum"] == 2.0
     assert form["ScaleOptions"]["shards"]["minimum"] == 1
     assert "Seconds" in form["ModelForm"]["timeout_s"]["description"]

@@ -129,10 +129,36 @@ def chromium(binary: str, flags: tuple[str, ...] = FLAGS):
         shutil.rmtree(profile, ignore_errors=True)
 
 
+#: What runs off a page: the document wider than the window, and each table (by id, or its
+#: position) whose right edge passes its page's content column (`main`) or the window. A table
+#: in a box that scrolls (`.scroll`) stays in that box.
+OVERFLOW = """(function(){
+  var doc = document.documentElement, main = document.querySelector('main') || document.body;
+  var right = Math.min(main.getBoundingClientRect().right, doc.clientWidth);
+  function scrolls(e){
+    for (var p = e.parentElement; p && p !== main; p = p.parentElement) {
+      if (['auto', 'scroll'].includes(getComputedStyle(p).overflowX)) return true;
+    }
+    return false;
+  }
+  var wide = [...document.querySelectorAll('table')].map(function(t, i){
+    var past = scrolls(t) ? 0 : t.getBoundingClientRect().right - right;
+    return [t.id || ('table ' + i), Math.round(past)];
+  }).filter(function(x){ return x[1] > 1; });
+  return {page: doc.scrollWidth - doc.clientWidth, tables: wide};
+})()"""
+
+
 def visit(
-    tools: DevTools, path: Path, *, javascript: bool = True, screenshot: bool = False
+    tools: DevTools,
+    path: Path,
+    *,
+    javascript: bool = True,
+    screenshot: bool = False,
+    width: int = WIDTH,
 ) -> PageVisit:
-    """Open `path` in a new tab and report what happened."""
+    """Open `path` in a new tab `width` pixels wide and report what happened; `extra` holds
+    what runs off the page (`OVERFLOW`)."""
     if not path.is_file():
         raise FileNotFoundError(path)  # Chromium would show its own error page instead
     target = tools.call("Target.createTarget", url="about:blank")["targetId"]
@@ -143,7 +169,7 @@ def visit(
     tools.call(
         "Emulation.setDeviceMetricsOverride",
         session,
-        width=WIDTH,
+        width=width,
         height=HEIGHT,
         deviceScaleFactor=1,
         mobile=False,
@@ -178,11 +204,12 @@ def visit(
             "return n ? n.loadEventEnd : -1})()"
         ),
         wall_s=wall,
+        extra={"overflow": evaluate(OVERFLOW)},
     )
     if screenshot:
         shot = tools.call("Page.captureScreenshot", session, format="png")
         result.screenshot = base64.b64decode(shot["data"])
-        clip = {"x": 0, "y": 0, "width": WIDTH, "height": HEIGHT, "scale": 0.25}
+        clip = {"x": 0, "y": 0, "width": width, "height": HEIGHT, "scale": 0.25}
         thumb = tools.call("Page.captureScreenshot", session, format="png", clip=clip)
         result.thumbnail = base64.b64decode(thumb["data"])
     tools.call("Target.closeTarget", targetId=target)

@@ -5,6 +5,7 @@ through Prefect, then the study report opened in headless Chromium."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import duckdb
@@ -128,3 +129,79 @@ def test_the_study_report_reads_in_a_browser(study_run):
     artifacts = Path(__file__).resolve().parents[2] / "test-artifacts" / "study"
     artifacts.mkdir(parents=True, exist_ok=True)
     (artifacts / "study.png").write_bytes(page.screenshot)
+
+
+#: The width a report is read at on a laptop screen.
+LAPTOP = 1400
+
+
+@pytest.mark.browser
+def test_study_compare_and_trend_pages_fit_1400_pixels(study_run):
+    """Every table of the study report, of a comparison of two arms and of the trend over
+    the arms stays inside the page (long factor lists, paths, hashes and configs wrap)."""
+    cwd, result = study_run
+    runs = cwd / "runs" / "study"
+    compare = cwd / "compare.html"
+    gym("report", str(runs / "baseline"), "--compare", str(runs / "plain-prompt"), "--out",
+        str(compare), cwd=cwd, check=True)  # fmt: skip
+    trend = cwd / "trend.html"
+    gym("runs", "trend", "arithmetic-smoke", "--root", str(runs), "--out", str(trend), cwd=cwd,
+        check=True)  # fmt: skip
+    pages = {"study": Path(result["report"]), "compare": compare, "trend": trend}
+    shots = Path(__file__).resolve().parents[2] / "test-artifacts" / "study"
+    shots.mkdir(parents=True, exist_ok=True)
+    with chromium(require_tool("chromium")) as browser:
+        for name, path in pages.items():
+            page = visit(browser, path, javascript=False, screenshot=True, width=LAPTOP)
+            (shots / f"{name}-1400.png").write_bytes(page.screenshot)
+            assert page.extra["overflow"] == {"page": 0, "tables": []}, (name, page.extra)
+
+
+def test_the_trend_says_what_it_mixes_and_narrows_to_one_arm(study_run):
+    cwd, _result = study_run
+    root = str(cwd / "runs" / "study")
+    every = gym("runs", "trend", "arithmetic-smoke", "--root", root, cwd=cwd, check=True)
+    # the arms are different policies: the prompt template differs, and the warning says so
+    assert "warning: this trend mixes 2 prompt templates" in every.stderr.replace("\n", " ")
+    assert "narrow it with --model or --arm" in every.stderr.replace("\n", " ")
+    listed = json.loads(
+        gym("runs", "trend", "arithmetic-smoke", "--root", root, "--json", cwd=cwd).stdout
+    )
+    assert "prompt templates" in listed["mixed"]
+    page = Path(listed["report"]).read_text()
+    one = gym("runs", "trend", "arithmetic-smoke", "--root", root, "--arm", "baseline", "--json",
+              cwd=cwd, check=True)  # fmt: skip
+    one = json.loads(one.stdout)
+    assert one["mixed"] == {} and [Path(r["run_dir"]).name for r in one["runs"]] == ["baseline"]
+    assert 'id="mixed"' in page
+    # the arms ran on one day: the chart's labels tell them apart by their time (a verifier-only
+    # arm is a copy of the baseline's store, made at the same time)
+    labels = re.findall(r'<text[^>]*class="tick mid"[^>]*>([^<]*)</text>', page)
+    assert len(labels) == len(listed["runs"]), labels
+    assert len(set(labels)) == len({r["created_at"] for r in listed["runs"]}) > 1, labels
+    nobody = gym("runs", "trend", "arithmetic-smoke", "--root", root, "--model", "nobody", cwd=cwd)
+    assert nobody.returncode == 1 and "with --model nobody" in nobody.stderr
+
+
+def test_a_run_compares_with_an_import_of_its_own_export(study_run):
+    """`gym export` then `gym import` of one arm's run is the same benchmark version and
+    dataset: it pairs with the run on every task (the same verdicts, no difference), and the
+    factors named are only what an import cannot record (its harness, template, verifier)."""
+    cwd, _result = study_run
+    run = cwd / "runs" / "study" / "baseline"
+    exported = cwd / "exported" / "baseline.jsonl"
+    gym("export", str(run), "--format", "nemo-gym", "--out", str(exported), cwd=cwd, check=True)
+    gym("import", "nemo-gym", str(exported), "--out", "imported", "--environment", "arithmetic",
+        cwd=cwd, check=True)  # fmt: skip
+    compared = gym("eval", "profile", str(run), "--compare", "imported", "--json", cwd=cwd,
+                   check=True)  # fmt: skip
+    comparison = json.loads(compared.stdout)
+    assert comparison["tasks"] == 30 and comparison["difference"] == 0.0, comparison
+    assert {f["factor"] for f in comparison["factors"]} <= {
+        "harness",
+        "prompt template",
+        "verifier version",
+    }, comparison["factors"]
+    page = cwd / "self-compare.html"
+    gym("report", str(run), "--compare", "imported", "--out", str(page), cwd=cwd, check=True)
+    assert "paired" in page.read_text()

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from gymflow.analysis.results import Factor
 from gymflow.config import NOT_FACTORS, EvalConfig
+from gymflow.environments.registry import benchmark_sampling
 
 if TYPE_CHECKING:  # the store (and duckdb) is imported by whoever read the runs
     from gymflow.store.runs import RunInfo
@@ -124,15 +125,36 @@ def differing_factors(
     each is read under among them."""
     a = run_factors(run_a) | {"verifier_version": version_a}
     b = run_factors(run_b) | {"verifier_version": version_b}
+    if not (_configured(run_a) and _configured(run_b)):
+        # An imported run records no gymflow config (its file holds none): compared on the
+        # factors both record, not on every config key it cannot have ("not set").
+        shared = a.keys() & b.keys()
+        a, b = ({k: v for k, v in side.items() if k in shared} for side in (a, b))
     return _differing(a, b)
+
+
+def _configured(run: RunInfo) -> bool:
+    """Whether a stored run's recorded config is a gymflow config (an import's is not)."""
+    try:
+        EvalConfig.model_validate(json.loads(run.config_json or "{}") or {})
+    except (ValidationError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _as_run(config: EvalConfig) -> dict[str, Any]:
+    """A config's dump with the sampling its run records: the benchmark's where the config
+    sets none, so an unset setting never differs from the same value set (a variant setting
+    the benchmark's own temperature read `sampling.temperature: null vs 0.7`)."""
+    dump = config.model_dump(mode="json")
+    if config.sampling is None:
+        dump["sampling"] = benchmark_sampling(config.benchmark).model_dump(mode="json")
+    return dump
 
 
 def changed_factors(config_a: EvalConfig, config_b: EvalConfig) -> list[Factor]:
     """Every factor in which two configs differ (a study's variant and its baseline)."""
-    return _differing(
-        config_factors(config_a.model_dump(mode="json")),
-        config_factors(config_b.model_dump(mode="json")),
-    )
+    return _differing(config_factors(_as_run(config_a)), config_factors(_as_run(config_b)))
 
 
 def groups_of(factors: list[Factor]) -> tuple[str, ...]:

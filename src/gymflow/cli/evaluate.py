@@ -33,7 +33,8 @@ from gymflow.config import (
     missing_api_key,
     parse_config,
 )
-from gymflow.environments.registry import RegistryError, load_benchmark
+from gymflow.environments.registry import RegistryError, benchmark_sampling
+from gymflow.errors import naming_options
 from gymflow.flows.parameters import CHECKPOINT_S, SHARD_TIMEOUT_S, UNSHARDED, ScaleOptions
 from gymflow.models.open_files import ensure_open_files
 from gymflow.present import coverage_text, format_percent, headline_text
@@ -97,20 +98,10 @@ def build_config(path: Path | None, overrides: dict[str, Any]) -> EvalConfig:
     if isinstance(data.get("sampling"), dict):
         # A sampling key, from the file's `sampling:` or a flag (`--seed`, `--temperature`, …),
         # changes that setting only: the benchmark's others stay (vary one thing at a time).
-        data["sampling"] = {**_benchmark_sampling(data.get("benchmark")), **data["sampling"]}
+        benchmark = benchmark_sampling(data.get("benchmark")).model_dump()
+        data["sampling"] = {**benchmark, **data["sampling"]}
     flags = {key: _flag(key) for key, value in overrides.items() if value is not None}
     return parse_config(data, source, flags)
-
-
-def _benchmark_sampling(name: Any) -> dict[str, Any]:
-    """The named benchmark's sampling settings; none when it names none or no known one (the
-    config's own check then says which)."""
-    if not isinstance(name, str):
-        return {}
-    try:
-        return load_benchmark(name).sampling.model_dump()
-    except RegistryError:
-        return {}
 
 
 def check_before_run(config: EvalConfig, *, resume: bool) -> RunPlan:
@@ -176,12 +167,10 @@ def run_loop(
         without_heartbeat(),
         handed_down(plan),
         tags(*run_tags(plan)),
+        progress.listening(_Bar(bar)),
+        naming_options("flags"),
     ):
-        progress.set_listener(_Bar(bar))
-        try:
-            return evaluation_loop(plan.config, resume, scale, retry_failed)
-        finally:
-            progress.set_listener(None)
+        return evaluation_loop(plan.config, resume, scale, retry_failed)
 
 
 def _stored(plan: RunPlan) -> str:
@@ -259,8 +248,12 @@ def _execute(
     with launched_early(plan):
         from prefect.exceptions import CancelledRun  # imports Prefect: only once a run starts
 
+        from gymflow.flows.eval_run import UnhealthyRun
+
         try:
             result = run_loop(plan, resume=resume, scale=scale, retry_failed=retry_failed)
+        except UnhealthyRun as exc:  # its flow run ended Failed; the gate's line follows
+            result = exc.result
         except RunStopped as exc:
             fail(f"{exc} ({_stored(plan)})", exc.exit_code)
         except CancelledRun as exc:

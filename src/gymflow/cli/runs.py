@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gymflow.cli import exit_codes
-from gymflow.cli.app import console, fail, group, print_json
+from gymflow.cli.app import console, errors, fail, group, print_json
 from gymflow.present import format_interval, format_percent
-from gymflow.present.terminal import print_table, table
+from gymflow.present.terminal import print_table, styled, table
 
 if TYPE_CHECKING:
     from gymflow.history.catalog import CatalogEntry
@@ -98,22 +98,47 @@ def runs_trend(
     out: Annotated[
         Path | None, typer.Option(help="HTML file (default ROOT/trend-NAME.html).")
     ] = None,
+    model: Annotated[str | None, typer.Option(help="Only the runs of this model.")] = None,
+    arm: Annotated[
+        str | None,
+        typer.Option(help="Only the runs in folders of this name (a study's arm, e.g. baseline)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """pass@1 with its 95% CI over time for one benchmark, as a table and an HTML chart."""
-    from gymflow.history.catalog import refresh
+    """pass@1 with its 95% CI over time for one benchmark, as a table and an HTML chart. Runs
+    of different models, harnesses, prompts or sampling are different policies: the trend says
+    which it mixes; --model and --arm narrow it."""
+    from gymflow.history.catalog import mixed_factors, refresh
     from gymflow.reports.history import write_trend_report
 
     catalog = refresh(root)
-    entries = catalog.of_benchmark(benchmark)
+    entries = catalog.of_benchmark(benchmark, model=model, arm=arm)
     if not entries:
-        fail(f"no run of {benchmark!r} under {root}")
-    path = write_trend_report(out or root / f"trend-{benchmark}.html", benchmark, root, entries)
+        narrowed = "".join(
+            f" with {flag} {value}" for flag, value in (("--model", model), ("--arm", arm)) if value
+        )
+        fail(f"no run of {benchmark!r} under {root}{narrowed}")
+    mixed = mixed_factors(entries)
+    path = write_trend_report(
+        out or root / f"trend-{benchmark}.html", benchmark, root, entries, mixed
+    )
     if as_json:
         print_json(
-            {"benchmark": benchmark, "report": str(path), "runs": [asdict(e) for e in entries]}
+            {
+                "benchmark": benchmark,
+                "report": str(path),
+                "mixed": mixed,
+                "runs": [asdict(e) for e in entries],
+            }
         )
         return
+    if mixed:
+        listed = "; ".join(f"{len(v)} {name} ({', '.join(v)})" for name, v in mixed.items())
+        errors.print(
+            styled(("warning:", "bold yellow")),
+            f"this trend mixes {listed}: narrow it with --model or --arm",
+            highlight=False,
+        )
     grid = table("when", "model", "version", "verifier", "pass@1", "95% CI", "coverage")
     for e in entries:
         when = f"{e.created_at:%Y-%m-%d %H:%M}" if e.created_at else "?"

@@ -225,3 +225,15 @@ def load_benchmark(name: str) -> Benchmark:
         raise RegistryError(f"{path}: malformed YAML: {exc}") from None
     except ValidationError as exc:
         raise RegistryError(format_validation_error(exc, str(path))) from None
+
+
+def benchmark_sampling(name: Any) -> Sampling:
+    """The sampling a config naming benchmark `name` and no sampling of its own runs with: the
+    benchmark's; the defaults when it names none or no known one (the config's own check then
+    says which)."""
+    if not isinstance(name, str):
+        return Sampling()
+    try:
+        return load_benchmark(name).sampling
+    except RegistryError:
+        return Sampling()

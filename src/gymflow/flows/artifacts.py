@@ -77,27 +77,6 @@ def publish(*items: artifacts.Artifact) -> list[UUID]:
         return ids
 
 
-class ProgressArtifact:
-    """A progress artifact over `total` units (shards, or batches of an unsharded run). Failed
-    units do not count as progress: a run whose last shard failed stops short of 100%."""
-
-    def __init__(self, total: int, unit: str) -> None:
-        self.total, self.unit = max(total, 1), unit
-        [self.artifact_id] = publish(
-            artifacts.ProgressArtifact(
-                key=PROGRESS_KEY, progress=0.0, description=f"0 of {total} {unit} finished"
-            )
-        )
-
-    def update(self, done: int, failed: int = 0) -> None:
-        note = f"; {failed} FAILED (retry this flow run to re-run them)" if failed else ""
-        artifacts.update_progress_artifact(
-            self.artifact_id,
-            progress=100.0 * done / self.total,
-            description=f"{done} of {self.total} {self.unit} finished{note}",
-        )
-
-
 def _health_text(health: Health) -> str:
     failing = health.failing_checks
     return health.verdict + (f" (failing: {', '.join(failing)})" if failing else "")
@@ -268,5 +247,26 @@ def publish_shard_failure(failures: dict[int, str], stored: int, expected: int) 
             key=SUMMARY_KEY,
             markdown="\n".join(lines),
             description="Shards failed; how to resume",
+        )
+    )
+
+
+def publish_retrying(attempt: int) -> None:
+    """A retry replaces what the summary said of the attempt before (shards failed, a gate
+    failed) at once: while it runs, the summary says it is running, not how the last one
+    ended."""
+    publish(
+        artifacts.MarkdownArtifact(
+            key=SUMMARY_KEY,
+            markdown="\n".join(
+                [
+                    f"# Attempt {attempt} running",
+                    "",
+                    "This retry continues the run: what its store holds is kept, and only the "
+                    "missing rollouts (and shards) run. The results replace this summary when it "
+                    "ends; see the progress artifact meanwhile.",
+                ]
+            ),
+            description=f"Attempt {attempt} running",
         )
     )

@@ -3,22 +3,27 @@ fanned out over shards here or on a work pool, then aggregated), check health, p
 
 from __future__ import annotations
 
+import signal
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from uuid import uuid4
 
+from prefect import get_run_logger
+from prefect.exceptions import TerminationSignal
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
-from prefect.states import Cancelled
+from prefect.states import Cancelled, Failed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
 from gymflow import progress
 from gymflow.analysis.results import RunAnalysis
 from gymflow.config import ConfigError, EvalConfig
+from gymflow.errors import GateFailed, naming_options
 from gymflow.flows import run_log
-from gymflow.flows.artifacts import ProgressArtifact, publish_results, publish_shard_failure
-from gymflow.flows.cancellation import stop_on_cancel
+from gymflow.flows.artifacts import publish_results, publish_retrying, publish_shard_failure
+from gymflow.flows.cancellation import cancelling, end_cancelled, stop_on_cancel, supervised
 from gymflow.flows.eval_shard import collect_plan
 from gymflow.flows.fan_out import (
     ShardFailed,
@@ -32,6 +37,7 @@ from gymflow.flows.fan_out import (
 from gymflow.flows.labels import run_name, tag_run
 from gymflow.flows.lean import flow
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions, shard_config
+from gymflow.flows.progress import RunProgress
 from gymflow.rollouts import stopping
 from gymflow.rollouts.outcomes import BatchOutcome, ShardOutcome
 from gymflow.rollouts.plan import RunPlan, plan_of
@@ -47,14 +53,17 @@ from gymflow.tasks.shards import aggregate_shards, supersede_failed_in_shards
 MAX_CONCURRENT_SHARDS = 32
 
 
-def dated(config: EvalConfig) -> EvalConfig:
-    """`out` may hold `{date}`: the run's scheduled UTC date (a nightly run gets its own store,
-    and a retry of that run finds the same one). A flow that runs this one as a subflow dates
-    its config first: a subflow's scheduled time is when it started, not the schedule's."""
-    if "{date}" not in config.out:
-        return config
-    when = flow_run.scheduled_start_time or datetime.now(UTC)
-    return config.model_copy(update={"out": config.out.replace("{date}", f"{when:%Y-%m-%d}")})
+def placed(config: EvalConfig) -> EvalConfig:
+    """`out` may hold `{date}`, the run's scheduled UTC date (a nightly run gets its own store),
+    and `{flow_run_id}`, this flow run's id (every run from a form gets its own store, however
+    many start on a day). A retry of the flow run keeps both, so it finds the same store."""
+    out = config.out
+    if "{date}" in out:
+        when = flow_run.scheduled_start_time or datetime.now(UTC)
+        out = out.replace("{date}", f"{when:%Y-%m-%d}")
+    if "{flow_run_id}" in out:
+        out = out.replace("{flow_run_id}", str(flow_run.id or uuid4()))
+    return config if out == config.out else config.model_copy(update={"out": out})
 
 
 def resuming(resume: bool) -> bool:
@@ -75,7 +84,7 @@ def evaluation_loop(
     retry_failed: bool = True,
 ) -> RunOutcome:
     """Collect every missing rollout of the config's run, then health, profile, diagnosis and
-    report.
+    report. A run that fails its health gate ends Failed (`UnhealthyRun`).
 
     SIGINT, SIGTERM or a cancellation of this flow run stops it: finished rollouts are
     committed, the rest are left for a resume (the run ends Cancelled when cancelled).
@@ -90,13 +99,28 @@ def evaluation_loop(
             transient reason (transport, timeout, rate limit, server error); the failed
             attempts are kept in the store as evidence.
     """
+    result = run_evaluation(config, resume, scale, retry_failed)
+    return result if isinstance(result, State) else health_gated(result)
+
+
+def run_evaluation(
+    config: EvalConfig, resume: bool, scale: ScaleOptions, retry_failed: bool
+) -> RunOutcome | State:
+    """The evaluation loop in the calling flow run (eval-run's, or nightly's, whose own page so
+    shows the run's progress, summary and report link): its outcome, or Cancelled."""
     stopping.clear()
-    config = dated(config)
+    config = placed(config)
     plan = plan_of(config)  # the one plan of this run: every stage below reads it
     tag_run(plan)
     resume = resuming(resume)
     try:
-        with stopping.stop_on_signals(), stop_on_cancel():
+        with (
+            naming_options("form", unless_set=True),
+            stopping.stop_on_signals(),
+            stop_on_cancel(),
+        ):
+            if (flow_run.run_count or 1) > 1:
+                publish_retrying(flow_run.run_count)
             batches, shards, merged = (), (), None
             if scale.sharded:
                 if config.shard.count > 1:
@@ -114,6 +138,17 @@ def evaluation_loop(
                 publish_beside_shards(config, scale.shard_root)
             return replace(outcome, batches=batches, shards=shards, aggregate=merged)
     except stopping.RunStopped as exc:
+        if exc.cause == "signal" and supervised():
+            if cancelling():
+                # The worker's SIGTERM for a Cancel in the UI. A Cancelled state returned from
+                # here would make Prefect's engine end the process on a CancelledRun error
+                # (logged as unexpected, exit 1); its Abort ends it quietly, once the run's
+                # state says what happened.
+                raise end_cancelled() from exc
+            # Another SIGTERM (the worker shutting down): Prefect's engine decides, as it
+            # would have had our handler not stood in for its own while collecting.
+            get_run_logger().info("%s", exc)
+            raise TerminationSignal(signal.SIGTERM) from exc
         if exc.cause == "cancelled":
             return Cancelled(message=str(exc))
         raise
@@ -136,6 +171,31 @@ class RunOutcome:
     aggregate: MergeReport | None = None
 
 
+class UnhealthyRun(GateFailed):
+    """The run finished and failed its health gate: its flow run ends Failed, as `gym eval run`
+    exits 2 on it. Carries the run's outcome, for the CLI to print."""
+
+    def __init__(self, message: str, result: RunOutcome) -> None:
+        super().__init__(message)
+        self.result = result
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return type(self), (str(self), self.result)
+
+
+def health_gated(outcome: RunOutcome) -> RunOutcome | State:
+    """The flow run's end as the health gate says: its outcome, or, for a run that fails the
+    gate, a Failed state named Unhealthy whose message gives the failing checks."""
+    health = outcome.analysis.health
+    if health.gate != "fail":
+        return outcome
+    message = (
+        f"health gate failed ({', '.join(health.gate_failures)}): see the report, or "
+        f"`gym eval health {outcome.run_dir}`"
+    )
+    return Failed(name="Unhealthy", message=message, data=UnhealthyRun(message, outcome))
+
+
 def analyse_run(run_dir: str) -> RunOutcome:
     """Health, profile, diagnosis and decision of a run store, computed once; the report, the
     artifacts and the log render that one analysis."""
@@ -147,15 +207,11 @@ def analyse_run(run_dir: str) -> RunOutcome:
 
 
 def _collect_here(plan: RunPlan, resume: bool, retry_failed: bool) -> tuple[BatchOutcome, ...]:
-    keys = plan.keys()
-    tracker = ProgressArtifact(-(-len(keys) // plan.config.batch_size), "batches")
-    progress.started(len(keys))
-
-    def on_batch(done: int, total: int, batch: BatchOutcome) -> None:
-        tracker.update(done)
-        run_log.batch_done(done, total, batch)
-
-    return collect_plan(plan, resume=resume, retry_failed=retry_failed, on_batch=on_batch)
+    progress.started(len(plan.keys()))
+    with RunProgress(len(plan.keys())):
+        return collect_plan(
+            plan, resume=resume, retry_failed=retry_failed, on_batch=run_log.batch_done
+        )
 
 
 def _collect_shards(
@@ -169,7 +225,6 @@ def _collect_shards(
     configs = [shard_config(config, scale, plan.run_id, i) for i in range(scale.shards)]
     if resume and retry_failed:
         supersede_failed_in_shards(config.out, [c.out for c in configs])
-    tracker = ProgressArtifact(scale.shards, "shards")
     progress.started(len(plan.keys()))
     local = scale.work_pool is None
     options = {
@@ -180,7 +235,10 @@ def _collect_shards(
     finished: dict[int, ShardOutcome] = {}
     failures: dict[int, str] = {}
     # Local shards share one local policy server; pool shards each start their own if needed.
-    with model_endpoint(plan) if local else nullcontext(None) as base_url:
+    with (
+        RunProgress(len(plan.keys()), shards=scale.shards) as tracker,
+        model_endpoint(plan) if local else nullcontext(None) as base_url,
+    ):
         shard_flow = shard_options(plan, scale)
         if local:
             runner = run_shard_here.with_options(**options)
@@ -203,7 +261,7 @@ def _collect_shards(
             except Exception as exc:  # a shard's failure is reported after the others finish
                 failures[shard] = f"{type(exc).__name__}: {exc}"
                 run_log.shard_failed(shard, scale.shards, failures[shard])
-            tracker.update(len(finished), len(failures))
+            tracker.shard_finished(len(finished), len(failures))
     # A failed shard's store may be partial or unreadable: it is merged once it completes. A
     # stopped shard's store holds whole rollouts only: merged, the run store shows what finished.
     stopped = stopping.stop_requested() is not None

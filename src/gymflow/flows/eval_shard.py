@@ -9,8 +9,10 @@ from prefect.utilities.annotations import quote
 
 from gymflow.config import EvalConfig
 from gymflow.flows import run_log
+from gymflow.flows.labels import eval_shard_name
 from gymflow.flows.lean import flow
 from gymflow.flows.parameters import CHECKPOINT_ROLLOUTS, CHECKPOINT_S
+from gymflow.rollouts import stopping
 from gymflow.rollouts.collect import Collector
 from gymflow.rollouts.outcomes import BatchOutcome
 from gymflow.rollouts.plan import RunPlan, plan_of
@@ -56,12 +58,13 @@ def collect_plan(
         ):
             for batch in batches:
                 collected.append(collect_batch(quote(batch), quote(collector)))
+                stopping.raise_if_requested()  # a batch asked to stop returns what it committed
                 if on_batch is not None:
                     on_batch(len(collected), len(batches), collected[-1])
     return tuple(collected)
 
 
-@flow(name="eval-shard", log_prints=True)
+@flow(name="eval-shard", flow_run_name=eval_shard_name, log_prints=True)
 def eval_shard(
     config: EvalConfig,
     base_url: str | None = None,

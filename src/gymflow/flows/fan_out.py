@@ -4,6 +4,7 @@ Prefect UI's Retry) re-runs only the shards that are not complete."""
 
 from __future__ import annotations
 
+import time
 from ipaddress import ip_address
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,16 +16,22 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     FlowFilter,
     FlowFilterName,
+    FlowRunFilter,
+    FlowRunFilterIdempotencyKey,
     WorkPoolFilter,
     WorkPoolFilterName,
 )
+from prefect.client.schemas.objects import FlowRun
+from prefect.client.schemas.responses import SetStateStatus
 from prefect.deployments import run_deployment
-from prefect.states import Cancelling
+from prefect.runtime import flow_run as parent_run
+from prefect.states import AwaitingRetry, Cancelling
 
 from gymflow import progress
 from gymflow.config import ConfigError, EvalConfig
 from gymflow.errors import RuntimeFailure
 from gymflow.flows.eval_shard import eval_shard
+from gymflow.flows.labels import shard_run_name
 from gymflow.flows.parameters import SHARD_FLOW, ScaleOptions
 from gymflow.rollouts.outcomes import ShardOutcome
 from gymflow.rollouts.plan import RunPlan, handed_down
@@ -124,6 +131,55 @@ def shard_deployment(work_pool: str) -> UUID:
     return (named or found)[0].id
 
 
+#: Seconds between two reads of a shard's flow run while waiting for it.
+POLL_S = 2
+
+
+def _run_or_rerun(
+    plan: RunPlan,
+    config: EvalConfig,
+    deployment_id: UUID,
+    timeout_s: float | None,
+    options: dict[str, Any],
+) -> FlowRun:
+    """The shard's flow run of this parent run, once final (or when `timeout_s` ran out). Each
+    shard has one flow run per parent run (its idempotency key): a retry (the task's, or the
+    parent's Retry in the UI) runs that one again, as the UI's Retry would, so a shard that
+    failed and then succeeded ends green instead of staying red beside a new run."""
+    name = shard_run_name(plan.run_id, config)
+    key = f"{parent_run.id}/{name}"
+    with get_client(sync_client=True) as client:
+        [earlier] = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(idempotency_key=FlowRunFilterIdempotencyKey(any_=[key])),
+            limit=1,
+        ) or [None]
+        if earlier is None or earlier.state is None or not earlier.state.is_final():
+            return run_deployment(
+                deployment_id,
+                parameters={"config": config.model_dump(mode="json"), **options},
+                flow_run_name=name,
+                idempotency_key=key,
+                timeout=timeout_s,
+                poll_interval=POLL_S,
+            )
+        retried = client.set_flow_run_state(
+            earlier.id, AwaitingRetry(message="gymflow: the parent run retries this shard")
+        )
+        if retried.status != SetStateStatus.ACCEPT:
+            raise ShardFailed(
+                f"{_label(config)}: flow run {earlier.name} ended {earlier.state.name} and "
+                f"Prefect refused to run it again ({retried.details})"
+            )
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            run = client.read_flow_run(earlier.id)
+            if run.state is not None and run.state.is_final() and run.run_count > earlier.run_count:
+                return run
+            if deadline is not None and time.monotonic() > deadline:
+                return run
+            time.sleep(POLL_S)
+
+
 @task(
     name="run-shard-on-pool",
     cache_policy=NO_CACHE,
@@ -141,13 +197,7 @@ def run_shard_on_pool(
     if before.complete:
         progress.advanced(before.stored)
         return ShardOutcome(before, ran=False)
-    flow_run = run_deployment(
-        deployment_id,
-        parameters={"config": config.model_dump(mode="json"), **options},
-        flow_run_name=f"{plan.run_id}-shard-{config.shard.index}-of-{config.shard.count}",
-        timeout=timeout_s,
-        poll_interval=2,
-    )
+    flow_run = _run_or_rerun(plan, config, deployment_id, timeout_s, options)
     state = flow_run.state
     if state is None or not state.is_final():
         with get_client(sync_client=True) as client:

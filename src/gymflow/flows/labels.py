@@ -3,12 +3,15 @@ and date, and tags to filter by benchmark, environment, model and harness."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
+from pathlib import PurePath
 from typing import Any
 
 from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
 
+from gymflow.config import EvalConfig
 from gymflow.rollouts.plan import RunPlan
 
 
@@ -19,13 +22,48 @@ def _field(config: Any, *path: str) -> Any:
     return config
 
 
+#: The names Prefect makes up for a run nobody named: its server's two words (coolname's
+#: adjective-animal, `prefect.utilities.names.generate_slug(2)`), and its UI's form, which
+#: pre-fills a star's name (a Greek letter, maybe numbered, then words: alpha3-centauri-void).
+GENERATED_NAME = re.compile(
+    r"[a-z]+-[a-z]+|(alpha|beta|gamma|delta|epsilon|zeta|eta|theta|iota|kappa|lambda|mu|nu|xi|"
+    r"omicron|pi|rho|sigma|tau|upsilon|phi|chi|psi|omega)\d*(-[a-z]+)+"
+)
+
+
 def run_name() -> str:
-    """`flow_run_name` of the eval-run flow, e.g. arithmetic-smoke_my-model_2026-11-30T0200Z."""
+    """`flow_run_name` of the evaluation flows, e.g. arithmetic-smoke_my-model_2026-11-30T0200Z;
+    a name given to the run (typed in the UI's Run Name, `--name`) is kept."""
+    given = flow_run.name
+    if given and not GENERATED_NAME.fullmatch(given):
+        return given
     config = flow_run.parameters.get("config")
     target = _field(config, "benchmark") or _field(config, "environment") or "eval"
     model = _field(config, "model", "name") or "gymflow-local-policy"
     when = flow_run.scheduled_start_time or datetime.now(UTC)
-    return f"{target}_{model}_{when.astimezone(UTC):%Y-%m-%dT%H%MZ}"
+    name = f"{target}_{model}_{when.astimezone(UTC):%Y-%m-%dT%H%MZ}"
+    out = _field(config, "out")
+    if flow_run.parent_flow_run_id and out:
+        # a subflow (a study's arm) apart from its siblings and parent: its run folder's name
+        name += f"_{PurePath(out).name}"
+    return name
+
+
+def shard_run_name(run_id: str, config: EvalConfig) -> str:
+    """A shard's flow run, apart from its parent's: `<run id>-shard-I-of-N`."""
+    return f"{run_id}-shard-{config.shard.index}-of-{config.shard.count}"
+
+
+def eval_shard_name() -> str:
+    """`flow_run_name` of the eval-shard flow: a given name (a work-pool shard is named by the
+    run that starts it), else the shard's own (`shard_run_name`)."""
+    given = flow_run.name
+    if given and not GENERATED_NAME.fullmatch(given):
+        return given
+    config = flow_run.parameters.get("config")
+    if not isinstance(config, EvalConfig):
+        config = EvalConfig.model_validate(config)
+    return shard_run_name(config.fingerprint(), config)
 
 
 def run_tags(plan: RunPlan) -> list[str]:

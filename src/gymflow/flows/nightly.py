@@ -12,15 +12,16 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
+from prefect.states import Failed, State
+from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field
 
 from gymflow.errors import GateFailed
-from gymflow.flows.eval_run import RunOutcome, dated, evaluation_loop, resuming
+from gymflow.flows.eval_run import MAX_CONCURRENT_SHARDS, RunOutcome, run_evaluation
 from gymflow.flows.fan_out import publish_beside_shards
-from gymflow.flows.labels import run_name, tag_run
+from gymflow.flows.labels import run_name
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions
 from gymflow.history.gate import GateVerdict, gate, save_verdict
-from gymflow.rollouts.plan import handed_down, plan_of
 from gymflow.store.remote import is_url
 
 REGRESSED_EVENT = "gymflow.run.regressed"
@@ -76,25 +77,28 @@ class NightlyOutcome:
     gate: GateVerdict
 
 
-@flow(name="nightly", flow_run_name=run_name, log_prints=True)
+@flow(
+    name="nightly",
+    flow_run_name=run_name,
+    log_prints=True,
+    task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENT_SHARDS),
+)
 def nightly(
     config: FlowConfig, scale: ScaleOptions = UNSHARDED, gate: GateOptions = NO_GATE_OPTIONS
 ) -> NightlyOutcome:
-    """Run the evaluation loop, then gate the run on regressions.
+    """Run the evaluation loop, then gate the run on regressions. The loop runs in this flow
+    run, not in a subflow: its progress, summary, report link and log are on this run's page.
+    A regression (or an unhealthy run: the gate counts it) ends the run Failed.
 
     Args:
         config: What to run; `{date}` in `out` gives each night its own run folder.
         scale: How the run is sharded.
         gate: What the run is compared with and how large a drop fails it.
     """
-    # Dated here, so that the evaluation subflow runs tonight's config: the plan handed down
-    # is its plan.
-    config = dated(config)
-    plan = plan_of(config)
-    tag_run(plan)
     # A retry of this flow run (the UI's Retry) continues tonight's run instead of refusing it.
-    with handed_down(plan):
-        result = evaluation_loop(config, resume=resuming(False), scale=scale)
+    result = run_evaluation(config, resume=False, scale=scale, retry_failed=True)
+    if isinstance(result, State):  # cancelled
+        return result
     verdict = gate_run(result.run_dir, gate)
     # The report was written before the gate: again, so that it states the verdict.
     from gymflow.reports.render import write_run_report
@@ -103,9 +107,10 @@ def nightly(
     if scale.shard_root and is_url(scale.shard_root):  # the published report states it too
         publish_beside_shards(config, scale.shard_root)
     get_run_logger().info(verdict.summary())
+    report = f"\n\nReport: {result.report_url}" if result.report_url else ""
     create_markdown_artifact(
         key="gymflow-regression-gate",
-        markdown=f"# Regression gate\n\n{verdict.summary()}\n\nTest: {verdict.test}.",
+        markdown=f"# Regression gate\n\n{verdict.summary()}\n\nTest: {verdict.test}.{report}",
         description="Nightly regression gate",
     )
     if not verdict.passed:
@@ -117,5 +122,6 @@ def nightly(
             },
             payload=verdict.as_dict(),
         )
-        raise RegressionFound(verdict.summary())
+        message = verdict.summary()
+        return Failed(name="Regressed", message=message, data=RegressionFound(message))
     return NightlyOutcome(result, verdict)

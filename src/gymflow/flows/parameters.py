@@ -1,15 +1,15 @@
 """Flow parameters as pydantic models: the Prefect UI renders them as a validated form with these
 descriptions, defaults and bounds.
 
-The eval-run form (`RunForm`) is the eval config shaped for a person filling it in: benchmark and
-environment are choices taken from the registry when the deployment is made; every field says its
+The eval-run form (`RunForm`) is the eval config shaped for a person filling it in: the benchmark,
+required, is a choice taken from the registry when the deployment is made; every field says its
 unit; sampling fields change only what is set and keep the benchmark's other defaults; shards are
 set in one place (`scale`); the local policy's test-only settings sit apart, at the end. The flow
 itself receives an `EvalConfig` (`FlowConfig` converts), so the CLI and tests pass one directly.
 
 Every rule a JSON schema can state is in the schema (bounds, choices), so the UI refuses the value
-before a run exists; the others (no benchmark, an unknown name) fail as the flow's parameters are
-validated, naming the field, before any task or model call."""
+before a run exists; the others (a name unknown or not runnable where the flow runs) fail as the
+flow's parameters are validated, naming the field, before any task or model call."""
 
 from __future__ import annotations
 
@@ -23,9 +23,7 @@ from pydantic import (
     Field,
     PlainValidator,
     SerializerFunctionWrapHandler,
-    WithJsonSchema,
     model_serializer,
-    model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
 
@@ -46,6 +44,7 @@ from gymflow.environments.registry import (
     environment_sources,
     load_benchmark,
 )
+from gymflow.environments.requirements import MissingPackage, check_installed, install_hint
 from gymflow.store.remote import is_url
 
 #: The deployment that runs one shard on a work pool (flow name / deployment name).
@@ -91,24 +90,51 @@ Count = Annotated[int, Field(ge=1)]
 Repeats = Annotated[int, Field(ge=1, le=MAX_REPEATS)]
 
 
-def _registry_choice(kind: str, names: Any) -> Any:
-    """A name offered as a choice among those registered when this module is imported (when
-    `prefect deploy` builds the form), and checked against the registry as it is at run time."""
-
-    def known(value: str | None) -> str | None:
-        if value is not None and value not in names():
-            raise ValueError(str(UnknownName(kind, value, names())))  # a form error: ValueError
-        return value
-
+def _runnable_benchmark(name: str) -> str:
+    """A benchmark name, checked against the registry as it is at run time (the form's choices
+    were taken when `prefect deploy` built it), and refused before anything runs when a package
+    its environment's data comes from is not installed where the flow runs (bfcl-eval)."""
+    names = benchmark_files()
+    if name not in names:
+        raise ValueError(str(UnknownName("benchmark", name, names)))  # a form error: ValueError
     try:
-        schema = {"type": "string", "enum": sorted(names())}
+        environment = load_benchmark(name).environment
+        source = environment_sources().get(environment)
+    except RegistryError as exc:
+        raise ValueError(str(exc)) from None
+    if source is not None:
+        try:
+            check_installed(environment, source.manifest.requires)
+        except MissingPackage as exc:
+            raise ValueError(f"benchmark {name!r} cannot run on this worker: {exc}") from None
+    return name
+
+
+def _benchmark_choices(schema: dict[str, Any]) -> None:
+    """The benchmarks registered when the schema is built (`prefect deploy`), as the field's
+    choices; those that need a package not installed there are named in its description. Built
+    then, not when this module is imported: the CLI imports it, and loads no benchmark it does
+    not run."""
+    try:
+        names = sorted(benchmark_files())
+        sources = environment_sources()
+        requires = {name: sources.get(load_benchmark(name).environment) for name in names}
     except RegistryError:  # a broken manifest or benchmark: the command that reads it says so
-        schema = {"type": "string"}
-    return Annotated[str | SkipJsonSchema[None], AfterValidator(known), WithJsonSchema(schema)]
+        return
+    schema["enum"] = names
+    for name, source in requires.items():
+        hint = install_hint(source.manifest.requires) if source else None
+        if hint:
+            schema["description"] += (
+                f" Unavailable until its package is installed: {name} ({hint})."
+            )
 
 
-BenchmarkChoice = _registry_choice("benchmark", benchmark_files)
-EnvironmentChoice = _registry_choice("environment", environment_sources)
+BENCHMARK_HELP = (
+    "The benchmark: a versioned protocol over an environment (split, prompt, repeats, "
+    "sampling). To run an environment without one, use `gym eval run --environment NAME`."
+)
+BenchmarkChoice = Annotated[str, AfterValidator(_runnable_benchmark)]
 
 
 class SamplingForm(_Form):
@@ -210,15 +236,9 @@ class TestOnly(_Form):
 class RunForm(_Form):
     """What to run, against which policy, how often, and where results go."""
 
+    # Required, so the form marks it: the one field every run needs.
     benchmark: BenchmarkChoice = Field(
-        None,
-        description="The benchmark: a versioned protocol over an environment (split, prompt, "
-        "repeats, sampling). Choose a benchmark or an environment.",
-    )
-    environment: EnvironmentChoice = Field(
-        None,
-        description="Run an environment without a benchmark (its default split, 1 repeat). "
-        "Leave unset when a benchmark is chosen.",
+        description=BENCHMARK_HELP, json_schema_extra=_benchmark_choices
     )
     model: ModelForm = Field(ModelForm(), description="The policy's model server.")
     sampling: SamplingForm = Field(
@@ -233,10 +253,12 @@ class RunForm(_Form):
     )
     harness: HarnessForm = Field(HarnessForm(), description="The agent harness.")
     out: str = Field(
-        "runs/latest",
+        "runs/ui/{date}/{flow_run_id}",
         description="Run folder (store and report.html), relative to the worker's working "
-        "directory. `{date}` becomes the run's scheduled date in UTC (YYYY-MM-DD): a schedule "
-        "gets one run per day, and a retry finds the same one.",
+        "directory. `{date}` becomes the run's scheduled date in UTC (YYYY-MM-DD), "
+        "`{flow_run_id}` this flow run's id: the default gives every run a folder of its own, "
+        "and a retry finds the same one. A fixed folder holding a run is continued only with "
+        "resume.",
     )
     concurrency: int = Field(64, ge=1, le=4096, description="Rollouts in flight at once.")
     batch_size: int = Field(
@@ -259,18 +281,12 @@ class RunForm(_Form):
         TestOnly(), description="For gymflow's own tests (the simulated policy). Leave as is."
     )
 
-    @model_validator(mode="after")
-    def _one_target(self) -> RunForm:
-        if not self.benchmark and not self.environment:
-            raise ValueError("benchmark: choose a benchmark (or an environment)")
-        return self
-
     def eval_config(self) -> EvalConfig:
         """The eval config this form describes; sampling overrides land on the benchmark's."""
         sampling = None
         if self.sampling.model_dump(exclude_none=True):
             try:
-                base = load_benchmark(self.benchmark).sampling if self.benchmark else Sampling()
+                base = load_benchmark(self.benchmark).sampling
             except RegistryError as exc:
                 raise ValueError(f"benchmark: {exc}") from None
             sampling = self.sampling.over(base)

@@ -3,6 +3,7 @@ verifier-only variants judged again on the baseline's rollouts, and the study re
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from gymflow.config import EvalConfig
 from gymflow.errors import RuntimeFailure
-from gymflow.flows.eval_run import evaluation_loop
+from gymflow.flows.eval_run import UnhealthyRun, evaluation_loop
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
 from gymflow.present import format_number, format_percent, format_points, markdown_text
 from gymflow.reverify import reverify
@@ -33,8 +34,11 @@ class StudyFailed(RuntimeFailure):
 
 @task(name="run-arm", cache_policy=NO_CACHE, task_run_name="run-arm-{name}")
 def run_arm(name: str, config: EvalConfig, scale: ScaleOptions) -> str:
-    """One arm as an evaluation subflow: resumable, so a retry runs only its missing rollouts."""
-    evaluation_loop(config, resume=True, scale=scale)
+    """One arm as an evaluation subflow: resumable, so a retry runs only its missing rollouts.
+    An arm that fails its health gate is still an arm: its subflow run ends Failed, and the
+    study's table shows its health."""
+    with contextlib.suppress(UnhealthyRun):
+        evaluation_loop(config, resume=True, scale=scale)
     return config.out
 
 

@@ -11,6 +11,7 @@ computed in memory, from the stores, as on a first listing."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import astuple, dataclass, fields
@@ -155,9 +156,19 @@ class Catalog:
     #: run directories whose store could not be read (a run in progress holds its lock), with why
     skipped: list[tuple[str, str]]
 
-    def of_benchmark(self, benchmark: str) -> list[CatalogEntry]:
-        """The runs of one benchmark (or environment), oldest first."""
-        chosen = [e for e in self.entries if benchmark in (e.benchmark, e.environment)]
+    def of_benchmark(
+        self, benchmark: str, *, model: str | None = None, arm: str | None = None
+    ) -> list[CatalogEntry]:
+        """The runs of one benchmark (or environment), oldest first; only those of `model`,
+        and only those whose run folder is named `arm` (a study names each arm's folder after
+        it), when given."""
+        chosen = [
+            e
+            for e in self.entries
+            if benchmark in (e.benchmark, e.environment)
+            and (model is None or e.model == model)
+            and (arm is None or Path(e.run_dir).name == arm)
+        ]
         return sorted(chosen, key=lambda e: (e.created_at or datetime.min, e.run_dir))
 
 
@@ -184,6 +195,37 @@ def _cached(con) -> dict[str, CatalogEntry]:
     con.execute(_DDL)
     cursor = con.execute(f"SELECT {', '.join(COLUMNS)} FROM runs")
     return {row[0]: CatalogEntry(*row) for row in cursor.fetchall()}
+
+
+#: What decides a run's score beside its benchmark, by the name a user reads: runs of one
+#: benchmark that differ in one of these are different policies, not one policy over time.
+POLICY_FACTORS = {
+    "model": "models",
+    "harness": "harnesses",
+    "prompt_template": "prompt templates",
+    "sampling_json": "sampling settings",
+    "repeats": "repeat counts",
+}
+
+
+def _policy_value(entry: CatalogEntry, attribute: str) -> str:
+    value = getattr(entry, attribute)
+    if attribute == "sampling_json" and value:
+        # another seed draws other samples from the same policy: not another policy
+        sampling = {k: v for k, v in json.loads(value).items() if k != "seed"}
+        return json.dumps(sampling, sort_keys=True)
+    return str(value)
+
+
+def mixed_factors(entries: list[CatalogEntry]) -> dict[str, list[str]]:
+    """The policy factors the runs do not share (`POLICY_FACTORS`), each with its values in
+    the order first seen: what a trend over them mixes."""
+    mixed = {}
+    for attribute, name in POLICY_FACTORS.items():
+        values = list(dict.fromkeys(_policy_value(e, attribute) for e in entries))
+        if len(values) > 1:
+            mixed[name] = values
+    return mixed
 
 
 def refresh(root: Path) -> Catalog:

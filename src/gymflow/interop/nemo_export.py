@@ -49,7 +49,9 @@ ORDER BY t.task_index, r.repeat_index, r.rollout_id
 """
 
 
-def _lines(con, verifier_version: str, model: str, agent_ref: dict) -> Iterator[tuple[str, dict]]:
+def _lines(
+    con, verifier_version: str, model: str, agent_ref: dict, benchmark: dict
+) -> Iterator[tuple[str, dict]]:
     """('rollout' | 'failure', line) per stored rollout, in task and repeat order."""
     cursor = con.execute(_SQL, [verifier_version])
     while rows := cursor.fetchmany(2_000):
@@ -80,6 +82,7 @@ def _lines(con, verifier_version: str, model: str, agent_ref: dict) -> Iterator[
                 "task_id": task_id,
                 "task": json.loads(data_json or "{}"),
                 "verifier_version": verifier_version,
+                "gymflow_benchmark": benchmark,
             }
             scored = v_status == "ok" and reward is not None and math.isfinite(reward)
             if status == "completed" and scored:
@@ -146,8 +149,14 @@ def _materialized(con, agent_ref: dict) -> Iterator[dict]:
 
 def write_nemo_gym(con, verifier_version: str, target: Path) -> dict[str, Any]:
     """Write `target` and its two sidecars; returns the line counts and paths."""
-    run = con.execute("SELECT model, harness, environment, config_json FROM runs").fetchone()
-    model, harness, environment, config_json = run
+    run = con.execute(
+        "SELECT model, harness, environment, config_json, benchmark, benchmark_version, "
+        "dataset_version FROM runs"
+    ).fetchone()
+    model, harness, environment, config_json, benchmark, version, dataset = run
+    # the run's protocol and rows, so that an import of this file is the same benchmark version
+    # and dataset and compares with the run it came from (`gymflow.interop.nemo_gym`)
+    protocol = {"name": benchmark, "version": version, "dataset_version": dataset}
     imported = (json.loads(config_json or "{}") or {}).get("agent_ref")
     agent_ref = imported or {
         "type": "responses_api_agents",
@@ -164,7 +173,8 @@ def write_nemo_gym(con, verifier_version: str, target: Path) -> dict[str, Any]:
             kind: path.open("w", encoding="utf-8") for kind, path in zip(paths, staged, strict=True)
         }
         try:
-            for kind, line in _lines(con, verifier_version, model or "unknown", agent_ref):
+            lines = _lines(con, verifier_version, model or "unknown", agent_ref, protocol)
+            for kind, line in lines:
                 handles[kind].write(json.dumps(line, allow_nan=False) + "\n")
                 counts[kind] += 1
             for line in _materialized(con, agent_ref):

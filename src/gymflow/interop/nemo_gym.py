@@ -373,6 +373,7 @@ def import_rollouts(
     tables = _records(run_id, now, path, tasks, numbered, attempts, threshold, tool_lists)
     agent = first.agent_ref or next((r.agent_ref for r in materialized if r.agent_ref), None)
     sampling = {k: first.params[k] for k in SAMPLING_KEYS if first.params.get(k) is not None}
+    exported = _exported_benchmark([row for _, row in numbered])
     task_rows = tables["tasks"]
     tables["runs"] = [
         run_row(
@@ -388,15 +389,17 @@ def import_rollouts(
                 }
             ),
             config_hash=run_id,
-            benchmark=None,
+            benchmark=exported["name"] if exported else None,
             # The protocol, not the rows a file happened to hold: two imports of different
-            # subsets of one benchmark compare, paired on their common tasks.
-            benchmark_version="nemo-gym-"
+            # subsets of one benchmark compare, paired on their common tasks. A gymflow export
+            # states its run's benchmark version: its import compares with that run.
+            benchmark_version=exported["version"]
+            if exported
+            else "nemo-gym-"
             + _digest(environment, (agent or {}).get("name"), sampling, threshold)[:12],
             environment=environment,
-            dataset_version=_digest(
-                sorted(row[COLUMNS["tasks"].index("data_json")] for row in task_rows)
-            ),
+            dataset_version=(exported or {}).get("dataset_version")
+            or _digest(sorted(row[COLUMNS["tasks"].index("data_json")] for row in task_rows)),
             split=None,
             model=(first.response or {}).get("model") or first.params.get("model"),
             harness="nemo-gym",
@@ -434,6 +437,25 @@ def import_rollouts(
         "pass_threshold": threshold,
         "sidecars": {k: str(v) for k, v in sidecars.items()},
     }
+
+
+def _exported_benchmark(rows: list[NemoRow]) -> dict[str, str] | None:
+    """The benchmark name, version and dataset version a gymflow export states on every line
+    (`gymflow_benchmark`), when all its lines state the same; a file of other origin, or one
+    mixing runs, has none."""
+    stated = {json.dumps(row.fields.get("gymflow_benchmark"), sort_keys=True) for row in rows}
+    if len(stated) != 1:
+        return None
+    benchmark = json.loads(stated.pop())
+    if not isinstance(benchmark, dict):
+        return None
+    name, version = benchmark.get("name"), benchmark.get("version")
+    dataset = benchmark.get("dataset_version")
+    if not (isinstance(name, str) and isinstance(version, str) and version):
+        return None
+    return {"name": name, "version": version} | (
+        {"dataset_version": dataset} if isinstance(dataset, str) and dataset else {}
+    )
 
 
 def _records(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 from gymflow.history.catalog import CatalogEntry
@@ -26,16 +27,41 @@ def write_study_report(out: Path, result: StudyResult) -> Path:
     return out
 
 
-def write_trend_report(out: Path, benchmark: str, root: Path, entries: list[CatalogEntry]) -> Path:
+#: Time labels from coarse to fine: a trend's points take the first that tells them apart.
+TIME_FORMATS = ("%Y-%m-%d", "%m-%d %H:%M", "%m-%d %H:%M:%S", "%H:%M:%S.%f")
+
+
+def time_labels(times: list[datetime | None]) -> list[str]:
+    """One label per run: the date, or the date and time when two runs share a date (a day's
+    runs all read the same date otherwise); an unknown time is `?`."""
+    known = [t for t in times if t is not None]
+    for fmt in TIME_FORMATS:
+        if len({f"{t:{fmt}}" for t in known}) == len(set(known)):
+            break
+    return [f"{t:{fmt}}" if t is not None else "?" for t in times]
+
+
+def write_trend_report(
+    out: Path,
+    benchmark: str,
+    root: Path,
+    entries: list[CatalogEntry],
+    mixed: dict[str, list[str]],
+) -> Path:
+    """The trend page; `mixed` names the policy factors its runs do not share
+    (`gymflow.history.catalog.mixed_factors`), stated above the chart."""
+    labels = time_labels([e.created_at for e in entries])
     points = [
-        Interval(
-            f"{e.created_at:%Y-%m-%d}" if e.created_at else e.run_id,
-            e.pass1,
-            (e.ci_low, e.ci_high) if e.ci_low is not None else None,
-        )
-        for e in entries
+        Interval(label, e.pass1, (e.ci_low, e.ci_high) if e.ci_low is not None else None)
+        for label, e in zip(labels, entries, strict=True)
     ]
     chart = trend_chart(points, label=f"{benchmark}: pass@1 over time")
-    data = {"benchmark": benchmark, "root": str(root), "entries": entries, "chart": chart}
+    data = {
+        "benchmark": benchmark,
+        "root": str(root),
+        "entries": entries,
+        "chart": chart,
+        "mixed": mixed,
+    }
     write_text(out, render("trend.html.j2", data))
     return out

@@ -64,7 +64,8 @@ def forest_plot(rows: Sequence[Interval], *, label: str, width: float = 560) -> 
 
 
 def trend_chart(points: Sequence[Interval], *, label: str, width: float = 640) -> Markup:
-    """pass@1 with its 95% CI band, one point per run in time order (labels are the dates)."""
+    """pass@1 with its 95% CI band, one point per run in time order (labelled with its time,
+    `gymflow.reports.history.time_labels`)."""
     height = 260.0
     count = max(len(points), 2)
     frame = Frame(44, 12, width - 60, height - 60, 0, count - 1)
@@ -86,5 +87,5 @@ def trend_chart(points: Sequence[Interval], *, label: str, width: float = 640) -
     every = max(1, len(points) // 8)
     for i, p in enumerate(points):
         if i % every == 0:
-            parts.append(el("text", p.label[:10], x=frame.x(i), y=height - 30, class_="tick mid"))
+            parts.append(el("text", p.label, x=frame.x(i), y=height - 30, class_="tick mid"))
     return svg(width, height, *parts, label=label)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gymflow.core.protocols import ResourcesUnavailable
-from gymflow.errors import GymflowError, RuntimeFailure
+from gymflow.errors import GymflowError, RuntimeFailure, option
 
 #: What systemd, Kubernetes, `docker stop` and a Prefect worker's cancel send, and Ctrl-C.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -106,7 +106,7 @@ class DeadServerWatch:
             self.tripped = StopRequest(
                 f"{server} is unreachable: {self.streak} rollouts in a row "
                 f"failed with {failure_kind} ({first_line}); stopped early. Start the server, "
-                "then continue with --resume",
+                f"then continue it ({option('resume')})",
                 cause="dead_server",
             )
 
@@ -131,7 +131,7 @@ def stop_on_signals() -> Iterator[None]:
             raise KeyboardInterrupt  # asked twice: stop now, whatever is in flight
         name = signal.Signals(number).name
         request_stop(
-            f"stopped by {name}: finished rollouts are committed; continue with --resume",
+            f"stopped by {name}: finished rollouts are committed; continue it ({option('resume')})",
             cause="signal",
             signal_number=number,
         )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 
-from gymflow.errors import RuntimeFailure, UserError
+from gymflow.errors import RuntimeFailure, UserError, option
 from gymflow.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, SPECS, TABLES
 from gymflow.written import created, written
 
@@ -74,7 +74,7 @@ def _open(path: Path, read_only: bool):
                     ) from None
                 raise StoreBusy(
                     f"{path}: held by PID {holder} for over {WRITER_LOCK_WAIT_S:.0f}s (a reader "
-                    "left open?); close it, then continue with --resume"
+                    f"left open?); close it, then continue the run ({option('resume')})"
                 ) from None
             time.sleep(wait)
             wait = min(wait * 2, 0.25)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
 
+from gymflow.errors import option
 from gymflow.store.db import StoreError
 from gymflow.store.schema import COLUMNS
 from gymflow.store.writer import insert_rows
@@ -25,7 +26,7 @@ def check_run_store(
     if stored and run_id not in stored:
         raise StoreError(
             f"{run_dir}: holds run {sorted(stored)[0]}, but this config is run {run_id}; "
-            "use another --out for a different config"
+            f"choose another run folder ({option('out')}) for a different config"
         )
     if benchmark_version is not None and stored.get(run_id, benchmark_version) != (
         benchmark_version
@@ -33,12 +34,12 @@ def check_run_store(
         raise StoreError(
             f"{run_dir}: holds run {run_id} on benchmark version {stored[run_id]}, but the "
             f"benchmark is now version {benchmark_version} (its dataset or protocol changed); "
-            "use another --out"
+            f"choose another run folder ({option('out')})"
         )
     if not resume and con.execute("SELECT count(*) FROM rollouts").fetchone()[0] > 0:
         raise StoreError(
-            f"{run_dir}: already holds rollouts of this run; pass --resume to continue it "
-            "or choose another --out"
+            f"{run_dir}: already holds rollouts of this run; continue it ({option('resume')}) "
+            f"or choose another run folder ({option('out')})"
         )
 
 

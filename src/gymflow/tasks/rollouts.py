@@ -70,5 +70,14 @@ def collect_batch(keys: list[RolloutKey], collector: Collector) -> BatchOutcome:
     if (task_run.run_count or 1) == 1:
         # on a retry, what the failed attempt stored was already counted as it flushed
         progress.advanced(len(keys) - len(todo))
-    stats = collector.run(todo)
+    try:
+        stats = collector.run(todo)
+    except RunStopped as stop:
+        if stop.cause == "dead_server":
+            raise
+        # Asked to stop from outside (a signal, a cancellation): what finished is committed,
+        # and that is not this batch failing: a failed task would log an error for a clean
+        # stop. The flow ends the run at once (`gymflow.flows.eval_shard.collect_plan`), so
+        # these counts are never reported.
+        return BatchOutcome(skipped=len(keys) - len(todo), attempted=0, completed=0, failed=0)
     return BatchOutcome(skipped=len(keys) - len(todo), **asdict(stats))
