@@ -25,7 +25,7 @@ from prefect.client.schemas.objects import FlowRun
 from prefect.client.schemas.responses import SetStateStatus
 from prefect.deployments import run_deployment
 from prefect.runtime import flow_run as parent_run
-from prefect.states import AwaitingRetry, Cancelling
+from prefect.states import AwaitingRetry, Cancelling, Crashed
 
 from gymflow import progress
 from gymflow.config import ConfigError, EvalConfig
@@ -153,7 +153,17 @@ def _run_or_rerun(
             flow_run_filter=FlowRunFilter(idempotency_key=FlowRunFilterIdempotencyKey(any_=[key])),
             limit=1,
         ) or [None]
-        if earlier is None or earlier.state is None or not earlier.state.is_final():
+        if earlier is not None and (earlier.state is None or not earlier.state.is_final()):
+            # An attempt this run gave up on (it outlived timeout_s and was told to cancel): its
+            # host died or was cut off, so it may never end. Run again as a new flow run, which
+            # any worker may take; the old one reads Crashed, not Running or Cancelling forever.
+            client.set_flow_run_state(
+                earlier.id,
+                Crashed(message="gymflow: its host stopped answering; the shard ran again"),
+                force=True,
+            )
+            key, earlier = f"{key}/after-{earlier.id}", None
+        if earlier is None:
             return run_deployment(
                 deployment_id,
                 parameters={"config": config.model_dump(mode="json"), **options},
