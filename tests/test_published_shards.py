@@ -6,6 +6,7 @@ second attempt loses, checkpoints restore what a dead attempt stored, checksums 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import duckdb
@@ -17,13 +18,16 @@ from gymflow.flows.fan_out import loopback_urls
 from gymflow.rollouts.merge import shard_progress
 from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.published import (
+    COMMITTED,
     PublishedShard,
     check_expectations,
     expectations,
     published_progress,
+    run_published,
 )
 from gymflow.rollouts.travel import publish_bundle, travelled
-from gymflow.store.remote import AlreadyExists, Remote
+from gymflow.store.db import StoreError
+from gymflow.store.remote import AlreadyExists, Remote, RemoteError
 from tests.conftest import gym
 from tests.environments.test_dataset import ROWS, write_benchmark, write_rows
 from tests.faults.stores import collect_run, query
@@ -84,7 +88,7 @@ def test_checkpoints_restore_and_a_late_duplicate_commit_is_refused(root, tmp_pa
     assert progress.complete and progress.stored == len(keys)
     with pytest.raises(AlreadyExists):
         shard.commit(tmp_path / "elsewhere", "a2")  # the late duplicate
-    assert shard.committed()["attempt"] == "a1"
+    assert shard.committed().attempt == "a1"
     assert shard.restore(tmp_path / "third").source == "committed"
 
 
@@ -92,7 +96,7 @@ def test_a_file_altered_after_its_commit_is_refused(root, tmp_path):
     run_dir, _ = _shard(tmp_path)
     shard = PublishedShard(f"{root}/run/shard-0-of-2")
     manifest = shard.commit(run_dir, "a1")
-    name = manifest["files"]["rollouts"]["name"]
+    name = manifest.files["rollouts"].name
     shard.remote.put(name, shard.remote.read(name) + b"x")
     with pytest.raises(Exception, match="checksum mismatch"):
         shard.restore(tmp_path / "elsewhere")
@@ -192,3 +196,109 @@ def test_a_shard_unlike_its_parent_is_refused_before_any_model_call():
     for key, other in (("benchmark_version", "0123456789ab"), ("duckdb_version", "1.5.5")):
         with pytest.raises(ConfigError, match=f"this worker has {key}"):
             check_expectations(plan, {**expectations(plan), key: other})
+
+
+def _committed_json(shard: PublishedShard) -> dict:
+    return json.loads(shard.remote.read(COMMITTED))
+
+
+def _forge(manifest: dict, change: str) -> bytes:
+    """A committed manifest rewritten by whoever can write the bucket: each a class of forgery."""
+    files = manifest["files"]
+    if change == "not json":
+        return b"{not json"
+    if change == "empty":
+        return b"{}"
+    if change == "no files":  # reads as a complete shard holding no data
+        return json.dumps({**manifest, "files": {}}).encode()
+    if change == "a table missing":
+        files = {table: entry for table, entry in files.items() if table != "rollouts"}
+        return json.dumps({**manifest, "files": files}).encode()
+    if change == "a name climbing out":
+        rollouts = {**files["rollouts"], "name": "../../other-run-secret.txt"}
+        return json.dumps({**manifest, "files": {**files, "rollouts": rollouts}}).encode()
+    if change == "a table climbing out":
+        files = {("../../../../tmp/x/pwned" if t == "rollouts" else t): e for t, e in files.items()}
+        return json.dumps({**manifest, "files": files}).encode()
+    if change == "another shard's file":
+        rollouts = {**files["rollouts"], "name": "results/a9/rollouts.parquet"}
+        return json.dumps({**manifest, "files": {**files, "rollouts": rollouts}}).encode()
+    if change == "more rollouts than stored":
+        return json.dumps({**manifest, "rollouts": 999}).encode()
+    if change == "fewer rollouts than stored":
+        return json.dumps({**manifest, "rollouts": 0}).encode()
+    raise AssertionError(change)
+
+
+#: Each forgery, and what its one-line refusal says after the shard's URL.
+FORGERIES = {
+    "not json": f"/{COMMITTED}: not a shard manifest (manifest: Invalid JSON",
+    "empty": f"/{COMMITTED}: not a shard manifest (attempt: Field required",
+    "no files": f"/{COMMITTED}: not a shard manifest (files: missing tables ['model_calls'",
+    "a table missing": f"/{COMMITTED}: not a shard manifest (files: missing tables ['rollouts']",
+    "a name climbing out": f"/{COMMITTED}: not a shard manifest (files.rollouts.name: "
+    "'../../other-run-secret.txt' is not the shard's 'results/a1/rollouts.parquet')",
+    "a table climbing out": f"/{COMMITTED}: not a shard manifest (files: missing tables "
+    "['rollouts'], unknown tables ['../../../../tmp/x/pwned'])",
+    "another shard's file": f"/{COMMITTED}: not a shard manifest (files.rollouts.name: "
+    "'results/a9/rollouts.parquet' is not the shard's",
+    "more rollouts than stored": ": attempt a1's files hold {held} rollouts (0 failed), "
+    "its manifest says 999 (0); refused, nothing merged",
+    "fewer rollouts than stored": ": attempt a1's files hold {held} rollouts (0 failed), "
+    "its manifest says 0 (0)",
+}
+
+
+@pytest.mark.parametrize("change", FORGERIES)
+def test_a_forged_committed_manifest_is_refused_in_one_line(root, tmp_path, change):
+    """Whatever a forged COMMITTED.json says, no reader leaves the shard's folder, believes its
+    counts or crashes: restore, progress and a rerun of the shard each refuse it with one
+    StoreError naming the URL and the field."""
+    run_dir, config = _shard(tmp_path)
+    shard = PublishedShard(f"{root}/run/shard-0-of-2")
+    shard.commit(run_dir, "a1")
+    manifest = _committed_json(shard)
+    shard.remote.put(COMMITTED, _forge(manifest, change))
+    expected = shard.url + FORGERIES[change].format(held=manifest["rollouts"])
+
+    with pytest.raises(StoreError) as refused:
+        shard.restore(tmp_path / "elsewhere")
+    assert str(refused.value).startswith(expected) and "\n" not in str(refused.value)
+
+    plan = resolve(config)
+    progress = published_progress(shard.url, plan.run_id, plan.keys(), 0, 2)
+    assert not progress.complete and progress.stored == 0 and expected in progress.error
+
+    def collect(_plan):
+        raise AssertionError("a refused shard runs nothing")
+
+    # a rerun reads only the manifest: one it cannot parse is refused; a parsed one is
+    # committed, so nothing runs (its lying counts are refused where its files are read)
+    mine = resolve(config.model_copy(update={"out": shard.url}))
+    if "not a shard manifest" in expected:
+        with pytest.raises(StoreError, match=re.escape(expected)):
+            run_published(mine, collect, every_s=60, every_rollouts=100, log=lambda _: None)
+    else:
+        assert run_published(mine, collect, every_s=60, every_rollouts=100, log=print) == ()
+
+
+def test_a_forged_manifest_is_one_error_line_from_aggregate(tmp_path):
+    run_dir, _ = _shard(tmp_path)
+    url = f"file://{tmp_path / 'root'}/run"
+    shard = PublishedShard(f"{url}/shard-0-of-2")
+    shard.commit(run_dir, "a1")
+    shard.remote.put(COMMITTED, _forge(_committed_json(shard), "a name climbing out"))
+    out = tmp_path / "merged"
+    result = gym(
+        "eval", "aggregate", url, "--out", str(out), cwd=tmp_path, env={"PREFECT_API_URL": ""}
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{shard.url}/{COMMITTED}: not a shard manifest (files.rollouts.name: " in result.stderr
+
+
+@pytest.mark.parametrize("name", ["../secret", "a/../../secret", "/etc/passwd", "a//b", "a\\b"])
+def test_storage_names_outside_the_folder_are_refused(root, name):
+    remote = Remote(f"{root}/run")
+    for use in (lambda: remote.read(name), lambda: remote.put(name, b"x")):
+        with pytest.raises(RemoteError, match="is not plainly inside it"):
+            use()

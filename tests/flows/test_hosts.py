@@ -306,13 +306,13 @@ def test_a_host_killed_mid_shard_costs_one_checkpoint(s3, tmp_path):
         assert Remote(url).find("COMMITTED.json") == ["COMMITTED.json"]
     # the calls the dead host made and never checkpointed: at most one checkpoint's worth
     repeated = proxy.calls - stored
-    worth = max(c["rollouts"] for c in dead_checkpoints) + CONCURRENCY
+    worth = max(c.rollouts for c in dead_checkpoints) + CONCURRENCY
     print(  # the figures the docs quote (`pytest -s`)
         f"model calls {proxy.calls} for {stored} rollouts (repeated {repeated}); the dead "
-        f"host's checkpoints held {[c['rollouts'] for c in dead_checkpoints]} rollouts; the "
+        f"host's checkpoints held {[c.rollouts for c in dead_checkpoints]} rollouts; the "
         f"duplicate attempt made {beside.calls} calls"
     )
-    assert 0 <= repeated <= worth, (proxy.calls, stored, [c["rollouts"] for c in dead_checkpoints])
+    assert 0 <= repeated <= worth, (proxy.calls, stored, [c.rollouts for c in dead_checkpoints])
 
 
 #: A duplicate attempt of a shard, as a host that lost its lease would run it: the eval-shard

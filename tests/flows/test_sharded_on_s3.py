@@ -46,7 +46,7 @@ def test_a_run_sharded_on_s3_equals_the_run_in_one_store(prefect_api, s3, tmp_pa
     for shard in shards:
         published = PublishedShard(shard.out)
         committed = published.committed()
-        assert committed is not None and committed["failed"] == 0
+        assert committed is not None and committed.failed == 0
         assert len(published.checkpoints()) >= 2  # 60 rollouts a shard, one per 16 at most
 
     # resumed: both shards are committed, so neither runs; the store is unchanged
@@ -74,8 +74,8 @@ def test_a_shard_whose_host_reached_no_model_runs_its_failures_again_elsewhere(
     first = eval_shard(shard, base_url=unreachable, return_state=True)
     published = PublishedShard(shard.out)
     assert published.committed() is None
-    assert sum(c["failed"] for c in published.checkpoints()) > 0, first
+    assert sum(c.failed for c in published.checkpoints()) > 0, first
     eval_shard(shard)
     committed = published.committed()
-    assert committed is not None and committed["failed"] == 0
-    assert committed["rollouts"] == len(resolve(shard).keys())
+    assert committed is not None and committed.failed == 0
+    assert committed.rollouts == len(resolve(shard).keys())

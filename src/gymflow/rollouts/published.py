@@ -12,12 +12,13 @@ publishes what it stores under its URL, `ROOT/RUN_ID/shard-I-of-N/`:
 
 A shard that runs again, on any host, restores the committed result (nothing left to run) or
 every checkpoint, newest first (a rollout run again after a failed attempt keeps its newest
-rows), and runs only what is missing. Every file is read back against the checksum its manifest
-records. Domain code: no Prefect here; the shard flow (`flows/eval_shard.py`) drives it."""
+rows), and runs only what is missing. Every manifest is read through one model (`Manifest`):
+it names only the shard's own files, of the known tables, and every file is read back against
+the checksum it records, with as many rollouts as it says. Domain code: no Prefect here; the
+shard flow (`flows/eval_shard.py`) drives it."""
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -26,12 +27,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import duckdb
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, model_validator
 
 from gymflow import __version__
 from gymflow.config import ConfigError
@@ -43,6 +45,7 @@ from gymflow.store import snapshot
 from gymflow.store.db import STORE_FILE, StoreError, connect, store_path
 from gymflow.store.merge import ShardProgress, stored_progress
 from gymflow.store.remote import AlreadyExists, Remote, RemoteError, is_url, sha256
+from gymflow.store.snapshot import SNAPSHOT_TABLES
 from gymflow.store.superseded import supersede_failed
 
 COMMITTED = "COMMITTED.json"
@@ -73,6 +76,66 @@ def check_expectations(plan: RunPlan, expected: dict[str, str] | None) -> None:
             )
 
 
+def file_name(attempt: str, seq: int | None, table: str) -> str:
+    """Where a checkpoint (`seq`) or a committed result (no `seq`) keeps a table's file."""
+    folder = f"results/{attempt}" if seq is None else f"checkpoints/{attempt}/{seq:06d}"
+    return f"{folder}/{table}.parquet"
+
+
+class ManifestFile(BaseModel):
+    """One table's file as a manifest records it."""
+
+    name: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    bytes: NonNegativeInt
+
+
+class Manifest(BaseModel):
+    """A checkpoint's or a committed result's manifest, the one reading of every manifest: it
+    is written by any host that reaches the storage, so nothing in it is trusted before this
+    model checks it (a file name must be the shard's own file of a known table)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    attempt: str = Field(pattern=r"^[A-Za-z0-9_-]+$")
+    seq: NonNegativeInt | None = None  # a checkpoint's; none for a committed result
+    rollouts: NonNegativeInt
+    failed: NonNegativeInt
+    files: dict[str, ManifestFile]
+    bundle: str | None = Field(None, pattern=r"/bundles/[0-9a-f]{64}\.tar$")
+    written_at: str = ""
+    gymflow_version: str = ""
+    duckdb_version: str = ""
+
+    @model_validator(mode="after")
+    def _own_files(self) -> Manifest:
+        if self.failed > self.rollouts:
+            raise ValueError(f"failed: {self.failed} of {self.rollouts} rollouts")
+        if sorted(self.files) != sorted(SNAPSHOT_TABLES):
+            missing = sorted(set(SNAPSHOT_TABLES) - set(self.files))
+            unknown = sorted(set(self.files) - set(SNAPSHOT_TABLES))
+            raise ValueError(f"files: missing tables {missing}, unknown tables {unknown}")
+        for table, entry in self.files.items():
+            own = file_name(self.attempt, self.seq, table)
+            if entry.name != own:
+                raise ValueError(f"files.{table}.name: {entry.name!r} is not the shard's {own!r}")
+        return self
+
+
+def parse_manifest(url: str, data: bytes) -> Manifest:
+    """The manifest at `url`, or a StoreError naming the URL and the first field that is wrong."""
+    try:
+        return Manifest.model_validate_json(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"]) or "manifest"
+        # a check across fields (`_own_files`) names its field in its own words
+        what = (
+            error["ctx"]["error"] if error["type"] == "value_error" else f"{field}: {error['msg']}"
+        )
+        raise StoreError(f"{url}: not a shard manifest ({what}); refused, nothing merged") from None
+
+
 @dataclass(frozen=True)
 class Restored:
     """What a restore found: the committed result, checkpoints, or nothing."""
@@ -90,29 +153,33 @@ class PublishedShard:
         self.url = url.rstrip("/")
         self.remote = Remote(self.url)
 
-    def committed(self) -> dict[str, Any] | None:
+    def committed(self) -> Manifest | None:
         """The committed result's manifest, or None while no attempt committed."""
         data = self.remote.read(COMMITTED)
-        return None if data is None else json.loads(data)
+        return None if data is None else parse_manifest(f"{self.url}/{COMMITTED}", data)
 
-    def checkpoints(self) -> list[dict[str, Any]]:
+    def checkpoints(self) -> list[Manifest]:
         """The manifest of every whole checkpoint, newest first. A manifest listed but not yet
         readable (storage that lists an object while its upload completes) is left for the
         next reader, as a checkpoint without one is."""
         names = sorted(self.remote.find(f"/{MANIFEST}"), reverse=True)
-        return [json.loads(data) for name in names if (data := self.remote.read(name))]
+        return [
+            parse_manifest(f"{self.url}/{name}", data)
+            for name in names
+            if (data := self.remote.read(name))
+        ]
 
-    def _download(self, manifest: dict[str, Any], into: Path) -> dict[str, Path]:
+    def _download(self, manifest: Manifest, into: Path) -> dict[str, Path]:
         """A manifest's files into `into`, each checked against its recorded checksum."""
         into.mkdir(parents=True, exist_ok=True)
         files = {}
-        for table, entry in manifest["files"].items():
-            data = self.remote.read(entry["name"])
+        for table, entry in manifest.files.items():
+            data = self.remote.read(entry.name)
             if data is None:
-                raise StoreError(f"{self.url}/{entry['name']}: missing (named by a manifest)")
-            if sha256(data) != entry["sha256"]:
+                raise StoreError(f"{self.url}/{entry.name}: missing (named by a manifest)")
+            if sha256(data) != entry.sha256:
                 raise StoreError(
-                    f"{self.url}/{entry['name']}: checksum mismatch (corrupt or altered); "
+                    f"{self.url}/{entry.name}: checksum mismatch (corrupt or altered); "
                     "refused, nothing merged"
                 )
             files[table] = into / f"{table}.parquet"
@@ -132,30 +199,38 @@ class PublishedShard:
         with closing(connect(run_dir, create=True)) as con:
             with tempfile.TemporaryDirectory(prefix="gymflow-restore-") as scratch:
                 for i, piece in enumerate(pieces):
-                    snapshot.load(con, self._download(piece, Path(scratch, str(i))))
+                    files = self._download(piece, Path(scratch, str(i)))
+                    held = snapshot.rollout_counts(con, files)
+                    if held != (piece.rollouts, piece.failed):
+                        raise StoreError(
+                            f"{self.url}: attempt {piece.attempt}'s files hold {held[0]} "
+                            f"rollouts ({held[1]} failed), its manifest says {piece.rollouts} "
+                            f"({piece.failed}); refused, nothing merged"
+                        )
+                    snapshot.load(con, files)
             stored = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
         source = "committed" if committed else ("checkpoints" if pieces else "nothing")
-        bundle = next((p["bundle"] for p in pieces if p.get("bundle")), None)
+        bundle = next((p.bundle for p in pieces if p.bundle), None)
         return Restored(source=source, rollouts=stored, pieces=len(pieces), bundle=bundle)
 
-    def _upload(self, prefix: str, snap: snapshot.Snapshot, meta: dict[str, Any]) -> bytes:
-        """Upload a snapshot's files under `prefix`; returns its manifest (not yet written)."""
+    def _upload(self, snap: snapshot.Snapshot, meta: dict[str, Any]) -> Manifest:
+        """Upload a snapshot's files where `meta` (its attempt and checkpoint) puts them;
+        returns its manifest (not yet written)."""
         files = {}
         for table, path in snap.files.items():
             data = path.read_bytes()
-            name = f"{prefix}/{table}.parquet"
+            name = file_name(meta["attempt"], meta.get("seq"), table)
             self.remote.put(name, data)
-            files[table] = {"name": name, "sha256": sha256(data), "bytes": len(data)}
-        manifest = {
+            files[table] = ManifestFile(name=name, sha256=sha256(data), bytes=len(data))
+        return Manifest(
             **meta,
-            "rollouts": len(snap.rollout_ids),
-            "failed": snap.failed,
-            "files": files,
-            "written_at": datetime.now(UTC).isoformat(),
-            "gymflow_version": __version__,
-            "duckdb_version": duckdb.__version__,
-        }
-        return json.dumps(manifest, indent=1, sort_keys=True).encode()
+            rollouts=len(snap.rollout_ids),
+            failed=snap.failed,
+            files=files,
+            written_at=datetime.now(UTC).isoformat(),
+            gymflow_version=__version__,
+            duckdb_version=duckdb.__version__,
+        )
 
     def checkpoint(self, run_dir: Path, attempt: str, seq: int, skip: set[str]) -> tuple[str, ...]:
         """Publish the rollouts stored at `run_dir` that are not in `skip`; returns their ids
@@ -165,39 +240,34 @@ class PublishedShard:
                 snap = snapshot.export(con, Path(scratch), skip=skip)
             if not snap.rollout_ids:
                 return ()
-            prefix = f"checkpoints/{attempt}/{seq:06d}"
-            manifest = self._upload(prefix, snap, {"attempt": attempt, "seq": seq})
-            self.remote.put(f"{prefix}/{MANIFEST}", manifest)
+            manifest = self._upload(snap, {"attempt": attempt, "seq": seq})
+            folder = f"checkpoints/{attempt}/{seq:06d}"
+            self.remote.put(f"{folder}/{MANIFEST}", manifest.model_dump_json(indent=1).encode())
         return snap.rollout_ids
 
-    def commit(
-        self, run_dir: Path, attempt: str, meta: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
+    def commit(self, run_dir: Path, attempt: str, meta: dict[str, Any] | None = None) -> Manifest:
         """Publish the whole shard at `run_dir` as its result, then commit it: only if no other
         attempt committed first (AlreadyExists then, and this attempt's result is left unread).
         `meta` goes into the manifest (the run's bundle of files, `rollouts/travel.py`)."""
         with tempfile.TemporaryDirectory(prefix="gymflow-result-") as scratch:
             with closing(connect(run_dir)) as con:
                 snap = snapshot.export(con, Path(scratch))
-            manifest = self._upload(
-                f"results/{attempt}", snap, {**(meta or {}), "attempt": attempt}
-            )
-        self.remote.put_new(COMMITTED, manifest)
-        return json.loads(manifest)
+            manifest = self._upload(snap, {**(meta or {}), "attempt": attempt})
+        self.remote.put_new(COMMITTED, manifest.model_dump_json(indent=1).encode())
+        return manifest
 
 
 def published_progress(url: str, run_id: str, keys: list, index: int, count: int) -> ShardProgress:
     """How much of a shard its committed result holds: a shard is done when committed (a
-    result is committed only once every rollout is stored), not while it has checkpoints."""
-    try:
-        committed = PublishedShard(url).committed()
-    except (RemoteError, ValueError) as exc:
-        return ShardProgress(index, count, url, len(keys), 0, error=str(exc))
-    if committed is None:
-        return ShardProgress(index, count, url, len(keys), 0)
-    return ShardProgress(
-        index, count, url, len(keys), committed["rollouts"], failed=committed["failed"]
-    )
+    result is committed only once every rollout is stored), not while it has checkpoints.
+    Counted in the result's files, checked against their checksums, for the shard's own
+    rollout keys: never the counts a manifest states."""
+    with tempfile.TemporaryDirectory(prefix="gymflow-progress-") as scratch:
+        try:
+            PublishedShard(url).restore(Path(scratch), checkpoints=False)
+        except (RemoteError, StoreError) as exc:
+            return ShardProgress(index, count, url, len(keys), 0, error=str(exc))
+        return replace(stored_progress(scratch, run_id, keys, index, count), store=url)
 
 
 class Checkpointer:
@@ -358,7 +428,7 @@ def run_published(
     label = f"shard {config.shard.index}/{config.shard.count}"
     committed = shard.committed()
     if committed is not None:
-        log(f"{label}: committed by attempt {committed['attempt']} already; nothing to run")
+        log(f"{label}: committed by attempt {committed.attempt} already; nothing to run")
         return ()
     with local_work_dir() as work:
         restored = shard.restore(work)
@@ -387,9 +457,9 @@ def run_published(
         try:
             shard.commit(work, attempt, meta)
         except AlreadyExists:
-            winner = shard.committed() or {}
+            winner = shard.committed()
             log(
-                f"{label}: a late duplicate: attempt {winner.get('attempt')} committed this "
+                f"{label}: a late duplicate: attempt {winner and winner.attempt} committed this "
                 "shard first, so this attempt's result is refused and never merged"
             )
             return collected

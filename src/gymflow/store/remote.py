@@ -76,11 +76,20 @@ class Remote:
     def child(self, *parts: str) -> Remote:
         return Remote("/".join([self.url.rstrip("/"), *parts]))
 
+    def _object(self, name: str) -> tuple[Any, str]:
+        """The client and the path of the object `name`, refused unless it is plainly inside
+        this folder: a name read from storage (a manifest's) must not reach another folder."""
+        parts = name.split("/")
+        if "\\" in name or any(part in ("", ".", "..") for part in parts):
+            raise RemoteError(f"{self.url}: object name {name!r} is not plainly inside it")
+        fs, root = self._fs
+        return fs, f"{root}/{name}"
+
     def read(self, name: str) -> bytes | None:
         """The object at `name` (relative to this folder), or None if there is none."""
-        fs, root = self._fs
+        fs, path = self._object(name)
         try:
-            return fs.cat_file(f"{root}/{name}")
+            return fs.cat_file(path)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -100,35 +109,34 @@ class Remote:
 
     def put(self, name: str, data: bytes) -> None:
         """Write `name`, under a name no other attempt uses (so overwriting never happens)."""
-        fs, root = self._fs
+        fs, path = self._object(name)
         try:
             if self.local:
-                _link_new(Path(root, name), data, replace=True)
+                _link_new(Path(path), data, replace=True)
             else:
-                fs.pipe_file(f"{root}/{name}", data)
+                fs.pipe_file(path, data)
         except OSError as exc:
             raise RemoteError(f"{self.url}/{name}: cannot write: {exc}") from None
 
     def put_file(self, name: str, path: Path) -> None:
         """Upload the file at `path` as `name`, replacing what was there (streamed: a run store
         can be larger than memory)."""
-        fs, root = self._fs
+        fs, remote_path = self._object(name)
         try:
             if self.local:
-                target = Path(root, name)
+                target = Path(remote_path)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
                 shutil.copyfile(path, partial)
                 partial.replace(target)
             else:
-                fs.put_file(str(path), f"{root}/{name}")
+                fs.put_file(str(path), remote_path)
         except OSError as exc:
             raise RemoteError(f"{self.url}/{name}: cannot write: {exc}") from None
 
     def put_new(self, name: str, data: bytes) -> None:
         """Write `name` only if nothing holds it yet (a conditional write); else AlreadyExists."""
-        fs, root = self._fs
-        path = f"{root}/{name}"
+        fs, path = self._object(name)
         try:
             if self.local:
                 _link_new(Path(path), data, replace=False)

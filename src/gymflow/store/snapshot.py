@@ -74,3 +74,11 @@ def load(con, files: dict[str, Path]) -> dict[str, int]:
 
     with transaction(con):
         return copy_rows(con, relation)
+
+
+def rollout_counts(con, files: dict[str, Path]) -> tuple[int, int]:
+    """The rollouts a snapshot's files hold, and how many of them failed."""
+    return con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE status = 'failed') "
+        f"FROM read_parquet('{_quote(files['rollouts'])}')"
+    ).fetchone()
