@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -102,6 +104,21 @@ def search_roots() -> list[Path]:
     for target in entry_point_objects(ENTRY_POINT_GROUP):
         roots.append(Path(target() if callable(target) else target))
     return roots
+
+
+@contextmanager
+def on_search_path(root: Path | str) -> Iterator[None]:
+    """`root` searched for environments and benchmarks ahead of the user's path, while the
+    block runs (a benchmark file's own folder, a run's bundle unpacked on a worker)."""
+    saved = os.environ.get(PATH_VARIABLE)
+    os.environ[PATH_VARIABLE] = os.pathsep.join(p for p in (str(root), saved) if p)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(PATH_VARIABLE, None)
+        else:
+            os.environ[PATH_VARIABLE] = saved
 
 
 def read_manifest(path: Path) -> EnvironmentManifest:

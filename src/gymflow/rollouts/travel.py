@@ -12,7 +12,6 @@ resolves the run exactly as the user's machine did, and the benchmark version ch
 from __future__ import annotations
 
 import io
-import os
 import posixpath
 import tarfile
 import tempfile
@@ -23,9 +22,9 @@ from pathlib import Path
 from gymflow.config import ConfigError
 from gymflow.environments.registry import (
     PACKAGE_DIR,
-    PATH_VARIABLE,
     benchmark_files,
     environment_sources,
+    on_search_path,
 )
 from gymflow.rollouts.plan import RunPlan
 from gymflow.store.remote import AlreadyExists, Remote, RemoteError, sha256
@@ -108,15 +107,8 @@ def travelled(bundle: str | None) -> Iterator[None]:
         raise RemoteError(f"{bundle}: the run's files are missing from the shard root")
     if f"{sha256(data)}.tar" != name:
         raise RemoteError(f"{bundle}: checksum mismatch (corrupt or altered); refused")
-    saved = os.environ.get(PATH_VARIABLE)
     with tempfile.TemporaryDirectory(prefix="gymflow-bundle-") as unpacked:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             tar.extractall(unpacked, filter="data")  # no links, no paths outside
-        os.environ[PATH_VARIABLE] = os.pathsep.join(p for p in (unpacked, saved) if p)
-        try:
+        with on_search_path(unpacked):
             yield
-        finally:
-            if saved is None:
-                os.environ.pop(PATH_VARIABLE, None)
-            else:
-                os.environ[PATH_VARIABLE] = saved

@@ -7,10 +7,7 @@ verifier parameters. Nothing is written: no store, no run directory, no Prefect 
 from __future__ import annotations
 
 import asyncio
-import os
 import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +24,7 @@ from gymflow.environments.registry import (
     RegistryError,
     load_benchmark,
     load_environment,
+    on_search_path,
 )
 from gymflow.errors import UserError
 from gymflow.rollouts.plan import VERIFIER_PROBLEM, RunPlan, build_plan, plan_problems
@@ -267,7 +265,7 @@ def validate_config(path: Path, *, ping: bool = False) -> ValidationReport:
             f"{source}: a benchmark definition; checked as the config `benchmark: {path.stem}` "
             f"with {PATH_VARIABLE}={path.resolve().parent.parent}"
         )
-        with _on_search_path(path.resolve().parent.parent):
+        with on_search_path(path.resolve().parent.parent):
             return _validate({"benchmark": path.stem}, source, report, ping)
     return _validate(data, source, report, ping)
 
@@ -276,19 +274,6 @@ def _is_benchmark_file(path: Path, data: dict[str, Any]) -> bool:
     """A YAML in a `benchmarks/` folder, named by its `name:`: where the registry finds
     benchmarks, and the key an eval config does not have."""
     return path.parent.name == "benchmarks" and "name" in data and "benchmark" not in data
-
-
-@contextmanager
-def _on_search_path(root: Path) -> Iterator[None]:
-    saved = os.environ.get(PATH_VARIABLE)
-    os.environ[PATH_VARIABLE] = os.pathsep.join(p for p in (str(root), saved) if p)
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(PATH_VARIABLE, None)
-        else:
-            os.environ[PATH_VARIABLE] = saved
 
 
 def _validate(
