@@ -278,11 +278,13 @@ def test_a_host_killed_mid_shard_costs_one_checkpoint(s3, tmp_path):
             "POST", f"{api}/flow_runs/filter", {"flows": {"name": {"any_": ["eval-run"]}}}
         )
         assert [r["state_type"] for r in runs] == ["COMPLETED"]
-        refused = "this attempt's result is refused and never merged"
+        # The duplicate either raced the retry to the commit and one lost, or started after the
+        # retry committed and ran nothing: either way no second result exists to merge.
+        refused = ("this attempt's result is refused and never merged", "already; nothing to run")
         of_retry = {"logs": {"flow_run_id": {"any_": [retry["id"]]}}, "limit": 200}
         retry_logs = call_api("POST", f"{api}/logs/filter", of_retry)
         said = duplicate.stdout + duplicate.stderr + "\n".join(e["message"] for e in retry_logs)
-        assert refused in said, said[-5000:]
+        assert any(line in said for line in refused), said[-5000:]
         assert "loopback" in (tmp_path / "parent.log").read_text()
 
     # every rollout stored once, from one committed result per shard
