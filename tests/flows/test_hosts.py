@@ -261,7 +261,7 @@ def test_a_host_killed_mid_shard_costs_one_checkpoint(s3, tmp_path):
             return again[0] if again else None
 
         retry = wait_for(
-            "the dead host's shard to run again", retried, SHARD_TIMEOUT_S + 180, every=0.5
+            "the dead host's shard to run again", retried, SHARD_TIMEOUT_S + 480, every=0.5
         )
         duplicate = subprocess.run(
             [sys.executable, "-c", DUPLICATE, json.dumps(doomed["parameters"]), beside.base_url],
