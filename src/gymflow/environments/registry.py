@@ -244,6 +244,17 @@ def load_benchmark(name: str) -> Benchmark:
         raise RegistryError(format_validation_error(exc, str(path))) from None
 
 
+def with_benchmark_sampling(data: dict[str, Any]) -> dict[str, Any]:
+    """A config mapping whose `sampling:` names some settings, with the benchmark's for the
+    others: a config file, a flag or a study variant setting one sampling key changes that one
+    only (vary one thing at a time), never resetting the rest to the defaults."""
+    if not isinstance(data.get("sampling"), dict):
+        return data
+    return data | {
+        "sampling": benchmark_sampling(data.get("benchmark")).model_dump() | data["sampling"]
+    }
+
+
 def benchmark_sampling(name: Any) -> Sampling:
     """The sampling a config naming benchmark `name` and no sampling of its own runs with: the
     benchmark's; the defaults when it names none or no known one (the config's own check then
