@@ -47,9 +47,9 @@ def test_running_a_copy_of_a_shipped_environment_names_both_folders(tmp_path: Pa
     shutil.copytree(
         PACKAGE_DIR / "arithmetic", tmp_path / "mine", ignore=shutil.ignore_patterns("__pycache__")
     )
+    command = ["eval", "run", "--environment", "arithmetic", "--out", "runs/x"]
     result = subprocess.run(
-        [sys.executable, "-m", "gymflow.cli", "eval", "run", "--environment", "arithmetic"]
-        + ["--out", "runs/x"],
+        [sys.executable, "-m", "gymflow.cli", *command],
         cwd=tmp_path,
         env={
             **os.environ,
