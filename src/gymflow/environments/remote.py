@@ -75,7 +75,7 @@ def _refused_key(config: EvalConfig, url: str) -> str:
         return (
             f"resources_key_env: {url} needs its access key, and the config names no variable "
             "holding it: export the key `gym serve environment` was given or wrote (its file) "
-            "as e.g. GYMFLOW_RESOURCES_KEY and set resources_key_env: GYMFLOW_RESOURCES_KEY"
+            "in a variable (e.g. RESOURCES_KEY) and set resources_key_env: RESOURCES_KEY"
         )
     if not os.environ.get(name):
         return (
