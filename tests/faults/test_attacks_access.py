@@ -8,6 +8,7 @@ body, and nothing created; a run told so before any rollout, naming the config f
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import stat
@@ -20,7 +21,10 @@ import duckdb
 import httpx
 import pytest
 
-from gymflow.core.protocols import SESSION_TOKEN_HEADER
+from gymflow.config import EvalConfig
+from gymflow.core.protocols import SESSION_TOKEN_HEADER, ResourcesUnavailable
+from gymflow.environments.remote import RemoteResourcesServer
+from gymflow.rollouts.plan import resolve
 from gymflow.simulated.local_server import free_port
 from tests.conftest import GYM, gym
 
@@ -177,4 +181,26 @@ def test_a_run_with_the_key_works_and_one_without_is_told_which_field(
             assert "resources_key_env" in text and said in text and "Traceback" not in text
             assert key not in text
         assert _verdicts(tmp_path / "runs" / name) == []  # never a reward of 0
+    assert _sessions(url) == 0
+
+
+def test_a_key_refused_mid_run_is_the_server_unavailable_not_a_reward(
+    served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server restarted without --key-env has a new key: the run's next request is refused.
+    That is the resources server unavailable (resumable, counted toward stopping the run),
+    with the field to fix, never a verdict."""
+    url, _, _ = served
+    monkeypatch.setenv(KEY_VAR, "r" * 43)
+    plan = resolve(EvalConfig(benchmark="backoffice", resources_url=url, resources_key_env=KEY_VAR))
+    remote = RemoteResourcesServer(url, plan)
+
+    async def seed() -> None:
+        try:
+            await remote.seed_session(plan.all_tasks[0])
+        finally:
+            await remote.aclose()
+
+    with pytest.raises(ResourcesUnavailable, match=r"resources_key_env: .* refused the access key"):
+        asyncio.run(seed())
     assert _sessions(url) == 0

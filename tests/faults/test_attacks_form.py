@@ -21,7 +21,7 @@ from prefect.utilities.callables import parameter_schema
 from prefect.utilities.schema_tools import validate
 from pydantic import TypeAdapter, ValidationError
 
-from gymflow.config import ModelConfig
+from gymflow.config import EvalConfig, ModelConfig
 from gymflow.flows.eval_run import evaluation_loop
 from gymflow.flows.lean import REFUSED
 from gymflow.flows.parameters import FlowConfig
@@ -79,6 +79,19 @@ def test_the_form_refuses_a_key_as_api_key_env_as_the_config_does(schema, name: 
     accepted = _config_accepts(api_key_env=name)
     assert _schema_accepts(schema, api_key_env=name) == accepted
     assert _form_accepts(api_key_env=name) == accepted
+
+
+@pytest.mark.parametrize("name", KEY_NAMES)
+def test_the_form_refuses_a_key_as_resources_key_env_as_the_config_does(schema, name) -> None:
+    """A served environment's access key is named as a model's API key is: never the key."""
+    try:
+        EvalConfig(benchmark="arithmetic-smoke", resources_key_env=name)
+        accepted = True
+    except ValidationError:
+        accepted = False
+    assert accepted == _config_accepts(api_key_env=name)
+    parameters = {"config": {"benchmark": "arithmetic-smoke", "resources_key_env": name}}
+    assert (not validate(parameters, schema, ignore_required=True)) == accepted
 
 
 @pytest.mark.parametrize("url", URLS)
