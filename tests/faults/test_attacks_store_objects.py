@@ -31,6 +31,11 @@ OBJECTS = [
     ("CREATE SEQUENCE ids", "sequence 'ids'"),
     ("CREATE TYPE mood AS ENUM ('ok')", "type 'mood'"),
     ("CREATE TABLE extra (x INTEGER)", "table 'extra'"),
+    # the check's own functions, redefined to hide what it looks for
+    (
+        "CREATE MACRO list_contains(l, x) AS true; CREATE TABLE hidden (x INTEGER)",
+        "table 'hidden'",
+    ),
     ("CREATE INDEX by_task ON rollouts (task_id)", "index 'by_task'"),
     ("CREATE SCHEMA side; CREATE TABLE side.rollouts (x INTEGER)", "table 'side.rollouts'"),
 ]

@@ -236,7 +236,7 @@ _FOREIGN_OBJECTS = """
         WHERE database_name = (SELECT db FROM here) AND schema_name <> 'main'
     UNION ALL SELECT 'table', schema_name, table_name FROM system.main.duckdb_tables()
         WHERE database_name = (SELECT db FROM here)
-        AND NOT (schema_name = 'main' AND list_contains(?, table_name))
+        AND NOT (schema_name = 'main' AND system.main.list_contains(?, table_name))
     ORDER BY 1, 2, 3
 """
 #: Objects an error names at most (a store could hold thousands).
