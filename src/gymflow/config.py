@@ -244,9 +244,9 @@ def refuse_key_as_env_name(value: str | None) -> str | None:
     )
     if looks_like_key:
         raise ValueError(
-            "api_key_env must name an environment variable holding the key (e.g. "
-            "OPENAI_API_KEY), and this value looks like a key itself: export the key in a "
-            "variable and give its name"
+            "it must name an environment variable holding the key (e.g. OPENAI_API_KEY), "
+            "and this value looks like a key itself: export the key in a variable and give "
+            "its name"
         )
     return value
 
@@ -391,6 +391,7 @@ NOT_FACTORS = (
     "concurrency",
     "batch_size",
     "resources_url",
+    "resources_key_env",
     "stop_after_transport_failures",
     "model.api_key_env",
 )
@@ -437,6 +438,12 @@ class EvalConfig(_Strict):
         None,
         description="Use the environment's resources server served at this URL (`gym serve "
         "environment NAME --port P`) instead of an in-process one.",
+    )
+    resources_key_env: ApiKeyEnv | None = Field(
+        None,
+        description="Name of the environment variable holding the served resources server's "
+        "access key (never the key): the one `gym serve environment` was given with --key-env, "
+        "or the contents of the key file it printed.",
     )
     stop_after_transport_failures: int = Field(
         20,
