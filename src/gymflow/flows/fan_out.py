@@ -18,20 +18,23 @@ from prefect.client.schemas.filters import (
     FlowFilterName,
     FlowRunFilter,
     FlowRunFilterIdempotencyKey,
+    FlowRunFilterName,
+    FlowRunFilterParentFlowRunId,
     WorkPoolFilter,
     WorkPoolFilterName,
 )
 from prefect.client.schemas.objects import FlowRun
 from prefect.client.schemas.responses import SetStateStatus
 from prefect.deployments import run_deployment
+from prefect.flow_engine import run_flow
 from prefect.runtime import flow_run as parent_run
-from prefect.states import AwaitingRetry, Cancelling, Crashed
+from prefect.states import AwaitingRetry, Cancelling, Crashed, Pending
 
 from gymflow import progress
 from gymflow.config import ConfigError, EvalConfig
 from gymflow.errors import RuntimeFailure
 from gymflow.flows.eval_shard import eval_shard
-from gymflow.flows.labels import shard_run_name
+from gymflow.flows.labels import eval_shard_name_of, shard_run_name
 from gymflow.flows.parameters import SHARD_FLOW, ScaleOptions
 from gymflow.rollouts.outcomes import ShardOutcome
 from gymflow.rollouts.plan import RunPlan, handed_down
@@ -60,7 +63,7 @@ def run_shard_here(
         progress.advanced(before.stored)
         return ShardOutcome(before, ran=False)
     with handed_down(plan.for_shard(config)):
-        batches = eval_shard(config, base_url, **options)
+        batches = _subflow_or_rerun(config, {"config": config, "base_url": base_url, **options})
     after = progress_of(plan, config)
     if not after.complete:
         raise ShardFailed(
@@ -68,6 +71,42 @@ def run_shard_here(
             f"rollouts after the shard ran{f' ({after.error})' if after.error else ''}"
         )
     return ShardOutcome(after, ran=True, batches=batches)
+
+
+def _subflow_or_rerun(config: EvalConfig, parameters: dict[str, Any]) -> Any:
+    """The shard's subflow, as pool shards are (`_run_or_rerun`): the first time, a new subflow
+    run; once this parent run holds one of the shard that did not complete (the parent's Retry
+    in the UI, or this task's retry), that same flow run again, so the shard that failed and
+    then succeeded ends green. Prefect itself would start a new subflow run beside the red one
+    (`FlowRunEngine.load_subflow_run`); the engine runs a given flow run when handed one."""
+    name = eval_shard_name_of(config)
+    with get_client(sync_client=True) as client:
+        earlier = [
+            run
+            for run in client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(
+                    parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent_run.id]),
+                    name=FlowRunFilterName(any_=[name]),
+                )
+            )
+            if run.state is not None and run.state.is_final() and not run.state.is_completed()
+        ]
+        if not earlier:
+            return eval_shard(**parameters)
+        [run, *_] = earlier
+        # Pending, not AwaitingRetry: Prefect reschedules only deployment runs
+        retried = client.set_flow_run_state(
+            run.id, Pending(message="gymflow: the parent run retries this shard")
+        )
+        if retried.status != SetStateStatus.ACCEPT:
+            raise ShardFailed(
+                f"{_label(config)}: flow run {run.name} ended {run.state.name} and Prefect "
+                f"refused to run it again ({retried.details})"
+            )
+        # what this attempt runs with (a new local policy server's base_url), as the UI shows it
+        client.update_flow_run(run.id, parameters=eval_shard.serialize_parameters(parameters))
+        run = client.read_flow_run(run.id)
+    return run_flow(eval_shard, flow_run=run, parameters=parameters)
 
 
 def loopback_urls(config: EvalConfig) -> list[str]:

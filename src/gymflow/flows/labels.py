@@ -60,7 +60,11 @@ def eval_shard_name() -> str:
     given = flow_run.name
     if given and not GENERATED_NAME.fullmatch(given):
         return given
-    config = flow_run.parameters.get("config")
+    return eval_shard_name_of(flow_run.parameters.get("config"))
+
+
+def eval_shard_name_of(config: EvalConfig | dict[str, Any]) -> str:
+    """The name an eval-shard flow run of `config` gives itself (`shard_run_name`)."""
     if not isinstance(config, EvalConfig):
         config = EvalConfig.model_validate(config)
     return shard_run_name(config.fingerprint(), config)
