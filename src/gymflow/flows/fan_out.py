@@ -28,7 +28,7 @@ from prefect.client.schemas.responses import SetStateStatus
 from prefect.deployments import run_deployment
 from prefect.flow_engine import run_flow
 from prefect.runtime import flow_run as parent_run
-from prefect.states import AwaitingRetry, Cancelling, Crashed, Pending
+from prefect.states import AwaitingRetry, Cancelling, Crashed, Pending, State
 
 from gymflow import progress
 from gymflow.config import ConfigError, EvalConfig
@@ -63,8 +63,11 @@ def run_shard_here(
         progress.advanced(before.stored)
         return ShardOutcome(before, ran=False)
     with handed_down(plan.for_shard(config)):
-        batches = _subflow_or_rerun(config, {"config": config, "base_url": base_url, **options})
+        state = _subflow_or_rerun(config, {"config": config, "base_url": base_url, **options})
     after = progress_of(plan, config)
+    if state.is_cancelled():  # stopped with its run, which ends Cancelled once every shard is back
+        return ShardOutcome(after, ran=True)
+    batches = state.result()  # a failed shard's error
     if not after.complete:
         raise ShardFailed(
             f"{_label(config)}: its store {after.store} holds {after.stored} of {after.expected} "
@@ -73,12 +76,13 @@ def run_shard_here(
     return ShardOutcome(after, ran=True, batches=batches)
 
 
-def _subflow_or_rerun(config: EvalConfig, parameters: dict[str, Any]) -> Any:
-    """The shard's subflow, as pool shards are (`_run_or_rerun`): the first time, a new subflow
-    run; once this parent run holds one of the shard that did not complete (the parent's Retry
-    in the UI, or this task's retry), that same flow run again, so the shard that failed and
-    then succeeded ends green. Prefect itself would start a new subflow run beside the red one
-    (`FlowRunEngine.load_subflow_run`); the engine runs a given flow run when handed one."""
+def _subflow_or_rerun(config: EvalConfig, parameters: dict[str, Any]) -> State:
+    """The final state of the shard's subflow, run as pool shards are (`_run_or_rerun`): the
+    first time, a new subflow run; once this parent run holds one of the shard that did not
+    complete (the parent's Retry in the UI, or this task's retry), that same flow run again, so
+    the shard that failed and then succeeded ends green. Prefect itself would start a new
+    subflow run beside the red one (`FlowRunEngine.load_subflow_run`); its engine runs a given
+    flow run when handed one."""
     name = eval_shard_name_of(config)
     with get_client(sync_client=True) as client:
         earlier = [
@@ -92,7 +96,7 @@ def _subflow_or_rerun(config: EvalConfig, parameters: dict[str, Any]) -> Any:
             if run.state is not None and run.state.is_final() and not run.state.is_completed()
         ]
         if not earlier:
-            return eval_shard(**parameters)
+            return eval_shard(**parameters, return_state=True)
         [run, *_] = earlier
         # Pending, not AwaitingRetry: Prefect reschedules only deployment runs
         retried = client.set_flow_run_state(
@@ -106,7 +110,7 @@ def _subflow_or_rerun(config: EvalConfig, parameters: dict[str, Any]) -> Any:
         # what this attempt runs with (a new local policy server's base_url), as the UI shows it
         client.update_flow_run(run.id, parameters=eval_shard.serialize_parameters(parameters))
         run = client.read_flow_run(run.id)
-    return run_flow(eval_shard, flow_run=run, parameters=parameters)
+    return run_flow(eval_shard, flow_run=run, parameters=parameters, return_type="state")
 
 
 def loopback_urls(config: EvalConfig) -> list[str]:
