@@ -4,12 +4,14 @@ and the UI's Retry. Slow (a dozen flow-run processes): one test, every wait boun
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import duckdb
 import pytest
 
 from gymflow.config import EvalConfig
+from gymflow.flows.artifacts import PROGRESS_KEY
 from gymflow.flows.parameters import ScaleOptions, shard_dir
 from gymflow.store.db import store_path
 from tests.conftest import ROOT, require_tool
@@ -184,3 +186,39 @@ def test_local_shards_retried_from_the_ui_end_green(deployment: Deployment, tmp_
             ROOT / "test-artifacts" / "ui" / "local-shard-retried.png",
         )
     assert "Failed" not in page.split("Completed")[0], page[:2000]
+
+
+def test_a_pool_run_s_progress_moves_within_its_shards(deployment: Deployment, tmp_path: Path):
+    """Each shard runs in a worker's process: the run follows the rollouts they store (their
+    progress artifacts), not only the shards that finished."""
+    api = deployment.api
+    config = {
+        "benchmark": "arithmetic-smoke",
+        "out": str(tmp_path / "run"),
+        # 100 rollouts a shard, 4 at a time, 400 ms each: about 10 s collecting per shard
+        "concurrency": 4,
+        "test_only": {"faults": {"latency_ms": 400}},
+    }
+    scale = ScaleOptions(shards=2, work_pool=POOL, shard_retries=0, shard_timeout_s=600)
+    deployment_id = call_api("GET", f"{api}/deployments/name/eval-run/eval-run")["id"]
+    parameters = {"config": config, "scale": scale.model_dump(mode="json")}
+    created = call_api(
+        "POST", f"{api}/deployments/{deployment_id}/create_flow_run", {"parameters": parameters}
+    )
+
+    def progress() -> str:
+        ours = {"flow_run_id": {"any_": [created["id"]]}, "key": {"any_": [PROGRESS_KEY]}}
+        query = {"artifacts": ours}
+        found = call_api("POST", f"{api}/artifacts/filter", query)
+        return (found[0]["description"] or "") if found else ""
+
+    def within_shards() -> str | None:
+        found = re.fullmatch(r"(\d+) of 200 rollouts stored; 0 of 2 shards finished", progress())
+        return found.group(0) if found and 0 < int(found.group(1)) < 200 else None
+
+    wait_for("a count within the shards", within_shards, timeout=600, every=0.5)
+    done = final_state(api, created["id"], timeout=600)
+    log = (deployment.logs / "worker.log").read_text()
+    assert done["state_type"] == "COMPLETED", (done["state"], log[-4000:])
+    assert progress() == "200 of 200 rollouts stored; 2 of 2 shards finished"
+    assert_stored_once(tmp_path / "run", 200)

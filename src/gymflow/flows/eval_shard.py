@@ -11,9 +11,11 @@ from prefect.utilities.annotations import quote
 
 from gymflow.config import EvalConfig
 from gymflow.flows import run_log
+from gymflow.flows.cancellation import own_process
 from gymflow.flows.labels import eval_shard_name
 from gymflow.flows.lean import flow
 from gymflow.flows.parameters import CHECKPOINT_ROLLOUTS, CHECKPOINT_S
+from gymflow.flows.progress import RunProgress
 from gymflow.rollouts import stopping
 from gymflow.rollouts.collect import Collector
 from gymflow.rollouts.outcomes import BatchOutcome
@@ -95,7 +97,10 @@ def eval_shard(
     """
 
     def collect(plan: RunPlan) -> tuple[BatchOutcome, ...]:
-        return collect_plan(plan, resume=True, base_url=base_url, on_batch=run_log.batch_done)
+        # A shard in a process of its own (a work pool's) publishes its progress, which the
+        # run that started it reads (`stored_by`); a subflow's reaches its parent in-process.
+        with RunProgress(len(plan.keys())) if own_process() else nullcontext():
+            return collect_plan(plan, resume=True, base_url=base_url, on_batch=run_log.batch_done)
 
     try:
         with travelled(bundle):  # before the plan: a worker may know the benchmark only from it
@@ -111,7 +116,7 @@ def eval_shard(
                 meta={"bundle": bundle},
             )
     except stopping.RunStopped as exc:
-        if exc.cause == "dead_server" or not flow_run.parent_flow_run_id:
+        if exc.cause == "dead_server" or own_process() or not flow_run.parent_flow_run_id:
             raise
         # The run this shard is a subflow of was cancelled or signalled: the shard stops with it
         # and ends Cancelled as the parent does, not Failed with a traceback (ERROR lines for a

@@ -5,6 +5,7 @@ Prefect UI's Retry) re-runs only the shards that are not complete."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from ipaddress import ip_address
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,6 +37,7 @@ from gymflow.errors import RuntimeFailure
 from gymflow.flows.eval_shard import eval_shard
 from gymflow.flows.labels import eval_shard_name_of, shard_run_name
 from gymflow.flows.parameters import SHARD_FLOW, ScaleOptions
+from gymflow.flows.progress import stored_by
 from gymflow.rollouts.outcomes import ShardOutcome
 from gymflow.rollouts.plan import RunPlan, handed_down
 from gymflow.rollouts.published import expectations, publish_run, run_url
@@ -184,13 +186,17 @@ def _run_or_rerun(
     deployment_id: UUID,
     timeout_s: float | None,
     options: dict[str, Any],
+    on_stored: Callable[[int], None],
 ) -> FlowRun:
-    """The shard's flow run of this parent run, once final (or when `timeout_s` ran out). Each
-    shard has one flow run per parent run (its idempotency key): a retry (the task's, or the
-    parent's Retry in the UI) runs that one again, as the UI's Retry would, so a shard that
-    failed and then succeeded ends green instead of staying red beside a new run."""
+    """The shard's flow run of this parent run, once final (or when `timeout_s` ran out);
+    `on_stored(n)` hears, every few seconds while it runs, how many rollouts its store holds
+    (its progress artifact: its store is held by its writer, on its worker). Each shard has one
+    flow run per parent run (its idempotency key): a retry (the task's, or the parent's Retry
+    in the UI) runs that one again, as the UI's Retry would, so a shard that failed and then
+    succeeded ends green instead of staying red beside a new run."""
     name = shard_run_name(plan.run_id, config)
     key = f"{parent_run.id}/{name}"
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     with get_client(sync_client=True) as client:
         [earlier] = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(idempotency_key=FlowRunFilterIdempotencyKey(any_=[key])),
@@ -207,29 +213,32 @@ def _run_or_rerun(
             )
             key, earlier = f"{key}/after-{earlier.id}", None
         if earlier is None:
-            return run_deployment(
+            earlier = run_deployment(  # created, not waited for: the loop below waits
                 deployment_id,
                 parameters={"config": config.model_dump(mode="json"), **options},
                 flow_run_name=name,
                 idempotency_key=key,
-                timeout=timeout_s,
-                poll_interval=POLL_S,
+                timeout=0,
             )
-        retried = client.set_flow_run_state(
-            earlier.id, AwaitingRetry(message="gymflow: the parent run retries this shard")
-        )
-        if retried.status != SetStateStatus.ACCEPT:
-            raise ShardFailed(
-                f"{_label(config)}: flow run {earlier.name} ended {earlier.state.name} and "
-                f"Prefect refused to run it again ({retried.details})"
+            runs_before = 0
+        else:
+            retried = client.set_flow_run_state(
+                earlier.id, AwaitingRetry(message="gymflow: the parent run retries this shard")
             )
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            if retried.status != SetStateStatus.ACCEPT:
+                raise ShardFailed(
+                    f"{_label(config)}: flow run {earlier.name} ended {earlier.state.name} and "
+                    f"Prefect refused to run it again ({retried.details})"
+                )
+            runs_before = earlier.run_count
         while True:
             run = client.read_flow_run(earlier.id)
-            if run.state is not None and run.state.is_final() and run.run_count > earlier.run_count:
+            if run.state is not None and run.state.is_final() and run.run_count > runs_before:
                 return run
             if deadline is not None and time.monotonic() > deadline:
                 return run
+            if (stored := stored_by(client, run.id)) is not None:
+                on_stored(stored)
             time.sleep(POLL_S)
 
 
@@ -250,7 +259,28 @@ def run_shard_on_pool(
     if before.complete:
         progress.advanced(before.stored)
         return ShardOutcome(before, ran=False)
-    flow_run = _run_or_rerun(plan, config, deployment_id, timeout_s, options)
+    reported = 0
+
+    def on_stored(stored: int) -> None:  # the run's progress moves within the shard
+        nonlocal reported
+        if stored > reported:
+            progress.advanced(stored - reported)
+            reported = stored
+
+    try:
+        flow_run = _run_or_rerun(plan, config, deployment_id, timeout_s, options, on_stored)
+        outcome = _ended(plan, config, flow_run, timeout_s)
+    except Exception:
+        progress.advanced(-reported)  # a failed shard does not count
+        raise
+    progress.advanced(outcome.progress.stored - reported)
+    return outcome
+
+
+def _ended(
+    plan: RunPlan, config: EvalConfig, flow_run: FlowRun, timeout_s: float | None
+) -> ShardOutcome:
+    """What the shard's flow run left, once it ended (or `timeout_s` ran out)."""
     state = flow_run.state
     if state is None or not state.is_final():
         with get_client(sync_client=True) as client:
@@ -276,5 +306,4 @@ def run_shard_on_pool(
             f"({after.store}) holds {after.stored} of {after.expected} rollouts: is shard_root "
             "a path the workers and this flow share? (or a URL every worker reaches)"
         )
-    progress.advanced(after.stored)
     return ShardOutcome(after, ran=True, flow_run=str(flow_run.id))
