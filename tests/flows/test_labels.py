@@ -17,7 +17,13 @@ def test_every_name_the_server_makes_up_is_prefects():
     "name",
     # the UI's Run Name field pre-fills a Greek letter (maybe numbered), a constellation, star or
     # place (some with a dash), and maybe a word
-    ["iota376-anfalas-c", "alpha3-centauri-void", "beta-canis-majoris", "omega12-vega-nebula"],
+    [
+        "theta4-crick",
+        "iota376-anfalas-c",
+        "alpha3-centauri-void",
+        "beta-canis-majoris",
+        "omega12-vega-nebula",
+    ],
 )
 def test_the_names_the_ui_prefills_are_prefects(name):
     assert prefect_named(name)
