@@ -108,10 +108,18 @@ def _new_event_loop():
 
 
 def _close_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join()
-    loop.run_until_complete(loop.shutdown_asyncgens())
-    loop.close()
+    """What `asyncio.Runner` does on the way out, for a loop running on `thread`."""
+
+    async def shut_down() -> None:
+        await loop.shutdown_asyncgens()
+        await loop.shutdown_default_executor()
+
+    try:
+        asyncio.run_coroutine_threadsafe(shut_down(), loop).result()
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
 
 
 @dataclass
@@ -159,7 +167,9 @@ class Collector:
             # batches too: rollouts in flight keep going while a batch task ends and the next
             # begins (Prefect's bookkeeping, the store's look-up of what is missing).
             loop = (_new_event_loop() or asyncio.new_event_loop)()
-            thread = threading.Thread(target=loop.run_forever, name="gymflow-collector")
+            thread = threading.Thread(
+                target=loop.run_forever, name="gymflow-collector", daemon=True
+            )
             thread.start()
             settings.callback(_close_loop, loop, thread)
             self._loop = loop
