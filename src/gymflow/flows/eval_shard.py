@@ -60,11 +60,26 @@ def collect_plan(
             closing(connect(plan.run_dir)) as con,
             Collector(plan, con, base_url=url) as collector,
         ):
-            for batch in batches:
-                collected.append(collect_batch(quote(batch), quote(collector)))
+            # Each batch task is started while the one before it runs: the collector hands it
+            # the window's slots as the earlier batch's tail frees them (`Collector`), so the
+            # window does not drain between batches. Outcomes are taken in order.
+            def finished(future) -> None:
+                collected.append(future.result())
                 stopping.raise_if_requested()  # a batch asked to stop returns what it committed
                 if on_batch is not None:
                     on_batch(len(collected), len(batches), collected[-1])
+
+            running = []
+            try:
+                for index, batch in enumerate(batches):
+                    running.append(collect_batch.submit(quote(batch), quote(collector)))
+                    if index > 0:
+                        finished(running.pop(0))
+                if running:
+                    finished(running.pop(0))
+            finally:
+                for future in running:  # the collector closes once no batch runs on it
+                    future.wait()
     return tuple(collected)
 
 
