@@ -16,9 +16,14 @@ import os
 from pathlib import Path
 
 import duckdb
+import pytest
 
+from gymflow.config import EvalConfig
+from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.published import COMMITTED, PublishedShard
-from gymflow.store.seal import SealKey, arm, seal_sql
+from gymflow.rollouts.registration import register_run
+from gymflow.store.db import connect
+from gymflow.store.seal import SealKey, SealKeyError, arm, seal_sql
 from tests.conftest import gym
 from tests.faults.stores import collect_run, one_error_line, rollout_rows, tree_digest
 
@@ -246,3 +251,23 @@ def test_a_shard_store_sealed_with_another_key_is_refused_at_merge(tmp_path, mon
     line = one_error_line(merged.stderr)
     assert "shard-1: refused: sealed with a key this machine does not hold" in line
     assert "nothing merged" in line
+
+
+def test_a_run_resumed_with_another_key_is_refused_before_any_model_call(
+    tmp_path, monkeypatch
+) -> None:
+    run = collect_run(tmp_path / "run")
+    before = rollout_rows(run / "gymflow.duckdb")
+    plan = resolve(
+        EvalConfig.model_validate(
+            {"benchmark": "arithmetic-smoke", "limit": 6, "repeats": 2, "out": str(run)}
+        )
+    )
+    monkeypatch.setenv("GYMFLOW_SEAL_KEY", OTHER_KEY)
+    con = connect(run)
+    try:
+        with pytest.raises(SealKeyError, match="sealed with a key this machine does not hold"):
+            register_run(con, plan, resume=True)  # what `gym eval run --resume` does first
+    finally:
+        con.close()
+    assert rollout_rows(run / "gymflow.duckdb") == before
