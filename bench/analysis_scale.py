@@ -42,6 +42,7 @@ def build_store(path: Path, tasks: int, repeats: int = REPEATS) -> float:
     """Write a synthetic run store with tasks x repeats rollouts; returns seconds taken."""
     from gymflow.environments.registry import load_environment
     from gymflow.store.db import connect
+    from gymflow.store.seal import claim, seal_sql
     from gymflow.store.writer import register_verifier_version
 
     started = time.perf_counter()
@@ -108,15 +109,22 @@ def build_store(path: Path, tasks: int, repeats: int = REPEATS) -> float:
         FROM plan
         """
     )
+    claim(con, str(path))  # sealed as every writer seals (store/seal.py)
     con.execute(
-        """
-        INSERT INTO verifications
-        SELECT rollout_id, ?, 'ok', correct::INT::DOUBLE, correct, NULL,
-               json_object('reason', CASE WHEN correct THEN 'match' ELSE 'wrong_answer' END,
-                           'extracted', (i + 7 + (NOT correct)::INT)::VARCHAR,
-                           'expected', (i + 7)::DOUBLE),
-               now()
-        FROM plan
+        f"""
+        INSERT INTO verifications BY NAME
+        SELECT v.*, {seal_sql("v", "r")} AS seal
+        FROM (
+            SELECT rollout_id, ? AS verifier_version, 'ok' AS status,
+                   correct::INT::DOUBLE AS reward, correct AS passed,
+                   NULL::VARCHAR AS failure_kind,
+                   json_object('reason', CASE WHEN correct THEN 'match' ELSE 'wrong_answer' END,
+                               'extracted', (i + 7 + (NOT correct)::INT)::VARCHAR,
+                               'expected', (i + 7)::DOUBLE) AS details_json,
+                   now()::TIMESTAMP AS created_at
+            FROM plan
+        ) v
+        JOIN rollouts r ON r.rollout_id = v.rollout_id
         """,
         [version],
     )

@@ -92,6 +92,10 @@ def _isolated_prefect_home(tmp_path_factory: pytest.TempPathFactory):
     """Never write into a real ~/.prefect, and keep Prefect quiet and offline."""
     home = tmp_path_factory.mktemp("prefect-home")
     os.environ["PREFECT_HOME"] = str(home)
+    # The seal key (store/seal.py) of every test and `gym` subprocess: made on first use in a
+    # config folder of the session's, never the user's.
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("config-home"))
+    os.environ.pop("GYMFLOW_SEAL_KEY", None)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     # A fresh PREFECT_HOME runs migrations; on a loaded 2-core machine that can outlast the

@@ -19,6 +19,7 @@ from gymflow.rollouts.merge import shard_progress
 from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.published import (
     COMMITTED,
+    Manifest,
     PublishedShard,
     check_expectations,
     expectations,
@@ -28,6 +29,7 @@ from gymflow.rollouts.published import (
 from gymflow.rollouts.travel import publish_bundle, travelled
 from gymflow.store.db import StoreError
 from gymflow.store.remote import AlreadyExists, Remote, RemoteError
+from gymflow.store.seal import SealKey
 from tests.conftest import gym
 from tests.environments.test_dataset import ROWS, write_benchmark, write_rows
 from tests.faults.stores import collect_run, query
@@ -227,6 +229,15 @@ def _forge(manifest: dict, change: str) -> bytes:
         return json.dumps({**manifest, "rollouts": 999}).encode()
     if change == "fewer rollouts than stored":
         return json.dumps({**manifest, "rollouts": 0}).encode()
+    if change == "the seal removed":
+        return json.dumps({**manifest, "seal": None, "seal_key_id": None}).encode()
+    if change == "sealed with another key":
+        return (
+            Manifest.model_validate(manifest)
+            .sealed(SealKey(b"k" * 32, "test"))
+            .model_dump_json()
+            .encode()
+        )
     raise AssertionError(change)
 
 
@@ -242,10 +253,11 @@ FORGERIES = {
     "['rollouts'], unknown tables ['../../../../tmp/x/pwned'])",
     "another shard's file": f"/{COMMITTED}: not a shard manifest (files.rollouts.name: "
     "'results/a9/rollouts.parquet' is not the shard's",
-    "more rollouts than stored": ": attempt a1's files hold {held} rollouts (0 failed), "
-    "its manifest says 999 (0); refused, nothing merged",
-    "fewer rollouts than stored": ": attempt a1's files hold {held} rollouts (0 failed), "
-    "its manifest says 0 (0)",
+    # a count or checksum rewritten is no longer the manifest its seal was made over
+    "more rollouts than stored": f"/{COMMITTED}: the manifest does not match its seal",
+    "fewer rollouts than stored": f"/{COMMITTED}: the manifest does not match its seal",
+    "the seal removed": f"/{COMMITTED}: an unsealed shard manifest; refused",
+    "sealed with another key": f"/{COMMITTED}: sealed with a key this machine does not hold",
 }
 
 
@@ -272,14 +284,10 @@ def test_a_forged_committed_manifest_is_refused_in_one_line(root, tmp_path, chan
     def collect(_plan):
         raise AssertionError("a refused shard runs nothing")
 
-    # a rerun reads only the manifest: one it cannot parse is refused; a parsed one is
-    # committed, so nothing runs (its lying counts are refused where its files are read)
+    # a rerun reads only the manifest: every forgery is refused as it is read, sealed or not
     mine = resolve(config.model_copy(update={"out": shard.url}))
-    if "not a shard manifest" in expected:
-        with pytest.raises(StoreError, match=re.escape(expected)):
-            run_published(mine, collect, every_s=60, every_rollouts=100, log=lambda _: None)
-    else:
-        assert run_published(mine, collect, every_s=60, every_rollouts=100, log=print) == ()
+    with pytest.raises(StoreError, match=re.escape(expected)):
+        run_published(mine, collect, every_s=60, every_rollouts=100, log=lambda _: None)
 
 
 def test_a_forged_manifest_is_one_error_line_from_aggregate(tmp_path):

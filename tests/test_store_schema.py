@@ -13,6 +13,7 @@ from gymflow.store.db import connect
 from gymflow.store.rows import model_call_row, rollout_row, row, verification_row
 from gymflow.store.schema import COLUMNS, SPECS
 from gymflow.store.tool_lists import ToolLists
+from gymflow.store.writer import VERDICT_COLUMNS
 
 
 def _columns(con, table: str) -> list[tuple[str, str]]:
@@ -104,10 +105,12 @@ def test_the_builders_of_the_collectors_rows_follow_the_schemas_column_order():
     )
     created_at = datetime(2026, 1, 1)
     assert verification_row("rollout_id", verdict, created_at, json_of=_same) == (
-        *COLUMNS["verifications"][:-1],
+        *VERDICT_COLUMNS[:-1],
         created_at,
     )
-    assert COLUMNS["verifications"][-1] == "created_at"
+    assert VERDICT_COLUMNS[-1] == "created_at"
+    # the seal is never given: every writer computes it in SQL (store/seal.py)
+    assert set(COLUMNS["verifications"]) - set(VERDICT_COLUMNS) == {"seal"}
 
 
 def test_a_store_records_the_duckdb_that_wrote_it(tmp_path):

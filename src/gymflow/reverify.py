@@ -40,8 +40,14 @@ from gymflow.store import current
 from gymflow.store.db import connect, memory_capped_call, store_path, transaction
 from gymflow.store.rows import verification_row
 from gymflow.store.runs import RunInfo, run_info
+from gymflow.store.seal import check_seals
 from gymflow.store.superseded import supersede_verifications
-from gymflow.store.writer import insert_arrow, register_verifier_version
+from gymflow.store.writer import (
+    STAGED_VERDICTS,
+    insert_staged,
+    register_verifier_version,
+    stage_verdicts,
+)
 from gymflow.verifier_identity import code_hash, with_code
 from gymflow.verifiers.base import VerifyInput
 
@@ -219,8 +225,9 @@ def _judge(
     params: list,
 ) -> int:
     """Judge the rollouts `source` selects and insert their verdicts as `version`, batch by
-    batch, through Arrow (`insert_arrow`), each verdict stored once for each of its rollouts; a
-    second connection streams the rollouts while `con` writes, so memory stays one batch.
+    batch, staged through Arrow (`stage_verdicts`; the caller stores them, sealed, with
+    `insert_staged`), each verdict staged once for each of its rollouts; a second connection
+    streams the rollouts while `con` writes, so memory stays one batch.
     A verdict is copied only when stored under another version (the verifier's code changed
     since): copying every one was a tenth of a reverify. Returns the rollouts judged."""
     reader = con.cursor()
@@ -238,7 +245,7 @@ def _judge(
                 )
                 for row, verdict in zip(rows, verdicts, strict=True)
             ]
-            insert_arrow(con, "verifications", stored, listed_keys=True)
+            stage_verdicts(con, stored)
             judged += sum(len(row[3]) for row in rows)
     finally:
         reader.close()
@@ -274,7 +281,7 @@ def _write(
             # The base version's passing verdicts, copied row for row into the new version.
             con.execute(
                 f"""
-                INSERT INTO verifications BY NAME
+                INSERT INTO {STAGED_VERDICTS} BY NAME
                 SELECT b.rollout_id, ? AS verifier_version, b.status, b.reward, b.passed,
                        b.failure_kind,
                        json_merge_patch(coalesce(b.details_json, '{{}}'),
@@ -286,6 +293,7 @@ def _write(
                 """,
                 [version, base.version, now, base.version],
             )
+        insert_staged(con)
     return judged
 
 
@@ -304,7 +312,7 @@ def _rejudge(
     these. One transaction for the new verdicts."""
     supersede_verifications(con, version, carried=not failed_only)
     with transaction(con):
-        return _judge(
+        judged = _judge(
             con,
             store,
             server,
@@ -315,6 +323,8 @@ def _rejudge(
             "WHERE verifier_version = ?) v USING (rollout_id) WHERE r.status = 'completed'",
             [version],
         )
+        insert_staged(con)
+        return judged
 
 
 class FlippedRollouts(Result):
@@ -555,10 +565,18 @@ class Rechecked(Result):
     #: parameters edited in the store, under which any verdict could be judged again as stored
     #: (a tolerance of 1e300 passes every answer), so the check fails whatever the verdicts say
     params_named: bool
+    #: which key sealed the store (`store/seal.py`): `sealed` (this machine's: checked),
+    #: `foreign` (a key this machine does not hold: not checked) or `unsealed` (written before
+    #: the seal); and the verdicts, of any version, whose seal does not match (None: not
+    #: checked), with the first of their rollout ids. A mismatch is an edit the judging cannot
+    #: see: an output rewritten to the reference answer judges again as a pass.
+    seal_state: Literal["unsealed", "sealed", "foreign"]
+    seal_mismatches: int | None
+    seal_examples: list[str]
 
     @property
     def agrees(self) -> bool:
-        return self.count == 0 and self.params_named
+        return self.count == 0 and self.params_named and not self.seal_mismatches
 
 
 def _said(status: str | None, reward: float | None, passed: bool | None, kind: str | None) -> str:
@@ -586,10 +604,11 @@ def check(
     the run is read under) and compare with what the store says, writing nothing.
 
     This catches verdicts edited in the store, consistently or not (`passed` and `reward` set
-    together read healthy: health can only check that they agree with each other). It cannot
-    catch an edit of the rollouts themselves: an output rewritten to the reference answer is
-    judged again as a pass. A verifier of live session state cannot be run again from the store
-    (the state is gone): ReverifyError, nothing checked."""
+    together read healthy: health can only check that they agree with each other). An edit of
+    the rollouts themselves (an output rewritten to the reference answer judges again as a
+    pass) is caught by the seals, recomputed here too (`store/seal.py`). A verifier of live
+    session state cannot be run again from the store (the state is gone): ReverifyError,
+    nothing checked."""
     store = store_path(run_dir)
     con = connect(run_dir, read_only=True)
     try:
@@ -640,6 +659,7 @@ def _check_with(
     max_listed: int | None,
 ) -> Rechecked:
     tasks = _tasks(con, store)
+    seals = check_seals(con)
     # Every completed rollout, with or without a verdict under the version (a failing verdict
     # deleted leaves the scores counting only the passes), and every verdict of a rollout.
     cursor = con.execute(
@@ -695,4 +715,7 @@ def _check_with(
         and stored_code != code,
         params_named=version == server.verifier_version
         or version.startswith(f"{server.verifier_version}+"),
+        seal_state=seals.store.state,
+        seal_mismatches=seals.mismatched,
+        seal_examples=seals.examples,
     )

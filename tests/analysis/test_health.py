@@ -180,6 +180,30 @@ def _tampering(b):
     )
 
 
+def _output_rewritten(b):
+    """An output edited in the store after it was judged (and sealed): the verdict stays."""
+    rid = _bend(b, "t0", 1)
+    b.after_write.append(
+        ("UPDATE rollouts SET output_text = 'Answer: 7' WHERE rollout_id = ?", [rid])
+    )
+    return rid
+
+
+def _before_the_seal(b):
+    """A store an older gymflow wrote: no seal column, no seal record."""
+    b.after_write += [
+        ("ALTER TABLE verifications DROP COLUMN seal", []),
+        ("DELETE FROM meta WHERE key = 'seal'", []),
+    ]
+    return _bend(b, "t0", 1)
+
+
+def _another_key(b):
+    """A store sealed on a host with another key."""
+    b.after_write.append(("UPDATE meta SET value = 'ffffffffffffffff:0:00' WHERE key = 'seal'", []))
+    return _bend(b, "t0", 1)
+
+
 def _every_repeat(b):
     _bend(b, "t2", 0, text="")
     _bend(b, "t2", 1, text="")
@@ -225,6 +249,9 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "verification_missing": lambda b: _bend(b, "t0", 1, verification=None),
     "verification_error": _verification_error,
     "tampering": _tampering,
+    "seal_mismatch": _output_rewritten,
+    "verdict_unsealed": _before_the_seal,
+    "seal_key_unknown": _another_key,
     TASK_CHECK: _every_repeat,
 }
 

@@ -20,7 +20,7 @@ from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.registration import register_run
 from gymflow.store.current import make_current
 from gymflow.store.db import connect
-from gymflow.store.writer import insert_rows, register_verifier_version, write_rollouts
+from gymflow.store.writer import insert_verdicts, register_verifier_version, write_rollouts
 from tests.conftest import gym
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "reports"
@@ -207,7 +207,12 @@ def build_store(out: Path, outcomes: list[str], *, hostile: bool) -> Path:
             {"extract": "last_number", "note": PAYLOAD},
             source="reverify",
         )
-        insert_rows(con, "verifications", second)
+        judged = dict(
+            con.execute(
+                "SELECT rollout_id, [output_text, trajectory_json] FROM rollouts"
+            ).fetchall()
+        )
+        insert_verdicts(con, second, [tuple(judged[row[0]]) for row in second])
         make_current(con, SECOND)  # the run is read under its reverified version
     con.close()
     return out

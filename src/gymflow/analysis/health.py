@@ -26,6 +26,7 @@ from gymflow.analysis.outcomes import check_verifier_version, version_read
 from gymflow.analysis.results import Health
 from gymflow.errors import UserError
 from gymflow.store.db import memory_capped_call
+from gymflow.store.seal import MISMATCH_SQL, armed_state
 
 Level = Literal["rollout", "run", "task"]
 #: `integrity`: the records themselves are incomplete or inconsistent, so the run's numbers
@@ -372,6 +373,38 @@ CHECKS: dict[str, Check] = {
         needs=("no_answer_share_max",),
         threshold=NO_ANSWER_SHARE_MAX,
     ),
+    # Every check above reads the store as written; one who can write it can make them all
+    # agree (an output rewritten to the reference, its verdict set to pass). The seal cannot be
+    # made without the key (store/seal.py): recomputed here for every verdict, in SQL.
+    "seal_mismatch": Check(
+        "a verdict (any verifier version) whose seal is not the one its fields and its "
+        "rollout's stored final text and trajectory give under this machine's seal key: the "
+        "verdict or the rollout it judged was edited in the store, or a verdict was written "
+        "there without the key",
+        MISMATCH_SQL,
+        needs=("seal_legacy",),
+    ),
+    "verdict_unsealed": Check(
+        "a verdict without a seal, written before gymflow sealed its verdicts: edits of it or "
+        "of its rollout cannot be seen (a store this gymflow writes has none)",
+        """
+        SELECT rollout_id AS id FROM verifications
+        WHERE getvariable('seal_state') = 'unsealed' OR (
+            getvariable('seal_state') = 'sealed' AND seal IS NULL
+            AND (SELECT count(*) FROM verifications WHERE seal IS NULL)
+                <= getvariable('seal_legacy')::BIGINT)
+        """,
+        needs=("seal_state",),
+        severity="warning",
+    ),
+    "seal_key_unknown": Check(
+        "a verdict sealed with a key this machine does not hold (set GYMFLOW_SEAL_KEY to the "
+        "key that sealed the run): its seal cannot be checked, so edits cannot be seen; no "
+        "sign of tampering by itself",
+        "SELECT rollout_id AS id FROM verifications WHERE getvariable('seal_state') = 'foreign'",
+        needs=("seal_state",),
+        severity="warning",
+    ),
     "tampering": Check(
         "the answer's code was seen touching the verification harness (failure kind "
         "tampering: it ended the tests early, patched or inspected the runner, forged a reply)",
@@ -470,7 +503,10 @@ def health(
         raise UnknownCheck(f"no health check named {', '.join(sorted(unknown))}")
     version = check_verifier_version(con, verifier_version)
     spec = reward_spec(con)
+    sealed = armed_state(con)
     variables = {
+        "seal_state": sealed.state,
+        "seal_legacy": sealed.legacy if sealed.state == "sealed" else None,
         "verifier_version": version,
         "reward_low": spec.low if spec else None,
         "reward_high": spec.high if spec else None,

@@ -579,6 +579,7 @@ def _recheck(run_dir: Path, version: str | None, json_output: bool) -> None:
                 "be the code's, not an edit of the store",
                 markup=False,
             )
+        _print_seals(result)
         grid = table(
             "rollout", "task", "repeat", "stored", "judged again", keys=("rollout", "task")
         )
@@ -588,6 +589,31 @@ def _recheck(run_dir: Path, version: str | None, json_output: bool) -> None:
             print_table(console, grid)
     if not result.agrees:
         raise typer.Exit(exit_codes.GATE_FAILED)
+
+
+def _print_seals(result) -> None:
+    """What the seals say (`store/seal.py`), beside the judging: the edits it cannot see."""
+    if result.seal_mismatches:
+        console.print(
+            f"{result.seal_mismatches} verdicts do not match their seals: they, or the rollouts "
+            f"they judged, were edited in the store (e.g. {', '.join(result.seal_examples[:5])})",
+            style="bold red",
+            markup=False,
+            highlight=False,
+        )
+    elif result.seal_state == "foreign":
+        console.print(
+            "seals not checked: the store was sealed with a key this machine does not hold "
+            "(set GYMFLOW_SEAL_KEY to the key that sealed it)",
+            markup=False,
+        )
+    elif result.seal_state == "unsealed":
+        console.print(
+            "seals not checked: the store was written before gymflow sealed its verdicts",
+            markup=False,
+        )
+    else:
+        console.print("every verdict matches its seal", markup=False)
 
 
 @eval_app.command("use-version")

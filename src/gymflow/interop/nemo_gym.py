@@ -48,7 +48,15 @@ from gymflow.store.db import store_path
 from gymflow.store.rows import model_call_row, rollout_row, run_row, task_row, verification_row
 from gymflow.store.schema import COLUMNS
 from gymflow.store.tool_lists import ToolLists
-from gymflow.store.writer import insert_rows, insert_tool_lists, register_verifier_version
+from gymflow.store.writer import (
+    insert_rows,
+    insert_tool_lists,
+    insert_verdicts,
+    register_verifier_version,
+)
+
+_OUTPUT_AT = COLUMNS["rollouts"].index("output_text")
+_TRAJECTORY_AT = COLUMNS["rollouts"].index("trajectory_json")
 
 IMPORTED_VERSION = "imported"
 SAMPLING_KEYS = ("temperature", "top_p", "max_output_tokens")
@@ -419,8 +427,12 @@ def import_rollouts(
             source=f"nemo-gym import of {path}",
         )
         insert_tool_lists(con, tool_lists)
-        for table in ("runs", "tasks", "rollouts", "model_calls", "verifications"):
+        for table in ("runs", "tasks", "rollouts", "model_calls"):
             insert_rows(con, table, tables[table])
+        # Sealed as imported: the seal says the verdicts are the file's, over its outputs.
+        stored = {row[0]: (row[_OUTPUT_AT], row[_TRAJECTORY_AT]) for row in tables["rollouts"]}
+        verdicts = tables["verifications"]
+        insert_verdicts(con, verdicts, [stored[row[0]] for row in verdicts])
     status_at = COLUMNS["rollouts"].index("status")
     pairs = Counter(key for key, _ in numbered)
     return {

@@ -19,6 +19,8 @@ shard flow (`flows/eval_shard.py`) drives it."""
 
 from __future__ import annotations
 
+import hmac
+import json
 import os
 import secrets
 import shutil
@@ -45,6 +47,7 @@ from gymflow.store import snapshot
 from gymflow.store.db import STORE_FILE, StoreError, connect, store_path
 from gymflow.store.merge import ShardProgress, stored_progress
 from gymflow.store.remote import AlreadyExists, Remote, RemoteError, is_url, sha256
+from gymflow.store.seal import SealKey, foreign_key_message, load_key
 from gymflow.store.snapshot import SNAPSHOT_TABLES
 from gymflow.store.superseded import supersede_failed
 
@@ -106,6 +109,19 @@ class Manifest(BaseModel):
     written_at: str = ""
     gymflow_version: str = ""
     duckdb_version: str = ""
+    #: the seal key's id and the manifest's MAC under it (`sealed`): whoever can write the
+    #: storage can rewrite a file and its checksum here, but not this
+    seal_key_id: str | None = Field(None, pattern=r"^[0-9a-f]{16}$")
+    seal: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+
+    def _sealed_text(self) -> str:
+        body = self.model_dump(mode="json", exclude={"seal"})
+        return "gymflow manifest " + json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+    def sealed(self, key: SealKey) -> Manifest:
+        """This manifest with its seal under `key`."""
+        keyed = self.model_copy(update={"seal_key_id": key.key_id})
+        return keyed.model_copy(update={"seal": key.mac(keyed._sealed_text())})
 
     @model_validator(mode="after")
     def _own_files(self) -> Manifest:
@@ -123,9 +139,11 @@ class Manifest(BaseModel):
 
 
 def parse_manifest(url: str, data: bytes) -> Manifest:
-    """The manifest at `url`, or a StoreError naming the URL and the first field that is wrong."""
+    """The manifest at `url`, or a StoreError naming the URL and the first field that is wrong;
+    one not sealed by this machine's seal key (`GYMFLOW_SEAL_KEY`) is refused too: an unsealed
+    one, one sealed with another key, or one whose fields (a checksum) changed since."""
     try:
-        return Manifest.model_validate_json(data)
+        manifest = Manifest.model_validate_json(data)
     except ValidationError as exc:
         error = exc.errors()[0]
         field = ".".join(str(part) for part in error["loc"]) or "manifest"
@@ -134,6 +152,19 @@ def parse_manifest(url: str, data: bytes) -> Manifest:
             error["ctx"]["error"] if error["type"] == "value_error" else f"{field}: {error['msg']}"
         )
         raise StoreError(f"{url}: not a shard manifest ({what}); refused, nothing merged") from None
+    key = load_key(create=False)
+    if manifest.seal is None:
+        raise StoreError(f"{url}: an unsealed shard manifest; refused, nothing merged")
+    if key is None or manifest.seal_key_id != key.key_id:
+        raise StoreError(
+            foreign_key_message(url, manifest.seal_key_id, key) + "; refused, nothing merged"
+        )
+    if not hmac.compare_digest(manifest.sealed(key).seal or "", manifest.seal):
+        raise StoreError(
+            f"{url}: the manifest does not match its seal: it (a file's checksum, a count) was "
+            "rewritten without the seal key; refused, nothing merged"
+        )
+    return manifest
 
 
 @dataclass(frozen=True)
@@ -222,6 +253,8 @@ class PublishedShard:
             name = file_name(meta["attempt"], meta.get("seq"), table)
             self.remote.put(name, data)
             files[table] = ManifestFile(name=name, sha256=sha256(data), bytes=len(data))
+        key = load_key(create=True)
+        assert key is not None
         return Manifest(
             **meta,
             rollouts=len(snap.rollout_ids),
@@ -230,7 +263,7 @@ class PublishedShard:
             written_at=datetime.now(UTC).isoformat(),
             gymflow_version=__version__,
             duckdb_version=duckdb.__version__,
-        )
+        ).sealed(key)
 
     def checkpoint(self, run_dir: Path, attempt: str, seq: int, skip: set[str]) -> tuple[str, ...]:
         """Publish the rollouts stored at `run_dir` that are not in `skip`; returns their ids

@@ -300,17 +300,25 @@ def _schema(con, path: Path) -> None:
 
 
 def _stand_in_for_new_tables(con) -> None:
-    """A store written before a table existed (`tool_lists`) gets it when opened for writing;
-    read-only, an empty temporary table of that name stands in, so every reader's SQL runs."""
-    present = {
-        row[0]
-        for row in con.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()"
-        ).fetchall()
-    }
+    """A store written before a table existed (`tool_lists`) or a column (`verifications.seal`)
+    gets it when opened for writing; read-only, an empty temporary table of that name stands
+    in, or a temporary view of the table with the column NULL, so every reader's SQL runs."""
+    database = con.execute("SELECT current_database()").fetchone()[0]
+    present: dict[str, set[str]] = {}
+    for table, column in con.execute(
+        "SELECT table_name, column_name FROM duckdb_columns() "
+        "WHERE database_name = current_database()"
+    ).fetchall():
+        present.setdefault(table, set()).add(column)
     for spec in SPECS:
         if spec.name not in present:
             con.execute(spec.create(temporary=True))
+            continue
+        missing = [c for c in spec.columns if c.added and c.name not in present[spec.name]]
+        if missing:
+            nulls = ", ".join(f"NULL::{c.type} AS {c.name}" for c in missing)
+            source = '"' + database.replace('"', '""') + f'".main.{spec.name}'
+            con.execute(f"CREATE TEMP VIEW {spec.name} AS SELECT *, {nulls} FROM {source}")
 
 
 def _check_version(con, path: Path) -> None:

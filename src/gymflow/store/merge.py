@@ -17,6 +17,7 @@ import duckdb
 
 from gymflow.store.db import StoreError, StoreFailure, connect, store_path, transaction
 from gymflow.store.runs import RolloutKey, RunInfo, check_run_store, missing_keys, run_info
+from gymflow.store.seal import SealKey, SealKeyError, claim, foreign_key_message, load_key
 from gymflow.store.writer import insert_rows
 
 #: Tables copied from shards, in order. Keyed tables take `INSERT OR IGNORE`; `model_calls` has no
@@ -184,6 +185,9 @@ def _copy(con, shards: list[ShardInfo]) -> dict[str, int]:
         _detach(con, aliases)
         raise StoreFailure(f"cannot attach a shard store read-only: {exc}") from None
     try:
+        key = load_key(create=True)
+        for alias, shard in zip(aliases, shards, strict=True):
+            _check_shard_key(con, alias, shard, key)
         with transaction(con):
             for alias in aliases:
 
@@ -215,9 +219,25 @@ def copy_rows(con, relation: Callable[[str], str | None]) -> dict[str, int]:
         f"SELECT * FROM {relation('model_calls')} m "
         "WHERE m.rollout_id NOT IN (SELECT rollout_id FROM main.rollouts)",
     )
+    unsealed = "SELECT count(*) FROM main.verifications WHERE seal IS NULL"
+    before = con.execute(unsealed).fetchone()[0]
     for table in ("rollouts", "verifications"):
         added[table] = _insert(con, table, f"SELECT * FROM {relation(table)}")
+    # The verdicts keep the seals their writer gave them (what they cover travels with them);
+    # a shard's from before the seal come in unsealed, and are counted as such, not tampered.
+    claim(con, "run store", legacy_added=con.execute(unsealed).fetchone()[0] - before)
     return added
+
+
+def _check_shard_key(con, alias: str, shard: ShardInfo, key: SealKey | None) -> None:
+    """A shard sealed with another key than this machine's is refused before anything is
+    copied: its seals could not be checked here, and merged they would read as tampered."""
+    row = con.execute(f"SELECT value FROM {alias}.meta WHERE key = 'seal'").fetchone()
+    key_id = None if row is None else str(row[0]).partition(":")[0]
+    if key_id is not None and (key is None or key_id != key.key_id):
+        raise SealKeyError(
+            foreign_key_message(f"{shard.path.parent}: refused", key_id, key) + "; nothing merged"
+        )
 
 
 def _has_table(con, alias: str, table: str) -> bool:

@@ -114,8 +114,11 @@ SPECS: tuple[Table, ...] = (
     _table(
         "verifications",
         """rollout_id VARCHAR, verifier_version VARCHAR, status VARCHAR, reward DOUBLE,
-        passed BOOLEAN, failure_kind VARCHAR, details_json VARCHAR, created_at TIMESTAMP""",
+        passed BOOLEAN, failure_kind VARCHAR, details_json VARCHAR, created_at TIMESTAMP,
+        seal VARCHAR""",
         key=("rollout_id", "verifier_version"),
+        # the verdict's keyed MAC (`store/seal.py`); NULL in a store written before the seal
+        added=("seal",),
     ),
     # The tool lists model calls refer to, each stored once (`store/tool_lists.py`).
     _table("tool_lists", "tools_id VARCHAR, tools_json VARCHAR", key=("tools_id",)),

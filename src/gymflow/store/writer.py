@@ -20,6 +20,7 @@ from gymflow.store.rows import (
     verifier_version_row,
 )
 from gymflow.store.schema import COLUMNS, SPECS
+from gymflow.store.seal import claim, seal_sql
 from gymflow.store.tool_lists import ToolLists
 
 #: Arrow types of the store's column types, for `insert_arrow`.
@@ -33,6 +34,8 @@ _ARROW = {
     "VARCHAR[]": pa.list_(pa.string()),
 }
 _SPECS = {spec.name: spec for spec in SPECS}
+_OUTPUT_AT = COLUMNS["rollouts"].index("output_text")
+_TRAJECTORY_AT = COLUMNS["rollouts"].index("trajectory_json")
 
 
 def insert_rows(
@@ -48,38 +51,78 @@ def insert_rows(
     con.execute(f"{verb} INTO {table} ({', '.join(columns)}) SELECT {selects}", lists)
 
 
-def insert_arrow(
-    con, table: str, rows: Sequence[Sequence[Any]], *, listed_keys: bool = False
-) -> None:
-    """`insert_rows` through Arrow: for very large batches (a reverify's 50,000 verdicts), where
-    converting Python lists for `unnest` costs more than the work itself (34 us a row). With
-    `listed_keys`, each row's first column holds a list of values and the row is stored once
-    for each of them (one verdict for every rollout that gave the same answer)."""
+#: The columns a verdict is written with (`rows.verification_row`); its seal is computed from
+#: them and its rollout in SQL (`seal.seal_sql`), never given.
+VERDICT_COLUMNS = tuple(name for name in COLUMNS["verifications"] if name != "seal")
+_VERDICTS = ", ".join(VERDICT_COLUMNS)
+#: The temporary table a reverify stages its verdicts in (`stage_verdicts`).
+STAGED_VERDICTS = "verdicts_staged"
+
+
+def insert_verdicts(con, rows: Sequence[Sequence[Any]], judged: Sequence[tuple]) -> None:
+    """Insert verdict rows (`verification_row`), each sealed over what it judged: `judged`
+    holds each row's rollout's stored (output_text, trajectory_json), in order."""
     if not rows:
         return
-    spec = _SPECS[table]
-    types = [_ARROW[column.type] for column in spec.columns]
-    if listed_keys:
-        types[0] = pa.list_(types[0])
+    claim(con, _database_path(con))
+    names = (*VERDICT_COLUMNS, "output_text", "trajectory_json")
+    lists = [list(column) for column in zip(*rows, strict=True)]
+    lists += [list(column) for column in zip(*judged, strict=True)]
+    selects = ", ".join(f"unnest(${i + 1}) AS {name}" for i, name in enumerate(names))
+    con.execute(
+        f"INSERT INTO verifications ({_VERDICTS}, seal) "
+        f"SELECT {_VERDICTS}, {seal_sql('v', 'v')} AS seal FROM (SELECT {selects}) v",
+        lists,
+    )
+
+
+def stage_verdicts(con, rows: Sequence[Sequence[Any]]) -> None:
+    """Add verdict rows to `STAGED_VERDICTS` (made when absent), through Arrow: for very large
+    batches (a reverify's 50,000 verdicts), where converting Python lists for `unnest` costs
+    more than the work itself (34 us a row). Each row's first column holds a list of rollout
+    ids, and the row is staged once for each (one verdict for every rollout that gave the same
+    answer). `insert_staged` seals and stores them."""
+    _staging(con)
+    if not rows:
+        return
+    columns = [column for column in _SPECS["verifications"].columns if column.name != "seal"]
+    types = [pa.list_(_ARROW[columns[0].type])] + [_ARROW[c.type] for c in columns[1:]]
     values = zip(*rows, strict=True)
     batch = pa.table(
         {
             column.name: pa.array(column_values, kind)
-            for column, kind, column_values in zip(spec.columns, types, values, strict=True)
+            for column, kind, column_values in zip(columns, types, values, strict=True)
         }
     )
-    columns = ", ".join(spec.column_names)
-    first = spec.column_names[0]
-    selected = f"unnest({first}) AS {first}, " + ", ".join(spec.column_names[1:])
-    name = f"{table}_batch"
-    con.register(name, batch)
+    selected = "unnest(rollout_id) AS rollout_id, " + ", ".join(VERDICT_COLUMNS[1:])
+    con.register("verdicts_batch", batch)
     try:
-        con.execute(
-            f"INSERT INTO {table} ({columns}) "
-            f"SELECT {selected if listed_keys else columns} FROM {name}"
-        )
+        con.execute(f"INSERT INTO {STAGED_VERDICTS} SELECT {selected} FROM verdicts_batch")
     finally:
-        con.unregister(name)
+        con.unregister("verdicts_batch")
+
+
+def _staging(con) -> None:
+    con.execute(
+        f"CREATE TEMP TABLE IF NOT EXISTS {STAGED_VERDICTS} AS "
+        f"SELECT {_VERDICTS} FROM verifications LIMIT 0"
+    )
+
+
+def insert_staged(con) -> int:
+    """Store the staged verdicts, each sealed over its rollout as stored, in one statement
+    (one pass over the rollouts however many batches were staged); returns how many."""
+    claim(con, _database_path(con))
+    _staging(con)
+    staged = con.execute(f"SELECT count(*) FROM {STAGED_VERDICTS}").fetchone()[0]
+    s_columns = ", ".join(f"s.{name}" for name in VERDICT_COLUMNS)
+    con.execute(
+        f"INSERT INTO verifications ({_VERDICTS}, seal) "
+        f"SELECT {s_columns}, {seal_sql('s', 'r')} FROM {STAGED_VERDICTS} s "
+        "LEFT JOIN rollouts r ON r.rollout_id = s.rollout_id"
+    )
+    con.execute(f"DROP TABLE {STAGED_VERDICTS}")
+    return staged
 
 
 def insert_tool_lists(con, tool_lists: ToolLists) -> None:
@@ -95,11 +138,13 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
     rollout_rows, call_rows, verification_rows = [], [], []
     tool_lists = ToolLists()
     now = naive_utc(datetime.now(UTC))  # once per batch, not per row
+    judged = []  # each verdict's rollout's output_text and trajectory_json, as stored
     for r in rollouts:
-        rollout_rows.append(rollout_row_of(r))
+        rollout_rows.append(stored := rollout_row_of(r))
         call_rows.extend(model_call_row(r.rollout_id, c, tool_lists) for c in r.calls)
         if r.verification is not None:
             verification_rows.append(verification_row(r.rollout_id, r.verification, now))
+            judged.append((stored[_OUTPUT_AT], stored[_TRAJECTORY_AT]))
     if not rollout_rows:
         return 0
     try:
@@ -107,7 +152,7 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
             insert_tool_lists(con, tool_lists)
             insert_rows(con, "rollouts", rollout_rows)
             insert_rows(con, "model_calls", call_rows)
-            insert_rows(con, "verifications", verification_rows)
+            insert_verdicts(con, verification_rows, judged)
     except Exception as exc:
         if isinstance(
             exc, duckdb.IOException | duckdb.FatalException | duckdb.TransactionException
