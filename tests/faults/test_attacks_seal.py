@@ -150,6 +150,45 @@ def test_a_rollout_moved_or_left_out_of_scores_is_unhealthy(tmp_path, edit: str)
     assert tree_digest(run) == digest  # health changes nothing stored
 
 
+def test_a_sealed_rollout_copied_from_another_run_is_unhealthy(tmp_path) -> None:
+    """A passing rollout of another run sealed by this machine, copied with its verdict and
+    model calls over a failing one of the same task and repeat (its calls' sampling set to
+    this run's): seals matched, and health read healthy at pass@1 0.75 -> 0.83 (attacker's
+    pass, issue 28). Its seal binds its run_id, which is not this run's."""
+    run = collect_run(tmp_path / "run")
+    other = collect_run(tmp_path / "other", sampling={"seed": 7})
+    db, other_db = run / "gymflow.duckdb", other / "gymflow.duckdb"
+    con = duckdb.connect(str(db))
+    try:
+        con.execute(f"ATTACH '{other_db}' AS o (READ_ONLY)")
+        (task, repeat, theirs, ours, sampling) = con.execute(
+            "SELECT r.task_id, r.repeat_index, x.rollout_id, r.rollout_id, "
+            "(SELECT any_value(sampling_json) FROM model_calls) FROM rollouts r "
+            "JOIN verifications v USING (rollout_id) "
+            "JOIN o.rollouts x USING (task_id, repeat_index) "
+            "JOIN o.verifications y ON y.rollout_id = x.rollout_id "
+            "WHERE NOT v.passed AND y.passed ORDER BY 1, 2 LIMIT 1"
+        ).fetchone()
+        for table in ("model_calls", "verifications", "rollouts"):
+            con.execute(f"DELETE FROM {table} WHERE rollout_id = ?", [ours])
+        for table in ("rollouts", "model_calls", "verifications"):
+            copy = f"INSERT INTO {table} SELECT * FROM o.{table} WHERE rollout_id = ?"
+            con.execute(copy, [theirs])
+        con.execute(
+            "UPDATE model_calls SET sampling_json = ? WHERE rollout_id = ?", [sampling, theirs]
+        )
+    finally:
+        con.close()
+    before = rollout_rows(db)
+    checked = gym("eval", "health", str(run), "--json", cwd=tmp_path)
+    assert checked.returncode == 2, checked.stdout + checked.stderr
+    report = json.loads(checked.stdout)
+    assert report["checks"]["seal_mismatch"]["count"] == 0  # the copy carries its own seal
+    assert "unknown_task" in report["gate_failures"], (task, repeat)
+    assert report["checks"]["unknown_task"]["examples"] == [theirs]
+    assert rollout_rows(db) == before  # health changes nothing stored
+
+
 def test_a_verdict_whose_seal_is_removed_reads_as_tampered(tmp_path) -> None:
     run = collect_run(tmp_path / "run")
     _edit(run, *REWRITTEN, "UPDATE verifications SET seal = NULL WHERE passed")
