@@ -24,7 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 from gymflow.config import EvalConfig, ModelConfig
 from gymflow.flows.eval_run import evaluation_loop
 from gymflow.flows.lean import REFUSED
-from gymflow.flows.parameters import FlowConfig
+from gymflow.flows.parameters import FlowConfig, ScaleOptions
 from tests.faults.stores import gym_env
 
 KEY_NAMES = [
@@ -99,6 +99,33 @@ def test_the_form_refuses_credentials_in_a_url_as_the_config_does(schema, url: s
     accepted = _config_accepts(base_url=url)
     assert _schema_accepts(schema, base_url=url) == accepted
     assert _form_accepts(base_url=url) == accepted
+
+
+SHARD_ROOTS = {
+    "s3://AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMIK7MDENG@bucket/runs": False,
+    "https://user:pw@storage.example/runs": False,
+    "s3://bucket/runs": True,
+    "file:///srv/shards": True,
+    "/srv/shards": True,
+    "runs/latest/shards": True,
+    "/srv/a@b/shards": True,
+}
+
+
+@pytest.mark.parametrize("root", sorted(SHARD_ROOTS))
+def test_the_form_refuses_credentials_in_the_shard_root(schema, root: str) -> None:
+    """The shard root was any string: a URL holding `key:secret@` made a flow run whose
+    parameters showed it in plain text, and the CLI took it too (attacker's pass, issue 28)."""
+    parameters = {"config": {"benchmark": "arithmetic-smoke"}, "scale": {"shard_root": root}}
+    assert (not validate(parameters, schema, ignore_required=True)) == SHARD_ROOTS[root]
+    try:
+        ScaleOptions(shard_root=root)
+    except ValidationError as exc:
+        assert root not in str(exc)  # refused, never echoed
+        accepted = False
+    else:
+        accepted = True
+    assert accepted == SHARD_ROOTS[root]
 
 
 def test_the_corpus_holds_both_verdicts() -> None:

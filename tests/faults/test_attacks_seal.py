@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import multiprocessing
 import os
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.published import COMMITTED, PublishedShard
 from gymflow.rollouts.registration import register_run
 from gymflow.store.db import connect
-from gymflow.store.seal import SealKey, SealKeyError, arm, seal_sql
+from gymflow.store.seal import SealKey, SealKeyError, arm, key_file, load_key, seal_sql
 from tests.conftest import gym
 from tests.faults.stores import collect_run, one_error_line, rollout_rows, tree_digest
 
@@ -65,11 +66,15 @@ def test_the_seal_is_hmac_sha256_computed_in_sql() -> None:
     con.execute(
         "CREATE TABLE v AS SELECT 'r1' AS rollout_id, 'ver@1' AS verifier_version, "
         "'ok' AS status, 1.0::DOUBLE AS reward, true AS passed, NULL::VARCHAR AS failure_kind, "
-        "'{\"reason\":\"match\"}' AS details_json, 'Answer: 8' AS output_text, "
-        "'[]' AS trajectory_json"
+        "'{\"reason\":\"match\"}' AS details_json, 'run1' AS r_run_id, 't7' AS r_task_id, "
+        "12 AS r_repeat_index, 'completed' AS r_status, NULL::VARCHAR AS r_failure_kind, "
+        "'Answer: 8' AS r_output_text, '[]' AS r_trajectory_json"
     )
-    sealed = con.execute(f"SELECT {seal_sql('v', 'v')} FROM v").fetchone()[0]
-    message = '2:r1|5:ver@1|2:ok|-|18:{"reason":"match"}|1.0|true|9:Answer: 8|2:[]'
+    sealed = con.execute(f"SELECT {seal_sql('v', 'v', 'r_')} FROM v").fetchone()[0]
+    message = (
+        '2:r1|5:ver@1|2:ok|-|18:{"reason":"match"}|1.0|true'
+        "|4:run1|2:t7|2:12|9:completed|-|9:Answer: 8|2:[]"
+    )
     assert sealed == hmac.new(key.secret, message.encode(), hashlib.sha256).hexdigest()[:32]
 
 
@@ -104,6 +109,84 @@ def test_an_output_rewritten_to_the_reference_and_passed_is_unhealthy(tmp_path) 
     assert shown.returncode == 2
     assert f"{len(rewritten)} verdicts do not match their seals" in " ".join(shown.stdout.split())
     assert tree_digest(run) == digest  # the check wrote nothing
+
+
+#: Edits of the rollout rows alone, verdicts and outputs untouched, that moved scores while
+#: health read healthy (attacker's pass, issue 28): a failing rollout moved to a passing task
+#: (pass@2 0.83 -> 1.0 on this 6-task run), a failing rollout's status set to an error kind
+#: that every score leaves out (pass@1 0.75 -> 1.0).
+MOVED = {
+    "moved to another task": (
+        "UPDATE rollouts SET task_id = (SELECT min(task_id) FROM verifications v JOIN rollouts x "
+        "USING (rollout_id) WHERE v.passed) WHERE rollout_id IN {failing}"
+    ),
+    "moved to another repeat": (
+        "UPDATE rollouts SET repeat_index = repeat_index + 100 WHERE rollout_id IN {failing}"
+    ),
+    "left out of scores": (
+        "UPDATE rollouts SET status = 'error', failure_kind = 'rate_limited' "
+        "WHERE rollout_id IN {failing}"
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(MOVED))
+def test_a_rollout_moved_or_left_out_of_scores_is_unhealthy(tmp_path, edit: str) -> None:
+    run = collect_run(tmp_path / "run")
+    failing = _failing(run)
+    assert failing
+    listed = "(" + ", ".join(f"'{rid}'" for rid in sorted(failing)) + ")"
+    before = rollout_rows(run / "gymflow.duckdb")
+    _edit(run, MOVED[edit].format(failing=listed))
+    edited = rollout_rows(run / "gymflow.duckdb")
+    assert {rid for rid in before if before[rid] != edited[rid]} == failing  # only those rows
+
+    digest = tree_digest(run)
+    checked = gym("eval", "health", str(run), "--json", cwd=tmp_path)
+    assert checked.returncode == 2, checked.stdout + checked.stderr
+    report = json.loads(checked.stdout)
+    assert "seal_mismatch" in report["gate_failures"]
+    assert set(report["checks"]["seal_mismatch"]["examples"]) == failing
+    assert tree_digest(run) == digest  # health changes nothing stored
+
+
+def test_a_sealed_rollout_copied_from_another_run_is_unhealthy(tmp_path) -> None:
+    """A passing rollout of another run sealed by this machine, copied with its verdict and
+    model calls over a failing one of the same task and repeat (its calls' sampling set to
+    this run's): seals matched, and health read healthy at pass@1 0.75 -> 0.83 (attacker's
+    pass, issue 28). Its seal binds its run_id, which is not this run's."""
+    run = collect_run(tmp_path / "run")
+    other = collect_run(tmp_path / "other", sampling={"seed": 7})
+    db, other_db = run / "gymflow.duckdb", other / "gymflow.duckdb"
+    con = duckdb.connect(str(db))
+    try:
+        con.execute(f"ATTACH '{other_db}' AS o (READ_ONLY)")
+        (task, repeat, theirs, ours, sampling) = con.execute(
+            "SELECT r.task_id, r.repeat_index, x.rollout_id, r.rollout_id, "
+            "(SELECT any_value(sampling_json) FROM model_calls) FROM rollouts r "
+            "JOIN verifications v USING (rollout_id) "
+            "JOIN o.rollouts x USING (task_id, repeat_index) "
+            "JOIN o.verifications y ON y.rollout_id = x.rollout_id "
+            "WHERE NOT v.passed AND y.passed ORDER BY 1, 2 LIMIT 1"
+        ).fetchone()
+        for table in ("model_calls", "verifications", "rollouts"):
+            con.execute(f"DELETE FROM {table} WHERE rollout_id = ?", [ours])
+        for table in ("rollouts", "model_calls", "verifications"):
+            copy = f"INSERT INTO {table} SELECT * FROM o.{table} WHERE rollout_id = ?"
+            con.execute(copy, [theirs])
+        con.execute(
+            "UPDATE model_calls SET sampling_json = ? WHERE rollout_id = ?", [sampling, theirs]
+        )
+    finally:
+        con.close()
+    before = rollout_rows(db)
+    checked = gym("eval", "health", str(run), "--json", cwd=tmp_path)
+    assert checked.returncode == 2, checked.stdout + checked.stderr
+    report = json.loads(checked.stdout)
+    assert report["checks"]["seal_mismatch"]["count"] == 0  # the copy carries its own seal
+    assert "unknown_task" in report["gate_failures"], (task, repeat)
+    assert report["checks"]["unknown_task"]["examples"] == [theirs]
+    assert rollout_rows(db) == before  # health changes nothing stored
 
 
 def test_a_verdict_whose_seal_is_removed_reads_as_tampered(tmp_path) -> None:
@@ -171,6 +254,32 @@ def test_a_store_sealed_with_another_key_says_so(tmp_path) -> None:
     assert tree_digest(run) == digest  # refused before anything was written
 
 
+def test_a_seal_record_edited_to_name_another_key_still_checks(tmp_path) -> None:
+    """The record naming the sealing key is in the store: set to another key's id, every check
+    skipped the seals (`seal_key_unknown`, a warning) and a rewritten run read healthy at
+    pass@1 1.0 (attacker's pass, issue 28). Seals this machine's key made are checked by it
+    whatever the record says."""
+    run = collect_run(tmp_path / "run")
+    rewritten = _failing(run)
+    _edit(
+        run,
+        "UPDATE meta SET value = '0123456789abcdef:0:' || repeat('0', 32) WHERE key = 'seal'",
+        *REWRITTEN,
+    )
+    before = rollout_rows(run / "gymflow.duckdb")
+    digest = tree_digest(run)
+    checked = gym("eval", "health", str(run), "--json", cwd=tmp_path)
+    assert checked.returncode == 2, checked.stdout + checked.stderr
+    report = json.loads(checked.stdout)
+    assert "seal_mismatch" in report["gate_failures"]
+    assert "seal_key_unknown" not in report["warnings"]
+    assert set(report["checks"]["seal_mismatch"]["examples"]) == rewritten
+    again = gym("eval", "reverify", str(run), "--check", "--json", cwd=tmp_path)
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert json.loads(again.stdout)["seal_mismatches"] == len(rewritten)
+    assert tree_digest(run) == digest and rollout_rows(run / "gymflow.duckdb") == before
+
+
 def test_a_key_file_others_can_read_is_one_error_line(tmp_path) -> None:
     config = tmp_path / "config"
     env = {"XDG_CONFIG_HOME": str(config)}
@@ -184,6 +293,37 @@ def test_a_key_file_others_can_read_is_one_error_line(tmp_path) -> None:
     assert out.returncode == 1
     line = one_error_line(out.stderr)
     assert str(key_file) in line and "mode 0644" in line
+
+
+def _first_use(config: str) -> str:
+    os.environ["XDG_CONFIG_HOME"] = config
+    try:
+        return load_key(create=True).key_id
+    except SealKeyError as exc:
+        return f"refused: {exc}"
+
+
+def test_processes_making_the_key_at_once_all_get_it(tmp_path) -> None:
+    """Shards starting together on a fresh machine each make the key file on first use; one
+    read the file another had just created, still empty, and failed ("a seal key of 0 bytes":
+    3 of 30 tries of 8 processes, attacker's pass, issue 28)."""
+    fork = multiprocessing.get_context("fork")
+    for attempt in range(10):
+        config = tmp_path / f"config-{attempt}"
+        with fork.Pool(8) as pool:
+            ids = pool.map(_first_use, [str(config)] * 8, chunksize=1)
+        os.environ["XDG_CONFIG_HOME"] = str(config)
+        made = load_key(create=False)
+        assert ids == [made.key_id] * 8, ids
+        assert sorted(p.name for p in key_file().parent.iterdir()) == ["seal.key"]  # no partial
+
+
+def test_a_key_file_replaced_by_a_fifo_is_refused_not_waited_on(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    key_file().parent.mkdir(parents=True)
+    os.mkfifo(key_file(), 0o600)
+    with pytest.raises(SealKeyError, match="not a regular file"):
+        load_key(create=False)
 
 
 def _published(tmp_path: Path) -> tuple[str, PublishedShard]:

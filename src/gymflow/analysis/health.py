@@ -195,9 +195,12 @@ CHECKS: dict[str, Check] = {
         GROUP BY rollout_id, call_index, attempt HAVING count(*) > 1
         """,
     ),
+    # By run and task: a sealed rollout copied in from another run of this machine (its seal
+    # binds its run_id) in place of a failing one read healthy when matched by task_id alone.
     "unknown_task": Check(
-        "rollout whose task_id is not among the run's tasks",
-        "SELECT r.rollout_id AS id FROM rollouts r ANTI JOIN tasks t USING (task_id)",
+        "rollout whose (run_id, task_id) is not among the run's tasks (a task of no task "
+        "list, or a rollout of another run)",
+        "SELECT r.rollout_id AS id FROM rollouts r ANTI JOIN tasks t USING (run_id, task_id)",
     ),
     "no_model_calls": Check(
         "rollout with no recorded model call",

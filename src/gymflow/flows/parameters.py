@@ -335,7 +335,9 @@ class ScaleOptions(_Form):
         description="Run each shard as a run of the `eval-shard` deployment on this Prefect work "
         "pool (one machine per worker). Unset: shards run as concurrent subflows here.",
     )
-    shard_root: str | SkipJsonSchema[None] = Field(
+    # A URL's `key:secret@` would be stored in plain text as the run's parameter: refused as
+    # every URL of the config is, by the schema before a flow run exists (a folder passes).
+    shard_root: ServerUrl | SkipJsonSchema[None] = Field(
         None,
         description="Where shard results go (RUN_DIR/shards if unset): a folder, or an object "
         "storage URL (s3://bucket/prefix, gs://…, file://…) that every worker reaches, with "

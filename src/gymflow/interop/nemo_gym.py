@@ -52,11 +52,9 @@ from gymflow.store.writer import (
     insert_rows,
     insert_tool_lists,
     insert_verdicts,
+    judged_of,
     register_verifier_version,
 )
-
-_OUTPUT_AT = COLUMNS["rollouts"].index("output_text")
-_TRAJECTORY_AT = COLUMNS["rollouts"].index("trajectory_json")
 
 IMPORTED_VERSION = "imported"
 SAMPLING_KEYS = ("temperature", "top_p", "max_output_tokens")
@@ -430,7 +428,7 @@ def import_rollouts(
         for table in ("runs", "tasks", "rollouts", "model_calls"):
             insert_rows(con, table, tables[table])
         # Sealed as imported: the seal says the verdicts are the file's, over its outputs.
-        stored = {row[0]: (row[_OUTPUT_AT], row[_TRAJECTORY_AT]) for row in tables["rollouts"]}
+        stored = {row[0]: judged_of(row) for row in tables["rollouts"]}
         verdicts = tables["verifications"]
         insert_verdicts(con, verdicts, [stored[row[0]] for row in verdicts])
     status_at = COLUMNS["rollouts"].index("status")

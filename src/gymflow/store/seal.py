@@ -5,7 +5,8 @@ Health can check that a verdict agrees with its reward, and `reverify --check` t
 the verifier gives again; neither can see a rollout whose output was rewritten to the reference
 answer together with its verdict set to pass. The seal binds each verdict (rollout id, verifier
 version, status, reward, passed, failure kind, details) to what was judged (the rollout's stored
-final text and trajectory) under a key kept outside the store (`GYMFLOW_SEAL_KEY`, or a key file
+final text and trajectory) and to where it counts (the rollout's run, task, repeat, status and
+failure kind) under a key kept outside the store (`GYMFLOW_SEAL_KEY`, or a key file
 in the user's config folder): whoever can write the DuckDB file or the object storage a shard is
 published to cannot compute it.
 
@@ -92,9 +93,16 @@ def _decode(text: str, where: str) -> bytes:
 
 
 def _checked_file(path: Path) -> bytes:
-    """The key in `path`, refused when anyone but its owner could read it or it is not ours."""
+    """The key in `path`, refused when anyone but its owner could read it or it is not ours.
+    Checked on the open file, not the path: a file swapped in between a check and a read (by
+    whoever can write the folder) is the file checked."""
     try:
-        info = path.stat()
+        # non-blocking: a FIFO put in its place must not hang every run
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as opened:
+            info = os.fstat(opened.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise SealKeyError(f"{path}: seal key file is not a regular file; refused")
+            text = opened.read(4096).decode("utf-8", "replace")
         if info.st_uid != os.geteuid():
             raise SealKeyError(f"{path}: seal key file not owned by this user; refused")
         if stat.S_IMODE(info.st_mode) & 0o077:
@@ -102,24 +110,34 @@ def _checked_file(path: Path) -> bytes:
                 f"{path}: seal key file is readable or writable by group or others "
                 f"(mode {stat.S_IMODE(info.st_mode):04o}); `chmod 600 {path}`"
             )
-        return _decode(path.read_text(), str(path))
+        return _decode(text, str(path))
     except OSError as exc:
         raise SealKeyError(f"{path}: cannot read the seal key: {exc.strerror or exc}") from None
 
 
 def _create_file(path: Path) -> None:
+    """Make the key file whole or not at all: written aside, then linked into place (a link
+    never replaces a file), so a process starting at the same moment reads either no file or
+    the whole key, never the empty file another has just created (8 processes making the key
+    at once: one in ten tries failed with "a seal key of 0 bytes")."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(os.urandom(KEY_BYTES).hex() + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.link(partial, path)
     except FileExistsError:  # another process made it first: use theirs
-        return
+        pass
     except OSError as exc:
         raise SealKeyError(
             f"{path}: cannot create the seal key file: {exc.strerror or exc} "
             f"(or set {SEAL_KEY_ENV})"
         ) from None
-    with os.fdopen(fd, "w") as out:
-        out.write(os.urandom(KEY_BYTES).hex() + "\n")
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def load_key(*, create: bool) -> SealKey | None:
@@ -141,24 +159,39 @@ def load_key(*, create: bool) -> SealKey | None:
 
 def _framed(column: str) -> str:
     """A value as `length:text`, NULL as `-`: no two messages of other values read alike."""
-    return f"coalesce(length({column})::VARCHAR || ':' || {column}, '-')"
+    text = f"{column}::VARCHAR"
+    return f"coalesce(length({text})::VARCHAR || ':' || {text}, '-')"
 
 
 #: The verdict's columns a seal covers, in order (every one but its time).
 SEALED_VERDICT = ("rollout_id", "verifier_version", "status", "failure_kind", "details_json")
+#: The rollout's columns a seal covers: what was judged (final text, trajectory), and what the
+#: scores read beside the verdict: which run, task and repeat it counts for (a verdict moved to
+#: another task by editing `task_id` raised pass@k) and whether it counts at all (a failing
+#: rollout's status set to an error is left out of every score). `rollout_id` alone does not
+#: bind them: nothing recomputes it from them.
+SEALED_ROLLOUT = (
+    "run_id",
+    "task_id",
+    "repeat_index",
+    "status",
+    "failure_kind",
+    "output_text",
+    "trajectory_json",
+)
 
 
-def seal_sql(verdict: str, rollout: str) -> str:
+def seal_sql(verdict: str, rollout: str, prefix: str = "") -> str:
     """THE seal of a verdict: SQL over a relation `verdict` holding the verdict's columns and
-    `rollout` holding its rollout's `output_text` and `trajectory_json` (one relation may be
-    both). Needs `arm(con, key)` on the connection; unarmed, it is NULL."""
+    `rollout` holding its rollout's `SEALED_ROLLOUT` columns, each named with `prefix` (one
+    relation may be both, the rollout's columns then prefixed apart from the verdict's). Needs
+    `arm(con, key)` on the connection; unarmed, it is NULL."""
     parts = [_framed(f"{verdict}.{name}") for name in SEALED_VERDICT]
     parts += [
         f"coalesce({verdict}.reward::VARCHAR, '-')",
         f"coalesce({verdict}.passed::VARCHAR, '-')",
-        _framed(f"{rollout}.output_text"),
-        _framed(f"{rollout}.trajectory_json"),
     ]
+    parts += [_framed(f"{rollout}.{prefix}{name}") for name in SEALED_ROLLOUT]
     message = " || '|' || ".join(parts)
     inner = f"sha256(getvariable('gymflow_seal_ipad') || encode({message}))"
     return f"left(sha256(getvariable('gymflow_seal_opad') || unhex({inner})), {SEAL_HEX})"
@@ -200,6 +233,17 @@ def _has_seal_column(con) -> bool:
     )
 
 
+def _sealed_by(con, key: SealKey) -> bool:
+    """Whether any stored verdict carries `key`'s seal (arms `con` with it)."""
+    if not _has_seal_column(con):
+        return False
+    arm(con, key)
+    return con.execute(
+        "SELECT EXISTS (SELECT 1 FROM verifications v JOIN rollouts r USING (rollout_id) "
+        f"WHERE v.seal = {seal_sql('v', 'r')})"
+    ).fetchone()[0]
+
+
 def store_seal(con, key: SealKey | None) -> StoreSeal:
     """Which key sealed the store `con`, and how many of its verdicts predate the seal. A
     record whose MAC does not verify under this machine's key (an edited count) grants no
@@ -217,8 +261,16 @@ def store_seal(con, key: SealKey | None) -> StoreSeal:
         # seals without a record: the record was deleted; this key checks them, none unsealed
         return StoreSeal("sealed" if key else "foreign", key.key_id if key else None)
     key_id, _, rest = str(row[0]).partition(":")
-    if key is None or key_id != key.key_id:
+    if key is None:
         return StoreSeal("foreign", key_id)
+    if key_id != key.key_id:
+        # a record naming another key over seals this key made was edited, to make every
+        # check skip them (`seal_key_unknown`, a warning): this key checks them, none unsealed
+        return (
+            StoreSeal("sealed", key.key_id)
+            if _sealed_by(con, key)
+            else StoreSeal("foreign", key_id)
+        )
     legacy_text = rest.partition(":")[0]
     legacy = int(legacy_text) if legacy_text.isdigit() and len(legacy_text) < 19 else 0
     return StoreSeal("sealed", key_id, legacy if _record(key, legacy) == row[0] else 0)

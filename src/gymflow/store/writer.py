@@ -20,7 +20,7 @@ from gymflow.store.rows import (
     verifier_version_row,
 )
 from gymflow.store.schema import COLUMNS, SPECS
-from gymflow.store.seal import claim, seal_sql
+from gymflow.store.seal import SEALED_ROLLOUT, claim, seal_sql
 from gymflow.store.tool_lists import ToolLists
 
 #: Arrow types of the store's column types, for `insert_arrow`.
@@ -34,8 +34,13 @@ _ARROW = {
     "VARCHAR[]": pa.list_(pa.string()),
 }
 _SPECS = {spec.name: spec for spec in SPECS}
-_OUTPUT_AT = COLUMNS["rollouts"].index("output_text")
-_TRAJECTORY_AT = COLUMNS["rollouts"].index("trajectory_json")
+_SEALED_AT = tuple(COLUMNS["rollouts"].index(name) for name in SEALED_ROLLOUT)
+
+
+def judged_of(rollout_row: Sequence[Any]) -> tuple:
+    """The `SEALED_ROLLOUT` values of a rollout row (`rows.rollout_row`): what its verdict's
+    seal covers of it."""
+    return tuple(rollout_row[at] for at in _SEALED_AT)
 
 
 def insert_rows(
@@ -61,17 +66,17 @@ STAGED_VERDICTS = "verdicts_staged"
 
 def insert_verdicts(con, rows: Sequence[Sequence[Any]], judged: Sequence[tuple]) -> None:
     """Insert verdict rows (`verification_row`), each sealed over what it judged: `judged`
-    holds each row's rollout's stored (output_text, trajectory_json), in order."""
+    holds each row's rollout's stored `SEALED_ROLLOUT` values (`judged_of`), in order."""
     if not rows:
         return
     claim(con, _database_path(con))
-    names = (*VERDICT_COLUMNS, "output_text", "trajectory_json")
+    names = (*VERDICT_COLUMNS, *(f"rollout_{name}" for name in SEALED_ROLLOUT))
     lists = [list(column) for column in zip(*rows, strict=True)]
     lists += [list(column) for column in zip(*judged, strict=True)]
     selects = ", ".join(f"unnest(${i + 1}) AS {name}" for i, name in enumerate(names))
     con.execute(
         f"INSERT INTO verifications ({_VERDICTS}, seal) "
-        f"SELECT {_VERDICTS}, {seal_sql('v', 'v')} AS seal FROM (SELECT {selects}) v",
+        f"SELECT {_VERDICTS}, {seal_sql('v', 'v', 'rollout_')} AS seal FROM (SELECT {selects}) v",
         lists,
     )
 
@@ -138,13 +143,13 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
     rollout_rows, call_rows, verification_rows = [], [], []
     tool_lists = ToolLists()
     now = naive_utc(datetime.now(UTC))  # once per batch, not per row
-    judged = []  # each verdict's rollout's output_text and trajectory_json, as stored
+    judged = []  # what each verdict's seal covers of its rollout, as stored
     for r in rollouts:
         rollout_rows.append(stored := rollout_row_of(r))
         call_rows.extend(model_call_row(r.rollout_id, c, tool_lists) for c in r.calls)
         if r.verification is not None:
             verification_rows.append(verification_row(r.rollout_id, r.verification, now))
-            judged.append((stored[_OUTPUT_AT], stored[_TRAJECTORY_AT]))
+            judged.append(judged_of(stored))
     if not rollout_rows:
         return 0
     try:
