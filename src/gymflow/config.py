@@ -272,6 +272,20 @@ ServerUrl = Annotated[
     AfterValidator(refuse_url_credentials),
     WithJsonSchema({"type": "string", "pattern": URL_PATTERN}),
 ]
+
+
+def refuse_location_credentials(location: str | None) -> str | None:
+    """A folder is any path; a URL where data goes (`scheme://…`) is checked as every URL is."""
+    return refuse_url_credentials(location) if location and "://" in location else location
+
+
+#: Where a run's or shards' data goes: a folder here, or an object-storage URL without
+#: credentials (a folder named `runs/sk-learn` is no key; `s3://AKIA…:secret@bucket` is one).
+StorageLocation = Annotated[
+    str,
+    AfterValidator(refuse_location_credentials),
+    WithJsonSchema({"type": "string", "pattern": "^(?!.*://)|" + URL_PATTERN}),
+]
 #: The name of the environment variable holding an API key, wherever one is given.
 ApiKeyEnv = Annotated[
     str,
@@ -429,7 +443,7 @@ class EvalConfig(_Strict):
         description="Rollouts per Prefect task. Unset: the larger of 2000 and "
         f"{WAVES_PER_BATCH} x concurrency; set, at least concurrency.",
     )
-    out: str = Field("runs/latest", description="Run directory (store and report).")
+    out: StorageLocation = Field("runs/latest", description="Run directory (store and report).")
     shard: ShardSpec = ShardSpec()
     prompt_template: str | None = Field(
         None, description="Jinja template over a task's fields; unset: the benchmark's."

@@ -109,23 +109,33 @@ SHARD_ROOTS = {
     "/srv/shards": True,
     "runs/latest/shards": True,
     "/srv/a@b/shards": True,
+    "runs/sk-learn": True,  # a folder named like a key's prefix is a folder
+    "s3://bucket/sk-proj-AbC123": False,
 }
 
 
-@pytest.mark.parametrize("root", sorted(SHARD_ROOTS))
-def test_the_form_refuses_credentials_in_the_shard_root(schema, root: str) -> None:
-    """The shard root was any string: a URL holding `key:secret@` made a flow run whose
-    parameters showed it in plain text, and the CLI took it too (attacker's pass, issue 28)."""
-    parameters = {"config": {"benchmark": "arithmetic-smoke"}, "scale": {"shard_root": root}}
-    assert (not validate(parameters, schema, ignore_required=True)) == SHARD_ROOTS[root]
+def _accepted(build) -> bool:
     try:
-        ScaleOptions(shard_root=root)
+        build()
     except ValidationError as exc:
-        assert root not in str(exc)  # refused, never echoed
-        accepted = False
-    else:
-        accepted = True
-    assert accepted == SHARD_ROOTS[root]
+        assert "AKIA" not in str(exc) and "user:pw" not in str(exc)  # refused, never echoed
+        return False
+    return True
+
+
+@pytest.mark.parametrize("root", sorted(SHARD_ROOTS))
+def test_the_form_refuses_credentials_in_the_shard_root_and_out(schema, root: str) -> None:
+    """The shard root and `out` were any string: a URL holding `key:secret@` made a flow run
+    whose parameters showed it in plain text, and the CLI took it too (attacker's pass, issue
+    28). A folder passes whatever it is named."""
+    for parameters in (
+        {"config": {"benchmark": "arithmetic-smoke"}, "scale": {"shard_root": root}},
+        {"config": {"benchmark": "arithmetic-smoke", "out": root}},
+    ):
+        assert (not validate(parameters, schema, ignore_required=True)) == SHARD_ROOTS[root]
+    assert _accepted(lambda: ScaleOptions(shard_root=root)) == SHARD_ROOTS[root]
+    config = lambda: EvalConfig(benchmark="arithmetic-smoke", out=root)  # noqa: E731
+    assert _accepted(config) == SHARD_ROOTS[root]
 
 
 def test_the_corpus_holds_both_verdicts() -> None:

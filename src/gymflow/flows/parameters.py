@@ -35,6 +35,7 @@ from gymflow.config import (
     Sampling,
     ServerUrl,
     ShardSpec,
+    StorageLocation,
     ToolChoice,
 )
 from gymflow.environments.registry import (
@@ -252,7 +253,7 @@ class RunForm(_Form):
         None, description="Use only the first N tasks. Unset: all of them."
     )
     harness: HarnessForm = Field(HarnessForm(), description="The agent harness.")
-    out: str = Field(
+    out: StorageLocation = Field(
         "runs/ui/{date}/{flow_run_id}",
         description="Run folder (store and report.html), relative to the worker's working "
         "directory. `{date}` becomes the run's scheduled date in UTC (YYYY-MM-DD), "
@@ -337,7 +338,7 @@ class ScaleOptions(_Form):
     )
     # A URL's `key:secret@` would be stored in plain text as the run's parameter: refused as
     # every URL of the config is, by the schema before a flow run exists (a folder passes).
-    shard_root: ServerUrl | SkipJsonSchema[None] = Field(
+    shard_root: StorageLocation | SkipJsonSchema[None] = Field(
         None,
         description="Where shard results go (RUN_DIR/shards if unset): a folder, or an object "
         "storage URL (s3://bucket/prefix, gs://…, file://…) that every worker reaches, with "
