@@ -69,7 +69,7 @@ def test_the_seal_is_hmac_sha256_computed_in_sql() -> None:
         "'[]' AS trajectory_json"
     )
     sealed = con.execute(f"SELECT {seal_sql('v', 'v')} FROM v").fetchone()[0]
-    message = '2:r1|5:ver@1|2:ok|-|18:{"reason":"match"}|1.0|true|9:Answer: 8|2:[]'
+    message = '2:r1|5:ver@1|2:ok|:|18:{"reason":"match"}|1.0|true|9:Answer: 8|2:[]'
     assert sealed == hmac.new(key.secret, message.encode(), hashlib.sha256).hexdigest()[:32]
 
 

@@ -108,18 +108,24 @@ def _checked_file(path: Path) -> bytes:
 
 
 def _create_file(path: Path) -> None:
+    """A new key, written owner-only aside and then linked to its name: two processes that
+    start at once (a run's shards) never read a half-written key, and the first one's wins."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}")
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(os.urandom(KEY_BYTES).hex() + "\n")
+        os.link(partial, path)
     except FileExistsError:  # another process made it first: use theirs
-        return
+        pass
     except OSError as exc:
         raise SealKeyError(
             f"{path}: cannot create the seal key file: {exc.strerror or exc} "
             f"(or set {SEAL_KEY_ENV})"
         ) from None
-    with os.fdopen(fd, "w") as out:
-        out.write(os.urandom(KEY_BYTES).hex() + "\n")
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def load_key(*, create: bool) -> SealKey | None:
@@ -140,8 +146,10 @@ def load_key(*, create: bool) -> SealKey | None:
 
 
 def _framed(column: str) -> str:
-    """A value as `length:text`, NULL as `-`: no two messages of other values read alike."""
-    return f"coalesce(length({column})::VARCHAR || ':' || {column}, '-')"
+    """A value as `bytes:text` (NULL as a bare `:`; `concat` skips NULLs): no two messages of
+    other values read alike. One `concat` builds the whole message: a chain of `||` copied it
+    once per field, a third of the seal's cost."""
+    return f"strlen({column}), ':', {column}"
 
 
 #: The verdict's columns a seal covers, in order (every one but its time).
@@ -153,13 +161,10 @@ def seal_sql(verdict: str, rollout: str) -> str:
     `rollout` holding its rollout's `output_text` and `trajectory_json` (one relation may be
     both). Needs `arm(con, key)` on the connection; unarmed, it is NULL."""
     parts = [_framed(f"{verdict}.{name}") for name in SEALED_VERDICT]
-    parts += [
-        f"coalesce({verdict}.reward::VARCHAR, '-')",
-        f"coalesce({verdict}.passed::VARCHAR, '-')",
-        _framed(f"{rollout}.output_text"),
-        _framed(f"{rollout}.trajectory_json"),
-    ]
-    message = " || '|' || ".join(parts)
+    # a number and a boolean hold no `|`: as text, NULL as nothing
+    parts += [f"{verdict}.reward", f"{verdict}.passed"]
+    parts += [_framed(f"{rollout}.output_text"), _framed(f"{rollout}.trajectory_json")]
+    message = "concat(" + ", '|', ".join(parts) + ")"
     inner = f"sha256(getvariable('gymflow_seal_ipad') || encode({message}))"
     return f"left(sha256(getvariable('gymflow_seal_opad') || unhex({inner})), {SEAL_HEX})"
 
