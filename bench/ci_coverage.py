@@ -49,6 +49,8 @@ import numpy as np
 import tiny
 from gate_calibration import NIGHTS, simulate_month
 
+from gymflow.analysis.distributions import t_quantile
+from gymflow.analysis.paired import mcnemar, mcnemar_tasks_needed, paired_t
 from gymflow.analysis.passk import pair_curves
 from gymflow.analysis.stats import (
     ALPHA,
@@ -56,11 +58,7 @@ from gymflow.analysis.stats import (
     bootstrap_ci95,
     bounded_mean_ci95,
     clustered_stderr,
-    mcnemar,
-    mcnemar_tasks_needed,
-    paired_t,
     t_interval,
-    t_quantile,
     variance_components,
     widened_band,
 )

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gymflow.analysis.stats import paired_t
+from gymflow.analysis.paired import paired_t
 from gymflow.history.gate import ALLOWANCE, LIMIT, THRESHOLD, sequence
 
 NIGHTS = 30

@@ -70,12 +70,17 @@ def serving(
             time.sleep(0.25)
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop(process)
+
+
+def stop(process: subprocess.Popen) -> None:
+    """A server a test started, terminated, then killed if it outlives 20 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=20)
 
 
 @contextmanager

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
+from tests.servers import stop
 
 START_TIMEOUT_S = 60
 BUCKET = "gymflow-test"
@@ -112,12 +113,7 @@ def seaweed(folder: Path) -> Iterator[S3]:
                 time.sleep(0.2)
         yield S3(endpoint, env)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=20)
+        stop(process)
 
 
 def _keys(env: dict[str, str]) -> dict[str, str]:

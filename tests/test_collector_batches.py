@@ -1,11 +1,16 @@
 """One collector serves a run's batches (gymflow.rollouts.collect.Collector): every batch's
 rollouts are committed when its `run` returns, and the count of rollouts in a row that found the
 model server gone runs across batch boundaries (it restarted per batch, so a dead server split
-across batches never stopped the run)."""
+across batches never stopped the run). Batches that run at once share one window of
+`concurrency` rollouts in flight, the later one filling the slots the earlier one's tail frees."""
 
 from __future__ import annotations
 
+import json
 import socket
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from pathlib import Path
 
@@ -79,3 +84,42 @@ def test_the_dead_server_count_runs_across_batches(tmp_path: Path) -> None:
         with pytest.raises(RunStopped):
             collector.run(keys[9:])  # a tripped collector runs nothing more
         assert _stored(con) < 10
+
+
+def _served(base_url: str) -> dict:
+    with urllib.request.urlopen(base_url.removesuffix("/v1") + "/_gymflow/stats") as reply:
+        return json.loads(reply.read())
+
+
+def test_batches_at_once_share_one_window_the_later_filling_the_earlier_tail(
+    tmp_path: Path,
+) -> None:
+    plan = _plan(tmp_path / "run", limit=6, model={"kind": "local", "faults": {"latency_ms": 300}})
+    keys = plan.keys()
+    first_keys, second_keys = keys[:3], keys[3:]  # concurrency 2: the first ends in a tail of 1
+    with (
+        local_policy_server(plan) as server,
+        closing(connect(plan.run_dir)) as con,
+        Collector(plan, con, base_url=server.base_url) as collector,
+        ThreadPoolExecutor(2) as threads,
+    ):
+        first = threads.submit(collector.run, first_keys)
+        while _served(server.base_url)["requests"] == 0:  # the first batch holds the window
+            time.sleep(0.01)
+        second = threads.submit(collector.run, second_keys)
+        outcomes = first.result(), second.result()
+        peak = _served(server.base_url)["peak_in_flight"]
+    assert [o.completed for o in outcomes] == [len(first_keys), len(second_keys)]
+    assert peak == 2, "never more in flight than the concurrency"
+    with connect(plan.run_dir, read_only=True) as con:
+        times = {
+            (task_id, repeat): (started, finished)
+            for task_id, repeat, started, finished in con.execute(
+                "SELECT task_id, repeat_index, started_at, finished_at FROM rollouts"
+            ).fetchall()
+        }
+    assert set(times) == set(keys)
+    first_starts = [times[k][0] for k in first_keys]
+    second_start = min(times[k][0] for k in second_keys)
+    # the second batch waited for the first one's last start, then ran beside its tail
+    assert max(first_starts) <= second_start < max(times[k][1] for k in first_keys)

@@ -244,9 +244,9 @@ def refuse_key_as_env_name(value: str | None) -> str | None:
     )
     if looks_like_key:
         raise ValueError(
-            "api_key_env must name an environment variable holding the key (e.g. "
-            "OPENAI_API_KEY), and this value looks like a key itself: export the key in a "
-            "variable and give its name"
+            "it must name an environment variable holding the key (e.g. OPENAI_API_KEY), "
+            "and this value looks like a key itself: export the key in a variable and give "
+            "its name"
         )
     return value
 
@@ -391,12 +391,13 @@ NOT_FACTORS = (
     "concurrency",
     "batch_size",
     "resources_url",
+    "resources_key_env",
     "stop_after_transport_failures",
     "model.api_key_env",
 )
 
-#: Waves of `concurrency` rollouts in a default batch: the tail that ends a batch then costs a
-#: latency-bound run about a seventeenth of its bound (bench/latency_bound.py).
+#: Waves of `concurrency` rollouts in a default batch: few Prefect tasks for a long run. A batch's
+#: tail no longer drains the window: the next batch fills the slots it frees (`Collector`).
 WAVES_PER_BATCH = 16
 
 
@@ -438,6 +439,12 @@ class EvalConfig(_Strict):
         description="Use the environment's resources server served at this URL (`gym serve "
         "environment NAME --port P`) instead of an in-process one.",
     )
+    resources_key_env: ApiKeyEnv | None = Field(
+        None,
+        description="Name of the environment variable holding the served resources server's "
+        "access key (never the key): the one `gym serve environment` was given with --key-env, "
+        "or the contents of the key file it printed.",
+    )
     stop_after_transport_failures: int = Field(
         20,
         ge=1,
@@ -453,11 +460,10 @@ class EvalConfig(_Strict):
 
     @model_validator(mode="after")
     def _batch_holds_concurrency(self) -> EvalConfig:
-        """A batch's rollouts are the most that can be in flight at once, and each batch ends in
-        a tail about one model latency long in which fewer are: a batch below the concurrency
-        would cap it silently, one of a single wave would leave a latency-bound run at ~2/3 of
-        its bound. The default grows to `WAVES_PER_BATCH` waves; a smaller size set by hand is
-        kept, unless it is below the concurrency, which is refused."""
+        """A batch's rollouts (and, in its tail, the next batch's) are the most that can be in
+        flight at once: a batch below the concurrency would cap it silently. The default grows
+        to `WAVES_PER_BATCH` waves; a smaller size set by hand is kept, unless it is below the
+        concurrency, which is refused."""
         if "batch_size" not in self.model_fields_set:
             batch = max(self.batch_size, WAVES_PER_BATCH * self.concurrency)
             object.__setattr__(self, "batch_size", batch)

@@ -33,3 +33,10 @@ def user_cache(name: str) -> Path:
     there is no home folder (HOME unset, no passwd entry): nowhere to cache."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "gymflow" / name
+
+
+def user_state(name: str) -> Path:
+    """`$XDG_STATE_HOME/gymflow/NAME`, or `~/.local/state/gymflow/NAME`: what a user keeps
+    between sessions that is not a cache (a served environment's access key)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "gymflow" / name

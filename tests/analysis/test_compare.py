@@ -12,7 +12,7 @@ import pytest
 from scipy import stats as sps
 
 from gymflow.analysis.compare import CompareError, compare
-from gymflow.analysis.stats import mcnemar_power
+from gymflow.analysis.paired import mcnemar_power
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder
 from tests.conftest import gym

@@ -14,15 +14,9 @@ from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.proportion import proportion_confint
 from statsmodels.stats.weightstats import DescrStatsW
 
-from gymflow.analysis.stats import (
+from gymflow.analysis.distributions import binomial_cdf, t_quantile, t_upper_tail
+from gymflow.analysis.paired import (
     MCNEMAR_TEST,
-    Z95,
-    _binomial_cdf,
-    _expanded_tail,
-    bootstrap_ci95,
-    bounded_mean_ci95,
-    clustered_stderr,
-    design_effect,
     mcnemar,
     mcnemar_detectable,
     mcnemar_power,
@@ -31,8 +25,14 @@ from gymflow.analysis.stats import (
     paired_t,
     paired_t_power,
     paired_t_power_summary,
-    t_quantile,
-    t_upper_tail,
+)
+from gymflow.analysis.stats import (
+    Z95,
+    _expanded_tail,
+    bootstrap_ci95,
+    bounded_mean_ci95,
+    clustered_stderr,
+    design_effect,
     variance_components,
     widened_band,
 )
@@ -281,7 +281,7 @@ def test_mcnemar_matches_statsmodels() -> None:
 def test_binomial_cdf_matches_scipy() -> None:
     for n, p in [(50, 0.02), (10, 0.1), (3000, 0.001), (2000, 0.6), (7, 0.0), (7, 1.0)]:
         k = np.arange(-1, n + 2)
-        got = _binomial_cdf(k, np.full(len(k), n), p)
+        got = binomial_cdf(k, np.full(len(k), n), p)
         np.testing.assert_allclose(got, sps.binom.cdf(k, n, p), rtol=0, atol=1e-10)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -44,6 +45,8 @@ def test_sessions_tools_and_verify(notes_env) -> None:
             health = (await client.get("/health")).json()
             assert health == {
                 "status": "ok",
+                "key_required": False,  # in-process: no socket, no key
+                "key_accepted": True,
                 "environment": "notes",
                 "verifier_version": health["verifier_version"],
                 "tools": ["note"],
@@ -135,13 +138,19 @@ def test_a_crashing_tool_is_reported_as_output(notes_env) -> None:
     assert "ZeroDivisionError" in result["output"]
 
 
+#: The access key the served environment is started with (--key-env), and its variable.
+KEY_VAR, KEY = "GYMFLOW_TEST_RESOURCES_KEY", "k" * 32
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
 @pytest.fixture(scope="module")
 def served_backoffice(tmp_path_factory: pytest.TempPathFactory):
     """`gym serve environment backoffice` on a free port, stopped after the module."""
     port = free_port()
     process = subprocess.Popen(
-        [GYM, "serve", "environment", "backoffice", "--port", str(port)],
+        [GYM, "serve", "environment", "backoffice", "--port", str(port), "--key-env", KEY_VAR],
         cwd=tmp_path_factory.mktemp("serve"),
+        env={**os.environ, KEY_VAR: KEY},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -167,17 +176,19 @@ def test_gym_serve_environment_on_a_port(served_backoffice: str) -> None:
     base = served_backoffice
     health = httpx.get(f"{base}/health").json()
     assert health["environment"] == "backoffice" and "create_order" in health["tools"]
-    session = httpx.post(f"{base}/seed_session", json={"task_id": "backoffice-00007"}).json()
+    session = httpx.post(
+        f"{base}/seed_session", json={"task_id": "backoffice-00007"}, headers=AUTH
+    ).json()
     refused = httpx.post(
         f"{base}/tools/restock",
         json={"session_id": session["session_id"], "arguments": {"sku": "nope", "quantity": 1}},
-        headers=_token(session),
+        headers={**_token(session), **AUTH},
     ).json()
     assert refused == {"output": "error: no product 'nope'", "error": True}
     verdict = httpx.post(
         f"{base}/verify",
         json={"session_id": session["session_id"], "output_text": ""},
-        headers=_token(session),
+        headers={**_token(session), **AUTH},
     ).json()
     assert verdict["status"] == "ok" and verdict["details"]["reason"] == "state_differs"
 
@@ -189,13 +200,14 @@ def test_a_run_uses_a_served_resources_server(
     config = tmp_path / "remote.yaml"
     config.write_text(
         f"benchmark: backoffice\nlimit: 6\nrepeats: 2\nout: runs/remote\n"
-        f"resources_url: {served_backoffice}\n"
+        f"resources_url: {served_backoffice}\nresources_key_env: {KEY_VAR}\n"
     )
-    checked = gym("env", "validate", str(config), cwd=tmp_path)
+    checked = gym("env", "validate", str(config), cwd=tmp_path, env={KEY_VAR: KEY})
     assert checked.returncode == 0, checked.stdout
     assert f"resources server at {served_backoffice} answers /health" in checked.stdout
 
-    gym("eval", "run", str(config), cwd=tmp_path, env={"PREFECT_API_URL": prefect_api}, check=True)
+    env = {"PREFECT_API_URL": prefect_api, KEY_VAR: KEY}
+    gym("eval", "run", str(config), cwd=tmp_path, env=env, check=True)
     assert httpx.get(f"{served_backoffice}/health").json()["sessions"] == 0  # all closed
     con = duckdb.connect(str(tmp_path / "runs" / "remote" / "gymflow.duckdb"), read_only=True)
     rows = con.execute(
@@ -218,10 +230,14 @@ def test_a_run_uses_a_served_resources_server(
 
 
 def test_a_served_server_that_does_not_fit_the_run_is_refused(
-    served_backoffice: str, tmp_path: Path
+    served_backoffice: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv(KEY_VAR, KEY)
     other = tmp_path / "other.yaml"
-    other.write_text(f"benchmark: arithmetic-smoke\nresources_url: {served_backoffice}\n")
+    other.write_text(
+        f"benchmark: arithmetic-smoke\nresources_url: {served_backoffice}\n"
+        f"resources_key_env: {KEY_VAR}\n"
+    )
     report = validate_config(other)
     assert report.problems == [
         f"resources_url: {served_backoffice} serves environment 'backoffice', not 'arithmetic'"
@@ -229,7 +245,7 @@ def test_a_served_server_that_does_not_fit_the_run_is_refused(
     params = tmp_path / "params.yaml"
     params.write_text(
         f"benchmark: backoffice\nresources_url: {served_backoffice}\n"
-        "verifier_params: {ignore: []}\n"
+        f"resources_key_env: {KEY_VAR}\nverifier_params: {{ignore: []}}\n"
     )
     (problem,) = validate_config(params).problems
     assert "verifies with state_match@" in problem and "the run with state_match@" in problem

@@ -4,6 +4,7 @@ benchmark) is refused naming both files, never silently replaced by the other.""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,4 +40,28 @@ def test_validating_an_edited_copy_of_a_shipped_benchmark_names_both_files(tmp_p
         assert result.returncode == 1, out
         assert "defined twice" in out and "word-problems.yaml" in out, out
         assert "Traceback" not in out
+    assert not (tmp_path / "runs").exists()
+
+
+def test_running_a_copy_of_a_shipped_environment_names_both_folders(tmp_path: Path):
+    shutil.copytree(
+        PACKAGE_DIR / "arithmetic", tmp_path / "mine", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    command = ["eval", "run", "--environment", "arithmetic", "--out", "runs/x"]
+    result = subprocess.run(
+        [sys.executable, "-m", "gymflow.cli", *command],
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "PREFECT_HOME": str(tmp_path / "prefect"),
+            "GYMFLOW_ENVIRONMENTS_PATH": str(tmp_path),
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    assert "environment 'arithmetic' is defined twice" in out and "mine" in out, out
+    assert "Traceback" not in out
     assert not (tmp_path / "runs").exists()

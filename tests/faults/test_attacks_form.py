@@ -21,7 +21,7 @@ from prefect.utilities.callables import parameter_schema
 from prefect.utilities.schema_tools import validate
 from pydantic import TypeAdapter, ValidationError
 
-from gymflow.config import ModelConfig
+from gymflow.config import EvalConfig, ModelConfig
 from gymflow.flows.eval_run import evaluation_loop
 from gymflow.flows.lean import REFUSED
 from gymflow.flows.parameters import FlowConfig
@@ -79,6 +79,19 @@ def test_the_form_refuses_a_key_as_api_key_env_as_the_config_does(schema, name: 
     accepted = _config_accepts(api_key_env=name)
     assert _schema_accepts(schema, api_key_env=name) == accepted
     assert _form_accepts(api_key_env=name) == accepted
+
+
+@pytest.mark.parametrize("name", KEY_NAMES)
+def test_the_form_refuses_a_key_as_resources_key_env_as_the_config_does(schema, name) -> None:
+    """A served environment's access key is named as a model's API key is: never the key."""
+    try:
+        EvalConfig(benchmark="arithmetic-smoke", resources_key_env=name)
+        accepted = True
+    except ValidationError:
+        accepted = False
+    assert accepted == _config_accepts(api_key_env=name)
+    parameters = {"config": {"benchmark": "arithmetic-smoke", "resources_key_env": name}}
+    assert (not validate(parameters, schema, ignore_required=True)) == accepted
 
 
 @pytest.mark.parametrize("url", URLS)
@@ -155,3 +168,74 @@ def test_a_value_refused_past_the_schema_is_not_echoed_in_prefect_or_the_termina
         assert SECRET not in json.dumps(logs)
         assert SECRET not in json.dumps(run)
     assert not out.exists()
+
+
+#: Every deployment in prefect.yaml, called past its schema with one parameter its type refuses
+#: (a value holding SECRET): the flow run must store the placeholder, never the value.
+_EVERY_DEPLOYED_FLOW = f"""
+import importlib, inspect, json, sys, typing
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+SECRET = {SECRET!r}
+CANDIDATES = ({{"refused": SECRET}}, [SECRET], SECRET)
+
+def refused(hint):
+    for value in CANDIDATES:
+        try:
+            TypeAdapter(hint).validate_python(value)
+        except ValidationError:
+            return value
+    return None
+
+runs = {{}}
+for deployment in yaml.safe_load(open("prefect.yaml"))["deployments"]:
+    path, name = deployment["entrypoint"].split(":")
+    module = path.removeprefix("src/").removesuffix(".py").replace("/", ".")
+    flow = getattr(importlib.import_module(module), name)
+    hints = typing.get_type_hints(flow.fn)
+    chosen = next((p for p in inspect.signature(flow.fn).parameters if p in hints
+                   and refused(hints[p]) is not None), None)
+    if chosen is None:
+        runs[deployment["name"]] = None
+        continue
+    required = [p.name for p in inspect.signature(flow.fn).parameters.values()
+                if p.default is inspect.Parameter.empty]
+    given = {{p: "-" for p in required}} | {{chosen: refused(hints[chosen])}}
+    state = flow(**given, return_state=True)
+    runs[deployment["name"]] = [chosen, str(state.state_details.flow_run_id), state.type.value]
+print(json.dumps(runs))
+"""
+
+
+def test_every_deployed_flow_stores_a_placeholder_for_a_refused_parameter(
+    prefect_api: str,
+) -> None:
+    """eval-run and eval-shard stored a placeholder for a parameter that does not validate;
+    aggregate, reverify, study and nightly stored it as given (a key in a URL, in plain text in
+    the flow run's parameters). Every flow gymflow deploys is a LeanFlow now: each deployment
+    in prefect.yaml (a new one included) is run through Prefect with a refused value, and the
+    flow run's parameters and logs hold no trace of it."""
+    done = subprocess.run(
+        [sys.executable, "-c", _EVERY_DEPLOYED_FLOW],
+        cwd=Path(__file__).parents[2],
+        env={**os.environ, **gym_env(prefect_api), "PREFECT_LOGGING_LEVEL": "INFO"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert SECRET not in done.stdout + done.stderr
+    runs = json.loads(done.stdout.splitlines()[-1])
+    assert None not in runs.values(), runs  # each flow has a parameter a value can fail
+    assert len(runs) >= 6, runs
+    for deployment, (parameter, run_id, state) in runs.items():
+        run = httpx.get(f"{prefect_api}/flow_runs/{run_id}", timeout=30).json()
+        assert state == "FAILED" == run["state"]["type"], deployment
+        assert run["parameters"][parameter] == REFUSED, (deployment, run["parameters"])
+        logs = httpx.post(
+            f"{prefect_api}/logs/filter",
+            json={"logs": {"flow_run_id": {"any_": [run_id]}}},
+            timeout=30,
+        ).json()
+        assert SECRET not in json.dumps(run) + json.dumps(logs), deployment

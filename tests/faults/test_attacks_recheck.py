@@ -157,28 +157,3 @@ def test_a_server_that_judges_the_trajectory_is_not_text_only(tmp_path, monkeypa
     assert len(stored) == 12
     assert sorted(reward for _, reward in stored) == [0.0] * 6 + [1.0] * 6
     assert all(reward == float(bool(json.loads(t or "[]"))) for t, reward in stored)
-
-
-@pytest.mark.parametrize(
-    "macro", ["sum(x) AS count(x)", "abs(x) AS 0", "list(x) AS 42", "max(x) AS 1"]
-)
-def test_a_store_s_macros_do_not_replace_duckdb_s_functions(tmp_path, macro: str) -> None:
-    """A DuckDB file keeps macros, and one named as a built-in replaced it in the readers' SQL:
-    `sum(x) AS count(x)` made profile a traceback and health read tokens as mismatched. Every
-    reading command gives what the unedited store gives."""
-    clean = collect_run(tmp_path / "clean")
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "gymflow.duckdb").write_bytes((clean / "gymflow.duckdb").read_bytes())
-    _edit(run, f"CREATE MACRO {macro}")
-    for command in (("profile", "--json"), ("health", "--json"), ("reverify", "--check", "--json")):
-        want = gym("eval", *command, str(clean), cwd=tmp_path)
-        got = gym("eval", *command, str(run), cwd=tmp_path)
-        assert got.returncode == want.returncode == 0, got.stdout + got.stderr
-        assert _numbers(got.stdout) == _numbers(want.stdout), command
-
-
-def _numbers(out: str) -> dict:
-    """A command's JSON without what names the store's place."""
-    data = json.loads(out)
-    return {k: v for k, v in data.items() if k not in ("run_dir", "store", "report")}

@@ -66,13 +66,19 @@ def test_a_session_answers_only_the_caller_that_seeded_it() -> None:
     assert health["sessions"] == 1  # still the run's, open
 
 
+#: A served environment's access key (tests/faults/test_attacks_access.py tests the key itself).
+KEY_VAR, KEY = "GYMFLOW_TEST_RESOURCES_KEY", "k" * 32
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
 @contextlib.contextmanager
 def served(*args: str, cwd: Path) -> Iterator[str]:
     port = free_port()
+    keyed = ("--key-env", KEY_VAR) if args[0] == "environment" else ()
     process = subprocess.Popen(
-        [GYM, "serve", *args, "--port", str(port)],
+        [GYM, "serve", *args, *keyed, "--port", str(port)],
         cwd=cwd,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": "200", KEY_VAR: KEY},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -115,13 +121,13 @@ def test_the_model_server_checks_a_body_before_it_uses_it(tmp_path: Path, path: 
         assert httpx.get(base + "/health", timeout=30).json()["status"] == "ok"
 
 
-def _declared_too_big(base: str, path: str, bound: int = MAX_BODY_BYTES) -> bytes:
+def _declared_too_big(base: str, path: str, bound: int = MAX_BODY_BYTES, head: str = "") -> bytes:
     """A request declaring a body over the bound: answered before the body is sent."""
     host, port = base.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as conn:
         conn.sendall(
             f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {bound + 1}\r\n\r\n".encode()
+            f"{head}Content-Length: {bound + 1}\r\n\r\n".encode()
         )
         return conn.recv(4096)
 
@@ -158,14 +164,18 @@ def test_the_environment_server_bounds_a_body_before_it_reads_it(tmp_path: Path)
     server grew by 430 MB and kept it). Over the bound is a 413, declared or streamed, and the
     server's sessions are as they were; a run's ordinary requests still work."""
     with served("environment", "arithmetic", cwd=tmp_path) as base:
-        seeded = httpx.post(base + "/seed_session", json={"task_id": "arith-00000"}).json()
+        seeded = httpx.post(
+            base + "/seed_session", json={"task_id": "arith-00000"}, headers=AUTH
+        ).json()
         before = httpx.get(base + "/health", timeout=30).json()
-        assert _declared_too_big(base, "/verify", ENV_MAX_BODY_BYTES).startswith(b"HTTP/1.1 413")
+        for head, status in (("", b"401"), (f"Authorization: Bearer {KEY}\r\n", b"413")):
+            answer = _declared_too_big(base, "/verify", ENV_MAX_BODY_BYTES, head)
+            assert answer.startswith(b"HTTP/1.1 " + status), answer
         over = (b"x" * (1 << 20) for _ in range((ENV_MAX_BODY_BYTES >> 20) + 2))
-        streamed = httpx.post(base + "/verify", content=over, timeout=60)
+        streamed = httpx.post(base + "/verify", content=over, headers=AUTH, timeout=60)
         assert streamed.status_code == 413, streamed.text  # no Content-Length: counted as read
         assert httpx.get(base + "/health", timeout=30).json() == before
-        headers = {SESSION_TOKEN_HEADER: seeded["session_token"]}
+        headers = {SESSION_TOKEN_HEADER: seeded["session_token"], **AUTH}
         body = {"session_id": seeded["session_id"], "output_text": "Answer: 0"}
         verdict = httpx.post(base + "/verify", json=body, headers=headers, timeout=30)
         assert verdict.status_code == 200, verdict.text
@@ -271,14 +281,17 @@ def test_seeded_sessions_are_capped_and_idle_ones_expire() -> None:
     asyncio.run(scenario())
 
 
+SEED = {"task_id": "arith-00000"}
+
+
 def test_the_served_environment_takes_its_session_bounds_from_the_command_line(
     tmp_path: Path,
 ) -> None:
     with served("environment", "arithmetic", "--max-sessions", "3", cwd=tmp_path) as base:
         for _ in range(3):
-            seeded = httpx.post(base + "/seed_session", json={"task_id": "arith-00000"})
+            seeded = httpx.post(base + "/seed_session", json=SEED, headers=AUTH)
             assert seeded.status_code == 200
-        full = httpx.post(base + "/seed_session", json={"task_id": "arith-00000"})
+        full = httpx.post(base + "/seed_session", json=SEED, headers=AUTH)
         assert full.status_code == 503 and "3 sessions open" in full.json()["detail"]
         health = httpx.get(base + "/health", timeout=30).json()
         assert (health["sessions"], health["max_sessions"]) == (3, 3)

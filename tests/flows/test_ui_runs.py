@@ -70,7 +70,7 @@ def test_a_run_from_the_form_shows_progress_keeps_its_name_and_folder(deployment
         "out": str(served / "ui" / "{date}" / "{flow_run_id}"),
         **SLOW,
     }
-    typed = "checkpoint 2000 on arithmetic (typed)"
+    typed = "baseline-run"  # two lowercase words, as Prefect's own names are: still typed
     first = _start(api, "eval-run/eval-run", {"config": config}, name=typed)
 
     # while the one batch collects, the progress artifact moves, and the log says so
@@ -167,6 +167,42 @@ def test_cancel_ends_cancelled_without_errors_and_a_retry_says_it_runs(deploymen
             break
     assert retried["state_type"] == "COMPLETED", retried["state"]
     assert "Recommended next action" in _artifacts(api, run["id"])["gymflow-summary"]["data"]
+
+
+def test_cancelling_a_sharded_run_logs_no_error_anywhere(deployment: Deployment):
+    """Local shards are subflows in the worker's process: the Cancel stops them too, and the
+    parent and each shard end Cancelled, with no ERROR line in any of their logs."""
+    api, served = deployment.api, deployment.served
+    config = {"benchmark": "arithmetic-smoke", "out": str(served / "cancelled-shards"), **SLOW}
+    worker_log = deployment.logs / "worker.log"
+    since = worker_log.stat().st_size if worker_log.exists() else 0  # this run's lines only
+    run = _start(api, "eval-run/eval-run", {"config": config, "scale": {"shards": 2}})
+    wait_for(
+        "a few rollouts stored",
+        lambda: _stored(_artifacts(api, run["id"]).get("gymflow-progress")) >= 20,
+        timeout=600,
+        every=0.5,
+    )
+    call_api("POST", f"{api}/flow_runs/{run['id']}/set_state", {"state": {"type": "CANCELLING"}})
+    cancelled = final_state(api, run["id"], timeout=300)
+    assert cancelled["state_type"] == "CANCELLED", cancelled["state"]
+    query = {"flow_runs": {"parent_flow_run_id": {"any_": [run["id"]]}}}
+    shards = call_api("POST", f"{api}/flow_runs/filter", query)
+    assert len(shards) == 2
+    shards = [final_state(api, shard["id"], timeout=120) for shard in shards]
+    assert [s["state_type"] for s in shards] == ["CANCELLED", "CANCELLED"], shards
+    wait_for("the stop's line", lambda: _logged(api, run["id"], "finished rollouts are"), 60)
+    errors = [
+        (flow_run_id, entry["message"])
+        for flow_run_id in [run["id"], *(s["id"] for s in shards)]
+        for entry in _logs(api, flow_run_id)
+        if entry["level"] >= 40
+    ]
+    assert errors == [], errors
+    with worker_log.open("rb") as log:
+        log.seek(since)
+        worker = log.read().decode(errors="replace")
+    assert "Engine execution exited with unexpected exception" not in worker
 
 
 def test_an_unhealthy_run_ends_failed_with_its_failing_checks(deployment: Deployment):

@@ -19,6 +19,8 @@ from typing import Any
 
 from websockets.sync.client import connect
 
+from tests.servers import stop
+
 FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -120,12 +122,7 @@ def chromium(binary: str, flags: tuple[str, ...] = FLAGS):
         finally:
             tools.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         shutil.rmtree(profile, ignore_errors=True)
 
 

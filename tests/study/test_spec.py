@@ -47,6 +47,20 @@ def test_each_variant_names_the_one_factor_it_changes():
     assert Path(hot.config.out) == Path("runs/s/hot")
 
 
+def test_a_variant_setting_one_sampling_key_keeps_the_benchmarks_others():
+    # the baseline sets no sampling: it runs with the benchmark's (max_output_tokens 256), and a
+    # variant naming only the temperature must not reset the token cap to the default 1024
+    spec = StudySpec(
+        name="s",
+        baseline={"benchmark": "arithmetic-smoke", "repeats": 2},
+        variants=[{"name": "cool", "set": {"sampling": {"temperature": 0.3}}}],
+    )
+    cool = resolve_study(spec, "study.yaml").variants[0]
+    assert cool.keys == ("sampling.temperature",)
+    assert cool.config.sampling.temperature == 0.3
+    assert cool.config.sampling.max_output_tokens == 256
+
+
 def test_a_variant_changing_two_factors_is_refused_unless_confounded():
     two = {"model": {"skill_seed": 3}, "prompt_template": "Q: {{ question }}"}
     with pytest.raises(ConfigError, match=r"variant 'both': changes 2 factors \(model, prompt"):

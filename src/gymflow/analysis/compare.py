@@ -15,14 +15,14 @@ import polars as pl
 
 from gymflow.analysis.factors import attribution, differing_factors
 from gymflow.analysis.outcomes import check_verifier_version, task_table
-from gymflow.analysis.results import Comparison, McNemar, Paired, TaskIds
-from gymflow.analysis.stats import (
+from gymflow.analysis.paired import (
     PAIRED_TEST,
     mcnemar,
     mcnemar_power_summary,
     paired_t,
     paired_t_power_summary,
 )
+from gymflow.analysis.results import Comparison, McNemar, Paired, TaskIds
 from gymflow.errors import UserError
 from gymflow.store.runs import run_info
 
@@ -49,7 +49,7 @@ def _correlation(a: np.ndarray, b: np.ndarray) -> float | None:
 
 def paired(per_task: pl.DataFrame, *, power_difference: float = POWER_DIFFERENCE) -> Paired:
     """Paired statistics from a frame with task_id, p_a, p_b (per-task pass rates). The verdict
-    is the paired t on pass-rate differences (`stats.paired_t`): its difference, CI, p-value and
+    is the paired t on pass-rate differences (`paired.paired_t`): its difference, CI, p-value and
     power (at `power_difference` in pass rate). The share solved by majority verdict is reported
     beside it with its own test, McNemar's, and its own power (at `power_difference` in share
     solved)."""

@@ -249,9 +249,11 @@ def verifier_suspects(
     # Normalise only distinct (task, extracted, expected) triples of failed rollouts: the
     # regexes then run once per distinct answer, not once per rollout.
     extracted, expected = normalised_sql("raw_extracted"), normalised_sql("raw_expected")
+    # `judged` (the join of ten million rollouts with their verdicts, and a JSON parse of
+    # each verdict's details) is read three times: materialised once, not inlined into each.
     rows = con.execute(
         f"""
-        WITH judged AS (
+        WITH judged AS MATERIALIZED (
             SELECT r.rollout_id, r.task_id, r.repeat_index, v.passed,
                    {no_answer_sql("r")} AS unanswered,
                    json_extract_string(

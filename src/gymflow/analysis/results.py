@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.analysis.stats import PairedPower, Power
+from gymflow.analysis.paired import PairedPower, Power
 
 Number = int | float
 

@@ -30,8 +30,8 @@ from gymflow.present.terminal import print_table, styled, table
 from gymflow.store.db import connect
 
 if TYPE_CHECKING:
+    from gymflow.analysis.paired import PairedPower, Power
     from gymflow.analysis.results import Comparison, Profile, VersionRead
-    from gymflow.analysis.stats import PairedPower, Power
 
 # Each command imports what only it runs (the health checks, the diagnosis, the verifiers of a
 # reverify) in its body: `gym eval profile` does not pay for the others.

@@ -33,7 +33,7 @@ from gymflow.config import (
     missing_api_key,
     parse_config,
 )
-from gymflow.environments.registry import RegistryError, benchmark_sampling
+from gymflow.environments.registry import RegistryError, with_benchmark_sampling
 from gymflow.errors import naming_options
 from gymflow.flows.parameters import CHECKPOINT_S, SHARD_TIMEOUT_S, UNSHARDED, ScaleOptions
 from gymflow.models.open_files import ensure_open_files
@@ -94,12 +94,7 @@ def build_config(path: Path | None, overrides: dict[str, Any]) -> EvalConfig:
     """The config file overlaid with the flags; a problem names the flag that set the field."""
     source = str(path) if path else "command line"
     base = load_config_file(path) if path else {}
-    data = merge_overrides(base, overrides)
-    if isinstance(data.get("sampling"), dict):
-        # A sampling key, from the file's `sampling:` or a flag (`--seed`, `--temperature`, …),
-        # changes that setting only: the benchmark's others stay (vary one thing at a time).
-        benchmark = benchmark_sampling(data.get("benchmark")).model_dump()
-        data["sampling"] = {**benchmark, **data["sampling"]}
+    data = with_benchmark_sampling(merge_overrides(base, overrides))
     flags = {key: _flag(key) for key, value in overrides.items() if value is not None}
     return parse_config(data, source, flags)
 

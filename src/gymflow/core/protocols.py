@@ -10,6 +10,12 @@ from gymflow.errors import RuntimeFailure
 
 #: The header a served resources server's session token travels in (environments/asgi.py).
 SESSION_TOKEN_HEADER = "X-Gymflow-Session-Token"
+#: The header a served resources server's access key travels in, as `bearer(key)`.
+ACCESS_KEY_HEADER = "Authorization"
+
+
+def bearer(key: str) -> str:
+    return f"Bearer {key}"
 
 
 class ToolError(Exception):

@@ -6,6 +6,11 @@
     POST /close_session  {"session_id"}                        -> {"closed"}
     GET  /health                                               -> {"status": "ok", ...}
 
+Served, every route but /health needs the server's access key (`Authorization: Bearer KEY`,
+compared in constant time; a missing or wrong one is a 401 before the body is read): a session
+cap shared by every caller let any local user seed 10,000 sessions in 4 s and lock every run
+out for the idle time. /health says whether the key it was sent is the server's, never the key.
+
 A tool's failure is the tool's output (`error: true`, status 200): the model reads it and may try
 again; only a request the server cannot route (unknown session or task, a body that is not the
 expected shape) is an HTTP error. Each session holds its own state, so concurrent rollouts never
@@ -36,7 +41,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.core.protocols import SESSION_TOKEN_HEADER, ToolError
+from gymflow.core.protocols import ACCESS_KEY_HEADER, SESSION_TOKEN_HEADER, ToolError, bearer
 from gymflow.core.tasks import Task
 from gymflow.environments.resources import ResourcesServer
 
@@ -216,9 +221,42 @@ class _BoundedBody:
         await self.app(scope, replay, send)
 
 
-async def _refuse(send, status: int, detail: str) -> None:
+def _sent_key(scope) -> bytes:
+    return dict(scope.get("headers") or ()).get(ACCESS_KEY_HEADER.lower().encode(), b"")
+
+
+class _KeyRequired:
+    """ASGI middleware: a request on any route but /health without the access key is a 401,
+    answered before the body is read (an unauthenticated caller costs the server nothing)."""
+
+    def __init__(self, app, key: str) -> None:
+        self.app, self.expected = app, bearer(key).encode()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["path"] == "/health"
+            or secrets.compare_digest(_sent_key(scope), self.expected)
+        ):
+            await self.app(scope, receive, send)
+            return
+        said = "a wrong access key" if _sent_key(scope) else "no access key"
+        await _refuse(
+            send,
+            401,
+            f"this resources server needs its access key (Authorization: Bearer KEY) and was "
+            f"sent {said}: the key `gym serve environment` was given (--key-env) or wrote "
+            "(the file it printed)",
+            [(b"www-authenticate", b"Bearer")],
+        )
+
+
+async def _refuse(
+    send, status: int, detail: str, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
     content = json.dumps({"detail": detail}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(content))]
+    headers += extra or []
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": content})
 
@@ -229,16 +267,28 @@ def create_app(
     max_sessions: int = MAX_SESSIONS,
     session_idle_s: float = SESSION_IDLE_S,
     clock: Callable[[], float] = time.monotonic,
+    access_key: str | None = None,
 ) -> FastAPI:
+    """The app around `server`. `access_key` None checks no caller: for in-process use only
+    (no socket: `gym env validate`, tests); `gym serve environment` always gives one."""
     app = FastAPI(title=f"gymflow resources server: {server.env.name}")
     app.add_middleware(_BoundedBody)
+    if access_key is not None:
+        app.add_middleware(_KeyRequired, key=access_key)  # outermost: before the body is read
     sessions = _Sessions(server, max_sessions, session_idle_s, clock)
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
+    async def health(
+        authorization: Annotated[str | None, Header(alias=ACCESS_KEY_HEADER)] = None,
+    ) -> dict[str, Any]:
         await sessions.expire()
+        accepted = access_key is None or secrets.compare_digest(
+            (authorization or "").encode(), bearer(access_key).encode()
+        )
         return {
             "status": "ok",
+            "key_required": access_key is not None,
+            "key_accepted": accepted,
             "environment": server.env.name,
             "verifier_version": server.verifier_version,
             "tools": [tool["name"] for tool in server.tools()],

@@ -132,19 +132,46 @@ def read_manifest(path: Path) -> EnvironmentManifest:
         raise RegistryError(format_validation_error(exc, str(path))) from None
 
 
+def _defined_twice(kind: str, name: str, paths: list[Path]) -> RegistryError:
+    # The first would be used and the user's own edited copy silently ignored.
+    return RegistryError(
+        f"{kind} {name!r} is defined twice: {paths[0]} and {paths[1]}; rename one "
+        "(its `name:` and file or folder) so a run says which it used"
+    )
+
+
+def _distinct(paths: list[Path]) -> list[Path]:
+    """`paths` without a file or folder reached twice (through two roots or a link)."""
+    seen: dict[Path, Path] = {}
+    for path in paths:
+        seen.setdefault(path.resolve(), path)
+    return list(seen.values())
+
+
 @cache
-def _sources(roots: tuple[Path, ...]) -> Registry[EnvironmentSource]:
-    """The environment folders under `roots`, by manifest name (the first root to hold a name
-    wins: the shipped environments, then the user's path, then installed packages)."""
-    found: Registry[EnvironmentSource] = Registry("environment")
+def _definitions(roots: tuple[Path, ...]) -> dict[str, list[EnvironmentSource]]:
+    """Every environment folder under `roots` by manifest name, in search order (the shipped
+    environments, then the user's path, then installed packages)."""
+    folders: dict[Path, EnvironmentSource] = {}
     for root in roots:
         candidates = [root] if (root / "environment.yaml").exists() else sorted(root.glob("*/"))
         for folder in candidates:
             manifest_path = folder / "environment.yaml"
-            if manifest_path.exists():
-                manifest = read_manifest(manifest_path)
-                if manifest.name not in found:
-                    found.register(manifest.name, EnvironmentSource(manifest, folder))
+            if manifest_path.exists() and folder.resolve() not in folders:
+                folders[folder.resolve()] = EnvironmentSource(read_manifest(manifest_path), folder)
+    found: dict[str, list[EnvironmentSource]] = {}
+    for source in folders.values():
+        found.setdefault(source.manifest.name, []).append(source)
+    return found
+
+
+@cache
+def _sources(roots: tuple[Path, ...]) -> Registry[EnvironmentSource]:
+    """The environments under `roots` by name; one that two folders define is refused when
+    loaded (`_load_environment`), not when listed."""
+    found: Registry[EnvironmentSource] = Registry("environment")
+    for name, sources in _definitions(roots).items():
+        found.register(name, sources[0])
     return found
 
 
@@ -183,6 +210,9 @@ def _load_environment(name: str, roots: tuple[Path, ...]) -> Environment:
 
             return NemoGymEnvironment(server)
     source = sources.get(name)  # raises UnknownName
+    defined = _definitions(roots)[name]
+    if len(defined) > 1:
+        raise _defined_twice("environment", name, [d.folder for d in defined])
     return load_entrypoint(source)(source.manifest, source.folder)
 
 
@@ -214,10 +244,8 @@ def _benchmark_paths() -> dict[str, list[Path]]:
     paths: dict[str, list[Path]] = {}
     for root in search_roots():
         for path in sorted((root / "benchmarks").glob("*.yaml")):
-            found = paths.setdefault(path.stem, [])
-            if path.resolve() not in {p.resolve() for p in found}:
-                found.append(path)
-    return paths
+            paths.setdefault(path.stem, []).append(path)
+    return {name: _distinct(found) for name, found in paths.items()}
 
 
 def benchmark_files() -> dict[str, Path]:
@@ -228,13 +256,9 @@ def load_benchmark(name: str) -> Benchmark:
     paths = _benchmark_paths()
     if name not in paths:
         raise UnknownName("benchmark", name, {n: p[0] for n, p in paths.items()})
-    path, *others = paths[name]
-    if others:
-        # The first would be used and the user's own edited copy silently ignored.
-        raise RegistryError(
-            f"benchmark {name!r} is defined twice: {path} and {others[0]}; rename one "
-            "(its `name:` and file) so a run says which it used"
-        )
+    path = paths[name][0]
+    if len(paths[name]) > 1:
+        raise _defined_twice("benchmark", name, paths[name])
     try:
         data = bounded_yaml.safe_load(bounded_yaml.read_text(path))
         return Benchmark.model_validate(data)
@@ -242,6 +266,17 @@ def load_benchmark(name: str) -> Benchmark:
         raise RegistryError(f"{path}: malformed YAML: {exc}") from None
     except ValidationError as exc:
         raise RegistryError(format_validation_error(exc, str(path))) from None
+
+
+def with_benchmark_sampling(data: dict[str, Any]) -> dict[str, Any]:
+    """A config mapping whose `sampling:` names some settings, with the benchmark's for the
+    others: a config file, a flag or a study variant setting one sampling key changes that one
+    only (vary one thing at a time), never resetting the rest to the defaults."""
+    if not isinstance(data.get("sampling"), dict):
+        return data
+    return data | {
+        "sampling": benchmark_sampling(data.get("benchmark")).model_dump() | data["sampling"]
+    }
 
 
 def benchmark_sampling(name: Any) -> Sampling:

@@ -1,13 +1,16 @@
 """A resources server on another process or machine (`gym serve environment`), used by a run as if
 it were the in-process one: the same methods, over the HTTP routes of `environments/asgi.py`.
 
-Set `resources_url` in the eval config to use it. The served environment must be the run's
+Set `resources_url` in the eval config to use it, and `resources_key_env` to the variable
+holding the server's access key (sent on every request but /health). The served environment
+must be the run's
 environment with the run's verifier parameters: the check is the verifier version the server
 reports, so a server started with other parameters is refused before any rollout, instead of
 quietly scoring the run under a different verifier."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal, Protocol
 
 import httpx
@@ -22,7 +25,13 @@ from pydantic import (
 )
 
 from gymflow.config import ConfigError, EvalConfig
-from gymflow.core.protocols import SESSION_TOKEN_HEADER, ResourcesUnavailable, ToolError
+from gymflow.core.protocols import (
+    ACCESS_KEY_HEADER,
+    SESSION_TOKEN_HEADER,
+    ResourcesUnavailable,
+    ToolError,
+    bearer,
+)
 from gymflow.core.records import Verification
 from gymflow.core.statuses import VERIFY_ERROR
 from gymflow.core.tasks import Task
@@ -53,10 +62,38 @@ class ServedPlan(Protocol):
     def verifier_version(self) -> str: ...
 
 
+def _access_headers(config: EvalConfig) -> dict[str, str]:
+    """The access key header, from the variable `resources_key_env` names (empty when unset)."""
+    key = os.environ.get(config.resources_key_env or "", "")
+    return {ACCESS_KEY_HEADER: bearer(key)} if key else {}
+
+
+def _refused_key(config: EvalConfig, url: str) -> str:
+    """What to do about a served environment that refused the run's access key."""
+    name = config.resources_key_env
+    if not name:
+        return (
+            f"resources_key_env: {url} needs its access key, and the config names no variable "
+            "holding it: export the key `gym serve environment` was given or wrote (its file) "
+            "in a variable (e.g. RESOURCES_KEY) and set resources_key_env: RESOURCES_KEY"
+        )
+    if not os.environ.get(name):
+        return (
+            f"resources_key_env names {name}, which is not set here: export {name}=... (the "
+            "served environment's access key, read at run time and never stored)"
+        )
+    return (
+        f"resources_key_env: {url} refused the access key in {name}: it is not the key this "
+        "server was started with (a restarted server without --key-env writes a new one)"
+    )
+
+
 def remote_problems(plan: ServedPlan, url: str) -> list[str]:
     """Why the server at `url` cannot serve this plan (empty when it can)."""
     try:
-        health = httpx.get(f"{url.rstrip('/')}/health", timeout=10.0)
+        health = httpx.get(
+            f"{url.rstrip('/')}/health", headers=_access_headers(plan.config), timeout=10.0
+        )
         health.raise_for_status()
         info = health.json()
     except (httpx.HTTPError, ValueError) as exc:
@@ -72,6 +109,8 @@ def remote_problems(plan: ServedPlan, url: str) -> list[str]:
             f"resources_url: {url} verifies with {info.get('verifier_version')}, the run with "
             f"{plan.verifier_version} (start it with the run's verifier parameters)"
         )
+    if info.get("key_accepted") is False:
+        problems.append(_refused_key(plan.config, url))
     return problems
 
 
@@ -98,7 +137,10 @@ class RemoteResourcesServer:
         self.verifier_version = plan.verifier_version
         # Tool schemas are the environment's code, which this side has too: no round trip.
         self._schemas = plan.env.resources_server(plan.verifier_params)
-        self._http = httpx.AsyncClient(base_url=self.url, timeout=TIMEOUT)
+        self._config = plan.config
+        self._http = httpx.AsyncClient(
+            base_url=self.url, timeout=TIMEOUT, headers=_access_headers(plan.config)
+        )
         self._tokens: dict[str, str] = {}  # session id -> the token its seed returned
 
     def tools(self) -> list[dict[str, Any]]:
@@ -116,6 +158,8 @@ class RemoteResourcesServer:
             raise ResourcesUnavailable(
                 f"resources server {self.url}{path} unreachable: {type(exc).__name__}: {exc}"
             ) from None
+        if response.status_code == 401:  # the key changed under the run (a restarted server)
+            raise ResourcesUnavailable(f"{self.url}{path}: {_refused_key(self._config, self.url)}")
         if response.status_code >= 500:
             raise ResourcesUnavailable(
                 f"resources server {self.url}{path} answered {response.status_code}: "

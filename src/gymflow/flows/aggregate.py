@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from prefect import flow
-
 from gymflow.flows.eval_run import RunOutcome, analyse_run
+from gymflow.flows.lean import flow
 from gymflow.tasks.shards import aggregate_shards
 
 

@@ -76,6 +76,12 @@ def supervised() -> bool:
     return bool(os.environ.get("PREFECT__FLOW_RUN_ID"))
 
 
+def own_process() -> bool:
+    """This process was started to run this very flow run (a worker's, for a deployment run,
+    a work-pool shard's too), not a subflow of another run in it."""
+    return flow_run.id is not None and os.environ.get("PREFECT__FLOW_RUN_ID") == str(flow_run.id)
+
+
 @contextlib.contextmanager
 def stop_on_cancel() -> Iterator[None]:
     """While inside: a cancellation of this flow run asks the collectors to stop. Under a worker

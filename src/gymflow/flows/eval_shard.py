@@ -5,13 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import closing, nullcontext
 
+from prefect.runtime import flow_run
+from prefect.states import Cancelled, State
 from prefect.utilities.annotations import quote
 
 from gymflow.config import EvalConfig
 from gymflow.flows import run_log
+from gymflow.flows.cancellation import own_process
 from gymflow.flows.labels import eval_shard_name
 from gymflow.flows.lean import flow
 from gymflow.flows.parameters import CHECKPOINT_ROLLOUTS, CHECKPOINT_S
+from gymflow.flows.progress import RunProgress
 from gymflow.rollouts import stopping
 from gymflow.rollouts.collect import Collector
 from gymflow.rollouts.outcomes import BatchOutcome
@@ -56,11 +60,26 @@ def collect_plan(
             closing(connect(plan.run_dir)) as con,
             Collector(plan, con, base_url=url) as collector,
         ):
-            for batch in batches:
-                collected.append(collect_batch(quote(batch), quote(collector)))
+            # Each batch task is started while the one before it runs: the collector hands it
+            # the window's slots as the earlier batch's tail frees them (`Collector`), so the
+            # window does not drain between batches. Outcomes are taken in order.
+            def finished(future) -> None:
+                collected.append(future.result())
                 stopping.raise_if_requested()  # a batch asked to stop returns what it committed
                 if on_batch is not None:
                     on_batch(len(collected), len(batches), collected[-1])
+
+            running = []
+            try:
+                for index, batch in enumerate(batches):
+                    running.append(collect_batch.submit(quote(batch), quote(collector)))
+                    if index > 0:
+                        finished(running.pop(0))
+                if running:
+                    finished(running.pop(0))
+            finally:
+                for future in running:  # the collector closes once no batch runs on it
+                    future.wait()
     return tuple(collected)
 
 
@@ -72,7 +91,7 @@ def eval_shard(
     checkpoint_s: float = CHECKPOINT_S,
     checkpoint_rollouts: int = CHECKPOINT_ROLLOUTS,
     bundle: str | None = None,
-) -> tuple[BatchOutcome, ...]:
+) -> tuple[BatchOutcome, ...] | State:
     """Collect the missing rollouts of one shard (`config.shard`) into its store (`config.out`);
     what each batch did.
 
@@ -93,17 +112,28 @@ def eval_shard(
     """
 
     def collect(plan: RunPlan) -> tuple[BatchOutcome, ...]:
-        return collect_plan(plan, resume=True, base_url=base_url, on_batch=run_log.batch_done)
+        # A shard in a process of its own (a work pool's) publishes its progress, which the
+        # run that started it reads (`stored_by`); a subflow's reaches its parent in-process.
+        with RunProgress(len(plan.keys())) if own_process() else nullcontext():
+            return collect_plan(plan, resume=True, base_url=base_url, on_batch=run_log.batch_done)
 
-    with travelled(bundle):  # before the plan: a worker may know the benchmark only from it
-        plan = plan_of(config)
-        check_expectations(plan, expected)
-        if not is_url(config.out):
-            return collect(plan)
-        return run_published(
-            plan,
-            collect,
-            every_s=checkpoint_s,
-            every_rollouts=checkpoint_rollouts,
-            meta={"bundle": bundle},
-        )
+    try:
+        with travelled(bundle):  # before the plan: a worker may know the benchmark only from it
+            plan = plan_of(config)
+            check_expectations(plan, expected)
+            if not is_url(config.out):
+                return collect(plan)
+            return run_published(
+                plan,
+                collect,
+                every_s=checkpoint_s,
+                every_rollouts=checkpoint_rollouts,
+                meta={"bundle": bundle},
+            )
+    except stopping.RunStopped as exc:
+        if exc.cause == "dead_server" or own_process() or not flow_run.parent_flow_run_id:
+            raise
+        # The run this shard is a subflow of was cancelled or signalled: the shard stops with it
+        # and ends Cancelled as the parent does, not Failed with a traceback (ERROR lines for a
+        # clean stop); the parent's end says how to continue.
+        return Cancelled(message=str(exc))

@@ -5,6 +5,7 @@ Prefect UI's Retry) re-runs only the shards that are not complete."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from ipaddress import ip_address
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,21 +19,25 @@ from prefect.client.schemas.filters import (
     FlowFilterName,
     FlowRunFilter,
     FlowRunFilterIdempotencyKey,
+    FlowRunFilterName,
+    FlowRunFilterParentFlowRunId,
     WorkPoolFilter,
     WorkPoolFilterName,
 )
 from prefect.client.schemas.objects import FlowRun
 from prefect.client.schemas.responses import SetStateStatus
 from prefect.deployments import run_deployment
+from prefect.flow_engine import run_flow
 from prefect.runtime import flow_run as parent_run
-from prefect.states import AwaitingRetry, Cancelling, Crashed
+from prefect.states import AwaitingRetry, Cancelling, Crashed, Pending, State
 
 from gymflow import progress
 from gymflow.config import ConfigError, EvalConfig
 from gymflow.errors import RuntimeFailure
 from gymflow.flows.eval_shard import eval_shard
-from gymflow.flows.labels import shard_run_name
+from gymflow.flows.labels import eval_shard_name_of, shard_run_name
 from gymflow.flows.parameters import SHARD_FLOW, ScaleOptions
+from gymflow.flows.progress import stored_by
 from gymflow.rollouts.outcomes import ShardOutcome
 from gymflow.rollouts.plan import RunPlan, handed_down
 from gymflow.rollouts.published import expectations, publish_run, run_url
@@ -60,14 +65,54 @@ def run_shard_here(
         progress.advanced(before.stored)
         return ShardOutcome(before, ran=False)
     with handed_down(plan.for_shard(config)):
-        batches = eval_shard(config, base_url, **options)
+        state = _subflow_or_rerun(config, {"config": config, "base_url": base_url, **options})
     after = progress_of(plan, config)
+    if state.is_cancelled():  # stopped with its run, which ends Cancelled once every shard is back
+        return ShardOutcome(after, ran=True)
+    batches = state.result()  # a failed shard's error
     if not after.complete:
         raise ShardFailed(
             f"{_label(config)}: its store {after.store} holds {after.stored} of {after.expected} "
             f"rollouts after the shard ran{f' ({after.error})' if after.error else ''}"
         )
     return ShardOutcome(after, ran=True, batches=batches)
+
+
+def _subflow_or_rerun(config: EvalConfig, parameters: dict[str, Any]) -> State:
+    """The final state of the shard's subflow, run as pool shards are (`_run_or_rerun`): the
+    first time, a new subflow run; once this parent run holds one of the shard that did not
+    complete (the parent's Retry in the UI, or this task's retry), that same flow run again, so
+    the shard that failed and then succeeded ends green. Prefect itself would start a new
+    subflow run beside the red one (`FlowRunEngine.load_subflow_run`); its engine runs a given
+    flow run when handed one."""
+    name = eval_shard_name_of(config)
+    with get_client(sync_client=True) as client:
+        earlier = [
+            run
+            for run in client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(
+                    parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent_run.id]),
+                    name=FlowRunFilterName(any_=[name]),
+                )
+            )
+            if run.state is not None and run.state.is_final() and not run.state.is_completed()
+        ]
+        if not earlier:
+            return eval_shard(**parameters, return_state=True)
+        [run, *_] = earlier
+        # Pending, not AwaitingRetry: Prefect reschedules only deployment runs
+        retried = client.set_flow_run_state(
+            run.id, Pending(message="gymflow: the parent run retries this shard")
+        )
+        if retried.status != SetStateStatus.ACCEPT:
+            raise ShardFailed(
+                f"{_label(config)}: flow run {run.name} ended {run.state.name} and Prefect "
+                f"refused to run it again ({retried.details})"
+            )
+        # what this attempt runs with (a new local policy server's base_url), as the UI shows it
+        client.update_flow_run(run.id, parameters=eval_shard.serialize_parameters(parameters))
+        run = client.read_flow_run(run.id)
+    return run_flow(eval_shard, flow_run=run, parameters=parameters, return_type="state")
 
 
 def loopback_urls(config: EvalConfig) -> list[str]:
@@ -141,13 +186,17 @@ def _run_or_rerun(
     deployment_id: UUID,
     timeout_s: float | None,
     options: dict[str, Any],
+    on_stored: Callable[[int], None],
 ) -> FlowRun:
-    """The shard's flow run of this parent run, once final (or when `timeout_s` ran out). Each
-    shard has one flow run per parent run (its idempotency key): a retry (the task's, or the
-    parent's Retry in the UI) runs that one again, as the UI's Retry would, so a shard that
-    failed and then succeeded ends green instead of staying red beside a new run."""
+    """The shard's flow run of this parent run, once final (or when `timeout_s` ran out);
+    `on_stored(n)` hears, every few seconds while it runs, how many rollouts its store holds
+    (its progress artifact: its store is held by its writer, on its worker). Each shard has one
+    flow run per parent run (its idempotency key): a retry (the task's, or the parent's Retry
+    in the UI) runs that one again, as the UI's Retry would, so a shard that failed and then
+    succeeded ends green instead of staying red beside a new run."""
     name = shard_run_name(plan.run_id, config)
     key = f"{parent_run.id}/{name}"
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     with get_client(sync_client=True) as client:
         [earlier] = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(idempotency_key=FlowRunFilterIdempotencyKey(any_=[key])),
@@ -164,29 +213,32 @@ def _run_or_rerun(
             )
             key, earlier = f"{key}/after-{earlier.id}", None
         if earlier is None:
-            return run_deployment(
+            earlier = run_deployment(  # created, not waited for: the loop below waits
                 deployment_id,
                 parameters={"config": config.model_dump(mode="json"), **options},
                 flow_run_name=name,
                 idempotency_key=key,
-                timeout=timeout_s,
-                poll_interval=POLL_S,
+                timeout=0,
             )
-        retried = client.set_flow_run_state(
-            earlier.id, AwaitingRetry(message="gymflow: the parent run retries this shard")
-        )
-        if retried.status != SetStateStatus.ACCEPT:
-            raise ShardFailed(
-                f"{_label(config)}: flow run {earlier.name} ended {earlier.state.name} and "
-                f"Prefect refused to run it again ({retried.details})"
+            runs_before = 0
+        else:
+            retried = client.set_flow_run_state(
+                earlier.id, AwaitingRetry(message="gymflow: the parent run retries this shard")
             )
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            if retried.status != SetStateStatus.ACCEPT:
+                raise ShardFailed(
+                    f"{_label(config)}: flow run {earlier.name} ended {earlier.state.name} and "
+                    f"Prefect refused to run it again ({retried.details})"
+                )
+            runs_before = earlier.run_count
         while True:
             run = client.read_flow_run(earlier.id)
-            if run.state is not None and run.state.is_final() and run.run_count > earlier.run_count:
+            if run.state is not None and run.state.is_final() and run.run_count > runs_before:
                 return run
             if deadline is not None and time.monotonic() > deadline:
                 return run
+            if (stored := stored_by(client, run.id)) is not None:
+                on_stored(stored)
             time.sleep(POLL_S)
 
 
@@ -207,7 +259,28 @@ def run_shard_on_pool(
     if before.complete:
         progress.advanced(before.stored)
         return ShardOutcome(before, ran=False)
-    flow_run = _run_or_rerun(plan, config, deployment_id, timeout_s, options)
+    reported = 0
+
+    def on_stored(stored: int) -> None:  # the run's progress moves within the shard
+        nonlocal reported
+        if stored > reported:
+            progress.advanced(stored - reported)
+            reported = stored
+
+    try:
+        flow_run = _run_or_rerun(plan, config, deployment_id, timeout_s, options, on_stored)
+        outcome = _ended(plan, config, flow_run, timeout_s)
+    except Exception:
+        progress.advanced(-reported)  # a failed shard does not count
+        raise
+    progress.advanced(outcome.progress.stored - reported)
+    return outcome
+
+
+def _ended(
+    plan: RunPlan, config: EvalConfig, flow_run: FlowRun, timeout_s: float | None
+) -> ShardOutcome:
+    """What the shard's flow run left, once it ended (or `timeout_s` ran out)."""
     state = flow_run.state
     if state is None or not state.is_final():
         with get_client(sync_client=True) as client:
@@ -233,5 +306,4 @@ def run_shard_on_pool(
             f"({after.store}) holds {after.stored} of {after.expected} rollouts: is shard_root "
             "a path the workers and this flow share? (or a URL every worker reaches)"
         )
-    progress.advanced(after.stored)
     return ShardOutcome(after, ran=True, flow_run=str(flow_run.id))

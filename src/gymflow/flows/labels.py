@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from pathlib import PurePath
+from functools import cache
+from itertools import product
+from pathlib import Path, PurePath
 from typing import Any
 
+import coolname
+import prefect
+from coolname.loader import load_config
 from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
 
@@ -22,20 +27,79 @@ def _field(config: Any, *path: str) -> Any:
     return config
 
 
-#: The names Prefect makes up for a run nobody named: its server's two words (coolname's
-#: adjective-animal, `prefect.utilities.names.generate_slug(2)`), and its UI's form, which
-#: pre-fills a star's name (a Greek letter, maybe numbered, then words: alpha3-centauri-void).
-GENERATED_NAME = re.compile(
-    r"[a-z]+-[a-z]+|(alpha|beta|gamma|delta|epsilon|zeta|eta|theta|iota|kappa|lambda|mu|nu|xi|"
-    r"omicron|pi|rho|sigma|tau|upsilon|phi|chi|psi|omega)\d*(-[a-z]+)+"
-)
+def _words(config: dict[str, Any], name: str) -> list[tuple[frozenset[str], ...]]:
+    """What a coolname list `name` generates, as alternatives of word sets, one per word."""
+    entry = config[name]
+    if entry["type"] == "words":
+        return [(frozenset(entry["words"]),)]
+    if entry["type"] == "nested":
+        return [shape for child in entry["lists"] for shape in _words(config, child)]
+    if entry["type"] == "cartesian":
+        return [
+            tuple(word for part in parts for word in part)
+            for parts in product(*(_words(config, child) for child in entry["lists"]))
+        ]
+    return []  # phrases and constants: not in the two-word slugs Prefect asks for
+
+
+@cache
+def _server_names() -> list[tuple[frozenset[str], ...]]:
+    """The names Prefect's server gives a flow run created without one: coolname's two-word
+    slugs (`prefect.utilities.names.generate_slug(2)`), read from coolname's own word lists."""
+    return _words(load_config(Path(coolname.__file__).parent / "data"), "2")
+
+
+#: The lists of the star names the UI's Run Name field pre-fills (`FlowRunNameInput`: a Greek
+#: letter, maybe numbered; a constellation, star or place; maybe a word), told apart by a word
+#: each holds.
+_UI_LISTS = {"alphaRANDOM": 0, "centauri": 1, "nebula": 2}
+
+
+@cache
+def _ui_names() -> tuple[frozenset[str], ...] | None:
+    """The UI's name lists, read from the bundle Prefect serves (None: not found there)."""
+    found: dict[int, frozenset[str]] = {}
+    for script in sorted((Path(prefect.__ui_static_path__) / "assets").glob("*.js")):
+        for listed in re.findall(
+            r"`([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]*){20,})`", script.read_text("utf-8")
+        ):
+            words = frozenset(listed.split("."))
+            for marker, position in _UI_LISTS.items():
+                if marker in words:
+                    found[position] = words
+        if len(found) == len(_UI_LISTS):
+            greek = frozenset(re.sub(r"(\d+|RANDOM)$", "", w) for w in found[0])
+            return (greek, found[1], found[2])
+    return None
+
+
+def prefect_named(name: str) -> bool:
+    """Whether Prefect made `name` up: its server's default for a run created without a name,
+    or the star name its UI's form pre-fills and the user left. Decided by whether Prefect's
+    own generators can produce it, not by its shape: a typed `baseline-run` is the user's."""
+    words = name.split("-")
+    for shape in _server_names():
+        if len(shape) == len(words) and all(w in s for w, s in zip(words, shape, strict=True)):
+            return True
+    ui = _ui_names()
+    if ui is None or len(words) < 2:
+        return False
+    greek, place, word = ui
+    letter = re.fullmatch(r"([a-z]+)\d*", words[0])
+    if letter is None or letter.group(1) not in greek:
+        return False
+    rest = words[1:]
+    return any(
+        "-".join(rest[:cut]) in place and (cut == len(rest) or "-".join(rest[cut:]) in word)
+        for cut in range(1, len(rest) + 1)
+    )
 
 
 def run_name() -> str:
     """`flow_run_name` of the evaluation flows, e.g. arithmetic-smoke_my-model_2026-11-30T0200Z;
     a name given to the run (typed in the UI's Run Name, `--name`) is kept."""
     given = flow_run.name
-    if given and not GENERATED_NAME.fullmatch(given):
+    if given and not prefect_named(given):
         return given
     config = flow_run.parameters.get("config")
     target = _field(config, "benchmark") or _field(config, "environment") or "eval"
@@ -58,9 +122,13 @@ def eval_shard_name() -> str:
     """`flow_run_name` of the eval-shard flow: a given name (a work-pool shard is named by the
     run that starts it), else the shard's own (`shard_run_name`)."""
     given = flow_run.name
-    if given and not GENERATED_NAME.fullmatch(given):
+    if given and not prefect_named(given):
         return given
-    config = flow_run.parameters.get("config")
+    return eval_shard_name_of(flow_run.parameters.get("config"))
+
+
+def eval_shard_name_of(config: EvalConfig | dict[str, Any]) -> str:
+    """The name an eval-shard flow run of `config` gives itself (`shard_run_name`)."""
     if not isinstance(config, EvalConfig):
         config = EvalConfig.model_validate(config)
     return shard_run_name(config.fingerprint(), config)

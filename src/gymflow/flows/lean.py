@@ -9,7 +9,8 @@ the parameters gymflow's flows take (pydantic models, dataclasses, plain values)
 A parameter that does not validate is not stored: the flow run records a placeholder in its
 place. A run started past the form's schema (from Python, a deployment that does not enforce it)
 is refused when its parameters are validated, but Prefect had already stored them with the run,
-in plain text, a key in a URL or given as `api_key_env` included.
+in plain text, a key in a URL or given as `api_key_env` included. Every flow gymflow deploys is one
+(`gymflow.flows.lean.flow`); tests/faults runs each deployment in prefect.yaml to check.
 
 A flow run's heartbeat thread sleeps in 1 s steps, and the run waits for it to wake when it ends:
 0.5 s on average (`without_heartbeat`)."""

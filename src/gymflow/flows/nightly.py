@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from prefect import flow, get_run_logger, task
+from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
@@ -20,6 +20,7 @@ from gymflow.errors import GateFailed
 from gymflow.flows.eval_run import MAX_CONCURRENT_SHARDS, RunOutcome, run_evaluation
 from gymflow.flows.fan_out import publish_beside_shards
 from gymflow.flows.labels import run_name
+from gymflow.flows.lean import flow
 from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions
 from gymflow.history.gate import GateVerdict, gate, save_verdict
 from gymflow.store.remote import is_url

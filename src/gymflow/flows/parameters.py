@@ -277,6 +277,11 @@ class RunForm(_Form):
         description="A resources server started with `gym serve environment NAME`. Unset: one "
         "in-process.",
     )
+    resources_key_env: ApiKeyEnv | SkipJsonSchema[None] = Field(
+        None,
+        description="Name of the environment variable (on the worker) holding that server's "
+        "access key; never the key.",
+    )
     test_only: TestOnly = Field(
         TestOnly(), description="For gymflow's own tests (the simulated policy). Leave as is."
     )

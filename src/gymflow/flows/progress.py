@@ -5,12 +5,20 @@ an unsharded run of up to 2,000 rollouts is one batch, and sat at "0 of 1" until
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from types import TracebackType
+from uuid import UUID
 
 from prefect import get_run_logger
 from prefect.artifacts import ProgressArtifact, update_progress_artifact
+from prefect.client.orchestration import SyncPrefectClient
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    ArtifactFilterKey,
+)
 
 from gymflow import progress
 from gymflow.flows.artifacts import PROGRESS_KEY, publish
@@ -19,6 +27,25 @@ from gymflow.flows.artifacts import PROGRESS_KEY, publish
 PUBLISH_S = 2.0
 #: A log line at each tenth of the run, and at least this often while rollouts are stored.
 LOG_EVERY_S = 30.0
+
+
+#: How the progress artifact's description begins: what `stored_by` reads back.
+STORED = "{stored} of {total} rollouts stored"
+
+
+def stored_by(client: SyncPrefectClient, flow_run_id: UUID) -> int | None:
+    """The rollouts a flow run in another process has stored, as its progress artifact says
+    (None: no progress published yet): how a run follows its shards on a work pool."""
+    [artifact] = client.read_artifacts(
+        artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=[PROGRESS_KEY]),
+            flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]),
+        ),
+        limit=1,
+    ) or [None]
+    stored = STORED.format(stored=r"(\d+)", total=r"\d+")
+    found = re.match(stored, (artifact and artifact.description) or "")
+    return int(found.group(1)) if found else None
 
 
 class RunProgress:
@@ -56,7 +83,7 @@ class RunProgress:
         self._changed.set()
 
     def description(self) -> str:
-        text = f"{self.stored} of {self.total} rollouts stored"
+        text = STORED.format(stored=self.stored, total=self.total)
         if self.shards:
             text += f"; {self.shards_done} of {self.shards} shards finished"
         if self.shards_failed:

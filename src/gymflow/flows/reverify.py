@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect import flow, task
+from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from gymflow.flows.lean import flow
 from gymflow.reverify import Reverified
 from gymflow.reverify import reverify as reverify_run
 

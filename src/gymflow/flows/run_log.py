@@ -35,9 +35,10 @@ def shard_done(index: int, count: int, shard: ShardOutcome) -> None:
         )
         return
     logger.info(
-        "shard %d of %d done: %s of %s rollouts stored",
+        "shard %d of %d %s: %s of %s rollouts stored",
         index,
         count,
+        "done" if shard.progress.complete else "stopped",
         shard.progress.stored,
         shard.progress.expected,
     )

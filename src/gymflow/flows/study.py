@@ -7,7 +7,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, task
+from prefect import task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import wait
@@ -16,6 +16,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from gymflow.config import EvalConfig
 from gymflow.errors import RuntimeFailure
 from gymflow.flows.eval_run import UnhealthyRun, evaluation_loop
+from gymflow.flows.lean import flow
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
 from gymflow.present import format_number, format_percent, format_points, markdown_text
 from gymflow.reverify import reverify

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from gymflow.analysis.compare import CompareError, compare
 from gymflow.analysis.health import health
-from gymflow.analysis.stats import PAIRED_TEST
+from gymflow.analysis.paired import PAIRED_TEST
 from gymflow.history.catalog import CatalogEntry, read_entry, refresh
 from gymflow.store.db import StoreError, StoreFailure, connect
 from gymflow.written import write_text

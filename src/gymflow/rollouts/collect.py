@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import gc
 import sys
 import threading
@@ -108,6 +107,21 @@ def _new_event_loop():
     return uvloop.new_event_loop
 
 
+def _close_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """What `asyncio.Runner` does on the way out, for a loop running on `thread`."""
+
+    async def shut_down() -> None:
+        await loop.shutdown_asyncgens()
+        await loop.shutdown_default_executor()
+
+    try:
+        asyncio.run_coroutine_threadsafe(shut_down(), loop).result()
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+
+
 @dataclass
 class CollectStats:
     attempted: int = 0
@@ -124,7 +138,10 @@ class Collector:
 
     `run(keys)` collects one batch and returns once its rollouts are committed: the store, not
     this object, says what is done, so a batch's retry or a resume sees every finished rollout.
-    Calls to `run` come one at a time, from any one thread at a time (the flow's)."""
+    Batches may run at once, from several threads (the flow keeps the next batch task started
+    while one runs: `gymflow.flows.eval_shard.collect_plan`); they share one window of
+    `concurrency` rollouts in flight, taken in the order the batches started, so a batch's
+    tail and the next one's start overlap instead of draining the window to 0 between them."""
 
     def __init__(self, plan: RunPlan, con, *, base_url: str) -> None:
         self.plan = plan
@@ -135,24 +152,46 @@ class Collector:
         )
         self._settings = contextlib.ExitStack()
         self._resources = contextlib.AsyncExitStack()
-        self._runner: asyncio.Runner | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # The window: at most `concurrency` rollouts in flight across every batch running, and
+        # a batch starts taking slots once the batch before it has started its last rollout
+        # (`_collect`), so the next batch fills the slots the last one's tail frees.
+        self._slots = asyncio.Semaphore(plan.config.concurrency)
+        self._dispatched: asyncio.Event | None = None
 
     def __enter__(self) -> Collector:
         sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
         with contextlib.ExitStack() as settings:
             settings.enter_context(_run_long_gc())
-            runner = settings.enter_context(asyncio.Runner(loop_factory=_new_event_loop()))
-            runner.run(self._open())
-            self._runner, self._settings = runner, settings.pop_all()
+            # The loop runs on a thread of its own for the collector's whole life, between
+            # batches too: rollouts in flight keep going while a batch task ends and the next
+            # begins (Prefect's bookkeeping, the store's look-up of what is missing).
+            loop = (_new_event_loop() or asyncio.new_event_loop)()
+            thread = threading.Thread(
+                target=loop.run_forever, name="gymflow-collector", daemon=True
+            )
+            thread.start()
+            settings.callback(_close_loop, loop, thread)
+            self._loop = loop
+            self._call(self._open())
+            self._settings = settings.pop_all()
         return self
 
     def __exit__(self, *exc: object) -> None:
         try:
-            if self._runner is not None:
-                self._runner.run(self._resources.aclose())
+            if self._loop is not None:
+                self._call(self._resources.aclose())
         finally:
-            self._runner = None
+            self._loop = None
             self._settings.close()
+
+    def _call(self, coro):
+        """Run `coro` on the collector's loop and wait for it, in the caller's context (a batch
+        task's run context): in the context captured when the collector opened (the flow
+        run's), 20,000 rollouts through `gym eval run` collected ~40% slower (bench/startup.py
+        --large: 32.6 s against 22.7 s), for a reason in Prefect's context handling not pinned
+        down. `run_coroutine_threadsafe` copies the calling thread's context."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     async def _open(self) -> None:
         """Enter the resources on the collector's loop; `_resources` closes them in reverse
@@ -175,13 +214,9 @@ class Collector:
         return self.dead_server.tripped or stopping.stop_requested()
 
     def run(self, keys: list[RolloutKey]) -> CollectStats:
-        if self._runner is None:
+        if self._loop is None:
             raise RuntimeError("a Collector runs batches only inside its `with`")
-        # In the caller's context (a batch task's run context), as a runner made per batch ran
-        # it: in the context captured when the collector opened (the flow run's), 20,000
-        # rollouts through `gym eval run` collected ~40% slower (bench/startup.py --large:
-        # 32.6 s against 22.7 s), for a reason in Prefect's context handling not pinned down.
-        return self._runner.run(self._collect(keys), context=contextvars.copy_context())
+        return self._call(self._collect(keys))
 
     async def _collect(self, keys: list[RolloutKey]) -> CollectStats:
         """Run `keys`, writing each rollout; a cancelled or crashing batch commits what finished.
@@ -216,13 +251,20 @@ class Collector:
                 await asyncio.sleep(STOP_POLL_S)
             return request
 
+        before, dispatched = self._dispatched, asyncio.Event()
+        self._dispatched = dispatched
+
         async def worker() -> None:
+            if before is not None:  # the window is the earlier batch's until its last start
+                await before.wait()
             while self.stop_request() is None:
-                try:
-                    key = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    return
-                rollout = await run_one(plan, run_id, key, client, server, run_harness)
+                async with self._slots:
+                    try:
+                        key = queue.get_nowait()
+                    except asyncio.QueueEmpty:
+                        dispatched.set()
+                        return
+                    rollout = await run_one(plan, run_id, key, client, server, run_harness)
                 stats.attempted += 1
                 if rollout.status == COMPLETED:
                     stats.completed += 1
@@ -245,6 +287,7 @@ class Collector:
             if not (workers.done() and queue.empty()):
                 stopped = self.stop_request()
         finally:
+            dispatched.set()  # a stopped or crashed batch starts nothing more: the next may
             # Rollouts still in flight are dropped, not recorded: they never finished.
             workers.cancel()
             watcher.cancel()
@@ -260,7 +303,9 @@ class _Committer:
     """Commits batches of rollouts on one writer thread, one batch at a time, so the event loop
     keeps serving model calls while DuckDB writes (it releases the GIL) and syncs its log: a
     commit takes tens to hundreds of milliseconds of wall time, which would otherwise stall
-    every rollout in flight. A failed commit surfaces at the next commit or at the drain."""
+    every rollout in flight. A failed commit surfaces at the next commit or at the drain, and at
+    every one after it: batches running at once share the committer, and each of them must
+    hear that the store refused rollouts (which may have been its own)."""
 
     def __init__(self, con) -> None:
         self.con = con
@@ -268,6 +313,7 @@ class _Committer:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gymflow-store")
         self._in_flight: asyncio.Future[int] | None = None
         self._turn = asyncio.Lock()  # workers that flush at once take turns
+        self._refused: BaseException | None = None
 
     async def commit(self, batch: list[Rollout]) -> None:
         async with self._turn:
@@ -285,8 +331,14 @@ class _Committer:
 
     async def _settle(self) -> None:
         in_flight, self._in_flight = self._in_flight, None
+        if self._refused is not None:
+            raise self._refused
         if in_flight is not None:
-            progress.advanced(await in_flight)
+            try:
+                progress.advanced(await in_flight)
+            except Exception as exc:
+                self._refused = exc
+                raise
 
     def close(self) -> None:
         self._thread.shutdown(wait=True)

@@ -203,23 +203,70 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
         raise StoreError(
             f"{path}: not a readable DuckDB store (truncated or corrupt?): {exc}"
         ) from None
-    if read_only:
-        _check_version(con, path)
-        _stand_in_for_new_tables(con)
-        _builtins_first(con)  # last: it changes what current_database() names
-        return con
-    _schema(con, path)
+    try:
+        _refuse_foreign_objects(con, path)
+        if read_only:
+            _check_version(con, path)
+            _stand_in_for_new_tables(con)
+        else:
+            _schema(con, path)
+    except BaseException:
+        con.close()
+        raise
     return con
 
 
-def _builtins_first(con) -> None:
-    """Resolve a name to DuckDB's own function before one the store defines: a store file keeps
-    macros, and one named as a built-in (`CREATE MACRO sum(x) AS count(x)`, `abs`, `list`)
-    replaced it in every reader's SQL (profile was a traceback, health read other checks). The
-    store's tables still resolve: temporary ones (the stand-ins below) first, then its own."""
-    database = con.execute("SELECT current_database()").fetchone()[0]
-    path = "system.main,temp.main," + '"' + database.replace('"', '""') + '".main'
-    con.execute("SET search_path = '" + path.replace("'", "''") + "'")
+#: What a store holds that gymflow did not create, in one query (about 20 ms on an idle
+#: machine, nearly all of it duckdb_functions() listing DuckDB's own ~3,300). Every name is
+#: qualified with `system.main`: the store's own `current_database()` or `duckdb_views()`
+#: macro would otherwise answer in place of DuckDB's, and hide the rest.
+_FOREIGN_OBJECTS = """
+    WITH here AS (SELECT system.main.current_database() AS db)
+    SELECT function_type, schema_name, function_name FROM system.main.duckdb_functions()
+        WHERE database_name = (SELECT db FROM here) AND NOT internal
+    UNION ALL SELECT 'view', schema_name, view_name FROM system.main.duckdb_views()
+        WHERE database_name = (SELECT db FROM here) AND NOT internal
+    UNION ALL SELECT 'sequence', schema_name, sequence_name FROM system.main.duckdb_sequences()
+        WHERE database_name = (SELECT db FROM here)
+    UNION ALL SELECT 'type', schema_name, type_name FROM system.main.duckdb_types()
+        WHERE database_name = (SELECT db FROM here) AND NOT internal
+    UNION ALL SELECT 'index', schema_name, index_name FROM system.main.duckdb_indexes()
+        WHERE database_name = (SELECT db FROM here)
+    UNION ALL SELECT 'schema', schema_name, schema_name FROM system.main.duckdb_schemas()
+        WHERE database_name = (SELECT db FROM here) AND schema_name <> 'main'
+    UNION ALL SELECT 'table', schema_name, table_name FROM system.main.duckdb_tables()
+        WHERE database_name = (SELECT db FROM here)
+        AND NOT (schema_name = 'main' AND system.main.list_contains(?, table_name))
+    ORDER BY 1, 2, 3
+"""
+#: Objects an error names at most (a store could hold thousands).
+_FOREIGN_NAMED = 10
+
+
+def _refuse_foreign_objects(con, path: Path) -> None:
+    """A store holding anything gymflow does not create is refused, on every connection (the
+    writers' as the readers'), before any of gymflow's SQL runs on it. A DuckDB file keeps
+    macros, views, sequences and tables of its own: a macro named as a built-in (`CREATE MACRO
+    sum(x) AS count(x)`, a table macro `read_parquet`) replaced DuckDB's function in gymflow's
+    SQL, for a collector, reverify or merge writing the store too; a view reads whatever its
+    definition reads (a local file) wherever the store is opened. None of them is data a run
+    wrote, so nothing is lost by refusing; the message names each object to drop."""
+    found = con.execute(_FOREIGN_OBJECTS, [[spec.name for spec in SPECS]]).fetchall()
+    if not found:
+        return
+    named = [
+        f"{kind.replace('_', ' ')} {name!r}"
+        if schema == "main" or kind == "schema"
+        else f"{kind.replace('_', ' ')} {schema + '.' + name!r}"
+        for kind, schema, name in found[:_FOREIGN_NAMED]
+    ]
+    more = f" and {len(found) - _FOREIGN_NAMED} more" if len(found) > _FOREIGN_NAMED else ""
+    raise StoreError(
+        f"{path}: holds objects gymflow did not create ({', '.join(named)}{more}); a store's "
+        "own macros, views and tables would replace DuckDB's functions or gymflow's tables in "
+        "its SQL, so it is not opened: drop them (DROP MACRO ..., DROP VIEW ...) or use the "
+        "run's original store"
+    )
 
 
 def _create(path: Path) -> None:

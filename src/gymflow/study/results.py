@@ -9,10 +9,11 @@ from typing import Any
 
 from gymflow.analysis.compare import CompareError, compare
 from gymflow.analysis.health import health
+from gymflow.analysis.paired import PAIRED_TEST
 from gymflow.analysis.profile import headline
 from gymflow.analysis.results import Comparison
 from gymflow.analysis.simulated import simulated
-from gymflow.analysis.stats import ALPHA, PAIRED_TEST, t_interval
+from gymflow.analysis.stats import ALPHA, t_interval
 from gymflow.store.db import connect
 from gymflow.store.runs import run_info
 from gymflow.study.spec import Arm, Study

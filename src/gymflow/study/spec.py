@@ -33,6 +33,7 @@ from gymflow.config import (
     merge_overrides,
     parse_config,
 )
+from gymflow.environments.registry import with_benchmark_sampling
 from gymflow.rollouts.plan import resolve
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -92,7 +93,7 @@ class Study:
 
 
 def _arm_config(base: dict[str, Any], changes: dict[str, Any], out: Path, source: str):
-    merged = merge_overrides(base, _flatten(changes)) | {"out": str(out)}
+    merged = with_benchmark_sampling(merge_overrides(base, _flatten(changes))) | {"out": str(out)}
     return parse_config(merged, source)
 
 

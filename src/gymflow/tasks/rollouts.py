@@ -66,7 +66,9 @@ def _worth_retrying(task, task_run, state) -> bool:
     retry_condition_fn=_worth_retrying,
 )
 def collect_batch(keys: list[RolloutKey], collector: Collector) -> BatchOutcome:
-    todo = missing_keys(collector.con, collector.plan.run_id, keys)
+    # a cursor of its own: the batch before this one may be committing through the connection
+    with collector.con.cursor() as cursor:
+        todo = missing_keys(cursor, collector.plan.run_id, keys)
     if (task_run.run_count or 1) == 1:
         # on a retry, what the failed attempt stored was already counted as it flushed
         progress.advanced(len(keys) - len(todo))
