@@ -72,8 +72,8 @@ def test_the_seal_is_hmac_sha256_computed_in_sql() -> None:
     )
     sealed = con.execute(f"SELECT {seal_sql('v', 'v', 'r_')} FROM v").fetchone()[0]
     message = (
-        '2:r1|5:ver@1|2:ok|-|18:{"reason":"match"}|1.0|true'
-        "|4:run1|2:t7|2:12|9:completed|-|9:Answer: 8|2:[]"
+        '2:r1|5:ver@1|2:ok|:|18:{"reason":"match"}|1.0|true'
+        "|4:run1|2:t7|2:12|9:completed|:|9:Answer: 8|2:[]"
     )
     assert sealed == hmac.new(key.secret, message.encode(), hashlib.sha256).hexdigest()[:32]
 

@@ -120,7 +120,7 @@ def _create_file(path: Path) -> None:
     never replaces a file), so a process starting at the same moment reads either no file or
     the whole key, never the empty file another has just created (8 processes making the key
     at once: one in ten tries failed with "a seal key of 0 bytes")."""
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial = path.with_name(f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}")
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -158,9 +158,11 @@ def load_key(*, create: bool) -> SealKey | None:
 
 
 def _framed(column: str) -> str:
-    """A value as `length:text`, NULL as `-`: no two messages of other values read alike."""
+    """A value as `bytes:text` (NULL as a bare `:`; `concat` skips NULLs): no two messages of
+    other values read alike. One `concat` builds the whole message: a chain of `||` copied it
+    once per field, a third of the seal's cost."""
     text = f"{column}::VARCHAR"
-    return f"coalesce(length({text})::VARCHAR || ':' || {text}, '-')"
+    return f"strlen({text}), ':', {text}"
 
 
 #: The verdict's columns a seal covers, in order (every one but its time).
@@ -187,12 +189,10 @@ def seal_sql(verdict: str, rollout: str, prefix: str = "") -> str:
     relation may be both, the rollout's columns then prefixed apart from the verdict's). Needs
     `arm(con, key)` on the connection; unarmed, it is NULL."""
     parts = [_framed(f"{verdict}.{name}") for name in SEALED_VERDICT]
-    parts += [
-        f"coalesce({verdict}.reward::VARCHAR, '-')",
-        f"coalesce({verdict}.passed::VARCHAR, '-')",
-    ]
+    # a number and a boolean hold no `|`: as text, NULL as nothing
+    parts += [f"{verdict}.reward", f"{verdict}.passed"]
     parts += [_framed(f"{rollout}.{prefix}{name}") for name in SEALED_ROLLOUT]
-    message = " || '|' || ".join(parts)
+    message = "concat(" + ", '|', ".join(parts) + ")"
     inner = f"sha256(getvariable('gymflow_seal_ipad') || encode({message}))"
     return f"left(sha256(getvariable('gymflow_seal_opad') || unhex({inner})), {SEAL_HEX})"
 
