@@ -40,7 +40,7 @@ from gymflow.store import current
 from gymflow.store.db import connect, memory_capped_call, store_path, transaction
 from gymflow.store.rows import verification_row
 from gymflow.store.runs import RunInfo, run_info
-from gymflow.store.seal import check_seals
+from gymflow.store.seal import SealState, check_seals
 from gymflow.store.superseded import supersede_verifications
 from gymflow.store.writer import (
     STAGED_VERDICTS,
@@ -566,11 +566,12 @@ class Rechecked(Result):
     #: (a tolerance of 1e300 passes every answer), so the check fails whatever the verdicts say
     params_named: bool
     #: which key sealed the store (`store/seal.py`): `sealed` (this machine's: checked),
-    #: `foreign` (a key this machine does not hold: not checked) or `unsealed` (written before
-    #: the seal); and the verdicts, of any version, whose seal does not match (None: not
+    #: `foreign` (a key this machine does not hold: not checked), `unsealed` (written before
+    #: the seal) or `stripped` (every verdict counted: seals removed from a store this machine
+    #: sealed); and the verdicts, of any version, whose seal does not match (None: not
     #: checked), with the first of their rollout ids. A mismatch is an edit the judging cannot
     #: see: an output rewritten to the reference answer judges again as a pass.
-    seal_state: Literal["unsealed", "sealed", "foreign"]
+    seal_state: SealState
     seal_mismatches: int | None
     seal_examples: list[str]
 

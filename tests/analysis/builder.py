@@ -55,6 +55,9 @@ class StoreBuilder:
         #: SQL run after the records are written, for states the records cannot express (a
         #: rollout whose stored totals disagree with its calls, as an imported file can have)
         self.after_write: list[tuple[str, list[Any]]] = []
+        #: written in another folder, then moved where `write` was asked: a store this machine
+        #: did not seal at that path (a colleague's, or one an older gymflow wrote)
+        self.written_elsewhere = False
         self.server = load_environment(self.meta.environment).resources_server(
             self.meta.verifier_params
         )
@@ -164,13 +167,18 @@ class StoreBuilder:
         return made
 
     def write(self, run_dir: Path) -> Path:
-        con = connect(run_dir, create=True)
+        written = (
+            run_dir.with_name(run_dir.name + "-elsewhere") if self.written_elsewhere else run_dir
+        )
+        con = connect(written, create=True)
         try:
             self._write(con)
             for sql, params in self.after_write:
                 con.execute(sql, params)
         finally:
             con.close()
+        if written != run_dir:
+            written.rename(run_dir)
         return run_dir
 
     def _write(self, con) -> None:

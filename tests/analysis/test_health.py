@@ -189,12 +189,22 @@ def _output_rewritten(b):
     return rid
 
 
+_UNSEALED = [
+    ("ALTER TABLE verifications DROP COLUMN seal", []),
+    ("DELETE FROM meta WHERE key = 'seal'", []),
+]
+
+
 def _before_the_seal(b):
-    """A store an older gymflow wrote: no seal column, no seal record."""
-    b.after_write += [
-        ("ALTER TABLE verifications DROP COLUMN seal", []),
-        ("DELETE FROM meta WHERE key = 'seal'", []),
-    ]
+    """A store an older gymflow wrote elsewhere: no seal column, no seal record."""
+    b.after_write += _UNSEALED
+    b.written_elsewhere = True
+    return _bend(b, "t0", 1)
+
+
+def _stripped(b):
+    """The same edits made to a store this machine sealed, where it sealed it."""
+    b.after_write += _UNSEALED
     return _bend(b, "t0", 1)
 
 
@@ -203,6 +213,7 @@ def _another_key(b):
     seals is this key's (a record edited alone is checked by this key: tests/faults)."""
     b.after_write.append(("UPDATE meta SET value = 'ffffffffffffffff:0:00' WHERE key = 'seal'", []))
     b.after_write.append(("UPDATE verifications SET seal = left(md5(seal), 32)", []))
+    b.written_elsewhere = True
     return _bend(b, "t0", 1)
 
 
@@ -252,6 +263,7 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "verification_error": _verification_error,
     "tampering": _tampering,
     "seal_mismatch": _output_rewritten,
+    "seal_stripped": _stripped,
     "verdict_unsealed": _before_the_seal,
     "seal_key_unknown": _another_key,
     TASK_CHECK: _every_repeat,

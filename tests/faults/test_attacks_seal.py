@@ -213,10 +213,14 @@ def test_reverify_seals_its_verdicts_and_the_superseded_keep_theirs(tmp_path) ->
     assert report["checks"]["seal_mismatch"]["status"] == "ok", report["checks"]["seal_mismatch"]
 
 
+UNSEAL = ("ALTER TABLE verifications DROP COLUMN seal", "DELETE FROM meta WHERE key = 'seal'")
+
+
 def test_a_store_from_before_the_seal_is_a_warning(tmp_path) -> None:
-    run = collect_run(tmp_path / "run")
-    # what an older gymflow wrote: no seal column, no seal record
-    _edit(run, "ALTER TABLE verifications DROP COLUMN seal", "DELETE FROM meta WHERE key = 'seal'")
+    written = collect_run(tmp_path / "written")
+    # what an older gymflow wrote: no seal column, no seal record, at a path never sealed here
+    _edit(written, *UNSEAL)
+    run = written.rename(tmp_path / "run")
     before = rollout_rows(run / "gymflow.duckdb")
     checked = gym("eval", "health", str(run), "--json", cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -232,6 +236,43 @@ def test_a_store_from_before_the_seal_is_a_warning(tmp_path) -> None:
     assert report["verdict"] == "healthy", report["gate_failures"]
     assert report["checks"]["seal_mismatch"]["status"] == "ok"
     assert report["checks"]["verdict_unsealed"]["count"] == 12
+
+
+@pytest.mark.parametrize(
+    "strip",
+    [
+        UNSEAL,  # reads as written before the seal
+        (  # reads as sealed by a colleague's key
+            "UPDATE meta SET value = '0123456789abcdef:0:' || repeat('0', 32) WHERE key = 'seal'",
+            "UPDATE verifications SET seal = left(md5(seal), 32)",
+        ),
+    ],
+    ids=["unsealed", "another-key"],
+)
+def test_seals_stripped_from_a_store_sealed_here_are_an_integrity_failure(tmp_path, strip):
+    """Every seal and the seal record removed or rewritten together, with the failing outputs
+    rewritten to the reference and passed: inside the file nothing tells this from an older or
+    a colleague's store, which only warn, and pass@1 read 1.0 healthy (attacker's pass, issue
+    28). This machine remembers the path of every store it sealed (beside the key)."""
+    run = collect_run(tmp_path / "run")
+    _failing(run)
+    _edit(run, *REWRITTEN, *strip)
+    before, digest = rollout_rows(run / "gymflow.duckdb"), tree_digest(run)
+    checked = gym("eval", "health", str(run), "--json", cwd=tmp_path)
+    assert tree_digest(run) == digest  # the checks write nothing
+    assert checked.returncode == 2, checked.stdout + checked.stderr
+    report = json.loads(checked.stdout)
+    assert "seal_stripped" in report["gate_failures"]
+    assert report["checks"]["seal_stripped"]["count"] == 12
+    assert not {"verdict_unsealed", "seal_key_unknown"} & set(report["warnings"])
+    again = gym("eval", "reverify", str(run), "--check", cwd=tmp_path)
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert "12 verdicts lost their seals" in " ".join(again.stdout.split())
+    write = gym("eval", "reverify", str(run), "--set", "abs_tol=5", cwd=tmp_path)
+    assert write.returncode == 1
+    assert "this machine sealed this store" in one_error_line(write.stderr)
+    # refused before any verdict; a writer's connection gave a dropped column back, empty
+    assert rollout_rows(run / "gymflow.duckdb") == before
 
 
 def test_a_store_sealed_with_another_key_says_so(tmp_path) -> None:

@@ -387,6 +387,14 @@ CHECKS: dict[str, Check] = {
         MISMATCH_SQL,
         needs=("seal_legacy",),
     ),
+    "seal_stripped": Check(
+        "a verdict of a store this machine sealed at this path (its sealed-stores ledger, beside "
+        "the seal key) that now reads as unsealed or sealed by another key: its seals or seal "
+        "record were removed or rewritten in the file, which an older or a colleague's store "
+        "would only warn of",
+        "SELECT rollout_id AS id FROM verifications WHERE getvariable('seal_state') = 'stripped'",
+        needs=("seal_state",),
+    ),
     "verdict_unsealed": Check(
         "a verdict without a seal, written before gymflow sealed its verdicts: edits of it or "
         "of its rollout cannot be seen (a store this gymflow writes has none)",

@@ -593,7 +593,16 @@ def _recheck(run_dir: Path, version: str | None, json_output: bool) -> None:
 
 def _print_seals(result) -> None:
     """What the seals say (`store/seal.py`), beside the judging: the edits it cannot see."""
-    if result.seal_mismatches:
+    from gymflow.store.seal import STRIPPED
+
+    if result.seal_state == "stripped":
+        console.print(
+            f"{result.seal_mismatches} verdicts lost their seals: {STRIPPED}",
+            style="bold red",
+            markup=False,
+            highlight=False,
+        )
+    elif result.seal_mismatches:
         console.print(
             f"{result.seal_mismatches} verdicts do not match their seals: they, or the rollouts "
             f"they judged, were edited in the store (e.g. {', '.join(result.seal_examples[:5])})",

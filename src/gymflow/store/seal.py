@@ -207,13 +207,17 @@ def arm(con, key: SealKey) -> None:
 # -- which key sealed a store ----------------------------------------------------------------
 
 
+SealState = Literal["unsealed", "sealed", "foreign", "stripped"]
+
+
 @dataclass(frozen=True)
 class StoreSeal:
     """What the store's `meta.seal` record says, read against this machine's key."""
 
     #: `unsealed`: written before the seal (no record, no sealed verdict); `sealed`: by this
-    #: machine's key; `foreign`: by a key this machine does not hold (or it holds none)
-    state: Literal["unsealed", "sealed", "foreign"]
+    #: machine's key; `foreign`: by a key this machine does not hold (or it holds none);
+    #: `stripped`: reads as unsealed or foreign, but this machine sealed the store at this path
+    state: SealState
     key_id: str | None
     #: verdicts the store held, unsealed, when it was first sealed: read as "unsealed"
     legacy: int = 0
@@ -244,7 +248,76 @@ def _sealed_by(con, key: SealKey) -> bool:
     ).fetchone()[0]
 
 
+# -- which stores this machine sealed -------------------------------------------------------
+#
+# Everything in a store can be rewritten together: seals nulled (or the column dropped) and the
+# seal record deleted read as a store an older gymflow wrote, a record naming another key over
+# garbled seals as a colleague's store, and both only warn. What the store cannot hide is where
+# it is: each key keeps, beside the key file, the paths of the stores it sealed, and a store at
+# one of them that reads as unsealed or foreign had its seals removed (`stripped`). A store
+# moved to a new path before being stripped is not caught (docs/advanced/security.md).
+
+
+def ledger_file() -> Path:
+    """The stores this machine's keys sealed: `key id<TAB>store path` lines, owner-only."""
+    return key_file().with_name("sealed-stores")
+
+
+def _store_path(con) -> str | None:
+    row = con.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()
+    return os.path.realpath(row[0]) if row and row[0] else None
+
+
+def _entry(key: SealKey, path: str) -> str:
+    return f"{key.key_id}\t{path}\n"
+
+
+def _remember(con, key: SealKey) -> None:
+    path, ledger = _store_path(con), ledger_file()
+    if path is None:
+        return
+    try:
+        ledger.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError as exc:
+        raise SealKeyError(f"{ledger}: cannot record the sealed store: {exc.strerror}") from None
+    with os.fdopen(fd, "a") as out:  # one short append: whole even beside another writer
+        out.write(_entry(key, path))
+
+
+def _remembered(con, key: SealKey) -> bool:
+    path, ledger = _store_path(con), ledger_file()
+    if path is None or not ledger.exists():
+        return False
+    try:
+        info = ledger.stat()
+        if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) & 0o022:
+            raise SealKeyError(f"{ledger}: writable by others or not this user's; refused")
+        with ledger.open(encoding="utf-8", errors="replace") as lines:
+            return _entry(key, path) in lines
+    except OSError as exc:
+        raise SealKeyError(f"{ledger}: cannot read the sealed stores: {exc.strerror}") from None
+
+
+STRIPPED = (
+    "this machine sealed this store, and it now reads as unsealed or sealed by another key: "
+    "its seals or seal record were removed or rewritten in the file (or another store was put "
+    "at this path: then move that one to a folder of its own)"
+)
+
+
 def store_seal(con, key: SealKey | None) -> StoreSeal:
+    """Which key sealed the store `con` (`_seal_record`), and `stripped` when that reads as
+    unsealed or foreign at a path this machine's key sealed."""
+    found = _seal_record(con, key)
+    if found.state in ("unsealed", "foreign") and key is not None and _remembered(con, key):
+        return StoreSeal("stripped", key.key_id)
+    return found
+
+
+def _seal_record(con, key: SealKey | None) -> StoreSeal:
     """Which key sealed the store `con`, and how many of its verdicts predate the seal. A
     record whose MAC does not verify under this machine's key (an edited count) grants no
     verdict leave to be unsealed."""
@@ -292,18 +365,21 @@ def claim(con, where: str, *, legacy_added: int = 0) -> SealKey:
     key = load_key(create=True)
     assert key is not None
     found = store_seal(con, key)
+    held = con.execute("SELECT count(*) FROM verifications").fetchone()[0]
+    if found.state == "stripped" and held:
+        raise SealKeyError(f"{where}: {STRIPPED}; nothing written")
     if found.state == "foreign":
         raise SealKeyError(foreign_key_message(where, found.key_id, key))
-    if found.state == "unsealed":
-        legacy = con.execute("SELECT count(*) FROM verifications").fetchone()[0]
-    else:
-        legacy = found.legacy + legacy_added
-    if found.state == "unsealed" or legacy_added:
+    first = found.state in ("unsealed", "stripped")  # stripped of nothing: a failed first write
+    legacy = held if first else found.legacy + legacy_added
+    if first or legacy_added:
         con.execute(
             "INSERT INTO meta VALUES ('seal', ?) "
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             [_record(key, legacy)],
         )
+    if first:
+        _remember(con, key)
     arm(con, key)
     return key
 
@@ -342,6 +418,12 @@ def armed_state(con) -> StoreSeal:
 def check_seals(con, max_examples: int = 10) -> SealCheck:
     """Recompute every verdict's seal in SQL (writes nothing but session variables)."""
     found = armed_state(con)
+    if found.state == "stripped":
+        count, examples = con.execute(
+            f"SELECT count(*), list(rollout_id ORDER BY rollout_id)[1:{int(max_examples)}] "
+            "FROM verifications"
+        ).fetchone()
+        return SealCheck(found, count, examples or [])
     if found.state != "sealed":
         return SealCheck(found, None, [])
     count, examples = con.execute(
