@@ -208,6 +208,18 @@ def _stripped(b):
     return _bend(b, "t0", 1)
 
 
+def _task_deleted(b):
+    """A task taken out of the store with all it held: every other check agrees with the rest."""
+    held = "(SELECT rollout_id FROM rollouts WHERE task_id = 't2')"
+    b.after_write += [
+        (f"DELETE FROM model_calls WHERE rollout_id IN {held}", []),
+        (f"DELETE FROM verifications WHERE rollout_id IN {held}", []),
+        ("DELETE FROM rollouts WHERE task_id = 't2'", []),
+        ("DELETE FROM tasks WHERE task_id = 't2'", []),
+    ]
+    return b.meta.run_id
+
+
 def _another_key(b):
     """A store sealed on a host with another key: its record names that key, and none of its
     seals is this key's (a record edited alone is checked by this key: tests/faults)."""
@@ -264,6 +276,7 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "tampering": _tampering,
     "seal_mismatch": _output_rewritten,
     "seal_stripped": _stripped,
+    "task_list_edited": _task_deleted,
     "verdict_unsealed": _before_the_seal,
     "seal_key_unknown": _another_key,
     TASK_CHECK: _every_repeat,

@@ -452,3 +452,32 @@ def test_a_run_resumed_with_another_key_is_refused_before_any_model_call(
     finally:
         con.close()
     assert rollout_rows(run / "gymflow.duckdb") == before
+
+
+def test_a_task_deleted_with_all_it_held_is_an_integrity_failure(tmp_path) -> None:
+    """A failing task taken out with its rollouts, verdicts and calls: every verdict left keeps
+    its seal and every count agrees, and pass@1 read 0.90 instead of 0.75, healthy (attacker's
+    pass, issue 28). The task list is sealed too."""
+    run = collect_run(tmp_path / "run")
+    con = duckdb.connect(str(run / "gymflow.duckdb"), read_only=True)
+    try:
+        (task,) = con.execute(
+            "SELECT min(r.task_id) FROM rollouts r JOIN verifications v USING (rollout_id) "
+            "WHERE NOT v.passed"
+        ).fetchone()
+    finally:
+        con.close()
+    held = f"(SELECT rollout_id FROM rollouts WHERE task_id = '{task}')"
+    _edit(
+        run,
+        f"DELETE FROM model_calls WHERE rollout_id IN {held}",
+        f"DELETE FROM verifications WHERE rollout_id IN {held}",
+        f"DELETE FROM rollouts WHERE task_id = '{task}'",
+        f"DELETE FROM tasks WHERE task_id = '{task}'",
+    )
+    digest = tree_digest(run)
+    checked = gym("eval", "health", str(run), "--json", cwd=tmp_path)
+    assert checked.returncode == 2, checked.stdout + checked.stderr
+    report = json.loads(checked.stdout)
+    assert report["gate_failures"] == ["task_list_edited"], report["gate_failures"]
+    assert tree_digest(run) == digest

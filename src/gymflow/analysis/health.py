@@ -387,6 +387,13 @@ CHECKS: dict[str, Check] = {
         MISMATCH_SQL,
         needs=("seal_legacy",),
     ),
+    "task_list_edited": Check(
+        "the store's task list is not the one its writers sealed: a task (with its rollouts) "
+        "deleted or added in the file, which no verdict's seal can show",
+        "SELECT run_id AS id FROM runs WHERE NOT getvariable('task_list_sealed')",
+        level="run",
+        needs=("task_list_sealed",),
+    ),
     "seal_stripped": Check(
         "a verdict of a store this machine sealed at this path (its sealed-stores ledger, beside "
         "the seal key) that now reads as unsealed or sealed by another key: its seals or seal "
@@ -518,6 +525,7 @@ def health(
     variables = {
         "seal_state": sealed.state,
         "seal_legacy": sealed.legacy if sealed.state == "sealed" else None,
+        "task_list_sealed": sealed.tasks_sealed,
         "verifier_version": version,
         "reward_low": spec.low if spec else None,
         "reward_high": spec.high if spec else None,

@@ -17,7 +17,14 @@ import duckdb
 
 from gymflow.store.db import StoreError, StoreFailure, connect, store_path, transaction
 from gymflow.store.runs import RolloutKey, RunInfo, check_run_store, missing_keys, run_info
-from gymflow.store.seal import SealKey, SealKeyError, claim, foreign_key_message, load_key
+from gymflow.store.seal import (
+    SealKey,
+    SealKeyError,
+    claim,
+    foreign_key_message,
+    load_key,
+    seal_tasks,
+)
 from gymflow.store.writer import insert_rows
 
 #: Tables copied from shards, in order. Keyed tables take `INSERT OR IGNORE`; `model_calls` has no
@@ -158,6 +165,7 @@ def merge_into(
     try:
         added = _copy(con, shards)
         insert_rows(con, "tasks", task_rows, on_conflict_ignore=True)
+        seal_tasks(con, claim(con, str(run_dir)))
         return MergeReport(
             run_id=run_id,
             run_dir=Path(run_dir),

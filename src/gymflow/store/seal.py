@@ -27,7 +27,7 @@ import hashlib
 import hmac
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -221,6 +221,8 @@ class StoreSeal:
     key_id: str | None
     #: verdicts the store held, unsealed, when it was first sealed: read as "unsealed"
     legacy: int = 0
+    #: whether its task list is the one sealed (`armed_state`; None: not checked)
+    tasks_sealed: bool | None = None
 
 
 def _record(key: SealKey, legacy: int) -> str:
@@ -357,6 +359,39 @@ def foreign_key_message(where: str, key_id: str | None, key: SealKey | None) -> 
     )
 
 
+# -- which tasks a store holds -----------------------------------------------------------------
+#
+# A verdict's seal covers its rollout, not whether the rollout's task is there at all: a failing
+# task deleted with its rollouts, verdicts and calls took pass@1 from 0.75 to 0.90, healthy.
+# The store's task list (each run's ids) is sealed too, in `meta.task_seal`, by the writers
+# that add tasks (registration, merge, import: `seal_tasks`).
+
+
+def _task_list_mac(con, key: SealKey) -> str:
+    runs = con.execute(
+        "SELECT run_id, string_agg(task_id, chr(10) ORDER BY task_id) FROM tasks "
+        "GROUP BY run_id ORDER BY run_id"
+    ).fetchall()
+    listing = "\n\n".join(f"{len(str(run))}:{run}\n{ids}" for run, ids in runs)
+    return key.mac("gymflow task list\n" + listing)[:SEAL_HEX]
+
+
+def seal_tasks(con, key: SealKey) -> None:
+    """Seal the task list the store holds now (after a writer added tasks)."""
+    con.execute(
+        "INSERT INTO meta VALUES ('task_seal', ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [_task_list_mac(con, key)],
+    )
+
+
+def task_list_sealed(con, key: SealKey) -> bool:
+    """Whether the store's task list is the one its writers sealed (a task deleted or added
+    in the file, or the seal removed, is not)."""
+    row = con.execute("SELECT value FROM meta WHERE key = 'task_seal'").fetchone()
+    return row is not None and hmac.compare_digest(str(row[0]), _task_list_mac(con, key))
+
+
 def claim(con, where: str, *, legacy_added: int = 0) -> SealKey:
     """The key a writer seals with, armed on `con`, with the store's seal record written (in
     the caller's transaction). A store sealed with another key is refused: one store, one key.
@@ -380,6 +415,7 @@ def claim(con, where: str, *, legacy_added: int = 0) -> SealKey:
         )
     if first:
         _remember(con, key)
+        seal_tasks(con, key)
     arm(con, key)
     return key
 
@@ -412,6 +448,7 @@ def armed_state(con) -> StoreSeal:
     if found.state == "sealed" and key is not None:
         arm(con, key)
         con.execute("SET VARIABLE seal_legacy = ?", [found.legacy])
+        return replace(found, tasks_sealed=task_list_sealed(con, key))
     return found
 
 
