@@ -20,6 +20,7 @@ from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.registration import register_run
 from gymflow.store.current import make_current
 from gymflow.store.db import connect
+from gymflow.store.seal import SEALED_ROLLOUT
 from gymflow.store.writer import insert_verdicts, register_verifier_version, write_rollouts
 from tests.conftest import gym
 
@@ -207,12 +208,13 @@ def build_store(out: Path, outcomes: list[str], *, hostile: bool) -> Path:
             {"extract": "last_number", "note": PAYLOAD},
             source="reverify",
         )
-        judged = dict(
-            con.execute(
-                "SELECT rollout_id, [output_text, trajectory_json] FROM rollouts"
+        judged = {
+            row[0]: row[1:]
+            for row in con.execute(
+                f"SELECT rollout_id, {', '.join(SEALED_ROLLOUT)} FROM rollouts"
             ).fetchall()
-        )
-        insert_verdicts(con, second, [tuple(judged[row[0]]) for row in second])
+        }
+        insert_verdicts(con, second, [judged[row[0]] for row in second])
         make_current(con, SECOND)  # the run is read under its reverified version
     con.close()
     return out
