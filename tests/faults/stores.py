@@ -88,6 +88,16 @@ def collect_run(out: Path, **config: Any) -> Path:
     return out
 
 
+def edit_store(run: Path, *statements: str) -> None:
+    """SQL run on a run's store from outside gymflow, as someone who can write the file."""
+    con = duckdb.connect(str(run / "gymflow.duckdb"))
+    try:
+        for sql in statements:
+            con.execute(sql)
+    finally:
+        con.close()
+
+
 def one_error_line(stderr: str) -> str:
     """The single `error: ...` line a refused or stopped command ends with: no traceback, no
     second error, nothing wrapped onto another line."""

@@ -16,16 +16,7 @@ import duckdb
 import pytest
 
 from tests.conftest import gym
-from tests.faults.stores import collect_run, rollout_rows, tree_digest
-
-
-def _edit(run, *statements: str) -> None:
-    con = duckdb.connect(str(run / "gymflow.duckdb"))
-    try:
-        for sql in statements:
-            con.execute(sql)
-    finally:
-        con.close()
+from tests.faults.stores import collect_run, edit_store, rollout_rows, tree_digest
 
 
 def _check(run, cwd):
@@ -34,7 +25,7 @@ def _check(run, cwd):
 
 def test_parameters_edited_to_pass_everything_fail_the_check(tmp_path) -> None:
     run = collect_run(tmp_path / "run")
-    _edit(
+    edit_store(
         run,
         "UPDATE verifier_versions SET params_json = "
         """'{"extract": "last_number", "abs_tol": 1e300}'""",
@@ -61,7 +52,7 @@ def test_deleted_failing_verdicts_are_differences(tmp_path) -> None:
         .fetchall()
     }
     assert failing
-    _edit(run, "DELETE FROM verifications WHERE NOT passed")
+    edit_store(run, "DELETE FROM verifications WHERE NOT passed")
     before = tree_digest(run)
     out = _check(run, tmp_path)
     assert out.returncode == 2, out.stdout + out.stderr
@@ -74,7 +65,7 @@ def test_deleted_failing_verdicts_are_differences(tmp_path) -> None:
 
 def test_null_keys_of_a_forged_verdict_are_listed(tmp_path) -> None:
     run = collect_run(tmp_path / "run")
-    _edit(
+    edit_store(
         run,
         "UPDATE rollouts SET repeat_index = NULL",
         "UPDATE verifications SET passed = true, reward = 1 WHERE NOT passed",
@@ -107,7 +98,7 @@ def test_a_corrupt_stored_value_is_named_and_nothing_is_written(
     tmp_path, edit: str, named: str, command: tuple[str, ...]
 ) -> None:
     run = collect_run(tmp_path / "run")
-    _edit(run, edit)
+    edit_store(run, edit)
     before = rollout_rows(run / "gymflow.duckdb")
     versions = duckdb.connect(str(run / "gymflow.duckdb"), read_only=True).execute(
         "SELECT * FROM verifier_versions"
@@ -145,7 +136,7 @@ def test_a_server_that_judges_the_trajectory_is_not_text_only(tmp_path, monkeypa
     )
     run = collect_run(tmp_path / "run")
     # repeats of one answer whose trajectories differ (the simulated policy answers alike)
-    _edit(run, "UPDATE rollouts SET trajectory_json = '[]' WHERE repeat_index = 0")
+    edit_store(run, "UPDATE rollouts SET trajectory_json = '[]' WHERE repeat_index = 0")
     done = reverify(run, {"abs_tol": 0.5})
     con = duckdb.connect(str(run / "gymflow.duckdb"), read_only=True)
     stored = con.execute(

@@ -26,18 +26,15 @@ from gymflow.rollouts.registration import register_run
 from gymflow.store.db import connect
 from gymflow.store.seal import SealKey, SealKeyError, arm, key_file, load_key, seal_sql
 from tests.conftest import gym
-from tests.faults.stores import collect_run, one_error_line, rollout_rows, tree_digest
+from tests.faults.stores import (
+    collect_run,
+    edit_store,
+    one_error_line,
+    rollout_rows,
+    tree_digest,
+)
 
 OTHER_KEY = "ab" * 32  # another host's GYMFLOW_SEAL_KEY
-
-
-def _edit(run: Path, *statements: str) -> None:
-    con = duckdb.connect(str(run / "gymflow.duckdb"))
-    try:
-        for sql in statements:
-            con.execute(sql)
-    finally:
-        con.close()
 
 
 #: A failing rollout's output rewritten to its task's reference answer, its verdict to a pass.
@@ -85,7 +82,7 @@ def test_an_output_rewritten_to_the_reference_and_passed_is_unhealthy(tmp_path) 
     assert json.loads(clean.stdout)["checks"]["seal_mismatch"]["status"] == "ok"
     rewritten = _failing(run)
     assert rewritten
-    _edit(run, *REWRITTEN)
+    edit_store(run, *REWRITTEN)
     before = rollout_rows(run / "gymflow.duckdb")
 
     checked = gym("eval", "health", str(run), "--json", cwd=tmp_path)
@@ -137,7 +134,7 @@ def test_a_rollout_moved_or_left_out_of_scores_is_unhealthy(tmp_path, edit: str)
     assert failing
     listed = "(" + ", ".join(f"'{rid}'" for rid in sorted(failing)) + ")"
     before = rollout_rows(run / "gymflow.duckdb")
-    _edit(run, MOVED[edit].format(failing=listed))
+    edit_store(run, MOVED[edit].format(failing=listed))
     edited = rollout_rows(run / "gymflow.duckdb")
     assert {rid for rid in before if before[rid] != edited[rid]} == failing  # only those rows
 
@@ -191,7 +188,7 @@ def test_a_sealed_rollout_copied_from_another_run_is_unhealthy(tmp_path) -> None
 
 def test_a_verdict_whose_seal_is_removed_reads_as_tampered(tmp_path) -> None:
     run = collect_run(tmp_path / "run")
-    _edit(run, *REWRITTEN, "UPDATE verifications SET seal = NULL WHERE passed")
+    edit_store(run, *REWRITTEN, "UPDATE verifications SET seal = NULL WHERE passed")
     report = json.loads(gym("eval", "health", str(run), "--json", cwd=tmp_path).stdout)
     assert report["verdict"] == "unhealthy"
     assert report["checks"]["verdict_unsealed"]["count"] == 0
@@ -219,7 +216,7 @@ UNSEAL = ("ALTER TABLE verifications DROP COLUMN seal", "DELETE FROM meta WHERE 
 def test_a_store_from_before_the_seal_is_a_warning(tmp_path) -> None:
     written = collect_run(tmp_path / "written")
     # what an older gymflow wrote: no seal column, no seal record, at a path never sealed here
-    _edit(written, *UNSEAL)
+    edit_store(written, *UNSEAL)
     run = written.rename(tmp_path / "run")
     before = rollout_rows(run / "gymflow.duckdb")
     checked = gym("eval", "health", str(run), "--json", cwd=tmp_path)
@@ -256,7 +253,7 @@ def test_seals_stripped_from_a_store_sealed_here_are_an_integrity_failure(tmp_pa
     28). This machine remembers the path of every store it sealed (beside the key)."""
     run = collect_run(tmp_path / "run")
     _failing(run)
-    _edit(run, *REWRITTEN, *strip)
+    edit_store(run, *REWRITTEN, *strip)
     before, digest = rollout_rows(run / "gymflow.duckdb"), tree_digest(run)
     checked = gym("eval", "health", str(run), "--json", cwd=tmp_path)
     assert tree_digest(run) == digest  # the checks write nothing
@@ -302,7 +299,7 @@ def test_a_seal_record_edited_to_name_another_key_still_checks(tmp_path) -> None
     whatever the record says."""
     run = collect_run(tmp_path / "run")
     rewritten = _failing(run)
-    _edit(
+    edit_store(
         run,
         "UPDATE meta SET value = '0123456789abcdef:0:' || repeat('0', 32) WHERE key = 'seal'",
         *REWRITTEN,
@@ -468,7 +465,7 @@ def test_a_task_deleted_with_all_it_held_is_an_integrity_failure(tmp_path) -> No
     finally:
         con.close()
     held = f"(SELECT rollout_id FROM rollouts WHERE task_id = '{task}')"
-    _edit(
+    edit_store(
         run,
         f"DELETE FROM model_calls WHERE rollout_id IN {held}",
         f"DELETE FROM verifications WHERE rollout_id IN {held}",

@@ -54,6 +54,19 @@ def _label(config: EvalConfig) -> str:
     return f"shard {config.shard.index}/{config.shard.count}"
 
 
+RETRIED = "gymflow: the parent run retries this shard"
+
+
+def _run_again(client, run, state, config: EvalConfig) -> None:
+    """Put a shard's earlier flow run in `state` so that it runs again, in place."""
+    retried = client.set_flow_run_state(run.id, state)
+    if retried.status != SetStateStatus.ACCEPT:
+        raise ShardFailed(
+            f"{_label(config)}: flow run {run.name} ended {run.state.name} and Prefect refused "
+            f"to run it again ({retried.details})"
+        )
+
+
 @task(name="run-shard", cache_policy=NO_CACHE, task_run_name="run-shard-{config.shard.index}")
 def run_shard_here(
     plan: RunPlan, config: EvalConfig, base_url: str | None, options: dict[str, Any]
@@ -101,14 +114,7 @@ def _subflow_or_rerun(config: EvalConfig, parameters: dict[str, Any]) -> State:
             return eval_shard(**parameters, return_state=True)
         [run, *_] = earlier
         # Pending, not AwaitingRetry: Prefect reschedules only deployment runs
-        retried = client.set_flow_run_state(
-            run.id, Pending(message="gymflow: the parent run retries this shard")
-        )
-        if retried.status != SetStateStatus.ACCEPT:
-            raise ShardFailed(
-                f"{_label(config)}: flow run {run.name} ended {run.state.name} and Prefect "
-                f"refused to run it again ({retried.details})"
-            )
+        _run_again(client, run, Pending(message=RETRIED), config)
         # what this attempt runs with (a new local policy server's base_url), as the UI shows it
         client.update_flow_run(run.id, parameters=eval_shard.serialize_parameters(parameters))
         run = client.read_flow_run(run.id)
@@ -222,14 +228,7 @@ def _run_or_rerun(
             )
             runs_before = 0
         else:
-            retried = client.set_flow_run_state(
-                earlier.id, AwaitingRetry(message="gymflow: the parent run retries this shard")
-            )
-            if retried.status != SetStateStatus.ACCEPT:
-                raise ShardFailed(
-                    f"{_label(config)}: flow run {earlier.name} ended {earlier.state.name} and "
-                    f"Prefect refused to run it again ({retried.details})"
-                )
+            _run_again(client, earlier, AwaitingRetry(message=RETRIED), config)
             runs_before = earlier.run_count
         while True:
             run = client.read_flow_run(earlier.id)
