@@ -173,7 +173,10 @@ def test_cancelling_a_sharded_run_logs_no_error_anywhere(deployment: Deployment)
     """Local shards are subflows in the worker's process: the Cancel stops them too, and the
     parent and each shard end Cancelled, with no ERROR line in any of their logs."""
     api, served = deployment.api, deployment.served
-    config = {"benchmark": "arithmetic-smoke", "out": str(served / "cancelled-shards"), **SLOW}
+    # slower than SLOW: a shard of 100 rollouts at 4 in flight and 150 ms each ends in about 4 s,
+    # before the parent's progress (every 2 s) shows 20 stored and the Cancel is pressed
+    slower = {**SLOW, "test_only": {"faults": {"latency_ms": 1000}}}
+    config = {"benchmark": "arithmetic-smoke", "out": str(served / "cancelled-shards"), **slower}
     worker_log = deployment.logs / "worker.log"
     since = worker_log.stat().st_size if worker_log.exists() else 0  # this run's lines only
     run = _start(api, "eval-run/eval-run", {"config": config, "scale": {"shards": 2}})
