@@ -70,37 +70,27 @@ class Sampling(_Strict):
     )
 
 
+#: A share of requests, 0 to 1.
+Rate = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
 class FaultSpec(_Strict):
     """Faults the local policy server injects, as rates per request (seeded, deterministic)."""
 
     latency_ms: float = Field(0.0, ge=0.0, description="Milliseconds added before every answer.")
-    rate_429: float = Field(
-        0.0, ge=0.0, le=1.0, description="Share of requests answered 429 (rate limited)."
-    )
-    rate_500: float = Field(
-        0.0, ge=0.0, le=1.0, description="Share of requests answered 500 (server error)."
-    )
-    rate_malformed: float = Field(
-        0.0, ge=0.0, le=1.0, description="Share of answers whose body is not valid JSON."
-    )
-    rate_truncated: float = Field(
+    rate_429: Rate = Field(0.0, description="Share of requests answered 429 (rate limited).")
+    rate_500: Rate = Field(0.0, description="Share of requests answered 500 (server error).")
+    rate_malformed: Rate = Field(0.0, description="Share of answers whose body is not valid JSON.")
+    rate_truncated: Rate = Field(
         0.0,
-        ge=0.0,
-        le=1.0,
         description="Share of answers cut at the output-token limit (status incomplete).",
     )
-    rate_timeout: float = Field(
-        0.0, ge=0.0, le=1.0, description="Share of requests never answered in time."
+    rate_timeout: Rate = Field(0.0, description="Share of requests never answered in time.")
+    rate_context_length: Rate = Field(
+        0.0, description="Share of requests refused as over the context length."
     )
-    rate_context_length: float = Field(
-        0.0, ge=0.0, le=1.0, description="Share of requests refused as over the context length."
-    )
-    rate_refused: float = Field(
-        0.0, ge=0.0, le=1.0, description="Share of answers that are a refusal."
-    )
-    rate_reset: float = Field(
-        0.0, ge=0.0, le=1.0, description="Share of answers whose connection drops mid-answer."
-    )
+    rate_refused: Rate = Field(0.0, description="Share of answers that are a refusal.")
+    rate_reset: Rate = Field(0.0, description="Share of answers whose connection drops mid-answer.")
 
 
 class SimulatedBehaviour(_Strict):
