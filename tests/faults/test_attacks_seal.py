@@ -341,7 +341,7 @@ def _first_use(config: str) -> str:
         return f"refused: {exc}"
 
 
-def test_processes_making_the_key_at_once_all_get_it(tmp_path) -> None:
+def test_processes_making_the_key_at_once_all_get_it(tmp_path, monkeypatch) -> None:
     """Shards starting together on a fresh machine each make the key file on first use; one
     read the file another had just created, still empty, and failed ("a seal key of 0 bytes":
     3 of 30 tries of 8 processes, attacker's pass, issue 28)."""
@@ -350,7 +350,7 @@ def test_processes_making_the_key_at_once_all_get_it(tmp_path) -> None:
         config = tmp_path / f"config-{attempt}"
         with fork.Pool(8) as pool:
             ids = pool.map(_first_use, [str(config)] * 8, chunksize=1)
-        os.environ["XDG_CONFIG_HOME"] = str(config)
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
         made = load_key(create=False)
         assert ids == [made.key_id] * 8, ids
         assert sorted(p.name for p in key_file().parent.iterdir()) == ["seal.key"]  # no partial

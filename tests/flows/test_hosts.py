@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -173,8 +174,12 @@ def taken_by(log: Path, flow_run_id: str) -> bool:
     return log.exists() and flow_run_id in log.read_text()
 
 
-def test_a_host_killed_mid_shard_costs_one_checkpoint(s3, tmp_path):
+def test_a_host_killed_mid_shard_costs_one_checkpoint(s3, tmp_path, monkeypatch):
     namespaces_or_skip()
+    # hosts share no files (each has its own /tmp): one seal key given to all of them, as
+    # docs/advanced/security.md tells a user of several hosts, and to this process that reads
+    # their manifests
+    monkeypatch.setenv("GYMFLOW_SEAL_KEY", secrets.token_hex(32))
     port, model_port = free_port(), free_port()
     api = f"http://127.0.0.1:{port}/api"
     root = s3.url(tmp_path.name)
