@@ -35,6 +35,7 @@ from pathlib import Path
 import tiny
 
 REPEATS = 100
+REPO = Path(__file__).resolve().parent.parent
 STAGES = ("health", "profile", "diagnose", "reverify")
 
 
@@ -196,7 +197,10 @@ def stage_in_child(
 
 
 def build_in_child(checkout: Path, store: Path, tasks: int) -> float:
-    """Build a store with `checkout`'s own build_store and gymflow (its schema may differ)."""
+    """Build a store with `checkout`'s own build_store and gymflow (its schema may differ).
+    In a child for this checkout too: Linux keeps a process's peak RSS across fork and exec,
+    so every stage forked from a parent that had built 10M rollouts in itself reported the
+    parent's 4.8 GiB as its own."""
     code = (
         "import sys; from pathlib import Path; sys.argv = ['x']; import analysis_scale as a; "
         f"print(a.build_store(Path({str(store)!r}), {tasks}))"
@@ -267,10 +271,8 @@ def main() -> None:
                     continue
                 if store.exists():
                     shutil.rmtree(store)
-                if code == "this":
-                    built = build_store(store, size // REPEATS)
-                else:
-                    built = build_in_child(args.baseline.resolve(), store, size // REPEATS)
+                checkout = args.baseline.resolve() if code == "baseline" else REPO
+                built = build_in_child(checkout, store, size // REPEATS)
                 print(f"built {size:,} rollouts ({code}) in {built:.1f} s", flush=True)
             for stage in args.stages:
                 for _ in range(args.rounds):

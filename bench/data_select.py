@@ -28,7 +28,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import tiny
-from analysis_scale import REPEATS, build_store, print_table, report_stage, stage_in_child
+from analysis_scale import (
+    REPEATS,
+    REPO,
+    build_in_child,
+    print_table,
+    report_stage,
+    stage_in_child,
+)
 
 STAGES = ("profile", "select", "trajectories", "trajectories-all")
 
@@ -128,7 +135,7 @@ def main() -> None:
         for size in args.sizes:
             store = root / f"store-{size}"
             if not (store / "gymflow.duckdb").exists():
-                built = build_store(store, size // REPEATS)
+                built = build_in_child(REPO, store, size // REPEATS)  # its own peak RSS
                 word_problem_prompts(store)
                 print(f"built {size:,} rollouts in {built:.1f} s", flush=True)
             for stage in STAGES:
