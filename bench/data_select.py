@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import resource
 import shutil
 import sys
@@ -135,8 +136,15 @@ def main() -> None:
         for size in args.sizes:
             store = root / f"store-{size}"
             if not (store / "gymflow.duckdb").exists():
-                built = build_in_child(REPO, store, size // REPEATS)  # its own peak RSS
-                word_problem_prompts(store)
+                # both in children: a stage forked from this process inherits its peak RSS
+                built = build_in_child(REPO, store, size // REPEATS)
+                prompts = multiprocessing.get_context("spawn").Process(
+                    target=word_problem_prompts, args=(store,)
+                )
+                prompts.start()
+                prompts.join()
+                if prompts.exitcode:
+                    sys.exit(f"writing the prompts into {store} exited {prompts.exitcode}")
                 print(f"built {size:,} rollouts in {built:.1f} s", flush=True)
             for stage in STAGES:
                 out = str(root / f"out-{size}")
