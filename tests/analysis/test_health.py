@@ -367,6 +367,30 @@ def test_check_fires_on_its_record(check: str, tmp_path: Path) -> None:
         assert check in verdict[flagged]
 
 
+def test_identity_checks_look_past_their_shortcuts(tmp_path: Path) -> None:
+    """`missing_rollout` and `duplicate_identity` skip the tasks holding each expected repeat
+    once, and the rollouts with one model call: what the shortcuts could hide is still found.
+    A repeat index outside the run's repeats (here 2, twice, in a run of 2) hides a missing one
+    from a count; a call repeated under a rollout id no rollout has is in no rollout's count."""
+    b = _clean()
+    b.rollouts = [r for r in b.rollouts if (r.task_id, r.repeat_index) != ("t1", 1)]
+    b.rollout("t1", 2, rollout_id="t1-out-of-range")
+    b.rollout("t2", 2, rollout_id="t2-out-a")
+    b.rollout("t2", 2, rollout_id="t2-out-b")
+    stray = (
+        "INSERT INTO model_calls SELECT * REPLACE ('no-such-rollout' AS rollout_id) "
+        "FROM (SELECT * FROM model_calls LIMIT 1)"
+    )
+    b.after_write += [
+        (stray, []),
+        (stray, []),
+        ("INSERT INTO model_calls SELECT * FROM model_calls WHERE rollout_id = 't2-out-a'", []),
+    ]
+    checks = _run(b, tmp_path)["checks"]
+    assert checks["missing_rollout"]["examples"] == ["t1#1"]
+    assert checks["duplicate_identity"]["examples"] == ["no-such-rollout", "t2-out-a", "t2-out-b"]
+
+
 def test_gate_thresholds(tmp_path: Path) -> None:
     b = _clean()
     _bend(b, "t0", 1, incomplete=True)  # 1 of 6 rollouts

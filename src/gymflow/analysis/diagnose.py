@@ -246,16 +246,18 @@ def verifier_suspects(
       judge differently."""
     suspects = []
     missing = f"d[3] IN ({_quoted(no_answer)})" if no_answer else "FALSE"
-    # Normalise only distinct (task, extracted, expected) triples of failed rollouts: the
-    # regexes then run once per distinct answer, not once per rollout.
     extracted, expected = normalised_sql("raw_extracted"), normalised_sql("raw_expected")
-    # `judged` (the join of ten million rollouts with their verdicts, and a JSON parse of
-    # each verdict's details) is read three times: materialised once, not inlined into each.
+    # The rollouts that could be flagged, grouped by what decides their flags: a task's failed
+    # rollouts share a few distinct extracted answers, so the regexes normalise each distinct
+    # answer once and a rollout is counted, never joined back, at ten million of them
+    # (materialising every judged rollout for three readers cost 15 of diagnose's 40 CPU
+    # seconds). Each group keeps its first rollouts, so the examples are the first overall.
+    first = "{'task_id': task_id, 'repeat_index': repeat_index, 'rollout_id': rollout_id}"
     rows = con.execute(
         f"""
-        WITH judged AS MATERIALIZED (
+        WITH judged AS (
             SELECT r.rollout_id, r.task_id, r.repeat_index, v.passed,
-                   {no_answer_sql("r")} AS unanswered,
+                   CASE WHEN v.passed THEN {no_answer_sql("r")} END AS unanswered,
                    json_extract_string(
                      v.details_json, ['$.extracted', '$.expected', '$.reason', '$.{LENIENT_MATCH}']
                    ) AS d
@@ -263,37 +265,42 @@ def verifier_suspects(
             JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
             WHERE r.status = 'completed' AND v.status = 'ok'
         ),
-        failed AS (
-            SELECT rollout_id, task_id, repeat_index, d[1] AS raw_extracted, d[2] AS given
-            FROM judged WHERE NOT passed AND d[1] IS NOT NULL
+        groups AS MATERIALIZED (
+            SELECT task_id,
+                   NOT passed AND d[1] IS NOT NULL AS failed,
+                   CASE WHEN NOT passed THEN d[1] END AS raw_extracted,
+                   CASE WHEN NOT passed THEN d[2] END AS given,
+                   passed AND (unanswered OR {missing}) AS passed_without_answer,
+                   NOT passed AND d[4] IS NOT NULL AND NOT coalesce({missing}, FALSE)
+                     AS lenient_reading_passes,
+                   count(*) AS rollouts,
+                   min_by({first}, repeat_index, {int(examples)}) AS first
+            FROM judged
+            WHERE (NOT passed AND (d[1] IS NOT NULL OR d[4] IS NOT NULL))
+               OR (passed AND (unanswered OR {missing}))
+            GROUP BY ALL
         ),
         answers AS (
-            SELECT DISTINCT f.task_id, f.raw_extracted, f.given,
-                   coalesce(f.given, json_extract_string(t.data_json, '$.answer'))
-                     AS raw_expected
-            FROM failed f LEFT JOIN tasks t USING (task_id)
+            SELECT g.*, coalesce(g.given, json_extract_string(t.data_json, '$.answer'))
+                          AS raw_expected
+            FROM groups g LEFT JOIN tasks t USING (task_id)
+            WHERE g.failed
         ),
-        equal AS (
-            SELECT task_id, raw_extracted, given FROM answers
+        flagged AS (
+            SELECT 'extracted_equals_reference' AS kind, rollouts, first FROM answers
             WHERE {extracted} <> ''
               AND ({extracted} = {expected}
                    OR TRY_CAST({extracted} AS DOUBLE) = TRY_CAST({expected} AS DOUBLE))
-        ),
-        flagged AS (
-            SELECT 'extracted_equals_reference' AS kind, f.rollout_id, f.task_id, f.repeat_index
-            FROM failed f JOIN equal e
-              ON e.task_id = f.task_id AND e.raw_extracted = f.raw_extracted
-             AND e.given IS NOT DISTINCT FROM f.given
             UNION ALL
-            SELECT 'passed_without_answer', rollout_id, task_id, repeat_index
-            FROM judged
-            WHERE passed AND (unanswered OR {missing})
+            SELECT 'passed_without_answer', rollouts, first FROM groups
+            WHERE passed_without_answer
             UNION ALL
-            SELECT 'lenient_reading_passes', rollout_id, task_id, repeat_index
-            FROM judged
-            WHERE NOT passed AND d[4] IS NOT NULL AND NOT coalesce({missing}, FALSE)
+            SELECT 'lenient_reading_passes', rollouts, first FROM groups
+            WHERE lenient_reading_passes
         )
-        SELECT kind, count(*), list(rollout_id ORDER BY task_id, repeat_index)[1:{examples}]
+        SELECT kind, sum(rollouts)::BIGINT,
+               list_transform(list_sort(flatten(list(first)))[1:{int(examples)}],
+                              lambda e: e.rollout_id)
         FROM flagged GROUP BY kind ORDER BY kind
         """,
         [version],

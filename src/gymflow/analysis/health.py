@@ -2,10 +2,11 @@
 
 A check yields the ids it flags: rollout ids for `rollout` checks, `task_id#repeat` keys for the
 `run` check on missing rows, task ids for the `task` check. Parameters reach the SQL as DuckDB
-session variables (`getvariable('name')`), so every check stays a plain, copyable query. Two
+session variables (`getvariable('name')`), so every check stays a plain, copyable query. Three
 temporary tables are built once and shared: `tool_items` (the trajectories' function calls and
-outputs, unnested) and `rollout_calls` (each rollout's token totals beside its calls' sums, last
-status and sampling)."""
+outputs, unnested), `rollout_calls` (each rollout's token totals beside its calls' sums, last
+status and sampling) and `task_repeats` (each task's stored rollouts beside its distinct
+expected repeats)."""
 
 from __future__ import annotations
 
@@ -70,9 +71,11 @@ WHERE item->>'type' IN ('function_call', 'function_call_output')
 
 # One row per rollout: its token totals beside its calls' sums and last status, whether any
 # call sampled above temperature 0 and whether any sent other sampling than the run's config
-# (each call's sampling parsed once, by one multi-path extract). The call checks read this
-# instead of each joining or parsing ten million rows again; a table of the calls themselves
-# (1.5 GiB at 10M rollouts) is never built. A store holds one run (`store.runs.run_info`).
+# (each call's sampling parsed once, by one multi-path extract), and the answer of a completed
+# rollout sampled warm, as a hash (`identical_repeats` compares answers within a task: two
+# different answers read alike once in 2^64). The call checks read this instead of each joining
+# or parsing ten million rows again; a table of the calls themselves (1.5 GiB at 10M rollouts)
+# is never built. A store holds one run (`store.runs.run_info`).
 _SAMPLING = (
     "json_extract_string(sampling_json, ['$.temperature', '$.top_p', '$.max_output_tokens'])"
 )
@@ -93,9 +96,11 @@ sent AS (
            TRY_CAST(s[3] AS BIGINT) AS max_output_tokens
     FROM (SELECT *, {_SAMPLING} AS s FROM model_calls)
 )
-SELECT r.rollout_id, r.input_tokens, r.output_tokens,
+SELECT r.rollout_id, r.task_id, r.input_tokens, r.output_tokens,
        m.calls, m.input_sum, m.output_sum, m.without_usage, m.last_status, m.warm,
-       m.sampling_differs
+       m.sampling_differs,
+       CASE WHEN r.status = 'completed' AND m.warm
+            THEN hash(r.output_text, r.output_tokens, r.num_turns) END AS warm_answer
 FROM rollouts r
 LEFT JOIN (
     SELECT rollout_id,
@@ -110,6 +115,20 @@ LEFT JOIN (
            bool_or(coalesce(run.present, FALSE) AND ({_DIFFERS})) AS sampling_differs
     FROM sent c LEFT JOIN configured run ON TRUE GROUP BY rollout_id
 ) m USING (rollout_id)
+"""
+
+# One row per task that has rollouts: how many are stored, and how many of the expected repeats
+# (0 to `repeats` - 1) they hold, as the bits set in a bitstring. A task holding every expected
+# repeat exactly once (stored = held = repeats) can neither miss one nor hold one twice, so
+# `missing_rollout` and `duplicate_identity` look at the other tasks only: at ten million
+# rollouts, grouping every (task, repeat) pair cost seconds to find none.
+_TASK_REPEATS = """
+CREATE OR REPLACE TEMP TABLE task_repeats AS
+SELECT task_id, count(*) AS stored,
+       coalesce(bit_count(
+           bitstring_agg(repeat_index, 0, greatest(getvariable('repeats') - 1, 0))
+           FILTER (WHERE repeat_index BETWEEN 0 AND getvariable('repeats') - 1)), 0) AS held
+FROM rollouts GROUP BY task_id
 """
 
 _TOOL_PAIRS = """
@@ -175,10 +194,17 @@ CHECKS: dict[str, Check] = {
     "missing_rollout": Check(
         "expected (task_id, repeat_index) with no stored rollout",
         """
-        SELECT t.task_id || '#' || gs.r AS id
-        FROM tasks t
-        CROSS JOIN (SELECT range AS r FROM range((SELECT max(repeats) FROM runs))) gs
-        ANTI JOIN rollouts ro ON ro.task_id = t.task_id AND ro.repeat_index = gs.r
+        WITH short AS (
+            SELECT t.task_id FROM tasks t LEFT JOIN task_repeats k USING (task_id)
+            WHERE coalesce(k.held, 0) < getvariable('repeats')
+        )
+        SELECT s.task_id || '#' || gs.r AS id
+        FROM short s
+        CROSS JOIN range(getvariable('repeats')) gs(r)
+        ANTI JOIN (
+            SELECT task_id, repeat_index FROM rollouts
+            WHERE task_id IN (SELECT task_id FROM short)
+        ) ro ON ro.task_id = s.task_id AND ro.repeat_index = gs.r
         """,
         level="run",
     ),
@@ -186,12 +212,19 @@ CHECKS: dict[str, Check] = {
         "rollouts sharing one (task_id, repeat_index), or model calls sharing one "
         "(rollout_id, call_index, attempt)",
         """
+        WITH crowded AS (SELECT task_id FROM task_repeats WHERE stored > held)
         SELECT rollout_id AS id FROM rollouts
-        WHERE (task_id, repeat_index) IN (
+        WHERE task_id IN (SELECT task_id FROM crowded)
+          AND (task_id, repeat_index) IN (
             SELECT (task_id, repeat_index) FROM rollouts
+            WHERE task_id IN (SELECT task_id FROM crowded)
             GROUP BY task_id, repeat_index HAVING count(*) > 1)
         UNION
         SELECT rollout_id FROM model_calls
+        WHERE rollout_id IN (SELECT rollout_id FROM rollout_calls WHERE calls > 1)
+           -- calls of no stored rollout are not in rollout_calls: then every call is looked at
+           OR (SELECT count(*) FROM model_calls)
+              <> (SELECT coalesce(sum(calls), 0) FROM rollout_calls)
         GROUP BY rollout_id, call_index, attempt HAVING count(*) > 1
         """,
     ),
@@ -298,14 +331,12 @@ CHECKS: dict[str, Check] = {
         "sampling (a dropped seed or temperature, a cache)",
         """
         WITH per_task AS (
-            SELECT task_id, count(DISTINCT (output_text, output_tokens, num_turns)) AS answers
-            FROM rollouts
-            WHERE status = 'completed'
-              AND rollout_id IN (SELECT rollout_id FROM rollout_calls WHERE warm)
+            SELECT task_id, min(warm_answer) <> max(warm_answer) AS varied
+            FROM rollout_calls WHERE warm_answer IS NOT NULL
             GROUP BY task_id HAVING count(*) > 1
         )
         SELECT task_id AS id FROM per_task
-        WHERE NOT EXISTS (SELECT 1 FROM per_task WHERE answers > 1)
+        WHERE NOT EXISTS (SELECT 1 FROM per_task WHERE varied)
         """,
         level="task",
         severity="warning",
@@ -527,6 +558,7 @@ def health(
         "seal_legacy": sealed.legacy if sealed.state == "sealed" else None,
         "task_list_sealed": sealed.tasks_sealed,
         "verifier_version": version,
+        "repeats": con.execute("SELECT coalesce(max(repeats), 0) FROM runs").fetchone()[0],
         "reward_low": spec.low if spec else None,
         "reward_high": spec.high if spec else None,
         "pass_threshold": spec.pass_threshold if spec else None,
@@ -538,6 +570,7 @@ def health(
     _set_variables(con, variables)
     con.execute(_TOOL_ITEMS)
     con.execute(_ROLLOUT_CALLS)
+    con.execute(_TASK_REPEATS)
     con.execute("CREATE OR REPLACE TEMP TABLE health_hits (id VARCHAR, check_name VARCHAR)")
     expected, stored = con.execute(
         "SELECT (SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0), "
@@ -582,7 +615,7 @@ def health(
     failing = [name for name, check in checks.items() if check["count"]]
     gate_failures = [name for name, check in checks.items() if check["share"] > check["threshold"]]
     broken = [name for name in gate_failures if checks[name]["severity"] == "integrity"]
-    for table in ("check_ids", "rollout_calls", "tool_items"):
+    for table in ("check_ids", "rollout_calls", "task_repeats", "tool_items"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
     return Health(
         verdict="unhealthy" if broken else "healthy",
