@@ -146,6 +146,31 @@ def test_each_distinct_answer_is_judged_once_by_a_text_only_verifier(
         assert reward == spec.fn(VerifyInput(task, text), params).reward
 
 
+def test_verdicts_sealed_in_parts_are_those_sealed_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large reverify seals its staged verdicts a part at a time (`SEAL_PART`): every verdict
+    is stored once, with the seal one statement gives it, and health finds every seal whole."""
+    from gymflow.analysis.health import health
+    from gymflow.store import writer
+
+    whole, parted = tmp_path / "whole", tmp_path / "parted"
+    for run in (whole, parted):
+        _arithmetic_store(run)
+    reverify(whole, {"extract": "last_number"})
+    monkeypatch.setattr(writer, "SEAL_PART", 5)  # 24 verdicts: five parts
+    result = reverify(parted, {"extract": "last_number"})
+    assert _rows(parted, result.new_version) == _rows(whole, result.new_version)
+    assert len(_rows(parted, result.new_version)) == 24
+    con = connect(parted, read_only=True)
+    try:
+        checks = health(con, verifier_version=result.new_version).checks
+    finally:
+        con.close()
+    assert checks["seal_mismatch"].status == "ok"
+    assert checks["verdict_unsealed"].status == "ok"
+
+
 def test_failed_only_carries_passing_verdicts(tmp_path: Path, no_policy_model) -> None:
     run = tmp_path / "run"
     b = _arithmetic_store(run)
