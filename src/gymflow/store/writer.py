@@ -115,10 +115,11 @@ def _staging(con) -> None:
 
 
 #: Staged verdicts sealed by one statement. The seal joins each verdict with its rollout's
-#: text and trajectory: ten million at once took 5.8 GiB, ran out of memory under the analyses'
-#: 3 GB cap and so ran again uncapped; in parts of this size the same insert stays at 3.1 GiB
-#: for 8% more time (bench/RESULTS.md).
-SEAL_PART = 2_500_000
+#: text and trajectory, beside the verdicts' primary-key index, which DuckDB cannot spill (1.9
+#: GiB by the end of a 10M reverify): ten million at once, and parts of 2.5 million, ran out of
+#: memory under the analyses' 3 GB cap, and the reverify ran again uncapped (7.4 GiB); in parts
+#: of this size it stays at 3.6 GiB (bench/RESULTS.md).
+SEAL_PART = 1_000_000
 
 
 def insert_staged(con) -> int:
