@@ -33,7 +33,10 @@ _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 QUOTES = "\"'`\u201c\u201d\u2018\u2019\u00ab\u00bb\u201e"
 _LINE_START = rf"^[ \t]*[{QUOTES}]*[ \t]*"
 _SECTION = re.compile(_LINE_START + r"section\s*\d+\b", re.IGNORECASE | re.MULTILINE)
-_BULLET = re.compile(_LINE_START + r"- \S", re.MULTILINE)
+#: A bullet as the IFEval reference counts one: a line starting `* ` (a `*` not opening `**`
+#: bold) or `- `. The prompt asks for `- `; a model answering with `*` bullets followed it, and
+#: the reference passes it (SmolLM2 did, and gymflow alone failed it).
+_BULLET = re.compile(_LINE_START + r"(?:- \S|\*[^*\n])", re.MULTILINE)
 _TITLE = re.compile(r"<<[^<>\n]+>>")
 
 Check = Callable[[str, dict[str, Any]], tuple[bool, str]]
