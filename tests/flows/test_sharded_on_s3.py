@@ -20,9 +20,11 @@ pytestmark = pytest.mark.prefect
 
 
 def config(out):
-    """test_shards' config, its model slowed so that a shard lasts several checkpoints."""
+    """test_shards' config, its model slowed so that a shard lasts several checkpoints (the
+    checkpointer polls the store every 0.25 s between the collector's writes: at 50 ms a call,
+    a shard of 60 rollouts ended in one checkpoint on a machine half as fast)."""
     base = test_shards.config(out)
-    faults = base.model.faults.model_copy(update={"latency_ms": 50.0})
+    faults = base.model.faults.model_copy(update={"latency_ms": 200.0})
     return base.model_copy(
         update={"concurrency": 4, "model": base.model.model_copy(update={"faults": faults})}
     )
