@@ -573,7 +573,7 @@ def health(
     con.execute(_TASK_REPEATS)
     con.execute("CREATE OR REPLACE TEMP TABLE health_hits (id VARCHAR, check_name VARCHAR)")
     expected, stored = con.execute(
-        "SELECT (SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0), "
+        "SELECT (SELECT count(*) FROM tasks) * getvariable('repeats'), "
         "(SELECT count(*) FROM rollouts)"
     ).fetchone()
     denominator = max(expected, stored, 1)
