@@ -10,7 +10,7 @@ Reference > Commands; a removed one loses both. `mkdocs build --strict` (tests/t
 fails on a broken link to one. The configuration file's page (`reference/config.md`) is built
 the same way from `gymflow.config.EvalConfig`: every key, its type, default, bounds and
 description; so is the list of health checks (`reference/health-checks.md`), from
-`gymflow.analysis.health.CHECKS`."""
+`gymflow.analysis.health_checks.CHECKS`."""
 
 from __future__ import annotations
 
@@ -234,9 +234,9 @@ def config_page() -> str:
 
 
 def health_page() -> str:
-    """Every health check, from `gymflow.analysis.health.CHECKS`: what it flags and when it
+    """Every health check, from `gymflow.analysis.health_checks.CHECKS`: what it flags and when it
     fails the gate."""
-    from gymflow.analysis.health import CHECKS, TASK_CHECK, TASK_CHECK_DESCRIPTION, Check
+    from gymflow.analysis.health_checks import CHECKS, TASK_CHECK, TASK_CHECK_DESCRIPTION, Check
 
     def gate(check: Any) -> str:
         """When it fails the gate by default (`health.Gate.threshold`): its own share, else
@@ -248,9 +248,9 @@ def health_page() -> str:
     lines = [
         "# Health checks",
         "",
-        "Every check `gym eval health` runs, as `gymflow.analysis.health` defines it (this page "
-        "is generated from it when the docs are built). An *integrity* check fails the gate when "
-        "it flags more than its allowed share of the expected rollouts; a *warning* describes "
+        "Every check `gym eval health` runs, as `gymflow.analysis.health_checks` defines it (this "
+        "page is generated from it when the docs are built). An *integrity* check fails the gate "
+        "when it flags more than its allowed share of the expected rollouts; a *warning* describes "
         "the policy or the setup. `--max-share` sets the integrity checks' allowance (0: any "
         "flagged fails), `--warning-max-share` the warnings' (1: never), and "
         "`--threshold NAME=SHARE` one check's. See [Analysis](../components/analysis.md#health).",

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.analysis.health import CHECKS, TASK_CHECK, Gate, health
+from gymflow.analysis.health import Gate, health
+from gymflow.analysis.health_checks import CHECKS, TASK_CHECK
 from gymflow.core.records import Verification
 from gymflow.core.statuses import FAILED
 from gymflow.store.db import connect

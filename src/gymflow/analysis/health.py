@@ -1,479 +1,33 @@
-"""Health of a run's records: can its numbers be trusted? Each check is one SQL query.
-
-A check yields the ids it flags: rollout ids for `rollout` checks, `task_id#repeat` keys for the
-`run` check on missing rows, task ids for the `task` check. Parameters reach the SQL as DuckDB
-session variables (`getvariable('name')`), so every check stays a plain, copyable query. Three
-temporary tables are built once and shared: `tool_items` (the trajectories' function calls and
-outputs, unnested), `rollout_calls` (each rollout's token totals beside its calls' sums, last
-status and sampling) and `task_repeats` (each task's stored rollouts beside its distinct
-expected repeats)."""
+"""Health of a run's records: can its numbers be trusted? Runs the checks of
+`health_checks` in one statement, and applies the gate to what they flag."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import polars as pl
 
-from gymflow.analysis.answers import (
-    TOOLS_CALLED_MAX_SHARE,
-    TOOLS_OFFERED_MIN,
-    no_answer_sql,
-    tools_ignored_sql,
-)
 from gymflow.analysis.environment import reward_spec
 from gymflow.analysis.frames import frame
+from gymflow.analysis.health_checks import (
+    CHECKS,
+    SHARED_TABLES,
+    TASK_CHECK,
+    TASK_CHECK_DESCRIPTION,
+    TASK_SQL,
+    Check,
+    Severity,
+)
 from gymflow.analysis.outcomes import check_verifier_version, version_read
 from gymflow.analysis.results import Health
 from gymflow.errors import UserError
 from gymflow.store.db import memory_capped_call
-from gymflow.store.seal import MISMATCH_SQL, armed_state
-
-Level = Literal["rollout", "run", "task"]
-#: `integrity`: the records themselves are incomplete or inconsistent, so the run's numbers
-#: cannot be trusted. `warning`: the records are sound but show something a user should look at
-#: (failed calls, truncation, malformed tool calls): the policy's behaviour or the setup, already
-#: accounted for in coverage and scores. Only integrity checks fail the gate unless a threshold
-#: is set for a warning.
-Severity = Literal["integrity", "warning"]
+from gymflow.store.seal import armed_state
 
 
 class UnknownCheck(UserError, ValueError):
     """A gate that names a health check there is not (`--threshold NAME=SHARE`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    description: str
-    sql: str
-    level: Level = "rollout"
-    #: session variables the query reads; when one is unknown the check is skipped, not guessed
-    needs: tuple[str, ...] = ()
-    severity: Severity = "integrity"
-    #: the share of expected rollouts this check may flag by default, when not the severity's
-    threshold: float | None = None
-
-
-_TOOL_ITEMS = """
-CREATE OR REPLACE TEMP TABLE tool_items AS
-WITH items AS (
-    SELECT rollout_id, unnest(json_extract(trajectory_json, '$[*]')) AS item
-    FROM rollouts
-    WHERE trajectory_json LIKE '%function_call%'
-)
-SELECT rollout_id,
-       item->>'type' AS type,
-       item->>'call_id' AS call_id,
-       item->>'arguments' AS arguments
-FROM items
-WHERE item->>'type' IN ('function_call', 'function_call_output')
-"""
-
-# One row per rollout: its token totals beside its calls' sums and last status, whether any
-# call sampled above temperature 0 and whether any sent other sampling than the run's config
-# (each call's sampling parsed once, by one multi-path extract), and the answer of a completed
-# rollout sampled warm, as a hash (`identical_repeats` compares answers within a task: two
-# different answers read alike once in 2^64). The call checks read this instead of each joining
-# or parsing ten million rows again; a table of the calls themselves (1.5 GiB at 10M rollouts)
-# is never built. A store holds one run (`store.runs.run_info`).
-_SAMPLING = (
-    "json_extract_string(sampling_json, ['$.temperature', '$.top_p', '$.max_output_tokens'])"
-)
-_DIFFERS = " OR ".join(
-    f"c.{key} IS DISTINCT FROM run.{key}" for key in ("temperature", "top_p", "max_output_tokens")
-)
-_ROLLOUT_CALLS = f"""
-CREATE OR REPLACE TEMP TABLE rollout_calls AS
-WITH configured AS (
-    SELECT TRUE AS present, TRY_CAST(s[1] AS DOUBLE) AS temperature,
-           TRY_CAST(s[2] AS DOUBLE) AS top_p, TRY_CAST(s[3] AS DOUBLE) AS max_output_tokens
-    FROM (SELECT {_SAMPLING} AS s FROM runs LIMIT 1)
-),
-sent AS (
-    SELECT rollout_id, call_index, attempt, status, input_tokens, output_tokens,
-           TRY_CAST(s[1] AS DOUBLE) AS temperature,
-           TRY_CAST(s[2] AS DOUBLE) AS top_p,
-           TRY_CAST(s[3] AS BIGINT) AS max_output_tokens
-    FROM (SELECT *, {_SAMPLING} AS s FROM model_calls)
-)
-SELECT r.rollout_id, r.task_id, r.input_tokens, r.output_tokens,
-       m.calls, m.input_sum, m.output_sum, m.without_usage, m.last_status, m.warm,
-       m.sampling_differs,
-       CASE WHEN r.status = 'completed' AND m.warm
-            THEN hash(r.output_text, r.output_tokens, r.num_turns) END AS warm_answer
-FROM rollouts r
-LEFT JOIN (
-    SELECT rollout_id,
-           count(*) AS calls,
-           sum(coalesce(input_tokens, 0)) AS input_sum,
-           sum(coalesce(output_tokens, 0)) AS output_sum,
-           count(*) FILTER (
-               WHERE status <> 'error' AND (input_tokens IS NULL OR output_tokens IS NULL)
-           ) AS without_usage,
-           arg_max(status, call_index::BIGINT * 1000000 + attempt) AS last_status,
-           bool_or(c.temperature > 0) AS warm,
-           bool_or(coalesce(run.present, FALSE) AND ({_DIFFERS})) AS sampling_differs
-    FROM sent c LEFT JOIN configured run ON TRUE GROUP BY rollout_id
-) m USING (rollout_id)
-"""
-
-# One row per task that has rollouts: how many are stored, and how many of the expected repeats
-# (0 to `repeats` - 1) they hold, as the bits set in a bitstring. A task holding every expected
-# repeat exactly once (stored = held = repeats) can neither miss one nor hold one twice, so
-# `missing_rollout` and `duplicate_identity` look at the other tasks only: at ten million
-# rollouts, grouping every (task, repeat) pair cost seconds to find none.
-_TASK_REPEATS = """
-CREATE OR REPLACE TEMP TABLE task_repeats AS
-SELECT task_id, count(*) AS stored,
-       coalesce(bit_count(
-           bitstring_agg(repeat_index, 0, greatest(getvariable('repeats') - 1, 0))
-           FILTER (WHERE repeat_index BETWEEN 0 AND getvariable('repeats') - 1)), 0) AS held
-FROM rollouts GROUP BY task_id
-"""
-
-_TOOL_PAIRS = """
-SELECT rollout_id, call_id,
-       count(*) FILTER (WHERE type = 'function_call') AS calls,
-       count(*) FILTER (WHERE type = 'function_call_output') AS outputs
-FROM tool_items GROUP BY rollout_id, call_id
-"""
-
-
-#: A run in which more than this share of the expected rollouts failed is unhealthy (the
-#: `failed_share` check); `--threshold failed_share=SHARE` allows more. The query reads the
-#: threshold the gate applies, so the check, the verdict and the gate agree.
-FAILED_SHARE_MAX = 0.05
-
-#: A run in which more than this share of the expected rollouts completed without any answer is
-#: unhealthy (the `no_answer_share` check): its zeros are the serving setup's, not the policy's.
-NO_ANSWER_SHARE_MAX = 0.5
-
-# A verification that errored leaves its rollout unscored as surely as a model failure does: a
-# run whose verifier (a judge, a sandbox) failed on most rollouts scores the few it judged.
-_FAILED = (
-    "status = 'failed' OR rollout_id IN (SELECT rollout_id FROM verifications "
-    "WHERE verifier_version = getvariable('verifier_version') AND status <> 'ok')"
-)
-
-_NO_ANSWER = no_answer_sql()
-
-#: A loop: the output's last LOOP_WORDS words occur at least LOOP_REPEATS times in it.
-LOOP_WORDS, LOOP_REPEATS = 8, 3
-# Whitespace squeezed so a phrase repeated across line breaks still matches itself; only outputs
-# long enough to hold the loop are split into words.
-_LOOPS = f"""
-WITH squeezed AS (
-    SELECT rollout_id, regexp_replace(trim(output_text), '\\s+', ' ', 'g') AS text
-    FROM rollouts WHERE length(output_text) >= {LOOP_WORDS * LOOP_REPEATS * 2}
-),
-tails AS (
-    SELECT rollout_id, text,
-           array_to_string(list_slice(string_split(text, ' '), -{LOOP_WORDS}, -1), ' ') AS tail
-    FROM squeezed
-    WHERE len(string_split(text, ' ')) >= {LOOP_WORDS * LOOP_REPEATS}
-)
-SELECT rollout_id AS id FROM tails
-WHERE (length(text) - length(replace(text, tail, ''))) >= {LOOP_REPEATS} * length(tail)
-"""
-
-
-def _beyond_share(where: str, variable: str) -> str:
-    """The rollouts matching `where`, when they are more than the share held in `variable` of
-    the expected (or stored, if more) rollouts; none otherwise."""
-    return f"""
-        SELECT rollout_id AS id FROM rollouts
-        WHERE ({where})
-          AND (SELECT count(*) FROM rollouts WHERE {where})
-              > getvariable('{variable}')::DOUBLE * greatest(
-                  (SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0),
-                  (SELECT count(*) FROM rollouts))
-        """
-
-
-CHECKS: dict[str, Check] = {
-    "missing_rollout": Check(
-        "expected (task_id, repeat_index) with no stored rollout",
-        """
-        WITH short AS (
-            SELECT t.task_id FROM tasks t LEFT JOIN task_repeats k USING (task_id)
-            WHERE coalesce(k.held, 0) < getvariable('repeats')
-        )
-        SELECT s.task_id || '#' || gs.r AS id
-        FROM short s
-        CROSS JOIN range(getvariable('repeats')) gs(r)
-        ANTI JOIN (
-            SELECT task_id, repeat_index FROM rollouts
-            WHERE task_id IN (SELECT task_id FROM short)
-        ) ro ON ro.task_id = s.task_id AND ro.repeat_index = gs.r
-        """,
-        level="run",
-    ),
-    "duplicate_identity": Check(
-        "rollouts sharing one (task_id, repeat_index), or model calls sharing one "
-        "(rollout_id, call_index, attempt)",
-        """
-        WITH crowded AS (SELECT task_id FROM task_repeats WHERE stored > held)
-        SELECT rollout_id AS id FROM rollouts
-        WHERE task_id IN (SELECT task_id FROM crowded)
-          AND (task_id, repeat_index) IN (
-            SELECT (task_id, repeat_index) FROM rollouts
-            WHERE task_id IN (SELECT task_id FROM crowded)
-            GROUP BY task_id, repeat_index HAVING count(*) > 1)
-        UNION
-        SELECT rollout_id FROM model_calls
-        WHERE rollout_id IN (SELECT rollout_id FROM rollout_calls WHERE calls > 1)
-           -- calls of no stored rollout are not in rollout_calls: then every call is looked at
-           OR (SELECT count(*) FROM model_calls)
-              <> (SELECT coalesce(sum(calls), 0) FROM rollout_calls)
-        GROUP BY rollout_id, call_index, attempt HAVING count(*) > 1
-        """,
-    ),
-    # By run and task: a sealed rollout copied in from another run of this machine (its seal
-    # binds its run_id) in place of a failing one read healthy when matched by task_id alone.
-    "unknown_task": Check(
-        "rollout whose (run_id, task_id) is not among the run's tasks (a task of no task "
-        "list, or a rollout of another run)",
-        "SELECT r.rollout_id AS id FROM rollouts r ANTI JOIN tasks t USING (run_id, task_id)",
-    ),
-    "no_model_calls": Check(
-        "rollout with no recorded model call",
-        "SELECT rollout_id AS id FROM rollout_calls WHERE calls IS NULL",
-    ),
-    "last_call_failed": Check(
-        "the rollout's last model call (last turn, last attempt) failed",
-        "SELECT rollout_id AS id FROM rollout_calls WHERE last_status = 'error'",
-        severity="warning",
-    ),
-    "empty_output": Check(
-        "completed rollout with no answer: its final output text is empty and it made no "
-        "function call (a function call is an answer)",
-        f"SELECT rollout_id AS id FROM rollouts WHERE {_NO_ANSWER}",
-        severity="warning",
-    ),
-    "incomplete_response": Check(
-        "the response ended incomplete (output-token limit)",
-        "SELECT rollout_id AS id FROM rollouts WHERE incomplete",
-        severity="warning",
-    ),
-    "zero_output_tokens": Check(
-        "completed rollout reporting zero output tokens",
-        """
-        SELECT rollout_id AS id FROM rollouts
-        WHERE status = 'completed' AND coalesce(output_tokens, 0) = 0
-        """,
-        severity="warning",
-    ),
-    # Missing usage leaves token figures unknown, not scores wrong (many NeMo Gym files record
-    # none): a warning. Counts that disagree with each other mean the records are inconsistent.
-    "token_counts_missing": Check(
-        "token counts missing: the model server (or the imported file) reported no usage for a "
-        "call, so token and cost figures leave it out",
-        """
-        SELECT rollout_id AS id FROM rollout_calls
-        WHERE input_tokens IS NULL OR output_tokens IS NULL OR coalesce(without_usage, 0) > 0
-        """,
-        severity="warning",
-    ),
-    "token_mismatch": Check(
-        "the rollout's token totals differ from the sum over its model calls",
-        """
-        SELECT rollout_id AS id FROM rollout_calls
-        WHERE coalesce(without_usage, 0) = 0
-          AND (input_tokens <> coalesce(input_sum, 0) OR output_tokens <> coalesce(output_sum, 0))
-        """,
-    ),
-    "function_call_without_output": Check(
-        "a function_call in the trajectory with no function_call_output for its call_id "
-        "(under a harness that executes calls: single_turn's calls are the answer, verified "
-        "and never executed, as in BFCL)",
-        f"""
-        SELECT DISTINCT rollout_id AS id FROM ({_TOOL_PAIRS}) WHERE calls > 0 AND outputs = 0
-        AND NOT EXISTS (SELECT 1 FROM runs WHERE harness = 'single_turn')
-        """,
-    ),
-    "output_without_function_call": Check(
-        "a function_call_output whose call_id no function_call in the trajectory made",
-        f"SELECT DISTINCT rollout_id AS id FROM ({_TOOL_PAIRS}) WHERE outputs > 0 AND calls = 0",
-    ),
-    "invalid_tool_arguments": Check(
-        "a function_call whose arguments are not valid JSON",
-        """
-        SELECT DISTINCT rollout_id AS id FROM tool_items
-        WHERE type = 'function_call' AND NOT coalesce(json_valid(arguments), FALSE)
-        """,
-        severity="warning",
-    ),
-    # Not the token limit (`incomplete_response` says that): a loop, whether the limit cut it
-    # or the model stopped on its own. A rambling answer cut at the limit is not one.
-    "runaway_generation": Check(
-        f"the output runs in a loop: its last {LOOP_WORDS} words occur {LOOP_REPEATS} or more "
-        "times in it (degenerate repetition)",
-        _LOOPS,
-        severity="warning",
-    ),
-    "tools_never_called": Check(
-        f"offered tools and called none, in a run where at least {TOOLS_OFFERED_MIN} rollouts "
-        f"were offered tools and at most {TOOLS_CALLED_MAX_SHARE:.0%} of them called one: the "
-        "model server ignores the tools (a function-calling handler that drops them, a chat "
-        "template without tools, a tool_choice it needs and was not sent)",
-        f"SELECT rollout_id AS id FROM ({tools_ignored_sql()})",
-        severity="warning",
-    ),
-    "sampling_mismatch": Check(
-        "a model call sent temperature, top_p or max_output_tokens other than the run's config",
-        "SELECT rollout_id AS id FROM rollout_calls WHERE sampling_differs",
-    ),
-    # Run-wide on purpose: a confident policy repeats a short answer at any temperature, but
-    # when no task's repeats differ at all, sampling had no effect: a gateway dropping the seed
-    # or the temperature, or a cache answering. pass@k then cannot rise above pass@1.
-    "identical_repeats": Check(
-        "every task's repeats came back identical at temperature above 0: the server ignored "
-        "sampling (a dropped seed or temperature, a cache)",
-        """
-        WITH per_task AS (
-            SELECT task_id, min(warm_answer) <> max(warm_answer) AS varied
-            FROM rollout_calls WHERE warm_answer IS NOT NULL
-            GROUP BY task_id HAVING count(*) > 1
-        )
-        SELECT task_id AS id FROM per_task
-        WHERE NOT EXISTS (SELECT 1 FROM per_task WHERE varied)
-        """,
-        level="task",
-        severity="warning",
-    ),
-    "reward_out_of_range": Check(
-        "a reward (any verifier version) outside the environment's reward range",
-        """
-        SELECT DISTINCT rollout_id AS id FROM verifications
-        WHERE status = 'ok' AND (
-            reward IS NULL OR isnan(reward)
-            OR reward < getvariable('reward_low')::DOUBLE
-            OR reward > getvariable('reward_high')::DOUBLE)
-        """,
-        needs=("reward_low", "reward_high"),
-    ),
-    # Scores count `passed`; the threshold decides it from the reward when it is stored
-    # (environments/resources.py `judged`). A verdict that disagrees was written by something
-    # else: `UPDATE verifications SET passed = true` took pass@1 from 59% to 100%, healthy.
-    "verdict_disagrees": Check(
-        "a stored verdict (any verifier version) that is not its reward judged by the "
-        "environment's pass threshold: passed true below it, false at or above it, or missing "
-        "(an edit setting reward and passed together is found by judging the rollouts again: "
-        "`gym eval reverify RUN --check`)",
-        """
-        SELECT DISTINCT rollout_id AS id FROM verifications
-        WHERE status = 'ok' AND (
-            passed IS NULL OR reward IS NULL
-            OR passed <> (reward >= getvariable('pass_threshold')::DOUBLE))
-        """,
-        needs=("pass_threshold",),
-    ),
-    "verification_missing": Check(
-        "completed rollout with no verification under the verifier version read",
-        """
-        SELECT r.rollout_id AS id FROM rollouts r
-        ANTI JOIN (
-            SELECT rollout_id FROM verifications
-            WHERE verifier_version = getvariable('verifier_version')
-        ) v USING (rollout_id)
-        WHERE r.status = 'completed'
-        """,
-        needs=("verifier_version",),
-    ),
-    "verification_error": Check(
-        "the verifier could not judge the rollout (verifier error, judge failure)",
-        """
-        SELECT rollout_id AS id FROM verifications
-        WHERE verifier_version = getvariable('verifier_version') AND status <> 'ok'
-        """,
-        needs=("verifier_version",),
-        severity="warning",
-    ),
-    "failed_share": Check(
-        "failed rollouts (model, transport, harness, tool failures, and completed rollouts the "
-        f"verifier could not judge), when more than the threshold (by default "
-        f"{FAILED_SHARE_MAX:.0%}) of the expected rollouts failed: the run mostly measured its "
-        "setup, not the policy",
-        _beyond_share(_FAILED, "failed_share_max"),
-        needs=("failed_share_max", "verifier_version"),
-        threshold=FAILED_SHARE_MAX,
-    ),
-    "no_answer_share": Check(
-        "completed rollouts that gave no answer (empty final text, no function call), when more "
-        f"than the threshold (by default {NO_ANSWER_SHARE_MAX:.0%}) of the expected rollouts: "
-        "scored 0, they measure the serving limits (an output-token limit spent on reasoning), "
-        "not the policy",
-        _beyond_share(_NO_ANSWER, "no_answer_share_max"),
-        needs=("no_answer_share_max",),
-        threshold=NO_ANSWER_SHARE_MAX,
-    ),
-    # Every check above reads the store as written; one who can write it can make them all
-    # agree (an output rewritten to the reference, its verdict set to pass). The seal cannot be
-    # made without the key (store/seal.py): recomputed here for every verdict, in SQL.
-    "seal_mismatch": Check(
-        "a verdict (any verifier version) whose seal is not the one its fields and its "
-        "rollout's stored final text and trajectory give under this machine's seal key: the "
-        "verdict or the rollout it judged was edited in the store, or a verdict was written "
-        "there without the key",
-        MISMATCH_SQL,
-        needs=("seal_legacy",),
-    ),
-    "task_list_edited": Check(
-        "the store's task list is not the one its writers sealed: a task (with its rollouts) "
-        "deleted or added in the file, which no verdict's seal can show",
-        "SELECT run_id AS id FROM runs WHERE NOT getvariable('task_list_sealed')",
-        level="run",
-        needs=("task_list_sealed",),
-    ),
-    "seal_stripped": Check(
-        "a verdict of a store this machine sealed at this path (its sealed-stores ledger, beside "
-        "the seal key) that now reads as unsealed or sealed by another key: its seals or seal "
-        "record were removed or rewritten in the file, which an older or a colleague's store "
-        "would only warn of",
-        "SELECT rollout_id AS id FROM verifications WHERE getvariable('seal_state') = 'stripped'",
-        needs=("seal_state",),
-    ),
-    "verdict_unsealed": Check(
-        "a verdict without a seal, written before gymflow sealed its verdicts: edits of it or "
-        "of its rollout cannot be seen (a store this gymflow writes has none)",
-        """
-        SELECT rollout_id AS id FROM verifications
-        WHERE getvariable('seal_state') = 'unsealed' OR (
-            getvariable('seal_state') = 'sealed' AND seal IS NULL
-            AND (SELECT count(*) FROM verifications WHERE seal IS NULL)
-                <= getvariable('seal_legacy')::BIGINT)
-        """,
-        needs=("seal_state",),
-        severity="warning",
-    ),
-    "seal_key_unknown": Check(
-        "a verdict sealed with a key this machine does not hold (set GYMFLOW_SEAL_KEY to the "
-        "key that sealed the run): its seal cannot be checked, so edits cannot be seen; no "
-        "sign of tampering by itself",
-        "SELECT rollout_id AS id FROM verifications WHERE getvariable('seal_state') = 'foreign'",
-        needs=("seal_state",),
-        severity="warning",
-    ),
-    "tampering": Check(
-        "the answer's code was seen touching the verification harness (failure kind "
-        "tampering: it ended the tests early, patched or inspected the runner, forged a reply)",
-        """
-        SELECT rollout_id AS id FROM verifications
-        WHERE verifier_version = getvariable('verifier_version') AND failure_kind = 'tampering'
-        """,
-        needs=("verifier_version",),
-        severity="warning",
-    ),
-}
-
-#: Derived from the rollout checks above, so it runs after them.
-TASK_CHECK = "task_unhealthy_every_repeat"
-TASK_CHECK_DESCRIPTION = "task whose every stored rollout failed at least one rollout check"
-_TASK_SQL = """
-SELECT r.task_id AS id
-FROM rollouts r LEFT JOIN (SELECT DISTINCT id FROM health_hits) u ON u.id = r.rollout_id
-GROUP BY r.task_id HAVING count(*) = count(u.id)
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -568,9 +122,8 @@ def health(
         },
     }
     _set_variables(con, variables)
-    con.execute(_TOOL_ITEMS)
-    con.execute(_ROLLOUT_CALLS)
-    con.execute(_TASK_REPEATS)
+    for statement in SHARED_TABLES.values():
+        con.execute(statement)
     con.execute("CREATE OR REPLACE TEMP TABLE health_hits (id VARCHAR, check_name VARCHAR)")
     expected, stored = con.execute(
         "SELECT (SELECT count(*) FROM tasks) * getvariable('repeats'), "
@@ -607,15 +160,15 @@ def health(
     )
     for name, check in CHECKS.items():
         record(name, check, runnable[name], found)
-    task_check = Check(TASK_CHECK_DESCRIPTION, _TASK_SQL, "task", severity="warning")
-    record(TASK_CHECK, task_check, True, _flagged(con, {TASK_CHECK: _TASK_SQL}, max_examples))
+    task_check = Check(TASK_CHECK_DESCRIPTION, TASK_SQL, "task", severity="warning")
+    record(TASK_CHECK, task_check, True, _flagged(con, {TASK_CHECK: TASK_SQL}, max_examples))
 
     unhealthy = con.execute("SELECT count(DISTINCT id) FROM health_hits").fetchone()[0]
     verdicts = rollout_verdicts(con, unhealthy_only=True, limit=max_listed)
     failing = [name for name, check in checks.items() if check["count"]]
     gate_failures = [name for name, check in checks.items() if check["share"] > check["threshold"]]
     broken = [name for name in gate_failures if checks[name]["severity"] == "integrity"]
-    for table in ("check_ids", "rollout_calls", "task_repeats", "tool_items"):
+    for table in ("check_ids", *SHARED_TABLES):
         con.execute(f"DROP TABLE IF EXISTS {table}")
     return Health(
         verdict="unhealthy" if broken else "healthy",
