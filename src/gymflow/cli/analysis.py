@@ -550,7 +550,7 @@ def eval_reverify(
 
 
 def _recheck(run_dir: Path, version: str | None, json_output: bool) -> None:
-    from gymflow.reverify import check
+    from gymflow.recheck import check
 
     result = check(run_dir, version)
     if json_output:
