@@ -14,7 +14,7 @@ from gymflow.environments.humaneval.env import load_problems
 from gymflow.environments.registry import load_environment
 from gymflow.verifiers.base import VerifyInput, get_verifier
 from gymflow.verifiers.code_exec import build_program, extract_code
-from gymflow.verifiers.sandbox import pool_size
+from gymflow.verifiers.sandbox_host import pool_size
 from tests.conftest import ROOT, require_tool
 from tests.environments.runs import run_benchmark
 

@@ -15,7 +15,7 @@ import pytest
 from gymflow.core.statuses import VERIFIED, VERIFY_ERROR
 from gymflow.environments.registry import load_environment
 from gymflow.environments.verifier_ref import VerifierRef
-from gymflow.verifiers import pool, sandbox
+from gymflow.verifiers import pool, sandbox_host
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
 from gymflow.verifiers.sandbox import Sandbox, SandboxLimits
 from tests.conftest import require_tool
@@ -43,7 +43,7 @@ def attack(task, body: str, **params) -> tuple[float, dict]:
 def sandbox_processes(owner: int | None = None) -> list[int]:
     """Processes left running under the sandbox user ids that process `owner` (by default this
     one) hands out: other test runs on a shared machine have sandboxes of their own."""
-    low = sandbox._UID_BASE + ((owner or os.getpid()) % 4096) * sandbox._SLOT_SPAN
+    low = sandbox_host.UID_BASE + ((owner or os.getpid()) % 4096) * sandbox_host.SLOT_SPAN
     found = []
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
@@ -54,7 +54,7 @@ def sandbox_processes(owner: int | None = None) -> list[int]:
             )
         except (OSError, StopIteration, ValueError):
             continue
-        if low <= uid < low + sandbox._SLOT_SPAN:
+        if low <= uid < low + sandbox_host.SLOT_SPAN:
             found.append(int(status.parent.name))
     return found
 
@@ -216,7 +216,7 @@ def test_verification_runs_in_a_bounded_pool(task, monkeypatch) -> None:
     results = asyncio.run(verify_all())
     assert [v.status for v in results] == [VERIFIED] * 8
     assert [v.passed for v in results] == [i % 2 == 1 for i in range(8)]
-    assert 1 <= peak <= sandbox.pool_size()
+    assert 1 <= peak <= sandbox_host.pool_size()
 
 
 # -- limits that hold against code trying to get around them (as root, too) ----------------------
@@ -348,12 +348,12 @@ def test_a_worker_that_starts_sweeps_what_a_killed_one_left(tmp_path: Path) -> N
 
     dead = subprocess.Popen(["true"])
     dead.wait()
-    orphan = tmp_path / f"{sandbox.SCRATCH_PREFIX}{dead.pid}-abc"
+    orphan = tmp_path / f"{sandbox_host.SCRATCH_PREFIX}{dead.pid}-abc"
     orphan.mkdir()
     (orphan / "solution.py").write_text("secret = 1")
-    alive = tmp_path / f"{sandbox.SCRATCH_PREFIX}{os.getpid()}-def"
+    alive = tmp_path / f"{sandbox_host.SCRATCH_PREFIX}{os.getpid()}-def"
     alive.mkdir()
-    assert sandbox.sweep_orphans(str(tmp_path)) == [orphan]
+    assert sandbox_host.sweep_orphans(str(tmp_path)) == [orphan]
     assert not orphan.exists() and alive.exists()
 
 
@@ -377,8 +377,8 @@ def test_killed_worker_leaves_an_orphan_that_the_next_worker_removes(task) -> No
     try:
         deadline, folder = time.monotonic() + 60, None
         while folder is None and time.monotonic() < deadline:
-            for candidate in Path("/tmp").glob(f"{sandbox.SCRATCH_PREFIX}*"):
-                owner = int(candidate.name[len(sandbox.SCRATCH_PREFIX) :].split("-")[0])
+            for candidate in Path("/tmp").glob(f"{sandbox_host.SCRATCH_PREFIX}*"):
+                owner = int(candidate.name[len(sandbox_host.SCRATCH_PREFIX) :].split("-")[0])
                 if _parent_of(owner) == os.getpid():
                     folder, worker = candidate, owner
             time.sleep(0.05)

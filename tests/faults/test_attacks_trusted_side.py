@@ -14,7 +14,7 @@ import pytest
 
 from gymflow.core.statuses import VERIFIED
 from gymflow.environments.registry import load_environment
-from gymflow.verifiers import sandbox
+from gymflow.verifiers import sandbox_host
 from gymflow.verifiers.base import VerifyInput
 from gymflow.verifiers.pool import WorkerTimeout
 from tests.conftest import require_tool
@@ -101,7 +101,7 @@ def test_an_honest_value_nested_150_deep_is_judged_on_its_value(env) -> None:
 
 def test_memory_held_as_files_counts_within_the_memory_limit(env) -> None:
     require_tool("bwrap")
-    if sandbox._cgroups() is None:
+    if sandbox_host.memory_cgroups() is None:
         pytest.skip("no memory cgroup can be made here: the address-space limit alone applies")
     task = env.tasks("test")[0]
     server = env.resources_server({"timeout_s": 10.0, "memory_mb": 256})
@@ -109,4 +109,5 @@ def test_memory_held_as_files_counts_within_the_memory_limit(env) -> None:
     assert (verification.status, verification.reward) == (VERIFIED, 0.0), verification
     assert verification.details["reason"] == "memory", verification.details
     assert our_scratch() == set()
-    assert not list(sandbox._cgroups().root.glob(f"{sandbox.SCRATCH_PREFIX}{os.getpid()}-*"))
+    ours = f"{sandbox_host.SCRATCH_PREFIX}{os.getpid()}-*"
+    assert not list(sandbox_host.memory_cgroups().root.glob(ours))

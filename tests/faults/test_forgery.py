@@ -18,7 +18,7 @@ import pytest
 
 from gymflow.core.statuses import VERIFIED
 from gymflow.environments.registry import load_environment
-from gymflow.verifiers import sandbox
+from gymflow.verifiers import sandbox_host
 from gymflow.verifiers.base import VerifyInput
 from tests.conftest import require_tool
 
@@ -244,12 +244,12 @@ def answer(task, prelude: str, body: str) -> str:
 
 
 def our_scratch() -> set[str]:
-    return {p.name for p in Path("/tmp").glob(f"{sandbox.SCRATCH_PREFIX}{os.getpid()}-*")}
+    return {p.name for p in Path("/tmp").glob(f"{sandbox_host.SCRATCH_PREFIX}{os.getpid()}-*")}
 
 
 def our_sandbox_processes() -> list[int]:
     """Processes running under the sandbox user ids this test process hands out."""
-    low = sandbox._sandbox_uid(0)
+    low = sandbox_host.sandbox_uid(0)
     found = []
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
@@ -260,7 +260,7 @@ def our_sandbox_processes() -> list[int]:
             )
         except (OSError, StopIteration, ValueError):
             continue
-        if low <= uid < low + sandbox._SLOT_SPAN:
+        if low <= uid < low + sandbox_host.SLOT_SPAN:
             found.append(int(status.parent.name))
     return found
 

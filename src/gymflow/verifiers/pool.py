@@ -102,7 +102,7 @@ def serve(fd: int) -> None:
     threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
     # A worker killed with SIGKILL never removed its sandboxes' scratch folders (the model's
     # code among them): the next worker to start removes those of dead owners.
-    from gymflow.verifiers.sandbox import sweep_orphans
+    from gymflow.verifiers.sandbox_host import sweep_orphans
 
     sweep_orphans()
     servers: dict[WorkerRef, Verifying] = {}

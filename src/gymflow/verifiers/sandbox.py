@@ -23,9 +23,9 @@ under a root-only directory); `setpriv` drops to that user id; an inner bubblewr
 creates the user namespace that `--disable-userns` needs. Without root one bubblewrap does both.
 
 Every sandbox's scratch folder is named after its owner's pid and removed when the sandbox closes;
-`sweep_orphans` removes those a killed owner left. A failure of the sandbox itself (bubblewrap
-missing or unable to start) is a `SandboxError`; how the candidate's process ended is a
-`SandboxEnded`."""
+`sandbox_host.sweep_orphans` removes those a killed owner left. A failure of the sandbox itself
+(bubblewrap missing or unable to start) is a `SandboxError`; how the candidate's process ended is
+a `SandboxEnded`."""
 
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ import json
 import marshal
 import math
 import os
-import queue
 import resource
 import secrets
 import select
@@ -43,26 +42,26 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gymflow.errors import RuntimeFailure
-from gymflow.processes import pid_alive
+from gymflow.verifiers.sandbox_host import (
+    SCRATCH_PREFIX,
+    held_slot,
+    memory_cgroups,
+    sandbox_uid,
+)
 from gymflow.verifiers.sandbox_runner import MAX_MESSAGE, OutOfTime, Unsupported, decode
 
 #: Exit status of bubblewrap when its child died of signal N is 128 + N.
 _SIGNAL_EXIT = 128
-#: Sandbox user ids live far above any real account: base + (pid % 4096) * 64 + slot.
-_UID_BASE = 1_000_000
-_SLOT_SPAN = 64
 _TAIL_CHARS = 2000
 _RUNNER = Path(__file__).with_name("sandbox_runner.py")
-SCRATCH_PREFIX = "gymflow-sandbox-"
 
 
 class SandboxError(RuntimeFailure):
@@ -94,141 +93,6 @@ class SandboxLimits:
     max_processes: int = 16
     max_file_mb: int = 16
     tmp_mb: int = 32
-
-
-# -- slots: bounded concurrency and one user id per concurrent sandbox ---------------------------
-_slots: queue.Queue[int] | None = None
-_slots_lock = threading.Lock()
-
-
-def pool_size() -> int:
-    """Sandboxes that may run at once: one per core."""
-    return os.cpu_count() or 1
-
-
-def _slot_queue() -> queue.Queue[int]:
-    global _slots
-    with _slots_lock:  # the first verifications arrive on several threads at once
-        if _slots is None:
-            slots: queue.Queue[int] = queue.Queue()
-            for slot in range(min(pool_size(), _SLOT_SPAN)):
-                slots.put(slot)
-            _slots = slots
-        return _slots
-
-
-@contextmanager
-def _slot() -> Iterator[int]:
-    slots = _slot_queue()
-    slot = slots.get()
-    try:
-        yield slot
-    finally:
-        slots.put(slot)
-
-
-def _sandbox_uid(slot: int) -> int:
-    return _UID_BASE + (os.getpid() % 4096) * _SLOT_SPAN + slot
-
-
-# -- scratch folders -----------------------------------------------------------------------------
-def sweep_orphans(root: str | None = None) -> list[Path]:
-    """Remove the scratch folders (and memory cgroups) whose owner process is gone (a verifier
-    worker killed with SIGKILL never ran its cleanup); returns what was removed. A folder whose
-    owner still runs is left alone, even if the pid was reused: never delete what may be in use."""
-    removed = []
-    for folder in Path(root or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
-        if _orphaned(folder) and folder.is_dir():
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
-    cgroups = _cgroups()
-    if cgroups is not None and root is None:
-        for group in cgroups.root.glob(f"{SCRATCH_PREFIX}*"):
-            if _orphaned(group) and cgroups.remove(group):
-                removed.append(group)
-    return removed
-
-
-def _orphaned(path: Path) -> bool:
-    owner = path.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
-    return owner.isdigit() and not pid_alive(int(owner))
-
-
-# -- memory cgroups ------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class _Cgroups:
-    """A cgroup hierarchy with the memory controller where we may make children: the file that
-    sets a child's memory limit, the one that keeps it from swapping past it, and the one that
-    counts its out-of-memory kills."""
-
-    root: Path
-    limit: str
-    swap: tuple[str, bool]  # (file, whether it bounds memory plus swap or swap alone)
-    events: str
-
-    def make(self, name: str, limit: int) -> Path | None:
-        group = self.root / name
-        swap_file, with_memory = self.swap
-        try:
-            group.mkdir()
-            (group / self.limit).write_text(str(limit))
-            if (group / swap_file).exists():  # absent where swap is not accounted
-                (group / swap_file).write_text(str(limit if with_memory else 0))
-        except OSError:
-            self.remove(group)
-            return None
-        return group
-
-    def oom_killed(self, group: Path) -> bool:
-        try:
-            counts = dict(line.split() for line in (group / self.events).read_text().splitlines())
-        except (OSError, ValueError):
-            return False
-        return counts.get("oom_kill", "0") != "0"
-
-    def kill_all(self, group: Path) -> None:
-        """SIGKILL every process still in `group`: the PID namespace's processes outlive their
-        init by a moment, and a cgroup with members cannot be removed."""
-        with suppress(OSError):
-            for pid in (group / "cgroup.procs").read_text().split():
-                with suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), signal.SIGKILL)
-
-    def remove(self, group: Path) -> bool:
-        for _ in range(50):
-            self.kill_all(group)
-            try:
-                group.rmdir()
-                return True
-            except FileNotFoundError:
-                return True
-            except OSError:
-                time.sleep(0.02)
-        return False  # left for sweep_orphans
-
-
-@functools.cache
-def _cgroups() -> _Cgroups | None:
-    """The memory cgroup hierarchy this host lets us use, found by making (and removing) a child;
-    None when there is none (not root, a container without cgroup access)."""
-    unified = Path("/sys/fs/cgroup")
-    v1 = unified / "memory"
-    candidates = [
-        _Cgroups(
-            v1, "memory.limit_in_bytes", ("memory.memsw.limit_in_bytes", True), "memory.oom_control"
-        )
-    ]
-    with suppress(OSError):
-        if "memory" in (unified / "cgroup.subtree_control").read_text().split():
-            candidates.append(
-                _Cgroups(unified, "memory.max", ("memory.swap.max", False), "memory.events")
-            )
-    for cgroups in candidates:
-        probe = cgroups.make(f"{SCRATCH_PREFIX}{os.getpid()}-probe", 64 << 20)
-        if probe is not None:
-            cgroups.remove(probe)
-            return cgroups
-    return None
 
 
 # -- the command ---------------------------------------------------------------------------------
@@ -419,7 +283,7 @@ class Sandbox:
     # -- lifecycle -----------------------------------------------------------------------------
     def __enter__(self) -> Sandbox:
         bwrap = bwrap_path()
-        self._slot = _slot()
+        self._slot = held_slot()
         slot = self._slot.__enter__()
         self._proc: subprocess.Popen[bytes] | None = None
         self._fds: list[int] = []
@@ -445,13 +309,13 @@ class Sandbox:
         solution.write_text(self.source)
         solution.chmod(0o644)
         if os.geteuid() == 0:
-            uid: int | None = _sandbox_uid(slot)
+            uid: int | None = sandbox_uid(slot)
             budget = self.limits.max_processes
         else:
             # Without root the program keeps our user id, whose other processes count too.
             uid, budget = None, _user_process_count(os.geteuid()) + self.limits.max_processes
         cmd = _command(bwrap, self._scratch, self.limits, uid)
-        self._cgroups = _cgroups()
+        self._cgroups = memory_cgroups()
         if self._cgroups is not None:
             self._group = self._cgroups.make(self._scratch.name, self.limits.memory_mb << 20)
         group = self._group
