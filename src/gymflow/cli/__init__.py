@@ -55,11 +55,11 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
         "Outcome buckets, failure taxonomy, verifier suspects and the next action.",
     ),
     ("eval", "reverify"): (
-        "analysis",
+        "reverify",
         "New rewards from stored rollouts under changed verifier parameters; no inference.",
     ),
     ("eval", "use-version"): (
-        "analysis",
+        "reverify",
         "Read a run under another stored verifier version from now on.",
     ),
     ("eval", "aggregate"): ("scale", "Merge shard stores into a run store (idempotent)."),
