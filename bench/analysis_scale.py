@@ -10,6 +10,7 @@ in a fresh subprocess, so its peak RSS (ru_maxrss) is its own.
     python bench/analysis_scale.py --sizes 100000      # one size
     python bench/analysis_scale.py --keep /tmp/stores  # keep the stores for inspection
     python bench/analysis_scale.py --baseline /tmp/old  # interleaved with another checkout
+    python bench/analysis_scale.py --stages health seal analyse  # the seal's share; all in one
 
 `--baseline CHECKOUT` (a folder holding that commit's src/ and bench/, e.g. from `git archive
 9bdf3f3 src bench | tar -x -C /tmp/old`) builds a store with that checkout's own code and runs
@@ -36,7 +37,12 @@ import tiny
 
 REPEATS = 100
 REPO = Path(__file__).resolve().parent.parent
-STAGES = ("health", "profile", "diagnose", "reverify")
+#: `seal`: health's seal check alone (`store.seal.check_seals`, the query health runs), to read
+#: its share of health; `analyse`: health, profile, diagnose and the decision on one connection,
+#: as a run's flow and report compute them (`analysis.run.analyse`).
+STAGES = ("health", "profile", "diagnose", "reverify", "seal", "analyse")
+#: What runs without --stages: the stages every checkout since the first of this script has.
+DEFAULT_STAGES = ("health", "profile", "diagnose", "reverify")
 
 
 def build_store(path: Path, tasks: int, repeats: int = REPEATS) -> float:
@@ -143,9 +149,11 @@ def run_stage(stage: str, store: Path) -> dict[str, float]:
     from gymflow.analysis.diagnose import diagnose
     from gymflow.analysis.health import health
     from gymflow.analysis.profile import profile
+    from gymflow.analysis.run import analyse
     from gymflow.environments.registry import load_environment
     from gymflow.reverify import reverify
     from gymflow.store.db import connect
+    from gymflow.store.seal import check_seals
 
     load_environment("arithmetic")
     started = time.perf_counter()
@@ -161,9 +169,15 @@ def run_stage(stage: str, store: Path) -> dict[str, float]:
             elif stage == "profile":
                 out = profile(con)
                 detail = f"pass@1 {out.pass_at_1:.4f}"
-            else:
+            elif stage == "diagnose":
                 out = diagnose(con)
                 detail = f"evidence points to {recommend(out).action}"
+            elif stage == "seal":
+                out = check_seals(con)
+                detail = f"{out.mismatched} of the seals mismatched ({out.store.state})"
+            else:
+                out = analyse(con)
+                detail = f"{out.health.verdict}, next action {out.decision.action}"
         finally:
             con.close()
     seconds = time.perf_counter() - started
@@ -240,7 +254,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--keep", type=Path, help="Build the stores here and keep them.")
-    parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(DEFAULT_STAGES))
     parser.add_argument(
         "--baseline",
         type=Path,
@@ -252,7 +266,7 @@ def main() -> None:
     )
     parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
     parser.add_argument("--store", type=Path, help=argparse.SUPPRESS)
-    args = tiny.parse(parser, sizes=[2000])
+    args = tiny.parse(parser, sizes=[2000], stages=list(STAGES))
     if args.stage:  # child mode
         print(json.dumps(run_stage(args.stage, args.store)))
         return
