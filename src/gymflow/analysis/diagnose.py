@@ -37,7 +37,7 @@ from gymflow.analysis.results import (
     TaxonomyRow,
 )
 from gymflow.models.errors import ModelError
-from gymflow.store.db import memory_capped_call
+from gymflow.store.db import first_sql, memory_capped_call
 from gymflow.store.runs import run_info
 from gymflow.verifiers.base import LENIENT_MATCH
 
@@ -169,7 +169,8 @@ def failure_detail(con, examples: int) -> pl.DataFrame:
         f"""
         SELECT category, kind, coalesce(bucket, 'unknown_task') AS bucket,
                count(*) AS rollouts,
-               list(rollout_id ORDER BY task_id, repeat_index)[1:{examples}] AS examples
+               {first_sql("rollout_id", "(task_id, repeat_index, rollout_id)", examples)}
+                 AS examples
         FROM diag_failures GROUP BY ALL ORDER BY rollouts DESC, category, kind, bucket
         """,
     )
@@ -321,7 +322,7 @@ def verifier_suspects(
     disagreements = con.execute(
         f"""
         SELECT a.verifier_version, b.verifier_version, count(*),
-               list(a.rollout_id ORDER BY a.rollout_id)[1:{examples}]
+               {first_sql("a.rollout_id", "a.rollout_id", examples)}
         FROM (SELECT * FROM verifications WHERE verifier_version = ? AND status = 'ok') a
         JOIN (SELECT * FROM verifications WHERE verifier_version <> ? AND status = 'ok') b
           ON a.rollout_id = b.rollout_id

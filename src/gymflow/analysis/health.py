@@ -22,7 +22,7 @@ from gymflow.analysis.health_checks import (
 from gymflow.analysis.outcomes import check_verifier_version, version_read
 from gymflow.analysis.results import Health
 from gymflow.errors import UserError
-from gymflow.store.db import memory_capped_call
+from gymflow.store.db import first_sql, memory_capped_call
 from gymflow.store.seal import armed_state
 
 
@@ -71,7 +71,7 @@ def _flagged(con, queries: dict[str, str], max_examples: int) -> dict[str, tuple
         list(queries),
     )
     rows = con.execute(
-        f"SELECT check_name, count(*), list(id ORDER BY id)[1:{max_examples}] FROM check_ids "
+        f"SELECT check_name, count(*), {first_sql('id', 'id', max_examples)} FROM check_ids "
         "GROUP BY check_name"
     ).fetchall()
     return {name: (count, examples or []) for name, count, examples in rows}

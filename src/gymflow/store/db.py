@@ -169,6 +169,13 @@ def memory_capped_call(fn):
     return capped
 
 
+def first_sql(value: str, order: str, n: int) -> str:
+    """SQL aggregate: the `n` values of `value` whose `order` is smallest, in that order (NULL
+    over no rows): `list(value ORDER BY order)[1:n]` without sorting every row to keep a few
+    (five examples of 2.3 million rollouts took 1.3 s that way, 0.4 s this way)."""
+    return f"min_by({value}, {order}, {int(n)})" if n > 0 else "[]"
+
+
 def copy_store(source: Path | str, run_dir: Path | str) -> Path:
     """Copy a closed store into `run_dir`, replacing the one there in one rename (a copy taken
     again after the source grew must not be half old)."""

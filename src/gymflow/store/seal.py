@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Literal
 
 from gymflow.errors import UserError
+from gymflow.store.db import first_sql
 
 SEAL_KEY_ENV = "GYMFLOW_SEAL_KEY"
 #: Bytes of a key made on first use, and the fewest a given key may have.
@@ -457,13 +458,13 @@ def check_seals(con, max_examples: int = 10) -> SealCheck:
     found = armed_state(con)
     if found.state == "stripped":
         count, examples = con.execute(
-            f"SELECT count(*), list(rollout_id ORDER BY rollout_id)[1:{int(max_examples)}] "
+            f"SELECT count(*), {first_sql('rollout_id', 'rollout_id', max_examples)} "
             "FROM verifications"
         ).fetchone()
         return SealCheck(found, count, examples or [])
     if found.state != "sealed":
         return SealCheck(found, None, [])
     count, examples = con.execute(
-        f"SELECT count(*), list(id ORDER BY id)[1:{int(max_examples)}] FROM ({MISMATCH_SQL})"
+        f"SELECT count(*), {first_sql('id', 'id', max_examples)} FROM ({MISMATCH_SQL})"
     ).fetchone()
     return SealCheck(found, count, examples or [])
