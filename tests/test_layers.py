@@ -18,18 +18,17 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "gymflow"
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer.split())
     for layer in (
-        "core config bounded_yaml processes progress errors registry user_folders present written",
+        "core present",
         "models",
         "verifiers",
-        "verifier_identity",
         "store",
-        "environments",
+        "environments builtin",
         "harness",
         "simulated",
         "rollouts",
         "analysis",
-        "reports history data interop study reverify recheck",
-        "tasks",
+        "reports history data interop study reverify",
+        "steps",
         "flows",
         "cli",
     )
@@ -68,7 +67,7 @@ def imported_modules(node: ast.AST, package: str, root: Path) -> list[str]:
         module = ".".join(base + ([node.module] if node.module else []))
     else:
         module = node.module or ""
-    if module == "gymflow":  # `from gymflow import progress` imports the module gymflow.progress
+    if module == "gymflow":  # `from gymflow import x` imports the module gymflow.x
         exports = root_exports(root)  # `from gymflow import Task` imports what the root exports
         return [
             f"gymflow.{alias.name}"

@@ -6,7 +6,7 @@ summaries declared here, so listing what exists costs no analysis, store or Pref
 
 `main` turns every way a command can end into one of `exit_codes` and, for an error, one line:
 usage errors included (click's own code, 2, would read as a failed gate), and every
-`gymflow.errors.GymflowError` with its class's exit code. Any other exception is a gymflow bug:
+`gymflow.core.errors.GymflowError` with its class's exit code. Any other exception is a gymflow bug:
 its traceback is printed, always, above the line that says so."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import traceback
 import typer
 
 from gymflow.cli import exit_codes
-from gymflow.errors import GymflowError
+from gymflow.core.errors import GymflowError
 from gymflow.present.terminal import styled
 
 #: The command groups and what each is for.

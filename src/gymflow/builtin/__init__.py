@@ -1,0 +1,1 @@
+"""What gymflow ships: its environments and benchmarks (data beside code)."""

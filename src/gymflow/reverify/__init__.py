@@ -1,0 +1,1 @@
+"""Reverify: new rewards for stored rollouts, and the check of stored verdicts."""
