@@ -10,7 +10,8 @@ from typing import Any, NoReturn
 
 import typer
 
-from gymflow.cli import GROUPS, exit_codes, local_prefect
+from gymflow.cli import exit_codes, local_prefect
+from gymflow.cli.commands import GROUPS
 from gymflow.core.errors import RuntimeFailure
 from gymflow.present.terminal import TextConsole, styled
 
