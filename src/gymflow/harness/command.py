@@ -122,6 +122,8 @@ async def command(
     except SandboxError as exc:
         return _failed(episode, "sandbox_error", str(exc))
     _record(episode, recipe, result)
+    if not recipe.needs_model:  # health reads no missing model evidence into it
+        episode.counters["model_free"] = 1
     return episode
 
 
