@@ -24,7 +24,7 @@ MINI_SWE_FINISH = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 #: What a scripted run says when it is done, and what it says for a task it does not know.
 DONE_TEXT = "Done: I ran the task's reference solution (a scripted model)."
 UNKNOWN_TEXT = "I am a scripted model and do not know this task."
-_HEREDOC = "GYMFLOW_SOLUTION_EOF"
+_HEREDOC = "SOLUTION_SH_END"
 
 
 @dataclass(frozen=True, slots=True)
