@@ -18,10 +18,11 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "gymflow"
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer.split())
     for layer in (
-        "core config bounded_yaml processes progress errors registry user_folders present written",
+        "core config bounded_yaml processes progress errors registry user_folders present written "
+        "builtin",
         "models",
         "verifiers",
-        "verifier_identity",
+        "verifier_identity sandboxes",
         "store",
         "environments",
         "harness",

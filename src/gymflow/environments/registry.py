@@ -52,6 +52,9 @@ class Benchmark(BaseModel):
     environment: str = Field("", description="the environment; a dataset benchmark's own name")
     dataset: DatasetSpec | None = None
     verifier: VerifierRef | None = Field(None, description="a dataset benchmark's verifier")
+    workspace: str | None = Field(
+        None, description="a folder of Harbor tasks (relative to this file): a workspace benchmark"
+    )
     split: str | None = None
     limit: int | None = Field(None, ge=1)
     prompt_template: str | None = None
@@ -62,6 +65,17 @@ class Benchmark(BaseModel):
 
     @model_validator(mode="after")
     def _environment(self) -> Benchmark:
+        if self.workspace is not None:
+            if self.dataset is not None or self.verifier is not None:
+                raise ValueError(
+                    "workspace: its tasks bring their own tests (no dataset, verifier)"
+                )
+            if self.environment not in ("", self.name):
+                raise ValueError(
+                    f"environment: a workspace benchmark defines its own environment, {self.name!r}"
+                )
+            self.environment = self.name
+            return self
         if self.dataset is None:
             if not self.environment:
                 raise ValueError("environment: required (or give a dataset and a verifier)")
@@ -96,8 +110,12 @@ class EnvironmentSource:
     folder: Path
 
 
+#: What gymflow ships as data: workspace tasks and their benchmarks.
+BUILTIN_DIR = PACKAGE_DIR.parent / "builtin"
+
+
 def search_roots() -> list[Path]:
-    roots = [PACKAGE_DIR]
+    roots = [PACKAGE_DIR, BUILTIN_DIR]
     for part in os.environ.get(PATH_VARIABLE, "").split(os.pathsep):
         if part:
             roots.append(Path(part).expanduser())
@@ -222,6 +240,13 @@ def _dataset_environment(name: str) -> Environment | None:
     if path is None:
         return None
     benchmark = load_benchmark(name)
+    if benchmark.workspace is not None:
+        from gymflow.environments.workspace.environment import WorkspaceEnvironment
+
+        try:
+            return WorkspaceEnvironment.from_benchmark(benchmark, path)
+        except ValueError as exc:
+            raise RegistryError(f"{path}: {exc}") from None
     if benchmark.dataset is None:
         return None
     from gymflow.environments.dataset.environment import DatasetEnvironment

@@ -10,6 +10,7 @@ from gymflow.verifiers import (  # noqa: F401
     nemo_gym,
     numeric,
     state_match,
+    workspace_tests,
 )
 from gymflow.verifiers.base import (
     VERIFIERS,
