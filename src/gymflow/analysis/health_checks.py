@@ -169,6 +169,35 @@ WHERE (length(text) - length(replace(text, tail, ''))) >= {LOOP_REPEATS} * lengt
 """
 
 
+# An external agent's trajectory is its own account of the run (an in-process harness builds
+# its trajectory from the calls' answers, so it is checked only under `command`): each
+# assistant text in it must be text some recorded call of the rollout answered.
+_TEXT_WITHOUT_CALL = """
+WITH items AS (
+    SELECT rollout_id, unnest(json_extract(trajectory_json, '$[*]')) AS item
+    FROM rollouts WHERE (SELECT max(harness) FROM runs) = 'command'
+),
+said AS (
+    SELECT rollout_id,
+           CASE WHEN json_type(item->'content') = 'VARCHAR' THEN item->>'content'
+                ELSE array_to_string(json_extract_string(item, '$.content[*].text'), '') END
+               AS text
+    FROM items WHERE item->>'type' = 'message' AND item->>'role' = 'assistant'
+),
+produced AS (
+    SELECT rollout_id,
+           string_agg(array_to_string(
+               json_extract_string(response_json, '$.output[*].content[*].text'), ''), '\x1f')
+               AS text
+    FROM model_calls
+    WHERE rollout_id IN (SELECT rollout_id FROM said) AND json_valid(response_json)
+    GROUP BY rollout_id
+)
+SELECT DISTINCT s.rollout_id AS id FROM said s LEFT JOIN produced p USING (rollout_id)
+WHERE s.text <> '' AND NOT contains(coalesce(p.text, ''), s.text)
+"""
+
+
 def _beyond_share(where: str, variable: str) -> str:
     """The rollouts matching `where`, when they are more than the share held in `variable` of
     the expected (or stored, if more) rollouts; none otherwise."""
@@ -228,7 +257,8 @@ CHECKS: dict[str, Check] = {
         "SELECT r.rollout_id AS id FROM rollouts r ANTI JOIN tasks t USING (run_id, task_id)",
     ),
     "no_model_calls": Check(
-        "rollout with no recorded model call",
+        "rollout with no recorded model call (an agent that never called the model too; not one "
+        "that uses none by design, the `oracle` and `nothing` agents)",
         "SELECT rollout_id AS id FROM rollout_calls WHERE calls IS NULL "
         f"AND rollout_id NOT IN (SELECT rollout_id FROM rollouts WHERE {MODEL_FREE})",
     ),
@@ -274,6 +304,23 @@ CHECKS: dict[str, Check] = {
         WHERE coalesce(without_usage, 0) = 0
           AND (input_tokens <> coalesce(input_sum, 0) OR output_tokens <> coalesce(output_sum, 0))
         """,
+    ),
+    # The recording proxy's refusals (`harness/proxy.py`): an agent spending calls it was not
+    # given, or calling on after its time. The agent's conduct, already in its outcome.
+    "proxy_refused_calls": Check(
+        "the recording proxy refused a call of the agent (no proxy key, or not a request)",
+        "SELECT DISTINCT rollout_id AS id FROM model_calls WHERE failure_kind = 'proxy_refused'",
+        severity="warning",
+    ),
+    "calls_after_deadline": Check(
+        "the agent called the model after the rollout's deadline (refused by the proxy)",
+        "SELECT DISTINCT rollout_id AS id FROM model_calls WHERE failure_kind = 'after_deadline'",
+        severity="warning",
+    ),
+    "text_without_call": Check(
+        "an external agent's trajectory holds assistant text that no recorded model call of the "
+        "rollout produced",
+        _TEXT_WITHOUT_CALL,
     ),
     "function_call_without_output": Check(
         "a function_call in the trajectory with no function_call_output for its call_id "

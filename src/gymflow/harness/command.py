@@ -4,9 +4,11 @@ The harness opens the session's sandbox (`harness.sandbox`), uploads what the re
 oracle's solution), writes the instruction to /logs/agent/instruction.md, and runs the recipe's
 command under the task's `[agent] timeout_sec`. An agent that talks to a model reaches gymflow's
 recording proxy (gymflow.harness.proxy) and nothing else: its base URL, as seen inside the
-sandbox, is exported as OPENAI_BASE_URL (with a placeholder OPENAI_API_KEY: the proxy holds the
-real key) and filled into the command's `{base_url}`; the calls the proxy saw are the rollout's
-model calls. The task's test script then judges the workspace (gymflow.environments.workspace).
+sandbox, is exported as OPENAI_BASE_URL, with the proxy's own per-rollout key as OPENAI_API_KEY
+(the model's real key stays with the proxy), and both are filled into the command (`{base_url}`,
+`{api_key}`, beside `{model}`, `{instruction}`, `{instruction_file}`, `{workspace}`, `{logs}`,
+`{max_turns}`, each shell-quoted); the calls the proxy saw are the rollout's model calls. The
+task's test script then judges the workspace (gymflow.environments.workspace).
 
 How an agent fails is a failure kind of its own, never a reward and never a wrong answer:
 `agent_install_missing` (not installed, or its command not found), `agent_timeout` (killed at the
@@ -28,10 +30,13 @@ from gymflow.harness.base import Episode, harness
 from gymflow.harness.recipes import INSTRUCTION_FILE, Recipe, get_recipe, own_command
 from gymflow.models.client import ResponsesClient
 from gymflow.models.responses import user_message
-from gymflow.sandboxes.base import ExecResult, Sandbox, SandboxError
+from gymflow.sandboxes.base import WORKDIR, ExecResult, Sandbox, SandboxError
 
-#: The key an agent is given: the proxy holds the real one, and no key reaches the sandbox.
+#: The key an agent is given when the proxy names none: the model's real key stays with the
+#: proxy, and never reaches the sandbox.
 PLACEHOLDER_KEY = "gymflow-proxy"
+#: The agent's own logs inside the sandbox (its trajectory, its config home).
+AGENT_LOGS = "/logs/agent"
 #: Seconds past the agent's time limit an in-process recipe gets to return its evidence.
 GRACE_S = 30.0
 #: Exit status of a command bash could not find.
@@ -106,15 +111,26 @@ async def command(
                                  seed, config, started + timeout_s)  # fmt: skip
     env = {"GYMFLOW_INSTRUCTION": prompt, "GYMFLOW_INSTRUCTION_FILE": INSTRUCTION_FILE}
     env |= recipe.env()
-    fill = {"instruction_file": INSTRUCTION_FILE, "model": client.config.name, "base_url": ""}
+    fill = {
+        "instruction_file": INSTRUCTION_FILE,
+        "instruction": prompt,
+        "model": client.config.name,
+        "base_url": "",
+        "api_key": "",
+        "workspace": WORKDIR,
+        "logs": AGENT_LOGS,
+        "max_turns": str(config.max_turns),
+    }
     try:
         if recipe.needs_model:
             from gymflow.harness.proxy import RecordingProxy
 
-            async with RecordingProxy(client) as proxy:
+            async with RecordingProxy(client, seed=seed, deadline_s=timeout_s) as proxy:
                 inside = await sandbox.expose_model(proxy.base_url)
-                env |= {"OPENAI_BASE_URL": inside, "OPENAI_API_KEY": PLACEHOLDER_KEY}
-                fill["base_url"] = inside
+                # the proxy's own key, a token per rollout: no other process spends its budget
+                key = getattr(proxy, "api_key", PLACEHOLDER_KEY)
+                env |= {"OPENAI_BASE_URL": inside, "OPENAI_API_KEY": key}
+                fill |= {"base_url": inside, "api_key": key}
                 result = await _run(sandbox, recipe, fill, env, timeout_s)
             episode.calls = list(proxy.calls)
         else:
