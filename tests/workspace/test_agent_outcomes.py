@@ -144,3 +144,13 @@ def test_the_agents_model_calls_are_the_proxys_records(
     assert call.request["model"] == "m"  # the run's model, not the agent's
     assert episode.counters["model_calls"] == 1 and "model_free" not in episode.counters
     assert verdict.reward == 0.0  # it asked, and fixed nothing
+
+
+def test_a_command_line_is_filled_in_shell_quoted_other_braces_left() -> None:
+    from gymflow.harness.command import filled
+
+    line = "awk '{print $1}' {instruction_file} ${HOME} --model {model}"
+    values = {"instruction_file": "/logs/agent/my file.md", "model": "a'b"}
+    assert filled(line, values) == (
+        "awk '{print $1}' '/logs/agent/my file.md' ${HOME} --model 'a'\"'\"'b'"
+    )

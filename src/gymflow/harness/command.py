@@ -17,6 +17,7 @@ other non-zero exit, or out of memory), and `sandbox_error` (the sandbox failed 
 
 from __future__ import annotations
 
+import re
 import shlex
 import tempfile
 import time
@@ -157,8 +158,14 @@ async def _run(
     sandbox: Sandbox, recipe: Recipe, fill: dict[str, str], env: dict[str, str], timeout_s: float
 ) -> ExecResult:
     assert recipe.command is not None
-    quoted = {key: shlex.quote(value) for key, value in fill.items()}
-    return await sandbox.exec(recipe.command.format(**quoted), timeout_s=timeout_s, env=env)
+    return await sandbox.exec(filled(recipe.command, fill), timeout_s=timeout_s, env=env)
+
+
+def filled(command: str, fill: dict[str, str]) -> str:
+    """`command` with each `{name}` of `fill` replaced by its value, shell-quoted; other braces
+    (an awk program, a bash `${VAR}`) are left as they are."""
+    pattern = re.compile(r"\{(" + "|".join(map(re.escape, fill)) + r")\}")
+    return pattern.sub(lambda match: shlex.quote(fill[match.group(1)]), command)
 
 
 def _record(episode: Episode, recipe: Recipe, result: ExecResult) -> None:
