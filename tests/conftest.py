@@ -65,6 +65,7 @@ def require_tool(name: str) -> str:
 SHARED_FIXTURE_GROUPS = {
     "tests/data/test_trajectories.py": "ledger_run",
     "tests/harness/test_tool_loop_cli.py": "ledger_run",
+    "tests/interop/test_atif.py": "ledger_run",
     "tests/flows/test_ui.py": "deployment",
     "tests/flows/test_work_pool.py": "deployment",
     "tests/flows/test_ui_runs.py": "deployment",

@@ -242,6 +242,36 @@ def _identical_repeats(b):
     return "t0"
 
 
+def _refused_by_proxy(kind: str) -> Callable[[StoreBuilder], str]:
+    """A call the recording proxy refused (`kind`) after the rollout's one answered call."""
+
+    def mutate(b: StoreBuilder) -> str:
+        rid = _bend(b, "t0", 1)
+        record = b.rollouts[-1]
+        refused = replace(
+            record.calls[0], call_index=1, status="error", failure_kind=kind, http_status=401,
+            response=None, input_tokens=None, cached_tokens=None, output_tokens=None,
+            reasoning_tokens=None,
+        )  # fmt: skip
+        record.calls = [*record.calls, refused]
+        return rid
+
+    return mutate
+
+
+def _text_without_call(b: StoreBuilder) -> str:
+    """An external agent's trajectory claiming an answer no recorded call gave."""
+    b.meta.harness = "command"
+    rid = _bend(b, "t0", 1)
+    record = b.rollouts[-1]
+    said = [{"type": "output_text", "text": "All tests pass now."}]
+    record.trajectory = [
+        *record.trajectory,
+        {"type": "message", "role": "assistant", "content": said},
+    ]
+    return rid
+
+
 MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "missing_rollout": _missing,
     "duplicate_identity": _duplicate,
@@ -255,6 +285,9 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "zero_output_tokens": lambda b: _bend(b, "t0", 1, output_tokens=0),
     "token_counts_missing": _token_counts_missing,
     "token_mismatch": _token_mismatch,
+    "proxy_refused_calls": _refused_by_proxy("proxy_refused"),
+    "calls_after_deadline": _refused_by_proxy("after_deadline"),
+    "text_without_call": _text_without_call,
     "function_call_without_output": lambda b: _bend(
         _executing(b), "t0", 1, trajectory=_tool_trajectory(_call("c1"), _call("c2"), _output("c1"))
     ),
@@ -344,6 +377,18 @@ def test_clean_run_passes_every_check(tmp_path: Path) -> None:
     assert result["rollouts"] == result["expected"] == 6
     assert result["rollout_verdicts"] == []
     assert result["reward_range"] == [0.0, 1.0]
+
+
+def test_an_agents_text_its_calls_produced_passes(tmp_path: Path) -> None:
+    """Under `command`, a trajectory whose every assistant text a recorded call answered (the
+    clean run's) is not flagged; its own text in a string `content` is read too."""
+    b = _clean()
+    b.meta.harness = "command"
+    record = b.rollouts[0]
+    record.trajectory = [*record.trajectory[:-1], {**record.trajectory[-1],
+                         "content": record.output_text}]  # fmt: skip
+    result = _run(b, tmp_path)
+    assert result["checks"]["text_without_call"]["status"] == "ok", result["checks"]
 
 
 @pytest.mark.parametrize("check", sorted(MUTATIONS))

@@ -12,6 +12,7 @@ __all__ = [
     "diagnose",
     "factors",
     "frames",
+    "harness_evidence",
     "health",
     "health_checks",
     "outcomes",

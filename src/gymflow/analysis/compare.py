@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from gymflow.analysis.factors import attribution, differing_factors
+from gymflow.analysis.harness_evidence import harness_evidence
 from gymflow.analysis.outcomes import check_verifier_version, task_table
 from gymflow.analysis.paired import (
     PAIRED_TEST,
@@ -151,5 +152,6 @@ def compare(
             + ("counted as 0" if failures_as_zero else "excluded"),
             "binary_outcome": "task solved when more than half of its scored rollouts pass",
             **dict(paired(per_task, power_difference=power_difference)),
+            "harness": harness_evidence(con_a, con_b, factors, version_a, version_b),
         }
     )

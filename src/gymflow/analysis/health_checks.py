@@ -143,7 +143,11 @@ _FAILED = (
     "WHERE verifier_version = getvariable('verifier_version') AND status <> 'ok')"
 )
 
-_NO_ANSWER = no_answer_sql()
+#: A rollout whose agent uses no model by design (the `command` harness's `oracle` and `nothing`
+#: agents, which prove a workspace task solvable and not solved by doing nothing): no model call
+#: and no answer text are what it is, not missing evidence.
+MODEL_FREE = "coalesce(TRY_CAST(json_extract(counters_json, '$.model_free') AS INTEGER), 0) = 1"
+_NO_ANSWER = f"{no_answer_sql()} AND NOT {MODEL_FREE}"
 
 #: A loop: the output's last LOOP_WORDS words occur at least LOOP_REPEATS times in it.
 LOOP_WORDS, LOOP_REPEATS = 8, 3
@@ -162,6 +166,35 @@ tails AS (
 )
 SELECT rollout_id AS id FROM tails
 WHERE (length(text) - length(replace(text, tail, ''))) >= {LOOP_REPEATS} * length(tail)
+"""
+
+
+# An external agent's trajectory is its own account of the run (an in-process harness builds
+# its trajectory from the calls' answers, so it is checked only under `command`): each
+# assistant text in it must be text some recorded call of the rollout answered.
+_TEXT_WITHOUT_CALL = """
+WITH items AS (
+    SELECT rollout_id, unnest(json_extract(trajectory_json, '$[*]')) AS item
+    FROM rollouts WHERE (SELECT max(harness) FROM runs) = 'command'
+),
+said AS (
+    SELECT rollout_id,
+           CASE WHEN json_type(item->'content') = 'VARCHAR' THEN item->>'content'
+                ELSE array_to_string(json_extract_string(item, '$.content[*].text'), '') END
+               AS text
+    FROM items WHERE item->>'type' = 'message' AND item->>'role' = 'assistant'
+),
+produced AS (
+    SELECT rollout_id,
+           string_agg(array_to_string(
+               json_extract_string(response_json, '$.output[*].content[*].text'), ''), '\x1f')
+               AS text
+    FROM model_calls
+    WHERE rollout_id IN (SELECT rollout_id FROM said) AND json_valid(response_json)
+    GROUP BY rollout_id
+)
+SELECT DISTINCT s.rollout_id AS id FROM said s LEFT JOIN produced p USING (rollout_id)
+WHERE s.text <> '' AND NOT contains(coalesce(p.text, ''), s.text)
 """
 
 
@@ -224,8 +257,10 @@ CHECKS: dict[str, Check] = {
         "SELECT r.rollout_id AS id FROM rollouts r ANTI JOIN tasks t USING (run_id, task_id)",
     ),
     "no_model_calls": Check(
-        "rollout with no recorded model call",
-        "SELECT rollout_id AS id FROM rollout_calls WHERE calls IS NULL",
+        "rollout with no recorded model call (an agent that never called the model too; not one "
+        "that uses none by design, the `oracle` and `nothing` agents)",
+        "SELECT rollout_id AS id FROM rollout_calls WHERE calls IS NULL "
+        f"AND rollout_id NOT IN (SELECT rollout_id FROM rollouts WHERE {MODEL_FREE})",
     ),
     "last_call_failed": Check(
         "the rollout's last model call (last turn, last attempt) failed",
@@ -245,9 +280,9 @@ CHECKS: dict[str, Check] = {
     ),
     "zero_output_tokens": Check(
         "completed rollout reporting zero output tokens",
-        """
+        f"""
         SELECT rollout_id AS id FROM rollouts
-        WHERE status = 'completed' AND coalesce(output_tokens, 0) = 0
+        WHERE status = 'completed' AND coalesce(output_tokens, 0) = 0 AND NOT {MODEL_FREE}
         """,
         severity="warning",
     ),
@@ -269,6 +304,23 @@ CHECKS: dict[str, Check] = {
         WHERE coalesce(without_usage, 0) = 0
           AND (input_tokens <> coalesce(input_sum, 0) OR output_tokens <> coalesce(output_sum, 0))
         """,
+    ),
+    # The recording proxy's refusals (`harness/proxy.py`): an agent spending calls it was not
+    # given, or calling on after its time. The agent's conduct, already in its outcome.
+    "proxy_refused_calls": Check(
+        "the recording proxy refused a call of the agent (no proxy key, or not a request)",
+        "SELECT DISTINCT rollout_id AS id FROM model_calls WHERE failure_kind = 'proxy_refused'",
+        severity="warning",
+    ),
+    "calls_after_deadline": Check(
+        "the agent called the model after the rollout's deadline (refused by the proxy)",
+        "SELECT DISTINCT rollout_id AS id FROM model_calls WHERE failure_kind = 'after_deadline'",
+        severity="warning",
+    ),
+    "text_without_call": Check(
+        "an external agent's trajectory holds assistant text that no recorded model call of the "
+        "rollout produced",
+        _TEXT_WITHOUT_CALL,
     ),
     "function_call_without_output": Check(
         "a function_call in the trajectory with no function_call_output for its call_id "

@@ -412,6 +412,39 @@ class ComparisonRuns(Result):
     binary_outcome: str
 
 
+# -- harness comparison (gymflow.analysis.harness_evidence) ----------------------------------------
+class FailingRollout(Result):
+    rollout_id: str
+    repeat_index: int
+    status: str
+    failure_kind: str | None
+    reward: float | None
+
+
+class HarnessGap(Result):
+    """A task one harness solves and the other does not, with the other's failing rollouts."""
+
+    task_id: str
+    passes: int
+    rollouts: int
+    failing: list[FailingRollout]
+
+
+class HarnessEvidence(Result):
+    """What a harness comparison says: the tasks only A's harness solves (`a_only`), those only
+    B's solves (`b_only`), and the reading: harness work when any task is solved by one harness
+    alone, with the failing rollouts as its evidence."""
+
+    harness_a: str
+    harness_b: str
+    a_only: list[HarnessGap]
+    b_only: list[HarnessGap]
+    decision: str
+
+
 class Comparison(Paired, ComparisonRuns):
     """Run A compared with run B, paired on task_id (`gymflow.analysis.compare.compare`). The
     bases' order puts ComparisonRuns's fields first in the JSON."""
+
+    #: when only the harness differs: the tasks one harness solves and the other does not
+    harness: HarnessEvidence | None = None

@@ -174,6 +174,11 @@ def print_comparison(result: Comparison, profiles: dict[str, Profile]) -> None:
             f"  differs: {factor.factor}: {format_value(factor.a)} vs {format_value(factor.b)}"
         )
     console.print(result.attribution)
+    if result.harness is not None:
+        from gymflow.analysis.harness_evidence import as_lines
+
+        for line in as_lines(result.harness):
+            console.print(line, markup=False, soft_wrap=True)
 
 
 def _print_power(power: PairedPower | Power, quantity: str) -> None:

@@ -6,6 +6,7 @@ harness or a load generator can talk to it exactly as to a real model server."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -48,21 +49,38 @@ def serve_model(
             "truncated, context_length, refused, reset); repeatable."
         ),
     ] = None,
+    workspace_tasks: Annotated[
+        Path | None,
+        typer.Option(
+            help="Drive shell agents (mini-swe-agent, Codex) through these workspace tasks' "
+            "solution/solve.sh: a folder of task folders in Harbor's format, or one task."
+        ),
+    ] = None,
 ) -> None:
     """Serve the seeded local policy (a simulation) over HTTP until interrupted."""
     from gymflow.models.open_files import ensure_serving_open_files
     from gymflow.rollouts.plan import resolve
     from gymflow.simulated.endpoint import policy_table
     from gymflow.simulated.policy_server import PolicyApp, serve
+    from gymflow.simulated.scripted import ScriptError, load_scripted_tasks
 
     faults = _faults(latency_ms, fault or [])
-    target = {"benchmark": benchmark} if benchmark else {"environment": environment or "arithmetic"}
-    plan = resolve(parse_config({**target, "model": {"skill_seed": seed}}, "gym serve model"))
-    table = policy_table(plan)
-    name = plan.benchmark.name if plan.benchmark else plan.env.name
-    typer.echo(
-        f"gymflow local policy server (a simulation): {len(table)} tasks of {name} "
-        f"at http://{host}:{port}/v1"
-    )
+    scripted = ()
+    if workspace_tasks is not None:
+        try:
+            scripted = tuple(load_scripted_tasks(workspace_tasks))
+        except ScriptError as exc:
+            fail(str(exc))
+    if scripted and not (benchmark or environment):
+        table, name = {}, f"{len(scripted)} workspace tasks ({workspace_tasks})"
+    else:
+        target = (
+            {"benchmark": benchmark} if benchmark else {"environment": environment or "arithmetic"}
+        )
+        plan = resolve(parse_config({**target, "model": {"skill_seed": seed}}, "gym serve model"))
+        table = policy_table(plan)
+        name = f"{len(table)} tasks of {plan.benchmark.name if plan.benchmark else plan.env.name}"
+    typer.echo(f"gymflow local policy server (a simulation): {name} at http://{host}:{port}/v1")
     ensure_serving_open_files()  # a socket per client connection, however many come
-    serve(PolicyApp(table, seed=seed, faults=faults), host=host, port=port)
+    app = PolicyApp(table, seed=seed, faults=faults, scripted=scripted)
+    serve(app, host=host, port=port)

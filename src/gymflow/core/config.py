@@ -359,6 +359,20 @@ class HarnessConfig(_Strict):
     name: str | None = Field(None, description="Harness name; the environment's default if unset.")
     system_prompt: str | None = Field(None, description="System message sent first; unset: none.")
     max_turns: int = Field(8, ge=1, description="Model calls per rollout at most (tool_loop).")
+    agent: str | None = Field(
+        None, description="harness `command`: the agent recipe (oracle, nothing, tool_loop, ...)."
+    )
+    command: str | None = Field(
+        None,
+        description="harness `command`: an agent's own command line, run in the task's sandbox "
+        "with {instruction_file}, {base_url} and {model} filled in; instead of `agent`.",
+    )
+    agent_version: str | None = Field(
+        None,
+        description="harness `command`: the agent's package and version; the run records what "
+        "the recipe reports when unset.",
+    )
+    sandbox: str = Field("bubblewrap", description="harness `command`: bubblewrap, docker, podman")
 
 
 class ShardSpec(_Strict):
@@ -399,6 +413,9 @@ NOT_FACTORS = (
     "stop_after_transport_failures",
     "model.api_key_env",
 )
+
+#: Harness keys added with the `command` harness, and the default that leaves run ids as they were.
+HARNESS_ADDED = {"agent": None, "command": None, "agent_version": None, "sandbox": "bubblewrap"}
 
 #: Waves of `concurrency` rollouts in a default batch: few Prefect tasks for a long run. A batch's
 #: tail no longer drains the window: the next batch fills the slots it frees (`Collector`).
@@ -490,6 +507,9 @@ class EvalConfig(_Strict):
         if identity["model"]["tool_choice"] is None:
             # added later: unset (not sent, as before) keeps the run ids of earlier configs
             del identity["model"]["tool_choice"]
+        for key, default in HARNESS_ADDED.items():  # the same, for the `command` harness's
+            if identity["harness"][key] == default:
+                del identity["harness"][key]
         blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

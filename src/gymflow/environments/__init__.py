@@ -23,4 +23,5 @@ __all__ = [
     "scaffold",
     "search",
     "verifier_ref",
+    "workspace",
 ]

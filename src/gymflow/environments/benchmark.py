@@ -25,6 +25,9 @@ class Benchmark(BaseModel):
     environment: str = Field("", description="the environment; a dataset benchmark's own name")
     dataset: DatasetSpec | None = None
     verifier: VerifierRef | None = Field(None, description="a dataset benchmark's verifier")
+    workspace: str | None = Field(
+        None, description="a folder of Harbor tasks (relative to this file): a workspace benchmark"
+    )
     split: str | None = None
     limit: int | None = Field(None, ge=1)
     prompt_template: str | None = None
@@ -35,6 +38,17 @@ class Benchmark(BaseModel):
 
     @model_validator(mode="after")
     def _environment(self) -> Benchmark:
+        if self.workspace is not None:
+            if self.dataset is not None or self.verifier is not None:
+                raise ValueError(
+                    "workspace: its tasks bring their own tests (no dataset, verifier)"
+                )
+            if self.environment not in ("", self.name):
+                raise ValueError(
+                    f"environment: a workspace benchmark defines its own environment, {self.name!r}"
+                )
+            self.environment = self.name
+            return self
         if self.dataset is None:
             if not self.environment:
                 raise ValueError("environment: required (or give a dataset and a verifier)")

@@ -156,6 +156,13 @@ def _dataset_environment(name: str) -> Environment | None:
     if path is None:
         return None
     benchmark = load_benchmark(name)
+    if benchmark.workspace is not None:
+        from gymflow.environments.workspace.environment import WorkspaceEnvironment
+
+        try:
+            return WorkspaceEnvironment.from_benchmark(benchmark, path)
+        except ValueError as exc:
+            raise RegistryError(f"{path}: {exc}") from None
     if benchmark.dataset is None:
         return None
     # a NeMo Gym server as the verifier: the benchmark's rows run on that environment's server

@@ -135,10 +135,14 @@ def benchmark_entry(
     )
 
 
-def _dataset_manifest(benchmark: Benchmark) -> EnvironmentManifest | None:
+def _own_manifest(benchmark: Benchmark, path: Path) -> EnvironmentManifest | None:
+    """The manifest of the environment a dataset or workspace benchmark defines."""
     from gymflow.environments.dataset.environment import dataset_manifest
+    from gymflow.environments.workspace.environment import WorkspaceEnvironment
 
     try:
+        if benchmark.workspace is not None:
+            return WorkspaceEnvironment.from_benchmark(benchmark, path).manifest
         return dataset_manifest(benchmark)
     except ValueError:  # named when the benchmark is used or validated
         return None
@@ -156,9 +160,9 @@ def load_catalog() -> Catalog:
             catalog.problems.append(str(exc))
             continue
         source = sources.get(benchmark.environment)
-        if benchmark.dataset is not None:  # it defines its own environment
+        if benchmark.dataset is not None or benchmark.workspace is not None:  # its own
             catalog.benchmarks.append(
-                benchmark_entry(benchmark, path, _dataset_manifest(benchmark))
+                benchmark_entry(benchmark, path, _own_manifest(benchmark, path))
             )
             continue
         if source is None:

@@ -1,4 +1,5 @@
-"""Writing a run's rollouts out: NeMo Gym rollout JSONL, flat JSONL, or Parquet.
+"""Writing a run's rollouts out: NeMo Gym rollout JSONL, flat JSONL, Parquet, or a folder of ATIF
+trajectories (one file per rollout, `interop.atif_files`).
 
 Every format is produced by SQL over the store; one row per rollout with its verification under
 one verifier version (the newest unless given). The NeMo Gym format writes scored rollouts, with
@@ -14,16 +15,18 @@ from typing import Any, Literal
 from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.core.written import WriteError, written
 from gymflow.core.written import target as write_target
+from gymflow.interop.atif_files import write_atif
 from gymflow.interop.nemo_export import write_nemo_gym
 from gymflow.interop.nemo_read import InteropError
 from gymflow.store.db import connect
 
-Format = Literal["nemo-gym", "jsonl", "parquet"]
-FORMATS: tuple[Format, ...] = ("nemo-gym", "jsonl", "parquet")
+Format = Literal["nemo-gym", "jsonl", "parquet", "atif"]
+FORMATS: tuple[Format, ...] = ("nemo-gym", "jsonl", "parquet", "atif")
 DEFAULT_NAMES = {
     "nemo-gym": "rollouts.nemo-gym.jsonl",
     "jsonl": "rollouts.jsonl",
     "parquet": "rollouts.parquet",
+    "atif": "atif",  # a folder
 }
 
 
@@ -90,7 +93,7 @@ def export_run(
     if fmt not in FORMATS:
         raise InteropError(f"unknown export format {fmt!r} (formats: {', '.join(FORMATS)})")
     target = Path(out) if out else Path(run_dir) / DEFAULT_NAMES[fmt]
-    _check_target(target)
+    _check_target(target / "x.json" if fmt == "atif" else target)
     con = connect(run_dir, read_only=True)
     try:
         version = check_verifier_version(con, verifier_version)
@@ -98,6 +101,8 @@ def export_run(
         if fmt == "nemo-gym":
             extra = write_nemo_gym(con, version, target)
             rows = extra.pop("rows")
+        elif fmt == "atif":
+            rows = write_atif(con, version, target)
         else:
             sql = _flat_sql(version, nested_json=fmt == "jsonl")
             con.execute(f"CREATE OR REPLACE TEMP VIEW export_rows AS {sql}")

@@ -6,4 +6,12 @@ verifiers or the store. Tier 1, beside `verifiers` and `store`."""
 
 __tier__ = 1
 
-__all__ = ["chat_adapter", "client", "errors", "nemo_gym_shapes", "open_files", "responses"]
+__all__ = [
+    "chat_adapter",
+    "client",
+    "errors",
+    "nemo_gym_shapes",
+    "open_files",
+    "responses",
+    "sse",
+]

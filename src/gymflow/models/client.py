@@ -157,9 +157,14 @@ class ResponsesClient:
         input_items: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         seed: int | None,
+        extra: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """The Responses API request for these items (what the store keeps as the request)."""
+        """The Responses API request for these items (what the store keeps as the request).
+
+        `extra` holds request fields gymflow does not set itself (an external agent's
+        `tool_choice`, say, through the recording proxy); gymflow's own settings win over it."""
         body: dict[str, Any] = {
+            **(extra or {}),
             "model": self.config.name,
             # A copy: harnesses extend their conversation in place, and the evidence must show
             # what this request held when it was sent.
@@ -191,8 +196,9 @@ class ResponsesClient:
         tools: list[dict[str, Any]] | None,
         call_index: int,
         seed: int | None,
+        extra: Mapping[str, Any] | None = None,
     ) -> CallOutcome:
-        body = self.request_body(input_items, tools, seed)
+        body = self.request_body(input_items, tools, seed, extra)
         content = orjson.dumps(self._wire.encode(body))
         sampling = {key: body[key] for key in SAMPLING_KEYS if key in body}
         outcome = CallOutcome(None)

@@ -95,7 +95,8 @@ class RunPlan:
     @property
     def benchmark_version(self) -> str:
         if self.benchmark is not None:
-            rows = self.dataset_version if self.benchmark.dataset is not None else None
+            own_rows = self.benchmark.dataset is not None or self.benchmark.workspace is not None
+            rows = self.dataset_version if own_rows else None
             if self.env.rows_are_protocol:  # the server judging them too: another server's
                 # verdicts read as another dataset's in a comparison, as they should
                 served = f"{rows}|{self.verifier_version}".encode()
@@ -179,6 +180,9 @@ def build_plan(config: EvalConfig) -> RunPlan:
     )
     verifier_params = {**(benchmark.verifier_params if benchmark else {}), **config.verifier_params}
     prompts, prompt_failures = render_all(template, tasks)
+    harness = config.harness.name or env.manifest.harness
+    if harness == "command":
+        config = with_agent_version(config)
     return RunPlan(
         config=config,
         env=env,
@@ -188,12 +192,27 @@ def build_plan(config: EvalConfig) -> RunPlan:
         repeats=repeats,
         sampling=sampling,
         verifier_params=verifier_params,
-        harness=config.harness.name or env.manifest.harness,
+        harness=harness,
         all_tasks=tuple(tasks),
         run_id=config.fingerprint(),
         prompts=prompts,
         prompt_failures=prompt_failures,
     )
+
+
+def with_agent_version(config: EvalConfig) -> EvalConfig:
+    """`config` with the agent's package and version filled in where it names none: a factor
+    of the run (a new agent release is another run), recorded with its config."""
+    from gymflow.harness.command import agent_version
+
+    if config.harness.agent_version is not None:
+        return config
+    try:
+        version = agent_version(config.harness)
+    except UserError as exc:
+        raise ConfigError(str(exc)) from None
+    harness = config.harness.model_copy(update={"agent_version": version})
+    return config.model_copy(update={"harness": harness})
 
 
 def render_all(

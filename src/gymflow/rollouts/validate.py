@@ -146,6 +146,47 @@ def _harness(plan: RunPlan, source: str, report: ValidationReport) -> None:
         report.passed.append(f"harness {plan.harness!r}")
 
 
+def _agent(plan: RunPlan, source: str, report: ValidationReport) -> None:
+    """Harness `command`: its agent recipe, installed; and every workspace task, one the chosen
+    sandbox can honour (each refusal names the task and the reason)."""
+    from gymflow.environments.workspace.environment import WorkspaceEnvironment
+    from gymflow.harness.command import recipe_of
+
+    workspace = isinstance(plan.env, WorkspaceEnvironment)
+    if plan.harness != "command":
+        if workspace:
+            report.problems.append(
+                f"{source}: harness.name: {plan.harness!r} cannot run workspace tasks; "
+                "use `command` with an agent"
+            )
+        return
+    harness = plan.config.harness
+    try:
+        missing = recipe_of(harness).missing()
+    except UserError as exc:
+        report.problems.append(f"{source}: {exc}")
+    else:
+        if missing:
+            report.problems.append(f"{source}: harness.agent {harness.agent!r}: {missing}")
+        else:
+            report.passed.append(f"agent {harness.agent_version}")
+    if not workspace:
+        report.problems.append(
+            f"{source}: harness `command` runs workspace tasks; {plan.env.name!r} has none"
+        )
+        return
+    try:
+        problems = plan.env.task_problems(harness.sandbox)
+    except UserError as exc:
+        problems = [str(exc)]
+    report.problems.extend(f"{source}: {problem}" for problem in problems)
+    if not problems:
+        report.passed.append(
+            f"{len(plan.all_tasks)} workspace tasks valid, each runnable in the "
+            f"{harness.sandbox} sandbox"
+        )
+
+
 async def _health(plan: RunPlan) -> str:
     """Start the environment's resources server (its ASGI app, in-process), ask /health, and
     seed, verify and close one session, as a run would."""
@@ -296,6 +337,7 @@ def _validate(
         return report
     verifier_ok = _dataset(config, plan, source, report)
     _harness(plan, source, report)
+    _agent(plan, source, report)
     if verifier_ok:  # the server cannot start with parameters its verifier rejects
         _resources(plan, report)
     if ping:

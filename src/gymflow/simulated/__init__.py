@@ -8,4 +8,9 @@ SIMULATED_MODEL = "gymflow-simulated-policy"
 
 __tier__ = 2
 
-__all__ = ["SIMULATED_MODEL", "endpoint", "policy_server"]
+__all__ = [
+    "SIMULATED_MODEL",
+    "endpoint",
+    "policy_server",
+    "scripted",
+]

@@ -42,6 +42,7 @@ from gymflow.simulated.policy import (
     unit_draw,
     without_tools,
 )
+from gymflow.simulated.scripted import ScriptedTask, scripted_step
 
 #: Fault names a schedule may hold ("ok" means no fault), in the order rates are drawn.
 FAULT_KINDS = (
@@ -109,8 +110,12 @@ class PolicyApp:
         faults: FaultSpec | None = None,
         behaviour: SimulatedBehaviour | None = None,
         timeout_sleep_s: float = 3600.0,
+        scripted: tuple[ScriptedTask, ...] = (),
     ) -> None:
         self.table = table
+        # Workspace tasks it drives a shell agent through (gymflow.simulated.scripted), for
+        # prompts no table entry knows.
+        self.scripted = scripted
         self.seed = seed
         self.faults = faults or FaultSpec()
         self.behaviour = behaviour or SimulatedBehaviour()
@@ -190,6 +195,8 @@ class PolicyApp:
         entry = self.table.get(prompt_key(_first_user_text(items)))
         if fault == "refused":
             step: list[dict[str, Any]] | str = ""
+        elif entry is None and self.scripted:
+            step = scripted_step(self.scripted, items, body.get("tools") or ())
         elif entry is None:
             step = "I am a simulated policy and do not know this task."
         else:

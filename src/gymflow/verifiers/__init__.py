@@ -15,6 +15,7 @@ from gymflow.verifiers import (  # noqa: F401
     nemo_gym,
     numeric,
     state_match,
+    workspace_tests,
 )
 from gymflow.verifiers.base import (
     VERIFIERS,
@@ -39,5 +40,7 @@ __all__ = [
     "identity",
     "ifeval",
     "pool",
+    "sandbox",
+    "sandbox_host",
     "verifier",
 ]

@@ -121,7 +121,7 @@ def _interpreter() -> tuple[Path, list[Path], list[Path]]:
     return executable, sorted(binds), hidden
 
 
-def _user_process_count(uid: int) -> int:
+def user_process_count(uid: int) -> int:
     count = 0
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
@@ -170,30 +170,36 @@ def _command(bwrap: str, job: Path, limits: SandboxLimits, uid: int | None) -> l
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
     for key, value in env.items():
         cmd += ["--setenv", key, value]
-    no_userns = ["--unshare-user", "--disable-userns", "--assert-userns-disabled"]
-    if uid is None:
-        cmd += no_userns
-    else:
-        setpriv = _which("setpriv") or "/usr/bin/setpriv"
-        cmd += [
-            setpriv,
-            f"--reuid={uid}",
-            f"--regid={uid}",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            "--no-new-privs",
-            bwrap,
-            *no_userns,
-            "--dev-bind",
-            "/",
-            "/",
-            "--die-with-parent",
-            "--chdir",
-            "/tmp",
-        ]
+    cmd += as_user(bwrap, uid, "/tmp")
     cmd += [str(python), "-I", "-S", "-B", "/job/runner.py", "/job/solution.py"]
     return cmd
+
+
+def as_user(bwrap: str, uid: int | None, chdir: str) -> list[str]:
+    """The end of an outer bubblewrap command that runs what follows it as `uid` (None: our own
+    user) in a user namespace it may not nest (`--disable-userns`); see the module docstring for
+    why a root caller needs the second bubblewrap."""
+    no_userns = ["--unshare-user", "--disable-userns", "--assert-userns-disabled"]
+    if uid is None:
+        return no_userns
+    setpriv = _which("setpriv") or "/usr/bin/setpriv"
+    return [
+        setpriv,
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        bwrap,
+        *no_userns,
+        "--dev-bind",
+        "/",
+        "/",
+        "--die-with-parent",
+        "--chdir",
+        chdir,
+    ]
 
 
 def _limit_resources(limits: SandboxLimits, process_budget: int, group: Path | None) -> None:
@@ -313,7 +319,7 @@ class Sandbox:
             budget = self.limits.max_processes
         else:
             # Without root the program keeps our user id, whose other processes count too.
-            uid, budget = None, _user_process_count(os.geteuid()) + self.limits.max_processes
+            uid, budget = None, user_process_count(os.geteuid()) + self.limits.max_processes
         cmd = _command(bwrap, self._scratch, self.limits, uid)
         self._cgroups = memory_cgroups()
         if self._cgroups is not None:

@@ -1,0 +1,1 @@
+from stats.core import mean, median

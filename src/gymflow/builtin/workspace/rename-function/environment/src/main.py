@@ -1,0 +1,3 @@
+from pricing import calc_total
+
+print(calc_total([40, 2]))

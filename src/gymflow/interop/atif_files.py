@@ -1,0 +1,71 @@
+"""`gym export --format atif`: a folder with one ATIF trajectory file per stored rollout
+(`<rollout_id>.json`), each with its reward under one verifier version (`interop.atif`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from gymflow.core.written import write_text
+from gymflow.interop.atif import rollout_to_atif
+from gymflow.store.runs import run_info
+
+_ROLLOUTS = """
+    SELECT r.rollout_id, r.run_id, r.task_id, r.repeat_index, r.status, r.failure_kind,
+           r.trajectory_json, r.input_tokens, r.output_tokens, v.reward, v.passed
+    FROM rollouts r
+    LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+    ORDER BY r.task_id, r.repeat_index, r.rollout_id
+"""
+_CALLS = """
+    SELECT rollout_id, call_index, attempt, status, input_tokens, cached_tokens, output_tokens
+    FROM model_calls ORDER BY rollout_id, call_index, attempt
+"""
+_CALL_COLUMNS = ("call_index", "attempt", "status", "input_tokens", "cached_tokens",
+                 "output_tokens")  # fmt: skip
+
+
+def _agent(config_json: str | None, harness: str | None, gymflow_version: str | None):
+    """(name, version) of the policy's agent: an external agent's own package and version where
+    the run recorded them (`harness.agent`), else gymflow's harness at gymflow's version."""
+    try:
+        config = json.loads(config_json or "{}")
+    except ValueError:
+        config = {}
+    recorded = (config.get("harness") or {}).get("agent") if isinstance(config, dict) else None
+    if isinstance(recorded, dict) and recorded.get("name") and recorded.get("version"):
+        return str(recorded["name"]), str(recorded["version"])
+    return f"gymflow/{harness or 'unknown'}", gymflow_version or "unknown"
+
+
+def write_atif(con, verifier_version: str, folder: Path) -> int:
+    """Write every stored rollout of the store on `con` into `folder`; returns how many."""
+    run = run_info(con)
+    name, version = _agent(run.config_json, run.harness, run.gymflow_version)
+    calls: dict[str, list[dict[str, Any]]] = {}
+    for row in con.execute(_CALLS).fetchall():
+        calls.setdefault(row[0], []).append(dict(zip(_CALL_COLUMNS, row[1:], strict=True)))
+    folder.mkdir(parents=True, exist_ok=True)
+    written = 0
+    for row in con.execute(_ROLLOUTS, [verifier_version]).fetchall():
+        (rollout_id, run_id, task_id, repeat, status, kind, trajectory_json,
+         input_tokens, output_tokens, reward, passed) = row  # fmt: skip
+        rollout = {
+            "rollout_id": rollout_id, "run_id": run_id, "task_id": task_id,
+            "repeat_index": repeat, "status": status, "failure_kind": kind,
+            "trajectory": json.loads(trajectory_json or "[]"),
+            "input_tokens": input_tokens, "output_tokens": output_tokens,
+        }  # fmt: skip
+        document = rollout_to_atif(
+            rollout,
+            calls.get(rollout_id, []),
+            agent=name,
+            agent_version=version,
+            model=run.model,
+            reward=reward,
+            passed=passed,
+        )
+        write_text(folder / f"{rollout_id}.json", json.dumps(document, indent=1) + "\n")
+        written += 1
+    return written

@@ -1,0 +1,332 @@
+"""A workspace sandbox made with bubblewrap: this host's file system, read-only, around the
+task's own writable folders, with no network but the model endpoint.
+
+Design. Every command runs in a fresh bubblewrap (new network, PID, IPC and UTS namespaces) over
+`--ro-bind / /`: the agent finds the host's tools and its own install where they are, and can
+change none of them. The sandbox's folders (/app, /logs, /tests, /solution, /tmp) are folders in a
+scratch directory bound writable, so files live from command to command while processes do not.
+The host's /run is hidden, and so is every path the task names as `hidden` (its tests and its
+solution: the answer key). The network namespace is empty; the model server is reached through a
+unix socket bound in (gymflow.sandboxes.model_socket and model_bridge), so the agent's only way
+out is the endpoint gymflow records.
+
+Limits, from task.toml: memory through a memory cgroup per command where the host lets us make one
+(the code sandbox's, gymflow.verifiers.sandbox_host), else an address-space rlimit; CPUs by pinning
+the command to `cpus` cores; storage as the largest file it may write; time by the caller's
+`timeout_s`, after which the whole process tree is killed. Run as root, commands run as a user id
+of their own (as the code sandbox does, through `as_user`): root's files stay unreadable, and the
+process limit counts only the sandbox's processes. Scratch folders and cgroups are named after the
+owner's pid, so `sandbox_host.sweep_orphans` removes what a killed owner left."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import posixpath
+import resource
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from gymflow.sandboxes.base import FOLDERS, WORKDIR, ExecResult, Sandbox, SandboxError, SandboxSpec
+from gymflow.sandboxes.model_socket import INSIDE_PORT, ModelSocket, inside_url
+from gymflow.verifiers.sandbox import as_user, bwrap_path, user_process_count
+from gymflow.verifiers.sandbox_host import SCRATCH_PREFIX, SLOT_SPAN, UID_BASE, memory_cgroups
+
+_BRIDGE = Path(__file__).with_name("model_bridge.py")
+#: What runs the bridge inside: the system's interpreter, readable by any user (a pyenv or venv
+#: interpreter may live under root's 0700 home).
+BRIDGE_PYTHON = "/usr/bin/python3"
+#: Processes one sandbox may run at once (a fork bomb stops here).
+MAX_PROCESSES = 512
+OUTPUT_TAIL = 16_000
+_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# Workspace sandboxes take user ids from the top of this process's span (the code sandbox's
+# slots take them from the bottom), one per live sandbox.
+_free_uids: list[int] | None = None
+_uids_lock = threading.Lock()  # local shards collect on threads of their own
+
+
+def _take_uid() -> int:
+    global _free_uids
+    with _uids_lock:
+        if _free_uids is None:
+            base = UID_BASE + (os.getpid() % 4096) * SLOT_SPAN
+            _free_uids = [base + SLOT_SPAN - 1 - index for index in range(SLOT_SPAN // 2)]
+        if not _free_uids:
+            raise SandboxError(f"more than {SLOT_SPAN // 2} workspace sandboxes at once")
+        return _free_uids.pop()
+
+
+def _give_uid(uid: int) -> None:
+    with _uids_lock:
+        assert _free_uids is not None
+        _free_uids.append(uid)
+
+
+class BubblewrapSandbox(Sandbox):
+    name = "bubblewrap"
+
+    def __init__(self, spec: SandboxSpec) -> None:
+        super().__init__(spec)
+        self._scratch: Path | None = None
+        self._uid: int | None = None
+        self._socket: ModelSocket | None = None
+        self._execs = 0
+
+    @classmethod
+    def refusal(cls, spec: SandboxSpec) -> str | None:
+        if shutil.which("bwrap") is None:
+            return "bubblewrap (bwrap) is not installed (Debian: apt-get install bubblewrap)"
+        if spec.dockerfile is not None or spec.docker_image:
+            what = "environment/Dockerfile" if spec.dockerfile else f"image {spec.docker_image}"
+            return f"its {what} needs a container sandbox (harness.sandbox: docker or podman)"
+        if spec.allow_internet:
+            return (
+                "it asks for the internet ([environment] allow_internet = true); this sandbox "
+                "reaches the model endpoint only"
+            )
+        if spec.gpus:
+            return f"it asks for {spec.gpus} GPU(s); this sandbox has none"
+        cores = len(os.sched_getaffinity(0))
+        if spec.cpus > cores:
+            return f"it asks for {spec.cpus} CPUs; this host has {cores}"
+        return None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        problem = self.refusal(self.spec)
+        if problem:
+            raise SandboxError(f"bubblewrap cannot run this task: {problem}")
+        self._uid = _take_uid() if os.geteuid() == 0 else None
+        self._scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+        self._scratch.chmod(0o755)
+        try:
+            for folder in FOLDERS:
+                self._host_path(folder).mkdir()
+            (self._scratch / "run").mkdir()
+            await self.upload(self.spec.workspace, WORKDIR)
+            await self._own(*FOLDERS)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        if self._socket is not None:
+            await self._socket.close()
+            self._socket = None
+        if self._scratch is not None:
+            await asyncio.to_thread(shutil.rmtree, self._scratch, True)
+            self._scratch = None
+        if self._uid is not None:
+            _give_uid(self._uid)
+            self._uid = None
+
+    async def expose_model(self, base_url: str) -> str:
+        assert self._scratch is not None, "start the sandbox first"
+        if self._socket is not None:
+            await self._socket.close()
+        self._socket = ModelSocket(self._scratch / "run" / "model.sock", base_url)
+        await self._socket.open(self._uid)
+        return inside_url(base_url)
+
+    # -- files -----------------------------------------------------------------------------------
+    def _host_path(self, inside: str) -> Path:
+        """Where a path inside the sandbox lives on the host; only the sandbox's own folders."""
+        assert self._scratch is not None, "start the sandbox first"
+        path = posixpath.normpath(inside)
+        for folder in FOLDERS:
+            if path == folder or path.startswith(folder + "/"):
+                return self._scratch / folder.strip("/") / path[len(folder) :].lstrip("/")
+        raise SandboxError(f"{inside}: not in the sandbox's folders ({', '.join(FOLDERS)})")
+
+    async def upload(self, source: Path, target: str) -> None:
+        destination = self._host_path(target)
+        try:
+            if source.is_dir():
+                await asyncio.to_thread(
+                    shutil.copytree, source, destination, symlinks=True, dirs_exist_ok=True
+                )
+            else:
+                destination.mkdir(parents=True, exist_ok=True)
+                await asyncio.to_thread(shutil.copy2, source, destination / source.name)
+        except OSError as exc:
+            raise SandboxError(f"cannot copy {source} into the sandbox's {target}: {exc}") from None
+        await self._own(target)
+
+    async def download(self, source: str, target: Path) -> None:
+        """Links are copied as links, never followed: what the agent left in its folders may
+        point anywhere on the host."""
+        origin = self._host_path(source)
+        try:
+            if origin.is_symlink() or not origin.exists():
+                raise SandboxError(f"{source}: not a file or folder in the sandbox")
+            if origin.is_dir():
+                await asyncio.to_thread(shutil.copytree, origin, target, symlinks=True)
+            else:
+                await asyncio.to_thread(shutil.copyfile, origin, target, follow_symlinks=False)
+        except OSError as exc:
+            raise SandboxError(f"cannot copy {source} out of the sandbox: {exc}") from None
+
+    async def reset(self, inside: str) -> None:
+        """Empty a folder inside (what a command left there is gone, links included)."""
+        path = self._host_path(inside)
+        await asyncio.to_thread(shutil.rmtree, path, True)
+        path.mkdir(parents=True)
+        await self._own(inside)
+
+    async def _own(self, *insides: str) -> None:
+        if self._uid is None:
+            return
+        uid = self._uid
+
+        def chown_tree(root: Path) -> None:
+            os.lchown(root, uid, uid)
+            for folder, dirs, files in os.walk(root):
+                for name in dirs + files:
+                    os.lchown(os.path.join(folder, name), uid, uid)
+
+        for inside in insides:
+            await asyncio.to_thread(chown_tree, self._host_path(inside))
+
+    # -- commands --------------------------------------------------------------------------------
+    def _command(self, command: str, env: dict[str, str]) -> list[str]:
+        assert self._scratch is not None
+        bwrap = bwrap_path()
+        argv = [bwrap, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+        argv += ["--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent"]
+        argv += ["--new-session", *_host_root(), "--dev", "/dev", "--proc", "/proc"]
+        argv += ["--tmpfs", "/run"]
+        for path in self.spec.hidden:
+            if path.exists():
+                argv += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        for folder in FOLDERS:
+            argv += ["--bind", str(self._host_path(folder)), folder]
+        argv += ["--perms", "0755", "--dir", "/run/gymflow"]
+        argv += ["--ro-bind", str(_BRIDGE), "/run/gymflow/bridge.py"]
+        if self._socket is not None:
+            argv += ["--bind", str(self._socket.path), "/run/gymflow/model.sock"]
+        argv += ["--remount-ro", "/", "--chdir", WORKDIR, "--clearenv"]
+        base = {"PATH": _PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "TERM": "dumb"}
+        for key, value in (base | env).items():
+            argv += ["--setenv", key, value]
+        argv += as_user(bwrap, self._uid, WORKDIR)
+        if self._socket is not None:
+            argv += [BRIDGE_PYTHON, "-I", "/run/gymflow/bridge.py", "/run/gymflow/model.sock"]
+            argv += [str(INSIDE_PORT)]
+        return [*argv, "/bin/bash", "-c", command]
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout_s: float,
+        env: dict[str, str] | None = None,
+        stdin: str | None = None,
+    ) -> ExecResult:
+        if self._scratch is None:
+            raise SandboxError("the sandbox is not started")
+        self._execs += 1
+        argv = self._command(command, env or {})
+        cgroups = memory_cgroups()
+        group = None
+        if cgroups is not None:
+            group = cgroups.make(f"{self._scratch.name}-e{self._execs}", self.spec.memory_mb << 20)
+        log = self._scratch / f"exec-{self._execs}.log"
+        limits = _Limits(self.spec, self._uid, group)
+        started = time.monotonic()
+        limit = None
+        try:
+            with open(log, "wb") as output:
+                try:
+                    proc = await asyncio.create_subprocess_exec(
+                        *argv,
+                        stdin=asyncio.subprocess.PIPE
+                        if stdin is not None
+                        else asyncio.subprocess.DEVNULL,
+                        stdout=output,
+                        stderr=output,
+                        start_new_session=True,
+                        preexec_fn=limits.apply,
+                    )
+                except OSError as exc:
+                    raise SandboxError(f"cannot start bubblewrap: {exc}") from None
+            try:
+                if stdin is not None:
+                    await asyncio.wait_for(proc.communicate(stdin.encode()), timeout_s)
+                else:
+                    await asyncio.wait_for(proc.wait(), timeout_s)
+            except TimeoutError:
+                limit = "timeout"
+            finally:
+                if proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    await proc.wait()
+            if limit is None and group is not None and cgroups.oom_killed(group):
+                limit = "memory"
+        finally:
+            if group is not None:
+                cgroups.remove(group)
+        seconds = time.monotonic() - started
+        output_text = _tail(log)
+        log.unlink(missing_ok=True)
+        code = None if limit else proc.returncode
+        if code is not None and code < 0:
+            code = 128 - code
+        return ExecResult(code, output_text, round(seconds, 3), limit)
+
+
+#: Top-level host folders the sandbox does not take from the host: its own, or made fresh.
+_NOT_FROM_HOST = {name.strip("/") for name in FOLDERS} | {"dev", "proc", "run"}
+
+
+def _host_root() -> list[str]:
+    """The host's top-level entries, read-only, on an empty root (so the sandbox's own folders
+    can be made beside them; `--remount-ro /` then closes the root itself)."""
+    argv = ["--tmpfs", "/"]
+    for entry in sorted(os.scandir("/"), key=lambda e: e.name):
+        if entry.name in _NOT_FROM_HOST:
+            continue
+        if entry.is_symlink():
+            argv += ["--symlink", os.readlink(entry.path), entry.path]
+        else:
+            argv += ["--ro-bind", entry.path, entry.path]
+    return argv
+
+
+class _Limits:
+    """The rlimits, cgroup and CPU pinning applied in the child between fork and exec; what the
+    command starts inherits them."""
+
+    def __init__(self, spec: SandboxSpec, uid: int | None, group: Path | None) -> None:
+        self.spec, self.group = spec, group
+        # as root, the sandbox's user id is its own; otherwise our other processes count too
+        self.budget = MAX_PROCESSES + (0 if uid is not None else user_process_count(os.geteuid()))
+        self.cores = sorted(os.sched_getaffinity(0))[: spec.cpus]
+
+    def apply(self) -> None:
+        if self.group is not None:
+            (self.group / "cgroup.procs").write_text(str(os.getpid()))
+        else:
+            memory = self.spec.memory_mb << 20
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        files = self.spec.storage_mb << 20
+        resource.setrlimit(resource.RLIMIT_FSIZE, (files, files))
+        resource.setrlimit(resource.RLIMIT_NPROC, (self.budget, self.budget))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.sched_setaffinity(0, self.cores)
+
+
+def _tail(log: Path) -> str:
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(max(0, log.stat().st_size - OUTPUT_TAIL * 4))
+            return handle.read().decode(errors="replace")[-OUTPUT_TAIL:]
+    except OSError:
+        return ""

@@ -1,0 +1,197 @@
+"""The bubblewrap workspace sandbox holds its limits: the host's root read-only, no network but
+the model endpoint, the time and memory limits, the answer key hidden, and no host file read
+through a link the sandbox left."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gymflow.sandboxes import SandboxError, SandboxSpec
+from gymflow.sandboxes.bubblewrap import BubblewrapSandbox
+from tests.conftest import require_tool
+
+
+@pytest.fixture(autouse=True)
+def _bwrap() -> None:
+    require_tool("bwrap")
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    folder = tmp_path / "workspace"
+    folder.mkdir()
+    (folder / "data.txt").write_text("hello\n")
+    return folder
+
+
+@pytest.fixture
+def model_server() -> Iterator[str]:
+    """A plain HTTP server on 127.0.0.1 standing in for the model endpoint."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"ok": true}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_workspace_writable_host_root_read_only(workspace: Path) -> None:
+    async def scenario():
+        async with BubblewrapSandbox(SandboxSpec(workspace=workspace)) as box:
+            result = await box.exec(
+                "cat data.txt && echo new > made.txt && pwd; "
+                "touch /usr/gymflow-probe 2>&1; touch /etc/gymflow-probe 2>&1; echo done",
+                timeout_s=30,
+            )
+            out = workspace.parent / "made.txt"
+            await box.download("/app/made.txt", out)
+            return result, out.read_text()
+
+    result, made = run(scenario())
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("hello\n/app\n")
+    assert result.output.count("Read-only file system") == 2
+    assert made == "new\n"
+    assert not Path("/usr/gymflow-probe").exists()
+    # the sandbox worked on its own copy: the task's folder is unchanged
+    assert not (workspace / "made.txt").exists()
+
+
+def test_no_network_but_the_model_endpoint(workspace: Path, model_server: str) -> None:
+    port = model_server.split(":")[2].split("/")[0]
+    probe = (
+        "import sys, urllib.request\n"
+        "def get(url):\n"
+        "    try:\n"
+        "        return urllib.request.urlopen(url, timeout=3).read().decode()\n"
+        "    except OSError as exc:\n"
+        "        return f'refused: {exc}'\n"
+        "print(get(sys.argv[1] + '/models'))\n"
+        f"print(get('http://127.0.0.1:{port}/v1/models'))\n"  # the host's port itself
+        "print(get('http://1.1.1.1/'))\n"
+    )
+
+    async def scenario():
+        async with BubblewrapSandbox(SandboxSpec(workspace=workspace)) as box:
+            (workspace.parent / "probe.py").write_text(probe)
+            await box.upload(workspace.parent / "probe.py", "/tmp")
+            inside = await box.expose_model(model_server)
+            return inside, await box.exec(f"python3 /tmp/probe.py {inside}", timeout_s=30)
+
+    inside, result = run(scenario())
+    assert inside == "http://127.0.0.1:8765/v1"
+    lines = result.output.splitlines()
+    assert lines[0] == '{"ok": true}', result.output
+    assert lines[1].startswith("refused"), "the host's own port is unreachable inside"
+    assert lines[2].startswith("refused"), "the internet is unreachable inside"
+
+
+def test_time_limit_kills_the_whole_tree(workspace: Path) -> None:
+    async def scenario():
+        async with BubblewrapSandbox(SandboxSpec(workspace=workspace)) as box:
+            stopped = await box.exec("(sleep 30; echo late > late.txt) & sleep 30", timeout_s=1)
+            after = await box.exec("sleep 2; ls", timeout_s=30)
+            return stopped, after
+
+    stopped, after = run(scenario())
+    assert stopped.limit == "timeout" and stopped.exit_code is None
+    assert stopped.seconds < 10
+    assert "late.txt" not in after.output
+
+
+def test_memory_limit(workspace: Path) -> None:
+    spec = SandboxSpec(workspace=workspace, memory_mb=128)
+
+    async def scenario():
+        async with BubblewrapSandbox(spec) as box:
+            return await box.exec(
+                "python3 -c 'x = bytearray(400 << 20); print(len(x))'", timeout_s=30
+            )
+
+    result = run(scenario())
+    assert result.exit_code != 0
+    assert "419430400" not in result.output
+
+
+def test_hidden_paths_and_root_only_files_unreadable(workspace: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "answers"
+    secret.mkdir()
+    (secret / "solve.sh").write_text("the answer\n")
+    spec = SandboxSpec(workspace=workspace, hidden=(secret,))
+
+    async def scenario():
+        async with BubblewrapSandbox(spec) as box:
+            return await box.exec(f"ls {secret}; cat {secret}/solve.sh; echo end", timeout_s=30)
+
+    result = run(scenario())
+    assert "the answer" not in result.output
+    assert result.output.rstrip().endswith("end")
+
+
+def test_download_never_follows_a_link(workspace: Path, tmp_path: Path) -> None:
+    target = tmp_path / "out.txt"
+
+    async def scenario():
+        async with BubblewrapSandbox(SandboxSpec(workspace=workspace)) as box:
+            await box.exec(
+                "mkdir -p /logs/verifier && ln -s /etc/hostname /logs/verifier/reward.txt",
+                timeout_s=30,
+            )
+            with pytest.raises(SandboxError):
+                await box.download("/logs/verifier/reward.txt", target)
+            with pytest.raises(SandboxError, match="not in the sandbox's folders"):
+                await box.download("/etc/passwd", target)
+            with pytest.raises(SandboxError, match="not in the sandbox's folders"):
+                await box.download("/app/../etc/passwd", target)
+
+    run(scenario())
+    assert not target.exists()
+
+
+def test_refuses_what_it_cannot_honour(workspace: Path) -> None:
+    (workspace / "Dockerfile").write_text("FROM debian\n")
+    assert "Dockerfile" in BubblewrapSandbox.refusal(
+        SandboxSpec(workspace=workspace, dockerfile=workspace)
+    )
+    assert "internet" in BubblewrapSandbox.refusal(
+        SandboxSpec(workspace=workspace, allow_internet=True)
+    )
+    assert "CPUs" in BubblewrapSandbox.refusal(SandboxSpec(workspace=workspace, cpus=4096))
+    assert BubblewrapSandbox.refusal(SandboxSpec(workspace=workspace)) is None
+
+
+def test_stop_removes_the_scratch_folder(workspace: Path) -> None:
+    async def scenario():
+        box = BubblewrapSandbox(SandboxSpec(workspace=workspace))
+        await box.start()
+        scratch = box._scratch
+        assert scratch is not None and scratch.is_dir()
+        await box.stop()
+        await box.stop()  # twice is harmless
+        return scratch
+
+    assert not run(scenario()).exists()
