@@ -7,6 +7,11 @@ prompt withheld), so the right action is known. The script runs each, reads the 
 `gymflow.analysis.run.analyse` (what `gym eval diagnose` and the report show) and prints the
 expected and the recommended action side by side. It exits 1 when any scenario is wrong.
 
+The scenarios fall in two halves, fixed by a hash of each scenario's name (`half_of`), never by
+hand: `rules`, the half the decision rules may be written on, and `held-out`, the half they are
+judged on. A new scenario lands in a half before anyone has seen its advice, and the table
+reports each half apart.
+
 Scenarios are data, of two kinds:
 - simulated: entries of bench/decide_scenarios.yaml (or `--scenarios FILE`): a benchmark written to
   a temporary folder, the eval config fields that break the factor (mostly the simulated policy's
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -40,6 +46,15 @@ BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 SCENARIOS = BENCH_DIR / "decide_scenarios.yaml"
 RECORDED = ROOT / "tests" / "fixtures" / "real_model"
+
+
+#: The two halves: the rules are written on the first and judged on the second.
+HALVES = ("rules", "held-out")
+
+
+def half_of(name: str) -> str:
+    """The half a scenario belongs to: a hash of its name, so no one chooses it."""
+    return HALVES[hashlib.sha256(name.encode()).digest()[0] % 2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +74,7 @@ class Scenario:
 @dataclass(frozen=True, slots=True)
 class Outcome:
     name: str
+    half: str
     source: str
     broken: str
     expected: str
@@ -168,6 +184,7 @@ def judge(scenario: Scenario, run_dir: Path, seconds: float) -> Outcome:
     runner_up = decision.runner_up.action if decision.runner_up else None
     return Outcome(
         name=scenario.name,
+        half=half_of(scenario.name),
         source=scenario.source,
         broken=scenario.broken,
         expected=scenario.expected,
@@ -209,21 +226,25 @@ def run(scenarios: list[Scenario], work: Path) -> list[Outcome]:
 
 
 def table(outcomes: list[Outcome]) -> str:
-    headers = ("scenario", "source", "expected", "recommended", "runner-up", "right")
+    headers = ("scenario", "half", "source", "expected", "recommended", "runner-up", "right")
+    ordered = sorted(outcomes, key=lambda o: HALVES.index(o.half))
     rows = [
-        (o.name, o.source, o.expected, o.recommended or "-", o.runner_up or "-",
+        (o.name, o.half, o.source, o.expected, o.recommended or "-", o.runner_up or "-",
          "right" if o.right else "WRONG")
-        for o in outcomes
+        for o in ordered
     ]  # fmt: skip
     widths = [max(len(str(r[i])) for r in (headers, *rows)) for i in range(len(headers))]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    for half in HALVES:
+        mine = [o for o in outcomes if o.half == half]
+        lines.append(f"{half}: {sum(o.right for o in mine)} of {len(mine)} scenarios right")
     right = sum(o.right for o in outcomes)
-    lines.append(f"{right} of {len(outcomes)} scenarios right")
-    for outcome in outcomes:
+    lines.append(f"all: {right} of {len(outcomes)} scenarios right")
+    for outcome in ordered:
         if not outcome.right:
-            lines.append(f"- {outcome.name} ({outcome.broken}): {outcome.why}")
+            lines.append(f"- {outcome.name} [{outcome.half}] ({outcome.broken}): {outcome.why}")
     return "\n".join(lines)
 
 
