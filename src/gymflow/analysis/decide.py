@@ -188,8 +188,8 @@ def _notes(action: str, evidence: Evidence) -> list[str]:
         if cut:
             notes.append(
                 f"{cut} rollout(s) were cut at the output-token limit on their way to an answer "
-                "(the answer's form or the expected answer in the cut text, the reference "
-                "beginning as it does, or an uncut repeat passing)"
+                "(the answer's form begun where it was cut, the expected answer in the cut "
+                "text, the reference beginning as it does, or an uncut repeat passing)"
             )
         if astray:
             notes.append(

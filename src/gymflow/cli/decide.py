@@ -67,6 +67,8 @@ def eval_decide(
         )
     grid = table("hypothesis", "prediction holds on", "share", "tasks", "evidence")
     for c in sorted(decision.candidates, key=lambda c: -c.rollouts):
+        if not c.rollouts:
+            continue
         grid.add_row(
             c.label,
             f"{c.rollouts} rollout(s)",
