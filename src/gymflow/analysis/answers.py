@@ -8,12 +8,12 @@
 - The expected answer "appears elsewhere" in a response the verifier found no answer in when it
   occurs in the text as a whole token: the evidence that a reading in another form would change
   the verdict (a prompt problem), where its absence means the answer was not there to find.
-- Tools were ignored when a run offered tools on its model calls and called them less often
-  than a policy that uses them could by chance: a binomial test of the calls made against a
-  policy calling on TOOLS_CALL_RATE of its rollouts, at error rate TOOLS_ALPHA (0 calls in 7
-  rollouts is flagged, 0 in 6 is not: 0.5^7 < 1% < 0.5^6). A server whose function-calling
-  handler drops the tools, not a policy; the test's size, not a count of rollouts, sets how
-  small a run can show it."""
+- Tools were ignored when a run offered tools on its model calls and (nearly) none of its
+  rollouts called one (at most TOOLS_CALLED_MAX_SHARE), fewer than a policy that uses them
+  could make by chance: a binomial test of the calls made against a policy calling on
+  TOOLS_CALL_RATE of its rollouts, at error rate TOOLS_ALPHA (0 calls in 7 rollouts is flagged,
+  0 in 6 is not: 0.5^7 < 1% < 0.5^6). A server whose function-calling handler drops the tools,
+  not a policy; the test's size, not a count of rollouts, sets how small a run can show it."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ from statistics import NormalDist
 #: A trajectory that holds a function call (or its output: a call was made).
 CALLED_SQL = "coalesce({trajectory}, '') LIKE '%\"function_call%'"
 
-#: Tools ignored: fewer calls than a policy calling on this share of its rollouts makes...
+#: Tools ignored: at most this share of the rollouts offered tools called one...
+TOOLS_CALLED_MAX_SHARE = 0.02
+#: ...fewer calls than a policy calling on this share of its rollouts makes...
 TOOLS_CALL_RATE = 0.5
 #: ...with this probability at most (the test's error rate on such a policy).
 TOOLS_ALPHA = 0.01
@@ -90,8 +92,9 @@ def binomial_low_sql(k: str, n: str, p: float, alpha: float) -> str:
 
 def tools_ignored_sql() -> str:
     """SQL: ids (`rollout_id`) of the completed rollouts that were offered tools and called
-    none, in a run whose calls are fewer than a policy calling on TOOLS_CALL_RATE of its
-    rollouts makes with probability TOOLS_ALPHA (the module's test); none otherwise. The tools
+    none, in a run where at most TOOLS_CALLED_MAX_SHARE of them called one, fewer than a policy
+    calling on TOOLS_CALL_RATE of its rollouts makes with probability TOOLS_ALPHA (the module's
+    test); none otherwise. The tools
     are read off the requests as stored: a reference to a stored tool list, or a list written
     inline."""
     return f"""
@@ -109,7 +112,7 @@ def tools_ignored_sql() -> str:
         )
         SELECT rollout_id FROM marked
         WHERE NOT called AND status = 'completed'
-          AND (SELECT k < n * {TOOLS_CALL_RATE}
+          AND (SELECT k <= n * {TOOLS_CALLED_MAX_SHARE}
                       AND {binomial_low_sql("k", "n", TOOLS_CALL_RATE, TOOLS_ALPHA)}
                FROM tally)
     """
