@@ -5,7 +5,7 @@ form than the verifier reads, a verifier parameter rejects right answers, an out
 cuts answers, a server ignores the offered tools, nothing broken but an uncapable model, a system
 prompt withheld), so the right action is known. The script runs each, reads the store with
 `gymflow.analysis.run.analyse` (what `gym eval diagnose` and the report show) and prints the
-expected and the recommended action side by side. It exits 1 when any scenario is wrong.
+expected and the recommended action side by side.
 
 The scenarios fall in two halves, fixed by a hash of each scenario's name (`half_of`), never by
 hand: `rules`, the half the decision rules may be written on, and `held-out`, the half they are
@@ -18,8 +18,12 @@ Scenarios are data, of two kinds:
   `model.simulate` behaviours), run in this process against the local policy server;
 - recorded: any folder under `--recorded` (default tests/fixtures/real_model/) holding a
   `scenario.yaml` (`name`, `broken`, `expected`, and `store`, relative to the folder, default
-  `.`: the run directory, its `gymflow.duckdb`, or that file gzipped). Its store is read as
-  recorded: a real model's run kept as a fixture.
+  `.`: the run directory, its `gymflow.duckdb`, or that file gzipped; `known_miss`: why the
+  decision is known to get it wrong). Its store is read as recorded: a real model's run kept as
+  a fixture.
+
+It exits 1 when a scenario is wrong and no `known_miss` explains it; explained misses are
+still counted and shown.
 
     python bench/decide.py [--tiny] [--json] [--only NAME ...] [--scenarios FILE]
                            [--recorded DIR ...] [--keep DIR]
@@ -69,6 +73,8 @@ class Scenario:
     config: dict[str, Any] | None = None
     #: recorded: the run directory holding the store
     store: Path | None = None
+    #: why the decision is known to miss this scenario (a miss explained, still shown)
+    known_miss: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +89,7 @@ class Outcome:
     right: bool
     why: str
     seconds: float
+    known_miss: str | None = None
 
 
 def simulated(path: Path, *, tiny: bool) -> list[Scenario]:
@@ -99,6 +106,7 @@ def simulated(path: Path, *, tiny: bool) -> list[Scenario]:
                 benchmark=benchmark,
                 files=entry.get("files"),
                 config=entry.get("config") or {},
+                known_miss=entry.get("known_miss"),
             )
         )
     return scenarios
@@ -115,6 +123,7 @@ def recorded(root: Path) -> list[Scenario]:
                 expected=spec["expected"],
                 source="recorded",
                 store=(spec_file.parent / spec.get("store", ".")).resolve(),
+                known_miss=spec.get("known_miss"),
             )
         )
     return scenarios
@@ -193,6 +202,7 @@ def judge(scenario: Scenario, run_dir: Path, seconds: float) -> Outcome:
         right=decision.action == scenario.expected,
         why=decision.why,
         seconds=seconds,
+        known_miss=scenario.known_miss,
     )
 
 
@@ -230,7 +240,7 @@ def table(outcomes: list[Outcome]) -> str:
     ordered = sorted(outcomes, key=lambda o: HALVES.index(o.half))
     rows = [
         (o.name, o.half, o.source, o.expected, o.recommended or "-", o.runner_up or "-",
-         "right" if o.right else "WRONG")
+         "right" if o.right else "miss (known)" if o.known_miss else "WRONG")
         for o in ordered
     ]  # fmt: skip
     widths = [max(len(str(r[i])) for r in (headers, *rows)) for i in range(len(headers))]
@@ -244,7 +254,10 @@ def table(outcomes: list[Outcome]) -> str:
     lines.append(f"all: {right} of {len(outcomes)} scenarios right")
     for outcome in ordered:
         if not outcome.right:
-            lines.append(f"- {outcome.name} [{outcome.half}] ({outcome.broken}): {outcome.why}")
+            known = f" Known miss: {outcome.known_miss}." if outcome.known_miss else ""
+            lines.append(
+                f"- {outcome.name} [{outcome.half}] ({outcome.broken}): {outcome.why}.{known}"
+            )
     return "\n".join(lines)
 
 
@@ -280,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(asdict(outcome)))
     else:
         print(table(outcomes))
-    return 0 if all(o.right for o in outcomes) else 1
+    # a miss is allowed only when it is explained (`known_miss`), and then still shown
+    return 0 if all(o.right or o.known_miss for o in outcomes) else 1
 
 
 if __name__ == "__main__":

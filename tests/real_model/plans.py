@@ -36,8 +36,8 @@ class Plan:
     #: scenarios: the one factor broken on purpose, and the action that is then right
     broken: str | None = None
     expected: str | None = None
-    #: why today's diagnosis gets the scenario wrong: it then has no scenario.yaml (bench/decide.py
-    #: requires every scenario right) and test_recorded.py expects the miss (xfail, strict)
+    #: why today's decision gets the scenario wrong: its scenario.yaml says so (bench/decide.py
+    #: shows the miss, explained) and test_recorded.py expects the miss (xfail, strict)
     known_miss: str | None = None
 
 

@@ -55,12 +55,13 @@ def unpack(folder: Path, run_dir: Path) -> Path:
 
 
 def manifest(plan: Plan) -> dict[str, str] | None:
-    """The scenario.yaml bench/decide.py reads, for a scenario the diagnosis gets right."""
+    """The scenario.yaml bench/decide.py reads, with why the decision misses it where known."""
     known = scenario(plan)
-    if known is None or plan.known_miss:
+    if known is None:
         return None
     broken, expected = known
-    return {"name": plan.name, "broken": broken, "expected": expected, "store": STORE}
+    spec = {"name": plan.name, "broken": broken, "expected": expected, "store": STORE}
+    return spec | ({"known_miss": plan.known_miss} if plan.known_miss else {})
 
 
 def record(plan: Plan, base_url: str, folder: Path, agreements: list) -> bool:
