@@ -51,7 +51,6 @@ class Server:
 SERVERS = {
     # SmolLM2 is a ChatML model; this format makes tool calls when a request names tool_choice
     "smollm2": Server(MODEL, "chatml-function-calling"),
-    "smollm2-alpaca": Server(MODEL, "alpaca"),
     "gemma": Server(GEMMA, "gemma", extra_bufts=False),
     "gemma-alpaca": Server(GEMMA, "alpaca", extra_bufts=False),
 }

@@ -121,6 +121,11 @@ GEMMA_SCENARIOS = (
         },
         broken="the verifier reads an 'Answer:' line; the prompt asks for a full sentence",
         expected="prompt_change",
+        known_miss="undecided between verifier repair and model training: under Alpaca the "
+        "base model writes numbered lists of questions (6 of 12 outputs hold no city at all, "
+        "counted as wrong), 3 cut sentences hold the city with nothing left uncut (the prompt "
+        "or the limit), and 1 'Answer:' line holds a sentence the lenient reading passes (9% "
+        "of the evidence, verifier repair first at 5%); no action wins 90% of task resamples",
     ),
     Plan(
         "gemma-alpaca-exact-full",
@@ -139,16 +144,15 @@ GEMMA_SCENARIOS = (
         server="gemma-alpaca",
         broken="the server's Alpaca handler drops the offered tools",
         expected="harness_work",
+        known_miss="chat format, with harness work the runner-up: besides the dropped tools, "
+        "the base model writes the Alpaca template's next turns ('### Input:', '### "
+        "Instruction:') in 4 of 8 outputs, which is the chat format's evidence: two causes, "
+        "and the one found first is the model not following the turn",
     ),
 )
-#: SmolLM2 under other templates and warm sampling with repeats, one cause planted at a time.
+#: SmolLM2 sampled warm with repeats, one cause planted at a time. (Under llama-cpp-python's
+#: Alpaca format the SmolLM2 server answered no request: left out.)
 SMOLLM2_SCENARIOS = (
-    Plan(
-        "smollm2-alpaca-cut",
-        **{**_CAPITALS, "max_output_tokens": 4, "server": "smollm2-alpaca"},
-        broken="max_output_tokens 4 cuts the answer before the city (Alpaca template)",
-        expected="harness_work",
-    ),
     Plan(
         "smollm2-warm-prose",
         **{**_CAPITALS, "benchmark": "capitals-answer-line", "repeats": 3, "temperature": 0.8},
