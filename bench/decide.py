@@ -5,7 +5,12 @@ form than the verifier reads, a verifier parameter rejects right answers, an out
 cuts answers, a server ignores the offered tools, nothing broken but an uncapable model, a system
 prompt withheld), so the right action is known. The script runs each, reads the store with
 `gymflow.analysis.run.analyse` (what `gym eval diagnose` and the report show) and prints the
-expected and the recommended action side by side. It exits 1 when any scenario is wrong.
+expected and the recommended action side by side.
+
+The scenarios fall in two halves, fixed by a hash of each scenario's name (`half_of`), never by
+hand: `rules`, the half the decision rules may be written on, and `held-out`, the half they are
+judged on. A new scenario lands in a half before anyone has seen its advice, and the table
+reports each half apart.
 
 Scenarios are data, of two kinds:
 - simulated: entries of bench/decide_scenarios.yaml (or `--scenarios FILE`): a benchmark written to
@@ -13,8 +18,12 @@ Scenarios are data, of two kinds:
   `model.simulate` behaviours), run in this process against the local policy server;
 - recorded: any folder under `--recorded` (default tests/fixtures/real_model/) holding a
   `scenario.yaml` (`name`, `broken`, `expected`, and `store`, relative to the folder, default
-  `.`: the run directory, its `gymflow.duckdb`, or that file gzipped). Its store is read as
-  recorded: a real model's run kept as a fixture.
+  `.`: the run directory, its `gymflow.duckdb`, or that file gzipped; `known_miss`: why the
+  decision is known to get it wrong). Its store is read as recorded: a real model's run kept as
+  a fixture.
+
+It exits 1 when a scenario is wrong and no `known_miss` explains it; explained misses are
+still counted and shown.
 
     python bench/decide.py [--tiny] [--json] [--only NAME ...] [--scenarios FILE]
                            [--recorded DIR ...] [--keep DIR]
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -42,6 +52,15 @@ SCENARIOS = BENCH_DIR / "decide_scenarios.yaml"
 RECORDED = ROOT / "tests" / "fixtures" / "real_model"
 
 
+#: The two halves: the rules are written on the first and judged on the second.
+HALVES = ("rules", "held-out")
+
+
+def half_of(name: str) -> str:
+    """The half a scenario belongs to: a hash of its name, so no one chooses it."""
+    return HALVES[hashlib.sha256(name.encode()).digest()[0] % 2]
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
     name: str
@@ -54,11 +73,14 @@ class Scenario:
     config: dict[str, Any] | None = None
     #: recorded: the run directory holding the store
     store: Path | None = None
+    #: why the decision is known to miss this scenario (a miss explained, still shown)
+    known_miss: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
     name: str
+    half: str
     source: str
     broken: str
     expected: str
@@ -67,6 +89,7 @@ class Outcome:
     right: bool
     why: str
     seconds: float
+    known_miss: str | None = None
 
 
 def simulated(path: Path, *, tiny: bool) -> list[Scenario]:
@@ -83,6 +106,7 @@ def simulated(path: Path, *, tiny: bool) -> list[Scenario]:
                 benchmark=benchmark,
                 files=entry.get("files"),
                 config=entry.get("config") or {},
+                known_miss=entry.get("known_miss"),
             )
         )
     return scenarios
@@ -99,6 +123,7 @@ def recorded(root: Path) -> list[Scenario]:
                 expected=spec["expected"],
                 source="recorded",
                 store=(spec_file.parent / spec.get("store", ".")).resolve(),
+                known_miss=spec.get("known_miss"),
             )
         )
     return scenarios
@@ -168,6 +193,7 @@ def judge(scenario: Scenario, run_dir: Path, seconds: float) -> Outcome:
     runner_up = decision.runner_up.action if decision.runner_up else None
     return Outcome(
         name=scenario.name,
+        half=half_of(scenario.name),
         source=scenario.source,
         broken=scenario.broken,
         expected=scenario.expected,
@@ -176,6 +202,7 @@ def judge(scenario: Scenario, run_dir: Path, seconds: float) -> Outcome:
         right=decision.action == scenario.expected,
         why=decision.why,
         seconds=seconds,
+        known_miss=scenario.known_miss,
     )
 
 
@@ -209,21 +236,28 @@ def run(scenarios: list[Scenario], work: Path) -> list[Outcome]:
 
 
 def table(outcomes: list[Outcome]) -> str:
-    headers = ("scenario", "source", "expected", "recommended", "runner-up", "right")
+    headers = ("scenario", "half", "source", "expected", "recommended", "runner-up", "right")
+    ordered = sorted(outcomes, key=lambda o: HALVES.index(o.half))
     rows = [
-        (o.name, o.source, o.expected, o.recommended or "-", o.runner_up or "-",
-         "right" if o.right else "WRONG")
-        for o in outcomes
+        (o.name, o.half, o.source, o.expected, o.recommended or "-", o.runner_up or "-",
+         "right" if o.right else "miss (known)" if o.known_miss else "WRONG")
+        for o in ordered
     ]  # fmt: skip
     widths = [max(len(str(r[i])) for r in (headers, *rows)) for i in range(len(headers))]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    for half in HALVES:
+        mine = [o for o in outcomes if o.half == half]
+        lines.append(f"{half}: {sum(o.right for o in mine)} of {len(mine)} scenarios right")
     right = sum(o.right for o in outcomes)
-    lines.append(f"{right} of {len(outcomes)} scenarios right")
-    for outcome in outcomes:
+    lines.append(f"all: {right} of {len(outcomes)} scenarios right")
+    for outcome in ordered:
         if not outcome.right:
-            lines.append(f"- {outcome.name} ({outcome.broken}): {outcome.why}")
+            known = f" Known miss: {outcome.known_miss}." if outcome.known_miss else ""
+            lines.append(
+                f"- {outcome.name} [{outcome.half}] ({outcome.broken}): {outcome.why}.{known}"
+            )
     return "\n".join(lines)
 
 
@@ -259,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(asdict(outcome)))
     else:
         print(table(outcomes))
-    return 0 if all(o.right for o in outcomes) else 1
+    # a miss is allowed only when it is explained (`known_miss`), and then still shown
+    return 0 if all(o.right or o.known_miss for o in outcomes) else 1
 
 
 if __name__ == "__main__":

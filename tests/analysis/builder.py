@@ -45,6 +45,8 @@ class TaskRow:
     answer: int
     tags: tuple[str, ...] = ("expression",)
     difficulty: str | None = "easy"
+    #: the prompt as rendered (default `question TASK_ID`)
+    prompt: str | None = None
 
 
 class StoreBuilder:
@@ -217,7 +219,7 @@ class StoreBuilder:
                     t.task_id,
                     i,
                     0,
-                    f"question {t.task_id}",
+                    t.prompt or f"question {t.task_id}",
                     f"Answer: {t.answer}",
                     json.dumps({"answer": t.answer}),
                     list(t.tags),

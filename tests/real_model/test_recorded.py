@@ -13,11 +13,11 @@ import yaml
 from gymflow.analysis.run import analyse
 from gymflow.store.db import connect
 from tests.real_model import references
-from tests.real_model.plans import FIXTURES, RUNS, SCENARIOS, Plan, scenario
+from tests.real_model.plans import ALL, FIXTURES, Plan, scenario
 from tests.real_model.record import STORE, manifest, unpack
 
 RECORDED = sorted(folder.name for folder in FIXTURES.iterdir() if (folder / STORE).exists())
-PLANS = RUNS + SCENARIOS
+PLANS = ALL
 SCENARIO_PLANS = [plan for plan in PLANS if scenario(plan)]
 
 
@@ -68,8 +68,9 @@ def test_recorded_verdicts_agree_with_the_benchmarks_own_checker(name: str, tmp_
     ],
 )
 def test_a_recorded_scenario_gets_the_right_next_action(plan: Plan, tmp_path: Path) -> None:
-    """Rests on the diagnosis rules of issue 26: a capability gap is not a format problem
-    without a reading that changes verdicts, tools never called are harness work."""
+    """Each next action a hypothesis tested on the stored rollouts (issue 40), on models and
+    templates of both kinds: Gemma 3 270M base copying the prompt back is the chat format, not
+    the token limit that cut it."""
     broken, expected = scenario(plan)
     con = connect(_run_dir(plan.name, tmp_path), read_only=True)
     try:

@@ -9,17 +9,27 @@
   occurs in the text as a whole token: the evidence that a reading in another form would change
   the verdict (a prompt problem), where its absence means the answer was not there to find.
 - Tools were ignored when a run offered tools on its model calls and (nearly) none of its
-  rollouts called one: a server whose function-calling handler drops them, not a policy."""
+  rollouts called one (at most TOOLS_CALLED_MAX_SHARE), fewer than a policy that uses them
+  could make by chance: a binomial test of the calls made against a policy calling on
+  TOOLS_CALL_RATE of its rollouts, at error rate TOOLS_ALPHA (0 calls in 7 rollouts is flagged,
+  0 in 6 is not: 0.5^7 < 1% < 0.5^6). A server whose function-calling handler drops the tools,
+  not a policy; the test's size, not a count of rollouts, sets how small a run can show it."""
 
 from __future__ import annotations
+
+from statistics import NormalDist
 
 #: A trajectory that holds a function call (or its output: a call was made).
 CALLED_SQL = "coalesce({trajectory}, '') LIKE '%\"function_call%'"
 
-#: Tools ignored: at least this many rollouts were offered tools...
-TOOLS_OFFERED_MIN = 10
-#: ...and at most this share of them called any.
+#: Tools ignored: at most this share of the rollouts offered tools called one...
 TOOLS_CALLED_MAX_SHARE = 0.02
+#: ...fewer calls than a policy calling on this share of its rollouts makes...
+TOOLS_CALL_RATE = 0.5
+#: ...with this probability at most (the test's error rate on such a policy).
+TOOLS_ALPHA = 0.01
+#: Past this many rollouts offered tools, the binomial is read by its normal approximation.
+_EXACT_UP_TO = 1000
 
 
 def called_sql(trajectory: str = "trajectory_json") -> str:
@@ -67,11 +77,26 @@ def appears_in_sql(expected: str, text: str) -> str:
     )
 
 
+def binomial_low_sql(k: str, n: str, p: float, alpha: float) -> str:
+    """SQL: P(X <= k) <= alpha for X ~ Binomial(n, p): summed exactly up to _EXACT_UP_TO trials,
+    by the normal approximation (with continuity correction) past it."""
+    term = (
+        f"exp(lgamma({n} + 1) - lgamma(i + 1) - lgamma({n} - i + 1) "
+        f"+ i * ln({p}) + ({n} - i) * ln({1 - p}))"
+    )
+    exact = f"list_sum(list_transform(range(0, {k} + 1), lambda i: {term})) <= {alpha}"
+    z = f"({k} + 0.5 - {n} * {p}) / sqrt({n} * {p} * {1 - p})"
+    normal = f"{z} <= {NormalDist().inv_cdf(alpha)!r}"
+    return f"CASE WHEN {n} <= {_EXACT_UP_TO} THEN {exact} ELSE {normal} END"
+
+
 def tools_ignored_sql() -> str:
     """SQL: ids (`rollout_id`) of the completed rollouts that were offered tools and called
-    none, in a run where at least TOOLS_OFFERED_MIN rollouts were offered tools and at most
-    TOOLS_CALLED_MAX_SHARE of them called one; none otherwise. The tools are read off the
-    requests as stored: a reference to a stored tool list, or a list written inline."""
+    none, in a run where at most TOOLS_CALLED_MAX_SHARE of them called one, fewer than a policy
+    calling on TOOLS_CALL_RATE of its rollouts makes with probability TOOLS_ALPHA (the module's
+    test); none otherwise. The tools
+    are read off the requests as stored: a reference to a stored tool list, or a list written
+    inline."""
     return f"""
         WITH offered AS (
             SELECT DISTINCT rollout_id FROM model_calls
@@ -81,10 +106,13 @@ def tools_ignored_sql() -> str:
         marked AS (
             SELECT o.rollout_id, {called_sql("r.trajectory_json")} AS called, r.status
             FROM offered o JOIN rollouts r USING (rollout_id)
+        ),
+        tally AS (
+            SELECT count(*) AS n, count(*) FILTER (WHERE called) AS k FROM marked
         )
         SELECT rollout_id FROM marked
         WHERE NOT called AND status = 'completed'
-          AND (SELECT count(*) FROM marked) >= {TOOLS_OFFERED_MIN}
-          AND (SELECT count(*) FILTER (WHERE called) FROM marked)
-              <= {TOOLS_CALLED_MAX_SHARE} * (SELECT count(*) FROM marked)
+          AND (SELECT k <= n * {TOOLS_CALLED_MAX_SHARE}
+                      AND {binomial_low_sql("k", "n", TOOLS_CALL_RATE, TOOLS_ALPHA)}
+               FROM tally)
     """

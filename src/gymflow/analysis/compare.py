@@ -26,6 +26,7 @@ from gymflow.analysis.paired import (
 from gymflow.analysis.results import Comparison, McNemar, Paired, TaskIds
 from gymflow.core.errors import UserError
 from gymflow.store.runs import run_info
+from gymflow.store.server_reports import server_report
 
 
 class CompareError(UserError):
@@ -34,6 +35,9 @@ class CompareError(UserError):
 
 #: the difference (in pass rate, and in share solved by majority) the tasks-needed figures are for
 POWER_DIFFERENCE = 0.05
+#: a paired difference with a p-value below this is larger than sampling noise: when no
+#: recorded factor explains it, the attribution says a factor gymflow does not record does
+SIGNIFICANT = 0.05
 
 
 def protocol_version(benchmark_version: str | None) -> str:
@@ -124,12 +128,17 @@ def compare(
     per_task = rates[0].join(rates[1], on="task_id", how="inner").sort("task_id")
     if per_task.is_empty():
         raise CompareError(f"runs {run_a.run_id} and {run_b.run_id} have no scored task in common")
-    factors = differing_factors(run_a, run_b, version_a, version_b)
+    factors = differing_factors(
+        run_a, run_b, version_a, version_b,
+        server_a=server_report(con_a), server_b=server_report(con_b),
+    )  # fmt: skip
     paired_ids = set(per_task["task_id"])
     unpaired = {
         side: sorted(set(rate["task_id"]) - paired_ids)
         for side, rate in zip(("a_only", "b_only"), rates, strict=True)
     }
+    stats = paired(per_task, power_difference=power_difference)
+    significant = stats.p_value is not None and stats.p_value < SIGNIFICANT
     return Comparison.model_validate(
         {
             "a": {
@@ -145,13 +154,13 @@ def compare(
             "benchmark": run_a.benchmark or run_a.environment,
             "benchmark_version": run_a.benchmark_version,
             "factors": factors,
-            "attribution": attribution(factors),
+            "attribution": attribution(factors, significant=significant),
             "unpaired_tasks": {side: len(ids) for side, ids in unpaired.items()},
             "unpaired_task_ids": unpaired,
             "outcome": "per-task pass rate, failures "
             + ("counted as 0" if failures_as_zero else "excluded"),
             "binary_outcome": "task solved when more than half of its scored rollouts pass",
-            **dict(paired(per_task, power_difference=power_difference)),
+            **dict(stats),
             "harness": harness_evidence(con_a, con_b, factors, version_a, version_b),
         }
     )

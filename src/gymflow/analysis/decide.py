@@ -1,110 +1,87 @@
-"""From a run's results to one recommended next action, by fixed rules: the one function the
-Prefect artifacts, the report, the flow's log and the CLI all read.
+"""From a run's results to one recommended next action: the one function the Prefect artifacts,
+the report, the flow's log and the CLI all read.
 
 The run first: an incomplete run (rollouts missing) is completed before anything else, then an
 unhealthy one (an integrity check beyond its threshold) has its health fixed: the scores of
-either mislead. Otherwise the diagnosis decides. Each non-passing rollout is evidence for one
-action:
-- verifier repair: verifier errors, unverified rollouts, and verifier suspects (right answer
-  failed, pass without an answer);
-- harness work: model-call failures (rate limits, timeouts, server errors), harness errors,
-  crashed tools, max turns, malformed tool calls, tools offered and ignored by the server, and
-  truncated outputs where the limit cost answers: on tasks other repeats pass, or when at least
-  TRUNCATED_SHARE of the stored rollouts were cut (the limit then shapes the run);
-- prompt change: answers in another form: the verifier found no answer in the form it reads,
-  yet the expected answer appears elsewhere in the text (a reading in another form would pass
-  it). No answer in the expected form and the expected answer nowhere is not a prompt problem:
-  it counts as a wrong answer;
-- skill improvement: wrong answers (and tool misuse, missing answers, truncated rambling) on
-  sometimes-pass tasks: the policy can solve them, not reliably;
-- model training: the same on never-pass tasks: a capability gap.
+either mislead. Otherwise each next action is a hypothesis (`gymflow.analysis.hypotheses`) with
+a prediction about the stored rollouts, and the rollouts where its prediction holds are its
+evidence (`gymflow.analysis.evidence`): a token limit is harness work only where the cut
+answers were on their way to an answer, a prompt change only where the answer is there in
+another form or the prompt's placeholder was copied, a verifier repair only where the
+verifier's own lenient reading passes the expected answer, the chat format where the output
+copies the prompt back.
 
-The rules: measurement first. Verifier repair wins when its share of the evidence reaches 5%,
-then harness work at 10%: until those are fixed the other numbers are distorted. Otherwise the
-action with the largest share wins, ties going to the cheaper action (prompt change, skill
-improvement, model training). The runner-up is the next action by share. Shares are over all
-non-passing rollouts plus suspect passes."""
+The rules, on the evidence: measurement first. Verifier repair wins when its evidence reaches
+5% of all the evidence, then the chat format, harness work and prompt change, each at 10%:
+until those are fixed, what the run measures is not the policy, and the other numbers are
+distorted. Otherwise the action with the most evidence wins; two sharing the most is a tie.
+
+The margin: the rules run again on 2,000 bootstrap resamples of the tasks, and the action is
+recommended only when it wins at least 90% of them. Otherwise the decision is "undecided
+between" it and the action that wins most of the rest, with the one-factor experiment that
+would decide. Either way the decision names the experiment that would confirm it, on the
+affected tasks only (`gym eval decide RUN --confirm` runs it), and what the run cannot show:
+skill improvement needs repeats above one at a temperature above zero."""
 
 from __future__ import annotations
 
-from typing import Any
+import numpy as np
 
+from gymflow.analysis.hypotheses import (
+    ACTIONS,
+    AMBIGUOUS,
+    HYPOTHESES,
+    actions_of,
+    can_show_skill,
+    categories,
+    cut_form_actions,
+    experiment,
+    support,
+    tasks_of,
+)
+from gymflow.analysis.margin import LEVEL, RESAMPLES, challenger, margin, resampled_winners
 from gymflow.analysis.results import (
     Candidate,
     Decision,
     Diagnosis,
-    FailureRow,
+    Evidence,
+    EvidencePattern,
+    Experiment,
     Health,
     Profile,
 )
 
+__all__ = ["ACTIONS", "BLOCKING", "COMPLETE_RUN", "FIX_HEALTH", "LABELS", "decide", "recommend"]
+
 #: what comes before the evidence: scores of an incomplete or unhealthy run mislead
-COMPLETE_RUN, FIX_HEALTH = "complete_run", "fix_health"
+COMPLETE_RUN, FIX_HEALTH, UNDECIDED = "complete_run", "fix_health", "undecided"
 LABELS: dict[str, str] = {COMPLETE_RUN: "complete the run", FIX_HEALTH: "fix health first"}
 
-ACTIONS: dict[str, str] = {
-    "verifier_repair": "verifier repair",
-    "harness_work": "harness work",
-    "prompt_change": "prompt change",
-    "skill_improvement": "skill improvement",
-    "model_training": "model training",
-}
+#: Measurement first: the actions that change what the run measures, and the share of the
+#: evidence at which each wins outright, in priority order. Evidence shared by two of them (a
+#: cut answer outside the verifier's form, with nothing uncut to tell) blocks for neither.
+BLOCKING = (
+    ("verifier_repair", 0.05),
+    ("chat_format", 0.10),
+    ("harness_work", 0.10),
+    ("prompt_change", 0.10),
+)
 
-#: blocking actions and the share of evidence at which they win outright, in priority order
-BLOCKING = (("verifier_repair", 0.05), ("harness_work", 0.10))
-
-_HARNESS = {
-    "model_failure",
-    "harness_error",
-    "tools_not_called",
-    "harness_max_turns",
-    "harness_malformed_tool_call",
-}
-_MODEL_SIDE = {"wrong_answer", "tool_error", "no_answer", "truncated"}
-
-#: Truncated rollouts are harness evidence on any task once at least this share of the stored
-#: rollouts was cut at the output-token limit: the limit then shapes what the run measures.
-#: Below it, only on tasks other repeats pass (the limit cut an answer the policy can give); a
-#: rambling answer cut on a task the policy never solves is the policy's.
-TRUNCATED_SHARE = 0.25
-
-_WHY = {
-    "verifier_repair": "the verifier fails to judge, or judges visibly wrong, on {share} of the "
-    "evidence: fix it before trusting any score",
-    "harness_work": "{share} of the evidence is the harness or serving stack failing (model "
-    "calls, tools, turn or token limits), not the policy",
-    "prompt_change": "{share} of the evidence is answers in another form than the verifier "
-    "reads: the prompt does not get the answer into the form the verifier reads",
-    "skill_improvement": "{share} of the evidence is wrong answers on tasks the policy solves "
-    "sometimes: it can do them, not reliably",
-    "model_training": "{share} of the evidence is wrong answers on tasks the policy never "
-    "solves: a capability gap",
-}
+_ORDER = list(ACTIONS)
 
 
-def _action_of(row: FailureRow, *, limit_shapes_run: bool) -> str | None:
-    category = row.category
-    if category in ("verifier_error", "unverified"):
-        return "verifier_repair"
-    if category in _HARNESS or (category == "tool_error" and row.kind == "tool_error"):
-        return "harness_work"
-    if category == "truncated" and (limit_shapes_run or row.bucket == "sometimes_pass"):
-        return "harness_work"
-    if category == "answer_in_other_form":
-        return "prompt_change"
-    if category in _MODEL_SIDE:
-        if row.bucket == "sometimes_pass":
-            return "skill_improvement"
-        if row.bucket == "never_pass":
-            return "model_training"
-    return None
-
-
-def decide(health: Health, profile: Profile, diagnosis: Diagnosis) -> Decision:
+def decide(
+    health: Health,
+    profile: Profile,
+    diagnosis: Diagnosis,
+    *,
+    verifier_lenient: dict | None = None,
+    template: str | None = None,
+) -> Decision:
     """The recommended next action: complete the run, then fix its records, then what the
     diagnosis's evidence points to (`recommend`). When the run comes first, the evidence's own
     pick is kept as the runner-up: what to do once the run is complete and healthy."""
-    recommended = recommend(diagnosis)
+    recommended = recommend(diagnosis, verifier_lenient=verifier_lenient, template=template)
     missing, expected = profile.coverage.missing, profile.coverage.expected
     if missing:
         why = (
@@ -129,62 +106,233 @@ def _first(action: str, why: str, recommended: Decision) -> Decision:
             "label": LABELS[action],
             "why": why,
             "evidence": None,
-            "runner_up": recommended.evidence,
+            "runner_up": recommended.evidence or recommended.runner_up,
+            "undecided": [],
         }
     )
 
 
-def recommend(diagnosis: Diagnosis) -> Decision:
-    """The action the diagnosis's evidence points to, by the rules above: `action` is None only
-    when there is no evidence at all (every stored rollout passed)."""
-    candidates: dict[str, dict[str, Any]] = {
-        key: {
-            "action": key,
-            "label": label,
-            "rollouts": 0,
-            "share": 0.0,
-            "threshold": dict(BLOCKING).get(key),
-            "fired": False,
-            "categories": {},
-            "examples": [],
-            "notes": [],
-        }
-        for key, label in ACTIONS.items()
-    }
-    rows = diagnosis.failures_by_bucket
-    truncated = sum(row.rollouts for row in rows if row.category == "truncated")
-    limit_shapes_run = truncated >= TRUNCATED_SHARE * max(diagnosis.rollouts, 1)
-    for row in rows:
-        action = _action_of(row, limit_shapes_run=limit_shapes_run)
-        if action is None:
-            continue
-        entry = candidates[action]
-        entry["rollouts"] += row.rollouts
-        entry["categories"][row.category] = entry["categories"].get(row.category, 0) + row.rollouts
-        entry["examples"].extend(row.examples[: 5 - len(entry["examples"])])
-    for suspect in diagnosis.verifier_suspects:
-        if suspect.kind.startswith("versions_disagree"):
-            continue  # expected after a deliberate reverify; shown, not weighed
-        entry = candidates["verifier_repair"]
-        entry["rollouts"] += suspect.count
-        entry["categories"][suspect.kind] = suspect.count
-        entry["examples"].extend(suspect.examples[: 5 - len(entry["examples"])])
-    total = sum(entry["rollouts"] for entry in candidates.values())
-    for entry in candidates.values():
-        entry["share"] = entry["rollouts"] / total if total else 0.0
-        threshold = entry["threshold"]
-        entry["fired"] = entry["rollouts"] > 0 and (
-            threshold is None or entry["share"] >= threshold
+def _patterns(evidence: Evidence) -> list[EvidencePattern]:
+    """The evidence patterns, with the tasks that gave no evidence as one more (they are
+    resampled too)."""
+    quiet = evidence.tasks - sum(p.tasks for p in evidence.patterns)
+    extra = [EvidencePattern(bucket="always_pass", counts={}, tasks=quiet)] if quiet > 0 else []
+    return [*evidence.patterns, *extra]
+
+
+def _matrices(evidence: Evidence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(patterns x (support per action, then blocking support per BLOCKING action), evidence
+    rollouts per task, tasks per pattern)."""
+    patterns = _patterns(evidence)
+    shared = set(AMBIGUOUS) if len(cut_form_actions(evidence)) > 1 else set()
+    rows = []
+    for pattern in patterns:
+        by_action = support(pattern, evidence)
+        unshared = support(
+            pattern.model_copy(
+                update={"counts": {k: v for k, v in pattern.counts.items() if k not in shared}}
+            ),
+            evidence,
         )
-    for key, notes in _notes(diagnosis, limit_shapes_run, truncated).items():
-        candidates[key]["notes"] = notes
-    typed = {key: Candidate.model_validate(entry) for key, entry in candidates.items()}
-    order = list(ACTIONS)
-    ranked = sorted(
-        (e for e in typed.values() if e.rollouts > 0),
-        key=lambda e: (-e.share, order.index(e.action)),
-    )
-    if not ranked:
+        rows.append([by_action[a] for a in _ORDER] + [unshared[a] for a, _ in BLOCKING])
+    columns = len(_ORDER) + len(BLOCKING)
+    matrix = np.array(rows, dtype=float).reshape(len(rows), columns)
+    totals = np.array([sum(p.counts.values()) for p in patterns], dtype=float)
+    tasks = np.array([p.tasks for p in patterns], dtype=float)
+    return matrix, totals, tasks
+
+
+#: the rule's verdict when two actions share the most evidence
+TIE = -2
+
+
+def _rule(matrix: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """The winner of each row by the rules (index into ACTIONS; -1: no evidence; TIE: two
+    actions share the most evidence)."""
+    by_action, blocking = matrix[:, : len(_ORDER)], matrix[:, len(_ORDER) :]
+    safe = np.where(totals > 0, totals, 1.0)
+    top = by_action.max(axis=1)
+    shared = (by_action == top[:, None]).sum(axis=1) > 1
+    winners = np.where(top > 0, np.where(shared, TIE, by_action.argmax(axis=1)), -1)
+    # measurement first: the earliest blocking action over its threshold wins outright
+    for column in reversed(range(len(BLOCKING))):
+        action, threshold = BLOCKING[column]
+        held = blocking[:, column]
+        winners = np.where((held > 0) & (held / safe >= threshold), _ORDER.index(action), winners)
+    return winners
+
+
+def _task_ids(action: str, evidence: Evidence) -> list[str]:
+    ids: set[str] = set()
+    for key, tasks in evidence.task_ids.items():
+        name, _, bucket = key.partition("|")
+        if action in actions_of(name, bucket, evidence):
+            ids.update(tasks)
+    return sorted(ids)
+
+
+def _examples(action: str, evidence: Evidence, cats: dict[str, int]) -> list[str]:
+    found: list[str] = []
+    for name in sorted(cats, key=lambda n: -cats[n]):
+        found.extend(e for e in evidence.examples.get(name, []) if e not in found)
+    return found[:5]
+
+
+def _notes(action: str, evidence: Evidence) -> list[str]:
+    """What the evidence for `action` is, and against it, in words."""
+    totals = evidence.totals
+    notes: list[str] = []
+    if action == "harness_work":
+        cut = totals.get("cut_on_way", 0)
+        astray = totals.get("cut_astray", 0)
+        if cut:
+            notes.append(
+                f"{cut} rollout(s) were cut at the output-token limit on their way to an answer "
+                "(the answer's form begun where it was cut, the expected answer in the cut "
+                "text, the reference beginning as it does, or an uncut repeat passing)"
+            )
+        if astray:
+            notes.append(
+                f"{astray} cut rollout(s) were not on their way to an answer (loops, rambling): "
+                "the limit did not cost them, so they are not counted here"
+            )
+        if totals.get("tools_ignored"):
+            notes.append(
+                f"{totals['tools_ignored']} rollout(s) were offered tools the model server "
+                "ignored (fewer calls than a policy that uses them makes by chance): check its "
+                "function-calling setup and tool_choice"
+            )
+    if action == "chat_format" and totals.get("echo"):
+        notes.append(
+            f"{totals['echo']} rollout(s) copy the prompt back, write chat turn markers or loop "
+            "the prompt's placeholder: the model continues the prompt instead of answering it"
+        )
+    if action == "prompt_change":
+        if totals.get("placeholder"):
+            notes.append(
+                f"{totals['placeholder']} rollout(s) copy the prompt's placeholder instead of "
+                "filling it in"
+            )
+        if totals.get("other_form"):
+            notes.append(
+                f"{totals['other_form']} rollout(s) hold the expected answer outside the form "
+                "the verifier reads: a reading in another form would pass them"
+            )
+    if totals.get("cut_other_form") and action in ("harness_work", "prompt_change"):
+        notes.append(
+            f"{totals['cut_other_form']} cut rollout(s) hold the expected answer but not the "
+            f"verifier's form; of the uncut rollouts {evidence.uncut_formless} miss the form and "
+            f"{evidence.uncut_formed} hold it"
+        )
+    if action == "verifier_repair":
+        for name, text in (
+            ("lenient_right", "failed answer(s) the verifier's own lenient reading passes as the "
+             "expected answer (a verifier parameter that rejects right answers)"),
+            ("unjudged", "rollout(s) the verifier could not judge"),
+            ("passed_unanswered", "pass(es) without an answer in the verifier's form"),
+        ):  # fmt: skip
+            if totals.get(name):
+                notes.append(f"{totals[name]} {text}")
+    if action in ("model_training", "skill_improvement"):
+        wrong = totals.get("wrong", 0) + totals.get("loop", 0) + totals.get("cut_astray", 0)
+        if wrong:
+            notes.append(
+                f"{wrong} rollout(s) answer wrong, loop or ramble, with no sign of the "
+                "verifier, the format, the prompt or the limit"
+            )
+        if totals.get("cut_astray"):
+            notes.append(
+                f"{totals['cut_astray']} of them were cut at the output-token limit, but not on "
+                "their way to an answer: the policy's rambling, not the limit"
+            )
+    return notes
+
+
+def _candidates(
+    evidence: Evidence, verifier_lenient: dict | None, template: str | None, verifier: str
+) -> dict[str, Candidate]:
+    total = sum(evidence.totals.values())
+    out = {}
+    for action, label in ACTIONS.items():
+        cats = categories(action, evidence)
+        rollouts = sum(cats.values())
+        hypothesis = HYPOTHESES[action]
+        out[action] = Candidate(
+            action=action,
+            label=label,
+            rollouts=rollouts,
+            share=rollouts / total if total else 0.0,
+            threshold=dict(BLOCKING).get(action),
+            fired=rollouts > 0,
+            categories=cats,
+            examples=_examples(action, evidence, cats),
+            notes=_notes(action, evidence),
+            hypothesis=hypothesis.claim,
+            prediction=hypothesis.prediction,
+            tasks=tasks_of(action, evidence),
+            experiment=experiment(
+                action,
+                evidence,
+                _task_ids(action, evidence),
+                verifier=verifier,
+                lenient=verifier_lenient,
+                template=template,
+            )
+            if rollouts
+            else None,
+        )
+    return out
+
+
+def _cannot_show(evidence: Evidence) -> list[str]:
+    if can_show_skill(evidence):
+        return []
+    temperature = "unset" if evidence.temperature is None else f"{evidence.temperature:g}"
+    return [
+        "skill improvement: it needs repeats above one at a temperature above zero, and this "
+        f"run has {evidence.repeats} repeat(s) at temperature {temperature}: a task that "
+        "never passed here may be one the policy solves sometimes"
+    ]
+
+
+_COST = {"reverify": 0, "rerun": 1, "none": 2}
+
+
+def _deciding(a: Candidate, b: Candidate) -> Experiment | None:
+    """The experiment that decides between `a` and `b`: the cheaper one that gymflow can run
+    (between skill and capability, more repeats on the tasks that never passed)."""
+    found = [c.experiment for c in (a, b) if c.experiment is not None]
+    return min(found, key=lambda e: (_COST[e.kind], e.action != "model_training"), default=None)
+
+
+def recommend(
+    diagnosis: Diagnosis,
+    *,
+    verifier_lenient: dict | None = None,
+    template: str | None = None,
+) -> Decision:
+    """The action the diagnosis's evidence points to, by the rules above: `action` is None only
+    when there is no evidence at all (every stored rollout passed), `undecided` when no action
+    wins by the margin. `verifier_lenient` (the verifier's lenient parameters) and `template`
+    (the run's prompt template) shape the confirming experiments."""
+    evidence = diagnosis.evidence
+    if evidence is None:
+        return Decision(
+            action=None,
+            label=None,
+            why="this diagnosis holds no evidence classes (an older gymflow made it): "
+            "diagnose the run again",
+            evidence=None,
+            runner_up=None,
+            candidates=[],
+            rules=__doc__ or "",
+        )
+    verifier = diagnosis.verifier_version.partition("@")[0]
+    typed = _candidates(evidence, verifier_lenient, template, verifier)
+    cannot_show = _cannot_show(evidence)
+    matrix, totals, tasks = _matrices(evidence)
+    leader = int(_rule((tasks @ matrix)[None, :], np.array([tasks @ totals]))[0])
+    if leader == -1:
         return Decision(
             action=None,
             label=None,
@@ -193,84 +341,67 @@ def recommend(diagnosis: Diagnosis) -> Decision:
             runner_up=None,
             candidates=list(typed.values()),
             rules=__doc__ or "",
+            cannot_show=cannot_show,
         )
-    blocking = [typed[key] for key, _ in BLOCKING if typed[key].fired]
-    chosen = blocking[0] if blocking else ranked[0]
-    runner_up = next((e for e in ranked if e is not chosen), None)
-    why = _WHY[chosen.action].format(share=f"{chosen.share:.0%}")
-    return Decision(
-        action=chosen.action,
-        label=chosen.label,
-        why="; ".join([why, *chosen.notes]),
-        evidence=chosen,
-        runner_up=runner_up,
+    winners = resampled_winners(matrix, totals, tasks, _rule)
+    by_evidence = sorted(
+        (c for c in typed.values() if c.rollouts > 0),
+        key=lambda c: (-c.rollouts, _ORDER.index(c.action)),
+    )
+    if leader == TIE:  # two actions share the most evidence: the earlier leads, undecided
+        leader = _ORDER.index(by_evidence[0].action)
+    held = margin(winners, leader)
+    chosen = typed[_ORDER[leader]]
+    ranked = [c for c in by_evidence if c is not chosen]
+    rival_index = challenger(winners, leader, range(len(_ORDER)))
+    rival = typed[_ORDER[rival_index]] if rival_index is not None else None
+    if rival is None and held < LEVEL and ranked:
+        rival = ranked[0]  # the resamples it did not win were ties with the runner-up
+    runner_up = rival or (ranked[0] if ranked else None)
+    against = (
+        f"; runner-up: {runner_up.label} ({runner_up.rollouts} rollout(s), "
+        f"{runner_up.share:.0%} of the evidence)"
+        if runner_up
+        else ""
+    )
+    base = dict(
         candidates=list(typed.values()),
         rules=__doc__ or "",
+        margin=held,
+        resamples=RESAMPLES,
+        cannot_show=cannot_show,
     )
-
-
-def _notes(diagnosis: Diagnosis, limit_shapes_run: bool, truncated: int) -> dict[str, list[str]]:
-    """What each action's evidence is, in words, where a category was weighed rather than
-    counted: answers without the expected form, truncated rollouts, tools ignored."""
-    rows = diagnosis.failures_by_bucket
-    other_form = sum(r.rollouts for r in rows if r.category == "answer_in_other_form")
-    absent = sum(r.rollouts for r in rows if r.category == "no_answer")
-    ignored = sum(r.rollouts for r in rows if r.category == "tools_not_called")
-    notes: dict[str, list[str]] = {}
-    if other_form or absent:
-        read = (
-            f"{other_form} of the {other_form + absent} answers the verifier found no answer "
-            "in (in the form it reads) hold the expected answer elsewhere in their text"
+    if held >= LEVEL or rival is None:
+        why = (
+            f"{chosen.hypothesis}. Its prediction ({chosen.prediction}) holds on "
+            f"{chosen.rollouts} rollout(s) of {chosen.tasks} task(s), {chosen.share:.0%} of the "
+            f"evidence, and it wins {held:.0%} of {RESAMPLES} resamples of the tasks{against}"
         )
-        notes.setdefault("prompt_change", []).append(
-            f"{read}: a reading in another form would pass them"
+        return Decision(
+            action=chosen.action,
+            label=chosen.label,
+            why="; ".join([why, *chosen.notes]),
+            evidence=chosen,
+            runner_up=runner_up,
+            experiment=chosen.experiment,
+            **base,
         )
-        if absent:
-            notes.setdefault(_model_side(rows, "no_answer"), []).append(
-                f"{read}; the other {absent} hold it nowhere, so no reading of them would "
-                "pass: counted as wrong answers, not as a prompt problem"
-            )
-    if truncated:
-        share = truncated / max(diagnosis.rollouts, 1)
-        cut = (
-            f"{truncated} rollout(s) ({share:.0%} of those stored) ended at the output-token limit"
-        )
-        if limit_shapes_run:
-            notes.setdefault("harness_work", []).append(
-                f"{cut}: at least {TRUNCATED_SHARE:.0%}, so the limit shapes the run"
-            )
-        else:
-            on_varying = sum(
-                r.rollouts
-                for r in rows
-                if r.category == "truncated" and r.bucket == "sometimes_pass"
-            )
-            if on_varying:
-                notes.setdefault("harness_work", []).append(
-                    f"{cut}; {on_varying} on tasks other repeats pass: the limit cost answers"
-                )
-            if truncated - on_varying:
-                notes.setdefault(_model_side(rows, "truncated"), []).append(
-                    f"{cut}; {truncated - on_varying} on tasks no repeat passes, under "
-                    f"{TRUNCATED_SHARE:.0%} of the run: the policy's rambling, not the limit"
-                )
-    for suspect in diagnosis.verifier_suspects:
-        if not suspect.kind.startswith("versions_disagree"):
-            notes.setdefault("verifier_repair", []).append(
-                f"{suspect.count} rollout(s): {suspect.description}"
-            )
-    if ignored:
-        notes.setdefault("harness_work", []).append(
-            f"{ignored} rollout(s) were offered tools the model server ignored (almost no "
-            "rollout of the run called one): check its function-calling setup and tool_choice"
-        )
-    return notes
-
-
-def _model_side(rows: list[FailureRow], category: str) -> str:
-    """The model-side action most of `category`'s rollouts count for."""
-    varying = sum(
-        r.rollouts for r in rows if r.category == category and r.bucket == "sometimes_pass"
+    deciding = _deciding(chosen, rival)
+    rival_share = margin(winners, _ORDER.index(rival.action))
+    why = (
+        f"{chosen.label} leads ({chosen.rollouts} rollout(s), {chosen.share:.0%} of the "
+        f"evidence) but wins only {held:.0%} of {RESAMPLES} resamples of the tasks, "
+        f"{rival.label} {rival_share:.0%} ({rival.rollouts} rollout(s), {rival.share:.0%}): "
+        "the evidence does not separate them"
+        + (f"; the experiment that decides: {deciding.how}" if deciding else "")
     )
-    never = sum(r.rollouts for r in rows if r.category == category and r.bucket == "never_pass")
-    return "skill_improvement" if varying > never else "model_training"
+    return Decision(
+        action=UNDECIDED,
+        label=f"undecided between {chosen.label} and {rival.label}",
+        why=why,
+        evidence=chosen,
+        runner_up=rival,
+        undecided=[chosen.action, rival.action],
+        experiment=deciding,
+        **base,
+    )

@@ -26,6 +26,8 @@ from gymflow.analysis.answers import (
     tools_ignored_sql,
 )
 from gymflow.analysis.environment import no_answer_reasons
+from gymflow.analysis.evidence import evidence as evidence_of
+from gymflow.analysis.evidence import prepare as prepare_evidence
 from gymflow.analysis.frames import frame
 from gymflow.analysis.outcomes import check_verifier_version, task_counts_sql
 from gymflow.analysis.results import (
@@ -360,6 +362,7 @@ def diagnose(
     run = run_info(con)
     no_answer = no_answer_reasons(con, version)
     _prepare(con, version, no_answer)
+    prepare_evidence(con, version, no_answer)
     detail = failure_detail(con, examples)
     stored, expected = con.execute(
         "SELECT (SELECT count(*) FROM rollouts), "
@@ -377,4 +380,5 @@ def diagnose(
         failures_by_bucket=[FailureRow.model_validate(row) for row in detail.to_dicts()],
         sometimes_pass=sometimes_pass(con, version, top=top, excerpt=excerpt),
         verifier_suspects=verifier_suspects(con, version, examples=examples, no_answer=no_answer),
+        evidence=evidence_of(con, version, no_answer, examples=examples),
     )

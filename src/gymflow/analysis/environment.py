@@ -1,5 +1,6 @@
 """What the analysis needs to know about a run's environment and verifier: the reward range and
-pass threshold, and which verdict reasons mean "no answer in the expected form".
+pass threshold, which verdict reasons mean "no answer in the expected form", and the
+parameters of the verifier's lenient reading.
 
 A store records the environment's name, not its manifest; the manifest comes from the registry.
 A run imported from elsewhere may name no environment gymflow knows, and then these are unknown
@@ -34,22 +35,38 @@ def reward_spec(con) -> RewardSpec | None:
     return RewardSpec(float(low), float(high), float(manifest.pass_threshold))
 
 
-def no_answer_reasons(con, verifier_version: str) -> tuple[str, ...]:
-    """The verdict reasons the verifier behind `verifier_version` declares as "no answer in the
-    expected form" (`VerifierSpec.no_answer_reasons`, next to the reasons themselves); () when
-    that verifier is unknown here (a run imported from another tool)."""
+def _verifier_spec(con, verifier_version: str):
+    """The VerifierSpec behind `verifier_version`, or None when it is unknown here."""
     row = con.execute(
         "SELECT verifier_name FROM verifier_versions WHERE verifier_version = ?", [verifier_version]
     ).fetchone()
     name = row[0] if row and row[0] else verifier_version.partition("@")[0]
     try:
-        return tuple(sorted(get_verifier(name).no_answer_reasons))
+        return get_verifier(name)
     except RegistryError:
         pass
     environment = run_info(con).environment
     try:  # an environment's own verifier registers when its environment loads
         if environment:
             load_environment(environment)
-        return tuple(sorted(get_verifier(name).no_answer_reasons))
+        return get_verifier(name)
     except RegistryError:
-        return ()
+        return None
+
+
+def lenient_params(con, verifier_version: str) -> dict | None:
+    """The parameters of the lenient reading the verifier behind `verifier_version` declares
+    (`VerifierSpec.lenient`), over those the version was made with; None when it declares none
+    or is unknown here."""
+    spec = _verifier_spec(con, verifier_version)
+    if spec is None or spec.lenient is None:
+        return None
+    return dict(spec.lenient)
+
+
+def no_answer_reasons(con, verifier_version: str) -> tuple[str, ...]:
+    """The verdict reasons the verifier behind `verifier_version` declares as "no answer in the
+    expected form" (`VerifierSpec.no_answer_reasons`, next to the reasons themselves); () when
+    that verifier is unknown here (a run imported from another tool)."""
+    spec = _verifier_spec(con, verifier_version)
+    return tuple(sorted(spec.no_answer_reasons)) if spec is not None else ()

@@ -35,6 +35,7 @@ GROUPS = {
     "environment": "dataset version",
     "limit": "dataset version",
     "repeats": "dataset version",
+    "server": "model server",
 }
 
 #: Keys named in words rather than by their config path (the names comparisons always used).
@@ -119,12 +120,22 @@ def _differing(a: dict[str, Any], b: dict[str, Any]) -> list[Factor]:
 
 
 def differing_factors(
-    run_a: RunInfo, run_b: RunInfo, version_a: str, version_b: str
+    run_a: RunInfo,
+    run_b: RunInfo,
+    version_a: str,
+    version_b: str,
+    *,
+    server_a: dict[str, Any] | None = None,
+    server_b: dict[str, Any] | None = None,
 ) -> list[Factor]:
     """Every recorded factor whose value differs between two stored runs, the verifier version
-    each is read under among them."""
+    each is read under among them, and what their model servers reported about themselves
+    (`server`: model and version) where both did."""
     a = run_factors(run_a) | {"verifier_version": version_a}
     b = run_factors(run_b) | {"verifier_version": version_b}
+    if server_a and server_b:
+        a |= _flat(server_a, "server")
+        b |= _flat(server_b, "server")
     if not (_configured(run_a) and _configured(run_b)):
         # An imported run records no gymflow config (its file holds none): compared on the
         # factors both record, not on every config key it cannot have ("not set").
@@ -162,18 +173,51 @@ def groups_of(factors: list[Factor]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(f.group for f in factors))
 
 
-def attribution(factors: list[Factor]) -> str:
-    if not factors:
+#: Factors that cannot explain a difference between runs paired on the tasks both hold: how
+#: many tasks a run took changes none of the shared tasks' outcomes.
+NOT_EXPLAINING_PAIRED = {"limit": "a task limit changes which tasks a run holds, not how the "
+                         "tasks both runs hold come out"}  # fmt: skip
+
+#: The words for a paired difference no recorded factor explains.
+UNRECORDED = "a factor gymflow does not record, such as the server's configuration"
+
+
+def explaining(factors: list[Factor]) -> tuple[list[Factor], list[Factor]]:
+    """(the factors that can explain a paired difference, those that cannot)."""
+    ruled_out = [f for f in factors if f.key in NOT_EXPLAINING_PAIRED]
+    return [f for f in factors if f.key not in NOT_EXPLAINING_PAIRED], ruled_out
+
+
+def attribution(factors: list[Factor], *, significant: bool = False) -> str:
+    """What a difference between two runs paired on their shared tasks can be attributed to:
+    the factors that differ and can explain it (`explaining`); when none does and the paired
+    difference is `significant`, a factor gymflow does not record."""
+    able, ruled_out = explaining(factors)
+    aside = (
+        " ("
+        + "; ".join(f"{f.factor} differs, but {NOT_EXPLAINING_PAIRED[f.key]}" for f in ruled_out)
+        + ")"
+        if ruled_out
+        else ""
+    )
+    if not able:
+        if significant:
+            return (
+                f"no recorded factor that can explain it differs{aside}, yet the paired "
+                f"difference is larger than sampling noise: it comes from {UNRECORDED} (its "
+                "chat template or handler, its build)"
+            )
         return (
-            "no recorded factor differs between the runs: a difference is sampling noise or "
-            "something gymflow does not record"
+            f"no recorded factor differs between the runs{aside}: a difference is sampling "
+            "noise or something gymflow does not record"
         )
-    groups = groups_of(factors)
-    names = ", ".join(f.factor for f in factors)
+    groups = groups_of(able)
+    names = ", ".join(f.factor for f in able)
     if len(groups) == 1:
         which = "" if names == groups[0] else f" ({names})"
-        return f"only the {groups[0]} differs{which}: the difference can be attributed to it"
+        return f"only the {groups[0]} differs{which}{aside}: the difference can be attributed to it"
+    listed = ", ".join(f"{f.factor} ({f.group})" for f in able)
     return (
-        f"{len(groups)} factors differ ({', '.join(groups)}: {names}): the difference cannot "
-        "be attributed to any one of them; vary one thing at a time"
+        f"{len(able)} factors differ, in {len(groups)} groups: {listed}{aside}: the difference "
+        "cannot be attributed to any one of them; vary one thing at a time"
     )

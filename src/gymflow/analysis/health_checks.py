@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gymflow.analysis.answers import (
-    TOOLS_CALLED_MAX_SHARE,
-    TOOLS_OFFERED_MIN,
+    TOOLS_ALPHA,
+    TOOLS_CALL_RATE,
     no_answer_sql,
     tools_ignored_sql,
 )
+from gymflow.analysis.signs import LOOP_LINES, LOOP_REPEATS, LOOP_WORDS, loop_sql
 from gymflow.store.seal import MISMATCH_SQL
 
 Level = Literal["rollout", "run", "task"]
@@ -149,24 +150,7 @@ _FAILED = (
 MODEL_FREE = "coalesce(TRY_CAST(json_extract(counters_json, '$.model_free') AS INTEGER), 0) = 1"
 _NO_ANSWER = f"{no_answer_sql()} AND NOT {MODEL_FREE}"
 
-#: A loop: the output's last LOOP_WORDS words occur at least LOOP_REPEATS times in it.
-LOOP_WORDS, LOOP_REPEATS = 8, 3
-# Whitespace squeezed so a phrase repeated across line breaks still matches itself; only outputs
-# long enough to hold the loop are split into words.
-_LOOPS = f"""
-WITH squeezed AS (
-    SELECT rollout_id, regexp_replace(trim(output_text), '\\s+', ' ', 'g') AS text
-    FROM rollouts WHERE length(output_text) >= {LOOP_WORDS * LOOP_REPEATS * 2}
-),
-tails AS (
-    SELECT rollout_id, text,
-           array_to_string(list_slice(string_split(text, ' '), -{LOOP_WORDS}, -1), ' ') AS tail
-    FROM squeezed
-    WHERE len(string_split(text, ' ')) >= {LOOP_WORDS * LOOP_REPEATS}
-)
-SELECT rollout_id AS id FROM tails
-WHERE (length(text) - length(replace(text, tail, ''))) >= {LOOP_REPEATS} * length(tail)
-"""
+_LOOPS = f"SELECT rollout_id AS id FROM rollouts WHERE {loop_sql('output_text')}"
 
 
 # An external agent's trajectory is its own account of the run (an in-process harness builds
@@ -347,15 +331,17 @@ CHECKS: dict[str, Check] = {
     # or the model stopped on its own. A rambling answer cut at the limit is not one.
     "runaway_generation": Check(
         f"the output runs in a loop: its last {LOOP_WORDS} words occur {LOOP_REPEATS} or more "
-        "times in it (degenerate repetition)",
+        f"times in it, or one line makes up half its lines and occurs {LOOP_LINES} or more "
+        "times (degenerate repetition)",
         _LOOPS,
         severity="warning",
     ),
     "tools_never_called": Check(
-        f"offered tools and called none, in a run where at least {TOOLS_OFFERED_MIN} rollouts "
-        f"were offered tools and at most {TOOLS_CALLED_MAX_SHARE:.0%} of them called one: the "
-        "model server ignores the tools (a function-calling handler that drops them, a chat "
-        "template without tools, a tool_choice it needs and was not sent)",
+        "offered tools and called none, in a run whose calls are fewer than a policy calling on "
+        f"{TOOLS_CALL_RATE:.0%} of its rollouts would make with probability {TOOLS_ALPHA:.0%} "
+        "(a binomial test: 0 calls in 7 rollouts is flagged): the model server ignores the "
+        "tools (a function-calling handler that drops them, a chat template without tools, a "
+        "tool_choice it needs and was not sent)",
         f"SELECT rollout_id AS id FROM ({tools_ignored_sql()})",
         severity="warning",
     ),

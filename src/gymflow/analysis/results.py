@@ -269,6 +269,35 @@ class Suspect(Result):
     examples: list[str]
 
 
+class EvidencePattern(Result):
+    """Tasks that share one count of evidence per class (`gymflow.analysis.evidence`)."""
+
+    bucket: str
+    #: evidence class -> rollouts of one such task (classes with none left out)
+    counts: dict[str, int]
+    tasks: int
+
+
+class Evidence(Result):
+    """What the stored rollouts show, by evidence class, for the hypotheses to be tested on."""
+
+    classes: list[str]
+    totals: dict[str, int]
+    examples: dict[str, list[str]]
+    patterns: list[EvidencePattern]
+    #: "class|bucket" -> the first task ids (by id) with such evidence
+    task_ids: dict[str, list[str]]
+    #: tasks with at least one scored rollout (those without evidence included)
+    tasks: int
+    #: rollouts the output-token limit did not cut, without and with an answer in the form the
+    #: verifier reads: whether a form is missing where nothing was cut
+    uncut_formless: int
+    uncut_formed: int
+    repeats: int
+    temperature: Number | None
+    max_output_tokens: int | None
+
+
 class Diagnosis(Result):
     """Why tasks fail (`gymflow.analysis.diagnose.diagnose`); the decision is apart (`decide`)."""
 
@@ -283,22 +312,53 @@ class Diagnosis(Result):
     failures_by_bucket: list[FailureRow]
     sometimes_pass: list[SometimesPass]
     verifier_suspects: list[Suspect]
+    #: the evidence classes the decision's hypotheses are tested on (None: a result cached by
+    #: an older gymflow)
+    evidence: Evidence | None = None
+
+
+class Experiment(Result):
+    """The one-factor experiment that would confirm (or decide) a hypothesis, on the tasks it
+    is about only (`gymflow.analysis.hypotheses`); `gym eval decide RUN --confirm` runs it."""
+
+    action: str
+    #: the one factor changed, as a dotted config key (`verifier_params` for a reverify)
+    factor: str
+    #: the config change, as nested keys over the run's own config
+    change: dict[str, Any]
+    #: rerun: new rollouts of `tasks`; reverify: the stored rollouts judged again (no model
+    #: call); none: gymflow cannot run it (`how` says what would)
+    kind: Literal["rerun", "reverify", "none"]
+    tasks: list[str]
+    #: what should happen if the hypothesis is right
+    predicted: str
+    how: str
 
 
 class Candidate(Result):
-    """One action the evidence could point to, with what counts for it."""
+    """One next action as a hypothesis: its prediction, tested on the stored rollouts, and the
+    evidence for it (the rollouts where the prediction holds)."""
 
     action: str
     label: str
+    #: rollouts whose evidence supports it, and their share of all the evidence
     rollouts: int
     share: Number
     threshold: Number | None
+    #: its prediction holds on the stored rollouts (and passes its threshold, where it has one)
     fired: bool
+    #: evidence class -> rollouts
     categories: dict[str, int]
     examples: list[str]
     #: what the evidence is, in words: how the categories were weighed (the share of answers
     #: in another form, why truncated rollouts count here), shown beside the decision
     notes: list[str] = []
+    #: the hypothesis and what it predicts the stored rollouts show
+    hypothesis: str = ""
+    prediction: str = ""
+    #: tasks with evidence for it
+    tasks: int = 0
+    experiment: Experiment | None = None
 
 
 class Decision(Result):
@@ -313,6 +373,35 @@ class Decision(Result):
     runner_up: Candidate | None
     candidates: list[Candidate]
     rules: str
+    #: the share of bootstrap resamples of the tasks in which the recommended action (or, when
+    #: undecided, the leader) wins by the rules; None when there was nothing to resample
+    margin: Number | None = None
+    resamples: int = 0
+    #: when no action wins by the margin: the two it is undecided between
+    undecided: list[str] = []
+    #: what this run cannot show, and why (skill improvement with one repeat at temperature 0)
+    cannot_show: list[str] = []
+    #: the experiment that would confirm the recommendation, or decide between the two
+    experiment: Experiment | None = None
+
+
+class Confirmation(Result):
+    """What `gym eval decide RUN --confirm` found: the experiment run as a small paired study on
+    its tasks, and whether the predicted effect happened."""
+
+    experiment: Experiment
+    ran: bool
+    #: the run directory of the rerun (None for a reverify)
+    run_dir: str | None
+    tasks: int
+    #: pass rate on the experiment's tasks before (as stored) and after the change
+    before: Number | None
+    after: Number | None
+    #: tasks that pass only after, and only before
+    gained: int
+    lost: int
+    effect: bool
+    why: str
 
 
 class RunAnalysis(Result):

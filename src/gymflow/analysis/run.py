@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from gymflow.analysis.decide import decide
 from gymflow.analysis.diagnose import diagnose
+from gymflow.analysis.environment import lenient_params
 from gymflow.analysis.health import Gate, health
 from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.analysis.profile import profile
 from gymflow.analysis.results import RunAnalysis
+from gymflow.store.runs import run_info
 
 
 def analyse(
@@ -28,5 +30,11 @@ def analyse(
         health=run_health,
         profile=run_profile,
         diagnosis=diagnosis,
-        decision=decide(run_health, run_profile, diagnosis),
+        decision=decide(
+            run_health,
+            run_profile,
+            diagnosis,
+            verifier_lenient=lenient_params(con, version),
+            template=run_info(con).prompt_template,
+        ),
     )

@@ -37,6 +37,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
         "analysis",
         "Outcome buckets, failure taxonomy, verifier suspects and the next action.",
     ),
+    ("eval", "decide"): (
+        "decide",
+        "The next action as a tested hypothesis with its margin; --confirm runs its experiment.",
+    ),
     ("eval", "reverify"): (
         "reverify",
         "New rewards from stored rollouts under changed verifier parameters; no inference.",

@@ -11,6 +11,7 @@ import itertools
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from functools import cached_property
 from math import isfinite
 from typing import Any, ClassVar
 
@@ -20,7 +21,7 @@ from gymflow.core.statuses import VERIFIED, VERIFY_ERROR
 from gymflow.core.tasks import Task
 from gymflow.environments.manifest import Described
 from gymflow.environments.verifier_ref import VerifierRef
-from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
+from gymflow.verifiers.base import LENIENT_MATCH, VerifierError, VerifyInput, get_verifier
 from gymflow.verifiers.pool import WorkerFailed, WorkerOutOfMemory, WorkerTimeout, worker_pool
 
 ToolHandler = Callable[[dict[str, Any], dict[str, Any]], Any]
@@ -107,12 +108,39 @@ class ResourcesServer:
             return self.unjudged(exc.kind, str(exc))
         except Exception as exc:
             return self.unjudged("verifier_error", f"{type(exc).__name__}: {exc}")
+        reward = getattr(verdict, "reward", None)
+        details = dict(getattr(verdict, "details", None) or {})
+        if LENIENT_MATCH not in details and _failed(reward, self.env.manifest.pass_threshold):
+            read = self.lenient_reading(inp)
+            if read is not None:
+                details[LENIENT_MATCH] = read
         return self.judged(
-            getattr(verdict, "reward", None),
-            getattr(verdict, "failure_kind", None),
-            dict(getattr(verdict, "details", None) or {}),
-            source="the verifier",
+            reward, getattr(verdict, "failure_kind", None), details, source="the verifier"
         )
+
+    @cached_property
+    def lenient_params(self) -> Any | None:
+        """The verifier's lenient reading as validated parameters over this server's own
+        (`VerifierSpec.lenient`); None when it declares none, or it reads the same."""
+        if self.verifier.lenient is None:
+            return None
+        lenient = self.verifier.params({**self.params.model_dump(), **self.verifier.lenient})
+        return None if lenient == self.params else lenient
+
+    def lenient_reading(self, inp: VerifyInput) -> str | None:
+        """What the verifier's lenient reading passes in this output (its extracted or matched
+        text, at most 200 characters), or None when it passes nothing or cannot judge."""
+        if self.lenient_params is None:
+            return None
+        try:
+            verdict = self.verifier.fn(inp, self.lenient_params)
+        except Exception:  # the strict reading judged it; a lenient one that cannot is no evidence
+            return None
+        if _failed(getattr(verdict, "reward", None), self.env.manifest.pass_threshold):
+            return None
+        details = getattr(verdict, "details", None) or {}
+        read = details.get("extracted", details.get("matched", inp.output_text))
+        return str(read)[:200]
 
     def judged(
         self, reward: object, failure_kind: str | None, details: dict[str, Any], *, source: str
@@ -237,3 +265,9 @@ def _finite(reward: int | float) -> bool:
         return isfinite(reward)
     except OverflowError:
         return False
+
+
+def _failed(reward: object, threshold: float) -> bool:
+    """A finite reward below the pass threshold (anything else is judged elsewhere)."""
+    real = isinstance(reward, int | float) and not isinstance(reward, bool)
+    return real and _finite(reward) and reward < threshold

@@ -13,5 +13,6 @@ __all__ = [
     "nemo_gym_shapes",
     "open_files",
     "responses",
+    "server_info",
     "sse",
 ]

@@ -102,6 +102,7 @@ def write_run_report(
     Nothing is written unless every section could be computed."""
     from gymflow.history.gate import load_verdict
     from gymflow.store.db import connect, store_path
+    from gymflow.study.confirm import load_outcome
 
     name = "compare.html" if compare_dir is not None else "report.html"
     out_path = Path(out) if out else store_path(run_dir).parent / name
@@ -120,6 +121,7 @@ def write_run_report(
             con.close()
         template = "run.html.j2"
         data["gate"] = load_verdict(store_path(run_dir).parent)
+        data["confirmation"] = load_outcome(store_path(run_dir).parent, analysis.decision)
     rows, export = data.pop("export", []), export_path(out_path)
     # The report and its trajectories take their names together (gymflow.core.written); a stale
     # export goes once the report that no longer links it is in place.

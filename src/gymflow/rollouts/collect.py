@@ -25,8 +25,10 @@ from gymflow.environments.resources import ResourcesServer
 from gymflow.harness.base import get_harness
 from gymflow.models.client import ResponsesClient
 from gymflow.models.errors import RETRYABLE_KINDS
+from gymflow.models.server_info import server_report
 from gymflow.rollouts import stopping
 from gymflow.rollouts.plan import RolloutKey, RunPlan
+from gymflow.store.server_reports import record_server_report
 from gymflow.store.writer import write_rollouts
 
 #: Finished rollouts are committed in groups this large, or this often, or when the batch ends:
@@ -160,6 +162,9 @@ class Collector:
         self._dispatched: asyncio.Event | None = None
 
     def __enter__(self) -> Collector:
+        # what a real model server reports about itself (model, version): a factor of the run
+        if self.plan.config.model.kind != "local" and self.base_url:
+            record_server_report(self.con, server_report(self.base_url))
         sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
         with contextlib.ExitStack() as settings:
             settings.enter_context(_run_long_gc())

@@ -16,6 +16,7 @@ __all__ = [
     "runs",
     "schema",
     "seal",
+    "server_reports",
     "snapshot",
     "superseded",
     "tool_lists",

@@ -5,4 +5,8 @@ Tier 4."""
 
 __tier__ = 4
 
-__all__ = ["results", "spec"]
+__all__ = [
+    "confirm",
+    "results",
+    "spec",
+]

@@ -55,7 +55,8 @@ class Verdict:
 #: The `details` key of a failed verdict holding what a lenient reading of the same output
 #: accepts (the task's pattern found anywhere in it, say): the evidence the diagnosis reads that
 #: a reading in another form would change the verdict (a prompt asking for another form, or a
-#: verifier parameter that rejects right answers).
+#: verifier parameter that rejects right answers). A verifier declares its lenient reading as
+#: parameters (`VerifierSpec.lenient`); the resources server runs it on every failed verdict.
 LENIENT_MATCH = "lenient_match"
 
 VerifyFn = Callable[[VerifyInput, Any], Verdict]
@@ -112,6 +113,15 @@ class VerifierSpec:
     #: (no answer line, no boxed answer, no code, an empty response): the diagnosis reads these,
     #: never a list of its own, to tell a missing answer from a wrong one.
     no_answer_reasons: frozenset[str] = frozenset()
+    #: Its lenient reading, beside the no-answer reasons: parameters under which the same
+    #: verifier reads an answer wherever and however it is written (the pattern anywhere, the
+    #: expected answer as a token anywhere, the last number). A failed verdict that passes under
+    #: them records what they read as `details.lenient_match`, the evidence of a verifier
+    #: parameter that rejects right answers (or, with a no-answer reason, of an answer in
+    #: another form), and `gym eval decide --confirm` reverifies with them, a what-if that makes
+    #: no model call. None: no reading is more lenient than the verifier's own (the code runs,
+    #: the instructions are checked as written).
+    lenient: dict[str, Any] | None = None
     #: Its verdict is a pure function of the task and the final output text: it reads neither
     #: the trajectory nor session state, and judges the same text the same way every time (no
     #: model judge). A reverify then reads only the text and judges each distinct text of a
@@ -165,12 +175,14 @@ def verifier(
     fields: dict[str, DataField] | None = None,
     outlived_bound_fails: bool = False,
     no_answer_reasons: tuple[str, ...] = (),
+    lenient: dict[str, Any] | None = None,
     text_only: bool = False,
 ) -> Callable[[VerifyFn], VerifyFn]:
     """Register a verify function under `name` with its parameter model (none: it takes no
     parameters), how it runs and its bound (`timeout_s`, default 300 s for a `worker` or
     `threads` verifier), and which of its verdicts' reasons mean the output held no answer in
-    the form it reads (`no_answer_reasons`), and whether its verdict is a pure function of the
+    the form it reads (`no_answer_reasons`), its lenient reading (`lenient`: parameters; see
+    `VerifierSpec.lenient`), and whether its verdict is a pure function of the
     task and the output text (`text_only`)."""
     if runs not in ("inline", "worker", "threads"):
         raise ValueError(f"verifier {name!r}: runs={runs!r} (known: inline, worker, threads)")
@@ -197,6 +209,7 @@ def verifier(
                 fields=dict(fields or {}),
                 outlived_bound_fails=outlived_bound_fails,
                 no_answer_reasons=frozenset(no_answer_reasons),
+                lenient=dict(lenient) if lenient is not None else None,
                 text_only=text_only,
             ),
         )

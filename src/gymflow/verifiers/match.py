@@ -25,10 +25,11 @@ MAX_PATTERN_CHARS = 2000
 
 class ExactParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    extract: Literal["full", "answer_line", "last_line"] = Field(
+    extract: Literal["full", "answer_line", "last_line", "anywhere"] = Field(
         "full",
         description="full compares the whole response; answer_line the text after the last "
-        "'Answer:'; last_line the last non-empty line.",
+        "'Answer:'; last_line the last non-empty line; anywhere passes the expected answer "
+        "found as a whole word anywhere in the response (the lenient reading).",
     )
     ignore_case: bool = True
     collapse_whitespace: bool = Field(
@@ -57,11 +58,24 @@ def normalize(text: str, params: ExactParams) -> str:
     return text.casefold() if params.ignore_case else text
 
 
+def anywhere(text: str, expected: str, params: ExactParams) -> str | None:
+    """The expected answer as it occurs in `text` as a whole word (not inside a longer word or
+    number), compared as `normalize` compares; None when it does not."""
+    wanted = normalize(expected, params.model_copy(update={"ignore_case": False}))
+    if not wanted:
+        return None
+    flags = re.IGNORECASE if params.ignore_case else 0
+    words = r"\s+".join(re.escape(part) for part in wanted.split())
+    found = re.search(rf"(?<![\w.]){words}(?![\w]|\.\d)", text, flags)
+    return found.group(0) if found else None
+
+
 @verifier(
     "exact_match",
     params=ExactParams,
     fields={"answer": DataField("scalar")},
     no_answer_reasons=("no_answer_extracted",),  # no 'Answer:' line, no non-empty line
+    lenient={"extract": "anywhere", "ignore_case": True, "strip_punctuation": True},
     text_only=True,
 )
 def exact_match(inp: VerifyInput, params: ExactParams) -> Verdict:
@@ -72,6 +86,13 @@ def exact_match(inp: VerifyInput, params: ExactParams) -> Verdict:
             f"data.answer must be text or a number, got {answer!r}", "bad_task_data"
         )
     expected = str(answer)
+    if params.extract == "anywhere":
+        found = anywhere(inp.output_text or "", expected, params)
+        reason = "match" if found is not None else "wrong_answer"
+        return Verdict(
+            1.0 if found is not None else 0.0,
+            {"reason": reason, "extracted": found, "expected": expected},
+        )
     raw = extract_text(inp.output_text or "", params.extract)
     if raw is None:
         return Verdict(0.0, {"reason": "no_answer_extracted", "expected": expected})
@@ -103,6 +124,7 @@ class RegexParams(BaseModel):
     timeout_s=10.0,
     fields={"pattern": DataField("text")},
     no_answer_reasons=("no_answer_extracted",),
+    lenient={"mode": "search", "extract": "full", "ignore_case": True},
     text_only=True,
 )
 def regex_match(inp: VerifyInput, params: RegexParams) -> Verdict:

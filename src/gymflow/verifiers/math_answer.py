@@ -123,6 +123,7 @@ def candidate(output_text: str, params: MathAnswerParams) -> tuple[str | None, s
     timeout_s=300.0,
     fields={"answer": DataField("scalar")},
     no_answer_reasons=NO_ANSWER_REASONS,
+    lenient={"require_boxed": False},  # math-verify's own extraction where nothing is boxed
     text_only=True,
 )
 def math_answer(inp: VerifyInput, params: MathAnswerParams) -> Verdict:

@@ -78,6 +78,7 @@ def extract_answer(text: str, mode: str) -> str | None:
     fields={"answer": DataField("number")},
     # no 'Answer:' line (or no number at all), or one that is no number
     no_answer_reasons=("no_answer_extracted", "unparsable_answer"),
+    lenient={"extract": "last_number"},  # the last number anywhere, with or without 'Answer:'
     text_only=True,
 )
 def numeric_match(inp: VerifyInput, params: NumericParams) -> Verdict:

@@ -1,0 +1,253 @@
+"""The evidence each next action's prediction is tested on: every rollout that did not pass
+(and every pass without an answer) in exactly one evidence class, counted per task, in SQL.
+
+A class says what the stored rollout shows, in this order (the first that applies):
+- `unjudged`: the verifier failed to judge it, or never did;
+- `failed_call`: the rollout failed in the model call, the harness or a crashed tool;
+- `echo`: the output copies the prompt back, holds a chat turn marker, or loops a placeholder
+  (`gymflow.analysis.signs`): the model continues the prompt rather than answering the turn;
+- `tools_ignored`: the run offered tools and its server ignored them (`answers`'s test);
+- `serving`: the harness hit its turn limit, or a tool call was malformed;
+- `lenient_right`: the verifier read an answer and failed it, yet its lenient reading (or the
+  answer it read, normalised) is the expected answer;
+- `other_form`: the verifier found no answer in the form it reads, yet the expected answer (or
+  its lenient reading) is in the text; `cut_other_form` when the output was also cut at the
+  output-token limit, so either the form or the limit may have cost it;
+- `placeholder`: the output copies a placeholder of the prompt (`Answer: <city>`);
+- `cut_on_way`: cut at the limit on its way to an answer: the answer's form had begun where it
+  was cut (no answer read yet), the expected answer is in the cut text, the reference answer
+  begins as it does, or another (uncut) repeat of the task passes; never a loop;
+- `cut_astray`: cut at the limit and none of that (a loop, rambling);
+- `loop`: a loop the model ended itself;
+- `wrong`: a wrong answer, no answer, or a tool error reported to the model;
+- `passed_unanswered`: passed with no answer at all, or with a reason its verifier declares as no
+  answer in its form.
+
+The hypotheses (`gymflow.analysis.hypotheses`) read these counts; the tasks' counts are kept as
+patterns (a count vector and how many tasks share it) so a bootstrap over tasks resamples a few
+hundred patterns, not ten million rollouts."""
+
+from __future__ import annotations
+
+import json
+
+from gymflow.analysis.answers import appears_in_sql, no_answer_sql, normalised_sql
+from gymflow.analysis.results import Evidence, EvidencePattern
+from gymflow.analysis.signs import (
+    echo_sql,
+    loop_sql,
+    placeholder_sql,
+    turn_marker_sql,
+)
+from gymflow.store.db import first_sql
+from gymflow.verifiers.base import LENIENT_MATCH
+
+CLASSES = (
+    "unjudged",
+    "failed_call",
+    "echo",
+    "tools_ignored",
+    "serving",
+    "lenient_right",
+    "other_form",
+    "cut_other_form",
+    "placeholder",
+    "cut_on_way",
+    "cut_astray",
+    "loop",
+    "wrong",
+    "passed_unanswered",
+)
+
+#: The end of a cut text where an answer's form had begun and the limit cut the answer itself:
+#: an 'Answer:' with nothing after it, a \\boxed{ not closed, a code block not closed.
+FORM_STARTED = r"answer\s*[:=]\s*\$?\s*$|\\boxed\{[^}]*$|```[a-z]*\n[^`]*$"
+#: task ids kept per class and bucket: what a confirming experiment reruns, at most
+TASK_IDS = 200
+
+_FAILED_CALL = ("model_failure", "harness_error")
+_SERVING = ("harness_max_turns", "harness_malformed_tool_call")
+
+
+def _quoted(values: tuple[str, ...]) -> str:
+    return ", ".join("'" + v.replace("'", "''") + "'" for v in values) or "NULL"
+
+
+def _squeezed(text: str) -> str:
+    return f"lower(regexp_replace(trim(coalesce({text}, '')), '\\s+', ' ', 'g'))"
+
+
+def _signs_sql(no_answer: tuple[str, ...]) -> str:
+    """SQL over diag_failures `f`, rollouts `r`, verifications `v`, tasks `t`: the signs each
+    class is decided by, one column each."""
+    reason = "json_extract_string(v.details_json, '$.reason')"
+    extracted = "json_extract_string(v.details_json, '$.extracted')"
+    expected = (
+        "coalesce(json_extract_string(v.details_json, '$.expected'), "
+        "json_extract_string(t.data_json, '$.answer'))"
+    )
+    text, prompt = "r.output_text", "t.prompt"
+    out, reference = _squeezed(text), _squeezed("t.reference")
+    return f"""
+        f.category, f.kind,
+        coalesce(r.incomplete, FALSE) AS cut,
+        {loop_sql(text)} AS looped,
+        {echo_sql(text, prompt)} OR {turn_marker_sql(text)}
+          OR ({loop_sql(text)} AND {placeholder_sql(text, prompt)}) AS echoed,
+        {placeholder_sql(text, prompt)} AS placeholder,
+        coalesce({reason} IN ({_quoted(no_answer)}), FALSE) AS formless,
+        json_extract(v.details_json, '$.{LENIENT_MATCH}') IS NOT NULL AS lenient,
+        coalesce({reason} IN ({_quoted(no_answer)}), FALSE)
+          AND regexp_matches(lower(right(coalesce({text}, ''), 24)), '{FORM_STARTED}')
+          AS form_started,
+        {appears_in_sql(expected, text)} AS expected_in_text,
+        coalesce({normalised_sql(extracted)} <> ''
+                 AND ({normalised_sql(extracted)} = {normalised_sql(expected)}
+                      OR TRY_CAST({normalised_sql(extracted)} AS DOUBLE)
+                         = TRY_CAST({normalised_sql(expected)} AS DOUBLE)), FALSE)
+          AS extracted_right,
+        coalesce(length({out}) >= 8 AND starts_with({reference}, {out}), FALSE) AS reference_start
+    """
+
+
+def _class_sql() -> str:
+    """SQL over the signs: the evidence class of one non-passing rollout (`CLASSES`)."""
+    return f"""
+        CASE
+          WHEN category IN ('verifier_error', 'unverified') THEN 'unjudged'
+          WHEN category IN ({_quoted(_FAILED_CALL)})
+               OR (category = 'tool_error' AND kind = 'tool_error') THEN 'failed_call'
+          WHEN echoed THEN 'echo'
+          WHEN category = 'tools_not_called' THEN 'tools_ignored'
+          WHEN category IN ({_quoted(_SERVING)}) THEN 'serving'
+          WHEN NOT formless AND (lenient OR extracted_right) THEN 'lenient_right'
+          WHEN formless AND (expected_in_text OR lenient) AND cut THEN 'cut_other_form'
+          WHEN formless AND (expected_in_text OR lenient) THEN 'other_form'
+          WHEN placeholder THEN 'placeholder'
+          WHEN cut AND NOT looped
+               AND (form_started OR expected_in_text OR bucket = 'sometimes_pass'
+                    OR reference_start)
+            THEN 'cut_on_way'
+          WHEN cut THEN 'cut_astray'
+          WHEN looped THEN 'loop'
+          ELSE 'wrong'
+        END
+    """
+
+
+def prepare(con, version: str, no_answer: tuple[str, ...]) -> None:
+    """Temp table diag_evidence: one row per rollout that is evidence (`rollout_id`, `task_id`,
+    `repeat_index`, `bucket`, `class`, `cut`, `formless`), from diagnose's diag_failures and
+    diag_tasks (`gymflow.analysis.diagnose._prepare`)."""
+    missing = f"json_extract_string(v.details_json, '$.reason') IN ({_quoted(no_answer)})"
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE diag_evidence AS
+        WITH signs AS (
+            SELECT f.rollout_id, f.task_id, f.repeat_index,
+                   coalesce(f.bucket, 'unknown_task') AS bucket, {_signs_sql(no_answer)}
+            FROM diag_failures f
+            JOIN rollouts r USING (rollout_id)
+            LEFT JOIN verifications v
+              ON v.rollout_id = f.rollout_id AND v.verifier_version = ?
+            LEFT JOIN tasks t ON t.task_id = f.task_id
+        )
+        SELECT rollout_id, task_id, repeat_index, bucket, {_class_sql()} AS class, cut, formless
+        FROM signs
+        UNION ALL
+        SELECT r.rollout_id, r.task_id, r.repeat_index, coalesce(d.bucket, 'unknown_task'),
+               'passed_unanswered', coalesce(r.incomplete, FALSE), TRUE
+        FROM rollouts r
+        JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+        LEFT JOIN diag_tasks d ON d.task_id = r.task_id
+        WHERE r.status = 'completed' AND v.status = 'ok' AND v.passed
+          AND ({no_answer_sql("r")} OR coalesce({missing}, FALSE))
+        """,
+        [version, version],
+    )
+
+
+def _run_facts(con) -> tuple[int, dict[str, object]]:
+    """(repeats, sampling settings) as the run was configured."""
+    row = con.execute("SELECT max(repeats), any_value(sampling_json) FROM runs").fetchone()
+    repeats = int(row[0] or 0) if row else 0
+    try:
+        sampling = json.loads(row[1]) if row and row[1] else {}
+    except ValueError:
+        sampling = {}
+    return repeats, sampling if isinstance(sampling, dict) else {}
+
+
+def _number(value: object) -> float | None:
+    real = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if real else None
+
+
+def evidence(con, version: str, no_answer: tuple[str, ...], *, examples: int = 5) -> Evidence:
+    """The evidence of diag_evidence (`prepare`), by class and by task pattern, with the run's
+    facts the hypotheses read: its repeats and temperature, and the uncut rollouts' answer
+    forms (do rollouts the limit did not cut read in the verifier's form?)."""
+    counts = ", ".join(
+        f"count(*) FILTER (WHERE class = '{name}')::INTEGER AS \"{name}\"" for name in CLASSES
+    )
+    rows = con.execute(
+        f"""
+        WITH per_task AS (
+            SELECT task_id, any_value(bucket) AS bucket, {counts}
+            FROM diag_evidence GROUP BY task_id
+        )
+        SELECT bucket, {", ".join(f'"{name}"' for name in CLASSES)}, count(*)::INTEGER
+        FROM per_task GROUP BY ALL ORDER BY ALL
+        """
+    ).fetchall()
+    patterns = [
+        EvidencePattern(
+            bucket=row[0],
+            counts={name: n for name, n in zip(CLASSES, row[1:-1], strict=True) if n},
+            tasks=row[-1],
+        )
+        for row in rows
+    ]
+    task_ids = con.execute(
+        f"""
+        SELECT class || '|' || bucket, list(DISTINCT task_id ORDER BY task_id)[1:{TASK_IDS}]
+        FROM diag_evidence GROUP BY ALL
+        """
+    ).fetchall()
+    by_class = con.execute(
+        f"""
+        SELECT class, count(*)::BIGINT,
+               {first_sql("rollout_id", "(task_id, repeat_index, rollout_id)", examples)}
+        FROM diag_evidence GROUP BY class
+        """
+    ).fetchall()
+    formless, formed = con.execute(
+        """
+        WITH judged AS (
+            SELECT list_contains(?::VARCHAR[], json_extract_string(v.details_json, '$.reason'))
+                     AS formless
+            FROM rollouts r
+            JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+            WHERE r.status = 'completed' AND v.status = 'ok' AND NOT coalesce(r.incomplete, FALSE)
+        )
+        SELECT count(*) FILTER (WHERE formless), count(*) FILTER (WHERE NOT formless)
+        FROM judged
+        """,
+        [list(no_answer), version],
+    ).fetchone()
+    tasks_total = con.execute("SELECT count(*) FROM diag_tasks WHERE n > 0").fetchone()[0]
+    repeats, sampling = _run_facts(con)
+    limit = _number(sampling.get("max_output_tokens"))
+    return Evidence(
+        classes=list(CLASSES),
+        totals={name: int(count) for name, count, _ in by_class},
+        examples={name: list(ids or []) for name, _, ids in by_class},
+        patterns=patterns,
+        task_ids=dict(task_ids),
+        tasks=int(tasks_total),
+        uncut_formless=int(formless or 0),
+        uncut_formed=int(formed or 0),
+        repeats=repeats,
+        temperature=_number(sampling.get("temperature")),
+        max_output_tokens=int(limit) if limit is not None else None,
+    )

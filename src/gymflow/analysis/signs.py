@@ -1,0 +1,98 @@
+"""What an output shows beside its verdict, as SQL expressions over its text (and its task's
+prompt): a loop, an echo of the prompt, a placeholder copied from it, a chat turn marker.
+
+Each is a test with a stated error rate rather than a count tuned on one run:
+- a loop: the output's last LOOP_WORDS words occur LOOP_REPEATS or more times in it, or one
+  line makes up at least half of its lines and occurs LOOP_LINES or more times (`'<number>\\n'`
+  sixteen times is a loop of one word a line). An output that repeats nothing is never flagged;
+  on the reference answers of the benchmarks gymflow ships, none is (bench/signs.py measures it);
+- an echo: at least ECHO_SHARE of the output is text copied from the prompt: its lines of
+  ECHO_LINE_CHARS or more, or its placeholders. An answer quotes a few words of its question; an
+  output mostly made of the prompt is the prompt continued, not a turn answered;
+- a placeholder: the output holds a `<word>` the prompt holds (`Answer: <city>`): the prompt's
+  description of the answer's form was copied instead of filled in;
+- a turn marker: the output holds a chat template's role marker (`<start_of_turn>`,
+  `<|im_start|>`, `### Instruction:`): the model writes the conversation's next turns itself,
+  the sign of a checkpoint served without the template it was trained on."""
+
+from __future__ import annotations
+
+#: A loop by words: the last LOOP_WORDS words occur at least LOOP_REPEATS times.
+LOOP_WORDS, LOOP_REPEATS = 8, 3
+#: A loop by lines: one line occurs at least LOOP_LINES times and makes up half the lines.
+LOOP_LINES = 4
+#: An echo: at least this share of the output's characters is copied from the prompt...
+ECHO_SHARE = 0.5
+#: ...counting the prompt's lines of at least this many characters (shorter ones are words an
+#: answer may well repeat) and its placeholders.
+ECHO_LINE_CHARS = 16
+#: A placeholder: `<` a word or a few `>`, as prompts describe an answer's form.
+PLACEHOLDER = r"<[A-Za-z][A-Za-z0-9 _-]{0,30}>"
+#: Role markers of the chat templates in use (ChatML, Gemma, Llama 2/3, Alpaca, Vicuna, Zephyr).
+TURN_MARKER = (
+    r"<\|im_start\|>|<\|im_end\|>|<start_of_turn>|<end_of_turn>|\[/?INST\]|<\|user\|>"
+    r"|<\|assistant\|>|<\|start_header_id\|>|<\|eot_id\|>|(^|\n)### ?(Instruction|Response|Input):"
+    r"|(^|\n)(USER|ASSISTANT|Human|Assistant): "
+)
+
+
+def _squeezed(text: str) -> str:
+    return f"lower(regexp_replace(trim(coalesce({text}, '')), '\\s+', ' ', 'g'))"
+
+
+def loop_sql(text: str) -> str:
+    """SQL: the output `text` runs in a loop (by words or by lines, as the module says)."""
+    squeezed = f"regexp_replace(trim(coalesce({text}, '')), '\\s+', ' ', 'g')"
+    words = f"string_split({squeezed}, ' ')"
+    tail = f"array_to_string(list_slice({words}, -{LOOP_WORDS}, -1), ' ')"
+    by_words = (
+        f"(len({words}) >= {LOOP_WORDS * LOOP_REPEATS} AND length({tail}) > 0 AND "
+        f"(length({squeezed}) - length(replace({squeezed}, {tail}, ''))) "
+        f">= {LOOP_REPEATS} * length({tail}))"
+    )
+    lines = (
+        f"list_filter(list_transform(string_split(coalesce({text}, ''), chr(10)), "
+        "lambda l: trim(l)), lambda l: l <> '')"
+    )
+    top = f"list_aggregate({lines}, 'mode')"
+    repeated = f"len(list_filter({lines}, lambda l: l = {top}))"
+    by_lines = f"({repeated} >= {LOOP_LINES} AND 2 * {repeated} >= len({lines}))"
+    return f"coalesce({by_words} OR {by_lines}, FALSE)"
+
+
+def placeholders_sql(prompt: str) -> str:
+    """SQL: the distinct placeholders (`<city>`) of the prompt `prompt`, lower case."""
+    return (
+        f"list_distinct(regexp_extract_all(lower(coalesce({prompt}, '')), '{PLACEHOLDER.lower()}'))"
+    )
+
+
+def placeholder_sql(text: str, prompt: str) -> str:
+    """SQL: the output `text` holds a placeholder of the prompt `prompt`."""
+    return (
+        f"coalesce(len(list_filter({placeholders_sql(prompt)}, "
+        f"lambda p: contains(lower(coalesce({text}, '')), p))) > 0, FALSE)"
+    )
+
+
+def echo_sql(text: str, prompt: str) -> str:
+    """SQL: at least ECHO_SHARE of the output `text` is copied from the prompt `prompt` (its
+    long lines and its placeholders, each occurrence counted)."""
+    out = _squeezed(text)
+    lines = (
+        f"list_filter(list_transform(string_split(coalesce({prompt}, ''), chr(10)), "
+        f"lambda l: {_squeezed('l')}), lambda l: length(l) >= {ECHO_LINE_CHARS})"
+    )
+    pieces = f"list_concat({lines}, {placeholders_sql(prompt)})"
+    copied = (
+        f"list_sum(list_transform({pieces}, "
+        f"lambda p: length({out}) - length(replace({out}, p, ''))))"
+    )
+    enough = f"coalesce({copied}, 0) >= {ECHO_SHARE} * length({out})"
+    return f"coalesce(length({out}) > 0 AND {enough}, FALSE)"
+
+
+def turn_marker_sql(text: str) -> str:
+    """SQL: the output `text` holds a chat template's role marker."""
+    escaped = TURN_MARKER.replace("'", "''")
+    return f"coalesce(regexp_matches({text}, '{escaped}'), FALSE)"

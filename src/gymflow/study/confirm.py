@@ -1,0 +1,204 @@
+"""`gym eval decide RUN --confirm`: the decision's one-factor experiment run as a small paired
+study on the tasks it is about, and whether the effect its hypothesis predicts happened.
+
+- a reverify (verifier repair): the run's store is copied beside it and its rollouts judged
+  again under the verifier's lenient reading; no model call;
+- a rerun (a raised output-token limit, `tool_choice: auto`, the prompt asking for the form the
+  verifier reads, more repeats at a temperature above zero): the run's own config with the one
+  factor changed, collected on the affected tasks only, into a run folder of its own.
+
+Each lands under RUN/confirm/FACTOR, so it can be read, reported or compared like any run. The
+study is paired on the tasks: each task's pass rate before (as stored, under the version the
+run is read under) and after the change. The effect happened when more tasks pass after than
+before (for model training: when still none passes, where skill improvement predicts some
+would)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from gymflow.analysis.results import Confirmation, Experiment
+from gymflow.core.errors import UserError
+from gymflow.store.verifier_versions import current_verifier_version
+from gymflow.store.db import connect, store_path
+
+#: tasks a confirming experiment reruns at most: a small study, not a second run
+MAX_TASKS = 24
+#: where the outcome is kept beside the run, for the report to show
+OUTCOME = Path("confirm") / "outcome.json"
+
+
+class ConfirmError(UserError):
+    """The experiment cannot run on this run (no stored config, an unknown benchmark)."""
+
+
+def _pass_rates(con, version: str, tasks: list[str]) -> dict[str, float]:
+    """task -> share of its scored rollouts that passed under `version`."""
+    rows = con.execute(
+        """
+        SELECT r.task_id, avg(CASE WHEN v.passed THEN 1.0 ELSE 0.0 END)
+        FROM rollouts r
+        JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+        WHERE r.status = 'completed' AND v.status = 'ok' AND list_contains(?, r.task_id)
+        GROUP BY r.task_id
+        """,
+        [version, tasks],
+    ).fetchall()
+    return {task: float(rate) for task, rate in rows}
+
+
+def _slug(experiment: Experiment) -> str:
+    return re.sub(r"[^a-z0-9._-]+", "-", experiment.factor.lower()).strip("-") or "experiment"
+
+
+def _merged(base: dict, change: dict) -> dict:
+    out = dict(base)
+    for key, value in change.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _reverify(store: Path, folder: Path, experiment: Experiment) -> tuple[Path, str]:
+    """The store copied to `folder` and judged again under the experiment's verifier
+    parameters; (the copy's run folder, the new version)."""
+    from gymflow.reverify.new_version import reverify
+
+    folder.mkdir(parents=True)
+    shutil.copyfile(store, folder / store.name)
+    result = reverify(folder, experiment.change.get("verifier_params", {}), max_listed=0)
+    return folder, result.new_version
+
+
+def _rerun(store: Path, folder: Path, experiment: Experiment, tasks: list[str]) -> tuple[Path, str]:
+    """The run's config with the one factor changed, collected on `tasks` into `folder`;
+    (the run folder, its verifier version)."""
+    from gymflow.core.config import EvalConfig
+    from gymflow.rollouts.collect import run_collect
+    from gymflow.rollouts.plan import resolve
+    from gymflow.rollouts.registration import register_run
+    from gymflow.simulated.endpoint import model_endpoint
+
+    con = connect(store, read_only=True)
+    try:
+        row = con.execute("SELECT any_value(config_json) FROM runs").fetchone()
+    finally:
+        con.close()
+    if not row or not row[0]:
+        raise ConfirmError(f"{store}: the run holds no config to rerun (an imported run?)")
+    config = _merged(json.loads(row[0]), experiment.change)
+    config["out"] = str(folder)
+    config.pop("shard", None)
+    plan = resolve(EvalConfig.model_validate(config))
+    wanted = set(tasks)
+    keys = [key for key in plan.keys() if key[0] in wanted]  # noqa: SIM118 (a list)
+    if not keys:
+        raise ConfirmError(f"{store}: none of the experiment's tasks is in the rerun's plan")
+    con = connect(plan.run_dir, create=True)
+    try:
+        register_run(con, plan, resume=False)
+        with model_endpoint(plan) as base_url:
+            run_collect(plan, keys, con, base_url=base_url)
+    finally:
+        con.close()
+    return plan.run_dir, plan.verifier_version
+
+
+def confirm(run_dir: Path | str, experiment: Experiment | None) -> Confirmation | None:
+    """Run `experiment` (the decision's) on its tasks, at most MAX_TASKS of them, and judge
+    whether its predicted effect happened; None when there is no experiment."""
+    if experiment is None:
+        return None
+    store = store_path(run_dir)
+    tasks = sorted(experiment.tasks)[:MAX_TASKS]
+    con = connect(store, read_only=True)
+    try:
+        before = _pass_rates(con, current_verifier_version(con), tasks)
+    finally:
+        con.close()
+    if experiment.kind == "none" or not tasks:
+        return Confirmation(
+            experiment=experiment, ran=False, run_dir=None, tasks=len(tasks), before=_mean(before),
+            after=None, gained=0, lost=0, effect=False,
+            why=f"gymflow cannot run this experiment itself: {experiment.how}",
+        )  # fmt: skip
+    folder = store.parent / "confirm" / _slug(experiment)
+    if folder.exists():
+        shutil.rmtree(folder)  # an earlier confirmation of the same factor: ours to replace
+    if experiment.kind == "reverify":
+        out, version = _reverify(store, folder, experiment)
+    else:
+        out, version = _rerun(store, folder, experiment, tasks)
+    con = connect(out, read_only=True)
+    try:
+        after = _pass_rates(con, version, tasks)
+    finally:
+        con.close()
+    confirmation = judged(experiment, before, after, str(out))
+    save_outcome(store.parent, confirmation)
+    return confirmation
+
+
+def save_outcome(run_folder: Path, confirmation: Confirmation) -> Path:
+    """Keep `confirmation` beside the run (RUN/confirm/outcome.json) for its report."""
+    path = run_folder / OUTCOME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(confirmation.as_json(), indent=1), encoding="utf-8")
+    return path
+
+
+def load_outcome(run_folder: Path, decision) -> Confirmation | None:
+    """The outcome kept beside the run, when it is of the experiment `decision` names now (an
+    outcome of an earlier decision's experiment is not this one's); None otherwise."""
+    path = run_folder / OUTCOME
+    if decision.experiment is None or not path.is_file():
+        return None
+    try:
+        kept = Confirmation.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+    return kept if kept.experiment == decision.experiment else None
+
+
+def _mean(rates: dict[str, float]) -> float | None:
+    return sum(rates.values()) / len(rates) if rates else None
+
+
+def judged(
+    experiment: Experiment, before: dict[str, float], after: dict[str, float], run_dir: str | None
+) -> Confirmation:
+    """Whether the predicted effect happened, paired on the tasks both sides scored."""
+    paired = sorted(set(before) & set(after))
+    gained = sum(after[t] > 0 and before[t] == 0 for t in paired)
+    lost = sum(before[t] > 0 and after[t] == 0 for t in paired)
+    mean_before = _mean({t: before[t] for t in paired})
+    mean_after = _mean({t: after[t] for t in paired})
+    if experiment.action == "model_training":
+        effect = bool(paired) and all(after[t] == 0 for t in paired)
+        why = (
+            f"on {len(paired)} task(s) none passed again at more repeats: a capability gap"
+            if effect
+            else f"{sum(after[t] > 0 for t in paired)} of {len(paired)} task(s) passed on some "
+            "repeat: the policy can do them, not reliably (skill improvement)"
+        )
+    else:
+        effect = bool(paired) and (mean_after or 0) > (mean_before or 0) and gained > lost
+        change = f"pass rate {_pct(mean_before)} -> {_pct(mean_after)} on {len(paired)} task(s)"
+        why = (
+            f"the predicted effect happened: {change}, {gained} task(s) gained, {lost} lost"
+            if effect
+            else f"the predicted effect did not happen: {change}, {gained} gained, {lost} lost"
+        )
+    return Confirmation(
+        experiment=experiment, ran=True, run_dir=run_dir, tasks=len(paired), before=mean_before,
+        after=mean_after, gained=gained, lost=lost, effect=effect, why=why,
+    )  # fmt: skip
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
