@@ -92,7 +92,8 @@ class NemoGymEnvironment(Environment):
             raise DatasetError(problems)
         self._digests[split] = mapped.digests
         played = recorded_plays(path.with_name(f"{path.stem}_rollouts.jsonl"))
-        return [_with_play(task, played.get(_request_key(task.data))) for task in mapped.tasks]
+        tasks = [_with_play(task, played.get(_request_key(task.data))) for task in mapped.tasks]
+        return distinct_ids(tasks)
 
     def dataset_version(self, split: str) -> str:
         """A hash of every row as read (the whole row, not just what a task keeps)."""
@@ -115,6 +116,18 @@ class NemoGymEnvironment(Environment):
             f"{len(tasks)} tasks (data/<split>_rollouts.jsonl); on the others it replies that it "
             "cannot: use a real model for this environment"
         )
+
+
+def distinct_ids(tasks: list[Task]) -> list[Task]:
+    """NeMo Gym runs a row given twice twice (its datasets repeat rows on purpose, e.g. one
+    blackjack deal per game); ids are content hashes, so the n-th copy of a row (n >= 2) gets
+    its hash's id with `~n`: the same file gives the same ids, and a copy is a task of its own."""
+    seen: dict[str, int] = {}
+    distinct = []
+    for task in tasks:
+        copies = seen[task.task_id] = seen.get(task.task_id, 0) + 1
+        distinct.append(task if copies == 1 else replace(task, task_id=f"{task.task_id}~{copies}"))
+    return distinct
 
 
 def _request_key(row: dict[str, Any]) -> bytes:
