@@ -130,7 +130,12 @@ def resolved_fields(config_yaml: Path, instance: str, server: str, bindings: dic
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from nemo_gym.global_config import NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME
+
     config = OmegaConf.merge(OmegaConf.load(config_yaml), OmegaConf.create(bindings))
+    # NeMo Gym's global config, as its launcher hands it to a server it starts: its own HTTP
+    # client reads it (and would parse this process's command line without it)
+    os.environ[NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME] = OmegaConf.to_yaml(config)
     block = OmegaConf.select(config, f"{instance}.resources_servers.{server}")
     if block is None:
         raise SystemExit(f"{config_yaml}: no resources_servers.{server} under {instance!r}")
