@@ -20,6 +20,7 @@ from gymflow.config import MAX_REPEATS, Sampling, format_validation_error
 from gymflow.environments.base import Environment, EnvironmentManifest, VerifierRef
 from gymflow.environments.dataset.spec import DatasetSpec
 from gymflow.environments.nemo_gym.folder import nemo_servers
+from gymflow.environments.nemo_gym.folder import roots as nemo_roots
 from gymflow.registry import (
     Registry,
     RegistryError,
@@ -179,9 +180,14 @@ def environment_sources() -> dict[str, EnvironmentSource]:
     """gymflow's environments, then the NeMo Gym ones of `GYMFLOW_NEMO_GYM_PATH`."""
     found = _sources(tuple(search_roots()))
     sources = {name: found.get(name) for name in found.names()}
-    for name, server in nemo_servers().items():
-        sources.setdefault(name, EnvironmentSource(server.manifest(), server.folder))
+    for name, source in _nemo_sources(nemo_roots()).items():
+        sources.setdefault(name, source)
     return sources
+
+
+@cache
+def _nemo_sources(search: tuple[Path, ...]) -> dict[str, EnvironmentSource]:
+    return {name: EnvironmentSource(s.manifest(), s.folder) for name, s in nemo_servers().items()}
 
 
 def load_entrypoint(source: EnvironmentSource) -> type[Environment]:

@@ -23,6 +23,7 @@ import yaml
 
 from gymflow import bounded_yaml
 from gymflow.environments.base import EnvironmentManifest, SplitSpec, VerifierRef
+from gymflow.environments.nemo_gym import index
 
 PATH_VARIABLE = "GYMFLOW_NEMO_GYM_PATH"
 #: The prefix of every NeMo Gym environment's name, so none shadows one of gymflow's.
@@ -85,6 +86,15 @@ class NemoServer:
         return digest.hexdigest()[:16]
 
     def manifest(self) -> EnvironmentManifest:
+        key = self._key()
+        if key not in _manifests:
+            _manifests[key] = self._manifest()
+        return _manifests[key]
+
+    def _key(self) -> tuple:
+        return (self.config_file, self.instance, tuple(sorted(map(str, self.splits.items()))))
+
+    def _manifest(self) -> EnvironmentManifest:
         domain = str(self.fields.get("domain") or "nemo_gym")
         description = str(self.fields.get("description") or f"NeMo Gym's {self.name} server")
         default = "example" if "example" in self.splits else next(iter(self.splits))
@@ -195,16 +205,46 @@ def _servers_in(root: Path, config_file: Path) -> list[NemoServer]:
     return found
 
 
+#: Each server's manifest, built once per process (or read from the index).
+_manifests: dict[tuple, EnvironmentManifest] = {}
+
+
 @cache
 def _servers(search: tuple[Path, ...]) -> dict[str, NemoServer]:
     found: dict[str, NemoServer] = {}
     for root in search:
-        for config_file in sorted(root.glob("resources_servers/*/configs/*.yaml")):
-            if not (config_file.parent.parent / "app.py").is_file():
-                continue
-            for server in _servers_in(root, config_file):
-                found.setdefault(server.env_name, server)  # the first folder to hold it wins
+        for server in _servers_of(root):
+            found.setdefault(server.env_name, server)  # the first folder to hold it wins
     return found
+
+
+def _servers_of(root: Path) -> list[NemoServer]:
+    """The folder's servers, from its index when the files it read are unchanged."""
+    key = index.fingerprint(root)
+    entries = index.load(root, key)
+    if entries is not None:
+        servers = []
+        for entry in entries:
+            server = NemoServer(
+                entry["name"], root, Path(entry["config_file"]), entry["instance"],
+                entry["fields"], {k: Path(v) for k, v in entry["splits"].items()},
+            )  # fmt: skip
+            _manifests[server._key()] = EnvironmentManifest.model_validate(entry["manifest"])
+            servers.append(server)
+        return servers
+    servers = [
+        server
+        for config_file in sorted(root.glob("resources_servers/*/configs/*.yaml"))
+        if (config_file.parent.parent / "app.py").is_file()
+        for server in _servers_in(root, config_file)
+    ]
+    index.save(root, key, [
+        {"name": s.name, "config_file": str(s.config_file), "instance": s.instance,
+         "fields": s.fields, "splits": {k: str(v) for k, v in s.splits.items()},
+         "manifest": s.manifest().model_dump(mode="json")}
+        for s in servers
+    ])  # fmt: skip
+    return servers
 
 
 def unlisted() -> dict[str, str]:

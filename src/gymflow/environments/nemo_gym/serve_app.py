@@ -127,10 +127,9 @@ def resolved_fields(config_yaml: Path, instance: str, server: str, bindings: dic
     it: `${oc.env:...}` from the environment, and the global keys (`policy_base_url`,
     `judge_model_name`, ...) from `bindings`, which take the place of the config's own."""
     import nemo_gym.global_config  # noqa: F401 (registers NeMo Gym's resolvers)
+    from nemo_gym.global_config import NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
-
-    from nemo_gym.global_config import NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME
 
     config = OmegaConf.merge(OmegaConf.load(config_yaml), OmegaConf.create(bindings))
     # NeMo Gym's global config, as its launcher hands it to a server it starts: its own HTTP
