@@ -261,3 +261,38 @@ def _cli_env(root: Path) -> dict[str, str]:
         "GYMFLOW_NEMO_GYM_PATH": str(root),
         "XDG_CACHE_HOME": str(root.parent / "cache"),
     }
+
+
+def test_prepare_installs_a_servers_requirements_once(
+    tmp_path: Path, prefect_api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """structured_outputs needs openapi-schema-validator, tomli-w and xmltodict, which
+    `pip install nemo-gym` does not bring: prepared into a venv of its own, from the registries,
+    once; then it runs."""
+    if not (VENV / "bin" / "python").exists():
+        pytest.skip(f"no NeMo Gym venv at {VENV}")
+    site = next(VENV.glob("lib/python3*/site-packages"))
+    env = {"GYMFLOW_NEMO_GYM_VENV": str(VENV), "GYMFLOW_NEMO_GYM_PATH": str(site),
+           "XDG_CACHE_HOME": str(tmp_path / "cache"), "PREFECT_API_URL": prefect_api}  # fmt: skip
+    name = "ng-structured_outputs-structured_outputs_json"
+    first = gym("env", "prepare", name, cwd=tmp_path, env=env, timeout=600)
+    assert first.returncode == 0, first.stdout + first.stderr
+    said = " ".join(first.stdout.split())
+    assert "installing openapi-schema-validator==0.6.3 tomli-w==1.2.0 xmltodict==1.0.2" in said
+    assert f"{name}: installed openapi-schema-validator==0.6.3" in said
+    again = gym("env", "prepare", name, cwd=tmp_path, env=env, check=True)
+    assert (
+        "ready (openapi-schema-validator==0.6.3" in again.stdout
+        and "installing" not in again.stdout
+    )
+    ran = gym("eval", "run", "--environment", name, "--limit", "2",
+              "--repeats", "1", "--out", "run", cwd=tmp_path, env=env, timeout=600)  # fmt: skip
+    assert ran.returncode in (0, 2), ran.stdout + ran.stderr
+    import duckdb
+
+    con = duckdb.connect(str(tmp_path / "run" / "gymflow.duckdb"), read_only=True)
+    try:
+        statuses = con.execute("SELECT status FROM verifications").fetchall()
+    finally:
+        con.close()
+    assert statuses == [("ok",), ("ok",)]

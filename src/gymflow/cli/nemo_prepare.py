@@ -45,11 +45,9 @@ def prepare_servers(
             console.print(f"{server.env_name}: refused: {exc}", highlight=False)
             continue
         if not ready.installed:
-            what = "needs nothing beyond nemo-gym"
+            console.print(f"{server.env_name}: needs nothing beyond nemo-gym", highlight=False)
         elif ready.cached:
-            what = f"ready ({', '.join(ready.installed)}; built in {ready.seconds} s)"
-        else:
-            what = f"installed {', '.join(ready.installed)} in {ready.seconds} s"
-        console.print(f"{server.env_name}: {what}", highlight=False)
+            built = f"{', '.join(ready.installed)}; built in {ready.seconds} s"
+            console.print(f"{server.env_name}: ready ({built})", highlight=False)
     if refused:
         raise typer.Exit(exit_codes.BAD_INPUT)

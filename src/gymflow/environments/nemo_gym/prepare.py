@@ -12,6 +12,7 @@ path) is refused, naming it; so is one pip finds on none of them."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -89,9 +90,17 @@ def prepare(server: NemoServer, *, say=print) -> Prepared:
     if not wanted:
         return Prepared(server.name, nemo_python(), (), 0.0, True)
     venv = venv_dir(server, wanted)
-    if (venv / MARKER).is_file():
-        done = json.loads((venv / MARKER).read_text())
-        return Prepared(server.name, venv / "bin" / "python", wanted, done["seconds"], True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    # one build at a time per venv: two runs of one server wait for each other's build
+    with open(venv.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (venv / MARKER).is_file():
+            done = json.loads((venv / MARKER).read_text())
+            return Prepared(server.name, venv / "bin" / "python", wanted, done["seconds"], True)
+        return _build(server, wanted, venv, say)
+
+
+def _build(server: NemoServer, wanted: tuple[str, ...], venv: Path, say) -> Prepared:
     say(f"{server.env_name}: installing {' '.join(wanted)} into {venv}")
     started = time.monotonic()
     shutil.rmtree(venv, ignore_errors=True)  # an unfinished build
@@ -103,7 +112,7 @@ def prepare(server: NemoServer, *, say=print) -> Prepared:
     _run([*pip, *wanted], server)
     seconds = round(time.monotonic() - started, 1)
     (venv / MARKER).write_text(json.dumps({"installed": list(wanted), "seconds": seconds}))
-    say(f"{server.env_name}: prepared in {seconds} s")
+    say(f"{server.env_name}: installed {', '.join(wanted)} in {seconds} s")
     return Prepared(server.name, venv / "bin" / "python", wanted, seconds, False)
 
 
