@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 import tiny
+from nemo_gym_contract import default_nemo_gym_path
 
 #: Rewards NeMo Gym recorded and gymflow's replay agree within this (float sums in verifiers).
 TOLERANCE = 1e-6
@@ -123,6 +124,7 @@ def main() -> None:
     parser.add_argument("--judge-model", default="judge")
     parser.add_argument("--json", action="store_true")
     args = tiny.parse(parser, only=["mcqa"], per_server=3)
+    default_nemo_gym_path()
     from gymflow.environments.nemo_gym.folder import nemo_servers
 
     judge = {"base_url": args.judge_url, "model": args.judge_model} if args.judge_url else None
@@ -144,14 +146,11 @@ def main() -> None:
     for name, (server, split) in sorted(chosen.items()):
         result = asyncio.run(_server(server, split, args.per_server, judge))
         results.append(result)
-        if not args.json:
-            shown = result.get("refused") or (
-                f"{result['equal']}/{result['replayed']} equal"
-                + "".join(
-                    f"\n    line {d['line']}: {d['cause']}" for d in result["differences"][:5]
-                )
-            )
-            print(f"{name}: {shown}", flush=True)
+        shown = result.get("refused") or (
+            f"{result['equal']}/{result['replayed']} equal"
+            + "".join(f"\n    line {d['line']}: {d['cause']}" for d in result["differences"][:5])
+        )
+        print(f"{name}: {shown}", file=sys.stderr if args.json else sys.stdout, flush=True)
     ran = [r for r in results if "refused" not in r]
     summary = {
         "servers_with_recorded_rollouts": len(results),

@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import tiny
+from nemo_gym_contract import default_nemo_gym_path
 
 TIMEOUT_S = 180
 
@@ -126,6 +127,7 @@ def main() -> None:
     parser.add_argument("--judge-url")
     parser.add_argument("--json", type=Path)
     args = tiny.parse(parser, only=["ng-mcqa"], parallel=1)
+    default_nemo_gym_path()
     names = args.only or _environments()
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.parallel) as pool:
