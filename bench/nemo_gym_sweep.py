@@ -22,8 +22,11 @@ them."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +34,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import tiny
 from nemo_gym_contract import default_nemo_gym_path
 
@@ -106,7 +110,8 @@ def _run(name: str, work: Path, judge: str | None) -> dict:
     )  # fmt: skip
     wall = round(time.time() - started, 1)
     figures = _store_figures(out, started)
-    message = (done.stderr.strip().splitlines() or [""])[-1][:400]
+    lines = done.stderr.strip().splitlines() or [""]
+    message = next((line for line in lines if line.startswith("error:")), lines[-1])[:400]
     if done.returncode == 124:
         outcome = "hung"
     elif done.returncode == 1 and not figures.get("rollouts"):
@@ -120,6 +125,39 @@ def _run(name: str, work: Path, judge: str | None) -> dict:
             **figures, "message": message}  # fmt: skip
 
 
+@contextlib.contextmanager
+def prefect_server(home: Path):
+    """One Prefect server for every run (PREFECT_API_URL), unless one is given: an ephemeral
+    server per `gym eval run` costs 10 s, far more on a busy machine, and is no part of what a
+    NeMo Gym server costs."""
+    if os.environ.get("PREFECT_API_URL"):
+        yield
+        return
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    prefect = str(Path(sys.executable).parent / "prefect")
+    process = subprocess.Popen(
+        [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port),
+         "--no-services", "--no-ui", "--analytics-off"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/api"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.5)
+        os.environ["PREFECT_API_URL"] = url
+        yield
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parallel", type=int, default=2)
@@ -130,7 +168,11 @@ def main() -> None:
     default_nemo_gym_path()
     names = args.only or _environments()
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.parallel) as pool:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        prefect_server(Path(tmp)),
+        ThreadPoolExecutor(args.parallel) as pool,
+    ):
         rows = []
         for row in pool.map(lambda n: _run(n, Path(tmp), args.judge_url), names):
             rows.append(row)

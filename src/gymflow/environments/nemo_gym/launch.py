@@ -54,6 +54,16 @@ def nemo_python() -> Path:
 _FRAMEWORK_FRAME = re.compile(r'^([\s|]+)File ".*/site-packages/(starlette|fastapi|anyio|uvicorn)/')
 
 
+def _cause(tail: str) -> str:
+    """The line that says why, first: a traceback's last line (`KeyError: ...`), else the
+    log's last line."""
+    lines = [line for line in tail.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if not line.startswith((" ", "\t", "|", "+")) and ":" in line:
+            return line[:500]
+    return lines[-1][:500] if lines else "(no output)"
+
+
 def _own_frames(lines: list[str]) -> list[str]:
     kept, frame = [], None  # frame: the indent of a skipped frame's `File` line
     for line in lines:
@@ -145,7 +155,8 @@ class ServerProcess:
             self.stop()
             why = f"gave no port in {START_TIMEOUT_S:.0f} s" if waited else "did not start"
             raise ConfigError(
-                f"NeMo Gym server {server.name} ({server.config_file}) {why}: {tail}"
+                f"NeMo Gym server {server.name} {why}: {_cause(tail)}\n"
+                f"({server.config_file}; its log ends:)\n{tail}"
             ) from None
         self.url = f"http://127.0.0.1:{port}"
         while time.monotonic() < deadline and self._process.poll() is None:
