@@ -108,6 +108,25 @@ class NemoGymEnvironment(Environment):
 
         return NemoGymResources(self, verifier_params)
 
+    def refusals(self, verifier_params: dict[str, Any]) -> list[str]:
+        """Why this server cannot be started for a run, before anything starts: a judge server
+        without `verifier_params.judge`, a requirement that is no registry package."""
+        from gymflow.environments.nemo_gym.prepare import PrepareError, requirements
+
+        problems = []
+        if self.server.asks_judge and not verifier_params.get("judge"):
+            names = _judge_names(self.server.fields) or "the policy model"
+            problems.append(
+                f"NeMo Gym server {self.server.name} asks a judge model (its config names "
+                f"{names}), and none is set: set verifier_params.judge (base_url, model) in the "
+                "eval config; gymflow never answers for a judge"
+            )
+        try:
+            requirements(self.server)
+        except PrepareError as exc:
+            problems.append(str(exc))
+        return problems
+
     def simulation(self, split: str | None = None) -> str:
         tasks = self.tasks(split)
         played = sum(1 for t in tasks if t.reference or t.reference_actions)
@@ -116,6 +135,15 @@ class NemoGymEnvironment(Environment):
             f"{len(tasks)} tasks (data/<split>_rollouts.jsonl); on the others it replies that it "
             "cannot: use a real model for this environment"
         )
+
+
+def _judge_names(fields: dict[str, Any]) -> str:
+    """The model servers a config block names (`judge_model_server: {name: ...}`)."""
+    return ", ".join(
+        f"{key}: {value.get('name')}"
+        for key, value in fields.items()
+        if isinstance(value, dict) and value.get("type") == "responses_api_models"
+    )
 
 
 def distinct_ids(tasks: list[Task]) -> list[Task]:

@@ -100,15 +100,6 @@ def _say(text: str) -> None:
     print(f"gymflow: {text}", file=sys.stderr, flush=True)
 
 
-def _judge_names(fields: dict[str, Any]) -> str:
-    """The model servers a config block names (`judge_model_server: {name: ...}`)."""
-    names = []
-    for key, value in fields.items():
-        if isinstance(value, dict) and value.get("type") == "responses_api_models":
-            names.append(f"{key}: {value.get('name')}")
-    return ", ".join(names)
-
-
 def declared_reward_range(openapi: dict[str, Any]) -> tuple[float, float] | None:
     """The bounds the server's `/verify` answer declares on `reward` in its OpenAPI document
     (`minimum`/`maximum`), or None: NeMo Gym 0.4.0's `BaseVerifyResponse` declares none."""
@@ -148,13 +139,9 @@ class NemoGymResources(ResourcesServer):
             from gymflow.environments.nemo_gym.prepare import prepare
 
             server = self.env.server
-            if server.asks_judge and self.params.judge is None:
-                raise ConfigError(
-                    f"NeMo Gym server {server.name} asks a judge model (its config names "
-                    f"{_judge_names(server.fields) or 'the policy model'}), and none is set: set "
-                    "verifier_params.judge (base_url, model) in the eval config; gymflow never "
-                    "answers for a judge"
-                )
+            refused = self.env.refusals({"judge": self.params.judge})
+            if refused:
+                raise ConfigError("\n".join(refused))
             python = prepare(server, say=_say).python  # cached after the first time
             judge_url = ""
             if self.params.judge is not None:
