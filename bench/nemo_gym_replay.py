@@ -22,6 +22,7 @@ import json
 import math
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,7 @@ def main() -> None:
     parser.add_argument("--judge-url", help="a Responses API server for judge servers")
     parser.add_argument("--judge-model", default="judge")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--parallel", type=int, default=1, help="servers replayed at once")
     args = tiny.parse(parser, only=["mcqa"], per_server=3)
     default_nemo_gym_path()
     from gymflow.environments.nemo_gym.folder import nemo_servers
@@ -142,15 +144,19 @@ def main() -> None:
         )
         if split:
             chosen[server.name] = (server, split)
-    results = []
-    for name, (server, split) in sorted(chosen.items()):
+
+    def replayed(item: tuple[str, tuple[Any, str]]) -> dict[str, Any]:
+        name, (server, split) = item
         result = asyncio.run(_server(server, split, args.per_server, judge))
-        results.append(result)
         shown = result.get("refused") or (
             f"{result['equal']}/{result['replayed']} equal"
             + "".join(f"\n    line {d['line']}: {d['cause']}" for d in result["differences"][:5])
         )
         print(f"{name}: {shown}", file=sys.stderr if args.json else sys.stdout, flush=True)
+        return result
+
+    with ThreadPoolExecutor(args.parallel) as pool:  # each server in a thread, its own loop
+        results = list(pool.map(replayed, sorted(chosen.items())))
     ran = [r for r in results if "refused" not in r]
     summary = {
         "servers_with_recorded_rollouts": len(results),
