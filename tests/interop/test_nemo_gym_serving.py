@@ -166,7 +166,7 @@ def test_a_500_carries_its_cause_and_the_servers_log(nemo: Path) -> None:
 def test_ray_and_the_network_at_start_are_refused_with_the_reason(
     nemo: Path, top: str, said: str
 ) -> None:
-    from gymflow.config import ConfigError
+    from gymflow.core.config import ConfigError
 
     write_server(nemo, "needy", top=top)
     with pytest.raises(ConfigError) as refused:
@@ -176,7 +176,7 @@ def test_ray_and_the_network_at_start_are_refused_with_the_reason(
 
 
 def test_gymnasium_routes_are_refused_before_the_first_rollout(nemo: Path) -> None:
-    from gymflow.config import ConfigError
+    from gymflow.core.config import ConfigError
 
     write_server(nemo, "gymlike")
     folder = nemo / "resources_servers" / "gymlike"

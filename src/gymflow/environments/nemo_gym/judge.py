@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from gymflow.config import ModelConfig, Sampling
+from gymflow.core.config import ModelConfig, Sampling
 from gymflow.models.chat_adapter import chat_to_request
 from gymflow.models.client import ResponsesClient
 from gymflow.models.nemo_gym_shapes import nemo_request, nemo_response

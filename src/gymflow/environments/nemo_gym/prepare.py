@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gymflow.config import ConfigError
+from gymflow.core.config import ConfigError
 from gymflow.environments.nemo_gym.folder import NemoServer
 from gymflow.environments.nemo_gym.launch import nemo_python
 
