@@ -30,6 +30,8 @@ SERVE_APP = Path(__file__).with_name("serve_app.py")
 #: Importing NeMo Gym and a server's app takes ~5 s on an idle machine; at load average 37 on
 #: two cores calendar and circle_click took over 120 s.
 START_TIMEOUT_S = 300.0
+#: From its port to its first answer, at least.
+ANSWER_TIMEOUT_S = 120.0
 INSTALL = (
     "python3.12 -m venv /tmp/nemo-gym-venv && /tmp/nemo-gym-venv/bin/pip install nemo-gym==0.4.0"
 )
@@ -123,7 +125,7 @@ class ServerProcess:
                     str(self.python or nemo_python()), str(SERVE_APP), str(server.root),
                     server.name, str(server.config_file), server.instance,
                     "--port-fd", str(write_end), "--bindings", json.dumps(self.bindings()),
-                    "--judge-url", self.judge_url,
+                    "--judge-url", self.judge_url, "--parent-pid", str(os.getpid()),
                 ],
                 stdout=output,
                 stderr=subprocess.STDOUT,
@@ -160,6 +162,9 @@ class ServerProcess:
                 f"({server.config_file}; its log ends:)\n{tail}"
             ) from None
         self.url = f"http://127.0.0.1:{port}"
+        # its own allowance: a server that took most of the start-up bound to import still
+        # gets time for its app's own start-up (uvicorn's lifespan) before its first answer
+        deadline = max(deadline, time.monotonic() + ANSWER_TIMEOUT_S)
         while time.monotonic() < deadline and self._process.poll() is None:
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{self.url}/openapi.json", timeout=5.0).status_code == 200:

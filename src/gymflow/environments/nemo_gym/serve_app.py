@@ -33,6 +33,8 @@ import json
 import os
 import socket
 import sys
+import threading
+import time
 from pathlib import Path
 
 #: The header naming the rollout a `/verify` judges; sent on to the judge with each call.
@@ -104,6 +106,17 @@ def keep_ray_off(server: str) -> None:
         )
 
     ray.init = refuse
+
+
+def exit_with_parent(pid: int) -> None:
+    """A gymflow killed with SIGTERM or SIGKILL cannot stop its server; the server notices."""
+
+    def watch() -> None:
+        while os.getppid() == pid:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _server_class(module):
@@ -240,7 +253,10 @@ def main() -> None:
     parser.add_argument("--port-fd", type=int, default=None, help="where the port line goes")
     parser.add_argument("--bindings", default="{}", help="global config keys, as JSON")
     parser.add_argument("--judge-url", default="")
+    parser.add_argument("--parent-pid", type=int, help="exit when this process is gone")
     args = parser.parse_args()
+    if args.parent_pid:
+        exit_with_parent(args.parent_pid)
     keep_ray_off(args.server)
     keep_network_off(args.server)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
