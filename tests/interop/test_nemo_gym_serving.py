@@ -296,3 +296,28 @@ def test_prepare_installs_a_servers_requirements_once(
     finally:
         con.close()
     assert statuses == [("ok",), ("ok",)]
+
+
+def test_listing_names_every_server_and_keeps_an_index(nemo: Path) -> None:
+    """Every server folder is listed or printed with the reason; what listing found is kept on
+    disk and found again when a file it read changes."""
+    write_server(nemo, "listed")
+    unlisted = nemo / "resources_servers" / "nodata"
+    (unlisted / "configs").mkdir(parents=True)
+    (unlisted / "app.py").write_text("")
+    (unlisted / "configs" / "nodata.yaml").write_text(
+        "nodata:\n  resources_servers:\n    nodata: {entrypoint: app.py}\n"
+    )
+    env = _cli_env(nemo)
+    shown = gym("list", "environments", cwd=nemo.parent, env=env, check=True).stdout
+    assert "ng-listed" in shown
+    assert "NeMo Gym servers not listed (1):" in shown
+    assert "nodata: its configs list no dataset" in shown
+    (found,) = (nemo.parent / "cache" / "gymflow" / "nemo-gym-index").glob("*.json")
+    assert json.loads(found.read_text())[0]["name"] == "listed"
+
+    config = nemo / "resources_servers" / "listed" / "configs" / "listed.yaml"
+    config.write_text(config.read_text().replace("a test server", "a server changed"))
+    listed = gym("list", "environments", "--json", cwd=nemo.parent, env=env, check=True)
+    (entry,) = [e for e in json.loads(listed.stdout) if e["name"] == "ng-listed"]
+    assert entry["description"].startswith("a server changed")
