@@ -87,6 +87,16 @@ print(json.dumps({
 """
 
 
+def default_nemo_gym_path() -> None:
+    """`GYMFLOW_NEMO_GYM_PATH`, when unset, is the site-packages of `GYMFLOW_NEMO_GYM_VENV`:
+    the servers NeMo Gym's wheel ships."""
+    venv = os.environ.get("GYMFLOW_NEMO_GYM_VENV")
+    if venv and not os.environ.get("GYMFLOW_NEMO_GYM_PATH"):
+        found = sorted(Path(venv).glob("lib/python3*/site-packages"))
+        if found:
+            os.environ["GYMFLOW_NEMO_GYM_PATH"] = str(found[-1])
+
+
 def _gym(*args: str, cwd: Path, allowed: tuple[int, ...] = (0,)) -> str:
     # a loaded machine can take longer than Prefect's default 20 s to start its ephemeral API
     env = {"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", **os.environ}

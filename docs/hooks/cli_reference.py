@@ -40,6 +40,7 @@ GUIDES: dict[str, tuple[str, str]] = {
     "server": ("components/prefect.md", "Prefect"),
     "search": ("components/environments.md", "Environments"),
     "list": ("components/environments.md", "Environments"),
+    "env prepare": ("components/nemo-gym.md", "NeMo Gym"),
     "env": ("components/environments.md", "Environments"),
     "serve model": ("components/models.md", "Models"),
     "serve environment": ("components/environments.md", "Environments"),

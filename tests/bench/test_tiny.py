@@ -14,16 +14,20 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name != "tiny.py")
 
 
+#: The scripts that run NeMo Gym's code, from its own Python 3.12 venv.
+NEMO_GYM_SCRIPTS = ("nemo_gym_contract.py", "nemo_gym_replay.py", "nemo_gym_sweep.py")
+
+
 def _peer_arguments(script: str) -> list[str]:
     """The scripts that measure NeMo Gym's code run it from its own Python 3.12 venv."""
-    if script != "nemo_gym_contract.py":
+    if script not in NEMO_GYM_SCRIPTS:
         return []
     venv = os.environ.get("GYMFLOW_NEMO_GYM_VENV")
     if not venv:
         if os.environ.get("CI"):
             pytest.fail("GYMFLOW_NEMO_GYM_VENV is not set; .ci/run makes NeMo Gym's venv")
         pytest.skip("GYMFLOW_NEMO_GYM_VENV (a venv with nemo-gym==0.4.0) is not set")
-    return ["--venv", venv]
+    return ["--venv", venv] if script == "nemo_gym_contract.py" else []
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

@@ -73,6 +73,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
         "Check a config before spending compute; list every problem.",
     ),
     ("env", "init"): ("environment", "Scaffold a new environment that validates as created."),
+    ("env", "prepare"): (
+        "nemo_prepare",
+        "Install NeMo Gym servers' own requirements into their venvs (cached).",
+    ),
     ("serve", "environment"): (
         "serve_environment",
         "Serve an environment's resources server over HTTP.",

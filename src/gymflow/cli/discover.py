@@ -154,6 +154,18 @@ def list_environments(
         ],
         optional={"tags", "splits", "harness"},
     )
+    _print_unlisted()
+
+
+def _print_unlisted() -> None:
+    """The NeMo Gym servers found that give no environment, each with the reason."""
+    from gymflow.environments.nemo_gym.folder import unlisted
+
+    reasons = unlisted()
+    if reasons:
+        console.print(f"NeMo Gym servers not listed ({len(reasons)}):", style="bold")
+        for server, reason in sorted(reasons.items()):
+            console.print(f"  {server}: {reason}", highlight=False)
 
 
 @list_app.command("benchmarks")

@@ -83,6 +83,11 @@ class Environment:
             digest.update(json.dumps(task.data, sort_keys=True, default=str).encode())
         return digest.hexdigest()[:12]
 
+    def refusals(self, verifier_params: dict[str, Any]) -> list[str]:
+        """Why a run of this environment cannot start its resources, said before anything
+        starts (`gym env validate`, `gym eval run`); none for most environments."""
+        return []
+
     def resources_server(self, verifier_params: dict[str, Any] | None = None) -> ResourcesServer:
         """The server that holds this environment's tools, sessions and verification."""
         return ResourcesServer(self, verifier_params)

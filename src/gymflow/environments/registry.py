@@ -20,6 +20,7 @@ from gymflow.environments.benchmark import Benchmark
 from gymflow.environments.dataset.environment import DatasetEnvironment
 from gymflow.environments.entrypoint import EnvironmentSource, entrypoint_class, read_manifest
 from gymflow.environments.nemo_gym.folder import nemo_servers
+from gymflow.environments.nemo_gym.folder import roots as nemo_roots
 
 if TYPE_CHECKING:
     from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
@@ -116,9 +117,14 @@ def environment_sources() -> dict[str, EnvironmentSource]:
     """gymflow's environments, then the NeMo Gym ones of `GYMFLOW_NEMO_GYM_PATH`."""
     found = _sources(tuple(search_roots()))
     sources = {name: found.get(name) for name in found.names()}
-    for name, server in nemo_servers().items():
-        sources.setdefault(name, EnvironmentSource(server.manifest(), server.folder))
+    for name, source in _nemo_sources(nemo_roots()).items():
+        sources.setdefault(name, source)
     return sources
+
+
+@cache
+def _nemo_sources(search: tuple[Path, ...]) -> dict[str, EnvironmentSource]:
+    return {name: EnvironmentSource(s.manifest(), s.folder) for name, s in nemo_servers().items()}
 
 
 def load_entrypoint(source: EnvironmentSource) -> type[Environment]:

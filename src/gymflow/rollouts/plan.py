@@ -277,4 +277,6 @@ def plan_problems(
         _ = plan.verifier_version
     except UserError as exc:  # bad parameters, or a verifier nobody registered
         problems.append(f"{VERIFIER_PROBLEM}: {exc}")
+    if not plan.config.resources_url:  # a running server is its own operator's business
+        problems.extend(plan.env.refusals(plan.verifier_params))
     return problems

@@ -215,6 +215,8 @@ async def _health(plan: RunPlan) -> str:
 
 def _nemo_gym_routes(plan: RunPlan, report: ValidationReport) -> None:
     """A NeMo Gym environment's server, given or started, has the routes its rows need."""
+    if not plan.config.resources_url and plan.env.refusals(plan.verifier_params):
+        return  # said with the plan's problems; nothing to start
     server = plan.env.resources_server(plan.verifier_params)
     try:
         server.open(plan.config.resources_url)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from gymflow.analysis.results import Confirmation, Experiment
 from gymflow.core.errors import UserError
-from gymflow.store.verifier_versions import current_verifier_version
 from gymflow.store.db import connect, store_path
+from gymflow.store.verifier_versions import current_verifier_version
 
 #: tasks a confirming experiment reruns at most: a small study, not a second run
 MAX_TASKS = 24

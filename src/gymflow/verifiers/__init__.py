@@ -39,6 +39,7 @@ __all__ = [
     "get_verifier",
     "identity",
     "ifeval",
+    "nemo_gym",
     "pool",
     "sandbox",
     "sandbox_host",

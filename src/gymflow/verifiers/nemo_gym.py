@@ -7,11 +7,30 @@ verifier version, so two runs compare only when the same server judged them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gymflow.core.config import ApiKeyEnv, ServerUrl
 from gymflow.verifiers.base import Verdict, VerifierError, VerifyInput, verifier
+
+
+class JudgeSettings(BaseModel):
+    """The judge model a NeMo Gym judge server asks (`verifier_params.judge`): part of the
+    verifier's parameters, so another judge is another verifier version. No key in it: the
+    name of the variable holding one."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+    base_url: ServerUrl = Field(
+        description="The judge's model server, e.g. http://127.0.0.1:8000/v1"
+    )
+    model: str = Field(description="Model name sent to the judge server.")
+    kind: Literal["responses", "chat_completions"] = "responses"
+    api_key_env: ApiKeyEnv | None = Field(None, description="Environment variable holding the key.")
+    temperature: float | None = Field(0.0, ge=0.0, le=2.0, description="null: not sent.")
+    max_output_tokens: int = Field(1024, ge=1)
+    timeout_s: float = Field(120.0, gt=0.0)
+    max_retries: int = Field(2, ge=0, le=10)
 
 
 class NemoGymServer(BaseModel):
@@ -19,6 +38,9 @@ class NemoGymServer(BaseModel):
     server: str = Field(description="the resources server's name (its folder)")
     code: str = Field(description="a hash of its code and configuration files")
     config: dict[str, Any] = Field(default_factory=dict, description="its config's parameters")
+    judge: JudgeSettings | None = Field(
+        None, description="the judge model, for a server that asks one (verifier_params.judge)"
+    )
 
 
 #: A judge behind a server can be slow; the server's own timeouts end a stuck call first.

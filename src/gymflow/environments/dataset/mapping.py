@@ -209,7 +209,11 @@ def _request(row: dict[str, Any], where: str, out: Mapped):
     items = params.get("input")
     if isinstance(items, str):
         items = [{"type": "message", "role": "user", "content": items}]
-    if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
+    if isinstance(items, list) and not items:
+        detail = "an empty list: the model would be sent nothing; give at least one input item"
+        out.fail(where, f"{subject[:-1]}.input'", "empty", detail)
+        return None
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         out.fail(where, f"{subject[:-1]}.input'", "type", "expected a list of input items")
         return None
     for index, item in enumerate(items):

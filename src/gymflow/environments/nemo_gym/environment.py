@@ -90,7 +90,8 @@ class NemoGymEnvironment(Environment):
             raise DatasetError(problems)
         self._digests[split] = mapped.digests
         played = recorded_plays(path.with_name(f"{path.stem}_rollouts.jsonl"))
-        return [_with_play(task, played.get(_request_key(task.data))) for task in mapped.tasks]
+        tasks = [_with_play(task, played.get(_request_key(task.data))) for task in mapped.tasks]
+        return distinct_ids(tasks)
 
     def dataset_version(self, split: str) -> str:
         """A hash of every row as read (the whole row, not just what a task keeps)."""
@@ -105,6 +106,25 @@ class NemoGymEnvironment(Environment):
 
         return NemoGymResources(self, verifier_params)
 
+    def refusals(self, verifier_params: dict[str, Any]) -> list[str]:
+        """Why this server cannot be started for a run, before anything starts: a judge server
+        without `verifier_params.judge`, a requirement that is no registry package."""
+        from gymflow.environments.nemo_gym.prepare import PrepareError, requirements
+
+        problems = []
+        if self.server.asks_judge and not verifier_params.get("judge"):
+            names = _judge_names(self.server.fields) or "the policy model"
+            problems.append(
+                f"NeMo Gym server {self.server.name} asks a judge model (its config names "
+                f"{names}), and none is set: set verifier_params.judge (base_url, model) in the "
+                "eval config; gymflow never answers for a judge"
+            )
+        try:
+            requirements(self.server)
+        except PrepareError as exc:
+            problems.append(str(exc))
+        return problems
+
     def simulation(self, split: str | None = None) -> str:
         tasks = self.tasks(split)
         played = sum(1 for t in tasks if t.reference or t.reference_actions)
@@ -113,6 +133,27 @@ class NemoGymEnvironment(Environment):
             f"{len(tasks)} tasks (data/<split>_rollouts.jsonl); on the others it replies that it "
             "cannot: use a real model for this environment"
         )
+
+
+def _judge_names(fields: dict[str, Any]) -> str:
+    """The model servers a config block names (`judge_model_server: {name: ...}`)."""
+    return ", ".join(
+        f"{key}: {value.get('name')}"
+        for key, value in fields.items()
+        if isinstance(value, dict) and value.get("type") == "responses_api_models"
+    )
+
+
+def distinct_ids(tasks: list[Task]) -> list[Task]:
+    """NeMo Gym runs a row given twice twice (its datasets repeat rows on purpose, e.g. one
+    blackjack deal per game); ids are content hashes, so the n-th copy of a row (n >= 2) gets
+    its hash's id with `~n`: the same file gives the same ids, and a copy is a task of its own."""
+    seen: dict[str, int] = {}
+    distinct = []
+    for task in tasks:
+        copies = seen[task.task_id] = seen.get(task.task_id, 0) + 1
+        distinct.append(task if copies == 1 else replace(task, task_id=f"{task.task_id}~{copies}"))
+    return distinct
 
 
 def _request_key(row: dict[str, Any]) -> bytes:

@@ -20,14 +20,18 @@ What each answer means here:
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from gymflow.core.config import ConfigError
 from gymflow.core.errors import RuntimeFailure
 from gymflow.core.protocols import ResourcesUnavailable, ToolError
 from gymflow.core.records import Verification
@@ -41,6 +45,13 @@ from gymflow.verifiers.base import VerifyInput
 
 #: Generous: a verification can run code or ask a judge.
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+#: How long one `/verify` may take before its rollout is a `verifier_timeout`, and how often a
+#: slow one says what it waits on; the variable sets another bound.
+VERIFY_BOUND_VARIABLE = "GYMFLOW_NEMO_GYM_VERIFY_TIMEOUT_S"
+VERIFY_BOUND_S = 300.0
+SLOW_NOTICE_S = 30.0
+#: The header naming the rollout of a `/verify`, passed on to the judge (serve_app.py).
+ROLLOUT_HEADER = "x-gymflow-rollout"
 #: Reply fields that are the request echoed back, not the verifier's own.
 ECHOED = ("reward", "response", "responses_create_params")
 #: Where a run keeps the server's own `/aggregate_metrics` answer, beside its report.
@@ -85,6 +96,25 @@ def verify_body(task: Task, trajectory: list[dict[str, Any]]) -> dict[str, Any]:
     return {**row, "response": response}
 
 
+def _say(text: str) -> None:
+    print(f"gymflow: {text}", file=sys.stderr, flush=True)
+
+
+def declared_reward_range(openapi: dict[str, Any]) -> tuple[float, float] | None:
+    """The bounds the server's `/verify` answer declares on `reward` in its OpenAPI document
+    (`minimum`/`maximum`), or None: NeMo Gym 0.4.0's `BaseVerifyResponse` declares none."""
+    try:
+        answer = openapi["paths"]["/verify"]["post"]["responses"]["200"]["content"]
+        ref = answer["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+        reward = openapi["components"]["schemas"][ref]["properties"]["reward"]
+    except (KeyError, TypeError, AttributeError):
+        return None
+    low, high = reward.get("minimum"), reward.get("maximum")
+    if isinstance(low, int | float) and isinstance(high, int | float):
+        return float(low), float(high)
+    return None
+
+
 class NemoGymResources(ResourcesServer):
     """The resources protocol (core.protocols.Resources) over a NeMo Gym server's routes. `open`
     it (a URL, or start the environment's server) before use; `aclose()` at the end."""
@@ -96,6 +126,8 @@ class NemoGymResources(ResourcesServer):
         self._http: httpx.AsyncClient | None = None
         self._jars: dict[str, dict[str, str]] = {}
         self._session_ids = itertools.count()
+        self._judge = None
+        self.declared_range: tuple[float, float] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
     def open(self, url: str | None) -> NemoGymResources:
@@ -104,18 +136,52 @@ class NemoGymResources(ResourcesServer):
             self.url = url.rstrip("/")
         else:
             from gymflow.environments.nemo_gym.launch import ServerProcess
+            from gymflow.environments.nemo_gym.prepare import prepare
 
-            self._process = ServerProcess(self.env.server)
-            self.url = self._process.start()
+            server = self.env.server
+            refused = self.env.refusals({"judge": self.params.judge})
+            if refused:
+                raise ConfigError("\n".join(refused))
+            python = prepare(server, say=_say).python  # cached after the first time
+            judge_url = ""
+            if self.params.judge is not None:
+                from gymflow.environments.nemo_gym.judge import JudgeServer
+
+                self._judge = JudgeServer(self.params.judge)
+                judge_url = self._judge.start()
+            self._process = ServerProcess(server, judge_url=judge_url, python=python)
+            try:
+                self.url = self._process.start()
+            except BaseException:
+                self.close()
+                raise
+        routes = self.routes()  # empty when it cannot be asked: its calls then say why
+        missing = sorted({"/seed_session", "/verify"} - routes) if routes else []
+        if missing:
+            self.close()
+            raise ConfigError(
+                f"NeMo Gym server {self.env.server.name} has no POST route {', '.join(missing)} "
+                f"(it has {', '.join(sorted(routes))}): gymflow drives a server "
+                "as NeMo Gym's simple agent does (/seed_session, tools, /verify); a "
+                "gymnasium-style server (/reset, /step) needs NeMo Gym's gymnasium_agent"
+            )
+        self.declared_range = declared_reward_range(self._openapi())
         return self
 
-    def routes(self) -> set[str]:
-        """The POST routes the server's OpenAPI document lists; empty when it lists none."""
+    def _openapi(self) -> dict[str, Any]:
         try:
             document = httpx.get(f"{self.url}/openapi.json", timeout=10.0).json()
         except (httpx.HTTPError, ValueError):
-            return set()
-        paths = document.get("paths") if isinstance(document, dict) else None
+            return {}
+        return document if isinstance(document, dict) else {}
+
+    def log_tail(self) -> str:
+        """The end of the server's log, when gymflow started it."""
+        return self._process.log_tail() if self._process is not None else ""
+
+    def routes(self) -> set[str]:
+        """The POST routes the server's OpenAPI document lists; empty when it lists none."""
+        paths = self._openapi().get("paths")
         return {p for p, ops in (paths or {}).items() if isinstance(ops, dict) and "post" in ops}
 
     def route_problems(self, tasks: list[Task]) -> list[str]:
@@ -166,6 +232,9 @@ class NemoGymResources(ResourcesServer):
         if self._process is not None:
             self._process.stop()
             self._process = None
+        if self._judge is not None:
+            self._judge.stop()
+            self._judge = None
 
     async def aclose(self) -> None:
         if self._http is not None:
@@ -184,11 +253,11 @@ class NemoGymResources(ResourcesServer):
         if self._http is None:
             self._http = httpx.AsyncClient(base_url=self.url, timeout=TIMEOUT, cookies=_NoJar())
         jar = self._jars.setdefault(session_id, {})
-        cookie = "; ".join(f"{k}={v}" for k, v in jar.items())
+        headers = {ROLLOUT_HEADER: session_id}
+        if jar:
+            headers["cookie"] = "; ".join(f"{k}={v}" for k, v in jar.items())
         try:
-            response = await self._http.post(
-                path, json=body, headers={"cookie": cookie} if cookie else None
-            )
+            response = await self._http.post(path, json=body, headers=headers)
         except httpx.TransportError as exc:
             raise ResourcesUnavailable(
                 f"NeMo Gym server {self.url}{path} unreachable: {type(exc).__name__}: {exc}"
@@ -218,8 +287,10 @@ class NemoGymResources(ResourcesServer):
             return response.text
         if 400 <= response.status_code < 500:
             raise ToolError(f"{response.status_code}: {response.text[:2000]}")
+        tail = self.log_tail()
         raise RuntimeFailure(
             f"tool route /{name} answered {response.status_code}: {response.text[:300]}"
+            + (f"\nthe server's log ends:\n{tail}" if tail else "")
         )
 
     async def close_session(self, session_id: str) -> None:
@@ -278,8 +349,63 @@ class NemoGymResources(ResourcesServer):
     async def verify(
         self, session_id: str, task: Task, output_text: str, trajectory: list[dict[str, Any]]
     ) -> Verification:
-        response = await self._post(session_id, "/verify", verify_body(task, trajectory))
-        return self.judge_reply(task, response)
+        """The server's `/verify`, bounded (VERIFY_BOUND_S); one that is slow says every
+        SLOW_NOTICE_S on stderr what it waits on: the server, the task, the judge's calls so far
+        and the last line of the server's log."""
+        bound = float(os.environ.get(VERIFY_BOUND_VARIABLE) or VERIFY_BOUND_S)
+        call = asyncio.ensure_future(
+            self._post(session_id, "/verify", verify_body(task, trajectory))
+        )
+        started = time.monotonic()
+        try:
+            while True:
+                left = bound - (time.monotonic() - started)
+                done, _ = await asyncio.wait({call}, timeout=min(SLOW_NOTICE_S, max(left, 0)))
+                if done:
+                    break
+                if time.monotonic() - started >= bound:
+                    call.cancel()
+                    self._take_judge_calls(session_id)
+                    return self.unjudged(
+                        "verifier_timeout",
+                        f"NeMo Gym server {self.env.server.name} {self.url}/verify gave no answer "
+                        f"in {bound:.0f} s ({VERIFY_BOUND_VARIABLE} sets the bound); "
+                        f"{self._waiting_on(session_id)}",
+                    )
+                print(
+                    f"gymflow: NeMo Gym server {self.env.server.name}: /verify of task "
+                    f"{task.task_id} has waited {time.monotonic() - started:.0f} s of "
+                    f"{bound:.0f}; {self._waiting_on(session_id)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        finally:
+            if not call.done():
+                call.cancel()
+        judge_calls = self._take_judge_calls(session_id)
+        verdict = self.judge_reply(task, call.result())
+        if judge_calls:
+            failed = [c for c in judge_calls if c["status"] != "ok"]
+            if failed:
+                return self.unjudged(
+                    "judge_failed",
+                    f"the judge {failed[0]['judge']} failed on {len(failed)} of "
+                    f"{len(judge_calls)} calls: {failed[0]['error']}",
+                )
+            verdict.details = {**verdict.details, "judge_calls": judge_calls}
+        return verdict
+
+    def _take_judge_calls(self, session_id: str) -> list[dict[str, Any]]:
+        return self._judge.endpoint.take(session_id) if self._judge is not None else []
+
+    def _waiting_on(self, session_id: str) -> str:
+        if self._judge is not None:
+            asked = self._judge.endpoint.count(session_id)
+            judge = f"its judge has answered {asked} calls for it; "
+        else:
+            judge = "no judge is configured; "
+        lines = self.log_tail().splitlines()
+        return judge + (f"the server's log ends: {lines[-1][:300]}" if lines else "")
 
     def verify_sync(self, inp: VerifyInput) -> Verification:
         """A stored rollout judged again (reverify): no session, so only for a server that
@@ -292,12 +418,28 @@ class NemoGymResources(ResourcesServer):
             return self.unjudged("resources_unavailable", f"{self.url}/verify: {exc}")
         return self.judge_reply(inp.task, response)
 
+    def judged(
+        self, reward: object, failure_kind: str | None, details: dict[str, Any], *, source: str
+    ) -> Verification:
+        """As every environment judges, against the range the server declares when it declares
+        one (read before the first rollout), else the manifest's (folder.reward_range)."""
+        verdict = super().judged(reward, failure_kind, details, source=source)
+        if self.declared_range is not None and verdict.reward is not None:
+            low, high = self.declared_range
+            verdict.details.pop("out_of_range", None)
+            if not low <= verdict.reward <= high:
+                verdict.details["out_of_range"] = True
+        return verdict
+
     def judge_reply(self, task: Task, response: httpx.Response) -> Verification:
         source = f"NeMo Gym server {self.url}/verify"
         if response.status_code != 200:
             kind = "bad_verify_request" if response.status_code < 500 else "verifier_error"
+            tail = self.log_tail() if response.status_code >= 500 else ""
             return self.unjudged(
-                kind, f"{source} answered {response.status_code}: {response.text[:500]}"
+                kind,
+                f"{source} answered {response.status_code}: {response.text[:500]}"
+                + (f"\nthe server's log ends:\n{tail}" if tail else ""),
             )
         try:
             reply = response.json()

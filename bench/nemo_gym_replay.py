@@ -1,0 +1,177 @@
+"""NeMo Gym's own expectations applied to gymflow: every server that ships recorded example
+rollouts (`data/<split>_rollouts.jsonl`) has each of them replayed through gymflow's NeMo Gym
+resources (the server started as `gym eval run` starts it, the row's session seeded, each
+recorded tool call replayed on it, then `/verify` with the recorded response) and the reward
+compared with the one NeMo Gym recorded. Prints, per server, the rollouts replayed, equal and
+different, and every difference or refusal with its cause; then N servers / N equal.
+
+    GYMFLOW_NEMO_GYM_VENV=/tmp/nemo-gym-venv \\
+    GYMFLOW_NEMO_GYM_PATH=/tmp/nemo-gym-venv/lib/python3.12/site-packages \\
+    python bench/nemo_gym_replay.py [--only mcqa arc_agi] [--per-server 20] [--json]
+
+A judge server runs with `--judge-url URL --judge-model NAME` (a Responses API server); without
+one it is refused, as `gym eval run` refuses it. A server's own requirements are installed first
+when they are not yet (`gym env prepare`, cached), as `gym eval run` does."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import orjson
+import tiny
+from nemo_gym_contract import default_nemo_gym_path
+
+#: Rewards NeMo Gym recorded and gymflow's replay agree within this (float sums in verifiers).
+TOLERANCE = 1e-6
+
+
+def _recorded(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for line in path.read_bytes().splitlines():
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance((row.get("response") or {}).get("output"), list):
+            rows.append(row)
+    return rows
+
+
+async def _replay(resources, task, row: dict[str, Any]) -> float | str:
+    """One recorded rollout through gymflow's resources: its reward, or why it has none."""
+    from gymflow.core.protocols import ToolError
+
+    output = row["response"]["output"]
+    session = await resources.seed_session(task)
+    try:
+        for item in output:
+            if item.get("type") != "function_call":
+                continue
+            try:
+                arguments = json.loads(item.get("arguments") or "{}")
+            except ValueError:
+                continue  # NeMo Gym's agent answers the model itself and calls nothing
+            # a 4xx goes back to the model, as NeMo Gym's agent passes it on
+            with contextlib.suppress(ToolError):
+                await resources.call_tool(session, str(item.get("name")), arguments)
+        trajectory = [*task.input_items, *output]
+        verdict = await resources.verify(session, task, "", trajectory)
+    finally:
+        await resources.close_session(session)
+    if verdict.status != "ok":
+        return (
+            f"{verdict.failure_kind}: {str(verdict.details.get('error') or verdict.details)[:300]}"
+        )
+    return float(verdict.reward)
+
+
+async def _server(server, split: str, per_server: int, judge: dict | None) -> dict[str, Any]:
+    from gymflow.environments.nemo_gym.environment import NemoGymEnvironment, _request_key
+
+    env = NemoGymEnvironment(server)
+    rows = _recorded(server.splits[split].with_name(f"{server.splits[split].stem}_rollouts.jsonl"))
+    result: dict[str, Any] = {"server": server.env_name, "recorded": len(rows)}
+    started = time.monotonic()
+    try:
+        tasks = {_request_key(t.data): t for t in env.tasks(split)}
+        resources = env.resources_server({"judge": judge} if judge else None)
+        resources.open(None)
+    except Exception as exc:  # a refusal: its reason is the figure
+        result["refused"] = f"{type(exc).__name__}: {str(exc)[:600]}"
+        return result
+    result["start_s"] = round(time.monotonic() - started, 1)
+    equal, differences = 0, []
+    try:
+        for index, row in enumerate(rows[:per_server]):
+            task = tasks.get(_request_key(row))
+            if task is None:
+                differences.append({"line": index + 1, "cause": "no dataset row asks this"})
+                continue
+            try:
+                got = await asyncio.wait_for(_replay(resources, task, row), 600)
+            except Exception as exc:
+                got = f"{type(exc).__name__}: {str(exc)[:300]}"
+            want = row.get("reward")
+            if isinstance(got, float) and isinstance(want, int | float):
+                if math.isclose(got, float(want), abs_tol=TOLERANCE):
+                    equal += 1
+                    continue
+                cause = "reward differs"
+            else:
+                cause = got if isinstance(got, str) else "no recorded reward"
+            differences.append(
+                {"line": index + 1, "recorded": want, "gymflow": got, "cause": cause}
+            )
+    finally:
+        await resources.aclose()
+    result.update(replayed=min(len(rows), per_server), equal=equal, differences=differences)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", help="server folders (default: every one)")
+    parser.add_argument("--per-server", type=int, default=50, help="recorded rollouts replayed")
+    parser.add_argument("--judge-url", help="a Responses API server for judge servers")
+    parser.add_argument("--judge-model", default="judge")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--parallel", type=int, default=1, help="servers replayed at once")
+    args = tiny.parse(parser, only=["mcqa"], per_server=3)
+    default_nemo_gym_path()
+    from gymflow.environments.nemo_gym.folder import nemo_servers
+
+    judge = {"base_url": args.judge_url, "model": args.judge_model} if args.judge_url else None
+    chosen: dict[str, tuple[Any, str]] = {}
+    for server in nemo_servers().values():
+        if (args.only and server.name not in args.only) or server.name in chosen:
+            continue
+        split = next(
+            (
+                s
+                for s, p in server.splits.items()
+                if p.with_name(f"{p.stem}_rollouts.jsonl").is_file()
+            ),
+            None,
+        )
+        if split:
+            chosen[server.name] = (server, split)
+
+    def replayed(item: tuple[str, tuple[Any, str]]) -> dict[str, Any]:
+        name, (server, split) = item
+        result = asyncio.run(_server(server, split, args.per_server, judge))
+        shown = result.get("refused") or (
+            f"{result['equal']}/{result['replayed']} equal"
+            + "".join(f"\n    line {d['line']}: {d['cause']}" for d in result["differences"][:5])
+        )
+        print(f"{name}: {shown}", file=sys.stderr if args.json else sys.stdout, flush=True)
+        return result
+
+    with ThreadPoolExecutor(args.parallel) as pool:  # each server in a thread, its own loop
+        results = list(pool.map(replayed, sorted(chosen.items())))
+    ran = [r for r in results if "refused" not in r]
+    summary = {
+        "servers_with_recorded_rollouts": len(results),
+        "servers_run": len(ran),
+        "servers_all_equal": sum(1 for r in ran if r["replayed"] and not r["differences"]),
+        "rollouts_replayed": sum(r["replayed"] for r in ran),
+        "rollouts_equal": sum(r["equal"] for r in ran),
+        "refused": {r["server"]: r["refused"][:300] for r in results if "refused" in r},
+    }
+    if args.json:
+        print(json.dumps({"summary": summary, "servers": results}, indent=2))
+    else:
+        print(json.dumps(summary, indent=2))
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""NeMo Gym's own expectations applied to gymflow (issue 44): the example rollouts NeMo Gym
+recorded for a server, replayed through gymflow's NeMo Gym resources (`bench/nemo_gym_replay.py`:
+the row's session seeded, each recorded tool call replayed, then `/verify` with the recorded
+response), give back the rewards NeMo Gym recorded. Four servers of four kinds: a single-turn
+grid answer (arc_agi), a tool loop on session state (example_multi_step), a click on an image
+(circle_click) and rewards above 1 (example_tool_call_multireward, 2.0). The whole suite's
+figures are in bench/RESULTS.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+VENV = Path(os.environ.get("GYMFLOW_NEMO_GYM_VENV", "/tmp/nemo-gym-venv"))
+SERVERS = ["arc_agi", "circle_click", "example_multi_step", "example_tool_call_multireward"]
+
+
+def test_recorded_rewards_come_back_through_gymflow(tmp_path: Path) -> None:
+    if not (VENV / "bin" / "python").exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{VENV} missing: .ci/run installs nemo-gym==0.4.0 there")
+        pytest.skip(f"no NeMo Gym venv at {VENV}")
+    site = next(VENV.glob("lib/python3*/site-packages"))
+    env = {**os.environ, "GYMFLOW_NEMO_GYM_VENV": str(VENV), "GYMFLOW_NEMO_GYM_PATH": str(site)}
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "nemo_gym_replay.py"), "--only", *SERVERS,
+         "--per-server", "5", "--json"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    by_server = {r["server"].removeprefix("ng-"): r for r in report["servers"]}
+    assert sorted(by_server) == SERVERS, by_server.keys()
+    for result in by_server.values():
+        assert "refused" not in result, result
+        assert result["replayed"] == 5 and result["equal"] == 5, result["differences"]
+    assert report["summary"]["rollouts_equal"] == 20

@@ -1,0 +1,323 @@
+"""NeMo Gym servers run as NeMo Gym runs them (issue 44): each test writes a small resources
+server of its own, laid out as NeMo Gym's repository, that misbehaves in one way a real one
+does (prints at start-up, starts Ray, downloads, raises in /verify, interpolates its config,
+asks a judge, speaks gymnasium's routes), and runs it with NeMo Gym's real interpreter
+(`GYMFLOW_NEMO_GYM_VENV`, .ci/run makes it) through gymflow's resources or `gym` itself."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import gym
+
+VENV = Path(os.environ.get("GYMFLOW_NEMO_GYM_VENV", "/tmp/nemo-gym-venv"))
+
+HEADER = """
+from fastapi import FastAPI
+from nemo_gym.base_resources_server import (
+    BaseResourcesServerConfig, BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer,
+)
+"""
+#: A server whose /verify rewards the text of the last message by `rule`.
+SERVER = """
+class FakeConfig(BaseResourcesServerConfig):
+    answer: str = "ok"
+    level: int = 0
+{config}
+
+class FakeServer(SimpleResourcesServer):
+    config: FakeConfig
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        text = body.response.output[-1].content[0].text
+{verify}
+"""
+ROW = {"responses_create_params": {"input": [{"role": "user", "content": "say ok"}]}}
+
+
+def write_server(
+    root: Path, name: str, *, top: str = "", config: str = "", verify: str = "",
+    fields: str = "", rows: list | None = None,
+) -> Path:  # fmt: skip
+    folder = root / "resources_servers" / name
+    (folder / "configs").mkdir(parents=True)
+    (folder / "data").mkdir()
+    body = SERVER.format(
+        config=textwrap.indent(textwrap.dedent(config), "    "),
+        verify=textwrap.indent(
+            textwrap.dedent(verify or "return BaseVerifyResponse(**body.model_dump(), "
+                            "reward=float(text == self.config.answer))"), "        "),
+    )  # fmt: skip
+    (folder / "app.py").write_text(HEADER + textwrap.dedent(top) + body)
+    (folder / "configs" / f"{name}.yaml").write_text(
+        f"{name}:\n  resources_servers:\n    {name}:\n      entrypoint: app.py\n"
+        f"      domain: other\n      description: a test server\n"
+        + textwrap.indent(textwrap.dedent(fields), "      ")
+        + f"{name}_agent:\n  responses_api_agents:\n    simple_agent:\n      entrypoint: app.py\n"
+        f"      resources_server: {{type: resources_servers, name: {name}}}\n"
+        f"      datasets:\n      - {{name: example, type: example, "
+        f"jsonl_fpath: resources_servers/{name}/data/example.jsonl}}\n"
+    )
+    (folder / "data" / "example.jsonl").write_text(
+        "".join(json.dumps(row) + "\n" for row in rows or [ROW])
+    )
+    return folder
+
+
+@pytest.fixture
+def nemo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    if not (VENV / "bin" / "python").exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{VENV} missing: .ci/run installs nemo-gym==0.4.0 there")
+        pytest.skip(f"no NeMo Gym venv at {VENV}")
+    root = tmp_path / "ng"
+    monkeypatch.setenv("GYMFLOW_NEMO_GYM_VENV", str(VENV))
+    monkeypatch.setenv("GYMFLOW_NEMO_GYM_PATH", str(root))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    from gymflow.environments.nemo_gym import folder
+
+    folder._servers.cache_clear()
+    yield root
+    folder._servers.cache_clear()
+
+
+def _env(name: str):
+    from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
+    from gymflow.environments.nemo_gym.folder import nemo_servers
+
+    return NemoGymEnvironment(nemo_servers()[f"ng-{name}"])
+
+
+def _answer(text: str) -> list[dict]:
+    return [
+        {"role": "user", "content": "say ok"},
+        {"type": "message", "role": "assistant", "id": "m1", "status": "completed",
+         "content": [{"type": "output_text", "text": text, "annotations": []}]},
+    ]  # fmt: skip
+
+
+async def _verify(resources, task, text: str):
+    session = await resources.seed_session(task)
+    return await resources.verify(session, task, text, _answer(text))
+
+
+def _verdicts(env, texts: list[str], params: dict | None = None):
+    resources = env.resources_server(params)
+
+    async def run():
+        resources.open(None)
+        try:
+            task = env.tasks("example")[0]
+            return [await _verify(resources, task, text) for text in texts]
+        finally:
+            await resources.aclose()
+
+    return asyncio.run(run())
+
+
+def test_prints_at_start_are_not_its_port_and_config_is_resolved(nemo: Path, monkeypatch) -> None:
+    """ifbench and vlm_eval_kit print while they are built; math_formal_lean's port is an
+    `${oc.env:...}`; verifif's judge URL is `${policy_base_url}`."""
+    monkeypatch.setenv("GYMFLOW_TEST_LEVEL", "7")
+    write_server(
+        nemo, "chatty",
+        top='print(\'{"port": 1}\')\nprint("building the index...", flush=True)\n',
+        config="judge_url: str = ''",
+        fields="level: ${oc.env:GYMFLOW_TEST_LEVEL,3}\nanswer: ok\njudge_url: ${policy_base_url}\n",
+        verify="""\
+            assert self.config.level == 7 and self.config.judge_url.endswith('/v1'), self.config
+            return BaseVerifyResponse(**body.model_dump(), reward=float(text == self.config.answer))
+        """,
+    )  # fmt: skip
+    env = _env("chatty")
+    right, wrong = _verdicts(env, ["ok", "no"], {"judge": {"base_url": "http://127.0.0.1:9/v1",
+                                                           "model": "j"}})  # fmt: skip
+    assert (right.status, right.reward, wrong.reward) == ("ok", 1.0, 0.0), right
+
+
+def test_a_500_carries_its_cause_and_the_servers_log(nemo: Path) -> None:
+    """asr_with_pc's 500 read only "Internal Server Error"; its cause was a missing module."""
+    write_server(nemo, "crashy", verify="""\
+        print("about to fail on", repr(text))
+        raise KeyError("expected_answer")
+    """)  # fmt: skip
+    (verdict,) = _verdicts(_env("crashy"), ["ok"])
+    assert verdict.status == "error" and verdict.failure_kind == "verifier_error"
+    error = verdict.details["error"]
+    assert "KeyError('expected_answer')" in error  # NeMo Gym's middleware: repr(e)
+    assert "about to fail on 'ok'" in error and "Traceback" in error  # the log's tail
+
+
+@pytest.mark.parametrize(
+    ("top", "said"),
+    [
+        ("import ray\nray.init()\n", "starts Ray (ray.init), which gymflow keeps off"),
+        ("import urllib.request\nurllib.request.urlopen('https://huggingface.co/x')\n",
+         "tried to reach huggingface.co:443"),
+    ],
+    ids=["ray", "network"],
+)  # fmt: skip
+def test_ray_and_the_network_at_start_are_refused_with_the_reason(
+    nemo: Path, top: str, said: str
+) -> None:
+    from gymflow.core.config import ConfigError
+
+    write_server(nemo, "needy", top=top)
+    with pytest.raises(ConfigError) as refused:
+        _verdicts(_env("needy"), ["ok"])
+    assert said in str(refused.value), refused.value
+    assert "did not start" in str(refused.value)
+
+
+def test_gymnasium_routes_are_refused_before_the_first_rollout(nemo: Path) -> None:
+    from gymflow.core.config import ConfigError
+
+    write_server(nemo, "gymlike")
+    folder = nemo / "resources_servers" / "gymlike"
+    app = folder / "app.py"
+    app.write_text(app.read_text() + textwrap.dedent("""
+        def _routes(self):
+            app = FastAPI()
+            app.post("/reset")(self.verify)
+            app.post("/step")(self.verify)
+            return app
+        FakeServer.setup_webserver = _routes
+    """))  # fmt: skip
+    with pytest.raises(ConfigError) as refused:
+        _verdicts(_env("gymlike"), ["ok"])
+    assert "has no POST route /seed_session, /verify" in str(refused.value)
+    assert "gymnasium_agent" in str(refused.value)
+
+
+def test_identical_rows_are_tasks_of_their_own_and_an_empty_input_is_named(nemo: Path) -> None:
+    from gymflow.environments.dataset.readers import DatasetError
+    from gymflow.environments.nemo_gym import folder
+
+    write_server(nemo, "twice", rows=[ROW, ROW, {"responses_create_params": {"input": [
+        {"role": "user", "content": "other"}]}}, ROW])  # fmt: skip
+    ids = [t.task_id for t in _env("twice").tasks("example")]
+    assert len(set(ids)) == 4 and ids[1] == f"{ids[0]}~2" and ids[3] == f"{ids[0]}~3"
+    assert ids == [t.task_id for t in _env("twice").tasks("example")]  # stable
+
+    write_server(nemo, "empty", rows=[ROW, {"responses_create_params": {"input": []}}])
+    folder._servers.cache_clear()
+    with pytest.raises(DatasetError) as refused:
+        _env("empty").tasks("example")
+    assert "line 2: field 'responses_create_params.input': an empty list" in str(refused.value)
+
+
+def test_reward_range_comes_from_the_server_not_a_fixed_unit_range(nemo: Path) -> None:
+    folder = write_server(nemo, "double", verify="""\
+        return BaseVerifyResponse(**body.model_dump(), reward=2.0 * (text == "ok"))
+    """)  # fmt: skip
+    recorded = {**ROW, "reward": 2.0, "response": {"output": []}}
+    (folder / "data" / "example_rollouts.jsonl").write_text(json.dumps(recorded) + "\n")
+    env = _env("double")
+    assert env.manifest.reward_range == (0.0, 2.0)
+    (verdict,) = _verdicts(env, ["ok"])
+    assert verdict.reward == 2.0 and "out_of_range" not in verdict.details
+
+
+def test_a_slow_verify_is_bounded_and_says_what_it_waits_on(nemo: Path, monkeypatch, capfd) -> None:
+    from gymflow.environments.nemo_gym import resources
+
+    monkeypatch.setattr(resources, "SLOW_NOTICE_S", 1.0)
+    monkeypatch.setenv(resources.VERIFY_BOUND_VARIABLE, "3")
+    write_server(nemo, "slow", top="import asyncio\n", verify="""\
+        print("judging with a long think", flush=True)
+        await asyncio.sleep(60)
+    """)  # fmt: skip
+    (verdict,) = _verdicts(_env("slow"), ["ok"])
+    assert verdict.failure_kind == "verifier_timeout"
+    assert "gave no answer in 3 s" in verdict.details["error"]
+    assert "judging with a long think" in verdict.details["error"]
+    said = capfd.readouterr().err
+    assert "/verify of task" in said and "has waited" in said and "no judge is configured" in said
+
+
+def test_prepare_refuses_a_requirement_not_on_the_registries(nemo: Path) -> None:
+    folder = write_server(nemo, "gitreq")
+    (folder / "requirements.txt").write_text(
+        "-e nemo-gym[dev] @ ../../\nsegale @ git+https://github.com/x/y.git@abc\n"
+    )
+    done = gym("env", "prepare", "ng-gitreq", env=_cli_env(nemo), cwd=nemo.parent)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "segale @ git+https://github.com/x/y.git@abc" in done.stdout
+    assert "is not a package on the registries" in done.stdout
+    ran = gym("eval", "run", "--environment", "ng-gitreq", "--out", "run", env=_cli_env(nemo),
+              cwd=nemo.parent)  # fmt: skip
+    assert ran.returncode == 1 and "is not a package on the registries" in ran.stderr
+
+
+def _cli_env(root: Path) -> dict[str, str]:
+    return {
+        "GYMFLOW_NEMO_GYM_VENV": str(VENV),
+        "GYMFLOW_NEMO_GYM_PATH": str(root),
+        "XDG_CACHE_HOME": str(root.parent / "cache"),
+    }
+
+
+def test_prepare_installs_a_servers_requirements_once(
+    tmp_path: Path, prefect_api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """structured_outputs needs openapi-schema-validator, tomli-w and xmltodict, which
+    `pip install nemo-gym` does not bring: prepared into a venv of its own, from the registries,
+    once; then it runs."""
+    if not (VENV / "bin" / "python").exists():
+        pytest.skip(f"no NeMo Gym venv at {VENV}")
+    site = next(VENV.glob("lib/python3*/site-packages"))
+    env = {"GYMFLOW_NEMO_GYM_VENV": str(VENV), "GYMFLOW_NEMO_GYM_PATH": str(site),
+           "XDG_CACHE_HOME": str(tmp_path / "cache"), "PREFECT_API_URL": prefect_api}  # fmt: skip
+    name = "ng-structured_outputs-structured_outputs_json"
+    first = gym("env", "prepare", name, cwd=tmp_path, env=env, timeout=600)
+    assert first.returncode == 0, first.stdout + first.stderr
+    said = " ".join(first.stdout.split())
+    assert "installing openapi-schema-validator==0.6.3 tomli-w==1.2.0 xmltodict==1.0.2" in said
+    assert f"{name}: installed openapi-schema-validator==0.6.3" in said
+    again = gym("env", "prepare", name, cwd=tmp_path, env=env, check=True)
+    assert (
+        "ready (openapi-schema-validator==0.6.3" in again.stdout
+        and "installing" not in again.stdout
+    )
+    ran = gym("eval", "run", "--environment", name, "--limit", "2",
+              "--repeats", "1", "--out", "run", cwd=tmp_path, env=env, timeout=600)  # fmt: skip
+    assert ran.returncode in (0, 2), ran.stdout + ran.stderr
+    import duckdb
+
+    con = duckdb.connect(str(tmp_path / "run" / "gymflow.duckdb"), read_only=True)
+    try:
+        statuses = con.execute("SELECT status FROM verifications").fetchall()
+    finally:
+        con.close()
+    assert statuses == [("ok",), ("ok",)]
+
+
+def test_listing_names_every_server_and_keeps_an_index(nemo: Path) -> None:
+    """Every server folder is listed or printed with the reason; what listing found is kept on
+    disk and found again when a file it read changes."""
+    write_server(nemo, "listed")
+    unlisted = nemo / "resources_servers" / "nodata"
+    (unlisted / "configs").mkdir(parents=True)
+    (unlisted / "app.py").write_text("")
+    (unlisted / "configs" / "nodata.yaml").write_text(
+        "nodata:\n  resources_servers:\n    nodata: {entrypoint: app.py}\n"
+    )
+    env = _cli_env(nemo)
+    shown = gym("list", "environments", cwd=nemo.parent, env=env, check=True).stdout
+    assert "ng-listed" in shown
+    assert "NeMo Gym servers not listed (1):" in shown
+    assert "nodata: its configs list no dataset" in shown
+    (found,) = (nemo.parent / "cache" / "gymflow" / "nemo-gym-index").glob("*.json")
+    assert json.loads(found.read_text())[0]["name"] == "listed"
+
+    config = nemo / "resources_servers" / "listed" / "configs" / "listed.yaml"
+    config.write_text(config.read_text().replace("a test server", "a server changed"))
+    listed = gym("list", "environments", "--json", cwd=nemo.parent, env=env, check=True)
+    (entry,) = [e for e in json.loads(listed.stdout) if e["name"] == "ng-listed"]
+    assert entry["description"].startswith("a server changed")
