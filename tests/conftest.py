@@ -18,6 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests import reaper
+
 ROOT = Path(__file__).resolve().parents[1]
 # The console script pip installed beside this interpreter: exactly what a user runs.
 GYM = str(Path(sys.executable).parent / "gym")
@@ -74,6 +76,23 @@ SHARED_FIXTURE_GROUPS = {
     "tests/flows/test_batch_retries.py": "flows-harness",
     "tests/flows/test_run_states.py": "flows-harness",
 }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before the run starts anything (xdist's workers included), mark its environment and start
+    the reaper (tests/reaper.py) that stops whatever the run leaves behind when it ends, however
+    it ends. A worker inherits its controller's mark and reaper."""
+    if hasattr(config, "workerinput"):
+        return
+    token = secrets.token_hex(8)
+    os.environ[reaper.VARIABLE] = token
+    subprocess.Popen(
+        [sys.executable, reaper.__file__, str(os.getpid()), token],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # out of reach of the terminal's Ctrl-C and of a killed group
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
