@@ -17,7 +17,7 @@ import traceback
 
 import typer
 
-from gymflow.cli import exit_codes
+from gymflow.cli import ending, exit_codes
 from gymflow.errors import GymflowError
 from gymflow.present.terminal import styled
 
@@ -193,4 +193,7 @@ def main() -> None:
                 "report it with the traceback above)"
             )
             code = exit_codes.RUNTIME
-    raise SystemExit(code if isinstance(code, int) else exit_codes.OK)
+    code = code if isinstance(code, int) else exit_codes.OK
+    if ending.is_the_command():
+        ending.exit_process(code)
+    raise SystemExit(code)
