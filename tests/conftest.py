@@ -98,12 +98,20 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.pluginmanager.hasplugin("xdist"):
         return
+    shared = {*SHARED_FIXTURE_GROUPS.values(), "reports"}
+    first: list[pytest.Item] = []
+    rest: list[pytest.Item] = []
     for item in items:
         path = item.path.relative_to(ROOT).as_posix()
         group = SHARED_FIXTURE_GROUPS.get(path)
         if group is None:
             group = "reports" if path.startswith("tests/reports/") else path
         item.add_marker(pytest.mark.xdist_group(group))
+        (first if group in shared else rest).append(item)
+    # xdist hands groups out in collection order: the long shared groups go first, so the many
+    # one-file groups fill in behind them and no long group is left to run alone at the end
+    # while the other worker idles.
+    items[:] = first + rest
 
 
 @pytest.fixture(autouse=True, scope="session")
