@@ -18,6 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests import reaper
+
 ROOT = Path(__file__).resolve().parents[1]
 # The console script pip installed beside this interpreter: exactly what a user runs.
 GYM = str(Path(sys.executable).parent / "gym")
@@ -77,15 +79,40 @@ SHARED_FIXTURE_GROUPS = {
 }
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Before the run starts anything (xdist's workers included), mark its environment and start
+    the reaper (tests/reaper.py) that stops whatever the run leaves behind when it ends, however
+    it ends. A worker inherits its controller's mark and reaper."""
+    if hasattr(config, "workerinput"):
+        return
+    token = secrets.token_hex(8)
+    os.environ[reaper.VARIABLE] = token
+    subprocess.Popen(
+        [sys.executable, reaper.__file__, str(os.getpid()), token],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # out of reach of the terminal's Ctrl-C and of a killed group
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.pluginmanager.hasplugin("xdist"):
         return
+    shared = {*SHARED_FIXTURE_GROUPS.values(), "reports"}
+    first: list[pytest.Item] = []
+    rest: list[pytest.Item] = []
     for item in items:
         path = item.path.relative_to(ROOT).as_posix()
         group = SHARED_FIXTURE_GROUPS.get(path)
         if group is None:
             group = "reports" if path.startswith("tests/reports/") else path
         item.add_marker(pytest.mark.xdist_group(group))
+        (first if group in shared else rest).append(item)
+    # xdist hands groups out in collection order: the long shared groups go first, so the many
+    # one-file groups fill in behind them and no long group is left to run alone at the end
+    # while the other worker idles.
+    items[:] = first + rest
 
 
 @pytest.fixture(autouse=True, scope="session")

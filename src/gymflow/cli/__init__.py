@@ -20,7 +20,7 @@ import traceback
 
 import typer
 
-from gymflow.cli import exit_codes
+from gymflow.cli import ending, exit_codes
 from gymflow.cli.commands import COMMANDS, GROUPS
 from gymflow.core.errors import GymflowError
 from gymflow.present.terminal import styled
@@ -107,4 +107,7 @@ def main() -> None:
                 "report it with the traceback above)"
             )
             code = exit_codes.RUNTIME
-    raise SystemExit(code if isinstance(code, int) else exit_codes.OK)
+    code = code if isinstance(code, int) else exit_codes.OK
+    if ending.is_the_command():
+        ending.exit_process(code)
+    raise SystemExit(code)
