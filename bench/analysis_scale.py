@@ -49,7 +49,7 @@ def build_store(path: Path, tasks: int, repeats: int = REPEATS) -> float:
     """Write a synthetic run store with tasks x repeats rollouts; returns seconds taken."""
     from gymflow.environments.registry import load_environment
     from gymflow.store.db import connect
-    from gymflow.store.seal import claim, seal_sql
+    from gymflow.store.seal import MESSAGE, claim, message_sql, sealed
     from gymflow.store.writer import register_verifier_version
 
     started = time.perf_counter()
@@ -116,11 +116,12 @@ def build_store(path: Path, tasks: int, repeats: int = REPEATS) -> float:
         FROM plan
         """
     )
-    claim(con, str(path))  # sealed as every writer seals (store/seal.py)
-    con.execute(
+    key = claim(con, str(path))  # sealed as every writer seals (store/seal.py)
+    verdicts = sealed(
+        con,
+        key,
         f"""
-        INSERT INTO verifications BY NAME
-        SELECT v.*, {seal_sql("v", "r")} AS seal
+        SELECT v.*, {message_sql("v", "r")} AS {MESSAGE}
         FROM (
             SELECT rollout_id, ? AS verifier_version, 'ok' AS status,
                    correct::INT::DOUBLE AS reward, correct AS passed,
@@ -135,6 +136,9 @@ def build_store(path: Path, tasks: int, repeats: int = REPEATS) -> float:
         """,
         [version],
     )
+    con.register("verdicts_sealed", verdicts)
+    con.execute("INSERT INTO verifications BY NAME SELECT * FROM verdicts_sealed")
+    con.unregister("verdicts_sealed")
     con.execute("DROP TABLE plan")
     con.execute("CHECKPOINT")
     con.close()

@@ -28,7 +28,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "simulated",
         "rollouts",
         "analysis",
-        "reports history data interop study reverify recheck",
+        "reports history data interop study reverify recheck task_source",
         "tasks",
         "flows",
         "cli",

@@ -8,12 +8,14 @@ import re
 import shutil
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 
 from gymflow.errors import RuntimeFailure, UserError, option
+from gymflow.store.exact_schema import differences
 from gymflow.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, SPECS, TABLES
 from gymflow.written import created, written
 
@@ -176,12 +178,25 @@ def first_sql(value: str, order: str, n: int) -> str:
     return f"min_by({value}, {order}, {int(n)})" if n > 0 else "[]"
 
 
+def arrow_batches(con, sql: str, params: list | None = None, size: int = 65_536):
+    """The rows of `sql` as Arrow record batches, read `size` at a time. Through `execute`
+    (DuckDB warns that a DB-API result's Arrow is one more copy of its rows): `con.sql` refuses
+    to run while an earlier result of the connection is unfinished, which gymflow's one-row
+    `fetchone()` reads leave."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Arrow output on a DB-API result", UserWarning)
+        return con.execute(sql, params or []).to_arrow_reader(size)
+
+
 def copy_store(source: Path | str, run_dir: Path | str) -> Path:
     """Copy a closed store into `run_dir`, replacing the one there in one rename (a copy taken
     again after the source grew must not be half old)."""
+    from gymflow.store.seal import remember_copy  # pyarrow, for the seal: not on every open
+
     target = store_path(run_dir)
     with written(target) as (partial,):
         shutil.copyfile(store_path(source), partial)
+    remember_copy(store_path(source), target)
     return target
 
 
@@ -212,6 +227,7 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
         ) from None
     try:
         _refuse_foreign_objects(con, path)
+        _refuse_other_schema(con, path)
         if read_only:
             _check_version(con, path)
             _stand_in_for_new_tables(con)
@@ -274,6 +290,18 @@ def _refuse_foreign_objects(con, path: Path) -> None:
         "its SQL, so it is not opened: drop them (DROP MACRO ..., DROP VIEW ...) or use the "
         "run's original store"
     )
+
+
+def _refuse_other_schema(con, path: Path) -> None:
+    """A gymflow table that is not exactly gymflow's (a generated column, a default, a column
+    of another type or place, a constraint) is refused, on every connection, before any of
+    gymflow's SQL runs on it (`store/exact_schema.py`). Nothing is written."""
+    found = differences(con)
+    if found:
+        raise StoreError(
+            f"{path}: not gymflow's schema: {'; '.join(found)}; a table's own expressions "
+            "would run in gymflow's statements, so it is not opened: use the run's original store"
+        )
 
 
 def _create(path: Path) -> None:
