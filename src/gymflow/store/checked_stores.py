@@ -151,7 +151,8 @@ def check_seals_once(con, max_examples: int = 10, *, full: bool = False) -> Seal
     if not full and (when := checked_at(path, key)) is not None:
         found, _ = armed_state(con)
         if found.state == "sealed":
-            return SealCheck(found, 0, [], pa.array([], pa.string()), checked_at=when)
+            none = pa.chunked_array([], pa.string()).combine_chunks()
+            return SealCheck(found, 0, [], none, checked_at=when)
     state = file_state(path)
     result = check_seals(con, max_examples)
     if result.passed:

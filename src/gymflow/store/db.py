@@ -8,7 +8,6 @@ import re
 import shutil
 import threading
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -179,13 +178,14 @@ def first_sql(value: str, order: str, n: int) -> str:
 
 
 def arrow_batches(con, sql: str, params: list | None = None, size: int = 65_536):
-    """The rows of `sql` as Arrow record batches, read `size` at a time. Through `execute`
-    (DuckDB warns that a DB-API result's Arrow is one more copy of its rows): `con.sql` refuses
-    to run while an earlier result of the connection is unfinished, which gymflow's one-row
-    `fetchone()` reads leave."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Arrow output on a DB-API result", UserWarning)
-        return con.execute(sql, params or []).to_arrow_reader(size)
+    """The rows of `sql` as Arrow record batches streamed `size` at a time (the seal reads every
+    verdict's message this way). Through the relation API: `execute(...).to_arrow_reader()`
+    materialises the whole result first (1.15 GiB for 1M verdicts' messages, against 0.5 GiB
+    for the check in SQL). The relation API refuses to run while an earlier `execute` result
+    of the connection is unfinished (every one-row `fetchone()` leaves one), so one trivial
+    statement, fetched whole, finishes it first."""
+    con.execute("SELECT 1").fetchall()
+    return con.sql(sql, params=params or None).to_arrow_reader(size)
 
 
 def copy_store(source: Path | str, run_dir: Path | str) -> Path:
