@@ -187,6 +187,7 @@ def test_compare_html_shows_effective_settings_as_values(tmp_path: Path):
         b.task("t0", 10)
         b.fill("t0", "10")
         b.after_write.append(("UPDATE runs SET config_json = ?", [json.dumps(config)]))
+        b.reseal = True
         b.write(tmp_path / side)
     gym("report", "a", "--compare", "b", cwd=tmp_path, check=True)
     page = (tmp_path / "a" / "compare.html").read_text()

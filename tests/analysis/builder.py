@@ -16,6 +16,7 @@ from gymflow.core.records import ModelCall, Rollout, Verification, rollout_id
 from gymflow.core.statuses import COMPLETED, FAILED
 from gymflow.environments.registry import load_environment
 from gymflow.store.db import connect
+from gymflow.store.seal import claim, seal_tasks
 from gymflow.store.writer import insert_rows, register_verifier_version, write_rollouts
 from gymflow.verifiers.base import VerifyInput
 
@@ -49,6 +50,13 @@ class TaskRow:
     prompt: str | None = None
 
 
+def reseal(con) -> None:
+    """Seal a test store's inputs (tasks, runs row, verifier versions, the current version:
+    store/sealed_inputs.py) again after the test set a state up by SQL, as the writer that made
+    that state would have; an edit left unsealed reads as `inputs_edited`."""
+    seal_tasks(con, claim(con, "test store"))
+
+
 class StoreBuilder:
     def __init__(self, meta: RunMeta | None = None) -> None:
         self.meta = meta or RunMeta()
@@ -60,6 +68,9 @@ class StoreBuilder:
         #: written in another folder, then moved where `write` was asked: a store this machine
         #: did not seal at that path (a colleague's, or one an older gymflow wrote)
         self.written_elsewhere = False
+        #: the `after_write` SQL sets up a state a writer could have made (a config, a task's
+        #: prompt), not an edit: the store's inputs are sealed again after it (`reseal`)
+        self.reseal = False
         self.server = load_environment(self.meta.environment).resources_server(
             self.meta.verifier_params
         )
@@ -177,6 +188,8 @@ class StoreBuilder:
             self._write(con)
             for sql, params in self.after_write:
                 con.execute(sql, params)
+            if self.reseal:
+                reseal(con)
         finally:
             con.close()
         if written != run_dir:

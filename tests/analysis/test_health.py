@@ -221,6 +221,13 @@ def _task_deleted(b):
     return b.meta.run_id
 
 
+def _inputs_edited(b):
+    """A task's reference answer edited in the file (the answer key): every verdict's seal still
+    matches; the seal over the run's inputs does not (store/sealed_inputs.py)."""
+    b.after_write.append(("UPDATE tasks SET reference = 'edited' WHERE task_id = 't0'", []))
+    return b.meta.run_id
+
+
 def _another_key(b):
     """A store sealed on a host with another key: its record names that key, and none of its
     seals is this key's (a record edited alone is checked by this key: tests/faults)."""
@@ -311,6 +318,7 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "seal_mismatch": _output_rewritten,
     "seal_stripped": _stripped,
     "task_list_edited": _task_deleted,
+    "inputs_edited": _inputs_edited,
     "verdict_unsealed": _before_the_seal,
     "seal_key_unknown": _another_key,
     TASK_CHECK: _every_repeat,

@@ -19,7 +19,7 @@ from gymflow.rollouts.registration import register_run
 from gymflow.simulated.endpoint import model_endpoint
 from gymflow.store.db import connect
 from gymflow.verifiers.base import VerifyInput, get_verifier
-from tests.analysis.builder import RunMeta, StoreBuilder
+from tests.analysis.builder import RunMeta, StoreBuilder, reseal
 from tests.conftest import ROOT, gym
 
 
@@ -266,6 +266,8 @@ def test_bad_settings_and_stateful_environments_are_refused(
     con = duckdb.connect(str(run / "gymflow.duckdb"))
     con.execute("UPDATE runs SET environment = 'stateful'")
     con.close()
+    with connect(run) as sealed:
+        reseal(sealed)
     with pytest.raises(ReverifyError, match="reverify_stateless: false"):
         reverify(run, {"extract": "last_number"})
     env = {"GYMFLOW_ENVIRONMENTS_PATH": str(tmp_path / "envs")}

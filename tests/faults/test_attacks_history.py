@@ -14,7 +14,7 @@ import pytest
 from gymflow.core.statuses import FAILED
 from gymflow.history.gate import gate
 from gymflow.store.db import connect
-from tests.analysis.builder import RunMeta, StoreBuilder
+from tests.analysis.builder import RunMeta, StoreBuilder, reseal
 from tests.conftest import gym
 
 TASKS, REPEATS = 6, 4
@@ -40,6 +40,7 @@ def _night(root: Path, night: int, *, all_failed: bool, scored_tasks: int = 0) -
     run_dir = builder.write(root / f"night-{night}")
     with connect(run_dir) as con:
         con.execute("UPDATE runs SET created_at = ?", [datetime(2026, 1, 1) + timedelta(night)])
+        reseal(con)
     return run_dir
 
 

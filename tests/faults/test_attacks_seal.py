@@ -24,7 +24,15 @@ from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.published import COMMITTED, PublishedShard
 from gymflow.rollouts.registration import register_run
 from gymflow.store.db import connect
-from gymflow.store.seal import SealKey, SealKeyError, arm, key_file, load_key, seal_sql
+from gymflow.store.seal import (
+    MESSAGE,
+    SealKey,
+    SealKeyError,
+    key_file,
+    load_key,
+    message_sql,
+    sealed,
+)
 from tests.conftest import gym
 from tests.faults.stores import (
     collect_run,
@@ -55,11 +63,11 @@ def _failing(run: Path) -> set[str]:
     return {r for (r,) in rows}
 
 
-def test_the_seal_is_hmac_sha256_computed_in_sql() -> None:
-    """The one SQL expression every writer seals with is RFC 2104's HMAC of the framed fields."""
+def test_the_seal_is_hmac_sha256_of_the_message_framed_in_sql() -> None:
+    """The one SQL expression every writer frames the message with, sealed outside DuckDB, is
+    RFC 2104's HMAC of the framed fields (the format stores were always sealed in)."""
     key = SealKey(bytes(range(40)), "test")
     con = duckdb.connect()
-    arm(con, key)
     con.execute(
         "CREATE TABLE v AS SELECT 'r1' AS rollout_id, 'ver@1' AS verifier_version, "
         "'ok' AS status, 1.0::DOUBLE AS reward, true AS passed, NULL::VARCHAR AS failure_kind, "
@@ -67,12 +75,14 @@ def test_the_seal_is_hmac_sha256_computed_in_sql() -> None:
         "12 AS r_repeat_index, 'completed' AS r_status, NULL::VARCHAR AS r_failure_kind, "
         "'Answer: 8' AS r_output_text, '[]' AS r_trajectory_json"
     )
-    sealed = con.execute(f"SELECT {seal_sql('v', 'v', 'r_')} FROM v").fetchone()[0]
+    table = sealed(con, key, f"SELECT {message_sql('v', 'v', 'r_')} AS {MESSAGE} FROM v")
+    assert table is not None and table.column_names == ["seal"]
     message = (
         '2:r1|5:ver@1|2:ok|:|18:{"reason":"match"}|1.0|true'
         "|4:run1|2:t7|2:12|9:completed|:|9:Answer: 8|2:[]"
     )
-    assert sealed == hmac.new(key.secret, message.encode(), hashlib.sha256).hexdigest()[:32]
+    expected = hmac.new(key.secret, message.encode(), hashlib.sha256).hexdigest()[:32]
+    assert table.column("seal").to_pylist() == [expected]
 
 
 def test_an_output_rewritten_to_the_reference_and_passed_is_unhealthy(tmp_path) -> None:
@@ -476,5 +486,7 @@ def test_a_task_deleted_with_all_it_held_is_an_integrity_failure(tmp_path) -> No
     checked = gym("eval", "health", str(run), "--json", cwd=tmp_path)
     assert checked.returncode == 2, checked.stdout + checked.stderr
     report = json.loads(checked.stdout)
-    assert report["gate_failures"] == ["task_list_edited"], report["gate_failures"]
+    # the task's row was one of the sealed inputs too (store/sealed_inputs.py)
+    assert report["gate_failures"] == ["task_list_edited", "inputs_edited"], report
+
     assert tree_digest(run) == digest

@@ -295,3 +295,20 @@ def test_the_served_environment_takes_its_session_bounds_from_the_command_line(
         assert full.status_code == 503 and "3 sessions open" in full.json()["detail"]
         health = httpx.get(base + "/health", timeout=30).json()
         assert (health["sessions"], health["max_sessions"]) == (3, 3)
+
+
+def test_the_report_server_serves_a_report_s_trajectories_only(tmp_path: Path) -> None:
+    """It served any `.jsonl` under its root, a held-out dataset included (issue 42). Now only
+    `NAME.trajectories.jsonl` beside its report `NAME.html` is served."""
+    run = tmp_path / "runs" / "nightly"
+    run.mkdir(parents=True)
+    (run / "report.html").write_text("<!doctype html><title>the report</title>")
+    (run / "report.trajectories.jsonl").write_text('{"rollout_id": "r1"}\n')
+    (run / "heldout.jsonl").write_text('{"answer": "SECRET"}\n')
+    (run / "orphan.trajectories.jsonl").write_text('{"answer": "SECRET"}\n')
+    with served("reports", "--root", str(tmp_path / "runs"), cwd=tmp_path) as base:
+        ok = httpx.get(base + "/nightly/report.trajectories.jsonl", timeout=30)
+        assert ok.status_code == 200 and b"r1" in ok.content
+        for path in ("/nightly/heldout.jsonl", "/nightly/orphan.trajectories.jsonl"):
+            answer = httpx.get(base + path, timeout=30)
+            assert answer.status_code == 404 and b"SECRET" not in answer.content, path

@@ -15,7 +15,7 @@ import pytest
 from gymflow.history.catalog import refresh
 from gymflow.history.gate import ALLOWANCE, LIMIT, THRESHOLD, gate, sequence
 from gymflow.store.db import connect
-from tests.analysis.builder import RunMeta, StoreBuilder
+from tests.analysis.builder import RunMeta, StoreBuilder, reseal
 from tests.conftest import gym
 
 TASKS, REPEATS, NIGHTS = 80, 4, 7
@@ -35,6 +35,7 @@ def _night(root: Path, night: int, skill: np.ndarray) -> Path:
     run_dir = builder.write(root / f"2026-01-{night + 1:02d}")
     with connect(run_dir) as con:
         con.execute("UPDATE runs SET created_at = ?", [datetime(2026, 1, 1) + timedelta(night)])
+        reseal(con)
     return run_dir
 
 

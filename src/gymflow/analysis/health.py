@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 
 from gymflow.analysis.environment import reward_spec
 from gymflow.analysis.frames import frame
 from gymflow.analysis.health_checks import (
     CHECKS,
+    SEAL_MISMATCHES,
     SHARED_TABLES,
     TASK_CHECK,
     TASK_CHECK_DESCRIPTION,
@@ -22,8 +25,8 @@ from gymflow.analysis.health_checks import (
 from gymflow.analysis.outcomes import check_verifier_version, version_read
 from gymflow.analysis.results import Health
 from gymflow.core.errors import UserError
+from gymflow.store.checked_stores import check_seals_once
 from gymflow.store.db import first_sql, memory_capped_call
-from gymflow.store.seal import armed_state
 
 
 class UnknownCheck(UserError, ValueError):
@@ -58,6 +61,19 @@ def _set_variables(con, values: dict[str, Any]) -> None:
             con.execute(f"SET VARIABLE {name} = ?", [value])
 
 
+def _seal_mismatches(con, ids) -> None:
+    """The rollout ids whose seal did not match (`check_seals`, computed outside DuckDB), as the
+    temporary table the `seal_mismatch` check reads."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {SEAL_MISMATCHES} (id VARCHAR)")
+    if ids is not None and len(ids):
+        found = pa.table({"id": ids})
+        con.register("seal_mismatches_found", found)
+        try:
+            con.execute(f"INSERT INTO {SEAL_MISMATCHES} SELECT id FROM seal_mismatches_found")
+        finally:
+            con.unregister("seal_mismatches_found")
+
+
 def _flagged(con, queries: dict[str, str], max_examples: int) -> dict[str, tuple[int, list]]:
     """Run the checks' queries in one statement (three statements a check took 0.07 s of a
     small run's analysis): the distinct ids each flags go to the temporary table `check_ids`
@@ -85,8 +101,10 @@ def health(
     gate: Gate | None = None,
     max_examples: int = 20,
     max_listed: int | None = 1000,
+    verify_seals: bool = False,
 ) -> Health:
-    """Run every check over the store.
+    """Run every check over the store. The seals are recomputed unless this store's file is
+    unchanged since they all matched (`checked_stores.py`); `verify_seals` always recomputes.
 
     Returns the Health: {"verdict": "healthy" | "unhealthy" (an integrity check flagged more
     than its threshold), "gate": "pass" |
@@ -106,11 +124,15 @@ def health(
         raise UnknownCheck(f"no health check named {', '.join(sorted(unknown))}")
     version = check_verifier_version(con, verifier_version)
     spec = reward_spec(con)
-    sealed = armed_state(con)
+    seals = check_seals_once(con, full=verify_seals)
+    sealed = seals.store
+    _seal_mismatches(con, seals.ids if sealed.state == "sealed" else None)
     variables = {
         "seal_state": sealed.state,
         "seal_legacy": sealed.legacy if sealed.state == "sealed" else None,
+        "seal_checked": True if sealed.state == "sealed" else None,
         "task_list_sealed": sealed.tasks_sealed,
+        "inputs_sealed": sealed.inputs_sealed,
         "verifier_version": version,
         "repeats": con.execute("SELECT coalesce(max(repeats), 0) FROM runs").fetchone()[0],
         "reward_low": spec.low if spec else None,
@@ -168,7 +190,7 @@ def health(
     failing = [name for name, check in checks.items() if check["count"]]
     gate_failures = [name for name, check in checks.items() if check["share"] > check["threshold"]]
     broken = [name for name in gate_failures if checks[name]["severity"] == "integrity"]
-    for table in ("check_ids", *SHARED_TABLES):
+    for table in ("check_ids", SEAL_MISMATCHES, *SHARED_TABLES):
         con.execute(f"DROP TABLE IF EXISTS {table}")
     return Health(
         verdict="unhealthy" if broken else "healthy",
@@ -186,6 +208,9 @@ def health(
         checks=checks,
         rollout_verdicts=verdicts.to_dicts(),
         rollout_verdicts_truncated=max_listed is not None and unhealthy > max_listed,
+        seals_checked_at=None
+        if seals.checked_at is None
+        else datetime.fromtimestamp(seals.checked_at, UTC).replace(microsecond=0),
     )
 
 

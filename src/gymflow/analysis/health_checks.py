@@ -20,7 +20,6 @@ from gymflow.analysis.answers import (
     tools_ignored_sql,
 )
 from gymflow.analysis.signs import LOOP_LINES, LOOP_REPEATS, LOOP_WORDS, loop_sql
-from gymflow.store.seal import MISMATCH_SQL
 
 Level = Literal["rollout", "run", "task"]
 #: `integrity`: the records themselves are incomplete or inconsistent, so the run's numbers
@@ -194,6 +193,9 @@ def _beyond_share(where: str, variable: str) -> str:
                   (SELECT count(*) FROM rollouts))
         """
 
+
+#: The temporary table of rollout ids whose seal did not match (`health._seal_mismatches`).
+SEAL_MISMATCHES = "seal_mismatches"
 
 CHECKS: dict[str, Check] = {
     "missing_rollout": Check(
@@ -435,14 +437,15 @@ CHECKS: dict[str, Check] = {
     ),
     # Every check above reads the store as written; one who can write it can make them all
     # agree (an output rewritten to the reference, its verdict set to pass). The seal cannot be
-    # made without the key (store/seal.py): recomputed here for every verdict, in SQL.
+    # made without the key (store/seal.py): recomputed for every verdict outside DuckDB
+    # (`check_seals`), the mismatches left in a temporary table.
     "seal_mismatch": Check(
         "a verdict (any verifier version) whose seal is not the one its fields and its "
         "rollout's stored final text and trajectory give under this machine's seal key: the "
         "verdict or the rollout it judged was edited in the store, or a verdict was written "
         "there without the key",
-        MISMATCH_SQL,
-        needs=("seal_legacy",),
+        f"SELECT id FROM {SEAL_MISMATCHES}",
+        needs=("seal_checked",),
     ),
     "task_list_edited": Check(
         "the store's task list is not the one its writers sealed: a task (with its rollouts) "
@@ -450,6 +453,15 @@ CHECKS: dict[str, Check] = {
         "SELECT run_id AS id FROM runs WHERE NOT getvariable('task_list_sealed')",
         level="run",
         needs=("task_list_sealed",),
+    ),
+    "inputs_edited": Check(
+        "what decides the run's numbers besides its verdicts (the tasks' prompts, references "
+        "and data, the run's row, the verifier versions with their parameters, which version "
+        "is current) is not what its writers sealed: edited in the file (an answer key, a "
+        "lenient version made current)",
+        "SELECT run_id AS id FROM runs WHERE NOT getvariable('inputs_sealed')",
+        level="run",
+        needs=("inputs_sealed",),
     ),
     "seal_stripped": Check(
         "a verdict of a store this machine sealed at this path (its sealed-stores ledger, beside "

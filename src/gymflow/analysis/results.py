@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -107,6 +108,10 @@ class Health(Result):
     checks: dict[str, HealthCheck]
     rollout_verdicts: list[dict[str, Any]]
     rollout_verdicts_truncated: bool
+    #: when every seal was last recomputed and matched, when this check took that result for
+    #: the store's unchanged file (`store/checked_stores.py`); None: recomputed now (or not
+    #: sealed by this machine's key)
+    seals_checked_at: datetime | None = None
 
     @property
     def broken(self) -> list[str]:

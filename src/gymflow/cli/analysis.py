@@ -218,7 +218,7 @@ def print_version_read(read: VersionRead | None) -> None:
 def print_profile(result: Profile) -> None:
     console.print(
         styled(
-            (result.benchmark or result.environment, "bold"),
+            (result.benchmark or result.environment or "no benchmark (imported)", "bold"),
             f" · {result.model} · verifier {result.verifier_version}",
         )
     )
@@ -322,6 +322,13 @@ def eval_health(
     max_listed: Annotated[
         int, typer.Option(min=0, help="Unhealthy rollouts listed in the JSON output.")
     ] = 1000,
+    verify_seals: Annotated[
+        bool,
+        typer.Option(
+            "--verify-seals",
+            help="Recompute every seal, even when the store is unchanged since they matched.",
+        ),
+    ] = False,
 ) -> None:
     """Check every record; exit 2 when a check flags more than its allowed share of rollouts."""
     from gymflow.analysis.health import Gate, health
@@ -333,7 +340,13 @@ def eval_health(
     )
     con = connect(run_dir, read_only=True)
     try:
-        result = health(con, verifier_version=verifier_version, gate=gate, max_listed=max_listed)
+        result = health(
+            con,
+            verifier_version=verifier_version,
+            gate=gate,
+            max_listed=max_listed,
+            verify_seals=verify_seals,
+        )
         warn_stale_report(con, run_dir)
     finally:
         con.close()
@@ -366,6 +379,12 @@ def eval_health(
             + f"; verifier {result.verifier_version}"
         )
         print_version_read(result.version_read)
+        if result.seals_checked_at is not None:
+            console.print(
+                f"seals: every one matched at {result.seals_checked_at:%Y-%m-%d %H:%M:%S} UTC, "
+                "and the store is unchanged since (--verify-seals recomputes them)",
+                markup=False,
+            )
     if result.gate == "fail":
         raise typer.Exit(exit_codes.GATE_FAILED)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from gymflow.core.processes import pid_alive
 from gymflow.interop.nemo_read import InteropError
 from gymflow.store.db import STORE_FILE, StoreError, connect, store_path, transaction
+from gymflow.store.seal import built_aside, load_key, remember
 
 
 def _remove_abandoned(run_dir: Path) -> None:
@@ -44,12 +45,15 @@ def staged_store(out: Path) -> Iterator:
         shutil.rmtree(staging, ignore_errors=True)
         raise InteropError(f"{run_dir}: cannot create the store: {exc}") from None
     try:
-        with transaction(con):
+        with built_aside(store_path(staging)), transaction(con):
             yield con
         con.execute("CHECKPOINT")
         con.close()
         run_dir.mkdir(parents=True, exist_ok=True)
         os.replace(staging / STORE_FILE, target)
+        # recorded as sealed where it now is, never at the staging path it was sealed at
+        if (key := load_key(create=False)) is not None:
+            remember(target, key)
     except OSError as exc:
         raise InteropError(f"{run_dir}: cannot write the store: {exc}") from None
     finally:

@@ -38,16 +38,25 @@ class TextConsole(Console):
         return super().render_str(safe_text(text), **kwargs)
 
 
-def styled(*parts: str | tuple[str, str]) -> Text:
+#: What `styled` shows for a value the store holds as NULL (an import names no benchmark).
+MISSING = "—"
+
+
+def _shown(value: object) -> str:
+    return MISSING if value is None else str(value)
+
+
+def styled(*parts: str | tuple[str | None, str] | None) -> Text:
     """One line from plain parts and (text, style) parts, every part printed as text:
     `styled("pass@1 = ", (figure, "bold"))`. Newlines are shown escaped too: a task id or
     model name holding one printed a forged line of its own ("verdict: healthy"). A message
-    of several lines goes beside it instead: `console.print(styled(("error:", "red")), text)`."""
+    of several lines goes beside it instead: `console.print(styled(("error:", "red")), text)`.
+    A part that is None (a NULL the store holds: an import's benchmark) shows as `MISSING`."""
     return Text.assemble(
         *(
-            (safe_text(part[0], newlines=False), part[1])
+            (safe_text(_shown(part[0]), newlines=False), part[1])
             if isinstance(part, tuple)
-            else safe_text(part, newlines=False)
+            else safe_text(_shown(part), newlines=False)
             for part in parts
         )
     )

@@ -30,9 +30,12 @@ from gymflow.reports.render import CSP
 REPORTS_URL_ENV = "GYMFLOW_REPORTS_URL"
 #: The folder that server serves, as this machine sees it (default: the working directory).
 REPORTS_ROOT_ENV = "GYMFLOW_REPORTS_ROOT"
-#: What is served: the reports and the trajectories file beside a large one.
-SERVED_SUFFIXES = (".html", ".jsonl")
-MEDIA_TYPES = {".html": "text/html; charset=utf-8", ".jsonl": "application/x-ndjson"}
+#: What is served: the reports and the trajectories file beside a large one (`render.export_path`:
+#: `NAME.trajectories.jsonl`, served only beside its report `NAME.html`; any other `.jsonl`
+#: under the root, a held-out dataset, is not a report's).
+TRAJECTORIES = ".trajectories.jsonl"
+SERVED_SUFFIXES = (".html", TRAJECTORIES)
+MEDIA_TYPES = {".html": "text/html; charset=utf-8", TRAJECTORIES: "application/x-ndjson"}
 #: Reports listed on the index page, newest first.
 INDEX_LIMIT = 500
 
@@ -106,6 +109,8 @@ def _open_served(root: Path, relative: str) -> _Served | None:
                 inner = os.open(part, _FOLDER_FLAGS, dir_fd=folder)
                 os.close(folder)
                 folder = inner
+            if parts[-1].endswith(TRAJECTORIES) and not _beside_report(parts[-1], folder):
+                return None
             fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=folder)
         finally:
             os.close(folder)
@@ -119,6 +124,15 @@ def _open_served(root: Path, relative: str) -> _Served | None:
         if fd >= 0:
             os.close(fd)
         return None
+
+
+def _beside_report(name: str, folder: int) -> bool:
+    """Whether the folder holds the report a trajectories file belongs to, as a regular file."""
+    report = name[: -len(TRAJECTORIES)] + ".html"
+    try:
+        return stat.S_ISREG(os.stat(report, dir_fd=folder, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 def _reports(root: Path) -> list[tuple[Path, float]]:

@@ -8,4 +8,8 @@ Cut-off: judges stored rollouts again, never calls the policy model; no Prefect 
 
 __tier__ = 4
 
-__all__ = ["check", "new_version"]
+__all__ = [
+    "check",
+    "new_version",
+    "task_source",
+]

@@ -13,13 +13,8 @@ from gymflow.core.records import Verification
 from gymflow.environments.base import Environment
 from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.environments.resources import ResourcesServer
-from gymflow.reverify.new_version import (
-    BATCH,
-    ReverifyError,
-    stored_params,
-    stored_tasks,
-    verify_all,
-)
+from gymflow.reverify.new_version import BATCH, ReverifyError, stored_params, verify_all
+from gymflow.reverify.task_source import trusted_tasks
 from gymflow.store import verifier_versions
 from gymflow.store.db import connect, store_path
 from gymflow.store.runs import run_info
@@ -65,10 +60,19 @@ class Rechecked(Result):
     seal_state: SealState
     seal_mismatches: int | None
     seal_examples: list[str]
+    #: the run's inputs (tasks, run row, verifier versions and parameters, the current
+    #: version: `store/sealed_inputs.py`) are those its writers sealed; None: not checked
+    #: (not this machine's key, or a store sealed before its inputs were)
+    inputs_sealed: bool | None = None
 
     @property
     def agrees(self) -> bool:
-        return self.count == 0 and self.params_named and not self.seal_mismatches
+        return (
+            self.count == 0
+            and self.params_named
+            and not self.seal_mismatches
+            and self.inputs_sealed is not False
+        )
 
 
 def _said(status: str | None, reward: float | None, passed: bool | None, kind: str | None) -> str:
@@ -134,7 +138,8 @@ def check(
                     f"cannot re-check version {version}: {refusal}; its verdicts cannot be "
                     "recomputed from the store"
                 )
-            return _check_with(con, store, env, server, version, row[2], max_listed)
+            tasks = trusted_tasks(con, store, run, env)
+            return _check_with(con, store, env, server, tasks, version, row[2], max_listed)
         finally:
             server.close()
     finally:
@@ -146,11 +151,11 @@ def _check_with(
     store: Path,
     env: Environment,
     server: ResourcesServer,
+    tasks: dict,
     version: str,
     stored_code: str | None,
     max_listed: int | None,
 ) -> Rechecked:
-    tasks = stored_tasks(con, store)
     seals = check_seals(con)
     # Every completed rollout, with or without a verdict under the version (a failing verdict
     # deleted leaves the scores counting only the passes), and every verdict of a rollout.
@@ -208,4 +213,5 @@ def _check_with(
         seal_state=seals.store.state,
         seal_mismatches=seals.mismatched,
         seal_examples=seals.examples,
+        inputs_sealed=seals.store.inputs_sealed,
     )

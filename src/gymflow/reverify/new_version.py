@@ -1,14 +1,14 @@
 """Reverify: new rewards for stored rollouts under changed verifier parameters, without inference.
 
-The environment is reloaded by the name the run recorded; each task is rebuilt from the store's
-`tasks` table (its `data_json` is the Task.data the verifier reads, so the rewards follow the
-dataset the run actually used); each completed rollout's stored output and trajectory go through
-the environment's resources server with the new parameters. The result is a new verifier version
-stored beside the old ones: nothing is overwritten, and the policy model is never called (an LLM
-judge inside a verifier may be). Verification is the collector's (`ResourcesServer.verify_many`):
-a verifier with a bound runs in the worker pool, where one that hangs is killed and its rollout
-recorded as `verifier_timeout` (or, for one running the answer's code, as the answer failing),
-so a reverify always finishes.
+The environment is reloaded by the name the run recorded; each task is taken from the run's
+benchmark, never from the store's copy (which may hold code a verifier runs: `task_source.py`),
+after checking the store's copy is the benchmark's; each completed rollout's stored output and
+trajectory go through the environment's resources server with the new parameters. The result is
+a new verifier version stored beside the old ones: nothing is overwritten, and the policy model
+is never called (an LLM judge inside a verifier may be). Verification is the collector's
+(`ResourcesServer.verify_many`): a verifier with a bound runs in the worker pool, where one that
+hangs is killed and its rollout recorded as `verifier_timeout` (or, for one running the answer's
+code, as the answer failing), so a reverify always finishes.
 
 With `failed_only`, only rollouts the base version did not pass are judged again; the base
 version's passing verdicts are carried into the new version (marked `carried_from`), so the new
@@ -36,10 +36,13 @@ from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment, VerifierRef
 from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.environments.resources import ResourcesServer
+from gymflow.reverify.task_source import trusted_tasks
 from gymflow.store import verifier_versions
+from gymflow.store.checked_stores import checked_before, record_written
 from gymflow.store.db import connect, memory_capped_call, store_path, transaction
 from gymflow.store.rows import verification_row
 from gymflow.store.runs import RunInfo, run_info
+from gymflow.store.seal import check_inputs, claim, seal_tasks
 from gymflow.store.superseded import supersede_verifications
 from gymflow.store.writer import (
     STAGED_VERDICTS,
@@ -150,24 +153,6 @@ def _version_of(con, server: ResourcesServer) -> str:
     if code is not None and row is not None and row[0] is not None and row[0] != code:
         return with_code(version, code)
     return version
-
-
-def stored_tasks(con, store: Path) -> dict[str, Task]:
-    rows = con.execute(
-        "SELECT task_id, data_json, reference, tags, difficulty FROM tasks"
-    ).fetchall()
-    return {
-        task_id: Task(
-            task_id=task_id,
-            inputs={},
-            data=_stored_json(data_json, dict, store, f"task {task_id!r}", "data_json"),
-            reference=reference or "",
-            distractor="",
-            tags=tuple(tags or ()),
-            difficulty=difficulty,
-        )
-        for task_id, data_json, reference, tags, difficulty in rows
-    }
 
 
 def _selection(failed_only: bool) -> str:
@@ -293,6 +278,8 @@ def _write(
                 [version, base.version, now, base.version],
             )
         insert_staged(con)
+        # the new version's row, its parameters and code hash decide its numbers: sealed
+        seal_tasks(con, claim(con, str(store)))
     return judged
 
 
@@ -438,8 +425,13 @@ def reverify(
     Raises ReverifyError (nothing written) when the
     environment is unknown, verifies live session state (unless `force`), or rejects the
     parameters."""
+    # a store whose every seal matched in its present state, written only by this sealing
+    # writer, is recorded as checked again after (store/checked_stores.py)
+    was_checked = checked_before(store_path(run_dir))
     con = connect(run_dir)
     try:
+        # verdicts judged against an edited answer key or version row would be sealed: refused
+        check_inputs(con, str(store_path(run_dir)))
         run = run_info(con)
         if not run.environment:  # an import that was not matched to an environment
             raise ReverifyError(
@@ -462,7 +454,7 @@ def reverify(
         except UserError as exc:  # parameters that do not validate, a verifier gone
             raise ReverifyError(f"--set: {exc}" if settings else str(exc)) from None
         try:
-            return _reverify_with(
+            result = _reverify_with(
                 con,
                 store_path(run_dir),
                 run,
@@ -479,6 +471,9 @@ def reverify(
             server.close()
     finally:
         con.close()
+    if was_checked:
+        record_written(store_path(run_dir))
+    return result
 
 
 @memory_capped_call
@@ -509,12 +504,12 @@ def _reverify_with(
         row[0] for row in con.execute("SELECT verifier_version FROM verifier_versions").fetchall()
     }
     if new_version not in stored:
-        tasks = stored_tasks(con, store)
+        tasks = trusted_tasks(con, store, run, env)
         reverified = _write(con, store, server, new_version, base, tasks, failed_only)
         status = "written"
     else:
         reverified = _rejudge(
-            con, store, server, new_version, stored_tasks(con, store), failed_only
+            con, store, server, new_version, trusted_tasks(con, store, run, env), failed_only
         )
         status = "rejudged" if reverified else "already stored"
     if make_current:

@@ -8,14 +8,18 @@ Cut-off: reads and writes stores; judges nothing and runs no model. Tier 1, besi
 __tier__ = 1
 
 __all__ = [
+    "arrow_reads",
+    "checked_stores",
     "compact",
     "db",
+    "exact_schema",
     "merge",
     "remote",
     "rows",
     "runs",
     "schema",
     "seal",
+    "sealed_inputs",
     "server_reports",
     "snapshot",
     "superseded",

@@ -15,6 +15,7 @@ import duckdb
 
 from gymflow.core.errors import RuntimeFailure, UserError, option
 from gymflow.core.written import created, written
+from gymflow.store.exact_schema import differences
 from gymflow.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, SPECS, TABLES
 
 STORE_FILE = "gymflow.duckdb"
@@ -179,9 +180,12 @@ def first_sql(value: str, order: str, n: int) -> str:
 def copy_store(source: Path | str, run_dir: Path | str) -> Path:
     """Copy a closed store into `run_dir`, replacing the one there in one rename (a copy taken
     again after the source grew must not be half old)."""
+    from gymflow.store.seal import remember_copy  # pyarrow, for the seal: not on every open
+
     target = store_path(run_dir)
     with written(target) as (partial,):
         shutil.copyfile(store_path(source), partial)
+    remember_copy(store_path(source), target)
     return target
 
 
@@ -212,6 +216,7 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
         ) from None
     try:
         _refuse_foreign_objects(con, path)
+        _refuse_other_schema(con, path)
         if read_only:
             _check_version(con, path)
             _stand_in_for_new_tables(con)
@@ -274,6 +279,18 @@ def _refuse_foreign_objects(con, path: Path) -> None:
         "its SQL, so it is not opened: drop them (DROP MACRO ..., DROP VIEW ...) or use the "
         "run's original store"
     )
+
+
+def _refuse_other_schema(con, path: Path) -> None:
+    """A gymflow table that is not exactly gymflow's (a generated column, a default, a column
+    of another type or place, a constraint) is refused, on every connection, before any of
+    gymflow's SQL runs on it (`store/exact_schema.py`). Nothing is written."""
+    found = differences(con)
+    if found:
+        raise StoreError(
+            f"{path}: not gymflow's schema: {'; '.join(found)}; a table's own expressions "
+            "would run in gymflow's statements, so it is not opened: use the run's original store"
+        )
 
 
 def _create(path: Path) -> None:

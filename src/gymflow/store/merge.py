@@ -20,6 +20,7 @@ from gymflow.store.runs import RolloutKey, RunInfo, check_run_store, missing_key
 from gymflow.store.seal import (
     SealKey,
     SealKeyError,
+    check_inputs,
     claim,
     foreign_key_message,
     load_key,
@@ -101,6 +102,7 @@ def read_shard(path: Path | str) -> ShardInfo:
             r[0] for r in con.execute("SELECT shard_index FROM shards ORDER BY 1").fetchall()
         )
         rollouts = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
+        check_inputs(con, f"{store_path(path)}: refused")
     finally:
         con.close()
     return ShardInfo(path=store_path(path), run=run, indices=indices, rollouts=rollouts)
@@ -163,6 +165,7 @@ def merge_into(
     rollout `keys` are still missing."""
     con = connect(run_dir, create=True)
     try:
+        check_inputs(con, str(store_path(run_dir)))
         added = _copy(con, shards)
         insert_rows(con, "tasks", task_rows, on_conflict_ignore=True)
         seal_tasks(con, claim(con, str(run_dir)))

@@ -11,6 +11,7 @@ name, exactly one wins and the other is told (`AlreadyExists`)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import secrets
@@ -31,6 +32,28 @@ class RemoteError(UserError):
 
 class AlreadyExists(RemoteError):
     """An immutable name already holds an object: another attempt published it first."""
+
+
+@functools.cache
+def _failures() -> tuple[type[BaseException], ...]:
+    """What object storage raises when it cannot be reached or refuses: OSError (s3fs turns
+    most answers into one), and what botocore and aiohttp raise themselves (an endpoint that
+    does not answer is botocore's EndpointConnectionError, no OSError): each a one-line
+    RemoteError, never a traceback."""
+    found: list[type[BaseException]] = [OSError]
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        found += [BotoCoreError, ClientError]
+    except ImportError:
+        pass
+    try:
+        from aiohttp import ClientError as HttpClientError
+
+        found.append(HttpClientError)
+    except ImportError:
+        pass
+    return tuple(found)
 
 
 def is_url(location: str | Path) -> bool:
@@ -92,7 +115,7 @@ class Remote:
             return fs.cat_file(path)
         except FileNotFoundError:
             return None
-        except OSError as exc:
+        except _failures() as exc:
             raise RemoteError(f"{self.url}/{name}: cannot read: {exc}") from None
 
     def find(self, suffix: str) -> list[str]:
@@ -102,7 +125,7 @@ class Remote:
             found = fs.find(root)
         except FileNotFoundError:
             return []
-        except OSError as exc:
+        except _failures() as exc:
             raise RemoteError(f"{self.url}: cannot list: {exc}") from None
         prefix = root.rstrip("/") + "/"
         return sorted(p.removeprefix(prefix) for p in found if p.endswith(suffix))
@@ -115,7 +138,7 @@ class Remote:
                 _link_new(Path(path), data, replace=True)
             else:
                 fs.pipe_file(path, data)
-        except OSError as exc:
+        except _failures() as exc:
             raise RemoteError(f"{self.url}/{name}: cannot write: {exc}") from None
 
     def put_file(self, name: str, path: Path) -> None:
@@ -131,7 +154,7 @@ class Remote:
                 partial.replace(target)
             else:
                 fs.put_file(str(path), remote_path)
-        except OSError as exc:
+        except _failures() as exc:
             raise RemoteError(f"{self.url}/{name}: cannot write: {exc}") from None
 
     def put_new(self, name: str, data: bytes) -> None:
@@ -144,7 +167,7 @@ class Remote:
                 fs.pipe_file(path, data, mode="create")
         except FileExistsError:
             raise AlreadyExists(f"{self.url}/{name}: already written by another attempt") from None
-        except OSError as exc:
+        except _failures() as exc:
             # S3 answers 412 Precondition Failed, which s3fs raises as a plain OSError: the
             # object's presence says whether another attempt won (or this one's reply was lost).
             held = self.read(name)

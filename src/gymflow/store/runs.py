@@ -10,7 +10,7 @@ from pathlib import Path
 from gymflow.core.errors import option
 from gymflow.store.db import StoreError, store_path
 from gymflow.store.schema import COLUMNS
-from gymflow.store.seal import claim, seal_tasks
+from gymflow.store.seal import check_inputs, claim, seal_tasks
 from gymflow.store.writer import insert_rows
 
 #: A rollout's place in its run: (task_id, repeat_index).
@@ -65,12 +65,13 @@ def record_run(
     )
     # a store sealed with another key is refused before a model is called, not at the first
     # batch's commit (store/seal.py: one store, one key)
+    check_inputs(con, str(store_path(run_dir)))
     key = claim(con, str(store_path(run_dir)))
     insert_rows(con, "runs", [run], on_conflict_ignore=True)
     insert_rows(con, "shards", [shard], on_conflict_ignore=True)
     insert_rows(con, "tasks", tasks, on_conflict_ignore=True)
-    seal_tasks(con, key)
     insert_rows(con, "verifier_versions", [verifier_version], on_conflict_ignore=True)
+    seal_tasks(con, key)
 
 
 def missing_keys(con, run_id: str, wanted: list[RolloutKey]) -> list[RolloutKey]:

@@ -10,10 +10,12 @@ failure kind) under a key kept outside the store (`GYMFLOW_SEAL_KEY`, or a key f
 in the user's config folder): whoever can write the DuckDB file or the object storage a shard is
 published to cannot compute it.
 
-The MAC is HMAC-SHA256 computed in DuckDB's SQL (`seal_sql`), truncated to 128 bits: one
-expression every writer inserts with and the checks recompute, so no verdict crosses into Python
-to be sealed (a reverify writes 100,000 a second). The key's inner and outer pads reach the SQL
-as session variables (`arm`); the key itself never appears in a statement.
+The MAC is HMAC-SHA256, truncated to 128 bits, of a message DuckDB frames from the stored values
+(`message_sql`: one expression every writer seals with and every check recomputes), computed in
+Python over the messages read out as Arrow batches (`Sealer`). Neither the key nor anything made
+from it (HMAC's pads) reaches DuckDB: a store is a file from anyone, and any expression it holds
+(a column's default, a generated column) runs in gymflow's statements, so whatever a session
+variable or a statement held, the store could read or copy.
 
 Which key sealed a store is in its `meta` table (`seal`: key id, the count of verdicts written
 before the store was first sealed, and a MAC of both): a writer holding another key refuses to
@@ -23,16 +25,24 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
+import contextlib
+import contextvars
+import functools
 import hmac
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from gymflow.core.errors import UserError
-from gymflow.store.db import first_sql
+from gymflow.store.arrow_reads import arrow_batches
+from gymflow.store.sealed_inputs import inputs_sealed, seal_inputs
 
 SEAL_KEY_ENV = "GYMFLOW_SEAL_KEY"
 #: Bytes of a key made on first use, and the fewest a given key may have.
@@ -40,7 +50,6 @@ KEY_BYTES = 32
 MIN_KEY_BYTES = 16
 #: Hex characters of a seal kept: HMAC-SHA256 truncated to 128 bits (RFC 2104 allows it).
 SEAL_HEX = 32
-_BLOCK = 64  # SHA-256's block size, the HMAC pad length
 
 
 class SealKeyError(UserError):
@@ -61,13 +70,12 @@ class SealKey:
 
     def mac(self, text: str) -> str:
         """HMAC-SHA256 of `text`, hex: the seal of a manifest or of the store's seal record."""
-        return hmac.new(self.secret, text.encode(), hashlib.sha256).hexdigest()
+        return hmac.new(self.secret, text.encode(), "sha256").hexdigest()
 
-    def pads(self) -> tuple[bytes, bytes]:
-        """HMAC's inner and outer keys (RFC 2104): what `seal_sql` hashes the message with."""
-        key = hashlib.sha256(self.secret).digest() if len(self.secret) > _BLOCK else self.secret
-        key = key.ljust(_BLOCK, b"\0")
-        return bytes(b ^ 0x36 for b in key), bytes(b ^ 0x5C for b in key)
+    @functools.cached_property
+    def sealer(self) -> Sealer:
+        """The key's HMAC state, computed once: what every verdict's seal is made with."""
+        return Sealer(self)
 
 
 def key_file() -> Path:
@@ -155,13 +163,18 @@ def load_key(*, create: bool) -> SealKey | None:
     return SealKey(_checked_file(path), str(path))
 
 
-# -- the seal in SQL ------------------------------------------------------------------------
+# -- the seal: a message framed in SQL, its MAC in Python --------------------------------------
+#
+# The message is built by DuckDB from the stored values (one `concat`, no key in it); the MAC is
+# computed here, over the message read out as Arrow batches, from the key's HMAC state made once
+# (`Sealer`). No statement, session variable or expression a store can hold (a default, a
+# generated column, a view) ever sees the key or its pads: a store that reads them reads NULL.
 
 
 def _framed(column: str) -> str:
     """A value as `bytes:text` (NULL as a bare `:`; `concat` skips NULLs): no two messages of
     other values read alike. One `concat` builds the whole message: a chain of `||` copied it
-    once per field, a third of the seal's cost."""
+    once per field, a third of its cost."""
     text = f"{column}::VARCHAR"
     return f"strlen({text}), ':', {text}"
 
@@ -182,27 +195,76 @@ SEALED_ROLLOUT = (
     "output_text",
     "trajectory_json",
 )
+#: The column a sealing or checking SELECT names its message (`message_sql`) with.
+MESSAGE = "seal_message"
 
 
-def seal_sql(verdict: str, rollout: str, prefix: str = "") -> str:
-    """THE seal of a verdict: SQL over a relation `verdict` holding the verdict's columns and
-    `rollout` holding its rollout's `SEALED_ROLLOUT` columns, each named with `prefix` (one
-    relation may be both, the rollout's columns then prefixed apart from the verdict's). Needs
-    `arm(con, key)` on the connection; unarmed, it is NULL."""
+def message_sql(verdict: str, rollout: str, prefix: str = "") -> str:
+    """THE message a verdict's seal is the MAC of, as a BLOB: SQL over a relation `verdict`
+    holding the verdict's columns and `rollout` holding its rollout's `SEALED_ROLLOUT` columns,
+    each named with `prefix` (one relation may be both, the rollout's columns then prefixed
+    apart from the verdict's). The same framing stores sealed before carry."""
     parts = [_framed(f"{verdict}.{name}") for name in SEALED_VERDICT]
     # a number and a boolean hold no `|`: as text, NULL as nothing
     parts += [f"{verdict}.reward", f"{verdict}.passed"]
     parts += [_framed(f"{rollout}.{prefix}{name}") for name in SEALED_ROLLOUT]
-    message = "concat(" + ", '|', ".join(parts) + ")"
-    inner = f"sha256(getvariable('gymflow_seal_ipad') || encode({message}))"
-    return f"left(sha256(getvariable('gymflow_seal_opad') || unhex({inner})), {SEAL_HEX})"
+    return "encode(concat(" + ", '|', ".join(parts) + "))"
 
 
-def arm(con, key: SealKey) -> None:
-    """Give the connection the key's pads, as session variables `seal_sql` reads."""
-    inner, outer = key.pads()
-    con.execute("SET VARIABLE gymflow_seal_ipad = ?::BLOB", [inner])
-    con.execute("SET VARIABLE gymflow_seal_opad = ?::BLOB", [outer])
+class Sealer:
+    """A key's HMAC-SHA256 with its inner and outer states computed once (`hmac.new(...)`,
+    copied per message): the seal of one message is two SHA-256 compressions of it plus two of
+    a block."""
+
+    def __init__(self, key: SealKey) -> None:
+        self._state = hmac.new(key.secret, digestmod="sha256")
+
+    def fresh(self):
+        """A copy of the key's HMAC state, for one message given in parts."""
+        return self._state.copy()
+
+    def seal(self, message: bytes | None) -> str | None:
+        if message is None:
+            return None
+        mac = self._state.copy()
+        mac.update(message)
+        return mac.hexdigest()[:SEAL_HEX]
+
+    def seals(self, messages: pa.Array) -> pa.Array:
+        """The seal of every message (a BLOB column DuckDB framed; never NULL), as an Arrow
+        string array built from its buffers: `pa.array` over Python values imports pandas
+        (0.7 s of a command's start), and one hex of all the digests is faster than one each."""
+        state, digests = self._state, []
+        for message in messages.to_pylist():
+            mac = state.copy()
+            mac.update(message)
+            digests.append(mac.digest()[: SEAL_HEX // 2])
+        count = len(digests)
+        offsets = np.arange(0, SEAL_HEX * (count + 1), SEAL_HEX, dtype=np.int32)
+        data = b"".join(digests).hex().encode("ascii")
+        return pa.StringArray.from_buffers(count, pa.py_buffer(offsets), pa.py_buffer(data))
+
+
+#: Rows a sealing or checking read takes from DuckDB at once (messages are dropped per batch).
+SEAL_BATCH = 65_536
+
+
+def _batches(con, sql: str, params: list | None = None) -> Iterator[pa.RecordBatch]:
+    yield from arrow_batches(con, sql, params, SEAL_BATCH)
+
+
+def sealed(con, key: SealKey, select: str, params: list | None = None) -> pa.Table | None:
+    """The rows `select` gives (its last column the message, `message_sql` AS `MESSAGE`) with
+    the message replaced by its seal, as Arrow (`seal`), read batch by batch; None for no rows.
+    The key stays in this process: DuckDB gets the seals, never what makes them."""
+    sealer = key.sealer
+    parts = []
+    for batch in _batches(con, select, params):
+        at = batch.schema.get_field_index(MESSAGE)
+        columns = [batch.column(i) for i in range(batch.num_columns) if i != at]
+        names = [name for i, name in enumerate(batch.schema.names) if i != at]
+        parts.append(pa.table([*columns, sealer.seals(batch.column(at))], [*names, "seal"]))
+    return pa.concat_tables(parts) if parts else None
 
 
 # -- which key sealed a store ----------------------------------------------------------------
@@ -224,11 +286,21 @@ class StoreSeal:
     legacy: int = 0
     #: whether its task list is the one sealed (`armed_state`; None: not checked)
     tasks_sealed: bool | None = None
+    #: its seal record says its inputs are sealed (`sealed_inputs.py`): a missing seal of them
+    #: is an edit, not an older store
+    inputs_required: bool = False
+    #: whether its inputs are the ones sealed (`armed_state`; None: not checked, or a store
+    #: sealed before they were)
+    inputs_sealed: bool | None = None
 
 
-def _record(key: SealKey, legacy: int) -> str:
+def _record(key: SealKey, legacy: int, *, version: int = 2) -> str:
+    """The seal record; version 2 says the store's inputs (`sealed_inputs.py`) are sealed too,
+    so a store whose record is version 2 and whose inputs seal is gone was edited (version 1,
+    written before, says nothing of them; a version cannot be changed without the key)."""
     body = f"{key.key_id}:{legacy}"
-    return f"{body}:{key.mac('gymflow store seal ' + body)[:SEAL_HEX]}"
+    label = "gymflow store seal " if version == 1 else f"gymflow store seal v{version} "
+    return f"{body}:{key.mac(label + body)[:SEAL_HEX]}"
 
 
 def _has_seal_column(con) -> bool:
@@ -240,15 +312,22 @@ def _has_seal_column(con) -> bool:
     )
 
 
+#: Every stored verdict's id and seal, with the message its seal is the MAC of.
+_VERDICT_MESSAGES = (
+    f"SELECT v.rollout_id, v.seal, {message_sql('v', 'r')} AS {MESSAGE} "
+    "FROM verifications v LEFT JOIN rollouts r USING (rollout_id)"
+)
+
+
 def _sealed_by(con, key: SealKey) -> bool:
-    """Whether any stored verdict carries `key`'s seal (arms `con` with it)."""
+    """Whether any stored verdict carries `key`'s seal."""
     if not _has_seal_column(con):
         return False
-    arm(con, key)
-    return con.execute(
-        "SELECT EXISTS (SELECT 1 FROM verifications v JOIN rollouts r USING (rollout_id) "
-        f"WHERE v.seal = {seal_sql('v', 'r')})"
-    ).fetchone()[0]
+    for batch in _batches(con, _VERDICT_MESSAGES + " WHERE v.seal IS NOT NULL"):
+        same = pc.equal(batch.column(1), key.sealer.seals(batch.column(2)))
+        if pc.any(same).as_py():
+            return True
+    return False
 
 
 # -- which stores this machine sealed -------------------------------------------------------
@@ -266,7 +345,8 @@ def ledger_file() -> Path:
     return key_file().with_name("sealed-stores")
 
 
-def _store_path(con) -> str | None:
+def store_file(con) -> str | None:
+    """The real path of the store file `con` has open (None: in memory)."""
     row = con.execute(
         "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
     ).fetchone()
@@ -277,9 +357,34 @@ def _entry(key: SealKey, path: str) -> str:
     return f"{key.key_id}\t{path}\n"
 
 
+#: Stores being built aside (an import's staging folder), recorded only at their final path.
+_BUILT_ASIDE: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "gymflow_built_aside", default=frozenset()
+)
+
+
+@contextlib.contextmanager
+def built_aside(path: Path | str) -> Iterator[None]:
+    """Inside, the store at `path` is not recorded as sealed: it is built to be renamed, and
+    the caller records it where it ends up (`remember`)."""
+    token = _BUILT_ASIDE.set(_BUILT_ASIDE.get() | {os.path.realpath(path)})
+    try:
+        yield
+    finally:
+        _BUILT_ASIDE.reset(token)
+
+
 def _remember(con, key: SealKey) -> None:
-    path, ledger = _store_path(con), ledger_file()
-    if path is None:
+    path = store_file(con)
+    if path is not None and path not in _BUILT_ASIDE.get():
+        remember(path, key)
+
+
+def remember(path: Path | str, key: SealKey) -> None:
+    """Record that `key` sealed the store at `path` (its final path: a store built aside and
+    renamed into place is recorded where it ends up), once."""
+    path, ledger = os.path.realpath(path), ledger_file()
+    if _listed(ledger, _entry(key, path)):
         return
     try:
         ledger.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -290,18 +395,30 @@ def _remember(con, key: SealKey) -> None:
         out.write(_entry(key, path))
 
 
-def _remembered(con, key: SealKey) -> bool:
-    path, ledger = _store_path(con), ledger_file()
-    if path is None or not ledger.exists():
+def remember_copy(source: Path, copy: Path) -> None:
+    """A copy of a store this machine's key sealed is recorded as sealed too (a study's arm
+    starts from a copy of its base run's store)."""
+    key = load_key(create=False)
+    if key is not None and _listed(ledger_file(), _entry(key, os.path.realpath(source))):
+        remember(copy, key)
+
+
+def _listed(ledger: Path, entry: str) -> bool:
+    if not ledger.exists():
         return False
     try:
         info = ledger.stat()
         if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) & 0o022:
             raise SealKeyError(f"{ledger}: writable by others or not this user's; refused")
         with ledger.open(encoding="utf-8", errors="replace") as lines:
-            return _entry(key, path) in lines
+            return entry in lines
     except OSError as exc:
         raise SealKeyError(f"{ledger}: cannot read the sealed stores: {exc.strerror}") from None
+
+
+def _remembered(con, key: SealKey) -> bool:
+    path = store_file(con)
+    return path is not None and _listed(ledger_file(), _entry(key, path))
 
 
 STRIPPED = (
@@ -320,11 +437,23 @@ def store_seal(con, key: SealKey | None) -> StoreSeal:
     return found
 
 
+def _write_record(con, key: SealKey, legacy: int) -> None:
+    con.execute(
+        "INSERT INTO meta VALUES ('seal', ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [_record(key, legacy)],
+    )
+
+
+def _record_row(con) -> tuple | None:
+    return con.execute("SELECT value FROM meta WHERE key = 'seal'").fetchone()
+
+
 def _seal_record(con, key: SealKey | None) -> StoreSeal:
     """Which key sealed the store `con`, and how many of its verdicts predate the seal. A
     record whose MAC does not verify under this machine's key (an edited count) grants no
     verdict leave to be unsealed."""
-    row = con.execute("SELECT value FROM meta WHERE key = 'seal'").fetchone()
+    row = _record_row(con)
     if row is None:
         sealed_any = (
             _has_seal_column(con)
@@ -349,7 +478,9 @@ def _seal_record(con, key: SealKey | None) -> StoreSeal:
         )
     legacy_text = rest.partition(":")[0]
     legacy = int(legacy_text) if legacy_text.isdigit() and len(legacy_text) < 19 else 0
-    return StoreSeal("sealed", key_id, legacy if _record(key, legacy) == row[0] else 0)
+    if hmac.compare_digest(_record(key, legacy), str(row[0])):
+        return StoreSeal("sealed", key_id, legacy, inputs_required=True)
+    return StoreSeal("sealed", key_id, legacy if _record(key, legacy, version=1) == row[0] else 0)
 
 
 def foreign_key_message(where: str, key_id: str | None, key: SealKey | None) -> str:
@@ -378,12 +509,40 @@ def _task_list_mac(con, key: SealKey) -> str:
 
 
 def seal_tasks(con, key: SealKey) -> None:
-    """Seal the task list the store holds now (after a writer added tasks)."""
+    """Seal the task list and the inputs (`sealed_inputs.py`) the store holds now (after a
+    writer added tasks or a verifier version, or chose the current one)."""
     con.execute(
         "INSERT INTO meta VALUES ('task_seal', ?) "
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         [_task_list_mac(con, key)],
     )
+    seal_inputs(con, key)
+    found = _seal_record(con, key)
+    if found.state == "sealed" and not found.inputs_required:
+        # a store sealed before its inputs were: its record now says they are (version 2)
+        _write_record(con, key, found.legacy)
+
+
+INPUTS_EDITED = (
+    "its tasks, verifier versions, run row or current version are not those its writers "
+    "sealed: edited in the file"
+)
+
+
+def check_inputs(con, where: str) -> None:
+    """Before a writer changes the store's inputs (registers tasks or a verifier version,
+    chooses the current version, merges, judges again): refuse (SealKeyError, nothing written)
+    when they are not those this machine's key sealed, so an edited answer key or version row is
+    never sealed by the next routine write. A store this key did not seal is `claim`'s to judge."""
+    key = load_key(create=False)
+    if key is None:
+        return
+    found = store_seal(con, key)
+    if found.state != "sealed":
+        return
+    inputs = inputs_sealed(con, key)
+    if inputs is False or (inputs is None and found.inputs_required):
+        raise SealKeyError(f"{where}: {INPUTS_EDITED}; nothing written")
 
 
 def task_list_sealed(con, key: SealKey) -> bool:
@@ -407,31 +566,19 @@ def claim(con, where: str, *, legacy_added: int = 0) -> SealKey:
     if found.state == "foreign":
         raise SealKeyError(foreign_key_message(where, found.key_id, key))
     first = found.state in ("unsealed", "stripped")  # stripped of nothing: a failed first write
+    # sealed verdicts but no record: copied in from a sealed shard (a merge's first write);
+    # the record is written with only what the caller copied in unsealed counted as legacy
+    unrecorded = not first and _record_row(con) is None
     legacy = held if first else found.legacy + legacy_added
-    if first or legacy_added:
-        con.execute(
-            "INSERT INTO meta VALUES ('seal', ?) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            [_record(key, legacy)],
-        )
-    if first:
+    if first or legacy_added or unrecorded:
+        _write_record(con, key, legacy)
+    if first or unrecorded:
         _remember(con, key)
         seal_tasks(con, key)
-    arm(con, key)
     return key
 
 
 # -- checking --------------------------------------------------------------------------------
-
-#: Verdicts whose seal is not the one their fields and rollout give under this machine's key
-#: (`getvariable('seal_legacy')`: how many may be unsealed, written before the seal).
-MISMATCH_SQL = f"""
-SELECT v.rollout_id AS id FROM verifications v LEFT JOIN rollouts r USING (rollout_id)
-WHERE CASE WHEN v.seal IS NULL
-           THEN (SELECT count(*) FROM verifications WHERE seal IS NULL)
-                > getvariable('seal_legacy')::BIGINT
-           ELSE v.seal <> {seal_sql("v", "r")} END
-"""
 
 
 @dataclass(frozen=True)
@@ -440,31 +587,62 @@ class SealCheck:
     #: verdicts whose seal does not match (None: not checked, the key is not this machine's)
     mismatched: int | None
     examples: list[str]
+    #: the rollout ids of every verdict counted in `mismatched` (health flags each)
+    ids: pa.Array | None = None
+    #: when every seal was last recomputed and matched, for a check that took that result
+    #: (`checked_stores.py`: the file state is the one checked then); None: recomputed now
+    checked_at: float | None = None
+
+    @property
+    def passed(self) -> bool:
+        """Every seal and the inputs' seal matched (what a recorded check needs)."""
+        return (
+            self.store.state == "sealed"
+            and self.mismatched == 0
+            and self.store.tasks_sealed is not False
+            and self.store.inputs_sealed is not False
+        )
 
 
-def armed_state(con) -> StoreSeal:
-    """Which key sealed the store; when this machine's, the connection is armed to check it
-    (`MISMATCH_SQL`'s variables set). Never makes a key: a check without one says so."""
+def armed_state(con) -> tuple[StoreSeal, SealKey | None]:
+    """Which key sealed the store, and this machine's key when it is that one (the seals can
+    then be checked). Never makes a key: a check without one says so."""
     found = store_seal(con, key := load_key(create=False))
     if found.state == "sealed" and key is not None:
-        arm(con, key)
-        con.execute("SET VARIABLE seal_legacy = ?", [found.legacy])
-        return replace(found, tasks_sealed=task_list_sealed(con, key))
-    return found
+        inputs = inputs_sealed(con, key)
+        if inputs is None and found.inputs_required:
+            inputs = False  # the seal of the inputs was removed
+        return replace(found, tasks_sealed=task_list_sealed(con, key), inputs_sealed=inputs), key
+    return found, None
+
+
+def _mismatched(con, key: SealKey, legacy: int) -> pa.Array:
+    """The rollout ids of the verdicts whose seal is not the one their fields and rollout give
+    under `key`; an unsealed verdict counts when more are unsealed than predate the seal."""
+    sealer = key.sealer
+    found, unsealed = [], []
+    for batch in _batches(con, _VERDICT_MESSAGES):
+        ids, stored = batch.column(0), batch.column(1)
+        again = sealer.seals(batch.column(2))
+        # a NULL seal compares as NULL, which `filter` drops: the unsealed are counted apart
+        found.append(ids.filter(pc.not_equal(stored, again)))
+        unsealed.append(ids.filter(pc.is_null(stored)))
+    if sum(len(part) for part in unsealed) > legacy:
+        found += unsealed
+    return pa.chunked_array(found, pa.string()).combine_chunks()
 
 
 def check_seals(con, max_examples: int = 10) -> SealCheck:
-    """Recompute every verdict's seal in SQL (writes nothing but session variables)."""
-    found = armed_state(con)
+    """Recompute every verdict's seal (reads the store, writes nothing)."""
+    found, key = armed_state(con)
     if found.state == "stripped":
-        count, examples = con.execute(
-            f"SELECT count(*), {first_sql('rollout_id', 'rollout_id', max_examples)} "
-            "FROM verifications"
-        ).fetchone()
-        return SealCheck(found, count, examples or [])
-    if found.state != "sealed":
+        ids = pa.chunked_array(
+            [b.column(0) for b in _batches(con, "SELECT rollout_id FROM verifications")],
+            pa.string(),
+        ).combine_chunks()
+    elif found.state == "sealed" and key is not None:
+        ids = _mismatched(con, key, found.legacy)
+    else:
         return SealCheck(found, None, [])
-    count, examples = con.execute(
-        f"SELECT count(*), {first_sql('id', 'id', max_examples)} FROM ({MISMATCH_SQL})"
-    ).fetchone()
-    return SealCheck(found, count, examples or [])
+    examples = pc.take(ids, pc.sort_indices(ids)[:max_examples]).to_pylist()
+    return SealCheck(found, len(ids), examples, ids)

@@ -10,6 +10,7 @@ verdicts (an import judged later), the first version it got."""
 from __future__ import annotations
 
 from gymflow.store.db import StoreError
+from gymflow.store.seal import check_inputs, claim, seal_tasks
 
 CURRENT_KEY = "current_verifier_version"
 
@@ -42,7 +43,11 @@ def make_current(con, version: str) -> None:
         raise StoreError(
             f"no verifier version {version!r} in this store (have: {', '.join(stored) or 'none'})"
         )
+    where = "run store"
+    check_inputs(con, where)
     con.execute(
         "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         [CURRENT_KEY, version],
     )
+    # the choice decides every number read: sealed with the run's inputs (store/sealed_inputs.py)
+    seal_tasks(con, claim(con, where))

@@ -20,7 +20,7 @@ from gymflow.store.rows import (
     verifier_version_row,
 )
 from gymflow.store.schema import COLUMNS, SPECS
-from gymflow.store.seal import SEALED_ROLLOUT, claim, seal_sql
+from gymflow.store.seal import MESSAGE, SEALED_ROLLOUT, claim, message_sql, sealed
 from gymflow.store.tool_lists import ToolLists
 
 #: Arrow types of the store's column types, for `insert_arrow`.
@@ -57,7 +57,7 @@ def insert_rows(
 
 
 #: The columns a verdict is written with (`rows.verification_row`); its seal is computed from
-#: them and its rollout in SQL (`seal.seal_sql`), never given.
+#: them and its rollout (`seal.message_sql`, `seal.sealed`), never given.
 VERDICT_COLUMNS = tuple(name for name in COLUMNS["verifications"] if name != "seal")
 _VERDICTS = ", ".join(VERDICT_COLUMNS)
 #: The temporary table a reverify stages its verdicts in (`stage_verdicts`).
@@ -69,16 +69,35 @@ def insert_verdicts(con, rows: Sequence[Sequence[Any]], judged: Sequence[tuple])
     holds each row's rollout's stored `SEALED_ROLLOUT` values (`judged_of`), in order."""
     if not rows:
         return
-    claim(con, _database_path(con))
+    key = claim(con, _database_path(con))
     names = (*VERDICT_COLUMNS, *(f"rollout_{name}" for name in SEALED_ROLLOUT))
     lists = [list(column) for column in zip(*rows, strict=True)]
     lists += [list(column) for column in zip(*judged, strict=True)]
     selects = ", ".join(f"unnest(${i + 1}) AS {name}" for i, name in enumerate(names))
-    con.execute(
-        f"INSERT INTO verifications ({_VERDICTS}, seal) "
-        f"SELECT {_VERDICTS}, {seal_sql('v', 'v', 'rollout_')} AS seal FROM (SELECT {selects}) v",
-        lists,
+    _insert_sealed(
+        con,
+        sealed(
+            con,
+            key,
+            f"SELECT {_VERDICTS}, {message_sql('v', 'v', 'rollout_')} AS {MESSAGE} "
+            f"FROM (SELECT {selects}) v",
+            lists,
+        ),
     )
+
+
+def _insert_sealed(con, verdicts) -> None:
+    """Insert sealed verdicts (`seal.sealed`: the verdict columns and `seal`, as Arrow)."""
+    if verdicts is None:
+        return
+    con.register("verdicts_sealed", verdicts)
+    try:
+        con.execute(
+            f"INSERT INTO verifications ({_VERDICTS}, seal) "
+            f"SELECT {_VERDICTS}, seal FROM verdicts_sealed"
+        )
+    finally:
+        con.unregister("verdicts_sealed")
 
 
 def stage_verdicts(con, rows: Sequence[Sequence[Any]]) -> None:
@@ -127,18 +146,23 @@ def insert_staged(con) -> int:
     about `SEAL_PART` verdicts per statement (by a hash of the rollout id, so a part joins only
     its own rollouts; one pass over the rollouts per part however many batches were staged);
     returns how many."""
-    claim(con, _database_path(con))
+    key = claim(con, _database_path(con))
     _staging(con)
     staged = con.execute(f"SELECT count(*) FROM {STAGED_VERDICTS}").fetchone()[0]
     s_columns = ", ".join(f"s.{name}" for name in VERDICT_COLUMNS)
     parts = -(-staged // SEAL_PART) or 1
     for part in range(parts):
         mine = f"hash(rollout_id) % {parts} = {part}"
-        con.execute(
-            f"INSERT INTO verifications ({_VERDICTS}, seal) "
-            f"SELECT {s_columns}, {seal_sql('s', 'r')} "
-            f"FROM (SELECT * FROM {STAGED_VERDICTS} WHERE {mine}) s "
-            f"LEFT JOIN (SELECT * FROM rollouts WHERE {mine}) r ON r.rollout_id = s.rollout_id"
+        _insert_sealed(
+            con,
+            sealed(
+                con,
+                key,
+                f"SELECT {s_columns}, {message_sql('s', 'r')} AS {MESSAGE} "
+                f"FROM (SELECT * FROM {STAGED_VERDICTS} WHERE {mine}) s "
+                f"LEFT JOIN (SELECT * FROM rollouts WHERE {mine}) r "
+                "ON r.rollout_id = s.rollout_id",
+            ),
         )
     con.execute(f"DROP TABLE {STAGED_VERDICTS}")
     return staged
