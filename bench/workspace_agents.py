@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--floor-repeats", type=int, default=10)
     args = parse(parser, argv, agents="oracle,nothing", limit=2, floor_repeats=2)
     floor = sandbox_floor(args.floor_repeats)
-    print(f"floor: bubblewrap start + `true` + stop: {floor:.3f} s (median of {args.floor_repeats})")
+    repeats = args.floor_repeats
+    print(f"floor: bubblewrap start + `true` + stop: {floor:.3f} s (median of {repeats})")
     model = args.model_url or "gymflow's simulated policy"
     print(f"{'agent':10} {'passed':>9} {'median s':>9} {'max s':>7} {'wall s':>7}  failures")
     with tempfile.TemporaryDirectory(prefix="gymflow-bench-workspace-") as scratch:
