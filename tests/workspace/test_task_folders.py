@@ -143,3 +143,13 @@ def test_list_and_search_show_workspace_benchmarks(tmp_path: Path) -> None:
     assert "warning" not in listed.stderr, listed.stderr
     found = gym("search", "git", "--json", cwd=tmp_path, check=True)
     assert "workspace-basics" in [hit["name"] for hit in json.loads(found.stdout)]
+
+
+def test_the_answer_key_and_its_checkout_are_hidden_from_sandboxes() -> None:
+    from gymflow.environments.registry import load_environment
+
+    hidden = load_environment("workspace-basics").hidden_paths()
+    assert SHIPPED.resolve() in [path.resolve() for path in hidden]
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / ".git").exists():  # its history holds every solve.sh too
+        assert checkout in [path.resolve() for path in hidden]
