@@ -30,8 +30,6 @@ from gymflow.models.client import ResponsesClient
 from gymflow.models.responses import user_message
 from gymflow.sandboxes.base import ExecResult, Sandbox, SandboxError
 
-#: The key an agent is given: the proxy holds the real one, and no key reaches the sandbox.
-PLACEHOLDER_KEY = "gymflow-proxy"
 #: Seconds past the agent's time limit an in-process recipe gets to return its evidence.
 GRACE_S = 30.0
 #: Exit status of a command bash could not find.
@@ -105,24 +103,44 @@ async def command(
         return await _in_process(recipe, episode, client, sandbox, session_id, task, prompt,
                                  seed, config, started + timeout_s)  # fmt: skip
     env = {"GYMFLOW_INSTRUCTION": prompt, "GYMFLOW_INSTRUCTION_FILE": INSTRUCTION_FILE}
-    env |= recipe.env()
+    env |= {"GYMFLOW_MAX_TURNS": str(config.max_turns)} | recipe.env()
     fill = {"instruction_file": INSTRUCTION_FILE, "model": client.config.name, "base_url": ""}
     try:
         if recipe.needs_model:
             from gymflow.harness.proxy import RecordingProxy
 
-            async with RecordingProxy(client) as proxy:
+            # The proxy's key is a token for this rollout only (the model's own key stays with
+            # the proxy): a call without it, or after the agent's time, is recorded as refused.
+            async with RecordingProxy(client, seed=seed, deadline_s=timeout_s) as proxy:
                 inside = await sandbox.expose_model(proxy.base_url)
-                env |= {"OPENAI_BASE_URL": inside, "OPENAI_API_KEY": PLACEHOLDER_KEY}
+                env |= {"OPENAI_BASE_URL": inside, "OPENAI_API_KEY": proxy.api_key}
                 fill["base_url"] = inside
                 result = await _run(sandbox, recipe, fill, env, timeout_s)
             episode.calls = list(proxy.calls)
         else:
             result = await _run(sandbox, recipe, fill, env, timeout_s)
+        if recipe.logs is not None:
+            await _read_agent_logs(sandbox, recipe, episode)
     except SandboxError as exc:
         return _failed(episode, "sandbox_error", str(exc))
     _record(episode, recipe, result)
     return episode
+
+
+async def _read_agent_logs(sandbox: Sandbox, recipe: Recipe, episode: Episode) -> None:
+    """The agent's own account, from its logs: how many model calls it says it made
+    (`counters["agent_logged_calls"]`, set against the calls the proxy recorded)."""
+    assert recipe.logs is not None
+    with tempfile.TemporaryDirectory(prefix="gymflow-agent-logs-") as scratch:
+        logs = Path(scratch) / "agent"
+        try:
+            await sandbox.download(recipe.logs, logs)
+        except SandboxError:  # an agent that died before writing any: its exit says why
+            return
+        if recipe.logged_calls is not None:
+            logged = recipe.logged_calls(logs)
+            if logged is not None:
+                episode.counters["agent_logged_calls"] = logged
 
 
 async def _prepare(sandbox: Sandbox, recipe: Recipe, folder: Path, prompt: str) -> None:
@@ -147,7 +165,7 @@ def _record(episode: Episode, recipe: Recipe, result: ExecResult) -> None:
     """The agent's exit as the episode's outcome; its output (tail) as the output text."""
     episode.output_text = result.output
     episode.num_turns = len({call.call_index for call in episode.calls})
-    episode.counters = {"agent_ms": int(result.seconds * 1000), "model_calls": len(episode.calls)}
+    episode.counters |= {"agent_ms": int(result.seconds * 1000), "model_calls": len(episode.calls)}
     if result.exit_code is not None:
         episode.counters["agent_exit_code"] = result.exit_code
     if result.limit == "timeout":

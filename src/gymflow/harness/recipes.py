@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gymflow.errors import UserError
@@ -42,6 +43,10 @@ class Recipe:
     step_limit_exits: tuple[int, ...] = ()
     #: an in-process agent: run(context) -> Episode (see gymflow.harness.command)
     run: Callable[[Any], Awaitable[Any]] | None = None
+    #: the folder inside the sandbox where the agent keeps its own logs (downloaded after it
+    #: ran), and the model calls those logs say it made (None: they do not say)
+    logs: str | None = None
+    logged_calls: Callable[[Path], int | None] | None = None
 
 
 RECIPES: dict[str, Recipe] = {}
