@@ -86,6 +86,21 @@ def test_the_scripted_model_drives_the_real_agent_to_the_reward(
         assert recorded == logged == 2, (task, recorded, logged)
     with duckdb.connect(str(store), read_only=True) as con:
         (config,) = con.execute("SELECT config_json FROM runs").fetchone()
+        trajectories = [
+            json.loads(t) for (t,) in con.execute("SELECT trajectory_json FROM rollouts").fetchall()
+        ]
+    # the agent's own account (its trajectory file, its --json events), not gymflow's
+    for items in trajectories:
+        calls = [item for item in items if item.get("type") == "function_call"]
+        assert (
+            calls and calls[0]["name"] == {"mini-swe-agent": "bash", "codex": "exec_command"}[agent]
+        )
+        assert any(item.get("type") == "function_call_output" for item in items)
+    health = gym("eval", "health", str(store.parent), "--json", cwd=tmp_path, check=True)
+    checks = json.loads(health.stdout)["checks"]
+    assert (
+        checks["text_without_call"]["status"] == "ok" and checks["no_model_calls"]["status"] == "ok"
+    )
     version = json.loads(config)["harness"]["agent_version"]
     assert version.startswith(
         {"mini-swe-agent": "mini-swe-agent 2.", "codex": "@openai/codex 0."}[agent]

@@ -14,7 +14,8 @@ Both run non-interactively, with no telemetry, and reach no server but the recor
 - mini-swe-agent 2.x: `mini -y --exit-immediately` with its default `mini.yaml` (a `bash` tool
   over chat completions through LiteLLM), the model `openai/{model}` at `api_base={base_url}`,
   no cost limit (a local model has no price), `step_limit` = `harness.max_turns`, LiteLLM's
-  price list read from the package, not fetched. Stopping at its step limit exits 86
+  price list read from the package, not fetched, and no retries of its own (LiteLLM's or its
+  own: gymflow's client retries, recording each attempt). Stopping at its step limit exits 86
   (`agent_step_limit`). Its trajectory, /logs/agent/mini.traj.json, counts its model calls
   (`info.model_stats.api_calls`).
 - Codex: `codex exec` with a custom model provider `gymflow` (`wire_api = "responses"`, the only
@@ -32,10 +33,9 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from gymflow.harness.recipes import Recipe, register_recipe
+from gymflow.harness.agent_logs import codex_trajectory, mini_swe_trajectory
+from gymflow.harness.recipes import AGENT_LOGS, Recipe, register_recipe
 
-#: Where an agent keeps its logs inside the sandbox (downloaded after the run).
-AGENT_LOGS = "/logs/agent"
 #: mini-swe-agent's exit status when it stopped at its step limit (the recipe's own choice).
 MINI_STEP_LIMIT_EXIT = 86
 #: Sandbox folders a prefix must not be under: the sandbox replaces them with its own.
@@ -120,7 +120,7 @@ _MINI_COMMAND = " ".join(
         '"$GYMFLOW_AGENT_BIN" -y --exit-immediately -t "$GYMFLOW_INSTRUCTION"',
         f"-m openai/{{model}} -o {AGENT_LOGS}/mini.traj.json -c mini.yaml",
         "-c model.model_kwargs.api_base={base_url}",
-        '-c model.model_kwargs.api_key="$OPENAI_API_KEY"',
+        '-c model.model_kwargs.api_key="$OPENAI_API_KEY" -c model.model_kwargs.max_retries=0',
         '-c agent.step_limit="$GYMFLOW_MAX_TURNS" -c agent.cost_limit=0 -c environment.cwd=/app',
         f"</dev/null > {AGENT_LOGS}/mini.log 2>&1; status=$?; tail -c 4000 {AGENT_LOGS}/mini.log;",
         f'grep -q \'"exit_status": "LimitsExceeded"\' {AGENT_LOGS}/mini.traj.json 2>/dev/null',
@@ -158,10 +158,14 @@ MINI_SWE_AGENT = register_recipe(
             "MSWEA_CONFIGURED": "true",
             "MSWEA_SILENT_STARTUP": "1",
             "MSWEA_COST_TRACKING": "ignore_errors",
+            # gymflow's client retries (model.max_retries, each attempt recorded): the agent
+            # asks once, so its own count and the proxy's are of the same requests
+            "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         },
         step_limit_exits=(MINI_STEP_LIMIT_EXIT,),
         logged_calls=mini_swe_calls,
+        trajectory=lambda logs, instruction: mini_swe_trajectory(logs),
         logs=AGENT_LOGS,
     )
 )
@@ -180,6 +184,7 @@ CODEX = register_recipe(
             "NO_COLOR": "1",
         },
         logged_calls=codex_calls,
+        trajectory=codex_trajectory,
         logs=AGENT_LOGS,
     )
 )

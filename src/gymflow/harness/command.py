@@ -104,6 +104,7 @@ async def command(
                                  seed, config, started + timeout_s)  # fmt: skip
     env = {"GYMFLOW_INSTRUCTION": prompt, "GYMFLOW_INSTRUCTION_FILE": INSTRUCTION_FILE}
     env |= {"GYMFLOW_MAX_TURNS": str(config.max_turns)} | recipe.env()
+    model_failure: str | None = None
     fill = {"instruction_file": INSTRUCTION_FILE, "model": client.config.name, "base_url": ""}
     try:
         if recipe.needs_model:
@@ -117,19 +118,23 @@ async def command(
                 fill["base_url"] = inside
                 result = await _run(sandbox, recipe, fill, env, timeout_s)
             episode.calls = list(proxy.calls)
+            model_failure = proxy.failure_kind()
         else:
             result = await _run(sandbox, recipe, fill, env, timeout_s)
         if recipe.logs is not None:
-            await _read_agent_logs(sandbox, recipe, episode)
+            await _read_agent_logs(sandbox, recipe, episode, prompt)
     except SandboxError as exc:
         return _failed(episode, "sandbox_error", str(exc))
-    _record(episode, recipe, result)
+    _record(episode, recipe, result, model_failure)
     return episode
 
 
-async def _read_agent_logs(sandbox: Sandbox, recipe: Recipe, episode: Episode) -> None:
-    """The agent's own account, from its logs: how many model calls it says it made
-    (`counters["agent_logged_calls"]`, set against the calls the proxy recorded)."""
+async def _read_agent_logs(sandbox: Sandbox, recipe: Recipe, episode: Episode, prompt: str) -> None:
+    """The agent's own account, from its logs: its trajectory (an ATIF file it wrote, else its
+    recipe's reader), and how many model calls it says it made (`counters
+    ["agent_logged_calls"]`), both set against the calls the proxy recorded."""
+    from gymflow.harness.agent_logs import atif_trajectory
+
     assert recipe.logs is not None
     with tempfile.TemporaryDirectory(prefix="gymflow-agent-logs-") as scratch:
         logs = Path(scratch) / "agent"
@@ -141,6 +146,11 @@ async def _read_agent_logs(sandbox: Sandbox, recipe: Recipe, episode: Episode) -
             logged = recipe.logged_calls(logs)
             if logged is not None:
                 episode.counters["agent_logged_calls"] = logged
+        own = atif_trajectory(logs)
+        if own is None and recipe.trajectory is not None:
+            own = recipe.trajectory(logs, prompt)
+        if own:
+            episode.trajectory = own
 
 
 async def _prepare(sandbox: Sandbox, recipe: Recipe, folder: Path, prompt: str) -> None:
@@ -161,8 +171,13 @@ async def _run(
     return await sandbox.exec(recipe.command.format(**quoted), timeout_s=timeout_s, env=env)
 
 
-def _record(episode: Episode, recipe: Recipe, result: ExecResult) -> None:
-    """The agent's exit as the episode's outcome; its output (tail) as the output text."""
+def _record(
+    episode: Episode, recipe: Recipe, result: ExecResult, model_failure: str | None = None
+) -> None:
+    """The agent's exit as the episode's outcome; its output (tail) as the output text. An
+    agent that exits failing after its last model call failed stopped because the model did
+    (a prompt over the model's context, a dead server): that call's failure kind is the
+    rollout's."""
     episode.output_text = result.output
     episode.num_turns = len({call.call_index for call in episode.calls})
     episode.counters |= {"agent_ms": int(result.seconds * 1000), "model_calls": len(episode.calls)}
@@ -178,6 +193,9 @@ def _record(episode: Episode, recipe: Recipe, result: ExecResult) -> None:
         )
     elif result.exit_code == NOT_FOUND and "command not found" in result.output:
         _failed(episode, "agent_install_missing", _tail(result))
+    elif result.exit_code != 0 and model_failure is not None:
+        _failed(episode, model_failure, f"the model call failed, then the agent exited "
+                f"{result.exit_code}: {_tail(result)}")  # fmt: skip
     elif result.exit_code != 0:
         _failed(episode, "agent_crashed", f"exit status {result.exit_code}: {_tail(result)}")
 

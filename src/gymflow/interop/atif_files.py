@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gymflow.interop.atif import rollout_to_atif
+from gymflow.core.atif import rollout_to_atif
 from gymflow.store.runs import run_info
 from gymflow.written import write_text
 
