@@ -16,6 +16,7 @@ import pytest
 from gymflow.harness.agents import CODEX_PREFIX, MINI_SWE_AGENT, MINI_VENV
 from gymflow.simulated.local_server import free_port
 from tests.conftest import GYM, gym, require_tool
+from tests.interop.test_atif import harbor_python, validate
 from tests.servers import serving, venv_with
 
 SHIPPED = Path(__file__).resolve().parents[2] / "src" / "gymflow" / "builtin" / "workspace"
@@ -105,6 +106,15 @@ def test_the_scripted_model_drives_the_real_agent_to_the_reward(
     assert version.startswith(
         {"mini-swe-agent": "mini-swe-agent 2.", "codex": "@openai/codex 0."}[agent]
     )
+    # each rollout as ATIF, as Harbor's own validator accepts it, naming the agent and version
+    atif = tmp_path / "atif"
+    gym("export", str(store.parent), "--format", "atif", "--out", str(atif), cwd=tmp_path,
+        check=True)  # fmt: skip
+    files = sorted(atif.glob("*.json"))
+    checked = validate(harbor_python(), files)
+    assert len(files) == 3 and checked.returncode == 0, checked.stdout + checked.stderr
+    named = json.loads(files[0].read_text())["agent"]
+    assert named == {"name": agent, "version": version, "model_name": "scripted"}
 
 
 def test_a_missing_install_is_agent_install_missing(
