@@ -1,111 +1,148 @@
-"""The real mini-swe-agent and Codex binaries, driven by the scripted model (`gym serve model
---workspace-tasks`) through the recording proxy, solve workspace tasks: the agent runs the
-task's solution in its own shell tool and finishes as it expects; the calls its own log counts
-equal the calls the proxy recorded. Skipped locally without the installs, a failure in CI."""
+"""The real mini-swe-agent and Codex binaries under `gym eval run`, driven by the scripted model
+(`gym serve model --workspace-tasks`) through the recording proxy, in the bubblewrap sandbox:
+each solves shipped workspace tasks end to end (model, agent, sandbox, test script, reward), and
+the model calls its own log counts equal the calls the proxy recorded. Skipped locally without
+the installs, a failure in CI."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import shutil
-import subprocess
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import pytest
 
-from gymflow.core.config import ModelConfig, Sampling
-from gymflow.harness.agents import AGENTS, AgentInstallMissing, AgentRecipe
-from gymflow.harness.proxy import RecordingProxy
-from gymflow.models.client import ResponsesClient
+from gymflow.harness.agents import CODEX_PREFIX, MINI_SWE_AGENT, MINI_VENV
 from gymflow.simulated.local_server import free_port
-from gymflow.simulated.scripted import DONE_TEXT, MINI_SWE_FINISH
-from tests.conftest import GYM
+from tests.conftest import GYM, gym, require_tool
+from tests.interop.test_atif import harbor_python, validate
 from tests.servers import serving, venv_with
 
-TASKS = Path(__file__).parent / "workspace_tasks"
+SHIPPED = Path(__file__).resolve().parents[2] / "src" / "gymflow" / "builtin" / "workspace"
+INSTALLS = {
+    "mini-swe-agent": (*MINI_VENV, "mini", "the GYMFLOW_MINISWE_VENV step of .ci/run"),
+    "codex": (*CODEX_PREFIX, "codex", "the GYMFLOW_CODEX_PREFIX step of .ci/run"),
+}
 
 
 @pytest.fixture(scope="module")
 def scripted_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`gym serve model --workspace-tasks` as a user starts it; yields its base URL (…/v1)."""
+    """`gym serve model --workspace-tasks` on the shipped tasks, as a user starts it."""
     port = free_port()
-    command = [GYM, "serve", "model", "--workspace-tasks", str(TASKS), "--port", str(port)]
+    command = [GYM, "serve", "model", "--workspace-tasks", str(SHIPPED), "--port", str(port)]
     log = tmp_path_factory.mktemp("scripted") / "serve.log"
     with serving(command, f"http://127.0.0.1:{port}/health", log):
-        assert "2 workspace tasks" in log.read_text()
+        assert "workspace tasks" in log.read_text()
         yield f"http://127.0.0.1:{port}/v1"
 
 
-def installed(name: str) -> AgentRecipe:
-    recipe = AGENTS[name]
-    venv_with(recipe.prefix_variable, recipe.default_prefix, recipe.executable.split("/")[-1],
-              recipe.install_hint)  # fmt: skip
-    return recipe
+def run_agent(agent: str, base_url: str, cwd: Path, prefect_api: str, **extra) -> Path:
+    """`gym eval run` of `agent` on the first shipped tasks; returns the run's store."""
+    require_tool("bwrap")
+    venv_with(*INSTALLS[agent])
+    config = {
+        "benchmark": "workspace-basics",
+        "limit": extra.pop("limit", 3),
+        "repeats": 1,
+        "harness": {"name": "command", "agent": agent, "max_turns": 8},
+        "model": {"kind": "responses", "base_url": base_url, "name": "scripted",
+                  "max_retries": 0, "timeout_s": 300},
+        "out": f"runs/{agent}",
+        "concurrency": 1,
+        **extra,
+    }  # fmt: skip
+    (cwd / "eval.yaml").write_text(json.dumps(config))
+    result = gym("eval", "run", "eval.yaml", cwd=cwd, timeout=1200,
+                 env={"PREFECT_API_URL": prefect_api})  # fmt: skip
+    store = cwd / "runs" / agent / "gymflow.duckdb"
+    assert store.exists(), f"{result.stdout}\n{result.stderr}"
+    return store
 
 
-async def drive(
-    recipe: AgentRecipe, task: Path, upstream: str, folder: Path
-) -> tuple[subprocess.CompletedProcess[str], RecordingProxy, Path]:
-    """One rollout of `recipe` on `task` in a fresh copy of its workspace, through a proxy."""
-    workspace, logs = folder / "workspace", folder / "logs"
-    seeded = task / "environment" / "workspace"
-    if seeded.is_dir():
-        shutil.copytree(seeded, workspace)
-    workspace.mkdir(exist_ok=True)
-    logs.mkdir()
-    config = ModelConfig(kind="responses", base_url=upstream, name="scripted", max_retries=0)
-    client = ResponsesClient(config, upstream, Sampling(temperature=0.0))
-    async with client, RecordingProxy(client, seed=0) as proxy:
-        values = {
-                "base_url": proxy.base_url, "api_key": proxy.api_key, "model": "scripted",
-                "instruction": (task / "instruction.md").read_text(), "workspace": str(workspace),
-                "logs": str(logs), "max_turns": "8",
-            }  # fmt: skip
-        env = {**os.environ, **recipe.environment(**values)}
-        env |= {"OPENAI_BASE_URL": proxy.base_url, "OPENAI_API_KEY": proxy.api_key}
-        argv = recipe.argv(**values)
-        process = await asyncio.create_subprocess_exec(
-                *argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            )  # fmt: skip
-        out, err = await asyncio.wait_for(process.communicate(), timeout=180)
-    done = subprocess.CompletedProcess(argv, process.returncode or 0, out.decode(), err.decode())
-    return done, proxy, workspace
+def outcomes(store: Path) -> list[tuple]:
+    """(task, status, failure kind, reward, calls recorded, calls in the agent's own log)."""
+    with duckdb.connect(str(store), read_only=True) as con:
+        return con.execute(
+            """
+            SELECT r.task_id, r.status, r.failure_kind, v.reward,
+                   (SELECT count(DISTINCT call_index) FROM model_calls m
+                    WHERE m.rollout_id = r.rollout_id),
+                   TRY_CAST(json_extract(r.counters_json, '$.agent_logged_calls') AS INTEGER)
+            FROM rollouts r LEFT JOIN verifications v USING (rollout_id) ORDER BY r.task_id
+            """
+        ).fetchall()
 
 
-def _check(task: str, workspace: Path) -> None:
-    """The task's own test script's condition (its reward file path is the sandbox's)."""
-    if task == "write-greeting":
-        assert (workspace / "greeting.txt").read_text() == "hello gymflow\n"
-    else:
-        assert "return a + b" in (workspace / "calc.py").read_text()
-
-
-@pytest.mark.parametrize("task", ["write-greeting", "fix-add"])
 @pytest.mark.parametrize("agent", ["mini-swe-agent", "codex"])
-def test_the_scripted_model_drives_the_real_agent(
-    agent: str, task: str, scripted_model: str, tmp_path: Path
+def test_the_scripted_model_drives_the_real_agent_to_the_reward(
+    agent: str, scripted_model: str, tmp_path: Path, prefect_api: str
 ) -> None:
-    recipe = installed(agent)
-    done, proxy, workspace = asyncio.run(drive(recipe, TASKS / task, scripted_model, tmp_path))
-    assert done.returncode == 0, done.stderr[-3000:]
-    _check(task, workspace)
-    logged = recipe.logged_calls(tmp_path / "logs", done.stderr)
-    assert logged == len({call.call_index for call in proxy.calls}) == 2, (logged, proxy.calls)
-    assert all(call.status == "completed" and call.input_tokens for call in proxy.calls)
-    last = proxy.calls[-1].response
-    assert (MINI_SWE_FINISH if agent == "mini-swe-agent" else DONE_TEXT) in last
+    store = run_agent(agent, scripted_model, tmp_path, prefect_api)
+    rows = outcomes(store)
+    assert len(rows) == 3
+    for task, status, kind, reward, recorded, logged in rows:
+        assert (status, kind, reward) == ("completed", None, 1.0), (task, status, kind, reward)
+        # the solution run in its shell tool, then its way of finishing: two calls, both counted
+        assert recorded == logged == 2, (task, recorded, logged)
+    with duckdb.connect(str(store), read_only=True) as con:
+        (config,) = con.execute("SELECT config_json FROM runs").fetchone()
+        trajectories = [
+            json.loads(t) for (t,) in con.execute("SELECT trajectory_json FROM rollouts").fetchall()
+        ]
+    # the agent's own account (its trajectory file, its --json events), not gymflow's
+    for items in trajectories:
+        calls = [item for item in items if item.get("type") == "function_call"]
+        assert (
+            calls and calls[0]["name"] == {"mini-swe-agent": "bash", "codex": "exec_command"}[agent]
+        )
+        assert any(item.get("type") == "function_call_output" for item in items)
+    health = gym("eval", "health", str(store.parent), "--json", cwd=tmp_path, check=True)
+    checks = json.loads(health.stdout)["checks"]
+    assert (
+        checks["text_without_call"]["status"] == "ok" and checks["no_model_calls"]["status"] == "ok"
+    )
+    version = json.loads(config)["harness"]["agent_version"]
+    assert version.startswith(
+        {"mini-swe-agent": "mini-swe-agent 2.", "codex": "@openai/codex 0."}[agent]
+    )
+    # each rollout as ATIF, as Harbor's own validator accepts it, naming the agent and version
+    atif = tmp_path / "atif"
+    gym("export", str(store.parent), "--format", "atif", "--out", str(atif), cwd=tmp_path,
+        check=True)  # fmt: skip
+    files = sorted(atif.glob("*.json"))
+    checked = validate(harbor_python(), files)
+    assert len(files) == 3 and checked.returncode == 0, checked.stdout + checked.stderr
+    named = json.loads(files[0].read_text())["agent"]
+    assert named == {"name": agent, "version": version, "model_name": "scripted"}
 
 
-def test_a_missing_install_is_its_own_failure(tmp_path: Path, monkeypatch) -> None:
+def test_a_missing_install_is_agent_install_missing(
+    scripted_model: str, tmp_path: Path, prefect_api: str, monkeypatch
+) -> None:
     monkeypatch.setenv("GYMFLOW_CODEX_PREFIX", str(tmp_path / "nowhere"))
-    with pytest.raises(AgentInstallMissing, match="GYMFLOW_CODEX_PREFIX") as missing:
-        AGENTS["codex"].binary()
-    assert missing.value.kind == "agent_install_missing"
+    require_tool("bwrap")
+    (tmp_path / "eval.yaml").write_text(json.dumps({
+        "benchmark": "workspace-basics", "limit": 1, "repeats": 1, "out": "runs/missing",
+        "harness": {"name": "command", "agent": "codex"},
+        "model": {"kind": "responses", "base_url": scripted_model, "name": "scripted"},
+    }))  # fmt: skip
+    gym(
+        "eval",
+        "run",
+        "eval.yaml",
+        cwd=tmp_path,
+        timeout=600,
+        env={"PREFECT_API_URL": prefect_api, "GYMFLOW_CODEX_PREFIX": str(tmp_path / "nowhere")},
+    )
+    rows = outcomes(tmp_path / "runs" / "missing" / "gymflow.duckdb")
+    assert [(status, kind, reward) for _, status, kind, reward, *_ in rows] == [
+        ("failed", "agent_install_missing", None)
+    ]
 
 
-@pytest.mark.parametrize("agent", ["mini-swe-agent", "codex"])
-def test_the_installed_version_is_read_from_the_package_manager(agent: str) -> None:
-    version = installed(agent).version()
-    assert version[0].isdigit() and version.count(".") >= 2
+def test_a_prefix_the_sandbox_hides_is_refused(monkeypatch) -> None:
+    """/tmp inside the sandbox is the sandbox's own: an agent installed there is not found."""
+    monkeypatch.setenv("GYMFLOW_MINISWE_VENV", "/tmp")
+    monkeypatch.setattr("os.access", lambda path, mode: True)
+    assert "which the sandbox replaces" in (MINI_SWE_AGENT.missing() or "")

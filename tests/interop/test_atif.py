@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.interop.atif import AtifError, atif_to_items, rollout_to_atif
+from gymflow.core.atif import AtifError, atif_to_items, rollout_to_atif
 from tests.conftest import LedgerRun, gym
 from tests.servers import venv_with
 

@@ -8,6 +8,7 @@ Cut-off: imports nothing of gymflow's outside `core`; pydantic, PyYAML and Jinja
 __tier__ = 0
 
 __all__ = [
+    "atif",
     "bounded_jinja",
     "bounded_yaml",
     "config",

@@ -1,25 +1,28 @@
-"""Agent binaries as gymflow runs them: where each is installed, how it is told to use gymflow's
-recording proxy, which version it is, and how many model calls its own log says it made.
+"""The agents gymflow installs, as `command` harness recipes: mini-swe-agent and Codex.
 
-Each agent lives in a prefix of its own found through a variable, as the model venvs are
-(`.ci/run` creates them): mini-swe-agent (PyPI) in a venv at `GYMFLOW_MINISWE_VENV`, Codex
-(`@openai/codex`, npm) in a prefix at `GYMFLOW_CODEX_PREFIX`. An agent that is not there is
-`agent_install_missing`, a failure of the run's setup, never a reward.
+Each lives in a prefix of its own found through a variable, as the model venvs are (`.ci/run`
+creates them): mini-swe-agent (PyPI) in a venv at `GYMFLOW_MINISWE_VENV`, Codex (`@openai/codex`,
+npm) in a prefix at `GYMFLOW_CODEX_PREFIX`. The sandbox shows the host's root read-only but has
+its own /tmp and runs the agent as a user of its own, so a prefix must sit outside the sandbox's
+folders and be readable by anyone (a venv of the system's python3, not of one under root's 0700
+home): the defaults are under /opt/gymflow-agents. An agent that is not there is
+`agent_install_missing`; its version, read from its package manager's record, is a factor of
+the run (`harness.agent_version`).
 
-A recipe's command is an argv template: `{base_url}`, `{api_key}`, `{model}`, `{instruction}`,
-`{workspace}`, `{logs}` and `{max_turns}` are substituted (each argument is one argv entry, so an
-instruction is never parsed by a shell). Both agents run non-interactively, with no telemetry,
-and reach no server but `{base_url}`:
+Both run non-interactively, with no telemetry, and reach no server but the recording proxy
+(`{base_url}`, the only network the sandbox has), keeping their own logs in /logs/agent:
 - mini-swe-agent 2.x: `mini -y --exit-immediately` with its default `mini.yaml` (a `bash` tool
-  over chat completions through LiteLLM), the model `openai/{model}` at `api_base={base_url}`, no
-  cost limit (a local model has no price), `step_limit={max_turns}`; LiteLLM's price list read
-  from the package, not fetched. Its trajectory (`{logs}/mini.traj.json`) counts its calls in
-  `info.model_stats.api_calls`.
-- Codex (0.171): `codex exec` with a custom model provider `gymflow` (`wire_api = "responses"`,
-  the only one Codex still accepts, streamed), its own sandbox and approvals off (the task's
-  sandbox is the boundary), analytics off, web search off, session files not kept
-  (`--ephemeral`), `CODEX_HOME` inside the rollout's logs. Its log on stderr
-  (`RUST_LOG=codex_otel=info`) has one `codex.api_request` event per HTTP request it made."""
+  over chat completions through LiteLLM), the model `openai/{model}` at `api_base={base_url}`,
+  no cost limit (a local model has no price), `step_limit` = `harness.max_turns`, LiteLLM's
+  price list read from the package, not fetched, and no retries of its own (LiteLLM's or its
+  own: gymflow's client retries, recording each attempt). Stopping at its step limit exits 86
+  (`agent_step_limit`). Its trajectory, /logs/agent/mini.traj.json, counts its model calls
+  (`info.model_stats.api_calls`).
+- Codex: `codex exec` with a custom model provider `gymflow` (`wire_api = "responses"`, the only
+  one Codex accepts, streamed), its own sandbox and approvals off (the task's sandbox is the
+  boundary), analytics and web search off, no session files (`--ephemeral`), `CODEX_HOME` in
+  /logs/agent. Its log (/logs/agent/codex.log, `RUST_LOG=codex_otel=info`) has one
+  `codex.api_request` event per HTTP request it made."""
 
 from __future__ import annotations
 
@@ -27,88 +30,69 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
-from gymflow.core.errors import RuntimeFailure
+from gymflow.harness.agent_logs import codex_trajectory, mini_swe_trajectory
+from gymflow.harness.recipes import AGENT_LOGS, Recipe, register_recipe
+
+#: mini-swe-agent's exit status when it stopped at its step limit (the recipe's own choice).
+MINI_STEP_LIMIT_EXIT = 86
+#: Sandbox folders a prefix must not be under: the sandbox replaces them with its own.
+_SANDBOX_FOLDERS = ("/tmp", "/app", "/logs", "/tests", "/solution", "/run")
 
 
-class AgentInstallMissing(RuntimeFailure):
-    kind = "agent_install_missing"
+def _prefix(variable: str, default: str) -> Path:
+    return Path(os.environ.get(variable) or default)
 
 
-@dataclass(frozen=True, slots=True)
-class AgentRecipe:
-    name: str
-    #: the package it is, as its registry names it, and the registry
-    package: str
-    registry: str
-    #: the variable naming its prefix, the prefix used when unset, and how .ci/run makes it
-    prefix_variable: str
-    default_prefix: str
-    install_hint: str
-    #: the executable inside the prefix
-    executable: str
-    command: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
-    #: folders the agent needs before it starts (Codex refuses a CODEX_HOME that is missing)
-    folders: tuple[str, ...] = ()
-    #: the model calls its own log says it made, read from the rollout's logs folder
-    #: and the agent's stderr
-    logged_calls: Callable[[Path, str], int | None] = lambda logs, stderr: None
-
-    def prefix(self) -> Path:
-        return Path(os.environ.get(self.prefix_variable) or self.default_prefix)
-
-    def binary(self) -> Path:
-        """The agent's executable, or AgentInstallMissing naming the variable and the fix."""
-        path = self.prefix() / self.executable
+def _missing(variable: str, default: str, executable: str, hint: str) -> Callable[[], str | None]:
+    def missing() -> str | None:
+        prefix = _prefix(variable, default)
+        path = prefix / executable
         if not os.access(path, os.X_OK):
-            raise AgentInstallMissing(
-                f"{self.name}: {path} is not installed ({self.prefix_variable}="
-                f"{self.prefix()}); install it with: {self.install_hint}"
+            return f"{path} is not installed ({variable}={prefix}); install it with: {hint}"
+        inside = [
+            f for f in _SANDBOX_FOLDERS if str(prefix) == f or str(prefix).startswith(f + "/")
+        ]
+        if inside:
+            return (
+                f"{variable}={prefix} is under {inside[0]}, which the sandbox replaces with its "
+                "own folder: install the agent elsewhere (the default is under /opt)"
             )
-        return path
+        return None
 
-    def argv(self, **values: str) -> list[str]:
-        """The command with `{placeholders}` filled and the executable resolved."""
-        return [str(self.binary())] + [part.format(**values) for part in self.command]
-
-    def environment(self, **values: str) -> dict[str, str]:
-        """The agent's own variables, with its folders created (under `{logs}`)."""
-        for folder in self.folders:
-            Path(folder.format(**values)).mkdir(parents=True, exist_ok=True)
-        return {key: value.format(**values) for key, value in self.env.items()}
-
-    def version(self) -> str:
-        """The installed version, as the package manager recorded it: a factor of the run."""
-        return _VERSIONS[self.registry](self)
+    return missing
 
 
-def _pypi_version(recipe: AgentRecipe) -> str:
-    found = subprocess.run(
-        [str(recipe.prefix() / "bin" / "python"), "-c",
-         f"import importlib.metadata as m; print(m.version({recipe.package!r}))"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    if found.returncode != 0:
-        raise AgentInstallMissing(f"{recipe.name}: {recipe.package} not found in {recipe.prefix()}")
-    return found.stdout.strip()
+def _pypi_version(variable: str, default: str, package: str) -> Callable[[], str]:
+    def version() -> str:
+        python = _prefix(variable, default) / "bin" / "python"
+        script = f"import importlib.metadata as m; print(m.version({package!r}))"
+        try:
+            found = subprocess.run(
+                [str(python), "-c", script], capture_output=True, text=True, timeout=60
+            )
+        except OSError:
+            return f"{package} (not installed)"
+        return f"{package} {found.stdout.strip()}" if found.returncode == 0 else f"{package} (?)"
+
+    return version
 
 
-def _npm_version(recipe: AgentRecipe) -> str:
-    manifest = recipe.prefix() / "lib" / "node_modules" / recipe.package / "package.json"
-    try:
-        return str(json.loads(manifest.read_text())["version"])
-    except (OSError, ValueError, KeyError) as exc:
-        raise AgentInstallMissing(f"{recipe.name}: {manifest}: {exc}") from None
+def _npm_version(variable: str, default: str, package: str) -> Callable[[], str]:
+    def version() -> str:
+        manifest = _prefix(variable, default) / "lib" / "node_modules" / package / "package.json"
+        try:
+            return f"{package} {json.loads(manifest.read_text())['version']}"
+        except (OSError, ValueError, KeyError):
+            return f"{package} (not installed)"
+
+    return version
 
 
-_VERSIONS: dict[str, Callable[[AgentRecipe], str]] = {"pypi": _pypi_version, "npm": _npm_version}
-
-
-def mini_swe_calls(logs: Path, stderr: str) -> int | None:
+def mini_swe_calls(logs: Path) -> int | None:
+    """The model calls mini-swe-agent's own trajectory counts, or None without one."""
     try:
         trajectory = json.loads((logs / "mini.traj.json").read_text())
         return int(trajectory["info"]["model_stats"]["api_calls"])
@@ -119,87 +103,88 @@ def mini_swe_calls(logs: Path, stderr: str) -> int | None:
 _CODEX_REQUEST = re.compile(r'codex_otel\.log_only: event\.name="codex\.api_request"')
 
 
-def codex_calls(logs: Path, stderr: str) -> int | None:
-    return len(_CODEX_REQUEST.findall(stderr))
+def codex_calls(logs: Path) -> int | None:
+    """The HTTP requests Codex's own log says it made, or None without a log."""
+    try:
+        return len(_CODEX_REQUEST.findall((logs / "codex.log").read_text(errors="replace")))
+    except OSError:
+        return None
 
 
-def _configured(*settings: str) -> tuple[str, ...]:
-    """`-c SETTING` for each setting (both agents take their overrides so)."""
-    return tuple(part for setting in settings for part in ("-c", setting))
+MINI_VENV = ("GYMFLOW_MINISWE_VENV", "/opt/gymflow-agents/miniswe-venv")
+CODEX_PREFIX = ("GYMFLOW_CODEX_PREFIX", "/opt/gymflow-agents/codex")
 
-
-MINI_SWE_AGENT = AgentRecipe(
-    name="mini-swe-agent",
-    package="mini-swe-agent",
-    registry="pypi",
-    prefix_variable="GYMFLOW_MINISWE_VENV",
-    default_prefix="/tmp/miniswe-venv",
-    install_hint="python -m venv /tmp/miniswe-venv && /tmp/miniswe-venv/bin/pip install "
-    "mini-swe-agent (.ci/run does)",
-    executable="bin/mini",
-    command=(
-        "-y",
-        "--exit-immediately",
-        "-t",
-        "{instruction}",
-        "-m",
-        "openai/{model}",
-        "-o",
-        "{logs}/mini.traj.json",
-        *_configured(
-            "mini.yaml",
-            "model.model_kwargs.api_base={base_url}",
-            "model.model_kwargs.api_key={api_key}",
-            "agent.step_limit={max_turns}",
-            "agent.cost_limit=0",
-            "environment.cwd={workspace}",
-        ),
-    ),
-    env={
-        "MSWEA_GLOBAL_CONFIG_DIR": "{logs}/mini-swe-agent",
-        "MSWEA_CONFIGURED": "true",
-        "MSWEA_SILENT_STARTUP": "1",
-        "MSWEA_COST_TRACKING": "ignore_errors",
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_TELEMETRY": "False",
-    },
-    logged_calls=mini_swe_calls,
+_MINI_COMMAND = " ".join(
+    [
+        f"mkdir -p {AGENT_LOGS};",
+        '"$GYMFLOW_AGENT_BIN" -y --exit-immediately -t "$GYMFLOW_INSTRUCTION"',
+        f"-m openai/{{model}} -o {AGENT_LOGS}/mini.traj.json -c mini.yaml",
+        "-c model.model_kwargs.api_base={base_url}",
+        '-c model.model_kwargs.api_key="$OPENAI_API_KEY" -c model.model_kwargs.max_retries=0',
+        '-c agent.step_limit="$GYMFLOW_MAX_TURNS" -c agent.cost_limit=0 -c environment.cwd=/app',
+        f"</dev/null > {AGENT_LOGS}/mini.log 2>&1; status=$?; tail -c 4000 {AGENT_LOGS}/mini.log;",
+        f'grep -q \'"exit_status": "LimitsExceeded"\' {AGENT_LOGS}/mini.traj.json 2>/dev/null',
+        f"&& exit {MINI_STEP_LIMIT_EXIT}; exit $status",
+    ]
 )
 
-CODEX = AgentRecipe(
-    name="codex",
-    package="@openai/codex",
-    registry="npm",
-    prefix_variable="GYMFLOW_CODEX_PREFIX",
-    default_prefix="/tmp/codex-prefix",
-    install_hint="npm install -g --prefix /tmp/codex-prefix @openai/codex (.ci/run does)",
-    executable="bin/codex",
-    command=(
-        "exec",
-        "--skip-git-repo-check",
-        "--ephemeral",
-        "--json",
-        "--color=never",
-        "--dangerously-bypass-approvals-and-sandbox",
-        "--cd={workspace}",
-        "--model={model}",
-        *_configured(
-            "model_provider=gymflow",
-            'model_providers.gymflow.name="gymflow recording proxy"',
-            'model_providers.gymflow.base_url="{base_url}"',
-            'model_providers.gymflow.env_key="OPENAI_API_KEY"',
-            'model_providers.gymflow.wire_api="responses"',
-            "model_providers.gymflow.request_max_retries=0",
-            "model_providers.gymflow.stream_max_retries=0",
-            "analytics.enabled=false",
-            'web_search="disabled"',
-        ),
-        "{instruction}",
-    ),
-    env={"CODEX_HOME": "{logs}/codex-home", "RUST_LOG": "codex_otel=info", "NO_COLOR": "1"},
-    folders=("{logs}/codex-home",),
-    logged_calls=codex_calls,
+_CODEX_COMMAND = " ".join(
+    [
+        'set -o pipefail; mkdir -p "$CODEX_HOME";',
+        '"$GYMFLOW_AGENT_BIN" exec --skip-git-repo-check --ephemeral --json --color=never',
+        "--dangerously-bypass-approvals-and-sandbox --cd /app --model {model}",
+        "-c model_provider=gymflow -c model_providers.gymflow.name=gymflow",
+        "-c model_providers.gymflow.base_url={base_url}",
+        "-c model_providers.gymflow.env_key=OPENAI_API_KEY",
+        "-c model_providers.gymflow.wire_api=responses",
+        "-c model_providers.gymflow.request_max_retries=0",
+        "-c model_providers.gymflow.stream_max_retries=0",
+        "-c analytics.enabled=false -c web_search=disabled",
+        f'"$GYMFLOW_INSTRUCTION" </dev/null 2>{AGENT_LOGS}/codex.log',
+        f"| tee {AGENT_LOGS}/codex.jsonl",
+    ]
 )
 
-#: The agent recipes by name.
-AGENTS: dict[str, AgentRecipe] = {recipe.name: recipe for recipe in (MINI_SWE_AGENT, CODEX)}
+MINI_SWE_AGENT = register_recipe(
+    Recipe(
+        name="mini-swe-agent",
+        command=_MINI_COMMAND,
+        needs_model=True,
+        version=_pypi_version(*MINI_VENV, "mini-swe-agent"),
+        missing=_missing(*MINI_VENV, "bin/mini", ".ci/run's GYMFLOW_MINISWE_VENV step"),
+        env=lambda: {
+            "GYMFLOW_AGENT_BIN": str(_prefix(*MINI_VENV) / "bin" / "mini"),
+            "MSWEA_GLOBAL_CONFIG_DIR": f"{AGENT_LOGS}/mini-swe-agent",
+            "MSWEA_CONFIGURED": "true",
+            "MSWEA_SILENT_STARTUP": "1",
+            "MSWEA_COST_TRACKING": "ignore_errors",
+            # gymflow's client retries (model.max_retries, each attempt recorded): the agent
+            # asks once, so its own count and the proxy's are of the same requests
+            "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        },
+        step_limit_exits=(MINI_STEP_LIMIT_EXIT,),
+        logged_calls=mini_swe_calls,
+        trajectory=lambda logs, instruction: mini_swe_trajectory(logs),
+        logs=AGENT_LOGS,
+    )
+)
+
+CODEX = register_recipe(
+    Recipe(
+        name="codex",
+        command=_CODEX_COMMAND,
+        needs_model=True,
+        version=_npm_version(*CODEX_PREFIX, "@openai/codex"),
+        missing=_missing(*CODEX_PREFIX, "bin/codex", ".ci/run's GYMFLOW_CODEX_PREFIX step"),
+        env=lambda: {
+            "GYMFLOW_AGENT_BIN": str(_prefix(*CODEX_PREFIX) / "bin" / "codex"),
+            "CODEX_HOME": f"{AGENT_LOGS}/codex-home",
+            "RUST_LOG": "codex_otel=info",
+            "NO_COLOR": "1",
+        },
+        logged_calls=codex_calls,
+        trajectory=codex_trajectory,
+        logs=AGENT_LOGS,
+    )
+)

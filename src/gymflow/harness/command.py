@@ -28,16 +28,17 @@ from gymflow.core.config import HarnessConfig
 from gymflow.core.protocols import Resources
 from gymflow.core.tasks import Task
 from gymflow.harness.base import Episode, harness
-from gymflow.harness.recipes import INSTRUCTION_FILE, Recipe, get_recipe, own_command
+from gymflow.harness.recipes import (
+    AGENT_LOGS,
+    INSTRUCTION_FILE,
+    Recipe,
+    get_recipe,
+    own_command,
+)
 from gymflow.models.client import ResponsesClient
 from gymflow.models.responses import user_message
 from gymflow.sandboxes.base import WORKDIR, ExecResult, Sandbox, SandboxError
 
-#: The key an agent is given when the proxy names none: the model's real key stays with the
-#: proxy, and never reaches the sandbox.
-PLACEHOLDER_KEY = "gymflow-proxy"
-#: The agent's own logs inside the sandbox (its trajectory, its config home).
-AGENT_LOGS = "/logs/agent"
 #: Seconds past the agent's time limit an in-process recipe gets to return its evidence.
 GRACE_S = 30.0
 #: Exit status of a command bash could not find.
@@ -111,7 +112,8 @@ async def command(
         return await _in_process(recipe, episode, client, sandbox, session_id, task, prompt,
                                  seed, config, started + timeout_s)  # fmt: skip
     env = {"GYMFLOW_INSTRUCTION": prompt, "GYMFLOW_INSTRUCTION_FILE": INSTRUCTION_FILE}
-    env |= recipe.env()
+    env |= {"GYMFLOW_MAX_TURNS": str(config.max_turns)} | recipe.env()
+    model_failure: str | None = None
     fill = {
         "instruction_file": INSTRUCTION_FILE,
         "instruction": prompt,
@@ -126,22 +128,49 @@ async def command(
         if recipe.needs_model:
             from gymflow.harness.proxy import RecordingProxy
 
+            # The proxy's key is a token for this rollout only (the model's own key stays with
+            # the proxy): a call without it, or after the agent's time, is recorded as refused.
             async with RecordingProxy(client, seed=seed, deadline_s=timeout_s) as proxy:
                 inside = await sandbox.expose_model(proxy.base_url)
-                # the proxy's own key, a token per rollout: no other process spends its budget
-                key = getattr(proxy, "api_key", PLACEHOLDER_KEY)
-                env |= {"OPENAI_BASE_URL": inside, "OPENAI_API_KEY": key}
-                fill |= {"base_url": inside, "api_key": key}
+                env |= {"OPENAI_BASE_URL": inside, "OPENAI_API_KEY": proxy.api_key}
+                fill |= {"base_url": inside, "api_key": proxy.api_key}
                 result = await _run(sandbox, recipe, fill, env, timeout_s)
             episode.calls = list(proxy.calls)
+            model_failure = proxy.failure_kind()
         else:
             result = await _run(sandbox, recipe, fill, env, timeout_s)
+        if recipe.logs is not None:
+            await _read_agent_logs(sandbox, recipe, episode, prompt)
     except SandboxError as exc:
         return _failed(episode, "sandbox_error", str(exc))
-    _record(episode, recipe, result)
+    _record(episode, recipe, result, model_failure)
     if not recipe.needs_model:  # health reads no missing model evidence into it
         episode.counters["model_free"] = 1
     return episode
+
+
+async def _read_agent_logs(sandbox: Sandbox, recipe: Recipe, episode: Episode, prompt: str) -> None:
+    """The agent's own account, from its logs: its trajectory (an ATIF file it wrote, else its
+    recipe's reader), and how many model calls it says it made (`counters
+    ["agent_logged_calls"]`), both set against the calls the proxy recorded."""
+    from gymflow.harness.agent_logs import atif_trajectory
+
+    assert recipe.logs is not None
+    with tempfile.TemporaryDirectory(prefix="gymflow-agent-logs-") as scratch:
+        logs = Path(scratch) / "agent"
+        try:
+            await sandbox.download(recipe.logs, logs)
+        except SandboxError:  # an agent that died before writing any: its exit says why
+            return
+        if recipe.logged_calls is not None:
+            logged = recipe.logged_calls(logs)
+            if logged is not None:
+                episode.counters["agent_logged_calls"] = logged
+        own = atif_trajectory(logs)
+        if own is None and recipe.trajectory is not None:
+            own = recipe.trajectory(logs, prompt)
+        if own:
+            episode.trajectory = own
 
 
 async def _prepare(sandbox: Sandbox, recipe: Recipe, folder: Path, prompt: str) -> None:
@@ -168,11 +197,16 @@ def filled(command: str, fill: dict[str, str]) -> str:
     return pattern.sub(lambda match: shlex.quote(fill[match.group(1)]), command)
 
 
-def _record(episode: Episode, recipe: Recipe, result: ExecResult) -> None:
-    """The agent's exit as the episode's outcome; its output (tail) as the output text."""
+def _record(
+    episode: Episode, recipe: Recipe, result: ExecResult, model_failure: str | None = None
+) -> None:
+    """The agent's exit as the episode's outcome; its output (tail) as the output text. An
+    agent that exits failing after its last model call failed stopped because the model did
+    (a prompt over the model's context, a dead server): that call's failure kind is the
+    rollout's."""
     episode.output_text = result.output
     episode.num_turns = len({call.call_index for call in episode.calls})
-    episode.counters = {"agent_ms": int(result.seconds * 1000), "model_calls": len(episode.calls)}
+    episode.counters |= {"agent_ms": int(result.seconds * 1000), "model_calls": len(episode.calls)}
     if result.exit_code is not None:
         episode.counters["agent_exit_code"] = result.exit_code
     if result.limit == "timeout":
@@ -185,6 +219,9 @@ def _record(episode: Episode, recipe: Recipe, result: ExecResult) -> None:
         )
     elif result.exit_code == NOT_FOUND and "command not found" in result.output:
         _failed(episode, "agent_install_missing", _tail(result))
+    elif result.exit_code != 0 and model_failure is not None:
+        _failed(episode, model_failure, f"the model call failed, then the agent exited "
+                f"{result.exit_code}: {_tail(result)}")  # fmt: skip
     elif result.exit_code != 0:
         _failed(episode, "agent_crashed", f"exit status {result.exit_code}: {_tail(result)}")
 

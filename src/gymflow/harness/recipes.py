@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gymflow.core.errors import UserError
 
-#: Where the instruction is written inside the sandbox.
-INSTRUCTION_FILE = "/logs/agent/instruction.md"
+#: Where an agent keeps its own logs inside the sandbox, and where its instruction is written.
+AGENT_LOGS = "/logs/agent"
+INSTRUCTION_FILE = f"{AGENT_LOGS}/instruction.md"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,13 @@ class Recipe:
     step_limit_exits: tuple[int, ...] = ()
     #: an in-process agent: run(context) -> Episode (see gymflow.harness.command)
     run: Callable[[Any], Awaitable[Any]] | None = None
+    #: the folder inside the sandbox where the agent keeps its own logs (downloaded after it
+    #: ran), and the model calls those logs say it made (None: they do not say)
+    logs: str | None = None
+    logged_calls: Callable[[Path], int | None] | None = None
+    #: the agent's own account of the run as Responses items, from its logs and instruction
+    #: (an ATIF `trajectory.json` there is read for any agent: gymflow.harness.agent_logs)
+    trajectory: Callable[[Path, str], list[dict[str, Any]] | None] | None = None
 
 
 RECIPES: dict[str, Recipe] = {}
@@ -89,6 +98,7 @@ def own_command(command: str, version: str | None) -> Recipe:
         name="command",
         command=command,
         needs_model=True,
+        logs=AGENT_LOGS,  # where an ATIF trajectory.json of its own is read from
         version=lambda: version or "unrecorded (set harness.agent_version)",
     )
 

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gymflow.core.atif import rollout_to_atif
 from gymflow.core.written import write_text
-from gymflow.interop.atif import rollout_to_atif
 from gymflow.store.runs import run_info
 
 _ROLLOUTS = """
@@ -27,15 +27,17 @@ _CALL_COLUMNS = ("call_index", "attempt", "status", "input_tokens", "cached_toke
 
 
 def _agent(config_json: str | None, harness: str | None, gymflow_version: str | None):
-    """(name, version) of the policy's agent: an external agent's own package and version where
-    the run recorded them (`harness.agent`), else gymflow's harness at gymflow's version."""
+    """(name, version) of the policy's agent: under the `command` harness the recipe (or own
+    command) and the package and version the run recorded (`harness.agent_version`), else
+    gymflow's harness at gymflow's version."""
     try:
         config = json.loads(config_json or "{}")
     except ValueError:
         config = {}
-    recorded = (config.get("harness") or {}).get("agent") if isinstance(config, dict) else None
-    if isinstance(recorded, dict) and recorded.get("name") and recorded.get("version"):
-        return str(recorded["name"]), str(recorded["version"])
+    recorded = (config.get("harness") or {}) if isinstance(config, dict) else {}
+    if harness == "command" and recorded.get("agent_version"):
+        name = recorded.get("agent") or "command"
+        return str(name), str(recorded["agent_version"])
     return f"gymflow/{harness or 'unknown'}", gymflow_version or "unknown"
 
 

@@ -145,8 +145,12 @@ class WorkspaceEnvironment(Environment):
         return digest.hexdigest()[:12]
 
     def hidden_paths(self) -> tuple[Path, ...]:
-        """What no sandbox may see: the task folders (tests and solutions among them)."""
-        return (self.root,) if self.root is not None else ()
+        """What no sandbox may see: the task folders (tests and solutions among them), and the
+        git work tree holding them, whose history holds them too."""
+        if self.root is None:
+            return ()
+        checkout = next((p for p in self.root.parents if (p / ".git").exists()), None)
+        return (self.root, checkout) if checkout is not None else (self.root,)
 
     def resources_server(self, verifier_params: dict[str, Any] | None = None) -> WorkspaceResources:
         from gymflow.environments.workspace.resources import WorkspaceResources

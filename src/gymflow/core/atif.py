@@ -15,7 +15,8 @@ proxy whose trajectory is the calls' own conversation); otherwise the steps carr
 `final_metrics` (the rollout's totals) is given, rather than pairing a step with a call that did
 not produce it. The run, task, status, failure kind and reward go under `extra`.
 
-Pure functions here; `interop.export` writes the files."""
+Pure functions, in core because harnesses read an agent's own ATIF file with them;
+`interop.atif_files` writes them out."""
 
 from __future__ import annotations
 

@@ -1,3 +1,0 @@
-#!/bin/bash
-set -euo pipefail
-printf 'hello gymflow\n' > greeting.txt
