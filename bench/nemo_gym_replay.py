@@ -92,9 +92,9 @@ async def _server(server, split: str, per_server: int, judge: dict | None) -> di
     equal, differences = 0, []
     try:
         for index, row in enumerate(rows[:per_server]):
-            task = tasks.get(_request_key(row))
+            task = tasks.get(_request_key(row)) or _own_row(env, row, index)
             if task is None:
-                differences.append({"line": index + 1, "cause": "no dataset row asks this"})
+                differences.append({"line": index + 1, "cause": "no row, and its own is unread"})
                 continue
             try:
                 got = await asyncio.wait_for(_replay(resources, task, row), 600)
