@@ -34,6 +34,22 @@ from nemo_gym_contract import default_nemo_gym_path
 TOLERANCE = 1e-6
 
 
+#: A recorded line's keys that are the rollout, not its row.
+_ROLLOUT_KEYS = ("response", "reward", "_ng_task_index", "_ng_rollout_index", "agent_ref")
+
+
+def _own_row(env, row: dict[str, Any], index: int):
+    """The task of a recorded line whose request no dataset row asks (NeMo Gym recorded it
+    from rows prepared another way, e.g. with a prompt template applied): the line's own row,
+    mapped as the environment maps its rows."""
+    from gymflow.environments.dataset.mapping import map_rows
+    from gymflow.environments.dataset.readers import RawRow
+
+    fields = {k: v for k, v in row.items() if k not in _ROLLOUT_KEYS}
+    mapped = map_rows([RawRow(f"line {index + 1}", fields)], env.rules())
+    return mapped.tasks[0] if mapped.tasks else None
+
+
 def _recorded(path: Path) -> list[dict[str, Any]]:
     rows = []
     for line in path.read_bytes().splitlines():
@@ -92,9 +108,9 @@ async def _server(server, split: str, per_server: int, judge: dict | None) -> di
     equal, differences = 0, []
     try:
         for index, row in enumerate(rows[:per_server]):
-            task = tasks.get(_request_key(row))
+            task = tasks.get(_request_key(row)) or _own_row(env, row, index)
             if task is None:
-                differences.append({"line": index + 1, "cause": "no dataset row asks this"})
+                differences.append({"line": index + 1, "cause": "no row, and its own is unread"})
                 continue
             try:
                 got = await asyncio.wait_for(_replay(resources, task, row), 600)

@@ -321,3 +321,24 @@ def test_listing_names_every_server_and_keeps_an_index(nemo: Path) -> None:
     listed = gym("list", "environments", "--json", cwd=nemo.parent, env=env, check=True)
     (entry,) = [e for e in json.loads(listed.stdout) if e["name"] == "ng-listed"]
     assert entry["description"].startswith("a server changed")
+
+
+def test_a_judge_that_fails_is_a_verifier_error_not_the_servers_zero(nemo: Path) -> None:
+    """A server that catches its judge's failure and answers reward 0 (as judge servers do)
+    gets `judge_failed`: the 0 was never the judge's."""
+    write_server(nemo, "judged", fields="judge_model_server: {type: responses_api_models, "
+                 "name: judge_model}\n", config="judge_model_server: dict = {}", verify="""\
+        try:
+            answer = await self.server_client.post(server_name="judge_model",
+                url_path="/v1/responses", json={"input": [{"role": "user", "content": text}]})
+            answer.raise_for_status()
+        except Exception as exc:
+            print("the judge failed:", repr(exc))
+        return BaseVerifyResponse(**body.model_dump(), reward=0.0)
+    """)  # fmt: skip
+    env = _env("judged")
+    assert env.refusals({}) and "verifier_params.judge" in env.refusals({})[0]
+    dead = {"base_url": "http://127.0.0.1:9/v1", "model": "gone", "max_retries": 0}
+    (verdict,) = _verdicts(env, ["ok"], {"judge": dead})
+    assert verdict.status == "error" and verdict.failure_kind == "judge_failed", verdict
+    assert "the judge gone failed on 1 of 1 calls" in verdict.details["error"]
