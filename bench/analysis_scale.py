@@ -151,7 +151,7 @@ def run_stage(stage: str, store: Path) -> dict[str, float]:
     from gymflow.analysis.profile import profile
     from gymflow.analysis.run import analyse
     from gymflow.environments.registry import load_environment
-    from gymflow.reverify import reverify
+    from gymflow.reverify.new_version import reverify
     from gymflow.store.db import connect
     from gymflow.store.seal import check_seals
 

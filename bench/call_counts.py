@@ -34,7 +34,7 @@ COUNTED = (
     ("environment loads", "gymflow.environments.registry", "load_environment"),
     ("prompt renders", "gymflow.core.prompts", "render_prompt"),
     ("store.db.connect calls (held cursors included)", "gymflow.store.db", "connect"),
-    ("fingerprint() calls", "gymflow.config", "EvalConfig.fingerprint"),
+    ("fingerprint() calls", "gymflow.core.config", "EvalConfig.fingerprint"),
 )
 DUCKDB_CONNECT = "duckdb.connect calls (store handles)"
 

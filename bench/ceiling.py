@@ -132,7 +132,7 @@ async def httpx_rate(base_url: str, seconds: float, concurrency: int) -> float:
 
 async def gymflow_rate(base_url: str, seconds: float, concurrency: int) -> float:
     """gymflow's model client: its transport, plus validation and the evidence record."""
-    from gymflow.config import ModelConfig, Sampling
+    from gymflow.core.config import ModelConfig, Sampling
     from gymflow.models.client import ResponsesClient
 
     config = ModelConfig(kind="responses", base_url=base_url, max_retries=0)

@@ -78,7 +78,7 @@ def write(folder: Path, rows: int, fmt: str) -> Path:
 
 
 def _stage(stage: str, config: str, queue: multiprocessing.Queue) -> None:
-    from gymflow.config import EvalConfig
+    from gymflow.core.config import EvalConfig
 
     def cpu() -> float:
         usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -134,7 +134,7 @@ def write_benchmarks(scenarios: list[Scenario], envs: Path) -> None:
 def run_simulated(scenario: Scenario, out: Path):
     """Collect the scenario's rollouts on the local policy server, in this process, as a
     `gym eval run` batch does; returns the run directory."""
-    from gymflow.config import EvalConfig
+    from gymflow.core.config import EvalConfig
     from gymflow.rollouts.collect import run_collect
     from gymflow.rollouts.plan import resolve
     from gymflow.rollouts.registration import register_run

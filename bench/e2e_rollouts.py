@@ -62,7 +62,7 @@ class Figure:
 def write_benchmark(root: Path, environment: str, split: str, rollouts: int) -> tuple[int, int]:
     """Write benchmarks/bench-e2e.yaml under `root`; return (tasks, repeats) covering `rollouts`,
     or as many as a config allows of a small split (at most MAX_REPEATS a task)."""
-    from gymflow.config import MAX_REPEATS
+    from gymflow.core.config import MAX_REPEATS
     from gymflow.environments.registry import load_environment
 
     available = len(load_environment(environment).tasks(split))
@@ -95,7 +95,7 @@ def count_calls(run_dir: Path) -> tuple[int, int]:
 
 
 def run_collector(run_dir: Path, concurrency: int, profile_to: Path | None) -> Figure:
-    from gymflow.config import EvalConfig
+    from gymflow.core.config import EvalConfig
     from gymflow.rollouts.collect import run_collect
     from gymflow.rollouts.plan import resolve
     from gymflow.rollouts.registration import register_run

@@ -70,7 +70,7 @@ def serve(port: int, answer_mb: int, chunked: bool) -> None:
 
 
 def collect(base_url: str, out: str, rollouts: int, concurrency: int) -> None:
-    from gymflow.config import EvalConfig
+    from gymflow.core.config import EvalConfig
     from gymflow.rollouts.collect import run_collect
     from gymflow.rollouts.plan import resolve
     from gymflow.rollouts.registration import register_run

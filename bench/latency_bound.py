@@ -201,7 +201,7 @@ def run_cli(root: Path, env: dict, spec: dict, nofile: int) -> dict:
 
 
 def run_collector(spec: dict) -> dict:
-    from gymflow.config import EvalConfig
+    from gymflow.core.config import EvalConfig
     from gymflow.rollouts.collect import run_collect
     from gymflow.rollouts.plan import resolve
     from gymflow.rollouts.registration import register_run

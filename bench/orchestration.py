@@ -28,10 +28,10 @@ import tiny
 
 import gymflow.flows.eval_run as eval_run_module
 import gymflow.flows.eval_shard as eval_shard_module
-import gymflow.tasks.analysis as analysis_tasks
-import gymflow.tasks.rollouts as rollout_tasks
-import gymflow.tasks.shards as shard_tasks
-from gymflow.config import EvalConfig
+import gymflow.steps.analysis as analysis_tasks
+import gymflow.steps.rollouts as rollout_tasks
+import gymflow.steps.shards as shard_tasks
+from gymflow.core.config import EvalConfig
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
 from gymflow.rollouts.collect import Collector
 

@@ -39,8 +39,8 @@ def stages(run_dir: Path) -> dict[str, float]:
     from gymflow.analysis.run import analyse
     from gymflow.reports.sections import DEFAULT_LIMITS
     from gymflow.simulated.local_server import LocalPolicyServer
+    from gymflow.steps.analysis import _store_key
     from gymflow.store.db import connect
-    from gymflow.tasks.analysis import _store_key
 
     found: dict[str, float] = {}
     with connect(run_dir, read_only=True) as con:

@@ -59,7 +59,7 @@ def gym_args(workload: dict) -> list[str]:
 def run_stages(workload: dict, out: str) -> None:
     """The flow's stages as plain calls (this runs in a process of its own)."""
     from gymflow.analysis.run import analyse
-    from gymflow.config import EvalConfig
+    from gymflow.core.config import EvalConfig
     from gymflow.reports.render import write_run_report
     from gymflow.reports.sections import DEFAULT_LIMITS
     from gymflow.rollouts.collect import Collector

@@ -38,7 +38,7 @@ ENVS = Path(__file__).resolve().parents[1] / "tests" / "harness" / "envs"
 def scenario(rollouts: int, concurrency: int, latency_ms: float) -> dict[str, float]:
     """One collection in this process; returns its figures."""
     os.environ["GYMFLOW_ENVIRONMENTS_PATH"] = str(ENVS)
-    from gymflow.config import EvalConfig, FaultSpec
+    from gymflow.core.config import EvalConfig, FaultSpec
     from gymflow.rollouts.collect import run_collect
     from gymflow.rollouts.plan import resolve
     from gymflow.rollouts.registration import register_run

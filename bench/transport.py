@@ -29,7 +29,7 @@ import aiohttp
 import httpx
 import tiny
 
-from gymflow.config import ModelConfig, Sampling
+from gymflow.core.config import ModelConfig, Sampling
 from gymflow.models.client import ResponsesClient
 from gymflow.models.responses import user_message
 from gymflow.simulated.local_server import LocalPolicyServer

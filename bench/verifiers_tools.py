@@ -19,7 +19,7 @@ from verifiers import _cycler, main
 
 
 def _state_cycler(environment: str, split: str) -> Callable[[], Any]:
-    from gymflow.environments.backoffice.tasks import play
+    from gymflow.builtin.backoffice.tasks import play
 
     def final_state(task, plan: tuple) -> dict[str, Any]:
         return play(task.data["initial_state"], [list(t) for t in plan], strict=False)

@@ -39,7 +39,8 @@ def _imported_by(argv: list[str]) -> list[str]:
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "heavy = ('duckdb', 'polars', 'numpy', 'prefect', 'gymflow.flows')\n"
         "print(sorted(m for m in sys.modules if m.startswith('gymflow.cli.') and m not in "
-        "('gymflow.cli.app', 'gymflow.cli.ending', 'gymflow.cli.exit_codes', "
+        "('gymflow.cli.app', 'gymflow.cli.commands', 'gymflow.cli.ending', "
+        "'gymflow.cli.exit_codes', "
         "'gymflow.cli.local_prefect') "
         "or m in heavy))"
     )

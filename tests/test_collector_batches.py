@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.config import EvalConfig
+from gymflow.core.config import EvalConfig
 from gymflow.rollouts.collect import Collector
 from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.registration import register_run

@@ -72,7 +72,7 @@ def test_a_command_page_holds_every_flag_its_help_prints(site: Path):
 
 
 def test_the_config_reference_lists_every_key(site: Path):
-    from gymflow.config import EvalConfig, ModelConfig
+    from gymflow.core.config import EvalConfig, ModelConfig
 
     page = _text(site / "reference" / "config.html")
     keys = [*EvalConfig.model_fields, *(f"model.{key}" for key in ModelConfig.model_fields)]
@@ -165,7 +165,7 @@ def test_the_tour_runs_as_written(tmp_path: Path, prefect_api: str):
 
 
 #: The shipped dataset a docs example names, copied beside the example when it is checked.
-SHIPPED_BENCHMARKS = ROOT / "src" / "gymflow" / "environments" / "benchmarks"
+SHIPPED_BENCHMARKS = ROOT / "src" / "gymflow" / "builtin" / "benchmarks"
 
 
 def test_every_config_study_and_benchmark_example_is_valid(tmp_path: Path):

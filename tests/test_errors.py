@@ -12,8 +12,8 @@ from pathlib import Path
 
 import gymflow
 from gymflow.cli import exit_codes
-from gymflow.errors import GateFailed, GymflowError, RuntimeFailure, UserError
-from gymflow.registry import UnknownName
+from gymflow.core.errors import GateFailed, GymflowError, RuntimeFailure, UserError
+from gymflow.core.registry import UnknownName
 from gymflow.rollouts.stopping import RunStopped
 from tests.conftest import gym
 from tests.faults.stores import one_error_line
@@ -59,9 +59,9 @@ def _exception_classes() -> dict[str, type[BaseException]]:
 def test_every_exception_is_a_gymflow_error_or_a_listed_internal_one():
     classes = _exception_classes()
     outside = {name for name, cls in classes.items() if not issubclass(cls, GymflowError)}
-    assert outside == set(INTERNAL), "rebase it on gymflow.errors, or list it with a reason"
+    assert outside == set(INTERNAL), "rebase it on gymflow.core.errors, or list it with a reason"
     # the known ones, so a walk that finds nothing cannot pass
-    assert {"gymflow.config.ConfigError", "gymflow.store.db.StoreError"} <= set(classes)
+    assert {"gymflow.core.config.ConfigError", "gymflow.store.db.StoreError"} <= set(classes)
 
 
 def test_each_branch_exits_with_its_cli_code():

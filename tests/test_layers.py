@@ -1,6 +1,11 @@
-"""The packages of gymflow form layers: each imports only packages below it, and no import cycle
-joins two of them. Every import statement counts, including those inside functions and under
-TYPE_CHECKING: a deferred import hides an edge from the interpreter, not from a reader."""
+"""The packages of gymflow are the layers. Each top-level package's `__init__` declares its tier
+(`__tier__`), what it holds and what other packages may use (`__all__`), read by
+`gymflow.core.layout`; this test holds no list of its own. A package imports only packages of its
+own tier or lower ones; no import cycle joins two packages, nor two modules of one package; and
+an import from another package names the package itself or one of its public names.
+
+Every import statement counts, including those inside functions and under TYPE_CHECKING: a
+deferred import hides an edge from the interpreter, not from a reader."""
 
 from __future__ import annotations
 
@@ -10,30 +15,11 @@ from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "gymflow"
+import pytest
 
-#: The packages and top-level modules of gymflow, lowest first. A unit may import units of lower
-#: layers, and units of its own layer as long as no cycle results. A new package gets a layer
-#: here before it lands.
-LAYERS: tuple[frozenset[str], ...] = tuple(
-    frozenset(layer.split())
-    for layer in (
-        "core config bounded_yaml processes progress errors registry user_folders present written",
-        "models",
-        "verifiers",
-        "verifier_identity",
-        "store",
-        "environments",
-        "harness",
-        "simulated",
-        "rollouts",
-        "analysis",
-        "reports history data interop study reverify recheck",
-        "tasks",
-        "flows",
-        "cli",
-    )
-)
+from gymflow.core.layout import LayoutError, Package, loose_modules, packages
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "gymflow"
 
 #: Known edges that break the layers, each owned by a branch that removes it; (importing file
 #: under src/gymflow, imported module). An entry no longer needed fails the test: delete it.
@@ -68,18 +54,28 @@ def imported_modules(node: ast.AST, package: str, root: Path) -> list[str]:
         module = ".".join(base + ([node.module] if node.module else []))
     else:
         module = node.module or ""
-    if module == "gymflow":  # `from gymflow import progress` imports the module gymflow.progress
-        exports = root_exports(root)  # `from gymflow import Task` imports what the root exports
-        return [
-            f"gymflow.{alias.name}"
-            if (root / f"{alias.name}.py").exists() or (root / alias.name).is_dir()
-            else exports[alias.name]
-            for alias in node.names
-            if (root / f"{alias.name}.py").exists()
-            or (root / alias.name).is_dir()
-            or alias.name in exports
-        ]
-    return [module]
+    if module == "gymflow":  # `from gymflow import Task` imports what the root exports
+        exports = root_exports(root)
+        return [exports.get(alias.name, f"gymflow.{alias.name}") for alias in node.names]
+    folder = _folder(module, root)
+    if folder is None:
+        return [module]
+    # `from gymflow.core import progress` imports the module gymflow.core.progress
+    return [
+        f"{module}.{alias.name}"
+        if (folder / f"{alias.name}.py").exists() or (folder / alias.name).is_dir()
+        else module
+        for alias in node.names
+    ]
+
+
+def _folder(module: str, root: Path) -> Path | None:
+    """The folder of a gymflow package `module`; None for a module or anything outside."""
+    parts = module.split(".")
+    if parts[0] != "gymflow":
+        return None
+    folder = root.joinpath(*parts[1:])
+    return folder if (folder / "__init__.py").exists() else None
 
 
 def root_exports(root: Path) -> dict[str, str]:
@@ -93,8 +89,10 @@ def root_exports(root: Path) -> dict[str, str]:
     return {}
 
 
-def cross_unit_imports(root: Path) -> list[Import]:
-    """Every import in the package at `root` from one unit into another."""
+def all_imports(root: Path) -> list[Import]:
+    """Every import of a gymflow module in the package at `root`, the importing and the imported
+    module resolved to files (`gymflow.core.progress`, not `gymflow.core`, for `from gymflow.core
+    import progress`); source and target are the top-level units."""
     found = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
@@ -106,24 +104,61 @@ def cross_unit_imports(root: Path) -> list[Import]:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             for target_module in imported_modules(node, package, root):
                 target = unit_of(target_module)
-                if target is not None and target != source:
-                    found.append(Import(rel.as_posix(), node.lineno, target_module, source, target))
+                if target is not None:
+                    imp = Import(rel.as_posix(), node.lineno, target_module, source, target)
+                    found.append(imp)
     return found
 
 
-def layer_of(unit: str, layers: tuple[frozenset[str], ...]) -> int | None:
-    return next((i for i, layer in enumerate(layers) if unit in layer), None)
+def cross_unit_imports(root: Path) -> list[Import]:
+    """Every import in the package at `root` from one unit into another."""
+    return [imp for imp in all_imports(root) if imp.source != imp.target]
 
 
-def upward_imports(imports: list[Import], layers: tuple[frozenset[str], ...]) -> list[str]:
+def module_of(module: str, root: Path) -> str:
+    """The module a dotted name imports: the longest prefix that is a file or a package."""
+    parts = module.split(".")
+    while len(parts) > 1:
+        path = root.joinpath(*parts[1:])
+        if path.with_suffix(".py").exists() or (path / "__init__.py").exists():
+            return ".".join(parts)
+        parts.pop()
+    return module
+
+
+def inner_imports(root: Path) -> list[Import]:
+    """Imports between two modules of one top-level package, with modules for units: the graph
+    whose cycles `cycles` finds inside a package."""
+    found = []
+    for imp in all_imports(root):
+        if imp.source != imp.target:
+            continue
+        source = ".".join(("gymflow", *Path(imp.file).with_suffix("").parts))
+        source = source.removesuffix(".__init__")
+        target = module_of(imp.module, root)
+        if target != source:
+            found.append(Import(imp.file, imp.line, imp.module, source, target))
+    return found
+
+
+def upward_imports(imports: list[Import], tiers: dict[str, int]) -> list[str]:
     problems = []
     for imp in imports:
-        low, high = layer_of(imp.source, layers), layer_of(imp.target, layers)
+        low, high = tiers.get(imp.source), tiers.get(imp.target)
         if low is not None and high is not None and high > low:
             problems.append(
-                f"{imp}: {imp.source} (layer {low}) may not import {imp.target} (layer {high})"
+                f"{imp}: {imp.source} (tier {low}) may not import {imp.target} (tier {high})"
             )
     return problems
+
+
+def private_imports(imports: list[Import], faces: dict[str, Package]) -> list[str]:
+    """Imports from another package of a module or name its `__all__` does not list."""
+    return [
+        f"{imp}: not in gymflow.{imp.target}.__all__ (add it there if it is meant to be used)"
+        for imp in imports
+        if imp.target in faces and not faces[imp.target].exposes(imp.module)
+    ]
 
 
 def cycles(imports: list[Import]) -> list[str]:
@@ -201,22 +236,39 @@ def _checked_imports() -> list[Import]:
     return [imp for imp in cross_unit_imports(SRC) if (imp.file, imp.module) not in ALLOWED]
 
 
-def test_every_unit_has_a_layer():
-    units = {p.stem if p.is_file() else p.name for p in SRC.iterdir()}
-    units = {u for u in units if (SRC / u).is_dir() or (SRC / f"{u}.py").exists()}
-    undeclared = sorted(
-        u for u in units - {"__init__", "__pycache__"} if layer_of(u, LAYERS) is None
-    )
-    assert not undeclared, f"give these gymflow units a layer in tests/test_layers.py: {undeclared}"
+def _tiers() -> dict[str, int]:
+    return {package.name: package.tier for package in packages(SRC)}
 
 
-def test_no_package_imports_a_layer_above_it():
-    problems = upward_imports(_checked_imports(), LAYERS)
-    assert not problems, "imports against the layers:\n" + "\n".join(problems)
+def test_every_package_states_its_tier_and_public_face():
+    """Reading them raises LayoutError naming the `__init__` that lacks one."""
+    assert {p.name for p in packages(SRC)} == {
+        p.name for p in SRC.iterdir() if (p / "__init__.py").exists()
+    }
+
+
+def test_no_loose_modules_at_the_top():
+    assert not loose_modules(SRC), "put these modules in the package that owns them"
+
+
+def test_no_package_imports_a_tier_above_it():
+    problems = upward_imports(_checked_imports(), _tiers())
+    assert not problems, "imports against the tiers:\n" + "\n".join(problems)
+
+
+def test_other_packages_import_only_public_names():
+    faces = {package.name: package for package in packages(SRC)}
+    problems = private_imports(_checked_imports(), faces)
+    assert not problems, "imports of private modules:\n" + "\n".join(problems)
 
 
 def test_no_import_cycle_between_packages():
     problems = cycles(_checked_imports())
+    assert not problems, "\n".join(problems)
+
+
+def test_no_import_cycle_inside_a_package():
+    problems = cycles(inner_imports(SRC))
     assert not problems, "\n".join(problems)
 
 
@@ -228,26 +280,64 @@ def test_every_allowance_is_still_needed():
     assert not stale, f"these edges are gone; delete them from ALLOWED: {stale}"
 
 
+def _package(root: Path, name: str, tier: int, public: list[str], body: str = "") -> None:
+    (root / name).mkdir(parents=True)
+    (root / name / "__init__.py").write_text(
+        f'"""The {name} package."""\n{body}\n__tier__ = {tier}\n__all__ = {public!r}\n'
+    )
+
+
 def test_the_checks_find_a_cycle_and_an_upward_import(tmp_path):
     """The checks above on a small package: `low` imports `high` inside a function."""
     root = tmp_path / "gymflow"
-    (root / "low").mkdir(parents=True)
-    (root / "high").mkdir()
+    _package(root, "low", 0, ["a", "c"])
+    _package(root, "high", 1, ["b"], body="from gymflow import low")
     (root / "__init__.py").write_text('_EXPORTS = {"Thing": ("gymflow.high.b", "Thing")}\n')
-    (root / "low" / "__init__.py").write_text("")
-    (root / "high" / "__init__.py").write_text("from gymflow import low\n")
-    (root / "low" / "a.py").write_text("def f():\n    from ..high import b\n")
+    (root / "high" / "b.py").write_text("Thing = 1\n")
+    (root / "low" / "a.py").write_text("def f():\n    from ..high import b\n")  # the module b
     (root / "low" / "c.py").write_text("from gymflow import Thing\n")  # through the root's API
     imports = cross_unit_imports(root)
-    layers = (frozenset({"low"}), frozenset({"high"}))
-    assert upward_imports(imports, layers) == [
-        "src/gymflow/low/a.py:2 imports gymflow.high: low (layer 0) may not import high (layer 1)",
-        "src/gymflow/low/c.py:1 imports gymflow.high.b: low (layer 0) may not import high "
-        "(layer 1)",
+    tiers = {p.name: p.tier for p in packages(root)}
+    assert tiers == {"low": 0, "high": 1}
+    assert upward_imports(imports, tiers) == [
+        "src/gymflow/low/a.py:2 imports gymflow.high.b: low (tier 0) may not import high (tier 1)",
+        "src/gymflow/low/c.py:1 imports gymflow.high.b: low (tier 0) may not import high (tier 1)",
     ]
     assert cycles(imports) == [
         "import cycle among high, low, e.g. high -> low -> high:\n"
-        "    src/gymflow/high/__init__.py:1 imports gymflow.low\n"
-        "    src/gymflow/low/a.py:2 imports gymflow.high\n"
+        "    src/gymflow/high/__init__.py:2 imports gymflow.low\n"
+        "    src/gymflow/low/a.py:2 imports gymflow.high.b\n"
         "    src/gymflow/low/c.py:1 imports gymflow.high.b"
     ]
+
+
+def test_the_checks_find_a_cycle_inside_a_package_and_a_private_import(tmp_path):
+    """`env/base.py` and `env/resources.py` import each other, one of them inside a function;
+    `run/plan.py` imports env's module `hidden`, which env's `__all__` does not list."""
+    root = tmp_path / "gymflow"
+    _package(root, "env", 0, ["base", "resources"])
+    _package(root, "run", 1, [])
+    (root / "__init__.py").write_text("")
+    (root / "env" / "base.py").write_text("def f():\n    from gymflow.env import resources\n")
+    (root / "env" / "resources.py").write_text("from gymflow.env.base import f\n")
+    (root / "env" / "hidden.py").write_text("")
+    (root / "run" / "plan.py").write_text("from gymflow.env.hidden import x\nimport gymflow.env\n")
+    assert cycles(inner_imports(root)) == [
+        "import cycle among gymflow.env.base, gymflow.env.resources, e.g. gymflow.env.base -> "
+        "gymflow.env.resources -> gymflow.env.base:\n"
+        "    src/gymflow/env/base.py:2 imports gymflow.env.resources\n"
+        "    src/gymflow/env/resources.py:1 imports gymflow.env.base"
+    ]
+    faces = {p.name: p for p in packages(root)}
+    assert private_imports(cross_unit_imports(root), faces) == [
+        "src/gymflow/run/plan.py:1 imports gymflow.env.hidden: not in gymflow.env.__all__ "
+        "(add it there if it is meant to be used)"
+    ]
+
+
+def test_a_package_without_a_tier_is_named(tmp_path):
+    root = tmp_path / "gymflow"
+    (root / "lost").mkdir(parents=True)
+    (root / "lost" / "__init__.py").write_text('"""Lost."""\n__all__ = []\n')
+    with pytest.raises(LayoutError, match=r"lost/__init__.py: no `__tier__ = N`"):
+        packages(root)

@@ -16,7 +16,7 @@ import pytest
 
 from gymflow.cli import exit_codes, local_prefect
 from gymflow.cli.local_prefect import STATE_FILE, LocalServer, Recorded
-from gymflow.errors import UserError
+from gymflow.core.errors import UserError
 from gymflow.simulated.local_server import free_port
 from tests.conftest import gym
 

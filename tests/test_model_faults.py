@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from gymflow.analysis.profile import profile
-from gymflow.config import EvalConfig
+from gymflow.core.config import EvalConfig
 from gymflow.models.client import ResponsesClient
 from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import resolve

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.config import ConfigError, parse_config
+from gymflow.core.config import ConfigError, parse_config
 from gymflow.models.open_files import RESERVE, SERVING_OPEN_FILES
 from tests.conftest import GYM, free_port
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gymflow.config import ConfigError, EvalConfig
+from gymflow.core.config import ConfigError, EvalConfig
 from gymflow.environments.registry import PATH_VARIABLE
 from gymflow.flows.fan_out import loopback_urls
 from gymflow.rollouts.merge import shard_progress

@@ -3,20 +3,21 @@ verifier's own declaration of how it runs."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 from pydantic import BaseModel
 
+from gymflow.core.registry import Registry, RegistryError, UnknownName
 from gymflow.environments.registry import (
-    PACKAGE_DIR,
+    BUILTIN_DIR,
     load_benchmark,
     load_environment,
     read_manifest,
 )
 from gymflow.harness import get_harness
-from gymflow.registry import Registry, RegistryError, UnknownName
 from gymflow.verifiers.base import VERIFIERS, get_verifier, verifier
 
 
@@ -86,8 +87,26 @@ def test_a_worker_verifier_without_a_bound_gets_the_default() -> None:
 
 
 def test_a_manifest_setting_the_removed_timeout_says_what_replaces_it(tmp_path: Path) -> None:
-    manifest = yaml.safe_load((PACKAGE_DIR / "arithmetic" / "environment.yaml").read_text())
+    manifest = yaml.safe_load((BUILTIN_DIR / "arithmetic" / "environment.yaml").read_text())
     path = tmp_path / "environment.yaml"
     path.write_text(yaml.safe_dump({**manifest, "verify_timeout_s": 30}))
     with pytest.raises(RegistryError, match=r"verify_timeout_s: removed; .*runs='worker'"):
         read_manifest(path)
+
+
+def test_an_entrypoint_that_names_no_environment_class_is_refused_naming_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`entrypoint: env:make` naming a function: refused when loaded, with the file it is in,
+    instead of failing later on a call no function answers."""
+    manifest = yaml.safe_load((BUILTIN_DIR / "arithmetic" / "environment.yaml").read_text())
+    folder = tmp_path / "not-a-class"
+    folder.mkdir()
+    (folder / "environment.yaml").write_text(
+        yaml.safe_dump({**manifest, "name": "not-a-class", "entrypoint": "env:make"})
+    )
+    (folder / "env.py").write_text("def make(manifest, folder):\n    return None\n")
+    monkeypatch.setenv("GYMFLOW_ENVIRONMENTS_PATH", str(tmp_path))
+    expected = f"{folder / 'env'}.py: 'env:make' is not an Environment class"
+    with pytest.raises(RegistryError, match=re.escape(expected)):
+        load_environment("not-a-class")

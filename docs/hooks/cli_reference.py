@@ -8,7 +8,7 @@ committed copy would conflict on every merge and need regenerating after it, whi
 here is new on every build. A command in the table gets a page and a nav entry under
 Reference > Commands; a removed one loses both. `mkdocs build --strict` (tests/test_docs.py)
 fails on a broken link to one. The configuration file's page (`reference/config.md`) is built
-the same way from `gymflow.config.EvalConfig`: every key, its type, default, bounds and
+the same way from `gymflow.core.config.EvalConfig`: every key, its type, default, bounds and
 description; so is the list of health checks (`reference/health-checks.md`), from
 `gymflow.analysis.health_checks.CHECKS`."""
 
@@ -213,8 +213,8 @@ def _config_rows(model: type[BaseModel], prefix: str) -> list[str]:
 
 
 def config_page() -> str:
-    """Every key of an eval config file, from `gymflow.config.EvalConfig` itself."""
-    from gymflow.config import EvalConfig
+    """Every key of an eval config file, from `gymflow.core.config.EvalConfig` itself."""
+    from gymflow.core.config import EvalConfig
 
     return "\n".join(
         [
@@ -222,7 +222,7 @@ def config_page() -> str:
             "",
             "Every key an eval config file (`gym eval run CONFIG`) may set, with its type, "
             "default and bounds. Unknown keys are errors. This page is generated from "
-            "`gymflow.config.EvalConfig` when the docs are built; see [Options]"
+            "`gymflow.core.config.EvalConfig` when the docs are built; see [Options]"
             "(../basics/options.md) for how flags and files combine.",
             "",
             HEADER,

@@ -44,9 +44,9 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "get_harness": ("gymflow.harness.base", "get_harness"),
     # finding things by name
     "load_environment": ("gymflow.environments.registry", "load_environment"),
-    "Registry": ("gymflow.registry", "Registry"),
-    "RegistryError": ("gymflow.registry", "RegistryError"),
-    "UnknownName": ("gymflow.registry", "UnknownName"),
+    "Registry": ("gymflow.core.registry", "Registry"),
+    "RegistryError": ("gymflow.core.registry", "RegistryError"),
+    "UnknownName": ("gymflow.core.registry", "UnknownName"),
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from gymflow.reports.stamp import rendered_verifier_version
-from gymflow.store.current import current_verifier_version, make_current
 from gymflow.store.db import StoreError, connect
+from gymflow.store.verifier_versions import current_verifier_version, make_current
 from tests.analysis.builder import RunMeta, StoreBuilder
 from tests.conftest import gym
 

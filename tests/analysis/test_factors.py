@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from gymflow.analysis.factors import changed_factors, differing_factors, groups_of
-from gymflow.config import NOT_FACTORS, EvalConfig
+from gymflow.core.config import NOT_FACTORS, EvalConfig
 from gymflow.store.runs import RunInfo
 from tests.conftest import free_port, gym
 from tests.faults.test_run_control import ModelServer

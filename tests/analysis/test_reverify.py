@@ -9,10 +9,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gymflow.config import EvalConfig
+from gymflow.core.config import EvalConfig
 from gymflow.core.tasks import Task
 from gymflow.models import client as model_client
-from gymflow.reverify import ReverifyError, parse_settings, reverify
+from gymflow.reverify.new_version import ReverifyError, parse_settings, reverify
 from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.registration import register_run
@@ -251,7 +251,7 @@ def test_bad_settings_and_stateful_environments_are_refused(
         reverify(run, {"nope": 1})
     envs = tmp_path / "envs" / "stateful"
     envs.mkdir(parents=True)
-    manifest = (ROOT / "src/gymflow/environments/arithmetic/environment.yaml").read_text()
+    manifest = (ROOT / "src/gymflow/builtin/arithmetic/environment.yaml").read_text()
     (envs / "environment.yaml").write_text(
         manifest.replace("name: arithmetic", "name: stateful").replace(
             "reverify_stateless: true", "reverify_stateless: false"
@@ -293,8 +293,6 @@ def test_bad_settings_and_stateful_environments_are_refused(
 @pytest.fixture(scope="module")
 def ifeval_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real ifeval run: the collector against the local policy server (no Prefect needed)."""
-    if not (ROOT / "src/gymflow/environments/ifeval").is_dir():
-        pytest.skip("the ifeval environment is not in this checkout")
     out = tmp_path_factory.mktemp("ifeval") / "run"
     config = EvalConfig(benchmark="ifeval", limit=30, repeats=2, out=str(out))
     plan = resolve(config)

@@ -13,9 +13,9 @@ import duckdb
 import httpx
 import pytest
 
+from gymflow.builtin.backoffice.tasks import play
 from gymflow.core.protocols import SESSION_TOKEN_HEADER
 from gymflow.environments.asgi import MAX_SESSIONS, SESSION_IDLE_S, create_app
-from gymflow.environments.backoffice.tasks import play
 from gymflow.environments.registry import PATH_VARIABLE, load_environment
 from gymflow.environments.scaffold import scaffold
 from gymflow.rollouts.validate import validate_config

@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gymflow.environments.registry import PACKAGE_DIR
+from gymflow.environments.registry import BUILTIN_DIR
 
-SHIPPED = PACKAGE_DIR / "benchmarks"
+SHIPPED = BUILTIN_DIR / "benchmarks"
 
 
 def _refused(tmp_path: Path, *args: str) -> str:
@@ -54,7 +54,7 @@ def test_validating_an_edited_copy_of_a_shipped_benchmark_names_both_files(tmp_p
 
 def test_running_a_copy_of_a_shipped_environment_names_both_folders(tmp_path: Path):
     shutil.copytree(
-        PACKAGE_DIR / "arithmetic", tmp_path / "mine", ignore=shutil.ignore_patterns("__pycache__")
+        BUILTIN_DIR / "arithmetic", tmp_path / "mine", ignore=shutil.ignore_patterns("__pycache__")
     )
     out = _refused(tmp_path, "eval", "run", "--environment", "arithmetic", "--out", "runs/x")
     assert "environment 'arithmetic' is defined twice" in out and "mine" in out, out

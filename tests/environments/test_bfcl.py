@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from gymflow.builtin.bfcl.env import json_schema, tool_name, tools_of
 from gymflow.core.tasks import Task
-from gymflow.environments.bfcl.env import json_schema, tool_name, tools_of
 from gymflow.environments.registry import load_environment
 from gymflow.store.tool_lists import expanded
 from gymflow.verifiers.base import VerifyInput, get_verifier

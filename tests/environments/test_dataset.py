@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from gymflow.config import ConfigError, EvalConfig, HarnessConfig
+from gymflow.core.config import ConfigError, EvalConfig, HarnessConfig
 from gymflow.core.tasks import Task
 from gymflow.environments.registry import PATH_VARIABLE, load_environment
 from gymflow.harness.base import opening_items

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.environments.humaneval.env import load_problems
+from gymflow.builtin.humaneval.env import load_problems
 from gymflow.environments.registry import load_environment
 from gymflow.verifiers.base import VerifyInput, get_verifier
 from gymflow.verifiers.code_exec import build_program, extract_code

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from gymflow.builtin.math.env import make_task
 from gymflow.core.statuses import VERIFIED, VERIFY_ERROR
 from gymflow.core.tasks import Task
 from gymflow.environments.base import EnvironmentManifest, VerifierRef
-from gymflow.environments.math.env import make_task
 from gymflow.environments.registry import load_environment
 from gymflow.simulated.local_server import free_port
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier

@@ -10,11 +10,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from gymflow.builtin.backoffice import tools
+from gymflow.builtin.backoffice.tasks import play
 from gymflow.core.protocols import SESSION_TOKEN_HEADER, ToolError
 from gymflow.core.tasks import Task, ToolCall
 from gymflow.environments.asgi import create_app
-from gymflow.environments.backoffice import tools
-from gymflow.environments.backoffice.tasks import play
 from gymflow.environments.registry import load_environment
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
 from tests.conftest import gym

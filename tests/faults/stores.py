@@ -10,7 +10,7 @@ from typing import Any
 
 import duckdb
 
-from gymflow.config import EvalConfig
+from gymflow.core.config import EvalConfig
 from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.registration import register_run

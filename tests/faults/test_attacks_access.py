@@ -21,7 +21,7 @@ import duckdb
 import httpx
 import pytest
 
-from gymflow.config import EvalConfig
+from gymflow.core.config import EvalConfig
 from gymflow.core.protocols import SESSION_TOKEN_HEADER, ResourcesUnavailable
 from gymflow.environments.remote import RemoteResourcesServer
 from gymflow.rollouts.plan import resolve

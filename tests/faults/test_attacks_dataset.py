@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.config import ConfigError
+from gymflow.core.config import ConfigError
 from gymflow.core.prompts import PromptError, render_prompt
 from tests.conftest import gym
 from tests.environments.test_dataset import MAPPED, ROWS, _plan, write_benchmark

@@ -5,7 +5,7 @@ beside the old YAML; a killed `gym eval aggregate` left a 12 KB file that made e
 aggregate into that folder refuse ("not a gymflow store"); `gym report` on a read-only run
 folder and `gym env init --dir` into an unwritable one ended in tracebacks.
 
-Every file is now written aside and renamed into place (gymflow.written): a special file is
+Every file is now written aside and renamed into place (gymflow.core.written): a special file is
 refused, a symlink is followed (its target replaced, the link kept), a failed or killed
 command leaves what was there whole, and an unwritable place is one line naming it."""
 

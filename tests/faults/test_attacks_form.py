@@ -1,6 +1,6 @@
 """The Prefect form accepted what the config refuses: an `api_key_env` that is a key, and a
 `base_url` with `user:password@`, made flow runs whose parameters showed them in plain text.
-The form's fields now are the config's own types (gymflow.config.ServerUrl, ApiKeyEnv): one
+The form's fields now are the config's own types (gymflow.core.config.ServerUrl, ApiKeyEnv): one
 validator, and a JSON Schema pattern built from the same words, which the Prefect server checks
 before it creates a flow run. Here: for every value, the schema Prefect enforces refuses exactly
 what the config refuses, and the form as submitted to the flow refuses it too."""
@@ -21,7 +21,7 @@ from prefect.utilities.callables import parameter_schema
 from prefect.utilities.schema_tools import validate
 from pydantic import TypeAdapter, ValidationError
 
-from gymflow.config import EvalConfig, ModelConfig
+from gymflow.core.config import EvalConfig, ModelConfig
 from gymflow.flows.eval_run import evaluation_loop
 from gymflow.flows.lean import REFUSED
 from gymflow.flows.parameters import FlowConfig, ScaleOptions

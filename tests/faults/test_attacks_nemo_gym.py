@@ -78,7 +78,7 @@ def test_a_left_partial_of_the_servers_metrics_blocks_nothing(
 ) -> None:
     """The server's `/aggregate_metrics` answer was written through one fixed partial name
     (`nemo_gym_metrics.partial`): whatever a killed run left there (here a folder) ended the
-    next run's metrics write. It is written aside as every file is (gymflow.written)."""
+    next run's metrics write. It is written aside as every file is (gymflow.core.written)."""
     _folder(tmp_path / "ng", [_row("ok")], [_recorded("ok", None, 1.0)])
     env = {"GYMFLOW_NEMO_GYM_PATH": str(tmp_path / "ng"), "PREFECT_API_URL": prefect_api}
     (tmp_path / "run" / "nemo_gym_metrics.partial").mkdir(parents=True)

@@ -122,7 +122,7 @@ def test_a_server_that_judges_the_trajectory_is_not_text_only(tmp_path, monkeypa
     stores what judging each rollout on its own gives."""
     from gymflow.environments.registry import load_environment
     from gymflow.environments.resources import ResourcesServer
-    from gymflow.reverify import reverify
+    from gymflow.reverify.new_version import reverify
     from gymflow.verifiers.base import VerifyInput
 
     class ReadsTheTrajectory(ResourcesServer):

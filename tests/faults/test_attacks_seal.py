@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gymflow.config import EvalConfig
+from gymflow.core.config import EvalConfig
 from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.published import COMMITTED, PublishedShard
 from gymflow.rollouts.registration import register_run

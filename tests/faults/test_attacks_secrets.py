@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from aiohttp import web
 
-from gymflow.config import ModelConfig, format_validation_error
+from gymflow.core.config import ModelConfig, format_validation_error
 from gymflow.models.client import REDACTED
 from tests.models.conftest import one_call
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gymflow.config import ConfigError
+from gymflow.core.config import ConfigError
 from gymflow.study.spec import StudySpec, resolve_study
 
 BASE = {"benchmark": "arithmetic-smoke", "repeats": 2}

@@ -14,7 +14,7 @@ from prefect.utilities.callables import parameter_schema
 from prefect.utilities.schema_tools import validate
 from pydantic import ValidationError
 
-from gymflow.config import ModelConfig
+from gymflow.core.config import ModelConfig
 from gymflow.flows.eval_run import evaluation_loop
 
 KEY = "sk-proj-Zq8abcdefghij0123456789"
@@ -65,7 +65,7 @@ def test_what_is_no_key_stays_accepted(schema, url: str) -> None:
 def test_the_delimiter_lookalikes_are_every_one_unicode_has() -> None:
     import unicodedata
 
-    from gymflow.config import _DELIMITER_LOOKALIKES
+    from gymflow.core.config import _DELIMITER_LOOKALIKES
 
     every = {
         c

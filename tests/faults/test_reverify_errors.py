@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gymflow.cli import exit_codes
-from gymflow.config import EvalConfig
+from gymflow.core.config import EvalConfig
 from gymflow.rollouts.collect import run_collect
 from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.registration import register_run

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+from gymflow.steps.analysis import _store_key
 from gymflow.store.compact import compact
 from gymflow.store.db import connect
-from gymflow.tasks.analysis import _store_key
 from tests.analysis.builder import StoreBuilder
 
 CONTEXT = SimpleNamespace(task=SimpleNamespace(name="analyse-run"))

@@ -12,10 +12,10 @@ from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.utilities.annotations import quote
 
-from gymflow.config import EvalConfig
+from gymflow.core.config import EvalConfig
 from gymflow.rollouts.plan import resolve
+from gymflow.steps.rollouts import collect_batch, prepare_run
 from gymflow.store.db import StoreFailure, connect
-from gymflow.tasks.rollouts import collect_batch, prepare_run
 
 
 async def _run_count(task_run_id: UUID) -> int:

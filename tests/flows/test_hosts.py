@@ -31,7 +31,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from gymflow.config import EvalConfig
+from gymflow.core.config import EvalConfig
 from gymflow.flows.parameters import ScaleOptions, shard_config
 from gymflow.rollouts.published import PublishedShard
 from gymflow.store.remote import Remote

@@ -17,7 +17,7 @@ from gymflow.analysis.results import RunAnalysis
 from gymflow.flows.artifacts import SUMMARY_KEY, headline_rows, summary_markdown
 from gymflow.flows.eval_run import RunOutcome, analyse_run
 from gymflow.reports.serving import ReportLink
-from gymflow.tasks.analysis import analyse_store
+from gymflow.steps.analysis import analyse_store
 from tests.analysis.builder import RunMeta, StoreBuilder
 from tests.conftest import gym
 from tests.reports import pages

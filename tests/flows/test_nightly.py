@@ -17,7 +17,7 @@ from prefect.client.schemas.filters import (
     FlowRunFilterParentFlowRunId,
 )
 
-from gymflow.config import EvalConfig
+from gymflow.core.config import EvalConfig
 from gymflow.flows.eval_run import evaluation_loop
 from gymflow.flows.nightly import REGRESSED_EVENT, GateOptions, RegressionFound, nightly
 

@@ -10,8 +10,8 @@ import pytest
 from prefect.utilities.callables import parameter_schema
 from pydantic import TypeAdapter, ValidationError
 
-from gymflow.config import EvalConfig, Sampling
-from gymflow.environments.bfcl import env as bfcl_environment
+from gymflow.builtin.bfcl import env as bfcl_environment
+from gymflow.core.config import EvalConfig, Sampling
 from gymflow.environments.registry import benchmark_files, load_benchmark
 from gymflow.flows.eval_run import evaluation_loop
 from gymflow.flows.parameters import FlowConfig

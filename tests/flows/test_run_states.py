@@ -20,7 +20,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.sorting import LogSort
 
-from gymflow.config import EvalConfig
+from gymflow.core.config import EvalConfig
 from gymflow.flows.artifacts import PROGRESS_KEY
 from gymflow.flows.eval_run import UnhealthyRun, evaluation_loop
 from gymflow.flows.parameters import RunForm

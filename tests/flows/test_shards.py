@@ -14,7 +14,7 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-from gymflow.config import EvalConfig, Sampling, ShardSpec
+from gymflow.core.config import EvalConfig, Sampling, ShardSpec
 from gymflow.flows.aggregate import aggregate
 from gymflow.flows.eval_run import evaluation_loop
 from gymflow.flows.eval_shard import eval_shard

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gymflow.config import EvalConfig
+from gymflow.core.config import EvalConfig
 from gymflow.flows.artifacts import PROGRESS_KEY
 from gymflow.flows.parameters import ScaleOptions, shard_dir
 from gymflow.store.db import store_path

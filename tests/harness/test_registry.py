@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from gymflow.core.registry import RegistryError
 from gymflow.harness import get_harness
 from gymflow.harness.single_turn import single_turn
 from gymflow.harness.tool_loop import tool_loop
-from gymflow.registry import RegistryError
 
 MINE = """
 from gymflow.harness.base import Episode

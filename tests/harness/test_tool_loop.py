@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from gymflow.config import HarnessConfig, ModelConfig, Sampling
+from gymflow.core.config import HarnessConfig, ModelConfig, Sampling
 from gymflow.core.prompts import render_prompt
 from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment

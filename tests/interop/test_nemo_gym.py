@@ -12,7 +12,7 @@ import pytest
 from gymflow.analysis.diagnose import diagnose
 from gymflow.analysis.health import health
 from gymflow.analysis.profile import profile
-from gymflow.environments.arithmetic.env import make_task
+from gymflow.builtin.arithmetic.env import make_task
 from gymflow.interop.export import export_run
 from gymflow.interop.nemo_gym import import_rollouts
 from gymflow.models.responses import output_text

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from gymflow.config import HarnessConfig, ModelConfig, Sampling
+from gymflow.core.config import HarnessConfig, ModelConfig, Sampling
 from gymflow.core.prompts import render_prompt
 from gymflow.core.records import Verification
 from gymflow.environments.base import Environment

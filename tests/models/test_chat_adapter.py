@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gymflow.config import ModelConfig
+from gymflow.core.config import ModelConfig
 from gymflow.environments.base import Environment
 from gymflow.models.chat_adapter import (
     chat_to_request,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gymflow.config import ModelConfig, Sampling
+from gymflow.core.config import ModelConfig, Sampling
 from gymflow.models.client import CallOutcome, ResponsesClient, retry_after_s
 from gymflow.models.errors import RateLimited, ServerError
 from gymflow.models.rate_limit import RequestSpacer

@@ -8,7 +8,7 @@ import gzip
 import orjson
 from aiohttp import web
 
-from gymflow.config import ModelConfig, Sampling
+from gymflow.core.config import ModelConfig, Sampling
 from gymflow.models.client import ResponsesClient
 from gymflow.models.responses import output_text, user_message
 from tests.models.conftest import responses_endpoint

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from gymflow.config import HarnessConfig, ModelConfig, Sampling
+from gymflow.core.config import HarnessConfig, ModelConfig, Sampling
 from gymflow.environments.registry import load_environment
 from gymflow.harness import get_harness
 from gymflow.models.client import CallOutcome, ResponsesClient

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from gymflow.config import ModelConfig, Sampling
+from gymflow.core.config import ModelConfig, Sampling
 from gymflow.models.client import CallOutcome, ResponsesClient
 from gymflow.models.responses import function_calls, function_tool, output_text, user_message
 from gymflow.simulated.local_server import free_port

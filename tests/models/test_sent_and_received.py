@@ -11,7 +11,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from gymflow.config import ModelConfig, Sampling
+from gymflow.core.config import ModelConfig, Sampling
 from gymflow.models.client import CallOutcome, ResponsesClient
 from gymflow.models.responses import output_text, user_message
 from tests.models.conftest import responses_endpoint

@@ -16,7 +16,7 @@ from aiohttp import web
 from openai.types.chat import ChatCompletionToolChoiceOptionParam
 from openai.types.responses import ToolChoiceOptions
 
-from gymflow.config import ModelConfig, Sampling, ToolChoice
+from gymflow.core.config import ModelConfig, Sampling, ToolChoice
 from gymflow.models.client import CallOutcome, ResponsesClient
 from gymflow.models.responses import user_message
 from tests.conftest import gym

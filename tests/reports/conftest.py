@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.config import EvalConfig
+from gymflow.core.config import EvalConfig
 from gymflow.core.records import ModelCall, Rollout, Verification, rollout_id
 from gymflow.core.statuses import COMPLETED, FAILED, VERIFIED, VERIFY_ERROR
 from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.registration import register_run
-from gymflow.store.current import make_current
 from gymflow.store.db import connect
 from gymflow.store.seal import SEALED_ROLLOUT
+from gymflow.store.verifier_versions import make_current
 from gymflow.store.writer import insert_verdicts, register_verifier_version, write_rollouts
 from tests.conftest import gym
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
-from gymflow.config import EvalConfig
+from gymflow.core.config import EvalConfig
 from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.registration import register_run
 from gymflow.store.db import connect

@@ -3,7 +3,7 @@ benchmark uses them: each changes one thing about the answers and nothing else."
 
 from __future__ import annotations
 
-from gymflow.config import SimulatedBehaviour
+from gymflow.core.config import SimulatedBehaviour
 from gymflow.simulated.policy import RAMBLE, PolicyEntry, prompt_key
 from gymflow.simulated.policy_server import PolicyApp
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.errors import RuntimeFailure
-from gymflow.processes import answers_ok
+from gymflow.core.errors import RuntimeFailure
+from gymflow.core.processes import answers_ok
 from gymflow.simulated import local_server
 from gymflow.simulated.local_server import LocalPolicyServer
 from tests.conftest import GYM

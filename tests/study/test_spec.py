@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.config import ConfigError
+from gymflow.core.config import ConfigError
 from gymflow.study.results import bonferroni
 from gymflow.study.spec import StudySpec, resolve_study, store_of
 from tests.conftest import gym

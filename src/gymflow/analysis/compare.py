@@ -23,7 +23,7 @@ from gymflow.analysis.paired import (
     paired_t_power_summary,
 )
 from gymflow.analysis.results import Comparison, McNemar, Paired, TaskIds
-from gymflow.errors import UserError
+from gymflow.core.errors import UserError
 from gymflow.store.runs import run_info
 
 

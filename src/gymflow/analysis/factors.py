@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from gymflow.analysis.results import Factor
-from gymflow.config import NOT_FACTORS, EvalConfig
+from gymflow.core.config import NOT_FACTORS, EvalConfig
 from gymflow.environments.registry import benchmark_sampling
 
 if TYPE_CHECKING:  # the store (and duckdb) is imported by whoever read the runs

@@ -21,7 +21,7 @@ from gymflow.analysis.health_checks import (
 )
 from gymflow.analysis.outcomes import check_verifier_version, version_read
 from gymflow.analysis.results import Health
-from gymflow.errors import UserError
+from gymflow.core.errors import UserError
 from gymflow.store.db import first_sql, memory_capped_call
 from gymflow.store.seal import armed_state
 

@@ -8,12 +8,13 @@ import polars as pl
 
 from gymflow.analysis.frames import frame
 from gymflow.analysis.results import Coverage, VersionRead
-from gymflow.store.current import current_verifier_version
 from gymflow.store.db import StoreError
+from gymflow.store.verifier_versions import current_verifier_version
 
 
 def check_verifier_version(con, version: str | None) -> str:
-    """`version` when the store holds it; None: the run's current version (`store.current`)."""
+    """`version` when the store holds it; None: the run's current version
+    (`store.verifier_versions`)."""
     if version is None:
         return current_verifier_version(con)
     known = [r[0] for r in con.execute("SELECT verifier_version FROM verifier_versions").fetchall()]
@@ -24,7 +25,7 @@ def check_verifier_version(con, version: str | None) -> str:
     return version
 
 
-#: how a reverify's version records its origin (`gymflow.reverify`)
+#: how a reverify's version records its origin (`gymflow.reverify.new_version`)
 REVERIFY_SOURCE = "reverify from "
 
 

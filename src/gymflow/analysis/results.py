@@ -3,7 +3,7 @@
 Each is a frozen pydantic model whose fields are the keys `gym eval ... --json` prints; a key
 that is not a Python name (`pass@1`, `pass^k`) is the field's alias. `as_json()` gives the JSON
 object (aliases as keys, in field order) and `model_validate` reads it back, so a result
-survives Prefect's cache (persisted as JSON: see `gymflow.tasks.analysis`) unchanged.
+survives Prefect's cache (persisted as JSON: see `gymflow.steps.analysis`) unchanged.
 
 Numbers are `int | float`, not `float`: pydantic would turn an int into a float, and the JSON
 would print `3.0` where it printed `3`."""

@@ -10,8 +10,9 @@ from typing import Any, NoReturn
 
 import typer
 
-from gymflow.cli import GROUPS, exit_codes, local_prefect
-from gymflow.errors import RuntimeFailure
+from gymflow.cli import exit_codes, local_prefect
+from gymflow.cli.commands import GROUPS
+from gymflow.core.errors import RuntimeFailure
 from gymflow.present.terminal import TextConsole, styled
 
 # Prefect's defaults for gymflow, before Prefect reads them.
@@ -60,8 +61,8 @@ def warn_stale_report(con, run_dir: Path) -> None:
     """One line on stderr when RUN_DIR/report.html was rendered under another verifier version
     than the one the run is read under now (a report is static: it cannot say so itself)."""
     from gymflow.reports.stamp import stale_report
-    from gymflow.store.current import current_verifier_version
     from gymflow.store.db import store_path
+    from gymflow.store.verifier_versions import current_verifier_version
 
     warning = stale_report(store_path(run_dir).parent, current_verifier_version(con))
     if warning:

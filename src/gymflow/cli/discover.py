@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from gymflow.cli.app import app, console, errors, fail, list_app, print_json
+from gymflow.core.errors import GymflowError
 from gymflow.environments.registry import (
     UnknownName,
     environment_sources,
@@ -16,7 +17,6 @@ from gymflow.environments.registry import (
 )
 from gymflow.environments.requirements import install_hint
 from gymflow.environments.search import Catalog, load_catalog, search
-from gymflow.errors import GymflowError
 from gymflow.present import format_interval, format_number, format_value
 from gymflow.present.terminal import styled
 

@@ -11,7 +11,6 @@ import typer
 from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from gymflow import progress
 from gymflow.cli import exit_codes
 from gymflow.cli.app import (
     SIMULATED_LINE,
@@ -23,7 +22,8 @@ from gymflow.cli.app import (
     prefect_for_run,
 )
 from gymflow.cli.scale import server_hint_once
-from gymflow.config import (
+from gymflow.core import progress
+from gymflow.core.config import (
     ConfigError,
     EvalConfig,
     ShardSpec,
@@ -33,8 +33,8 @@ from gymflow.config import (
     missing_api_key,
     parse_config,
 )
+from gymflow.core.errors import naming_options
 from gymflow.environments.registry import RegistryError, with_benchmark_sampling
-from gymflow.errors import naming_options
 from gymflow.flows.parameters import CHECKPOINT_S, SHARD_TIMEOUT_S, UNSHARDED, ScaleOptions
 from gymflow.models.open_files import ensure_open_files
 from gymflow.present import coverage_text, format_percent, headline_text

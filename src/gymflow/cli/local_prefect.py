@@ -34,8 +34,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gymflow.errors import RuntimeFailure, UserError
-from gymflow.processes import answers_ok
+from gymflow.core.errors import RuntimeFailure, UserError
+from gymflow.core.processes import answers_ok
 
 STATE_FILE = "gymflow-local-server.json"
 LOCK_FILE = "gymflow-local-server.lock"

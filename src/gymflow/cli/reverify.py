@@ -64,7 +64,7 @@ def eval_reverify(
     timed out are judged again (and, without --failed-only, the passes a --failed-only reverify
     carried from its base version). The run is read under the new version only with
     --make-current (or `gym eval use-version`)."""
-    from gymflow.reverify import parse_settings, reverify
+    from gymflow.reverify.new_version import parse_settings, reverify
 
     if check:
         if settings or failed_only or force or make_current:
@@ -128,7 +128,7 @@ def eval_reverify(
 
 
 def _recheck(run_dir: Path, version: str | None, json_output: bool) -> None:
-    from gymflow.recheck import check
+    from gymflow.reverify.check import check
 
     result = check(run_dir, version)
     if json_output:
@@ -211,7 +211,11 @@ def eval_use_version(
 ) -> None:
     """Read the run under VERSION from now on: profile, diagnose, reports, `gym runs`, trend and
     `gym data` read the current version unless told --verifier-version."""
-    from gymflow.store.current import current_verifier_version, make_current, stored_versions
+    from gymflow.store.verifier_versions import (
+        current_verifier_version,
+        make_current,
+        stored_versions,
+    )
 
     con = connect(run_dir)
     try:

@@ -10,12 +10,12 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from gymflow import bounded_yaml
 from gymflow.cli.app import console, fail, serve_app
+from gymflow.core import bounded_yaml
+from gymflow.core.user_folders import private_folder, user_state
 from gymflow.environments.asgi import MAX_SESSIONS, SESSION_IDLE_S
 from gymflow.environments.registry import load_environment
 from gymflow.present.terminal import styled
-from gymflow.user_folders import private_folder, user_state
 
 #: Shortest access key accepted from --key-env: a short one can be guessed over the network.
 MIN_KEY_CHARS = 16

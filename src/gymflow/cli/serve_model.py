@@ -12,7 +12,7 @@ import typer
 from pydantic import ValidationError
 
 from gymflow.cli.app import fail, serve_app
-from gymflow.config import FaultSpec, parse_config
+from gymflow.core.config import FaultSpec, parse_config
 
 
 def _faults(latency_ms: float, pairs: list[str]) -> FaultSpec:

@@ -1,1 +1,26 @@
-"""What every layer shares: tasks, records, statuses, prompts and the resources protocol."""
+"""The ground floor: the types and services every layer shares. Tasks, records and statuses;
+the config models (`config`) and the errors every package raises (`errors`); the one registry
+behind verifiers, harnesses and environments (`registry`); bounded YAML and Jinja; files written
+aside and renamed into place (`written`); progress listeners, processes, the user's folders.
+
+Cut-off: imports nothing of gymflow's outside `core`; pydantic, PyYAML and Jinja only. Tier 0."""
+
+__tier__ = 0
+
+__all__ = [
+    "bounded_jinja",
+    "bounded_yaml",
+    "config",
+    "errors",
+    "layout",
+    "processes",
+    "progress",
+    "prompts",
+    "protocols",
+    "records",
+    "registry",
+    "statuses",
+    "tasks",
+    "user_folders",
+    "written",
+]

@@ -8,7 +8,7 @@ from typing import Any
 from jinja2 import StrictUndefined, TemplateError
 
 from gymflow.core.bounded_jinja import BoundedSandbox, RenderTimeout, render
-from gymflow.errors import UserError
+from gymflow.core.errors import UserError
 
 _JINJA = BoundedSandbox(undefined=StrictUndefined, keep_trailing_newline=False, autoescape=False)
 

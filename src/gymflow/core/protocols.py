@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from gymflow.core.errors import RuntimeFailure
 from gymflow.core.records import Verification
 from gymflow.core.tasks import Task
-from gymflow.errors import RuntimeFailure
 
 #: The header a served resources server's session token travels in (environments/asgi.py).
 SESSION_TOKEN_HEADER = "X-Gymflow-Session-Token"

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gymflow.analysis.health import health
+from gymflow.core.written import written
 from gymflow.data.lines import copy_to, make_folder, write_lines
 from gymflow.data.provenance import parquet_metadata_sql, sidecar_path, sidecar_text
 from gymflow.store.tool_lists import expanded
-from gymflow.written import written
 
 Kind = Literal["passing", "pairs"]
 KINDS: tuple[Kind, ...] = ("passing", "pairs")

@@ -1,6 +1,6 @@
 """Writing query results to files: a single text column as lines, or a whole query through
 DuckDB's COPY; a file that cannot be written is a WriteError naming it. The paths given are
-written as they are: callers pass the partials of gymflow.written, which renames a selection's
+written as they are: callers pass the partials of gymflow.core.written, which renames a selection's
 files into place together."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import duckdb
 
-from gymflow.written import WriteError
+from gymflow.core.written import WriteError
 
 BATCH = 50_000
 
@@ -23,7 +23,7 @@ def write_lines(con, sql: str, params: Sequence[Any], path: Path) -> int:
     its top level, which differ from row to row, so each row is built as JSON text in SQL."""
     rows = 0
     cursor = con.execute(sql, list(params))
-    with path.open("w", encoding="utf-8") as handle:  # an OSError: gymflow.written names it
+    with path.open("w", encoding="utf-8") as handle:  # an OSError: gymflow.core.written names it
         while batch := cursor.fetchmany(BATCH):
             handle.write("\n".join(value for (value,) in batch) + "\n")
             rows += len(batch)
@@ -35,7 +35,7 @@ def copy_to(con, sql: str, path: Path, options: str) -> int:
     target = str(path).replace("'", "''")
     try:
         (rows,) = con.execute(f"COPY ({sql}) TO '{target}' ({options})").fetchone()
-    except duckdb.IOException as exc:  # as an OSError on `path`, for gymflow.written to name
+    except duckdb.IOException as exc:  # as an OSError on `path`, for gymflow.core.written to name
         raise OSError(0, str(exc).splitlines()[0], str(path)) from None
     return rows
 

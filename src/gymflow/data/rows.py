@@ -17,12 +17,12 @@ from typing import Any
 
 import yaml
 
-from gymflow.config import Sampling
+from gymflow.core.config import Sampling
+from gymflow.core.written import written
 from gymflow.data.lines import copy_to, make_folder, write_lines
 from gymflow.data.provenance import parquet_metadata_sql, sidecar_path, sidecar_text
 from gymflow.data.select import Selection
 from gymflow.store.tool_lists import expanded
-from gymflow.written import written
 
 # The first attempt of the first model call of each selected task's first stored rollout.
 _REQUESTS = f"""

@@ -15,7 +15,7 @@ import polars as pl
 from gymflow.analysis.diagnose import _bucket_sql
 from gymflow.analysis.frames import frame
 from gymflow.analysis.outcomes import check_verifier_version, task_counts_sql
-from gymflow.errors import UserError
+from gymflow.core.errors import UserError
 
 BUCKETS = ("always_pass", "sometimes_pass", "never_pass", "missing")
 _BAND = re.compile(r"^\s*([\[(])\s*([^,\s]+)\s*,\s*([^\])\s]+)\s*([\])])\s*$")

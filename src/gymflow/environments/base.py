@@ -7,61 +7,27 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from gymflow.config import refuse_removed
+from gymflow.core.errors import UserError
 from gymflow.core.tasks import Task
-from gymflow.environments.requirements import Requirement, check_installed
-from gymflow.errors import UserError
+from gymflow.environments.manifest import (
+    REMOVED_FIELDS,
+    EnvironmentManifest,
+    SplitSpec,
+    VerifierRef,
+)
+from gymflow.environments.requirements import check_installed
+from gymflow.environments.resources import ResourcesServer
 
-
-class VerifierRef(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str
-    params: dict[str, Any] = Field(default_factory=dict)
-
-
-class SplitSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    description: str = ""
-    size: int | None = None
-
-
-class EnvironmentManifest(BaseModel):
-    """The contents of `environment.yaml`."""
-
-    # a NaN pass threshold fails every rollout (reward >= NaN is false), -inf passes every one
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    name: str = Field(pattern=r"^[a-z][a-z0-9_\-]*$")
-    description: str
-    domain: str
-    tags: list[str] = Field(default_factory=list)
-    tools: list[str] = Field(default_factory=list)
-    verifier: VerifierRef
-    reward_range: tuple[float, float] = (0.0, 1.0)
-    pass_threshold: float = 1.0
-    reverify_stateless: bool = True
-    harness: str = "single_turn"
-    prompt_template: str
-    splits: dict[str, SplitSpec]
-    default_split: str
-    id_field: str = "task_id"
-    entrypoint: str = Field("env:Environment", description="module:class inside the folder")
-    requires: list[Requirement] = Field(
-        default_factory=list, description="Python packages the tasks come from, with their install"
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _removed(cls, data: Any) -> Any:
-        return refuse_removed(data, REMOVED_FIELDS)
-
-
-#: Fields an environment or dataset once set and no longer may, with what replaces them.
-REMOVED_FIELDS = {
-    "verify_timeout_s": "a verifier declares how it runs and its bound where it is defined: "
-    "@verifier(name, runs='worker', timeout_s=...)",
-}
+# the manifest's models are imported from here by many; they are defined in `manifest`
+__all__ = [
+    "REMOVED_FIELDS",
+    "DuplicateTaskId",
+    "Environment",
+    "EnvironmentManifest",
+    "SplitSpec",
+    "UnknownSplit",
+    "VerifierRef",
+]
 
 
 class UnknownSplit(UserError, KeyError):
@@ -117,10 +83,8 @@ class Environment:
             digest.update(json.dumps(task.data, sort_keys=True, default=str).encode())
         return digest.hexdigest()[:12]
 
-    def resources_server(self, verifier_params: dict[str, Any] | None = None):
+    def resources_server(self, verifier_params: dict[str, Any] | None = None) -> ResourcesServer:
         """The server that holds this environment's tools, sessions and verification."""
-        from gymflow.environments.resources import ResourcesServer
-
         return ResourcesServer(self, verifier_params)
 
 

@@ -2,102 +2,50 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ValidationError
 
-from gymflow import bounded_yaml
-from gymflow.config import MAX_REPEATS, Sampling, format_validation_error
-from gymflow.environments.base import Environment, EnvironmentManifest, VerifierRef
-from gymflow.environments.dataset.spec import DatasetSpec
+from gymflow.core import bounded_yaml
+from gymflow.core.config import Sampling, format_validation_error
+from gymflow.core.registry import Registry, RegistryError, UnknownName, entry_point_objects
+from gymflow.environments.base import Environment
+from gymflow.environments.benchmark import Benchmark
+from gymflow.environments.dataset.environment import DatasetEnvironment
+from gymflow.environments.entrypoint import EnvironmentSource, entrypoint_class, read_manifest
 from gymflow.environments.nemo_gym.folder import nemo_servers
-from gymflow.registry import (
-    Registry,
-    RegistryError,
-    UnknownName,
-    entry_point_objects,
-    import_from_file,
-)
 
 if TYPE_CHECKING:
-    pass
+    from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
 
-PACKAGE_DIR = Path(__file__).parent
+#: The environments and benchmarks gymflow ships (`gymflow.builtin`), searched first. A folder
+#: found by its place, as a user's own are, not imported: that package sits above this framework.
+BUILTIN_DIR = Path(__file__).resolve().parents[1] / "builtin"
 #: Extra folders (os.pathsep-separated) holding environment folders and a `benchmarks/` folder.
 PATH_VARIABLE = "GYMFLOW_ENVIRONMENTS_PATH"
 ENTRY_POINT_GROUP = "gymflow.environments"
 
-
-__all__ = ["RegistryError", "UnknownName"]  # re-exported: callers catch them from here
-
-
-class Benchmark(BaseModel):
-    """A versioned evaluation protocol over an environment (`benchmarks/NAME.yaml`).
-
-    With `dataset` (and `verifier`) the benchmark defines its own environment, named after it,
-    over the rows of a file or a Hub dataset (`gymflow.environments.dataset`)."""
-
-    model_config = ConfigDict(extra="forbid")
-    name: str
-    description: str = ""
-    environment: str = Field("", description="the environment; a dataset benchmark's own name")
-    dataset: DatasetSpec | None = None
-    verifier: VerifierRef | None = Field(None, description="a dataset benchmark's verifier")
-    split: str | None = None
-    limit: int | None = Field(None, ge=1)
-    prompt_template: str | None = None
-    repeats: int = Field(1, ge=1, le=MAX_REPEATS)
-    sampling: Sampling = Sampling()
-    verifier_params: dict[str, Any] = Field(default_factory=dict)
-    tags: list[str] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _environment(self) -> Benchmark:
-        if self.dataset is None:
-            if not self.environment:
-                raise ValueError("environment: required (or give a dataset and a verifier)")
-            if self.verifier is not None:
-                raise ValueError("verifier: only a dataset benchmark names its verifier")
-            return self
-        if self.verifier is None:
-            raise ValueError("verifier: a dataset benchmark names its verifier")
-        if self.environment not in ("", self.name):
-            raise ValueError(
-                f"environment: a dataset benchmark defines its own environment, {self.name!r}"
-            )
-        self.environment = self.name
-        return self
-
-    def version(self, dataset_version: str | None = None) -> str:
-        """A change to split, template, repeats, sampling or verifier params is a new version;
-        for a dataset benchmark, so is a change to its rows (`dataset_version`, which covers the
-        Hub commit), shown after a dot so a comparison can tell that only the rows changed."""
-        protocol = self.model_dump(mode="json", exclude={"description", "tags"})
-        if self.dataset is not None:  # where the file lies is not the protocol; its rows are
-            protocol["dataset"].pop("path")
-            if protocol["dataset"]["format"] != "nemo_gym":  # the same rows in any file format
-                protocol["dataset"].pop("format")
-        digest = hashlib.sha256(json.dumps(protocol, sort_keys=True).encode()).hexdigest()[:12]
-        return f"{digest}.{dataset_version}" if dataset_version else digest
-
-
-@dataclass(frozen=True)
-class EnvironmentSource:
-    manifest: EnvironmentManifest
-    folder: Path
+# re-exported: callers catch the errors, and read benchmarks and manifests, from here
+__all__ = [
+    "Benchmark",
+    "EnvironmentSource",
+    "RegistryError",
+    "UnknownName",
+    "load_benchmark",
+    "load_entrypoint",
+    "load_environment",
+    "read_manifest",
+]
 
 
 def search_roots() -> list[Path]:
-    roots = [PACKAGE_DIR]
+    roots = [BUILTIN_DIR]
     for part in os.environ.get(PATH_VARIABLE, "").split(os.pathsep):
         if part:
             roots.append(Path(part).expanduser())
@@ -119,17 +67,6 @@ def on_search_path(root: Path | str) -> Iterator[None]:
             os.environ.pop(PATH_VARIABLE, None)
         else:
             os.environ[PATH_VARIABLE] = saved
-
-
-def read_manifest(path: Path) -> EnvironmentManifest:
-    try:
-        data = bounded_yaml.safe_load(bounded_yaml.read_text(path))
-    except (OSError, yaml.YAMLError) as exc:
-        raise RegistryError(f"{path}: cannot read manifest: {exc}") from None
-    try:
-        return EnvironmentManifest.model_validate(data)
-    except ValidationError as exc:
-        raise RegistryError(format_validation_error(exc, str(path))) from None
 
 
 def _defined_twice(kind: str, name: str, paths: list[Path]) -> RegistryError:
@@ -186,15 +123,14 @@ def environment_sources() -> dict[str, EnvironmentSource]:
 
 def load_entrypoint(source: EnvironmentSource) -> type[Environment]:
     """The Environment class a manifest's `entrypoint` (`module:Class`) names in its folder.
-    Importing the module registers the environment's own verifiers, so a verifier worker
-    rebuilds an environment with this. Raises RegistryError naming the file."""
-    module_name, _, class_name = source.manifest.entrypoint.partition(":")
-    path = source.folder / f"{module_name}.py"
-    qualified = f"gymflow_env_{source.manifest.name.replace('-', '_')}_{module_name}"
-    try:
-        return import_from_file(path, qualified, class_name)
-    except RegistryError as exc:
-        raise RegistryError(f"{exc} (manifest entrypoint {source.manifest.entrypoint!r})") from None
+    Raises RegistryError naming the file, also when what it names is no Environment class."""
+    found = entrypoint_class(source)
+    if not (isinstance(found, type) and issubclass(found, Environment)):
+        raise RegistryError(
+            f"{source.folder / source.manifest.entrypoint.partition(':')[0]}.py: "
+            f"{source.manifest.entrypoint!r} is not an Environment class"
+        )
+    return found
 
 
 @cache
@@ -206,9 +142,7 @@ def _load_environment(name: str, roots: tuple[Path, ...]) -> Environment:
             return dataset_env
         server = nemo_servers().get(name)
         if server is not None:
-            from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
-
-            return NemoGymEnvironment(server)
+            return _nemo_gym_environment()(server)
     source = sources.get(name)  # raises UnknownName
     defined = _definitions(roots)[name]
     if len(defined) > 1:
@@ -224,15 +158,22 @@ def _dataset_environment(name: str) -> Environment | None:
     benchmark = load_benchmark(name)
     if benchmark.dataset is None:
         return None
-    from gymflow.environments.dataset.environment import DatasetEnvironment
-    from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
-
     # a NeMo Gym server as the verifier: the benchmark's rows run on that environment's server
-    kind = NemoGymEnvironment if benchmark.verifier.name == "nemo_gym" else DatasetEnvironment
+    nemo_gym = benchmark.verifier is not None and benchmark.verifier.name == "nemo_gym"
+    kind = _nemo_gym_environment() if nemo_gym else DatasetEnvironment
     try:
         return kind.from_benchmark(benchmark, path)
     except ValueError as exc:
         raise RegistryError(f"{path}: {exc}") from None
+
+
+def _nemo_gym_environment() -> type[NemoGymEnvironment]:
+    # Imported for a NeMo Gym name only: the module brings the model boundary's response shapes,
+    # which listing or loading any other environment does not need (no cycle: it imports
+    # nothing of this module).
+    from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
+
+    return NemoGymEnvironment
 
 
 def load_environment(name: str) -> Environment:

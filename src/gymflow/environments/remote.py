@@ -24,7 +24,8 @@ from pydantic import (
     ValidationError,
 )
 
-from gymflow.config import ConfigError, EvalConfig
+from gymflow.core.config import ConfigError, EvalConfig
+from gymflow.core.errors import RuntimeFailure
 from gymflow.core.protocols import (
     ACCESS_KEY_HEADER,
     SESSION_TOKEN_HEADER,
@@ -37,7 +38,6 @@ from gymflow.core.statuses import VERIFY_ERROR
 from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment
 from gymflow.environments.resources import ResourcesServer
-from gymflow.errors import RuntimeFailure
 
 #: Generous: a verification can run a sandboxed program or ask a judge model.
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)

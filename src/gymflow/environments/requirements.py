@@ -10,7 +10,7 @@ import importlib.util
 
 from pydantic import BaseModel, ConfigDict
 
-from gymflow.errors import UserError
+from gymflow.core.errors import UserError
 
 
 class Requirement(BaseModel):

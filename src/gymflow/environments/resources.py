@@ -18,7 +18,7 @@ from gymflow.core.protocols import ToolError
 from gymflow.core.records import Verification
 from gymflow.core.statuses import VERIFIED, VERIFY_ERROR
 from gymflow.core.tasks import Task
-from gymflow.environments.base import Environment
+from gymflow.environments.manifest import Described
 from gymflow.environments.verifier_ref import VerifierRef
 from gymflow.verifiers.base import VerifierError, VerifyInput, get_verifier
 from gymflow.verifiers.pool import WorkerFailed, WorkerOutOfMemory, WorkerTimeout, worker_pool
@@ -36,7 +36,7 @@ class ResourcesServer:
     #: Responses API function tools this server offers, by name.
     tool_schemas: ClassVar[dict[str, dict[str, Any]]] = {}
 
-    def __init__(self, env: Environment, verifier_params: dict[str, Any] | None = None) -> None:
+    def __init__(self, env: Described, verifier_params: dict[str, Any] | None = None) -> None:
         self.env = env
         self.verifier = get_verifier(env.manifest.verifier.name)
         merged = {**env.manifest.verifier.params, **(verifier_params or {})}

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from gymflow.core.errors import UserError
+from gymflow.core.written import written
 from gymflow.environments.base import EnvironmentManifest
-from gymflow.errors import UserError
-from gymflow.written import written
 
 _NAME = re.compile(EnvironmentManifest.model_fields["name"].metadata[0].pattern)
 

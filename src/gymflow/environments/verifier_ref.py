@@ -6,13 +6,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gymflow.environments.base import Environment, EnvironmentManifest
-from gymflow.environments.registry import EnvironmentSource, load_entrypoint
-
-if TYPE_CHECKING:  # resources.py imports this module
-    from gymflow.environments.resources import ResourcesServer
+from gymflow.environments.entrypoint import EnvironmentSource, build_environment
+from gymflow.environments.manifest import Described, EnvironmentManifest
+from gymflow.verifiers.pool import Verifying
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +25,7 @@ class VerifierRef:
     params_json: str
 
     @classmethod
-    def of(cls, env: Environment, params: dict[str, Any]) -> VerifierRef:
+    def of(cls, env: Described, params: dict[str, Any]) -> VerifierRef:
         return cls(
             env.name,
             str(env.folder),
@@ -35,10 +33,9 @@ class VerifierRef:
             json.dumps(params, sort_keys=True, default=str),
         )
 
-    def build(self) -> ResourcesServer:
+    def build(self) -> Verifying:
         """The resources server, rebuilt from the environment's entry point (which registers
         the environment's own verifiers on import)."""
         manifest = EnvironmentManifest.model_validate_json(self.manifest_json)
         source = EnvironmentSource(manifest, Path(self.folder))
-        env = load_entrypoint(source)(manifest, source.folder)
-        return env.resources_server(json.loads(self.params_json))
+        return build_environment(source).resources_server(json.loads(self.params_json))

@@ -1,10 +1,18 @@
-"""Prefect flows, one per loop stage. Importing any of them keeps refused parameter values out
-of Prefect's log (below)."""
+"""Prefect flows, one per loop stage: a run, a shard, an aggregate, a reverify, a study and the
+nightly run. Importing any of them keeps refused parameter values out of Prefect's log (below).
+
+Cut-off: with `steps`, the only code that imports Prefect: a flow orders the steps of a run,
+a shard, an aggregate, a reverify, a study or the nightly run, and holds no domain logic. Tier 5.
+The deployments of these flows are in prefect.yaml (their entrypoints name files here)."""
 
 from __future__ import annotations
 
 import logging
 import re
+
+__tier__ = 5
+
+__all__ = ["eval_run", "heartbeats", "labels", "lean", "parameters", "study"]
 
 _VALIDATION_FAILED = re.compile(r"Parameter validation failed for flow ('.*?'|\".*?\")")
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from gymflow.flows.eval_run import RunOutcome, analyse_run
 from gymflow.flows.lean import flow
-from gymflow.tasks.shards import aggregate_shards
+from gymflow.steps.shards import aggregate_shards
 
 
 @flow(name="aggregate", log_prints=True)

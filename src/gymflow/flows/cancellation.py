@@ -18,7 +18,7 @@ from prefect.exceptions import Abort
 from prefect.runtime import flow_run
 from prefect.states import Cancelled
 
-from gymflow.errors import option
+from gymflow.core.errors import option
 from gymflow.rollouts import stopping
 
 #: Seconds between two reads of the flow run's state: one small request each.

@@ -17,10 +17,10 @@ from prefect.states import Cancelled, Failed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
-from gymflow import progress
 from gymflow.analysis.results import RunAnalysis
-from gymflow.config import ConfigError, EvalConfig
-from gymflow.errors import GateFailed, naming_options
+from gymflow.core import progress
+from gymflow.core.config import ConfigError, EvalConfig
+from gymflow.core.errors import GateFailed, naming_options
 from gymflow.flows import run_log
 from gymflow.flows.artifacts import publish_results, publish_retrying, publish_shard_failure
 from gymflow.flows.cancellation import cancelling, end_cancelled, stop_on_cancel, supervised
@@ -42,12 +42,12 @@ from gymflow.rollouts import stopping
 from gymflow.rollouts.outcomes import BatchOutcome, ShardOutcome
 from gymflow.rollouts.plan import RunPlan, plan_of
 from gymflow.simulated.endpoint import model_endpoint
+from gymflow.steps.analysis import analyse_store, render_report
+from gymflow.steps.rollouts import retry_unless_stopped
+from gymflow.steps.shards import aggregate_shards, supersede_failed_in_shards
 from gymflow.store.compact import compact
 from gymflow.store.merge import MergeReport, check_destination
 from gymflow.store.remote import is_url
-from gymflow.tasks.analysis import analyse_store, render_report
-from gymflow.tasks.rollouts import retry_unless_stopped
-from gymflow.tasks.shards import aggregate_shards, supersede_failed_in_shards
 
 #: Threads for local shards and pool-shard waiters: each local shard holds one while it runs.
 MAX_CONCURRENT_SHARDS = 32

@@ -9,7 +9,7 @@ from prefect.runtime import flow_run
 from prefect.states import Cancelled, State
 from prefect.utilities.annotations import quote
 
-from gymflow.config import EvalConfig
+from gymflow.core.config import EvalConfig
 from gymflow.flows import run_log
 from gymflow.flows.cancellation import own_process
 from gymflow.flows.labels import eval_shard_name
@@ -23,9 +23,9 @@ from gymflow.rollouts.plan import RunPlan, plan_of
 from gymflow.rollouts.published import check_expectations, run_published
 from gymflow.rollouts.travel import travelled
 from gymflow.simulated.endpoint import model_endpoint
+from gymflow.steps.rollouts import collect_batch, prepare_run
 from gymflow.store.db import connect, held
 from gymflow.store.remote import is_url
-from gymflow.tasks.rollouts import collect_batch, prepare_run
 
 
 def _chunks(items: list, size: int) -> list[list]:

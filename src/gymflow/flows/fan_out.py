@@ -31,9 +31,9 @@ from prefect.flow_engine import run_flow
 from prefect.runtime import flow_run as parent_run
 from prefect.states import AwaitingRetry, Cancelling, Crashed, Pending, State
 
-from gymflow import progress
-from gymflow.config import ConfigError, EvalConfig
-from gymflow.errors import RuntimeFailure
+from gymflow.core import progress
+from gymflow.core.config import ConfigError, EvalConfig
+from gymflow.core.errors import RuntimeFailure
 from gymflow.flows.eval_shard import eval_shard
 from gymflow.flows.labels import eval_shard_name_of, shard_run_name
 from gymflow.flows.parameters import SHARD_FLOW, ScaleOptions
@@ -42,8 +42,8 @@ from gymflow.rollouts.outcomes import ShardOutcome
 from gymflow.rollouts.plan import RunPlan, handed_down
 from gymflow.rollouts.published import expectations, publish_run, run_url
 from gymflow.rollouts.travel import publish_bundle
+from gymflow.steps.shards import progress_of
 from gymflow.store.remote import is_url
-from gymflow.tasks.shards import progress_of
 
 
 class ShardFailed(RuntimeFailure):

@@ -16,7 +16,7 @@ from coolname.loader import load_config
 from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
 
-from gymflow.config import EvalConfig
+from gymflow.core.config import EvalConfig
 from gymflow.rollouts.plan import RunPlan
 
 

@@ -16,7 +16,7 @@ from prefect.states import Failed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.errors import GateFailed
+from gymflow.core.errors import GateFailed
 from gymflow.flows.eval_run import MAX_CONCURRENT_SHARDS, RunOutcome, run_evaluation
 from gymflow.flows.fan_out import publish_beside_shards
 from gymflow.flows.labels import run_name

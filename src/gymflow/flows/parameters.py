@@ -27,7 +27,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from gymflow.config import (
+from gymflow.core.config import (
     MAX_REPEATS,
     ApiKeyEnv,
     EvalConfig,

@@ -20,7 +20,7 @@ from prefect.client.schemas.filters import (
     ArtifactFilterKey,
 )
 
-from gymflow import progress
+from gymflow.core import progress
 from gymflow.flows.artifacts import PROGRESS_KEY, publish
 
 #: At most one artifact update this often: the collector commits every 0.5 s.
@@ -49,7 +49,7 @@ def stored_by(client: SyncPrefectClient, flow_run_id: UUID) -> int | None:
 
 
 class RunProgress:
-    """Listens to the collector (`gymflow.progress`) while inside. The collector reports from
+    """Listens to the collector (`gymflow.core.progress`) while inside. The collector reports from
     its event loop, so this only counts there; a thread of its own publishes, and a commit never
     waits for the Prefect API. A failed shard does not count: a run whose last shard failed
     stops short of 100%."""
@@ -68,7 +68,7 @@ class RunProgress:
         self._thread = threading.Thread(target=self._publisher, name="gymflow-progress")
         self._listening = contextlib.ExitStack()
 
-    # the collector's side (gymflow.progress.ProgressListener)
+    # the collector's side (gymflow.core.progress.ProgressListener)
     def started(self, total: int) -> None:
         """The flow gave the total already (a shard's subflow reports only its own)."""
 

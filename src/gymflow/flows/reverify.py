@@ -9,8 +9,8 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from gymflow.flows.lean import flow
-from gymflow.reverify import Reverified
-from gymflow.reverify import reverify as reverify_run
+from gymflow.reverify.new_version import Reverified
+from gymflow.reverify.new_version import reverify as reverify_run
 
 SUMMARY_KEY = "gymflow-reverify"
 

@@ -13,15 +13,15 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import wait
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from gymflow.config import EvalConfig
-from gymflow.errors import RuntimeFailure
+from gymflow.core.config import EvalConfig
+from gymflow.core.errors import RuntimeFailure
 from gymflow.flows.eval_run import UnhealthyRun, evaluation_loop
 from gymflow.flows.lean import flow
 from gymflow.flows.parameters import UNSHARDED, ScaleOptions
 from gymflow.present import format_number, format_percent, format_points, markdown_text
-from gymflow.reverify import reverify
-from gymflow.store.current import current_verifier_version
+from gymflow.reverify.new_version import reverify
 from gymflow.store.db import connect, copy_store
+from gymflow.store.verifier_versions import current_verifier_version
 from gymflow.study.results import ArmRun, StudyResult, study_result
 from gymflow.study.spec import StudySpec, resolve_study, store_of
 
@@ -44,7 +44,7 @@ def run_arm(name: str, config: EvalConfig, scale: ScaleOptions) -> str:
 
 
 def _stored_version(run_dir: Path) -> str:
-    """The version the arm's run is read under (`store.current`)."""
+    """The version the arm's run is read under (`store.verifier_versions`)."""
     with connect(run_dir, read_only=True) as con:
         return current_verifier_version(con)
 

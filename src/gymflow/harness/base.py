@@ -8,12 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gymflow.config import HarnessConfig
+from gymflow.core.config import HarnessConfig
 from gymflow.core.protocols import Resources
 from gymflow.core.records import ModelCall
+from gymflow.core.registry import Registry
 from gymflow.core.tasks import Task
 from gymflow.models.client import ResponsesClient
-from gymflow.registry import Registry
 
 
 @dataclass(slots=True)

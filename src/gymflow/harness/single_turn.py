@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gymflow.config import HarnessConfig
+from gymflow.core.config import HarnessConfig
 from gymflow.core.protocols import Resources
 from gymflow.core.tasks import Task
 from gymflow.harness.base import Episode, harness, opening_items

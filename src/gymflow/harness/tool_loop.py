@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gymflow.config import HarnessConfig
+from gymflow.core.config import HarnessConfig
+from gymflow.core.errors import RuntimeFailure
 from gymflow.core.protocols import Resources, ResourcesUnavailable, ToolError
 from gymflow.core.tasks import Task
-from gymflow.errors import RuntimeFailure
 from gymflow.harness.base import Episode, harness, opening_items
 from gymflow.harness.tool_arguments import MalformedArguments, parse_arguments
 from gymflow.models.client import ResponsesClient

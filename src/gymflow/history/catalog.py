@@ -22,9 +22,9 @@ import duckdb
 
 from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.analysis.profile import headline
+from gymflow.core.user_folders import private_folder, user_cache
 from gymflow.store.db import STORE_FILE, StoreError, StoreFailure, connect, transaction
 from gymflow.store.runs import run_info
-from gymflow.user_folders import private_folder, user_cache
 
 #: Shard stores are parts of a run, merged into its store: not runs of their own.
 SHARD_FOLDER = "shards"

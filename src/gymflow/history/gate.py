@@ -26,9 +26,9 @@ from typing import Any, Literal
 from gymflow.analysis.compare import CompareError, compare
 from gymflow.analysis.health import health
 from gymflow.analysis.paired import PAIRED_TEST
+from gymflow.core.written import write_text
 from gymflow.history.catalog import CatalogEntry, read_entry, refresh
 from gymflow.store.db import StoreError, StoreFailure, connect
-from gymflow.written import write_text
 
 Against = Literal["baseline"]
 #: Beside the run's store: the report states the gate's verdict, whoever ran the gate.

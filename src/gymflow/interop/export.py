@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gymflow.analysis.outcomes import check_verifier_version
+from gymflow.core.written import WriteError, written
+from gymflow.core.written import target as write_target
 from gymflow.interop.nemo_export import write_nemo_gym
 from gymflow.interop.nemo_read import InteropError
 from gymflow.store.db import connect
-from gymflow.written import WriteError, written
-from gymflow.written import target as write_target
 
 Format = Literal["nemo-gym", "jsonl", "parquet"]
 FORMATS: tuple[Format, ...] = ("nemo-gym", "jsonl", "parquet")
@@ -59,7 +59,7 @@ def _flat_sql(verifier_version: str, nested_json: bool) -> str:
 
 def _check_target(target: Path) -> None:
     """An `--out` that cannot be written is one line naming it, before the store is opened: a
-    folder or special file (gymflow.written), a parent that is no folder or not writable."""
+    folder or special file (gymflow.core.written), a parent that is no folder or not writable."""
     try:
         write_target(target)
     except WriteError as exc:

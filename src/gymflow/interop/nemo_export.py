@@ -22,10 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gymflow.core.written import written
 from gymflow.interop.nemo_read import sidecar_path
 from gymflow.models.nemo_gym_shapes import nemo_request, nemo_response, usage
 from gymflow.store.tool_lists import expanded
-from gymflow.written import written
 
 #: gymflow's failure kinds as NeMo Gym failure classes (a timeout is terminal there).
 FAILURE_CLASSES = {"timeout": "timeout_exceeded", "verifier_error": "transient"}

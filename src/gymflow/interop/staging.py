@@ -1,5 +1,5 @@
 """Writing a new store through a temporary folder whose store takes its name only when complete
-(exported files go through gymflow.written, as every file gymflow writes).
+(exported files go through gymflow.core.written, as every file gymflow writes).
 
 The store is built in a hidden folder beside the run folder, committed and checkpointed, then
 moved into place with one rename; a killed or failed import leaves at most that hidden folder
@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from gymflow.core.processes import pid_alive
 from gymflow.interop.nemo_read import InteropError
-from gymflow.processes import pid_alive
 from gymflow.store.db import STORE_FILE, StoreError, connect, store_path, transaction
 
 

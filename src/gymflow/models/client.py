@@ -38,7 +38,7 @@ from urllib.parse import quote, quote_plus
 import orjson
 from pydantic import ValidationError
 
-from gymflow.config import ModelConfig, Sampling
+from gymflow.core.config import ModelConfig, Sampling
 from gymflow.core.records import ModelCall
 from gymflow.models.chat_adapter import COMPLETION, completion_to_response, request_to_chat
 from gymflow.models.errors import (

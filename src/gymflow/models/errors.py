@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from gymflow.errors import RuntimeFailure
+from gymflow.core.errors import RuntimeFailure
 
 
 class ModelError(RuntimeFailure):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import resource
 
-from gymflow.config import ConfigError
+from gymflow.core.config import ConfigError
 
 #: Descriptors besides the calls' sockets: the store's files, Prefect's client, the local policy
 #: server's pipes, the interpreter's own.

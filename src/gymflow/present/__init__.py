@@ -5,7 +5,9 @@ and the HTML report alike, so that one figure reads the same wherever it appears
 Plain functions of plain values (no Rich, no Jinja): the terminal's side is
 `gymflow.present.terminal`. The headline functions read any object with the fields of
 `gymflow.analysis.results.Profile` they name (a Protocol, not an import: this sits below
-analysis, which uses the formatters in its own sentences)."""
+analysis, which uses the formatters in its own sentences).
+
+Cut-off: plain values in, strings out; imports nothing of gymflow's. Tier 0, beside `core`."""
 
 from __future__ import annotations
 
@@ -15,6 +17,23 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 NOT_AVAILABLE = "n/a"
+
+__tier__ = 0
+
+__all__ = [
+    "NOT_AVAILABLE",
+    "coverage_text",
+    "format_counts",
+    "format_interval",
+    "format_number",
+    "format_percent",
+    "format_points",
+    "format_value",
+    "headline_text",
+    "markdown_text",
+    "safe_text",
+    "terminal",
+]
 
 
 def _finite(value: Any) -> bool:

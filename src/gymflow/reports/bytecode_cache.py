@@ -17,7 +17,7 @@ from pathlib import Path
 
 from jinja2.bccache import Bucket, FileSystemBytecodeCache
 
-from gymflow.user_folders import private_folder, user_cache
+from gymflow.core.user_folders import private_folder, user_cache
 
 
 def cache_root() -> Path:

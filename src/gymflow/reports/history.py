@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
+from gymflow.core.written import write_text
 from gymflow.history.catalog import CatalogEntry
 from gymflow.reports.history_charts import Interval, forest_plot, trend_chart
 from gymflow.reports.render import render
 from gymflow.study.results import StudyResult, VariantEffect
-from gymflow.written import write_text
 
 
 def _tone(variant: VariantEffect) -> str:

@@ -21,11 +21,11 @@ from markupsafe import Markup
 
 from gymflow import __version__
 from gymflow.analysis.results import RunAnalysis
+from gymflow.core.written import written
 from gymflow.present import format_number, format_percent, format_points, format_value
 from gymflow.reports import svg
 from gymflow.reports.bytecode_cache import bytecode_cache
 from gymflow.reports.sections import DEFAULT_LIMITS, Limits, report_analysis, run_sections
-from gymflow.written import written
 
 _TEMPLATES = files("gymflow.reports") / "templates"
 _STYLE = (_TEMPLATES / "style.css").read_text(encoding="utf-8")
@@ -121,7 +121,7 @@ def write_run_report(
         template = "run.html.j2"
         data["gate"] = load_verdict(store_path(run_dir).parent)
     rows, export = data.pop("export", []), export_path(out_path)
-    # The report and its trajectories take their names together (gymflow.written); a stale
+    # The report and its trajectories take their names together (gymflow.core.written); a stale
     # export goes once the report that no longer links it is in place.
     with written(out_path, *([export] if rows else [])) as partials:
         data["export_link"] = _write_export(partials[1], export.name, rows) if rows else None

@@ -15,9 +15,9 @@ from gymflow.analysis.run import analyse
 from gymflow.data.profile import data_profile
 from gymflow.reports import views
 from gymflow.reports.trajectory import blocks
-from gymflow.reverify import flips
-from gymflow.store.current import current_verifier_version
+from gymflow.reverify.new_version import flips
 from gymflow.store.runs import RunInfo, run_info
+from gymflow.store.verifier_versions import current_verifier_version
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 import duckdb
 
-from gymflow import progress
+from gymflow.core import progress
 from gymflow.core.protocols import ResourcesUnavailable
 from gymflow.core.records import Rollout, rollout_id, rollout_seed
 from gymflow.core.statuses import COMPLETED, FAILED

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gymflow.config import ConfigError, EvalConfig, ShardSpec
+from gymflow.core.config import ConfigError, EvalConfig, ShardSpec
 from gymflow.environments.registry import RegistryError
 from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
 from gymflow.rollouts.published import published_progress

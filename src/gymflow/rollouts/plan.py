@@ -11,7 +11,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from gymflow.config import ConfigError, EvalConfig, Sampling
+from gymflow.core.config import ConfigError, EvalConfig, Sampling
+from gymflow.core.errors import UserError
 from gymflow.core.prompts import PromptError, PromptTimeout, render_prompt
 from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment, UnknownSplit
@@ -23,7 +24,6 @@ from gymflow.environments.registry import (
     load_benchmark,
     load_environment,
 )
-from gymflow.errors import UserError
 from gymflow.verifiers.base import get_verifier
 
 RolloutKey = tuple[str, int]  # (task_id, repeat_index)

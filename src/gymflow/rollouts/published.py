@@ -38,7 +38,7 @@ import duckdb
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, model_validator
 
 from gymflow import __version__
-from gymflow.config import ConfigError
+from gymflow.core.config import ConfigError
 from gymflow.rollouts.collect import RESUMABLE_KINDS
 from gymflow.rollouts.outcomes import BatchOutcome
 from gymflow.rollouts.plan import RunPlan

@@ -12,8 +12,8 @@ from gymflow.core.tasks import Task
 from gymflow.rollouts.plan import RunPlan, shard_of
 from gymflow.store.rows import run_row, shard_row, task_row, verifier_version_row
 from gymflow.store.runs import record_run
-from gymflow.verifier_identity import code_hash
 from gymflow.verifiers.base import get_verifier
+from gymflow.verifiers.identity import code_hash
 
 
 def register_run(con, plan: RunPlan, *, resume: bool) -> None:

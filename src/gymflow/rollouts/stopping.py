@@ -13,8 +13,8 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from gymflow.core.errors import GymflowError, RuntimeFailure, option
 from gymflow.core.protocols import ResourcesUnavailable
-from gymflow.errors import GymflowError, RuntimeFailure, option
 
 #: What systemd, Kubernetes, `docker stop` and a Prefect worker's cancel send, and Ctrl-C.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

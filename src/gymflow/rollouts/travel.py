@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from gymflow.config import ConfigError
+from gymflow.core.config import ConfigError
 from gymflow.environments.registry import (
-    PACKAGE_DIR,
+    BUILTIN_DIR,
     benchmark_files,
     environment_sources,
     on_search_path,
@@ -31,7 +31,7 @@ from gymflow.store.remote import AlreadyExists, Remote, RemoteError, sha256
 
 
 def _shipped(path: Path) -> bool:
-    return PACKAGE_DIR in path.resolve().parents
+    return BUILTIN_DIR in path.resolve().parents
 
 
 def _tree(prefix: str, path: Path) -> dict[str, Path]:

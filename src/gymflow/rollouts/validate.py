@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from gymflow.config import ConfigError, EvalConfig, load_config_file, missing_api_key
+from gymflow.core.config import ConfigError, EvalConfig, load_config_file, missing_api_key
+from gymflow.core.errors import UserError
 from gymflow.core.prompts import PromptError, render_prompt
 from gymflow.core.protocols import SESSION_TOKEN_HEADER
 from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
@@ -26,7 +27,6 @@ from gymflow.environments.registry import (
     load_environment,
     on_search_path,
 )
-from gymflow.errors import UserError
 from gymflow.rollouts.plan import VERIFIER_PROBLEM, RunPlan, build_plan, plan_problems
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
-from gymflow.config import EvalConfig
+from gymflow.core.config import EvalConfig
 from gymflow.core.tasks import Task
 from gymflow.models.open_files import ensure_open_files
 from gymflow.simulated.local_server import LocalPolicyServer

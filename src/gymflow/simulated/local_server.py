@@ -19,8 +19,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from gymflow.config import FaultSpec, SimulatedBehaviour
-from gymflow.errors import RuntimeFailure
+from gymflow.core.config import FaultSpec, SimulatedBehaviour
+from gymflow.core.errors import RuntimeFailure
 from gymflow.simulated.policy import PolicyEntry, save_table
 
 #: How long a stopped server may take to exit before it is killed.

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.core.tasks import Task
-from gymflow.written import write_text
+from gymflow.core.written import write_text
 
 
 def unit_draw(*parts: object) -> float:
@@ -230,7 +230,7 @@ def decide(
     return unit_draw("answer", server_seed, request_seed, entry.task_id) < chance
 
 
-# -- behaviours broken on purpose (gymflow.config.SimulatedBehaviour) -----------------------------
+# -- behaviours broken on purpose (gymflow.core.config.SimulatedBehaviour) ------------------------
 _ANSWER_LINE = re.compile(r"^[ \t]*answer[ \t]*[:=][ \t]*(.+?)[ \t]*$", re.I | re.M)
 _BOXED = re.compile(r"\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
 #: What a rambling answer repeats until the output-token limit cuts it.

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from gymflow.config import FaultSpec, SimulatedBehaviour
+from gymflow.core.config import FaultSpec, SimulatedBehaviour
 from gymflow.models.chat_adapter import chat_to_request, response_to_completion
 from gymflow.simulated import SIMULATED_MODEL
 from gymflow.simulated.policy import (

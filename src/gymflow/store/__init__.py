@@ -1,0 +1,24 @@
+"""The one door to DuckDB: a run's store (`db`), its schema (`schema`), the rows each table takes
+(`rows`, `writer`), runs, verifier versions, seals, snapshots, merges, compaction and remote
+shard roots.
+
+Cut-off: reads and writes stores; judges nothing and runs no model. Tier 1, beside `models` and
+`verifiers`."""
+
+__tier__ = 1
+
+__all__ = [
+    "compact",
+    "db",
+    "merge",
+    "remote",
+    "rows",
+    "runs",
+    "schema",
+    "seal",
+    "snapshot",
+    "superseded",
+    "tool_lists",
+    "verifier_versions",
+    "writer",
+]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import duckdb
 
+from gymflow.core.written import written
 from gymflow.store.db import store_path
-from gymflow.written import written
 
 #: Rewrite when at least this share of the store's blocks are free.
 MIN_FREE_SHARE = 0.1

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import duckdb
 
-from gymflow.errors import RuntimeFailure, UserError, option
+from gymflow.core.errors import RuntimeFailure, UserError, option
+from gymflow.core.written import created, written
 from gymflow.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, SPECS, TABLES
-from gymflow.written import created, written
 
 STORE_FILE = "gymflow.duckdb"
 
@@ -277,7 +277,7 @@ def _refuse_foreign_objects(con, path: Path) -> None:
 
 
 def _create(path: Path) -> None:
-    """A new store with its schema, built aside and then given its name (gymflow.written)."""
+    """A new store with its schema, built aside and then given its name (gymflow.core.written)."""
     with created(path) as partial:
         con = _open(partial, False)
         try:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gymflow.errors import UserError
+from gymflow.core.errors import UserError
 
 #: URL schemes a shard root may take, and the package that reads each (the extra that has it).
 CLIENTS = {"s3": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"), "file": ("", "")}

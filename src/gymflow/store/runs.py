@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
 
-from gymflow.errors import option
+from gymflow.core.errors import option
 from gymflow.store.db import StoreError, store_path
 from gymflow.store.schema import COLUMNS
 from gymflow.store.seal import claim, seal_tasks

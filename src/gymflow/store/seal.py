@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from gymflow.errors import UserError
+from gymflow.core.errors import UserError
 from gymflow.store.db import first_sql
 
 SEAL_KEY_ENV = "GYMFLOW_SEAL_KEY"

@@ -203,7 +203,7 @@ def register_verifier_version(
     source: str = "gymflow",
     code_hash: str | None = None,
 ) -> None:
-    """Record a verifier version; `code_hash` (`verifier_identity.code_hash`) says which code ran
+    """Record a verifier version; `code_hash` (`verifiers.identity.code_hash`) says which code ran
     it, so a reverify can tell when the verifier changed under the same parameters."""
     row = verifier_version_row(
         verifier_version=version,

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gymflow.analysis.factors import changed_factors, groups_of
-from gymflow.config import (
+from gymflow.core.config import (
     ConfigError,
     EvalConfig,
     format_validation_error,

@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from gymflow.core.errors import RuntimeFailure, UserError
+from gymflow.core.registry import Registry
 from gymflow.core.tasks import Task
-from gymflow.errors import RuntimeFailure, UserError
-from gymflow.registry import Registry
 
 
 class VerifierParamsError(UserError, ValueError):
@@ -206,5 +206,5 @@ def verifier(
 
 
 def get_verifier(name: str) -> VerifierSpec:
-    """The verifier registered as `name`. Raises UnknownName (gymflow.registry)."""
+    """The verifier registered as `name`. Raises UnknownName (gymflow.core.registry)."""
     return VERIFIERS.get(name)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.config import ApiKeyEnv, ServerUrl
+from gymflow.core.config import ApiKeyEnv, ServerUrl
 from gymflow.verifiers.base import DataField, Verdict, VerifierError, VerifyInput, verifier
 from gymflow.verifiers.math_answer import (
     NO_ANSWER_REASONS,
@@ -85,7 +85,7 @@ def read_score(reply: str) -> float | None:
 
 async def ask_judge(prompt: str, params: MathJudgeParams) -> str:
     """The judge's reply text; raises VerifierError(judge_failed) on any failure."""
-    from gymflow.config import ModelConfig, Sampling
+    from gymflow.core.config import ModelConfig, Sampling
     from gymflow.models.client import ResponsesClient
     from gymflow.models.responses import output_text, user_message
 

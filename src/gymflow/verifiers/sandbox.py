@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gymflow.errors import RuntimeFailure
+from gymflow.core.errors import RuntimeFailure
 from gymflow.verifiers.sandbox_host import (
     SCRATCH_PREFIX,
     held_slot,

@@ -17,7 +17,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from gymflow.processes import pid_alive
+from gymflow.core.processes import pid_alive
 
 #: Sandbox user ids live far above any real account: base + (pid % 4096) * 64 + slot.
 UID_BASE = 1_000_000

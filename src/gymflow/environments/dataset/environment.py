@@ -10,21 +10,19 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gymflow.core.registry import RegistryError
 from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment, EnvironmentManifest, SplitSpec, UnknownSplit
+from gymflow.environments.benchmark import Benchmark
 from gymflow.environments.dataset.hub import hub_rows
 from gymflow.environments.dataset.mapping import RowRules, map_rows
 from gymflow.environments.dataset.readers import DatasetError, read_rows
 from gymflow.environments.dataset.simulate import SOURCES
 from gymflow.environments.dataset.spec import DatasetSpec
 from gymflow.environments.resources import ResourcesServer
-from gymflow.registry import RegistryError
 from gymflow.verifiers.base import get_verifier
-
-if TYPE_CHECKING:
-    from gymflow.environments.registry import Benchmark
 
 FOLDER = Path(__file__).parent
 #: The template of NeMo Gym rows, which bring their own request: the first user message's text.

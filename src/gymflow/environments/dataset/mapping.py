@@ -14,11 +14,11 @@ from typing import Any
 
 import orjson
 
+from gymflow.core.errors import UserError
 from gymflow.core.tasks import Task
 from gymflow.environments.dataset.readers import RawRow
 from gymflow.environments.dataset.simulate import simulate
 from gymflow.environments.dataset.spec import FieldMap
-from gymflow.errors import UserError
 from gymflow.verifiers.base import DataField
 
 #: Rows named in one problem before "and N more rows".

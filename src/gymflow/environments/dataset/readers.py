@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from gymflow.errors import UserError
+from gymflow.core.errors import UserError
 
 #: Longest JSONL line read (bytes): a bound on one row's memory, like the config loader's.
 MAX_LINE_BYTES = 64 * 1024 * 1024

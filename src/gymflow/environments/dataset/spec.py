@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gymflow.config import refuse_removed
-from gymflow.environments.base import REMOVED_FIELDS
+from gymflow.core.config import refuse_removed
+from gymflow.environments.manifest import REMOVED_FIELDS
 
 #: Local file formats, by suffix; `nemo_gym` is a JSONL file of NeMo Gym dataset rows, and a
 #: path without a suffix is a folder written by the `datasets` package's `save_to_disk`.

@@ -16,21 +16,19 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from gymflow.core.tasks import Task, ToolCall
 from gymflow.environments.base import Environment, EnvironmentManifest
+from gymflow.environments.benchmark import Benchmark
 from gymflow.environments.dataset.environment import local_path
 from gymflow.environments.dataset.mapping import FieldProblem, RowRules, first_user_text, map_rows
 from gymflow.environments.dataset.readers import DatasetError, read_rows
 from gymflow.environments.dataset.spec import FieldMap
 from gymflow.environments.nemo_gym.folder import PATH_VARIABLE, NemoServer, nemo_servers
 from gymflow.models.responses import output_text
-
-if TYPE_CHECKING:
-    from gymflow.environments.registry import Benchmark
 
 Plan = tuple[tuple[ToolCall, ...], ...]
 

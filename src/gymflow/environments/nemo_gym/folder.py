@@ -21,8 +21,8 @@ from typing import Any
 import orjson
 import yaml
 
-from gymflow import bounded_yaml
-from gymflow.environments.base import EnvironmentManifest, SplitSpec, VerifierRef
+from gymflow.core import bounded_yaml
+from gymflow.environments.manifest import EnvironmentManifest, SplitSpec, VerifierRef
 
 PATH_VARIABLE = "GYMFLOW_NEMO_GYM_PATH"
 #: The prefix of every NeMo Gym environment's name, so none shadows one of gymflow's.

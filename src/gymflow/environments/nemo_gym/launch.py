@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from gymflow.config import ConfigError
+from gymflow.core.config import ConfigError
 from gymflow.environments.nemo_gym.folder import NemoServer
 
 VENV_VARIABLE = "GYMFLOW_NEMO_GYM_VENV"

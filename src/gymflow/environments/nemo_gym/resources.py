@@ -28,16 +28,16 @@ from typing import Any
 
 import httpx
 
+from gymflow.core.errors import RuntimeFailure
 from gymflow.core.protocols import ResourcesUnavailable, ToolError
 from gymflow.core.records import Verification
 from gymflow.core.tasks import Task
+from gymflow.core.written import written
 from gymflow.environments.dataset.mapping import row_input_items
 from gymflow.environments.resources import ResourcesServer
-from gymflow.errors import RuntimeFailure
 from gymflow.models.nemo_gym_shapes import nemo_request, nemo_response
 from gymflow.models.nemo_gym_shapes import usage as _usage
 from gymflow.verifiers.base import VerifyInput
-from gymflow.written import written
 
 #: Generous: a verification can run code or ask a judge.
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 
+from gymflow.builtin.humaneval.env import fenced, load_problems
 from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment
-from gymflow.environments.humaneval.env import fenced, load_problems
 
 
 def attacks() -> dict[str, str]:

@@ -8,17 +8,23 @@ import json
 from pathlib import Path
 
 from gymflow.analysis.results import Result
+from gymflow.core.errors import UserError
 from gymflow.core.records import Verification
 from gymflow.environments.base import Environment
 from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.environments.resources import ResourcesServer
-from gymflow.errors import UserError
-from gymflow.reverify import BATCH, ReverifyError, stored_params, stored_tasks, verify_all
-from gymflow.store import current
+from gymflow.reverify.new_version import (
+    BATCH,
+    ReverifyError,
+    stored_params,
+    stored_tasks,
+    verify_all,
+)
+from gymflow.store import verifier_versions
 from gymflow.store.db import connect, store_path
 from gymflow.store.runs import run_info
 from gymflow.store.seal import SealState, check_seals
-from gymflow.verifier_identity import code_hash
+from gymflow.verifiers.identity import code_hash
 
 
 class Disagreement(Result):
@@ -99,7 +105,7 @@ def check(
     con = connect(run_dir, read_only=True)
     try:
         run = run_info(con)
-        version = version or current.current_verifier_version(con)
+        version = version or verifier_versions.current_verifier_version(con)
         row = con.execute(
             "SELECT verifier_name, params_json, code_hash FROM verifier_versions "
             "WHERE verifier_version = ?",

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gymflow.builtin.backoffice.tools import HANDLERS, State
 from gymflow.core.protocols import ToolError
 from gymflow.core.tasks import Task, ToolCall
-from gymflow.environments.backoffice.tools import HANDLERS, State
 
 SEED = 20261130
 COMPANY = "Larkspur Home Goods"

@@ -6,9 +6,9 @@ from typing import Any
 
 import orjson
 
+from gymflow.builtin.backoffice.tasks import make_task
+from gymflow.builtin.backoffice.tools import HANDLERS, TOOL_SCHEMAS
 from gymflow.core.tasks import Task
-from gymflow.environments.backoffice.tasks import make_task
-from gymflow.environments.backoffice.tools import HANDLERS, TOOL_SCHEMAS
 from gymflow.environments.base import Environment
 from gymflow.environments.resources import ResourcesServer, ToolHandler
 

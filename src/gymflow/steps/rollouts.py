@@ -8,7 +8,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import task_run
 
-from gymflow import progress
+from gymflow.core import progress
 from gymflow.rollouts.collect import RESUMABLE_KINDS, Collector
 from gymflow.rollouts.outcomes import BatchOutcome
 from gymflow.rollouts.plan import RolloutKey, RunPlan

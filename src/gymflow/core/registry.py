@@ -17,7 +17,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from gymflow.errors import UserError
+from gymflow.core.errors import UserError
 
 T = TypeVar("T")
 

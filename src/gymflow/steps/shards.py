@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from gymflow.config import EvalConfig
+from gymflow.core.config import EvalConfig
 from gymflow.rollouts.collect import RESUMABLE_KINDS
 from gymflow.rollouts.merge import merge_shards, shard_progress
 from gymflow.rollouts.plan import RunPlan

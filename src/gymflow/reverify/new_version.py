@@ -26,17 +26,17 @@ from typing import Any, Literal
 import orjson
 import yaml
 
-from gymflow import bounded_yaml
 from gymflow.analysis.outcomes import REVERIFY_SOURCE
 from gymflow.analysis.profile import headline
 from gymflow.analysis.results import Headline, Result
+from gymflow.core import bounded_yaml
+from gymflow.core.errors import UserError
 from gymflow.core.records import Verification
 from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment, VerifierRef
 from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.environments.resources import ResourcesServer
-from gymflow.errors import UserError
-from gymflow.store import current
+from gymflow.store import verifier_versions
 from gymflow.store.db import connect, memory_capped_call, store_path, transaction
 from gymflow.store.rows import verification_row
 from gymflow.store.runs import RunInfo, run_info
@@ -47,8 +47,8 @@ from gymflow.store.writer import (
     register_verifier_version,
     stage_verdicts,
 )
-from gymflow.verifier_identity import code_hash, with_code
 from gymflow.verifiers.base import VerifyInput
+from gymflow.verifiers.identity import code_hash, with_code
 
 #: rollouts read, verified and written per round trip (an insert costs ~20 us a row at 5,000
 #: and ~11 us at 50,000: the primary-key index favours big batches)
@@ -114,7 +114,7 @@ def _base_version(
         "ORDER BY created_at DESC, verifier_version"
     ).fetchall()
     if requested is None and rows:
-        requested = current.current_verifier_version(con)
+        requested = verifier_versions.current_verifier_version(con)
         if next(row[1] for row in rows if row[0] == requested) != verifier_name:
             requested = None
     if requested is not None:
@@ -430,7 +430,7 @@ def reverify(
     """Store a new verifier version for the run in `run_dir` and report what changed. With no
     `settings`, the verifier is the environment's as it is now (its manifest's parameters). A
     version whose stored code hash differs from the verifier's code now is stored anew, as
-    `version+codehash` (`gymflow.verifier_identity`).
+    `version+codehash` (`gymflow.verifiers.identity`).
 
     The new version is what the run is read under from now on only with `make_current`; else
     the version read before stays current (a what-if never silently becomes the run's numbers).
@@ -518,7 +518,7 @@ def _reverify_with(
         )
         status = "rejudged" if reverified else "already stored"
     if make_current:
-        current.make_current(con, new_version)
+        verifier_versions.make_current(con, new_version)
     old = base.version if base.stored else new_version
     return Reverified(
         environment=env.name,
@@ -532,6 +532,6 @@ def _reverify_with(
         flips=flips(con, old, new_version, limit=max_listed),
         before=headline(con, old) if base.stored else None,
         after=headline(con, new_version),
-        current_version=current.current_verifier_version(con),
+        current_version=verifier_versions.current_verifier_version(con),
         made_current=make_current,
     )

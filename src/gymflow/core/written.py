@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from gymflow.errors import UserError
-from gymflow.processes import pid_alive
+from gymflow.core.errors import UserError
+from gymflow.core.processes import pid_alive
 
 _PARTIAL = ".partial"
 

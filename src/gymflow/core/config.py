@@ -20,8 +20,8 @@ from pydantic import (
     model_validator,
 )
 
-from gymflow import bounded_yaml
-from gymflow.errors import UserError
+from gymflow.core import bounded_yaml
+from gymflow.core.errors import UserError
 
 
 class ConfigError(UserError, ValueError):

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from gymflow.errors import UserError
+from gymflow.core.errors import UserError
 
 #: Nodes a document may expand to through its aliases. Configs, benchmarks and manifests hold
 #: hundreds; a dataset of a few thousand rows in YAML stays well below.
