@@ -43,7 +43,7 @@ CALLS = (
     ("local server lookup (prefect_for_run)", "gymflow.cli.evaluate", "prefect_for_run"),
     ("the flow's plan (plan_of) and tags (tag_run)", "gymflow.flows.eval_run", "plan_of"),
     ("the flow's plan (plan_of) and tags (tag_run)", "gymflow.flows.eval_run", "tag_run"),
-    ("register the run (prepare_run task)", "gymflow.flows.eval_shard", "prepare_run"),
+    ("register the run (prepare_run)", "gymflow.flows.eval_shard", "prepare_run"),
     (
         "collect (collect_plan: the three above, the batches)",
         "gymflow.flows.eval_run",
