@@ -1,7 +1,7 @@
 """Where a small `gym eval run`'s fixed cost goes, stage by stage: wall and CPU seconds of each
 stage of one command, from the interpreter's start to its exit, against the local Prefect server
 (`gym server --start`), for this checkout and, interleaved in the same minutes, another
-(`--compare-src`, e.g. a `git worktree` of an older commit).
+(`--compare-src`, e.g. `git worktree`s of older commits).
 
 Each run is `python -m gymflow.cli eval run --benchmark arithmetic-smoke` (200 rollouts on the
 simulated policy) in a child process that wraps the stages' functions where their callers look
@@ -13,7 +13,7 @@ start-up no longer overlaps the import (`launched_early`). "prefect: flow run st
 flow call to the flow's first line, "prefect: flow run end" from its last line to the call's
 return, "exit" from the CLI's return to the process's end. A stage a checkout lacks shows "-".
 
-    python bench/fixed_cost.py [--runs 5] [--compare-src /tmp/old/src] [--limit N --repeats R]
+    python bench/fixed_cost.py [--runs 5] [--compare-src /tmp/old/src ...] [--limit N --repeats R]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ CALLS = (
     ("local server lookup (prefect_for_run)", "gymflow.cli.evaluate", "prefect_for_run"),
     ("the flow's plan (plan_of) and tags (tag_run)", "gymflow.flows.eval_run", "plan_of"),
     ("the flow's plan (plan_of) and tags (tag_run)", "gymflow.flows.eval_run", "tag_run"),
-    ("register the run (prepare_run task)", "gymflow.flows.eval_shard", "prepare_run"),
+    ("register the run (prepare_run)", "gymflow.flows.eval_shard", "prepare_run"),
     (
         "collect (collect_plan: the three above, the batches)",
         "gymflow.flows.eval_run",
@@ -214,7 +214,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--src", type=Path, default=SRC)
-    parser.add_argument("--compare-src", type=Path)
+    parser.add_argument("--compare-src", type=Path, nargs="+", default=[])
     parser.add_argument("--limit", type=int)
     parser.add_argument("--repeats", type=int)
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -225,7 +225,7 @@ def main() -> None:
     workload = ["--benchmark", "arithmetic-smoke"]
     workload += ["--limit", str(args.limit)] if args.limit else []
     workload += ["--repeats", str(args.repeats)] if args.repeats else []
-    srcs = [args.src, *([args.compare_src] if args.compare_src else [])]
+    srcs = [args.src, *args.compare_src]
     results: dict[Path, list[dict[str, tuple[float, float]]]] = {src: [] for src in srcs}
     loads = []
     with tempfile.TemporaryDirectory(prefix="gymflow-fixed-cost-") as tmp:

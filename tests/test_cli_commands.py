@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import gymflow.cli as cli
+from gymflow.cli import exit_codes
 from gymflow.cli.app import app
 from tests.conftest import gym
 
@@ -75,3 +76,32 @@ def test_help_lists_every_command_by_its_summary(tmp_path) -> None:
     typo = gym("evl", "run", cwd=tmp_path)
     assert typo.returncode == cli.exit_codes.BAD_INPUT
     assert "No such command 'evl'" in typo.stderr
+
+
+def test_the_command_ends_without_the_teardown_but_as_python_would() -> None:
+    """The `gym` process (here `python -m gymflow.cli`, as runpy runs it) skips the teardown of
+    every module (gymflow.cli.ending): an object that prints from its finaliser at teardown
+    prints nothing. What its exit shows is kept: an atexit callback runs, its buffered output
+    reaches the pipe, and the exit code is the command's."""
+    probe = (
+        "import atexit, runpy, sys\n"
+        "class Torn:\n"
+        "    def __del__(self):\n"
+        "        sys.stdout.write('torn down\\n')\n"
+        "kept = Torn()\n"
+        "atexit.register(lambda: sys.stdout.write('atexit ran\\n'))\n"
+        "sys.argv = ['gym', 'no-such-command']\n"
+        "runpy.run_module('gymflow.cli', run_name='__main__', alter_sys=True)\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert ran.returncode == exit_codes.BAD_INPUT, ran.stderr
+    assert ran.stdout.splitlines()[-1:] == ["atexit ran"], ran.stdout
+    assert "torn down" not in ran.stdout
+    # a program that calls main itself gets SystemExit and Python's own exit, teardown included
+    called = probe.replace(
+        "runpy.run_module('gymflow.cli', run_name='__main__', alter_sys=True)",
+        "from gymflow.cli import main\nmain()",
+    )
+    ran = subprocess.run([sys.executable, "-c", called], capture_output=True, text=True)
+    assert ran.returncode == exit_codes.BAD_INPUT, ran.stderr
+    assert "torn down" in ran.stdout and "atexit ran" in ran.stdout, ran.stdout

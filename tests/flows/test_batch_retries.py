@@ -14,7 +14,8 @@ from prefect.utilities.annotations import quote
 
 from gymflow.core.config import EvalConfig
 from gymflow.rollouts.plan import resolve
-from gymflow.steps.rollouts import collect_batch, prepare_run
+from gymflow.rollouts.registration import prepare_run
+from gymflow.steps.rollouts import collect_batch
 from gymflow.store.db import StoreFailure, connect
 
 
@@ -37,7 +38,7 @@ class _RefusingStore:
 def test_a_store_error_is_not_retried(prefect_api, tmp_path: Path) -> None:
     config = EvalConfig(benchmark="arithmetic-smoke", limit=2, out=str(tmp_path / "run"))
     plan = resolve(config)
-    prepare_run.fn(plan, False)
+    prepare_run(plan, False)
     with closing(connect(plan.run_dir)) as con:
         collector = _RefusingStore(plan, con)
 

@@ -21,9 +21,10 @@ from gymflow.rollouts.collect import Collector
 from gymflow.rollouts.outcomes import BatchOutcome
 from gymflow.rollouts.plan import RunPlan, plan_of
 from gymflow.rollouts.published import check_expectations, run_published
+from gymflow.rollouts.registration import prepare_run
 from gymflow.rollouts.travel import travelled
 from gymflow.simulated.endpoint import model_endpoint
-from gymflow.steps.rollouts import collect_batch, prepare_run
+from gymflow.steps.rollouts import collect_batch
 from gymflow.store.db import connect, held
 from gymflow.store.remote import is_url
 
@@ -54,7 +55,7 @@ def collect_plan(
     batches = _chunks(plan.keys(), plan.config.batch_size)
     collected: list[BatchOutcome] = []
     with held(plan.run_dir):
-        prepare_run(quote(plan), resume, retry_failed)
+        prepare_run(plan, resume, retry_failed)
         with (
             model_endpoint(plan) if base_url is None else nullcontext(base_url) as url,
             closing(connect(plan.run_dir)) as con,

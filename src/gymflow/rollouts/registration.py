@@ -9,9 +9,12 @@ from datetime import UTC, datetime
 
 from gymflow import __version__
 from gymflow.core.tasks import Task
+from gymflow.rollouts.collect import RESUMABLE_KINDS
 from gymflow.rollouts.plan import RunPlan, shard_of
+from gymflow.store.db import connect
 from gymflow.store.rows import run_row, shard_row, task_row, verifier_version_row
 from gymflow.store.runs import record_run
+from gymflow.store.superseded import supersede_failed
 from gymflow.verifiers.base import get_verifier
 from gymflow.verifiers.identity import code_hash
 
@@ -81,3 +84,15 @@ def _task_json(data) -> str:
     """A task's data as the store has always held it (`json.dumps`'s spacing: dataset versions
     and exports hash it)."""
     return json.dumps(data, default=str)
+
+
+def prepare_run(plan: RunPlan, resume: bool, retry_failed: bool = False) -> None:
+    """Register the run in its store; with `retry_failed` (resuming), set aside the rollouts
+    whose last attempt failed for a transient reason, so they count as missing and run again.
+    Called with the store held for the collection (`store.db.held`): its connection is the
+    one the batches then write through. A plain call, not a Prefect task: a task run's API
+    round trips cost more than the registration itself, once per run and per shard."""
+    with connect(plan.run_dir, create=True) as con:
+        register_run(con, plan, resume=resume)
+        if resume and retry_failed:
+            supersede_failed(con, plan.run_id, RESUMABLE_KINDS)

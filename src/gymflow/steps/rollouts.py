@@ -9,26 +9,12 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import task_run
 
 from gymflow.core import progress
-from gymflow.rollouts.collect import RESUMABLE_KINDS, Collector
+from gymflow.rollouts.collect import Collector
 from gymflow.rollouts.outcomes import BatchOutcome
-from gymflow.rollouts.plan import RolloutKey, RunPlan
-from gymflow.rollouts.registration import register_run
+from gymflow.rollouts.plan import RolloutKey
 from gymflow.rollouts.stopping import RunStopped
-from gymflow.store.db import StoreError, StoreFailure, connect
+from gymflow.store.db import StoreError, StoreFailure
 from gymflow.store.runs import missing_keys
-from gymflow.store.superseded import supersede_failed
-
-
-@task(name="prepare-run", cache_policy=NO_CACHE)
-def prepare_run(plan: RunPlan, resume: bool, retry_failed: bool = False) -> None:
-    """Register the run in its store; with `retry_failed` (resuming), set aside the rollouts
-    whose last attempt failed for a transient reason, so they count as missing and run again.
-    Called with the store held for the collection (`store.db.held`): its connection is the
-    one the batches then write through."""
-    with connect(plan.run_dir, create=True) as con:
-        register_run(con, plan, resume=resume)
-        if resume and retry_failed:
-            supersede_failed(con, plan.run_id, RESUMABLE_KINDS)
 
 
 def retry_unless_stopped(task, task_run, state) -> bool:
