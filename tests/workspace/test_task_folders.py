@@ -143,3 +143,45 @@ def test_list_and_search_show_workspace_benchmarks(tmp_path: Path) -> None:
     assert "warning" not in listed.stderr, listed.stderr
     found = gym("search", "git", "--json", cwd=tmp_path, check=True)
     assert "workspace-basics" in [hit["name"] for hit in json.loads(found.stdout)]
+
+
+def test_the_answer_key_and_its_checkout_are_hidden_from_sandboxes() -> None:
+    from gymflow.environments.registry import load_environment
+
+    hidden = load_environment("workspace-basics").hidden_paths()
+    assert SHIPPED.resolve() in [path.resolve() for path in hidden]
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / ".git").exists():  # its history holds every solve.sh too
+        assert checkout in [path.resolve() for path in hidden]
+
+
+def test_a_users_workspace_benchmark_travels_with_its_tasks(tmp_path: Path, monkeypatch) -> None:
+    """A worker without the user's folder resolves the same run (the same benchmark version,
+    executable bits included) from the bundle the run packs."""
+    import io
+    import tarfile
+
+    from gymflow.config import EvalConfig
+    from gymflow.environments.registry import PATH_VARIABLE, on_search_path
+    from gymflow.rollouts.plan import resolve
+    from gymflow.rollouts.travel import bundle_files, pack
+
+    mine = tmp_path / "mine"
+    (mine / "tasks").mkdir(parents=True)
+    _copy_task("fix-median", mine / "tasks")
+    (mine / "benchmarks").mkdir()
+    (mine / "benchmarks" / "mine.yaml").write_text("name: mine\nworkspace: ../tasks\n")
+    monkeypatch.setenv(PATH_VARIABLE, str(mine))
+    config = EvalConfig.model_validate(
+        {"benchmark": "mine", "harness": {"name": "command", "agent": "oracle"}}
+    )
+    plan = resolve(config)
+    files = bundle_files(plan)
+    assert "tasks/fix-median/solution/solve.sh" in files
+    worker = tmp_path / "worker"
+    with tarfile.open(fileobj=io.BytesIO(pack(files))) as tar:
+        tar.extractall(worker, filter="data")
+    monkeypatch.delenv(PATH_VARIABLE)
+    with on_search_path(worker):
+        there = resolve(config)
+    assert there.benchmark_version == plan.benchmark_version

@@ -143,7 +143,11 @@ _FAILED = (
     "WHERE verifier_version = getvariable('verifier_version') AND status <> 'ok')"
 )
 
-_NO_ANSWER = no_answer_sql()
+#: A rollout whose agent uses no model by design (the `command` harness's `oracle` and `nothing`
+#: agents, which prove a workspace task solvable and not solved by doing nothing): no model call
+#: and no answer text are what it is, not missing evidence.
+MODEL_FREE = "coalesce(TRY_CAST(json_extract(counters_json, '$.model_free') AS INTEGER), 0) = 1"
+_NO_ANSWER = f"{no_answer_sql()} AND NOT {MODEL_FREE}"
 
 #: A loop: the output's last LOOP_WORDS words occur at least LOOP_REPEATS times in it.
 LOOP_WORDS, LOOP_REPEATS = 8, 3
@@ -270,8 +274,10 @@ CHECKS: dict[str, Check] = {
         "SELECT r.rollout_id AS id FROM rollouts r ANTI JOIN tasks t USING (run_id, task_id)",
     ),
     "no_model_calls": Check(
-        "rollout with no recorded model call (an agent that never called the model too)",
-        "SELECT rollout_id AS id FROM rollout_calls WHERE calls IS NULL",
+        "rollout with no recorded model call (an agent that never called the model too; not one "
+        "that uses none by design, the `oracle` and `nothing` agents)",
+        "SELECT rollout_id AS id FROM rollout_calls WHERE calls IS NULL "
+        f"AND rollout_id NOT IN (SELECT rollout_id FROM rollouts WHERE {MODEL_FREE})",
     ),
     "last_call_failed": Check(
         "the rollout's last model call (last turn, last attempt) failed",
@@ -291,9 +297,9 @@ CHECKS: dict[str, Check] = {
     ),
     "zero_output_tokens": Check(
         "completed rollout reporting zero output tokens",
-        """
+        f"""
         SELECT rollout_id AS id FROM rollouts
-        WHERE status = 'completed' AND coalesce(output_tokens, 0) = 0
+        WHERE status = 'completed' AND coalesce(output_tokens, 0) = 0 AND NOT {MODEL_FREE}
         """,
         severity="warning",
     ),

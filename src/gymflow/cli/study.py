@@ -80,5 +80,8 @@ def study_run(
             s["health"],
         )
     print_table(console, grid)
+    for v in result["variants"]:
+        if v.get("harness"):
+            console.print(f"{v['summary']['name']}: {v['harness']}", markup=False, soft_wrap=True)
     console.print(f"test: {result['test']}")
     console.print(f"report: {Path(result['report']).resolve()}")

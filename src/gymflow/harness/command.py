@@ -4,9 +4,11 @@ The harness opens the session's sandbox (`harness.sandbox`), uploads what the re
 oracle's solution), writes the instruction to /logs/agent/instruction.md, and runs the recipe's
 command under the task's `[agent] timeout_sec`. An agent that talks to a model reaches gymflow's
 recording proxy (gymflow.harness.proxy) and nothing else: its base URL, as seen inside the
-sandbox, is exported as OPENAI_BASE_URL (with a placeholder OPENAI_API_KEY: the proxy holds the
-real key) and filled into the command's `{base_url}`; the calls the proxy saw are the rollout's
-model calls. The task's test script then judges the workspace (gymflow.environments.workspace).
+sandbox, is exported as OPENAI_BASE_URL, with the proxy's own per-rollout key as OPENAI_API_KEY
+(the model's real key stays with the proxy), and both are filled into the command (`{base_url}`,
+`{api_key}`, beside `{model}`, `{instruction}`, `{instruction_file}`, `{workspace}`, `{logs}`,
+`{max_turns}`, each shell-quoted); the calls the proxy saw are the rollout's model calls. The
+task's test script then judges the workspace (gymflow.environments.workspace).
 
 How an agent fails is a failure kind of its own, never a reward and never a wrong answer:
 `agent_install_missing` (not installed, or its command not found), `agent_timeout` (killed at the
@@ -15,6 +17,7 @@ other non-zero exit, or out of memory), and `sandbox_error` (the sandbox failed 
 
 from __future__ import annotations
 
+import re
 import shlex
 import tempfile
 import time
@@ -25,10 +28,16 @@ from gymflow.config import HarnessConfig
 from gymflow.core.protocols import Resources
 from gymflow.core.tasks import Task
 from gymflow.harness.base import Episode, harness
-from gymflow.harness.recipes import INSTRUCTION_FILE, Recipe, get_recipe, own_command
+from gymflow.harness.recipes import (
+    AGENT_LOGS,
+    INSTRUCTION_FILE,
+    Recipe,
+    get_recipe,
+    own_command,
+)
 from gymflow.models.client import ResponsesClient
 from gymflow.models.responses import user_message
-from gymflow.sandboxes.base import ExecResult, Sandbox, SandboxError
+from gymflow.sandboxes.base import WORKDIR, ExecResult, Sandbox, SandboxError
 
 #: Seconds past the agent's time limit an in-process recipe gets to return its evidence.
 GRACE_S = 30.0
@@ -105,7 +114,16 @@ async def command(
     env = {"GYMFLOW_INSTRUCTION": prompt, "GYMFLOW_INSTRUCTION_FILE": INSTRUCTION_FILE}
     env |= {"GYMFLOW_MAX_TURNS": str(config.max_turns)} | recipe.env()
     model_failure: str | None = None
-    fill = {"instruction_file": INSTRUCTION_FILE, "model": client.config.name, "base_url": ""}
+    fill = {
+        "instruction_file": INSTRUCTION_FILE,
+        "instruction": prompt,
+        "model": client.config.name,
+        "base_url": "",
+        "api_key": "",
+        "workspace": WORKDIR,
+        "logs": AGENT_LOGS,
+        "max_turns": str(config.max_turns),
+    }
     try:
         if recipe.needs_model:
             from gymflow.harness.proxy import RecordingProxy
@@ -115,7 +133,7 @@ async def command(
             async with RecordingProxy(client, seed=seed, deadline_s=timeout_s) as proxy:
                 inside = await sandbox.expose_model(proxy.base_url)
                 env |= {"OPENAI_BASE_URL": inside, "OPENAI_API_KEY": proxy.api_key}
-                fill["base_url"] = inside
+                fill |= {"base_url": inside, "api_key": proxy.api_key}
                 result = await _run(sandbox, recipe, fill, env, timeout_s)
             episode.calls = list(proxy.calls)
             model_failure = proxy.failure_kind()
@@ -126,6 +144,8 @@ async def command(
     except SandboxError as exc:
         return _failed(episode, "sandbox_error", str(exc))
     _record(episode, recipe, result, model_failure)
+    if not recipe.needs_model:  # health reads no missing model evidence into it
+        episode.counters["model_free"] = 1
     return episode
 
 
@@ -167,8 +187,14 @@ async def _run(
     sandbox: Sandbox, recipe: Recipe, fill: dict[str, str], env: dict[str, str], timeout_s: float
 ) -> ExecResult:
     assert recipe.command is not None
-    quoted = {key: shlex.quote(value) for key, value in fill.items()}
-    return await sandbox.exec(recipe.command.format(**quoted), timeout_s=timeout_s, env=env)
+    return await sandbox.exec(filled(recipe.command, fill), timeout_s=timeout_s, env=env)
+
+
+def filled(command: str, fill: dict[str, str]) -> str:
+    """`command` with each `{name}` of `fill` replaced by its value, shell-quoted; other braces
+    (an awk program, a bash `${VAR}`) are left as they are."""
+    pattern = re.compile(r"\{(" + "|".join(map(re.escape, fill)) + r")\}")
+    return pattern.sub(lambda match: shlex.quote(fill[match.group(1)]), command)
 
 
 def _record(

@@ -1,7 +1,8 @@
 """Agent recipes for the `command` harness: how to run one agent in a task's sandbox.
 
-A recipe names an agent: the command line it runs in the sandbox (with `{instruction_file}`,
-`{base_url}` and `{model}` filled in; the instruction is also in $GYMFLOW_INSTRUCTION), what it
+A recipe names an agent: the command line it runs in the sandbox (with `{base_url}`,
+`{api_key}`, `{model}`, `{instruction}` and the others gymflow.harness.command names filled in;
+the instruction is also in $GYMFLOW_INSTRUCTION), what it
 needs uploaded first, whether it talks to a model (then the run's recording proxy is its only
 endpoint, exported as OPENAI_BASE_URL and OPENAI_API_KEY), how to tell it is installed, and its
 version (package and version), which the run records as a factor. Recipes that run in gymflow's

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from gymflow.config import ConfigError
 from gymflow.environments.registry import (
+    BUILTIN_DIR,
     PACKAGE_DIR,
     benchmark_files,
     environment_sources,
@@ -31,7 +32,8 @@ from gymflow.store.remote import AlreadyExists, Remote, RemoteError, sha256
 
 
 def _shipped(path: Path) -> bool:
-    return PACKAGE_DIR in path.resolve().parents
+    parents = path.resolve().parents
+    return PACKAGE_DIR in parents or BUILTIN_DIR in parents
 
 
 def _tree(prefix: str, path: Path) -> dict[str, Path]:
@@ -62,6 +64,14 @@ def bundle_files(plan: RunPlan) -> dict[str, Path]:
                         "benchmarks/, so it cannot travel to the workers; move it inside"
                     )
                 files.update(_tree(name, path.parent / dataset.path))
+            if benchmark.workspace is not None:  # the task folders, beside it as the user has them
+                name = posixpath.normpath(posixpath.join("benchmarks", benchmark.workspace))
+                if name.startswith("..") or posixpath.isabs(name):
+                    raise ConfigError(
+                        f"{path}: workspace {benchmark.workspace!r} lies outside the folder above "
+                        "benchmarks/, so it cannot travel to the workers; move it inside"
+                    )
+                files.update(_tree(name, path.parent / benchmark.workspace))
     source = environment_sources().get(plan.env.name)
     if source is not None and not _shipped(source.folder):
         files.update(_tree(source.folder.name, source.folder))
@@ -76,7 +86,9 @@ def pack(files: dict[str, Path]) -> bytes:
         for name in sorted(files):
             data = files[name].read_bytes()
             info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
+            # the executable bit is part of a workspace task's version (and of its behaviour)
+            executable = files[name].stat().st_mode & 0o111
+            info.size, info.mode = len(data), 0o755 if executable else 0o644
             tar.addfile(info, io.BytesIO(data))
     return out.getvalue()
 

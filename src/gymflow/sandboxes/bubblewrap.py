@@ -52,15 +52,26 @@ _free_uids: list[int] | None = None
 _uids_lock = threading.Lock()  # local shards collect on threads of their own
 
 
-def _take_uid() -> int:
+#: How often a sandbox waiting for a user id looks again.
+UID_POLL_S = 0.05
+
+
+def _try_uid() -> int | None:
     global _free_uids
     with _uids_lock:
         if _free_uids is None:
             base = UID_BASE + (os.getpid() % 4096) * SLOT_SPAN
             _free_uids = [base + SLOT_SPAN - 1 - index for index in range(SLOT_SPAN // 2)]
-        if not _free_uids:
-            raise SandboxError(f"more than {SLOT_SPAN // 2} workspace sandboxes at once")
-        return _free_uids.pop()
+        return _free_uids.pop() if _free_uids else None
+
+
+async def _take_uid() -> int:
+    """A user id of this process's workspace span; past SLOT_SPAN // 2 sandboxes at once (a run's
+    concurrency above it) a sandbox waits for one to stop. Polled: collectors of local shards run
+    on loops of their own, which no one asyncio primitive serves."""
+    while (uid := _try_uid()) is None:
+        await asyncio.sleep(UID_POLL_S)
+    return uid
 
 
 def _give_uid(uid: int) -> None:
@@ -103,7 +114,7 @@ class BubblewrapSandbox(Sandbox):
         problem = self.refusal(self.spec)
         if problem:
             raise SandboxError(f"bubblewrap cannot run this task: {problem}")
-        self._uid = _take_uid() if os.geteuid() == 0 else None
+        self._uid = await _take_uid() if os.geteuid() == 0 else None
         self._scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
         self._scratch.chmod(0o755)
         try:

@@ -81,6 +81,8 @@ class VariantEffect:
     lost: tuple[str, ...]
     attribution: str
     error: str | None = None
+    #: when only the harness differs: what the harness evidence says (analysis.harness_evidence)
+    harness: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +182,7 @@ def _variant(
         gained=tuple(found.flipped.a_only),
         lost=tuple(found.flipped.b_only),
         attribution=attribution,
+        harness=found.harness.decision if found.harness is not None else None,
     )
 
 

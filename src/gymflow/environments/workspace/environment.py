@@ -18,7 +18,7 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gymflow.core.tasks import Task
+from gymflow.core.tasks import Task, ToolCall
 from gymflow.environments.base import Environment, EnvironmentManifest, SplitSpec, VerifierRef
 from gymflow.environments.workspace.harbor_task import (
     TaskProblem,
@@ -145,8 +145,12 @@ class WorkspaceEnvironment(Environment):
         return digest.hexdigest()[:12]
 
     def hidden_paths(self) -> tuple[Path, ...]:
-        """What no sandbox may see: the task folders (tests and solutions among them)."""
-        return (self.root,) if self.root is not None else ()
+        """What no sandbox may see: the task folders (tests and solutions among them), and the
+        git work tree holding them, whose history holds them too."""
+        if self.root is None:
+            return ()
+        checkout = next((p for p in self.root.parents if (p / ".git").exists()), None)
+        return (self.root, checkout) if checkout is not None else (self.root,)
 
     def resources_server(self, verifier_params: dict[str, Any] | None = None) -> WorkspaceResources:
         from gymflow.environments.workspace.resources import WorkspaceResources
@@ -154,16 +158,29 @@ class WorkspaceEnvironment(Environment):
         return WorkspaceResources(self, verifier_params)
 
 
+#: What gymflow's simulated policy does on a workspace task it gets wrong: look, change nothing.
+DISTRACTOR_COMMAND = "ls -la"
+
+
 def _as_task(task: WorkspaceTask) -> Task:
+    """The task as gymflow passes it around. Its reference plan (for the simulated policy only,
+    which plays the tool loop's `shell` tool) is the task's solve.sh as one command; its
+    distractor plan looks around and changes nothing."""
     metadata = task.config.metadata
     tags = metadata.get("tags") if isinstance(metadata.get("tags"), list) else []
     difficulty = metadata.get("difficulty")
+    solve = task.solution_dir / "solve.sh"
+    plan: tuple[tuple[ToolCall, ...], ...] = ()
+    if solve.is_file():
+        plan = ((ToolCall("shell", {"command": solve.read_text()}),),)
     return Task(
         task_id=task.name,
         inputs={"instruction": task.instruction},
         data=task.summary(),
-        reference="",
-        distractor="",
+        reference="I ran the solution in /app.",
+        distractor="I looked at /app and changed nothing.",
+        reference_actions=plan,
+        distractor_actions=((ToolCall("shell", {"command": DISTRACTOR_COMMAND}),),),
         tags=tuple(str(tag) for tag in tags),
         difficulty=str(difficulty) if difficulty is not None else None,
     )
