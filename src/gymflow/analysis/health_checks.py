@@ -181,6 +181,23 @@ WHERE s.text <> '' AND NOT contains(coalesce(p.text, ''), s.text)
 """
 
 
+# An external agent's own count of its model calls (its log, `counters.agent_logged_calls`)
+# against the requests the recording proxy recorded for the rollout.
+_CALLS_UNRECORDED = """
+WITH logged AS (
+    SELECT rollout_id,
+           TRY_CAST(json_extract(counters_json, '$.agent_logged_calls') AS BIGINT) AS n
+    FROM rollouts WHERE counters_json LIKE '%agent_logged_calls%'
+),
+recorded AS (
+    SELECT rollout_id, count(DISTINCT call_index) AS n FROM model_calls
+    WHERE rollout_id IN (SELECT rollout_id FROM logged) GROUP BY rollout_id
+)
+SELECT l.rollout_id AS id FROM logged l LEFT JOIN recorded r USING (rollout_id)
+WHERE l.n IS DISTINCT FROM coalesce(r.n, 0)
+"""
+
+
 def _beyond_share(where: str, variable: str) -> str:
     """The rollouts matching `where`, when they are more than the share held in `variable` of
     the expected (or stored, if more) rollouts; none otherwise."""
@@ -302,6 +319,11 @@ CHECKS: dict[str, Check] = {
         "the agent called the model after the rollout's deadline (refused by the proxy)",
         "SELECT DISTINCT rollout_id AS id FROM model_calls WHERE failure_kind = 'after_deadline'",
         severity="warning",
+    ),
+    "agent_calls_unrecorded": Check(
+        "an external agent's own log counts a different number of model calls than the "
+        "recording proxy recorded for the rollout",
+        _CALLS_UNRECORDED,
     ),
     "text_without_call": Check(
         "an external agent's trajectory holds assistant text that no recorded model call of the "
