@@ -117,6 +117,9 @@ class VerifierSpec:
     #: model judge). A reverify then reads only the text and judges each distinct text of a
     #: task once: most of a large run's repeats give one of a few answers.
     text_only: bool = False
+    #: It loads code from the task's data (HumanEval's tests) into the trusted process: that
+    #: data is taken from the benchmark only, never from a store's copy (`task_source.py`).
+    task_code: bool = False
 
     def params(self, values: dict[str, Any]) -> BaseModel:
         try:
@@ -166,6 +169,7 @@ def verifier(
     outlived_bound_fails: bool = False,
     no_answer_reasons: tuple[str, ...] = (),
     text_only: bool = False,
+    task_code: bool = False,
 ) -> Callable[[VerifyFn], VerifyFn]:
     """Register a verify function under `name` with its parameter model (none: it takes no
     parameters), how it runs and its bound (`timeout_s`, default 300 s for a `worker` or
@@ -198,6 +202,7 @@ def verifier(
                 outlived_bound_fails=outlived_bound_fails,
                 no_answer_reasons=frozenset(no_answer_reasons),
                 text_only=text_only,
+                task_code=task_code,
             ),
         )
         return fn
