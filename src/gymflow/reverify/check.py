@@ -138,7 +138,7 @@ def check(
                     f"cannot re-check version {version}: {refusal}; its verdicts cannot be "
                     "recomputed from the store"
                 )
-            tasks = trusted_tasks(con, store, run, env)
+            tasks = trusted_tasks(con, store, run, env, task_code=server.verifier.task_code)
             return _check_with(con, store, env, server, tasks, version, row[2], max_listed)
         finally:
             server.close()

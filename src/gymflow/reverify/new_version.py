@@ -503,13 +503,19 @@ def _reverify_with(
     stored = {
         row[0] for row in con.execute("SELECT verifier_version FROM verifier_versions").fetchall()
     }
+    # from the benchmark, never the store's copy where the verifier runs it (task_source.py)
+    tasks = trusted_tasks(con, store, run, env, task_code=server.verifier.task_code)
     if new_version not in stored:
-        tasks = trusted_tasks(con, store, run, env)
         reverified = _write(con, store, server, new_version, base, tasks, failed_only)
         status = "written"
     else:
         reverified = _rejudge(
-            con, store, server, new_version, trusted_tasks(con, store, run, env), failed_only
+            con,
+            store,
+            server,
+            new_version,
+            tasks,
+            failed_only,
         )
         status = "rejudged" if reverified else "already stored"
     if make_current:

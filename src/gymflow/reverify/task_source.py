@@ -47,30 +47,56 @@ def _stored_form(data) -> object:
     return json.loads(json.dumps(data, default=str))
 
 
-def trusted_tasks(con, store: Path, run: RunInfo, env: Environment) -> dict[str, Task]:
+def trusted_tasks(
+    con, store: Path, run: RunInfo, env: Environment, *, task_code: bool
+) -> dict[str, Task]:
     """Every task the store holds, taken from the benchmark, after checking the store's copy of
-    each against it (TaskCopyEdited, in one line naming the store, task and field)."""
+    each against it (TaskCopyEdited, in one line naming the store, task and field). A task the
+    benchmark does not have (a synthetic store, an import of another dataset) is judged from
+    the store's copy, whose contents the inputs seal covers (`store/sealed_inputs.py`), unless
+    the verifier loads code from it (`task_code`): then it is refused, nothing judged."""
     source = _benchmark_tasks(run, env)
     rows = con.execute(
-        "SELECT task_id, data_json, reference FROM tasks ORDER BY task_id"
+        "SELECT task_id, data_json, reference, tags, difficulty FROM tasks ORDER BY task_id"
     ).fetchall()
-    for task_id, data_json, reference in rows:
+    tasks = {}
+    for task_id, data_json, reference, tags, difficulty in rows:
+        stored = _parsed(store, task_id, data_json)
         task = source.get(task_id)
         if task is None:
-            raise TaskCopyEdited(
-                f"{store}: task {task_id!r} is not a task of {env.name!r} as this machine has "
-                "it: its tests and reference cannot be taken from the benchmark, and the "
-                "store's copy is not run; nothing judged"
+            if task_code:
+                raise TaskCopyEdited(
+                    f"{store}: task {task_id!r} is not a task of {env.name!r} as this machine "
+                    "has it, and its verifier runs the task's tests: they are taken from the "
+                    "benchmark only, never from the store; nothing judged"
+                )
+            tasks[task_id] = Task(
+                task_id=task_id,
+                inputs={},
+                data=stored,
+                reference=reference or "",
+                distractor="",
+                tags=tuple(tags or ()),
+                difficulty=difficulty,
             )
-        try:
-            stored = json.loads(data_json) if data_json else {}
-        except ValueError:
-            stored = None
+            continue
         if stored != _stored_form(task.data):
             raise _edited(store, task_id, "data_json")
         if (reference or "") != (task.reference or ""):
             raise _edited(store, task_id, "reference")
-    return {task_id: source[task_id] for task_id, _, _ in rows}
+        tasks[task_id] = task
+    return tasks
+
+
+def _parsed(store: Path, task_id: str, data_json: str | None) -> dict:
+    """A stored task's data, parsed; not a JSON object is TaskCopyEdited naming the field."""
+    try:
+        stored = json.loads(data_json) if data_json else {}
+    except ValueError:
+        raise _edited(store, task_id, "data_json") from None
+    if not isinstance(stored, dict):
+        raise _edited(store, task_id, "data_json")
+    return stored
 
 
 def _edited(store: Path, task_id: str, field: str) -> TaskCopyEdited:

@@ -127,6 +127,9 @@ class VerifierSpec:
     #: model judge). A reverify then reads only the text and judges each distinct text of a
     #: task once: most of a large run's repeats give one of a few answers.
     text_only: bool = False
+    #: It loads code from the task's data (HumanEval's tests) into the trusted process: that
+    #: data is taken from the benchmark only, never from a store's copy (`task_source.py`).
+    task_code: bool = False
 
     def params(self, values: dict[str, Any]) -> BaseModel:
         try:
@@ -177,6 +180,7 @@ def verifier(
     no_answer_reasons: tuple[str, ...] = (),
     lenient: dict[str, Any] | None = None,
     text_only: bool = False,
+    task_code: bool = False,
 ) -> Callable[[VerifyFn], VerifyFn]:
     """Register a verify function under `name` with its parameter model (none: it takes no
     parameters), how it runs and its bound (`timeout_s`, default 300 s for a `worker` or
@@ -211,6 +215,7 @@ def verifier(
                 no_answer_reasons=frozenset(no_answer_reasons),
                 lenient=dict(lenient) if lenient is not None else None,
                 text_only=text_only,
+                task_code=task_code,
             ),
         )
         return fn

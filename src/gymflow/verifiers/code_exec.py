@@ -129,6 +129,7 @@ def _as_body(code: str) -> str:
     fields={n: DataField("text") for n in ("prompt", "test", "entry_point")},
     outlived_bound_fails=True,
     no_answer_reasons=("no_code",),  # nothing to run: an empty answer or an empty code block
+    task_code=True,  # the task's tests run here: never a store's copy of them
 )
 def code_exec(inp: VerifyInput, params: CodeExecParams) -> Verdict:
     """Reward 1 when the extracted code passes the task's tests, run against the sandbox."""
