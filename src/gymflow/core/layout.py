@@ -12,12 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+from gymflow.core.errors import UserError
+
 #: Where the packages are: this file sits in gymflow/core.
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class LayoutError(ValueError):
-    """A package `__init__` that does not state its tier or its public face."""
+class LayoutError(UserError, ValueError):
+    """A package `__init__` that does not state its tier or its public face; the message names
+    the file."""
 
 
 @dataclass(frozen=True, slots=True)
