@@ -249,13 +249,15 @@ def mcnemar_tasks_needed(discordant: float, difference: float) -> tuple[int | No
 
 
 @dataclass(frozen=True, slots=True)
-class Power:
-    """McNemar power figures of a comparison; every figure names the test it is for."""
+class PowerFigures:
+    """What a power summary says, whichever test it is for: the test and the power asked of it,
+    the tasks compared now, the minimum difference detectable on them (or why none is), the
+    difference planned for, the power now at it, and the tasks it needs (or why that cannot be
+    said). Each test adds what it assumes."""
 
     test: str
     power: float
     tasks_now: int
-    discordant_share: float
     minimum_detectable_difference: float | None
     minimum_detectable_difference_reason: str | None
     difference: float
@@ -265,6 +267,14 @@ class Power:
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Power(PowerFigures):
+    """McNemar power figures of a comparison, assuming the share of tasks whose verdict
+    changed."""
+
+    discordant_share: float
 
 
 def mcnemar_power_summary(tasks: int, discordant_tasks: int, difference: float) -> Power:
@@ -290,24 +300,12 @@ def mcnemar_power_summary(tasks: int, discordant_tasks: int, difference: float) 
 
 
 @dataclass(frozen=True, slots=True)
-class PairedPower:
+class PairedPower(PowerFigures):
     """Power figures of the paired t test on pass-rate differences (`paired_t`), the test whose
-    difference, CI and p-value a comparison shows; every figure names the test it is for."""
+    difference, CI and p-value a comparison shows."""
 
-    test: str
-    power: float
-    tasks_now: int
     #: the standard deviation of per-task differences assumed (this comparison's, floored)
     sd_differences: float | None
-    minimum_detectable_difference: float | None
-    minimum_detectable_difference_reason: str | None
-    difference: float
-    power_now: float | None
-    tasks_needed: int | None
-    tasks_needed_reason: str | None
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def paired_t_power_summary(
@@ -321,7 +319,16 @@ def paired_t_power_summary(
     if sd is None:
         reason = "fewer than two paired tasks: the spread of differences is not observable"
         return PairedPower(
-            PAIRED_TEST, POWER, tasks, None, None, reason, difference, None, None, reason
+            test=PAIRED_TEST,
+            power=POWER,
+            tasks_now=tasks,
+            sd_differences=None,
+            minimum_detectable_difference=None,
+            minimum_detectable_difference_reason=reason,
+            difference=difference,
+            power_now=None,
+            tasks_needed=None,
+            tasks_needed_reason=reason,
         )
     detectable = _bisect_difference(tasks, sd, limit)
     needed = _bisect_tasks(sd, difference) if difference > 0 else None

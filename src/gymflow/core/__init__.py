@@ -5,6 +5,9 @@ aside and renamed into place (`written`); progress listeners, processes, the use
 
 Cut-off: imports nothing of gymflow's outside `core`; pydantic, PyYAML and Jinja only. Tier 0."""
 
+# pyright: reportUnsupportedDunderAll=false
+# (`__all__` names the public modules without importing them: see pyproject.toml)
+
 __tier__ = 0
 
 __all__ = [

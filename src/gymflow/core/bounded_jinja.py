@@ -11,6 +11,10 @@ wall-clock bound, checked at every step, for whatever work remains uncounted. A 
 bound raises SecurityError (a TemplateError), which the caller reports with the template's file
 and field; over the time bound, RenderTimeout, so a caller can stop rendering other rows."""
 
+# pyright: reportUnknownArgumentType=false, reportUnknownVariableType=false
+# (the values a template makes are of any type: a list or dict it builds has items of no known
+# type, and the bounds below count them without needing one)
+
 from __future__ import annotations
 
 import functools
@@ -22,12 +26,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from jinja2 import nodes
 from jinja2.exceptions import SecurityError
-from jinja2.runtime import Namespace
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.utils import Namespace
 from jinja2.visitor import NodeTransformer
 
 #: Longest text or list a template may make, and the most it may output, in characters (a
@@ -199,10 +203,10 @@ def _output(value: Any) -> str:
     return text
 
 
-_BINARY = {
+_BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "+": operator.add,
     "*": operator.mul,
-    "**": operator.pow,
+    "**": cast(Callable[[Any, Any], Any], operator.pow),
     "%": operator.mod,
 }
 
@@ -216,8 +220,9 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         super().__init__(**options)
         self.filters = {name: _bounded_filter(name, f) for name, f in self.filters.items()}
         self.filters.update({_STEPS_FILTER: _steps, _OUTPUT_FILTER: _output, _SIZE_FILTER: _sized})
-        del self.globals["lipsum"]  # lipsum(n) writes n paragraphs
-        self.globals["namespace"] = _Namespace
+        template_globals: dict[str, Any] = self.globals  # pyright: ignore[reportUnknownMemberType]
+        del template_globals["lipsum"]  # lipsum(n) writes n paragraphs
+        template_globals["namespace"] = _Namespace
 
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
         return _Budgeted().visit(super()._parse(source, name, filename))
@@ -253,12 +258,12 @@ class _Budgeted(NodeTransformer):
     """Every loop, output, concatenation and `{% set %}` block through the budget's filters."""
 
     def visit_For(self, node: nodes.For) -> nodes.Node:
-        node = self.generic_visit(node)
+        self.generic_visit(node)  # transforms the children in place, and returns `node`
         node.iter = _filter(node.iter, _STEPS_FILTER)
         return node
 
     def visit_Output(self, node: nodes.Output) -> nodes.Node:
-        node = self.generic_visit(node)
+        self.generic_visit(node)  # transforms the children in place, and returns `node`
         node.nodes = [
             _filter(nodes.Const(n.data) if isinstance(n, nodes.TemplateData) else n, _OUTPUT_FILTER)
             for n in node.nodes
@@ -266,7 +271,7 @@ class _Budgeted(NodeTransformer):
         return node
 
     def visit_AssignBlock(self, node: nodes.AssignBlock) -> nodes.Node:
-        node = self.generic_visit(node)
+        self.generic_visit(node)  # transforms the children in place, and returns `node`
         node.filter = _filter(node.filter, _SIZE_FILTER)
         return node
 

@@ -81,7 +81,8 @@ def _expanded_size(root: yaml.Node) -> int:
 class _BoundedLoader(yaml.SafeLoader):
     def construct_document(self, node: yaml.Node) -> Any:
         _expanded_size(node)
-        return super().construct_document(node)
+        # PyYAML is untyped: what it constructs is any YAML value
+        return super().construct_document(node)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
 
 
 def safe_load(stream: str | bytes) -> Any:
@@ -92,7 +93,7 @@ def safe_load(stream: str | bytes) -> Any:
     except RecursionError:
         raise YamlBombError("nested too deeply to read; refused") from None
     finally:
-        loader.dispose()
+        loader.dispose()  # pyright: ignore[reportUnknownMemberType] (PyYAML is untyped)
 
 
 def read_text(path: Path) -> str:

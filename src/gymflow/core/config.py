@@ -7,7 +7,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import yaml
 from pydantic import (
@@ -52,21 +52,25 @@ class Sampling(_Strict):
     # null: not sent, so the server's default applies and is recorded as not sent. OpenAI's
     # reasoning models refuse a request that names either (every call a client_error).
     temperature: float | None = Field(
-        1.0, ge=0.0, le=2.0, description="null: not sent (for models that refuse it)."
+        default=1.0, ge=0.0, le=2.0, description="null: not sent (for models that refuse it)."
     )
     top_p: float | None = Field(
-        1.0, gt=0.0, le=1.0, description="null: not sent (for models that refuse it)."
+        default=1.0, gt=0.0, le=1.0, description="null: not sent (for models that refuse it)."
     )
     max_output_tokens: int = Field(
-        1024, ge=1, le=MAX_OUTPUT_TOKENS, description="Output tokens per model call, at most."
+        default=1024,
+        ge=1,
+        le=MAX_OUTPUT_TOKENS,
+        description="Output tokens per model call, at most.",
     )
     seed: int | None = Field(
-        0,
+        default=0,
         description="Run seed. Each rollout is sent a seed derived from it, its task and repeat, "
         "so a resumed or sharded run asks for exactly the same samples.",
     )
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = Field(
-        None, description="Sent as reasoning.effort; the model then returns reasoning items."
+        default=None,
+        description="Sent as reasoning.effort; the model then returns reasoning items.",
     )
 
 
@@ -77,20 +81,30 @@ Rate = Annotated[float, Field(ge=0.0, le=1.0)]
 class FaultSpec(_Strict):
     """Faults the local policy server injects, as rates per request (seeded, deterministic)."""
 
-    latency_ms: float = Field(0.0, ge=0.0, description="Milliseconds added before every answer.")
-    rate_429: Rate = Field(0.0, description="Share of requests answered 429 (rate limited).")
-    rate_500: Rate = Field(0.0, description="Share of requests answered 500 (server error).")
-    rate_malformed: Rate = Field(0.0, description="Share of answers whose body is not valid JSON.")
+    latency_ms: float = Field(
+        default=0.0, ge=0.0, description="Milliseconds added before every answer."
+    )
+    rate_429: Rate = Field(
+        default=0.0, description="Share of requests answered 429 (rate limited)."
+    )
+    rate_500: Rate = Field(
+        default=0.0, description="Share of requests answered 500 (server error)."
+    )
+    rate_malformed: Rate = Field(
+        default=0.0, description="Share of answers whose body is not valid JSON."
+    )
     rate_truncated: Rate = Field(
-        0.0,
+        default=0.0,
         description="Share of answers cut at the output-token limit (status incomplete).",
     )
-    rate_timeout: Rate = Field(0.0, description="Share of requests never answered in time.")
+    rate_timeout: Rate = Field(default=0.0, description="Share of requests never answered in time.")
     rate_context_length: Rate = Field(
-        0.0, description="Share of requests refused as over the context length."
+        default=0.0, description="Share of requests refused as over the context length."
     )
-    rate_refused: Rate = Field(0.0, description="Share of answers that are a refusal.")
-    rate_reset: Rate = Field(0.0, description="Share of answers whose connection drops mid-answer.")
+    rate_refused: Rate = Field(default=0.0, description="Share of answers that are a refusal.")
+    rate_reset: Rate = Field(
+        default=0.0, description="Share of answers whose connection drops mid-answer."
+    )
 
 
 class SimulatedBehaviour(_Strict):
@@ -99,32 +113,32 @@ class SimulatedBehaviour(_Strict):
     The defaults are the plain simulation."""
 
     skill: float | None = Field(
-        None,
+        default=None,
         ge=0.0,
         le=1.0,
         description="Every task's chance of a right answer; None: drawn per task from skill_seed "
         "(some tasks always right, some never, some sometimes).",
     )
     answer_form: Literal["reference", "prose"] = Field(
-        "reference",
+        default="reference",
         description="prose: the final answer said in a sentence ('The answer is 42.') instead of "
         "the form the task asks for (an 'Answer:' line, a \\boxed{}), as a model told by its "
         "prompt to answer in another form would.",
     )
     tools: Literal["use", "ignore"] = Field(
-        "use",
+        default="use",
         description="ignore: never call a tool, answering in text, as a server whose "
         "function-calling handler drops the offered tools does.",
     )
     ramble: float = Field(
-        0.0,
+        default=0.0,
         ge=0.0,
         le=1.0,
         description="Share of the wrong answers that repeat one sentence until the output-token "
         "limit cuts them.",
     )
     needs_instructions: str | None = Field(
-        None,
+        default=None,
         description="Reliable only when a system message holds this text (a skill or system "
         "prompt); without it every task's skill is halved.",
     )
@@ -293,50 +307,63 @@ class ModelConfig(_Strict):
     """Where the policy's model lives. `local` starts the seeded local policy server."""
 
     kind: Literal["local", "responses", "chat_completions"] = Field(
-        "local",
+        default="local",
         description="local: the simulated policy server, started for the run. responses: an "
         "OpenAI-compatible /v1/responses server. chat_completions: a /v1/chat/completions one.",
     )
     base_url: ServerUrl | None = Field(
-        None, description="e.g. http://127.0.0.1:8000/v1 (no user:password@: use api_key_env)"
+        default=None,
+        description="e.g. http://127.0.0.1:8000/v1 (no user:password@: use api_key_env)",
     )
-    name: str = Field("gymflow-local-policy", description="Model name sent on every call.")
+    name: str = Field(default="gymflow-local-policy", description="Model name sent on every call.")
     api_key_env: ApiKeyEnv | None = Field(
-        None, description="Name of the environment variable holding the API key (never the key)."
+        default=None,
+        description="Name of the environment variable holding the API key (never the key).",
     )
     seed_in: Literal["body", "metadata", "none"] | None = Field(
-        None,
+        default=None,
         description="Where each rollout's seed is sent: the body's `seed` (chat completions "
         "documents it), `metadata.seed`, or nowhere. Default: none for `responses` (not a "
         "Responses API parameter: strict servers answer 422, others drop it), body otherwise.",
     )
     tool_choice: ToolChoice | None = Field(
-        None,
+        default=None,
         description="Sent as `tool_choice` on every call that offers tools: auto, required or "
         "none. Unset: not sent, so the server's default applies (llama.cpp's function-calling "
         "handler then ignores the tools) and the run records it as not sent.",
     )
     max_response_bytes: int = Field(
-        8 << 20,
+        default=8 << 20,
         ge=1024,
         description="Longest answer read; a longer one is recorded as response_too_large.",
     )
-    timeout_s: float = Field(60.0, gt=0.0, description="Total time allowed for one call.")
-    connect_timeout_s: float = Field(5.0, gt=0.0, description="Time allowed to connect.")
+    timeout_s: float = Field(default=60.0, gt=0.0, description="Total time allowed for one call.")
+    connect_timeout_s: float = Field(default=5.0, gt=0.0, description="Time allowed to connect.")
     read_timeout_s: float | None = Field(
-        None, gt=0.0, description="Longest silence while reading an answer; timeout_s if unset."
+        default=None,
+        gt=0.0,
+        description="Longest silence while reading an answer; timeout_s if unset.",
     )
     max_retries: int = Field(
-        4, ge=0, le=20, description="Retries of a call after a 429, 5xx, timeout or bad body."
+        default=4,
+        ge=0,
+        le=20,
+        description="Retries of a call after a 429, 5xx, timeout or bad body.",
     )
-    backoff_s: float = Field(0.5, ge=0.0, description="First retry delay; doubles with jitter.")
+    backoff_s: float = Field(
+        default=0.5, ge=0.0, description="First retry delay; doubles with jitter."
+    )
     requests_per_minute: float | None = Field(
-        None, gt=0.0, description="Space calls to at most this many per minute; unset: no limit."
+        default=None,
+        gt=0.0,
+        description="Space calls to at most this many per minute; unset: no limit.",
     )
-    skill_seed: int = Field(0, description="Local policy only: which tasks it can and cannot do.")
+    skill_seed: int = Field(
+        default=0, description="Local policy only: which tasks it can and cannot do."
+    )
     faults: FaultSpec = FaultSpec()
     simulate: SimulatedBehaviour = Field(
-        SimulatedBehaviour(), description="Local policy only: behaviours broken on purpose."
+        default=SimulatedBehaviour(), description="Local policy only: behaviours broken on purpose."
     )
 
     @model_validator(mode="after")
@@ -356,30 +383,39 @@ class ModelConfig(_Strict):
 class HarnessConfig(_Strict):
     """The agent harness that turns the model into an agent."""
 
-    name: str | None = Field(None, description="Harness name; the environment's default if unset.")
-    system_prompt: str | None = Field(None, description="System message sent first; unset: none.")
-    max_turns: int = Field(8, ge=1, description="Model calls per rollout at most (tool_loop).")
+    name: str | None = Field(
+        default=None, description="Harness name; the environment's default if unset."
+    )
+    system_prompt: str | None = Field(
+        default=None, description="System message sent first; unset: none."
+    )
+    max_turns: int = Field(
+        default=8, ge=1, description="Model calls per rollout at most (tool_loop)."
+    )
     agent: str | None = Field(
-        None, description="harness `command`: the agent recipe (oracle, nothing, tool_loop, ...)."
+        default=None,
+        description="harness `command`: the agent recipe (oracle, nothing, tool_loop, ...).",
     )
     command: str | None = Field(
-        None,
+        default=None,
         description="harness `command`: an agent's own command line, run in the task's sandbox "
         "with {instruction_file}, {base_url} and {model} filled in; instead of `agent`.",
     )
     agent_version: str | None = Field(
-        None,
+        default=None,
         description="harness `command`: the agent's package and version; the run records what "
         "the recipe reports when unset.",
     )
-    sandbox: str = Field("bubblewrap", description="harness `command`: bubblewrap, docker, podman")
+    sandbox: str = Field(
+        default="bubblewrap", description="harness `command`: bubblewrap, docker, podman"
+    )
 
 
 class ShardSpec(_Strict):
     """Which shard of the run this is (`--shard I/N`): tasks split by a stable hash of task_id."""
 
-    index: int = Field(0, ge=0)
-    count: int = Field(1, ge=1)
+    index: int = Field(default=0, ge=0)
+    count: int = Field(default=1, ge=1)
 
     @model_validator(mode="after")
     def _index_in_range(self) -> ShardSpec:
@@ -425,16 +461,20 @@ WAVES_PER_BATCH = 16
 class EvalConfig(_Strict):
     """One evaluation: what to run, against which policy, how often, and where results go."""
 
-    benchmark: str | None = Field(None, description="Benchmark name, e.g. arithmetic-smoke.")
-    environment: str | None = Field(None, description="Environment name, when no benchmark.")
-    limit: int | None = Field(None, ge=1, description="Use only the first N tasks.")
+    benchmark: str | None = Field(
+        default=None, description="Benchmark name, e.g. arithmetic-smoke."
+    )
+    environment: str | None = Field(
+        default=None, description="Environment name, when no benchmark."
+    )
+    limit: int | None = Field(default=None, ge=1, description="Use only the first N tasks.")
     repeats: int | None = Field(
-        None, ge=1, le=MAX_REPEATS, description="Rollouts per task (benchmark default)."
+        default=None, ge=1, le=MAX_REPEATS, description="Rollouts per task (benchmark default)."
     )
     model: ModelConfig = ModelConfig()
     harness: HarnessConfig = HarnessConfig()
     sampling: Sampling | None = Field(
-        None,
+        default=None,
         description="Unset: the benchmark's sampling. In a config file or by flags, each key "
         "given changes that setting only; the others keep the benchmark's.",
     )
@@ -443,31 +483,33 @@ class EvalConfig(_Strict):
         description="Verifier parameters to change, e.g. {mode: loose}; the rest keep the "
         "benchmark's and environment's values.",
     )
-    concurrency: int = Field(64, ge=1, le=4096, description="Rollouts in flight at once.")
+    concurrency: int = Field(default=64, ge=1, le=4096, description="Rollouts in flight at once.")
     batch_size: int = Field(
-        2000,
+        default=2000,
         ge=1,
         description="Rollouts per Prefect task. Unset: the larger of 2000 and "
         f"{WAVES_PER_BATCH} x concurrency; set, at least concurrency.",
     )
-    out: StorageLocation = Field("runs/latest", description="Run directory (store and report).")
+    out: StorageLocation = Field(
+        default="runs/latest", description="Run directory (store and report)."
+    )
     shard: ShardSpec = ShardSpec()
     prompt_template: str | None = Field(
-        None, description="Jinja template over a task's fields; unset: the benchmark's."
+        default=None, description="Jinja template over a task's fields; unset: the benchmark's."
     )
     resources_url: ServerUrl | None = Field(
-        None,
+        default=None,
         description="Use the environment's resources server served at this URL (`gym serve "
         "environment NAME --port P`) instead of an in-process one.",
     )
     resources_key_env: ApiKeyEnv | None = Field(
-        None,
+        default=None,
         description="Name of the environment variable holding the served resources server's "
         "access key (never the key): the one `gym serve environment` was given with --key-env, "
         "or the contents of the key file it printed.",
     )
     stop_after_transport_failures: int = Field(
-        20,
+        default=20,
         ge=1,
         description="Stop the run early (resumable) when this many rollouts in a row could not "
         "reach the model server (or a served resources server), after each call's own retries.",
@@ -538,13 +580,17 @@ def format_validation_error(
     return "\n".join(lines)
 
 
+def _keys(data: Any) -> set[str]:
+    """The keys of a mapping read from a file; none for anything else."""
+    return {str(key) for key in cast(dict[Any, Any], data)} if isinstance(data, dict) else set()
+
+
 def refuse_removed(data: Any, removed: dict[str, str]) -> Any:
     """`data` unchanged, unless it still sets a field gymflow no longer reads: a ValueError then
     names the field and what replaces it (a plain "extra inputs" error would not say)."""
-    if isinstance(data, dict):
-        for name, replacement in removed.items():
-            if name in data:
-                raise ValueError(f"{name}: removed; {replacement}")
+    for name, replacement in removed.items():
+        if name in _keys(data):
+            raise ValueError(f"{name}: removed; {replacement}")
     return data
 
 

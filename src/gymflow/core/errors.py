@@ -8,7 +8,7 @@ from gymflow, so every package may raise these."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextvars import ContextVar
 from typing import ClassVar
 
@@ -63,7 +63,7 @@ def option(name: str) -> str:
 
 
 @contextlib.contextmanager
-def naming_options(names: str, *, unless_set: bool = False) -> Iterator[None]:
+def naming_options(names: str, *, unless_set: bool = False) -> Generator[None, None, None]:
     """While inside, messages name options as `names` says (`flags` or `form`); with
     `unless_set`, only if nobody outside chose already (a flow run started by the CLI)."""
     if unless_set and _option_names.get() is not None:

@@ -10,13 +10,17 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
+
+from gymflow.core.errors import UserError
 
 #: Where the packages are: this file sits in gymflow/core.
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class LayoutError(ValueError):
-    """A package `__init__` that does not state its tier or its public face."""
+class LayoutError(UserError, ValueError):
+    """A package `__init__` that does not state its tier or its public face; the message names
+    the file."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,17 +63,20 @@ def _read(name: str, path: Path) -> Package:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
                 if isinstance(target, ast.Name) and target.id in ("__tier__", "__all__"):
+                    if node.value is None:  # `__all__: list[str]` with no value states nothing
+                        continue
                     try:
-                        values[target.id] = ast.literal_eval(node.value)  # type: ignore[arg-type]
+                        values[target.id] = ast.literal_eval(node.value)
                     except ValueError:
                         raise LayoutError(f"{path}: {target.id} must be a literal") from None
     tier, public = values.get("__tier__"), values.get("__all__")
+    names: list[object] = list(cast(list[object], public)) if isinstance(public, list) else []
     if not doc:
         raise LayoutError(f"{path}: no docstring saying what the package holds")
     if not isinstance(tier, int) or isinstance(tier, bool):
         raise LayoutError(f"{path}: no `__tier__ = N` (an int: the package's tier)")
-    if not isinstance(public, list) or not all(isinstance(n, str) for n in public):
+    if not isinstance(public, list) or not all(isinstance(n, str) for n in names):
         raise LayoutError(f"{path}: no `__all__` list naming what other packages may use")
     paragraphs = [p.replace("\n", " ") for p in doc.split("\n\n")]
     cutoff = next((p for p in paragraphs if p.startswith("Cut-off:")), "")
-    return Package(name, tier, paragraphs[0], cutoff, tuple(public))
+    return Package(name, tier, paragraphs[0], cutoff, tuple(str(n) for n in names))

@@ -25,6 +25,8 @@ def answers_ok(url: str, timeout: float = 1.0) -> bool:
     http.client, not httpx: an httpx client builds an SSL context first (0.2-0.7 s, even for an
     http:// URL), which polling a server that is starting paid on every try."""
     parts = urlsplit(url)
+    if not parts.hostname:  # nothing answers a URL without a host
+        return False
     connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     try:
         connection.request("GET", parts.path or "/")

@@ -4,7 +4,7 @@ flow run's progress artifact and log (`gymflow.flows.progress`). A `gym eval run
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Protocol
 
 
@@ -17,7 +17,7 @@ _listeners: list[ProgressListener] = []
 
 
 @contextlib.contextmanager
-def listening(listener: ProgressListener) -> Iterator[None]:
+def listening(listener: ProgressListener) -> Generator[None, None, None]:
     """While inside, `listener` hears of every run started and every rollout stored."""
     _listeners.append(listener)
     try:

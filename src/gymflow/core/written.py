@@ -18,7 +18,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -88,7 +88,7 @@ def _failed(exc: OSError, partials: list[Path], targets: list[Path]) -> WriteErr
 
 
 @contextmanager
-def written(*paths: Path | str) -> Iterator[list[Path]]:
+def written(*paths: Path | str) -> Generator[list[Path], None, None]:
     """Partial paths to write `paths` to; once the block ends they are renamed over their
     targets (the first last: a reader that finds the first file finds the others), and on any
     failure removed. Parent folders are made. An OSError is a WriteError naming the file."""
@@ -115,7 +115,7 @@ def written(*paths: Path | str) -> Iterator[list[Path]]:
 
 
 @contextmanager
-def created(path: Path | str) -> Iterator[Path]:
+def created(path: Path | str) -> Generator[Path, None, None]:
     """A partial to build `path` in, for a file made once and then opened in place (a store):
     once the block ends it takes the name, unless another writer made `path` first (that one
     is kept and this partial removed). A killed build leaves no file at `path`: a store created

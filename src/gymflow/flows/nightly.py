@@ -35,19 +35,20 @@ class GateOptions(BaseModel):
 
     # Plain strings, empty for "none": the Prefect form shows a text box, not a null type.
     baseline: str = Field(
-        "",
+        default="",
         description="The pinned baseline run folder every night is compared with (empty: the "
         "earliest run of the benchmark version in the history folder).",
     )
     margin: float = Field(
-        0.02,
+        default=0.02,
         ge=0.0,
         le=1.0,
         description="Drop in pass@1, as a fraction (0.02 = 2 points), that a drop the CUSUM "
         "alarms on must exceed to fail the gate.",
     )
     history: str = Field(
-        "", description="Folder holding the earlier runs (empty: the folder holding this run)."
+        default="",
+        description="Folder holding the earlier runs (empty: the folder holding this run).",
     )
 
 

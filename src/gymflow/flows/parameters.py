@@ -142,22 +142,22 @@ class SamplingForm(_Form):
     """Sampling settings to change; an unset field keeps the benchmark's value."""
 
     temperature: Temperature | SkipJsonSchema[None] = Field(
-        None, description="0 to 2. Unset: the benchmark's value."
+        default=None, description="0 to 2. Unset: the benchmark's value."
     )
     top_p: Fraction | SkipJsonSchema[None] = Field(
-        None,
+        default=None,
         description="Nucleus sampling mass, above 0 and at most 1. Unset: the benchmark's value.",
     )
     max_output_tokens: Count | SkipJsonSchema[None] = Field(
-        None, description="Tokens per model answer, at most. Unset: the benchmark's value."
+        default=None, description="Tokens per model answer, at most. Unset: the benchmark's value."
     )
     seed: int | SkipJsonSchema[None] = Field(
-        None,
+        default=None,
         description="Run seed; each rollout is sent a seed derived from it, its task and repeat. "
         "Unset: the benchmark's value.",
     )
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | SkipJsonSchema[None] = Field(
-        None,
+        default=None,
         description="Sent as reasoning.effort (reasoning models only). Unset: the benchmark's "
         "value.",
     )
@@ -171,41 +171,46 @@ class ModelForm(_Form):
     """Where the policy's model lives."""
 
     kind: Literal["local", "responses", "chat_completions"] = Field(
-        "local",
+        default="local",
         description="local: gymflow's simulated policy server (no real model). responses: an "
         "OpenAI-compatible /v1/responses server. chat_completions: a server with only "
         "/v1/chat/completions (vLLM, SGLang, Ollama).",
     )
     base_url: ServerUrl | SkipJsonSchema[None] = Field(
-        None,
+        default=None,
         description="The model server's base URL, e.g. http://127.0.0.1:8000/v1. Required "
         "unless kind is local.",
     )
-    name: str = Field("gymflow-local-policy", description="Model name sent on every call.")
+    name: str = Field(default="gymflow-local-policy", description="Model name sent on every call.")
     api_key_env: ApiKeyEnv | SkipJsonSchema[None] = Field(
-        None,
+        default=None,
         description="Name of the environment variable (on the worker) holding the API key. "
         "Never the key itself.",
     )
     tool_choice: ToolChoice | SkipJsonSchema[None] = Field(
-        None,
+        default=None,
         description="Sent as tool_choice on every call that offers tools (auto, required, "
         "none). Unset: not sent; the server's default applies.",
     )
-    timeout_s: float = Field(60.0, gt=0.0, description="Seconds allowed for one call in total.")
-    connect_timeout_s: float = Field(5.0, gt=0.0, description="Seconds allowed to connect.")
+    timeout_s: float = Field(
+        default=60.0, gt=0.0, description="Seconds allowed for one call in total."
+    )
+    connect_timeout_s: float = Field(default=5.0, gt=0.0, description="Seconds allowed to connect.")
     read_timeout_s: Positive | SkipJsonSchema[None] = Field(
-        None,
+        default=None,
         description="Longest silence, in seconds, while reading an answer. Unset: timeout_s.",
     )
     max_retries: int = Field(
-        4, ge=0, le=20, description="Retries of a call after a 429, 5xx, timeout or bad body."
+        default=4,
+        ge=0,
+        le=20,
+        description="Retries of a call after a 429, 5xx, timeout or bad body.",
     )
     backoff_s: float = Field(
-        0.5, ge=0.0, description="Seconds before the first retry; doubles, with jitter."
+        default=0.5, ge=0.0, description="Seconds before the first retry; doubles, with jitter."
     )
     requests_per_minute: Positive | SkipJsonSchema[None] = Field(
-        None, description="Space calls to at most this many per minute. Unset: no limit."
+        default=None, description="Space calls to at most this many per minute. Unset: no limit."
     )
 
 
@@ -213,24 +218,27 @@ class HarnessForm(_Form):
     """The agent loop around the model."""
 
     name: str | SkipJsonSchema[None] = Field(
-        None,
+        default=None,
         description="single_turn or tool_loop, or module:function of your own. Unset: the "
         "environment's harness.",
     )
     system_prompt: str | SkipJsonSchema[None] = Field(
-        None, description="System message sent first. Unset: none."
+        default=None, description="System message sent first. Unset: none."
     )
     max_turns: int = Field(
-        8, ge=1, le=1000, description="Model calls per rollout at most (tool_loop)."
+        default=8, ge=1, le=1000, description="Model calls per rollout at most (tool_loop)."
     )
 
 
 class TestOnly(_Form):
     """For gymflow's own tests: how the simulated local policy behaves. Leave as is."""
 
-    skill_seed: int = Field(0, description="Which tasks the local policy can and cannot do.")
+    skill_seed: int = Field(
+        default=0, description="Which tasks the local policy can and cannot do."
+    )
     faults: FaultSpec = Field(
-        FaultSpec(), description="Faults the local policy server injects, as rates per request."
+        default=FaultSpec(),
+        description="Faults the local policy server injects, as rates per request.",
     )
 
 
@@ -241,29 +249,32 @@ class RunForm(_Form):
     benchmark: BenchmarkChoice = Field(
         description=BENCHMARK_HELP, json_schema_extra=_benchmark_choices
     )
-    model: ModelForm = Field(ModelForm(), description="The policy's model server.")
+    model: ModelForm = Field(default=ModelForm(), description="The policy's model server.")
     sampling: SamplingForm = Field(
-        SamplingForm(),
+        default=SamplingForm(),
         description="Only the fields set here change; the others keep the benchmark's values.",
     )
     repeats: Repeats | SkipJsonSchema[None] = Field(
-        None, description="Rollouts per task. Unset: the benchmark's count."
+        default=None, description="Rollouts per task. Unset: the benchmark's count."
     )
     limit: Count | SkipJsonSchema[None] = Field(
-        None, description="Use only the first N tasks. Unset: all of them."
+        default=None, description="Use only the first N tasks. Unset: all of them."
     )
-    harness: HarnessForm = Field(HarnessForm(), description="The agent harness.")
+    harness: HarnessForm = Field(default=HarnessForm(), description="The agent harness.")
     out: StorageLocation = Field(
-        "runs/ui/{date}/{flow_run_id}",
+        default="runs/ui/{date}/{flow_run_id}",
         description="Run folder (store and report.html), relative to the worker's working "
         "directory. `{date}` becomes the run's scheduled date in UTC (YYYY-MM-DD), "
         "`{flow_run_id}` this flow run's id: the default gives every run a folder of its own, "
         "and a retry finds the same one. A fixed folder holding a run is continued only with "
         "resume.",
     )
-    concurrency: int = Field(64, ge=1, le=4096, description="Rollouts in flight at once.")
+    concurrency: int = Field(default=64, ge=1, le=4096, description="Rollouts in flight at once.")
     batch_size: int = Field(
-        2000, ge=1, le=100_000, description="Rollouts per Prefect task (one task per batch)."
+        default=2000,
+        ge=1,
+        le=100_000,
+        description="Rollouts per Prefect task (one task per batch).",
     )
     verifier_params: dict[str, Any] = Field(
         default_factory=dict,
@@ -271,20 +282,21 @@ class RunForm(_Form):
         "benchmark's.",
     )
     prompt_template: str | SkipJsonSchema[None] = Field(
-        None, description="Jinja template over a task's inputs. Unset: the benchmark's."
+        default=None, description="Jinja template over a task's inputs. Unset: the benchmark's."
     )
     resources_url: ServerUrl | SkipJsonSchema[None] = Field(
-        None,
+        default=None,
         description="A resources server started with `gym serve environment NAME`. Unset: one "
         "in-process.",
     )
     resources_key_env: ApiKeyEnv | SkipJsonSchema[None] = Field(
-        None,
+        default=None,
         description="Name of the environment variable (on the worker) holding that server's "
         "access key; never the key.",
     )
     test_only: TestOnly = Field(
-        TestOnly(), description="For gymflow's own tests (the simulated policy). Leave as is."
+        default=TestOnly(),
+        description="For gymflow's own tests (the simulated policy). Leave as is.",
     )
 
     def eval_config(self) -> EvalConfig:
@@ -325,21 +337,21 @@ class ScaleOptions(_Form):
     """How a run is split and where its pieces run: the one place to say how to shard."""
 
     shards: int = Field(
-        1,
+        default=1,
         ge=1,
         le=1024,
         description="Split the run into this many shards (tasks assigned by a stable hash of "
         "task_id). Each shard writes its own store; the run store is their merge.",
     )
     work_pool: str | SkipJsonSchema[None] = Field(
-        None,
+        default=None,
         description="Run each shard as a run of the `eval-shard` deployment on this Prefect work "
         "pool (one machine per worker). Unset: shards run as concurrent subflows here.",
     )
     # A URL's `key:secret@` would be stored in plain text as the run's parameter: refused as
     # every URL of the config is, by the schema before a flow run exists (a folder passes).
     shard_root: StorageLocation | SkipJsonSchema[None] = Field(
-        None,
+        default=None,
         description="Where shard results go (RUN_DIR/shards if unset): a folder, or an object "
         "storage URL (s3://bucket/prefix, gs://…, file://…) that every worker reaches, with "
         "credentials from the storage's own variables (AWS_*, AWS_ENDPOINT_URL). With a URL a "
@@ -347,23 +359,26 @@ class ScaleOptions(_Form):
         "a work pool on several machines, use a URL (or a folder every worker mounts).",
     )
     shard_retries: int = Field(
-        2, ge=0, le=20, description="Times a failed shard is re-run before the run fails."
+        default=2, ge=0, le=20, description="Times a failed shard is re-run before the run fails."
     )
     shard_retry_delay_s: float = Field(
-        5.0, ge=0.0, le=3600.0, description="Seconds to wait before re-running a failed shard."
+        default=5.0,
+        ge=0.0,
+        le=3600.0,
+        description="Seconds to wait before re-running a failed shard.",
     )
     shard_timeout_s: Positive = Field(
-        SHARD_TIMEOUT_S,
+        default=SHARD_TIMEOUT_S,
         description="Work pool only: seconds to wait for one shard's flow run before it is "
         "cancelled and retried (a worker whose host died never reports back).",
     )
     checkpoint_s: Positive = Field(
-        CHECKPOINT_S,
+        default=CHECKPOINT_S,
         description="Shard root URL only: seconds between a shard's checkpoints (a host that "
         "dies loses at most this much of its work).",
     )
     checkpoint_rollouts: Count = Field(
-        CHECKPOINT_ROLLOUTS,
+        default=CHECKPOINT_ROLLOUTS,
         description="Shard root URL only: a checkpoint once this many rollouts are new.",
     )
 

@@ -5,6 +5,9 @@ shard roots.
 Cut-off: reads and writes stores; judges nothing and runs no model. Tier 1, beside `models` and
 `verifiers`."""
 
+# pyright: reportUnsupportedDunderAll=false
+# (`__all__` names the public modules without importing them: see pyproject.toml)
+
 __tier__ = 1
 
 __all__ = [

@@ -28,9 +28,9 @@ class HubSource(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, description="repo id, e.g. openai/gsm8k")
-    config: str | None = Field(None, description="the dataset's configuration (subset)")
+    config: str | None = Field(default=None, description="the dataset's configuration (subset)")
     split: str = "test"
-    revision: str = Field("main", min_length=1)
+    revision: str = Field(default="main", min_length=1)
 
 
 class FieldMap(BaseModel):
@@ -40,15 +40,15 @@ class FieldMap(BaseModel):
     means the same name in both places."""
 
     model_config = ConfigDict(extra="forbid")
-    id: str | None = Field(None, description="the row's own id; else a hash of its content")
+    id: str | None = Field(default=None, description="the row's own id; else a hash of its content")
     prompt: dict[str, str] = Field(default_factory=dict)
     verifier: dict[str, str] = Field(default_factory=dict)
-    tags: str | None = Field(None, description="a text or a list of texts")
+    tags: str | None = Field(default=None, description="a text or a list of texts")
     difficulty: str | None = None
     reference: str | None = Field(
-        None, description="a response that passes, for the local simulated policy"
+        default=None, description="a response that passes, for the local simulated policy"
     )
-    tools: str | None = Field(None, description="Responses API function tools offered")
+    tools: str | None = Field(default=None, description="Responses API function tools offered")
 
     @field_validator("prompt", "verifier", mode="before")
     @classmethod
@@ -66,15 +66,15 @@ class DatasetSpec(BaseModel):
     path: str | None = None
     hub: HubSource | None = None
     format: Format | None = Field(
-        None,
+        default=None,
         description="jsonl, parquet, csv, save_to_disk (a folder; from the suffix when unset) "
         "or nemo_gym",
     )
-    split: str = Field("test", description="the split name a local file is known by")
+    split: str = Field(default="test", description="the split name a local file is known by")
     fields: FieldMap = FieldMap()
     harness: str = "single_turn"
     domain: str = "dataset"
-    pass_threshold: float | None = Field(None, description="default: the verifier's own")
+    pass_threshold: float | None = Field(default=None, description="default: the verifier's own")
 
     @model_validator(mode="before")
     @classmethod
