@@ -94,9 +94,35 @@ def pytest_configure(config: pytest.Config) -> None:
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # out of reach of the terminal's Ctrl-C and of a killed group
     )
+#: The slow tier, decided here by where a test sits and what it needs, not by a decorator on
+#: each: `pytest -m "not slow"` is the fast tier. Folders whose every test runs Prefect flows or
+#: a real model; markers of what a test opens (a Prefect flow, headless Chromium); fixtures that
+#: start a process costing seconds before the test begins (a Prefect server and `gym eval run`
+#: through it, a deployed work pool, third-party servers in venvs of their own).
+SLOW_FOLDERS = ("tests/flows/", "tests/real_model/")
+SLOW_MARKERS = ("prefect", "browser")
+SLOW_FIXTURES = ("prefect_api", "deployment", "served_model", "llama_server", "s3")
+
+
+def slow_because(item: pytest.Item) -> str | None:
+    """Why `item` belongs to the slow tier (a folder, a marker or a fixture), or None."""
+    path = item.path.relative_to(ROOT).as_posix()
+    for folder in SLOW_FOLDERS:
+        if path.startswith(folder):
+            return f"in {folder}"
+    for name in SLOW_MARKERS:
+        if item.get_closest_marker(name) is not None:
+            return f"marked {name}"
+    for name in SLOW_FIXTURES:
+        if name in getattr(item, "fixturenames", ()):
+            return f"uses {name}"
+    return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") is None and slow_because(item) is not None:
+            item.add_marker(pytest.mark.slow)
     if not config.pluginmanager.hasplugin("xdist"):
         return
     shared = {*SHARED_FIXTURE_GROUPS.values(), "reports"}
