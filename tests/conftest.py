@@ -3,6 +3,8 @@ suite (tests/flows, which runs flows in this process, has its own session-scoped
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import secrets
 import shutil
@@ -47,6 +49,52 @@ def gym(
     if check and result.returncode != 0:
         raise AssertionError(
             f"gym {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+        )
+    return result
+
+
+def gym_in_process(
+    *args: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    check: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """`gym` run in this process, for a command whose process adds nothing to what a test
+    checks (a read of a stored run): `gymflow.cli.main` with the same command line, folder and
+    environment, its output and exit code returned as `gym` returns them, without a Python
+    start-up and gymflow's imports per call. Keep `gym` where the process is the point: signals,
+    exit on a dead server, secrets in its environment, Prefect, a command that caches what the
+    environment names (the registry reads GYMFLOW_ENVIRONMENTS_PATH once per process)."""
+    from gymflow.cli import app as cli_app
+    from gymflow.cli import local_prefect, main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
+    os.environ.update({"COLUMNS": "200", **(env or {})})
+    local_prefect.configure()  # what importing gymflow.cli.app does in a fresh `gym`
+    widths = {c: c._width for c in (cli_app.console, cli_app.errors)}
+    os.chdir(cwd)
+    sys.argv = [GYM, *args]
+    try:
+        for console in widths:
+            console.width = 200
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+                code = 0
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+    finally:
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for console, width in widths.items():
+            console._width = width
+    result = subprocess.CompletedProcess([GYM, *args], code, out.getvalue(), err.getvalue())
+    if check and code != 0:
+        raise AssertionError(
+            f"gym {' '.join(args)} exited {code}:\n{result.stdout}\n{result.stderr}"
         )
     return result
 

@@ -15,7 +15,7 @@ from gymflow.analysis.compare import CompareError, compare
 from gymflow.analysis.paired import mcnemar_power
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # reads stored runs: no process needed
 
 A = {"t0": "11", "t1": "10", "t2": "00", "t3": "11", "t4": "01"}
 B = {"t0": "11", "t1": "00", "t2": "11", "t3": "00", "t4": "10"}

@@ -17,7 +17,7 @@ from gymflow.core.records import Verification
 from gymflow.core.statuses import FAILED
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # reads stored runs: no process needed
 
 
 def _diagnose(b: StoreBuilder, path: Path) -> Diagnosis:

@@ -15,7 +15,7 @@ from statsmodels.stats.proportion import proportion_confint
 from gymflow.analysis.profile import profile
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # reads stored runs: no process needed
 
 # task -> outcomes of its 4 repeats ('1' pass, '0' fail, 'x' a failed rollout, '-' missing)
 OUTCOMES = {

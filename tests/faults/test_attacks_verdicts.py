@@ -10,7 +10,7 @@ import json
 import duckdb
 import pytest
 
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # reads stored runs: no process needed
 from tests.faults.stores import collect_run, rollout_rows
 
 

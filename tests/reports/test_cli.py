@@ -9,7 +9,7 @@ from gymflow.core.config import EvalConfig
 from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.registration import register_run
 from gymflow.store.db import connect
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # reads stored runs: no process needed
 from tests.reports import pages
 from tests.reports.conftest import profile_json
 
