@@ -167,6 +167,19 @@ def slow_because(item: pytest.Item) -> str | None:
     return None
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under the fast tier's own expression (`-m "not slow"`) the slow folders are not even
+    imported: tests/flows' conftest imports Prefect's test server, the costliest import of the
+    collection. Any other expression collects them and deselects by marker."""
+    if " ".join(config.getoption("markexpr", "").split()) != "not slow":
+        return None
+    path = collection_path.resolve()
+    if not path.is_relative_to(ROOT):
+        return None
+    where = path.relative_to(ROOT).as_posix() + "/"
+    return True if any(where.startswith(folder) for folder in SLOW_FOLDERS) else None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") is None and slow_because(item) is not None:
