@@ -142,6 +142,8 @@ def pytest_configure(config: pytest.Config) -> None:
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # out of reach of the terminal's Ctrl-C and of a killed group
     )
+
+
 #: The slow tier, decided here by where a test sits and what it needs, not by a decorator on
 #: each: `pytest -m "not slow"` is the fast tier. Folders whose every test runs Prefect flows or
 #: a real model; markers of what a test opens (a Prefect flow, headless Chromium); fixtures that
