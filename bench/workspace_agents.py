@@ -10,7 +10,7 @@ workspace, `true` run in it, and stopped, in this process without Prefect: what 
 pays before its agent and test do anything.
 
     python bench/workspace_agents.py [--agents oracle,nothing,tool_loop] [--limit N]
-        [--model-url http://127.0.0.1:8080/v1 --model-name smollm2] [--concurrency 2]
+        [--model-url http://127.0.0.1:8080/v1 --model-name smollm2] [--concurrency 2] [--per-task]
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ def run_agent(agent: str, args: argparse.Namespace, folder: Path) -> dict[str, o
         raise SystemExit(f"{agent}: no store\n{done.stdout}\n{done.stderr}")
     con = duckdb.connect(str(store), read_only=True)
     rows = con.execute(
-        "SELECT epoch(finished_at - started_at), coalesce(v.passed, FALSE), r.failure_kind "
-        "FROM rollouts r LEFT JOIN verifications v USING (rollout_id)"
+        "SELECT epoch(finished_at - started_at), coalesce(v.passed, FALSE), r.failure_kind, "
+        "r.task_id FROM rollouts r LEFT JOIN verifications v USING (rollout_id) ORDER BY r.task_id"
     ).fetchall()
     seconds = [row[0] for row in rows]
     failed: dict[str, int] = {}
@@ -92,6 +92,7 @@ def run_agent(agent: str, args: argparse.Namespace, folder: Path) -> dict[str, o
         "median_s": statistics.median(seconds),
         "max_s": max(seconds),
         "wall_s": wall,
+        "tasks": {row[3]: (row[1], row[0], row[2]) for row in rows},
     }
 
 
@@ -104,20 +105,38 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model-url", default="")
     parser.add_argument("--model-name", default="model")
     parser.add_argument("--floor-repeats", type=int, default=10)
+    parser.add_argument("--per-task", action="store_true", help="each task's outcome too")
     args = parse(parser, argv, agents="oracle,nothing", limit=2, floor_repeats=2)
     floor = sandbox_floor(args.floor_repeats)
     repeats = args.floor_repeats
     print(f"floor: bubblewrap start + `true` + stop: {floor:.3f} s (median of {repeats})")
     model = args.model_url or "gymflow's simulated policy"
     print(f"{'agent':10} {'passed':>9} {'median s':>9} {'max s':>7} {'wall s':>7}  failures")
+    rows = []
     with tempfile.TemporaryDirectory(prefix="gymflow-bench-workspace-") as scratch:
         for agent in args.agents.split(","):
             row = run_agent(agent, args, Path(scratch))
+            rows.append(row)
             label = f"{agent} ({model})" if agent == "tool_loop" else agent
             print(
                 f"{label:10} {row['passed']:>4}/{row['rollouts']:<4} {row['median_s']:>9.3f} "
                 f"{row['max_s']:>7.3f} {row['wall_s']:>7.1f}  {row['failed'] or '-'}"
             )
+    if args.per_task:
+        print_per_task(rows)
+
+
+def print_per_task(rows: list[dict]) -> None:
+    """Each task under each agent: pass or fail (or the failure kind) and its seconds."""
+    tasks = sorted({task for row in rows for task in row["tasks"]})
+    print(f"{'task':26}" + "".join(f" {row['agent']:>16}" for row in rows))
+    for task in tasks:
+        cells = []
+        for row in rows:
+            passed, seconds, failure = row["tasks"].get(task, (None, 0.0, "missing"))
+            outcome = failure or ("pass" if passed else "fail")
+            cells.append(f" {outcome:>10} {seconds:5.2f}")
+        print(f"{task:26}" + "".join(cells))
 
 
 if __name__ == "__main__":
