@@ -2,8 +2,9 @@
 llama venv's Python, optionally with llama.cpp's extra buffer types off.
 
 `--no-extra-bufts` (taken before the server's own arguments): the CPU backend's extra buffer
-types (AMX, repacked weights) segfault decoding Gemma 3's Q4_K weights in llama-cpp-python
-0.3.36 on a CPU that has AMX and AVX-512 (this machine's); the plain CPU buffers decode them.
+types (AMX, repacked weights) segfault decoding in llama-cpp-python 0.3.36 on a CPU that has
+AMX and AVX-512 (this machine's: Gemma 3's Q4_K at once, SmolLM2's Q4_1 on its first
+completion or mid-run); the plain CPU buffers decode them.
 The server exposes no option for it, so the model's default parameters are patched before it
 loads. Run as a file, not imported: it imports llama_cpp, which only the llama venv holds."""
 

@@ -160,7 +160,6 @@ SMOLLM2_SCENARIOS = (
             "benchmark": "capitals-answer-line",
             "repeats": 3,
             "temperature": 0.8,
-            "server": "smollm2-plain",
         },
         overrides={
             "prompt_template": "What is the capital of {{ country }}? Say it in a full sentence."
@@ -177,7 +176,6 @@ SMOLLM2_SCENARIOS = (
         max_output_tokens=96,
         repeats=3,
         temperature=0.8,
-        server="smollm2-plain",
         broken="nothing: a 135M model cannot do the arithmetic (temperature 0.8, 3 repeats)",
         expected="model_training",
     ),

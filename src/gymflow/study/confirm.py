@@ -178,6 +178,13 @@ def judged(
     lost = sum(before[t] > 0 and after[t] == 0 for t in paired)
     mean_before = _mean({t: before[t] for t in paired})
     mean_after = _mean({t: after[t] for t in paired})
+    if not paired:
+        return Confirmation(
+            experiment=experiment, ran=True, run_dir=run_dir, tasks=0, before=None, after=None,
+            gained=0, lost=0, effect=False,
+            why="no task was scored both before and after the change (the rerun's rollouts "
+            f"failed: see `gym eval health {run_dir}`), so the experiment shows nothing",
+        )  # fmt: skip
     if experiment.action == "model_training":
         effect = bool(paired) and all(after[t] == 0 for t in paired)
         why = (
