@@ -69,6 +69,8 @@ class Benchmark(BaseModel):
         for a dataset benchmark, so is a change to its rows (`dataset_version`, which covers the
         Hub commit), shown after a dot so a comparison can tell that only the rows changed."""
         protocol = self.model_dump(mode="json", exclude={"description", "tags"})
+        if self.workspace is None:  # the field came later: every older benchmark keeps its version
+            protocol.pop("workspace")
         if self.dataset is not None:  # where the file lies is not the protocol; its rows are
             protocol["dataset"].pop("path")
             if protocol["dataset"]["format"] != "nemo_gym":  # the same rows in any file format
