@@ -85,18 +85,18 @@ def test_an_untouched_store_is_still_reverified_and_left_checked(tmp_path: Path)
     assert health["verdict"] == "healthy" and health["seals_checked_at"] is not None
 
 
-def _opened(pid: int, store: Path) -> bool:
-    """Whether process `pid` has the store open (DuckDB opens it to try the lock)."""
+def _waiting_for_the_lock(pid: int) -> bool:
+    """Whether process `pid` sleeps between tries for the store's lock (`db._open`'s backoff:
+    the only sleep before a reverify writes), i.e. is past anything it did before opening."""
     try:
-        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        return "nanosleep" in Path(f"/proc/{pid}/wchan").read_text()
     except OSError:
         return False
-    return str(store.resolve()) in links
 
 
 def test_an_edit_made_while_reverify_waits_for_the_lock_is_refused(tmp_path: Path) -> None:
     """The attacker holds the write lock while the owner's reverify starts, forges once the
-    reverify has the store open (waiting for the lock), then lets go: the reverify checks the
+    reverify waits for the lock, then lets go: the reverify checks the
     store it got the lock on, refuses it, and records nothing as checked."""
     run = collect_run(tmp_path / "run")
     store = run / "gymflow.duckdb"
@@ -114,9 +114,9 @@ def test_an_edit_made_while_reverify_waits_for_the_lock_is_refused(tmp_path: Pat
     )
     try:
         deadline = time.monotonic() + 60
-        while not _opened(owner.pid, store):
+        while not _waiting_for_the_lock(owner.pid):
             assert owner.poll() is None and time.monotonic() < deadline, owner.communicate()
-            time.sleep(0.01)
+            time.sleep(0.005)
         held.execute(FORGED_OUTPUTS)
         held.execute(FORGED_VERDICTS)
     finally:
@@ -128,3 +128,15 @@ def test_an_edit_made_while_reverify_waits_for_the_lock_is_refused(tmp_path: Pat
     report = json.loads(health.stdout)
     assert health.returncode == 2 and report["seals_checked_at"] is None
     assert report["checks"]["seal_mismatch"]["count"] > 0
+
+
+def test_seal_record_and_every_verdict_deleted_at_the_sealed_path_is_refused(
+    tmp_path: Path,
+) -> None:
+    """No verdict left reads as a store never sealed, which the writer's `claim` seals afresh;
+    at a path this machine sealed, with rollouts stored, it is the seals stripped."""
+    run = collect_run(tmp_path / "run")
+    edit_store(
+        run, FORGED_OUTPUTS, "DELETE FROM verifications", "DELETE FROM meta WHERE key = 'seal'"
+    )
+    assert "this machine sealed this store" in _refused(run, tmp_path)

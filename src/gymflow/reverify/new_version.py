@@ -425,7 +425,8 @@ def reverify(
 
     Raises ReverifyError (nothing written) when the
     environment is unknown, verifies live session state (unless `force`), or rejects the
-    parameters."""
+    parameters; SealsBroken (exit 2, nothing written) when a stored verdict's seal does not
+    match or a verdict was deleted (`sealed_first.py`)."""
     con = connect(run_dir)
     written = None
     try:

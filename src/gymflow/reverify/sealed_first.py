@@ -26,6 +26,7 @@ from gymflow.store.arrow_reads import arrow_batches
 from gymflow.store.checked_stores import file_state
 from gymflow.store.seal import (
     MESSAGE,
+    STRIPPED,
     SealKey,
     check_seals,
     load_key,
@@ -80,7 +81,7 @@ def check_before_judging(con, where: str) -> str | None:
     if seal.state == "stripped":
         held = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
         if held:
-            _refuse(where, "its seals or seal record were removed")
+            _refuse(where, STRIPPED)
         return None
     if seal.state != "sealed" or found.mismatched is None:
         return None  # not this key's store: `claim` refuses a foreign one, seals a new one
