@@ -60,7 +60,7 @@ def _forged_consistently(run) -> int:
 
 def test_verdicts_forged_consistently_are_found_by_judging_the_rollouts_again(tmp_path) -> None:
     """`passed` and `reward` set together agree with each other: health reads the run healthy,
-    and a reverify under unchanged parameters answers "already stored". `reverify --check`
+    and a routine reverify (which recomputes every seal first) refuses it. `reverify --check`
     judges every stored rollout again under the version's own parameters, lists each verdict
     that differs and exits 2, and writes nothing; on an unedited store it agrees (exit 0)."""
     run = collect_run(tmp_path / "run")
@@ -77,8 +77,10 @@ def test_verdicts_forged_consistently_are_found_by_judging_the_rollouts_again(tm
     before = rollout_rows(run / "gymflow.duckdb")
     health = gym("eval", "health", str(run), "--json", cwd=tmp_path)
     assert json.loads(health.stdout)["checks"]["verdict_disagrees"]["count"] == 0  # consistent
+    # a routine reverify recomputes every seal first: refused, nothing written (issue 42)
     same = gym("eval", "reverify", str(run), "--json", cwd=tmp_path)
-    assert json.loads(same.stdout)["status"] == "already stored"
+    assert same.returncode == 2 and "do not match their seal" in same.stderr, same.stderr
+    assert rollout_rows(run / "gymflow.duckdb") == before
 
     checked = gym("eval", "reverify", str(run), "--check", "--json", cwd=tmp_path)
     assert checked.returncode == 2, checked.stdout + checked.stderr

@@ -36,13 +36,14 @@ from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment, VerifierRef
 from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.environments.resources import ResourcesServer
+from gymflow.reverify.sealed_first import check_before_judging
 from gymflow.reverify.task_source import trusted_tasks
 from gymflow.store import verifier_versions
-from gymflow.store.checked_stores import checked_before, record_written
+from gymflow.store.checked_stores import file_state, record_checked
 from gymflow.store.db import connect, memory_capped_call, store_path, transaction
 from gymflow.store.rows import verification_row
 from gymflow.store.runs import RunInfo, run_info
-from gymflow.store.seal import check_inputs, claim, seal_tasks
+from gymflow.store.seal import check_inputs, claim, load_key, seal_tasks
 from gymflow.store.superseded import supersede_verifications
 from gymflow.store.writer import (
     STAGED_VERDICTS,
@@ -424,14 +425,17 @@ def reverify(
 
     Raises ReverifyError (nothing written) when the
     environment is unknown, verifies live session state (unless `force`), or rejects the
-    parameters."""
-    # a store whose every seal matched in its present state, written only by this sealing
-    # writer, is recorded as checked again after (store/checked_stores.py)
-    was_checked = checked_before(store_path(run_dir))
+    parameters; SealsBroken (exit 2, nothing written) when a stored verdict's seal does not
+    match or a verdict was deleted (`sealed_first.py`)."""
     con = connect(run_dir)
+    written = None
     try:
         # verdicts judged against an edited answer key or version row would be sealed: refused
         check_inputs(con, str(store_path(run_dir)))
+        # so would edited rollouts whose verdicts were deleted or forged (sealed_first.py); the
+        # check runs under this connection's write lock, so the state it returns is the one
+        # checked, and the state after this writer's sealed rows may be recorded as checked
+        was_checked = check_before_judging(con, str(store_path(run_dir))) is not None
         run = run_info(con)
         if not run.environment:  # an import that was not matched to an environment
             raise ReverifyError(
@@ -469,10 +473,13 @@ def reverify(
             )
         finally:
             server.close()
+        if was_checked:
+            con.execute("CHECKPOINT")  # the file as written, taken before the lock is let go
+            written = file_state(store_path(run_dir))
     finally:
         con.close()
-    if was_checked:
-        record_written(store_path(run_dir))
+    if written is not None and (key := load_key(create=False)) is not None:
+        record_checked(store_path(run_dir), key, written)  # only if unchanged since
     return result
 
 

@@ -158,17 +158,3 @@ def check_seals_once(con, max_examples: int = 10, *, full: bool = False) -> Seal
     if result.passed:
         record_checked(path, key, state)
     return result
-
-
-def checked_before(path: Path | str) -> bool:
-    """Whether the store at `path` is, as it is now, one whose every seal matched: a writer
-    that finds so, and then writes only sealed rows, may record its result (`record_written`)."""
-    key = load_key(create=False)
-    return key is not None and checked_at(path, key) is not None
-
-
-def record_written(path: Path | str) -> None:
-    """After such a writer committed and closed the store: its new state is a checked one."""
-    key = load_key(create=False)
-    if key is not None:
-        record_checked(path, key, file_state(os.path.realpath(path)))

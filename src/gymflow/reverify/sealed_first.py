@@ -1,0 +1,112 @@
+"""Before reverify seals new verdicts over stored rollouts: what it judges is what was sealed.
+
+A verdict's seal binds its rollout's output and trajectory, but a writer that judges the
+rollouts again and seals the result never looked at the old seals. An attacker's pass (issue 42)
+rewrote the failing rollouts' outputs to the reference answer and deleted their verdicts: health
+said `verification_missing`, and the owner's routine `gym eval reverify RUN` judged the edited
+outputs and sealed them (pass@1 59% -> 100%, healthy, `--check` clean). So before it writes,
+reverify recomputes every seal (never the once-per-state record: `checked_stores.py`) and
+refuses when one does not match, and when a completed rollout of a store this key sealed has no
+verdict at all: every gymflow writer stores a rollout with its verdict, so one without any was
+judged once and its verdict deleted. Only a verdict set aside for judging again
+(`superseded.py`) whose seal still matches its rollout, or an imported run never judged by
+gymflow (a file's row without a reward), leaves a rollout without one honestly.
+
+The check runs on the writer's connection, which holds the store's write lock: the file state it
+returns is the one checked, so the writer may record its own result as checked
+(`checked_stores.record_checked`) without a stat taken before the lock."""
+
+from __future__ import annotations
+
+import pyarrow.compute as pc
+
+from gymflow.core.errors import GateFailed
+from gymflow.interop.nemo_gym import IMPORTED_VERSION
+from gymflow.store.arrow_reads import arrow_batches
+from gymflow.store.checked_stores import file_state
+from gymflow.store.seal import (
+    MESSAGE,
+    STRIPPED,
+    SealKey,
+    check_seals,
+    load_key,
+    message_sql,
+    store_file,
+)
+
+
+class SealsBroken(GateFailed):
+    """The rollouts a writer would judge are not those sealed: an integrity failure (exit 2),
+    nothing written."""
+
+
+#: Completed rollouts with no live verdict, and whether a verdict set aside for them carries a
+#: seal that still matches (the message its seal is the MAC of, per set-aside verdict).
+_UNJUDGED = f"""
+    SELECT r.rollout_id, s.seal, {message_sql("s", "r")} AS {MESSAGE}
+    FROM rollouts r
+    LEFT JOIN superseded_verifications s USING (rollout_id)
+    WHERE r.status = 'completed'
+      AND NOT EXISTS (SELECT 1 FROM verifications v WHERE v.rollout_id = r.rollout_id)
+"""
+
+
+def _verdicts_deleted(con, key: SealKey) -> list[str]:
+    """Completed rollouts without any verdict, none of whose set-aside verdicts still match
+    their seal, in a store whose versions are not only an import's."""
+    versions = {
+        row[0] for row in con.execute("SELECT verifier_version FROM verifier_versions").fetchall()
+    }
+    if versions <= {IMPORTED_VERSION}:
+        return []  # an import's rows without a reward were never judged: judging them is new
+    honest: set[str] = set()
+    seen: set[str] = set()
+    for batch in arrow_batches(con, _UNJUDGED):
+        ids, stored = batch.column(0), batch.column(1)
+        again = key.sealer.seals(pc.fill_null(batch.column(2), b""))
+        seen.update(ids.to_pylist())
+        honest.update(ids.filter(pc.fill_null(pc.equal(stored, again), False)).to_pylist())
+    return sorted(seen - honest)
+
+
+def check_before_judging(con, where: str) -> str | None:
+    """Refuse (SealsBroken) when a seal of the store `con` has open does not match, its task
+    list or inputs are not those sealed, its seals were stripped, or a verdict was deleted.
+    Returns the file state checked when every seal matched (None: nothing to record, e.g. a
+    store not yet sealed)."""
+    path = store_file(con)
+    state = file_state(path) if path is not None else None  # under the writer's lock
+    found = check_seals(con, max_examples=3)
+    seal = found.store
+    if seal.state == "stripped":
+        held = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
+        if held:
+            _refuse(where, STRIPPED)
+        return None
+    if seal.state != "sealed" or found.mismatched is None:
+        return None  # not this key's store: `claim` refuses a foreign one, seals a new one
+    if found.mismatched:
+        _refuse(
+            where,
+            f"{found.mismatched} verdicts do not match their seal (e.g. "
+            f"{', '.join(found.examples)}): a rollout or verdict was edited",
+        )
+    if seal.tasks_sealed is False or seal.inputs_sealed is False:
+        _refuse(where, "its task list or inputs are not those sealed")
+    key = load_key(create=False)
+    assert key is not None  # a sealed check needs it
+    deleted = _verdicts_deleted(con, key)
+    if deleted:
+        _refuse(
+            where,
+            f"{len(deleted)} completed rollouts once judged have no verdict (e.g. "
+            f"{', '.join(deleted[:3])}): verdicts were deleted",
+        )
+    return state
+
+
+def _refuse(where: str, what: str) -> None:
+    raise SealsBroken(
+        f"{where}: {what}; judging them again would seal what was edited, so nothing was "
+        f"written (see `gym eval health RUN --verify-seals`)"
+    )
