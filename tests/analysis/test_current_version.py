@@ -13,7 +13,7 @@ import pytest
 from gymflow.reports.stamp import rendered_verifier_version
 from gymflow.store.db import StoreError, connect
 from gymflow.store.verifier_versions import current_verifier_version, make_current
-from tests.analysis.builder import RunMeta, StoreBuilder
+from tests.analysis.builder import RunMeta, StoreBuilder, reseal
 from tests.conftest import gym
 
 
@@ -115,6 +115,7 @@ def test_the_current_version_without_a_choice_is_the_judged_one(tmp_path: Path) 
             "INSERT INTO verifier_versions (verifier_version, verifier_name, created_at) "
             "VALUES ('numeric_match@later', 'numeric_match', now() + INTERVAL 1 DAY)"
         )
+        reseal(con)  # the version a reverify would have written, sealed as it seals it
         assert current_verifier_version(con) == b.verifier_version  # not the newest
         make_current(con, "numeric_match@later")
         assert current_verifier_version(con) == "numeric_match@later"

@@ -75,8 +75,7 @@ def test_no_module_reads_yaml_but_through_the_bounded_loader():
     for outside in OUTSIDE_GYMFLOW:
         assert "import gymflow" not in (ROOT / outside).read_text()
         assert "from gymflow" not in (ROOT / outside).read_text()
-        offenders.remove(outside)
-    assert offenders == []
+    assert [path for path in offenders if path not in OUTSIDE_GYMFLOW] == []
 
 
 LONG = "9" * 5000
