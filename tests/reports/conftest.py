@@ -22,6 +22,7 @@ from gymflow.store.db import connect
 from gymflow.store.seal import SEALED_ROLLOUT
 from gymflow.store.verifier_versions import make_current
 from gymflow.store.writer import insert_verdicts, register_verifier_version, write_rollouts
+from tests.analysis.builder import reseal
 from tests.conftest import gym
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "reports"
@@ -215,6 +216,7 @@ def build_store(out: Path, outcomes: list[str], *, hostile: bool) -> Path:
             ).fetchall()
         }
         insert_verdicts(con, second, [judged[row[0]] for row in second])
+        reseal(con)  # the version registered here, sealed as reverify's writer seals it
         make_current(con, SECOND)  # the run is read under its reverified version
     con.close()
     return out
