@@ -40,6 +40,10 @@ INTERNAL = {
     "imports nothing from gymflow",
     "gymflow.verifiers.sandbox_runner.OutOfTime": "decoding the candidate's value outlived its "
     "deadline: judged as the answer running out of time",
+    "gymflow.environments.workspace.harbor_task.RewardProblem": "what a test script wrote is no "
+    "reward: recorded as the verifier's failure kind reward_missing, never raised to the user",
+    "gymflow.environments.nemo_gym.serve_app.NeedsNetwork": "raised inside a NeMo Gym server's "
+    "process (NeMo Gym's venv), which imports nothing from gymflow",
     "gymflow.core.bounded_jinja.RenderTimeout": "a Jinja SecurityError, raised inside the render "
     "and turned into a PromptTimeout naming the file and row",
 }

@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gymflow.core.errors import UserError
+
 #: The ATIF version written (Harbor 0.26's models accept 1.0 to 1.8).
 SCHEMA_VERSION = "ATIF-v1.8"
 _AGENT_ITEMS = ("reasoning", "function_call")
@@ -193,7 +195,7 @@ def rollout_to_atif(
     return trajectory
 
 
-class AtifError(ValueError):
+class AtifError(UserError, ValueError):
     """A file that is not an ATIF trajectory, naming where."""
 
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gymflow.core.errors import UserError
+
 #: The line that ends mini-swe-agent's run when a command prints it first.
 MINI_SWE_FINISH = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 #: What a scripted run says when it is done, and what it says for a task it does not know.
@@ -34,7 +36,7 @@ class ScriptedTask:
     solution: str  # solution/solve.sh as written
 
 
-class ScriptError(ValueError):
+class ScriptError(UserError, ValueError):
     """A task folder the scripted model cannot drive, naming the folder and the file."""
 
 
