@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import duckdb
+import tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "src" / "gymflow" / "builtin" / "workspace"
@@ -92,7 +93,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0)
     parser.add_argument("--max-turns", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=1024)
-    args = parser.parse_args()
+    args = tiny.parse(parser, agents="oracle,nothing", limit=1)
     folder = Path(tempfile.mkdtemp(prefix="gymflow-agent-table-"))
     server = None
     base_url = args.model

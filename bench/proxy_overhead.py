@@ -16,6 +16,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import tiny
 from openai import AsyncOpenAI
 
 from gymflow.core.config import ModelConfig, Sampling
@@ -58,7 +59,7 @@ async def measure(base: str, calls: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200)
-    calls = parser.parse_args().calls
+    calls = tiny.parse(parser, calls=5).calls
     port = free_port()
     server = subprocess.Popen([GYM, "serve", "model", "--port", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
