@@ -96,7 +96,7 @@ def instrument() -> None:
     Collector.run = timed("rollouts", Collector.run)
     eval_run_module.plan_of = timed("plan", eval_run_module.plan_of)
     eval_shard_module.plan_of = timed("plan", eval_shard_module.plan_of)
-    rollout_tasks.register_run = timed("plan", rollout_tasks.register_run)
+    eval_shard_module.prepare_run = timed("plan", eval_shard_module.prepare_run)
     rollout_tasks.missing_keys = timed("plan", rollout_tasks.missing_keys)
     eval_run_module.check_destination = timed("plan", eval_run_module.check_destination)
     shard_tasks.merge_shards = timed("merge", shard_tasks.merge_shards)
