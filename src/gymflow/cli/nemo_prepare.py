@@ -22,7 +22,8 @@ def prepare_servers(
     ] = False,
 ) -> None:
     """Install NeMo Gym servers' own requirements into their venvs (cached). `gym eval run`
-    does it too, for the server it starts; exit 1 when one cannot be prepared."""
+    does it too, for the server it starts. A server that cannot be prepared is bad input
+    (exit 1)."""
     servers = nemo_servers()
     if not servers:
         fail(f"no NeMo Gym environment found: set {PATH_VARIABLE}")
