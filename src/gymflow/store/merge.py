@@ -166,9 +166,7 @@ def merge_into(
     con = connect(run_dir, create=True)
     try:
         check_inputs(con, str(store_path(run_dir)))
-        added = _copy(con, shards)
-        insert_rows(con, "tasks", task_rows, on_conflict_ignore=True)
-        seal_tasks(con, claim(con, str(run_dir)))
+        added = _copy(con, shards, task_rows, str(run_dir))
         return MergeReport(
             run_id=run_id,
             run_dir=Path(run_dir),
@@ -186,7 +184,10 @@ def merge_into(
         con.close()
 
 
-def _copy(con, shards: list[ShardInfo]) -> dict[str, int]:
+def _copy(con, shards: list[ShardInfo], task_rows: list[tuple], where: str) -> dict[str, int]:
+    """The shards' rows, the run's tasks and the seal over them, in one transaction: a merge
+    killed anywhere leaves the store as it was, never rows whose seal was not yet written (which
+    the next merge would refuse as edited)."""
     added = dict.fromkeys(KEYED_TABLES + EVIDENCE_TABLES, 0)
     aliases = [f"shard_{i}" for i in range(len(shards))]
     try:
@@ -209,6 +210,8 @@ def _copy(con, shards: list[ShardInfo]) -> dict[str, int]:
 
                 for table, n in copy_rows(con, relation).items():
                     added[table] += n
+            insert_rows(con, "tasks", task_rows, on_conflict_ignore=True)
+            seal_tasks(con, claim(con, where))
     finally:
         _detach(con, aliases)
     return added

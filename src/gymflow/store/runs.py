@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from gymflow.core.errors import option
-from gymflow.store.db import StoreError, store_path
+from gymflow.store.db import StoreError, store_path, transaction
 from gymflow.store.schema import COLUMNS
 from gymflow.store.seal import check_inputs, claim, seal_tasks
 from gymflow.store.writer import insert_rows
@@ -66,12 +66,15 @@ def record_run(
     # a store sealed with another key is refused before a model is called, not at the first
     # batch's commit (store/seal.py: one store, one key)
     check_inputs(con, str(store_path(run_dir)))
-    key = claim(con, str(store_path(run_dir)))
-    insert_rows(con, "runs", [run], on_conflict_ignore=True)
-    insert_rows(con, "shards", [shard], on_conflict_ignore=True)
-    insert_rows(con, "tasks", tasks, on_conflict_ignore=True)
-    insert_rows(con, "verifier_versions", [verifier_version], on_conflict_ignore=True)
-    seal_tasks(con, key)
+    # the rows and their seal in one transaction: a writer killed between them would leave
+    # inputs that read as edited, and every later writer would refuse the store
+    with transaction(con):
+        key = claim(con, str(store_path(run_dir)))
+        insert_rows(con, "runs", [run], on_conflict_ignore=True)
+        insert_rows(con, "shards", [shard], on_conflict_ignore=True)
+        insert_rows(con, "tasks", tasks, on_conflict_ignore=True)
+        insert_rows(con, "verifier_versions", [verifier_version], on_conflict_ignore=True)
+        seal_tasks(con, key)
 
 
 def missing_keys(con, run_id: str, wanted: list[RolloutKey]) -> list[RolloutKey]:

@@ -9,7 +9,7 @@ verdicts (an import judged later), the first version it got."""
 
 from __future__ import annotations
 
-from gymflow.store.db import StoreError
+from gymflow.store.db import StoreError, transaction
 from gymflow.store.seal import check_inputs, claim, seal_tasks
 
 CURRENT_KEY = "current_verifier_version"
@@ -45,9 +45,11 @@ def make_current(con, version: str) -> None:
         )
     where = "run store"
     check_inputs(con, where)
-    con.execute(
-        "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        [CURRENT_KEY, version],
-    )
-    # the choice decides every number read: sealed with the run's inputs (store/sealed_inputs.py)
-    seal_tasks(con, claim(con, where))
+    # the choice decides every number read: sealed with the run's inputs (store/sealed_inputs.py),
+    # in the same transaction, so a kill between them cannot leave inputs that read as edited
+    with transaction(con):
+        con.execute(
+            "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [CURRENT_KEY, version],
+        )
+        seal_tasks(con, claim(con, where))
