@@ -104,7 +104,7 @@ def held(run_dir: Path | str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def transaction(con) -> Iterator[None]:
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     """BEGIN, then COMMIT, or ROLLBACK on any error. A COMMIT that failed has rolled back
     already, and a second ROLLBACK would raise "no transaction is active" in place of the error
     that says why: that one is kept."""

@@ -157,7 +157,7 @@ def merge_into(
     *,
     run_id: str,
     shard_count: int,
-    task_rows: list[tuple],
+    task_rows: list[tuple[Any, ...]],
     keys: list[RolloutKey],
 ) -> MergeReport:
     """Copy checked `shards` (`read_shards`) into the store at `run_dir` with every task's row
@@ -184,7 +184,12 @@ def merge_into(
         con.close()
 
 
-def _copy(con, shards: list[ShardInfo], task_rows: list[tuple], where: str) -> dict[str, int]:
+def _copy(
+    con: duckdb.DuckDBPyConnection,
+    shards: list[ShardInfo],
+    task_rows: list[tuple[Any, ...]],
+    where: str,
+) -> dict[str, int]:
     """The shards' rows, the run's tasks and the seal over them, in one transaction: a merge
     killed anywhere leaves the store as it was, never rows whose seal was not yet written (which
     the next merge would refuse as edited)."""

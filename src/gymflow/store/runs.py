@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
+from typing import Any
+
+import duckdb
 
 from gymflow.core.errors import option
 from gymflow.store.db import StoreError, store_path, transaction
@@ -45,13 +48,13 @@ def check_run_store(
 
 
 def record_run(
-    con,
+    con: duckdb.DuckDBPyConnection,
     run_dir: Path | str,
     *,
-    run: tuple,
-    shard: tuple,
-    tasks: list[tuple],
-    verifier_version: tuple,
+    run: tuple[Any, ...],
+    shard: tuple[Any, ...],
+    tasks: list[tuple[Any, ...]],
+    verifier_version: tuple[Any, ...],
     resume: bool,
 ) -> None:
     """Record a run's rows (`store/rows.py`): its `runs` row, its shard, its shard's tasks and

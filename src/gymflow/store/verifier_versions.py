@@ -9,6 +9,8 @@ verdicts (an import judged later), the first version it got."""
 
 from __future__ import annotations
 
+import duckdb
+
 from gymflow.store.db import StoreError, transaction
 from gymflow.store.seal import check_inputs, claim, seal_tasks
 
@@ -36,7 +38,7 @@ def current_verifier_version(con) -> str:
     return stored[0]
 
 
-def make_current(con, version: str) -> None:
+def make_current(con: duckdb.DuckDBPyConnection, version: str) -> None:
     """Read `version` from now on; raises StoreError for a version the store does not hold."""
     stored = stored_versions(con)
     if version not in stored:
