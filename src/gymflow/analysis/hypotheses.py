@@ -251,17 +251,19 @@ def experiment(
             "`gym eval run CONFIG --resume`",
         )
     if action == "chat_format":
+        # the same server and weights, the conversation rendered by gymflow as plain text (what a
+        # base checkpoint was trained on) and sent to /v1/completions: only the template changes
         return Experiment(
             action=action,
-            factor="model (chat template)",
-            change={},
-            kind="none",
+            factor="model.chat_template",
+            change={"model": {"kind": "completions", "chat_template": "plain"}},
+            kind="rerun",
             tasks=task_ids,
-            predicted="served with the chat template the checkpoint was trained on, or as its "
-            "instruct checkpoint, the outputs answer the turn instead of copying the prompt",
-            how="serve the model with its own chat template (llama.cpp: --chat_format or a "
-            "template file; vLLM: --chat-template) or an instruct checkpoint, and rerun these "
-            "tasks",
+            predicted="sent the turns as plain text instead of the server's chat template, the "
+            "outputs answer instead of copying the prompt: the pass rate on these tasks rises",
+            how="rerun these tasks with model.kind: completions and model.chat_template: plain "
+            "(or the checkpoint's own template: chatml, gemma, alpaca), or use an instruct "
+            "checkpoint",
         )
     if action == "prompt_change":
         changed = answer_form_template(template)

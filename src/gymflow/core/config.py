@@ -306,10 +306,17 @@ ToolChoice = Literal["auto", "required", "none"]
 class ModelConfig(_Strict):
     """Where the policy's model lives. `local` starts the seeded local policy server."""
 
-    kind: Literal["local", "responses", "chat_completions"] = Field(
+    kind: Literal["local", "responses", "chat_completions", "completions"] = Field(
         default="local",
         description="local: the simulated policy server, started for the run. responses: an "
-        "OpenAI-compatible /v1/responses server. chat_completions: a /v1/chat/completions one.",
+        "OpenAI-compatible /v1/responses server. chat_completions: a /v1/chat/completions one. "
+        "completions: a /v1/completions one, sent the conversation rendered with chat_template.",
+    )
+    chat_template: Literal["plain", "chatml", "gemma", "alpaca"] | None = Field(
+        default=None,
+        description="model.kind completions only: how gymflow writes the conversation as one "
+        "prompt (plain: the turns' text alone, as a base checkpoint was trained on; chatml, "
+        "gemma, alpaca: those formats, with their end-of-turn strings as stop).",
     )
     base_url: ServerUrl | None = Field(
         default=None,
@@ -370,6 +377,10 @@ class ModelConfig(_Strict):
     def _remote_needs_url(self) -> ModelConfig:
         if self.kind != "local" and not self.base_url:
             raise ValueError(f"model.base_url is required when model.kind is {self.kind!r}")
+        if (self.kind == "completions") != (self.chat_template is not None):
+            raise ValueError(
+                "model.chat_template is required when model.kind is 'completions', and only then"
+            )
         return self
 
     @property

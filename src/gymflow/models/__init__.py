@@ -15,4 +15,5 @@ __all__ = [
     "responses",
     "server_info",
     "sse",
+    "text_completions",
 ]

@@ -52,6 +52,7 @@ from gymflow.models.errors import (
 )
 from gymflow.models.rate_limit import RequestSpacer
 from gymflow.models.responses import RESPONSE, Response, refusal_text, unanswered
+from gymflow.models.text_completions import TEXT_COMPLETION, request_to_text, text_to_chat
 from gymflow.models.transport import JsonPoster
 
 REDACTED = "[redacted]"
@@ -92,12 +93,25 @@ def retry_after_s(headers: Mapping[str, str]) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class _Wire:
-    """What one server kind is sent and how its answer becomes a Responses object."""
+    """What one server kind is sent and how its answer becomes a Responses object: chat
+    completions, or text completions under a chat template (`text_completions.py`), both read
+    back through the chat adapter."""
 
     path: str
     chat: bool
+    template: str | None = None
+
+    @classmethod
+    def of(cls, config: ModelConfig) -> _Wire:
+        if config.kind == "completions":
+            return cls("/completions", True, config.chat_template)
+        if config.kind == "chat_completions":
+            return cls("/chat/completions", True)
+        return cls("/responses", False)
 
     def encode(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.template is not None:
+            return request_to_text(body, self.template)
         return request_to_chat(body) if self.chat else body
 
 
@@ -124,8 +138,7 @@ class ResponsesClient:
         self.config = config
         self.base_url = base_url.rstrip("/")
         self.sampling = sampling
-        chat = config.kind == "chat_completions"
-        self._wire = _Wire("/chat/completions" if chat else "/responses", chat)
+        self._wire = _Wire.of(config)
         self._limit = asyncio.Semaphore(concurrency)
         self._spacer = (
             RequestSpacer(config.requests_per_minute) if config.requests_per_minute else None
@@ -199,9 +212,27 @@ class ResponsesClient:
         extra: Mapping[str, Any] | None = None,
     ) -> CallOutcome:
         body = self.request_body(input_items, tools, seed, extra)
-        content = orjson.dumps(self._wire.encode(body))
         sampling = {key: body[key] for key in SAMPLING_KEYS if key in body}
         outcome = CallOutcome(None)
+        try:
+            content = orjson.dumps(self._wire.encode(body))
+        except ModelError as exc:  # a request this server kind cannot take: on record, not sent
+            outcome.error = exc
+            outcome.calls.append(
+                ModelCall(
+                    call_index=call_index,
+                    attempt=0,
+                    status=_call_status(None, exc),
+                    failure_kind=exc.kind,
+                    http_status=None,
+                    latency_s=0.0,
+                    request=body,
+                    response=None,
+                    sampling=sampling,
+                    error=str(exc),
+                )
+            )
+            return outcome
         for attempt in range(self.config.max_retries + 1):
             call, response, error = await self._attempt(
                 content, body, sampling, call_index, attempt
@@ -335,6 +366,12 @@ class ResponsesClient:
         except orjson.JSONDecodeError as exc:
             raise MalformedResponse(f"not JSON: {exc}"[:500], http_status=status) from None
         received = payload
+        if self._wire.template is not None:
+            try:
+                TEXT_COMPLETION.validate_python(payload)
+            except ValidationError as exc:
+                raise _malformed("text completion", exc, status) from None
+            payload = text_to_chat(payload)
         if self._wire.chat:
             try:
                 COMPLETION.validate_python(payload)

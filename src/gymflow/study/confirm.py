@@ -91,7 +91,14 @@ def _rerun(store: Path, folder: Path, experiment: Experiment, tasks: list[str]) 
         con.close()
     if not row or not row[0]:
         raise ConfirmError(f"{store}: the run holds no config to rerun (an imported run?)")
-    config = _merged(json.loads(row[0]), experiment.change)
+    stored = json.loads(row[0])
+    changed_kind = experiment.change.get("model", {}).get("kind")
+    if changed_kind and stored.get("model", {}).get("kind", "local") == "local":
+        raise ConfirmError(
+            f"{store}: the experiment changes model.kind to {changed_kind!r}, and the run's model "
+            "is the simulated policy, which has no server of that kind"
+        )
+    config = _merged(stored, experiment.change)
     config["out"] = str(folder)
     config.pop("shard", None)
     plan = resolve(EvalConfig.model_validate(config))
