@@ -21,6 +21,8 @@ from gymflow.cli.app import (
     fail,
     prefect_for_run,
 )
+from gymflow.cli.config_flags import flag_for, with_config_flags
+from gymflow.cli.config_flags import overrides as config_overrides
 from gymflow.cli.scale import server_hint_once
 from gymflow.core import progress
 from gymflow.core.config import (
@@ -76,26 +78,12 @@ class _Bar:
             self.bar.console.print(f"rollouts: {self.done}/{self.total}", highlight=False)
 
 
-#: The flag that sets each config field whose flag is not named after the field.
-FLAGS = {
-    "model.kind": "--model-kind",
-    "model.base_url": "--model-url",
-    "model.name": "--model-name",
-    "sampling.seed": "--seed",
-    "shard": "--shard",
-}
-
-
-def _flag(key: str) -> str:
-    return FLAGS.get(key, "--" + key.rpartition(".")[2].replace("_", "-"))
-
-
 def build_config(path: Path | None, overrides: dict[str, Any]) -> EvalConfig:
     """The config file overlaid with the flags; a problem names the flag that set the field."""
     source = str(path) if path else "command line"
     base = load_config_file(path) if path else {}
     data = with_benchmark_sampling(merge_overrides(base, overrides))
-    flags = {key: _flag(key) for key, value in overrides.items() if value is not None}
+    flags = {key: flag_for(key) for key, value in overrides.items() if value is not None}
     return parse_config(data, source, flags)
 
 
@@ -270,47 +258,13 @@ def _execute(
 
 
 @eval_app.command("run")
+@with_config_flags
 def eval_run(
     config: Annotated[Path | None, typer.Argument(help="Eval config YAML.")] = None,
-    benchmark: Annotated[str | None, typer.Option(help="Benchmark name.")] = None,
-    environment: Annotated[str | None, typer.Option(help="Environment name.")] = None,
-    repeats: Annotated[int | None, typer.Option(help="Rollouts per task.")] = None,
-    limit: Annotated[int | None, typer.Option(help="Only the first N tasks.")] = None,
-    out: Annotated[str | None, typer.Option(help="Run directory.")] = None,
     resume: Annotated[
         bool, typer.Option(help="Continue a stored run; only missing rollouts.")
     ] = False,
     shard: Annotated[str | None, typer.Option(help="Run only shard I of N, as I/N.")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="Rollouts in flight.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Sampling seed.")] = None,
-    model_kind: Annotated[
-        str | None, typer.Option(help="local | responses | chat_completions")
-    ] = None,
-    model_url: Annotated[str | None, typer.Option(help="Model server base URL (…/v1).")] = None,
-    model_name: Annotated[str | None, typer.Option(help="Model name sent to the server.")] = None,
-    api_key_env: Annotated[
-        str | None, typer.Option(help="Environment variable holding the API key (not the key).")
-    ] = None,
-    temperature: Annotated[
-        float | None, typer.Option(help="Sampling temperature (the benchmark's otherwise).")
-    ] = None,
-    top_p: Annotated[float | None, typer.Option(help="Sampling top_p.")] = None,
-    max_output_tokens: Annotated[
-        int | None, typer.Option(help="Output tokens per model call.")
-    ] = None,
-    harness: Annotated[
-        str | None, typer.Option(help="Harness: single_turn | tool_loop (the environment's).")
-    ] = None,
-    max_turns: Annotated[
-        int | None, typer.Option(help="Model calls per rollout (tool_loop).")
-    ] = None,
-    prompt_template: Annotated[
-        str | None, typer.Option(help="Jinja prompt template over a task's fields.")
-    ] = None,
-    tool_choice: Annotated[
-        str | None,
-        typer.Option(help="auto | required | none, sent with the tools (unset: not sent)."),
-    ] = None,
     shards: Annotated[
         int, typer.Option(help="Split into N shards, run concurrently here (or on --work-pool).")
     ] = 1,
@@ -345,16 +299,10 @@ def eval_run(
             "(transport, timeout, rate limit, server error); old attempts are kept."
         ),
     ] = True,
-    stop_after_transport_failures: Annotated[
-        int | None,
-        typer.Option(
-            help="Stop early after this many rollouts in a row cannot reach the model or the "
-            "resources server."
-        ),
-    ] = None,
+    **flags: Any,
 ) -> None:
     """Collect rollouts, then check health, profile and write the report."""
-    if config is None and benchmark is None and environment is None:
+    if config is None and flags["benchmark"] is None and flags["environment"] is None:
         fail("give a CONFIG file, --benchmark NAME or --environment NAME")
     try:
         shard_spec = ShardSpec.parse(shard).model_dump() if shard else None
@@ -370,28 +318,7 @@ def eval_run(
         fail(str(exc))
     except ValidationError as exc:
         fail(format_validation_error(exc, "command line"))
-    overrides = {
-        "benchmark": benchmark,
-        "environment": environment,
-        "repeats": repeats,
-        "limit": limit,
-        "out": out,
-        "shard": shard_spec,
-        "concurrency": concurrency,
-        "sampling.seed": seed,
-        "sampling.temperature": temperature,
-        "sampling.top_p": top_p,
-        "sampling.max_output_tokens": max_output_tokens,
-        "model.kind": model_kind,
-        "model.base_url": model_url,
-        "model.name": model_name,
-        "model.api_key_env": api_key_env,
-        "harness.name": harness,
-        "harness.max_turns": max_turns,
-        "prompt_template": prompt_template,
-        "model.tool_choice": tool_choice,
-        "stop_after_transport_failures": stop_after_transport_failures,
-    }
+    overrides = {**config_overrides(flags), "shard": shard_spec}
     _execute(config, overrides, resume, scale, retry_failed)
 
 

@@ -52,10 +52,17 @@ class Sampling(_Strict):
     # null: not sent, so the server's default applies and is recorded as not sent. OpenAI's
     # reasoning models refuse a request that names either (every call a client_error).
     temperature: float | None = Field(
-        default=1.0, ge=0.0, le=2.0, description="null: not sent (for models that refuse it)."
+        default=1.0,
+        ge=0.0,
+        le=2.0,
+        description="Sampling temperature, 0 to 2; null: not sent (for models that refuse it).",
     )
     top_p: float | None = Field(
-        default=1.0, gt=0.0, le=1.0, description="null: not sent (for models that refuse it)."
+        default=1.0,
+        gt=0.0,
+        le=1.0,
+        description="Nucleus sampling's top_p, above 0 to 1; null: not sent (for models that "
+        "refuse it).",
     )
     max_output_tokens: int = Field(
         default=1024,
