@@ -44,7 +44,7 @@ LIMIT = 40  # tasks, x4 repeats: 160 rollouts, about 80 a shard
 CONCURRENCY = 2
 LATENCY_MS = 300  # a shard lasts ~12 s: long enough to die in the middle of
 CHECKPOINT_S = 2.0
-SHARD_TIMEOUT_S = 40
+SHARD_TIMEOUT_S = 90  # a live shard on a loaded machine outlasted 40 s (a false timeout)
 
 
 def namespaces_or_skip() -> None:
