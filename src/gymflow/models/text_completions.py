@@ -31,6 +31,9 @@ class ChatTemplate:
     turn: dict[str, str]  # role -> format with {content}
     answer_prefix: str
     stop: tuple[str, ...]
+    #: what opens or closes a turn under this template (its markers, the tokenizer's special
+    #: tokens); checked at a line's start where the marker is plain text (alpaca)
+    reserved: tuple[str, ...] = ()
 
 
 #: by the names `model.chat_template` takes (core/config.py)
@@ -49,6 +52,7 @@ TEMPLATES: dict[str, ChatTemplate] = {
         },
         answer_prefix="<|im_start|>assistant\n",
         stop=("<|im_end|>",),
+        reserved=("<|im_start|>", "<|im_end|>", "<|endoftext|>"),
     ),
     # Gemma's instruct checkpoints: no system role, so a system turn is a user turn
     "gemma": ChatTemplate(
@@ -59,6 +63,7 @@ TEMPLATES: dict[str, ChatTemplate] = {
         },
         answer_prefix="<start_of_turn>model\n",
         stop=("<end_of_turn>",),
+        reserved=("<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>"),
     ),
     "alpaca": ChatTemplate(
         turn={
@@ -68,14 +73,27 @@ TEMPLATES: dict[str, ChatTemplate] = {
         },
         answer_prefix="### Response:\n",
         stop=("### Instruction:",),
+        reserved=("\n### Instruction:", "\n### Response:", "\n### Input:"),
     ),
 }
 
 
 def render(template: str, messages: list[dict[str, Any]]) -> str:
-    """The conversation as one prompt ending where the model's answer begins."""
+    """The conversation as one prompt ending where the model's answer begins. A message that
+    holds one of the template's markers is refused (ClientRequestError), not sent: written
+    into the prompt, a task's text could open a turn the conversation does not have (a forged
+    system turn, an answer put in the model's mouth)."""
     spec = TEMPLATES[template]
-    parts = [spec.turn[m["role"]].format(content=m.get("content") or "") for m in messages]
+    parts = []
+    for at, message in enumerate(messages):
+        content = message.get("content") or ""
+        found = next((m for m in spec.reserved if m in "\n" + content), None)
+        if found is not None:
+            raise ClientRequestError(
+                f"chat template {template!r}: message {at} ({message['role']}) holds the "
+                f"template's marker {found.strip()!r}, which would open or close a turn; not sent"
+            )
+        parts.append(spec.turn[message["role"]].format(content=content))
     return "".join(parts) + spec.answer_prefix
 
 
