@@ -125,7 +125,7 @@ def items_to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 message["refusal"] = refusal
             messages.append(message)
         elif kind == "function_call":
-            last = messages[-1] if messages else None
+            last: dict[str, Any] | None = messages[-1] if messages else None
             # One assistant turn's text and its (parallel) calls are one chat message. A turn
             # of calls alone says so with empty text, not null: the API allows both, but
             # llama-cpp-python's server refuses null (its schema types content as a string)
