@@ -106,3 +106,19 @@ def test_a_dead_model_server_is_not_the_agents_failure(tmp_path: Path) -> None:
     assert result.decision.action == "fix_health"
     assert result.decision.runner_up is not None
     assert result.decision.runner_up.categories.get("agent_failed") is None
+
+
+def test_an_agent_that_finished_after_its_commands_answered_wrong(tmp_path: Path) -> None:
+    """A completed mini-swe-agent rollout ends with the output of its last command (its submit):
+    no sign of a turn limit, which an agent reports as `agent_step_limit`. Judged wrong on
+    tasks no repeat passes, it is model training's evidence, not the harness's."""
+    b = _agent_run(crashed=0, wrong=2)
+    for record in b.rollouts:
+        call = {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": "{}"}
+        output = {"type": "function_call_output", "call_id": "c1", "output": "done"}
+        record.trajectory = [*record.trajectory, call, output]
+        record.num_turns = 2
+    result = _analyse(b, tmp_path / "run")
+    (training,) = [c for c in result.decision.candidates if c.action == "model_training"]
+    assert training.categories == {"wrong": 4}
+    assert result.decision.action == "model_training", result.decision.why
