@@ -38,6 +38,8 @@ class RunMeta:
     repeats: int = 2
     gymflow_version: str = "0.1.0"
     verifier_params: dict[str, Any] = field(default_factory=lambda: {"extract": "answer_line"})
+    #: the run's config as stored (`runs.config_json`): what the harness evidence reads
+    config: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -206,7 +208,7 @@ class StoreBuilder:
                     m.run_id,
                     T0.replace(tzinfo=None),
                     m.gymflow_version,
-                    "{}",
+                    json.dumps(m.config),
                     m.run_id,
                     m.benchmark,
                     m.benchmark_version,

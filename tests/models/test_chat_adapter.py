@@ -50,7 +50,7 @@ def test_request_round_trip() -> None:
     chat = request_to_chat(body)
     assert chat["messages"][2] == {
         "role": "assistant",
-        "content": None,
+        "content": "",
         "tool_calls": [
             {
                 "id": "a",

@@ -3,10 +3,16 @@ the report, the flow's log and the CLI all read.
 
 The run first: an incomplete run (rollouts missing) is completed before anything else, then an
 unhealthy one (an integrity check beyond its threshold) has its health fixed: the scores of
-either mislead. Otherwise each next action is a hypothesis (`gymflow.analysis.hypotheses`) with
-a prediction about the stored rollouts, and the rollouts where its prediction holds are its
-evidence (`gymflow.analysis.evidence`): a token limit is harness work only where the cut
-answers were on their way to an answer, a prompt change only where the answer is there in
+either mislead. Except where what breaks the health is an external agent: when the only checks
+that fail are those its failures break (`AGENT_HEALTH`: the failed share, rollouts without a
+model call, its call record) and the evidence recommends harness work for the rollouts it lost
+(the confirming experiment runs them under another agent), the decision is that harness work:
+fixing the agent is fixing the health.
+
+Otherwise each next action is a hypothesis (`gymflow.analysis.hypotheses`) with a prediction
+about the stored rollouts, and the rollouts where its prediction holds are its evidence
+(`gymflow.analysis.evidence`): a token limit is harness work only where the cut answers were
+on their way to an answer, a prompt change only where the answer is there in
 another form or the prompt's placeholder was copied, a verifier repair only where the
 verifier's own lenient reading passes the expected answer, the chat format where the output
 copies the prompt back.
@@ -27,8 +33,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from gymflow.analysis.health_checks import AGENT_RECORD_CHECKS
 from gymflow.analysis.hypotheses import (
     ACTIONS,
+    AGENT_FACTORS,
     AMBIGUOUS,
     HYPOTHESES,
     actions_of,
@@ -69,6 +77,10 @@ BLOCKING = (
 
 _ORDER = list(ACTIONS)
 
+#: The health checks an external agent's failures break (a crash is a failed rollout, often
+#: one with no model call; its call record is the proxy's against its own log).
+AGENT_HEALTH = ("failed_share", "no_model_calls", *AGENT_RECORD_CHECKS)
+
 
 def decide(
     health: Health,
@@ -90,6 +102,12 @@ def decide(
             "reading them"
         )
         return _first(COMPLETE_RUN, why, recommended)
+    if health.verdict != "healthy" and _agent_broke_health(health, recommended):
+        why = (
+            f"health checks fail ({', '.join(health.broken)}) on what an external agent lost: "
+            f"the harness failed, not the records. {recommended.why}"
+        )
+        return recommended.model_copy(update={"why": why})
     if health.verdict != "healthy":
         why = (
             f"health checks fail beyond their thresholds ({', '.join(health.broken)}): until "
@@ -97,6 +115,20 @@ def decide(
         )
         return _first(FIX_HEALTH, why, recommended)
     return recommended
+
+
+def _agent_broke_health(health: Health, recommended: Decision) -> bool:
+    """Whether an external agent explains the unhealthy verdict: only `AGENT_HEALTH` checks
+    fail, and the evidence recommends harness work whose confirming experiment is the agent's
+    (its lost rollouts are the largest part of the harness evidence)."""
+    experiment = recommended.experiment
+    return (
+        recommended.action == "harness_work"
+        and experiment is not None
+        and experiment.factor in AGENT_FACTORS
+        and bool(health.broken)
+        and set(health.broken) <= set(AGENT_HEALTH)
+    )
 
 
 def _first(action: str, why: str, recommended: Decision) -> Decision:
@@ -183,6 +215,21 @@ def _notes(action: str, evidence: Evidence) -> list[str]:
     totals = evidence.totals
     notes: list[str] = []
     if action == "harness_work":
+        lost, unrecorded = totals.get("agent_failed", 0), totals.get("unrecorded", 0)
+        if lost:
+            by_count = sorted(evidence.agent_kinds.items(), key=lambda kv: -kv[1])
+            kinds = ", ".join(f"{kind}: {n}" for kind, n in by_count)
+            notes.append(
+                f"{lost} rollout(s) were lost by the external agent ({kinds}): a failure of the "
+                "harness, never the model's answer, so no model training is read into them"
+            )
+        if unrecorded:
+            notes.append(
+                f"{unrecorded} rollout(s) have a broken model-call record (calls the proxy "
+                "refused or took after the deadline, calls the agent's log counts and the proxy "
+                "did not record, text no recorded call produced, or no call at all): what was "
+                "judged is not evidence of the model"
+            )
         cut = totals.get("cut_on_way", 0)
         astray = totals.get("cut_astray", 0)
         if cut:

@@ -8,11 +8,11 @@ offered tools and its server ignored them: `answers.tools_ignored_sql`; the text
 instead, cut at the limit or not, follows from that), truncated (incomplete response:
 output-token limit), unverified, verifier error (including judge failures), harness max turns
 (a multi-turn rollout the harness stopped at its turn limit: a single-turn rollout never is, its
-function call is its answer), harness malformed tool call, tool error reported to the model,
-answer in another form (the verifier found no answer in the form it reads, a reason its verifier
-declares as such, yet the expected answer appears elsewhere in the text, or the verifier's own
-lenient reading finds it), no answer (such a reason, and the expected answer found nowhere),
-wrong answer."""
+function call is its answer, nor a completed external agent's, which reports its own limit),
+harness malformed tool call, tool error reported to the model, answer in another form (the
+verifier found no answer in the form it reads, a reason its verifier declares as such, yet the
+expected answer appears elsewhere in the text, or the verifier's own lenient reading finds it),
+no answer (such a reason, and the expected answer found nowhere), wrong answer."""
 
 from __future__ import annotations
 
@@ -77,6 +77,10 @@ def _counter(name: str) -> str:
 
 
 _LAST_ITEM = "json_extract_string(r.trajectory_json, '$[#-1].type')"
+#: Harnesses whose last tool call is no sign of a turn limit: single_turn's call is its answer,
+#: and an external agent (`command`) says it stopped at its limit by its failure kind
+#: (`agent_step_limit`); its trajectory ends with the output of its last command either way.
+_OWN_TURN_ENDS = "('single_turn', 'command')"
 
 
 def _classify_sql(no_answer: tuple[str, ...]) -> str:
@@ -99,7 +103,7 @@ def _classify_sql(no_answer: tuple[str, ...]) -> str:
           WHEN v.status <> 'ok' THEN 'verifier_error'
           WHEN {_counter("max_turns_reached")} > 0
                OR (coalesce(r.num_turns, 1) > 1
-                   AND NOT EXISTS (SELECT 1 FROM runs WHERE harness = 'single_turn')
+                   AND NOT EXISTS (SELECT 1 FROM runs WHERE harness IN {_OWN_TURN_ENDS})
                    AND {called_sql("r.trajectory_json")}
                    AND {_LAST_ITEM} IN ('function_call', 'function_call_output'))
             THEN 'harness_max_turns'

@@ -3,6 +3,12 @@
 
 A class says what the stored rollout shows, in this order (the first that applies):
 - `unjudged`: the verifier failed to judge it, or never did;
+- `agent_failed`: an external agent ended it (`command` harness: crashed, timed out, stopped at
+  its step limit, not installed, or its sandbox failed): the harness lost it, never the model;
+- `unrecorded`: the agent's model-call record is broken (`AGENT_RECORD_CHECKS`: calls the
+  recording proxy refused or took after the deadline, calls its own log counts and the proxy
+  did not record, trajectory text no recorded call produced), or a model-using agent made no
+  call at all: what was judged is not evidence of the model;
 - `failed_call`: the rollout failed in the model call, the harness or a crashed tool;
 - `echo`: the output copies the prompt back, holds a chat turn marker, or loops a placeholder
   (`gymflow.analysis.signs`): the model continues the prompt rather than answering the turn;
@@ -32,6 +38,7 @@ from __future__ import annotations
 import json
 
 from gymflow.analysis.answers import appears_in_sql, no_answer_sql, normalised_sql
+from gymflow.analysis.health_checks import AGENT_RECORD_CHECKS, CHECKS, MODEL_FREE
 from gymflow.analysis.results import Evidence, EvidencePattern
 from gymflow.analysis.signs import (
     echo_sql,
@@ -39,11 +46,14 @@ from gymflow.analysis.signs import (
     placeholder_sql,
     turn_marker_sql,
 )
+from gymflow.core.statuses import AGENT_FAILURES
 from gymflow.store.db import first_sql
 from gymflow.verifiers.base import LENIENT_MATCH
 
 CLASSES = (
     "unjudged",
+    "agent_failed",
+    "unrecorded",
     "failed_call",
     "echo",
     "tools_ignored",
@@ -90,6 +100,7 @@ def _signs_sql(no_answer: tuple[str, ...]) -> str:
     out, reference = _squeezed(text), _squeezed("t.reference")
     return f"""
         f.category, f.kind,
+        f.rollout_id IN (SELECT rollout_id FROM diag_unrecorded) AS unrecorded,
         coalesce(r.incomplete, FALSE) AS cut,
         {loop_sql(text)} AS looped,
         {echo_sql(text, prompt)} OR {turn_marker_sql(text)}
@@ -110,11 +121,28 @@ def _signs_sql(no_answer: tuple[str, ...]) -> str:
     """
 
 
+def _unrecorded_sql() -> str:
+    """The rollouts whose external agent's model-call record is broken: those the health checks
+    of `AGENT_RECORD_CHECKS` flag, and, under the `command` harness, a model-using agent's
+    rollout with no model call at all."""
+    flagged = " UNION ".join(f"SELECT id FROM ({CHECKS[name].sql})" for name in AGENT_RECORD_CHECKS)
+    return f"""
+        SELECT id AS rollout_id FROM ({flagged})
+        UNION
+        SELECT rollout_id FROM rollouts r
+        WHERE (SELECT max(harness) FROM runs) = 'command' AND NOT ({MODEL_FREE})
+          AND NOT EXISTS (SELECT 1 FROM model_calls m WHERE m.rollout_id = r.rollout_id)
+    """
+
+
 def _class_sql() -> str:
     """SQL over the signs: the evidence class of one non-passing rollout (`CLASSES`)."""
     return f"""
         CASE
           WHEN category IN ('verifier_error', 'unverified') THEN 'unjudged'
+          WHEN category = 'harness_error' AND kind IN ({_quoted(AGENT_FAILURES)})
+            THEN 'agent_failed'
+          WHEN unrecorded THEN 'unrecorded'
           WHEN category IN ({_quoted(_FAILED_CALL)})
                OR (category = 'tool_error' AND kind = 'tool_error') THEN 'failed_call'
           WHEN echoed THEN 'echo'
@@ -140,6 +168,7 @@ def prepare(con, version: str, no_answer: tuple[str, ...]) -> None:
     `repeat_index`, `bucket`, `class`, `cut`, `formless`), from diagnose's diag_failures and
     diag_tasks (`gymflow.analysis.diagnose._prepare`)."""
     missing = f"json_extract_string(v.details_json, '$.reason') IN ({_quoted(no_answer)})"
+    con.execute(f"CREATE OR REPLACE TEMP TABLE diag_unrecorded AS {_unrecorded_sql()}")
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE diag_evidence AS
@@ -167,15 +196,25 @@ def prepare(con, version: str, no_answer: tuple[str, ...]) -> None:
     )
 
 
-def _run_facts(con) -> tuple[int, dict[str, object]]:
-    """(repeats, sampling settings) as the run was configured."""
-    row = con.execute("SELECT max(repeats), any_value(sampling_json) FROM runs").fetchone()
+def _run_facts(con) -> tuple[int, dict[str, object], str | None]:
+    """(repeats, sampling settings, the `command` harness's agent recipe) as the run was
+    configured."""
+    row = con.execute(
+        "SELECT max(repeats), any_value(sampling_json), any_value(config_json) FROM runs"
+    ).fetchone()
     repeats = int(row[0] or 0) if row else 0
+    sampling, config = (_object(row[i]) if row else {} for i in (1, 2))
+    harness = config.get("harness")
+    agent = harness.get("agent") if isinstance(harness, dict) else None
+    return repeats, sampling, agent if isinstance(agent, str) else None
+
+
+def _object(text: object) -> dict:
     try:
-        sampling = json.loads(row[1]) if row and row[1] else {}
+        value = json.loads(text) if isinstance(text, str) and text else {}
     except ValueError:
-        sampling = {}
-    return repeats, sampling if isinstance(sampling, dict) else {}
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _number(value: object) -> float | None:
@@ -236,7 +275,13 @@ def evidence(con, version: str, no_answer: tuple[str, ...], *, examples: int = 5
         [list(no_answer), version],
     ).fetchone()
     tasks_total = con.execute("SELECT count(*) FROM diag_tasks WHERE n > 0").fetchone()[0]
-    repeats, sampling = _run_facts(con)
+    agent_kinds = con.execute(
+        """
+        SELECT f.kind, count(*)::BIGINT FROM diag_evidence e JOIN diag_failures f USING (rollout_id)
+        WHERE e.class = 'agent_failed' GROUP BY f.kind
+        """
+    ).fetchall()
+    repeats, sampling, agent = _run_facts(con)
     limit = _number(sampling.get("max_output_tokens"))
     return Evidence(
         classes=list(CLASSES),
@@ -250,4 +295,6 @@ def evidence(con, version: str, no_answer: tuple[str, ...], *, examples: int = 5
         repeats=repeats,
         temperature=_number(sampling.get("temperature")),
         max_output_tokens=int(limit) if limit is not None else None,
+        agent_kinds={kind: int(n) for kind, n in agent_kinds},
+        agent=agent,
     )

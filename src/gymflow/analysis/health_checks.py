@@ -211,6 +211,16 @@ def _beyond_share(where: str, variable: str) -> str:
         """
 
 
+#: The checks of an external agent's model-call record (the `command` harness's evidence): a
+#: rollout they flag was lost by the harness's record, whatever its verdict says of the model.
+#: The decision reads them as harness evidence (`gymflow.analysis.evidence`).
+AGENT_RECORD_CHECKS = (
+    "proxy_refused_calls",
+    "calls_after_deadline",
+    "agent_calls_unrecorded",
+    "text_without_call",
+)
+
 #: The temporary table of rollout ids whose seal did not match (`health._seal_mismatches`).
 SEAL_MISMATCHES = "seal_mismatches"
 

@@ -11,9 +11,14 @@ holds, and the one-factor experiment on the affected tasks that would confirm it
   serving the checkpoint with its own chat template, or an instruct checkpoint: gymflow cannot
   choose either, so it names it.
 - harness work: "the serving stack or the harness, not the policy, failed". Predicts failed model
-  calls, tools the server ignored, turn limits, and answers cut at the output-token limit on
-  their way to an answer (`cut_on_way`: never a loop, an echo or a placeholder). Confirmed by
-  raising the limit on the cut tasks, or sending `tool_choice: auto` where tools were ignored.
+  calls, tools the server ignored, turn limits, answers cut at the output-token limit on
+  their way to an answer (`cut_on_way`: never a loop, an echo or a placeholder), and rollouts
+  an external agent lost (`agent_failed`: it crashed, timed out, stopped at its step limit, was
+  not installed, or its sandbox failed) or whose model-call record it broke (`unrecorded`).
+  Confirmed by raising the limit on the cut tasks, sending `tool_choice: auto` where tools were
+  ignored, or running the agent's lost tasks with the same model under gymflow's own
+  `tool_loop` agent: they end judged there (installing the agent, or fixing the sandbox, where
+  that is what failed).
 - prompt change: "the prompt does not get the answer into the form the verifier reads".
   Predicts answers in another form (the expected answer is in the text, the verifier found no
   answer in its form) or outputs that copy the prompt's placeholder. Confirmed by the prompt
@@ -72,8 +77,11 @@ HYPOTHESES: dict[str, Hypothesis] = {
         Hypothesis(
             "harness_work",
             "the serving stack or the harness failed, not the policy",
-            "failed model calls, tools the server ignored, turn limits, and answers cut at the "
-            "output-token limit on their way to an answer (not loops, echoes or placeholders)",
+            "failed model calls, tools the server ignored, turn limits, answers cut at the "
+            "output-token limit on their way to an answer (not loops, echoes or placeholders), "
+            "and rollouts an external agent lost (it crashed, timed out, stopped at its step "
+            "limit, was not installed, or its sandbox failed) or whose model-call record it "
+            "broke",
         ),
         Hypothesis(
             "prompt_change",
@@ -101,6 +109,8 @@ _CLASS_ACTION = {
     "passed_unanswered": "verifier_repair",
     "echo": "chat_format",
     "failed_call": "harness_work",
+    "agent_failed": "harness_work",
+    "unrecorded": "harness_work",
     "tools_ignored": "harness_work",
     "serving": "harness_work",
     "cut_on_way": "harness_work",
@@ -216,6 +226,10 @@ def experiment(
     if action == "harness_work":
         cut = cats.get("cut_on_way", 0) + cats.get("cut_other_form", 0)
         ignored = cats.get("tools_ignored", 0)
+        agent = cats.get("agent_failed", 0) + cats.get("unrecorded", 0)
+        serving = cats.get("failed_call", 0) + cats.get("serving", 0)
+        if agent and agent >= max(cut, ignored, serving):
+            return _agent_experiment(evidence, task_ids)
         if cut >= ignored and cut >= cats.get("failed_call", 0) + cats.get("serving", 0):
             limit = _scaled_limit(evidence.max_output_tokens)
             return Experiment(
@@ -304,6 +318,45 @@ def experiment(
             else "these tasks pass on some repeats and fail on others"
         ),
         how=f"rerun these tasks with repeats: {repeats} at temperature {temperature:g}",
+    )
+
+
+#: gymflow's own agent over a shell tool: the harness a lost task is run under to confirm that
+#: the agent, not the model, lost it
+OWN_AGENT = "tool_loop"
+#: the factors of the experiments confirming that an external agent lost rollouts
+AGENT_FACTORS = ("harness", "harness.agent")
+
+
+def _agent_experiment(evidence: Evidence, task_ids: list[str]) -> Experiment:
+    """Run the tasks an external agent lost with the same model under gymflow's own agent: if
+    the agent lost them, they end judged there. Where the run's agent is that one already, or
+    it was not installed or its sandbox failed, gymflow names the fix instead."""
+    kinds = evidence.agent_kinds
+    setup = kinds.get("agent_install_missing", 0) + kinds.get("sandbox_error", 0)
+    if evidence.agent == OWN_AGENT or setup * 2 > sum(kinds.values()):
+        return Experiment(
+            action="harness_work",
+            factor=AGENT_FACTORS[0],
+            change={},
+            kind="none",
+            tasks=task_ids,
+            predicted="once the agent runs (installed, its sandbox starting) and its calls are "
+            "recorded, these rollouts end judged",
+            how="read the agent's failures (`gym eval health RUN`, the rollouts' errors); fix "
+            "its install (.ci/run), sandbox or recipe, then `gym eval run CONFIG --resume`",
+        )
+    return Experiment(
+        action="harness_work",
+        factor=AGENT_FACTORS[1],
+        # the run's own command line (`harness.command`) and its version give way to the agent
+        change={"harness": {"agent": OWN_AGENT, "command": None, "agent_version": None}},
+        kind="rerun",
+        tasks=task_ids,
+        predicted=f"with the same model under gymflow's own `{OWN_AGENT}` agent, these tasks "
+        "end judged (no agent failure, every call recorded): the agent lost them, not the "
+        "model; a task that passes there is one the model can solve",
+        how=f"rerun these tasks with harness.agent: {OWN_AGENT}",
     )
 
 

@@ -301,6 +301,11 @@ class Evidence(Result):
     repeats: int
     temperature: Number | None
     max_output_tokens: int | None
+    #: the failure kinds of the rollouts an external agent lost (class `agent_failed`), and the
+    #: run's agent recipe (`harness.agent`, None for another harness): what the experiment
+    #: confirming harness work changes
+    agent_kinds: dict[str, int] = Field(default_factory=dict)
+    agent: str | None = None
 
 
 class Diagnosis(Result):

@@ -26,6 +26,13 @@ from pathlib import Path
 
 from gymflow.core.config import HarnessConfig
 from gymflow.core.protocols import Resources
+from gymflow.core.statuses import (
+    AGENT_CRASHED,
+    AGENT_INSTALL_MISSING,
+    AGENT_STEP_LIMIT,
+    AGENT_TIMEOUT,
+    SANDBOX_ERROR,
+)
 from gymflow.core.tasks import Task
 from gymflow.harness.base import Episode, harness
 from gymflow.harness.recipes import (
@@ -92,7 +99,7 @@ async def command(
     recipe = recipe_of(config)
     missing = recipe.missing()
     if missing:
-        return _failed(episode, "agent_install_missing", missing)
+        return _failed(episode, AGENT_INSTALL_MISSING, missing)
     open_sandbox = getattr(server, "open_sandbox", None)
     if open_sandbox is None:
         return _failed(
@@ -105,7 +112,7 @@ async def command(
         workspace_task = server.env.workspace_task(task.task_id)  # type: ignore[attr-defined]
         await _prepare(sandbox, recipe, workspace_task.folder, prompt)
     except SandboxError as exc:
-        return _failed(episode, "sandbox_error", str(exc))
+        return _failed(episode, SANDBOX_ERROR, str(exc))
     timeout_s = workspace_task.agent_timeout_s
     started = time.monotonic()
     if recipe.run is not None:
@@ -142,7 +149,7 @@ async def command(
         if recipe.logs is not None:
             await _read_agent_logs(sandbox, recipe, episode, prompt)
     except SandboxError as exc:
-        return _failed(episode, "sandbox_error", str(exc))
+        return _failed(episode, SANDBOX_ERROR, str(exc))
     _record(episode, recipe, result, model_failure)
     if not recipe.needs_model:  # health reads no missing model evidence into it
         episode.counters["model_free"] = 1
@@ -210,20 +217,18 @@ def _record(
     if result.exit_code is not None:
         episode.counters["agent_exit_code"] = result.exit_code
     if result.limit == "timeout":
-        _failed(episode, "agent_timeout", f"the agent outlived its time limit ({result.seconds}s)")
+        _failed(episode, AGENT_TIMEOUT, f"the agent outlived its time limit ({result.seconds}s)")
     elif result.limit == "memory":
-        _failed(episode, "agent_crashed", "the agent ran out of memory ([environment] memory_mb)")
+        _failed(episode, AGENT_CRASHED, "the agent ran out of memory ([environment] memory_mb)")
     elif result.exit_code in recipe.step_limit_exits:
-        _failed(
-            episode, "agent_step_limit", f"the agent stopped at its step limit: {_tail(result)}"
-        )
+        _failed(episode, AGENT_STEP_LIMIT, f"the agent stopped at its step limit: {_tail(result)}")
     elif result.exit_code == NOT_FOUND and "command not found" in result.output:
-        _failed(episode, "agent_install_missing", _tail(result))
+        _failed(episode, AGENT_INSTALL_MISSING, _tail(result))
     elif result.exit_code != 0 and model_failure is not None:
         _failed(episode, model_failure, f"the model call failed, then the agent exited "
                 f"{result.exit_code}: {_tail(result)}")  # fmt: skip
     elif result.exit_code != 0:
-        _failed(episode, "agent_crashed", f"exit status {result.exit_code}: {_tail(result)}")
+        _failed(episode, AGENT_CRASHED, f"exit status {result.exit_code}: {_tail(result)}")
 
 
 async def _in_process(
@@ -247,12 +252,12 @@ async def _in_process(
             recipe.run(context), deadline - time.monotonic() + GRACE_S
         )
     except TimeoutError:
-        return _failed(episode, "agent_timeout", "the agent outlived its time limit")
+        return _failed(episode, AGENT_TIMEOUT, "the agent outlived its time limit")
     if result.failure_kind is None:
         if time.monotonic() > deadline:
-            _failed(result, "agent_timeout", "the agent outlived its time limit")
+            _failed(result, AGENT_TIMEOUT, "the agent outlived its time limit")
         elif result.counters.get("max_turns_reached"):
-            _failed(result, "agent_step_limit", f"harness.max_turns ({config.max_turns}) reached")
+            _failed(result, AGENT_STEP_LIMIT, f"harness.max_turns ({config.max_turns}) reached")
     return result
 
 

@@ -125,10 +125,13 @@ def items_to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 message["refusal"] = refusal
             messages.append(message)
         elif kind == "function_call":
-            last = messages[-1] if messages else None
-            # One assistant turn's text and its (parallel) calls are one chat message.
+            last: dict[str, Any] | None = messages[-1] if messages else None
+            # One assistant turn's text and its (parallel) calls are one chat message. A turn
+            # of calls alone says so with empty text, not null: the API allows both, but
+            # llama-cpp-python's server refuses null (its schema types content as a string)
+            # and its tool-calling chat format fails on a missing content (HTTP 500 for both).
             if last is None or last["role"] != "assistant" or "tool_call_id" in last:
-                last = {"role": "assistant", "content": None}
+                last = {"role": "assistant", "content": ""}
                 messages.append(last)
             last.setdefault("tool_calls", []).append(
                 {
