@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gymflow.core.errors import option
 from gymflow.store.db import StoreError, store_path, transaction
+from gymflow.store.handle import Connection, one_row
 from gymflow.store.schema import COLUMNS
 from gymflow.store.seal import check_inputs, claim, seal_tasks
 from gymflow.store.writer import insert_rows
@@ -132,3 +133,14 @@ def run_info(con) -> RunInfo:
     if row is None:
         raise StoreError("store holds no run")
     return RunInfo(*row)
+
+
+def has_run(con: Connection) -> bool:
+    """Whether the store holds its run's row yet (a shard store before registration does not)."""
+    return one_row(con, "SELECT count(*) FROM runs")[0] > 0
+
+
+def config_json(con: Connection) -> str | None:
+    """The run's config as stored (JSON text), or None for a store without a run or a config."""
+    row = con.execute("SELECT config_json FROM runs LIMIT 1").fetchone()
+    return row[0] if row else None

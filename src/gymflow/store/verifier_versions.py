@@ -10,6 +10,7 @@ verdicts (an import judged later), the first version it got."""
 from __future__ import annotations
 
 from gymflow.store.db import StoreError, transaction
+from gymflow.store.handle import Connection
 from gymflow.store.seal import check_inputs, claim, seal_tasks
 
 CURRENT_KEY = "current_verifier_version"
@@ -53,3 +54,11 @@ def make_current(con, version: str) -> None:
             [CURRENT_KEY, version],
         )
         seal_tasks(con, claim(con, where))
+
+
+def verifier_name(con: Connection, version: str) -> str | None:
+    """The verifier's name a stored version records, or None for a version not stored here."""
+    row = con.execute(
+        "SELECT verifier_name FROM verifier_versions WHERE verifier_version = ?", [version]
+    ).fetchone()
+    return row[0] if row else None

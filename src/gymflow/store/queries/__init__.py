@@ -1,0 +1,8 @@
+"""The SQL against gymflow's tables, one module per concern: what a caller asks of a store, as
+functions of a `gymflow.store.handle.Connection` that return rows or values. Heavy work stays
+in SQL: a query aggregates in DuckDB and returns what it found, never every row for Python to
+loop over.
+
+- `rollouts`, `model_calls`, `tasks`: small questions about one table (the `runs` and
+  `verifier_versions` tables have theirs in `gymflow.store.runs` and
+  `gymflow.store.verifier_versions`)"""
