@@ -39,7 +39,6 @@ ALLOWED: dict[str, str] = {
     "interop/atif_files.py": "the ATIF export's reads of rollouts, calls and verdicts",
     "interop/export.py": "the JSONL export's join of rollouts, tasks and verdicts",
     "interop/nemo_export.py": "the NeMo Gym export's reads of every table",
-    "reports/views.py": "the report's views over rollouts, tasks and verdicts",
     "reverify/check.py": "the reverify check's reads of stored verdicts",
     "reverify/new_version.py": "reverify's reads of rollouts and writes of verdicts",
     "study/confirm.py": "the study confirmation's reads of runs, rollouts and verdicts",
