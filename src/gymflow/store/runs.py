@@ -144,3 +144,8 @@ def config_json(con: Connection) -> str | None:
     """The run's config as stored (JSON text), or None for a store without a run or a config."""
     row = con.execute("SELECT config_json FROM runs LIMIT 1").fetchone()
     return row[0] if row else None
+
+
+def max_repeats(con: Connection) -> int | None:
+    """The repeats the run asked for (None for a store without a run or a count)."""
+    return one_row(con, "SELECT max(repeats) FROM runs")[0]

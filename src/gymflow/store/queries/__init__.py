@@ -3,6 +3,7 @@ functions of a `gymflow.store.handle.Connection` that return rows or values. Hea
 in SQL: a query aggregates in DuckDB and returns what it found, never every row for Python to
 loop over.
 
+- `exports`: the JSONL/Parquet, NeMo Gym and ATIF exports' rows, and NeMo Gym's scored verdicts
 - `report_views`: the report's layouts of stored rows (outcome grid, histograms, examples)
 - `rollouts`, `model_calls`, `tasks`: small questions about one table (the `runs` and
   `verifier_versions` tables have theirs in `gymflow.store.runs` and
