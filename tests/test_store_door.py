@@ -29,7 +29,6 @@ ALLOWED: dict[str, str] = {
     "analysis/harness_evidence.py": "the harness evidence's reads of rollouts and verdicts",
     "analysis/health.py": "the health run's shared counts and verdict table",
     "analysis/health_checks.py": "every health check, one query each (stays in analysis/)",
-    "analysis/outcomes.py": "the outcome and task-count SQL profile, diagnose and compare share",
     "analysis/profile.py": "the profile's usage percentiles and answer-form counts",
     "data/chat.py": "the chat export's rollouts with their verdicts and calls",
     "data/profile.py": "the dataset profile's join of tasks to its own data_tasks table",

@@ -29,7 +29,7 @@ from gymflow.analysis.environment import no_answer_reasons
 from gymflow.analysis.evidence import evidence as evidence_of
 from gymflow.analysis.evidence import prepare as prepare_evidence
 from gymflow.analysis.frames import frame
-from gymflow.analysis.outcomes import check_verifier_version, task_counts_sql
+from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.analysis.results import (
     Bucket,
     Diagnosis,
@@ -40,6 +40,7 @@ from gymflow.analysis.results import (
 )
 from gymflow.models.errors import ModelError
 from gymflow.store.db import first_sql, memory_capped_call
+from gymflow.store.queries.scores import task_counts_sql
 from gymflow.store.runs import run_info
 from gymflow.verifiers.base import LENIENT_MATCH
 

@@ -14,7 +14,6 @@ from gymflow.analysis.answers import extracted_sql, normalised_sql
 from gymflow.analysis.outcomes import (
     check_verifier_version,
     coverage_of,
-    scored_filter,
     task_table,
     version_read,
 )
@@ -33,6 +32,7 @@ from gymflow.analysis.stats import (
 )
 from gymflow.environments.registry import RegistryError, environment_sources
 from gymflow.store.db import memory_capped_call
+from gymflow.store.queries.scores import scored_filter
 from gymflow.store.runs import run_info
 
 #: rollout columns summarised by percentile

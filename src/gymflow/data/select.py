@@ -14,8 +14,9 @@ import polars as pl
 
 from gymflow.analysis.diagnose import _bucket_sql
 from gymflow.analysis.frames import frame
-from gymflow.analysis.outcomes import check_verifier_version, task_counts_sql
+from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.core.errors import UserError
+from gymflow.store.queries.scores import task_counts_sql
 
 BUCKETS = ("always_pass", "sometimes_pass", "never_pass", "missing")
 _BAND = re.compile(r"^\s*([\[(])\s*([^,\s]+)\s*,\s*([^\])\s]+)\s*([\])])\s*$")

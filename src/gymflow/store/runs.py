@@ -149,3 +149,9 @@ def config_json(con: Connection) -> str | None:
 def max_repeats(con: Connection) -> int | None:
     """The repeats the run asked for (None for a store without a run or a count)."""
     return one_row(con, "SELECT max(repeats) FROM runs")[0]
+
+
+def judged_version(con: Connection) -> str | None:
+    """The verifier version the run was judged under, as its `runs` row names it."""
+    row = con.execute("SELECT verifier_version FROM runs LIMIT 1").fetchone()
+    return row[0] if row else None

@@ -62,3 +62,16 @@ def verifier_name(con: Connection, version: str) -> str | None:
         "SELECT verifier_name FROM verifier_versions WHERE verifier_version = ?", [version]
     ).fetchone()
     return row[0] if row else None
+
+
+def version_record(con: Connection, version: str) -> tuple[str, str | None, str | None]:
+    """(verifier_name, params_json, source) of a stored version; StoreError for another."""
+    row = con.execute(
+        "SELECT verifier_name, params_json, source FROM verifier_versions "
+        "WHERE verifier_version = ?",
+        [version],
+    ).fetchone()
+    if row is None:
+        raise StoreError(f"no verifier version {version!r} in this store")
+    name, params, source = row
+    return name, params, source

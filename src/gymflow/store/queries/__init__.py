@@ -4,6 +4,7 @@ in SQL: a query aggregates in DuckDB and returns what it found, never every row 
 loop over.
 
 - `exports`: the JSONL/Parquet, NeMo Gym and ATIF exports' rows, and NeMo Gym's scored verdicts
+- `scores`: which rollouts count, per-task outcome counts and coverage
 - `report_views`: the report's layouts of stored rows (outcome grid, histograms, examples)
 - `rollouts`, `model_calls`, `tasks`: small questions about one table (the `runs` and
   `verifier_versions` tables have theirs in `gymflow.store.runs` and
