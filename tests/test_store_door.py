@@ -23,7 +23,6 @@ ALLOWED: dict[str, str] = {
     # owned by another branch (the seals): moved when it lands
     "reverify/sealed_first.py": "the sealed-first reverify's reads of verdicts and versions",
     # not moved yet (issue 43): each names the SQL it still holds
-    "analysis/answers.py": "what counts as an answer: SQL fragments health and diagnose share",
     "analysis/diagnose.py": "the diagnosis's buckets, taxonomy and suspects",
     "analysis/evidence.py": "the evidence tables a decision reads",
     "analysis/harness_evidence.py": "the harness evidence's reads of rollouts and verdicts",

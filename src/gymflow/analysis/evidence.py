@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 
-from gymflow.analysis.answers import appears_in_sql, no_answer_sql, normalised_sql
 from gymflow.analysis.results import Evidence, EvidencePattern
 from gymflow.analysis.signs import (
     echo_sql,
@@ -40,6 +39,7 @@ from gymflow.analysis.signs import (
     turn_marker_sql,
 )
 from gymflow.store.db import first_sql
+from gymflow.store.queries.answers import appears_in_sql, no_answer_sql, normalised_sql
 from gymflow.verifiers.base import LENIENT_MATCH
 
 CLASSES = (

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from gymflow.analysis.answers import extracted_sql, normalised_sql
 from gymflow.analysis.outcomes import (
     check_verifier_version,
     coverage_of,
@@ -32,6 +31,7 @@ from gymflow.analysis.stats import (
 )
 from gymflow.environments.registry import RegistryError, environment_sources
 from gymflow.store.db import memory_capped_call
+from gymflow.store.queries.answers import extracted_sql, normalised_sql
 from gymflow.store.queries.scores import scored_filter
 from gymflow.store.runs import run_info
 

@@ -3,6 +3,7 @@ functions of a `gymflow.store.handle.Connection` that return rows or values. Hea
 in SQL: a query aggregates in DuckDB and returns what it found, never every row for Python to
 loop over.
 
+- `answers`: what counts as an answer (SQL fragments health, profile and diagnosis share)
 - `exports`: the JSONL/Parquet, NeMo Gym and ATIF exports' rows, and NeMo Gym's scored verdicts
 - `scores`: which rollouts count, per-task outcome counts and coverage
 - `report_views`: the report's layouts of stored rows (outcome grid, histograms, examples)
