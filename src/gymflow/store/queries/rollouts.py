@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gymflow.store.handle import Connection, one_row
 
 
@@ -26,3 +28,32 @@ def held_and_failed(con: Connection) -> tuple[int, int]:
         "FROM rollouts",
     )
     return stored, failed
+
+
+def usage_summary(con: Connection, columns: tuple[str, ...]) -> tuple[Any, ...]:
+    """For each rollout column in turn: its mean, its [p50, p90, p99] and its max (a DOUBLE),
+    over every stored rollout, in one row."""
+    parts = [
+        f"avg({column}), quantile_cont({column}, [0.5, 0.9, 0.99]), max({column})::DOUBLE"
+        for column in columns
+    ]
+    return one_row(con, f"SELECT {', '.join(parts)} FROM rollouts")
+
+
+def failing_rollouts(
+    con: Connection, verifier_version: str, task_id: str, limit: int
+) -> list[tuple[Any, ...]]:
+    """At most `limit` rollouts of `task_id` that did not pass under `verifier_version`, by
+    repeat: rollout_id, repeat_index, status, failure kind (the rollout's or else the
+    verdict's) and reward."""
+    return con.execute(
+        """
+        SELECT r.rollout_id, r.repeat_index, r.status, coalesce(r.failure_kind, v.failure_kind),
+               v.reward
+        FROM rollouts r
+        LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+        WHERE r.task_id = ? AND NOT coalesce(v.passed, FALSE)
+        ORDER BY r.repeat_index LIMIT ?
+        """,
+        [verifier_version, task_id, limit],
+    ).fetchall()

@@ -5,6 +5,7 @@ DuckDB; callers read its rows, never the rollouts."""
 from __future__ import annotations
 
 from gymflow.store.handle import Connection, one_row
+from gymflow.store.queries.answers import extracted_sql, normalised_sql
 
 SCORED_SQL = "v.status = 'ok' AND r.status = 'completed'"
 
@@ -62,3 +63,45 @@ def coverage_counts(con: Connection, verifier_version: str) -> tuple[int, int, i
         [verifier_version],
     )
     return expected, stored, scored
+
+
+def majority_votes(
+    con: Connection, verifier_version: str, *, failures_as_zero: bool = False
+) -> tuple[int, float | None]:
+    """(answers voted, mean majority-vote score over tasks): a task's scored rollouts vote with
+    their extracted answers after normalisation, the task scores the share of correct answers
+    among the most voted ones (ties split evenly), 0 when nothing was extracted."""
+    scored = scored_filter(failures_as_zero)
+    # Group the raw extracted strings first and normalise only the distinct ones: the regexes
+    # then run on a few rows per task instead of on every rollout.
+    answer = normalised_sql("raw")
+    voted, score = one_row(
+        con,
+        f"""
+        WITH raw_votes AS (
+            SELECT r.task_id, {extracted_sql("v.details_json")} AS raw,
+                   count(*) AS votes, bool_or(coalesce(v.passed, FALSE)) AS correct
+            FROM rollouts r
+            LEFT JOIN verifications v
+              ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+            WHERE {scored}
+            GROUP BY ALL
+        ),
+        votes AS (
+            SELECT task_id, {answer} AS answer, sum(votes) AS votes, bool_or(correct) AS correct
+            FROM raw_votes WHERE raw IS NOT NULL GROUP BY ALL
+        ),
+        winners AS (
+            SELECT task_id, avg(correct::DOUBLE) AS score
+            FROM (SELECT *, max(votes) OVER (PARTITION BY task_id) AS top FROM votes
+                  WHERE answer <> '')
+            WHERE votes = top
+            GROUP BY task_id
+        )
+        SELECT (SELECT count(*) FROM votes WHERE answer <> ''),
+               avg(coalesce(w.score, 0.0))
+        FROM (SELECT DISTINCT task_id FROM raw_votes) s LEFT JOIN winners w USING (task_id)
+        """,
+        [verifier_version],
+    )
+    return voted, score
