@@ -25,7 +25,6 @@ ALLOWED: dict[str, str] = {
     # not moved yet (issue 43): each names the SQL it still holds
     "analysis/diagnose.py": "the diagnosis's buckets, taxonomy and suspects",
     "analysis/evidence.py": "the evidence tables a decision reads",
-    "analysis/health.py": "the health run's shared counts and verdict table",
     "analysis/health_checks.py": "every health check, one query each (stays in analysis/)",
     "data/chat.py": "the chat export's rollouts with their verdicts and calls",
     "data/profile.py": "the dataset profile's join of tasks to its own data_tasks table",

@@ -57,3 +57,24 @@ def failing_rollouts(
         """,
         [verifier_version, task_id, limit],
     ).fetchall()
+
+
+def health_verdicts_sql(hits: str, *, unhealthy_only: bool, limit: int | None) -> str:
+    """SQL for each rollout's health verdict, by task, repeat and id: rollout_id, task_id,
+    repeat_index, healthy, checks (the names of the checks it failed, sorted), from the temp
+    table `hits` (id, check_name) the health checks filled; only the unhealthy ones with
+    `unhealthy_only`, at most `limit`."""
+    join = "JOIN" if unhealthy_only else "LEFT JOIN"
+    limit_sql = f"LIMIT {int(limit)}" if limit is not None else ""
+    return f"""
+        SELECT r.rollout_id, r.task_id, r.repeat_index,
+               h.checks IS NULL AS healthy,
+               coalesce(h.checks, []::VARCHAR[]) AS checks
+        FROM rollouts r
+        {join} (
+            SELECT id, list(DISTINCT check_name ORDER BY check_name) AS checks
+            FROM {hits} GROUP BY id
+        ) h ON h.id = r.rollout_id
+        ORDER BY r.task_id, r.repeat_index, r.rollout_id
+        {limit_sql}
+        """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gymflow.store.handle import Connection
+from gymflow.store.handle import Connection, one_row
 
 #: A stored task as a verifier reads it: id, the row's JSON, reference, tags and difficulty.
 StoredTask = tuple[str, str | None, str | None, list[str] | None, str | None]
@@ -13,3 +13,8 @@ def stored_tasks(con: Connection) -> list[StoredTask]:
     return con.execute(
         "SELECT task_id, data_json, reference, tags, difficulty FROM tasks ORDER BY task_id"
     ).fetchall()
+
+
+def task_count(con: Connection) -> int:
+    """How many tasks the store holds."""
+    return one_row(con, "SELECT count(*) FROM tasks")[0]
