@@ -5,6 +5,7 @@ loop over.
 
 - `answers`: what counts as an answer (SQL fragments health, profile and diagnosis share)
 - `exports`: the JSONL/Parquet, NeMo Gym and ATIF exports' rows, and NeMo Gym's scored verdicts
+- `selections`: a dataset built from a run: its task table, prompts and rows
 - `scores`: which rollouts count, per-task outcome counts and coverage
 - `report_views`: the report's layouts of stored rows (outcome grid, histograms, examples)
 - `rollouts`, `model_calls`, `tasks`: small questions about one table (the `runs` and
