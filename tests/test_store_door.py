@@ -26,7 +26,6 @@ ALLOWED: dict[str, str] = {
     "analysis/diagnose.py": "the diagnosis's buckets, taxonomy and suspects",
     "analysis/evidence.py": "the evidence tables a decision reads",
     "analysis/health_checks.py": "every health check, one query each (stays in analysis/)",
-    "data/chat.py": "the chat export's rollouts with their verdicts and calls",
     "reverify/check.py": "the reverify check's reads of stored verdicts",
     "reverify/new_version.py": "reverify's reads of rollouts and writes of verdicts",
     "study/confirm.py": "the study confirmation's reads of runs, rollouts and verdicts",

@@ -4,6 +4,7 @@ in SQL: a query aggregates in DuckDB and returns what it found, never every row 
 loop over.
 
 - `answers`: what counts as an answer (SQL fragments health, profile and diagnosis share)
+- `chat`: trajectories as chat messages, tools and conversations (training data)
 - `exports`: the JSONL/Parquet, NeMo Gym and ATIF exports' rows, and NeMo Gym's scored verdicts
 - `selections`: a dataset built from a run: its task table, prompts and rows
 - `scores`: which rollouts count, per-task outcome counts and coverage
