@@ -28,7 +28,6 @@ ALLOWED: dict[str, str] = {
     "analysis/health_checks.py": "every health check, one query each (stays in analysis/)",
     "reverify/check.py": "the reverify check's reads of stored verdicts",
     "reverify/new_version.py": "reverify's reads of rollouts and writes of verdicts",
-    "study/confirm.py": "the study confirmation's reads of runs, rollouts and verdicts",
 }
 
 _KEYWORDS = r"(?:FROM|JOIN|INTO|UPDATE|TABLE)"

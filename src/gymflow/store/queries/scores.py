@@ -105,3 +105,20 @@ def majority_votes(
         [verifier_version],
     )
     return voted, score
+
+
+def task_pass_rates(
+    con: Connection, verifier_version: str, tasks: list[str]
+) -> list[tuple[str, float]]:
+    """(task_id, share of its scored rollouts that passed under `verifier_version`) for each of
+    `tasks` with a scored rollout."""
+    return con.execute(
+        """
+        SELECT r.task_id, avg(CASE WHEN v.passed THEN 1.0 ELSE 0.0 END)
+        FROM rollouts r
+        JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+        WHERE r.status = 'completed' AND v.status = 'ok' AND list_contains(?, r.task_id)
+        GROUP BY r.task_id
+        """,
+        [verifier_version, tasks],
+    ).fetchall()
