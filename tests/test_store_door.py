@@ -26,8 +26,6 @@ ALLOWED: dict[str, str] = {
     "analysis/diagnose.py": "the diagnosis's buckets, taxonomy and suspects",
     "analysis/evidence.py": "the evidence tables a decision reads",
     "analysis/health_checks.py": "every health check, one query each (stays in analysis/)",
-    "reverify/check.py": "the reverify check's reads of stored verdicts",
-    "reverify/new_version.py": "reverify's reads of rollouts and writes of verdicts",
 }
 
 _KEYWORDS = r"(?:FROM|JOIN|INTO|UPDATE|TABLE)"

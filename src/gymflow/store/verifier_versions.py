@@ -75,3 +75,16 @@ def version_record(con: Connection, version: str) -> tuple[str, str | None, str 
         raise StoreError(f"no verifier version {version!r} in this store")
     name, params, source = row
     return name, params, source
+
+
+def version_with_code(con: Connection, version: str) -> tuple[str, str | None, str | None] | None:
+    """(verifier_name, params_json, code_hash) of a stored version; None for another."""
+    row = con.execute(
+        "SELECT verifier_name, params_json, code_hash FROM verifier_versions "
+        "WHERE verifier_version = ?",
+        [version],
+    ).fetchone()
+    if row is None:
+        return None
+    name, params, code = row
+    return name, params, code

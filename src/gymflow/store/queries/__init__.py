@@ -8,6 +8,7 @@ loop over.
 - `exports`: the JSONL/Parquet, NeMo Gym and ATIF exports' rows, and NeMo Gym's scored verdicts
 - `selections`: a dataset built from a run: its task table, prompts and rows
 - `scores`: which rollouts count, per-task outcome counts and coverage
+- `verdicts`: what reverify judges, carries over, checks again, and what flipped
 - `report_views`: the report's layouts of stored rows (outcome grid, histograms, examples)
 - `rollouts`, `model_calls`, `tasks`: small questions about one table (the `runs` and
   `verifier_versions` tables have theirs in `gymflow.store.runs` and
