@@ -24,7 +24,6 @@ ALLOWED: dict[str, str] = {
     "reverify/sealed_first.py": "the sealed-first reverify's reads of verdicts and versions",
     # not moved yet (issue 43): each names the SQL it still holds
     "analysis/diagnose.py": "the diagnosis's buckets, taxonomy and suspects",
-    "analysis/evidence.py": "the evidence tables a decision reads",
     "analysis/health_checks.py": "every health check, one query each (stays in analysis/)",
 }
 

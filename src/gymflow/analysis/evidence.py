@@ -39,7 +39,9 @@ from gymflow.analysis.signs import (
     turn_marker_sql,
 )
 from gymflow.store.db import first_sql
-from gymflow.store.queries.answers import appears_in_sql, no_answer_sql, normalised_sql
+from gymflow.store.queries.answers import appears_in_sql, normalised_sql
+from gymflow.store.queries.diagnosis import evidence_sql, uncut_forms
+from gymflow.store.runs import repeats_and_sampling
 from gymflow.verifiers.base import LENIENT_MATCH
 
 CLASSES = (
@@ -141,38 +143,18 @@ def prepare(con, version: str, no_answer: tuple[str, ...]) -> None:
     diag_tasks (`gymflow.analysis.diagnose._prepare`)."""
     missing = f"json_extract_string(v.details_json, '$.reason') IN ({_quoted(no_answer)})"
     con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE diag_evidence AS
-        WITH signs AS (
-            SELECT f.rollout_id, f.task_id, f.repeat_index,
-                   coalesce(f.bucket, 'unknown_task') AS bucket, {_signs_sql(no_answer)}
-            FROM diag_failures f
-            JOIN rollouts r USING (rollout_id)
-            LEFT JOIN verifications v
-              ON v.rollout_id = f.rollout_id AND v.verifier_version = ?
-            LEFT JOIN tasks t ON t.task_id = f.task_id
-        )
-        SELECT rollout_id, task_id, repeat_index, bucket, {_class_sql()} AS class, cut, formless
-        FROM signs
-        UNION ALL
-        SELECT r.rollout_id, r.task_id, r.repeat_index, coalesce(d.bucket, 'unknown_task'),
-               'passed_unanswered', coalesce(r.incomplete, FALSE), TRUE
-        FROM rollouts r
-        JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-        LEFT JOIN diag_tasks d ON d.task_id = r.task_id
-        WHERE r.status = 'completed' AND v.status = 'ok' AND v.passed
-          AND ({no_answer_sql("r")} OR coalesce({missing}, FALSE))
-        """,
+        "CREATE OR REPLACE TEMP TABLE diag_evidence AS "
+        + evidence_sql(_signs_sql(no_answer), _class_sql(), missing),
         [version, version],
     )
 
 
 def _run_facts(con) -> tuple[int, dict[str, object]]:
     """(repeats, sampling settings) as the run was configured."""
-    row = con.execute("SELECT max(repeats), any_value(sampling_json) FROM runs").fetchone()
-    repeats = int(row[0] or 0) if row else 0
+    stored_repeats, stored_sampling = repeats_and_sampling(con)
+    repeats = int(stored_repeats or 0)
     try:
-        sampling = json.loads(row[1]) if row and row[1] else {}
+        sampling = json.loads(stored_sampling) if stored_sampling else {}
     except ValueError:
         sampling = {}
     return repeats, sampling if isinstance(sampling, dict) else {}
@@ -221,20 +203,7 @@ def evidence(con, version: str, no_answer: tuple[str, ...], *, examples: int = 5
         FROM diag_evidence GROUP BY class
         """
     ).fetchall()
-    formless, formed = con.execute(
-        """
-        WITH judged AS (
-            SELECT list_contains(?::VARCHAR[], json_extract_string(v.details_json, '$.reason'))
-                     AS formless
-            FROM rollouts r
-            JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-            WHERE r.status = 'completed' AND v.status = 'ok' AND NOT coalesce(r.incomplete, FALSE)
-        )
-        SELECT count(*) FILTER (WHERE formless), count(*) FILTER (WHERE NOT formless)
-        FROM judged
-        """,
-        [list(no_answer), version],
-    ).fetchone()
+    formless, formed = uncut_forms(con, version, no_answer)
     tasks_total = con.execute("SELECT count(*) FROM diag_tasks WHERE n > 0").fetchone()[0]
     repeats, sampling = _run_facts(con)
     limit = _number(sampling.get("max_output_tokens"))

@@ -155,3 +155,9 @@ def judged_version(con: Connection) -> str | None:
     """The verifier version the run was judged under, as its `runs` row names it."""
     row = con.execute("SELECT verifier_version FROM runs LIMIT 1").fetchone()
     return row[0] if row else None
+
+
+def repeats_and_sampling(con: Connection) -> tuple[int | None, str | None]:
+    """(repeats, sampling settings as stored JSON) of the run; (None, None) without a run."""
+    repeats, sampling = one_row(con, "SELECT max(repeats), any_value(sampling_json) FROM runs")
+    return repeats, sampling

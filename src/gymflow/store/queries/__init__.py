@@ -5,6 +5,7 @@ loop over.
 
 - `answers`: what counts as an answer (SQL fragments health, profile and diagnosis share)
 - `chat`: trajectories as chat messages, tools and conversations (training data)
+- `diagnosis`: the joins behind the diagnosis's evidence, and the uncut answers' forms
 - `exports`: the JSONL/Parquet, NeMo Gym and ATIF exports' rows, and NeMo Gym's scored verdicts
 - `selections`: a dataset built from a run: its task table, prompts and rows
 - `scores`: which rollouts count, per-task outcome counts and coverage
