@@ -59,7 +59,9 @@ def test_echoes_of_the_prompt_are_the_chat_format_not_the_token_limit(tmp_path: 
     assert decision.margin == 1.0
     # the one factor changed: the template, rendered by gymflow, on the same server and weights
     assert decision.experiment.kind == "rerun"
-    assert decision.experiment.change == {"model": {"kind": "completions", "chat_template": "plain"}}
+    assert decision.experiment.change == {
+        "model": {"kind": "completions", "chat_template": "plain"}
+    }
     assert "instruct checkpoint" in decision.label
     # one repeat at temperature 0: skill improvement cannot be seen, and the decision says so
     assert decision.cannot_show and "repeats above one" in decision.cannot_show[0]

@@ -18,18 +18,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from gymflow.analysis.answers import (
-    appears_in_sql,
-    called_sql,
-    no_answer_sql,
-    normalised_sql,
-    tools_ignored_sql,
-)
 from gymflow.analysis.environment import no_answer_reasons
 from gymflow.analysis.evidence import evidence as evidence_of
 from gymflow.analysis.evidence import prepare as prepare_evidence
 from gymflow.analysis.frames import frame
-from gymflow.analysis.outcomes import check_verifier_version, task_counts_sql
+from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.analysis.results import (
     Bucket,
     Diagnosis,
@@ -40,6 +33,14 @@ from gymflow.analysis.results import (
 )
 from gymflow.models.errors import ModelError
 from gymflow.store.db import first_sql, memory_capped_call
+from gymflow.store.queries.answers import (
+    appears_in_sql,
+    called_sql,
+    no_answer_sql,
+    normalised_sql,
+    tools_ignored_sql,
+)
+from gymflow.store.queries.scores import task_counts_sql
 from gymflow.store.runs import run_info
 from gymflow.verifiers.base import LENIENT_MATCH
 

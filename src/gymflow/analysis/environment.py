@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.store.runs import run_info
+from gymflow.store.verifier_versions import verifier_name
 from gymflow.verifiers.base import get_verifier
 
 
@@ -37,10 +38,7 @@ def reward_spec(con) -> RewardSpec | None:
 
 def _verifier_spec(con, verifier_version: str):
     """The VerifierSpec behind `verifier_version`, or None when it is unknown here."""
-    row = con.execute(
-        "SELECT verifier_name FROM verifier_versions WHERE verifier_version = ?", [verifier_version]
-    ).fetchone()
-    name = row[0] if row and row[0] else verifier_version.partition("@")[0]
+    name = verifier_name(con, verifier_version) or verifier_version.partition("@")[0]
     try:
         return get_verifier(name)
     except RegistryError:

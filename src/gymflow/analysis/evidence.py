@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import json
 
-from gymflow.analysis.answers import appears_in_sql, no_answer_sql, normalised_sql
 from gymflow.analysis.health_checks import AGENT_RECORD_CHECKS, CHECKS, MODEL_FREE
 from gymflow.analysis.results import Evidence, EvidencePattern
 from gymflow.analysis.signs import (
@@ -48,6 +47,9 @@ from gymflow.analysis.signs import (
 )
 from gymflow.core.statuses import AGENT_FAILURES
 from gymflow.store.db import first_sql
+from gymflow.store.queries.answers import appears_in_sql, normalised_sql
+from gymflow.store.queries.diagnosis import evidence_sql, uncut_forms, unrecorded_sql
+from gymflow.store.runs import config_json, repeats_and_sampling
 from gymflow.verifiers.base import LENIENT_MATCH
 
 CLASSES = (
@@ -121,20 +123,6 @@ def _signs_sql(no_answer: tuple[str, ...]) -> str:
     """
 
 
-def _unrecorded_sql() -> str:
-    """The rollouts whose external agent's model-call record is broken: those the health checks
-    of `AGENT_RECORD_CHECKS` flag, and, under the `command` harness, a model-using agent's
-    rollout with no model call at all."""
-    flagged = " UNION ".join(f"SELECT id FROM ({CHECKS[name].sql})" for name in AGENT_RECORD_CHECKS)
-    return f"""
-        SELECT id AS rollout_id FROM ({flagged})
-        UNION
-        SELECT rollout_id FROM rollouts r
-        WHERE (SELECT max(harness) FROM runs) = 'command' AND NOT ({MODEL_FREE})
-          AND NOT EXISTS (SELECT 1 FROM model_calls m WHERE m.rollout_id = r.rollout_id)
-    """
-
-
 def _class_sql() -> str:
     """SQL over the signs: the evidence class of one non-passing rollout (`CLASSES`)."""
     return f"""
@@ -168,30 +156,13 @@ def prepare(con, version: str, no_answer: tuple[str, ...]) -> None:
     `repeat_index`, `bucket`, `class`, `cut`, `formless`), from diagnose's diag_failures and
     diag_tasks (`gymflow.analysis.diagnose._prepare`)."""
     missing = f"json_extract_string(v.details_json, '$.reason') IN ({_quoted(no_answer)})"
-    con.execute(f"CREATE OR REPLACE TEMP TABLE diag_unrecorded AS {_unrecorded_sql()}")
+    flagged = [CHECKS[name].sql for name in AGENT_RECORD_CHECKS]
     con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE diag_evidence AS
-        WITH signs AS (
-            SELECT f.rollout_id, f.task_id, f.repeat_index,
-                   coalesce(f.bucket, 'unknown_task') AS bucket, {_signs_sql(no_answer)}
-            FROM diag_failures f
-            JOIN rollouts r USING (rollout_id)
-            LEFT JOIN verifications v
-              ON v.rollout_id = f.rollout_id AND v.verifier_version = ?
-            LEFT JOIN tasks t ON t.task_id = f.task_id
-        )
-        SELECT rollout_id, task_id, repeat_index, bucket, {_class_sql()} AS class, cut, formless
-        FROM signs
-        UNION ALL
-        SELECT r.rollout_id, r.task_id, r.repeat_index, coalesce(d.bucket, 'unknown_task'),
-               'passed_unanswered', coalesce(r.incomplete, FALSE), TRUE
-        FROM rollouts r
-        JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-        LEFT JOIN diag_tasks d ON d.task_id = r.task_id
-        WHERE r.status = 'completed' AND v.status = 'ok' AND v.passed
-          AND ({no_answer_sql("r")} OR coalesce({missing}, FALSE))
-        """,
+        f"CREATE OR REPLACE TEMP TABLE diag_unrecorded AS {unrecorded_sql(flagged, MODEL_FREE)}"
+    )
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE diag_evidence AS "
+        + evidence_sql(_signs_sql(no_answer), _class_sql(), missing),
         [version, version],
     )
 
@@ -199,14 +170,11 @@ def prepare(con, version: str, no_answer: tuple[str, ...]) -> None:
 def _run_facts(con) -> tuple[int, dict[str, object], str | None]:
     """(repeats, sampling settings, the `command` harness's agent recipe) as the run was
     configured."""
-    row = con.execute(
-        "SELECT max(repeats), any_value(sampling_json), any_value(config_json) FROM runs"
-    ).fetchone()
-    repeats = int(row[0] or 0) if row else 0
-    sampling, config = (_object(row[i]) if row else {} for i in (1, 2))
+    stored_repeats, stored_sampling = repeats_and_sampling(con)
+    sampling, config = _object(stored_sampling), _object(config_json(con))
     harness = config.get("harness")
     agent = harness.get("agent") if isinstance(harness, dict) else None
-    return repeats, sampling, agent if isinstance(agent, str) else None
+    return int(stored_repeats or 0), sampling, agent if isinstance(agent, str) else None
 
 
 def _object(text: object) -> dict:
@@ -260,20 +228,7 @@ def evidence(con, version: str, no_answer: tuple[str, ...], *, examples: int = 5
         FROM diag_evidence GROUP BY class
         """
     ).fetchall()
-    formless, formed = con.execute(
-        """
-        WITH judged AS (
-            SELECT list_contains(?::VARCHAR[], json_extract_string(v.details_json, '$.reason'))
-                     AS formless
-            FROM rollouts r
-            JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-            WHERE r.status = 'completed' AND v.status = 'ok' AND NOT coalesce(r.incomplete, FALSE)
-        )
-        SELECT count(*) FILTER (WHERE formless), count(*) FILTER (WHERE NOT formless)
-        FROM judged
-        """,
-        [list(no_answer), version],
-    ).fetchone()
+    formless, formed = uncut_forms(con, version, no_answer)
     tasks_total = con.execute("SELECT count(*) FROM diag_tasks WHERE n > 0").fetchone()[0]
     agent_kinds = con.execute(
         """

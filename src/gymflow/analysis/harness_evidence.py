@@ -12,6 +12,7 @@ from __future__ import annotations
 from gymflow.analysis.factors import groups_of
 from gymflow.analysis.outcomes import task_table
 from gymflow.analysis.results import Factor, FailingRollout, HarnessEvidence, HarnessGap
+from gymflow.store.queries.rollouts import failing_rollouts
 
 #: Failing rollouts listed per task, at most.
 ROLLOUTS_PER_TASK = 3
@@ -52,17 +53,7 @@ def _passes(con, version: str) -> dict[str, tuple[int, int]]:
 
 
 def _failing(con, version: str, task_id: str) -> list[FailingRollout]:
-    rows = con.execute(
-        """
-        SELECT r.rollout_id, r.repeat_index, r.status, coalesce(r.failure_kind, v.failure_kind),
-               v.reward
-        FROM rollouts r
-        LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-        WHERE r.task_id = ? AND NOT coalesce(v.passed, FALSE)
-        ORDER BY r.repeat_index LIMIT ?
-        """,
-        [version, task_id, ROLLOUTS_PER_TASK],
-    ).fetchall()
+    rows = failing_rollouts(con, version, task_id, ROLLOUTS_PER_TASK)
     return [
         FailingRollout(rollout_id=r[0], repeat_index=r[1], status=r[2], failure_kind=r[3],
                        reward=r[4])

@@ -27,6 +27,9 @@ from gymflow.analysis.results import Health
 from gymflow.core.errors import UserError
 from gymflow.store.checked_stores import check_seals_once
 from gymflow.store.db import first_sql, memory_capped_call
+from gymflow.store.queries.rollouts import health_verdicts_sql, stored_count
+from gymflow.store.queries.tasks import task_count
+from gymflow.store.runs import max_repeats
 
 
 class UnknownCheck(UserError, ValueError):
@@ -134,7 +137,7 @@ def health(
         "task_list_sealed": sealed.tasks_sealed,
         "inputs_sealed": sealed.inputs_sealed,
         "verifier_version": version,
-        "repeats": con.execute("SELECT coalesce(max(repeats), 0) FROM runs").fetchone()[0],
+        "repeats": max_repeats(con) or 0,
         "reward_low": spec.low if spec else None,
         "reward_high": spec.high if spec else None,
         "pass_threshold": spec.pass_threshold if spec else None,
@@ -147,10 +150,7 @@ def health(
     for statement in SHARED_TABLES.values():
         con.execute(statement)
     con.execute("CREATE OR REPLACE TEMP TABLE health_hits (id VARCHAR, check_name VARCHAR)")
-    expected, stored = con.execute(
-        "SELECT (SELECT count(*) FROM tasks) * getvariable('repeats'), "
-        "(SELECT count(*) FROM rollouts)"
-    ).fetchone()
+    expected, stored = task_count(con) * variables["repeats"], stored_count(con)
     denominator = max(expected, stored, 1)
     checks: dict[str, Any] = {}
 
@@ -219,20 +219,6 @@ def rollout_verdicts(
 ) -> pl.DataFrame:
     """Per-rollout verdict after `health(con)` ran on this connection: rollout_id, task_id,
     repeat_index, healthy (bool), checks (list of failed check names, empty when healthy)."""
-    join = "JOIN" if unhealthy_only else "LEFT JOIN"
-    limit_sql = f"LIMIT {int(limit)}" if limit is not None else ""
     return frame(
-        con,
-        f"""
-        SELECT r.rollout_id, r.task_id, r.repeat_index,
-               h.checks IS NULL AS healthy,
-               coalesce(h.checks, []::VARCHAR[]) AS checks
-        FROM rollouts r
-        {join} (
-            SELECT id, list(DISTINCT check_name ORDER BY check_name) AS checks
-            FROM health_hits GROUP BY id
-        ) h ON h.id = r.rollout_id
-        ORDER BY r.task_id, r.repeat_index, r.rollout_id
-        {limit_sql}
-        """,
+        con, health_verdicts_sql("health_hits", unhealthy_only=unhealthy_only, limit=limit)
     )

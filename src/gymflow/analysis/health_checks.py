@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gymflow.analysis.answers import (
+from gymflow.analysis.signs import LOOP_LINES, LOOP_REPEATS, LOOP_WORDS, loop_sql
+from gymflow.store.queries.answers import (
     TOOLS_ALPHA,
     TOOLS_CALL_RATE,
     no_answer_sql,
     tools_ignored_sql,
 )
-from gymflow.analysis.signs import LOOP_LINES, LOOP_REPEATS, LOOP_WORDS, loop_sql
 
 Level = Literal["rollout", "run", "task"]
 #: `integrity`: the records themselves are incomplete or inconsistent, so the run's numbers

@@ -10,11 +10,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from gymflow.analysis.answers import extracted_sql, normalised_sql
 from gymflow.analysis.outcomes import (
     check_verifier_version,
     coverage_of,
-    scored_filter,
     task_table,
     version_read,
 )
@@ -33,6 +31,8 @@ from gymflow.analysis.stats import (
 )
 from gymflow.environments.registry import RegistryError, environment_sources
 from gymflow.store.db import memory_capped_call
+from gymflow.store.queries.rollouts import usage_summary
+from gymflow.store.queries.scores import majority_votes
 from gymflow.store.runs import run_info
 
 #: rollout columns summarised by percentile
@@ -122,50 +122,13 @@ def majority_at_k(con, verifier_version: str, *, failures_as_zero: bool = False)
     when the most common answer is a correct one, with ties split evenly (the expected score of
     a random tie-break). A task whose rollouts extracted nothing scores 0. None when the verifier
     reports no extracted answers at all."""
-    scored = scored_filter(failures_as_zero)
-    # Group the raw extracted strings first and normalise only the distinct ones: the regexes
-    # then run on a few rows per task instead of on every rollout.
-    answer = normalised_sql("raw")
-    row = con.execute(
-        f"""
-        WITH raw_votes AS (
-            SELECT r.task_id, {extracted_sql("v.details_json")} AS raw,
-                   count(*) AS votes, bool_or(coalesce(v.passed, FALSE)) AS correct
-            FROM rollouts r
-            LEFT JOIN verifications v
-              ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-            WHERE {scored}
-            GROUP BY ALL
-        ),
-        votes AS (
-            SELECT task_id, {answer} AS answer, sum(votes) AS votes, bool_or(correct) AS correct
-            FROM raw_votes WHERE raw IS NOT NULL GROUP BY ALL
-        ),
-        winners AS (
-            SELECT task_id, avg(correct::DOUBLE) AS score
-            FROM (SELECT *, max(votes) OVER (PARTITION BY task_id) AS top FROM votes
-                  WHERE answer <> '')
-            WHERE votes = top
-            GROUP BY task_id
-        )
-        SELECT (SELECT count(*) FROM votes WHERE answer <> ''),
-               avg(coalesce(w.score, 0.0))
-        FROM (SELECT DISTINCT task_id FROM raw_votes) s LEFT JOIN winners w USING (task_id)
-        """,
-        [verifier_version],
-    ).fetchone()
-    voted, score = row
+    voted, score = majority_votes(con, verifier_version, failures_as_zero=failures_as_zero)
     return score if voted else None
 
 
 def usage_percentiles(con) -> dict[str, Usage]:
     """mean, p50, p90, p99 and max of tokens, turns, model calls and latency per rollout."""
-    parts = []
-    for column in USAGE_COLUMNS:
-        parts.append(
-            f"avg({column}), quantile_cont({column}, [0.5, 0.9, 0.99]), max({column})::DOUBLE"
-        )
-    row = con.execute(f"SELECT {', '.join(parts)} FROM rollouts").fetchone()
+    row = usage_summary(con, USAGE_COLUMNS)
     usage: dict[str, Usage] = {}
     for i, column in enumerate(USAGE_COLUMNS):
         mean, quantiles, maximum = row[3 * i : 3 * i + 3]

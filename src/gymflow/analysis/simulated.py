@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 
 from gymflow.simulated import SIMULATED_MODEL
+from gymflow.store.queries.model_calls import answered_by
+from gymflow.store.runs import config_json
 
 #: Answered calls read: a run talks to one model server, so a sample says which, and a
 #: million-call store is not parsed whole for it.
@@ -19,17 +21,9 @@ SAMPLE = 1000
 
 
 def simulated(con) -> bool:
-    answered, said_simulated = con.execute(
-        f"""
-        SELECT count(*), count(*) FILTER (WHERE json_extract_string(response_json, '$.model') = ?)
-        FROM (SELECT response_json FROM model_calls
-              WHERE status = 'completed' AND response_json IS NOT NULL LIMIT {SAMPLE})
-        """,
-        [SIMULATED_MODEL],
-    ).fetchone()
+    answered, said_simulated = answered_by(con, SIMULATED_MODEL, SAMPLE)
     if answered:
         return said_simulated > 0
-    row = con.execute("SELECT config_json FROM runs LIMIT 1").fetchone()
-    config = json.loads(row[0] or "{}") if row else {}
+    config = json.loads(config_json(con) or "{}")
     model = config.get("model") if isinstance(config, dict) else None
     return isinstance(model, dict) and model.get("kind", "local") == "local"

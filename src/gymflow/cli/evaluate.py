@@ -46,6 +46,7 @@ from gymflow.rollouts.stopping import RunStopped
 from gymflow.simulated.endpoint import launched_early
 from gymflow.store.db import StoreError, StoreFailure, connect, store_path
 from gymflow.store.merge import check_destination
+from gymflow.store.queries.rollouts import held_and_failed, stored_count
 
 if TYPE_CHECKING:
     from gymflow.flows.eval_run import RunOutcome
@@ -160,7 +161,7 @@ def _stored(plan: RunPlan) -> str:
     """How much of the run its store holds, for the line a stopped run ends with."""
     try:
         with connect(store_path(plan.config.out), read_only=True) as con:
-            stored = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
+            stored = stored_count(con)
     except (StoreError, StoreFailure):
         stored = 0
     return f"{plan.config.out} holds {stored} of {len(plan.keys())} rollouts"
@@ -176,11 +177,7 @@ def _resuming(plan: RunPlan) -> str:
             f"{expected} rollouts starts there; check --out if you meant to continue one"
         )
     with connect(store_path(out), read_only=True) as con:
-        stored, failed = con.execute(
-            "SELECT count(DISTINCT (task_id, repeat_index)), "
-            "count(DISTINCT (task_id, repeat_index)) FILTER (WHERE status <> 'completed') "
-            "FROM rollouts"
-        ).fetchone()
+        stored, failed = held_and_failed(con)
     if stored >= expected and not failed:
         return (
             f"nothing to collect: {out} already holds all {expected} rollouts; health, profile "

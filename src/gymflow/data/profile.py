@@ -14,6 +14,7 @@ from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.analysis.results import Number, Result
 from gymflow.data.neardup import group_documents, normalised_sql, recall_at
 from gymflow.data.select import Filters, SelectionError, select_tasks
+from gymflow.store.queries.selections import task_prompts_sql
 
 #: Pass-rate bins: exactly 0, tenths in between (the first open at 0), exactly 1, and tasks with
 #: nothing scored.
@@ -152,9 +153,8 @@ def near_duplicates(con, *, threshold: float, shown: int, seed: int = 0) -> Near
         f"""
         CREATE OR REPLACE TEMP TABLE data_prompts AS
         WITH normal AS (
-            SELECT d.task_id, d.n, d.c, d.pass_rate, t.prompt,
-                   {normalised_sql("coalesce(t.prompt, '')")} AS text
-            FROM data_tasks d JOIN tasks t USING (task_id)
+            SELECT *, {normalised_sql("coalesce(prompt, '')")} AS text
+            FROM ({task_prompts_sql("data_tasks")})
         ),
         docs AS (SELECT text, (row_number() OVER (ORDER BY text) - 1)::BIGINT AS doc
                  FROM (SELECT DISTINCT text FROM normal))

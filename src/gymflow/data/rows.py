@@ -22,64 +22,9 @@ from gymflow.core.written import written
 from gymflow.data.lines import copy_to, make_folder, write_lines
 from gymflow.data.provenance import parquet_metadata_sql, sidecar_path, sidecar_text
 from gymflow.data.select import Selection
-from gymflow.store.tool_lists import expanded
-
-# The first attempt of the first model call of each selected task's first stored rollout.
-_REQUESTS = f"""
-WITH first_rollout AS (
-    SELECT task_id, arg_min(rollout_id, repeat_index) AS rollout_id
-    FROM rollouts WHERE task_id IN (SELECT task_id FROM data_selected) GROUP BY task_id
-)
-SELECT task_id, {expanded("request")} AS request
-FROM (
-    SELECT f.task_id, arg_min(m.request_json, m.attempt) AS request
-    FROM first_rollout f JOIN model_calls m ON m.rollout_id = f.rollout_id AND m.call_index = 0
-    GROUP BY f.task_id
-)
-"""
-
-_ROWS = f"""
-WITH requests AS ({_REQUESTS}),
-parts AS (
-    SELECT s.task_id, s.tags, s.difficulty, s.n, s.c, s.pass_rate, s.bucket,
-           t.prompt, t.reference, coalesce(t.data_json, '{{}}') AS data_json,
-           CASE WHEN coalesce(json_array_length(q.request, '$.input'), 0) > 0
-                THEN json_extract(q.request, '$.input')
-                ELSE json_array(json_object('type', 'message', 'role', 'user',
-                                            'content', t.prompt)) END AS input,
-           CASE WHEN coalesce(json_array_length(q.request, '$.tools'), 0) > 0
-                THEN json_extract(q.request, '$.tools') END AS tools,
-           json_extract_string(q.request, '$.instructions') AS instructions
-    FROM data_selected s
-    JOIN tasks t USING (task_id)
-    LEFT JOIN requests q USING (task_id)
-)
-"""
-
-# The patch's null members (no tools, no instructions, no difficulty) are left out; the dataset's
-# own fields (the target) and every list (input items, tools) keep theirs.
-_JSONL = f"""
-{_ROWS}
-SELECT json_merge_patch(
-    data_json,
-    json_object(
-        'responses_create_params',
-        json_object('input', input, 'tools', tools, 'instructions', instructions),
-        '_gymflow',
-        json_object('task_id', task_id, 'tags', to_json(tags), 'difficulty', difficulty,
-                    'reference', reference, 'n', n, 'c', c, 'pass_rate', pass_rate,
-                    'bucket', bucket)
-    )
-)::VARCHAR
-FROM parts ORDER BY task_id
-"""
-
-_PARQUET = f"""
-{_ROWS}
-SELECT task_id, prompt, input::VARCHAR AS input, tools::VARCHAR AS tools, instructions,
-       data_json AS data, tags, difficulty, reference, n, c, pass_rate, bucket
-FROM parts ORDER BY task_id
-"""
+from gymflow.store.queries.selections import SELECTION_JSONL, SELECTION_PARQUET, data_keys
+from gymflow.store.runs import run_info
+from gymflow.store.verifier_versions import version_record
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,37 +54,24 @@ def write_selection(
     paths["meta"] = sidecar_path(paths["jsonl"])
     if parquet:
         paths["parquet"] = out_dir / f"{name}.parquet"
-    data_keys = _data_keys(con)
+    keys = data_keys(con)
     verifier = _verifier(con, selection)
-    benchmark = benchmark_yaml(name, paths["jsonl"].name, record, verifier, data_keys)
+    benchmark = benchmark_yaml(name, paths["jsonl"].name, record, verifier, keys)
     with written(*paths.values()) as partials:
         staged = dict(zip(paths, partials, strict=True))
-        rows = write_lines(con, _JSONL, [], staged["jsonl"])
+        rows = write_lines(con, SELECTION_JSONL, [], staged["jsonl"])
         staged["meta"].write_text(sidecar_text(record), encoding="utf-8")
         if parquet:
             sql_options = f"FORMAT parquet, {parquet_metadata_sql(record)}"
-            copy_to(con, _PARQUET, staged["parquet"], sql_options)
+            copy_to(con, SELECTION_PARQUET, staged["parquet"], sql_options)
         staged["benchmark"].write_text(yaml.safe_dump(benchmark, sort_keys=False), "utf-8")
     return Written(rows, {kind: str(path) for kind, path in paths.items()})
 
 
-def _data_keys(con) -> list[str]:
-    """The verifier-data fields the selected tasks carry."""
-    rows = con.execute(
-        "SELECT DISTINCT unnest(json_keys(data_json)) AS k FROM tasks "
-        "WHERE task_id IN (SELECT task_id FROM data_selected) ORDER BY k"
-    ).fetchall()
-    return [k for (k,) in rows]
-
-
 def _verifier(con, selection: Selection) -> dict[str, Any]:
-    name, params = con.execute(
-        "SELECT verifier_name, params_json FROM verifier_versions WHERE verifier_version = ?",
-        [selection.verifier_version],
-    ).fetchone()
-    repeats, sampling, harness = con.execute(
-        "SELECT repeats, sampling_json, harness FROM runs LIMIT 1"
-    ).fetchone()
+    name, params, _ = version_record(con, selection.verifier_version)
+    run = run_info(con)
+    repeats, sampling, harness = run.repeats, run.sampling_json, run.harness
     return {
         "name": name,
         "params": json.loads(params or "{}"),

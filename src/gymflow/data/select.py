@@ -14,8 +14,9 @@ import polars as pl
 
 from gymflow.analysis.diagnose import _bucket_sql
 from gymflow.analysis.frames import frame
-from gymflow.analysis.outcomes import check_verifier_version, task_counts_sql
+from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.core.errors import UserError
+from gymflow.store.queries.selections import rollouts_of, task_table_sql
 
 BUCKETS = ("always_pass", "sometimes_pass", "never_pass", "missing")
 _BAND = re.compile(r"^\s*([\[(])\s*([^,\s]+)\s*,\s*([^\])\s]+)\s*([\])])\s*$")
@@ -136,20 +137,7 @@ def prepare_tasks(con, verifier_version: str) -> None:
     """The temp table `data_tasks`: one row per task of the run with n, c, pass_rate (NULL when
     nothing is scored), bucket, and mean input and output tokens over its stored rollouts."""
     con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE data_tasks AS
-        WITH counts AS ({task_counts_sql()}),
-        tokens AS (
-            SELECT task_id, avg(input_tokens) AS mean_input_tokens,
-                   avg(output_tokens) AS mean_output_tokens
-            FROM rollouts GROUP BY task_id
-        )
-        SELECT k.task_id, k.tags, k.difficulty, k.n, k.c,
-               CASE WHEN k.n > 0 THEN k.c / k.n END AS pass_rate,
-               {_bucket_sql()} AS bucket,
-               t.mean_input_tokens, t.mean_output_tokens
-        FROM counts k LEFT JOIN tokens t USING (task_id)
-        """,
+        f"CREATE OR REPLACE TEMP TABLE data_tasks AS {task_table_sql(_bucket_sql())}",
         [verifier_version],
     )
 
@@ -177,10 +165,10 @@ def select_tasks(con, filters: Filters, *, verifier_version: str | None = None) 
         ).fetchone()[0]
         for name, (sql, ps) in predicates.items()
     }
-    total, kept, rollouts = con.execute(
-        "SELECT (SELECT count(*) FROM data_tasks), (SELECT count(*) FROM data_selected), "
-        "(SELECT count(*) FROM rollouts WHERE task_id IN (SELECT task_id FROM data_selected))"
+    total, kept = con.execute(
+        "SELECT (SELECT count(*) FROM data_tasks), (SELECT count(*) FROM data_selected)"
     ).fetchone()
+    rollouts = rollouts_of(con, "data_selected")
     by_bucket = dict(
         con.execute("SELECT bucket, count(*) FROM data_selected GROUP BY bucket").fetchall()
     )

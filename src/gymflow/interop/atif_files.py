@@ -9,19 +9,9 @@ from typing import Any
 
 from gymflow.core.atif import rollout_to_atif
 from gymflow.core.written import write_text
+from gymflow.store.queries.exports import atif_calls, atif_rollout_rows
 from gymflow.store.runs import run_info
 
-_ROLLOUTS = """
-    SELECT r.rollout_id, r.run_id, r.task_id, r.repeat_index, r.status, r.failure_kind,
-           r.trajectory_json, r.input_tokens, r.output_tokens, v.reward, v.passed
-    FROM rollouts r
-    LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-    ORDER BY r.task_id, r.repeat_index, r.rollout_id
-"""
-_CALLS = """
-    SELECT rollout_id, call_index, attempt, status, input_tokens, cached_tokens, output_tokens
-    FROM model_calls ORDER BY rollout_id, call_index, attempt
-"""
 _CALL_COLUMNS = ("call_index", "attempt", "status", "input_tokens", "cached_tokens",
                  "output_tokens")  # fmt: skip
 
@@ -46,11 +36,11 @@ def write_atif(con, verifier_version: str, folder: Path) -> int:
     run = run_info(con)
     name, version = _agent(run.config_json, run.harness, run.gymflow_version)
     calls: dict[str, list[dict[str, Any]]] = {}
-    for row in con.execute(_CALLS).fetchall():
+    for row in atif_calls(con):
         calls.setdefault(row[0], []).append(dict(zip(_CALL_COLUMNS, row[1:], strict=True)))
     folder.mkdir(parents=True, exist_ok=True)
     written = 0
-    for row in con.execute(_ROLLOUTS, [verifier_version]).fetchall():
+    for row in atif_rollout_rows(con, verifier_version):
         (rollout_id, run_id, task_id, repeat, status, kind, trajectory_json,
          input_tokens, output_tokens, reward, passed) = row  # fmt: skip
         rollout = {

@@ -19,6 +19,7 @@ from gymflow.interop.atif_files import write_atif
 from gymflow.interop.nemo_export import write_nemo_gym
 from gymflow.interop.nemo_read import InteropError
 from gymflow.store.db import connect
+from gymflow.store.queries.exports import flat_rollouts_sql, sql_literal
 
 Format = Literal["nemo-gym", "jsonl", "parquet", "atif"]
 FORMATS: tuple[Format, ...] = ("nemo-gym", "jsonl", "parquet", "atif")
@@ -28,36 +29,6 @@ DEFAULT_NAMES = {
     "parquet": "rollouts.parquet",
     "atif": "atif",  # a folder
 }
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def _finite(column: str) -> str:
-    """NULL for NaN and ±Infinity, which DuckDB's JSON writer would print as bare NaN."""
-    return f"CASE WHEN isfinite({column}) THEN {column} END"
-
-
-def _flat_sql(verifier_version: str, nested_json: bool) -> str:
-    """One row per stored rollout with its task index and its verification under the version."""
-    details = "json(v.details_json)" if nested_json else "v.details_json"
-    trajectory = "json(r.trajectory_json)" if nested_json else "r.trajectory_json"
-    return f"""
-        SELECT r.rollout_id, r.run_id, r.task_id, t.task_index, r.repeat_index, r.status,
-               r.failure_kind, r.error, r.incomplete, r.output_text, r.num_turns,
-               r.num_model_calls, r.input_tokens, r.output_tokens,
-               {_finite("r.latency_s")} AS latency_s, r.started_at,
-               r.finished_at, v.verifier_version, v.status AS verification_status,
-               {_finite("v.reward")} AS reward,
-               v.passed, v.failure_kind AS verification_failure_kind,
-               {details} AS verification_details, {trajectory} AS trajectory
-        FROM rollouts r
-        LEFT JOIN tasks t USING (task_id)
-        LEFT JOIN verifications v
-          ON v.rollout_id = r.rollout_id AND v.verifier_version = {_literal(verifier_version)}
-        ORDER BY t.task_index, r.repeat_index, r.rollout_id
-    """
 
 
 def _check_target(target: Path) -> None:
@@ -104,12 +75,12 @@ def export_run(
         elif fmt == "atif":
             rows = write_atif(con, version, target)
         else:
-            sql = _flat_sql(version, nested_json=fmt == "jsonl")
+            sql = flat_rollouts_sql(version, nested_json=fmt == "jsonl")
             con.execute(f"CREATE OR REPLACE TEMP VIEW export_rows AS {sql}")
             options = "FORMAT json" if fmt == "jsonl" else "FORMAT parquet"
             with written(target) as (staged,):
                 con.execute(
-                    f"COPY (SELECT * FROM export_rows) TO {_literal(str(staged))} ({options})"
+                    f"COPY (SELECT * FROM export_rows) TO {sql_literal(str(staged))} ({options})"
                 )
             rows = con.execute("SELECT count(*) FROM export_rows").fetchone()[0]
     except OSError as exc:

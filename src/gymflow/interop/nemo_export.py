@@ -25,35 +25,20 @@ from typing import Any
 from gymflow.core.written import written
 from gymflow.interop.nemo_read import sidecar_path
 from gymflow.models.nemo_gym_shapes import nemo_request, nemo_response, usage
-from gymflow.store.tool_lists import expanded
+from gymflow.store.queries.exports import nemo_rollout_rows, nemo_task_requests
+from gymflow.store.runs import max_repeats, run_info
 
 #: gymflow's failure kinds as NeMo Gym failure classes (a timeout is terminal there).
 FAILURE_CLASSES = {"timeout": "timeout_exceeded", "verifier_error": "transient"}
 #: NeMo Gym's ResponseError codes for the failure kinds that have one.
 ERROR_CODES = {"rate_limited": "rate_limit_exceeded"}
 
-_SQL = f"""
-WITH first_call AS (
-    SELECT rollout_id, arg_min(request_json, call_index::BIGINT * 1000000 + attempt) AS request
-    FROM model_calls GROUP BY rollout_id
-)
-SELECT r.rollout_id, r.task_id, r.repeat_index, t.task_index, t.data_json, t.prompt,
-       r.trajectory_json, r.status, r.failure_kind, r.error, r.incomplete,
-       r.input_tokens, r.output_tokens, epoch(r.started_at), {expanded("c.request")},
-       v.status, v.reward, v.failure_kind
-FROM rollouts r
-JOIN tasks t USING (task_id)
-LEFT JOIN first_call c USING (rollout_id)
-LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-ORDER BY t.task_index, r.repeat_index, r.rollout_id
-"""
-
 
 def _lines(
     con, verifier_version: str, model: str, agent_ref: dict, benchmark: dict
 ) -> Iterator[tuple[str, dict]]:
     """('rollout' | 'failure', line) per stored rollout, in task and repeat order."""
-    cursor = con.execute(_SQL, [verifier_version])
+    cursor = nemo_rollout_rows(con, verifier_version)
     while rows := cursor.fetchmany(2_000):
         for (
             rid, task_id, repeat, task_index, data_json, _prompt, trajectory_json, status,
@@ -119,20 +104,8 @@ def _lines(
 
 def _materialized(con, agent_ref: dict) -> Iterator[dict]:
     """Every (task, rollout) the run asked for: its tasks times its repeats."""
-    repeats = con.execute("SELECT max(repeats) FROM runs").fetchone()[0] or 1
-    cursor = con.execute(
-        f"""
-        SELECT task_index, task_id, data_json, prompt, {expanded("request")}
-        FROM (
-            SELECT t.task_index, t.task_id, t.data_json, t.prompt,
-                   (SELECT arg_min(c.request_json, c.call_index::BIGINT * 1000000 + c.attempt)
-                    FROM model_calls c JOIN rollouts r USING (rollout_id)
-                    WHERE r.task_id = t.task_id) AS request
-            FROM tasks t
-        )
-        ORDER BY task_index
-        """
-    )
+    repeats = max_repeats(con) or 1
+    cursor = nemo_task_requests(con)
     while rows := cursor.fetchmany(2_000):
         for task_index, task_id, data_json, prompt, request_json in rows:
             request = json.loads(request_json) if request_json else {"input": prompt or ""}
@@ -149,11 +122,10 @@ def _materialized(con, agent_ref: dict) -> Iterator[dict]:
 
 def write_nemo_gym(con, verifier_version: str, target: Path) -> dict[str, Any]:
     """Write `target` and its two sidecars; returns the line counts and paths."""
-    run = con.execute(
-        "SELECT model, harness, environment, config_json, benchmark, benchmark_version, "
-        "dataset_version FROM runs"
-    ).fetchone()
-    model, harness, environment, config_json, benchmark, version, dataset = run
+    run = run_info(con)
+    model, harness, environment = run.model, run.harness, run.environment
+    config_json, benchmark, version = run.config_json, run.benchmark, run.benchmark_version
+    dataset = run.dataset_version
     # the run's protocol and rows, so that an import of this file is the same benchmark version
     # and dataset and compares with the run it came from (`gymflow.interop.nemo_gym`)
     protocol = {"name": benchmark, "version": version, "dataset_version": dataset}

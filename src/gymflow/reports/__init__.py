@@ -1,5 +1,6 @@
-"""The HTML reports: views of a run's results (`views`, `sections`), rendered from Jinja
-templates (`render`), charts, trajectories, the history pages, and serving them (`serving`).
+"""The HTML reports: a run's results laid out (`sections`, over the store's
+`queries.report_views`), rendered from Jinja templates (`render`), charts, trajectories, the
+history pages, and serving them (`serving`).
 
 Cut-off: reads results and stores, writes HTML; no Prefect. Tier 4."""
 

@@ -7,17 +7,26 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from gymflow.analysis.profile import profile
 from gymflow.analysis.results import Profile, RunAnalysis
 from gymflow.analysis.run import analyse
 from gymflow.data.profile import data_profile
-from gymflow.reports import views
 from gymflow.reports.trajectory import blocks
 from gymflow.reverify.new_version import flips
+from gymflow.store.queries import report_views as views
 from gymflow.store.runs import RunInfo, run_info
 from gymflow.store.verifier_versions import current_verifier_version
+
+
+def details(details_json: str | None) -> dict[str, Any]:
+    """A verdict's stored details as a dict: unreadable JSON and a bare value are kept, named."""
+    try:
+        value: object = json.loads(details_json) if details_json else {}
+    except json.JSONDecodeError:
+        return {"unreadable": details_json}
+    return cast(dict[str, Any], value) if isinstance(value, dict) else {"value": value}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +65,7 @@ def example(rollout: dict[str, Any] | None) -> dict[str, Any] | None:
     shown, left_out = blocks(rollout["trajectory_json"])
     return {
         **{k: v for k, v in rollout.items() if k not in ("trajectory_json", "details_json")},
-        "details": views.details(rollout["details_json"]),
+        "details": details(rollout["details_json"]),
         "blocks": shown,
         "items_left_out": left_out,
     }
@@ -65,7 +74,7 @@ def example(rollout: dict[str, Any] | None) -> dict[str, Any] | None:
 def exported(rollout: dict[str, Any]) -> dict[str, Any]:
     """One rollout as a JSONL line: the whole stored trajectory, nothing clipped."""
     row = {k: v for k, v in rollout.items() if k not in ("trajectory_json", "details_json")}
-    row["details"] = views.details(rollout["details_json"])
+    row["details"] = details(rollout["details_json"])
     row["trajectory"] = json.loads(rollout["trajectory_json"] or "[]")
     return row
 

@@ -17,6 +17,7 @@ from gymflow.reverify.new_version import BATCH, ReverifyError, stored_params, ve
 from gymflow.reverify.task_source import trusted_tasks
 from gymflow.store import verifier_versions
 from gymflow.store.db import connect, store_path
+from gymflow.store.queries.verdicts import recheck_rows
 from gymflow.store.runs import run_info
 from gymflow.store.seal import SealState, check_seals
 from gymflow.verifiers.identity import code_hash
@@ -110,11 +111,7 @@ def check(
     try:
         run = run_info(con)
         version = version or verifier_versions.current_verifier_version(con)
-        row = con.execute(
-            "SELECT verifier_name, params_json, code_hash FROM verifier_versions "
-            "WHERE verifier_version = ?",
-            [version],
-        ).fetchone()
+        row = verifier_versions.version_with_code(con, version)
         if row is None:
             raise ReverifyError(f"no verifier version {version!r} in this store")
         try:
@@ -159,17 +156,7 @@ def _check_with(
     seals = check_seals(con)
     # Every completed rollout, with or without a verdict under the version (a failing verdict
     # deleted leaves the scores counting only the passes), and every verdict of a rollout.
-    cursor = con.execute(
-        """
-        SELECT r.rollout_id, r.task_id, r.output_text, r.trajectory_json, r.repeat_index,
-               r.status, v.status, v.reward, v.passed, v.failure_kind
-        FROM rollouts r
-        LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-        WHERE v.rollout_id IS NOT NULL OR r.status = 'completed'
-        ORDER BY r.task_id, r.repeat_index, r.rollout_id
-        """,
-        [version],
-    )
+    cursor = recheck_rows(con, version)
     checked = agreed = count = 0
     listed: list[Disagreement] = []
     while rows := cursor.fetchmany(BATCH):

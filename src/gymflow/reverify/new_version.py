@@ -41,6 +41,14 @@ from gymflow.reverify.task_source import trusted_tasks
 from gymflow.store import verifier_versions
 from gymflow.store.checked_stores import file_state, record_checked
 from gymflow.store.db import connect, memory_capped_call, store_path, transaction
+from gymflow.store.queries.verdicts import (
+    REJUDGE_SOURCE,
+    carry_passing,
+    flipped_rollouts,
+    flipped_tasks,
+    new_version_source,
+    versions_newest_first,
+)
 from gymflow.store.rows import verification_row
 from gymflow.store.runs import RunInfo, run_info
 from gymflow.store.seal import check_inputs, claim, load_key, seal_tasks
@@ -113,10 +121,7 @@ def _base_version(
     under) when it is the environment's verifier, else the newest version of the environment's
     verifier, else (an imported run) the newest version of any verifier with the manifest's
     default parameters."""
-    rows = con.execute(
-        "SELECT verifier_version, verifier_name, params_json FROM verifier_versions "
-        "ORDER BY created_at DESC, verifier_version"
-    ).fetchall()
+    rows = versions_newest_first(con)
     if requested is None and rows:
         requested = verifier_versions.current_verifier_version(con)
         if next(row[1] for row in rows if row[0] == requested) != verifier_name:
@@ -148,20 +153,10 @@ def _version_of(con, server: ResourcesServer) -> str:
     records other code for it (the verifier changed since), that version with this code's hash."""
     version = server.verifier_version
     code = code_hash(server.verifier)
-    row = con.execute(
-        "SELECT code_hash FROM verifier_versions WHERE verifier_version = ?", [version]
-    ).fetchone()
-    if code is not None and row is not None and row[0] is not None and row[0] != code:
+    row = verifier_versions.version_with_code(con, version)
+    if code is not None and row is not None and row[2] is not None and row[2] != code:
         return with_code(version, code)
     return version
-
-
-def _selection(failed_only: bool) -> str:
-    """Rollouts `r` to judge again, given the base version's verdict `b`."""
-    judged_again = "r.status = 'completed'"
-    if failed_only:
-        judged_again += " AND NOT coalesce(b.status = 'ok' AND b.passed, FALSE)"
-    return judged_again
 
 
 def _to_judge(con, text_only: bool, source: str, params: list) -> Iterator[list[tuple]]:
@@ -258,26 +253,12 @@ def _write(
             tasks,
             version,
             now,
-            "FROM rollouts r LEFT JOIN verifications b ON b.rollout_id = r.rollout_id "
-            f"AND b.verifier_version = ? WHERE {_selection(failed_only)}",
+            new_version_source(failed_only),
             [base.version],
         )
         if failed_only and base.stored:
             # The base version's passing verdicts, copied row for row into the new version.
-            con.execute(
-                f"""
-                INSERT INTO {STAGED_VERDICTS} BY NAME
-                SELECT b.rollout_id, ? AS verifier_version, b.status, b.reward, b.passed,
-                       b.failure_kind,
-                       json_merge_patch(coalesce(b.details_json, '{{}}'),
-                                        json_object('carried_from', ?)) AS details_json,
-                       ? AS created_at
-                FROM rollouts r
-                JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
-                WHERE NOT ({_selection(failed_only)})
-                """,
-                [version, base.version, now, base.version],
-            )
+            carry_passing(con, STAGED_VERDICTS, version, base.version, now, failed_only=failed_only)
         insert_staged(con)
         # the new version's row, its parameters and code hash decide its numbers: sealed
         seal_tasks(con, claim(con, str(store)))
@@ -306,8 +287,7 @@ def _rejudge(
             tasks,
             version,
             datetime.now(UTC).replace(tzinfo=None),
-            "FROM rollouts r ANTI JOIN (SELECT rollout_id FROM verifications "
-            "WHERE verifier_version = ?) v USING (rollout_id) WHERE r.status = 'completed'",
+            REJUDGE_SOURCE,
             [version],
         )
         insert_staged(con)
@@ -363,39 +343,8 @@ def flips(con, old: str, new: str, *, limit: int | None = None) -> Flips:
 
     A rollout passes under a version when its verification there is ok and passed; an error
     or a missing verification counts as not passing."""
-    cap = f"[1:{int(limit)}]" if limit is not None else ""
-    to_pass, to_fail, count = con.execute(
-        f"""
-        WITH outcome AS (
-            SELECT r.rollout_id, r.task_id, r.repeat_index,
-                   coalesce(a.status = 'ok' AND a.passed, FALSE) AS before,
-                   coalesce(b.status = 'ok' AND b.passed, FALSE) AS after
-            FROM rollouts r
-            LEFT JOIN verifications a ON a.rollout_id = r.rollout_id AND a.verifier_version = ?
-            LEFT JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
-        )
-        SELECT coalesce(list(rollout_id ORDER BY task_id, repeat_index)
-                        FILTER (WHERE after AND NOT before), []){cap},
-               coalesce(list(rollout_id ORDER BY task_id, repeat_index)
-                        FILTER (WHERE before AND NOT after), []){cap},
-               count(*) FILTER (WHERE before <> after)
-        FROM outcome
-        """,
-        [old, new],
-    ).fetchone()
-    tasks = con.execute(
-        """
-        SELECT r.task_id,
-               count(*) FILTER (WHERE a.status = 'ok' AND a.passed) AS passed_before,
-               count(*) FILTER (WHERE b.status = 'ok' AND b.passed) AS passed_after
-        FROM rollouts r
-        LEFT JOIN verifications a ON a.rollout_id = r.rollout_id AND a.verifier_version = ?
-        LEFT JOIN verifications b ON b.rollout_id = r.rollout_id AND b.verifier_version = ?
-        GROUP BY r.task_id HAVING passed_before <> passed_after
-        ORDER BY r.task_id
-        """,
-        [old, new],
-    ).fetchall()
+    to_pass, to_fail, count = flipped_rollouts(con, old, new, limit=limit)
+    tasks = flipped_tasks(con, old, new)
     return Flips(
         rollouts=FlippedRollouts(to_pass=to_pass, to_fail=to_fail, count=count),
         tasks=[
@@ -507,9 +456,7 @@ def _reverify_with(
     if refusal is not None and not force:
         raise ReverifyError(f"{refusal}; pass --force to verify without it")
     new_version = _version_of(con, server)
-    stored = {
-        row[0] for row in con.execute("SELECT verifier_version FROM verifier_versions").fetchall()
-    }
+    stored = set(verifier_versions.stored_versions(con))
     # from the benchmark, never the store's copy where the verifier runs it (task_source.py)
     tasks = trusted_tasks(con, store, run, env, task_code=server.verifier.task_code)
     if new_version not in stored:

@@ -17,6 +17,7 @@ from pathlib import Path
 from gymflow.core.errors import GateFailed
 from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment
+from gymflow.store.queries.tasks import stored_tasks
 from gymflow.store.runs import RunInfo
 
 
@@ -56,9 +57,7 @@ def trusted_tasks(
     the store's copy, whose contents the inputs seal covers (`store/sealed_inputs.py`), unless
     the verifier loads code from it (`task_code`): then it is refused, nothing judged."""
     source = _benchmark_tasks(run, env)
-    rows = con.execute(
-        "SELECT task_id, data_json, reference, tags, difficulty FROM tasks ORDER BY task_id"
-    ).fetchall()
+    rows = stored_tasks(con)
     tasks = {}
     for task_id, data_json, reference, tags, difficulty in rows:
         stored = _parsed(store, task_id, data_json)

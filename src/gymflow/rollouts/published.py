@@ -46,6 +46,7 @@ from gymflow.rollouts.travel import travelled
 from gymflow.store import snapshot
 from gymflow.store.db import STORE_FILE, StoreError, connect, store_path
 from gymflow.store.merge import ShardProgress, stored_progress
+from gymflow.store.queries.rollouts import stored_count, stored_ids
 from gymflow.store.remote import AlreadyExists, Remote, RemoteError, is_url, sha256
 from gymflow.store.seal import SealKey, foreign_key_message, load_key
 from gymflow.store.snapshot import SNAPSHOT_TABLES
@@ -239,7 +240,7 @@ class PublishedShard:
                             f"({piece.failed}); refused, nothing merged"
                         )
                     snapshot.load(con, files)
-            stored = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
+            stored = stored_count(con)
         source = "committed" if committed else ("checkpoints" if pieces else "nothing")
         bundle = next((p.bundle for p in pieces if p.bundle), None)
         return Restored(source=source, rollouts=stored, pieces=len(pieces), bundle=bundle)
@@ -321,7 +322,7 @@ class Checkpointer:
         self.shard, self.run_dir, self.attempt = shard, run_dir, attempt
         self.every_s, self.every_rollouts, self.log = every_s, every_rollouts, log
         with closing(connect(run_dir)) as con:  # what the store holds already is published
-            self.done = {r[0] for r in con.execute("SELECT rollout_id FROM rollouts").fetchall()}
+            self.done = stored_ids(con)
         self.seq = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gymflow-checkpoint", daemon=True)
@@ -351,7 +352,7 @@ class Checkpointer:
 
     def _stored(self) -> int:
         with closing(connect(self.run_dir)) as con:
-            return con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
+            return stored_count(con)
 
     def _loop(self) -> None:
         last = time.monotonic()

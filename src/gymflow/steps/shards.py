@@ -12,7 +12,7 @@ from gymflow.rollouts.plan import RunPlan
 from gymflow.rollouts.published import fetched
 from gymflow.store.db import connect, store_path
 from gymflow.store.merge import MergeReport, ShardProgress
-from gymflow.store.runs import run_info
+from gymflow.store.runs import has_run, run_info
 from gymflow.store.superseded import supersede_failed
 
 
@@ -44,5 +44,5 @@ def supersede_failed_in_shards(run_dir: str, shard_dirs: list[str]) -> None:
     for path in [*shard_dirs, run_dir]:
         if store_path(path).exists():
             with connect(path) as con:
-                if con.execute("SELECT count(*) FROM runs").fetchone()[0]:
+                if has_run(con):
                     supersede_failed(con, run_info(con).run_id, RESUMABLE_KINDS)

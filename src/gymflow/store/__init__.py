@@ -1,6 +1,7 @@
-"""The one door to DuckDB: a run's store (`db`), its schema (`schema`), the rows each table takes
-(`rows`, `writer`), runs, verifier versions, seals, snapshots, merges, compaction and remote
-shard roots.
+"""The one door to DuckDB: a run's store (`db`, and its typed handle `handle.Store`), its schema
+(`schema`), the SQL against its tables (`queries`: nothing outside this package names a table),
+the rows each table takes (`rows`, `writer`), runs, verifier versions, seals, snapshots, merges,
+compaction and remote shard roots.
 
 Cut-off: reads and writes stores; judges nothing and runs no model. Tier 1, beside `models` and
 `verifiers`."""
@@ -16,7 +17,9 @@ __all__ = [
     "compact",
     "db",
     "exact_schema",
+    "handle",
     "merge",
+    "queries",
     "remote",
     "rows",
     "runs",

@@ -12,6 +12,7 @@ import duckdb
 
 from gymflow.core.errors import option
 from gymflow.store.db import StoreError, store_path, transaction
+from gymflow.store.handle import Connection, one_row
 from gymflow.store.schema import COLUMNS
 from gymflow.store.seal import check_inputs, claim, seal_tasks
 from gymflow.store.writer import insert_rows
@@ -135,3 +136,31 @@ def run_info(con) -> RunInfo:
     if row is None:
         raise StoreError("store holds no run")
     return RunInfo(*row)
+
+
+def has_run(con: Connection) -> bool:
+    """Whether the store holds its run's row yet (a shard store before registration does not)."""
+    return one_row(con, "SELECT count(*) FROM runs")[0] > 0
+
+
+def config_json(con: Connection) -> str | None:
+    """The run's config as stored (JSON text), or None for a store without a run or a config."""
+    row = con.execute("SELECT config_json FROM runs LIMIT 1").fetchone()
+    return row[0] if row else None
+
+
+def max_repeats(con: Connection) -> int | None:
+    """The repeats the run asked for (None for a store without a run or a count)."""
+    return one_row(con, "SELECT max(repeats) FROM runs")[0]
+
+
+def judged_version(con: Connection) -> str | None:
+    """The verifier version the run was judged under, as its `runs` row names it."""
+    row = con.execute("SELECT verifier_version FROM runs LIMIT 1").fetchone()
+    return row[0] if row else None
+
+
+def repeats_and_sampling(con: Connection) -> tuple[int | None, str | None]:
+    """(repeats, sampling settings as stored JSON) of the run; (None, None) without a run."""
+    repeats, sampling = one_row(con, "SELECT max(repeats), any_value(sampling_json) FROM runs")
+    return repeats, sampling

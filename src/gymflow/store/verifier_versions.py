@@ -12,6 +12,7 @@ from __future__ import annotations
 import duckdb
 
 from gymflow.store.db import StoreError, transaction
+from gymflow.store.handle import Connection
 from gymflow.store.seal import check_inputs, claim, seal_tasks
 
 CURRENT_KEY = "current_verifier_version"
@@ -55,3 +56,37 @@ def make_current(con: duckdb.DuckDBPyConnection, version: str) -> None:
             [CURRENT_KEY, version],
         )
         seal_tasks(con, claim(con, where))
+
+
+def verifier_name(con: Connection, version: str) -> str | None:
+    """The verifier's name a stored version records, or None for a version not stored here."""
+    row = con.execute(
+        "SELECT verifier_name FROM verifier_versions WHERE verifier_version = ?", [version]
+    ).fetchone()
+    return row[0] if row else None
+
+
+def version_record(con: Connection, version: str) -> tuple[str, str | None, str | None]:
+    """(verifier_name, params_json, source) of a stored version; StoreError for another."""
+    row = con.execute(
+        "SELECT verifier_name, params_json, source FROM verifier_versions "
+        "WHERE verifier_version = ?",
+        [version],
+    ).fetchone()
+    if row is None:
+        raise StoreError(f"no verifier version {version!r} in this store")
+    name, params, source = row
+    return name, params, source
+
+
+def version_with_code(con: Connection, version: str) -> tuple[str, str | None, str | None] | None:
+    """(verifier_name, params_json, code_hash) of a stored version; None for another."""
+    row = con.execute(
+        "SELECT verifier_name, params_json, code_hash FROM verifier_versions "
+        "WHERE verifier_version = ?",
+        [version],
+    ).fetchone()
+    if row is None:
+        return None
+    name, params, code = row
+    return name, params, code

@@ -23,6 +23,8 @@ from pathlib import Path
 from gymflow.analysis.results import Confirmation, Experiment
 from gymflow.core.errors import UserError
 from gymflow.store.db import connect, store_path
+from gymflow.store.queries.scores import task_pass_rates
+from gymflow.store.runs import config_json
 from gymflow.store.verifier_versions import current_verifier_version
 
 #: tasks a confirming experiment reruns at most: a small study, not a second run
@@ -37,17 +39,7 @@ class ConfirmError(UserError):
 
 def _pass_rates(con, version: str, tasks: list[str]) -> dict[str, float]:
     """task -> share of its scored rollouts that passed under `version`."""
-    rows = con.execute(
-        """
-        SELECT r.task_id, avg(CASE WHEN v.passed THEN 1.0 ELSE 0.0 END)
-        FROM rollouts r
-        JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-        WHERE r.status = 'completed' AND v.status = 'ok' AND list_contains(?, r.task_id)
-        GROUP BY r.task_id
-        """,
-        [version, tasks],
-    ).fetchall()
-    return {task: float(rate) for task, rate in rows}
+    return {task: float(rate) for task, rate in task_pass_rates(con, version, tasks)}
 
 
 def _slug(experiment: Experiment) -> str:
@@ -86,19 +78,19 @@ def _rerun(store: Path, folder: Path, experiment: Experiment, tasks: list[str]) 
 
     con = connect(store, read_only=True)
     try:
-        row = con.execute("SELECT any_value(config_json) FROM runs").fetchone()
+        stored = config_json(con)
     finally:
         con.close()
-    if not row or not row[0]:
+    if not stored:
         raise ConfirmError(f"{store}: the run holds no config to rerun (an imported run?)")
-    stored = json.loads(row[0])
+    stored_config = json.loads(stored)
     changed_kind = experiment.change.get("model", {}).get("kind")
-    if changed_kind and stored.get("model", {}).get("kind", "local") == "local":
+    if changed_kind and stored_config.get("model", {}).get("kind", "local") == "local":
         raise ConfirmError(
             f"{store}: the experiment changes model.kind to {changed_kind!r}, and the run's model "
             "is the simulated policy, which has no server of that kind"
         )
-    config = _merged(stored, experiment.change)
+    config = _merged(stored_config, experiment.change)
     config["out"] = str(folder)
     config.pop("shard", None)
     plan = resolve(EvalConfig.model_validate(config))

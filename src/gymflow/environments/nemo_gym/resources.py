@@ -41,6 +41,7 @@ from gymflow.environments.dataset.mapping import row_input_items
 from gymflow.environments.resources import ResourcesServer
 from gymflow.models.nemo_gym_shapes import nemo_request, nemo_response
 from gymflow.models.nemo_gym_shapes import usage as _usage
+from gymflow.store.queries.exports import scored_verdicts
 from gymflow.verifiers.base import VerifyInput
 
 #: Generous: a verification can run code or ask a judge.
@@ -56,14 +57,6 @@ ROLLOUT_HEADER = "x-gymflow-rollout"
 ECHOED = ("reward", "response", "responses_create_params")
 #: Where a run keeps the server's own `/aggregate_metrics` answer, beside its report.
 METRICS_FILE = "nemo_gym_metrics.json"
-#: A run's scored verdicts as NeMo Gym's aggregation reads them (its task and rollout indices).
-_SCORED = """
-SELECT t.task_index, r.repeat_index, t.data_json, v.reward, v.details_json,
-       r.input_tokens, r.output_tokens
-FROM rollouts r JOIN tasks t USING (task_id) JOIN verifications v USING (rollout_id)
-WHERE v.verifier_version = ? AND v.status = 'ok'
-ORDER BY t.task_index, r.repeat_index
-"""
 #: Statuses of a server in the way (a proxy, a restart) rather than one that answered.
 UNAVAILABLE = (502, 503, 504)
 
@@ -320,7 +313,7 @@ class NemoGymResources(ResourcesServer):
                 "response": {"usage": _usage(input_tokens, output_tokens)},
             }
             for task_index, repeat, data, reward, details, input_tokens, output_tokens in (
-                con.execute(_SCORED, [self.verifier_version]).fetchall()
+                scored_verdicts(con, self.verifier_version)
             )
         ]
         if not entries:

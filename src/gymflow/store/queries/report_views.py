@@ -1,13 +1,15 @@
-"""The report's own views of a run store: each one SQL query, each a table or chart's rows.
+"""The report's own views of a run store: each one SQL query, each a table or chart's rows,
+laid out by `gymflow.reports.sections`.
 
 These are layouts of stored rows (the outcome grid, distributions, example rollouts, reward
 changes between verifier versions), not statistics: the numbers come from gymflow.analysis."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
+
+from gymflow.store.handle import Connection, one_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +32,7 @@ class TaskRow:
         return self.passed / self.scored if self.scored else None
 
 
-def outcome_rows(con, verifier_version: str) -> list[TaskRow]:
+def outcome_rows(con: Connection, verifier_version: str) -> list[TaskRow]:
     """Every task with one outcome code per expected repeat, in task order."""
     rows = con.execute(
         """
@@ -54,7 +56,9 @@ def outcome_rows(con, verifier_version: str) -> list[TaskRow]:
     return [TaskRow(task_id, list(tags or []), diff, codes) for task_id, tags, diff, codes in rows]
 
 
-def rollouts_by_id(con, ids: list[str], verifier_version: str) -> dict[str, dict[str, Any]]:
+def rollouts_by_id(
+    con: Connection, ids: list[str], verifier_version: str
+) -> dict[str, dict[str, Any]]:
     """Stored rollouts with their verification under `verifier_version`."""
     if not ids:
         return {}
@@ -84,10 +88,10 @@ DISTRIBUTIONS: dict[str, tuple[str, str]] = {
 }
 
 
-def histogram(con, column: str, *, bins: int = 20) -> list[tuple[float, float, int]]:
+def histogram(con: Connection, column: str, *, bins: int = 20) -> list[tuple[float, float, int]]:
     """Equal-width bins (low, high, count) of one rollout column over every stored rollout;
     integer columns get integer-width bins."""
-    lo, hi = con.execute(f"SELECT min({column}), max({column}) FROM rollouts").fetchone()
+    lo, hi = one_row(con, f"SELECT min({column}), max({column}) FROM rollouts")
     if lo is None:
         return []
     if column == "latency_s":
@@ -108,7 +112,7 @@ def histogram(con, column: str, *, bins: int = 20) -> list[tuple[float, float, i
     ]
 
 
-def verifier_versions(con) -> list[dict[str, Any]]:
+def verifier_versions(con: Connection) -> list[dict[str, Any]]:
     cursor = con.execute(
         "SELECT verifier_version, verifier_name, params_json, source, created_at "
         "FROM verifier_versions ORDER BY created_at, verifier_version"
@@ -117,7 +121,7 @@ def verifier_versions(con) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-def reward_changes(con, old: str, new: str) -> list[dict[str, Any]]:
+def reward_changes(con: Connection, old: str, new: str) -> list[dict[str, Any]]:
     """Task by task, the passing rollouts and mean reward under two verifier versions of the
     same rollouts, for the tasks where either moved. (Which rollouts flipped is
     `gymflow.reverify.flips`.)"""
@@ -141,11 +145,3 @@ def reward_changes(con, old: str, new: str) -> list[dict[str, Any]]:
     )
     names = [d[0] for d in cursor.description]
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-
-def details(details_json: str | None) -> dict[str, Any]:
-    try:
-        value = json.loads(details_json) if details_json else {}
-    except json.JSONDecodeError:
-        return {"unreadable": details_json}
-    return value if isinstance(value, dict) else {"value": value}
