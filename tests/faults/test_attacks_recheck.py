@@ -180,3 +180,63 @@ def test_a_server_that_judges_the_trajectory_is_not_text_only(tmp_path, monkeypa
     assert len(stored) == 12
     assert sorted(reward for _, reward in stored) == [0.0] * 6 + [1.0] * 6
     assert all(reward == float(bool(json.loads(t or "[]"))) for t, reward in stored)
+
+
+def test_edited_judge_parameters_reach_nothing(tmp_path, monkeypatch) -> None:
+    """An attacker's pass (a17): one UPDATE pointed a math_judge version's stored `base_url` at
+    the attacker's server and its `api_key_env` at the variable holding the owner's seal key;
+    `--check` built the judge from them and sent the key as a Bearer token before saying the
+    parameters were edited. Now nothing is judged under parameters or inputs that read as
+    edited: the check fails and no request leaves."""
+    import http.server
+    import threading
+
+    received: list[str] = []
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(self.headers.get("authorization", ""))
+            self.send_response(500)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    bench = tmp_path / "envs" / "benchmarks"
+    bench.mkdir(parents=True)
+    (bench / "judged.jsonl").write_text(
+        "".join(
+            json.dumps({"id": f"j{i}", "question": f"What is {i}+{i}?", "answer": 2 * i}) + "\n"
+            for i in range(1, 4)
+        )
+    )
+    (bench / "judged.yaml").write_text(
+        "name: judged\ndescription: graded by a judge model\n"
+        "dataset: {path: judged.jsonl, fields: {id: id, prompt: [question], "
+        "verifier: {answer: answer}}}\n"
+        "verifier: {name: math_judge, params: {base_url: 'http://127.0.0.1:9/v1'}}\n"
+        "prompt_template: '{{ question }}'\nrepeats: 1\n"
+    )
+    monkeypatch.setenv("GYMFLOW_ENVIRONMENTS_PATH", str(tmp_path / "envs"))
+    run = collect_run(tmp_path / "run", benchmark="judged", limit=3, repeats=1)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        (params,) = (
+            duckdb.connect(str(run / "gymflow.duckdb"), read_only=True)
+            .execute("SELECT params_json FROM verifier_versions")
+            .fetchone()
+        )
+        edited = {**json.loads(params), "base_url": url, "api_key_env": "GYMFLOW_SEAL_KEY"}
+        edit_store(run, f"UPDATE verifier_versions SET params_json = '{json.dumps(edited)}'")
+        before = tree_digest(run)
+        out = gym("eval", "reverify", str(run), "--check", "--json", cwd=tmp_path,
+                  env={"GYMFLOW_SEAL_KEY": "0" * 64})  # fmt: skip
+    finally:
+        server.shutdown()
+    assert received == []  # on 2a91e13: three requests, each with the key as a Bearer token
+    assert out.returncode == 2, out.stdout + out.stderr
+    found = json.loads(out.stdout)
+    assert found["judged"] is False and found["checked"] == 0 and found["agrees"] is False
+    assert tree_digest(run) == before

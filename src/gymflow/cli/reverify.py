@@ -134,14 +134,24 @@ def _recheck(run_dir: Path, version: str | None, json_output: bool) -> None:
     if json_output:
         print_json({**result.as_json(), "agrees": result.agrees})
     else:
-        console.print(
-            styled(
-                f"{result.environment} {result.version}: {result.checked} stored verdicts judged "
-                f"again, {result.agreed} agree, ",
-                (f"{result.count} differ", "bold red" if result.count else "bold"),
-                " (nothing written)",
+        if result.judged:
+            console.print(
+                styled(
+                    f"{result.environment} {result.version}: {result.checked} stored verdicts "
+                    f"judged again, {result.agreed} agree, ",
+                    (f"{result.count} differ", "bold red" if result.count else "bold"),
+                    " (nothing written)",
+                )
             )
-        )
+        else:
+            console.print(
+                f"{result.environment} {result.version}: nothing judged (nothing written): a "
+                "verifier built from parameters or inputs edited in the store could reach "
+                "whatever they name",
+                style="bold red",
+                markup=False,
+                highlight=False,
+            )
         if not result.params_named:
             console.print(
                 f"version {result.version}'s stored parameters are not the ones its name "

@@ -19,7 +19,7 @@ from gymflow.store import verifier_versions
 from gymflow.store.db import connect, store_path
 from gymflow.store.queries.verdicts import recheck_rows
 from gymflow.store.runs import run_info
-from gymflow.store.seal import SealState, check_seals
+from gymflow.store.seal import SealCheck, SealState, check_seals
 from gymflow.verifiers.identity import code_hash
 
 
@@ -65,6 +65,10 @@ class Rechecked(Result):
     #: version: `store/sealed_inputs.py`) are those its writers sealed; None: not checked
     #: (not this machine's key, or a store sealed before its inputs were)
     inputs_sealed: bool | None = None
+    #: False: nothing was judged, because the parameters or the inputs read as edited (a
+    #: verifier built from them could reach whatever they name: a judge's `base_url`, sent the
+    #: owner's key from the `api_key_env` they name)
+    judged: bool = True
 
     @property
     def agrees(self) -> bool:
@@ -136,7 +140,11 @@ def check(
                     "recomputed from the store"
                 )
             tasks = trusted_tasks(con, store, run, env, task_code=server.verifier.task_code)
-            return _check_with(con, store, env, server, tasks, version, row[2], max_listed)
+            seals = check_seals(con)
+            named = _params_named(version, server)
+            if not named or seals.store.inputs_sealed is False:
+                return _unjudged(env, version, seals, named)
+            return _check_with(con, store, env, server, tasks, version, row[2], max_listed, seals)
         finally:
             server.close()
     finally:
@@ -152,8 +160,8 @@ def _check_with(
     version: str,
     stored_code: str | None,
     max_listed: int | None,
+    seals: SealCheck,
 ) -> Rechecked:
-    seals = check_seals(con)
     # Every completed rollout, with or without a verdict under the version (a failing verdict
     # deleted leaves the scores counting only the passes), and every verdict of a rollout.
     cursor = recheck_rows(con, version)
@@ -195,10 +203,33 @@ def _check_with(
         count=count,
         code_changed=None not in (stored_code, code := code_hash(server.verifier))
         and stored_code != code,
-        params_named=version == server.verifier_version
-        or version.startswith(f"{server.verifier_version}+"),
+        params_named=True,
         seal_state=seals.store.state,
         seal_mismatches=seals.mismatched,
         seal_examples=seals.examples,
         inputs_sealed=seals.store.inputs_sealed,
+    )
+
+
+def _params_named(version: str, server: ResourcesServer) -> bool:
+    """The version's stored parameters are those its name hashes (`name@params-hash`, with
+    `+code` when its code changed since)."""
+    return version == server.verifier_version or version.startswith(f"{server.verifier_version}+")
+
+
+def _unjudged(env: Environment, version: str, seals: SealCheck, named: bool) -> Rechecked:
+    return Rechecked(
+        environment=env.name,
+        version=version,
+        checked=0,
+        agreed=0,
+        disagreements=[],
+        count=0,
+        code_changed=False,
+        params_named=named,
+        seal_state=seals.store.state,
+        seal_mismatches=seals.mismatched,
+        seal_examples=seals.examples,
+        inputs_sealed=seals.store.inputs_sealed,
+        judged=False,
     )
