@@ -468,8 +468,18 @@ NOT_FACTORS = (
     "model.api_key_env",
 )
 
-#: Harness keys added with the `command` harness, and the default that leaves run ids as they were.
-HARNESS_ADDED = {"agent": None, "command": None, "agent_version": None, "sandbox": "bubblewrap"}
+#: Config keys added after run ids were first derived from the config (`fingerprint`), each with
+#: the value that means what runs did before it existed: at that value a key is left out of the
+#: hash, so a stored run's id is what it was and it still resumes and aggregates. A new key that
+#: decides the rollouts joins this table (tests/test_config_identity.py fails otherwise).
+ADDED_KEYS: dict[str, object] = {
+    "model.tool_choice": None,
+    "model.chat_template": None,
+    "harness.agent": None,
+    "harness.command": None,
+    "harness.agent_version": None,
+    "harness.sandbox": "bubblewrap",
+}
 
 #: Waves of `concurrency` rollouts in a default batch: few Prefect tasks for a long run. A batch's
 #: tail no longer drains the window: the next batch fills the slots it frees (`Collector`).
@@ -559,19 +569,23 @@ class EvalConfig(_Strict):
         """Hash of everything that decides the rollouts (not where they go or which shard)."""
         identity = self.model_dump(mode="json")
         for key in NOT_FACTORS:
-            *parents, leaf = key.split(".")
-            node = identity
-            for part in parents:
-                node = node[part]
+            node, leaf = _holder(identity, key)
             node.pop(leaf, None)
-        if identity["model"]["tool_choice"] is None:
-            # added later: unset (not sent, as before) keeps the run ids of earlier configs
-            del identity["model"]["tool_choice"]
-        for key, default in HARNESS_ADDED.items():  # the same, for the `command` harness's
-            if identity["harness"][key] == default:
-                del identity["harness"][key]
+        for key, before in ADDED_KEYS.items():
+            node, leaf = _holder(identity, key)
+            if node.get(leaf, before) == before:
+                node.pop(leaf, None)
         blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _holder(identity: dict[str, Any], key: str) -> tuple[dict[str, Any], str]:
+    """The mapping inside `identity` that holds dotted `key`, and the key's last part."""
+    *parents, leaf = key.split(".")
+    node = identity
+    for part in parents:
+        node = node[part]
+    return node, leaf
 
 
 def missing_api_key(model: ModelConfig) -> str | None:
