@@ -12,9 +12,9 @@ judged once and its verdict deleted. Only a verdict set aside for judging again
 (`superseded.py`) whose seal still matches its rollout, or an imported run never judged by
 gymflow (a file's row without a reward), leaves a rollout without one honestly.
 
-The check runs on the writer's connection, which holds the store's write lock: the file state it
-returns is the one checked, so the writer may record its own result as checked
-(`checked_stores.record_checked`) without a stat taken before the lock."""
+The check runs on the writer's connection, which holds the store's write lock, so the writer may
+record the file it then wrote as checked (`checked_stores.record_checked`: its state and bytes
+taken from the file it has open, under the lock)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ import pyarrow.compute as pc
 from gymflow.core.errors import GateFailed
 from gymflow.interop.nemo_gym import IMPORTED_VERSION
 from gymflow.store.arrow_reads import arrow_batches
-from gymflow.store.checked_stores import file_state
 from gymflow.store.seal import (
     MESSAGE,
     STRIPPED,
@@ -31,7 +30,6 @@ from gymflow.store.seal import (
     check_seals,
     load_key,
     message_sql,
-    store_file,
 )
 
 
@@ -69,22 +67,20 @@ def _verdicts_deleted(con, key: SealKey) -> list[str]:
     return sorted(seen - honest)
 
 
-def check_before_judging(con, where: str) -> str | None:
+def check_before_judging(con, where: str) -> bool:
     """Refuse (SealsBroken) when a seal of the store `con` has open does not match, its task
     list or inputs are not those sealed, its seals were stripped, or a verdict was deleted.
-    Returns the file state checked when every seal matched (None: nothing to record, e.g. a
+    Returns whether every seal was checked and matched (False: nothing to vouch for, e.g. a
     store not yet sealed)."""
-    path = store_file(con)
-    state = file_state(path) if path is not None else None  # under the writer's lock
     found = check_seals(con, max_examples=3)
     seal = found.store
     if seal.state == "stripped":
         held = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
         if held:
             _refuse(where, STRIPPED)
-        return None
+        return False
     if seal.state != "sealed" or found.mismatched is None:
-        return None  # not this key's store: `claim` refuses a foreign one, seals a new one
+        return False  # not this key's store: `claim` refuses a foreign one, seals a new one
     if found.mismatched:
         _refuse(
             where,
@@ -102,7 +98,7 @@ def check_before_judging(con, where: str) -> str | None:
             f"{len(deleted)} completed rollouts once judged have no verdict (e.g. "
             f"{', '.join(deleted[:3])}): verdicts were deleted",
         )
-    return state
+    return True
 
 
 def _refuse(where: str, what: str) -> None:
