@@ -47,6 +47,7 @@ from gymflow.models.responses import output_text, refusal_text, unanswered
 from gymflow.store.db import store_path
 from gymflow.store.rows import model_call_row, rollout_row, run_row, task_row, verification_row
 from gymflow.store.schema import COLUMNS
+from gymflow.store.sealed_inputs import IMPORTED_VERSION
 from gymflow.store.tool_lists import ToolLists
 from gymflow.store.writer import (
     insert_rows,
@@ -56,7 +57,6 @@ from gymflow.store.writer import (
     register_verifier_version,
 )
 
-IMPORTED_VERSION = "imported"
 SAMPLING_KEYS = ("temperature", "top_p", "max_output_tokens")
 #: The parts of a request that are the task itself; the rest are sampling and transport settings.
 TASK_PARAMS = ("input", "instructions", "tools", "tool_choice", "text", "prompt")

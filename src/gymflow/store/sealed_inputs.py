@@ -32,6 +32,8 @@ class SealKey(Protocol):
 
 
 INPUTS_KEY = "inputs_seal"
+#: The verifier version of an import's rewards (`gym import nemo-gym`): the file's, not judged.
+IMPORTED_VERSION = "imported"
 #: The `meta` keys whose value decides a number (which verifier version is read).
 SEALED_META = ("current_verifier_version",)
 #: Each sealed table with the columns that order its rows (its key).
