@@ -15,8 +15,8 @@ before it writes, every writer recomputes every seal (never the once-per-state r
 a completed rollout of a store this key sealed has no verdict at all: every gymflow writer
 stores a rollout with its verdict, so one without any was judged once and its verdict deleted.
 Only a verdict set aside for judging again (`superseded.py`) whose seal still matches its
-rollout, or an imported run's row without a reward (never judged by gymflow), leaves a rollout
-without one honestly.
+rollout, or an imported run's row without a reward (never judged by gymflow, and sealed as such
+by the import: `sealed_inputs.py`), leaves a rollout without one honestly.
 
 The check runs on the writer's connection, which holds the store's write lock, so the writer may
 record the file it then wrote as checked (`checked_stores.record_checked`: its state and bytes
@@ -38,7 +38,7 @@ from gymflow.store.seal import (
     load_key,
     message_sql,
 )
-from gymflow.store.sealed_inputs import IMPORTED_VERSION
+from gymflow.store.sealed_inputs import imported_only, unjudged_sealed
 
 
 class SealsBroken(GateFailed):
@@ -57,14 +57,19 @@ _UNJUDGED = f"""
 """
 
 
-def _verdicts_deleted(con: DuckDBPyConnection, key: SealKey) -> list[str]:
-    """Completed rollouts without any verdict, none of whose set-aside verdicts still match
-    their seal, in a store whose versions are not only an import's."""
-    versions = {
-        row[0] for row in con.execute("SELECT verifier_version FROM verifier_versions").fetchall()
-    }
-    if versions <= {IMPORTED_VERSION}:
-        return []  # an import's rows without a reward were never judged: judging them is new
+def _verdicts_deleted(con: DuckDBPyConnection, key: SealKey) -> str | None:
+    """What says a verdict was deleted: completed rollouts without any verdict, none of whose
+    set-aside verdicts still match their seal; in an import, other rollouts without a verdict
+    than the ones it sealed as stored so (`sealed_inputs.unjudged_sealed`). None: none was."""
+    if imported_only(con):
+        changed = unjudged_sealed(con, key)
+        if changed is None:
+            return None  # the import's rows without a reward, as it stored them: judging is new
+        stored, now = changed
+        return (
+            f"{now} completed rollouts have no verdict, where the import stored {stored} "
+            "without one: verdicts were deleted"
+        )
     honest: set[str] = set()
     seen: set[str] = set()
     for batch in arrow_batches(con, _UNJUDGED):
@@ -72,7 +77,13 @@ def _verdicts_deleted(con: DuckDBPyConnection, key: SealKey) -> list[str]:
         again = key.sealer.seals(pc.fill_null(batch.column(2), b""))
         seen.update(ids.to_pylist())
         honest.update(ids.filter(pc.fill_null(pc.equal(stored, again), False)).to_pylist())
-    return sorted(seen - honest)
+    deleted = sorted(seen - honest)
+    if not deleted:
+        return None
+    return (
+        f"{len(deleted)} completed rollouts once judged have no verdict (e.g. "
+        f"{', '.join(deleted[:3])}): verdicts were deleted"
+    )
 
 
 def check_before_writing(con: DuckDBPyConnection, where: str) -> bool:
@@ -101,12 +112,8 @@ def check_before_writing(con: DuckDBPyConnection, where: str) -> bool:
     key = load_key(create=False)
     assert key is not None  # a sealed check needs it
     deleted = _verdicts_deleted(con, key)
-    if deleted:
-        _refuse(
-            where,
-            f"{len(deleted)} completed rollouts once judged have no verdict (e.g. "
-            f"{', '.join(deleted[:3])}): verdicts were deleted",
-        )
+    if deleted is not None:
+        _refuse(where, deleted)
     check_inputs(con, where)
     if seal.tasks_sealed is False or seal.inputs_sealed is False:
         _refuse(where, "its task list or inputs are not those sealed")
