@@ -66,8 +66,8 @@ _opened: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, tuple[int, int, in
 )
 
 
-def _open_files() -> set[tuple[int, int, int]]:
-    """Every regular file this process has open: (descriptor, device, inode)."""
+def _open_files(name: str) -> set[tuple[int, int, int]]:
+    """The regular files named `name` this process has open: (descriptor, device, inode)."""
     try:
         listing = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
     except OSError:  # no /proc: nothing is known of the file opened, so nothing is vouched for
@@ -77,23 +77,25 @@ def _open_files() -> set[tuple[int, int, int]]:
     finally:
         os.close(listing)
     found: set[tuple[int, int, int]] = set()
-    for name in names:
+    for fd in names:
         try:
-            info = os.fstat(int(name))
+            info = os.fstat(int(fd))
+            opened_as = os.readlink(f"/proc/self/fd/{fd}")
         except (OSError, ValueError):
             continue
-        if stat.S_ISREG(info.st_mode):
-            found.add((int(name), info.st_dev, info.st_ino))
+        if stat.S_ISREG(info.st_mode) and os.path.basename(opened_as) == name:
+            found.add((int(fd), info.st_dev, info.st_ino))
     return found
 
 
 def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
-    """duckdb.connect, noting the one regular file it opened (`_opened`). A read-only DuckDB
-    replays a WAL and closes it; it keeps only the database file open. Where another thread
-    opened a file in the same moment, two are new and neither is noted."""
-    before = _open_files()
+    """duckdb.connect, noting the one file of the store's name it opened (`_opened`). A
+    read-only DuckDB replays a WAL and closes it; it keeps only the database file open. Files
+    another thread opens meanwhile (a /proc file a watchdog reads) have other names; where two
+    are new, or the one opened was renamed already, none is noted, and nothing is vouched for."""
+    before = _open_files(path.name)
     con = duckdb.connect(str(path), read_only=read_only)
-    files = _open_files() - before
+    files = _open_files(path.name) - before
     if len(files) == 1:
         _opened[con] = files.pop()
     return con
