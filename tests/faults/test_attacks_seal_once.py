@@ -1,10 +1,11 @@
 """The seal checked once per store state (issue 42): recomputing every seal was 19 of health's
-36 s at ten million rollouts. After a full check passes, the store's file state (device,
-inode, size, mtime and ctime in ns, of the database and its WAL) is recorded beside the key,
-owner-only and MAC'd; a later read of the same state skips the recompute and says when it was
-checked. Any edit moves the state (a process cannot set ctime back), a record not MAC'd by the
-key is not taken, and `--verify-seals`, `reverify --check` and the regression gate always
-recompute."""
+36 s at ten million rollouts. After a full check passes, the state of the file DuckDB opened
+(device, inode, size, mtime and ctime in ns) and the SHA-256 of its bytes are recorded beside
+the key, owner-only and MAC'd; a later read of the same file, state and bytes skips the
+recompute and says when it was checked. Any edit moves the state or the bytes (a process cannot
+set ctime back; a write through a shared map moves the bytes: test_attacks_seal_shortcut.py), a
+record not MAC'd by the key is not taken, and `--verify-seals`, `reverify --check` and the
+regression gate always recompute."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import os
 import stat
 from pathlib import Path
 
-from gymflow.store.checked_stores import Checked, file_state, record_file
+from gymflow.store.checked_stores import Checked, file_digest, file_state, record_file
 from gymflow.store.seal import load_key
 from tests.conftest import gym
 from tests.faults.stores import collect_run, edit_store, rollout_rows, tree_digest
@@ -76,7 +77,13 @@ def test_a_record_not_made_with_the_key_is_not_taken(tmp_path: Path) -> None:
     run = collect_run(tmp_path / "run")
     edit_store(run, *PASSED)
     path = os.path.realpath(run / "gymflow.duckdb")
-    entry = {"path": path, "state": file_state(path), "checked_at": 1.0, "mac": "0" * 64}
+    entry = {
+        "path": path,
+        "state": file_state(path),
+        "content": file_digest(path),
+        "checked_at": 1.0,
+        "mac": "0" * 64,
+    }
     record_file().parent.mkdir(parents=True, exist_ok=True)
     record_file().write_text(json.dumps(entry) + "\n")
     record_file().chmod(0o600)
@@ -91,9 +98,16 @@ def test_reverify_check_and_verify_seals_always_recompute(tmp_path: Path) -> Non
     run = collect_run(tmp_path / "run")
     edit_store(run, *PASSED)
     key = load_key(create=False)
+    assert key is not None
     path = os.path.realpath(run / "gymflow.duckdb")
-    vouched = Checked(path, file_state(path), 1.0)
-    entry = {"path": path, "state": vouched.state, "checked_at": 1.0, "mac": vouched.mac(key)}
+    vouched = Checked(path, str(file_state(path)), file_digest(path), 1.0)
+    entry = {
+        "path": path,
+        "state": vouched.state,
+        "content": vouched.content,
+        "checked_at": 1.0,
+        "mac": vouched.mac(key),
+    }
     record_file().write_text(json.dumps(entry) + "\n")
     stored, digest = rollout_rows(run / "gymflow.duckdb"), tree_digest(run)
     assert _health(run, tmp_path)["checked_at"] is not None

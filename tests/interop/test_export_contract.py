@@ -11,6 +11,7 @@ import duckdb
 
 from gymflow.interop.nemo_gym import import_rollouts
 from gymflow.models.nemo_gym_shapes import REQUEST_FIELDS
+from gymflow.store.seal import MESSAGE, load_key, message_sql, sealed
 from tests.conftest import gym
 from tests.interop.test_real_files import DATA, _query
 
@@ -65,6 +66,29 @@ def _check_response(response: dict) -> None:
         assert _is_int(usage["output_tokens_details"]["reasoning_tokens"])
 
 
+def _edited(store: Path, sql: str) -> None:
+    """`sql` run on the store, its verdicts then sealed again with this machine's key, as the
+    writer that stored that state would have sealed it: an export refuses a store whose seals
+    do not match (store/sealed_first.py)."""
+    con = duckdb.connect(str(store))
+    try:
+        con.execute(sql)
+        seals = sealed(
+            con,
+            load_key(create=True),
+            f"SELECT v.rollout_id, v.verifier_version, {message_sql('v', 'r')} AS {MESSAGE} "
+            "FROM verifications v JOIN rollouts r USING (rollout_id)",
+        )
+        con.register("seals", seals)
+        con.execute(
+            "UPDATE verifications SET seal = s.seal FROM seals s "
+            "WHERE s.rollout_id = verifications.rollout_id "
+            "AND s.verifier_version = verifications.verifier_version"
+        )
+    finally:
+        con.close()
+
+
 def test_exported_lines_fit_nemo_gyms_models_and_round_trip(tmp_path: Path) -> None:
     lines = (DATA / "blackjack" / "example_rollouts.jsonl").read_text().splitlines()
     failed = json.loads(lines[4])
@@ -73,13 +97,12 @@ def test_exported_lines_fit_nemo_gyms_models_and_round_trip(tmp_path: Path) -> N
     (tmp_path / "r_failures.jsonl").write_text(json.dumps(failed) + "\n")
     import_rollouts(tmp_path / "r.jsonl", tmp_path / "run")
     # one completed rollout whose grading timed out: failed sidecar, still completed on return
-    con = duckdb.connect(str(tmp_path / "run" / "gymflow.duckdb"))
-    con.execute(
+    _edited(
+        tmp_path / "run" / "gymflow.duckdb",
         "UPDATE verifications SET status = 'error', reward = NULL, passed = NULL, "
         "failure_kind = 'verifier_timeout' WHERE rollout_id = (SELECT rollout_id FROM rollouts "
-        "WHERE repeat_index = 3)"
+        "WHERE repeat_index = 3)",
     )
-    con.close()
     out = gym("export", "run", "--format", "nemo-gym", "--out", "ng/x.jsonl", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     ng = tmp_path / "ng"
@@ -121,10 +144,9 @@ def test_exported_lines_fit_nemo_gyms_models_and_round_trip(tmp_path: Path) -> N
 
 def test_a_non_finite_stored_reward_never_reaches_an_export_as_nan(tmp_path: Path) -> None:
     import_rollouts(DATA / "blackjack" / "example_rollouts.jsonl", tmp_path / "run")
-    con = duckdb.connect(str(tmp_path / "run" / "gymflow.duckdb"))
-    con.execute("UPDATE verifications SET reward = 'nan'::DOUBLE WHERE rollout_id = "
-                "(SELECT rollout_id FROM rollouts WHERE repeat_index = 0)")  # fmt: skip
-    con.close()
+    _edited(tmp_path / "run" / "gymflow.duckdb",
+            "UPDATE verifications SET reward = 'nan'::DOUBLE WHERE rollout_id = "
+            "(SELECT rollout_id FROM rollouts WHERE repeat_index = 0)")  # fmt: skip
 
     def refuse(token: str) -> None:
         raise AssertionError(f"{token} is not JSON")

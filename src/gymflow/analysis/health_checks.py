@@ -489,8 +489,9 @@ CHECKS: dict[str, Check] = {
     "inputs_edited": Check(
         "what decides the run's numbers besides its verdicts (the tasks' prompts, references "
         "and data, the run's row, the verifier versions with their parameters, which version "
-        "is current) is not what its writers sealed: edited in the file (an answer key, a "
-        "lenient version made current)",
+        "is current, which of an import's rollouts it stored without a verdict) is not what "
+        "its writers sealed: edited in the file (an answer key, a lenient version made "
+        "current, a verdict deleted from an import)",
         "SELECT run_id AS id FROM runs WHERE NOT getvariable('inputs_sealed')",
         level="run",
         needs=("inputs_sealed",),

@@ -18,8 +18,9 @@ from gymflow.core.written import target as write_target
 from gymflow.interop.atif_files import write_atif
 from gymflow.interop.nemo_export import write_nemo_gym
 from gymflow.interop.nemo_read import InteropError
-from gymflow.store.db import connect
+from gymflow.store.db import connect, store_path
 from gymflow.store.queries.exports import flat_rollouts_sql, sql_literal
+from gymflow.store.sealed_first import check_before_writing
 
 Format = Literal["nemo-gym", "jsonl", "parquet", "atif"]
 FORMATS: tuple[Format, ...] = ("nemo-gym", "jsonl", "parquet", "atif")
@@ -67,6 +68,9 @@ def export_run(
     _check_target(target / "x.json" if fmt == "atif" else target)
     con = connect(run_dir, read_only=True)
     try:
+        # an export is what `gym import` seals afresh elsewhere: an edited store is refused
+        # (store/sealed_first.py), as every writer refuses to build on one
+        check_before_writing(con, str(store_path(run_dir)))
         version = check_verifier_version(con, verifier_version)
         extra: dict[str, Any] = {}
         if fmt == "nemo-gym":

@@ -47,6 +47,8 @@ from gymflow.models.responses import output_text, refusal_text, unanswered
 from gymflow.store.db import store_path
 from gymflow.store.rows import model_call_row, rollout_row, run_row, task_row, verification_row
 from gymflow.store.schema import COLUMNS
+from gymflow.store.seal import claim, seal_tasks
+from gymflow.store.sealed_inputs import IMPORTED_VERSION
 from gymflow.store.tool_lists import ToolLists
 from gymflow.store.writer import (
     insert_rows,
@@ -56,7 +58,6 @@ from gymflow.store.writer import (
     register_verifier_version,
 )
 
-IMPORTED_VERSION = "imported"
 SAMPLING_KEYS = ("temperature", "top_p", "max_output_tokens")
 #: The parts of a request that are the task itself; the rest are sampling and transport settings.
 TASK_PARAMS = ("input", "instructions", "tools", "tool_choice", "text", "prompt")
@@ -431,6 +432,8 @@ def import_rollouts(
         stored = {row[0]: judged_of(row) for row in tables["rollouts"]}
         verdicts = tables["verifications"]
         insert_verdicts(con, verdicts, [stored[row[0]] for row in verdicts])
+        # sealed as they are now: which rollouts the file left without a verdict among them
+        seal_tasks(con, claim(con, str(store_path(out))))
     status_at = COLUMNS["rollouts"].index("status")
     pairs = Counter(key for key, _ in numbered)
     return {

@@ -36,10 +36,9 @@ from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment, VerifierRef
 from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.environments.resources import ResourcesServer
-from gymflow.reverify.sealed_first import check_before_judging
 from gymflow.reverify.task_source import trusted_tasks
 from gymflow.store import verifier_versions
-from gymflow.store.checked_stores import file_state, record_checked
+from gymflow.store.checked_stores import opened, record_checked
 from gymflow.store.db import connect, memory_capped_call, store_path, transaction
 from gymflow.store.queries.verdicts import (
     REJUDGE_SOURCE,
@@ -51,7 +50,8 @@ from gymflow.store.queries.verdicts import (
 )
 from gymflow.store.rows import verification_row
 from gymflow.store.runs import RunInfo, run_info
-from gymflow.store.seal import check_inputs, claim, load_key, seal_tasks
+from gymflow.store.seal import claim, load_key, seal_tasks
+from gymflow.store.sealed_first import check_before_writing
 from gymflow.store.superseded import supersede_verifications
 from gymflow.store.writer import (
     STAGED_VERDICTS,
@@ -379,12 +379,11 @@ def reverify(
     con = connect(run_dir)
     written = None
     try:
-        # verdicts judged against an edited answer key or version row would be sealed: refused
-        check_inputs(con, str(store_path(run_dir)))
-        # so would edited rollouts whose verdicts were deleted or forged (sealed_first.py); the
-        # check runs under this connection's write lock, so the state it returns is the one
-        # checked, and the state after this writer's sealed rows may be recorded as checked
-        was_checked = check_before_judging(con, str(store_path(run_dir))) is not None
+        # verdicts judged against edited rollouts (their verdicts deleted or forged), an edited
+        # answer key or version row would be sealed: refused (store/sealed_first.py); the check
+        # runs under this connection's write lock, so the file this writer then writes may be
+        # recorded as checked (its state and bytes read from the file it has open)
+        was_checked = check_before_writing(con, str(store_path(run_dir)))
         run = run_info(con)
         if not run.environment:  # an import that was not matched to an environment
             raise ReverifyError(
@@ -424,11 +423,12 @@ def reverify(
             server.close()
         if was_checked:
             con.execute("CHECKPOINT")  # the file as written, taken before the lock is let go
-            written = file_state(store_path(run_dir))
+            if (done := opened(con)) is not None:
+                written = (done.state, done.digest())
     finally:
         con.close()
     if written is not None and (key := load_key(create=False)) is not None:
-        record_checked(store_path(run_dir), key, written)  # only if unchanged since
+        record_checked(store_path(run_dir), key, *written)  # only if unchanged since
     return result
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "runs",
     "schema",
     "seal",
+    "sealed_first",
     "sealed_inputs",
     "server_reports",
     "snapshot",

@@ -1,30 +1,45 @@
 """The seal checked once per store state: after every verdict's seal was recomputed and matched,
-the store's file state is recorded beside the seal key, so a later read of the same state skips
-the recompute (19 of health's 36 s at ten million rollouts) and says when it was checked.
+the store's file state and a digest of its bytes are recorded beside the seal key, so a later
+read of the same file skips the recompute (19 of health's 36 s at ten million rollouts) and says
+when it was checked.
 
-A file's state is what Git's index compares to decide whether to hash a file again: device,
-inode, size, modification and change time in nanoseconds, of the database and of its WAL (or
-that it has none). Any write changes them, and a process cannot set a file's change time back
-(`utimensat` sets the modification time; the change time is the kernel's, and moves then too),
-so a store edited since its check never matches. A copy or a move to another path is another
-inode or path: checked again.
+The state is what Git's index compares to decide whether to hash a file again (device, inode,
+size, modification and change time in nanoseconds), taken from the file DuckDB has open (its
+descriptor, `db.opened_file`), never from the path: a run folder swapped for a forged copy
+while a reader opened it, and swapped back before a stat of the path, gave the original's state
+to the forged file read (attacker's pass over 84b21e2). The state alone is not a proof of the
+content either: a write through a shared memory map whose pages were already dirty moves
+neither time, even after msync. So the record also holds the SHA-256 of the file's bytes, read
+through the same descriptor, and the shortcut is taken only when both match. At one million
+rollouts the digest costs 0.23 CPU s of the 4.3 s the recompute does (263 MB): the file is read
+once, as the recompute reads nearly all of it anyway. A store with a WAL (a writer's commits not
+yet checkpointed, or a WAL a read-only open replayed) is checked in full: a read-only DuckDB
+replays a WAL and closes it, so what it read cannot be bound to a file.
+
+What this cannot see: a writer changing the file while a reader reads it (DuckDB reads blocks
+when a query needs them, after any check), which the full check shares. A record is written
+only when the state and digest taken before the recompute are those after it.
 
 The record (`checked-stores`, owner-only, beside the key file) holds one line per store path:
-its state, when it was checked and a MAC of both under the seal key, so a line forged or
-copied between paths by whoever can write that folder's files is not taken. `reverify
+its state and digest, when it was checked and a MAC of all three under the seal key, so a line
+forged or copied between paths by whoever can write that folder's files is not taken. `reverify
 --check`, the regression gate and `gym eval health --verify-seals` always recompute."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+from duckdb import DuckDBPyConnection
 
+from gymflow.store.db import opened_file
 from gymflow.store.seal import (
     SealCheck,
     SealKey,
@@ -38,45 +53,91 @@ from gymflow.store.seal import (
 
 #: Stores remembered at most (the oldest checks are forgotten first).
 MAX_REMEMBERED = 2000
+#: Bytes read at once for the digest.
+DIGEST_READ = 8 << 20
 
 
 def record_file() -> Path:
     return key_file().with_name("checked-stores")
 
 
+def _state_text(info: os.stat_result) -> str:
+    return f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}"
+
+
 def file_state(path: Path | str) -> str | None:
-    """The store's file state (`path` and its WAL), as text; None when it is not a file."""
-    parts = []
-    for name in (str(path), f"{path}.wal"):
-        try:
-            info = os.stat(name)
-        except FileNotFoundError:
-            parts.append("-")
-            continue
-        except OSError:
-            return None
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        parts.append(
-            f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}"
-        )
-    return "/".join(parts) if parts[0] != "-" else None
+    """The state of the file at `path` (None: not a regular file): what a store's record is
+    compared with once its writer has closed it (`record_checked`)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return _state_text(info) if stat.S_ISREG(info.st_mode) else None
+
+
+def digest(fd: int) -> str:
+    """SHA-256 of the bytes of the open file `fd` (read with pread: DuckDB's offset is its own)."""
+    found, at = hashlib.sha256(), 0
+    while chunk := os.pread(fd, DIGEST_READ, at):
+        found.update(chunk)
+        at += len(chunk)
+    return found.hexdigest()
+
+
+def file_digest(path: Path | str) -> str:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return digest(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """The database file DuckDB has open for a connection: its descriptor and state."""
+
+    fd: int
+    state: str
+
+    def digest(self) -> str:
+        return digest(self.fd)
+
+
+def opened(con: DuckDBPyConnection) -> Opened | None:
+    """The file `con`'s database is read from, when one file holds all of it: None for a
+    connection whose file is unknown (a cursor), or when a WAL was replayed into what it reads
+    or lies beside the file (its commits are not in the file's bytes)."""
+    fd = opened_file(con)
+    path = store_file(con)
+    if fd is None or path is None or os.path.lexists(f"{path}.wal"):
+        return None
+    wal = con.execute(
+        "SELECT wal_size FROM pragma_database_size() WHERE database_name = current_database()"
+    ).fetchone()
+    if wal is None or str(wal[0]).split()[0] != "0":
+        return None
+    return Opened(fd, _state_text(os.fstat(fd)))
 
 
 @dataclass(frozen=True, slots=True)
 class Checked:
-    """A store whose seals were all recomputed and matched in its present file state."""
+    """A store whose seals were all recomputed and matched, in this file state and content."""
 
     path: str
     state: str
+    #: SHA-256 of the file's bytes then (`digest`)
+    content: str
     #: seconds since the epoch
     checked_at: float
 
     def mac(self, key: SealKey) -> str:
-        return key.mac(f"gymflow checked store\n{self.path}\n{self.state}\n{self.checked_at!r}")
+        return key.mac(
+            f"gymflow checked store v2\n{self.path}\n{self.state}\n{self.content}\n"
+            f"{self.checked_at!r}"
+        )
 
 
-def _read(ledger: Path) -> dict[str, dict]:
+def _read(ledger: Path) -> dict[str, dict[str, Any]]:
     if not ledger.exists():
         return {}
     try:
@@ -96,36 +157,52 @@ def _read(ledger: Path) -> dict[str, dict]:
         raise SealKeyError(f"{ledger}: cannot read the checked stores: {exc.strerror}") from None
 
 
-def checked_at(path: Path | str, key: SealKey) -> float | None:
-    """When the store at `path` had every seal checked, if its file state is still the one
-    checked then (and the record's MAC holds); else None: check in full."""
-    path = os.path.realpath(path)
+def _recorded(path: str, key: SealKey) -> Checked | None:
+    """The record for the store at `path` whose MAC holds under `key`."""
     entry = _read(record_file()).get(path)
-    state = file_state(path)
-    if entry is None or state is None or entry.get("state") != state:
+    if entry is None:
         return None
     try:
-        found = Checked(path, state, float(entry["checked_at"]))
+        found = Checked(
+            path, str(entry["state"]), str(entry["content"]), float(entry["checked_at"])
+        )
     except (KeyError, TypeError, ValueError):
         return None
     if not isinstance(entry.get("mac"), str) or entry["mac"] != found.mac(key):
         return None
+    return found
+
+
+def checked_at(con: DuckDBPyConnection, key: SealKey) -> float | None:
+    """When the store `con` has open had every seal checked, if the file DuckDB opened is the
+    one checked then, in the same state and with the same bytes (and the record's MAC holds);
+    else None: check in full."""
+    path, now = store_file(con), opened(con)
+    if path is None or now is None:
+        return None
+    found = _recorded(path, key)
+    if found is None or found.state != now.state:
+        return None
+    if found.content != now.digest():
+        return None  # the same state over other bytes: written through a shared map
     return found.checked_at
 
 
-def record_checked(path: Path | str, key: SealKey, state: str | None) -> None:
-    """Record that every seal of the store at `path` matched in file `state` (taken before the
-    check began: a state that moved during it is not recorded)."""
+def record_checked(path: Path | str, key: SealKey, state: str | None, content: str) -> None:
+    """Record that every seal of the store at `path` matched in file `state` with bytes of
+    digest `content` (both taken from the file checked, before and after the check); only
+    when the file at `path` is still in that state."""
     path = os.path.realpath(path)
     if state is None or file_state(path) != state:
         return
     ledger = record_file()
     entries = _read(ledger)
-    found = Checked(path, state, time.time())
+    found = Checked(path, state, content, time.time())
     entries.pop(path, None)
     entries[path] = {
         "path": path,
         "state": state,
+        "content": content,
         "checked_at": found.checked_at,
         "mac": found.mac(key),
     }
@@ -141,20 +218,26 @@ def record_checked(path: Path | str, key: SealKey, state: str | None) -> None:
         partial.unlink(missing_ok=True)  # no record: the next read checks in full, as before
 
 
-def check_seals_once(con, max_examples: int = 10, *, full: bool = False) -> SealCheck:
-    """`seal.check_seals`, skipped when this store's file state is one whose every seal was
-    recomputed and matched before (unless `full`); a check that passes records the state."""
+def check_seals_once(
+    con: DuckDBPyConnection, max_examples: int = 10, *, full: bool = False
+) -> SealCheck:
+    """`seal.check_seals`, skipped when the file this store is read from is one whose every
+    seal was recomputed and matched before, in the same state and with the same bytes (unless
+    `full`); a check that passes records it, when the file was the same before and after."""
     path = store_file(con)
     key = load_key(create=False)
     if path is None or key is None:
         return check_seals(con, max_examples)
-    if not full and (when := checked_at(path, key)) is not None:
+    if not full and (when := checked_at(con, key)) is not None:
         found, _ = armed_state(con)
         if found.state == "sealed":
             none = pa.chunked_array([], pa.string()).combine_chunks()
             return SealCheck(found, 0, [], none, checked_at=when)
-    state = file_state(path)
+    before = opened(con)
+    content = before.digest() if before is not None else None
     result = check_seals(con, max_examples)
-    if result.passed:
-        record_checked(path, key, state)
+    if result.passed and before is not None and content is not None:
+        after = opened(con)
+        if after is not None and after == before and after.digest() == content:
+            record_checked(path, key, before.state, content)
     return result

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import re
 import shutil
+import stat
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,13 +58,73 @@ def _holder(exc: duckdb.Error) -> str | None:
     return found.group(1) if found else "another process"
 
 
+#: The file each connection's database is open on, as DuckDB opened it: its descriptor, device
+#: and inode (`opened_file`). A path names whatever was put there since (a run folder swapped
+#: while a reader opened it); the descriptor is the file DuckDB reads.
+_opened: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, tuple[int, int, int]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _open_files(name: str) -> set[tuple[int, int, int]]:
+    """The regular files named `name` this process has open: (descriptor, device, inode)."""
+    try:
+        listing = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:  # no /proc: nothing is known of the file opened, so nothing is vouched for
+        return set()
+    try:
+        names = os.listdir(listing)
+    finally:
+        os.close(listing)
+    found: set[tuple[int, int, int]] = set()
+    for fd in names:
+        try:
+            info = os.fstat(int(fd))
+            opened_as = os.readlink(f"/proc/self/fd/{fd}")
+        except (OSError, ValueError):
+            continue
+        if stat.S_ISREG(info.st_mode) and os.path.basename(opened_as) == name:
+            found.add((int(fd), info.st_dev, info.st_ino))
+    return found
+
+
+def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """duckdb.connect, noting the one file of the store's name it opened (`_opened`). A
+    read-only DuckDB replays a WAL and closes it; it keeps only the database file open. Files
+    another thread opens meanwhile (a /proc file a watchdog reads) have other names; where two
+    are new, or the one opened was renamed already, none is noted, and nothing is vouched for."""
+    before = _open_files(path.name)
+    con = duckdb.connect(str(path), read_only=read_only)
+    files = _open_files(path.name) - before
+    if len(files) == 1:
+        _opened[con] = files.pop()
+    return con
+
+
+def opened_file(con: duckdb.DuckDBPyConnection) -> int | None:
+    """The descriptor of the database file DuckDB opened for `con` (a connection `connect`
+    made), while it is still that file; None when unknown (a cursor, an in-memory store)."""
+    try:
+        noted = _opened.get(con)
+    except TypeError:  # not weakly referable: not a connection `connect` made
+        return None
+    if noted is None:
+        return None
+    fd, device, inode = noted
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return None
+    return fd if (info.st_dev, info.st_ino) == (device, inode) else None
+
+
 def _open(path: Path, read_only: bool):
     """duckdb.connect, waiting with backoff while another process holds the file."""
     deadline = time.monotonic() + (READER_LOCK_WAIT_S if read_only else WRITER_LOCK_WAIT_S)
     wait = LOCK_FIRST_WAIT_S
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
+            return _connect(path, read_only)
         except duckdb.IOException as exc:
             holder = _holder(exc)
             if holder is None:

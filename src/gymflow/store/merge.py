@@ -20,12 +20,12 @@ from gymflow.store.runs import RolloutKey, RunInfo, check_run_store, missing_key
 from gymflow.store.seal import (
     SealKey,
     SealKeyError,
-    check_inputs,
     claim,
     foreign_key_message,
     load_key,
     seal_tasks,
 )
+from gymflow.store.sealed_first import check_before_writing
 from gymflow.store.writer import insert_rows
 
 #: Tables copied from shards, in order. Keyed tables take `INSERT OR IGNORE`; `model_calls` has no
@@ -102,7 +102,8 @@ def read_shard(path: Path | str) -> ShardInfo:
             r[0] for r in con.execute("SELECT shard_index FROM shards ORDER BY 1").fetchall()
         )
         rollouts = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
-        check_inputs(con, f"{store_path(path)}: refused")
+        # its rows would be sealed into the merged store as they are: checked first
+        check_before_writing(con, f"{store_path(path)}: refused")
     finally:
         con.close()
     return ShardInfo(path=store_path(path), run=run, indices=indices, rollouts=rollouts)
@@ -165,7 +166,7 @@ def merge_into(
     rollout `keys` are still missing."""
     con = connect(run_dir, create=True)
     try:
-        check_inputs(con, str(store_path(run_dir)))
+        check_before_writing(con, str(store_path(run_dir)))
         added = _copy(con, shards, task_rows, str(run_dir))
         return MergeReport(
             run_id=run_id,

@@ -14,7 +14,8 @@ from gymflow.core.errors import option
 from gymflow.store.db import StoreError, store_path, transaction
 from gymflow.store.handle import Connection, one_row
 from gymflow.store.schema import COLUMNS
-from gymflow.store.seal import check_inputs, claim, seal_tasks
+from gymflow.store.seal import claim, seal_tasks
+from gymflow.store.sealed_first import check_before_writing
 from gymflow.store.writer import insert_rows
 
 #: A rollout's place in its run: (task_id, repeat_index).
@@ -68,8 +69,9 @@ def record_run(
         benchmark_version=run[COLUMNS["runs"].index("benchmark_version")],
     )
     # a store sealed with another key is refused before a model is called, not at the first
-    # batch's commit (store/seal.py: one store, one key)
-    check_inputs(con, str(store_path(run_dir)))
+    # batch's commit (store/seal.py: one store, one key); a resumed store whose verdicts or
+    # inputs were edited before the new rollouts are sealed beside them (store/sealed_first.py)
+    check_before_writing(con, str(store_path(run_dir)))
     # the rows and their seal in one transaction: a writer killed between them would leave
     # inputs that read as edited, and every later writer would refuse the store
     with transaction(con):

@@ -12,12 +12,22 @@ it. So every writer that changes one of them checks the MAC of all of them first
 after (`seal.seal_tasks`); health and `reverify --check` recompute it (`inputs_sealed`).
 
 One MAC over every row (`meta.inputs_seal`), computed outside DuckDB as the verdicts' seals are
-(`seal.py`): each value framed as `bytes:text` by DuckDB, the rows read out as Arrow."""
+(`seal.py`): each value framed as `bytes:text` by DuckDB, the rows read out as Arrow.
+
+An import (its only verifier version `imported`) also seals which of its completed rollouts it
+stored without a verdict (`meta.unjudged_seal`: their count and a MAC of their ids), the rows of
+the file without a reward, never judged. Every other writer stores a rollout with its verdict,
+so there a completed rollout without one is a deletion (`sealed_first.py`); in an import it
+could not be told from a row never judged, and a verdict deleted read as merely missing (second
+attacker's pass over 84b21e2). The record is part of the inputs' MAC when present, so it cannot
+be removed either; a store imported before it has none and is read as before."""
 
 from __future__ import annotations
 
 import hmac
 from typing import Any, Protocol
+
+from duckdb import DuckDBPyConnection
 
 from gymflow.store.arrow_reads import arrow_batches
 from gymflow.store.schema import COLUMNS
@@ -32,6 +42,17 @@ class SealKey(Protocol):
 
 
 INPUTS_KEY = "inputs_seal"
+#: The verifier version of an import's rewards (`gym import nemo-gym`): the file's, not judged.
+IMPORTED_VERSION = "imported"
+#: The `meta` key of an import's sealed list of rollouts stored without a verdict.
+UNJUDGED_KEY = "unjudged_seal"
+#: Completed rollouts with no verdict of any version, by id.
+UNJUDGED_SQL = """
+    SELECT r.rollout_id FROM rollouts r
+    WHERE r.status = 'completed'
+      AND NOT EXISTS (SELECT 1 FROM verifications v WHERE v.rollout_id = r.rollout_id)
+    ORDER BY r.rollout_id
+"""
 #: The `meta` keys whose value decides a number (which verifier version is read).
 SEALED_META = ("current_verifier_version",)
 #: Each sealed table with the columns that order its rows (its key).
@@ -80,7 +101,48 @@ def inputs_mac(con, key: SealKey) -> str:
         row = con.execute("SELECT value FROM meta WHERE key = ?", [name]).fetchone()
         value = b"" if row is None else str(row[0]).encode()
         mac.update(f"{name}={len(value)}:".encode() + value + b"\n")
+    # only when present: a store sealed before the record existed keeps its MAC
+    row = con.execute("SELECT value FROM meta WHERE key = ?", [UNJUDGED_KEY]).fetchone()
+    if row is not None:
+        value = str(row[0]).encode()
+        mac.update(f"{UNJUDGED_KEY}={len(value)}:".encode() + value + b"\n")
     return mac.hexdigest()[:_HEX]
+
+
+def imported_only(con: DuckDBPyConnection) -> bool:
+    """Whether the store's only verifier version is an import's."""
+    versions = {
+        row[0] for row in con.execute("SELECT verifier_version FROM verifier_versions").fetchall()
+    }
+    return bool(versions) and versions <= {IMPORTED_VERSION}
+
+
+def unjudged_record(con: DuckDBPyConnection, key: SealKey) -> str:
+    """The count and MAC of the completed rollouts the store holds without a verdict."""
+    mac = key.sealer.fresh()
+    mac.update(b"gymflow unjudged rollouts v1\n")
+    count = 0
+    for batch in arrow_batches(con, UNJUDGED_SQL):
+        for rollout_id in batch.column(0).to_pylist():
+            text = str(rollout_id).encode()
+            mac.update(b"%d:" % len(text) + text + b"\n")
+            count += 1
+    return f"{count}:{mac.hexdigest()[:_HEX]}"
+
+
+def unjudged_sealed(con: DuckDBPyConnection, key: SealKey) -> tuple[int, int] | None:
+    """For an import holding the record, when its rollouts without a verdict are not the ones
+    it stored so: (how many it stored, how many there are now); else None."""
+    if not imported_only(con):
+        return None
+    row = con.execute("SELECT value FROM meta WHERE key = ?", [UNJUDGED_KEY]).fetchone()
+    if row is None:
+        return None
+    now = unjudged_record(con, key)
+    if hmac.compare_digest(str(row[0]), now):
+        return None
+    stored = str(row[0]).partition(":")[0]
+    return (int(stored) if stored.isdigit() else -1, int(now.partition(":")[0]))
 
 
 def inputs_sealed(con, key: SealKey) -> bool | None:
@@ -89,10 +151,18 @@ def inputs_sealed(con, key: SealKey) -> bool | None:
     row = con.execute("SELECT value FROM meta WHERE key = ?", [INPUTS_KEY]).fetchone()
     if row is None:
         return None
-    return hmac.compare_digest(str(row[0]), inputs_mac(con, key))
+    return hmac.compare_digest(str(row[0]), inputs_mac(con, key)) and (
+        unjudged_sealed(con, key) is None
+    )
 
 
 def seal_inputs(con, key: SealKey) -> None:
+    """Seal the inputs as they are now; an import's rollouts without a verdict first."""
+    if imported_only(con):
+        con.execute(
+            "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [UNJUDGED_KEY, unjudged_record(con, key)],
+        )
     con.execute(
         "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         [INPUTS_KEY, inputs_mac(con, key)],

@@ -1,0 +1,127 @@
+"""Before any writer writes to a store, or carries its rows into another: what it builds on is
+what was sealed. The one gate every writer passes (`check_before_writing`): registration (a new
+run, `gym eval run --resume`, each shard), a merge (`gym eval aggregate`: the destination and
+every shard), a verifier version made current, reverify, and an export (what `gym import`
+would seal afresh elsewhere).
+
+A verdict's seal binds its rollout's output and trajectory, but a writer that judges the
+rollouts again, or copies them into a new store under a fresh seal, never looked at the old
+seals. An attacker's pass (issue 42) rewrote the failing rollouts' outputs to the reference
+answer and deleted their verdicts: health said `verification_missing`, and the owner's routine
+`gym eval reverify RUN` judged the edited outputs and sealed them (pass@1 59% -> 100%, healthy,
+`--check` clean); a second pass found merge, resume and import had no such check at all. So
+before it writes, every writer recomputes every seal (never the once-per-state record:
+`checked_stores.py`) and refuses when one does not match, when the seals were stripped, and when
+a completed rollout of a store this key sealed has no verdict at all: every gymflow writer
+stores a rollout with its verdict, so one without any was judged once and its verdict deleted.
+Only a verdict set aside for judging again (`superseded.py`) whose seal still matches its
+rollout, or an imported run's row without a reward (never judged by gymflow, and sealed as such
+by the import: `sealed_inputs.py`), leaves a rollout without one honestly.
+
+The check runs on the writer's connection, which holds the store's write lock, so the writer may
+record the file it then wrote as checked (`checked_stores.record_checked`: its state and bytes
+taken from the file it has open, under the lock)."""
+
+from __future__ import annotations
+
+import pyarrow.compute as pc
+from duckdb import DuckDBPyConnection
+
+from gymflow.core.errors import GateFailed
+from gymflow.store.arrow_reads import arrow_batches
+from gymflow.store.seal import (
+    MESSAGE,
+    STRIPPED,
+    SealKey,
+    check_inputs,
+    check_seals,
+    load_key,
+    message_sql,
+)
+from gymflow.store.sealed_inputs import imported_only, unjudged_sealed
+
+
+class SealsBroken(GateFailed):
+    """The rollouts a writer would build on are not those sealed: an integrity failure (exit
+    2), nothing written."""
+
+
+#: Completed rollouts with no live verdict, and whether a verdict set aside for them carries a
+#: seal that still matches (the message its seal is the MAC of, per set-aside verdict).
+_UNJUDGED = f"""
+    SELECT r.rollout_id, s.seal, {message_sql("s", "r")} AS {MESSAGE}
+    FROM rollouts r
+    LEFT JOIN superseded_verifications s USING (rollout_id)
+    WHERE r.status = 'completed'
+      AND NOT EXISTS (SELECT 1 FROM verifications v WHERE v.rollout_id = r.rollout_id)
+"""
+
+
+def _verdicts_deleted(con: DuckDBPyConnection, key: SealKey) -> str | None:
+    """What says a verdict was deleted: completed rollouts without any verdict, none of whose
+    set-aside verdicts still match their seal; in an import, other rollouts without a verdict
+    than the ones it sealed as stored so (`sealed_inputs.unjudged_sealed`). None: none was."""
+    if imported_only(con):
+        changed = unjudged_sealed(con, key)
+        if changed is None:
+            return None  # the import's rows without a reward, as it stored them: judging is new
+        stored, now = changed
+        return (
+            f"{now} completed rollouts have no verdict, where the import stored {stored} "
+            "without one: verdicts were deleted"
+        )
+    honest: set[str] = set()
+    seen: set[str] = set()
+    for batch in arrow_batches(con, _UNJUDGED):
+        ids, stored = batch.column(0), batch.column(1)
+        again = key.sealer.seals(pc.fill_null(batch.column(2), b""))
+        seen.update(ids.to_pylist())
+        honest.update(ids.filter(pc.fill_null(pc.equal(stored, again), False)).to_pylist())
+    deleted = sorted(seen - honest)
+    if not deleted:
+        return None
+    return (
+        f"{len(deleted)} completed rollouts once judged have no verdict (e.g. "
+        f"{', '.join(deleted[:3])}): verdicts were deleted"
+    )
+
+
+def check_before_writing(con: DuckDBPyConnection, where: str) -> bool:
+    """Refuse when the store `con` has open is not what its writers sealed: SealsBroken (exit
+    2) when a seal does not match, the seals were stripped, a verdict was deleted or the task
+    list is not the one sealed; SealKeyError (`seal.check_inputs`) when its inputs were
+    edited. `where` names the store in the one-line refusal. Returns whether every seal was
+    checked and matched (False: nothing to vouch for, e.g. a store not yet sealed, which the
+    writer's `claim` seals, or refuses when another key sealed it)."""
+    found = check_seals(con, max_examples=3)
+    seal = found.store
+    if seal.state == "stripped":
+        held = con.execute("SELECT count(*) FROM rollouts").fetchone()
+        if held and held[0]:
+            _refuse(where, STRIPPED)
+        return False
+    if seal.state != "sealed" or found.mismatched is None:
+        check_inputs(con, where)
+        return False
+    if found.mismatched:
+        _refuse(
+            where,
+            f"{found.mismatched} verdicts do not match their seal (e.g. "
+            f"{', '.join(found.examples)}): a rollout or verdict was edited",
+        )
+    key = load_key(create=False)
+    assert key is not None  # a sealed check needs it
+    deleted = _verdicts_deleted(con, key)
+    if deleted is not None:
+        _refuse(where, deleted)
+    check_inputs(con, where)
+    if seal.tasks_sealed is False or seal.inputs_sealed is False:
+        _refuse(where, "its task list or inputs are not those sealed")
+    return True
+
+
+def _refuse(where: str, what: str) -> None:
+    raise SealsBroken(
+        f"{where}: {what}; whatever was built on it would be sealed as it is now, so nothing "
+        f"was written (see `gym eval health RUN --verify-seals`)"
+    )

@@ -1,0 +1,156 @@
+"""The seal's once-per-store-state shortcut, attacked (issue 42, second attacker's pass over
+84b21e2): health skipped recomputing the seals when the store's file state (device, inode,
+size, mtime and ctime of the database and its WAL, taken by path) was one a full check had
+passed in. Two ways kept that state while the content changed:
+
+- a write through a shared memory map whose pages were already dirty before the owner's check
+  (no page fault, so neither mtime nor ctime moves, even after msync): health said "healthy,
+  the store is unchanged since" with pass@1 at 100%;
+- the run folder swapped for a forged copy while health opened it, and swapped back before
+  the state was taken (a folder rename moves no file's ctime): health read the forged file
+  and took the original's recorded state for it.
+
+Now the state is that of the file DuckDB has open (its descriptor, not the path), and the
+shortcut also needs the SHA-256 of that file's bytes to be the one recorded: a write by any
+means changes it, so health checks in full and finds every forged verdict."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import mmap
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import GYM
+from tests.faults.stores import collect_run, edit_store, rollout_rows
+
+FORGED = (
+    "UPDATE rollouts SET output_text = 'Answer: ' || t.reference FROM tasks t "
+    "WHERE t.task_id = rollouts.task_id AND rollouts.rollout_id IN "
+    "(SELECT rollout_id FROM verifications WHERE NOT passed)",
+    "UPDATE verifications SET passed = true, reward = 1 WHERE NOT passed",
+)
+
+
+def _gym(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [GYM, *args],
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _health(run: Path, cwd: Path) -> dict:
+    done = _gym("eval", "health", str(run), "--json", cwd=cwd)
+    report = json.loads(done.stdout)
+    return {
+        "code": done.returncode,
+        "verdict": report["verdict"],
+        "mismatch": report["checks"]["seal_mismatch"]["count"],
+        "checked_at": report["seals_checked_at"],
+    }
+
+
+def _pass_at_1(run: Path, cwd: Path) -> float:
+    done = _gym("eval", "profile", str(run), "--json", cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)["pass@1"]
+
+
+def _forged_copy(run: Path, folder: Path) -> Path:
+    """The run's store with every failing verdict rewritten as a pass, made beside it."""
+    forged = folder / "run"
+    shutil.copytree(run, forged)
+    edit_store(forged, *FORGED)
+    return forged
+
+
+def test_a_write_through_a_shared_map_is_not_taken_as_unchanged(tmp_path: Path) -> None:
+    run = collect_run(tmp_path / "run")
+    store = run / "gymflow.duckdb"
+    forged = _forged_copy(run, tmp_path / "forged") / "gymflow.duckdb"
+    size = max(store.stat().st_size, forged.stat().st_size)
+    for path in (store, forged):  # one size: trailing zeros DuckDB never reads
+        os.truncate(path, size)
+    before = (_pass_at_1(run, tmp_path), rollout_rows(store))
+    assert before[0] < 1.0
+    image = forged.read_bytes()
+    with open(store, "r+b") as opened, mmap.mmap(opened.fileno(), size) as mapped:
+        for at in range(0, size, mmap.PAGESIZE):  # every page dirtied: later writes fault never
+            mapped[at : at + 1] = mapped[at : at + 1]
+        first = _health(run, tmp_path)
+        assert first == {"code": 0, "verdict": "healthy", "mismatch": 0, "checked_at": None}
+        state = os.stat(store)
+        mapped[:] = image
+        mapped.flush()
+        after_write = os.stat(store)
+    kept = [
+        getattr(state, name) == getattr(after_write, name)
+        for name in ("st_ino", "st_size", "st_mtime_ns", "st_ctime_ns")
+    ]
+    if not all(kept):
+        pytest.skip("this file system moved the file's times on a write to a dirty page")
+    assert _pass_at_1(run, tmp_path) == 1.0  # what the attack wants read
+    after = _health(run, tmp_path)
+    assert after["checked_at"] is None, after  # recomputed, not taken from the record
+    assert (after["code"], after["verdict"]) == (2, "unhealthy") and after["mismatch"] > 0
+    assert rollout_rows(store) != before[1]  # the forged content, read and refused
+
+
+IN_OPEN = 0x20
+
+
+@contextlib.contextmanager
+def _swapped_while_opened(run: Path, forged: Path):
+    """Put the forged folder at the run's path; once something opens its store, put the
+    original back (a folder rename: no file's ctime moves)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    watch = libc.inotify_init()
+    assert watch >= 0
+    libc.inotify_add_watch(watch, str(forged / "gymflow.duckdb").encode(), IN_OPEN)
+    aside = run.with_name(".original")
+    os.rename(run, aside)
+    os.rename(forged, run)
+    opened = threading.Event()
+
+    def swap_back() -> None:
+        os.read(watch, 4096)  # the reader opened the forged store
+        os.rename(run, forged)
+        os.rename(aside, run)
+        opened.set()
+
+    thread = threading.Thread(target=swap_back, daemon=True)
+    thread.start()
+    try:
+        yield opened
+    finally:
+        thread.join(timeout=60)
+        os.close(watch)
+
+
+def test_a_run_folder_swapped_while_health_opens_it_is_not_taken_as_checked(
+    tmp_path: Path,
+) -> None:
+    run = collect_run(tmp_path / "runs" / "run")
+    store = run / "gymflow.duckdb"
+    forged = _forged_copy(run, tmp_path / "forged")
+    stored = rollout_rows(store)
+    first = _health(run, tmp_path)
+    assert first == {"code": 0, "verdict": "healthy", "mismatch": 0, "checked_at": None}
+    with _swapped_while_opened(run, forged) as opened:
+        raced = _health(run, tmp_path)
+    assert opened.is_set() and rollout_rows(store) == stored  # the original is back
+    assert raced["checked_at"] is None, raced  # the forged file was checked in full
+    assert (raced["code"], raced["verdict"]) == (2, "unhealthy") and raced["mismatch"] > 0
+    again = _health(run, tmp_path)  # the original, unchanged: still taken from its record
+    assert again["verdict"] == "healthy" and again["checked_at"] is not None
