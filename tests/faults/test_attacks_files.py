@@ -141,3 +141,23 @@ def test_a_read_only_place_is_one_error_line_naming_it(run: Path, tmp_path: Path
     assert init.returncode == 1, init.stdout + init.stderr
     assert str(folder) in one_error_line(init.stderr)
     assert list(folder.iterdir()) == []
+
+
+def test_a_link_into_gymflows_own_folder_is_not_written_through(tmp_path: Path) -> None:
+    """An attacker's pass (a12): `RUN/report.html` linked to the records of sealed stores, and
+    the owner's `gym report RUN` replaced them with the report, which switched off the check
+    that a sealed store was stripped (linked to the seal key, it destroyed the key)."""
+    from gymflow.store.seal import key_file
+
+    run = collect_run(tmp_path / "run")
+    records = key_file().with_name("sealed-stores")
+    assert records.exists()  # the run above was recorded there
+    before = records.read_bytes()
+    (run / "report.html").unlink(missing_ok=True)
+    (run / "report.html").symlink_to(records)
+    done = subprocess.run([GYM, "report", str(run)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    line = one_error_line(done.stderr)
+    assert "a link into gymflow's own folder" in line and str(run / "report.html") in line, line
+    assert records.read_bytes() == before

@@ -1,5 +1,5 @@
-"""Folders gymflow keeps things in for one user (compiled report templates, the catalogs of run
-folders), used only when no one else can reach into them."""
+"""Folders gymflow keeps things in for one user (the seal key and its records, compiled report
+templates, the catalogs of run folders), used only when no one else can reach into them."""
 
 from __future__ import annotations
 
@@ -40,3 +40,16 @@ def user_state(name: str) -> Path:
     between sessions that is not a cache (a served environment's access key)."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "gymflow" / name
+
+
+def user_config(name: str) -> Path:
+    """`$XDG_CONFIG_HOME/gymflow/NAME`, or `~/.config/gymflow/NAME` (the seal key, the records of
+    sealed stores)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "gymflow" / name
+
+
+def own_folders() -> tuple[Path, ...]:
+    """gymflow's own folders for this user (config, cache, state), resolved: what no file a
+    command writes through a link may land in."""
+    return tuple(folder("").resolve() for folder in (user_config, user_cache, user_state))

@@ -7,10 +7,12 @@ file removes once that process is gone. Nothing half-written can block the next 
 as a smaller run.
 
 What a name may be: a regular file or nothing yet. A symlink is followed: the file it points to
-is replaced and the link kept. A device, FIFO or socket is refused: a rename would replace the
+is replaced and the link kept, unless it leads into gymflow's own folders (the seal key, the
+records of sealed stores): a link planted in a run folder (`RUN/report.html` -> the records)
+made `gym report` replace them. A device, FIFO or socket is refused: a rename would replace the
 node itself (`--out /dev/stdout` as root replaced /dev/stdout with a regular file). A folder
 that cannot be written is one line naming it (`WriteError`), never a traceback. A core module:
-it imports nothing from gymflow but its errors and process checks."""
+it imports nothing from gymflow but its errors, process checks and user folders."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from gymflow.core.errors import UserError
 from gymflow.core.processes import pid_alive
+from gymflow.core.user_folders import own_folders
 
 _PARTIAL = ".partial"
 
@@ -52,7 +55,16 @@ def target(path: Path | str) -> Path:
             f"{path}: not a regular file (a device, FIFO or socket); gymflow writes a file "
             "aside and renames it into place, which would replace it: name a file"
         )
-    return path.resolve() if path.is_symlink() else path
+    if not path.is_symlink():
+        return path
+    resolved = path.resolve()
+    own = next((f for f in own_folders() if resolved.is_relative_to(f)), None)
+    if own is not None:
+        raise WriteError(
+            f"{path}: a link into gymflow's own folder {own}; not followed, nothing written "
+            "(remove the link)"
+        )
+    return resolved
 
 
 def _partial(path: Path) -> Path:

@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gymflow.core.errors import UserError
+from gymflow.core.user_folders import user_config
 from gymflow.store.arrow_reads import arrow_batches
 from gymflow.store.sealed_inputs import inputs_sealed, seal_inputs
 
@@ -80,8 +81,7 @@ class SealKey:
 
 def key_file() -> Path:
     """`$XDG_CONFIG_HOME/gymflow/seal.key` (by default `~/.config/gymflow/seal.key`)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "gymflow" / "seal.key"
+    return user_config("seal.key")
 
 
 def _decode(text: str, where: str) -> bytes:
