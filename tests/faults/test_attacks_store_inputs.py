@@ -214,3 +214,42 @@ def test_test_code_edited_in_the_store_never_runs_on_the_host(tmp_path: Path) ->
     assert rollout_rows(run / "gymflow.duckdb") == stored and tree_digest(run) == digest
     honest = gym("eval", "reverify", "honest", "--check", "--json", cwd=tmp_path)
     assert honest.returncode == 0 and json.loads(honest.stdout)["agrees"], honest.stdout
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        "DELETE FROM meta WHERE key IN ('seal', 'inputs_seal')",
+        "UPDATE meta SET value = 'garbled' WHERE key = 'seal'",
+    ],
+    ids=["deleted", "garbled"],
+)
+def test_a_removed_seal_record_does_not_switch_the_inputs_check_off(
+    clean: Path, tmp_path: Path, record: str
+) -> None:
+    """An attacker's pass (a01, a02, a02b): with the store's seal record deleted or garbled and
+    the inputs' seal deleted, `inputs_edited` read "skipped": the owner's what-if made current
+    took pass@1 to 1.0, healthy, and the owner's next routine reverify sealed it afresh. A
+    record that is gone or not this key's own requires the inputs' seal: health fails and the
+    writer refuses, nothing written."""
+    run = _copy(clean, tmp_path)
+    gym("eval", "reverify", str(run), "--set", "abs_tol=1000", cwd=tmp_path, check=True)
+    con = duckdb.connect(str(run / "gymflow.duckdb"), read_only=True)
+    lenient = con.execute(
+        "SELECT verifier_version FROM verifier_versions ORDER BY created_at DESC LIMIT 1"
+    ).fetchone()[0]
+    con.close()
+    edit_store(
+        run,
+        record,
+        "DELETE FROM meta WHERE key = 'inputs_seal'",
+        f"INSERT INTO meta VALUES ('current_verifier_version', '{lenient}') "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    )
+    stored, digest = rollout_rows(run / "gymflow.duckdb"), tree_digest(run)
+    after = _numbers(run, tmp_path)
+    assert after["pass@1"] == 1.0
+    assert after["health"][:2] == (2, "unhealthy") and "inputs_edited" in after["health"][2]
+    routine = gym("eval", "reverify", str(run), "--set", "rel_tol=1e-9", cwd=tmp_path)
+    assert routine.returncode == 1 and "nothing written" in one_error_line(routine.stderr)
+    assert rollout_rows(run / "gymflow.duckdb") == stored and tree_digest(run) == digest

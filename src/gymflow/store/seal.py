@@ -463,16 +463,20 @@ def _seal_record(con, key: SealKey | None) -> StoreSeal:
         )
         if not sealed_any:
             return StoreSeal("unsealed", None)
-        # seals without a record: the record was deleted; this key checks them, none unsealed
-        return StoreSeal("sealed" if key else "foreign", key.key_id if key else None)
+        # seals without a record: the record was deleted; this key checks them, none unsealed,
+        # and the inputs' seal is required (deleted with it, the inputs would go unchecked)
+        if key is None:
+            return StoreSeal("foreign", None)
+        return StoreSeal("sealed", key.key_id, inputs_required=True)
     key_id, _, rest = str(row[0]).partition(":")
     if key is None:
         return StoreSeal("foreign", key_id)
     if key_id != key.key_id:
         # a record naming another key over seals this key made was edited, to make every
-        # check skip them (`seal_key_unknown`, a warning): this key checks them, none unsealed
+        # check skip them (`seal_key_unknown`, a warning): this key checks them, none unsealed,
+        # and the inputs' seal is required
         return (
-            StoreSeal("sealed", key.key_id)
+            StoreSeal("sealed", key.key_id, inputs_required=True)
             if _sealed_by(con, key)
             else StoreSeal("foreign", key_id)
         )
@@ -480,7 +484,11 @@ def _seal_record(con, key: SealKey | None) -> StoreSeal:
     legacy = int(legacy_text) if legacy_text.isdigit() and len(legacy_text) < 19 else 0
     if hmac.compare_digest(_record(key, legacy), str(row[0])):
         return StoreSeal("sealed", key_id, legacy, inputs_required=True)
-    return StoreSeal("sealed", key_id, legacy if _record(key, legacy, version=1) == row[0] else 0)
+    if _record(key, legacy, version=1) == row[0]:
+        return StoreSeal("sealed", key_id, legacy)  # sealed before its inputs were
+    # a record this key did not write (garbled, or its count edited): it grants nothing, and
+    # the inputs' seal is required
+    return StoreSeal("sealed", key_id, 0, inputs_required=True)
 
 
 def foreign_key_message(where: str, key_id: str | None, key: SealKey | None) -> str:
