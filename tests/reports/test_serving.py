@@ -54,6 +54,7 @@ def test_gym_serve_reports_serves_reports_and_nothing_else(tmp_path: Path) -> No
     (run / "store.duckdb").write_bytes(b"not for the web")
     (tmp_path / "secret.html").write_text("outside the root")
     (root / "escape.html").symlink_to(tmp_path / "secret.html")
+    os.link(run / "store.duckdb", run / "hard.html")  # another name for the store
     port = free_port()
     server = subprocess.Popen(
         [GYM, "serve", "reports", "--root", str(root), "--port", str(port)],
@@ -73,8 +74,13 @@ def test_gym_serve_reports_serves_reports_and_nothing_else(tmp_path: Path) -> No
         assert "default-src 'none'" in page.headers["content-security-policy"]
         index = _get(f"{base}/")
         assert 'href="runs/a%20b/report.html"' in index.text
-        for refused in ("runs/a%20b/store.duckdb", "escape.html", "..%2Fsecret.html"):
+        for refused in ("runs/a%20b/store.duckdb", "escape.html", "..%2Fsecret.html",
+                        "runs/a%20b/hard.html"):  # fmt: skip
             assert _get(f"{base}/{refused}").status_code == 404, refused
+        # a page that rebinds its own name to 127.0.0.1 sends that name: not answered
+        rebound = httpx.get(link.url, headers={"host": f"attacker.example:{port}"}, timeout=5)
+        assert rebound.status_code == 400 and "the report" not in rebound.text
+        assert httpx.get(link.url.replace("127.0.0.1", "localhost"), timeout=5).status_code == 200
     finally:
         server.terminate()
         output, _ = server.communicate(timeout=30)

@@ -25,7 +25,7 @@ def serve_reports(
     """Serve the HTML reports under ROOT (read-only; report files only, an index at /)."""
     import uvicorn
 
-    from gymflow.reports.serving import reports_app
+    from gymflow.reports.serving import LOOPBACK_NAMES, reports_app
 
     if not root.is_dir():
         fail(f"--root {root}: not a folder")
@@ -37,4 +37,7 @@ def serve_reports(
         highlight=False,
         soft_wrap=True,
     )
-    uvicorn.run(reports_app(root), host=host, port=port, log_level="warning")
+    # bound to loopback, only this machine's names are answered (a rebinding page's are not);
+    # bound to another interface, the user serves other machines under names gymflow cannot know
+    hosts = LOOPBACK_NAMES if host in LOOPBACK_NAMES else None
+    uvicorn.run(reports_app(root, hosts), host=host, port=port, log_level="warning")

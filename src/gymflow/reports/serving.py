@@ -13,13 +13,15 @@ from __future__ import annotations
 import html
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import quote
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -95,7 +97,8 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 def _open_served(root: Path, relative: str) -> _Served | None:
     """The report file `relative` names inside `root`, opened, if it is one: a regular file
     named as a report, reached one component at a time from the root without a symlink, `..`
-    or an empty part. A NUL byte (`%00`) names nothing."""
+    or an empty part, with no other name (a hard link `x.html` to a run's store was served
+    whole). A NUL byte (`%00`) names nothing."""
     parts = relative.split("/")
     if "\0" in relative or not relative.endswith(SERVED_SUFFIXES):
         return None
@@ -115,7 +118,7 @@ def _open_served(root: Path, relative: str) -> _Served | None:
         finally:
             os.close(folder)
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
             os.close(fd)
             return None
         os.set_blocking(fd, True)
@@ -163,8 +166,14 @@ def _index_page(root: Path) -> str:
     )
 
 
-def reports_app(root: Path | str) -> Starlette:
-    """A read-only ASGI app serving the report files under `root`, with an index at /."""
+#: the names a browser on this machine uses for a server bound to loopback
+LOOPBACK_NAMES = ("127.0.0.1", "localhost")
+
+
+def reports_app(root: Path | str, hosts: Sequence[str] | None = LOOPBACK_NAMES) -> Starlette:
+    """A read-only ASGI app serving the report files under `root`, with an index at /. Only
+    requests naming one of `hosts` (None: any) are answered: a web page the user opens could
+    otherwise rebind its own name to 127.0.0.1 and read every report (DNS rebinding)."""
     base = Path(root).resolve()
     headers = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"}
 
@@ -182,7 +191,10 @@ def reports_app(root: Path | str) -> Starlette:
             headers={**headers, "Content-Length": str(served.info.st_size)},
         )
 
-    return Starlette(routes=[Route("/", index), Route("/{path:path}", report)])
+    middleware = [] if hosts is None else [Middleware(TrustedHostMiddleware, allowed_hosts=hosts)]
+    return Starlette(
+        routes=[Route("/", index), Route("/{path:path}", report)], middleware=middleware
+    )
 
 
 def _chunks(file: BinaryIO, size: int = 1 << 16) -> Iterator[bytes]:
