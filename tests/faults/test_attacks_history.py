@@ -153,3 +153,23 @@ def test_a_catalog_of_another_shape_is_rebuilt_from_the_stores(tmp_path: Path, r
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads(again.stdout) == first
     assert _tree(root) == before
+
+
+def test_an_edited_baseline_fails_the_gate(tmp_path: Path) -> None:
+    """An attacker's pass (a13, a13b): the gate recomputed every seal of the candidate and none
+    of the baseline's; failing the baseline's passing verdicts turned a drop into a gain, and
+    the gate passed. Every run the candidate is compared with is now checked as it is."""
+    _night(tmp_path, 0, all_failed=False)
+    _night(tmp_path, 1, all_failed=False)
+    honest = gym("runs", "gate", "night-1", cwd=tmp_path, timeout=120)
+    assert honest.returncode == 0, honest.stdout + honest.stderr
+    con = duckdb.connect(str(tmp_path / "night-0" / "gymflow.duckdb"))
+    con.execute(
+        "UPDATE verifications SET passed = false, reward = 0"
+    )  # the seals left as they were
+    con.close()
+    out = gym("runs", "gate", "night-1", cwd=tmp_path, timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    said = " ".join(out.stdout.split())
+    assert "a run it is compared with cannot be trusted" in said, said
+    assert f"{tmp_path / 'night-0'}: seal_mismatch" in said, said

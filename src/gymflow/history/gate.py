@@ -87,24 +87,41 @@ class GateVerdict:
     #: its few scored tasks compare (a night whose model server died scored one task in six,
     #: and "+0.0 points over 1 tasks" passed).
     unhealthy: tuple[str, ...] = ()
+    #: The same of the runs it is compared with (the baseline, the runs since), each "PATH:
+    #: why", with verdicts this machine's key cannot check: an edited baseline passed a
+    #: 40-point drop.
+    untrusted: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
         """A healthy run, no drop, and every comparison made: a run with nothing scored (every
         rollout failed) or a pinned baseline that cannot be read is not a pass."""
-        return not self.unhealthy and not any(
-            check.regressed or not check.compared for check in self.checks
+        return (
+            not self.unhealthy
+            and not self.untrusted
+            and not any(check.regressed or not check.compared for check in self.checks)
         )
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "passed": self.passed}
 
     def summary(self) -> str:
-        health = (
-            f"the run is unhealthy ({', '.join(self.unhealthy)}): its scores cannot be trusted"
-            if self.unhealthy
-            else ""
+        health = "; ".join(
+            [
+                *(
+                    [f"the run is unhealthy ({', '.join(self.unhealthy)})"]
+                    if self.unhealthy
+                    else []
+                ),
+                *(
+                    [f"a run it is compared with cannot be trusted ({', '.join(self.untrusted)})"]
+                    if self.untrusted
+                    else []
+                ),
+            ]
         )
+        if health:
+            health += ": its scores cannot be trusted"
         if not self.checks:
             if health:
                 return f"regression gate FAILED: {health}"
@@ -250,15 +267,7 @@ def gate(
     under `root`, itself by default the folder holding the run's folder), through the CUSUM over
     the runs of that version between the baseline and this one."""
     run_dir = run_dir.resolve()
-    try:
-        with connect(run_dir, read_only=True) as con:
-            # the gate decides: every seal recomputed, never a recorded check taken
-            unhealthy = tuple(health(con, max_listed=0, verify_seals=True).gate_failures)
-    except (
-        StoreError,
-        StoreFailure,
-    ) as exc:  # no store, or nothing judged: nothing to trust either
-        unhealthy = (f"not checked: {exc}",)
+    unhealthy = _untrusted(run_dir, compared=False)
     earlier = _earlier(refresh(root or run_dir.parent).entries, run_dir)
     if baseline is None:
         pinned = min(earlier, key=lambda e: e.created_at or datetime.min, default=None)
@@ -276,8 +285,31 @@ def gate(
         (e for e in earlier if since is not None and e.created_at > since),
         key=lambda e: e.created_at or datetime.min,
     )
-    found = check(run_dir, baseline, margin=margin, between=[Path(e.run_dir) for e in between])
-    return GateVerdict(str(run_dir), margin, TEST, (found,), unhealthy)
+    compared = [baseline, *(Path(e.run_dir) for e in between)]
+    untrusted = tuple(  # an edited baseline would pass any candidate
+        f"{other}: {why}" for other in compared for why in _untrusted(other, compared=True)
+    )
+    found = check(run_dir, baseline, margin=margin, between=compared[1:])
+    return GateVerdict(str(run_dir), margin, TEST, (found,), unhealthy, untrusted)
+
+
+#: health warnings that mean a run's verdicts cannot be checked by this machine's key: a run
+#: the candidate is compared with must be checkable (a forged folder dated 2001 dropped into the
+#: root became the pinned baseline and passed a 60-point drop)
+UNCHECKABLE = ("verdict_unsealed", "seal_key_unknown")
+
+
+def _untrusted(run_dir: Path, *, compared: bool) -> tuple[str, ...]:
+    """Why the gate cannot trust `run_dir`'s numbers: its health's gate failures, every seal
+    recomputed (never a recorded check taken), and, for a run it is `compared` with, verdicts
+    this machine's key cannot check. Empty: trusted."""
+    try:
+        with connect(run_dir, read_only=True) as con:
+            found = health(con, max_listed=0, verify_seals=True)
+    except (StoreError, StoreFailure) as exc:  # no store, or nothing judged: nothing to trust
+        return (f"not checked: {exc}",)
+    uncheckable = [w for w in found.warnings if w in UNCHECKABLE] if compared else []
+    return (*found.gate_failures, *uncheckable)
 
 
 def save_verdict(verdict: GateVerdict) -> Path:
