@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from gymflow.core.records import ModelCall, Rollout, rollout_id
+from gymflow.core.records import ModelCall, Rollout, Verification, rollout_id
 from gymflow.store.db import connect
 from gymflow.store.merge import merge_into, read_shards
 from gymflow.store.rows import dumps, run_row, shard_row
@@ -46,6 +46,8 @@ def _rollout(task_id: str, repeat: int, tools: list | None = TOOLS) -> Rollout:
         finished_at=T0 + timedelta(seconds=1),
         trajectory=[{"role": "user", "content": "hi"}],
         calls=[_call(i, tools) for i in range(3)],
+        # judged, as every completed rollout is: a merge refuses one whose verdict is missing
+        verification=Verification("v", "ok", 1.0, True),
     )
 
 
