@@ -4,6 +4,7 @@ reading stores the way each test's final check needs."""
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -119,3 +120,41 @@ def orphans(store: Path) -> int:
                (SELECT 1 FROM verifications v WHERE v.rollout_id = r.rollout_id))
         """,
     )[0][0]
+
+
+def resealed(store: Path) -> None:
+    """Every verdict of `store` sealed again, with this machine's key, over its rollout as
+    stored now: the state a writer would have sealed (an edit made by SQL, taken as honest)."""
+    from gymflow.store.seal import MESSAGE, load_key, message_sql, sealed
+
+    con = duckdb.connect(str(store))
+    try:
+        seals = sealed(
+            con,
+            load_key(create=True),
+            f"SELECT v.rollout_id, v.verifier_version, {message_sql('v', 'r')} AS {MESSAGE} "
+            "FROM verifications v JOIN rollouts r USING (rollout_id)",
+        )
+        con.register("seals", seals)
+        con.execute(
+            "UPDATE verifications SET seal = s.seal FROM seals s "
+            "WHERE s.rollout_id = verifications.rollout_id "
+            "AND s.verifier_version = verifications.verifier_version"
+        )
+    finally:
+        con.close()
+
+
+def seal_health(run: Path, cwd: Path, *extra: str) -> dict:
+    """`gym eval health RUN --json`'s exit code, verdict, seal mismatches and when the seals were
+    last checked; a refusal (one line on stderr, nothing vouched for) has no verdict."""
+    done = gym("eval", "health", str(run), "--json", *extra, cwd=cwd)
+    if not done.stdout.strip():
+        return {"code": done.returncode, "verdict": None, "mismatch": None, "checked_at": None}
+    report = json.loads(done.stdout)
+    return {
+        "code": done.returncode,
+        "verdict": report["verdict"],
+        "mismatch": report["checks"]["seal_mismatch"]["count"],
+        "checked_at": report["seals_checked_at"],
+    }

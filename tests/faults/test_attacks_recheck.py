@@ -16,7 +16,7 @@ import duckdb
 import pytest
 
 from tests.conftest import gym
-from tests.faults.stores import collect_run, edit_store, rollout_rows, tree_digest
+from tests.faults.stores import collect_run, edit_store, resealed, rollout_rows, tree_digest
 
 
 def _check(run, cwd):
@@ -124,28 +124,6 @@ def test_a_corrupt_stored_value_is_named_and_nothing_is_written(
         assert con.execute("SELECT * FROM verifier_versions").fetchall() == stored_versions
 
 
-def _sealed_again(run) -> None:
-    """Every verdict sealed again, with this machine's key, over its rollout as stored now."""
-    from gymflow.store.seal import MESSAGE, load_key, message_sql, sealed
-
-    con = duckdb.connect(str(run / "gymflow.duckdb"))
-    try:
-        seals = sealed(
-            con,
-            load_key(create=False),
-            f"SELECT v.rollout_id, v.verifier_version, {message_sql('v', 'r')} AS {MESSAGE} "
-            "FROM verifications v JOIN rollouts r USING (rollout_id)",
-        )
-        con.register("seals", seals)
-        con.execute(
-            "UPDATE verifications SET seal = s.seal FROM seals s "
-            "WHERE s.rollout_id = verifications.rollout_id "
-            "AND s.verifier_version = verifications.verifier_version"
-        )
-    finally:
-        con.close()
-
-
 def test_a_server_that_judges_the_trajectory_is_not_text_only(tmp_path, monkeypatch) -> None:
     """`text_only` came from the verifier alone: an environment whose resources server judges
     the trajectory itself (its own `verify_sync`, as NeMo Gym's does) over a text-only verifier
@@ -168,7 +146,9 @@ def test_a_server_that_judges_the_trajectory_is_not_text_only(tmp_path, monkeypa
     run = collect_run(tmp_path / "run")
     # repeats of one answer whose trajectories differ (the simulated policy answers alike)
     edit_store(run, "UPDATE rollouts SET trajectory_json = '[]' WHERE repeat_index = 0")
-    _sealed_again(run)  # as if collected so: reverify refuses a store whose seals do not match
+    resealed(
+        run / "gymflow.duckdb"
+    )  # as if collected so: reverify refuses a store whose seals do not match
     done = reverify(run, {"abs_tol": 0.5})
     con = duckdb.connect(str(run / "gymflow.duckdb"), read_only=True)
     stored = con.execute(

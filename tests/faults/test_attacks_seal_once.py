@@ -17,7 +17,7 @@ from pathlib import Path
 from gymflow.store.checked_stores import Checked, file_digest, file_state, record_file
 from gymflow.store.seal import load_key
 from tests.conftest import gym
-from tests.faults.stores import collect_run, edit_store, rollout_rows, tree_digest
+from tests.faults.stores import collect_run, edit_store, rollout_rows, seal_health, tree_digest
 
 PASSED = (
     "UPDATE rollouts SET output_text = 'Answer: ' || t.reference FROM tasks t "
@@ -27,28 +27,17 @@ PASSED = (
 )
 
 
-def _health(run: Path, cwd: Path, *extra: str) -> dict:
-    done = gym("eval", "health", str(run), "--json", *extra, cwd=cwd)
-    report = json.loads(done.stdout)
-    return {
-        "code": done.returncode,
-        "verdict": report["verdict"],
-        "mismatch": report["checks"]["seal_mismatch"]["count"],
-        "checked_at": report["seals_checked_at"],
-    }
-
-
 def test_an_unchanged_store_is_checked_once_and_says_when(tmp_path: Path) -> None:
     run = collect_run(tmp_path / "run")
-    first = _health(run, tmp_path)
+    first = seal_health(run, tmp_path)
     assert first == {"code": 0, "verdict": "healthy", "mismatch": 0, "checked_at": None}
     assert stat.S_IMODE(record_file().stat().st_mode) == 0o600
     profile = gym("eval", "profile", str(run), "--json", cwd=tmp_path, check=True).stdout
-    again = _health(run, tmp_path)
+    again = seal_health(run, tmp_path)
     assert again["checked_at"] is not None and again["verdict"] == "healthy"
     shown = gym("eval", "health", str(run), cwd=tmp_path, check=True).stdout
     assert "every one matched at" in " ".join(shown.split())
-    full = _health(run, tmp_path, "--verify-seals")
+    full = seal_health(run, tmp_path, "--verify-seals")
     assert full["checked_at"] is None and full["verdict"] == "healthy"
     assert gym("eval", "profile", str(run), "--json", cwd=tmp_path).stdout == profile
 
@@ -59,14 +48,14 @@ def test_an_edit_after_the_check_is_checked_in_full_even_with_mtime_set_back(
     """The attack the record invites: edit the checked store, then set its modification time
     back. The change time moved anyway, so the state differs and every seal is recomputed."""
     run = collect_run(tmp_path / "run")
-    assert _health(run, tmp_path)["checked_at"] is None
+    assert seal_health(run, tmp_path)["checked_at"] is None
     store = run / "gymflow.duckdb"
     before = os.stat(store)
     edit_store(run, *PASSED)
     os.utime(store, ns=(before.st_atime_ns, before.st_mtime_ns))
     wal = Path(f"{store}.wal")
     assert not wal.exists()
-    after = _health(run, tmp_path)
+    after = seal_health(run, tmp_path)
     assert after["checked_at"] is None and after["mismatch"] > 0
     assert (after["code"], after["verdict"]) == (2, "unhealthy")
 
@@ -87,7 +76,7 @@ def test_a_record_not_made_with_the_key_is_not_taken(tmp_path: Path) -> None:
     record_file().parent.mkdir(parents=True, exist_ok=True)
     record_file().write_text(json.dumps(entry) + "\n")
     record_file().chmod(0o600)
-    found = _health(run, tmp_path)
+    found = seal_health(run, tmp_path)
     assert found["checked_at"] is None and found["verdict"] == "unhealthy"
 
 
@@ -110,8 +99,8 @@ def test_reverify_check_and_verify_seals_always_recompute(tmp_path: Path) -> Non
     }
     record_file().write_text(json.dumps(entry) + "\n")
     stored, digest = rollout_rows(run / "gymflow.duckdb"), tree_digest(run)
-    assert _health(run, tmp_path)["checked_at"] is not None
-    full = _health(run, tmp_path, "--verify-seals")
+    assert seal_health(run, tmp_path)["checked_at"] is not None
+    full = seal_health(run, tmp_path, "--verify-seals")
     assert full["mismatch"] > 0 and full["code"] == 2
     checked = gym("eval", "reverify", str(run), "--check", "--json", cwd=tmp_path)
     assert checked.returncode == 2 and json.loads(checked.stdout)["seal_mismatches"] > 0
@@ -120,9 +109,9 @@ def test_reverify_check_and_verify_seals_always_recompute(tmp_path: Path) -> Non
 
 def test_a_reverify_of_a_checked_store_leaves_it_checked(tmp_path: Path) -> None:
     run = collect_run(tmp_path / "run")
-    _health(run, tmp_path)
+    seal_health(run, tmp_path)
     gym("eval", "reverify", str(run), "--set", "abs_tol=0.5", cwd=tmp_path, check=True)
-    after = _health(run, tmp_path)
+    after = seal_health(run, tmp_path)
     assert after["checked_at"] is not None and after["verdict"] == "healthy"
-    full = _health(run, tmp_path, "--verify-seals")
+    full = seal_health(run, tmp_path, "--verify-seals")
     assert full["verdict"] == "healthy" and full["mismatch"] == 0

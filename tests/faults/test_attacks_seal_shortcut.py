@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GYM
-from tests.faults.stores import collect_run, edit_store, rollout_rows
+from tests.faults.stores import collect_run, edit_store, rollout_rows, seal_health
 
 FORGED = (
     "UPDATE rollouts SET output_text = 'Answer: ' || t.reference FROM tasks t "
@@ -48,19 +48,6 @@ def _gym(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
     )
-
-
-def _health(run: Path, cwd: Path) -> dict:
-    done = _gym("eval", "health", str(run), "--json", cwd=cwd)
-    if not done.stdout.strip():  # refused: one line on stderr, nothing vouched for
-        return {"code": done.returncode, "verdict": None, "mismatch": None, "checked_at": None}
-    report = json.loads(done.stdout)
-    return {
-        "code": done.returncode,
-        "verdict": report["verdict"],
-        "mismatch": report["checks"]["seal_mismatch"]["count"],
-        "checked_at": report["seals_checked_at"],
-    }
 
 
 def _pass_at_1(run: Path, cwd: Path) -> float:
@@ -90,7 +77,7 @@ def test_a_write_through_a_shared_map_is_not_taken_as_unchanged(tmp_path: Path) 
     with open(store, "r+b") as opened, mmap.mmap(opened.fileno(), size) as mapped:
         for at in range(0, size, mmap.PAGESIZE):  # every page dirtied: later writes fault never
             mapped[at : at + 1] = mapped[at : at + 1]
-        first = _health(run, tmp_path)
+        first = seal_health(run, tmp_path)
         assert first == {"code": 0, "verdict": "healthy", "mismatch": 0, "checked_at": None}
         state = os.stat(store)
         mapped[:] = image
@@ -103,7 +90,7 @@ def test_a_write_through_a_shared_map_is_not_taken_as_unchanged(tmp_path: Path) 
     if not all(kept):
         pytest.skip("this file system moved the file's times on a write to a dirty page")
     assert _pass_at_1(run, tmp_path) == 1.0  # what the attack wants read
-    after = _health(run, tmp_path)
+    after = seal_health(run, tmp_path)
     assert after["checked_at"] is None, after  # recomputed, not taken from the record
     assert (after["code"], after["verdict"]) == (2, "unhealthy") and after["mismatch"] > 0
     assert rollout_rows(store) != before[1]  # the forged content, read and refused
@@ -158,10 +145,10 @@ def test_a_run_folder_swapped_while_health_opens_it_is_not_taken_as_checked(
     store = run / "gymflow.duckdb"
     forged = _forged_copy(run, tmp_path / "forged")
     stored = rollout_rows(store)
-    first = _health(run, tmp_path)
+    first = seal_health(run, tmp_path)
     assert first == {"code": 0, "verdict": "healthy", "mismatch": 0, "checked_at": None}
     with _swapped_while_opened(run, forged) as opened:
-        raced = _health(run, tmp_path)
+        raced = seal_health(run, tmp_path)
     assert opened.is_set() and rollout_rows(store) == stored  # the original is back
     if raced["checked_at"] is not None:
         # the swap back won the race: the reader opened the forged file once (a probe) and read
@@ -169,5 +156,5 @@ def test_a_run_folder_swapped_while_health_opens_it_is_not_taken_as_checked(
         assert opened.later == 0 and raced["verdict"] == "healthy", raced
     else:  # the forged file read: checked in full and unhealthy, or refused mid-swap
         assert raced["code"] != 0 and raced["verdict"] != "healthy", raced
-    again = _health(run, tmp_path)  # the original, unchanged: still taken from its record
+    again = seal_health(run, tmp_path)  # the original, unchanged: still taken from its record
     assert again["verdict"] == "healthy" and again["checked_at"] is not None

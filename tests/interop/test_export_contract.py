@@ -11,8 +11,8 @@ import duckdb
 
 from gymflow.interop.nemo_gym import import_rollouts
 from gymflow.models.nemo_gym_shapes import REQUEST_FIELDS
-from gymflow.store.seal import MESSAGE, load_key, message_sql, sealed
 from tests.conftest import gym
+from tests.faults.stores import resealed
 from tests.interop.test_real_files import DATA, _query
 
 #: Top-level numbers NeMo Gym's reward profiler averages as metrics: nothing else may be one.
@@ -73,20 +73,9 @@ def _edited(store: Path, sql: str) -> None:
     con = duckdb.connect(str(store))
     try:
         con.execute(sql)
-        seals = sealed(
-            con,
-            load_key(create=True),
-            f"SELECT v.rollout_id, v.verifier_version, {message_sql('v', 'r')} AS {MESSAGE} "
-            "FROM verifications v JOIN rollouts r USING (rollout_id)",
-        )
-        con.register("seals", seals)
-        con.execute(
-            "UPDATE verifications SET seal = s.seal FROM seals s "
-            "WHERE s.rollout_id = verifications.rollout_id "
-            "AND s.verifier_version = verifications.verifier_version"
-        )
     finally:
         con.close()
+    resealed(store)
 
 
 def test_exported_lines_fit_nemo_gyms_models_and_round_trip(tmp_path: Path) -> None:
