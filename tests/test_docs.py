@@ -94,6 +94,29 @@ def test_the_health_checks_page_lists_every_check_health_runs(site: Path, tmp_pa
     assert len(names) > 20 and not [name for name in names if name not in page]
 
 
+def test_the_api_reference_documents_every_export(site: Path):
+    import gymflow
+
+    page = _text(site / "reference" / "api.html")
+    names = [name for name in gymflow.__all__ if name != "__version__"]
+    assert len(names) > 20
+    assert not [name for name in names if name not in page]
+    assert "(no docstring)" not in page
+
+
+def test_the_annotated_pages_quote_the_code(site: Path):
+    """Each annotated page shows its component's code (highlighted, so compared without spaces),
+    and no marker was left unreplaced."""
+    for page, quoted in {
+        "environment-source.html": "class BackofficeServer(ResourcesServer):",
+        "harness-source.html": "async def tool_loop(",
+        "verifier-source.html": "def numeric_match(",
+    }.items():
+        html = (site / "components" / page).read_text()
+        assert "".join(quoted.split()) in "".join(_text(site / "components" / page).split()), page
+        assert "<!-- source:" not in html and "<!-- file:" not in html, page
+
+
 def _bash_blocks(text: str) -> list[str]:
     return re.findall(r"```bash\n(.*?)```", text, re.S)
 

@@ -3,6 +3,7 @@ page cannot show source or a table that no longer exists (a name that is gone fa
 
 - `<!-- source: PATH NAME -->` becomes the source of the top-level definition NAME (its
   decorators and docstring included) in PATH, or of its imports for NAME `imports`;
+- `<!-- file: PATH -->` becomes the whole file at PATH (a manifest, a YAML file);
 - `<!-- store-tables -->` becomes every table of a run store with its columns, types and key,
   from `gymflow.store.schema.SPECS`."""
 
@@ -15,6 +16,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = re.compile(r"<!-- source: (\S+) (\S+) -->")
+FILE = re.compile(r"<!-- file: (\S+) -->")
+#: A quoted file's fence language, by its suffix.
+LANGUAGES = {".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".py": "python", ".sh": "bash"}
 STORE_TABLES = "<!-- store-tables -->"
 
 
@@ -41,6 +45,11 @@ def _assigned(node: ast.stmt) -> str | None:
     return None
 
 
+def _quoted_file(path: str) -> str:
+    text = (ROOT / path).read_text().rstrip("\n")
+    return f"```{LANGUAGES.get(Path(path).suffix, 'text')}\n{text}\n```"
+
+
 def store_tables() -> str:
     from gymflow.store.schema import SPECS
 
@@ -60,6 +69,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     markdown = SOURCE.sub(
         lambda m: f"```python\n{definition(m.group(1), m.group(2))}\n```", markdown
     )
+    markdown = FILE.sub(lambda m: _quoted_file(m.group(1)), markdown)
     if STORE_TABLES in markdown:
         markdown = markdown.replace(STORE_TABLES, store_tables())
     return markdown

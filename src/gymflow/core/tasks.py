@@ -8,6 +8,8 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
+    """One tool call of a task's reference or distractor plan: the tool and its arguments."""
+
     name: str
     arguments: dict[str, Any]
 

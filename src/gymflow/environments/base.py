@@ -62,6 +62,7 @@ class Environment:
         raise NotImplementedError
 
     def tasks(self, split: str | None = None) -> list[Task]:
+        """A split's tasks (the manifest's default split when None), generated once and cached."""
         split = split or self.manifest.default_split
         if split not in self.manifest.splits:
             known = ", ".join(sorted(self.manifest.splits))

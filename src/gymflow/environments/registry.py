@@ -190,6 +190,8 @@ def _nemo_gym_environment() -> type[NemoGymEnvironment]:
 
 
 def load_environment(name: str) -> Environment:
+    """The environment named `name`, from the search roots (gymflow's own, then
+    `GYMFLOW_ENVIRONMENTS_PATH`, then installed packages); raises UnknownName with what exists."""
     return _load_environment(name, tuple(search_roots()))
 
 

@@ -48,6 +48,7 @@ class ResourcesServer:
 
     # -- tools ---------------------------------------------------------------------------------
     def tools(self) -> list[dict[str, Any]]:
+        """Every tool's schema (`tool_schemas`), as the model is offered them."""
         return list(self.tool_schemas.values())
 
     def tools_for(self, task: Task) -> list[dict[str, Any]]:
@@ -59,14 +60,19 @@ class ResourcesServer:
         return {}
 
     def initial_state(self, task: Task) -> dict[str, Any]:
+        """A new session's state for `task`: empty unless a subclass with tools gives one."""
         return {}
 
     async def seed_session(self, task: Task) -> str:
+        """Start a session for one rollout of `task`, from `initial_state(task)`; its id."""
         session_id = f"s{next(self._ids)}"
         self._sessions[session_id] = {"task": task, "state": self.initial_state(task)}
         return session_id
 
     async def call_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> str:
+        """Run one tool call on the session's state; what the model reads (JSON unless a
+        string). A `ToolError` (bad input) goes back to the model; any other exception is the
+        tool failing."""
         handler = self.handlers().get(name)
         if handler is None:
             raise ToolError(f"unknown tool {name!r}")
@@ -76,10 +82,12 @@ class ResourcesServer:
         return result if isinstance(result, str) else json.dumps(result, default=str)
 
     def final_state(self, session_id: str) -> dict[str, Any] | None:
+        """The session's state as the rollout left it (None when it has none), for the verifier."""
         session = self._sessions.get(session_id)
         return session["state"] if session and session["state"] else None
 
     async def close_session(self, session_id: str) -> None:
+        """Forget the session; closing one that is gone does nothing."""
         self._sessions.pop(session_id, None)
 
     # -- judging stored rollouts again -------------------------------------------------------
@@ -224,6 +232,8 @@ class ResourcesServer:
     async def verify(
         self, session_id: str, task: Task, output_text: str, trajectory: list[dict[str, Any]]
     ) -> Verification:
+        """Judge one rollout with the session's final state, where the verifier says it runs
+        (inline, in threads, or in a worker process killed after `verify_timeout`)."""
         inp = VerifyInput(task, output_text, trajectory, self.final_state(session_id))
         match self.verifier.runs:
             case "inline":

@@ -168,6 +168,7 @@ def system_message(text: str) -> dict[str, Any]:
 
 
 def function_tool(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """A Responses API function tool: `parameters` is its arguments' JSON schema."""
     return {"type": "function", "name": name, "description": description, "parameters": parameters}
 
 

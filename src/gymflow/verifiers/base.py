@@ -45,6 +45,10 @@ class VerifyInput:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
+    """What a verify function returns: the reward (passed or failed by the environment's
+    threshold) and details the reports show. A verifier that cannot judge raises
+    VerifierError instead: a verifier failure, never a reward of 0."""
+
     reward: float
     details: dict[str, Any] = field(default_factory=dict)
     #: Why a judged answer failed when it is a kind to count apart, not just a wrong answer:
