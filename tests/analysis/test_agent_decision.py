@@ -122,3 +122,27 @@ def test_an_agent_that_finished_after_its_commands_answered_wrong(tmp_path: Path
     (training,) = [c for c in result.decision.candidates if c.action == "model_training"]
     assert training.categories == {"wrong": 4}
     assert result.decision.action == "model_training", result.decision.why
+
+
+def test_the_agent_experiment_is_judged_by_the_share_that_ends_judged(tmp_path: Path) -> None:
+    """The crashed tasks have no scored rollout before, so a pass rate cannot pair them: the
+    measure is the share of each task's rollouts that ends judged, 0 as stored. A rerun where
+    they finish confirms the agent lost them, even where the model then answers them wrong; a
+    rerun where they are lost again does not."""
+    from gymflow.store.queries.scores import task_judged_shares
+    from gymflow.study.confirm import judged
+
+    result = _analyse(_agent_run(crashed=5, wrong=2), tmp_path / "run")
+    experiment = result.decision.experiment
+    assert experiment is not None and experiment.measure == "judged_share"
+    with connect(tmp_path / "run", read_only=True) as con:
+        version = con.execute("SELECT verifier_version FROM runs").fetchone()[0]
+        before = dict(task_judged_shares(con, version, [f"t{i}" for i in range(8)]))
+    assert before == {f"t{i}": (0.0 if i < 5 else 1.0) for i in range(8)}
+    lost_tasks = {t: before[t] for t in experiment.tasks}
+    finished = judged(experiment, lost_tasks, dict.fromkeys(experiment.tasks, 1.0), "rerun")
+    assert finished.effect and (finished.gained, finished.lost) == (5, 0), finished.why
+    half = {t: (0.5 if i % 2 else 0.0) for i, t in enumerate(experiment.tasks)}
+    assert judged(experiment, lost_tasks, half, "rerun").effect  # 2 of 5 rose, none fell
+    again = judged(experiment, lost_tasks, dict.fromkeys(experiment.tasks, 0.0), "rerun")
+    assert not again.effect and "judged share 0% -> 0%" in again.why

@@ -71,3 +71,15 @@ def test_an_agent_crashing_on_most_tasks_is_decided_harness_work(
     assert sorted(experiment["tasks"]) == crashed
     (training,) = [c for c in decision["candidates"] if c["action"] == "model_training"]
     assert sorted(training["experiment"]["tasks"]) == answered
+
+    # The experiment's prediction is that the lost rollouts end judged under gymflow's own agent,
+    # whatever their verdict: the confirmation measures the judged share, not the pass rate
+    # (which the crashed rollouts, never scored, cannot have before).
+    confirmed = gym("eval", "decide", str(store.parent), "--confirm", "--json", cwd=tmp_path,
+                    env=env, timeout=1200)  # fmt: skip
+    outcome = json.loads(confirmed.stdout)["confirmation"]
+    assert outcome["experiment"]["measure"] == "judged_share"
+    assert outcome["ran"] and outcome["effect"], outcome["why"]
+    assert outcome["before"] == 0.0 and outcome["after"] == 1.0, outcome
+    assert (outcome["tasks"], outcome["gained"], outcome["lost"]) == (len(crashed), len(crashed), 0)
+    assert "judged share 0% -> 100%" in outcome["why"]

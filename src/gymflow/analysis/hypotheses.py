@@ -357,6 +357,7 @@ def _agent_experiment(evidence: Evidence, task_ids: list[str]) -> Experiment:
         "end judged (no agent failure, every call recorded): the agent lost them, not the "
         "model; a task that passes there is one the model can solve",
         how=f"rerun these tasks with harness.agent: {OWN_AGENT}",
+        measure="judged_share",
     )
 
 

@@ -343,6 +343,9 @@ class Experiment(Result):
     #: what should happen if the hypothesis is right
     predicted: str
     how: str
+    #: what the prediction is about, per task: its pass rate, or the share of its rollouts
+    #: that end judged (an agent that lost them: they finish, whatever their verdict)
+    measure: Literal["pass_rate", "judged_share"] = "pass_rate"
 
 
 class Candidate(Result):
@@ -404,10 +407,12 @@ class Confirmation(Result):
     #: the run directory of the rerun (None for a reverify)
     run_dir: str | None
     tasks: int
-    #: pass rate on the experiment's tasks before (as stored) and after the change
+    #: the experiment's measure (pass rate, or judged share) on its tasks before (as stored)
+    #: and after the change
     before: Number | None
     after: Number | None
-    #: tasks that pass only after, and only before
+    #: tasks that gained and lost: for the pass rate, that pass only after and only before;
+    #: for the judged share, whose share rose and fell
     gained: int
     lost: int
     effect: bool

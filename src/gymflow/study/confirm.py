@@ -8,10 +8,12 @@ study on the tasks it is about, and whether the effect its hypothesis predicts h
   factor changed, collected on the affected tasks only, into a run folder of its own.
 
 Each lands under RUN/confirm/FACTOR, so it can be read, reported or compared like any run. The
-study is paired on the tasks: each task's pass rate before (as stored, under the version the
-run is read under) and after the change. The effect happened when more tasks pass after than
-before (for model training: when still none passes, where skill improvement predicts some
-would)."""
+study is paired on the tasks: each task's measure before (as stored, under the version the
+run is read under) and after the change. The measure is the one the prediction is about: the
+pass rate (the effect happened when more tasks pass after than before; for model training,
+when still none passes, where skill improvement predicts some would), or, for rollouts an
+external agent lost, the share that ends judged (they finish under gymflow's own agent,
+whatever their verdict)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from pathlib import Path
 from gymflow.analysis.results import Confirmation, Experiment
 from gymflow.core.errors import UserError
 from gymflow.store.db import connect, store_path
-from gymflow.store.queries.scores import task_pass_rates
+from gymflow.store.queries.scores import task_judged_shares, task_pass_rates
 from gymflow.store.runs import config_json
 from gymflow.store.verifier_versions import current_verifier_version
 
@@ -37,9 +39,15 @@ class ConfirmError(UserError):
     """The experiment cannot run on this run (no stored config, an unknown benchmark)."""
 
 
-def _pass_rates(con, version: str, tasks: list[str]) -> dict[str, float]:
-    """task -> share of its scored rollouts that passed under `version`."""
-    return {task: float(rate) for task, rate in task_pass_rates(con, version, tasks)}
+#: the experiment's measure -> the query giving it per task
+MEASURES = {"pass_rate": task_pass_rates, "judged_share": task_judged_shares}
+
+
+def _rates(con, version: str, tasks: list[str], experiment: Experiment) -> dict[str, float]:
+    """task -> the experiment's measure under `version`: the share of its scored rollouts that
+    passed, or of its rollouts that ended judged."""
+    query = MEASURES[experiment.measure]
+    return {task: float(rate) for task, rate in query(con, version, tasks)}
 
 
 def _slug(experiment: Experiment) -> str:
@@ -117,7 +125,7 @@ def confirm(run_dir: Path | str, experiment: Experiment | None) -> Confirmation 
     tasks = sorted(experiment.tasks)[:MAX_TASKS]
     con = connect(store, read_only=True)
     try:
-        before = _pass_rates(con, current_verifier_version(con), tasks)
+        before = _rates(con, current_verifier_version(con), tasks, experiment)
     finally:
         con.close()
     if experiment.kind == "none" or not tasks:
@@ -135,7 +143,7 @@ def confirm(run_dir: Path | str, experiment: Experiment | None) -> Confirmation 
         out, version = _rerun(store, folder, experiment, tasks)
     con = connect(out, read_only=True)
     try:
-        after = _pass_rates(con, version, tasks)
+        after = _rates(con, version, tasks, experiment)
     finally:
         con.close()
     confirmation = judged(experiment, before, after, str(out))
@@ -173,8 +181,12 @@ def judged(
 ) -> Confirmation:
     """Whether the predicted effect happened, paired on the tasks both sides scored."""
     paired = sorted(set(before) & set(after))
-    gained = sum(after[t] > 0 and before[t] == 0 for t in paired)
-    lost = sum(before[t] > 0 and after[t] == 0 for t in paired)
+    if experiment.measure == "judged_share":
+        gained = sum(after[t] > before[t] for t in paired)
+        lost = sum(after[t] < before[t] for t in paired)
+    else:
+        gained = sum(after[t] > 0 and before[t] == 0 for t in paired)
+        lost = sum(before[t] > 0 and after[t] == 0 for t in paired)
     mean_before = _mean({t: before[t] for t in paired})
     mean_after = _mean({t: after[t] for t in paired})
     if not paired:
@@ -194,7 +206,8 @@ def judged(
         )
     else:
         effect = bool(paired) and (mean_after or 0) > (mean_before or 0) and gained > lost
-        change = f"pass rate {_pct(mean_before)} -> {_pct(mean_after)} on {len(paired)} task(s)"
+        measure = experiment.measure.replace("_", " ")
+        change = f"{measure} {_pct(mean_before)} -> {_pct(mean_after)} on {len(paired)} task(s)"
         why = (
             f"the predicted effect happened: {change}, {gained} task(s) gained, {lost} lost"
             if effect

@@ -107,6 +107,24 @@ def majority_votes(
     return voted, score
 
 
+def task_judged_shares(
+    con: Connection, verifier_version: str, tasks: list[str]
+) -> list[tuple[str, float]]:
+    """(task_id, share of its stored rollouts that ended judged under `verifier_version`: a
+    completed rollout with a verdict, not a failure) for each of `tasks` with a rollout."""
+    return con.execute(
+        """
+        SELECT r.task_id, avg(CASE WHEN v.status = 'ok' THEN 1.0 ELSE 0.0 END)
+        FROM rollouts r
+        LEFT JOIN verifications v
+          ON v.rollout_id = r.rollout_id AND v.verifier_version = ? AND r.status = 'completed'
+        WHERE list_contains(?, r.task_id)
+        GROUP BY r.task_id
+        """,
+        [verifier_version, tasks],
+    ).fetchall()
+
+
 def task_pass_rates(
     con: Connection, verifier_version: str, tasks: list[str]
 ) -> list[tuple[str, float]]:
