@@ -5,6 +5,7 @@ harness work, even though they also break the run's health."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from gymflow.analysis.results import RunAnalysis
@@ -146,3 +147,64 @@ def test_the_agent_experiment_is_judged_by_the_share_that_ends_judged(tmp_path: 
     assert judged(experiment, lost_tasks, half, "rerun").effect  # 2 of 5 rose, none fell
     again = judged(experiment, lost_tasks, dict.fromkeys(experiment.tasks, 0.0), "rerun")
     assert not again.effect and "judged share 0% -> 0%" in again.why
+
+
+def _calls(*commands: str) -> list[dict]:
+    """Each command as a call and its output, as an agent's trajectory holds them."""
+    items: list[dict] = []
+    for i, command in enumerate(commands):
+        arguments = json.dumps({"command": command})
+        items.append({"type": "function_call", "call_id": f"c{i}", "name": "bash",
+                      "arguments": arguments})  # fmt: skip
+        items.append({"type": "function_call_output", "call_id": f"c{i}", "output": "ok"})
+    return items
+
+
+def _stopped_at_the_limit(path: Path, commands: tuple[str, ...], **meta) -> RunAnalysis:
+    """Five tasks stopped at the agent's step limit after `commands`, two answered wrong, one
+    passed."""
+    b = _agent_run(crashed=5, wrong=2, **meta)
+    for record in b.rollouts:
+        if record.failure_kind == "agent_crashed":
+            record.failure_kind, record.error = "agent_step_limit", "step limit 8 reached"
+            record.trajectory = [*record.trajectory, *_calls(*commands)]
+    return _analyse(b, path)
+
+
+def test_an_agent_stopped_at_its_step_limit_on_its_way_is_harness_work(tmp_path: Path) -> None:
+    """Different commands up to the limit: the agent was working when it was stopped, so a
+    longer limit (the harness) is what the evidence points at."""
+    result = _stopped_at_the_limit(tmp_path / "run", ("ls", "cat a.py", "pytest -q", "sed -i x"))
+    assert result.decision.action == "harness_work", result.decision.why
+    assert result.decision.evidence is not None
+    assert result.decision.evidence.categories == {"agent_failed": 10}
+
+
+def test_an_agent_stopped_at_its_step_limit_in_a_loop_is_the_models(tmp_path: Path) -> None:
+    """The same command again and again up to the limit: the model was stuck, and a longer
+    limit buys more of the same. Those rollouts are the model's loops, read by their tasks'
+    bucket (never passing here: model training), not harness work."""
+    result = _stopped_at_the_limit(tmp_path / "run", ("ls", "cat a.py", *["pytest -q"] * 3))
+    candidates = {c.action: c for c in result.decision.candidates}
+    assert candidates["harness_work"].rollouts == 0
+    assert candidates["model_training"].categories == {"loop": 10, "wrong": 4}
+    assert result.decision.action in ("model_training", "fix_health"), result.decision.why
+
+
+def test_the_harness_turn_limit_reached_in_a_loop_is_the_models(tmp_path: Path) -> None:
+    """gymflow's own tool_loop, stopped at max_turns: on its way (different calls) it is
+    harness work; repeating one call it is the model's loop. Same rule, any harness."""
+    for commands, harness, model in ((("a", "b", "c"), 4, 0), (("a", "b", "b", "b"), 0, 4)):
+        b = StoreBuilder(RunMeta(harness="tool_loop", repeats=2))
+        for i in range(3):
+            b.task(f"t{i}", 100 + i)
+            for repeat in range(2):
+                record = b.rollout(f"t{i}", repeat, correct=i == 2)
+                if i < 2:
+                    record.counters = {"max_turns_reached": 1}
+                    record.trajectory = [*record.trajectory, *_calls(*commands)]
+        folder = tmp_path / "-".join(commands)
+        result = _analyse(b, folder)
+        candidates = {c.action: c for c in result.decision.candidates}
+        assert candidates["harness_work"].rollouts == harness, commands
+        assert candidates["model_training"].categories.get("loop", 0) == model, commands

@@ -3,6 +3,8 @@
 
 A class says what the stored rollout shows, in this order (the first that applies):
 - `unjudged`: the verifier failed to judge it, or never did;
+- a rollout stopped at its turn or step limit while repeating one tool call is a `loop` (see
+  below), before any harness class: the limit did not cost it the answer;
 - `agent_failed`: an external agent ended it (`command` harness: crashed, timed out, stopped at
   its step limit, not installed, or its sandbox failed): the harness lost it, never the model;
 - `unrecorded`: the agent's model-call record is broken (`AGENT_RECORD_CHECKS`: calls the
@@ -24,7 +26,9 @@ A class says what the stored rollout shows, in this order (the first that applie
   was cut (no answer read yet), the expected answer is in the cut text, the reference answer
   begins as it does, or another (uncut) repeat of the task passes; never a loop;
 - `cut_astray`: cut at the limit and none of that (a loop, rambling);
-- `loop`: a loop the model ended itself;
+- `loop`: a loop the model ended itself, or a rollout stopped at its turn or step limit (the
+  harness's `max_turns`, an agent's `agent_step_limit`) while repeating one tool call
+  (`calls_loop_sql`): stuck, not on its way, so the model's and not the limit's;
 - `wrong`: a wrong answer, no answer, or a tool error reported to the model;
 - `passed_unanswered`: passed with no answer at all, or with a reason its verifier declares as no
   answer in its form.
@@ -40,6 +44,7 @@ import json
 from gymflow.analysis.health_checks import AGENT_RECORD_CHECKS, CHECKS, MODEL_FREE
 from gymflow.analysis.results import Evidence, EvidencePattern
 from gymflow.analysis.signs import (
+    calls_loop_sql,
     echo_sql,
     loop_sql,
     placeholder_sql,
@@ -79,6 +84,8 @@ TASK_IDS = 200
 
 _FAILED_CALL = ("model_failure", "harness_error")
 _SERVING = ("harness_max_turns", "harness_malformed_tool_call")
+#: how a rollout stopped at its turn or step limit is recorded: (category, kind)
+_AT_LIMIT = "f.category = 'harness_max_turns' OR f.kind = 'agent_step_limit'"
 
 
 def _quoted(values: tuple[str, ...]) -> str:
@@ -105,6 +112,8 @@ def _signs_sql(no_answer: tuple[str, ...]) -> str:
         f.rollout_id IN (SELECT rollout_id FROM diag_unrecorded) AS unrecorded,
         coalesce(r.incomplete, FALSE) AS cut,
         {loop_sql(text)} AS looped,
+        CASE WHEN {_AT_LIMIT} THEN {calls_loop_sql("r.trajectory_json")} ELSE FALSE END
+          AS stuck,
         {echo_sql(text, prompt)} OR {turn_marker_sql(text)}
           OR ({loop_sql(text)} AND {placeholder_sql(text, prompt)}) AS echoed,
         {placeholder_sql(text, prompt)} AS placeholder,
@@ -128,6 +137,7 @@ def _class_sql() -> str:
     return f"""
         CASE
           WHEN category IN ('verifier_error', 'unverified') THEN 'unjudged'
+          WHEN stuck THEN 'loop'
           WHEN category = 'harness_error' AND kind IN ({_quoted(AGENT_FAILURES)})
             THEN 'agent_failed'
           WHEN unrecorded THEN 'unrecorded'

@@ -8,13 +8,14 @@ holds, and the one-factor experiment on the affected tasks that would confirm it
   reverify, no model call.
 - chat format: "the model does not follow the chat format". Predicts outputs that copy the
   prompt back, write the template's turn markers, or loop its placeholder (`echo`). Confirmed by
-  serving the checkpoint with its own chat template, or an instruct checkpoint: gymflow cannot
-  choose either, so it names it.
+  sending the same turns as plain text to the server's completions endpoint
+  (`model.chat_template: plain`), so only the template changes.
 - harness work: "the serving stack or the harness, not the policy, failed". Predicts failed model
-  calls, tools the server ignored, turn limits, answers cut at the output-token limit on
-  their way to an answer (`cut_on_way`: never a loop, an echo or a placeholder), and rollouts
-  an external agent lost (`agent_failed`: it crashed, timed out, stopped at its step limit, was
-  not installed, or its sandbox failed) or whose model-call record it broke (`unrecorded`).
+  calls, tools the server ignored, turn limits reached on the way (not while repeating one tool
+  call: that is the model's loop), answers cut at the output-token limit on their way to an
+  answer (`cut_on_way`: never a loop, an echo or a placeholder), and rollouts an external agent
+  lost (`agent_failed`: it crashed, timed out, stopped at its step limit other than in a loop,
+  was not installed, or its sandbox failed) or whose model-call record it broke (`unrecorded`).
   Confirmed by raising the limit on the cut tasks, sending `tool_choice: auto` where tools were
   ignored, or running the agent's lost tasks with the same model under gymflow's own
   `tool_loop` agent: they end judged there (installing the agent, or fixing the sandbox, where
@@ -77,7 +78,8 @@ HYPOTHESES: dict[str, Hypothesis] = {
         Hypothesis(
             "harness_work",
             "the serving stack or the harness failed, not the policy",
-            "failed model calls, tools the server ignored, turn limits, answers cut at the "
+            "failed model calls, tools the server ignored, turn limits reached while not "
+            "repeating one tool call, answers cut at the "
             "output-token limit on their way to an answer (not loops, echoes or placeholders), "
             "and rollouts an external agent lost (it crashed, timed out, stopped at its step "
             "limit, was not installed, or its sandbox failed) or whose model-call record it "
@@ -147,7 +149,9 @@ def actions_of(name: str, bucket: str, evidence: Evidence) -> tuple[str, ...]:
     if name in _MODEL_SIDE:
         if bucket == "sometimes_pass":
             return ("skill_improvement",)
-        if bucket == "never_pass":
+        # `missing`: no rollout of the task was scored, and this one is the model's (stuck in a
+        # loop at its step limit): no repeat passed
+        if bucket in ("never_pass", "missing"):
             return ("model_training",)
     return ()
 

@@ -13,7 +13,10 @@ Each is a test with a stated error rate rather than a count tuned on one run:
   description of the answer's form was copied instead of filled in;
 - a turn marker: the output holds a chat template's role marker (`<start_of_turn>`,
   `<|im_start|>`, `### Instruction:`): the model writes the conversation's next turns itself,
-  the sign of a checkpoint served without the template it was trained on."""
+  the sign of a checkpoint served without the template it was trained on;
+- a loop of calls: the trajectory's last LOOP_REPEATS tool calls are one call (the same tool
+  with the same arguments). An agent stopped at its turn or step limit while doing this was
+  stuck, not on its way: a longer limit only buys more of the same."""
 
 from __future__ import annotations
 
@@ -34,6 +37,20 @@ TURN_MARKER = (
     r"|<\|assistant\|>|<\|start_header_id\|>|<\|eot_id\|>|(^|\n)### ?(Instruction|Response|Input):"
     r"|(^|\n)(USER|ASSISTANT|Human|Assistant): "
 )
+
+
+def calls_loop_sql(trajectory: str) -> str:
+    """SQL: the trajectory's (Responses API items as JSON) last LOOP_REPEATS function calls are
+    the same tool with the same arguments."""
+    items = f"json_extract(coalesce({trajectory}, '[]'), '$[*]')"
+    calls = (
+        f"list_transform(list_filter({items}, "
+        "lambda i: json_extract_string(i, '$.type') = 'function_call'), "
+        "lambda i: concat(json_extract_string(i, '$.name'), chr(0), "
+        "coalesce(json_extract_string(i, '$.arguments'), '')))"
+    )
+    tail = f"list_slice({calls}, -{LOOP_REPEATS}, -1)"
+    return f"coalesce(len({tail}) = {LOOP_REPEATS} AND len(list_distinct({tail})) = 1, FALSE)"
 
 
 def _squeezed(text: str) -> str:
