@@ -1,10 +1,11 @@
 """NeMo Gym's own expectations applied to gymflow (issue 44): the example rollouts NeMo Gym
 recorded for a server, replayed through gymflow's NeMo Gym resources (`bench/nemo_gym_replay.py`:
 the row's session seeded, each recorded tool call replayed, then `/verify` with the recorded
-response), give back the rewards NeMo Gym recorded. Four servers of four kinds: a single-turn
+response), give back the rewards NeMo Gym recorded. Five servers of five kinds: a single-turn
 grid answer (arc_agi), a tool loop on session state (example_multi_step), a click on an image
-(circle_click) and rewards above 1 (example_tool_call_multireward, 2.0). The whole suite's
-figures are in bench/RESULTS.md."""
+(circle_click), rewards above 1 (example_tool_call_multireward, 2.0), and rows that ask the
+same words of different images (circle_count: each recorded line must find its own row). The
+whole suite's figures are in bench/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -18,7 +19,13 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 VENV = Path(os.environ.get("GYMFLOW_NEMO_GYM_VENV", "/tmp/nemo-gym-venv"))
-SERVERS = ["arc_agi", "circle_click", "example_multi_step", "example_tool_call_multireward"]
+SERVERS = [
+    "arc_agi",
+    "circle_click",
+    "circle_count",
+    "example_multi_step",
+    "example_tool_call_multireward",
+]
 
 
 def test_recorded_rewards_come_back_through_gymflow(tmp_path: Path) -> None:
@@ -40,4 +47,4 @@ def test_recorded_rewards_come_back_through_gymflow(tmp_path: Path) -> None:
     for result in by_server.values():
         assert "refused" not in result, result
         assert result["replayed"] == 5 and result["equal"] == 5, result["differences"]
-    assert report["summary"]["rollouts_equal"] == 20
+    assert report["summary"]["rollouts_equal"] == 25

@@ -24,7 +24,7 @@ from gymflow.core.tasks import Task, ToolCall
 from gymflow.environments.base import Environment, EnvironmentManifest
 from gymflow.environments.benchmark import Benchmark
 from gymflow.environments.dataset.environment import local_path
-from gymflow.environments.dataset.mapping import FieldProblem, RowRules, first_user_text, map_rows
+from gymflow.environments.dataset.mapping import FieldProblem, RowRules, map_rows
 from gymflow.environments.dataset.readers import DatasetError, read_rows
 from gymflow.environments.dataset.spec import FieldMap
 from gymflow.environments.nemo_gym.folder import PATH_VARIABLE, NemoServer, nemo_servers
@@ -157,19 +157,37 @@ def distinct_ids(tasks: list[Task]) -> list[Task]:
 
 
 def _request_key(row: dict[str, Any]) -> bytes:
-    """A request's instructions and each input message's role and text: NeMo Gym writes its
-    rollouts' requests with its models' defaults filled in (`type`, null settings), so the
-    dataset's row and the recorded request differ as JSON."""
+    """A request's instructions and each input message's role and content parts (text, and the
+    image or file each part carries): NeMo Gym writes its rollouts' requests with its models'
+    defaults filled in (`type`, `detail`, null settings), so the dataset's row and the recorded
+    request differ as JSON. The parts beyond text count: two rows may ask the same words of
+    different images (circle_count: "How many yellow circles are in the image?")."""
     params = row.get("responses_create_params") or {}
     items = params.get("input")
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
     messages = [
-        (item.get("role"), first_user_text([{**item, "role": "user"}]))
+        (item.get("role"), _content_parts(item.get("content")))
         for item in items or ()
         if isinstance(item, dict) and item.get("type", "message") == "message"
     ]
-    return orjson.dumps([params.get("instructions"), messages])
+    return hashlib.sha256(orjson.dumps([params.get("instructions"), messages])).digest()
+
+
+#: The keys of a content part that hold what it says or shows, in the Responses API and chat
+#: completions (`image_url` is a URL there, `{"url": ...}` here).
+_PART_VALUES = ("text", "image_url", "file_data", "file_id", "file_url", "input_audio")
+
+
+def _content_parts(content: object) -> list[object]:
+    if isinstance(content, str):
+        return [content]
+    parts: list[object] = []
+    for part in content if isinstance(content, list) else ():
+        if isinstance(part, dict):
+            value = next((part[key] for key in _PART_VALUES if part.get(key)), None)
+            parts.append(value.get("url", value) if isinstance(value, dict) else value)
+    return parts
 
 
 def _plan(output: list[dict[str, Any]]) -> Plan:
