@@ -184,3 +184,24 @@ def test_own_rows_on_a_running_server_through_a_benchmark(
     assert len(verdicts) == 6 and {status for status, _ in verdicts} == {"ok"}
     assert {reward for _, reward in verdicts} <= {0.0, 1.0}
     assert "." in version  # the rows' (and the server's) part of the protocol
+
+
+def test_a_server_whose_tools_are_served_over_mcp_is_refused(nemo_env, tmp_path: Path) -> None:
+    """example_mcp_weather's rows offer no tools: its agent (claude_code_agent) finds them over
+    MCP. Run by gymflow's loop, the model would answer without them and every reward would read
+    as the model's failure ('model training'); it is refused, by validate and before the first
+    rollout, naming MCP. Another server's POST /mcp is a 404 and refuses nothing (mcqa runs
+    above)."""
+    (tmp_path / "mcp.yaml").write_text("environment: ng-example_mcp_weather\nlimit: 2\nout: run\n")
+    env = {**nemo_env, "GYMFLOW_PREFECT": "off"}
+    checked = gym("env", "validate", "mcp.yaml", cwd=tmp_path, env=env)
+    assert checked.returncode != 0 and "serves its tools over MCP (/mcp" in checked.stdout, (
+        checked.stdout + checked.stderr
+    )
+    ran = gym("eval", "run", "mcp.yaml", cwd=tmp_path, env=env, timeout=600)
+    assert ran.returncode == 1 and "serves its tools over MCP" in ran.stderr, ran.stderr
+    assert "Traceback" not in ran.stderr
+    store = tmp_path / "run" / "gymflow.duckdb"
+    if store.exists():
+        with duckdb.connect(str(store), read_only=True) as con:
+            assert con.execute("SELECT count(*) FROM rollouts").fetchone() == (0,)

@@ -108,6 +108,20 @@ def declared_reward_range(openapi: dict[str, Any]) -> tuple[float, float] | None
     return None
 
 
+#: Where NeMo Gym's MCPResourcesServer serves its tools (streamable HTTP, one token a session).
+MCP_ROUTE = "/mcp"
+MCP_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-03-26",
+        "capabilities": {},
+        "clientInfo": {"name": "gymflow", "version": "0"},
+    },
+}
+
+
 class NemoGymResources(ResourcesServer):
     """The resources protocol (core.protocols.Resources) over a NeMo Gym server's routes. `open`
     it (a URL, or start the environment's server) before use; `aclose()` at the end."""
@@ -158,6 +172,14 @@ class NemoGymResources(ResourcesServer):
                 "as NeMo Gym's simple agent does (/seed_session, tools, /verify); a "
                 "gymnasium-style server (/reset, /step) needs NeMo Gym's gymnasium_agent"
             )
+        if self._serves_mcp():
+            self.close()
+            raise ConfigError(
+                f"NeMo Gym server {self.env.server.name} serves its tools over MCP ({MCP_ROUTE}: "
+                "NeMo Gym's MCPResourcesServer, for agents such as its claude_code_agent), and "
+                "gymflow calls a server's tools as its POST routes: its rollouts would run "
+                "without their tools, and their rewards would say nothing of the model"
+            )
         self.declared_range = declared_reward_range(self._openapi())
         return self
 
@@ -190,6 +212,21 @@ class NemoGymResources(ResourcesServer):
         return [f"NeMo Gym server {self.url} has no POST route {', '.join(missing)}"] * bool(
             missing
         )
+
+    def _serves_mcp(self) -> bool:
+        """Whether MCP_ROUTE answers an MCP `initialize` as an MCP server does: NeMo Gym mounts
+        it beside its routes, outside its OpenAPI document, so only asking tells."""
+        try:
+            reply = httpx.post(
+                f"{self.url}{MCP_ROUTE}",
+                json=MCP_INITIALIZE,
+                headers={"Accept": "application/json, text/event-stream"},
+                timeout=5.0,
+            )
+        except httpx.HTTPError:
+            return False
+        text = reply.text
+        return reply.status_code == 200 and '"jsonrpc"' in text and "capabilities" in text
 
     def reverify_mode(self) -> str:
         """What the server says of judging stored rollouts again (`GET /reverify_mode`, NeMo
