@@ -27,7 +27,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -41,6 +41,9 @@ from gymflow.environments.dataset.mapping import row_input_items
 from gymflow.environments.resources import ResourcesServer
 from gymflow.models.nemo_gym_shapes import nemo_request, nemo_response
 from gymflow.models.nemo_gym_shapes import usage as _usage
+
+if TYPE_CHECKING:
+    from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
 from gymflow.store.queries.exports import scored_verdicts
 from gymflow.verifiers.base import VerifyInput
 
@@ -125,6 +128,8 @@ MCP_INITIALIZE = {
 class NemoGymResources(ResourcesServer):
     """The resources protocol (core.protocols.Resources) over a NeMo Gym server's routes. `open`
     it (a URL, or start the environment's server) before use; `aclose()` at the end."""
+
+    env: NemoGymEnvironment
 
     def __init__(self, env, verifier_params: dict[str, Any] | None = None) -> None:
         super().__init__(env, verifier_params)
