@@ -27,7 +27,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -38,12 +38,11 @@ from gymflow.core.records import Verification
 from gymflow.core.tasks import Task
 from gymflow.core.written import written
 from gymflow.environments.dataset.mapping import row_input_items
+from gymflow.environments.manifest import Described
+from gymflow.environments.nemo_gym.folder import NemoServer
 from gymflow.environments.resources import ResourcesServer
 from gymflow.models.nemo_gym_shapes import nemo_request, nemo_response
 from gymflow.models.nemo_gym_shapes import usage as _usage
-
-if TYPE_CHECKING:
-    from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
 from gymflow.store.queries.exports import scored_verdicts
 from gymflow.verifiers.base import VerifyInput
 
@@ -125,11 +124,20 @@ MCP_INITIALIZE = {
 }
 
 
+class ServerEnvironment(Described, Protocol):
+    """What these resources read of their environment (`environment.NemoGymEnvironment`, which
+    imports this module): its NeMo Gym server and why it cannot start."""
+
+    server: NemoServer
+
+    def refusals(self, verifier_params: dict[str, Any]) -> list[str]: ...
+
+
 class NemoGymResources(ResourcesServer):
     """The resources protocol (core.protocols.Resources) over a NeMo Gym server's routes. `open`
     it (a URL, or start the environment's server) before use; `aclose()` at the end."""
 
-    env: NemoGymEnvironment
+    env: ServerEnvironment
 
     def __init__(self, env, verifier_params: dict[str, Any] | None = None) -> None:
         super().__init__(env, verifier_params)
