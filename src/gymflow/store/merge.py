@@ -26,6 +26,7 @@ from gymflow.store.seal import (
     seal_tasks,
 )
 from gymflow.store.sealed_first import check_before_writing
+from gymflow.store.sealed_rollouts import seal_rollouts
 from gymflow.store.writer import insert_rows
 
 #: Tables copied from shards, in order. Keyed tables take `INSERT OR IGNORE`; `model_calls` has no
@@ -245,7 +246,8 @@ def copy_rows(con, relation: Callable[[str], str | None]) -> dict[str, int]:
         added[table] = _insert(con, table, f"SELECT * FROM {relation(table)}")
     # The verdicts keep the seals their writer gave them (what they cover travels with them);
     # a shard's from before the seal come in unsealed, and are counted as such, not tampered.
-    claim(con, "run store", legacy_added=con.execute(unsealed).fetchone()[0] - before)
+    key = claim(con, "run store", legacy_added=con.execute(unsealed).fetchone()[0] - before)
+    seal_rollouts(con, key)  # every rollout as merged: the shards' records cover their own
     return added
 
 

@@ -44,6 +44,12 @@ from gymflow.core.errors import UserError
 from gymflow.core.user_folders import user_config
 from gymflow.store.arrow_reads import arrow_batches
 from gymflow.store.sealed_inputs import inputs_sealed, seal_inputs
+from gymflow.store.sealed_rollouts import (
+    fold_rollouts,
+    rollouts_recorded,
+    rollouts_sealed,
+    seal_rollouts,
+)
 
 SEAL_KEY_ENV = "GYMFLOW_SEAL_KEY"
 #: Bytes of a key made on first use, and the fewest a given key may have.
@@ -292,12 +298,19 @@ class StoreSeal:
     #: whether its inputs are the ones sealed (`armed_state`; None: not checked, or a store
     #: sealed before they were)
     inputs_sealed: bool | None = None
+    #: its seal record says every rollout's identity and outcome is sealed
+    #: (`sealed_rollouts.py`): a missing record of them is an edit, not an older store
+    rollouts_required: bool = False
+    #: whether its rollouts are the ones sealed (`armed_state`; None: not checked, or a store
+    #: sealed before they were)
+    rollouts_sealed: bool | None = None
 
 
-def _record(key: SealKey, legacy: int, *, version: int = 2) -> str:
+def _record(key: SealKey, legacy: int, *, version: int = 3) -> str:
     """The seal record; version 2 says the store's inputs (`sealed_inputs.py`) are sealed too,
     so a store whose record is version 2 and whose inputs seal is gone was edited (version 1,
-    written before, says nothing of them; a version cannot be changed without the key)."""
+    written before, says nothing of them; a version cannot be changed without the key);
+    version 3 says the same of its rollouts (`sealed_rollouts.py`)."""
     body = f"{key.key_id}:{legacy}"
     label = "gymflow store seal " if version == 1 else f"gymflow store seal v{version} "
     return f"{body}:{key.mac(label + body)[:SEAL_HEX]}"
@@ -438,6 +451,10 @@ def store_seal(con, key: SealKey | None) -> StoreSeal:
 
 
 def _write_record(con, key: SealKey, legacy: int) -> None:
+    """The seal record (version 3), with the rollouts sealed whole when the store holds no seal
+    of them yet (first sealed, or sealed before they were): the record says they are."""
+    if not rollouts_recorded(con):
+        seal_rollouts(con, key)
     con.execute(
         "INSERT INTO meta VALUES ('seal', ?) "
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -467,7 +484,7 @@ def _seal_record(con, key: SealKey | None) -> StoreSeal:
         # and the inputs' seal is required (deleted with it, the inputs would go unchecked)
         if key is None:
             return StoreSeal("foreign", None)
-        return StoreSeal("sealed", key.key_id, inputs_required=True)
+        return StoreSeal("sealed", key.key_id, **_REQUIRED)
     key_id, _, rest = str(row[0]).partition(":")
     if key is None:
         return StoreSeal("foreign", key_id)
@@ -476,19 +493,25 @@ def _seal_record(con, key: SealKey | None) -> StoreSeal:
         # check skip them (`seal_key_unknown`, a warning): this key checks them, none unsealed,
         # and the inputs' seal is required
         return (
-            StoreSeal("sealed", key.key_id, inputs_required=True)
+            StoreSeal("sealed", key.key_id, **_REQUIRED)
             if _sealed_by(con, key)
             else StoreSeal("foreign", key_id)
         )
     legacy_text = rest.partition(":")[0]
     legacy = int(legacy_text) if legacy_text.isdigit() and len(legacy_text) < 19 else 0
     if hmac.compare_digest(_record(key, legacy), str(row[0])):
-        return StoreSeal("sealed", key_id, legacy, inputs_required=True)
+        return StoreSeal("sealed", key_id, legacy, **_REQUIRED)
+    if hmac.compare_digest(_record(key, legacy, version=2), str(row[0])):
+        return StoreSeal("sealed", key_id, legacy, inputs_required=True)  # before its rollouts
     if _record(key, legacy, version=1) == row[0]:
         return StoreSeal("sealed", key_id, legacy)  # sealed before its inputs were
     # a record this key did not write (garbled, or its count edited): it grants nothing, and
     # the inputs' seal is required
-    return StoreSeal("sealed", key_id, 0, inputs_required=True)
+    return StoreSeal("sealed", key_id, 0, **_REQUIRED)
+
+
+#: What a store whose seal record is missing, edited or of this version must hold sealed.
+_REQUIRED = {"inputs_required": True, "rollouts_required": True}
 
 
 def foreign_key_message(where: str, key_id: str | None, key: SealKey | None) -> str:
@@ -526,11 +549,16 @@ def seal_tasks(con, key: SealKey) -> None:
     )
     seal_inputs(con, key)
     found = _seal_record(con, key)
-    if found.state == "sealed" and not found.inputs_required:
-        # a store sealed before its inputs were: its record now says they are (version 2)
+    if found.state == "sealed" and not found.rollouts_required:
+        # a store sealed before its inputs or rollouts were: its record now says they are
         _write_record(con, key, found.legacy)
 
 
+ROLLOUTS_EDITED = (
+    "its rollouts' runs, tasks, repeats, statuses, failure kinds, cuts or token counts are not "
+    "those its writers sealed: a rollout edited, added or deleted in the file (a failing "
+    "rollout set to failed leaves the scores)"
+)
 INPUTS_EDITED = (
     "its tasks, verifier versions, run row or current version are not those its writers "
     "sealed: edited in the file"
@@ -586,6 +614,15 @@ def claim(con, where: str, *, legacy_added: int = 0) -> SealKey:
     return key
 
 
+def rollouts_changed(con, where: str, rows: str, params: list | None, *, added: bool) -> None:
+    """Fold the rollouts `rows` selects (SQL over `rollouts`) into the store's seal of them
+    (`added`: just inserted) or out of it (about to be set aside), in the writer's transaction,
+    with the key `claim` gives (a store another key sealed is refused). A store not sealed yet
+    gets the seal of every rollout with its first seal record."""
+    if rollouts_recorded(con):
+        fold_rollouts(con, claim(con, where), rows, params, added=added)
+
+
 # -- checking --------------------------------------------------------------------------------
 
 
@@ -609,6 +646,7 @@ class SealCheck:
             and self.mismatched == 0
             and self.store.tasks_sealed is not False
             and self.store.inputs_sealed is not False
+            and self.store.rollouts_sealed is not False
         )
 
 
@@ -620,7 +658,15 @@ def armed_state(con) -> tuple[StoreSeal, SealKey | None]:
         inputs = inputs_sealed(con, key)
         if inputs is None and found.inputs_required:
             inputs = False  # the seal of the inputs was removed
-        return replace(found, tasks_sealed=task_list_sealed(con, key), inputs_sealed=inputs), key
+        rollouts = rollouts_sealed(con, key)
+        if rollouts is None and found.rollouts_required:
+            rollouts = False  # the seal of the rollouts was removed
+        return replace(
+            found,
+            tasks_sealed=task_list_sealed(con, key),
+            inputs_sealed=inputs,
+            rollouts_sealed=rollouts,
+        ), key
     return found, None
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from gymflow.store.db import transaction
+from gymflow.store.seal import rollouts_changed
 
 #: Verification failure kinds a second judgement may settle (a verifier crash, a judge or a
 #: sandbox that timed out or failed).
@@ -36,6 +37,14 @@ def _set_aside(
             params,
         )
         moved = con.execute("SELECT count(*) FROM set_aside").fetchone()[0]
+        if moved and "rollouts" in tables:  # out of the rollouts' seal as they leave
+            rollouts_changed(
+                con,
+                "run store",
+                "rollout_id IN (SELECT rollout_id FROM set_aside)",
+                None,
+                added=False,
+            )
         for table in tables if moved else ():
             where = f"rollout_id IN (SELECT rollout_id FROM set_aside) {only_version}"
             con.execute(

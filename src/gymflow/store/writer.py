@@ -20,7 +20,14 @@ from gymflow.store.rows import (
     verifier_version_row,
 )
 from gymflow.store.schema import COLUMNS, SPECS
-from gymflow.store.seal import MESSAGE, SEALED_ROLLOUT, claim, message_sql, sealed
+from gymflow.store.seal import (
+    MESSAGE,
+    SEALED_ROLLOUT,
+    claim,
+    message_sql,
+    rollouts_changed,
+    sealed,
+)
 from gymflow.store.tool_lists import ToolLists
 
 #: Arrow types of the store's column types, for `insert_arrow`.
@@ -194,6 +201,14 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
         with transaction(con):
             insert_tool_lists(con, tool_lists)
             insert_rows(con, "rollouts", rollout_rows)
+            # before the verdicts: a first seal record (their `claim`) seals every rollout whole
+            rollouts_changed(
+                con,
+                _database_path(con),
+                "list_contains($1, rollout_id)",
+                [[row[0] for row in rollout_rows]],
+                added=True,
+            )
             insert_rows(con, "model_calls", call_rows)
             insert_verdicts(con, verification_rows, judged)
     except Exception as exc:
