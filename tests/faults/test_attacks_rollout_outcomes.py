@@ -66,7 +66,10 @@ EDITS = {
 
 def _numbers(run: Path, cwd: Path) -> dict:
     """Every number profile reports, and health's exit code, verdict and gate failures."""
-    profile = json.loads(gym("eval", "profile", str(run), "--json", cwd=cwd, check=True).stdout)
+    read = gym("eval", "profile", str(run), "--json", cwd=cwd)
+    profile = json.loads(read.stdout)
+    # an edited store's numbers are printed, flagged by its seals, and profile exits 2
+    assert read.returncode == (2 if profile["seals"]["intact"] is False else 0), read.stderr
     done = gym("eval", "health", str(run), "--json", "--verify-seals", cwd=cwd)
     health = json.loads(done.stdout)
     return {
@@ -143,3 +146,30 @@ def test_a_store_sealed_before_its_rollouts_opens_and_its_next_writer_seals_them
     assert _numbers(run, tmp_path)["health"] == (0, "healthy", [])
     edit_store(run, *EDITS["completed to failed"])
     assert _numbers(run, tmp_path)["health"] == (2, "unhealthy", ["rollouts_edited"])
+
+
+def test_an_older_seal_record_put_back_does_not_switch_the_rollouts_check_off(
+    honest: Path, tmp_path: Path
+) -> None:
+    """A version 2 record is the same in every store of one key with as many verdicts from
+    before the seal (none): one taken from an older store, put in place of this one's, with the
+    rollouts' seal deleted, read as a store sealed before its rollouts were, and the a03 edit
+    went unseen. Where this machine sealed the rollouts (its sealed-stores ledger), an older
+    record is an edit: health fails and writers refuse, nothing written."""
+    from gymflow.store.seal import load_key, remember
+
+    run = tmp_path / "run"
+    shutil.copytree(honest, run)
+    key = load_key(create=False)
+    assert key is not None
+    remember(run / "gymflow.duckdb", key, rollouts=True)  # as the owner's gymflow sealed it here
+    before = _numbers(run, tmp_path)
+    _downgraded(run)
+    edit_store(run, *EDITS["completed to failed"])
+    stored, digest = rollout_rows(run / "gymflow.duckdb"), tree_digest(run)
+    after = _numbers(run, tmp_path)
+    assert after["profile"]["pass@1"] != before["profile"]["pass@1"]
+    assert after["health"] == (2, "unhealthy", ["rollouts_edited"]), after
+    done = gym("eval", "reverify", str(run), "--set", "abs_tol=0.5", cwd=tmp_path)
+    assert done.returncode == 2 and "nothing was written" in one_error_line(done.stderr)
+    assert rollout_rows(run / "gymflow.duckdb") == stored and tree_digest(run) == digest

@@ -366,8 +366,11 @@ def store_file(con) -> str | None:
     return os.path.realpath(row[0]) if row and row[0] else None
 
 
-def _entry(key: SealKey, path: str) -> str:
-    return f"{key.key_id}\t{path}\n"
+def _entry(key: SealKey, path: str, *, rollouts: bool = False) -> str:
+    """A ledger line: the store at `path` sealed by `key`; with `rollouts`, sealed with its
+    rollouts (`sealed_rollouts.py`): a seal record of an older version found there later was
+    put back from another store, to switch the rollouts' check off."""
+    return f"{key.key_id}\trollouts\t{path}\n" if rollouts else f"{key.key_id}\t{path}\n"
 
 
 #: Stores being built aside (an import's staging folder), recorded only at their final path.
@@ -387,17 +390,20 @@ def built_aside(path: Path | str) -> Iterator[None]:
         _BUILT_ASIDE.reset(token)
 
 
-def _remember(con, key: SealKey) -> None:
+def _remember(con, key: SealKey, *, rollouts: bool = False) -> None:
     path = store_file(con)
     if path is not None and path not in _BUILT_ASIDE.get():
-        remember(path, key)
+        remember(path, key, rollouts=rollouts)
 
 
-def remember(path: Path | str, key: SealKey) -> None:
+def remember(path: Path | str, key: SealKey, *, rollouts: bool = False) -> None:
     """Record that `key` sealed the store at `path` (its final path: a store built aside and
-    renamed into place is recorded where it ends up), once."""
+    renamed into place is recorded where it ends up), once; with `rollouts`, that it sealed
+    its rollouts there too (a store this gymflow wrote: seal record version 3)."""
     path, ledger = os.path.realpath(path), ledger_file()
-    if _listed(ledger, _entry(key, path)):
+    lines = [_entry(key, path)] + ([_entry(key, path, rollouts=True)] if rollouts else [])
+    new = [line for line in lines if not _listed(ledger, line)]
+    if not new:
         return
     try:
         ledger.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -405,15 +411,16 @@ def remember(path: Path | str, key: SealKey) -> None:
     except OSError as exc:
         raise SealKeyError(f"{ledger}: cannot record the sealed store: {exc.strerror}") from None
     with os.fdopen(fd, "a") as out:  # one short append: whole even beside another writer
-        out.write(_entry(key, path))
+        out.write("".join(new))
 
 
 def remember_copy(source: Path, copy: Path) -> None:
     """A copy of a store this machine's key sealed is recorded as sealed too (a study's arm
-    starts from a copy of its base run's store)."""
+    starts from a copy of its base run's store), with its rollouts when the source's were."""
     key = load_key(create=False)
-    if key is not None and _listed(ledger_file(), _entry(key, os.path.realpath(source))):
-        remember(copy, key)
+    ledger, source_path = ledger_file(), os.path.realpath(source)
+    if key is not None and _listed(ledger, _entry(key, source_path)):
+        remember(copy, key, rollouts=_listed(ledger, _entry(key, source_path, rollouts=True)))
 
 
 def _listed(ledger: Path, entry: str) -> bool:
@@ -429,9 +436,9 @@ def _listed(ledger: Path, entry: str) -> bool:
         raise SealKeyError(f"{ledger}: cannot read the sealed stores: {exc.strerror}") from None
 
 
-def _remembered(con, key: SealKey) -> bool:
+def _remembered(con, key: SealKey, *, rollouts: bool = False) -> bool:
     path = store_file(con)
-    return path is not None and _listed(ledger_file(), _entry(key, path))
+    return path is not None and _listed(ledger_file(), _entry(key, path, rollouts=rollouts))
 
 
 STRIPPED = (
@@ -447,6 +454,10 @@ def store_seal(con, key: SealKey | None) -> StoreSeal:
     found = _seal_record(con, key)
     if found.state in ("unsealed", "foreign") and key is not None and _remembered(con, key):
         return StoreSeal("stripped", key.key_id)
+    older = found.state == "sealed" and not found.rollouts_required and key is not None
+    if older and _remembered(con, key, rollouts=True):
+        # an older record where this machine sealed the rollouts: put back from another store
+        return replace(found, **_REQUIRED)
     return found
 
 
@@ -455,6 +466,7 @@ def _write_record(con, key: SealKey, legacy: int) -> None:
     of them yet (first sealed, or sealed before they were): the record says they are."""
     if not rollouts_recorded(con):
         seal_rollouts(con, key)
+    _remember(con, key, rollouts=True)
     con.execute(
         "INSERT INTO meta VALUES ('seal', ?) "
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
