@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 
@@ -246,8 +246,10 @@ def copy_rows(con, relation: Callable[[str], str | None]) -> dict[str, int]:
         added[table] = _insert(con, table, f"SELECT * FROM {relation(table)}")
     # The verdicts keep the seals their writer gave them (what they cover travels with them);
     # a shard's from before the seal come in unsealed, and are counted as such, not tampered.
-    key = claim(con, "run store", legacy_added=con.execute(unsealed).fetchone()[0] - before)
-    seal_rollouts(con, key)  # every rollout as merged: the shards' records cover their own
+    claim(con, "run store", legacy_added=con.execute(unsealed).fetchone()[0] - before)
+    # every rollout as merged (the shards' records cover their own), with the key just claimed
+    store = cast(duckdb.DuckDBPyConnection, con)
+    seal_rollouts(store, claim(store, "run store"))
     return added
 
 

@@ -39,13 +39,13 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from duckdb import DuckDBPyConnection
 
 from gymflow.core.errors import UserError
 from gymflow.core.user_folders import user_config
 from gymflow.store.arrow_reads import arrow_batches
 from gymflow.store.sealed_inputs import inputs_sealed, seal_inputs
 from gymflow.store.sealed_rollouts import (
-    fold_rollouts,
     rollouts_recorded,
     rollouts_sealed,
     seal_rollouts,
@@ -390,7 +390,7 @@ def built_aside(path: Path | str) -> Iterator[None]:
         _BUILT_ASIDE.reset(token)
 
 
-def _remember(con, key: SealKey, *, rollouts: bool = False) -> None:
+def _remember(con: DuckDBPyConnection, key: SealKey, *, rollouts: bool = False) -> None:
     path = store_file(con)
     if path is not None and path not in _BUILT_ASIDE.get():
         remember(path, key, rollouts=rollouts)
@@ -436,7 +436,7 @@ def _listed(ledger: Path, entry: str) -> bool:
         raise SealKeyError(f"{ledger}: cannot read the sealed stores: {exc.strerror}") from None
 
 
-def _remembered(con, key: SealKey, *, rollouts: bool = False) -> bool:
+def _remembered(con: DuckDBPyConnection, key: SealKey, *, rollouts: bool = False) -> bool:
     path = store_file(con)
     return path is not None and _listed(ledger_file(), _entry(key, path, rollouts=rollouts))
 
@@ -448,20 +448,20 @@ STRIPPED = (
 )
 
 
-def store_seal(con, key: SealKey | None) -> StoreSeal:
+def store_seal(con: DuckDBPyConnection, key: SealKey | None) -> StoreSeal:
     """Which key sealed the store `con` (`_seal_record`), and `stripped` when that reads as
     unsealed or foreign at a path this machine's key sealed."""
     found = _seal_record(con, key)
     if found.state in ("unsealed", "foreign") and key is not None and _remembered(con, key):
         return StoreSeal("stripped", key.key_id)
-    older = found.state == "sealed" and not found.rollouts_required and key is not None
-    if older and _remembered(con, key, rollouts=True):
+    older = found.state == "sealed" and not found.rollouts_required
+    if older and key is not None and _remembered(con, key, rollouts=True):
         # an older record where this machine sealed the rollouts: put back from another store
-        return replace(found, **_REQUIRED)
+        return replace(found, inputs_required=True, rollouts_required=True)
     return found
 
 
-def _write_record(con, key: SealKey, legacy: int) -> None:
+def _write_record(con: DuckDBPyConnection, key: SealKey, legacy: int) -> None:
     """The seal record (version 3), with the rollouts sealed whole when the store holds no seal
     of them yet (first sealed, or sealed before they were): the record says they are."""
     if not rollouts_recorded(con):
@@ -496,7 +496,7 @@ def _seal_record(con, key: SealKey | None) -> StoreSeal:
         # and the inputs' seal is required (deleted with it, the inputs would go unchecked)
         if key is None:
             return StoreSeal("foreign", None)
-        return StoreSeal("sealed", key.key_id, **_REQUIRED)
+        return StoreSeal("sealed", key.key_id, inputs_required=True, rollouts_required=True)
     key_id, _, rest = str(row[0]).partition(":")
     if key is None:
         return StoreSeal("foreign", key_id)
@@ -505,25 +505,21 @@ def _seal_record(con, key: SealKey | None) -> StoreSeal:
         # check skip them (`seal_key_unknown`, a warning): this key checks them, none unsealed,
         # and the inputs' seal is required
         return (
-            StoreSeal("sealed", key.key_id, **_REQUIRED)
+            StoreSeal("sealed", key.key_id, inputs_required=True, rollouts_required=True)
             if _sealed_by(con, key)
             else StoreSeal("foreign", key_id)
         )
     legacy_text = rest.partition(":")[0]
     legacy = int(legacy_text) if legacy_text.isdigit() and len(legacy_text) < 19 else 0
     if hmac.compare_digest(_record(key, legacy), str(row[0])):
-        return StoreSeal("sealed", key_id, legacy, **_REQUIRED)
-    if hmac.compare_digest(_record(key, legacy, version=2), str(row[0])):
+        return StoreSeal("sealed", key_id, legacy, inputs_required=True, rollouts_required=True)
+    if hmac.compare_digest(_record(key, legacy, version=2), f"{key_id}:{rest}"):
         return StoreSeal("sealed", key_id, legacy, inputs_required=True)  # before its rollouts
     if _record(key, legacy, version=1) == row[0]:
         return StoreSeal("sealed", key_id, legacy)  # sealed before its inputs were
     # a record this key did not write (garbled, or its count edited): it grants nothing, and
     # the inputs' seal is required
-    return StoreSeal("sealed", key_id, 0, **_REQUIRED)
-
-
-#: What a store whose seal record is missing, edited or of this version must hold sealed.
-_REQUIRED = {"inputs_required": True, "rollouts_required": True}
+    return StoreSeal("sealed", key_id, 0, inputs_required=True, rollouts_required=True)
 
 
 def foreign_key_message(where: str, key_id: str | None, key: SealKey | None) -> str:
@@ -600,7 +596,7 @@ def task_list_sealed(con, key: SealKey) -> bool:
     return row is not None and hmac.compare_digest(str(row[0]), _task_list_mac(con, key))
 
 
-def claim(con, where: str, *, legacy_added: int = 0) -> SealKey:
+def claim(con: DuckDBPyConnection, where: str, *, legacy_added: int = 0) -> SealKey:
     """The key a writer seals with, armed on `con`, with the store's seal record written (in
     the caller's transaction). A store sealed with another key is refused: one store, one key.
     `legacy_added`: unsealed verdicts the caller just copied in (a shard from before the
@@ -608,7 +604,8 @@ def claim(con, where: str, *, legacy_added: int = 0) -> SealKey:
     key = load_key(create=True)
     assert key is not None
     found = store_seal(con, key)
-    held = con.execute("SELECT count(*) FROM verifications").fetchone()[0]
+    counted = con.execute("SELECT count(*) FROM verifications").fetchone()
+    held = counted[0] if counted else 0
     if found.state == "stripped" and held:
         raise SealKeyError(f"{where}: {STRIPPED}; nothing written")
     if found.state == "foreign":
@@ -624,15 +621,6 @@ def claim(con, where: str, *, legacy_added: int = 0) -> SealKey:
         _remember(con, key)
         seal_tasks(con, key)
     return key
-
-
-def rollouts_changed(con, where: str, rows: str, params: list | None, *, added: bool) -> None:
-    """Fold the rollouts `rows` selects (SQL over `rollouts`) into the store's seal of them
-    (`added`: just inserted) or out of it (about to be set aside), in the writer's transaction,
-    with the key `claim` gives (a store another key sealed is refused). A store not sealed yet
-    gets the seal of every rollout with its first seal record."""
-    if rollouts_recorded(con):
-        fold_rollouts(con, claim(con, where), rows, params, added=added)
 
 
 # -- checking --------------------------------------------------------------------------------
@@ -662,7 +650,7 @@ class SealCheck:
         )
 
 
-def armed_state(con) -> tuple[StoreSeal, SealKey | None]:
+def armed_state(con: DuckDBPyConnection) -> tuple[StoreSeal, SealKey | None]:
     """Which key sealed the store, and this machine's key when it is that one (the seals can
     then be checked). Never makes a key: a check without one says so."""
     found = store_seal(con, key := load_key(create=False))

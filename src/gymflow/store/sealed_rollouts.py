@@ -20,6 +20,7 @@ which writes every row, computes it whole (`seal_rollouts`)."""
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -63,7 +64,7 @@ _MESSAGE = (
 
 
 def _fold(
-    con: DuckDBPyConnection, key: SealKey, where: str, params: list | None
+    con: DuckDBPyConnection, key: SealKey, where: str, params: list[Any] | None
 ) -> tuple[int, bytes]:
     """(how many, the XOR of their MACs) of the rollouts `where` selects."""
     state = key.sealer.fresh()
@@ -133,13 +134,19 @@ def rollouts_sealed(con: DuckDBPyConnection, key: SealKey) -> bool | None:
     return hmac.compare_digest(stored, rollouts_record(con, key))
 
 
-def fold_rollouts(
-    con: DuckDBPyConnection, key: SealKey, where: str, params: list | None, *, added: bool
+def rollouts_changed(
+    con: DuckDBPyConnection,
+    claim: Callable[[], SealKey],
+    where: str,
+    params: list[Any] | None,
+    *,
+    added: bool,
 ) -> None:
     """Fold the rollouts `where` selects into the record (`added`: just inserted) or out of it
-    (about to be deleted), in the writer's transaction; the writer checked the record before
-    writing (`sealed_first.py`). A store without one gets it whole with its next seal record
-    (`seal._write_record`)."""
+    (about to be set aside), in the writer's transaction, with the key `claim` gives (the
+    writer's `seal.claim`: a store another key sealed is refused); the writer checked the record
+    before writing (`sealed_first.py`). A store without one gets it whole with its next seal
+    record (`seal._write_record`)."""
     stored = _stored(con)
     if stored is None:
         return  # not sealed yet, or sealed before the record: the next record written seals all
@@ -147,6 +154,6 @@ def fold_rollouts(
     if parsed is None:
         return  # a garbled record stays garbled: it reads as edited, and writers refuse it
     count, digest = parsed
-    n, fold = _fold(con, key, where, params)
+    n, fold = _fold(con, claim(), where, params)
     total = np.frombuffer(digest, dtype=np.uint64) ^ np.frombuffer(fold, dtype=np.uint64)
     _write(con, _text(count + n if added else count - n, total.tobytes()))

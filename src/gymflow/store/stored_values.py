@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import duckdb
+from duckdb import DuckDBPyConnection
 
 from gymflow.core.config import MAX_REPEATS
 from gymflow.core.errors import UserError
@@ -62,7 +64,7 @@ VALUE_ERRORS = (
 )
 
 
-def store_name(con) -> str:
+def store_name(con: DuckDBPyConnection) -> str:
     """The store's file, for messages."""
     try:
         row = con.execute(
@@ -70,7 +72,7 @@ def store_name(con) -> str:
         ).fetchone()
     except duckdb.Error:
         return "run store"
-    return row[0] if row and row[0] else "run store"
+    return str(row[0]) if row and row[0] else "run store"
 
 
 def bad_value(where: str, table: str, row: Any, field: str, what: str) -> StoredValueError:
@@ -92,7 +94,7 @@ def _object(text: Any) -> str | None:
     return None if isinstance(value, dict) else f"JSON {type(value).__name__}, not an object"
 
 
-def check_small_tables(con, where: str) -> None:
+def check_small_tables(con: DuckDBPyConnection, where: str) -> None:
     """The runs rows and verifier versions as gymflow writes them, or StoredValueError: every
     JSON column an object, `repeats` within a config's limit (1 to `MAX_REPEATS`)."""
     for run_id, repeats, *texts in con.execute(
@@ -117,7 +119,7 @@ def _key_sql(table: str) -> str:
     return f"concat_ws(' / ', {', '.join(f'{c}::VARCHAR' for c in ROW_KEYS[table])})"
 
 
-def first_bad_value(con) -> StoredValueError | None:
+def first_bad_value(con: DuckDBPyConnection) -> StoredValueError | None:
     """The first value of the large tables DuckDB cannot read as gymflow does: JSON that is
     not JSON, a number that is not finite; None when there is none."""
     checks = [(t, c, f"NOT json_valid({c})", "not JSON") for t, c in JSON_COLUMNS]
@@ -131,12 +133,18 @@ def first_bad_value(con) -> StoredValueError | None:
     return None
 
 
-def named_bad_values(fn):
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def named_bad_values(
+    fn: Callable[Concatenate[DuckDBPyConnection, P], R],
+) -> Callable[Concatenate[DuckDBPyConnection, P], R]:
     """`fn(con, ...)`, a read of a whole store: where DuckDB stops on a value it cannot read,
     the value is found and named (StoredValueError) in place of DuckDB's error."""
 
     @functools.wraps(fn)
-    def named(con, *args, **kwargs):
+    def named(con: DuckDBPyConnection, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(con, *args, **kwargs)
         except VALUE_ERRORS:
