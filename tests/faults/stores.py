@@ -124,14 +124,20 @@ def orphans(store: Path) -> int:
 
 def resealed(store: Path) -> None:
     """Every verdict of `store` sealed again, with this machine's key, over its rollout as
-    stored now: the state a writer would have sealed (an edit made by SQL, taken as honest)."""
+    stored now, and its rollouts (`sealed_rollouts.py`): the state a writer would have sealed
+    (an edit made by SQL, taken as honest)."""
     from gymflow.store.seal import MESSAGE, load_key, message_sql, sealed
+    from gymflow.store.sealed_rollouts import rollouts_recorded, seal_rollouts
 
     con = duckdb.connect(str(store))
     try:
+        key = load_key(create=True)
+        assert key is not None
+        if rollouts_recorded(con):
+            seal_rollouts(con, key)
         seals = sealed(
             con,
-            load_key(create=True),
+            key,
             f"SELECT v.rollout_id, v.verifier_version, {message_sql('v', 'r')} AS {MESSAGE} "
             "FROM verifications v JOIN rollouts r USING (rollout_id)",
         )

@@ -4,7 +4,9 @@ present/__init__.py `safe_text` (the import names no benchmark), exit 3, and no 
 import with profile's text output. So each read command runs, as typed, on each kind of run a
 user has: simulated, imported from NeMo Gym (a real file of nemo-gym 0.4.0), merged from shards,
 reverified (a what-if version beside the run's) and made current. A command may refuse (one
-error line) or fail a gate (exit 2), never end in a traceback or a "gymflow bug"."""
+error line) or fail a gate (exit 2), never end in a traceback or a "gymflow bug". The runs are
+made as a user makes them (`gym`); the reads run in process, whose output and exit code are
+the command's (`gym_in_process`), with no process start per cell."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import gym
+from tests.conftest import gym, gym_in_process
 from tests.faults.stores import collect_run, one_error_line
 
 NEMO_FILE = Path(__file__).resolve().parents[1] / "interop" / "data" / "gymnasium"
@@ -27,6 +29,7 @@ COMMANDS = {
     "report": (("report",), False),
     "runs list": (("runs", "list"), True),
     "reverify --check": (("eval", "reverify", "{run}", "--check"), True),
+    "export": (("export", "{run}", "--format", "nemo-gym", "--out", "{out}"), False),
 }
 KINDS = ("simulated", "imported", "merged", "reverified", "made current")
 
@@ -51,12 +54,13 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     return made
 
 
-def _args(command: str, run: Path) -> list[str]:
+def _args(command: str, run: Path, out: Path) -> list[str]:
     words, _ = COMMANDS[command]
     if command == "runs list":
         return [*words, str(run.parent)]
     if "{run}" in words:
-        return [str(run) if word == "{run}" else word for word in words]
+        places = {"{run}": str(run), "{out}": str(out / "export.jsonl")}
+        return [places.get(word, word) for word in words]
     return [*words, str(run)]
 
 
@@ -68,7 +72,7 @@ def test_every_read_command_reads_every_kind_of_run(
     run = runs[kind]
     forms = [[]] + ([["--json"]] if COMMANDS[command][1] else [])
     for extra in forms:
-        done = gym(*_args(command, run), *extra, cwd=tmp_path)
+        done = gym_in_process(*_args(command, run, tmp_path), *extra, cwd=tmp_path)
         said = done.stdout + done.stderr
         assert "Traceback" not in said and "gymflow bug" not in said, said
         assert done.returncode in (0, 1, 2), said
@@ -77,3 +81,5 @@ def test_every_read_command_reads_every_kind_of_run(
             assert command == "reverify --check" and kind == "imported", said
         elif extra:
             json.loads(done.stdout)
+        elif command == "export" and done.returncode == 0:  # (the import's rows all failed)
+            assert said.startswith("wrote ") and (tmp_path / "export.jsonl").exists(), said

@@ -21,6 +21,7 @@ __all__ = [
     "profile",
     "results",
     "run",
+    "seals",
     "simulated",
     "stats",
 ]

@@ -136,6 +136,7 @@ def health(
         "seal_checked": True if sealed.state == "sealed" else None,
         "task_list_sealed": sealed.tasks_sealed,
         "inputs_sealed": sealed.inputs_sealed,
+        "rollouts_sealed": sealed.rollouts_sealed,
         "verifier_version": version,
         "repeats": max_repeats(con) or 0,
         "reward_low": spec.low if spec else None,

@@ -496,6 +496,15 @@ CHECKS: dict[str, Check] = {
         level="run",
         needs=("inputs_sealed",),
     ),
+    "rollouts_edited": Check(
+        "the store's rollouts (each one's run, task, repeat, status, failure kind, cut at the "
+        "limit, turns, calls and tokens, whatever its verdict) are not those its writers "
+        "sealed: a rollout edited, added or deleted in the file (a failing rollout's verdict "
+        "deleted and the rollout set to failed leaves every score)",
+        "SELECT run_id AS id FROM runs WHERE NOT getvariable('rollouts_sealed')",
+        level="run",
+        needs=("rollouts_sealed",),
+    ),
     "seal_stripped": Check(
         "a verdict of a store this machine sealed at this path (its sealed-stores ledger, beside "
         "the seal key) that now reads as unsealed or sealed by another key: its seals or seal "

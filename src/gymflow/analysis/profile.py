@@ -18,6 +18,7 @@ from gymflow.analysis.outcomes import (
 )
 from gymflow.analysis.passk import pair_curves, per_task_curves
 from gymflow.analysis.results import Estimate, Headline, Profile, Usage
+from gymflow.analysis.seals import store_seals
 from gymflow.analysis.simulated import simulated
 from gymflow.analysis.stats import (
     BAND_METHOD,
@@ -167,7 +168,8 @@ def profile(
     {between, within, total, icc, repeats_per_task, reason}, reward: {...}} (one-way ANOVA,
     `variance_components`), design_effect (from the pass ICC), by_tag {tag: {tasks, pass@1,
     stderr, ci95, ci95_reason}}, by_difficulty {...}, usage {column: {mean, p50, p90, p99,
-    max}}. All values are floats or None (None where undefined)."""
+    max}}, seals (what the store's seals say: `analysis.seals`). All values are floats or None
+    (None where undefined)."""
     version = check_verifier_version(con, verifier_version)
     run = run_info(con)
     tasks = task_table(con, version, failures_as_zero=failures_as_zero)
@@ -256,6 +258,7 @@ def profile(
             "by_tag": _breakdown(scored, "tags"),
             "by_difficulty": _breakdown(scored, "difficulty"),
             "usage": usage_percentiles(con),
+            "seals": store_seals(con),
         }
     )
 

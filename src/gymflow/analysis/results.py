@@ -166,6 +166,21 @@ class Usage(Result):
     max: Number | None
 
 
+class Seals(Result):
+    """What the seals say of the store a result was read from (`analysis.seals`): whether its
+    numbers are those its writers sealed."""
+
+    #: `sealed` (this machine's key: checked), `unsealed` (written before the seal), `foreign`
+    #: (another key: not checkable here) or `stripped` (this machine sealed it; seals removed)
+    state: str
+    #: True: every seal matched; False: the store was edited (`edited` says what); None: not
+    #: checkable with this machine's key
+    intact: bool | None
+    edited: list[str]
+    #: when every seal was last recomputed and matched, for an unchanged file; None: now
+    checked_at: datetime | None = None
+
+
 class Profile(Result):
     """pass@1 with its CI, pass@k, pass^k, coverage (`gymflow.analysis.profile.profile`)."""
 
@@ -212,6 +227,8 @@ class Profile(Result):
     by_tag: dict[str, Estimate]
     by_difficulty: dict[str, Estimate]
     usage: dict[str, Usage]
+    #: the store's seals, checked as health checks them; None only in a result cached before
+    seals: Seals | None = None
 
 
 class Bucket(Result):

@@ -31,7 +31,7 @@ from gymflow.store.db import connect
 
 if TYPE_CHECKING:
     from gymflow.analysis.paired import PairedPower, Power
-    from gymflow.analysis.results import Comparison, Profile, VersionRead
+    from gymflow.analysis.results import Comparison, Profile, Seals, VersionRead
 
 # Each command imports what only it runs (the health checks, the diagnosis) in its body:
 # `gym eval profile` does not pay for the others.
@@ -109,11 +109,36 @@ def eval_profile(
             )
         else:
             print_comparison(comparison, profiles)
+            print_seals(result.seals, f"A ({run_dir})")
+            print_seals(other_profile.seals, f"B ({compare_with})")
+        _exit_when_edited(result, other_profile)
         return
     if json_output:
         print_json(result.as_json())
+    else:
+        print_profile(result)
+        print_seals(result.seals, str(run_dir))
+    _exit_when_edited(result)
+
+
+def print_seals(seals: Seals | None, where: str) -> None:
+    """A store whose seals do not match, in red: its numbers above are not those sealed."""
+    if seals is None or seals.intact is not False:
         return
-    print_profile(result)
+    console.print(
+        f"{where}: its seals do not match ({'; '.join(seals.edited)}): the numbers read from "
+        "it are not those its writers sealed (gym eval health RUN --verify-seals)",
+        style="bold red",
+        markup=False,
+        highlight=False,
+    )
+
+
+def _exit_when_edited(*profiles: Profile | None) -> None:
+    """Exit 2 (an integrity failure) when a store read was edited: its numbers were printed,
+    flagged, but a script reading only the exit code must not take them."""
+    if any(p is not None and p.seals is not None and p.seals.intact is False for p in profiles):
+        raise typer.Exit(exit_codes.GATE_FAILED)
 
 
 def print_comparison(result: Comparison, profiles: dict[str, Profile]) -> None:

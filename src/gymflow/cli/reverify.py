@@ -181,11 +181,18 @@ def _recheck(run_dir: Path, version: str | None, json_output: bool) -> None:
 
 def _print_seals(result) -> None:
     """What the seals say (`store/seal.py`), beside the judging: the edits it cannot see."""
-    from gymflow.store.seal import INPUTS_EDITED, STRIPPED
+    from gymflow.store.seal import INPUTS_EDITED, ROLLOUTS_EDITED, STRIPPED
 
     if result.inputs_sealed is False:
         console.print(
             f"the run's inputs do not match their seal: {INPUTS_EDITED}",
+            style="bold red",
+            markup=False,
+            highlight=False,
+        )
+    if result.rollouts_sealed is False:
+        console.print(
+            f"the run's rollouts do not match their seal: {ROLLOUTS_EDITED}",
             style="bold red",
             markup=False,
             highlight=False,

@@ -53,7 +53,7 @@ def staged_store(out: Path) -> Iterator:
         os.replace(staging / STORE_FILE, target)
         # recorded as sealed where it now is, never at the staging path it was sealed at
         if (key := load_key(create=False)) is not None:
-            remember(target, key)
+            remember(target, key, rollouts=True)
     except OSError as exc:
         raise InteropError(f"{run_dir}: cannot write the store: {exc}") from None
     finally:

@@ -17,6 +17,7 @@ from gymflow.reports.trajectory import blocks
 from gymflow.reverify.new_version import flips
 from gymflow.store.queries import report_views as views
 from gymflow.store.runs import RunInfo, run_info
+from gymflow.store.stored_values import named_bad_values
 from gymflow.store.verifier_versions import current_verifier_version
 
 
@@ -94,6 +95,7 @@ def _category(category: str, kind: str | None) -> str:
     return category if not kind or kind == category else f"{category}: {kind}"
 
 
+@named_bad_values
 def run_sections(con, analysis: RunAnalysis, *, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
     """Everything a single-run report shows, from the run's analysis (computed once, by the flow
     or `report_analysis`) and the trajectories in its store. `export` holds the rollouts beyond

@@ -65,6 +65,9 @@ class Rechecked(Result):
     #: version: `store/sealed_inputs.py`) are those its writers sealed; None: not checked
     #: (not this machine's key, or a store sealed before its inputs were)
     inputs_sealed: bool | None = None
+    #: the rollouts' identities and outcomes (`store/sealed_rollouts.py`) are those sealed;
+    #: None: not checked (not this machine's key, or a store sealed before they were)
+    rollouts_sealed: bool | None = None
     #: False: nothing was judged, because the parameters or the inputs read as edited (a
     #: verifier built from them could reach whatever they name: a judge's `base_url`, sent the
     #: owner's key from the `api_key_env` they name)
@@ -77,6 +80,7 @@ class Rechecked(Result):
             and self.params_named
             and not self.seal_mismatches
             and self.inputs_sealed is not False
+            and self.rollouts_sealed is not False
         )
 
 
@@ -208,6 +212,7 @@ def _check_with(
         seal_mismatches=seals.mismatched,
         seal_examples=seals.examples,
         inputs_sealed=seals.store.inputs_sealed,
+        rollouts_sealed=seals.store.rollouts_sealed,
     )
 
 
@@ -231,5 +236,6 @@ def _unjudged(env: Environment, version: str, seals: SealCheck, named: bool) -> 
         seal_mismatches=seals.mismatched,
         seal_examples=seals.examples,
         inputs_sealed=seals.store.inputs_sealed,
+        rollouts_sealed=seals.store.rollouts_sealed,
         judged=False,
     )

@@ -20,6 +20,7 @@ from gymflow.core.errors import RuntimeFailure, UserError, option
 from gymflow.core.written import created, written
 from gymflow.store.exact_schema import differences
 from gymflow.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, SPECS, TABLES
+from gymflow.store.stored_values import check_small_tables, named_bad_values
 
 STORE_FILE = "gymflow.duckdb"
 
@@ -220,9 +221,11 @@ def memory_capped_call(fn):
     """`fn(con, ...)` run under `memory_capped(con)`: an analysis that reads a whole store and
     writes nothing to it, or writes in transactions that an error rolls back. Where DuckDB
     cannot do it within the cap (what it cannot spill), it runs again uncapped: slower, never a
-    failure that the machine's memory would have spared."""
+    failure that the machine's memory would have spared. A value DuckDB cannot read is named
+    (`stored_values.named_bad_values`)."""
 
     @functools.wraps(fn)
+    @named_bad_values
     def capped(con, *args, **kwargs):
         try:
             with memory_capped(con):
@@ -285,6 +288,7 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
             _stand_in_for_new_tables(con)
         else:
             _schema(con, path)
+        check_small_tables(con, str(path))
     except BaseException:
         con.close()
         raise
@@ -415,7 +419,7 @@ def _check_version(con, path: Path) -> None:
         raise StoreError(
             f"{path}: a DuckDB file, but not a gymflow store (no meta table)"
         ) from None
-    if row is None or int(row[0]) != SCHEMA_VERSION:
+    if row is None or row[0] != str(SCHEMA_VERSION):
         found = row[0] if row else "none"
         raise StoreError(
             f"{path}: store schema version {found}, this gymflow reads {SCHEMA_VERSION}"

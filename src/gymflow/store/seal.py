@@ -39,11 +39,17 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from duckdb import DuckDBPyConnection
 
 from gymflow.core.errors import UserError
 from gymflow.core.user_folders import user_config
 from gymflow.store.arrow_reads import arrow_batches
 from gymflow.store.sealed_inputs import inputs_sealed, seal_inputs
+from gymflow.store.sealed_rollouts import (
+    rollouts_recorded,
+    rollouts_sealed,
+    seal_rollouts,
+)
 
 SEAL_KEY_ENV = "GYMFLOW_SEAL_KEY"
 #: Bytes of a key made on first use, and the fewest a given key may have.
@@ -292,12 +298,19 @@ class StoreSeal:
     #: whether its inputs are the ones sealed (`armed_state`; None: not checked, or a store
     #: sealed before they were)
     inputs_sealed: bool | None = None
+    #: its seal record says every rollout's identity and outcome is sealed
+    #: (`sealed_rollouts.py`): a missing record of them is an edit, not an older store
+    rollouts_required: bool = False
+    #: whether its rollouts are the ones sealed (`armed_state`; None: not checked, or a store
+    #: sealed before they were)
+    rollouts_sealed: bool | None = None
 
 
-def _record(key: SealKey, legacy: int, *, version: int = 2) -> str:
+def _record(key: SealKey, legacy: int, *, version: int = 3) -> str:
     """The seal record; version 2 says the store's inputs (`sealed_inputs.py`) are sealed too,
     so a store whose record is version 2 and whose inputs seal is gone was edited (version 1,
-    written before, says nothing of them; a version cannot be changed without the key)."""
+    written before, says nothing of them; a version cannot be changed without the key);
+    version 3 says the same of its rollouts (`sealed_rollouts.py`)."""
     body = f"{key.key_id}:{legacy}"
     label = "gymflow store seal " if version == 1 else f"gymflow store seal v{version} "
     return f"{body}:{key.mac(label + body)[:SEAL_HEX]}"
@@ -353,8 +366,11 @@ def store_file(con) -> str | None:
     return os.path.realpath(row[0]) if row and row[0] else None
 
 
-def _entry(key: SealKey, path: str) -> str:
-    return f"{key.key_id}\t{path}\n"
+def _entry(key: SealKey, path: str, *, rollouts: bool = False) -> str:
+    """A ledger line: the store at `path` sealed by `key`; with `rollouts`, sealed with its
+    rollouts (`sealed_rollouts.py`): a seal record of an older version found there later was
+    put back from another store, to switch the rollouts' check off."""
+    return f"{key.key_id}\trollouts\t{path}\n" if rollouts else f"{key.key_id}\t{path}\n"
 
 
 #: Stores being built aside (an import's staging folder), recorded only at their final path.
@@ -374,17 +390,20 @@ def built_aside(path: Path | str) -> Iterator[None]:
         _BUILT_ASIDE.reset(token)
 
 
-def _remember(con, key: SealKey) -> None:
+def _remember(con: DuckDBPyConnection, key: SealKey, *, rollouts: bool = False) -> None:
     path = store_file(con)
     if path is not None and path not in _BUILT_ASIDE.get():
-        remember(path, key)
+        remember(path, key, rollouts=rollouts)
 
 
-def remember(path: Path | str, key: SealKey) -> None:
+def remember(path: Path | str, key: SealKey, *, rollouts: bool = False) -> None:
     """Record that `key` sealed the store at `path` (its final path: a store built aside and
-    renamed into place is recorded where it ends up), once."""
+    renamed into place is recorded where it ends up), once; with `rollouts`, that it sealed
+    its rollouts there too (a store this gymflow wrote: seal record version 3)."""
     path, ledger = os.path.realpath(path), ledger_file()
-    if _listed(ledger, _entry(key, path)):
+    lines = [_entry(key, path)] + ([_entry(key, path, rollouts=True)] if rollouts else [])
+    new = [line for line in lines if not _listed(ledger, line)]
+    if not new:
         return
     try:
         ledger.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -392,15 +411,16 @@ def remember(path: Path | str, key: SealKey) -> None:
     except OSError as exc:
         raise SealKeyError(f"{ledger}: cannot record the sealed store: {exc.strerror}") from None
     with os.fdopen(fd, "a") as out:  # one short append: whole even beside another writer
-        out.write(_entry(key, path))
+        out.write("".join(new))
 
 
 def remember_copy(source: Path, copy: Path) -> None:
     """A copy of a store this machine's key sealed is recorded as sealed too (a study's arm
-    starts from a copy of its base run's store)."""
+    starts from a copy of its base run's store), with its rollouts when the source's were."""
     key = load_key(create=False)
-    if key is not None and _listed(ledger_file(), _entry(key, os.path.realpath(source))):
-        remember(copy, key)
+    ledger, source_path = ledger_file(), os.path.realpath(source)
+    if key is not None and _listed(ledger, _entry(key, source_path)):
+        remember(copy, key, rollouts=_listed(ledger, _entry(key, source_path, rollouts=True)))
 
 
 def _listed(ledger: Path, entry: str) -> bool:
@@ -416,9 +436,9 @@ def _listed(ledger: Path, entry: str) -> bool:
         raise SealKeyError(f"{ledger}: cannot read the sealed stores: {exc.strerror}") from None
 
 
-def _remembered(con, key: SealKey) -> bool:
+def _remembered(con: DuckDBPyConnection, key: SealKey, *, rollouts: bool = False) -> bool:
     path = store_file(con)
-    return path is not None and _listed(ledger_file(), _entry(key, path))
+    return path is not None and _listed(ledger_file(), _entry(key, path, rollouts=rollouts))
 
 
 STRIPPED = (
@@ -428,16 +448,25 @@ STRIPPED = (
 )
 
 
-def store_seal(con, key: SealKey | None) -> StoreSeal:
+def store_seal(con: DuckDBPyConnection, key: SealKey | None) -> StoreSeal:
     """Which key sealed the store `con` (`_seal_record`), and `stripped` when that reads as
     unsealed or foreign at a path this machine's key sealed."""
     found = _seal_record(con, key)
     if found.state in ("unsealed", "foreign") and key is not None and _remembered(con, key):
         return StoreSeal("stripped", key.key_id)
+    older = found.state == "sealed" and not found.rollouts_required
+    if older and key is not None and _remembered(con, key, rollouts=True):
+        # an older record where this machine sealed the rollouts: put back from another store
+        return replace(found, inputs_required=True, rollouts_required=True)
     return found
 
 
-def _write_record(con, key: SealKey, legacy: int) -> None:
+def _write_record(con: DuckDBPyConnection, key: SealKey, legacy: int) -> None:
+    """The seal record (version 3), with the rollouts sealed whole when the store holds no seal
+    of them yet (first sealed, or sealed before they were): the record says they are."""
+    if not rollouts_recorded(con):
+        seal_rollouts(con, key)
+    _remember(con, key, rollouts=True)
     con.execute(
         "INSERT INTO meta VALUES ('seal', ?) "
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -467,7 +496,7 @@ def _seal_record(con, key: SealKey | None) -> StoreSeal:
         # and the inputs' seal is required (deleted with it, the inputs would go unchecked)
         if key is None:
             return StoreSeal("foreign", None)
-        return StoreSeal("sealed", key.key_id, inputs_required=True)
+        return StoreSeal("sealed", key.key_id, inputs_required=True, rollouts_required=True)
     key_id, _, rest = str(row[0]).partition(":")
     if key is None:
         return StoreSeal("foreign", key_id)
@@ -476,19 +505,21 @@ def _seal_record(con, key: SealKey | None) -> StoreSeal:
         # check skip them (`seal_key_unknown`, a warning): this key checks them, none unsealed,
         # and the inputs' seal is required
         return (
-            StoreSeal("sealed", key.key_id, inputs_required=True)
+            StoreSeal("sealed", key.key_id, inputs_required=True, rollouts_required=True)
             if _sealed_by(con, key)
             else StoreSeal("foreign", key_id)
         )
     legacy_text = rest.partition(":")[0]
     legacy = int(legacy_text) if legacy_text.isdigit() and len(legacy_text) < 19 else 0
     if hmac.compare_digest(_record(key, legacy), str(row[0])):
-        return StoreSeal("sealed", key_id, legacy, inputs_required=True)
+        return StoreSeal("sealed", key_id, legacy, inputs_required=True, rollouts_required=True)
+    if hmac.compare_digest(_record(key, legacy, version=2), f"{key_id}:{rest}"):
+        return StoreSeal("sealed", key_id, legacy, inputs_required=True)  # before its rollouts
     if _record(key, legacy, version=1) == row[0]:
         return StoreSeal("sealed", key_id, legacy)  # sealed before its inputs were
     # a record this key did not write (garbled, or its count edited): it grants nothing, and
     # the inputs' seal is required
-    return StoreSeal("sealed", key_id, 0, inputs_required=True)
+    return StoreSeal("sealed", key_id, 0, inputs_required=True, rollouts_required=True)
 
 
 def foreign_key_message(where: str, key_id: str | None, key: SealKey | None) -> str:
@@ -526,11 +557,16 @@ def seal_tasks(con, key: SealKey) -> None:
     )
     seal_inputs(con, key)
     found = _seal_record(con, key)
-    if found.state == "sealed" and not found.inputs_required:
-        # a store sealed before its inputs were: its record now says they are (version 2)
+    if found.state == "sealed" and not found.rollouts_required:
+        # a store sealed before its inputs or rollouts were: its record now says they are
         _write_record(con, key, found.legacy)
 
 
+ROLLOUTS_EDITED = (
+    "its rollouts' runs, tasks, repeats, statuses, failure kinds, cuts or token counts are not "
+    "those its writers sealed: a rollout edited, added or deleted in the file (a failing "
+    "rollout set to failed leaves the scores)"
+)
 INPUTS_EDITED = (
     "its tasks, verifier versions, run row or current version are not those its writers "
     "sealed: edited in the file"
@@ -560,7 +596,7 @@ def task_list_sealed(con, key: SealKey) -> bool:
     return row is not None and hmac.compare_digest(str(row[0]), _task_list_mac(con, key))
 
 
-def claim(con, where: str, *, legacy_added: int = 0) -> SealKey:
+def claim(con: DuckDBPyConnection, where: str, *, legacy_added: int = 0) -> SealKey:
     """The key a writer seals with, armed on `con`, with the store's seal record written (in
     the caller's transaction). A store sealed with another key is refused: one store, one key.
     `legacy_added`: unsealed verdicts the caller just copied in (a shard from before the
@@ -568,7 +604,8 @@ def claim(con, where: str, *, legacy_added: int = 0) -> SealKey:
     key = load_key(create=True)
     assert key is not None
     found = store_seal(con, key)
-    held = con.execute("SELECT count(*) FROM verifications").fetchone()[0]
+    counted = con.execute("SELECT count(*) FROM verifications").fetchone()
+    held = counted[0] if counted else 0
     if found.state == "stripped" and held:
         raise SealKeyError(f"{where}: {STRIPPED}; nothing written")
     if found.state == "foreign":
@@ -609,10 +646,11 @@ class SealCheck:
             and self.mismatched == 0
             and self.store.tasks_sealed is not False
             and self.store.inputs_sealed is not False
+            and self.store.rollouts_sealed is not False
         )
 
 
-def armed_state(con) -> tuple[StoreSeal, SealKey | None]:
+def armed_state(con: DuckDBPyConnection) -> tuple[StoreSeal, SealKey | None]:
     """Which key sealed the store, and this machine's key when it is that one (the seals can
     then be checked). Never makes a key: a check without one says so."""
     found = store_seal(con, key := load_key(create=False))
@@ -620,7 +658,15 @@ def armed_state(con) -> tuple[StoreSeal, SealKey | None]:
         inputs = inputs_sealed(con, key)
         if inputs is None and found.inputs_required:
             inputs = False  # the seal of the inputs was removed
-        return replace(found, tasks_sealed=task_list_sealed(con, key), inputs_sealed=inputs), key
+        rollouts = rollouts_sealed(con, key)
+        if rollouts is None and found.rollouts_required:
+            rollouts = False  # the seal of the rollouts was removed
+        return replace(
+            found,
+            tasks_sealed=task_list_sealed(con, key),
+            inputs_sealed=inputs,
+            rollouts_sealed=rollouts,
+        ), key
     return found, None
 
 

@@ -31,6 +31,7 @@ from gymflow.core.errors import GateFailed
 from gymflow.store.arrow_reads import arrow_batches
 from gymflow.store.seal import (
     MESSAGE,
+    ROLLOUTS_EDITED,
     STRIPPED,
     SealKey,
     check_inputs,
@@ -117,6 +118,8 @@ def check_before_writing(con: DuckDBPyConnection, where: str) -> bool:
     check_inputs(con, where)
     if seal.tasks_sealed is False or seal.inputs_sealed is False:
         _refuse(where, "its task list or inputs are not those sealed")
+    if seal.rollouts_sealed is False:
+        _refuse(where, ROLLOUTS_EDITED)
     return True
 
 

@@ -7,8 +7,13 @@ unchanged, so resumes, merges and comparisons still join on it."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import cast
+
+from duckdb import DuckDBPyConnection
 
 from gymflow.store.db import transaction
+from gymflow.store.seal import claim
+from gymflow.store.sealed_rollouts import rollouts_changed
 
 #: Verification failure kinds a second judgement may settle (a verifier crash, a judge or a
 #: sandbox that timed out or failed).
@@ -36,6 +41,15 @@ def _set_aside(
             params,
         )
         moved = con.execute("SELECT count(*) FROM set_aside").fetchone()[0]
+        if moved and "rollouts" in tables:  # out of the rollouts' seal as they leave
+            store = cast(DuckDBPyConnection, con)
+            rollouts_changed(
+                store,
+                lambda: claim(store, "run store"),
+                "rollout_id IN (SELECT rollout_id FROM set_aside)",
+                None,
+                added=False,
+            )
         for table in tables if moved else ():
             where = f"rollout_id IN (SELECT rollout_id FROM set_aside) {only_version}"
             con.execute(

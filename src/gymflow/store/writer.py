@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 import pyarrow as pa
@@ -21,6 +21,7 @@ from gymflow.store.rows import (
 )
 from gymflow.store.schema import COLUMNS, SPECS
 from gymflow.store.seal import MESSAGE, SEALED_ROLLOUT, claim, message_sql, sealed
+from gymflow.store.sealed_rollouts import rollouts_changed
 from gymflow.store.tool_lists import ToolLists
 
 #: Arrow types of the store's column types, for `insert_arrow`.
@@ -182,7 +183,9 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
     tool_lists = ToolLists()
     now = naive_utc(datetime.now(UTC))  # once per batch, not per row
     judged = []  # what each verdict's seal covers of its rollout, as stored
+    ids: list[str] = []
     for r in rollouts:
+        ids.append(r.rollout_id)
         rollout_rows.append(stored := rollout_row_of(r))
         call_rows.extend(model_call_row(r.rollout_id, c, tool_lists) for c in r.calls)
         if r.verification is not None:
@@ -190,10 +193,19 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
             judged.append(judged_of(stored))
     if not rollout_rows:
         return 0
+    store = cast(duckdb.DuckDBPyConnection, con)
     try:
         with transaction(con):
             insert_tool_lists(con, tool_lists)
             insert_rows(con, "rollouts", rollout_rows)
+            # before the verdicts: a first seal record (their `claim`) seals every rollout whole
+            rollouts_changed(
+                store,
+                lambda: claim(store, _database_path(store)),
+                "list_contains($1, rollout_id)",
+                [ids],
+                added=True,
+            )
             insert_rows(con, "model_calls", call_rows)
             insert_verdicts(con, verification_rows, judged)
     except Exception as exc:

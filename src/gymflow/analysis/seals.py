@@ -1,0 +1,40 @@
+"""Whether the store a number is read from is the one its writers sealed, as health checks it
+(`store/checked_stores.check_seals_once`: recomputed, unless this file is unchanged since every
+seal matched). `gym eval profile A --compare B` printed a clean difference for a forged B
+(second attacker's pass over 2a91e13, §11): a number read from a store is given with what its
+seals say."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from gymflow.analysis.results import Seals
+from gymflow.store.checked_stores import check_seals_once
+
+
+def store_seals(con) -> Seals:
+    """What the seals of the store `con` say: which key sealed it, and what does not match."""
+    found = check_seals_once(con, max_examples=3)
+    store = found.store
+    edited = []
+    if store.state == "stripped":
+        edited.append(f"{found.mismatched} verdicts lost their seals")
+    elif found.mismatched:
+        examples = ", ".join(found.examples)
+        edited.append(f"{found.mismatched} verdicts do not match their seal (e.g. {examples})")
+    for sealed, what in (
+        (store.tasks_sealed, "the task list"),
+        (store.inputs_sealed, "the inputs (tasks, run row, verifier versions, current version)"),
+        (store.rollouts_sealed, "the rollouts' statuses, tasks, repeats or counts"),
+    ):
+        if sealed is False:
+            edited.append(f"{what} not as sealed")
+    checkable = store.state in ("sealed", "stripped") and found.mismatched is not None
+    return Seals(
+        state=store.state,
+        intact=(not edited) if checkable else None,
+        edited=edited,
+        checked_at=None
+        if found.checked_at is None
+        else datetime.fromtimestamp(found.checked_at, UTC).replace(microsecond=0),
+    )

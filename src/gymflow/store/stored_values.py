@@ -1,0 +1,156 @@
+"""Values a store holds, checked where gymflow reads them: a store is a file from anyone, and a
+value no gymflow writes (a config that is not JSON, a verifier's parameters that are a list,
+`runs.repeats` of two billion, one verdict's details that are not JSON, a NaN latency) ended
+read commands in a traceback, "this is a gymflow bug" (second attacker's pass over 2a91e13,
+a20: 10 edits, 34 crashes), and `repeats` of two billion made profile ask numpy for 44.7 GiB.
+
+Two doors. Opening a store checks its small tables whole (`check_small_tables`: the runs row,
+the verifier versions), before any analysis sizes an array from them: `repeats` above a
+config's own limit is refused before anything is allocated. A value of the large tables (one
+row's JSON among millions) is not checked on every read; a read that DuckDB stops on a value
+(`named_bad_values`) looks for the first such value in the store, and names it. Either way: one
+line naming the store file, the table, the row and the field, a bad-input exit, nothing
+written."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import duckdb
+from duckdb import DuckDBPyConnection
+
+from gymflow.core.config import MAX_REPEATS
+from gymflow.core.errors import UserError
+
+
+class StoredValueError(UserError):
+    """A value in a store that no gymflow writes: the store was edited or damaged. Nothing was
+    written; the run's original store reads."""
+
+
+#: What names a row of each table, in messages.
+ROW_KEYS = {
+    "runs": ("run_id",),
+    "tasks": ("task_id",),
+    "rollouts": ("rollout_id",),
+    "model_calls": ("rollout_id", "call_index", "attempt"),
+    "verifier_versions": ("verifier_version",),
+    "verifications": ("rollout_id", "verifier_version"),
+}
+#: The JSON columns of the large tables: a value that is not JSON stops DuckDB's `->>`.
+JSON_COLUMNS = (
+    ("verifications", "details_json"),
+    ("rollouts", "trajectory_json"),
+    ("rollouts", "counters_json"),
+    ("model_calls", "response_json"),
+    ("model_calls", "request_json"),
+    ("model_calls", "sampling_json"),
+    ("tasks", "data_json"),
+)
+#: Numbers that are finite wherever gymflow writes them (a NaN cannot be binned or cast).
+FINITE_COLUMNS = (
+    ("rollouts", "latency_s"),
+    ("model_calls", "latency_s"),
+    ("verifications", "reward"),
+)
+#: DuckDB's errors of a value it cannot read as asked (malformed JSON, a NaN cast, a range).
+VALUE_ERRORS = (
+    duckdb.InvalidInputException,
+    duckdb.ConversionException,
+    duckdb.OutOfRangeException,
+)
+
+
+def store_name(con: DuckDBPyConnection) -> str:
+    """The store's file, for messages."""
+    try:
+        row = con.execute(
+            "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+        ).fetchone()
+    except duckdb.Error:
+        return "run store"
+    return str(row[0]) if row and row[0] else "run store"
+
+
+def bad_value(where: str, table: str, row: Any, field: str, what: str) -> StoredValueError:
+    return StoredValueError(
+        f"{where}: table {table}, row {row}, field {field}: {what}, which no gymflow writes "
+        "(the store was edited or damaged); nothing was read or written: use the run's "
+        "original store"
+    )
+
+
+def _object(text: Any) -> str | None:
+    """What is wrong with a JSON-object column's value (None: nothing; NULL is allowed)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return "not JSON"
+    return None if isinstance(value, dict) else f"JSON {type(value).__name__}, not an object"
+
+
+def check_small_tables(con: DuckDBPyConnection, where: str) -> None:
+    """The runs rows and verifier versions as gymflow writes them, or StoredValueError: every
+    JSON column an object, `repeats` within a config's limit (1 to `MAX_REPEATS`)."""
+    for run_id, repeats, *texts in con.execute(
+        "SELECT run_id, repeats, config_json, sampling_json FROM runs ORDER BY run_id"
+    ).fetchall():
+        if repeats is not None and not 1 <= repeats <= MAX_REPEATS:
+            raise bad_value(
+                where, "runs", run_id, "repeats", f"{repeats} repeats (a config allows 1 to "
+                f"{MAX_REPEATS})"
+            )  # fmt: skip
+        for field, text in zip(("config_json", "sampling_json"), texts, strict=True):
+            if (wrong := _object(text)) is not None:
+                raise bad_value(where, "runs", run_id, field, wrong)
+    for version, text in con.execute(
+        "SELECT verifier_version, params_json FROM verifier_versions ORDER BY 1"
+    ).fetchall():
+        if (wrong := _object(text)) is not None:
+            raise bad_value(where, "verifier_versions", version, "params_json", wrong)
+
+
+def _key_sql(table: str) -> str:
+    return f"concat_ws(' / ', {', '.join(f'{c}::VARCHAR' for c in ROW_KEYS[table])})"
+
+
+def first_bad_value(con: DuckDBPyConnection) -> StoredValueError | None:
+    """The first value of the large tables DuckDB cannot read as gymflow does: JSON that is
+    not JSON, a number that is not finite; None when there is none."""
+    checks = [(t, c, f"NOT json_valid({c})", "not JSON") for t, c in JSON_COLUMNS]
+    checks += [(t, c, f"NOT isfinite({c})", "not a finite number") for t, c in FINITE_COLUMNS]
+    for table, column, bad, what in checks:
+        row = con.execute(
+            f"SELECT {_key_sql(table)}, {column}::VARCHAR FROM {table} WHERE {bad} LIMIT 1"
+        ).fetchone()
+        if row is not None:
+            return bad_value(store_name(con), table, row[0], column, f"{what} ({row[1][:40]!r})")
+    return None
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def named_bad_values(
+    fn: Callable[Concatenate[DuckDBPyConnection, P], R],
+) -> Callable[Concatenate[DuckDBPyConnection, P], R]:
+    """`fn(con, ...)`, a read of a whole store: where DuckDB stops on a value it cannot read,
+    the value is found and named (StoredValueError) in place of DuckDB's error."""
+
+    @functools.wraps(fn)
+    def named(con: DuckDBPyConnection, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(con, *args, **kwargs)
+        except VALUE_ERRORS:
+            found = first_bad_value(con)
+            if found is None:
+                raise
+            raise found from None
+
+    return named

@@ -1,0 +1,100 @@
+"""A value no gymflow writes, read from a store (issue 42, second attacker's pass over 2a91e13,
+a20): 10 edits ended 34 read commands in a traceback, "this is a gymflow bug", exit 3, and
+`runs.repeats` of two billion made profile ask numpy for 44.7 GiB. Now each is one line naming
+the store file, the table, the row and the field (exit 1, bad input), with nothing stored
+changed (`store/stored_values.py`): the small tables are checked when the store opens, before
+anything is sized from them; a value of the large tables DuckDB stops on is found and named.
+
+In process: what is checked is the command's output and exit code, not its process."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import gym_in_process
+from tests.faults.stores import collect_run, edit_store, one_error_line, rollout_rows, tree_digest
+
+ONE = "(SELECT rollout_id FROM rollouts ORDER BY rollout_id LIMIT 1)"
+#: edit -> (its SQL, the table and field the error names)
+EDITS = {
+    "config not JSON": ("UPDATE runs SET config_json = '{not json'", "runs", "config_json"),
+    "config a list": ("UPDATE runs SET config_json = '[1,2]'", "runs", "config_json"),
+    "repeats huge": ("UPDATE runs SET repeats = 2000000000", "runs", "repeats"),
+    "sampling not JSON": ("UPDATE runs SET sampling_json = 'x'", "runs", "sampling_json"),
+    "params not JSON": (
+        "UPDATE verifier_versions SET params_json = '{'",
+        "verifier_versions",
+        "params_json",
+    ),
+    "params a list": (
+        "UPDATE verifier_versions SET params_json = '[1]'",
+        "verifier_versions",
+        "params_json",
+    ),
+    "schema version NULL": (
+        "UPDATE meta SET value = NULL WHERE key = 'schema_version'",
+        None,
+        "schema version",
+    ),
+    "details not JSON": (
+        f"UPDATE verifications SET details_json = '{{bad' WHERE rollout_id = {ONE}",
+        "verifications",
+        "details_json",
+    ),
+    "response not JSON": (
+        f"UPDATE model_calls SET response_json = '{{' WHERE rollout_id = {ONE}",
+        "model_calls",
+        "response_json",
+    ),
+    "latency NaN": (
+        "UPDATE rollouts SET latency_s = 'nan'::DOUBLE",
+        "rollouts",
+        "latency_s",
+    ),
+}
+COMMANDS = {
+    "health": ("eval", "health", "{run}"),
+    "profile": ("eval", "profile", "{run}"),
+    "diagnose": ("eval", "diagnose", "{run}"),
+    "report": ("report", "{run}"),
+    "reverify --check": ("eval", "reverify", "{run}", "--check"),
+}
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory) -> Path:
+    return collect_run(tmp_path_factory.mktemp("values") / "run")
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_a_bad_stored_value_is_one_line_naming_it(honest: Path, tmp_path: Path, edit: str) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(honest, run)
+    sql, table, field = EDITS[edit]
+    edit_store(run, sql)
+    stored, digest = rollout_rows(run / "gymflow.duckdb"), tree_digest(run)
+    for name, words in COMMANDS.items():
+        done = gym_in_process(*(str(run) if w == "{run}" else w for w in words), cwd=tmp_path)
+        said = done.stdout + done.stderr
+        assert "gymflow bug" not in said and "Traceback" not in said, (name, said)
+        if done.returncode in (0, 2):  # never stopped on the value: read, or flagged by a check
+            assert (edit, name) in READ_ELSEWHERE, (name, said)
+            continue
+        assert done.returncode == 1, (name, said)
+        line = one_error_line(done.stderr)
+        assert str(run / "gymflow.duckdb") in line and field in line, (name, line)
+        if table is not None:
+            assert f"table {table}, row " in line, (name, line)
+    assert rollout_rows(run / "gymflow.duckdb") == stored and tree_digest(run) == digest
+
+
+#: Commands that do not stop on the edited value: it decides nothing they print, or a check
+#: flags it (a verdict's details are under its seal: health's seal_mismatch, exit 2).
+READ_ELSEWHERE = {
+    *(("latency NaN", name) for name in ("health", "profile", "diagnose", "reverify --check")),
+    *(("details not JSON", name) for name in ("health", "reverify --check")),
+    *(("response not JSON", name) for name in ("health", "reverify --check")),
+}
