@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 from tests.faults.stores import collect_run, one_error_line
 
 NEMO_FILE = Path(__file__).resolve().parents[1] / "interop" / "data" / "gymnasium"

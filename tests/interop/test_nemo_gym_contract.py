@@ -21,6 +21,8 @@ VENV = Path(os.environ.get("GYMFLOW_NEMO_GYM_VENV", "/tmp/nemo-gym-venv"))
 SERVERS = ["arc_agi", "circle_click", "example_multi_step", "example_tool_call_multireward"]
 
 
+# NeMo Gym's servers from its own venv: a third-party server of the slow tier
+@pytest.mark.slow
 def test_recorded_rewards_come_back_through_gymflow(tmp_path: Path) -> None:
     if not (VENV / "bin" / "python").exists():
         if os.environ.get("CI"):
