@@ -54,10 +54,10 @@ def load() -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--workers", default="2", help="pytest-xdist's -n")
     parser.add_argument("pytest_args", nargs="*", help="after --: what pytest runs")
-    args = tiny.parse(parser, pytest_args=["tests/test_layers.py"], workers="0")
+    args = tiny.parse(parser, pytest_args=["tests/test_cli_in_process.py"], workers="0")
     with tempfile.TemporaryDirectory(prefix="gymflow-modules-") as folder:
         env = {
             **os.environ,
