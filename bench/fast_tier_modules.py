@@ -9,7 +9,7 @@ command runs, so a module no fast test imports is one whose code no fast test ca
 Exits 1 when some module was never imported.
 
     python bench/fast_tier_modules.py                  # the whole fast tier, -n 2
-    python bench/fast_tier_modules.py -- tests/analysis  # pytest arguments after --
+    python bench/fast_tier_modules.py --log out.txt -- --durations=50  # pytest's arguments
     python bench/fast_tier_modules.py --tiny           # one small test file: checks that it runs
 """
 
@@ -56,6 +56,7 @@ def load() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--workers", default="2", help="pytest-xdist's -n")
+    parser.add_argument("--log", type=Path, help="write pytest's whole output here")
     parser.add_argument("pytest_args", nargs="*", help="after --: what pytest runs")
     args = tiny.parse(parser, pytest_args=["tests/test_cli_in_process.py"], workers="0")
     with tempfile.TemporaryDirectory(prefix="gymflow-modules-") as folder:
@@ -73,6 +74,8 @@ def main() -> int:
         ran = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
         wall = time.monotonic() - started
         seen = seen_in(Path(folder))
+    if args.log:
+        args.log.write_text(ran.stdout + ran.stderr)
     summary = ran.stdout.strip().splitlines()[-1:] or ["(no output)"]
     print(f"pytest {' '.join(command[3:])}: exit {ran.returncode}, {summary[0]}")
     print(f"wall {wall:.0f} s against the fast tier's bound {BOUND_S:.0f} s")
