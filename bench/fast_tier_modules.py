@@ -1,8 +1,9 @@
 """Does the fast tier cover every module? Runs `pytest -m "not slow"` (the fast tier, as the README
 gives it) with bench/modules_seen/ on PYTHONPATH, so that every Python process of the run, `gym`
 subprocesses included, records the gymflow modules it imported; then lists the modules under
-src/gymflow that no process of the tier imported, and prints the tier's wall time beside its
-bound (5 minutes on 2 cores, issue 43) and the load average before and after.
+src/gymflow (but the workspace tasks' files, an agent's material) that no process of the tier
+imported, and prints the tier's wall time beside its bound (5 minutes on 2 cores, issue 43) and
+the load average before and after.
 
 "Imported" is the measure, not lines run: gymflow's CLI imports each command's modules when the
 command runs, so a module no fast test imports is one whose code no fast test can have run.
@@ -31,12 +32,21 @@ RECORDER = Path(__file__).resolve().parent / "modules_seen"
 BOUND_S = 300.0
 
 
-def modules_under(source: Path) -> set[str]:
-    """Dotted names of every module under source/gymflow (a package by its __init__)."""
-    names = set()
+#: the tasks gymflow ships for agents to work on: their files are an agent's material, run inside
+#: a task's sandbox, not gymflow's modules (basedpyright leaves them out too)
+MATERIAL = Path("gymflow/builtin/workspace")
+
+
+def modules_under(source: Path) -> dict[str, str]:
+    """Every module file under source/gymflow but the agents' material: resolved path -> dotted
+    name (a package by its __init__)."""
+    names = {}
     for path in (source / "gymflow").rglob("*.py"):
-        parts = path.relative_to(source).with_suffix("").parts
-        names.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+        relative = path.relative_to(source)
+        if relative.is_relative_to(MATERIAL):
+            continue
+        parts = relative.with_suffix("").parts
+        names[str(path.resolve())] = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
     return names
 
 
@@ -84,7 +94,7 @@ def main() -> int:
     import gymflow
 
     expected = modules_under(Path(gymflow.__file__).resolve().parents[1])
-    unseen = sorted(expected - seen)
+    unseen = sorted(name for path, name in expected.items() if path not in seen)
     print(f"{len(expected) - len(unseen)} of {len(expected)} gymflow modules imported by the tier")
     for name in unseen:
         print(f"  never imported: {name}")
