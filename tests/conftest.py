@@ -151,7 +151,18 @@ def pytest_configure(config: pytest.Config) -> None:
 #: through it, a deployed work pool, third-party servers in venvs of their own).
 SLOW_FOLDERS = ("tests/flows/", "tests/real_model/")
 SLOW_MARKERS = ("prefect", "browser")
-SLOW_FIXTURES = ("prefect_api", "deployment", "served_model", "llama_server", "s3")
+SLOW_FIXTURES = (
+    "prefect_api",
+    "deployment",
+    "served_model",
+    "llama_server",
+    "s3",
+    # NeMo Gym's interpreter (tests/interop/test_nemo_gym_*.py) and LiteLLM's proxy
+    # (tests/models/test_litellm_contract.py), each from a venv of its own
+    "nemo",
+    "nemo_env",
+    "proxy",
+)
 
 
 def slow_because(item: pytest.Item) -> str | None:

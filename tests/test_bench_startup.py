@@ -6,9 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 
 
+# a benchmark's run, like tests/bench/test_tiny.py's: the slow tier
+@pytest.mark.slow
 def test_startup_bench_prints_each_figure_against_its_bound() -> None:
     ran = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "startup.py"), "--tiny"],

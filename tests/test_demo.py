@@ -11,6 +11,9 @@ import pytest
 
 from tests.conftest import gym
 
+# `gym demo` runs its flow on Prefect's ephemeral server
+pytestmark = pytest.mark.prefect
+
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.analysis.builder import RunMeta, StoreBuilder
@@ -31,6 +32,9 @@ def _recorded(folder: Path) -> None:
     (folder / "scenario.yaml").write_text(yaml.safe_dump(scenario))
 
 
+# bench/decide.py over every scenario in a process of its own; the decisions' own tests
+# (tests/analysis, tests/study) are in the fast tier
+@pytest.mark.slow
 def test_every_scenario_gets_the_right_action(tmp_path: Path) -> None:
     _recorded(tmp_path / "recorded" / "uncapable")
     done = subprocess.run(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import gym
@@ -14,6 +15,7 @@ from tests.real_model.plans import ENVS, FIXTURES
 from tests.real_model.record import unpack
 
 
+@pytest.mark.prefect  # `gym eval run` and the confirming experiment: flows on Prefect
 def test_confirm_raises_the_limit_on_the_cut_tasks_and_the_report_shows_it(tmp_path: Path):
     config = {
         "benchmark": "arithmetic-smoke",

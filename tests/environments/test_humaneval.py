@@ -79,6 +79,8 @@ def test_program_forms() -> None:
 
 
 # -- the verifier --------------------------------------------------------------------------------
+# 328 sandboxed programs; the fast tier judges each answer form and failure reason below
+@pytest.mark.slow
 def test_every_canonical_solution_passes_and_every_distractor_fails(tasks) -> None:
     require_tool("bwrap")
 

@@ -160,6 +160,7 @@ def test_generated_tasks() -> None:
     assert env.dataset_version("test") == again
 
 
+@pytest.mark.prefect  # `gym eval run`: a flow on Prefect's ephemeral server
 def test_ifeval_end_to_end_through_gym_eval_run(tmp_path: Path) -> None:
     gym(
         "eval",

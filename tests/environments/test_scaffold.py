@@ -17,6 +17,7 @@ from gymflow.environments.scaffold import ScaffoldError, class_name, scaffold
 from tests.conftest import gym
 
 
+@pytest.mark.prefect  # `gym eval run`: a flow on Prefect's ephemeral server
 def test_init_creates_an_environment_that_validates(tmp_path: Path) -> None:
     created = gym("env", "init", "shop-floor", "--dir", "envs", cwd=tmp_path, check=True)
     root = tmp_path / "envs"

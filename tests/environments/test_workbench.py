@@ -225,6 +225,7 @@ def executed_calls(trajectory: list[dict]) -> list[list[ToolCall]]:
     return turns
 
 
+@pytest.mark.prefect  # `gym eval run`: a flow on Prefect's ephemeral server
 def test_backoffice_end_to_end_through_gym_eval_run(tmp_path: Path) -> None:
     gym(
         "eval",

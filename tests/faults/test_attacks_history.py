@@ -15,7 +15,7 @@ from gymflow.core.statuses import FAILED
 from gymflow.history.gate import gate
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder, reseal
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 
 TASKS, REPEATS = 6, 4
 
@@ -56,9 +56,7 @@ def test_a_night_with_nothing_scored_does_not_pass_the_gate(tmp_path: Path) -> N
 
 def test_a_baseline_that_is_not_a_run_fails_the_gate_in_the_cli(tmp_path: Path) -> None:
     _night(tmp_path, 0, all_failed=False)
-    out = gym(
-        "runs", "gate", "night-0", "--baseline", "no-such-run", cwd=tmp_path, timeout=120
-    )  # fmt: skip
+    out = gym("runs", "gate", "night-0", "--baseline", "no-such-run", cwd=tmp_path)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "no-such-run" in out.stdout and "not compared" in out.stdout
     assert "passed" not in out.stdout.split("\n")[0]
@@ -70,12 +68,12 @@ def test_a_night_that_mostly_failed_does_not_pass_the_gate(tmp_path: Path) -> No
     over 1 tasks" and exited 0, though health calls the night unhealthy."""
     _night(tmp_path, 0, all_failed=False)
     _night(tmp_path, 1, all_failed=True, scored_tasks=1)
-    out = gym("runs", "gate", "night-1", cwd=tmp_path, timeout=120)
+    out = gym("runs", "gate", "night-1", cwd=tmp_path)
     assert out.returncode == 2, out.stdout + out.stderr
     said = " ".join(out.stdout.split())
     assert said.startswith("regression gate FAILED: the run is unhealthy (failed_share)"), said
     assert "over 1 tasks" in said  # the comparison is still stated
-    healthy = gym("runs", "gate", "night-0", cwd=tmp_path, timeout=120)
+    healthy = gym("runs", "gate", "night-0", cwd=tmp_path)
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
 
 
@@ -161,14 +159,14 @@ def test_an_edited_baseline_fails_the_gate(tmp_path: Path) -> None:
     the gate passed. Every run the candidate is compared with is now checked as it is."""
     _night(tmp_path, 0, all_failed=False)
     _night(tmp_path, 1, all_failed=False)
-    honest = gym("runs", "gate", "night-1", cwd=tmp_path, timeout=120)
+    honest = gym("runs", "gate", "night-1", cwd=tmp_path)
     assert honest.returncode == 0, honest.stdout + honest.stderr
     con = duckdb.connect(str(tmp_path / "night-0" / "gymflow.duckdb"))
     con.execute(
         "UPDATE verifications SET passed = false, reward = 0"
     )  # the seals left as they were
     con.close()
-    out = gym("runs", "gate", "night-1", cwd=tmp_path, timeout=120)
+    out = gym("runs", "gate", "night-1", cwd=tmp_path)
     assert out.returncode == 2, out.stdout + out.stderr
     said = " ".join(out.stdout.split())
     assert "a run it is compared with cannot be trusted" in said, said

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gymflow.interop.nemo_read import FAILURE_CLASS
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 from tests.faults.stores import collect_run, edit_store, one_error_line, rollout_rows, tree_digest
 
 FORGED_OUTPUTS = (

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import duckdb
 
-from tests.conftest import GYM, gym
+from tests.conftest import GYM
+from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 from tests.faults.stores import collect_run, edit_store, one_error_line, rollout_rows, tree_digest
 
 FORGED_OUTPUTS = (

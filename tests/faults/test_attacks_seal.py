@@ -33,7 +33,7 @@ from gymflow.store.seal import (
     message_sql,
     sealed,
 )
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 from tests.faults.stores import (
     collect_run,
     edit_store,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gymflow.store.checked_stores import Checked, file_digest, file_state, record_file
 from gymflow.store.seal import load_key
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 from tests.faults.stores import collect_run, edit_store, rollout_rows, seal_health, tree_digest
 
 PASSED = (

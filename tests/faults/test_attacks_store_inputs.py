@@ -24,7 +24,8 @@ import duckdb
 import pytest
 
 from gymflow.environments.registry import load_environment
-from tests.conftest import gym, require_tool
+from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
+from tests.conftest import require_tool
 from tests.faults.stores import collect_run, edit_store, one_error_line, rollout_rows, tree_digest
 
 

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from gymflow.store.seal import ledger_file, load_key
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 from tests.faults.stores import collect_run, edit_store, rollout_rows, tree_digest
 
 #: The attack: every seal and the seal record removed, every verdict a pass.

@@ -16,7 +16,7 @@ from gymflow.history.catalog import refresh
 from gymflow.history.gate import ALLOWANCE, LIMIT, THRESHOLD, gate, sequence
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder, reseal
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 
 TASKS, REPEATS, NIGHTS = 80, 4, 7
 REGRESSED_NIGHT = 4  # 0-based: the fifth night

@@ -28,6 +28,8 @@ SERVERS = [
 ]
 
 
+# NeMo Gym's servers from its own venv: a third-party server of the slow tier
+@pytest.mark.slow
 def test_recorded_rewards_come_back_through_gymflow(tmp_path: Path) -> None:
     if not (VENV / "bin" / "python").exists():
         if os.environ.get("CI"):
