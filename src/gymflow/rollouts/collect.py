@@ -32,16 +32,15 @@ from gymflow.store.server_reports import record_server_report
 from gymflow.store.writer import write_rollouts
 
 #: Finished rollouts are committed in groups this large, or this often, or when the batch ends:
-#: large enough that DuckDB commits stay cheap (a commit costs ~14 ms of CPU besides its rows:
-#: the seal's key and record, the statements, the commit; at 200 a group that was 0.07 of the
-#: 0.13 ms a rollout costs to store), small enough that a kill loses little (at most the
-#: interval's worth). A group due while the last one is still being committed waits for it,
-#: growing, instead of its worker waiting: a worker that waits is a slot of the window not
-#: taken (bench/latency_bound.py).
-FLUSH_EVERY = 1000
+#: large enough that DuckDB commits stay cheap, small enough that a kill loses little (groups of
+#: 1,000 cost a fifth less CPU, and a 1,000-rollout run then committed nothing before its end:
+#: tests/faults/test_disk_full.py). A group due while the one before it is still being committed
+#: grows until that commit ends, rather than its worker waiting: a waiting worker is a slot of
+#: the window not taken.
+FLUSH_EVERY = 200
 FLUSH_INTERVAL_S = 0.5
-#: Finished rollouts held while a commit is running before the next worker waits for it.
-MAX_PENDING = 2 * FLUSH_EVERY
+#: Finished rollouts held while a commit runs before the next worker waits for it (memory).
+MAX_PENDING = 10 * FLUSH_EVERY
 #: The failure kinds `--resume` runs again: those the model client retries, and a served
 #: resources server that could not be reached.
 RESUMABLE_KINDS = (*RETRYABLE_KINDS, ResourcesUnavailable.kind)
