@@ -15,16 +15,21 @@ The figure is the collection rate (rollouts stored ÷ time from the first rollou
 last one's end), beside the bound, with what the served model saw: its peak and mean requests in
 flight over that span (mean in flight ÷ C is the share of the bound the client kept busy). One
 continuous collector in this process against the same served model (`run_collect` over every
-key at once: no batches, no Prefect, no CLI) is the reference without the run's machinery.
+key at once: no batches, no Prefect, no CLI) is the reference without the run's machinery, and a
+bare aiohttp client sending as many requests at the same concurrency (nothing done with the
+answers but parsing them) is the ceiling of one Python process at that latency, measured in the
+same minutes: on a loaded machine it falls short of the bound too.
 
     python bench/latency_bound.py [--rollouts 20480] [--concurrency 1024] [--latency-ms 1000]
                                   [--nofile 1024] [--batch-size N] [--skip-collector]
+                                  [--skip-aiohttp]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import resource
@@ -217,6 +222,54 @@ def run_collector(spec: dict) -> dict:
     return {**collection_rate(plan.run_dir), "wall": wall, "client_cpu": client_cpu}
 
 
+def run_aiohttp(base: str, requests: int, concurrency: int) -> dict:
+    """A bare aiohttp client in this process against the same served model: `requests` POSTs of
+    a task's prompt, `concurrency` at once, each answer read and parsed and nothing else done
+    with it. What one Python process's HTTP alone keeps of the bound, in the same minutes."""
+    import asyncio
+
+    import aiohttp
+
+    from gymflow.models.open_files import ensure_open_files
+
+    ensure_open_files(concurrency)  # as the collector does for itself
+    url = f"{base}/v1/responses"
+    prompt = {"type": "message", "role": "user", "content": "Compute 6 * 7."}
+    body = {"model": "gymflow-local-policy", "input": [prompt], "max_output_tokens": 256}
+    starts: list[float] = []
+
+    async def drive() -> None:
+        remaining = requests
+        connector = aiohttp.TCPConnector(limit=concurrency)
+        async with aiohttp.ClientSession(connector=connector) as session:
+
+            async def worker() -> None:
+                nonlocal remaining
+                while remaining > 0:
+                    remaining -= 1
+                    starts.append(time.perf_counter())
+                    async with session.post(url, json=body) as reply:
+                        reply.raise_for_status()
+                        await reply.json()
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+    started, cpu = time.perf_counter(), time.process_time()
+    asyncio.run(drive())
+    wall, client_cpu = time.perf_counter() - started, time.process_time() - cpu
+    span = wall - (starts[0] - started)
+    gap = max((b - a for a, b in itertools.pairwise(starts)), default=0.0)
+    return {
+        "rollouts": requests,
+        "rate": requests / span,
+        "span": span,
+        "retried": 0,
+        "gap": gap,
+        "wall": wall,
+        "client_cpu": client_cpu,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=20_480)
@@ -227,6 +280,9 @@ def main() -> None:
     )
     parser.add_argument("--batch-size", type=int, help="set by hand (default: gymflow's)")
     parser.add_argument("--skip-collector", action="store_true")
+    parser.add_argument(
+        "--skip-aiohttp", action="store_true", help="no bare aiohttp client reference row"
+    )
     args = tiny.parse(parser, rollouts=128, concurrency=64, latency_ms=200.0)
     bound = args.concurrency / (args.latency_ms / 1000)
 
@@ -251,6 +307,10 @@ def main() -> None:
                 served = Served(base, pid)
                 figure = run_collector(config(root / "collector", base, args.concurrency, None))
                 rows.append(("one continuous collector", served.over(figure)))
+            if not args.skip_aiohttp:
+                served = Served(base, pid)
+                figure = run_aiohttp(base, args.rollouts, args.concurrency)
+                rows.append(("bare aiohttp client (requests)", served.over(figure)))
 
     print(
         f"latency-bound runs: arithmetic, {tasks} tasks x {repeats} repeats, concurrency "

@@ -14,6 +14,7 @@ from gymflow.core.records import ModelCall
 from gymflow.core.registry import Registry
 from gymflow.core.tasks import Task
 from gymflow.models.client import ResponsesClient
+from gymflow.models.responses import system_message, user_message
 
 
 @dataclass(slots=True)
@@ -75,8 +76,6 @@ def get_harness(name: str) -> Harness:
 
 def opening_items(prompt: str, config: HarnessConfig, task: Task) -> list[dict[str, Any]]:
     """The system prompt, if any, then the task's own input items, or else its rendered prompt."""
-    from gymflow.models.responses import system_message, user_message
-
     items = [system_message(config.system_prompt)] if config.system_prompt else []
     items.extend(task.input_items or [user_message(prompt)])
     return items
