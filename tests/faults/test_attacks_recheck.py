@@ -78,8 +78,9 @@ def test_null_keys_of_a_forged_verdict_are_listed(tmp_path) -> None:
 STORED = [
     ("UPDATE tasks SET data_json = 'nope'", "data_json is not JSON"),
     ("UPDATE tasks SET data_json = '[1]'", "data_json holds a JSON list"),
-    ("UPDATE verifier_versions SET params_json = '[1]'", "params_json holds a JSON list"),
-    ("UPDATE verifier_versions SET params_json = 'nope'", "params_json is not JSON"),
+    # refused where the store opens (store/stored_values.py), before any command reads them
+    ("UPDATE verifier_versions SET params_json = '[1]'", "params_json: JSON list, not an object"),
+    ("UPDATE verifier_versions SET params_json = 'nope'", "params_json: not JSON"),
 ]
 # A text-only verifier's reverify reads no trajectory (a corrupt one changes no verdict); the
 # check judges each rollout with its trajectory.
@@ -100,7 +101,8 @@ EDITED = (1, "edited in the file; nothing written")
     ("edit", "expected", "command"),
     [(e, DIFFERS, ("--check",)) for e, _ in STORED[:2]]
     + [(e, (1, n), ("--check",)) for e, n in STORED[2:] + TRAJECTORIES]
-    + [(e, EDITED, ("--set", "abs_tol=0.5")) for e, _ in STORED],
+    + [(e, EDITED, ("--set", "abs_tol=0.5")) for e, _ in STORED[:2]]
+    + [(e, (1, n), ("--set", "abs_tol=0.5")) for e, n in STORED[2:]],
 )
 def test_a_corrupt_stored_value_is_named_and_nothing_is_written(
     tmp_path, edit: str, expected: tuple[int, str], command: tuple[str, ...]

@@ -50,10 +50,11 @@ def _gym(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _pass_at_1(run: Path, cwd: Path) -> float:
+def _pass_at_1(run: Path, cwd: Path) -> tuple[int, float]:
+    """Profile's exit code (2: it found the store's seals broken) and pass@1."""
     done = _gym("eval", "profile", str(run), "--json", cwd=cwd)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)["pass@1"]
+    assert done.returncode in (0, 2), done.stderr
+    return done.returncode, json.loads(done.stdout)["pass@1"]
 
 
 def _forged_copy(run: Path, folder: Path) -> Path:
@@ -72,7 +73,7 @@ def test_a_write_through_a_shared_map_is_not_taken_as_unchanged(tmp_path: Path) 
     for path in (store, forged):  # one size: trailing zeros DuckDB never reads
         os.truncate(path, size)
     before = (_pass_at_1(run, tmp_path), rollout_rows(store))
-    assert before[0] < 1.0
+    assert before[0][0] == 0 and before[0][1] < 1.0
     image = forged.read_bytes()
     with open(store, "r+b") as opened, mmap.mmap(opened.fileno(), size) as mapped:
         for at in range(0, size, mmap.PAGESIZE):  # every page dirtied: later writes fault never
@@ -89,7 +90,9 @@ def test_a_write_through_a_shared_map_is_not_taken_as_unchanged(tmp_path: Path) 
     ]
     if not all(kept):
         pytest.skip("this file system moved the file's times on a write to a dirty page")
-    assert _pass_at_1(run, tmp_path) == 1.0  # what the attack wants read
+    # what the attack wants read, which profile's own seal check (not taken from the record
+    # either) flags: exit 2
+    assert _pass_at_1(run, tmp_path) == (2, 1.0)
     after = seal_health(run, tmp_path)
     assert after["checked_at"] is None, after  # recomputed, not taken from the record
     assert (after["code"], after["verdict"]) == (2, "unhealthy") and after["mismatch"] > 0
