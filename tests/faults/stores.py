@@ -99,6 +99,29 @@ def edit_store(run: Path, *statements: str) -> None:
         con.close()
 
 
+def as_an_older_gymflow_left_it(run: Path, version: int) -> None:
+    """The store as a gymflow writing seal records of `version` (1 or 2) left it, made with
+    this machine's key as that gymflow would: its record of that version, its task list sealed
+    under it, and no seal of what that version did not seal (1: its inputs; both: its
+    rollouts). What an attacker cannot do: the task list's seal needs the key."""
+    from gymflow.store.seal import _record, _task_list_mac, load_key
+
+    key = load_key(create=False)
+    assert key is not None
+    con = duckdb.connect(str(run / "gymflow.duckdb"), read_only=True)
+    try:
+        task_seal = _task_list_mac(con, key, version)
+    finally:
+        con.close()
+    edit_store(
+        run,
+        f"UPDATE meta SET value = '{_record(key, 0, version=version)}' WHERE key = 'seal'",
+        f"UPDATE meta SET value = '{task_seal}' WHERE key = 'task_seal'",
+        "DELETE FROM meta WHERE key = 'rollouts_seal'",
+        *(["DELETE FROM meta WHERE key = 'inputs_seal'"] if version < 2 else []),
+    )
+
+
 def one_error_line(stderr: str) -> str:
     """The single `error: ...` line a refused or stopped command ends with: no traceback, no
     second error, nothing wrapped onto another line."""

@@ -24,6 +24,7 @@ import pytest
 
 from tests.conftest import gym
 from tests.faults.stores import (
+    as_an_older_gymflow_left_it,
     collect_run,
     edit_store,
     one_error_line,
@@ -116,27 +117,13 @@ def test_an_edited_rollout_outcome_reads_as_tampered(
     assert tree_digest(run) == digest
 
 
-def _downgraded(run: Path) -> None:
-    """The store as a gymflow sealing verdicts and inputs, not rollouts, left it: a version 2
-    seal record and no seal of the rollouts (made with this machine's key, as it would be)."""
-    from gymflow.store.seal import _record, load_key
-
-    key = load_key(create=False)
-    assert key is not None
-    edit_store(
-        run,
-        "DELETE FROM meta WHERE key = 'rollouts_seal'",
-        f"UPDATE meta SET value = '{_record(key, 0, version=2)}' WHERE key = 'seal'",
-    )
-
-
 def test_a_store_sealed_before_its_rollouts_opens_and_its_next_writer_seals_them(
     honest: Path, tmp_path: Path
 ) -> None:
     run = tmp_path / "run"
     shutil.copytree(honest, run)
     before = _numbers(run, tmp_path)
-    _downgraded(run)
+    as_an_older_gymflow_left_it(run, 2)
     assert _numbers(run, tmp_path) == before  # read as before: nothing to check it against
     gym("eval", "reverify", str(run), "--set", "abs_tol=0.5", cwd=tmp_path, check=True)
     assert query(run / "gymflow.duckdb", "SELECT count(*) FROM meta WHERE key = 'rollouts_seal'")
@@ -164,12 +151,72 @@ def test_an_older_seal_record_put_back_does_not_switch_the_rollouts_check_off(
     assert key is not None
     remember(run / "gymflow.duckdb", key, rollouts=True)  # as the owner's gymflow sealed it here
     before = _numbers(run, tmp_path)
-    _downgraded(run)
+    _record_put_back(run)
     edit_store(run, *EDITS["completed to failed"])
     stored, digest = rollout_rows(run / "gymflow.duckdb"), tree_digest(run)
     after = _numbers(run, tmp_path)
     assert after["profile"]["pass@1"] != before["profile"]["pass@1"]
-    assert after["health"] == (2, "unhealthy", ["rollouts_edited"]), after
+    assert after["health"] == (2, "unhealthy", ["rollouts_edited", "task_list_edited"]), after
     done = gym("eval", "reverify", str(run), "--set", "abs_tol=0.5", cwd=tmp_path)
     assert done.returncode == 2 and "nothing was written" in one_error_line(done.stderr)
     assert rollout_rows(run / "gymflow.duckdb") == stored and tree_digest(run) == digest
+
+
+def _record_put_back(run: Path) -> None:
+    """What an attacker holding an older store of this key does: its version 2 record (the
+    same in every store of the key with no verdict from before the seal) put in place of this
+    store's own, and the rollouts' seal deleted. The task list's seal, which needs the key,
+    stays as this store's writers left it."""
+    from gymflow.store.seal import _record, load_key
+
+    key = load_key(create=False)
+    assert key is not None
+    edit_store(
+        run,
+        "DELETE FROM meta WHERE key = 'rollouts_seal'",
+        f"UPDATE meta SET value = '{_record(key, 0, version=2)}' WHERE key = 'seal'",
+    )
+
+
+def test_an_older_record_put_back_in_a_moved_store_is_an_edit(honest: Path, tmp_path: Path) -> None:
+    """Third attacker's pass, a06: the same downgrade in a store its owner moved (so this
+    machine's ledger holds no line for its path), then the a03 edit. It read healthy, and the
+    owner's next routine reverify sealed the edit (pass@1 0.60 -> 0.65). From seal record
+    version 3 the task list is sealed under a label naming the version: under the older record
+    it no longer matches, so health fails (`task_list_edited`) and every writer refuses,
+    nothing written."""
+    run = tmp_path / "moved"
+    shutil.copytree(honest, run)  # a path this machine never sealed: no ledger line
+    before = _numbers(run, tmp_path)
+    _record_put_back(run)
+    edit_store(run, *EDITS["completed to failed"])
+    stored, digest = rollout_rows(run / "gymflow.duckdb"), tree_digest(run)
+    after = _numbers(run, tmp_path)
+    assert after["profile"]["pass@1"] != before["profile"]["pass@1"]
+    assert after["health"] == (2, "unhealthy", ["task_list_edited"]), after
+    for command in (
+        ("eval", "reverify", str(run), "--set", "abs_tol=0.5"),
+        ("eval", "reverify", str(run), "--check"),
+    ):
+        done = gym(*command, cwd=tmp_path)
+        assert done.returncode == 2, done.stdout + done.stderr
+    assert "the run's task list does not match its seal" in done.stdout, done.stdout
+    assert rollout_rows(run / "gymflow.duckdb") == stored and tree_digest(run) == digest
+
+
+@pytest.mark.parametrize("meta_key", ["seal", "rollouts_seal", "inputs_seal", "task_seal"])
+def test_a_seal_text_with_a_character_outside_ascii_is_an_edit_not_a_crash(
+    honest: Path, tmp_path: Path, meta_key: str
+) -> None:
+    """Third attacker's pass, a08: 'é' written into a seal record crashed every read command
+    and every writer (`hmac.compare_digest` refuses such text: exit 3, "a gymflow bug"). It is
+    now a seal that does not match: health exits 2, no traceback. (The record itself garbled
+    names no key: every seal it stood for is then checked with this machine's key, and all
+    match, so the store reads as it is.)"""
+    run = tmp_path / "run"
+    shutil.copytree(honest, run)
+    edit_store(run, f"UPDATE meta SET value = 'é' WHERE key = '{meta_key}'")
+    for command in (("eval", "health", str(run)), ("eval", "profile", str(run))):
+        done = gym(*command, cwd=tmp_path)
+        assert "Traceback" not in done.stderr and "gymflow bug" not in done.stderr, done.stderr
+        assert done.returncode == (0 if meta_key == "seal" else 2), done.stdout + done.stderr

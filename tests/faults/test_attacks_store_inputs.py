@@ -26,7 +26,14 @@ import pytest
 from gymflow.environments.registry import load_environment
 from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 from tests.conftest import require_tool
-from tests.faults.stores import collect_run, edit_store, one_error_line, rollout_rows, tree_digest
+from tests.faults.stores import (
+    as_an_older_gymflow_left_it,
+    collect_run,
+    edit_store,
+    one_error_line,
+    rollout_rows,
+    tree_digest,
+)
 
 
 @pytest.fixture(scope="module")
@@ -144,15 +151,8 @@ def test_a_store_sealed_before_its_inputs_were_is_migrated_by_its_next_writer(
     """A store written before (seal record version 1, no inputs seal) reads as it did; its next
     writer (`use-version`) seals the inputs and records version 2, after which removing the
     inputs seal is an edit, not an older store."""
-    from gymflow.store.seal import _record, load_key
-
     run = _copy(clean, tmp_path)
-    key = load_key(create=False)
-    edit_store(
-        run,
-        f"UPDATE meta SET value = '{_record(key, 0, version=1)}' WHERE key = 'seal'",
-        "DELETE FROM meta WHERE key = 'inputs_seal'",
-    )
+    as_an_older_gymflow_left_it(run, 1)
     assert _numbers(run, tmp_path)["health"][:2] == (0, "healthy")
     con = duckdb.connect(str(run / "gymflow.duckdb"), read_only=True)
     version = con.execute("SELECT verifier_version FROM runs").fetchone()[0]

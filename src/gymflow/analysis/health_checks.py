@@ -481,7 +481,8 @@ CHECKS: dict[str, Check] = {
     ),
     "task_list_edited": Check(
         "the store's task list is not the one its writers sealed: a task (with its rollouts) "
-        "deleted or added in the file, which no verdict's seal can show",
+        "deleted or added in the file, which no verdict's seal can show, or an older store's "
+        "seal record put in place of its own",
         "SELECT run_id AS id FROM runs WHERE NOT getvariable('task_list_sealed')",
         level="run",
         needs=("task_list_sealed",),

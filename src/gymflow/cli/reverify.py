@@ -181,7 +181,7 @@ def _recheck(run_dir: Path, version: str | None, json_output: bool) -> None:
 
 def _print_seals(result) -> None:
     """What the seals say (`store/seal.py`), beside the judging: the edits it cannot see."""
-    from gymflow.store.seal import INPUTS_EDITED, ROLLOUTS_EDITED, STRIPPED
+    from gymflow.store.seal import INPUTS_EDITED, ROLLOUTS_EDITED, STRIPPED, TASK_LIST_EDITED
 
     if result.inputs_sealed is False:
         console.print(
@@ -193,6 +193,13 @@ def _print_seals(result) -> None:
     if result.rollouts_sealed is False:
         console.print(
             f"the run's rollouts do not match their seal: {ROLLOUTS_EDITED}",
+            style="bold red",
+            markup=False,
+            highlight=False,
+        )
+    if result.tasks_sealed is False:
+        console.print(
+            f"the run's task list does not match its seal: {TASK_LIST_EDITED}",
             style="bold red",
             markup=False,
             highlight=False,

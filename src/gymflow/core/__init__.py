@@ -23,6 +23,7 @@ __all__ = [
     "protocols",
     "records",
     "registry",
+    "same_text",
     "statuses",
     "tasks",
     "user_folders",

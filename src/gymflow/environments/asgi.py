@@ -42,6 +42,7 @@ from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
 from gymflow.core.protocols import ACCESS_KEY_HEADER, SESSION_TOKEN_HEADER, ToolError, bearer
+from gymflow.core.same_text import same_text
 from gymflow.core.tasks import Task
 from gymflow.environments.resources import ResourcesServer
 
@@ -141,7 +142,7 @@ class _Sessions:
         """The caller's session, touched before and after the request it serves."""
         await self.expire()
         session = self._open.get(session_id)
-        if session is None or not secrets.compare_digest(token or "", session.token):
+        if session is None or not same_text(token or "", session.token):
             raise HTTPException(404, f"unknown session {session_id[:64]!r} for this caller")
         session.busy += 1
         self._touch(session_id, session)
@@ -282,9 +283,7 @@ def create_app(
         authorization: Annotated[str | None, Header(alias=ACCESS_KEY_HEADER)] = None,
     ) -> dict[str, Any]:
         await sessions.expire()
-        accepted = access_key is None or secrets.compare_digest(
-            (authorization or "").encode(), bearer(access_key).encode()
-        )
+        accepted = access_key is None or same_text(authorization or "", bearer(access_key))
         return {
             "status": "ok",
             "key_required": access_key is not None,

@@ -68,6 +68,8 @@ class Rechecked(Result):
     #: the rollouts' identities and outcomes (`store/sealed_rollouts.py`) are those sealed;
     #: None: not checked (not this machine's key, or a store sealed before they were)
     rollouts_sealed: bool | None = None
+    #: the store's task list is the one sealed (`store/seal.py`); None: not checked
+    tasks_sealed: bool | None = None
     #: False: nothing was judged, because the parameters or the inputs read as edited (a
     #: verifier built from them could reach whatever they name: a judge's `base_url`, sent the
     #: owner's key from the `api_key_env` they name)
@@ -81,6 +83,7 @@ class Rechecked(Result):
             and not self.seal_mismatches
             and self.inputs_sealed is not False
             and self.rollouts_sealed is not False
+            and self.tasks_sealed is not False
         )
 
 
@@ -213,6 +216,7 @@ def _check_with(
         seal_examples=seals.examples,
         inputs_sealed=seals.store.inputs_sealed,
         rollouts_sealed=seals.store.rollouts_sealed,
+        tasks_sealed=seals.store.tasks_sealed,
     )
 
 
@@ -237,5 +241,6 @@ def _unjudged(env: Environment, version: str, seals: SealCheck, named: bool) -> 
         seal_examples=seals.examples,
         inputs_sealed=seals.store.inputs_sealed,
         rollouts_sealed=seals.store.rollouts_sealed,
+        tasks_sealed=seals.store.tasks_sealed,
         judged=False,
     )

@@ -19,7 +19,6 @@ shard flow (`flows/eval_shard.py`) drives it."""
 
 from __future__ import annotations
 
-import hmac
 import json
 import os
 import secrets
@@ -39,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationErr
 
 from gymflow import __version__
 from gymflow.core.config import ConfigError
+from gymflow.core.same_text import same_text
 from gymflow.rollouts.collect import RESUMABLE_KINDS
 from gymflow.rollouts.outcomes import BatchOutcome
 from gymflow.rollouts.plan import RunPlan
@@ -160,7 +160,7 @@ def parse_manifest(url: str, data: bytes) -> Manifest:
         raise StoreError(
             foreign_key_message(url, manifest.seal_key_id, key) + "; refused, nothing merged"
         )
-    if not hmac.compare_digest(manifest.sealed(key).seal or "", manifest.seal):
+    if not same_text(manifest.sealed(key).seal or "", manifest.seal):
         raise StoreError(
             f"{url}: the manifest does not match its seal: it (a file's checksum, a count) was "
             "rewritten without the seal key; refused, nothing merged"

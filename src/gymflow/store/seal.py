@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 from duckdb import DuckDBPyConnection
 
 from gymflow.core.errors import UserError
+from gymflow.core.same_text import same_text
 from gymflow.core.user_folders import user_config
 from gymflow.store.arrow_reads import arrow_batches
 from gymflow.store.sealed_inputs import inputs_sealed, seal_inputs
@@ -304,6 +305,9 @@ class StoreSeal:
     #: whether its rollouts are the ones sealed (`armed_state`; None: not checked, or a store
     #: sealed before they were)
     rollouts_sealed: bool | None = None
+    #: the version its seal record verifies as under this key (1 to 3); 0 when no record
+    #: verifies (none, garbled, another key's): the task list's seal is read by it
+    record_version: int = 0
 
 
 def _record(key: SealKey, legacy: int, *, version: int = 3) -> str:
@@ -472,9 +476,10 @@ def _write_record(con: DuckDBPyConnection, key: SealKey, legacy: int) -> None:
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         [_record(key, legacy)],
     )
+    _write_task_seal(con, key)
 
 
-def _record_row(con) -> tuple | None:
+def _record_row(con: DuckDBPyConnection) -> tuple[object, ...] | None:
     return con.execute("SELECT value FROM meta WHERE key = 'seal'").fetchone()
 
 
@@ -511,12 +516,16 @@ def _seal_record(con, key: SealKey | None) -> StoreSeal:
         )
     legacy_text = rest.partition(":")[0]
     legacy = int(legacy_text) if legacy_text.isdigit() and len(legacy_text) < 19 else 0
-    if hmac.compare_digest(_record(key, legacy), str(row[0])):
-        return StoreSeal("sealed", key_id, legacy, inputs_required=True, rollouts_required=True)
-    if hmac.compare_digest(_record(key, legacy, version=2), f"{key_id}:{rest}"):
-        return StoreSeal("sealed", key_id, legacy, inputs_required=True)  # before its rollouts
+    if same_text(_record(key, legacy), str(row[0])):
+        return StoreSeal(
+            "sealed", key_id, legacy, inputs_required=True, rollouts_required=True,
+            record_version=3,
+        )  # fmt: skip
+    if same_text(_record(key, legacy, version=2), f"{key_id}:{rest}"):
+        # before its rollouts were sealed
+        return StoreSeal("sealed", key_id, legacy, inputs_required=True, record_version=2)
     if _record(key, legacy, version=1) == row[0]:
-        return StoreSeal("sealed", key_id, legacy)  # sealed before its inputs were
+        return StoreSeal("sealed", key_id, legacy, record_version=1)  # before its inputs were
     # a record this key did not write (garbled, or its count edited): it grants nothing, and
     # the inputs' seal is required
     return StoreSeal("sealed", key_id, 0, inputs_required=True, rollouts_required=True)
@@ -538,34 +547,55 @@ def foreign_key_message(where: str, key_id: str | None, key: SealKey | None) -> 
 # that add tasks (registration, merge, import: `seal_tasks`).
 
 
-def _task_list_mac(con, key: SealKey) -> str:
+#: The label of the task list's MAC under each seal record version. From version 3 on it names
+#: the version, which binds the record to the store: a record of a version before 3 is the same
+#: in every store this key sealed then, so one put in place of a store's own (with its rollouts'
+#: seal deleted) would switch that seal off; the task list sealed under version 3 then no longer
+#: matches (third attacker's pass, a06).
+_TASK_LIST_LABELS = {
+    1: "gymflow task list\n",
+    2: "gymflow task list\n",
+    3: "gymflow task list v3\n",
+}
+
+
+def _task_list_mac(con: DuckDBPyConnection, key: SealKey, version: int) -> str:
     runs = con.execute(
         "SELECT run_id, string_agg(task_id, chr(10) ORDER BY task_id) FROM tasks "
         "GROUP BY run_id ORDER BY run_id"
     ).fetchall()
     listing = "\n\n".join(f"{len(str(run))}:{run}\n{ids}" for run, ids in runs)
-    return key.mac("gymflow task list\n" + listing)[:SEAL_HEX]
+    return key.mac(_TASK_LIST_LABELS[version] + listing)[:SEAL_HEX]
 
 
-def seal_tasks(con, key: SealKey) -> None:
-    """Seal the task list and the inputs (`sealed_inputs.py`) the store holds now (after a
-    writer added tasks or a verifier version, or chose the current one)."""
+def _write_task_seal(con: DuckDBPyConnection, key: SealKey) -> None:
+    """The task list sealed under the record a writer leaves (version 3)."""
     con.execute(
         "INSERT INTO meta VALUES ('task_seal', ?) "
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        [_task_list_mac(con, key)],
+        [_task_list_mac(con, key, 3)],
     )
-    seal_inputs(con, key)
+
+
+def seal_tasks(con: DuckDBPyConnection, key: SealKey) -> None:
+    """Seal the task list and the inputs (`sealed_inputs.py`) the store holds now (after a
+    writer added tasks or a verifier version, or chose the current one); a store sealed before
+    its inputs or rollouts were gets the record that says they are (`_write_record`)."""
     found = _seal_record(con, key)
     if found.state == "sealed" and not found.rollouts_required:
-        # a store sealed before its inputs or rollouts were: its record now says they are
         _write_record(con, key, found.legacy)
+    _write_task_seal(con, key)
+    seal_inputs(con, key)
 
 
 ROLLOUTS_EDITED = (
     "its rollouts' runs, tasks, repeats, statuses, failure kinds, cuts or token counts are not "
     "those its writers sealed: a rollout edited, added or deleted in the file (a failing "
     "rollout set to failed leaves the scores)"
+)
+TASK_LIST_EDITED = (
+    "its task list is not the one its writers sealed: a task (with its rollouts) deleted or "
+    "added in the file, or an older store's seal record put in place of its own"
 )
 INPUTS_EDITED = (
     "its tasks, verifier versions, run row or current version are not those its writers "
@@ -589,11 +619,16 @@ def check_inputs(con, where: str) -> None:
         raise SealKeyError(f"{where}: {INPUTS_EDITED}; nothing written")
 
 
-def task_list_sealed(con, key: SealKey) -> bool:
+def task_list_sealed(con: DuckDBPyConnection, key: SealKey) -> bool:
     """Whether the store's task list is the one its writers sealed (a task deleted or added
     in the file, or the seal removed, is not)."""
     row = con.execute("SELECT value FROM meta WHERE key = 'task_seal'").fetchone()
-    return row is not None and hmac.compare_digest(str(row[0]), _task_list_mac(con, key))
+    if row is None:
+        return False
+    version = _seal_record(con, key).record_version
+    # no record verifies (deleted or garbled: its rollouts' seal is then required): either label
+    versions = (version,) if version else (3, 1)
+    return any(same_text(str(row[0]), _task_list_mac(con, key, v)) for v in versions)
 
 
 def claim(con: DuckDBPyConnection, where: str, *, legacy_added: int = 0) -> SealKey:

@@ -24,11 +24,11 @@ be removed either; a store imported before it has none and is read as before."""
 
 from __future__ import annotations
 
-import hmac
 from typing import Any, Protocol
 
 from duckdb import DuckDBPyConnection
 
+from gymflow.core.same_text import same_text
 from gymflow.store.arrow_reads import arrow_batches
 from gymflow.store.schema import COLUMNS
 
@@ -80,7 +80,7 @@ def _rows_sql(table: str, key: tuple[str, ...], present: set[str]) -> str:
     )
 
 
-def inputs_mac(con, key: SealKey) -> str:
+def inputs_mac(con: DuckDBPyConnection, key: SealKey) -> str:
     """The MAC of every sealed row, in key order."""
     mac = key.sealer.fresh()
     mac.update(b"gymflow sealed inputs v1\n")
@@ -139,21 +139,19 @@ def unjudged_sealed(con: DuckDBPyConnection, key: SealKey) -> tuple[int, int] | 
     if row is None:
         return None
     now = unjudged_record(con, key)
-    if hmac.compare_digest(str(row[0]), now):
+    if same_text(str(row[0]), now):
         return None
     stored = str(row[0]).partition(":")[0]
     return (int(stored) if stored.isdigit() else -1, int(now.partition(":")[0]))
 
 
-def inputs_sealed(con, key: SealKey) -> bool | None:
+def inputs_sealed(con: DuckDBPyConnection, key: SealKey) -> bool | None:
     """Whether the sealed rows are those the store's writers sealed; None when the store holds
     no such seal (written before it)."""
     row = con.execute("SELECT value FROM meta WHERE key = ?", [INPUTS_KEY]).fetchone()
     if row is None:
         return None
-    return hmac.compare_digest(str(row[0]), inputs_mac(con, key)) and (
-        unjudged_sealed(con, key) is None
-    )
+    return same_text(str(row[0]), inputs_mac(con, key)) and (unjudged_sealed(con, key) is None)
 
 
 def seal_inputs(con, key: SealKey) -> None:

@@ -19,13 +19,13 @@ which writes every row, computes it whole (`seal_rollouts`)."""
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
 from duckdb import DuckDBPyConnection
 
+from gymflow.core.same_text import same_text
 from gymflow.store.arrow_reads import arrow_batches
 from gymflow.store.sealed_inputs import framed
 
@@ -131,7 +131,7 @@ def rollouts_sealed(con: DuckDBPyConnection, key: SealKey) -> bool | None:
     stored = _stored(con)
     if stored is None:
         return None
-    return hmac.compare_digest(stored, rollouts_record(con, key))
+    return same_text(stored, rollouts_record(con, key))
 
 
 def rollouts_changed(
