@@ -55,6 +55,13 @@ EDITS = {
         "UPDATE model_calls SET output_tokens = 256 "
         "WHERE rollout_id IN (SELECT rollout_id FROM victims)",
     ),
+    # third attacker's pass, a01: the failing rollouts claim the harness's turn limit, which
+    # moved the next action from model training to harness work; and their latency rewritten
+    "turn limit claimed": (
+        f"CREATE TEMP TABLE victims AS {FAILING}",
+        "UPDATE rollouts SET counters_json = '{\"max_turns_reached\": 1}', latency_s = 0.001 "
+        "WHERE rollout_id IN (SELECT rollout_id FROM victims)",
+    ),
     # a failing rollout with its verdict and calls deleted: it reads as never run
     "rollout deleted": (
         f"CREATE TEMP TABLE victims AS {FAILING}",
@@ -100,7 +107,7 @@ def test_an_edited_rollout_outcome_reads_as_tampered(
     assert (code, verdict) == (2, "unhealthy") and "rollouts_edited" in failures, after
     if edit != "rollout deleted":  # a deleted one is missing too; the others only the seal sees
         assert failures == ["rollouts_edited"], after
-    if edit != "cut at the limit":
+    if edit not in ("cut at the limit", "turn limit claimed"):
         assert after["profile"]["pass@1"] != before["profile"]["pass@1"], (before, after)
     checked = gym("eval", "reverify", str(run), "--check", cwd=tmp_path)
     assert checked.returncode == 2, checked.stdout + checked.stderr

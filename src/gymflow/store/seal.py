@@ -589,7 +589,8 @@ def seal_tasks(con: DuckDBPyConnection, key: SealKey) -> None:
 
 
 ROLLOUTS_EDITED = (
-    "its rollouts' runs, tasks, repeats, statuses, failure kinds, cuts or token counts are not "
+    "its rollouts' runs, tasks, repeats, statuses, failure kinds, cuts, token counts, counters "
+    "or timings are not "
     "those its writers sealed: a rollout edited, added or deleted in the file (a failing "
     "rollout set to failed leaves the scores)"
 )

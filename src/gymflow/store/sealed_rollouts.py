@@ -1,6 +1,7 @@
 """The seal on every rollout's identity and outcome, whatever its verdict: which run, task and
 repeat it counts for, whether it counts (its status and failure kind), and what the diagnosis
-reads of it beside its text (cut at the limit, its calls and tokens).
+and the profile read of it beside its text (cut at the limit, its calls, tokens, counters, error
+and timings).
 
 A verdict's seal covers its rollout, but a rollout without a verdict had no seal at all: a
 failing rollout's verdict deleted and the rollout set to `status='failed',
@@ -39,7 +40,9 @@ class SealKey(Protocol):
 
 ROLLOUTS_KEY = "rollouts_seal"
 #: The rollout columns sealed, in order: its identity, whether and how it counts, and what the
-#: diagnosis reads beside its text (its text and trajectory are its verdict's seal's).
+#: diagnosis and the profile read beside its text (its text and trajectory are its verdict's
+#: seal's): its counters (a turn limit claimed moved the next action from model training to
+#: harness work, third attacker's pass a01), its error, its timings.
 SEALED_OUTCOME = (
     "rollout_id",
     "run_id",
@@ -52,6 +55,11 @@ SEALED_OUTCOME = (
     "num_model_calls",
     "input_tokens",
     "output_tokens",
+    "counters_json",
+    "error",
+    "latency_s",
+    "started_at",
+    "finished_at",
 )
 #: Bytes of one rollout's MAC kept (128 bits, as a verdict's seal).
 _MAC_BYTES = 16
