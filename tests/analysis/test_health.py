@@ -228,6 +228,14 @@ def _inputs_edited(b):
     return b.meta.run_id
 
 
+def _rollout_edited(b):
+    """One rollout's turn count edited in the file: no verdict's seal covers it; the seal over
+    every rollout's identity and outcome does not match (store/sealed_rollouts.py)."""
+    edit = "UPDATE rollouts SET num_turns = num_turns + 1 WHERE task_id = 't0' AND repeat_index = 1"
+    b.after_write.append((edit, []))
+    return b.meta.run_id
+
+
 def _another_key(b):
     """A store sealed on a host with another key: its record names that key, and none of its
     seals is this key's (a record edited alone is checked by this key: tests/faults)."""
@@ -320,6 +328,7 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "seal_stripped": _stripped,
     "task_list_edited": _task_deleted,
     "inputs_edited": _inputs_edited,
+    "rollouts_edited": _rollout_edited,
     "verdict_unsealed": _before_the_seal,
     "seal_key_unknown": _another_key,
     TASK_CHECK: _every_repeat,

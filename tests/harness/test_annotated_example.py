@@ -9,6 +9,8 @@ import sys
 import types
 from typing import Any
 
+import pytest
+
 from gymflow.core.config import HarnessConfig
 from gymflow.core.tasks import Task
 from gymflow.harness import get_harness
@@ -18,6 +20,15 @@ from tests.conftest import ROOT
 from tests.harness.test_tool_loop import ScriptedClient, _text
 
 PAGE = ROOT / "docs" / "components" / "harness-source.md"
+
+
+@pytest.fixture(autouse=True)
+def _registry_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example registers `think_then_answer`; other tests list the harnesses there are."""
+    from gymflow.harness.base import HARNESSES
+
+    HARNESSES.names()  # the built-ins loaded, so the copy holds them
+    monkeypatch.setattr(HARNESSES, "_items", dict(HARNESSES._items))
 
 
 def _load_the_page_example() -> types.ModuleType:

@@ -499,7 +499,8 @@ CHECKS: dict[str, Check] = {
     ),
     "rollouts_edited": Check(
         "the store's rollouts (each one's run, task, repeat, status, failure kind, cut at the "
-        "limit, turns, calls and tokens, whatever its verdict) are not those its writers "
+        "limit, turns, calls, tokens, counters, error and timings, whatever its verdict) are not "
+        "those its writers "
         "sealed: a rollout edited, added or deleted in the file (a failing rollout's verdict "
         "deleted and the rollout set to failed leaves every score)",
         "SELECT run_id AS id FROM runs WHERE NOT getvariable('rollouts_sealed')",
