@@ -183,43 +183,26 @@ def _print_seals(result) -> None:
     """What the seals say (`store/seal.py`), beside the judging: the edits it cannot see."""
     from gymflow.store.seal import INPUTS_EDITED, ROLLOUTS_EDITED, STRIPPED, TASK_LIST_EDITED
 
-    if result.inputs_sealed is False:
-        console.print(
-            f"the run's inputs do not match their seal: {INPUTS_EDITED}",
-            style="bold red",
-            markup=False,
-            highlight=False,
-        )
-    if result.rollouts_sealed is False:
-        console.print(
-            f"the run's rollouts do not match their seal: {ROLLOUTS_EDITED}",
-            style="bold red",
-            markup=False,
-            highlight=False,
-        )
-    if result.tasks_sealed is False:
-        console.print(
-            f"the run's task list does not match its seal: {TASK_LIST_EDITED}",
-            style="bold red",
-            markup=False,
-            highlight=False,
-        )
+    edited = [
+        (result.inputs_sealed, f"the run's inputs do not match their seal: {INPUTS_EDITED}"),
+        (result.rollouts_sealed, f"the run's rollouts do not match their seal: {ROLLOUTS_EDITED}"),
+        (result.tasks_sealed, f"the run's task list does not match its seal: {TASK_LIST_EDITED}"),
+    ]
     if result.seal_state == "stripped":
-        console.print(
-            f"{result.seal_mismatches} verdicts lost their seals: {STRIPPED}",
-            style="bold red",
-            markup=False,
-            highlight=False,
-        )
+        edited.append((False, f"{result.seal_mismatches} verdicts lost their seals: {STRIPPED}"))
     elif result.seal_mismatches:
-        console.print(
+        examples = ", ".join(result.seal_examples[:5])
+        said = (
             f"{result.seal_mismatches} verdicts do not match their seals: they, or the rollouts "
-            f"they judged, were edited in the store (e.g. {', '.join(result.seal_examples[:5])})",
-            style="bold red",
-            markup=False,
-            highlight=False,
+            f"they judged, were edited in the store (e.g. {examples})"
         )
-    elif result.seal_state == "foreign":
+        edited.append((False, said))
+    for sealed, said in edited:
+        if sealed is False:
+            console.print(said, style="bold red", markup=False, highlight=False)
+    if result.seal_state == "stripped" or result.seal_mismatches:
+        return
+    if result.seal_state == "foreign":
         console.print(
             "seals not checked: the store was sealed with a key this machine does not hold "
             "(set GYMFLOW_SEAL_KEY to the key that sealed it)",
