@@ -620,13 +620,13 @@ def check_inputs(con, where: str) -> None:
         raise SealKeyError(f"{where}: {INPUTS_EDITED}; nothing written")
 
 
-def task_list_sealed(con: DuckDBPyConnection, key: SealKey) -> bool:
+def task_list_sealed(con: DuckDBPyConnection, key: SealKey, version: int) -> bool:
     """Whether the store's task list is the one its writers sealed (a task deleted or added
     in the file, or the seal removed, is not)."""
     row = con.execute("SELECT value FROM meta WHERE key = 'task_seal'").fetchone()
     if row is None:
         return False
-    version = _seal_record(con, key).record_version
+    # `version`: the one the store's record verifies as (`StoreSeal.record_version`); when
     # no record verifies (deleted or garbled: its rollouts' seal is then required): either label
     versions = (version,) if version else (3, 1)
     return any(same_text(str(row[0]), _task_list_mac(con, key, v)) for v in versions)
@@ -699,7 +699,7 @@ def armed_state(con: DuckDBPyConnection) -> tuple[StoreSeal, SealKey | None]:
             rollouts = False  # the seal of the rollouts was removed
         return replace(
             found,
-            tasks_sealed=task_list_sealed(con, key),
+            tasks_sealed=task_list_sealed(con, key, found.record_version),
             inputs_sealed=inputs,
             rollouts_sealed=rollouts,
         ), key
