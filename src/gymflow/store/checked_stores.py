@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from duckdb import DuckDBPyConnection
 
+from gymflow.store.arrow_reads import joined_strings
 from gymflow.store.db import opened_file
 from gymflow.store.seal import (
     SealCheck,
@@ -231,8 +231,7 @@ def check_seals_once(
     if not full and (when := checked_at(con, key)) is not None:
         found, _ = armed_state(con)
         if found.state == "sealed":
-            none = pa.chunked_array([], pa.string()).combine_chunks()
-            return SealCheck(found, 0, [], none, checked_at=when)
+            return SealCheck(found, 0, [], joined_strings([]), checked_at=when)
     before = opened(con)
     content = before.digest() if before is not None else None
     result = check_seals(con, max_examples)

@@ -44,7 +44,7 @@ from duckdb import DuckDBPyConnection
 from gymflow.core.errors import UserError
 from gymflow.core.same_text import same_text
 from gymflow.core.user_folders import user_config
-from gymflow.store.arrow_reads import arrow_batches
+from gymflow.store.arrow_reads import arrow_batches, joined_strings
 from gymflow.store.sealed_inputs import inputs_sealed, seal_inputs
 from gymflow.store.sealed_rollouts import (
     rollouts_recorded,
@@ -719,17 +719,16 @@ def _mismatched(con, key: SealKey, legacy: int) -> pa.Array:
         unsealed.append(ids.filter(pc.is_null(stored)))
     if sum(len(part) for part in unsealed) > legacy:
         found += unsealed
-    return pa.chunked_array(found, pa.string()).combine_chunks()
+    return joined_strings(found)
 
 
 def check_seals(con, max_examples: int = 10) -> SealCheck:
     """Recompute every verdict's seal (reads the store, writes nothing)."""
     found, key = armed_state(con)
     if found.state == "stripped":
-        ids = pa.chunked_array(
-            [b.column(0) for b in _batches(con, "SELECT rollout_id FROM verifications")],
-            pa.string(),
-        ).combine_chunks()
+        ids = joined_strings(
+            [b.column(0) for b in _batches(con, "SELECT rollout_id FROM verifications")]
+        )
     elif found.state == "sealed" and key is not None:
         ids = _mismatched(con, key, found.legacy)
     else:
