@@ -22,7 +22,6 @@ ALLOWED: dict[str, str] = {
     "cli/runs.py": "prints the SQL a user runs on the history catalog (not a run store)",
     # owned by another branch (the seals): moved when it lands
     # not moved yet (issue 43): each names the SQL it still holds
-    "analysis/diagnose.py": "the diagnosis's buckets, taxonomy and suspects",
     "analysis/health_checks.py": "every health check, one query each (stays in analysis/)",
 }
 

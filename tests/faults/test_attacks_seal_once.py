@@ -102,6 +102,7 @@ def test_reverify_check_and_verify_seals_always_recompute(tmp_path: Path) -> Non
         "mac": vouched.mac(key),
     }
     record_file().write_text(json.dumps(entry) + "\n")
+    record_file().chmod(0o600)  # gymflow's own mode: without it the order of tests decides
     stored, digest = rollout_rows(run / "gymflow.duckdb"), tree_digest(run)
     assert seal_health(run, tmp_path)["checked_at"] is not None
     full = seal_health(run, tmp_path, "--verify-seals")

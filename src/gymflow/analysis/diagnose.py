@@ -36,11 +36,18 @@ from gymflow.store.db import first_sql, memory_capped_call
 from gymflow.store.queries.answers import (
     appears_in_sql,
     called_sql,
-    no_answer_sql,
     normalised_sql,
     tools_ignored_sql,
 )
+from gymflow.store.queries.diagnosis import (
+    failures_sql,
+    judged_of_tasks_sql,
+    judged_sql,
+    with_reference_sql,
+)
+from gymflow.store.queries.rollouts import stored_and_expected
 from gymflow.store.queries.scores import task_counts_sql
+from gymflow.store.queries.verdicts import disagreements
 from gymflow.store.runs import run_info
 from gymflow.verifiers.base import LENIENT_MATCH
 
@@ -81,12 +88,13 @@ _LAST_ITEM = "json_extract_string(r.trajectory_json, '$[#-1].type')"
 #: Harnesses whose last tool call is no sign of a turn limit: single_turn's call is its answer,
 #: and an external agent (`command`) says it stopped at its limit by its failure kind
 #: (`agent_step_limit`); its trajectory ends with the output of its last command either way.
-_OWN_TURN_ENDS = "('single_turn', 'command')"
+_OWN_TURN_ENDS = ("single_turn", "command")
 
 
-def _classify_sql(no_answer: tuple[str, ...]) -> str:
+def _classify_sql(no_answer: tuple[str, ...], harness: str | None) -> str:
     """SQL over rollouts `r` and verifications `v`: (category, kind) of a non-passing rollout;
-    `no_answer` are the reasons the verifier declares as "no answer in the expected form"."""
+    `no_answer` are the reasons the verifier declares as "no answer in the expected form", and
+    `harness` the run's."""
     reason = "json_extract_string(v.details_json, '$.reason')"
     missing = f"{reason} IN ({_quoted(no_answer)})" if no_answer else "FALSE"
     expected = "json_extract_string(v.details_json, '$.expected')"
@@ -104,7 +112,7 @@ def _classify_sql(no_answer: tuple[str, ...]) -> str:
           WHEN v.status <> 'ok' THEN 'verifier_error'
           WHEN {_counter("max_turns_reached")} > 0
                OR (coalesce(r.num_turns, 1) > 1
-                   AND NOT EXISTS (SELECT 1 FROM runs WHERE harness IN {_OWN_TURN_ENDS})
+                   AND {harness not in _OWN_TURN_ENDS}
                    AND {called_sql("r.trajectory_json")}
                    AND {_LAST_ITEM} IN ('function_call', 'function_call_output'))
             THEN 'harness_max_turns'
@@ -128,7 +136,7 @@ def _bucket_sql() -> str:
                    WHEN c = 0 THEN 'never_pass' ELSE 'sometimes_pass' END"""
 
 
-def _prepare(con, version: str, no_answer: tuple[str, ...]) -> None:
+def _prepare(con, version: str, no_answer: tuple[str, ...], harness: str | None) -> None:
     """Temp tables shared by the sections: diag_tasks (bucket per task), diag_tools_ignored (the
     rollouts offered tools their server ignored) and diag_failures (one classified row per
     stored rollout that did not pass)."""
@@ -139,14 +147,8 @@ def _prepare(con, version: str, no_answer: tuple[str, ...]) -> None:
         [version],
     )
     con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE diag_failures AS
-        SELECT r.rollout_id, r.task_id, r.repeat_index, t.bucket, {_classify_sql(no_answer)}
-        FROM rollouts r
-        LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-        LEFT JOIN diag_tasks t ON t.task_id = r.task_id
-        WHERE NOT (r.status = 'completed' AND coalesce(v.status = 'ok' AND v.passed, FALSE))
-        """,
+        "CREATE OR REPLACE TEMP TABLE diag_failures AS "
+        + failures_sql(_classify_sql(no_answer, harness)),
         [version],
     )
 
@@ -213,14 +215,7 @@ def sometimes_pass(con, version: str, *, top: int, excerpt: int) -> list[Sometim
             FROM diag_tasks WHERE bucket = 'sometimes_pass'
             ORDER BY variance DESC, task_id LIMIT {int(top)}
         ),
-        scored AS (
-            SELECT r.task_id, r.rollout_id, r.repeat_index, v.passed,
-                   left(r.output_text, {int(excerpt)}) AS output
-            FROM rollouts r
-            JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-            WHERE r.task_id IN (SELECT task_id FROM ranked)
-              AND r.status = 'completed' AND v.status = 'ok'
-        ),
+        scored AS ({judged_of_tasks_sql("ranked", excerpt)}),
         sides AS (
             SELECT task_id,
                    arg_min({{'rollout_id': rollout_id, 'repeat_index': repeat_index,
@@ -261,18 +256,10 @@ def verifier_suspects(
     # (materialising every judged rollout for three readers cost 15 of diagnose's 40 CPU
     # seconds). Each group keeps its first rollouts, so the examples are the first overall.
     first = "{'task_id': task_id, 'repeat_index': repeat_index, 'rollout_id': rollout_id}"
+    details = f"['$.extracted', '$.expected', '$.reason', '$.{LENIENT_MATCH}']"
     rows = con.execute(
         f"""
-        WITH judged AS (
-            SELECT r.rollout_id, r.task_id, r.repeat_index, v.passed,
-                   CASE WHEN v.passed THEN {no_answer_sql("r")} END AS unanswered,
-                   json_extract_string(
-                     v.details_json, ['$.extracted', '$.expected', '$.reason', '$.{LENIENT_MATCH}']
-                   ) AS d
-            FROM rollouts r
-            JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-            WHERE r.status = 'completed' AND v.status = 'ok'
-        ),
+        WITH judged AS ({judged_sql(details)}),
         groups AS MATERIALIZED (
             SELECT task_id,
                    NOT passed AND d[1] IS NOT NULL AS failed,
@@ -288,12 +275,7 @@ def verifier_suspects(
                OR (passed AND (unanswered OR {missing}))
             GROUP BY ALL
         ),
-        answers AS (
-            SELECT g.*, coalesce(g.given, json_extract_string(t.data_json, '$.answer'))
-                          AS raw_expected
-            FROM groups g LEFT JOIN tasks t USING (task_id)
-            WHERE g.failed
-        ),
+        answers AS ({with_reference_sql("groups", "given")} WHERE g.failed),
         flagged AS (
             SELECT 'extracted_equals_reference' AS kind, rollouts, first FROM answers
             WHERE {extracted} <> ''
@@ -326,19 +308,7 @@ def verifier_suspects(
         suspects.append(
             Suspect(kind=kind, description=descriptions[kind], count=count, examples=ids)
         )
-    disagreements = con.execute(
-        f"""
-        SELECT a.verifier_version, b.verifier_version, count(*),
-               {first_sql("a.rollout_id", "a.rollout_id", examples)}
-        FROM (SELECT * FROM verifications WHERE verifier_version = ? AND status = 'ok') a
-        JOIN (SELECT * FROM verifications WHERE verifier_version <> ? AND status = 'ok') b
-          ON a.rollout_id = b.rollout_id
-        WHERE a.passed <> b.passed
-        GROUP BY ALL ORDER BY 1, 2
-        """,
-        [version, version],
-    ).fetchall()
-    for version_a, version_b, count, ids in disagreements:
+    for version_a, version_b, count, ids in disagreements(con, version, examples):
         suspects.append(
             Suspect(
                 kind=f"versions_disagree:{version_a}|{version_b}",
@@ -366,13 +336,10 @@ def diagnose(
     version = check_verifier_version(con, verifier_version)
     run = run_info(con)
     no_answer = no_answer_reasons(con, version)
-    _prepare(con, version, no_answer)
+    _prepare(con, version, no_answer, run.harness)
     prepare_evidence(con, version, no_answer)
     detail = failure_detail(con, examples)
-    stored, expected = con.execute(
-        "SELECT (SELECT count(*) FROM rollouts), "
-        "(SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0)"
-    ).fetchone()
+    stored, expected = stored_and_expected(con)
     return Diagnosis(
         run_id=run.run_id,
         verifier_version=version,

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import pyarrow as pa
+import pyarrow  # pyright: ignore[reportMissingTypeStubs]
 from duckdb import DuckDBPyConnection
+
+#: pyarrow has no type stubs: its values cross this module as `Any`.
+pa: Any = pyarrow
 
 
 def arrow_batches(con: DuckDBPyConnection, sql: str, params: Any = None, size: int = 65_536) -> Any:

@@ -34,7 +34,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -710,7 +710,8 @@ def _mismatched(con, key: SealKey, legacy: int) -> pa.Array:
     """The rollout ids of the verdicts whose seal is not the one their fields and rollout give
     under `key`; an unsealed verdict counts when more are unsealed than predate the seal."""
     sealer = key.sealer
-    found, unsealed = [], []
+    found: list[Any] = []
+    unsealed: list[Any] = []
     for batch in _batches(con, _VERDICT_MESSAGES):
         ids, stored = batch.column(0), batch.column(1)
         again = sealer.seals(batch.column(2))

@@ -9,6 +9,60 @@ from gymflow.store.handle import Connection, one_row
 from gymflow.store.queries.answers import no_answer_sql
 
 
+def failures_sql(classify: str) -> str:
+    """SQL (one `?`: the verifier version) for one row per stored rollout that did not pass
+    (not completed, unjudged, or judged and not passed): rollout_id, task_id, repeat_index, its
+    task's bucket (from `diag_tasks`), and the columns `classify` makes over rollouts `r` and
+    verdicts `v`."""
+    return f"""
+        SELECT r.rollout_id, r.task_id, r.repeat_index, t.bucket, {classify}
+        FROM rollouts r
+        LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+        LEFT JOIN diag_tasks t ON t.task_id = r.task_id
+        WHERE NOT (r.status = 'completed' AND coalesce(v.status = 'ok' AND v.passed, FALSE))
+    """
+
+
+def judged_sql(details: str) -> str:
+    """SQL (one `?`: the verifier version) for every completed rollout judged `ok`: rollout_id,
+    task_id, repeat_index, passed, unanswered (a passing rollout without an answer; NULL for a
+    failing one) and `d`, the fields of its verdict's details at the JSON paths `details` (a
+    list literal)."""
+    return f"""
+        SELECT r.rollout_id, r.task_id, r.repeat_index, v.passed,
+               CASE WHEN v.passed THEN {no_answer_sql("r")} END AS unanswered,
+               json_extract_string(v.details_json, {details}) AS d
+        FROM rollouts r
+        JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+        WHERE r.status = 'completed' AND v.status = 'ok'
+    """
+
+
+def judged_of_tasks_sql(tasks: str, excerpt: int) -> str:
+    """SQL (one `?`: the verifier version) for the completed rollouts judged `ok` of the tasks
+    in the relation `tasks` (a `task_id` column): task_id, rollout_id, repeat_index, passed and
+    the first `excerpt` characters of the output."""
+    return f"""
+        SELECT r.task_id, r.rollout_id, r.repeat_index, v.passed,
+               left(r.output_text, {int(excerpt)}) AS output
+        FROM rollouts r
+        JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+        WHERE r.task_id IN (SELECT task_id FROM {tasks})
+          AND r.status = 'completed' AND v.status = 'ok'
+    """
+
+
+def with_reference_sql(relation: str, given: str) -> str:
+    """SQL for the rows of `relation` (as `g`, with a `task_id`) and `raw_expected`: the
+    expected answer its column `given` holds, else its task's reference answer; a `WHERE` over
+    `g` may follow."""
+    return f"""
+        SELECT g.*, coalesce(g.{given}, json_extract_string(t.data_json, '$.answer'))
+                      AS raw_expected
+        FROM {relation} g LEFT JOIN tasks t USING (task_id)
+    """
+
+
 def evidence_sql(signs: str, klass: str, missing: str) -> str:
     """SQL (two `?`: the verifier version, twice) for one row per rollout that is evidence:
     rollout_id, task_id, repeat_index, bucket, class, cut, formless. Every rollout of

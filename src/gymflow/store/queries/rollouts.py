@@ -13,6 +13,17 @@ def stored_count(con: Connection) -> int:
     return one_row(con, "SELECT count(*) FROM rollouts")[0]
 
 
+def stored_and_expected(con: Connection) -> tuple[int, int]:
+    """How many rollouts the store holds, and how many its plan expects (its tasks times the
+    run's repeats)."""
+    stored, expected = one_row(
+        con,
+        "SELECT (SELECT count(*) FROM rollouts), "
+        "(SELECT count(*) FROM tasks) * coalesce((SELECT max(repeats) FROM runs), 0)",
+    )
+    return stored, expected
+
+
 def stored_ids(con: Connection) -> set[str]:
     """The ids of every stored rollout."""
     return {row[0] for row in con.execute("SELECT rollout_id FROM rollouts").fetchall()}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from gymflow.store.db import first_sql
 from gymflow.store.handle import Connection, one_row
 
 
@@ -126,4 +127,21 @@ def flipped_tasks(con: Connection, old: str, new: str) -> list[tuple[Any, ...]]:
         ORDER BY r.task_id
         """,
         [old, new],
+    ).fetchall()
+
+
+def disagreements(con: Connection, version: str, examples: int) -> list[tuple[Any, ...]]:
+    """For each other stored version that judges some rollout differently from `version` (both
+    verdicts `ok`): (version, the other version, how many rollouts, the first `examples` ids)."""
+    return con.execute(
+        f"""
+        SELECT a.verifier_version, b.verifier_version, count(*),
+               {first_sql("a.rollout_id", "a.rollout_id", examples)}
+        FROM (SELECT * FROM verifications WHERE verifier_version = ? AND status = 'ok') a
+        JOIN (SELECT * FROM verifications WHERE verifier_version <> ? AND status = 'ok') b
+          ON a.rollout_id = b.rollout_id
+        WHERE a.passed <> b.passed
+        GROUP BY ALL ORDER BY 1, 2
+        """,
+        [version, version],
     ).fetchall()
