@@ -119,9 +119,10 @@ def test_merged_shards_keep_the_tool_lists_their_model_calls_refer_to(tmp_path):
     rollouts = [_rollout("t1", 0), _rollout("t2", 0)]
     shards = [_shard(tmp_path, i, [r]) for i, r in enumerate(rollouts)]
     merged = tmp_path / "run"
+    (tmp_path / "snapshots").mkdir()
     report = merge_into(
         merged,
-        read_shards(merged, shards),
+        read_shards(merged, shards, tmp_path / "snapshots"),
         run_id="run",
         shard_count=2,
         task_rows=[],

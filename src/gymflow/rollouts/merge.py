@@ -3,6 +3,7 @@ says which tasks and rollouts the run expects; the store copies the rows (`store
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from gymflow.core.config import ConfigError, EvalConfig, ShardSpec
@@ -57,19 +58,20 @@ def merge_shards(
     """Merge `shard_dirs` into the store at `run_dir`, then count what is still missing.
     `plan`: the run's, with its shard count, when the caller has it (the flow that ran the
     shards); else resolved from the config the shards stored (`gym eval aggregate`)."""
-    shards = read_shards(run_dir, shard_dirs)
-    if plan is None:
-        plan = expected_plan(shards[0].run)
-    else:
-        check_collected_as(plan, shards[0].run)
-    return merge_into(
-        run_dir,
-        shards,
-        run_id=plan.run_id,
-        shard_count=plan.config.shard.count,
-        task_rows=task_rows(plan, plan.all_tasks),
-        keys=all_keys(plan),
-    )
+    with tempfile.TemporaryDirectory(prefix="gymflow-shards-") as folder:
+        shards = read_shards(run_dir, shard_dirs, Path(folder))
+        if plan is None:
+            plan = expected_plan(shards[0].run)
+        else:
+            check_collected_as(plan, shards[0].run)
+        return merge_into(
+            run_dir,
+            shards,
+            run_id=plan.run_id,
+            shard_count=plan.config.shard.count,
+            task_rows=task_rows(plan, plan.all_tasks),
+            keys=all_keys(plan),
+        )
 
 
 def shard_progress(plan: RunPlan) -> ShardProgress:

@@ -19,6 +19,7 @@ import duckdb
 from gymflow.core.errors import RuntimeFailure, UserError, option
 from gymflow.core.written import created, written
 from gymflow.store.exact_schema import differences
+from gymflow.store.named_paths import name as _name
 from gymflow.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, SPECS, TABLES
 from gymflow.store.stored_values import check_small_tables, named_bad_values
 
@@ -264,7 +265,7 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
     """Open the store of a run directory. `create` makes the directory and schema if absent."""
     path = store_path(run_dir)
     if (holder := _held.get(path.resolve())) is not None:
-        return holder.cursor()
+        return _name(holder.cursor(), path)
     if not path.exists():
         if not create:
             raise StoreError(f"{path}: no gymflow store here (run `gym eval run` first?)")
@@ -292,7 +293,7 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
     except BaseException:
         con.close()
         raise
-    return con
+    return _name(con, path)
 
 
 #: What a store holds that gymflow did not create, in one query (about 20 ms on an idle

@@ -8,6 +8,7 @@ from the caller, which resolves the run's stored config (`rollouts/merge.py`).""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any, cast
 import duckdb
 
 from gymflow.store.db import StoreError, StoreFailure, connect, store_path, transaction
+from gymflow.store.handle import one_row
 from gymflow.store.runs import RolloutKey, RunInfo, check_run_store, missing_keys, run_info
 from gymflow.store.seal import (
     SealKey,
@@ -44,10 +46,14 @@ IDENTITY = ("run_id", "config_hash", "benchmark_version", "dataset_version", "re
 
 @dataclass(frozen=True)
 class ShardInfo:
+    """A shard store as checked: `path` where it was found, `snapshot` the private copy of it
+    that was checked and is the one merged."""
+
     path: Path
     run: RunInfo
     indices: tuple[int, ...]
     rollouts: int
+    snapshot: Path
 
 
 @dataclass(frozen=True)
@@ -91,9 +97,28 @@ class MergeReport:
         }
 
 
-def read_shard(path: Path | str) -> ShardInfo:
-    """Open a shard store read-only and read its run identity."""
-    con = connect(path, read_only=True)
+def snapshot(path: Path | str, folder: Path) -> Path:
+    """The shard store at `path` (with its write-ahead log) copied, as it is now, into
+    `folder`, a private folder of the merge's. A shard's folder is anyone's: a store checked at
+    its path and attached again by that path later could be another file by then (a view put
+    in its place ran its SQL in the merge: the seal key read into the run store, attack pass
+    4). The merge checks and copies the snapshot, which nobody else can write."""
+    source = store_path(path)
+    if not source.is_file():
+        raise StoreError(f"{source}: no gymflow store here")
+    target = folder / f"shard-{len(list(folder.glob('*.duckdb')))}.duckdb"
+    shutil.copyfile(source, target)
+    wal = source.with_name(source.name + ".wal")
+    if wal.is_file():
+        shutil.copyfile(wal, target.with_name(target.name + ".wal"))
+    return target
+
+
+def read_shard(path: Path | str, folder: Path) -> ShardInfo:
+    """Snapshot a shard store into `folder` (`snapshot`), open the snapshot read-only, check
+    it and read its run identity."""
+    copy = snapshot(path, folder)
+    con = connect(copy, read_only=True)
     try:
         run = run_info(con)
         runs = con.execute("SELECT count(DISTINCT run_id) FROM runs").fetchone()[0]
@@ -102,12 +127,24 @@ def read_shard(path: Path | str) -> ShardInfo:
         indices = tuple(
             r[0] for r in con.execute("SELECT shard_index FROM shards ORDER BY 1").fetchall()
         )
-        rollouts = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
+        rollouts: int = one_row(con, "SELECT count(*) FROM rollouts")[0]
         # its rows would be sealed into the merged store as they are: checked first
-        check_before_writing(con, f"{store_path(path)}: refused")
+        _check_shard_key(con, "main", store_path(path), load_key(create=False))
+        checked = check_before_writing(con, f"{store_path(path)}: refused")
+        verdicts: int = one_row(con, "SELECT count(*) FROM verifications")[0]
+        if not checked and (rollouts or verdicts):
+            # A store gymflow writes is sealed from its first row; one that reads as unsealed
+            # had its seals removed somewhere this machine's ledger does not know of (another
+            # path, another machine's worker), and its verdicts cannot be vouched for.
+            raise StoreError(
+                f"{store_path(path)}: refused: its verdicts are not sealed by this machine's "
+                "key, so nothing vouches for them; a shard gymflow writes is sealed"
+            )
     finally:
         con.close()
-    return ShardInfo(path=store_path(path), run=run, indices=indices, rollouts=rollouts)
+    return ShardInfo(
+        path=store_path(path), run=run, indices=indices, rollouts=rollouts, snapshot=copy
+    )
 
 
 def check_identity(reference: RunInfo, shard: ShardInfo, reference_name: str) -> None:
@@ -133,12 +170,12 @@ def _destination_run(destination: Path) -> RunInfo | None:
         con.close()
 
 
-def read_shards(run_dir: Path | str, shard_dirs: list[Path | str]) -> list[ShardInfo]:
-    """Open every shard read-only and check it is a shard of one run, the run `run_dir` holds
-    (if it holds one), and not `run_dir` itself; nothing is written."""
+def read_shards(run_dir: Path | str, shard_dirs: list[Path | str], folder: Path) -> list[ShardInfo]:
+    """Snapshot every shard into the private `folder` and check it is a shard of one run, the
+    run `run_dir` holds (if it holds one), and not `run_dir` itself; nothing is written."""
     if not shard_dirs:
         raise StoreError("no shard stores given")
-    shards = [read_shard(path) for path in shard_dirs]
+    shards = [read_shard(path, folder) for path in shard_dirs]
     reference = shards[0].run
     for shard in shards[1:]:
         check_identity(reference, shard, str(shards[0].path.parent))
@@ -199,14 +236,11 @@ def _copy(
     aliases = [f"shard_{i}" for i in range(len(shards))]
     try:
         for alias, shard in zip(aliases, shards, strict=True):
-            con.execute(f"ATTACH '{_quote(shard.path)}' AS {alias} (READ_ONLY)")
+            con.execute(f"ATTACH '{_quote(shard.snapshot)}' AS {alias} (READ_ONLY)")
     except duckdb.Error as exc:
         _detach(con, aliases)
         raise StoreFailure(f"cannot attach a shard store read-only: {exc}") from None
     try:
-        key = load_key(create=True)
-        for alias, shard in zip(aliases, shards, strict=True):
-            _check_shard_key(con, alias, shard, key)
         with transaction(con):
             for alias in aliases:
 
@@ -253,14 +287,14 @@ def copy_rows(con, relation: Callable[[str], str | None]) -> dict[str, int]:
     return added
 
 
-def _check_shard_key(con, alias: str, shard: ShardInfo, key: SealKey | None) -> None:
+def _check_shard_key(con, alias: str, shard: Path, key: SealKey | None) -> None:
     """A shard sealed with another key than this machine's is refused before anything is
     copied: its seals could not be checked here, and merged they would read as tampered."""
     row = con.execute(f"SELECT value FROM {alias}.meta WHERE key = 'seal'").fetchone()
     key_id = None if row is None else str(row[0]).partition(":")[0]
     if key_id is not None and (key is None or key_id != key.key_id):
         raise SealKeyError(
-            foreign_key_message(f"{shard.path.parent}: refused", key_id, key) + "; nothing merged"
+            foreign_key_message(f"{shard.parent}: refused", key_id, key) + "; nothing merged"
         )
 
 

@@ -45,6 +45,7 @@ from gymflow.core.errors import UserError
 from gymflow.core.same_text import same_text
 from gymflow.core.user_folders import user_config
 from gymflow.store.arrow_reads import arrow_batches, joined_strings
+from gymflow.store.named_paths import named_path
 from gymflow.store.sealed_inputs import inputs_sealed, seal_inputs
 from gymflow.store.sealed_rollouts import (
     rollouts_recorded,
@@ -362,12 +363,31 @@ def ledger_file() -> Path:
     return key_file().with_name("sealed-stores")
 
 
-def store_file(con) -> str | None:
+def store_file(con: DuckDBPyConnection) -> str | None:
     """The real path of the store file `con` has open (None: in memory)."""
+    names = store_names(con)
+    return names[-1] if names else None
+
+
+def store_names(con: DuckDBPyConnection) -> tuple[str, ...]:
+    """The store file `con` has open by the path it was opened at and by its real path (one,
+    when they are the same; none: in memory)."""
     row = con.execute(
         "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
     ).fetchone()
-    return os.path.realpath(row[0]) if row and row[0] else None
+    if not row or not row[0]:
+        return ()
+    named = named_path(con)
+    real = os.path.realpath(row[0])  # DuckDB reports the file it opened, links followed
+    return (real,) if named is None or os.path.abspath(named) == real else (named, real)
+
+
+def _names(path: Path | str) -> tuple[str, ...]:
+    """`path` as named (absolute) and as it resolves. The ledger lists a store by both: a
+    sealed store's path turned into a link to a copy stripped of its seals would otherwise read
+    as a store never sealed (attack pass 4: pass@1 0.60 -> 1.00, healthy)."""
+    named, real = os.path.abspath(path), os.path.realpath(path)
+    return (named,) if named == real else (named, real)
 
 
 def _entry(key: SealKey, path: str, *, rollouts: bool = False) -> str:
@@ -387,7 +407,7 @@ _BUILT_ASIDE: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
 def built_aside(path: Path | str) -> Iterator[None]:
     """Inside, the store at `path` is not recorded as sealed: it is built to be renamed, and
     the caller records it where it ends up (`remember`)."""
-    token = _BUILT_ASIDE.set(_BUILT_ASIDE.get() | {os.path.realpath(path)})
+    token = _BUILT_ASIDE.set(_BUILT_ASIDE.get() | set(_names(path)))
     try:
         yield
     finally:
@@ -395,17 +415,21 @@ def built_aside(path: Path | str) -> Iterator[None]:
 
 
 def _remember(con: DuckDBPyConnection, key: SealKey, *, rollouts: bool = False) -> None:
-    path = store_file(con)
-    if path is not None and path not in _BUILT_ASIDE.get():
-        remember(path, key, rollouts=rollouts)
+    names = store_names(con)
+    if names and not set(names) & _BUILT_ASIDE.get():
+        remember(names[0], key, rollouts=rollouts)
 
 
 def remember(path: Path | str, key: SealKey, *, rollouts: bool = False) -> None:
     """Record that `key` sealed the store at `path` (its final path: a store built aside and
     renamed into place is recorded where it ends up), once; with `rollouts`, that it sealed
     its rollouts there too (a store this gymflow wrote: seal record version 3)."""
-    path, ledger = os.path.realpath(path), ledger_file()
-    lines = [_entry(key, path)] + ([_entry(key, path, rollouts=True)] if rollouts else [])
+    ledger = ledger_file()
+    lines = [
+        line
+        for name in _names(path)
+        for line in [_entry(key, name)] + ([_entry(key, name, rollouts=True)] if rollouts else [])
+    ]
     new = [line for line in lines if not _listed(ledger, line)]
     if not new:
         return
@@ -422,9 +446,12 @@ def remember_copy(source: Path, copy: Path) -> None:
     """A copy of a store this machine's key sealed is recorded as sealed too (a study's arm
     starts from a copy of its base run's store), with its rollouts when the source's were."""
     key = load_key(create=False)
-    ledger, source_path = ledger_file(), os.path.realpath(source)
-    if key is not None and _listed(ledger, _entry(key, source_path)):
-        remember(copy, key, rollouts=_listed(ledger, _entry(key, source_path, rollouts=True)))
+    if key is None:
+        return
+    ledger, names = ledger_file(), _names(source)
+    if any(_listed(ledger, _entry(key, name)) for name in names):
+        rollouts = any(_listed(ledger, _entry(key, name, rollouts=True)) for name in names)
+        remember(copy, key, rollouts=rollouts)
 
 
 def _listed(ledger: Path, entry: str) -> bool:
@@ -441,8 +468,8 @@ def _listed(ledger: Path, entry: str) -> bool:
 
 
 def _remembered(con: DuckDBPyConnection, key: SealKey, *, rollouts: bool = False) -> bool:
-    path = store_file(con)
-    return path is not None and _listed(ledger_file(), _entry(key, path, rollouts=rollouts))
+    ledger = ledger_file()
+    return any(_listed(ledger, _entry(key, name, rollouts=rollouts)) for name in store_names(con))
 
 
 STRIPPED = (
