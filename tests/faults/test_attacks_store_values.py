@@ -18,6 +18,7 @@ from tests.conftest import gym_in_process
 from tests.faults.stores import collect_run, edit_store, one_error_line, rollout_rows, tree_digest
 
 ONE = "(SELECT rollout_id FROM rollouts ORDER BY rollout_id LIMIT 1)"
+DEEP = "'{\"a\":' || repeat('[', 100000) || repeat(']', 100000) || '}'"
 #: edit -> (its SQL, the table and field the error names)
 EDITS = {
     "config not JSON": ("UPDATE runs SET config_json = '{not json'", "runs", "config_json"),
@@ -48,6 +49,23 @@ EDITS = {
         f"UPDATE model_calls SET response_json = '{{' WHERE rollout_id = {ONE}",
         "model_calls",
         "response_json",
+    ),
+    # valid JSON Python's parser cannot read (RecursionError, not ValueError: attack pass 4, a04)
+    "config nested deep": (f"UPDATE runs SET config_json = {DEEP}", "runs", "config_json"),
+    "params nested deep": (
+        f"UPDATE verifier_versions SET params_json = {DEEP}",
+        "verifier_versions",
+        "params_json",
+    ),
+    "details nested deep": (
+        f"UPDATE verifications SET details_json = {DEEP} WHERE rollout_id = {ONE}",
+        "verifications",
+        "details_json",
+    ),
+    "trajectory nested deep": (  # reverify names it by its rollout ("rollout ID: trajectory_json")
+        f"UPDATE rollouts SET trajectory_json = {DEEP} WHERE rollout_id = {ONE}",
+        None,
+        "trajectory_json",
     ),
     "latency NaN": (
         "UPDATE rollouts SET latency_s = 'nan'::DOUBLE",
@@ -88,7 +106,9 @@ def test_a_bad_stored_value_is_one_line_naming_it(honest: Path, tmp_path: Path, 
         assert str(run / "gymflow.duckdb") in line and field in line, (name, line)
         if table is not None:
             assert f"table {table}, row " in line, (name, line)
-    assert rollout_rows(run / "gymflow.duckdb") == stored and tree_digest(run) == digest
+    # a report read to the end is written beside the store; the store and the rest stay as they were
+    after = {name: sha for name, sha in tree_digest(run).items() if not name.startswith("report")}
+    assert rollout_rows(run / "gymflow.duckdb") == stored and after == digest
 
 
 #: Commands that do not stop on the edited value: it decides nothing they print, or a check
@@ -97,4 +117,7 @@ READ_ELSEWHERE = {
     *(("latency NaN", name) for name in ("health", "profile", "diagnose", "reverify --check")),
     *(("details not JSON", name) for name in ("health", "reverify --check")),
     *(("response not JSON", name) for name in ("health", "reverify --check")),
+    # read as DuckDB reads it; the report shows the one value as unreadable
+    *(("details nested deep", name) for name in COMMANDS),
+    *(("trajectory nested deep", name) for name in COMMANDS if name != "reverify --check"),
 }

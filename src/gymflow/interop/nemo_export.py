@@ -22,11 +22,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gymflow.core.json_text import parse
 from gymflow.core.written import written
 from gymflow.interop.nemo_read import sidecar_path
 from gymflow.models.nemo_gym_shapes import nemo_request, nemo_response, usage
 from gymflow.store.queries.exports import nemo_rollout_rows, nemo_task_requests
 from gymflow.store.runs import max_repeats, run_info
+from gymflow.store.stored_values import bad_value, store_name
 
 #: gymflow's failure kinds as NeMo Gym failure classes (a timeout is terminal there).
 FAILURE_CLASSES = {"timeout": "timeout_exceeded", "verifier_error": "transient"}
@@ -45,8 +47,17 @@ def _lines(
             failure_kind, error, incomplete, input_tokens, output_tokens, started, request_json,
             v_status, reward, v_failure,
         ) in rows:  # fmt: skip
-            trajectory = json.loads(trajectory_json or "[]")
-            request = json.loads(request_json) if request_json else {"input": trajectory[:1]}
+            try:
+                trajectory = parse(trajectory_json or "[]")
+                request = parse(request_json) if request_json else {"input": trajectory[:1]}
+            except json.JSONDecodeError as exc:
+                raise bad_value(
+                    store_name(con),
+                    "rollouts",
+                    rid,
+                    "trajectory_json or its request_json",
+                    str(exc),
+                ) from None
             request = nemo_request(request)
             given = request["input"]
             response = nemo_response(

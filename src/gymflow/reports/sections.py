@@ -12,6 +12,7 @@ from typing import Any, cast
 from gymflow.analysis.profile import profile
 from gymflow.analysis.results import Profile, RunAnalysis
 from gymflow.analysis.run import analyse
+from gymflow.core.json_text import parse
 from gymflow.data.profile import data_profile
 from gymflow.reports.trajectory import blocks
 from gymflow.reverify.new_version import flips
@@ -24,7 +25,7 @@ from gymflow.store.verifier_versions import current_verifier_version
 def details(details_json: str | None) -> dict[str, Any]:
     """A verdict's stored details as a dict: unreadable JSON and a bare value are kept, named."""
     try:
-        value: object = json.loads(details_json) if details_json else {}
+        value: object = parse(details_json) if details_json else {}
     except json.JSONDecodeError:
         return {"unreadable": details_json}
     return cast(dict[str, Any], value) if isinstance(value, dict) else {"value": value}
@@ -76,7 +77,10 @@ def exported(rollout: dict[str, Any]) -> dict[str, Any]:
     """One rollout as a JSONL line: the whole stored trajectory, nothing clipped."""
     row = {k: v for k, v in rollout.items() if k not in ("trajectory_json", "details_json")}
     row["details"] = details(rollout["details_json"])
-    row["trajectory"] = json.loads(rollout["trajectory_json"] or "[]")
+    try:
+        row["trajectory"] = parse(rollout["trajectory_json"] or "[]")
+    except json.JSONDecodeError:
+        row["trajectory"] = {"unreadable": rollout["trajectory_json"]}
     return row
 
 

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gymflow.core.json_text import parse
+
 MAX_TEXT = 3000  # characters per text field shown inline
 MAX_ITEMS = 60  # items per trajectory shown inline
 # Characters per trajectory shown inline: with the report's 12 sometimes-pass pairs and 5 evidence
@@ -52,7 +54,7 @@ def _arguments(raw: Any) -> tuple[str, str | None]:
     if not isinstance(raw, str):
         return json.dumps(raw, indent=2, ensure_ascii=False), None
     try:
-        parsed = json.loads(raw)
+        parsed = parse(raw)
     except json.JSONDecodeError:
         return raw, "arguments are not valid JSON"
     pretty = json.dumps(parsed, indent=2, ensure_ascii=False)
@@ -104,7 +106,7 @@ def _block(item: Any) -> Block:
 def blocks(trajectory_json: str | None) -> tuple[list[Block], int]:
     """The display blocks of a stored trajectory and how many items were left out."""
     try:
-        items = json.loads(trajectory_json) if trajectory_json else []
+        items = parse(trajectory_json) if trajectory_json else []
     except json.JSONDecodeError:
         text, clipped = _clip(trajectory_json or "")
         return [Block("other", "unreadable trajectory JSON", text, clipped)], 0

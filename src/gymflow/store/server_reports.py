@@ -7,6 +7,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from duckdb import DuckDBPyConnection
+
+from gymflow.core.json_text import parse
+
 SERVER_KEY = "server_report"
 
 
@@ -20,13 +24,13 @@ def record_server_report(con, report: dict[str, Any]) -> None:
     )
 
 
-def server_report(con) -> dict[str, Any] | None:
+def server_report(con: DuckDBPyConnection) -> dict[str, Any] | None:
     """The kept report, or None (a store written before, a server that reported nothing)."""
     row = con.execute("SELECT value FROM meta WHERE key = ?", [SERVER_KEY]).fetchone()
     if not row:
         return None
     try:
-        value = json.loads(row[0])
+        value = parse(row[0])
     except ValueError:
         return None
     return value if isinstance(value, dict) else None

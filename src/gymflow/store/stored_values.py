@@ -15,7 +15,6 @@ written."""
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -24,6 +23,7 @@ from duckdb import DuckDBPyConnection
 
 from gymflow.core.config import MAX_REPEATS
 from gymflow.core.errors import UserError
+from gymflow.core.json_text import parse
 
 
 class StoredValueError(UserError):
@@ -88,7 +88,7 @@ def _object(text: Any) -> str | None:
     if text is None:
         return None
     try:
-        value = json.loads(text)
+        value = parse(text)
     except (TypeError, ValueError):
         return "not JSON"
     return None if isinstance(value, dict) else f"JSON {type(value).__name__}, not an object"
