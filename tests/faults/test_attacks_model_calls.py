@@ -237,3 +237,37 @@ def test_an_imported_store_seals_its_calls(tmp_path: Path) -> None:
     read("import", "nemo-gym", "rollouts.jsonl", "--out", "imported", "--environment",
          "arithmetic", cwd=tmp_path, check=True)  # fmt: skip
     _sealed_whole_and_checked(tmp_path / "imported", tmp_path)
+
+
+def test_a_resumes_set_aside_folds_the_calls_out(tmp_path: Path) -> None:
+    """A resume sets a transiently failed rollout aside with its calls (`superseded.py`): both
+    records lose them in the same transaction, and still match what the store holds."""
+    import duckdb
+
+    from gymflow.store.seal import load_key
+    from gymflow.store.sealed_rows import MODEL_CALLS, ROLLOUTS, rows_sealed
+    from gymflow.store.superseded import supersede_failed
+    from tests.faults.stores import resealed
+
+    run = collect_run(tmp_path / "run")
+    store = run / "gymflow.duckdb"
+    # as a writer stores a transport failure (sealed as it is), before the owner resumes
+    edit_store(
+        run,
+        "UPDATE rollouts SET status = 'failed', failure_kind = 'transport' "
+        "WHERE rollout_id = (SELECT min(rollout_id) FROM rollouts)",
+    )
+    resealed(store)
+    count, held = _calls_record(run)
+    con = duckdb.connect(str(store))
+    try:
+        key = load_key(create=False)
+        assert key is not None
+        (run_id,) = con.execute("SELECT run_id FROM runs").fetchone() or ("",)
+        assert supersede_failed(con, run_id, ("transport",)) == 1
+        assert rows_sealed(con, key, ROLLOUTS) is True
+        assert rows_sealed(con, key, MODEL_CALLS) is True
+    finally:
+        con.close()
+    after, left = _calls_record(run)
+    assert count == held and after == left < held
