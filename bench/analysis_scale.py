@@ -120,7 +120,9 @@ def build_store(path: Path, tasks: int, repeats: int = REPEATS) -> float:
         FROM plan
         """
     )
-    key = claim(con, str(path))  # sealed as every writer seals (store/seal.py)
+    # sealed as every writer seals: the store's first seal record seals every rollout and model
+    # call whole (store/seal.py, store/sealed_rows.py), as an import's does
+    key = claim(con, str(path))
     verdicts = sealed(
         con,
         key,
@@ -182,6 +184,12 @@ def run_stage(stage: str, store: Path) -> dict[str, float]:
                 checked = getattr(out, "seals_checked_at", None)
                 detail = f"verdict {out.verdict}" + (
                     f", seals checked at {checked:%H:%M:%S}" if checked else ", seals recomputed"
+                )
+                # what the seals of the rows say (a checkout before one was sealed lacks it)
+                detail += "".join(
+                    f", {name} {out.checks[name].status}"
+                    for name in ("rollouts_edited", "calls_edited")
+                    if name in out.checks
                 )
             elif stage == "profile":
                 out = profile(con)

@@ -230,8 +230,20 @@ def _inputs_edited(b):
 
 def _rollout_edited(b):
     """One rollout's turn count edited in the file: no verdict's seal covers it; the seal over
-    every rollout's identity and outcome does not match (store/sealed_rollouts.py)."""
+    every rollout's identity and outcome does not match (store/sealed_rows.py)."""
     edit = "UPDATE rollouts SET num_turns = num_turns + 1 WHERE task_id = 't0' AND repeat_index = 1"
+    b.after_write.append((edit, []))
+    return b.meta.run_id
+
+
+def _call_edited(b):
+    """One model call's latency and cached tokens edited in the file: no other check reads
+    them, no verdict's seal covers them; the seal over every model call does not match
+    (store/sealed_rows.py)."""
+    edit = (
+        "UPDATE model_calls SET latency_s = 0.001, cached_tokens = 999 WHERE rollout_id IN "
+        "(SELECT rollout_id FROM rollouts WHERE task_id = 't0' AND repeat_index = 1)"
+    )
     b.after_write.append((edit, []))
     return b.meta.run_id
 
@@ -329,6 +341,7 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "task_list_edited": _task_deleted,
     "inputs_edited": _inputs_edited,
     "rollouts_edited": _rollout_edited,
+    "calls_edited": _call_edited,
     "verdict_unsealed": _before_the_seal,
     "seal_key_unknown": _another_key,
     TASK_CHECK: _every_repeat,

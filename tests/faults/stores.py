@@ -100,10 +100,11 @@ def edit_store(run: Path, *statements: str) -> None:
 
 
 def as_an_older_gymflow_left_it(run: Path, version: int) -> None:
-    """The store as a gymflow writing seal records of `version` (1 or 2) left it, made with
+    """The store as a gymflow writing seal records of `version` (1 to 3) left it, made with
     this machine's key as that gymflow would: its record of that version, its task list sealed
-    under it, and no seal of what that version did not seal (1: its inputs; both: its
-    rollouts). What an attacker cannot do: the task list's seal needs the key."""
+    under it, and no seal of what that version did not seal (1: its inputs; 1 and 2: its
+    rollouts; all: its model calls). What an attacker cannot do: the task list's seal needs
+    the key."""
     from gymflow.store.seal import _record, _task_list_mac, load_key
 
     key = load_key(create=False)
@@ -117,7 +118,8 @@ def as_an_older_gymflow_left_it(run: Path, version: int) -> None:
         run,
         f"UPDATE meta SET value = '{_record(key, 0, version=version)}' WHERE key = 'seal'",
         f"UPDATE meta SET value = '{task_seal}' WHERE key = 'task_seal'",
-        "DELETE FROM meta WHERE key = 'rollouts_seal'",
+        "DELETE FROM meta WHERE key = 'calls_seal'",
+        *(["DELETE FROM meta WHERE key = 'rollouts_seal'"] if version < 3 else []),
         *(["DELETE FROM meta WHERE key = 'inputs_seal'"] if version < 2 else []),
     )
 
@@ -147,17 +149,21 @@ def orphans(store: Path) -> int:
 
 def resealed(store: Path) -> None:
     """Every verdict of `store` sealed again, with this machine's key, over its rollout as
-    stored now, and its rollouts (`sealed_rollouts.py`): the state a writer would have sealed
-    (an edit made by SQL, taken as honest)."""
+    stored now, and its rollouts and model calls (`sealed_rows.py`): the state a writer would
+    have sealed (an edit made by SQL, taken as honest)."""
     from gymflow.store.seal import MESSAGE, load_key, message_sql, sealed
-    from gymflow.store.sealed_rollouts import rollouts_recorded, seal_rollouts
+    from gymflow.store.sealed_rows import SEALED_ROWS, rows_record, rows_recorded
 
     con = duckdb.connect(str(store))
     try:
         key = load_key(create=True)
         assert key is not None
-        if rollouts_recorded(con):
-            seal_rollouts(con, key)
+        for spec in SEALED_ROWS.values():
+            if rows_recorded(con, spec):
+                con.execute(
+                    "UPDATE meta SET value = ? WHERE key = ?",
+                    [rows_record(con, key, spec), spec.record],
+                )
         seals = sealed(
             con,
             key,

@@ -7,7 +7,7 @@ pass, `reverify --check` "every verdict matches its seal". Setting the failing r
 healthy.
 
 Now every rollout's run, task, repeat, status, failure kind, cut, turns, calls and tokens are
-sealed (`store/sealed_rollouts.py`): any such edit, or a rollout added or deleted, is
+sealed (`store/sealed_rows.py`): any such edit, or a rollout added or deleted, is
 `rollouts_edited` in health (an integrity failure, exit 2), makes `--check` exit 2, and every
 writer refuses the store with nothing written. The writers that change rollouts (a resume's
 set-aside, each batch, a merge, an import) seal them again in their own transaction; a store
@@ -105,8 +105,10 @@ def test_an_edited_rollout_outcome_reads_as_tampered(
     # the numbers read what the file now says; health says they cannot be trusted
     code, verdict, failures = after["health"]
     assert (code, verdict) == (2, "unhealthy") and "rollouts_edited" in failures, after
-    if edit != "rollout deleted":  # a deleted one is missing too; the others only the seal sees
-        assert failures == ["rollouts_edited"], after
+    if edit != "rollout deleted":  # a deleted one is missing too; the others only the seals see
+        # the edits that touch the rollout's model calls too fail their seal (sealed_rows.py)
+        calls = any("model_calls" in sql for sql in EDITS[edit])
+        assert failures == (["calls_edited"] if calls else []) + ["rollouts_edited"], after
     if edit not in ("cut at the limit", "turn limit claimed"):
         assert after["profile"]["pass@1"] != before["profile"]["pass@1"], (before, after)
     checked = gym("eval", "reverify", str(run), "--check", cwd=tmp_path)
@@ -139,7 +141,11 @@ def test_a_store_sealed_before_its_rollouts_opens_and_its_next_writer_seals_them
     ].startswith("20:")
     assert _numbers(run, tmp_path)["health"] == (0, "healthy", [])
     edit_store(run, *EDITS["completed to failed"])
-    assert _numbers(run, tmp_path)["health"] == (2, "unhealthy", ["rollouts_edited"])
+    assert _numbers(run, tmp_path)["health"] == (
+        2,
+        "unhealthy",
+        ["calls_edited", "rollouts_edited"],
+    )
 
 
 def test_an_older_seal_record_put_back_does_not_switch_the_rollouts_check_off(
@@ -150,20 +156,25 @@ def test_an_older_seal_record_put_back_does_not_switch_the_rollouts_check_off(
     rollouts' seal deleted, read as a store sealed before its rollouts were, and the a03 edit
     went unseen. Where this machine sealed the rollouts (its sealed-stores ledger), an older
     record is an edit: health fails and writers refuse, nothing written."""
-    from gymflow.store.seal import load_key, remember
+    from gymflow.store.seal import RECORD_VERSION, load_key, remember
 
     run = tmp_path / "run"
     shutil.copytree(honest, run)
     key = load_key(create=False)
     assert key is not None
-    remember(run / "gymflow.duckdb", key, rollouts=True)  # as the owner's gymflow sealed it here
+    # as the owner's gymflow sealed it here
+    remember(run / "gymflow.duckdb", key, version=RECORD_VERSION)
     before = _numbers(run, tmp_path)
     _record_put_back(run)
     edit_store(run, *EDITS["completed to failed"])
     stored, digest = rollout_rows(run / "gymflow.duckdb"), tree_digest(run)
     after = _numbers(run, tmp_path)
     assert after["profile"]["pass@1"] != before["profile"]["pass@1"]
-    assert after["health"] == (2, "unhealthy", ["rollouts_edited", "task_list_edited"]), after
+    assert after["health"] == (
+        2,
+        "unhealthy",
+        ["calls_edited", "rollouts_edited", "task_list_edited"],
+    ), after
     done = gym("eval", "reverify", str(run), "--set", "abs_tol=0.5", cwd=tmp_path)
     assert done.returncode == 2 and "nothing was written" in one_error_line(done.stderr)
     assert rollout_rows(run / "gymflow.duckdb") == stored and tree_digest(run) == digest
@@ -172,15 +183,15 @@ def test_an_older_seal_record_put_back_does_not_switch_the_rollouts_check_off(
 def _record_put_back(run: Path) -> None:
     """What an attacker holding an older store of this key does: its version 2 record (the
     same in every store of the key with no verdict from before the seal) put in place of this
-    store's own, and the rollouts' seal deleted. The task list's seal, which needs the key,
-    stays as this store's writers left it."""
+    store's own, and the rollouts' and model calls' seals deleted. The task list's seal, which
+    needs the key, stays as this store's writers left it."""
     from gymflow.store.seal import _record, load_key
 
     key = load_key(create=False)
     assert key is not None
     edit_store(
         run,
-        "DELETE FROM meta WHERE key = 'rollouts_seal'",
+        "DELETE FROM meta WHERE key IN ('rollouts_seal', 'calls_seal')",
         f"UPDATE meta SET value = '{_record(key, 0, version=2)}' WHERE key = 'seal'",
     )
 
@@ -211,7 +222,9 @@ def test_an_older_record_put_back_in_a_moved_store_is_an_edit(honest: Path, tmp_
     assert rollout_rows(run / "gymflow.duckdb") == stored and tree_digest(run) == digest
 
 
-@pytest.mark.parametrize("meta_key", ["seal", "rollouts_seal", "inputs_seal", "task_seal"])
+@pytest.mark.parametrize(
+    "meta_key", ["seal", "rollouts_seal", "calls_seal", "inputs_seal", "task_seal"]
+)
 def test_a_seal_text_with_a_character_outside_ascii_is_an_edit_not_a_crash(
     honest: Path, tmp_path: Path, meta_key: str
 ) -> None:

@@ -487,9 +487,12 @@ def test_a_task_deleted_with_all_it_held_is_an_integrity_failure(tmp_path) -> No
     assert checked.returncode == 2, checked.stdout + checked.stderr
     report = json.loads(checked.stdout)
     # the task's row was one of the sealed inputs too (store/sealed_inputs.py), and its
-    # rollouts were sealed (store/sealed_rollouts.py)
-    assert report["gate_failures"] == ["task_list_edited", "inputs_edited", "rollouts_edited"], (
-        report
-    )
+    # rollouts and their model calls were sealed (store/sealed_rows.py)
+    assert report["gate_failures"] == [
+        "task_list_edited",
+        "inputs_edited",
+        "rollouts_edited",
+        "calls_edited",
+    ], report
 
     assert tree_digest(run) == digest

@@ -23,7 +23,7 @@ from gymflow.flows.parameters import ScaleOptions, shard_dir
 from gymflow.flows.reverify import reverify
 from gymflow.store.db import store_path
 from gymflow.store.seal import load_key
-from gymflow.store.sealed_rollouts import seal_rollouts
+from gymflow.store.sealed_rows import seal_rows
 from tests.conftest import gym
 
 pytestmark = pytest.mark.prefect
@@ -220,8 +220,8 @@ def test_a_failed_shard_is_rerun_alone_and_only_its_missing_rollouts(runs, tmp_p
             "(SELECT rollout_id FROM rollouts WHERE repeat_index = 3)"
         )
     deleted = con.execute("DELETE FROM rollouts WHERE repeat_index = 3").fetchone()[0]
-    # as an interrupted attempt leaves it: its committed batches' rollouts sealed, no more
-    seal_rollouts(con, load_key(create=False))
+    # as an interrupted attempt leaves it: its committed batches' rows sealed, no more
+    seal_rows(con, load_key(create=False))
     con.close()
     assert 0 < deleted < kept
 

@@ -137,6 +137,7 @@ def health(
         "task_list_sealed": sealed.tasks_sealed,
         "inputs_sealed": sealed.inputs_sealed,
         "rollouts_sealed": sealed.rollouts_sealed,
+        "calls_sealed": sealed.calls_sealed,
         "verifier_version": version,
         "repeats": max_repeats(con) or 0,
         "reward_low": spec.low if spec else None,

@@ -507,6 +507,16 @@ CHECKS: dict[str, Check] = {
         level="run",
         needs=("rollouts_sealed",),
     ),
+    "calls_edited": Check(
+        "the store's model calls (each one's rollout, index, attempt, status, failure kind, HTTP "
+        "status, latency, token counts with the cached and reasoning ones, sampling, request, "
+        "response and error) are not those its writers sealed: a call edited, added or deleted "
+        "in the file (what the call checks, the decision's agent-record checks and the "
+        "simulated-model flag read)",
+        "SELECT run_id AS id FROM runs WHERE NOT getvariable('calls_sealed')",
+        level="run",
+        needs=("calls_sealed",),
+    ),
     "seal_stripped": Check(
         "a verdict of a store this machine sealed at this path (its sealed-stores ledger, beside "
         "the seal key) that now reads as unsealed or sealed by another key: its seals or seal "

@@ -26,6 +26,7 @@ def store_seals(con) -> Seals:
         (store.tasks_sealed, "the task list"),
         (store.inputs_sealed, "the inputs (tasks, run row, verifier versions, current version)"),
         (store.rollouts_sealed, "the rollouts' statuses, tasks, repeats or counts"),
+        (store.calls_sealed, "the model calls' statuses, latencies, tokens or bodies"),
     ):
         if sealed is False:
             edited.append(f"{what} not as sealed")

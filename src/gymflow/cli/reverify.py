@@ -181,11 +181,18 @@ def _recheck(run_dir: Path, version: str | None, json_output: bool) -> None:
 
 def _print_seals(result) -> None:
     """What the seals say (`store/seal.py`), beside the judging: the edits it cannot see."""
-    from gymflow.store.seal import INPUTS_EDITED, ROLLOUTS_EDITED, STRIPPED, TASK_LIST_EDITED
+    from gymflow.store.seal import (
+        CALLS_EDITED,
+        INPUTS_EDITED,
+        ROLLOUTS_EDITED,
+        STRIPPED,
+        TASK_LIST_EDITED,
+    )
 
     edited = [
         (result.inputs_sealed, f"the run's inputs do not match their seal: {INPUTS_EDITED}"),
         (result.rollouts_sealed, f"the run's rollouts do not match their seal: {ROLLOUTS_EDITED}"),
+        (result.calls_sealed, f"the run's model calls do not match their seal: {CALLS_EDITED}"),
         (result.tasks_sealed, f"the run's task list does not match its seal: {TASK_LIST_EDITED}"),
     ]
     if result.seal_state == "stripped":

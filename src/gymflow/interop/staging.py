@@ -17,7 +17,7 @@ from pathlib import Path
 from gymflow.core.processes import pid_alive
 from gymflow.interop.nemo_read import InteropError
 from gymflow.store.db import STORE_FILE, StoreError, connect, store_path, transaction
-from gymflow.store.seal import built_aside, load_key, remember
+from gymflow.store.seal import RECORD_VERSION, built_aside, load_key, remember
 
 
 def _remove_abandoned(run_dir: Path) -> None:
@@ -53,7 +53,7 @@ def staged_store(out: Path) -> Iterator:
         os.replace(staging / STORE_FILE, target)
         # recorded as sealed where it now is, never at the staging path it was sealed at
         if (key := load_key(create=False)) is not None:
-            remember(target, key, rollouts=True)
+            remember(target, key, version=RECORD_VERSION)
     except OSError as exc:
         raise InteropError(f"{run_dir}: cannot write the store: {exc}") from None
     finally:

@@ -65,9 +65,11 @@ class Rechecked(Result):
     #: version: `store/sealed_inputs.py`) are those its writers sealed; None: not checked
     #: (not this machine's key, or a store sealed before its inputs were)
     inputs_sealed: bool | None = None
-    #: the rollouts' identities and outcomes (`store/sealed_rollouts.py`) are those sealed;
+    #: the rollouts' identities and outcomes (`store/sealed_rows.py`) are those sealed;
     #: None: not checked (not this machine's key, or a store sealed before they were)
     rollouts_sealed: bool | None = None
+    #: the model calls (`store/sealed_rows.py`) are those sealed; None as `rollouts_sealed`
+    calls_sealed: bool | None = None
     #: the store's task list is the one sealed (`store/seal.py`); None: not checked
     tasks_sealed: bool | None = None
     #: False: nothing was judged, because the parameters or the inputs read as edited (a
@@ -83,6 +85,7 @@ class Rechecked(Result):
             and not self.seal_mismatches
             and self.inputs_sealed is not False
             and self.rollouts_sealed is not False
+            and self.calls_sealed is not False
             and self.tasks_sealed is not False
         )
 
@@ -216,6 +219,7 @@ def _check_with(
         seal_examples=seals.examples,
         inputs_sealed=seals.store.inputs_sealed,
         rollouts_sealed=seals.store.rollouts_sealed,
+        calls_sealed=seals.store.calls_sealed,
         tasks_sealed=seals.store.tasks_sealed,
     )
 
@@ -241,6 +245,7 @@ def _unjudged(env: Environment, version: str, seals: SealCheck, named: bool) -> 
         seal_examples=seals.examples,
         inputs_sealed=seals.store.inputs_sealed,
         rollouts_sealed=seals.store.rollouts_sealed,
+        calls_sealed=seals.store.calls_sealed,
         tasks_sealed=seals.store.tasks_sealed,
         judged=False,
     )

@@ -27,7 +27,7 @@ __all__ = [
     "seal",
     "sealed_first",
     "sealed_inputs",
-    "sealed_rollouts",
+    "sealed_rows",
     "server_reports",
     "snapshot",
     "stored_values",

@@ -28,7 +28,7 @@ from gymflow.store.seal import (
     seal_tasks,
 )
 from gymflow.store.sealed_first import check_before_writing
-from gymflow.store.sealed_rollouts import seal_rollouts
+from gymflow.store.sealed_rows import seal_rows
 from gymflow.store.writer import insert_rows
 
 #: Tables copied from shards, in order. Keyed tables take `INSERT OR IGNORE`; `model_calls` has no
@@ -281,9 +281,10 @@ def copy_rows(con, relation: Callable[[str], str | None]) -> dict[str, int]:
     # The verdicts keep the seals their writer gave them (what they cover travels with them);
     # a shard's from before the seal come in unsealed, and are counted as such, not tampered.
     claim(con, "run store", legacy_added=con.execute(unsealed).fetchone()[0] - before)
-    # every rollout as merged (the shards' records cover their own), with the key just claimed
+    # every rollout and model call as merged (the shards' records cover their own), with the
+    # key just claimed
     store = cast(duckdb.DuckDBPyConnection, con)
-    seal_rollouts(store, claim(store, "run store"))
+    seal_rows(store, claim(store, "run store"))
     return added
 
 

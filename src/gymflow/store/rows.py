@@ -39,7 +39,7 @@ def dumps(value: Any) -> str:
 _NAMES = {table: frozenset(columns) for table, columns in COLUMNS.items()}
 
 
-def row(table: str, values: Mapping[str, Any]) -> tuple:
+def row(table: str, values: Mapping[str, Any]) -> tuple[Any, ...]:
     """A row of `table` in its column order; a name the table does not have is a bug."""
     if not values.keys() <= _NAMES[table]:
         unknown = sorted(values.keys() - _NAMES[table])
@@ -71,11 +71,11 @@ def run_row(
     repeats: int,
     shard_count: int,
     verifier_version: str,
-) -> tuple:
+) -> tuple[Any, ...]:
     return row("runs", {**locals(), "created_at": naive_utc(created_at)})
 
 
-def shard_row(run_id: str, shard_index: int, shard_count: int) -> tuple:
+def shard_row(run_id: str, shard_index: int, shard_count: int) -> tuple[Any, ...]:
     return row("shards", locals())
 
 
@@ -91,7 +91,7 @@ def task_row(
     tags: Iterable[str],
     difficulty: str | None,
     json_of: Dumps,
-) -> tuple:
+) -> tuple[Any, ...]:
     values = {k: v for k, v in locals().items() if k not in ("data", "tags", "json_of")}
     return row("tasks", {**values, "data_json": json_of(data), "tags": list(tags)})
 
@@ -122,7 +122,7 @@ def rollout_row(
     finished_at: datetime | None,
     counters: dict[str, Any],
     json_of: Dumps = dumps,
-) -> tuple:
+) -> tuple[Any, ...]:
     """A rollout's row. Without times (an imported rollout: its file keeps none) it stores no
     latency either."""
     timed = started_at is not None and finished_at is not None
@@ -149,7 +149,7 @@ def rollout_row(
     )
 
 
-def rollout_row_of(r: Rollout) -> tuple:
+def rollout_row_of(r: Rollout) -> tuple[Any, ...]:
     """The collector's rollout record as its row."""
     return rollout_row(
         rollout_id=r.rollout_id,
@@ -175,7 +175,7 @@ def rollout_row_of(r: Rollout) -> tuple:
 
 def model_call_row(
     rollout_id: str, c: ModelCall, tool_lists: ToolLists, *, json_of: Dumps = dumps
-) -> tuple:
+) -> tuple[Any, ...]:
     """A model call's row. The tool lists of its request and response are stored once per
     store (`tool_lists`), referenced from the JSON in their place. A response that is not
     JSON (a malformed body) is stored as the text it was."""
@@ -201,7 +201,7 @@ def model_call_row(
 
 def verification_row(
     rollout_id: str, v: Verification, created_at: datetime, *, json_of: Dumps = dumps
-) -> tuple:
+) -> tuple[Any, ...]:
     return (
         rollout_id,
         v.verifier_version,
@@ -222,7 +222,7 @@ def verifier_version_row(
     source: str,
     created_at: datetime,
     code_hash: str | None,
-) -> tuple:
+) -> tuple[Any, ...]:
     values = {k: v for k, v in locals().items() if k != "params"}
     return row(
         "verifier_versions",

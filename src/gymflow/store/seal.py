@@ -47,11 +47,7 @@ from gymflow.core.user_folders import user_config
 from gymflow.store.arrow_reads import arrow_batches, joined_strings
 from gymflow.store.named_paths import named_path
 from gymflow.store.sealed_inputs import inputs_sealed, seal_inputs
-from gymflow.store.sealed_rollouts import (
-    rollouts_recorded,
-    rollouts_sealed,
-    seal_rollouts,
-)
+from gymflow.store.sealed_rows import MODEL_CALLS, ROLLOUTS, rows_recorded, rows_sealed, seal_rows
 
 SEAL_KEY_ENV = "GYMFLOW_SEAL_KEY"
 #: Bytes of a key made on first use, and the fewest a given key may have.
@@ -301,21 +297,47 @@ class StoreSeal:
     #: sealed before they were)
     inputs_sealed: bool | None = None
     #: its seal record says every rollout's identity and outcome is sealed
-    #: (`sealed_rollouts.py`): a missing record of them is an edit, not an older store
+    #: (`sealed_rows.py`): a missing record of them is an edit, not an older store
     rollouts_required: bool = False
     #: whether its rollouts are the ones sealed (`armed_state`; None: not checked, or a store
     #: sealed before they were)
     rollouts_sealed: bool | None = None
-    #: the version its seal record verifies as under this key (1 to 3); 0 when no record
-    #: verifies (none, garbled, another key's): the task list's seal is read by it
+    #: its seal record says every model call is sealed (`sealed_rows.py`), as `rollouts_required`
+    calls_required: bool = False
+    #: whether its model calls are the ones sealed, as `rollouts_sealed`
+    calls_sealed: bool | None = None
+    #: the version its seal record verifies as under this key (1 to `RECORD_VERSION`); 0 when
+    #: no record verifies (none, garbled, another key's): the task list's seal is read by it
     record_version: int = 0
 
 
-def _record(key: SealKey, legacy: int, *, version: int = 3) -> str:
+#: The seal record version this gymflow writes: what each version says is sealed beside the
+#: verdicts and the task list (a version cannot be changed without the key, so a record of
+#: version N whose store lacks the seal of what N seals was edited).
+RECORD_VERSION = 4
+_SEALED_BY_VERSION = {
+    1: {},
+    2: {"inputs_required": True},  # `sealed_inputs.py`
+    3: {"inputs_required": True, "rollouts_required": True},  # `sealed_rows.ROLLOUTS`
+    4: {"inputs_required": True, "rollouts_required": True, "calls_required": True},
+}
+
+
+def _required(version: int) -> dict[str, bool]:
+    """What a seal record of `version` says is sealed, as `StoreSeal` fields."""
+    return _SEALED_BY_VERSION[version]
+
+
+#: What a record this key did not write requires (garbled, deleted, naming another key over
+#: this key's seals): everything, none of it granted leave to be missing.
+_EVERYTHING = _required(RECORD_VERSION)
+
+
+def _record(key: SealKey, legacy: int, *, version: int = RECORD_VERSION) -> str:
     """The seal record; version 2 says the store's inputs (`sealed_inputs.py`) are sealed too,
     so a store whose record is version 2 and whose inputs seal is gone was edited (version 1,
     written before, says nothing of them; a version cannot be changed without the key);
-    version 3 says the same of its rollouts (`sealed_rollouts.py`)."""
+    version 3 says the same of its rollouts, version 4 of its model calls (`sealed_rows.py`)."""
     body = f"{key.key_id}:{legacy}"
     label = "gymflow store seal " if version == 1 else f"gymflow store seal v{version} "
     return f"{body}:{key.mac(label + body)[:SEAL_HEX]}"
@@ -390,11 +412,17 @@ def _names(path: Path | str) -> tuple[str, ...]:
     return (named,) if named == real else (named, real)
 
 
-def _entry(key: SealKey, path: str, *, rollouts: bool = False) -> str:
-    """A ledger line: the store at `path` sealed by `key`; with `rollouts`, sealed with its
-    rollouts (`sealed_rollouts.py`): a seal record of an older version found there later was
-    put back from another store, to switch the rollouts' check off."""
-    return f"{key.key_id}\trollouts\t{path}\n" if rollouts else f"{key.key_id}\t{path}\n"
+#: The ledger's tag of a store sealed under each record version from 3 on: sealed with its
+#: rollouts (3), and its model calls (4) (`sealed_rows.py`). A seal record of an older version
+#: found there later was put back from another store, to switch their check off.
+_LEDGER_TAGS = {3: "rollouts", 4: "calls"}
+
+
+def _entry(key: SealKey, path: str, *, version: int = 0) -> str:
+    """A ledger line: the store at `path` sealed by `key`; with a `version` of `_LEDGER_TAGS`,
+    sealed under a record of that version."""
+    tag = _LEDGER_TAGS.get(version)
+    return f"{key.key_id}\t{tag}\t{path}\n" if tag else f"{key.key_id}\t{path}\n"
 
 
 #: Stores being built aside (an import's staging folder), recorded only at their final path.
@@ -414,21 +442,25 @@ def built_aside(path: Path | str) -> Iterator[None]:
         _BUILT_ASIDE.reset(token)
 
 
-def _remember(con: DuckDBPyConnection, key: SealKey, *, rollouts: bool = False) -> None:
+def _remember(con: DuckDBPyConnection, key: SealKey, *, version: int = 0) -> None:
     names = store_names(con)
     if names and not set(names) & _BUILT_ASIDE.get():
-        remember(names[0], key, rollouts=rollouts)
+        remember(names[0], key, version=version)
 
 
-def remember(path: Path | str, key: SealKey, *, rollouts: bool = False) -> None:
+def remember(path: Path | str, key: SealKey, *, version: int = 0) -> None:
     """Record that `key` sealed the store at `path` (its final path: a store built aside and
-    renamed into place is recorded where it ends up), once; with `rollouts`, that it sealed
-    its rollouts there too (a store this gymflow wrote: seal record version 3)."""
+    renamed into place is recorded where it ends up), once; with `version`, under a seal record
+    of that version (a store this gymflow wrote: `RECORD_VERSION`), which seals what every
+    version up to it seals. It is listed by its path as named and as it resolves (`_names`)."""
     ledger = ledger_file()
     lines = [
-        line
+        entry
         for name in _names(path)
-        for line in [_entry(key, name)] + ([_entry(key, name, rollouts=True)] if rollouts else [])
+        for entry in [
+            _entry(key, name),
+            *(_entry(key, name, version=v) for v in _LEDGER_TAGS if v <= version),
+        ]
     ]
     new = [line for line in lines if not _listed(ledger, line)]
     if not new:
@@ -444,14 +476,20 @@ def remember(path: Path | str, key: SealKey, *, rollouts: bool = False) -> None:
 
 def remember_copy(source: Path, copy: Path) -> None:
     """A copy of a store this machine's key sealed is recorded as sealed too (a study's arm
-    starts from a copy of its base run's store), with its rollouts when the source's were."""
+    starts from a copy of its base run's store), under the record version the source's was."""
     key = load_key(create=False)
     if key is None:
         return
     ledger, names = ledger_file(), _names(source)
     if any(_listed(ledger, _entry(key, name)) for name in names):
-        rollouts = any(_listed(ledger, _entry(key, name, rollouts=True)) for name in names)
-        remember(copy, key, rollouts=rollouts)
+        remember(copy, key, version=max(_listed_version(ledger, key, name) for name in names))
+
+
+def _listed_version(ledger: Path, key: SealKey, path: str) -> int:
+    """The highest record version the ledger says `key` sealed the store at `path` under (0:
+    none of `_LEDGER_TAGS`)."""
+    listed = [v for v in _LEDGER_TAGS if _listed(ledger, _entry(key, path, version=v))]
+    return max(listed, default=0)
 
 
 def _listed(ledger: Path, entry: str) -> bool:
@@ -467,9 +505,14 @@ def _listed(ledger: Path, entry: str) -> bool:
         raise SealKeyError(f"{ledger}: cannot read the sealed stores: {exc.strerror}") from None
 
 
-def _remembered(con: DuckDBPyConnection, key: SealKey, *, rollouts: bool = False) -> bool:
+def _remembered(con: DuckDBPyConnection, key: SealKey) -> bool:
     ledger = ledger_file()
-    return any(_listed(ledger, _entry(key, name, rollouts=rollouts)) for name in store_names(con))
+    return any(_listed(ledger, _entry(key, name)) for name in store_names(con))
+
+
+def _remembered_version(con: DuckDBPyConnection, key: SealKey) -> int:
+    ledger = ledger_file()
+    return max((_listed_version(ledger, key, name) for name in store_names(con)), default=0)
 
 
 STRIPPED = (
@@ -485,19 +528,21 @@ def store_seal(con: DuckDBPyConnection, key: SealKey | None) -> StoreSeal:
     found = _seal_record(con, key)
     if found.state in ("unsealed", "foreign") and key is not None and _remembered(con, key):
         return StoreSeal("stripped", key.key_id)
-    older = found.state == "sealed" and not found.rollouts_required
-    if older and key is not None and _remembered(con, key, rollouts=True):
-        # an older record where this machine sealed the rollouts: put back from another store
-        return replace(found, inputs_required=True, rollouts_required=True)
+    if found.state == "sealed" and key is not None and not found.calls_required:
+        # an older record where this machine sealed under a newer one: put back from another
+        # store, to switch the check of what the newer one seals off
+        remembered = _remembered_version(con, key)
+        if remembered > found.record_version:
+            return replace(found, **_required(remembered))
     return found
 
 
 def _write_record(con: DuckDBPyConnection, key: SealKey, legacy: int) -> None:
-    """The seal record (version 3), with the rollouts sealed whole when the store holds no seal
-    of them yet (first sealed, or sealed before they were): the record says they are."""
-    if not rollouts_recorded(con):
-        seal_rollouts(con, key)
-    _remember(con, key, rollouts=True)
+    """The seal record (`RECORD_VERSION`), with the rows of every sealed table the store holds
+    no seal of yet (first sealed, or sealed before they were) sealed whole: the record says
+    they are."""
+    seal_rows(con, key, unrecorded_only=True)
+    _remember(con, key, version=RECORD_VERSION)
     con.execute(
         "INSERT INTO meta VALUES ('seal', ?) "
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -528,7 +573,7 @@ def _seal_record(con, key: SealKey | None) -> StoreSeal:
         # and the inputs' seal is required (deleted with it, the inputs would go unchecked)
         if key is None:
             return StoreSeal("foreign", None)
-        return StoreSeal("sealed", key.key_id, inputs_required=True, rollouts_required=True)
+        return StoreSeal("sealed", key.key_id, **_EVERYTHING)
     key_id, _, rest = str(row[0]).partition(":")
     if key is None:
         return StoreSeal("foreign", key_id)
@@ -537,25 +582,20 @@ def _seal_record(con, key: SealKey | None) -> StoreSeal:
         # check skip them (`seal_key_unknown`, a warning): this key checks them, none unsealed,
         # and the inputs' seal is required
         return (
-            StoreSeal("sealed", key.key_id, inputs_required=True, rollouts_required=True)
+            StoreSeal("sealed", key.key_id, **_EVERYTHING)
             if _sealed_by(con, key)
             else StoreSeal("foreign", key_id)
         )
     legacy_text = rest.partition(":")[0]
     legacy = int(legacy_text) if legacy_text.isdigit() and len(legacy_text) < 19 else 0
-    if same_text(_record(key, legacy), str(row[0])):
-        return StoreSeal(
-            "sealed", key_id, legacy, inputs_required=True, rollouts_required=True,
-            record_version=3,
-        )  # fmt: skip
-    if same_text(_record(key, legacy, version=2), f"{key_id}:{rest}"):
-        # before its rollouts were sealed
-        return StoreSeal("sealed", key_id, legacy, inputs_required=True, record_version=2)
-    if _record(key, legacy, version=1) == row[0]:
-        return StoreSeal("sealed", key_id, legacy, record_version=1)  # before its inputs were
+    # newest first: version 3 before its model calls were sealed, 2 before its rollouts were,
+    # 1 before its inputs were
+    for version in sorted(_SEALED_BY_VERSION, reverse=True):
+        if same_text(_record(key, legacy, version=version), str(row[0])):
+            return StoreSeal("sealed", key_id, legacy, **_required(version), record_version=version)
     # a record this key did not write (garbled, or its count edited): it grants nothing, and
-    # the inputs' seal is required
-    return StoreSeal("sealed", key_id, 0, inputs_required=True, rollouts_required=True)
+    # every seal beside the verdicts' is required
+    return StoreSeal("sealed", key_id, 0, **_EVERYTHING)
 
 
 def foreign_key_message(where: str, key_id: str | None, key: SealKey | None) -> str:
@@ -578,11 +618,14 @@ def foreign_key_message(where: str, key_id: str | None, key: SealKey | None) -> 
 #: the version, which binds the record to the store: a record of a version before 3 is the same
 #: in every store this key sealed then, so one put in place of a store's own (with its rollouts'
 #: seal deleted) would switch that seal off; the task list sealed under version 3 then no longer
-#: matches (third attacker's pass, a06).
+#: matches (third attacker's pass, a06). The same holds of each version since: a version 3
+#: record put in a version 4 store (its model calls' seal deleted) leaves the task list sealed
+#: under version 4's label, which no longer matches.
 _TASK_LIST_LABELS = {
     1: "gymflow task list\n",
     2: "gymflow task list\n",
     3: "gymflow task list v3\n",
+    4: "gymflow task list v4\n",
 }
 
 
@@ -596,20 +639,21 @@ def _task_list_mac(con: DuckDBPyConnection, key: SealKey, version: int) -> str:
 
 
 def _write_task_seal(con: DuckDBPyConnection, key: SealKey) -> None:
-    """The task list sealed under the record a writer leaves (version 3)."""
+    """The task list sealed under the record a writer leaves (`RECORD_VERSION`)."""
     con.execute(
         "INSERT INTO meta VALUES ('task_seal', ?) "
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        [_task_list_mac(con, key, 3)],
+        [_task_list_mac(con, key, RECORD_VERSION)],
     )
 
 
 def seal_tasks(con: DuckDBPyConnection, key: SealKey) -> None:
     """Seal the task list and the inputs (`sealed_inputs.py`) the store holds now (after a
     writer added tasks or a verifier version, or chose the current one); a store sealed before
-    its inputs or rollouts were gets the record that says they are (`_write_record`)."""
+    its inputs, rollouts or model calls were gets the record that says they are
+    (`_write_record`)."""
     found = _seal_record(con, key)
-    if found.state == "sealed" and not found.rollouts_required:
+    if found.state == "sealed" and not found.calls_required:
         _write_record(con, key, found.legacy)
     _write_task_seal(con, key)
     seal_inputs(con, key)
@@ -620,6 +664,11 @@ ROLLOUTS_EDITED = (
     "or timings are not "
     "those its writers sealed: a rollout edited, added or deleted in the file (a failing "
     "rollout set to failed leaves the scores)"
+)
+CALLS_EDITED = (
+    "its model calls' statuses, failure kinds, latencies, token counts (cached too), sampling, "
+    "requests or responses are not those its writers sealed: a call edited, added or deleted "
+    "in the file"
 )
 TASK_LIST_EDITED = (
     "its task list is not the one its writers sealed: a task (with its rollouts) deleted or "
@@ -654,8 +703,8 @@ def task_list_sealed(con: DuckDBPyConnection, key: SealKey, version: int) -> boo
     if row is None:
         return False
     # `version`: the one the store's record verifies as (`StoreSeal.record_version`); when
-    # no record verifies (deleted or garbled: its rollouts' seal is then required): either label
-    versions = (version,) if version else (3, 1)
+    # no record verifies (deleted or garbled: every seal is then required): any label
+    versions = (version,) if version else (RECORD_VERSION, 3, 1)
     return any(same_text(str(row[0]), _task_list_mac(con, key, v)) for v in versions)
 
 
@@ -710,27 +759,42 @@ class SealCheck:
             and self.store.tasks_sealed is not False
             and self.store.inputs_sealed is not False
             and self.store.rollouts_sealed is not False
+            and self.store.calls_sealed is not False
         )
 
 
-def armed_state(con: DuckDBPyConnection) -> tuple[StoreSeal, SealKey | None]:
+def armed_state(
+    con: DuckDBPyConnection, *, rows_matched: bool = False
+) -> tuple[StoreSeal, SealKey | None]:
     """Which key sealed the store, and this machine's key when it is that one (the seals can
-    then be checked). Never makes a key: a check without one says so."""
+    then be checked). Never makes a key: a check without one says so. `rows_matched`: the
+    store's file is one whose every seal was recomputed and matched, unchanged since
+    (`checked_stores.py`): the records of its rollouts and model calls are taken as matching
+    rather than recomputed (every row of both tables: most of a check's cost)."""
     found = store_seal(con, key := load_key(create=False))
-    if found.state == "sealed" and key is not None:
-        inputs = inputs_sealed(con, key)
-        if inputs is None and found.inputs_required:
-            inputs = False  # the seal of the inputs was removed
-        rollouts = rollouts_sealed(con, key)
-        if rollouts is None and found.rollouts_required:
-            rollouts = False  # the seal of the rollouts was removed
-        return replace(
-            found,
-            tasks_sealed=task_list_sealed(con, key, found.record_version),
-            inputs_sealed=inputs,
-            rollouts_sealed=rollouts,
-        ), key
-    return found, None
+    if found.state != "sealed" or key is None:
+        return found, None
+    inputs = inputs_sealed(con, key)
+    if inputs is None and found.inputs_required:
+        inputs = False  # the seal of the inputs was removed
+    rows: dict[str, bool | None] = {}
+    for name, spec, required in (
+        ("rollouts", ROLLOUTS, found.rollouts_required),
+        ("calls", MODEL_CALLS, found.calls_required),
+    ):
+        if rows_matched:
+            rows[name] = True if rows_recorded(con, spec) else None
+        else:
+            rows[name] = rows_sealed(con, key, spec)
+        if rows[name] is None and required:
+            rows[name] = False  # their seal was removed
+    return replace(
+        found,
+        tasks_sealed=task_list_sealed(con, key, found.record_version),
+        inputs_sealed=inputs,
+        rollouts_sealed=rows["rollouts"],
+        calls_sealed=rows["calls"],
+    ), key
 
 
 def _mismatched(con, key: SealKey, legacy: int) -> pa.Array:

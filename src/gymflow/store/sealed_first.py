@@ -30,6 +30,7 @@ from duckdb import DuckDBPyConnection
 from gymflow.core.errors import GateFailed
 from gymflow.store.arrow_reads import arrow_batches
 from gymflow.store.seal import (
+    CALLS_EDITED,
     MESSAGE,
     ROLLOUTS_EDITED,
     STRIPPED,
@@ -120,6 +121,8 @@ def check_before_writing(con: DuckDBPyConnection, where: str) -> bool:
         _refuse(where, "its task list or inputs are not those sealed")
     if seal.rollouts_sealed is False:
         _refuse(where, ROLLOUTS_EDITED)
+    if seal.calls_sealed is False:
+        _refuse(where, CALLS_EDITED)
     return True
 
 

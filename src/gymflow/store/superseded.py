@@ -6,6 +6,7 @@ unchanged, so resumes, merges and comparisons still join on it."""
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from typing import cast
 
@@ -13,7 +14,7 @@ from duckdb import DuckDBPyConnection
 
 from gymflow.store.db import transaction
 from gymflow.store.seal import claim
-from gymflow.store.sealed_rollouts import rollouts_changed
+from gymflow.store.sealed_rows import SEALED_ROWS, rows_removed
 
 #: Verification failure kinds a second judgement may settle (a verifier crash, a judge or a
 #: sandbox that timed out or failed).
@@ -41,17 +42,12 @@ def _set_aside(
             params,
         )
         moved = con.execute("SELECT count(*) FROM set_aside").fetchone()[0]
-        if moved and "rollouts" in tables:  # out of the rollouts' seal as they leave
-            store = cast(DuckDBPyConnection, con)
-            rollouts_changed(
-                store,
-                lambda: claim(store, "run store"),
-                "rollout_id IN (SELECT rollout_id FROM set_aside)",
-                None,
-                added=False,
-            )
+        store = cast(DuckDBPyConnection, con)
+        key = functools.cache(lambda: claim(store, "run store"))
         for table in tables if moved else ():
             where = f"rollout_id IN (SELECT rollout_id FROM set_aside) {only_version}"
+            if (spec := SEALED_ROWS.get(table)) is not None:  # out of its seal as they leave
+                rows_removed(store, key, spec, where)
             con.execute(
                 f"""
                 INSERT INTO superseded_{table} BY NAME

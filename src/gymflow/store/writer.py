@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -21,7 +22,7 @@ from gymflow.store.rows import (
 )
 from gymflow.store.schema import COLUMNS, SPECS
 from gymflow.store.seal import MESSAGE, SEALED_ROLLOUT, claim, message_sql, sealed
-from gymflow.store.sealed_rollouts import rollouts_changed
+from gymflow.store.sealed_rows import SEALED_ROWS, SealKey, rows_added
 from gymflow.store.tool_lists import ToolLists
 
 #: Arrow types of the store's column types, for `insert_arrow`.
@@ -45,16 +46,41 @@ def judged_of(rollout_row: Sequence[Any]) -> tuple:
 
 
 def insert_rows(
-    con, table: str, rows: Sequence[Sequence[Any]], *, on_conflict_ignore: bool = False
-) -> None:
-    """Insert row tuples, in `COLUMNS[table]` order, as one statement."""
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    rows: Sequence[Sequence[Any]],
+    *,
+    on_conflict_ignore: bool = False,
+    returning: str | None = None,
+) -> list[tuple[Any, ...]]:
+    """Insert row tuples, in `COLUMNS[table]` order, as one statement; returns `returning`
+    (SQL over the rows as stored) of each row inserted, when given."""
     if not rows:
-        return
+        return []
     columns = COLUMNS[table]
     lists = [list(column) for column in zip(*rows, strict=True)]
     selects = ", ".join(f"unnest(${i + 1})" for i in range(len(columns)))
     verb = "INSERT OR IGNORE" if on_conflict_ignore else "INSERT"
-    con.execute(f"{verb} INTO {table} ({', '.join(columns)}) SELECT {selects}", lists)
+    sql = f"{verb} INTO {table} ({', '.join(columns)}) SELECT {selects}"
+    if returning is None:
+        con.execute(sql, lists)
+        return []
+    return con.execute(f"{sql} RETURNING {returning}", lists).fetchall()
+
+
+def insert_sealed(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    rows: Sequence[Sequence[Any]],
+    claim_key: Callable[[], SealKey],
+) -> None:
+    """Insert rows of a table whose every row is sealed (`sealed_rows.py`) and fold them into
+    its record, in the caller's transaction. Each row's message is the insert's `RETURNING`:
+    framed from the values as stored, with no read of the table back (a scan of every stored
+    call, requests and responses, for each batch of a run)."""
+    spec = SEALED_ROWS[table]
+    messages = insert_rows(con, table, rows, returning=spec.message)
+    rows_added(con, claim_key, spec, (message for (message,) in messages))
 
 
 #: The columns a verdict is written with (`rows.verification_row`); its seal is computed from
@@ -179,13 +205,13 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
 
     A rollout is stored whole or not at all, so a kill between batches loses only unflushed work,
     which `--resume` then redoes."""
-    rollout_rows, call_rows, verification_rows = [], [], []
+    rollout_rows: list[tuple[Any, ...]] = []
+    call_rows: list[tuple[Any, ...]] = []
+    verification_rows: list[tuple[Any, ...]] = []
     tool_lists = ToolLists()
     now = naive_utc(datetime.now(UTC))  # once per batch, not per row
     judged = []  # what each verdict's seal covers of its rollout, as stored
-    ids: list[str] = []
     for r in rollouts:
-        ids.append(r.rollout_id)
         rollout_rows.append(stored := rollout_row_of(r))
         call_rows.extend(model_call_row(r.rollout_id, c, tool_lists) for c in r.calls)
         if r.verification is not None:
@@ -197,16 +223,10 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
     try:
         with transaction(con):
             insert_tool_lists(con, tool_lists)
-            insert_rows(con, "rollouts", rollout_rows)
-            # before the verdicts: a first seal record (their `claim`) seals every rollout whole
-            rollouts_changed(
-                store,
-                lambda: claim(store, _database_path(store)),
-                "list_contains($1, rollout_id)",
-                [ids],
-                added=True,
-            )
-            insert_rows(con, "model_calls", call_rows)
+            # before the verdicts: a first seal record (their `claim`) seals every row whole
+            key = functools.cache(lambda: claim(store, _database_path(store)))
+            for table, rows in (("rollouts", rollout_rows), ("model_calls", call_rows)):
+                insert_sealed(store, table, rows, key)
             insert_verdicts(con, verification_rows, judged)
     except Exception as exc:
         if isinstance(

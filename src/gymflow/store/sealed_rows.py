@@ -1,0 +1,254 @@
+"""The seal on every row of the tables no verdict's seal covers whole: each rollout's identity and
+outcome, whatever its verdict, and each model call. One piece of code for both (`SealedRows`
+says which table, which columns, under which `meta` key).
+
+A verdict's seal covers its rollout's text and where it counts, but a rollout without a verdict
+had no seal at all: a failing rollout's verdict deleted and the rollout set to
+`status='failed', failure_kind='transport'` was left out of every score (a failed rollout needs
+no verdict), and pass@1 went from 0.60 to 0.65 with health healthy (second attacker's pass over
+2a91e13, a03). Setting the failing rollouts' `incomplete` moved diagnose's next action (a05).
+No seal covered a model call either: its latency and cached tokens edited, nothing noticed, and
+the decision's agent-record checks, health's call checks and `simulated` read them.
+
+One record per table in `meta` (`rollouts_seal`, `calls_seal`): the count of its rows and the
+XOR of each row's MAC (HMAC of its framed columns, `sealed_inputs.framed`, computed in Python by
+the key's `sealer` as every seal is). A XOR of MACs of distinct messages is a MAC of the set
+(Bellare, Guérin and Rogaway's XOR MAC): a row changed, added or removed changes it, and without
+the key no change can be made up for. A rollout's id makes its message distinct; a model call's
+(rollout id, call index, attempt) does in every store gymflow writes (`duplicate_identity` flags
+any other), and two copies of one row, whose MACs cancel, change the count. Unlike one MAC over
+every row, the record is kept up to date per batch: a writer adding rows folds in their MACs
+(`insert_sealed` in `writer.py`, from the values as stored: `RETURNING` the message, no read of
+the table back), one setting them aside (`superseded.py`) folds them out, in the transaction
+that writes them; a merge or an import, which writes every row, computes it whole
+(`seal_rows`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+from duckdb import DuckDBPyConnection
+
+from gymflow.core.same_text import same_text
+from gymflow.store.arrow_reads import arrow_batches
+from gymflow.store.sealed_inputs import framed
+
+
+class SealKey(Protocol):
+    """What sealing rows needs of `seal.SealKey` (which imports this module)."""
+
+    @property
+    def sealer(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class SealedRows:
+    """A table whose every row is sealed: its record's `meta` key, the label each row's message
+    begins with (a row of one table never reads as another's, nor as a verdict's message, which
+    begins with a framed id) and the columns sealed, in order."""
+
+    table: str
+    record: str
+    label: str
+    columns: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        """SQL: a row's message, as a BLOB, over a relation holding the sealed columns."""
+        parts = ", chr(31), ".join(framed(column) for column in self.columns)
+        return f"encode(concat('{self.label}', chr(30), {parts}))"
+
+
+ROLLOUTS = SealedRows(
+    "rollouts",
+    "rollouts_seal",
+    "gymflow rollout v1",
+    # its identity, whether and how it counts, and what the diagnosis and the profile read
+    # beside its text (its text and trajectory are its verdict's seal's): its counters (a turn
+    # limit claimed moved the next action from model training to harness work, third
+    # attacker's pass a01), its error, its timings
+    (
+        "rollout_id",
+        "run_id",
+        "task_id",
+        "repeat_index",
+        "status",
+        "failure_kind",
+        "incomplete",
+        "num_turns",
+        "num_model_calls",
+        "input_tokens",
+        "output_tokens",
+        "counters_json",
+        "error",
+        "latency_s",
+        "started_at",
+        "finished_at",
+    ),
+)
+MODEL_CALLS = SealedRows(
+    "model_calls",
+    "calls_seal",
+    "gymflow model call v1",
+    # Every column, none left out. What reads them: identity, order and count (rollout_id,
+    # call_index, attempt: `duplicate_identity`, `agent_calls_unrecorded`, the last call's
+    # status, `no_model_calls`); status (`last_call_failed`, `simulated`, the ATIF export);
+    # failure_kind (`proxy_refused_calls`, `calls_after_deadline`: the decision's agent-record
+    # checks); the token counts (`token_mismatch`, `token_counts_missing`, the ATIF export's
+    # cached tokens); sampling_json (`sampling_mismatch`, `identical_repeats`); request_json
+    # (the tools offered: `tools_ignored`, diagnose's category and the decision's harness
+    # evidence; the exports' first request); response_json (`text_without_call`, `simulated`).
+    # http_status, latency_s, reasoning_tokens and error feed no number today; they are sealed
+    # anyway (a few bytes each, against a request's or response's kilobytes), so the next
+    # figure read of them (a call's latency edited by the attacker's pass) is sealed already.
+    (
+        "rollout_id",
+        "call_index",
+        "attempt",
+        "status",
+        "failure_kind",
+        "http_status",
+        "latency_s",
+        "input_tokens",
+        "cached_tokens",
+        "output_tokens",
+        "reasoning_tokens",
+        "sampling_json",
+        "request_json",
+        "response_json",
+        "error",
+    ),
+)
+#: Every table whose rows are sealed, by name: what a merge or an import seals whole, and what
+#: seal record version 4 says is sealed (rollouts from version 3, model calls from 4).
+SEALED_ROWS = {spec.table: spec for spec in (ROLLOUTS, MODEL_CALLS)}
+
+#: Bytes of one row's MAC kept (128 bits, as a verdict's seal).
+_MAC_BYTES = 16
+
+
+def _folded(key: SealKey, batches: Iterable[Iterable[bytes]]) -> tuple[int, bytes]:
+    """(how many, the XOR of their MACs) of the messages, given in batches."""
+    state = key.sealer.fresh()
+    total = np.zeros(_MAC_BYTES // 8, dtype=np.uint64)
+    count = 0
+    for messages in batches:
+        macs = bytearray()
+        for message in messages:
+            mac = state.copy()
+            mac.update(message)
+            macs += mac.digest()[:_MAC_BYTES]
+        if macs:
+            rows = np.frombuffer(bytes(macs), dtype=np.uint64).reshape(-1, _MAC_BYTES // 8)
+            total ^= np.bitwise_xor.reduce(rows, axis=0)
+            count += len(rows)
+    return count, total.tobytes()
+
+
+def _fold(
+    con: DuckDBPyConnection, key: SealKey, spec: SealedRows, where: str, params: Any
+) -> tuple[int, bytes]:
+    """(how many, the XOR of their MACs) of the rows of `spec`'s table `where` selects."""
+    sql = f"SELECT {spec.message} FROM {spec.table} WHERE {where}"
+    return _folded(key, (batch.column(0).to_pylist() for batch in arrow_batches(con, sql, params)))
+
+
+def _text(count: int, digest: bytes) -> str:
+    return f"{count}:{digest.hex()}"
+
+
+def _parsed(text: str) -> tuple[int, bytes] | None:
+    count, _, digest = text.partition(":")
+    try:
+        raw = bytes.fromhex(digest)
+    except ValueError:
+        return None
+    if not count.isdigit() or len(raw) != _MAC_BYTES:
+        return None
+    return int(count), raw
+
+
+def _stored(con: DuckDBPyConnection, spec: SealedRows) -> str | None:
+    row = con.execute("SELECT value FROM meta WHERE key = ?", [spec.record]).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _write(con: DuckDBPyConnection, spec: SealedRows, value: str) -> None:
+    con.execute(
+        "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [spec.record, value],
+    )
+
+
+def rows_record(con: DuckDBPyConnection, key: SealKey, spec: SealedRows) -> str:
+    """The record of every row `spec`'s table holds now."""
+    return _text(*_fold(con, key, spec, "TRUE", None))
+
+
+def rows_recorded(con: DuckDBPyConnection, spec: SealedRows) -> bool:
+    """Whether the store holds the table's record (a store sealed before it has none)."""
+    return _stored(con, spec) is not None
+
+
+def seal_rows(con: DuckDBPyConnection, key: SealKey, *, unrecorded_only: bool = False) -> None:
+    """Seal every row of every sealed table as it is now (a merge or an import, which wrote
+    them all); with `unrecorded_only`, only the tables the store holds no record of yet (a
+    store first sealed, or sealed before they were)."""
+    for spec in SEALED_ROWS.values():
+        if not (unrecorded_only and rows_recorded(con, spec)):
+            _write(con, spec, rows_record(con, key, spec))
+
+
+def rows_sealed(con: DuckDBPyConnection, key: SealKey, spec: SealedRows) -> bool | None:
+    """Whether the table's rows are those the store's writers sealed; None when it holds no
+    record (sealed before it existed: the seal record's version says whether it must)."""
+    stored = _stored(con, spec)
+    if stored is None:
+        return None
+    return same_text(stored, rows_record(con, key, spec))
+
+
+def _refold(
+    con: DuckDBPyConnection, spec: SealedRows, stored: str, change: tuple[int, bytes], sign: int
+) -> None:
+    parsed = _parsed(stored)
+    if parsed is None:
+        return  # a garbled record stays garbled: it reads as edited, and writers refuse it
+    count, digest = parsed
+    n, fold = change
+    total = np.frombuffer(digest, dtype=np.uint64) ^ np.frombuffer(fold, dtype=np.uint64)
+    _write(con, spec, _text(count + sign * n, total.tobytes()))
+
+
+def rows_added(
+    con: DuckDBPyConnection,
+    claim: Callable[[], SealKey],
+    spec: SealedRows,
+    messages: Iterable[bytes],
+) -> None:
+    """Fold the messages (`spec.message`) of rows just inserted into the record, in the
+    writer's transaction, with the key `claim` gives (the writer's `seal.claim`: a store another
+    key sealed is refused); the writer checked the record before writing (`sealed_first.py`).
+    A store without a record gets it whole with its next seal record (`seal._write_record`)."""
+    stored = _stored(con, spec)
+    if stored is None:
+        return  # not sealed yet, or sealed before the record: the next record written seals all
+    _refold(con, spec, stored, _folded(claim(), [messages]), +1)
+
+
+def rows_removed(
+    con: DuckDBPyConnection,
+    claim: Callable[[], SealKey],
+    spec: SealedRows,
+    where: str,
+    params: Any = None,
+) -> None:
+    """Fold the rows `where` selects out of the record (about to be set aside), in the
+    writer's transaction, as `rows_added` folds rows in."""
+    stored = _stored(con, spec)
+    if stored is None:
+        return
+    _refold(con, spec, stored, _fold(con, claim(), spec, where, params), -1)
