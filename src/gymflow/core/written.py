@@ -11,10 +11,11 @@ rename replaces the link itself and leaves what it pointed to alone. A link plan
 folder (`RUN/report.html` -> ~/.ssh/authorized_keys) made `gym report` replace its target with
 a page whose text the store chose; whether a name is the user's own link or a planted one
 cannot be told apart, so an explicit `--out` is treated the same (write to the resolved path to
-write through a link). A partial is created exclusively and never through a link. A name (or
-the link at it) that is a device, FIFO or socket is refused: a rename would replace the node or
-the link to it (`--out /dev/stdout` as root replaced /dev/stdout with a regular file). A folder
-that cannot be written is one line naming it (`WriteError`), never a traceback. A core module:
+write through a link). A partial's name is unguessable, and it is renamed only while it is
+still a regular file (not swapped for a link while written). A name (or the link at it) that
+is a device, FIFO or socket is refused: a rename would replace the node or the link to it
+(`--out /dev/stdout` as root replaced /dev/stdout with a regular file). A folder that cannot
+be written is one line naming it (`WriteError`), never a traceback. A core module:
 it imports nothing from gymflow but its errors and process checks."""
 
 from __future__ import annotations
@@ -65,12 +66,6 @@ def _partial(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}{_PARTIAL}")
 
 
-def _make(partial: Path) -> None:
-    """`partial` created empty, here and now: never through a link someone put at its name."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    os.close(os.open(partial, flags, 0o666))
-
-
 def _still_ours(partial: Path) -> None:
     """Refuses a partial that is no longer a regular file (swapped for a link while written):
     the rename would give the name whatever was put there."""
@@ -116,8 +111,6 @@ def written(*paths: Path | str) -> Generator[list[Path], None, None]:
         _prepare(path)
     partials = [_partial(path) for path in targets]
     try:
-        for partial in partials:
-            _make(partial)
         yield partials
         for partial in partials:  # on disk before the name moves: a crash never names a hole
             _still_ours(partial)
