@@ -7,7 +7,8 @@ the owner's own key gone. Every default output (`gym export`'s files in the run 
 runs trend`'s ROOT/trend-NAME.html, gate.json, `gym data select`'s RUN/data/…) did the same.
 
 gymflow.core.written now writes every file aside and renames it over the name: a rename
-replaces a link and never follows it. The targets below are a stand-in home's files."""
+replaces a link and never follows it; a folder gymflow names itself inside a run folder (RUN/data,
+RUN/confirm/…) is refused when it is a link. The targets below are a stand-in home's files."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import gym
-from tests.faults.stores import collect_run, edit_store, rollout_rows
+from tests.faults.stores import collect_run, edit_store, one_error_line, rollout_rows
 
 OWNER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ3b0wnerOwnerOwnerOwner owner@laptop\n"
 ATTACKER_KEY = (
@@ -101,3 +102,19 @@ def test_other_default_outputs_replace_a_link_and_never_follow_it(
     assert not name.is_symlink() and name.stat().st_size > 100
     assert rollout_rows(run / "gymflow.duckdb") == stored
     assert not [p for p in name.parent.iterdir() if p.name.endswith(".partial")]
+
+
+def test_a_link_at_a_folder_gymflow_names_is_refused(tmp_path: Path) -> None:
+    """`gym data select RUN` writes RUN/data/benchmarks/NAME.*: a link planted at RUN/data
+    put the selection wherever it pointed (here the stand-in home's .ssh)."""
+    home = _home(tmp_path)
+    run = collect_run(tmp_path / "run")
+    (run / "data").symlink_to(home / ".ssh", target_is_directory=True)
+    before, listed = _digests(home), sorted(p.name for p in (home / ".ssh").iterdir())
+
+    done = gym("data", "select", str(run), "--pass-rate", "[0,1]", cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    line = one_error_line(done.stderr)
+    assert f"{run / 'data'}: a symlink where gymflow keeps a folder of its own" in line, line
+    assert _digests(home) == before
+    assert sorted(p.name for p in (home / ".ssh").iterdir()) == listed  # no benchmarks/ there

@@ -10,6 +10,7 @@ import typer
 
 from gymflow.analysis.seals import intact_or_refused
 from gymflow.cli.app import console, data_app, fail, print_json, warn_stale_report
+from gymflow.core.written import own_folder
 from gymflow.data.chat import KINDS, TrajectoryFilters, prepare_trajectories, write_trajectories
 from gymflow.data.profile import DataProfile, data_profile
 from gymflow.data.provenance import provenance
@@ -112,7 +113,7 @@ def data_select(
         if not dry_run:
             if not selection.counts["kept"]:
                 fail("no task passes these filters; nothing written")
-            target = out or _run_folder(run_dir) / "data"
+            target = out or own_folder(_run_folder(run_dir), "data")
             paths = write_selection(con, selection, target, name, record, parquet=parquet).paths
     finally:
         con.close()

@@ -62,6 +62,21 @@ def target(path: Path | str) -> Path:
     return path
 
 
+def own_folder(base: Path | str, *names: str) -> Path:
+    """`base/names…`, a folder gymflow names itself inside a folder it was given (RUN/data,
+    RUN/confirm/FACTOR): WriteError when one of `names` is a symlink. Its files would land, and
+    an earlier one be deleted, wherever a link planted there points."""
+    path = Path(base)
+    for name in names:
+        path = path / name
+        if path.is_symlink():
+            raise WriteError(
+                f"{path}: a symlink where gymflow keeps a folder of its own; not followed, "
+                "nothing written (remove the link)"
+            )
+    return path
+
+
 def _partial(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}{_PARTIAL}")
 
