@@ -22,7 +22,7 @@ from tests.faults.stores import collect_run, one_error_line
 NEMO_FILE = Path(__file__).resolve().parents[1] / "interop" / "data" / "gymnasium"
 
 #: Each read command, with whether it takes --json (both forms are run).
-COMMANDS = {
+COMMANDS: dict[str, tuple[tuple[str, ...], bool]] = {
     "health": (("eval", "health"), True),
     "profile": (("eval", "profile"), True),
     "diagnose": (("eval", "diagnose"), True),
@@ -30,6 +30,8 @@ COMMANDS = {
     "runs list": (("runs", "list"), True),
     "reverify --check": (("eval", "reverify", "{run}", "--check"), True),
     "export": (("export", "{run}", "--format", "nemo-gym", "--out", "{out}"), False),
+    "data select": (("data", "select", "{run}", "--dry-run"), True),
+    "data profile": (("data", "profile"), True),
 }
 KINDS = ("simulated", "imported", "merged", "reverified", "made current")
 

@@ -9,7 +9,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from gymflow.analysis.results import Seals
+from gymflow.core.errors import UserError
 from gymflow.store.checked_stores import check_seals_once
+
+
+class SealsFailed(UserError):
+    """A store whose seals do not match what it holds: none of its numbers is read."""
 
 
 def store_seals(con) -> Seals:
@@ -39,3 +44,16 @@ def store_seals(con) -> Seals:
         if found.checked_at is None
         else datetime.fromtimestamp(found.checked_at, UTC).replace(microsecond=0),
     )
+
+
+def intact_or_refused(con, store: object) -> Seals:
+    """`store_seals`, or SealsFailed naming `store` and what does not match: for a command whose
+    output is chosen by the store's numbers (a selection of tasks, training data), which a
+    forged store would choose (`gym data select` kept 0 of 2 tasks from a forged copy)."""
+    seals = store_seals(con)
+    if seals.intact is False:
+        raise SealsFailed(
+            f"{store}: its seals fail ({'; '.join(seals.edited)}): edited after gymflow sealed "
+            "it; nothing read from it (`gym eval health` lists what)"
+        )
+    return seals

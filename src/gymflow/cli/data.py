@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
+from gymflow.analysis.seals import intact_or_refused
 from gymflow.cli.app import console, data_app, fail, print_json, warn_stale_report
+from gymflow.core.written import own_folder
 from gymflow.data.chat import KINDS, TrajectoryFilters, prepare_trajectories, write_trajectories
 from gymflow.data.profile import DataProfile, data_profile
 from gymflow.data.provenance import provenance
@@ -97,6 +99,7 @@ def data_select(
     con = connect(run_dir, read_only=True)
     try:
         warn_stale_report(con, run_dir)
+        intact_or_refused(con, run_dir)
         selection = select_tasks(con, filters, verifier_version=verifier_version)
         record = provenance(
             con,
@@ -110,7 +113,7 @@ def data_select(
         if not dry_run:
             if not selection.counts["kept"]:
                 fail("no task passes these filters; nothing written")
-            target = out or _run_folder(run_dir) / "data"
+            target = out or own_folder(_run_folder(run_dir), "data")
             paths = write_selection(con, selection, target, name, record, parquet=parquet).paths
     finally:
         con.close()
@@ -189,6 +192,7 @@ def data_trajectories(
     con = connect(run_dir, read_only=True)
     try:
         warn_stale_report(con, run_dir)
+        intact_or_refused(con, run_dir)
         selection = select_tasks(con, filters, verifier_version=verifier_version)
         counts = prepare_trajectories(con, selection.verifier_version, trajectory_filters)
         counts = {"tasks": selection.counts, "rollouts": counts}
@@ -241,6 +245,7 @@ def data_profile_command(
     con = connect(run_dir, read_only=True)
     try:
         warn_stale_report(con, run_dir)
+        intact_or_refused(con, run_dir)
         result = data_profile(
             con,
             verifier_version=verifier_version,

@@ -41,6 +41,18 @@ def _ci(entry: CatalogEntry) -> str:
     return format_interval(bounds)
 
 
+def _pass1(entry: CatalogEntry) -> str:
+    return "seals fail" if entry.seals == "edited" else format_percent(entry.pass1)
+
+
+def _edited(entry: CatalogEntry) -> str:
+    """The line saying why a run's numbers are not shown."""
+    return (
+        f"seals fail {_shown(entry.run_dir)}: {entry.seals_edited}; its pass@1 is not shown "
+        f"(gym eval health {_shown(entry.run_dir)})"
+    )
+
+
 @runs_app.command("list")
 def runs_list(
     root: Annotated[Path, typer.Argument(help="Folder holding the run folders.")] = Path("runs"),
@@ -72,12 +84,15 @@ def runs_list(
             e.model,
             e.harness,
             e.verifier_version,
-            format_percent(e.pass1),
+            _pass1(e),
             _ci(e),
             f"{e.scored}/{e.expected}",
             _shown(e.run_dir),
         )
     print_table(console, grid)
+    for e in entries:
+        if e.seals == "edited":
+            console.print(_edited(e))
     for run_dir, why in catalog.skipped:
         console.print(f"skipped {_shown(run_dir)}: {why}")
     if catalog.path is None:
@@ -112,12 +127,18 @@ def runs_trend(
     from gymflow.reports.history import write_trend_report
 
     catalog = refresh(root)
-    entries = catalog.of_benchmark(benchmark, model=model, arm=arm)
+    found = catalog.of_benchmark(benchmark, model=model, arm=arm)
+    # a run whose seals fail is left out of the trend, never drawn with its stored numbers
+    left_out = [e for e in found if e.seals == "edited"]
+    entries = [e for e in found if e.seals != "edited"]
+    for e in left_out:
+        errors.print(styled(("left out:", "bold yellow")), _edited(e), highlight=False)
     if not entries:
         narrowed = "".join(
             f" with {flag} {value}" for flag, value in (("--model", model), ("--arm", arm)) if value
         )
-        fail(f"no run of {benchmark!r} under {root}{narrowed}")
+        unread = f" whose seals hold ({len(left_out)} fail)" if left_out else ""
+        fail(f"no run of {benchmark!r}{unread} under {root}{narrowed}")
     mixed = mixed_factors(entries)
     path = write_trend_report(
         out or root / f"trend-{benchmark}.html", benchmark, root, entries, mixed
@@ -129,6 +150,9 @@ def runs_trend(
                 "report": str(path),
                 "mixed": mixed,
                 "runs": [asdict(e) for e in entries],
+                "left_out": [
+                    {"run_dir": e.run_dir, "why": f"seals fail: {e.seals_edited}"} for e in left_out
+                ],
             }
         )
         return

@@ -47,9 +47,3 @@ def user_config(name: str) -> Path:
     sealed stores)."""
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "gymflow" / name
-
-
-def own_folders() -> tuple[Path, ...]:
-    """gymflow's own folders for this user (config, cache, state), resolved: what no file a
-    command writes through a link may land in."""
-    return tuple(folder("").resolve() for folder in (user_config, user_cache, user_state))

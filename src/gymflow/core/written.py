@@ -6,13 +6,17 @@ previous file whole and at most a partial named after its process, which the nex
 file removes once that process is gone. Nothing half-written can block the next command or read
 as a smaller run.
 
-What a name may be: a regular file or nothing yet. A symlink is followed: the file it points to
-is replaced and the link kept, unless it leads into gymflow's own folders (the seal key, the
-records of sealed stores): a link planted in a run folder (`RUN/report.html` -> the records)
-made `gym report` replace them. A device, FIFO or socket is refused: a rename would replace the
-node itself (`--out /dev/stdout` as root replaced /dev/stdout with a regular file). A folder
-that cannot be written is one line naming it (`WriteError`), never a traceback. A core module:
-it imports nothing from gymflow but its errors, process checks and user folders."""
+What a name may be: a regular file, a symlink or nothing yet. A symlink is never followed: the
+rename replaces the link itself and leaves what it pointed to alone. A link planted in a run
+folder (`RUN/report.html` -> ~/.ssh/authorized_keys) made `gym report` replace its target with
+a page whose text the store chose; whether a name is the user's own link or a planted one
+cannot be told apart, so an explicit `--out` is treated the same (write to the resolved path to
+write through a link). A partial's name is unguessable, and it is renamed only while it is
+still a regular file (not swapped for a link while written). A name (or the link at it) that
+is a device, FIFO or socket is refused: a rename would replace the node or the link to it
+(`--out /dev/stdout` as root replaced /dev/stdout with a regular file). A folder that cannot
+be written is one line naming it (`WriteError`), never a traceback. A core module:
+it imports nothing from gymflow but its errors and process checks."""
 
 from __future__ import annotations
 
@@ -26,7 +30,6 @@ from pathlib import Path
 
 from gymflow.core.errors import UserError
 from gymflow.core.processes import pid_alive
-from gymflow.core.user_folders import own_folders
 
 _PARTIAL = ".partial"
 
@@ -36,13 +39,14 @@ class WriteError(UserError):
 
 
 def target(path: Path | str) -> Path:
-    """The file a write of `path` replaces: `path`, or what its symlink points to. Raises
-    WriteError for a folder or a special file (a device, FIFO or socket)."""
+    """The file a write of `path` replaces: `path` itself, a symlink there included (the link
+    is replaced, never followed). Raises WriteError for a folder or a special file (a device,
+    FIFO or socket), or a link to one."""
     path = Path(path)
     try:
         info = path.stat()  # follows links, /proc's magic ones too (/dev/stdout is a pipe's)
     except FileNotFoundError:
-        info = None
+        info = None  # nothing there, or a dangling link: replaced like any other
     except NotADirectoryError:
         folder = next(p for p in path.parents if p.exists() and not p.is_dir())
         raise WriteError(f"{folder}: not a folder; cannot write {path.name} in it") from None
@@ -55,20 +59,33 @@ def target(path: Path | str) -> Path:
             f"{path}: not a regular file (a device, FIFO or socket); gymflow writes a file "
             "aside and renames it into place, which would replace it: name a file"
         )
-    if not path.is_symlink():
-        return path
-    resolved = path.resolve()
-    own = next((f for f in own_folders() if resolved.is_relative_to(f)), None)
-    if own is not None:
-        raise WriteError(
-            f"{path}: a link into gymflow's own folder {own}; not followed, nothing written "
-            "(remove the link)"
-        )
-    return resolved
+    return path
+
+
+def own_folder(base: Path | str, *names: str) -> Path:
+    """`base/names…`, a folder gymflow names itself inside a folder it was given (RUN/data,
+    RUN/confirm/FACTOR): WriteError when one of `names` is a symlink. Its files would land, and
+    an earlier one be deleted, wherever a link planted there points."""
+    path = Path(base)
+    for name in names:
+        path = path / name
+        if path.is_symlink():
+            raise WriteError(
+                f"{path}: a symlink where gymflow keeps a folder of its own; not followed, "
+                "nothing written (remove the link)"
+            )
+    return path
 
 
 def _partial(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}{_PARTIAL}")
+
+
+def _still_ours(partial: Path) -> None:
+    """Refuses a partial that is no longer a regular file (swapped for a link while written):
+    the rename would give the name whatever was put there."""
+    if not stat.S_ISREG(os.lstat(partial).st_mode):
+        raise WriteError(f"{partial}: replaced while gymflow wrote it; nothing written")
 
 
 def _prepare(path: Path) -> None:
@@ -111,7 +128,8 @@ def written(*paths: Path | str) -> Generator[list[Path], None, None]:
     try:
         yield partials
         for partial in partials:  # on disk before the name moves: a crash never names a hole
-            fd = os.open(partial, os.O_RDONLY)
+            _still_ours(partial)
+            fd = os.open(partial, os.O_RDONLY | os.O_NOFOLLOW)
             try:
                 os.fsync(fd)
             finally:
@@ -132,8 +150,10 @@ def created(path: Path | str) -> Generator[Path, None, None]:
     once the block ends it takes the name, unless another writer made `path` first (that one
     is kept and this partial removed). A killed build leaves no file at `path`: a store created
     in place and killed early was a 12 KB file every later command refused as no gymflow
-    store."""
+    store. A symlink at `path` is refused: the store would be opened through it."""
     path = target(path)
+    if path.is_symlink():
+        raise WriteError(f"{path}: a symlink; gymflow makes a store as a file of its own there")
     _prepare(path)
     partial = _partial(path)
     try:

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from gymflow.core.config import Sampling
-from gymflow.core.written import written
+from gymflow.core.written import own_folder, written
 from gymflow.data.lines import copy_to, make_folder, write_lines
 from gymflow.data.provenance import parquet_metadata_sql, sidecar_path, sidecar_text
 from gymflow.data.select import Selection
@@ -49,7 +49,7 @@ def write_selection(
     Expects `select_tasks` to have run on `con` (it leaves `data_selected`). The files take
     their names together once all are written: a failure (a full disk cut the JSONL mid-line
     beside the old YAML) leaves the previous selection whole."""
-    out_dir = make_folder(out_dir / "benchmarks")
+    out_dir = make_folder(own_folder(out_dir, "benchmarks"))
     paths = {"benchmark": out_dir / f"{name}.yaml", "jsonl": out_dir / f"{name}.jsonl"}
     paths["meta"] = sidecar_path(paths["jsonl"])
     if parquet:

@@ -22,6 +22,7 @@ import duckdb
 
 from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.analysis.profile import headline
+from gymflow.analysis.seals import store_seals
 from gymflow.core.user_folders import private_folder, user_cache
 from gymflow.store.db import STORE_FILE, StoreError, StoreFailure, connect, transaction
 from gymflow.store.runs import run_info
@@ -56,9 +57,16 @@ class CatalogEntry:
     scored: int
     failed: int
     missing: int
-    #: the store file's size and modification time when this row was computed
+    #: what the store's seals say (`analysis.seals`): `intact`, `edited` (pass@1 and its CI are
+    #: then None: a forged store listed 100% for an honest 60%), `unsealed` or `foreign`
+    seals: str
+    #: what does not match, for an `edited` store
+    seals_edited: str | None
+    #: the store file's size, modification and change time when this row was computed (the
+    #: change time cannot be set back: a store edited with its size and mtime kept is read again)
     store_bytes: int
     store_mtime: float
+    store_ctime: float
 
 
 COLUMNS = [f.name for f in fields(CatalogEntry)]
@@ -96,9 +104,11 @@ def read_entry(run_dir: Path) -> CatalogEntry:
             run = run_info(con)
             version = check_verifier_version(con, None)
             head = headline(con, version)
+            seals = store_seals(con)
     except duckdb.Error as exc:
         raise StoreError(f"{path}: cannot read ({exc})") from None
-    low, high = head.ci95 or (None, None)
+    edited = seals.intact is False
+    low, high = (None, None) if edited else head.ci95 or (None, None)
     cover = head.coverage
     return CatalogEntry(
         run_dir=str(run_dir),
@@ -114,15 +124,18 @@ def read_entry(run_dir: Path) -> CatalogEntry:
         sampling_json=run.sampling_json,
         repeats=run.repeats,
         verifier_version=version,
-        pass1=head.pass_at_1,
+        pass1=None if edited else head.pass_at_1,
         ci_low=low,
         ci_high=high,
         expected=cover.expected,
         scored=cover.scored,
         failed=cover.failed,
         missing=cover.missing,
+        seals="edited" if edited else "intact" if seals.intact else seals.state,
+        seals_edited="; ".join(seals.edited) if edited else None,
         store_bytes=stat.st_size,
         store_mtime=stat.st_mtime,
+        store_ctime=stat.st_ctime,
     )
 
 
@@ -231,8 +244,8 @@ def mixed_factors(entries: list[CatalogEntry]) -> dict[str, list[str]]:
 def refresh(root: Path) -> Catalog:
     """Bring the catalog of `root` up to date with the stores under `root` and return it.
 
-    A row is recomputed only when its store's size or modification time changed; rows of stores
-    that are gone are dropped."""
+    A row is recomputed only when its store's size, modification or change time changed; rows
+    of stores that are gone are dropped."""
     root = root.resolve()
     if not root.is_dir():
         raise StoreError(f"{root}: no such folder")
@@ -244,7 +257,8 @@ def refresh(root: Path) -> Catalog:
             key = str(run_dir)
             stat = (run_dir / STORE_FILE).stat()
             cached = known.get(key)
-            if cached and (cached.store_bytes, cached.store_mtime) == (stat.st_size, stat.st_mtime):
+            now = (stat.st_size, stat.st_mtime, stat.st_ctime)
+            if cached and (cached.store_bytes, cached.store_mtime, cached.store_ctime) == now:
                 entries.append(cached)
                 continue
             try:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.core.atif import rollout_to_atif
-from gymflow.core.written import write_text
+from gymflow.core.written import WriteError, write_text
 from gymflow.store.queries.exports import atif_calls, atif_rollout_rows
 from gymflow.store.runs import run_info
 
@@ -38,6 +38,8 @@ def write_atif(con, verifier_version: str, folder: Path) -> int:
     calls: dict[str, list[dict[str, Any]]] = {}
     for row in atif_calls(con):
         calls.setdefault(row[0], []).append(dict(zip(_CALL_COLUMNS, row[1:], strict=True)))
+    if folder.is_symlink():  # its files would land wherever the link points
+        raise WriteError(f"{folder}: a symlink; name a folder of its own for the ATIF files")
     folder.mkdir(parents=True, exist_ok=True)
     written = 0
     for row in atif_rollout_rows(con, verifier_version):
@@ -58,6 +60,9 @@ def write_atif(con, verifier_version: str, folder: Path) -> int:
             reward=reward,
             passed=passed,
         )
-        write_text(folder / f"{rollout_id}.json", json.dumps(document, indent=1) + "\n")
+        name = f"{rollout_id}.json"
+        if Path(name).name != name or name.startswith("."):  # `../x`: out of the folder
+            raise WriteError(f"{folder}: rollout id {rollout_id!r} is not a plain file name")
+        write_text(folder / name, json.dumps(document, indent=1) + "\n")
         written += 1
     return written

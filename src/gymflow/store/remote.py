@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.core.errors import UserError
+from gymflow.core.written import WriteError, write_bytes, written
 
 #: URL schemes a shard root may take, and the package that reads each (the extra that has it).
 CLIENTS = {"s3": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"), "file": ("", "")}
@@ -138,6 +139,8 @@ class Remote:
                 _link_new(Path(path), data, replace=True)
             else:
                 fs.pipe_file(path, data)
+        except WriteError as exc:
+            raise RemoteError(f"{self.url}/{name}: {exc}") from None
         except _failures() as exc:
             raise RemoteError(f"{self.url}/{name}: cannot write: {exc}") from None
 
@@ -147,13 +150,12 @@ class Remote:
         fs, remote_path = self._object(name)
         try:
             if self.local:
-                target = Path(remote_path)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-                shutil.copyfile(path, partial)
-                partial.replace(target)
+                with written(remote_path) as (partial,):
+                    shutil.copyfile(path, partial)
             else:
                 fs.put_file(str(path), remote_path)
+        except WriteError as exc:
+            raise RemoteError(f"{self.url}/{name}: {exc}") from None
         except _failures() as exc:
             raise RemoteError(f"{self.url}/{name}: cannot write: {exc}") from None
 
@@ -182,13 +184,15 @@ class Remote:
 def _link_new(path: Path, data: bytes, *, replace: bool) -> None:
     """Write aside, then give the file its name: a hard link fails if the name exists (no
     reader ever sees half a file, and of two writers one wins); `replace` renames instead."""
+    if replace:
+        write_bytes(path, data)  # gymflow.core.written: a link at `path` is replaced, not followed
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.partial")
-    partial.write_bytes(data)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        if replace:
-            partial.replace(path)
-        else:
-            os.link(partial, path)
+        with os.fdopen(os.open(partial, flags, 0o666), "wb") as out:
+            out.write(data)
+        os.link(partial, path)  # never through a link: link(2) makes `path` or fails
     finally:
         partial.unlink(missing_ok=True)

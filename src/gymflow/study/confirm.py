@@ -24,6 +24,7 @@ from pathlib import Path
 
 from gymflow.analysis.results import Confirmation, Experiment
 from gymflow.core.errors import UserError
+from gymflow.core.written import own_folder, write_text, written
 from gymflow.store.db import connect, store_path
 from gymflow.store.queries.scores import task_judged_shares, task_pass_rates
 from gymflow.store.runs import config_json
@@ -70,7 +71,8 @@ def _reverify(store: Path, folder: Path, experiment: Experiment) -> tuple[Path, 
     from gymflow.reverify.new_version import reverify
 
     folder.mkdir(parents=True)
-    shutil.copyfile(store, folder / store.name)
+    with written(folder / store.name) as (partial,):
+        shutil.copyfile(store, partial)
     result = reverify(folder, experiment.change.get("verifier_params", {}), max_listed=0)
     return folder, result.new_version
 
@@ -134,7 +136,7 @@ def confirm(run_dir: Path | str, experiment: Experiment | None) -> Confirmation 
             after=None, gained=0, lost=0, effect=False,
             why=f"gymflow cannot run this experiment itself: {experiment.how}",
         )  # fmt: skip
-    folder = store.parent / "confirm" / _slug(experiment)
+    folder = own_folder(store.parent, OUTCOME.parent.name, _slug(experiment))
     if folder.exists():
         shutil.rmtree(folder)  # an earlier confirmation of the same factor: ours to replace
     if experiment.kind == "reverify":
@@ -153,10 +155,8 @@ def confirm(run_dir: Path | str, experiment: Experiment | None) -> Confirmation 
 
 def save_outcome(run_folder: Path, confirmation: Confirmation) -> Path:
     """Keep `confirmation` beside the run (RUN/confirm/outcome.json) for its report."""
-    path = run_folder / OUTCOME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(confirmation.as_json(), indent=1), encoding="utf-8")
-    return path
+    path = own_folder(run_folder, OUTCOME.parent.name) / OUTCOME.name
+    return write_text(path, json.dumps(confirmation.as_json(), indent=1))
 
 
 def load_outcome(run_folder: Path, decision) -> Confirmation | None:
