@@ -342,3 +342,47 @@ def test_a_judge_that_fails_is_a_verifier_error_not_the_servers_zero(nemo: Path)
     (verdict,) = _verdicts(env, ["ok"], {"judge": dead})
     assert verdict.status == "error" and verdict.failure_kind == "judge_failed", verdict
     assert "the judge gone failed on 1 of 1 calls" in verdict.details["error"]
+
+
+def test_each_rollout_is_a_session_of_its_own(nemo: Path) -> None:
+    """example_session_state_mgmt seeds a counter per session (`setdefault`) and verifies its
+    final count: the HTTP client once kept the first rollout's session cookie and sent it with
+    the next `/seed_session`, so every later rollout counted on the first one's counter."""
+    folder = write_server(nemo, "counter", rows=[{**ROW, "start": n} for n in (3, 40, 500)])
+    (folder / "app.py").write_text(textwrap.dedent("""
+        from fastapi import Request
+        from nemo_gym.base_resources_server import (
+            BaseResourcesServerConfig, BaseSeedSessionRequest, BaseSeedSessionResponse,
+            BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer,
+        )
+
+        class Seed(BaseSeedSessionRequest):
+            start: int
+
+        class Verify(BaseVerifyRequest):
+            start: int
+
+        class CounterServer(SimpleResourcesServer):
+            config: BaseResourcesServerConfig
+            counts: dict = {}
+
+            async def seed_session(self, request: Request, body: Seed) -> BaseSeedSessionResponse:
+                self.counts.setdefault(request.session["session_id"], body.start)
+                return BaseSeedSessionResponse()
+
+            async def verify(self, request: Request, body: Verify) -> BaseVerifyResponse:
+                count = self.counts.get(request.session["session_id"])
+                return BaseVerifyResponse(**body.model_dump(), reward=float(count == body.start))
+    """))  # fmt: skip
+    env = _env("counter")
+    resources = env.resources_server()
+
+    async def run():
+        resources.open(None)
+        try:
+            return [await _verify(resources, task, "ok") for task in env.tasks("example")]
+        finally:
+            await resources.aclose()
+
+    verdicts = asyncio.run(run())
+    assert [(v.status, v.reward) for v in verdicts] == [("ok", 1.0)] * 3, verdicts

@@ -21,6 +21,7 @@ What each answer means here:
 from __future__ import annotations
 
 import asyncio
+import http.cookiejar
 import itertools
 import json
 import os
@@ -63,10 +64,16 @@ METRICS_FILE = "nemo_gym_metrics.json"
 UNAVAILABLE = (502, 503, 504)
 
 
-class _NoJar(httpx.Cookies):
-    """The client's jar, which keeps nothing: each rollout sends its own session's cookies."""
+class _NoJar(http.cookiejar.CookieJar):
+    """The client's jar, which keeps nothing: each rollout sends its own session's cookies.
+    A jar, not an `httpx.Cookies`: httpx copies a `Cookies` it is given into a plain one (so a
+    subclass's override is lost and the client kept the first session's cookie, sending it
+    with the next rollout's `/seed_session`), and keeps a `CookieJar` as it is."""
 
-    def extract_cookies(self, response: httpx.Response) -> None:
+    def extract_cookies(self, response, request) -> None:
+        return None
+
+    def set_cookie(self, cookie) -> None:
         return None
 
 
