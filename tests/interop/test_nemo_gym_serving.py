@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -386,3 +387,47 @@ def test_each_rollout_is_a_session_of_its_own(nemo: Path) -> None:
 
     verdicts = asyncio.run(run())
     assert [(v.status, v.reward) for v in verdicts] == [("ok", 1.0)] * 3, verdicts
+
+
+def test_a_servers_pyproject_dependencies_are_its_requirements(nemo: Path) -> None:
+    """code_fim has no requirements.txt: its pyproject.toml names `human-eval-infilling`, which
+    NeMo Gym installs (`uv pip install --no-sources -e .`: from the registries, not the git
+    source its `[tool.uv.sources]` names). A dependency that is a URL is refused, named."""
+    from gymflow.environments.nemo_gym.folder import nemo_servers
+    from gymflow.environments.nemo_gym.prepare import PrepareError, requirements
+
+    folder = write_server(nemo, "fim")
+    (folder / "pyproject.toml").write_text(textwrap.dedent("""
+        [project]
+        name = "fim"
+        dependencies = ["nemo-gym[dev]", "human-eval-infilling", "tomli-w==1.2.0"]
+        [tool.uv.sources]
+        human-eval-infilling = { git = "https://github.com/wasiahmad/human-eval-infilling.git" }
+    """))  # fmt: skip
+    assert requirements(nemo_servers()["ng-fim"]) == ("human-eval-infilling", "tomli-w==1.2.0")
+    (folder / "pyproject.toml").write_text(
+        '[project]\nname = "fim"\ndependencies = ["x @ git+https://github.com/x/y.git"]\n'
+    )
+    with pytest.raises(PrepareError) as refused:
+        requirements(nemo_servers()["ng-fim"])
+    said = str(refused.value)
+    assert "pyproject.toml:dependencies[0]" in said and "not a package on the registries" in said
+
+
+def test_prepare_keeps_the_extras_a_requirement_names(nemo: Path) -> None:
+    """google_search's trafilatura needs justext, which needs `lxml[html_clean]`; lxml names
+    that extra `html-clean`. NeMo Gym venv's pip (23.2) dropped it ("lxml does not provide the
+    extra 'html_clean'") and the server failed to import `lxml.html.clean`; a server's venv is
+    built with a pip that normalises extras (PEP 685), as NeMo Gym's uv does."""
+    from gymflow.environments.nemo_gym.folder import nemo_servers
+    from gymflow.environments.nemo_gym.prepare import prepare
+
+    folder = write_server(nemo, "extras")
+    (folder / "requirements.txt").write_text("-e nemo-gym[dev] @ ../../\nlxml[html_clean]\n")
+    done = prepare(nemo_servers()["ng-extras"], say=lambda _: None)
+    assert done.installed == ("lxml[html_clean]",) and not done.cached
+    check = subprocess.run(
+        [str(done.python), "-c", "import lxml.html.clean, lxml_html_clean"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""},
+    )  # fmt: skip
+    assert check.returncode == 0, check.stderr

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 #: The files of a server that what is listed depends on.
-READ = ("*.py", "requirements.txt", "configs/*.yaml", "data/*.jsonl")
+READ = ("*.py", "requirements.txt", "pyproject.toml", "configs/*.yaml", "data/*.jsonl")
 
 
 def fingerprint(root: Path) -> str:
