@@ -431,3 +431,52 @@ def test_prepare_keeps_the_extras_a_requirement_names(nemo: Path) -> None:
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""},
     )  # fmt: skip
     assert check.returncode == 0, check.stderr
+
+
+def test_a_server_that_looks_its_judge_up_at_start_finds_gymflows(nemo: Path) -> None:
+    """xstest, before it serves, polls its judge's model server by name (`poll_for_status`),
+    then probes `/v1/responses` at the address NeMo Gym's global config gives that name: both
+    reach gymflow's judge, and the probe (no input) is answered without asking the judge. Its
+    verify's judge call is the judge's as every other server's (here a judge that is gone)."""
+    folder = write_server(
+        nemo, "lookup",
+        fields="judge_model_server: {type: responses_api_models, name: wildguard}\n",
+        config="judge_model_server: dict = {}",
+        verify="""\
+            answer = await self.server_client.post(server_name="wildguard",
+                url_path="/v1/responses", json={"input": [{"role": "user", "content": text}]})
+            return BaseVerifyResponse(**body.model_dump(), reward=float(answer.ok))
+        """,
+    )  # fmt: skip
+    app = folder / "app.py"
+    app.write_text(app.read_text() + textwrap.dedent("""
+        import requests
+        from nemo_gym.global_config import get_first_server_config_dict
+
+        def _setup(self):
+            client = self.server_client
+            assert client.poll_for_status("wildguard") == "success"
+            placed = get_first_server_config_dict(client.global_config_dict, "wildguard")
+            probe = requests.post(f"{client._build_server_base_url(placed)}/v1/responses",
+                                  json={"input": []}, timeout=10)
+            print("the probe answered", probe.status_code, probe.text, flush=True)
+            return SimpleResourcesServer.setup_webserver(self)
+
+        FakeServer.setup_webserver = _setup
+    """))  # fmt: skip
+    dead = {"base_url": "http://127.0.0.1:9/v1", "model": "gone", "max_retries": 0}
+    env = _env("lookup")
+    resources = env.resources_server({"judge": dead})
+
+    async def run():
+        resources.open(None)
+        try:
+            log = resources.log_tail()
+            return log, await _verify(resources, env.tasks("example")[0], "ok")
+        finally:
+            await resources.aclose()
+
+    log, verdict = asyncio.run(run())
+    assert "the probe answered 400" in log and "asks nothing" in log, log
+    assert verdict.failure_kind == "judge_failed", verdict
+    assert "the judge gone failed on 1 of 1 calls" in verdict.details["error"]
