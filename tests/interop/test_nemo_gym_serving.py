@@ -390,28 +390,36 @@ def test_each_rollout_is_a_session_of_its_own(nemo: Path) -> None:
 
 
 def test_a_servers_pyproject_dependencies_are_its_requirements(nemo: Path) -> None:
-    """code_fim has no requirements.txt: its pyproject.toml names `human-eval-infilling`, which
-    NeMo Gym installs (`uv pip install --no-sources -e .`: from the registries, not the git
-    source its `[tool.uv.sources]` names). A dependency that is a URL is refused, named."""
+    """code_fim has no requirements.txt: NeMo Gym installs its pyproject.toml's dependencies.
+    One `[tool.uv.sources]` takes from a git repository is refused, named (code_fim's
+    `human-eval-infilling`: PyPI's 2.15.0 of that name holds no module); so is a URL."""
     from gymflow.environments.nemo_gym.folder import nemo_servers
     from gymflow.environments.nemo_gym.prepare import PrepareError, requirements
 
     folder = write_server(nemo, "fim")
-    (folder / "pyproject.toml").write_text(textwrap.dedent("""
+    pyproject = folder / "pyproject.toml"
+    pyproject.write_text(textwrap.dedent("""
         [project]
         name = "fim"
-        dependencies = ["nemo-gym[dev]", "human-eval-infilling", "tomli-w==1.2.0"]
+        dependencies = ["nemo-gym[dev]", "tomli-w==1.2.0", "Human_Eval_Infilling"]
         [tool.uv.sources]
-        human-eval-infilling = { git = "https://github.com/wasiahmad/human-eval-infilling.git" }
+        nemo-gym = { path = "../..", editable = true }
     """))  # fmt: skip
-    assert requirements(nemo_servers()["ng-fim"]) == ("human-eval-infilling", "tomli-w==1.2.0")
-    (folder / "pyproject.toml").write_text(
+    server = nemo_servers()["ng-fim"]
+    assert requirements(server) == ("tomli-w==1.2.0", "Human_Eval_Infilling")
+    git = 'human-eval-infilling = { git = "https://github.com/wasiahmad/human-eval-infilling" }'
+    pyproject.write_text(pyproject.read_text() + git + "\n")
+    with pytest.raises(PrepareError) as refused:
+        requirements(server)
+    said = str(refused.value)
+    assert "pyproject.toml:dependencies[2]: 'Human_Eval_Infilling' comes from https://" in said
+    assert "not a package on the registries" in said
+    pyproject.write_text(
         '[project]\nname = "fim"\ndependencies = ["x @ git+https://github.com/x/y.git"]\n'
     )
     with pytest.raises(PrepareError) as refused:
-        requirements(nemo_servers()["ng-fim"])
-    said = str(refused.value)
-    assert "pyproject.toml:dependencies[0]" in said and "not a package on the registries" in said
+        requirements(server)
+    assert "pyproject.toml:dependencies[0]" in str(refused.value)
 
 
 def test_prepare_keeps_the_extras_a_requirement_names(nemo: Path) -> None:

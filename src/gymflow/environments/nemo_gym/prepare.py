@@ -88,17 +88,40 @@ def requirements(server: NemoServer) -> tuple[str, ...]:
 
 
 def _project_dependencies(path: Path, server: NemoServer) -> list[tuple[str, str]]:
-    """`[project].dependencies` of a pyproject.toml, each with its place (`dependencies[i]`)."""
+    """`[project].dependencies` of a pyproject.toml, each with its place (`dependencies[i]`).
+    One that `[tool.uv.sources]` takes from a git repository, a URL or a path is refused,
+    named: what the registries hold under its name is not what the server was written against
+    (code_fim's `human-eval-infilling` is on GitHub; PyPI's 2.15.0 holds no module)."""
     try:
-        project = tomllib.loads(path.read_text(errors="replace")).get("project") or {}
+        data = tomllib.loads(path.read_text(errors="replace"))
     except tomllib.TOMLDecodeError as exc:
         raise PrepareError(
             f"{path}: not TOML ({exc}): NeMo Gym server {server.name}'s dependencies are unread"
         ) from None
-    listed = project.get("dependencies") or []
+    listed = (data.get("project") or {}).get("dependencies") or []
     if not isinstance(listed, list) or not all(isinstance(d, str) for d in listed):
         raise PrepareError(f"{path}: [project].dependencies is no list of requirements")
-    return [(f"dependencies[{i}]", dependency) for i, dependency in enumerate(listed)]
+    sources = ((data.get("tool") or {}).get("uv") or {}).get("sources") or {}
+    elsewhere = {_name(n): source for n, source in sources.items() if isinstance(source, dict)}
+    found = []
+    for index, dependency in enumerate(listed):
+        source = elsewhere.get(_name(dependency))
+        if source is not None and not _NEMO_GYM.match(dependency):
+            where = source.get("git") or source.get("url") or source.get("path") or source
+            raise PrepareError(
+                f"{path}:dependencies[{index}]: {dependency!r} comes from {where} "
+                f"([tool.uv.sources]), which is not a package on the registries (PyPI): "
+                f"NeMo Gym server {server.name} needs it, so it does not run here"
+            )
+        found.append((f"dependencies[{index}]", dependency))
+    return found
+
+
+def _name(requirement: str) -> str:
+    """A requirement's project name, normalised (PEP 503): `Human_Eval.Infilling>=1` ->
+    `human-eval-infilling`."""
+    head = re.split(r"[\s\[<>=!~;@(]", requirement.strip(), maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", head).lower()
 
 
 def cache_root() -> Path:
