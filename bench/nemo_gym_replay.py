@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import math
+import re
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +32,19 @@ from nemo_gym_contract import default_nemo_gym_path
 
 #: Rewards NeMo Gym recorded and gymflow's replay agree within this (float sums in verifiers).
 TOLERANCE = 1e-6
+
+
+#: A line of a log or an error that names an exception: `FileNotFoundError: ... 'apptainer'`.
+_RAISED = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception|Exit)\b.*")
+
+
+def _why(text: str) -> str:
+    """An error's first line, and the last exception the server's log named after it when the
+    first line does not say it (NeMo Gym's 500 answers `repr(e)`, often without its cause)."""
+    lines = text.splitlines()
+    raised = [line for line in lines[1:] if _RAISED.match(line)]
+    first = lines[0][:300] if lines else ""
+    return f"{first} [{raised[-1][:200]}]" if raised and raised[-1] not in first else first
 
 
 #: A recorded line's keys that are the rollout, not its row.
@@ -62,11 +75,16 @@ def _recorded(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-async def _replay(resources, task, row: dict[str, Any]) -> float | str:
-    """One recorded rollout through gymflow's resources: its reward, or why it has none."""
+async def _replay(resources, task, row: dict[str, Any]) -> tuple[float | str, list[str]]:
+    """One recorded rollout through gymflow's resources: its reward, or why it has none, and
+    the tool calls that failed here. NeMo Gym's simple agent hands any answer of a tool route
+    (a 4xx, a 500) back to the model and goes on; so does the replay, and the recorded
+    response is what `/verify` judges (a failed call is named beside a reward that differs)."""
+    from gymflow.core.errors import RuntimeFailure
     from gymflow.core.protocols import ToolError
 
     output = row["response"]["output"]
+    failed: list[str] = []
     session = await resources.seed_session(task)
     try:
         for item in output:
@@ -76,18 +94,21 @@ async def _replay(resources, task, row: dict[str, Any]) -> float | str:
                 arguments = json.loads(item.get("arguments") or "{}")
             except ValueError:
                 continue  # NeMo Gym's agent answers the model itself and calls nothing
-            # a 4xx goes back to the model, as NeMo Gym's agent passes it on
-            with contextlib.suppress(ToolError):
-                await resources.call_tool(session, str(item.get("name")), arguments)
+            name = str(item.get("name"))
+            try:
+                await resources.call_tool(session, name, arguments)
+            except ToolError:
+                continue  # a 4xx goes back to the model, as NeMo Gym's agent passes it on
+            except RuntimeFailure as exc:
+                failed.append(f"{name}: {str(exc).splitlines()[0][:200]}")
         trajectory = [*task.input_items, *output]
         verdict = await resources.verify(session, task, "", trajectory)
     finally:
         await resources.close_session(session)
     if verdict.status != "ok":
-        return (
-            f"{verdict.failure_kind}: {str(verdict.details.get('error') or verdict.details)[:300]}"
-        )
-    return float(verdict.reward)
+        error = str(verdict.details.get("error") or verdict.details)
+        return f"{verdict.failure_kind}: {_why(error)}", failed
+    return float(verdict.reward), failed
 
 
 async def _server(server, split: str, per_server: int, judge: dict | None) -> dict[str, Any]:
@@ -96,14 +117,18 @@ async def _server(server, split: str, per_server: int, judge: dict | None) -> di
     env = NemoGymEnvironment(server)
     rows = _recorded(server.splits[split].with_name(f"{server.splits[split].stem}_rollouts.jsonl"))
     result: dict[str, Any] = {"server": server.env_name, "recorded": len(rows)}
-    started = time.monotonic()
+    started, built = time.monotonic(), None
     try:
         tasks = {_request_key(t.data): t for t in env.tasks(split)}
         resources = env.resources_server({"judge": judge} if judge else None)
+        built = _built(server)
         resources.open(None)
     except Exception as exc:  # a refusal: its reason is the figure
-        result["refused"] = f"{type(exc).__name__}: {str(exc)[:600]}"
+        result["refused"] = f"{type(exc).__name__}: {_why(str(exc))}"
+        result["seconds"] = round(time.monotonic() - started, 1)
         return result
+    finally:
+        result["prepare"] = _prepared(server, built)
     result["start_s"] = round(time.monotonic() - started, 1)
     equal, differences = 0, []
     try:
@@ -112,25 +137,57 @@ async def _server(server, split: str, per_server: int, judge: dict | None) -> di
             if task is None:
                 differences.append({"line": index + 1, "cause": "no row, and its own is unread"})
                 continue
+            failed: list[str] = []
             try:
-                got = await asyncio.wait_for(_replay(resources, task, row), 600)
+                got, failed = await asyncio.wait_for(_replay(resources, task, row), 600)
             except Exception as exc:
-                got = f"{type(exc).__name__}: {str(exc)[:300]}"
+                got = f"{type(exc).__name__}: {_why(str(exc))}"
             want = row.get("reward")
             if isinstance(got, float) and isinstance(want, int | float):
                 if math.isclose(got, float(want), abs_tol=TOLERANCE):
                     equal += 1
                     continue
-                cause = "reward differs"
+                cause = f"reward differs ({want} recorded, {got} here)"
             else:
                 cause = got if isinstance(got, str) else "no recorded reward"
+            if failed:
+                cause += f"; tool calls that failed here: {'; '.join(failed[:3])}"
             differences.append(
                 {"line": index + 1, "recorded": want, "gymflow": got, "cause": cause}
             )
     finally:
         await resources.aclose()
     result.update(replayed=min(len(rows), per_server), equal=equal, differences=differences)
+    result["seconds"] = round(time.monotonic() - started, 1)
     return result
+
+
+def _built(server) -> bool | None:
+    """Whether the server's requirement venv was built before this run (None: it needs none,
+    or names a requirement no registry has)."""
+    from gymflow.environments.nemo_gym.prepare import MARKER, PrepareError, requirements, venv_dir
+
+    try:
+        wanted = requirements(server)
+    except PrepareError:
+        return None
+    return (venv_dir(server, wanted) / MARKER).is_file() if wanted else None
+
+
+def _prepared(server, built_before: bool | None) -> dict[str, Any] | None:
+    """What `gym env prepare` installed for the server and how long it took, from its venv's
+    record; None when the server needs nothing beyond NeMo Gym (or its venv is unbuilt)."""
+    from gymflow.environments.nemo_gym.prepare import MARKER, PrepareError, requirements, venv_dir
+
+    try:
+        wanted = requirements(server)
+    except PrepareError:
+        return None
+    marker = venv_dir(server, wanted) / MARKER if wanted else None
+    if marker is None or not marker.is_file():
+        return None
+    done = json.loads(marker.read_text())
+    return {"installed": done["installed"], "seconds": done["seconds"], "now": not built_before}
 
 
 def main() -> None:
@@ -168,7 +225,15 @@ def main() -> None:
             f"{result['equal']}/{result['replayed']} equal"
             + "".join(f"\n    line {d['line']}: {d['cause']}" for d in result["differences"][:5])
         )
-        print(f"{name}: {shown}", file=sys.stderr if args.json else sys.stdout, flush=True)
+        prepared = result.get("prepare")
+        if prepared:
+            how = "installed now" if prepared["now"] else "cached; installed"
+            shown += f"\n    {how} in {prepared['seconds']} s: {' '.join(prepared['installed'])}"
+        print(
+            f"{name} ({result.get('seconds', 0)} s): {shown}",
+            file=sys.stderr if args.json else sys.stdout,
+            flush=True,
+        )
         return result
 
     with ThreadPoolExecutor(args.parallel) as pool:  # each server in a thread, its own loop

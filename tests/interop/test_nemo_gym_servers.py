@@ -186,22 +186,41 @@ def test_own_rows_on_a_running_server_through_a_benchmark(
     assert "." in version  # the rows' (and the server's) part of the protocol
 
 
-def test_a_server_whose_tools_are_served_over_mcp_is_refused(nemo_env, tmp_path: Path) -> None:
+def test_a_server_whose_tools_are_served_over_mcp_runs_with_them(
+    nemo_env, prefect_api: str, tmp_path: Path
+) -> None:
     """example_mcp_weather's rows offer no tools: its agent (claude_code_agent) finds them over
-    MCP. Run by gymflow's loop, the model would answer without them and every reward would read
-    as the model's failure ('model training'); it is refused, by validate and before the first
-    rollout, naming MCP. Another server's POST /mcp is a 404 and refuses nothing (mcqa runs
-    above)."""
-    (tmp_path / "mcp.yaml").write_text("environment: ng-example_mcp_weather\nlimit: 2\nout: run\n")
-    env = {**nemo_env, "GYMFLOW_PREFECT": "off"}
-    checked = gym("env", "validate", "mcp.yaml", cwd=tmp_path, env=env)
-    assert checked.returncode != 0 and "serves its tools over MCP (/mcp" in checked.stdout, (
-        checked.stdout + checked.stderr
+    MCP (`tools/list` on `/mcp`) and calls them with the token its `/seed_session` hands out;
+    its `/verify` reads the calls the session made. gymflow lists them, runs the server in a
+    tool loop and calls them the same way: each call's output is the server's answer for the
+    city asked, and a rollout that called for the right city and said the sentence scores 1
+    (the simulated policy plays NeMo Gym's recorded pass on one task and a wrong city on the
+    other)."""
+    (tmp_path / "mcp.yaml").write_text(
+        "environment: ng-example_mcp_weather\nlimit: 2\nrepeats: 1\nout: run\n"
     )
+    env = {**nemo_env, "PREFECT_API_URL": prefect_api}
+    listed = gym("list", "environments", "--json", cwd=tmp_path, env=nemo_env, check=True)
+    (weather,) = [e for e in json.loads(listed.stdout) if e["name"] == "ng-example_mcp_weather"]
+    assert weather["harness"] == "tool_loop"
+    checked = gym("env", "validate", "mcp.yaml", cwd=tmp_path, env=env, timeout=600)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     ran = gym("eval", "run", "mcp.yaml", cwd=tmp_path, env=env, timeout=600)
-    assert ran.returncode == 1 and "serves its tools over MCP" in ran.stderr, ran.stderr
-    assert "Traceback" not in ran.stderr
-    store = tmp_path / "run" / "gymflow.duckdb"
-    if store.exists():
-        with duckdb.connect(str(store), read_only=True) as con:
-            assert con.execute("SELECT count(*) FROM rollouts").fetchone() == (0,)
+    assert ran.returncode in (0, 2), ran.stdout + ran.stderr
+    with duckdb.connect(str(tmp_path / "run" / "gymflow.duckdb"), read_only=True) as con:
+        rows = con.execute(
+            "SELECT r.trajectory_json, v.status, v.reward, v.details_json FROM rollouts r "
+            "JOIN verifications v USING (rollout_id)"
+        ).fetchall()
+    assert len(rows) == 2
+    for trajectory, status, reward, details in rows:
+        items = json.loads(trajectory)
+        (call,) = [i for i in items if i.get("type") == "function_call"]
+        (output,) = [i for i in items if i.get("type") == "function_call_output"]
+        city = json.loads(call["arguments"])["city"]
+        assert output["output"] == f"The weather in {city} is sunny and 72 F."  # over MCP
+        assert status == "ok", details
+        seen = json.loads(details)["tool_call_seen"]  # the call reached the session's state
+        assert seen == (f"for {city}," in items[0]["content"]), (city, details)
+        assert reward == float(seen and json.loads(details)["final_response_mentions_weather"])
+    assert {reward for _, _, reward, _ in rows} == {0.0, 1.0}

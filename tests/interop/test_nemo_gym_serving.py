@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -341,4 +342,149 @@ def test_a_judge_that_fails_is_a_verifier_error_not_the_servers_zero(nemo: Path)
     dead = {"base_url": "http://127.0.0.1:9/v1", "model": "gone", "max_retries": 0}
     (verdict,) = _verdicts(env, ["ok"], {"judge": dead})
     assert verdict.status == "error" and verdict.failure_kind == "judge_failed", verdict
+    assert "the judge gone failed on 1 of 1 calls" in verdict.details["error"]
+
+
+def test_each_rollout_is_a_session_of_its_own(nemo: Path) -> None:
+    """example_session_state_mgmt seeds a counter per session (`setdefault`) and verifies its
+    final count: the HTTP client once kept the first rollout's session cookie and sent it with
+    the next `/seed_session`, so every later rollout counted on the first one's counter."""
+    folder = write_server(nemo, "counter", rows=[{**ROW, "start": n} for n in (3, 40, 500)])
+    (folder / "app.py").write_text(textwrap.dedent("""
+        from fastapi import Request
+        from nemo_gym.base_resources_server import (
+            BaseResourcesServerConfig, BaseSeedSessionRequest, BaseSeedSessionResponse,
+            BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer,
+        )
+
+        class Seed(BaseSeedSessionRequest):
+            start: int
+
+        class Verify(BaseVerifyRequest):
+            start: int
+
+        class CounterServer(SimpleResourcesServer):
+            config: BaseResourcesServerConfig
+            counts: dict = {}
+
+            async def seed_session(self, request: Request, body: Seed) -> BaseSeedSessionResponse:
+                self.counts.setdefault(request.session["session_id"], body.start)
+                return BaseSeedSessionResponse()
+
+            async def verify(self, request: Request, body: Verify) -> BaseVerifyResponse:
+                count = self.counts.get(request.session["session_id"])
+                return BaseVerifyResponse(**body.model_dump(), reward=float(count == body.start))
+    """))  # fmt: skip
+    env = _env("counter")
+    resources = env.resources_server()
+
+    async def run():
+        resources.open(None)
+        try:
+            return [await _verify(resources, task, "ok") for task in env.tasks("example")]
+        finally:
+            await resources.aclose()
+
+    verdicts = asyncio.run(run())
+    assert [(v.status, v.reward) for v in verdicts] == [("ok", 1.0)] * 3, verdicts
+
+
+def test_a_servers_pyproject_dependencies_are_its_requirements(nemo: Path) -> None:
+    """code_fim has no requirements.txt: NeMo Gym installs its pyproject.toml's dependencies.
+    One `[tool.uv.sources]` takes from a git repository is refused, named (code_fim's
+    `human-eval-infilling`: PyPI's 2.15.0 of that name holds no module); so is a URL."""
+    from gymflow.environments.nemo_gym.folder import nemo_servers
+    from gymflow.environments.nemo_gym.prepare import PrepareError, requirements
+
+    folder = write_server(nemo, "fim")
+    pyproject = folder / "pyproject.toml"
+    pyproject.write_text(textwrap.dedent("""
+        [project]
+        name = "fim"
+        dependencies = ["nemo-gym[dev]", "tomli-w==1.2.0", "Human_Eval_Infilling"]
+        [tool.uv.sources]
+        nemo-gym = { path = "../..", editable = true }
+    """))  # fmt: skip
+    server = nemo_servers()["ng-fim"]
+    assert requirements(server) == ("tomli-w==1.2.0", "Human_Eval_Infilling")
+    git = 'human-eval-infilling = { git = "https://github.com/wasiahmad/human-eval-infilling" }'
+    pyproject.write_text(pyproject.read_text() + git + "\n")
+    with pytest.raises(PrepareError) as refused:
+        requirements(server)
+    said = str(refused.value)
+    assert "pyproject.toml:dependencies[2]: 'Human_Eval_Infilling' comes from https://" in said
+    assert "not a package on the registries" in said
+    pyproject.write_text(
+        '[project]\nname = "fim"\ndependencies = ["x @ git+https://github.com/x/y.git"]\n'
+    )
+    with pytest.raises(PrepareError) as refused:
+        requirements(server)
+    assert "pyproject.toml:dependencies[0]" in str(refused.value)
+
+
+def test_prepare_keeps_the_extras_a_requirement_names(nemo: Path) -> None:
+    """google_search's trafilatura needs justext, which needs `lxml[html_clean]`; lxml names
+    that extra `html-clean`. NeMo Gym venv's pip (23.2) dropped it ("lxml does not provide the
+    extra 'html_clean'") and the server failed to import `lxml.html.clean`; a server's venv is
+    built with a pip that normalises extras (PEP 685), as NeMo Gym's uv does."""
+    from gymflow.environments.nemo_gym.folder import nemo_servers
+    from gymflow.environments.nemo_gym.prepare import prepare
+
+    folder = write_server(nemo, "extras")
+    (folder / "requirements.txt").write_text("-e nemo-gym[dev] @ ../../\nlxml[html_clean]\n")
+    done = prepare(nemo_servers()["ng-extras"], say=lambda _: None)
+    assert done.installed == ("lxml[html_clean]",) and not done.cached
+    check = subprocess.run(
+        [str(done.python), "-c", "import lxml.html.clean, lxml_html_clean"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""},
+    )  # fmt: skip
+    assert check.returncode == 0, check.stderr
+
+
+def test_a_server_that_looks_its_judge_up_at_start_finds_gymflows(nemo: Path) -> None:
+    """xstest, before it serves, polls its judge's model server by name (`poll_for_status`),
+    then probes `/v1/responses` at the address NeMo Gym's global config gives that name: both
+    reach gymflow's judge, and the probe (no input) is answered without asking the judge. Its
+    verify's judge call is the judge's as every other server's (here a judge that is gone)."""
+    folder = write_server(
+        nemo, "lookup",
+        fields="judge_model_server: {type: responses_api_models, name: wildguard}\n",
+        config="judge_model_server: dict = {}",
+        verify="""\
+            answer = await self.server_client.post(server_name="wildguard",
+                url_path="/v1/responses", json={"input": [{"role": "user", "content": text}]})
+            return BaseVerifyResponse(**body.model_dump(), reward=float(answer.ok))
+        """,
+    )  # fmt: skip
+    app = folder / "app.py"
+    app.write_text(app.read_text() + textwrap.dedent("""
+        import requests
+        from nemo_gym.global_config import get_first_server_config_dict
+
+        def _setup(self):
+            client = self.server_client
+            assert client.poll_for_status("wildguard") == "success"
+            placed = get_first_server_config_dict(client.global_config_dict, "wildguard")
+            probe = requests.post(f"{client._build_server_base_url(placed)}/v1/responses",
+                                  json={"input": []}, timeout=10)
+            print("the probe answered", probe.status_code, probe.text, flush=True)
+            return SimpleResourcesServer.setup_webserver(self)
+
+        FakeServer.setup_webserver = _setup
+    """))  # fmt: skip
+    dead = {"base_url": "http://127.0.0.1:9/v1", "model": "gone", "max_retries": 0}
+    env = _env("lookup")
+    resources = env.resources_server({"judge": dead})
+
+    async def run():
+        resources.open(None)
+        try:
+            log = resources.log_tail()
+            return log, await _verify(resources, env.tasks("example")[0], "ok")
+        finally:
+            await resources.aclose()
+
+    log, verdict = asyncio.run(run())
+    assert "the probe answered 400" in log and "asks nothing" in log, log
+    assert verdict.failure_kind == "judge_failed", verdict
     assert "the judge gone failed on 1 of 1 calls" in verdict.details["error"]

@@ -112,7 +112,11 @@ class NemoServer:
             # NeMo Gym's servers judge on live session state unless they say otherwise
             # (GET /reverify_mode): `gym eval reverify` asks the server itself
             reverify_stateless=False,
-            harness="tool_loop" if _tool_names(self.splits[default]) else "single_turn",
+            harness=(
+                "tool_loop"
+                if _tool_names(self.splits[default]) or _serves_mcp(self.folder)
+                else "single_turn"
+            ),
             reward_range=self.reward_range(),
             prompt_template="{{ prompt }}",
             splits={
@@ -137,6 +141,15 @@ def _asks_model(value: Any) -> bool:
     if isinstance(value, list):
         return any(_asks_model(v) for v in value)
     return isinstance(value, str) and ("${policy_" in value or "${judge_" in value)
+
+
+def _serves_mcp(folder: Path) -> bool:
+    """Whether the server is one of NeMo Gym's MCPResourcesServers, read from its code: its rows
+    offer no tools, it serves them over MCP (resources.NemoGymResources lists them), so it is
+    run in a tool loop."""
+    return any(
+        "MCPResourcesServer" in path.read_text(errors="replace") for path in folder.glob("*.py")
+    )
 
 
 def _recorded_rewards(path: Path) -> list[float]:

@@ -17,11 +17,14 @@ from pathlib import Path
 from typing import Any
 
 #: The files of a server that what is listed depends on.
-READ = ("*.py", "requirements.txt", "configs/*.yaml", "data/*.jsonl")
+READ = ("*.py", "requirements.txt", "pyproject.toml", "configs/*.yaml", "data/*.jsonl")
+#: What gymflow makes of those files: raised when that changes (a manifest's harness for an
+#: MCP server), so an index an earlier gymflow wrote is found again.
+FORMAT = 2
 
 
 def fingerprint(root: Path) -> str:
-    digest = hashlib.sha256(str(root.resolve()).encode())
+    digest = hashlib.sha256(f"{FORMAT}\0{root.resolve()}".encode())
     for folder in sorted(root.glob("resources_servers/*")):
         for pattern in READ:
             for path in sorted(folder.glob(pattern)):

@@ -92,6 +92,11 @@ class JudgeEndpoint:
         except (orjson.JSONDecodeError, ValueError, TypeError, AttributeError) as exc:
             await _send(send, 400, {"error": f"not a model request: {exc}"})
             return
+        if not isinstance(body, dict) or not _input_items(body):
+            # a probe, not a question (xstest posts `{"input": []}` at start to see that its
+            # judge answers): answered at once, nothing asked of the judge or kept
+            await _send(send, 400, {"error": "a judge request with no input asks nothing"})
+            return
         status, answer = await self._ask(rollout, body, chat)
         await _send(send, status, answer)
 

@@ -1,7 +1,8 @@
 """A NeMo Gym server's own requirements, installed as NeMo Gym installs them: into a venv of the
 server's own, from the package registries, built once and cached.
 
-NeMo Gym gives each server a venv with `nemo-gym` and the server's `requirements.txt`. Here the
+NeMo Gym gives each server a venv with `nemo-gym` and the server's `requirements.txt` (or its
+`pyproject.toml`'s dependencies). Here the
 server's venv reads NeMo Gym's venv (`GYMFLOW_NEMO_GYM_VENV`) through a `.pth` file, so only what
 the server adds beyond it is installed; a server whose requirements name nothing beyond
 `nemo-gym` runs with NeMo Gym's interpreter itself. The venvs live under
@@ -20,6 +21,7 @@ import re
 import shutil
 import subprocess
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,13 +30,18 @@ from gymflow.environments.nemo_gym.folder import NemoServer
 from gymflow.environments.nemo_gym.launch import nemo_python
 
 MARKER = "prepared.json"
+#: The pip a server's venv is built with, installed into it first: pip normalises the names of
+#: extras (PEP 685) from 23.3, as NeMo Gym's `uv pip` does; an older one drops
+#: `lxml[html_clean]` (lxml calls it `html-clean`), and google_search's trafilatura then fails
+#: to import `lxml.html.clean`. Part of the venv's cache key.
+PIP = "pip>=23.3"
 #: pip's words for a requirement none of the registries has.
 _NOT_FOUND = re.compile(
     r"(?:No matching distribution found for|Could not find a version that satisfies the "
     r"requirement) (\S+)"
 )
-#: NeMo Gym's own requirement line (`-e nemo-gym[dev] @ ../../`, or `-e ../../`, the repository
-#: root): the base, which NeMo Gym's venv already is.
+#: NeMo Gym's own requirement line (`-e nemo-gym[dev] @ ../../`, `-e ../../`, the repository
+#: root, or `nemo-gym[dev]` in a pyproject.toml): the base, which NeMo Gym's venv already is.
 _NEMO_GYM = re.compile(r"^(-e\s+)?(nemo-gym\b|\.\./\.\./?$)", re.IGNORECASE)
 
 
@@ -52,13 +59,22 @@ class Prepared:
 
 
 def requirements(server: NemoServer) -> tuple[str, ...]:
-    """The server's requirements beyond `nemo-gym` itself, as its requirements.txt lists them.
-    Raises PrepareError naming a requirement that is no registry package."""
+    """The server's requirements beyond `nemo-gym` itself, as its requirements.txt lists them,
+    or else its pyproject.toml's `[project].dependencies` (NeMo Gym installs a server from
+    either; from the package, with `uv pip install --no-sources`, so the `[tool.uv.sources]`
+    that point a dependency at a git repository are not used and the registries serve it:
+    code_fim's `human-eval-infilling`). Raises PrepareError naming a requirement that is no
+    registry package."""
     path = server.folder / "requirements.txt"
-    if not path.is_file():
+    if path.is_file():
+        lines = enumerate(path.read_text(errors="replace").splitlines(), 1)
+    elif (server.folder / "pyproject.toml").is_file():
+        path = server.folder / "pyproject.toml"
+        lines = _project_dependencies(path, server)
+    else:
         return ()
     wanted = []
-    for number, raw in enumerate(path.read_text(errors="replace").splitlines(), 1):
+    for number, raw in lines:
         line = raw.split(" #", 1)[0].strip()
         if not line or line.startswith("#") or _NEMO_GYM.match(line):
             continue
@@ -71,6 +87,43 @@ def requirements(server: NemoServer) -> tuple[str, ...]:
     return tuple(wanted)
 
 
+def _project_dependencies(path: Path, server: NemoServer) -> list[tuple[str, str]]:
+    """`[project].dependencies` of a pyproject.toml, each with its place (`dependencies[i]`).
+    One that `[tool.uv.sources]` takes from a git repository, a URL or a path is refused,
+    named: what the registries hold under its name is not what the server was written against
+    (code_fim's `human-eval-infilling` is on GitHub; PyPI's 2.15.0 holds no module)."""
+    try:
+        data = tomllib.loads(path.read_text(errors="replace"))
+    except tomllib.TOMLDecodeError as exc:
+        raise PrepareError(
+            f"{path}: not TOML ({exc}): NeMo Gym server {server.name}'s dependencies are unread"
+        ) from None
+    listed = (data.get("project") or {}).get("dependencies") or []
+    if not isinstance(listed, list) or not all(isinstance(d, str) for d in listed):
+        raise PrepareError(f"{path}: [project].dependencies is no list of requirements")
+    sources = ((data.get("tool") or {}).get("uv") or {}).get("sources") or {}
+    elsewhere = {_name(n): source for n, source in sources.items() if isinstance(source, dict)}
+    found = []
+    for index, dependency in enumerate(listed):
+        source = elsewhere.get(_name(dependency))
+        if source is not None and not _NEMO_GYM.match(dependency):
+            where = source.get("git") or source.get("url") or source.get("path") or source
+            raise PrepareError(
+                f"{path}:dependencies[{index}]: {dependency!r} comes from {where} "
+                f"([tool.uv.sources]), which is not a package on the registries (PyPI): "
+                f"NeMo Gym server {server.name} needs it, so it does not run here"
+            )
+        found.append((f"dependencies[{index}]", dependency))
+    return found
+
+
+def _name(requirement: str) -> str:
+    """A requirement's project name, normalised (PEP 503): `Human_Eval.Infilling>=1` ->
+    `human-eval-infilling`."""
+    head = re.split(r"[\s\[<>=!~;@(]", requirement.strip(), maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", head).lower()
+
+
 def cache_root() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "gymflow" / "nemo-gym-venvs"
@@ -78,7 +131,7 @@ def cache_root() -> Path:
 
 def venv_dir(server: NemoServer, wanted: tuple[str, ...]) -> Path:
     digest = hashlib.sha256(
-        json.dumps([list(wanted), str(nemo_python().parent.parent.resolve())]).encode()
+        json.dumps([list(wanted), str(nemo_python().parent.parent.resolve()), PIP]).encode()
     ).hexdigest()[:12]
     return cache_root() / f"{server.name}-{digest}"
 
@@ -108,8 +161,9 @@ def _build(server: NemoServer, wanted: tuple[str, ...], venv: Path, say) -> Prep
     _run([str(base), "-m", "venv", "--without-pip", str(venv)], server)
     site = _site_packages(venv / "bin" / "python", server)
     (site / "_gymflow_nemo_gym.pth").write_text(f"{_site_packages(base, server)}\n")
-    pip = [str(base), "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q"]
-    _run([*pip, *wanted], server)
+    python = str(venv / "bin" / "python")
+    _run([str(base), "-m", "pip", "--python", python, "install", "-q", PIP], server)
+    _run([python, "-m", "pip", "install", "-q", *wanted], server)
     seconds = round(time.monotonic() - started, 1)
     (venv / MARKER).write_text(json.dumps({"installed": list(wanted), "seconds": seconds}))
     say(f"{server.env_name}: installed {', '.join(wanted)} in {seconds} s")
@@ -132,7 +186,7 @@ def _run(command: list[str], server: NemoServer) -> str:
         missing = _NOT_FOUND.search(output)
         if missing:
             raise PrepareError(
-                f"NeMo Gym server {server.name} needs {missing.group(1)} (its requirements.txt), "
+                f"NeMo Gym server {server.name} needs {missing.group(1)} (its requirements), "
                 "which no registry pip is set to use has: it does not run here"
             )
         raise PrepareError(

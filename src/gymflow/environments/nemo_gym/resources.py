@@ -21,6 +21,7 @@ What each answer means here:
 from __future__ import annotations
 
 import asyncio
+import http.cookiejar
 import itertools
 import json
 import os
@@ -63,10 +64,16 @@ METRICS_FILE = "nemo_gym_metrics.json"
 UNAVAILABLE = (502, 503, 504)
 
 
-class _NoJar(httpx.Cookies):
-    """The client's jar, which keeps nothing: each rollout sends its own session's cookies."""
+class _NoJar(http.cookiejar.CookieJar):
+    """The client's jar, which keeps nothing: each rollout sends its own session's cookies.
+    A jar, not an `httpx.Cookies`: httpx copies a `Cookies` it is given into a plain one (so a
+    subclass's override is lost and the client kept the first session's cookie, sending it
+    with the next rollout's `/seed_session`), and keeps a `CookieJar` as it is."""
 
-    def extract_cookies(self, response: httpx.Response) -> None:
+    def extract_cookies(self, response, request) -> None:
+        return None
+
+    def set_cookie(self, cookie) -> None:
         return None
 
 
@@ -112,6 +119,8 @@ def declared_reward_range(openapi: dict[str, Any]) -> tuple[float, float] | None
 
 #: Where NeMo Gym's MCPResourcesServer serves its tools (streamable HTTP, one token a session).
 MCP_ROUTE = "/mcp"
+#: What an MCP client accepts of NeMo Gym's MCP route (streamable HTTP, JSON answers).
+MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
 MCP_INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,
@@ -148,6 +157,11 @@ class NemoGymResources(ResourcesServer):
         self._session_ids = itertools.count()
         self._judge = None
         self.declared_range: tuple[float, float] | None = None
+        #: the tools the server serves over MCP (name -> a Responses function tool), and each
+        #: session's MCP headers (its signed session token) from its `/seed_session` answer
+        self._mcp_tools: dict[str, dict[str, Any]] = {}
+        self._mcp_headers: dict[str, dict[str, str]] = {}
+        self._mcp_ids = itertools.count(1)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def open(self, url: str | None) -> NemoGymResources:
@@ -186,13 +200,7 @@ class NemoGymResources(ResourcesServer):
                 "gymnasium-style server (/reset, /step) needs NeMo Gym's gymnasium_agent"
             )
         if self._serves_mcp():
-            self.close()
-            raise ConfigError(
-                f"NeMo Gym server {self.env.server.name} serves its tools over MCP ({MCP_ROUTE}: "
-                "NeMo Gym's MCPResourcesServer, for agents such as its claude_code_agent), and "
-                "gymflow calls a server's tools as its POST routes: its rollouts would run "
-                "without their tools, and their rewards would say nothing of the model"
-            )
+            self._mcp_tools = self._list_mcp_tools()
         self.declared_range = declared_reward_range(self._openapi())
         return self
 
@@ -226,15 +234,43 @@ class NemoGymResources(ResourcesServer):
             missing
         )
 
+    def _list_mcp_tools(self) -> dict[str, dict[str, Any]]:
+        """The server's MCP tools (`tools/list`) as Responses function tools, as NeMo Gym's
+        claude_code_agent finds them. Raises ConfigError when the server does not list them:
+        its rollouts would run without their tools, and their rewards say nothing of the model."""
+        try:
+            reply = httpx.post(
+                f"{self.url}{MCP_ROUTE}",
+                json={"jsonrpc": "2.0", "id": 0, "method": "tools/list", "params": {}},
+                headers=MCP_HEADERS,
+                timeout=10.0,
+            )
+            listed = reply.json()["result"]["tools"]
+            tools = {
+                str(tool["name"]): {
+                    "type": "function",
+                    "name": str(tool["name"]),
+                    "description": str(tool.get("description") or ""),
+                    "parameters": tool.get("inputSchema") or {"type": "object", "properties": {}},
+                    "strict": False,
+                }
+                for tool in listed
+            }
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            self.close()
+            raise ConfigError(
+                f"NeMo Gym server {self.env.server.name} serves its tools over MCP ({MCP_ROUTE}) "
+                f"and did not list them (tools/list: {type(exc).__name__}: {exc}): its rollouts "
+                "would run without their tools"
+            ) from None
+        return tools
+
     def _serves_mcp(self) -> bool:
         """Whether MCP_ROUTE answers an MCP `initialize` as an MCP server does: NeMo Gym mounts
         it beside its routes, outside its OpenAPI document, so only asking tells."""
         try:
             reply = httpx.post(
-                f"{self.url}{MCP_ROUTE}",
-                json=MCP_INITIALIZE,
-                headers={"Accept": "application/json, text/event-stream"},
-                timeout=5.0,
+                f"{self.url}{MCP_ROUTE}", json=MCP_INITIALIZE, headers=MCP_HEADERS, timeout=5.0
             )
         except httpx.HTTPError:
             return False
@@ -290,7 +326,11 @@ class NemoGymResources(ResourcesServer):
         return []
 
     def tools_for(self, task: Task) -> list[dict[str, Any]]:
-        return list(task.tools)  # the row's tools, as given
+        """The row's tools, as given, and the tools the server serves over MCP (the rows of an
+        MCP server offer none: NeMo Gym's agent finds them there)."""
+        given = list(task.tools)
+        named = {tool.get("name") for tool in given}
+        return given + [tool for name, tool in self._mcp_tools.items() if name not in named]
 
     async def _post(self, session_id: str, path: str, body: Any) -> httpx.Response:
         if self._http is None:
@@ -322,9 +362,17 @@ class NemoGymResources(ResourcesServer):
                 f"NeMo Gym server {self.url}/seed_session answered {response.status_code}: "
                 f"{response.text[:300]}"
             )
+        if self._mcp_tools:  # its MCP token: NeMo Gym's MCPServerMetadata under `mcp`
+            try:
+                headers = response.json()["mcp"]["headers"]
+                self._mcp_headers[session_id] = {str(k): str(v) for k, v in headers.items()}
+            except (ValueError, KeyError, TypeError, AttributeError):
+                pass  # a tool call then says the server gave no token
         return session_id
 
     async def call_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> str:
+        if name in self._mcp_tools:
+            return await self._call_mcp(session_id, name, arguments)
         response = await self._post(session_id, f"/{name}", arguments)
         if response.status_code == 200:
             return response.text
@@ -336,8 +384,48 @@ class NemoGymResources(ResourcesServer):
             + (f"\nthe server's log ends:\n{tail}" if tail else "")
         )
 
+    async def _call_mcp(self, session_id: str, name: str, arguments: dict[str, Any]) -> str:
+        """An MCP `tools/call` with the session's token, as NeMo Gym's agents call it: the
+        result's text is the tool's output; an error result goes back to the model."""
+        if session_id not in self._mcp_headers:
+            raise RuntimeFailure(
+                f"NeMo Gym server {self.url}/seed_session gave no MCP session token "
+                "(`mcp.headers`): its MCP tools cannot be called for this rollout"
+            )
+        if self._http is None:
+            self._http = httpx.AsyncClient(base_url=self.url, timeout=TIMEOUT, cookies=_NoJar())
+        call = {"jsonrpc": "2.0", "id": next(self._mcp_ids), "method": "tools/call",
+                "params": {"name": name, "arguments": arguments}}  # fmt: skip
+        try:
+            response = await self._http.post(
+                MCP_ROUTE, json=call, headers={**MCP_HEADERS, **self._mcp_headers[session_id]}
+            )
+            reply = response.json()
+        except httpx.TransportError as exc:
+            raise ResourcesUnavailable(
+                f"NeMo Gym server {self.url}{MCP_ROUTE} unreachable: {type(exc).__name__}: {exc}"
+            ) from None
+        except ValueError:
+            reply = None
+        result = reply.get("result") if isinstance(reply, dict) else None
+        if not isinstance(result, dict):
+            error = reply.get("error") if isinstance(reply, dict) else response.text[:300]
+            raise RuntimeFailure(
+                f"MCP tool {name} ({self.url}{MCP_ROUTE}) answered {response.status_code}: "
+                f"{str(error)[:300]}"
+            )
+        text = "\n".join(
+            str(part.get("text", ""))
+            for part in result.get("content") or ()
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+        if result.get("isError"):
+            raise ToolError(text[:2000])
+        return text
+
     async def close_session(self, session_id: str) -> None:
         self._jars.pop(session_id, None)
+        self._mcp_headers.pop(session_id, None)
 
     def final_state(self, session_id: str) -> dict[str, Any] | None:
         return None  # the server holds it

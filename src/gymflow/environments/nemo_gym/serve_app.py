@@ -35,6 +35,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 #: The header naming the rollout a `/verify` judges; sent on to the judge with each call.
@@ -161,13 +162,36 @@ def resolved_fields(config_yaml: Path, instance: str, server: str, bindings: dic
         ) from None
 
 
-def judge_client(judge_url: str):
+def model_servers(fields: object) -> set[str]:
+    """The model servers a server's config block names (`judge_model_server: {type:
+    responses_api_models, name: ...}`), at any depth."""
+    if isinstance(fields, dict):
+        named = {str(fields["name"])} if fields.get("type") == "responses_api_models" else set()
+        return named.union(*(model_servers(v) for v in fields.values()))
+    if isinstance(fields, list):
+        return set().union(*(model_servers(v) for v in fields))
+    return set()
+
+
+def judge_client(judge_url: str, names: Iterable[str] = ()):
     """A NeMo Gym server client whose every call goes to gymflow's judge, or fails naming the
-    setting when no judge is configured."""
+    setting when no judge is configured. Its global config places each model server the
+    config names (`names`) at the judge's address, as NeMo Gym's launcher places each server
+    it starts: a server that looks its judge up there before its first call (xstest polls
+    it, then probes its `/v1/responses` at start) finds gymflow's judge."""
+    from urllib.parse import urlsplit
+
     from nemo_gym.config_types import BaseServerConfig
     from nemo_gym.server_utils import ServerClient, request
     from omegaconf import OmegaConf
     from pydantic import BaseModel
+
+    address = urlsplit(judge_url)
+    placed = {
+        name: {"responses_api_models": {"gymflow_judge": {
+            "host": address.hostname, "port": address.port}}}
+        for name in names
+    } if judge_url else {}  # fmt: skip
 
     class JudgeClient(ServerClient):
         async def request(self, server_name, url_path, method, **kwargs):
@@ -190,7 +214,7 @@ def judge_client(judge_url: str):
 
     return JudgeClient(
         head_server_config=BaseServerConfig(host="127.0.0.1", port=0),
-        global_config_dict=OmegaConf.create({}),
+        global_config_dict=OmegaConf.create(placed),
     )
 
 
@@ -215,7 +239,8 @@ def build_app(
         "port": port,
         "name": instance,
     }
-    built = cls(config=config_cls.model_validate(fields), server_client=judge_client(judge_url))
+    client = judge_client(judge_url, model_servers(fields))
+    built = cls(config=config_cls.model_validate(fields), server_client=client)
     app = built.setup_webserver()
     built.setup_liveness(app)
     built.setup_exception_middleware(app)
