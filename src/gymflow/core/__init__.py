@@ -16,6 +16,7 @@ __all__ = [
     "bounded_yaml",
     "config",
     "errors",
+    "json_text",
     "layout",
     "processes",
     "progress",
