@@ -133,6 +133,11 @@ def pytest_configure(config: pytest.Config) -> None:
     it ends. A worker inherits its controller's mark and reaper."""
     if hasattr(config, "workerinput"):
         return
+    if hasattr(config.option, "loadscopereorder"):
+        # xdist would hand groups out by their number of tests, most first, whatever they cost
+        # (a file of one 3-minute test last); the collection's order is the cost's
+        # (`_longest_first`)
+        config.option.loadscopereorder = False
     token = secrets.token_hex(8)
     os.environ[reaper.VARIABLE] = token
     subprocess.Popen(
@@ -193,26 +198,53 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return True if any(where.startswith(folder) for folder in SLOW_FOLDERS) else None
 
 
+#: What a test costs, in rough seconds, by the costliest thing it uses, for the order in which
+#: groups are handed out (`_longest_first`): a run of a real model a minute or so, a run through
+#: a Prefect server half that; another slow test several seconds, a fast one a fraction of one.
+#: Magnitudes, not measurements: the order needs only the long groups ahead of the short ones.
+COSTLY_FIXTURES_S = {"llama_server": 60.0, "prefect_api": 30.0, "deployment": 30.0}
+SLOW_S, FAST_S = 10.0, 0.5
+
+
+def estimated_s(item: pytest.Item) -> float:
+    used = getattr(item, "fixturenames", ())
+    for fixture, seconds in COSTLY_FIXTURES_S.items():
+        if fixture in used:
+            return seconds
+    return SLOW_S if item.get_closest_marker("slow") else FAST_S
+
+
+def xdist_group(item: pytest.Item) -> str:
+    """The group `item` runs in under `--dist loadgroup`: its file's, or the shared one."""
+    path = item.path.relative_to(ROOT).as_posix()
+    group = SHARED_FIXTURE_GROUPS.get(path)
+    if group is None:
+        group = "reports" if path.startswith("tests/reports/") else path
+    return group
+
+
+def _longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """`items` with each group's tests together, the groups in order of their estimated cost,
+    longest first (each group's own tests in collection order). With two workers taking the
+    next group as they free up, the long groups run while the many short ones still fill in
+    behind them, and the run does not end with one long group on one worker while the other
+    idles."""
+    groups: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        groups.setdefault(xdist_group(item), []).append(item)
+    cost = {name: sum(estimated_s(item) for item in group) for name, group in groups.items()}
+    return [item for name in sorted(groups, key=lambda n: -cost[n]) for item in groups[name]]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") is None and slow_because(item) is not None:
             item.add_marker(pytest.mark.slow)
     if not config.pluginmanager.hasplugin("xdist"):
         return
-    shared = {*SHARED_FIXTURE_GROUPS.values(), "reports"}
-    first: list[pytest.Item] = []
-    rest: list[pytest.Item] = []
     for item in items:
-        path = item.path.relative_to(ROOT).as_posix()
-        group = SHARED_FIXTURE_GROUPS.get(path)
-        if group is None:
-            group = "reports" if path.startswith("tests/reports/") else path
-        item.add_marker(pytest.mark.xdist_group(group))
-        (first if group in shared else rest).append(item)
-    # xdist hands groups out in collection order: the long shared groups go first, so the many
-    # one-file groups fill in behind them and no long group is left to run alone at the end
-    # while the other worker idles.
-    items[:] = first + rest
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+    items[:] = _longest_first(items)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -5,6 +5,7 @@ and a failure in CI (.ci/run creates them), waited for, and stopped."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -43,6 +44,16 @@ def litellm_venv() -> Path:
         "python -m venv /tmp/litellm-venv && /tmp/litellm-venv/bin/pip install "
         "'litellm[proxy]' prisma (.ci/run does)",
     )
+
+
+def as_a_new_job() -> None:
+    """A terminal's new job (a `preexec_fn`): Ctrl-C and SIGTERM at their defaults, not blocked.
+    A child inherits an ignored or blocked signal from its parent, here a worker of the suite:
+    a test run's Ctrl-C would not reach it, and a Prefect process worker, which answers SIGTERM
+    by sending itself SIGINT, would not stop until a second signal (`tests/flows/deployed.py`)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 @contextmanager

@@ -16,21 +16,13 @@ from pathlib import Path
 import pytest
 
 from tests import reaper
+from tests.servers import as_a_new_job
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = Path(__file__).with_name("reaper_probe.py")
 #: the probe's servers include a Prefect server, which a loaded machine starts slowly
 READY_TIMEOUT_S = 240
 GONE_TIMEOUT_S = 180  # a loaded machine (load 15-20) took longer than 60 s to wind down
-
-
-def _as_a_new_job() -> None:
-    """A terminal's new job: Ctrl-C and SIGTERM at their defaults, not blocked. A child inherits
-    an ignored or blocked signal from its parent, here a worker of the enclosing suite; alone
-    the ctrl-c case passed in 4 s, inside the whole suite the probe never saw its Ctrl-C."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def _describe(procs: list[reaper.Proc]) -> str:
@@ -74,7 +66,7 @@ def test_a_killed_run_leaves_no_server(tmp_path: Path, how: str, workers: int, p
         # a session of its own, as a terminal's job is: Ctrl-C reaches its whole group
         run = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL, start_new_session=True,
-                               preexec_fn=_as_a_new_job)  # fmt: skip
+                               preexec_fn=as_a_new_job)  # fmt: skip
     try:
         started = _wait_ready(run, tmp_path, ["kinds", "prefect"] if prefect else ["kinds"], log)
         # everything the probe run is made of, found before it is killed

@@ -20,7 +20,7 @@ from gymflow.simulated.endpoint import model_endpoint
 from gymflow.store.db import connect
 from gymflow.verifiers.base import VerifyInput, get_verifier
 from tests.analysis.builder import RunMeta, StoreBuilder, reseal
-from tests.conftest import ROOT, gym
+from tests.conftest import ROOT, gym, gym_in_process
 
 
 @pytest.fixture
@@ -207,10 +207,11 @@ def test_a_full_reverify_judges_again_what_failed_only_carried(tmp_path: Path) -
         b.rollout(task_id, repeat, text=text)
     b.write(tmp_path / "run")
     strict = ("eval", "reverify", "run", "--set", "extract=answer_line", "--json")
-    carried = gym(*strict, "--failed-only", cwd=tmp_path)
+    # a reverify of a stored run: no process needed
+    carried = gym_in_process(*strict, "--failed-only", cwd=tmp_path)
     assert carried.returncode == 0, carried.stdout + carried.stderr
     assert json.loads(carried.stdout)["reverified"] == 1  # the one wrong under last_number
-    full = gym(*strict, cwd=tmp_path)
+    full = gym_in_process(*strict, cwd=tmp_path)
     assert full.returncode == 0, full.stdout + full.stderr
     result = json.loads(full.stdout)
     assert (result["status"], result["reverified"]) == ("rejudged", 3)

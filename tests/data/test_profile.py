@@ -11,7 +11,7 @@ import pytest
 
 from gymflow.data.neardup import components, group_documents, recall_at, signatures
 from tests.analysis.builder import RunMeta, StoreBuilder
-from tests.conftest import gym
+from tests.conftest import gym, gym_in_process
 
 APPLES = "Tom has 3 apples and buys 4 more apples at the market today. How many apples now?"
 PROMPTS = {
@@ -42,7 +42,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _profile(run: Path, *args: str) -> dict:
-    result = gym("data", "profile", str(run), "--json", *args, cwd=run.parent)
+    """The profile's JSON, in-process: a read of the store (the text test below runs `gym`)."""
+    result = gym_in_process("data", "profile", str(run), "--json", *args, cwd=run.parent)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 

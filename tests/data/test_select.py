@@ -14,7 +14,7 @@ import yaml
 from gymflow.data.provenance import read_provenance
 from gymflow.data.select import Band, SelectionError, parse_band
 from tests.analysis.builder import RunMeta, StoreBuilder
-from tests.conftest import gym
+from tests.conftest import gym, gym_in_process
 
 # task: (outcomes per repeat, tags, difficulty, output tokens); '-' leaves the repeat missing
 TASKS = {
@@ -40,7 +40,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _select(run: Path, *args: str) -> dict:
-    result = gym("data", "select", str(run), "--dry-run", "--json", *args, cwd=run.parent)
+    """A dry run's JSON, in-process: a read of the store (the writes below run `gym`)."""
+    result = gym_in_process(
+        "data", "select", str(run), "--dry-run", "--json", *args, cwd=run.parent
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -143,7 +146,9 @@ def test_bad_filters_and_empty_selections_are_one_line_errors(run: Path) -> None
     }
     for args, message in cases.items():
         out = run.parent / "never-written"
-        result = gym("data", "select", str(run), "--out", str(out), *args, cwd=run.parent)
+        result = gym_in_process(
+            "data", "select", str(run), "--out", str(out), *args, cwd=run.parent
+        )
         if "--out" in args:
             out = Path(args[-1])
         assert result.returncode == 1

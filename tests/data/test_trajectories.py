@@ -5,7 +5,9 @@ types, Parquet), and the health, length and duplicate filters on a constructed r
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import duckdb
 import polars as pl
@@ -17,7 +19,7 @@ from pydantic import TypeAdapter
 from gymflow.analysis.health import health
 from gymflow.data.provenance import read_provenance
 from tests.analysis.builder import RunMeta, StoreBuilder
-from tests.conftest import LedgerRun, gym
+from tests.conftest import LedgerRun, gym, gym_in_process
 
 MESSAGES = TypeAdapter(list[ChatCompletionMessageParam])
 TOOLS = TypeAdapter(list[ChatCompletionToolParam])
@@ -30,8 +32,12 @@ def ledger_run(ledger_run: LedgerRun) -> Path:
     return ledger_run.run_dir
 
 
-def _export(run: Path, out: Path, *args: str) -> dict:
-    result = gym(
+def _export(
+    run: Path, out: Path, *args: str, runner: Callable[..., CompletedProcess[str]] = gym
+) -> dict:
+    """`gym data trajectories … --json`'s summary; `runner` gym_in_process for the filter checks
+    that export the same constructed run over and over."""
+    result = runner(
         "data", "trajectories", str(run), "--out", str(out), "--json", *args, cwd=out.parent
     )
     assert result.returncode == 0, result.stderr
@@ -162,7 +168,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _rollouts(run: Path, *args: str) -> list[str]:
     out = run.parent / "out.parquet"
-    _export(run, out, *args)
+    _export(run, out, *args, runner=gym_in_process)
     return pq.read_table(out).column("rollout_id").to_pylist()
 
 
@@ -192,5 +198,5 @@ def test_bad_output_names_fail_plainly(built: Path) -> None:
         ("--out", "/proc/gymflow.jsonl"): "/proc/gymflow.jsonl: cannot write",
         ("--out", "/proc/gymflow.parquet"): "/proc/gymflow.parquet: cannot write",
     }.items():
-        result = gym("data", "trajectories", str(built), *args, cwd=built.parent)
+        result = gym_in_process("data", "trajectories", str(built), *args, cwd=built.parent)
         assert result.returncode == 1 and message in result.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 from tests.faults.stores import collect_run, edit_store, rollout_rows, tree_digest
 
 #: The failing verdicts set to pass: the seals cannot follow without the key.

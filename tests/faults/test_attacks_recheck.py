@@ -15,7 +15,8 @@ import json
 import duckdb
 import pytest
 
-from tests.conftest import gym
+from tests.conftest import gym as gym_process
+from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 from tests.faults.stores import collect_run, edit_store, resealed, rollout_rows, tree_digest
 
 
@@ -213,8 +214,9 @@ def test_edited_judge_parameters_reach_nothing(tmp_path, monkeypatch) -> None:
         edited = {**json.loads(params), "base_url": url, "api_key_env": "GYMFLOW_SEAL_KEY"}
         edit_store(run, f"UPDATE verifier_versions SET params_json = '{json.dumps(edited)}'")
         before = tree_digest(run)
-        out = gym("eval", "reverify", str(run), "--check", "--json", cwd=tmp_path,
-                  env={"GYMFLOW_SEAL_KEY": "0" * 64})  # fmt: skip
+        # a process, as a user's: the key in its environment is what must not travel
+        out = gym_process("eval", "reverify", str(run), "--check", "--json", cwd=tmp_path,
+                          env={"GYMFLOW_SEAL_KEY": "0" * 64})  # fmt: skip
     finally:
         server.shutdown()
     assert received == []  # on 2a91e13: three requests, each with the key as a Bearer token

@@ -3,9 +3,10 @@
 and the same server behind LiteLLM's proxy for the Responses API.
 
 Both run from venvs of their own (`GYMFLOW_LLAMA_VENV`, default /tmp/llama-venv, and
-`GYMFLOW_LITELLM_VENV`; .ci/run creates them), started once per session on free 127.0.0.1 ports
-and stopped at its end. The files using them are one xdist group (tests/conftest.py), so one
-server answers them all. Skipped locally without the venvs, a failure in CI."""
+`GYMFLOW_LITELLM_VENV`; .ci/run creates them), started on first use on free 127.0.0.1 ports
+and stopped at the end of the session: once per xdist worker that runs a file using them (each
+file is a group of its own, tests/conftest.py). Skipped locally without the venvs, a failure in
+CI."""
 
 from __future__ import annotations
 
