@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,14 @@ def test_categories_load_from_the_package_without_importing_it(env) -> None:
         "all": 1240,
         "smoke": 100,
     }
-    assert not any(name.startswith("bfcl_eval.") for name in sys.modules)
+    # in a process of its own: another test of this worker may have imported the checker
+    probe = (
+        "import sys; from gymflow.environments.registry import load_environment; "
+        "env = load_environment('bfcl'); [env.tasks(s) for s in env.manifest.splits]; "
+        "print(sorted(m for m in sys.modules if m.startswith('bfcl_eval.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
 def test_tools_are_responses_api_function_tools(by_id) -> None:

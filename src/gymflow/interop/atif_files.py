@@ -60,9 +60,9 @@ def write_atif(con, verifier_version: str, folder: Path) -> int:
             reward=reward,
             passed=passed,
         )
-        name = f"{rollout_id}.json"
-        if Path(name).name != name or name.startswith("."):  # `../x`: out of the folder
+        file_name = f"{rollout_id}.json"
+        if Path(file_name).name != file_name or file_name.startswith("."):  # `../x`: elsewhere
             raise WriteError(f"{folder}: rollout id {rollout_id!r} is not a plain file name")
-        write_text(folder / name, json.dumps(document, indent=1) + "\n")
+        write_text(folder / file_name, json.dumps(document, indent=1) + "\n")
         written += 1
     return written

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import duckdb
 
+from gymflow.core.errors import GymflowError
 from gymflow.store.db import StoreError, StoreFailure, connect, store_path, transaction
 from gymflow.store.handle import one_row
 from gymflow.store.runs import RolloutKey, RunInfo, check_run_store, missing_keys, run_info
@@ -116,35 +117,43 @@ def snapshot(path: Path | str, folder: Path) -> Path:
 
 def read_shard(path: Path | str, folder: Path) -> ShardInfo:
     """Snapshot a shard store into `folder` (`snapshot`), open the snapshot read-only, check
-    it and read its run identity."""
+    it and read its run identity. A refusal names the shard the user gave, not its snapshot."""
     copy = snapshot(path, folder)
-    con = connect(copy, read_only=True)
     try:
-        run = run_info(con)
-        runs = con.execute("SELECT count(DISTINCT run_id) FROM runs").fetchone()[0]
-        if runs != 1:
-            raise StoreError(f"{store_path(path)}: holds {runs} runs; a shard store holds one")
-        indices = tuple(
-            r[0] for r in con.execute("SELECT shard_index FROM shards ORDER BY 1").fetchall()
-        )
-        rollouts: int = one_row(con, "SELECT count(*) FROM rollouts")[0]
-        # its rows would be sealed into the merged store as they are: checked first
-        _check_shard_key(con, "main", store_path(path), load_key(create=False))
-        checked = check_before_writing(con, f"{store_path(path)}: refused")
-        verdicts: int = one_row(con, "SELECT count(*) FROM verifications")[0]
-        if not checked and (rollouts or verdicts):
-            # A store gymflow writes is sealed from its first row; one that reads as unsealed
-            # had its seals removed somewhere this machine's ledger does not know of (another
-            # path, another machine's worker), and its verdicts cannot be vouched for.
-            raise StoreError(
-                f"{store_path(path)}: refused: its verdicts are not sealed by this machine's "
-                "key, so nothing vouches for them; a shard gymflow writes is sealed"
-            )
-    finally:
-        con.close()
-    return ShardInfo(
-        path=store_path(path), run=run, indices=indices, rollouts=rollouts, snapshot=copy
+        con = connect(copy, read_only=True)
+        try:
+            return _checked_shard(con, store_path(path), copy)
+        finally:
+            con.close()
+    except GymflowError as exc:
+        text = str(exc).replace(str(copy), str(store_path(path)))
+        if text == str(exc):
+            raise
+        raise type(exc)(text) from None
+
+
+def _checked_shard(con: duckdb.DuckDBPyConnection, path: Path, copy: Path) -> ShardInfo:
+    run = run_info(con)
+    runs: int = one_row(con, "SELECT count(DISTINCT run_id) FROM runs")[0]
+    if runs != 1:
+        raise StoreError(f"{path}: holds {runs} runs; a shard store holds one")
+    indices = tuple(
+        r[0] for r in con.execute("SELECT shard_index FROM shards ORDER BY 1").fetchall()
     )
+    rollouts: int = one_row(con, "SELECT count(*) FROM rollouts")[0]
+    # its rows would be sealed into the merged store as they are: checked first
+    _check_shard_key(con, "main", path, load_key(create=False))
+    checked = check_before_writing(con, f"{path}: refused")
+    verdicts: int = one_row(con, "SELECT count(*) FROM verifications")[0]
+    if not checked and (rollouts or verdicts):
+        # A store gymflow writes is sealed from its first row; one that reads as unsealed had
+        # its seals removed somewhere this machine's ledger does not know of (another path,
+        # another machine's worker), and its verdicts cannot be vouched for.
+        raise StoreError(
+            f"{path}: refused: its verdicts are not sealed by this machine's key, so nothing "
+            "vouches for them; a shard gymflow writes is sealed"
+        )
+    return ShardInfo(path=path, run=run, indices=indices, rollouts=rollouts, snapshot=copy)
 
 
 def check_identity(reference: RunInfo, shard: ShardInfo, reference_name: str) -> None:
