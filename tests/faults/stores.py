@@ -193,3 +193,13 @@ def seal_health(run: Path, cwd: Path, *extra: str) -> dict:
         "mismatch": report["checks"]["seal_mismatch"]["count"],
         "checked_at": report["seals_checked_at"],
     }
+
+
+def imported_copy(run: Path, cwd: Path, gym_command: Any) -> Path:
+    """`run` exported for NeMo Gym and imported again by `gym_command` (a `gym` runner), as
+    `cwd/imported`: a store gymflow wrote through `gym import nemo-gym`."""
+    gym_command("export", str(run), "--format", "nemo-gym", "--out", "rollouts.jsonl", cwd=cwd,
+                check=True)  # fmt: skip
+    gym_command("import", "nemo-gym", "rollouts.jsonl", "--out", "imported", "--environment",
+                "arithmetic", cwd=cwd, check=True)  # fmt: skip
+    return cwd / "imported"

@@ -25,6 +25,7 @@ from tests.faults.stores import (
     collect_run,
     edit_store,
     gym_env,
+    imported_copy,
     one_error_line,
     query,
     rollout_rows,
@@ -232,11 +233,7 @@ def test_a_merged_run_store_seals_its_calls(tmp_path: Path, prefect_api: str) ->
 def test_an_imported_store_seals_its_calls(tmp_path: Path) -> None:
     """`gym import nemo-gym` of a gymflow export: the import's first seal record seals them."""
     run = collect_run(tmp_path / "source")
-    read("export", str(run), "--format", "nemo-gym", "--out", "rollouts.jsonl", cwd=tmp_path,
-         check=True)  # fmt: skip
-    read("import", "nemo-gym", "rollouts.jsonl", "--out", "imported", "--environment",
-         "arithmetic", cwd=tmp_path, check=True)  # fmt: skip
-    _sealed_whole_and_checked(tmp_path / "imported", tmp_path)
+    _sealed_whole_and_checked(imported_copy(run, tmp_path, read), tmp_path)
 
 
 def test_a_resumes_set_aside_folds_the_calls_out(tmp_path: Path) -> None:

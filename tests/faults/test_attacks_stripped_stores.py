@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gymflow.store.seal import ledger_file, load_key
 from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
-from tests.faults.stores import collect_run, edit_store, rollout_rows, tree_digest
+from tests.faults.stores import collect_run, edit_store, imported_copy, rollout_rows, tree_digest
 
 #: The attack: every seal and the seal record removed, every verdict a pass.
 STRIPPED = (
@@ -63,12 +63,9 @@ def test_a_merged_run_store_is_recorded_and_stripped_fails(tmp_path: Path) -> No
 
 def test_an_import_is_recorded_at_its_final_path_never_the_staging_one(tmp_path: Path) -> None:
     run = collect_run(tmp_path / "source")
-    gym("export", str(run), "--format", "nemo-gym", "--out", "rollouts.jsonl", cwd=tmp_path,
-        check=True)  # fmt: skip
-    gym("import", "nemo-gym", "rollouts.jsonl", "--out", "imported", "--environment",
-        "arithmetic", cwd=tmp_path, check=True)  # fmt: skip
+    imported = imported_copy(run, tmp_path, gym)
     assert not [path for path in _ledger() if ".importing-" in path]
-    _stripped_fails(tmp_path / "imported", tmp_path, recheck=False)
+    _stripped_fails(imported, tmp_path, recheck=False)
 
 
 def test_a_copy_gymflow_makes_of_a_sealed_store_is_recorded(tmp_path: Path) -> None:
