@@ -15,7 +15,8 @@ rollout's end, as stored). Prints a table and the counts; `--json FILE` keeps ev
     GYMFLOW_NEMO_GYM_PATH=/tmp/nemo-gym-venv/lib/python3.12/site-packages \\
     python bench/nemo_gym_sweep.py [--parallel 2] [--only ng-mcqa ...] [--judge-url URL]
 
-With `--judge-url` (a Responses API server, e.g. `gym serve model` or llama.cpp's), judge
+With `--judge-url` (a Responses API server, e.g. `gym serve model`, or with `--judge-kind
+chat_completions` a chat completions one, e.g. llama.cpp's), judge
 servers run with `verifier_params.judge` set to it; without, they are refused as gymflow refuses
 them."""
 
@@ -95,12 +96,13 @@ def _store_figures(run: Path, started: float) -> dict:
     }
 
 
-def _run(name: str, work: Path, judge: str | None) -> dict:
+def _run(name: str, work: Path, judge: str | None, judge_kind: str) -> dict:
     out = work / name
     config = out.with_suffix(".yaml")
     lines = [f"environment: {name}", "limit: 3", "repeats: 1", f"out: {out}"]
     if judge:
-        lines.append(f"verifier_params: {{judge: {{base_url: '{judge}', model: judge}}}}")
+        settings = f"base_url: '{judge}', model: judge, kind: {judge_kind}, max_output_tokens: 256"
+        lines.append(f"verifier_params: {{judge: {{{settings}}}}}")
     config.write_text("\n".join(lines) + "\n")
     started = time.time()
     done = subprocess.run(
@@ -163,6 +165,9 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--judge-url")
+    parser.add_argument(
+        "--judge-kind", default="responses", help="chat_completions for llama.cpp's server"
+    )
     parser.add_argument("--json", type=Path)
     args = tiny.parse(parser, only=["ng-mcqa"], parallel=1)
     default_nemo_gym_path()
@@ -174,7 +179,7 @@ def main() -> None:
         ThreadPoolExecutor(args.parallel) as pool,
     ):
         rows = []
-        for row in pool.map(lambda n: _run(n, Path(tmp), args.judge_url), names):
+        for row in pool.map(lambda n: _run(n, Path(tmp), args.judge_url, args.judge_kind), names):
             rows.append(row)
             first = row.get("first_rollout_s")
             print(
