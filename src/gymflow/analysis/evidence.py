@@ -44,10 +44,13 @@ import json
 from gymflow.analysis.health_checks import AGENT_RECORD_CHECKS, CHECKS, MODEL_FREE
 from gymflow.analysis.results import Evidence, EvidencePattern
 from gymflow.analysis.signs import (
+    LOWER,
     calls_loop_sql,
+    columns_sql,
     echo_sql,
     loop_sql,
     placeholder_sql,
+    squeezed_sql,
     turn_marker_sql,
 )
 from gymflow.core.statuses import AGENT_FAILURES
@@ -92,43 +95,44 @@ def _quoted(values: tuple[str, ...]) -> str:
     return ", ".join("'" + v.replace("'", "''") + "'" for v in values) or "NULL"
 
 
-def _squeezed(text: str) -> str:
-    return f"lower(regexp_replace(trim(coalesce({text}, '')), '\\s+', ' ', 'g'))"
-
-
-def _signs_sql(no_answer: tuple[str, ...]) -> str:
-    """SQL over diag_failures `f`, rollouts `r`, verifications `v`, tasks `t`: the signs each
-    class is decided by, one column each."""
+def _inputs_sql() -> str:
+    """SQL over diag_failures `f`, rollouts `r`, verifications `v`, tasks `t`: the columns the
+    signs read, the output's and prompt's pieces (`signs.columns_sql`) among them."""
     reason = "json_extract_string(v.details_json, '$.reason')"
-    extracted = "json_extract_string(v.details_json, '$.extracted')"
-    expected = (
-        "coalesce(json_extract_string(v.details_json, '$.expected'), "
-        "json_extract_string(t.data_json, '$.answer'))"
-    )
-    text, prompt = "r.output_text", "t.prompt"
-    out, reference = _squeezed(text), _squeezed("t.reference")
     return f"""
         f.category, f.kind,
         f.rollout_id IN (SELECT rollout_id FROM diag_unrecorded) AS unrecorded,
         coalesce(r.incomplete, FALSE) AS cut,
-        {loop_sql(text)} AS looped,
         CASE WHEN {_AT_LIMIT} THEN {calls_loop_sql("r.trajectory_json")} ELSE FALSE END
           AS stuck,
-        {echo_sql(text, prompt)} OR {turn_marker_sql(text)}
-          OR ({loop_sql(text)} AND {placeholder_sql(text, prompt)}) AS echoed,
-        {placeholder_sql(text, prompt)} AS placeholder,
-        coalesce({reason} IN ({_quoted(no_answer)}), FALSE) AS formless,
+        r.output_text AS output, {reason} AS reason,
+        json_extract_string(v.details_json, '$.extracted') AS extracted,
+        coalesce(json_extract_string(v.details_json, '$.expected'),
+                 json_extract_string(t.data_json, '$.answer')) AS expected,
         json_extract(v.details_json, '$.{LENIENT_MATCH}') IS NOT NULL AS lenient,
-        coalesce({reason} IN ({_quoted(no_answer)}), FALSE)
-          AND regexp_matches(lower(right(coalesce({text}, ''), 24)), '{FORM_STARTED}')
+        lower({squeezed_sql("t.reference")}) AS squeezed_reference,
+        {columns_sql("r.output_text", "t.prompt")}
+    """
+
+
+def _signs_sql(no_answer: tuple[str, ...]) -> str:
+    """SQL over `_inputs_sql`'s columns: the signs each class is decided by, one column each."""
+    formless = f"coalesce(reason IN ({_quoted(no_answer)}), FALSE)"
+    return f"""
+        category, kind, unrecorded, cut, stuck, {formless} AS formless, lenient,
+        {loop_sql()} AS looped,
+        {echo_sql()} OR {turn_marker_sql("output")} AS echo,
+        {placeholder_sql()} AS placeholder,
+        {formless} AND regexp_matches(lower(right(coalesce(output, ''), 24)), '{FORM_STARTED}')
           AS form_started,
-        {appears_in_sql(expected, text)} AS expected_in_text,
-        coalesce({normalised_sql(extracted)} <> ''
-                 AND ({normalised_sql(extracted)} = {normalised_sql(expected)}
-                      OR TRY_CAST({normalised_sql(extracted)} AS DOUBLE)
-                         = TRY_CAST({normalised_sql(expected)} AS DOUBLE)), FALSE)
+        {appears_in_sql("expected", "output")} AS expected_in_text,
+        coalesce({normalised_sql("extracted")} <> ''
+                 AND ({normalised_sql("extracted")} = {normalised_sql("expected")}
+                      OR TRY_CAST({normalised_sql("extracted")} AS DOUBLE)
+                         = TRY_CAST({normalised_sql("expected")} AS DOUBLE)), FALSE)
           AS extracted_right,
-        coalesce(length({out}) >= 8 AND starts_with({reference}, {out}), FALSE) AS reference_start
+        coalesce(length({LOWER}) >= 8 AND starts_with(squeezed_reference, {LOWER}), FALSE)
+          AS reference_start
     """
 
 
@@ -143,7 +147,7 @@ def _class_sql() -> str:
           WHEN unrecorded THEN 'unrecorded'
           WHEN category IN ({_quoted(_FAILED_CALL)})
                OR (category = 'tool_error' AND kind = 'tool_error') THEN 'failed_call'
-          WHEN echoed THEN 'echo'
+          WHEN echo OR (looped AND placeholder) THEN 'echo'
           WHEN category = 'tools_not_called' THEN 'tools_ignored'
           WHEN category IN ({_quoted(_SERVING)}) THEN 'serving'
           WHEN NOT formless AND (lenient OR extracted_right) THEN 'lenient_right'
@@ -172,7 +176,7 @@ def prepare(con, version: str, no_answer: tuple[str, ...]) -> None:
     )
     con.execute(
         "CREATE OR REPLACE TEMP TABLE diag_evidence AS "
-        + evidence_sql(_signs_sql(no_answer), _class_sql(), missing),
+        + evidence_sql(_inputs_sql(), _signs_sql(no_answer), _class_sql(), missing),
         [version, version],
     )
 

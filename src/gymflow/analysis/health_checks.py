@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gymflow.analysis.signs import LOOP_LINES, LOOP_REPEATS, LOOP_WORDS, loop_sql
+from gymflow.analysis.signs import LOOP_LINES, LOOP_REPEATS, LOOP_WORDS, columns_sql, loop_sql
 from gymflow.store.queries.answers import (
     TOOLS_ALPHA,
     TOOLS_CALL_RATE,
@@ -149,7 +149,10 @@ _FAILED = (
 MODEL_FREE = "coalesce(TRY_CAST(json_extract(counters_json, '$.model_free') AS INTEGER), 0) = 1"
 _NO_ANSWER = f"{no_answer_sql()} AND NOT {MODEL_FREE}"
 
-_LOOPS = f"SELECT rollout_id AS id FROM rollouts WHERE {loop_sql('output_text')}"
+_LOOPS = f"""
+SELECT id FROM (SELECT rollout_id AS id, {columns_sql("output_text")} FROM rollouts)
+WHERE {loop_sql()}
+"""
 
 
 # An external agent's trajectory is its own account of the run (an in-process harness builds

@@ -53,60 +53,83 @@ def calls_loop_sql(trajectory: str) -> str:
     return f"coalesce(len({tail}) = {LOOP_REPEATS} AND len(list_distinct({tail})) = 1, FALSE)"
 
 
-def _squeezed(text: str) -> str:
-    return f"lower(regexp_replace(trim(coalesce({text}, '')), '\\s+', ' ', 'g'))"
+# The tests below read an output's pieces (its squeezed text, words, lines; its prompt's long
+# lines and placeholders) as columns that `columns_sql` computes once a row. Written inline, each
+# test recomputed them, inside every lambda call and in every WHERE: 8 times the work.
+SQUEEZED, LOWER, WORDS, LINES = "sign_squeezed", "sign_lower", "sign_words", "sign_lines"
+RAW_LOWER, HOLDERS, PIECES = "sign_raw_lower", "sign_holders", "sign_pieces"
 
 
-def loop_sql(text: str) -> str:
-    """SQL: the output `text` runs in a loop (by words or by lines, as the module says)."""
-    squeezed = f"regexp_replace(trim(coalesce({text}, '')), '\\s+', ' ', 'g')"
-    words = f"string_split({squeezed}, ' ')"
-    tail = f"array_to_string(list_slice({words}, -{LOOP_WORDS}, -1), ' ')"
+def squeezed_sql(text: str) -> str:
+    """SQL: `text` trimmed, each run of white space one space."""
+    return f"regexp_replace(trim(coalesce({text}, '')), '\\s+', ' ', 'g')"
+
+
+def _placeholders(prompt: str) -> str:
+    found = f"regexp_extract_all(lower(coalesce({prompt}, '')), '{PLACEHOLDER.lower()}')"
+    return f"list_distinct({found})"
+
+
+def columns_sql(text: str, prompt: str | None = None) -> str:
+    """SQL select-list items: the pieces of the output `text` (and of its task's prompt
+    `prompt`, for the echo and placeholder tests) that the tests below read, named as this
+    module's constants. An output of fewer than LOOP_LINES lines gets no list of lines: it
+    cannot loop by lines, and splitting it is most of the cost."""
+    squeezed = squeezed_sql(text)
+    newlines = f"length(coalesce({text}, '')) - length(replace(coalesce({text}, ''), chr(10), ''))"
+    lines = (
+        f"list_filter(list_transform(string_split({text}, chr(10)), lambda l: trim(l)), "
+        "lambda l: l <> '')"
+    )
+    items = [
+        f"{squeezed} AS {SQUEEZED}",
+        f"string_split({squeezed}, ' ') AS {WORDS}",
+        f"CASE WHEN {newlines} >= {LOOP_LINES - 1} THEN {lines} END AS {LINES}",
+    ]
+    if prompt is not None:
+        long_lines = (
+            f"list_filter(list_transform(string_split(coalesce({prompt}, ''), chr(10)), "
+            f"lambda l: lower({squeezed_sql('l')})), lambda l: length(l) >= {ECHO_LINE_CHARS})"
+        )
+        items += [
+            f"lower({squeezed}) AS {LOWER}",
+            f"lower(coalesce({text}, '')) AS {RAW_LOWER}",
+            f"{_placeholders(prompt)} AS {HOLDERS}",
+            f"list_concat({long_lines}, {_placeholders(prompt)}) AS {PIECES}",
+        ]
+    return ", ".join(items)
+
+
+def loop_sql() -> str:
+    """SQL over `columns_sql`'s columns: the output runs in a loop (by words or by lines, as
+    the module says)."""
+    tail = f"array_to_string(list_slice({WORDS}, -{LOOP_WORDS}, -1), ' ')"
     by_words = (
-        f"(len({words}) >= {LOOP_WORDS * LOOP_REPEATS} AND length({tail}) > 0 AND "
-        f"(length({squeezed}) - length(replace({squeezed}, {tail}, ''))) "
+        f"(len({WORDS}) >= {LOOP_WORDS * LOOP_REPEATS} AND length({tail}) > 0 AND "
+        f"(length({SQUEEZED}) - length(replace({SQUEEZED}, {tail}, ''))) "
         f">= {LOOP_REPEATS} * length({tail}))"
     )
-    lines = (
-        f"list_filter(list_transform(string_split(coalesce({text}, ''), chr(10)), "
-        "lambda l: trim(l)), lambda l: l <> '')"
-    )
-    top = f"list_aggregate({lines}, 'mode')"
-    repeated = f"len(list_filter({lines}, lambda l: l = {top}))"
-    by_lines = f"({repeated} >= {LOOP_LINES} AND 2 * {repeated} >= len({lines}))"
-    return f"coalesce({by_words} OR {by_lines}, FALSE)"
+    top = f"list_aggregate({LINES}, 'mode')"
+    repeated = f"len(list_filter({LINES}, lambda l: l = {top}))"
+    by_lines = f"({repeated} >= {LOOP_LINES} AND 2 * {repeated} >= len({LINES}))"
+    return f"coalesce({by_words}, FALSE) OR coalesce({by_lines}, FALSE)"
 
 
-def placeholders_sql(prompt: str) -> str:
-    """SQL: the distinct placeholders (`<city>`) of the prompt `prompt`, lower case."""
-    return (
-        f"list_distinct(regexp_extract_all(lower(coalesce({prompt}, '')), '{PLACEHOLDER.lower()}'))"
-    )
+def placeholder_sql() -> str:
+    """SQL over `columns_sql`'s columns (with a prompt): the output holds a placeholder of the
+    prompt."""
+    return f"coalesce(len(list_filter({HOLDERS}, lambda p: contains({RAW_LOWER}, p))) > 0, FALSE)"
 
 
-def placeholder_sql(text: str, prompt: str) -> str:
-    """SQL: the output `text` holds a placeholder of the prompt `prompt`."""
-    return (
-        f"coalesce(len(list_filter({placeholders_sql(prompt)}, "
-        f"lambda p: contains(lower(coalesce({text}, '')), p))) > 0, FALSE)"
-    )
-
-
-def echo_sql(text: str, prompt: str) -> str:
-    """SQL: at least ECHO_SHARE of the output `text` is copied from the prompt `prompt` (its
-    long lines and its placeholders, each occurrence counted)."""
-    out = _squeezed(text)
-    lines = (
-        f"list_filter(list_transform(string_split(coalesce({prompt}, ''), chr(10)), "
-        f"lambda l: {_squeezed('l')}), lambda l: length(l) >= {ECHO_LINE_CHARS})"
-    )
-    pieces = f"list_concat({lines}, {placeholders_sql(prompt)})"
+def echo_sql() -> str:
+    """SQL over `columns_sql`'s columns (with a prompt): at least ECHO_SHARE of the output is
+    copied from the prompt (its long lines and its placeholders, each occurrence counted)."""
     copied = (
-        f"list_sum(list_transform({pieces}, "
-        f"lambda p: length({out}) - length(replace({out}, p, ''))))"
+        f"list_sum(list_transform({PIECES}, "
+        f"lambda p: length({LOWER}) - length(replace({LOWER}, p, ''))))"
     )
-    enough = f"coalesce({copied}, 0) >= {ECHO_SHARE} * length({out})"
-    return f"coalesce(length({out}) > 0 AND {enough}, FALSE)"
+    enough = f"coalesce({copied}, 0) >= {ECHO_SHARE} * length({LOWER})"
+    return f"coalesce(length({LOWER}) > 0 AND {enough}, FALSE)"
 
 
 def turn_marker_sql(text: str) -> str:

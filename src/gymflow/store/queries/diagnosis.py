@@ -63,22 +63,25 @@ def with_reference_sql(relation: str, given: str) -> str:
     """
 
 
-def evidence_sql(signs: str, klass: str, missing: str) -> str:
+def evidence_sql(inputs: str, signs: str, klass: str, missing: str) -> str:
     """SQL (two `?`: the verifier version, twice) for one row per rollout that is evidence:
     rollout_id, task_id, repeat_index, bucket, class, cut, formless. Every rollout of
-    `diag_failures` (with its bucket), its `signs` (columns over rollouts `r`, verdicts `v` and
-    tasks `t`) classed by `klass`; and every passing rollout without an answer (no answer
-    given, or `missing`, a predicate over `v`), classed `passed_unanswered`."""
+    `diag_failures` (with its bucket): the columns `inputs` makes over it, its rollout `r`,
+    verdict `v` and task `t`, then its `signs` over those columns, classed by `klass` over the
+    signs (each a level of its own, so a piece many signs read is computed once); and every
+    passing rollout without an answer (no answer given, or `missing`, a predicate over `v`),
+    classed `passed_unanswered`."""
     return f"""
-        WITH signs AS (
+        WITH inputs AS (
             SELECT f.rollout_id, f.task_id, f.repeat_index,
-                   coalesce(f.bucket, 'unknown_task') AS bucket, {signs}
+                   coalesce(f.bucket, 'unknown_task') AS bucket, {inputs}
             FROM diag_failures f
             JOIN rollouts r USING (rollout_id)
             LEFT JOIN verifications v
               ON v.rollout_id = f.rollout_id AND v.verifier_version = ?
             LEFT JOIN tasks t ON t.task_id = f.task_id
-        )
+        ),
+        signs AS (SELECT rollout_id, task_id, repeat_index, bucket, {signs} FROM inputs)
         SELECT rollout_id, task_id, repeat_index, bucket, {klass} AS class, cut, formless
         FROM signs
         UNION ALL
