@@ -78,6 +78,10 @@ class _Bar:
             self.last_line = now
             self.bar.console.print(f"rollouts: {self.done}/{self.total}", highlight=False)
 
+    def said(self, text: str) -> None:
+        # stderr, which the live bar redirects above itself on a terminal
+        errors.print(styled(("gymflow:", "yellow")), text, highlight=False)
+
 
 def build_config(path: Path | None, overrides: dict[str, Any]) -> EvalConfig:
     """The config file overlaid with the flags; a problem names the flag that set the field."""
@@ -101,15 +105,16 @@ def check_before_run(config: EvalConfig, *, resume: bool) -> RunPlan:
     return plan
 
 
-class _RunFailuresReportedByGym(logging.Filter):
+class _ReportedByGym(logging.Filter):
     """On the terminal, a failed flow or task run is the one line `gym` ends with (the exit
-    codes' message); Prefect's own record of it, with its traceback, still goes to the API."""
+    codes' message), and a notice is a line above the progress bar (`_Bar.said`); Prefect's
+    own record of either, with a traceback, still goes to the API."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (
-            record.levelno >= logging.ERROR
-            and record.name.startswith(("prefect.flow_runs", "prefect.task_runs"))
+        failed = record.levelno >= logging.ERROR and record.name.startswith(
+            ("prefect.flow_runs", "prefect.task_runs")
         )
+        return not (failed or getattr(record, progress.NOTICE, False))
 
 
 def _quiet_prefect_console() -> None:
@@ -118,7 +123,7 @@ def _quiet_prefect_console() -> None:
     loggers = [logging.getLogger(), *map(logging.getLogger, logging.root.manager.loggerDict)]
     for handler in {h for logger in loggers for h in getattr(logger, "handlers", ())}:
         if isinstance(handler, PrefectConsoleHandler):
-            handler.addFilter(_RunFailuresReportedByGym())
+            handler.addFilter(_ReportedByGym())
 
 
 def run_loop(

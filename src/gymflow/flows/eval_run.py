@@ -245,7 +245,7 @@ def _collect_shards(
             futures = [runner.submit(quote(plan), c, base_url, shard_flow) for c in configs]
         else:
             for warning in loopback_urls(config):  # preflight: said before any shard starts
-                print(f"warning: {warning}")
+                progress.say(f"warning: {warning}")
             deployment_id = shard_deployment(scale.work_pool)
             runner = run_shard_on_pool.with_options(**options)
             futures = [

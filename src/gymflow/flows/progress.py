@@ -77,6 +77,10 @@ class RunProgress:
             self.stored += count
         self._changed.set()
 
+    def said(self, text: str) -> None:
+        """In the flow run's log, where the Prefect UI shows it."""
+        self._logger.warning(text, extra={progress.NOTICE: True})
+
     def shard_finished(self, done: int, failed: int) -> None:
         with self._lock:
             self.shards_done, self.shards_failed = done, failed

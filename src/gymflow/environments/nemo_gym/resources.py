@@ -25,13 +25,13 @@ import http.cookiejar
 import itertools
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
 
+from gymflow.core import progress
 from gymflow.core.config import ConfigError
 from gymflow.core.errors import RuntimeFailure
 from gymflow.core.protocols import ResourcesUnavailable, ToolError
@@ -96,10 +96,6 @@ def verify_body(task: Task, trajectory: list[dict[str, Any]]) -> dict[str, Any]:
         usage=None,
     )
     return {**row, "response": response}
-
-
-def _say(text: str) -> None:
-    print(f"gymflow: {text}", file=sys.stderr, flush=True)
 
 
 def declared_reward_range(openapi: dict[str, Any]) -> tuple[float, float] | None:
@@ -176,7 +172,7 @@ class NemoGymResources(ResourcesServer):
             refused = self.env.refusals({"judge": self.params.judge})
             if refused:
                 raise ConfigError("\n".join(refused))
-            python = prepare(server, say=_say).python  # cached after the first time
+            python = prepare(server, say=progress.say).python  # cached after the first time
             judge_url = ""
             if self.params.judge is not None:
                 from gymflow.environments.nemo_gym.judge import JudgeServer
@@ -481,9 +477,11 @@ class NemoGymResources(ResourcesServer):
         self, session_id: str, task: Task, output_text: str, trajectory: list[dict[str, Any]]
     ) -> Verification:
         """The server's `/verify`, bounded (VERIFY_BOUND_S); one that is slow says every
-        SLOW_NOTICE_S on stderr what it waits on: the server, the task, the judge's calls so far
+        SLOW_NOTICE_S (a third of the bound, when shorter) to whoever watches the run
+        (`progress.say`) what it waits on: the server, the task, the judge's calls so far
         and the last line of the server's log."""
         bound = float(os.environ.get(VERIFY_BOUND_VARIABLE) or VERIFY_BOUND_S)
+        every = min(SLOW_NOTICE_S, bound / 3)
         call = asyncio.ensure_future(
             self._post(session_id, "/verify", verify_body(task, trajectory))
         )
@@ -491,7 +489,7 @@ class NemoGymResources(ResourcesServer):
         try:
             while True:
                 left = bound - (time.monotonic() - started)
-                done, _ = await asyncio.wait({call}, timeout=min(SLOW_NOTICE_S, max(left, 0)))
+                done, _ = await asyncio.wait({call}, timeout=min(every, max(left, 0)))
                 if done:
                     break
                 if time.monotonic() - started >= bound:
@@ -503,12 +501,10 @@ class NemoGymResources(ResourcesServer):
                         f"in {bound:.0f} s ({VERIFY_BOUND_VARIABLE} sets the bound); "
                         f"{self._waiting_on(session_id)}",
                     )
-                print(
-                    f"gymflow: NeMo Gym server {self.env.server.name}: /verify of task "
+                progress.say(
+                    f"NeMo Gym server {self.env.server.name}: /verify of task "
                     f"{task.task_id} has waited {time.monotonic() - started:.0f} s of "
-                    f"{bound:.0f}; {self._waiting_on(session_id)}",
-                    file=sys.stderr,
-                    flush=True,
+                    f"{bound:.0f}; {self._waiting_on(session_id)}"
                 )
         finally:
             if not call.done():
