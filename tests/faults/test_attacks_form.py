@@ -33,6 +33,8 @@ KEY_NAMES = [
     "AIzaSyA1b2C3d4E5f6G7h8", "abcdEFGH1234ijklMNOP5678", "AKIAIOSFODNN7EXAMPLE",
     "__abcdEFGH1234ijklMNOP5678__", "ghp_0123456789", "github_pat_11AAA", "gsk_x", "a b", "1ABC",
     "abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJ1234567890_X",
+    # gymflow's own secret, sent as the bearer to a config's server, and names around it
+    "GYMFLOW_SEAL_KEY", "gymflow_seal_key", "GYMFLOW_SEAL_KEY_2", "MY_GYMFLOW_SEAL_KEY",
 ]  # fmt: skip
 URLS = [
     "http://127.0.0.1:8000/v1", "https://api.example.com/v1", "127.0.0.1:8000",
@@ -276,3 +278,27 @@ def test_every_deployed_flow_stores_a_placeholder_for_a_refused_parameter(
             timeout=30,
         ).json()
         assert SECRET not in json.dumps(run) + json.dumps(logs), deployment
+
+
+def test_a_config_naming_the_seal_key_as_its_api_key_is_refused_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    """A colleague's config ("run our benchmark against our gateway") with `api_key_env:
+    GYMFLOW_SEAL_KEY`, where a Prefect worker holds the seal key in that variable: gymflow sent
+    the key to the gateway as the bearer. Refused at validation, the key never read or shown."""
+    from tests.conftest import gym
+
+    secret = "7aa832f96abe3a76e3ce66376833a37f6d2ddf1265221801e7e9b98e96136633"
+    config = tmp_path / "colleague-eval.yaml"
+    config.write_text(
+        "benchmark: arithmetic-smoke\nlimit: 2\nrepeats: 1\nmodel:\n  kind: responses\n"
+        "  base_url: http://127.0.0.1:9/v1\n  name: team-gateway-model\n"
+        "  api_key_env: GYMFLOW_SEAL_KEY\n"
+    )
+    ran = gym("eval", "run", str(config), "--out", "run", cwd=tmp_path,
+              env={"GYMFLOW_SEAL_KEY": secret})  # fmt: skip
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    said = " ".join(ran.stderr.split())
+    assert "model.api_key_env" in said and "holds gymflow's seal key" in said, said
+    assert secret not in ran.stdout + ran.stderr
+    assert not (tmp_path / "run").exists()

@@ -241,11 +241,23 @@ def refuse_url_credentials(url: str | None) -> str | None:
     return url
 
 
+#: The variable holding gymflow's seal key (`gymflow.store.seal`): gymflow's own secret, which
+#: never goes to a server as a credential.
+SEAL_KEY_ENV = "GYMFLOW_SEAL_KEY"
+
+
 def refuse_key_as_env_name(value: str | None) -> str | None:
     """`api_key_env` names a variable; a value that looks like the key itself is refused (it
-    would be stored with the config) without being repeated in the message."""
+    would be stored with the config) without being repeated in the message, and so is the
+    variable of gymflow's seal key: a config from anyone naming it sent the key to its server
+    as the bearer."""
     if value is None:
         return None
+    if value.upper() == SEAL_KEY_ENV:
+        raise ValueError(
+            f"{SEAL_KEY_ENV} holds gymflow's seal key, which is never sent to a server: name the "
+            "variable holding the server's own key"
+        )
     looks_like_key = (
         not re.match(ENV_VAR_NAME, value)
         or value.lower().startswith(_KEY_PREFIXES)
@@ -272,9 +284,11 @@ URL_PATTERN = (
     + "".join(f"(?!{pattern})" for pattern, _ in _URL_REFUSALS)
     + URL_WITHOUT_CREDENTIALS.removeprefix("^")
 )
-#: A variable's name that does not look like a key (a key's prefix; one long run with digits).
+#: A variable's name that does not look like a key (a key's prefix; one long run with digits),
+#: nor the seal key's.
 API_KEY_ENV_PATTERN = (
-    f"^(?!{'|'.join(_any_case(p) for p in _KEY_PREFIXES if re.fullmatch(r'[A-Za-z_]+', p))})"
+    f"^(?!{_any_case(SEAL_KEY_ENV)}$)"
+    f"(?!{'|'.join(_any_case(p) for p in _KEY_PREFIXES if re.fullmatch(r'[A-Za-z_]+', p))})"
     "(?!(?=.{20})_*[A-Za-z0-9]*[0-9][A-Za-z0-9]*_*$)" + ENV_VAR_NAME.removeprefix("^")
 )
 #: A model server's URL, wherever one is given (config, Prefect form, judge parameters).

@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from duckdb import DuckDBPyConnection
 
+from gymflow.core.config import SEAL_KEY_ENV
 from gymflow.core.errors import UserError
 from gymflow.core.same_text import same_text
 from gymflow.core.user_folders import user_config
@@ -49,7 +50,6 @@ from gymflow.store.named_paths import named_path
 from gymflow.store.sealed_inputs import inputs_sealed, seal_inputs
 from gymflow.store.sealed_rows import MODEL_CALLS, ROLLOUTS, rows_recorded, rows_sealed, seal_rows
 
-SEAL_KEY_ENV = "GYMFLOW_SEAL_KEY"
 #: Bytes of a key made on first use, and the fewest a given key may have.
 KEY_BYTES = 32
 MIN_KEY_BYTES = 16
