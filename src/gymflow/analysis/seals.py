@@ -57,3 +57,26 @@ def intact_or_refused(con, store: object) -> Seals:
             "it; nothing read from it (`gym eval health` lists what)"
         )
     return seals
+
+
+#: What a state other than `sealed` means for a store that would name where to send credentials.
+_UNTRUSTED = {
+    "foreign": "sealed with a key this machine does not hold",
+    "unsealed": "never sealed",
+    "stripped": "stripped of its seals",
+}
+
+
+def own_or_refused(con, store: object, act: str) -> Seals:
+    """`intact_or_refused`, and SealsFailed too unless this machine's key sealed `store`: for a
+    command that acts on what the store names, `act` (a rerun calls the model server its
+    stored config names, with this machine's credentials), which a store from anyone would
+    name (attack pass 5: a run someone sent sent the owner's API key to its server)."""
+    seals = intact_or_refused(con, store)
+    if seals.intact is not True:
+        whose = _UNTRUSTED.get(seals.state, seals.state)
+        raise SealsFailed(
+            f"{store}: {act}, and this store is {whose}: only a store this machine sealed is "
+            "trusted to name them (run the experiment with `gym eval run` and a config of your own)"
+        )
+    return seals

@@ -23,6 +23,7 @@ import shutil
 from pathlib import Path
 
 from gymflow.analysis.results import Confirmation, Experiment
+from gymflow.analysis.seals import own_or_refused
 from gymflow.core.errors import UserError
 from gymflow.core.written import own_folder, write_text, written
 from gymflow.store.db import connect, store_path
@@ -63,6 +64,26 @@ def _merged(base: dict, change: dict) -> dict:
         else:
             out[key] = value
     return out
+
+
+def _trusted_to_name_servers(con, store: Path, experiment: Experiment) -> None:
+    """A rerun calls the servers its stored config names, with the keys it names: refused,
+    before anything is written, unless this machine sealed the store and every seal matches."""
+    stored = config_json(con)
+    servers = _servers(_merged(json.loads(stored), experiment.change)) if stored else []
+    if servers:
+        act = f"--confirm's rerun calls {', '.join(sorted(set(servers)))} with the keys it names"
+        own_or_refused(con, store, act)
+
+
+def _servers(config: object) -> list[str]:
+    """Every address (`scheme://…`) the config names, anywhere in it: where a run of it sends
+    requests, and the keys it names go with them."""
+    if isinstance(config, dict):
+        return [url for value in config.values() for url in _servers(value)]
+    if isinstance(config, list):
+        return [url for value in config for url in _servers(value)]
+    return [config] if isinstance(config, str) and "://" in config else []
 
 
 def _reverify(store: Path, folder: Path, experiment: Experiment) -> tuple[Path, str]:
@@ -127,6 +148,8 @@ def confirm(run_dir: Path | str, experiment: Experiment | None) -> Confirmation 
     tasks = sorted(experiment.tasks)[:MAX_TASKS]
     con = connect(store, read_only=True)
     try:
+        if experiment.kind == "rerun" and tasks:
+            _trusted_to_name_servers(con, store, experiment)
         before = _rates(con, current_verifier_version(con), tasks, experiment)
     finally:
         con.close()

@@ -1,0 +1,81 @@
+"""`gym eval decide RUN --confirm` reran the decision's experiment from the run's stored config
+with no look at its seals: the model server and the variable sent as its key came from the store.
+Attack pass 5 (s08): a run someone sent (sealed with their key), or the owner's own run with its
+config edited, named the attacker's server and the owner's OPENAI_API_KEY, and the owner's
+routine confirmation sent the key there 112 times. Now a store names where credentials go only
+when this machine sealed it and every seal matches; otherwise nothing is called."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from tests.faults.stores import collect_run, edit_store, query, run_gym, tree_digest
+
+OWNER_KEY = "sk-owner-secret-0123456789abcdef"
+
+
+class _Capture(BaseHTTPRequestHandler):
+    seen: ClassVar[list[str]] = []
+
+    def _record(self) -> None:
+        _Capture.seen.append(str(self.headers.get("Authorization")))
+        self.send_response(500)
+        self.end_headers()
+
+    do_GET = do_POST = _record
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def attacker() -> str:
+    _Capture.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Capture)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _point_at(run: Path, url: str) -> None:
+    [(stored,)] = query(run / "gymflow.duckdb", "SELECT config_json FROM runs")
+    config = json.loads(stored)
+    config["model"] = {"kind": "responses", "base_url": url, "name": "gpt-x",
+                       "api_key_env": "OPENAI_API_KEY"}  # fmt: skip
+    edit_store(run, "UPDATE runs SET config_json = '" + json.dumps(config).replace("'", "''") + "'")
+
+
+@pytest.mark.parametrize("whose", ["own_edited", "foreign"])
+def test_confirm_calls_no_server_a_store_names_unless_this_machine_sealed_it(
+    tmp_path: Path, prefect_api: str, attacker: str, whose: str
+) -> None:
+    run = collect_run(tmp_path / "run", limit=10, repeats=2)
+    _point_at(run, attacker)
+    env = {"OPENAI_API_KEY": OWNER_KEY}
+    if whose == "foreign":  # the run was sealed by its sender's key, not this machine's
+        env["GYMFLOW_SEAL_KEY"] = secrets.token_hex(32)
+    before = tree_digest(run)
+    done = run_gym("eval", "decide", str(run), "--confirm", cwd=tmp_path, prefect_api=prefect_api,
+                   env=env)  # fmt: skip
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 1, done.stdout + done.stderr
+    expected = {
+        "own_edited": "its seals fail (the inputs",
+        "foreign": "/v1 with the keys it names, and this store is sealed with a key this "
+        "machine does not hold",
+    }
+    assert expected[whose] in said, said
+    assert _Capture.seen == []  # no request, with or without the key
+    assert OWNER_KEY not in done.stdout + done.stderr
+    assert tree_digest(run) == before  # nothing written: no confirm/ folder, no outcome
