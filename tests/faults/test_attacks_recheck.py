@@ -211,12 +211,15 @@ def test_edited_judge_parameters_reach_nothing(tmp_path, monkeypatch) -> None:
             .execute("SELECT params_json FROM verifier_versions")
             .fetchone()
         )
-        edited = {**json.loads(params), "base_url": url, "api_key_env": "GYMFLOW_SEAL_KEY"}
+        # the seal key's own variable is refused as any api_key_env (test_attacks_form); the
+        # owner's judge key is what an edit would now aim at
+        edited = {**json.loads(params), "base_url": url, "api_key_env": "JUDGE_KEY"}
         edit_store(run, f"UPDATE verifier_versions SET params_json = '{json.dumps(edited)}'")
         before = tree_digest(run)
         # a process, as a user's: the key in its environment is what must not travel
+        keys = {"GYMFLOW_SEAL_KEY": "0" * 64, "JUDGE_KEY": "owner-judge-key"}
         out = gym_process("eval", "reverify", str(run), "--check", "--json", cwd=tmp_path,
-                          env={"GYMFLOW_SEAL_KEY": "0" * 64})  # fmt: skip
+                          env=keys)  # fmt: skip
     finally:
         server.shutdown()
     assert received == []  # on 2a91e13: three requests, each with the key as a Bearer token
@@ -224,3 +227,65 @@ def test_edited_judge_parameters_reach_nothing(tmp_path, monkeypatch) -> None:
     found = json.loads(out.stdout)
     assert found["judged"] is False and found["checked"] == 0 and found["agrees"] is False
     assert tree_digest(run) == before
+
+
+def test_a_run_someone_sent_names_no_judge_to_send_the_owners_key_to(tmp_path, monkeypatch):
+    """Attack pass 5 (s02): a run judged by an LLM judge, sealed with its sender's key, whose
+    verifier version (named by its own parameters, so nothing reads as edited) names the
+    sender's judge URL and the owner's JUDGE_KEY variable. The owner's routine `reverify
+    --check` sent the key there. Now a store this machine did not seal names no server a
+    verifier calls: the check judges nothing (exit 2, saying why), and a reverify is refused
+    (a writer refuses a store sealed by another key in any case)."""
+    import http.server
+    import threading
+
+    received: list[str] = []
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(self.headers.get("authorization", ""))
+            self.send_response(500)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    bench = tmp_path / "envs" / "benchmarks"
+    bench.mkdir(parents=True)
+    (bench / "judged.jsonl").write_text(
+        "".join(
+            json.dumps({"id": f"j{i}", "question": f"What is {i}+{i}?", "answer": 2 * i}) + "\n"
+            for i in range(1, 4)
+        )
+    )
+    (bench / "judged.yaml").write_text(
+        "name: judged\ndescription: graded by a judge model\n"
+        "dataset: {path: judged.jsonl, fields: {id: id, prompt: [question], "
+        "verifier: {answer: answer}}}\n"
+        f"verifier: {{name: math_judge, params: {{base_url: '{url}', api_key_env: JUDGE_KEY, "
+        "verify_first: false}}\nprompt_template: '{{ question }}'\nrepeats: 1\n"
+    )
+    monkeypatch.setenv("GYMFLOW_ENVIRONMENTS_PATH", str(tmp_path / "envs"))
+    try:
+        run = collect_run(tmp_path / "run", benchmark="judged", limit=3, repeats=1)
+        received.clear()  # the sender's own run asked its judge; the owner's commands follow
+        before = tree_digest(run)
+        owner = {"GYMFLOW_SEAL_KEY": "1" * 64, "JUDGE_KEY": "owner-judge-key"}
+        checked = gym_process("eval", "reverify", str(run), "--check", "--json", cwd=tmp_path,
+                              env=owner)  # fmt: skip
+        again = gym_process("eval", "reverify", str(run), "--set", "threshold=0.4",
+                            cwd=tmp_path, env=owner)  # fmt: skip
+        assert received == []
+        assert tree_digest(run) == before
+        assert checked.returncode == 2, checked.stdout + checked.stderr
+        found = json.loads(checked.stdout)
+        assert found["judged"] is False and found["agrees"] is False
+        assert f"its stored parameters name {url}" in found["unjudged_why"]
+        assert again.returncode == 1, again.stdout + again.stderr
+        said = " ".join(again.stderr.split())
+        assert "a key this machine does not hold" in said, said
+    finally:
+        server.shutdown()

@@ -67,16 +67,17 @@ _UNTRUSTED = {
 }
 
 
-def own_or_refused(con, store: object, act: str) -> Seals:
+def own_or_refused(con, store: object, act: str, remedy: str) -> Seals:
     """`intact_or_refused`, and SealsFailed too unless this machine's key sealed `store`: for a
     command that acts on what the store names, `act` (a rerun calls the model server its
     stored config names, with this machine's credentials), which a store from anyone would
-    name (attack pass 5: a run someone sent sent the owner's API key to its server)."""
+    name (attack pass 5: a run someone sent sent the owner's API key to its server); `remedy`
+    says what to do instead."""
     seals = intact_or_refused(con, store)
     if seals.intact is not True:
         whose = _UNTRUSTED.get(seals.state, seals.state)
         raise SealsFailed(
-            f"{store}: {act}, and this store is {whose}: only a store this machine sealed is "
-            "trusted to name them (run the experiment with `gym eval run` and a config of your own)"
+            f"{store}: {act}, and this store is {whose}: only a store this machine sealed may "
+            f"name them ({remedy})"
         )
     return seals

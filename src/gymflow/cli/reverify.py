@@ -145,9 +145,8 @@ def _recheck(run_dir: Path, version: str | None, json_output: bool) -> None:
             )
         else:
             console.print(
-                f"{result.environment} {result.version}: nothing judged (nothing written): a "
-                "verifier built from parameters or inputs edited in the store could reach "
-                "whatever they name",
+                f"{result.environment} {result.version}: nothing judged (nothing written): "
+                f"{result.unjudged_why}",
                 style="bold red",
                 markup=False,
                 highlight=False,

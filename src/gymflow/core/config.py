@@ -299,6 +299,16 @@ ServerUrl = Annotated[
 ]
 
 
+def named_servers(config: object) -> list[str]:
+    """Every address (`scheme://…`) a config or parameters hold, anywhere in them: where a run
+    of it sends requests, with the keys it names."""
+    if isinstance(config, dict):
+        return [url for value in config.values() for url in named_servers(value)]
+    if isinstance(config, list):
+        return [url for value in config for url in named_servers(value)]
+    return [config] if isinstance(config, str) and "://" in config else []
+
+
 def refuse_location_credentials(location: str | None) -> str | None:
     """A folder is any path; a URL where data goes (`scheme://…`) is checked as every URL is."""
     return refuse_url_credentials(location) if location and "://" in location else location

@@ -13,7 +13,13 @@ from gymflow.core.records import Verification
 from gymflow.environments.base import Environment
 from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.environments.resources import ResourcesServer
-from gymflow.reverify.new_version import BATCH, ReverifyError, stored_params, verify_all
+from gymflow.reverify.new_version import (
+    BATCH,
+    ReverifyError,
+    store_named_servers,
+    stored_params,
+    verify_all,
+)
 from gymflow.reverify.task_source import trusted_tasks
 from gymflow.store import verifier_versions
 from gymflow.store.db import connect, store_path
@@ -72,15 +78,18 @@ class Rechecked(Result):
     calls_sealed: bool | None = None
     #: the store's task list is the one sealed (`store/seal.py`); None: not checked
     tasks_sealed: bool | None = None
-    #: False: nothing was judged, because the parameters or the inputs read as edited (a
-    #: verifier built from them could reach whatever they name: a judge's `base_url`, sent the
-    #: owner's key from the `api_key_env` they name)
+    #: False: nothing was judged (`unjudged_why`), because the parameters or the inputs read as
+    #: edited, or name a server a store this machine did not seal may not name (a verifier
+    #: built from them would call it: a judge's `base_url`, sent the owner's key from the
+    #: `api_key_env` they name)
     judged: bool = True
+    unjudged_why: str | None = None
 
     @property
     def agrees(self) -> bool:
         return (
-            self.count == 0
+            self.judged
+            and self.count == 0
             and self.params_named
             and not self.seal_mismatches
             and self.inputs_sealed is not False
@@ -138,7 +147,8 @@ def check(
                 f"({env.manifest.verifier.name!r}): there is nothing here to judge it again with"
             )
         try:
-            server = env.resources_server(stored_params(row[1], store, version))
+            params = stored_params(row[1], store, version)
+            server = env.resources_server(params)
         except UserError as exc:
             raise ReverifyError(f"version {version}: {exc}") from None
         try:
@@ -153,7 +163,15 @@ def check(
             seals = check_seals(con)
             named = _params_named(version, server)
             if not named or seals.store.inputs_sealed is False:
-                return _unjudged(env, version, seals, named)
+                return _unjudged(env, version, seals, named, EDITED)
+            if (servers := store_named_servers(params, {})) and seals.store.state != "sealed":
+                why = (
+                    f"its stored parameters name {', '.join(servers)}, which the verifier would "
+                    "call with the keys they name, and only a store this machine sealed may "
+                    "(judge it again with your own server: `gym eval reverify RUN --set "
+                    "base_url=...`)"
+                )
+                return _unjudged(env, version, seals, named, why)
             return _check_with(con, store, env, server, tasks, version, row[2], max_listed, seals)
         finally:
             server.close()
@@ -230,7 +248,13 @@ def _params_named(version: str, server: ResourcesServer) -> bool:
     return version == server.verifier_version or version.startswith(f"{server.verifier_version}+")
 
 
-def _unjudged(env: Environment, version: str, seals: SealCheck, named: bool) -> Rechecked:
+#: Why nothing was judged when the parameters or the inputs read as edited.
+EDITED = (
+    "a verifier built from parameters or inputs edited in the store could reach whatever they name"
+)
+
+
+def _unjudged(env: Environment, version: str, seals: SealCheck, named: bool, why: str) -> Rechecked:
     return Rechecked(
         environment=env.name,
         version=version,
@@ -248,4 +272,5 @@ def _unjudged(env: Environment, version: str, seals: SealCheck, named: bool) -> 
         calls_sealed=seals.store.calls_sealed,
         tasks_sealed=seals.store.tasks_sealed,
         judged=False,
+        unjudged_why=why,
     )

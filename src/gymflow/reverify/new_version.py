@@ -29,7 +29,9 @@ import yaml
 from gymflow.analysis.outcomes import REVERIFY_SOURCE
 from gymflow.analysis.profile import headline
 from gymflow.analysis.results import Headline, Result
+from gymflow.analysis.seals import own_or_refused
 from gymflow.core import bounded_yaml
+from gymflow.core.config import named_servers
 from gymflow.core.errors import UserError
 from gymflow.core.records import Verification
 from gymflow.core.tasks import Task
@@ -146,6 +148,15 @@ def _base_version(
 
 def stored_params(raw: str | None, store: Path, version: str) -> dict[str, Any]:
     return _stored_json(raw, dict, store, f"verifier version {version}", "params_json")
+
+
+def store_named_servers(params: dict[str, Any], given: dict[str, Any]) -> list[str]:
+    """The servers `params` name that the user did not (`given`, `--set`): the store named them,
+    and a verifier built from `params` calls them with the keys they name. Only a store this
+    machine sealed may (attack pass 5: a run someone sent named its own judge URL and the
+    owner's JUDGE_KEY variable, and `reverify --check` sent the key there)."""
+    mine = set(named_servers(given))
+    return sorted({url for url in named_servers(params) if url not in mine})
 
 
 def _version_of(con, server: ResourcesServer) -> str:
@@ -401,6 +412,12 @@ def reverify(
         base = _base_version(con, store_path(run_dir), spec.name, spec.params, base_version)
         # No settings: the environment's verifier as it is now (its manifest's parameters).
         params = {**base.params, **settings} if settings else dict(spec.params)
+        if servers := store_named_servers(params, settings):
+            act = (
+                f"verifier version {base.version}'s stored parameters name {', '.join(servers)}, "
+                "which a reverify calls with the keys they name"
+            )
+            own_or_refused(con, store_path(run_dir), act, "--set the server yourself")
         try:
             server = env.resources_server(params)
         except UserError as exc:  # parameters that do not validate, a verifier gone

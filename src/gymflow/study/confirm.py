@@ -24,6 +24,7 @@ from pathlib import Path
 
 from gymflow.analysis.results import Confirmation, Experiment
 from gymflow.analysis.seals import own_or_refused
+from gymflow.core.config import named_servers
 from gymflow.core.errors import UserError
 from gymflow.core.written import own_folder, write_text, written
 from gymflow.store.db import connect, store_path
@@ -70,20 +71,10 @@ def _trusted_to_name_servers(con, store: Path, experiment: Experiment) -> None:
     """A rerun calls the servers its stored config names, with the keys it names: refused,
     before anything is written, unless this machine sealed the store and every seal matches."""
     stored = config_json(con)
-    servers = _servers(_merged(json.loads(stored), experiment.change)) if stored else []
+    servers = named_servers(_merged(json.loads(stored), experiment.change)) if stored else []
     if servers:
         act = f"--confirm's rerun calls {', '.join(sorted(set(servers)))} with the keys it names"
-        own_or_refused(con, store, act)
-
-
-def _servers(config: object) -> list[str]:
-    """Every address (`scheme://…`) the config names, anywhere in it: where a run of it sends
-    requests, and the keys it names go with them."""
-    if isinstance(config, dict):
-        return [url for value in config.values() for url in _servers(value)]
-    if isinstance(config, list):
-        return [url for value in config for url in _servers(value)]
-    return [config] if isinstance(config, str) and "://" in config else []
+        own_or_refused(con, store, act, "run it with `gym eval run` and a config of your own")
 
 
 def _reverify(store: Path, folder: Path, experiment: Experiment) -> tuple[Path, str]:
