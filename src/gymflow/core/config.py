@@ -302,11 +302,14 @@ ServerUrl = Annotated[
 def named_servers(config: object) -> list[str]:
     """Every address (`scheme://…`) a config or parameters hold, anywhere in them: where a run
     of it sends requests, with the keys it names."""
+    values: list[object] = []
     if isinstance(config, dict):
-        return [url for value in config.values() for url in named_servers(value)]
-    if isinstance(config, list):
-        return [url for value in config for url in named_servers(value)]
-    return [config] if isinstance(config, str) and "://" in config else []
+        values = list(cast("dict[object, object]", config).values())
+    elif isinstance(config, list):
+        values = list(cast("list[object]", config))
+    elif isinstance(config, str):
+        return [config] if "://" in config else []
+    return [url for value in values for url in named_servers(value)]
 
 
 def refuse_location_credentials(location: str | None) -> str | None:
