@@ -121,3 +121,39 @@ READ_ELSEWHERE = {
     *(("details nested deep", name) for name in COMMANDS),
     *(("trajectory nested deep", name) for name in COMMANDS if name != "reverify --check"),
 }
+
+
+#: Values the exports parse that the commands above do not (attack pass 5, s06): each nested
+#: too deep for Python's parser ended `gym export` in RecursionError, exit 3, on a run someone
+#: sent (sealed with their key: no seal of this machine's stops the export first).
+EXPORTED = {
+    "trajectory": ("rollouts", "trajectory_json", "UPDATE rollouts SET trajectory_json = '[' || "
+                   f"repeat('[', 100000) || repeat(']', 100000) || ']' WHERE rollout_id = {ONE}"),
+    "task data": ("tasks", "data_json", f"UPDATE tasks SET data_json = {DEEP} WHERE task_id = "
+                  "(SELECT min(task_id) FROM tasks)"),
+    "request": ("model_calls", "request_json", f"UPDATE model_calls SET request_json = {DEEP} "
+                f"WHERE rollout_id = {ONE}"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("edit", sorted(EXPORTED))
+@pytest.mark.parametrize("form", ["atif", "nemo-gym"])
+def test_an_export_names_a_value_nested_too_deep(
+    honest: Path, tmp_path: Path, edit: str, form: str
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(honest, run)
+    table, field, sql = EXPORTED[edit]
+    edit_store(run, sql)
+    digest = tree_digest(run)
+    out = tmp_path / ("atif" if form == "atif" else "out.jsonl")
+    done = gym_in_process("export", str(run), "--format", form, "--out", str(out), cwd=tmp_path,
+                          env={"GYMFLOW_SEAL_KEY": "1" * 64})  # fmt: skip
+    said = done.stdout + done.stderr
+    assert "gymflow bug" not in said and "Traceback" not in said, said
+    if done.returncode == 0:  # this form does not read the field
+        assert (edit, form) in {("task data", "atif"), ("request", "atif")}, said
+    else:
+        line = one_error_line(done.stderr)
+        assert done.returncode == 1 and f"table {table}, row " in line and field in line, line
+    assert tree_digest(run) == digest

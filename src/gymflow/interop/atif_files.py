@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.core.atif import rollout_to_atif
+from gymflow.core.json_text import parse
 from gymflow.core.written import WriteError, write_text
 from gymflow.store.queries.exports import atif_calls, atif_rollout_rows
 from gymflow.store.runs import run_info
+from gymflow.store.stored_values import stored_json
 
 _CALL_COLUMNS = ("call_index", "attempt", "status", "input_tokens", "cached_tokens",
                  "output_tokens")  # fmt: skip
@@ -21,7 +23,7 @@ def _agent(config_json: str | None, harness: str | None, gymflow_version: str | 
     command) and the package and version the run recorded (`harness.agent_version`), else
     gymflow's harness at gymflow's version."""
     try:
-        config = json.loads(config_json or "{}")
+        config = parse(config_json or "{}")
     except ValueError:
         config = {}
     recorded = (config.get("harness") or {}) if isinstance(config, dict) else {}
@@ -48,7 +50,9 @@ def write_atif(con, verifier_version: str, folder: Path) -> int:
         rollout = {
             "rollout_id": rollout_id, "run_id": run_id, "task_id": task_id,
             "repeat_index": repeat, "status": status, "failure_kind": kind,
-            "trajectory": json.loads(trajectory_json or "[]"),
+            "trajectory": stored_json(
+                con, trajectory_json, "rollouts", rollout_id, "trajectory_json", "[]"
+            ),
             "input_tokens": input_tokens, "output_tokens": output_tokens,
         }  # fmt: skip
         document = rollout_to_atif(

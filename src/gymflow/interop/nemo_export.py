@@ -22,13 +22,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gymflow.core.json_text import parse
 from gymflow.core.written import written
 from gymflow.interop.nemo_read import sidecar_path
 from gymflow.models.nemo_gym_shapes import nemo_request, nemo_response, usage
 from gymflow.store.queries.exports import nemo_rollout_rows, nemo_task_requests
 from gymflow.store.runs import max_repeats, run_info
-from gymflow.store.stored_values import bad_value, store_name
+from gymflow.store.stored_values import stored_json
 
 #: gymflow's failure kinds as NeMo Gym failure classes (a timeout is terminal there).
 FAILURE_CLASSES = {"timeout": "timeout_exceeded", "verifier_error": "transient"}
@@ -47,17 +46,12 @@ def _lines(
             failure_kind, error, incomplete, input_tokens, output_tokens, started, request_json,
             v_status, reward, v_failure,
         ) in rows:  # fmt: skip
-            try:
-                trajectory = parse(trajectory_json or "[]")
-                request = parse(request_json) if request_json else {"input": trajectory[:1]}
-            except json.JSONDecodeError as exc:
-                raise bad_value(
-                    store_name(con),
-                    "rollouts",
-                    rid,
-                    "trajectory_json or its request_json",
-                    str(exc),
-                ) from None
+            trajectory = stored_json(con, trajectory_json, "rollouts", rid, "trajectory_json", "[]")
+            request = (
+                stored_json(con, request_json, "model_calls", rid, "request_json", "{}")
+                if request_json
+                else {"input": trajectory[:1]}
+            )
             request = nemo_request(request)
             given = request["input"]
             response = nemo_response(
@@ -76,7 +70,7 @@ def _lines(
                 "_ng_rollout_index": repeat,
                 "agent_ref": agent_ref,
                 "task_id": task_id,
-                "task": json.loads(data_json or "{}"),
+                "task": stored_json(con, data_json, "tasks", task_id, "data_json", "{}"),
                 "verifier_version": verifier_version,
                 "gymflow_benchmark": benchmark,
             }
@@ -119,12 +113,18 @@ def _materialized(con, agent_ref: dict) -> Iterator[dict]:
     cursor = nemo_task_requests(con)
     while rows := cursor.fetchmany(2_000):
         for task_index, task_id, data_json, prompt, request_json in rows:
-            request = json.loads(request_json) if request_json else {"input": prompt or ""}
+            request = (
+                stored_json(
+                    con, request_json, "model_calls", f"{task_id}'s first", "request_json", "{}"
+                )
+                if request_json
+                else {"input": prompt or ""}
+            )
             base = {
                 "responses_create_params": nemo_request(request),
                 "agent_ref": agent_ref,
                 "task_id": task_id,
-                "task": json.loads(data_json or "{}"),
+                "task": stored_json(con, data_json, "tasks", task_id, "data_json", "{}"),
                 "_ng_task_index": task_index,
             }
             for repeat in range(repeats):
@@ -140,7 +140,8 @@ def write_nemo_gym(con, verifier_version: str, target: Path) -> dict[str, Any]:
     # the run's protocol and rows, so that an import of this file is the same benchmark version
     # and dataset and compares with the run it came from (`gymflow.interop.nemo_gym`)
     protocol = {"name": benchmark, "version": version, "dataset_version": dataset}
-    imported = (json.loads(config_json or "{}") or {}).get("agent_ref")
+    config = stored_json(con, config_json, "runs", run.run_id, "config_json", "{}")
+    imported = (config if isinstance(config, dict) else {}).get("agent_ref")
     agent_ref = imported or {
         "type": "responses_api_agents",
         "name": f"gymflow_{environment or 'run'}_{harness or 'agent'}",

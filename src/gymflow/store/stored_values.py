@@ -83,6 +83,18 @@ def bad_value(where: str, table: str, row: Any, field: str, what: str) -> Stored
     )
 
 
+def stored_json(
+    con: DuckDBPyConnection, text: str | None, table: str, row: Any, field: str, empty: str
+) -> Any:
+    """A JSON value read back from the store (`empty` for NULL or ""), or StoredValueError
+    naming the store, the table, the row and the field: never a traceback (a value nested too
+    deep to read, in a run someone sent, ended exports in RecursionError)."""
+    try:
+        return parse(text or empty)
+    except ValueError as exc:
+        raise bad_value(store_name(con), table, row, field, str(exc)) from None
+
+
 def _object(text: Any) -> str | None:
     """What is wrong with a JSON-object column's value (None: nothing; NULL is allowed)."""
     if text is None:
