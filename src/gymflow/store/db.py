@@ -90,13 +90,23 @@ def _open_files(name: str) -> set[tuple[int, int, int]]:
     return found
 
 
+#: What a DuckDB database file holds after its header's checksum (8 bytes).
+DUCKDB_MAGIC = b"DUCK"
+#: gymflow's stores need no extension DuckDB would fetch: a SQLite file named as a store made it
+#: try to download `sqlite_scanner` over the network (attack pass 5, s09).
+_NO_EXTENSIONS: dict[str, str | bool | int | float | list[str]] = {
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+}
+
+
 def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     """duckdb.connect, noting the one file of the store's name it opened (`_opened`). A
     read-only DuckDB replays a WAL and closes it; it keeps only the database file open. Files
     another thread opens meanwhile (a /proc file a watchdog reads) have other names; where two
     are new, or the one opened was renamed already, none is noted, and nothing is vouched for."""
     before = _open_files(path.name)
-    con = duckdb.connect(str(path), read_only=read_only)
+    con = duckdb.connect(str(path), read_only=read_only, config=_NO_EXTENSIONS)
     files = _open_files(path.name) - before
     if len(files) == 1:
         _opened[con] = files.pop()
@@ -261,6 +271,18 @@ def store_path(run_dir: Path | str) -> Path:
     return path if path.suffix == ".duckdb" else path / STORE_FILE
 
 
+def _refuse_other_files(path: Path) -> None:
+    """StoreError unless `path` is a regular file that begins as a DuckDB database does: a FIFO
+    never answers DuckDB's read (`gym eval health`, and `gym runs list` of its root, waited
+    forever), and a SQLite file made DuckDB reach for an extension (attack pass 5, s09)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise StoreError(f"{path}: not a regular file (a folder, FIFO or device): no store here")
+    with path.open("rb") as file:
+        magic = file.read(len(DUCKDB_MAGIC) + 8)[8:]
+    if magic != DUCKDB_MAGIC:
+        raise StoreError(f"{path}: not a DuckDB database (empty, or another format): no store here")
+
+
 def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = False):
     """Open the store of a run directory. `create` makes the directory and schema if absent."""
     path = store_path(run_dir)
@@ -273,6 +295,7 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
             _create(path)
         except duckdb.Error as exc:
             raise StoreError(f"{path}: cannot create the store: {exc}") from None
+    _refuse_other_files(path)
     try:
         con = _open(path, read_only and path.exists())
     except duckdb.IOException as exc:
