@@ -16,7 +16,6 @@ the margin to fail the gate."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -26,9 +25,9 @@ from typing import Any, Literal
 from gymflow.analysis.compare import CompareError, compare
 from gymflow.analysis.health import health
 from gymflow.analysis.paired import PAIRED_TEST
-from gymflow.core.written import write_text
 from gymflow.history.catalog import CatalogEntry, read_entry, refresh
 from gymflow.store.db import StoreError, StoreFailure, connect
+from gymflow.store.sealed_files import read_sealed, write_sealed
 
 Against = Literal["baseline"]
 #: Beside the run's store: the report states the gate's verdict, whoever ran the gate.
@@ -313,14 +312,10 @@ def _untrusted(run_dir: Path, *, compared: bool) -> tuple[str, ...]:
 
 
 def save_verdict(verdict: GateVerdict) -> Path:
-    path = Path(verdict.run_dir) / GATE_FILE
-    write_text(path, json.dumps(verdict.as_dict(), indent=2, allow_nan=False))
-    return path
+    return write_sealed(Path(verdict.run_dir) / GATE_FILE, verdict.as_dict())
 
 
 def load_verdict(run_dir: Path) -> dict[str, Any] | None:
-    """The last gate verdict stored beside a run, or None (never gated, or unreadable)."""
-    try:
-        return json.loads((run_dir / GATE_FILE).read_text("utf-8"))
-    except (OSError, ValueError):
-        return None
+    """The last gate verdict stored beside a run, or None (never gated, unreadable, or not
+    sealed here for this run: `store/sealed_files.py`)."""
+    return read_sealed(run_dir / GATE_FILE)

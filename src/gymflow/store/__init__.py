@@ -25,6 +25,7 @@ __all__ = [
     "runs",
     "schema",
     "seal",
+    "sealed_files",
     "sealed_first",
     "sealed_inputs",
     "sealed_rows",

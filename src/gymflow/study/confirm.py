@@ -26,10 +26,11 @@ from gymflow.analysis.results import Confirmation, Experiment
 from gymflow.analysis.seals import own_or_refused
 from gymflow.core.config import named_servers
 from gymflow.core.errors import UserError
-from gymflow.core.written import own_folder, write_text, written
+from gymflow.core.written import own_folder, written
 from gymflow.store.db import connect, store_path
 from gymflow.store.queries.scores import task_judged_shares, task_pass_rates
 from gymflow.store.runs import config_json
+from gymflow.store.sealed_files import read_sealed, write_sealed
 from gymflow.store.verifier_versions import current_verifier_version
 
 #: tasks a confirming experiment reruns at most: a small study, not a second run
@@ -170,17 +171,18 @@ def confirm(run_dir: Path | str, experiment: Experiment | None) -> Confirmation 
 def save_outcome(run_folder: Path, confirmation: Confirmation) -> Path:
     """Keep `confirmation` beside the run (RUN/confirm/outcome.json) for its report."""
     path = own_folder(run_folder, OUTCOME.parent.name) / OUTCOME.name
-    return write_text(path, json.dumps(confirmation.as_json(), indent=1))
+    return write_sealed(path, confirmation.as_json())
 
 
 def load_outcome(run_folder: Path, decision) -> Confirmation | None:
     """The outcome kept beside the run, when it is of the experiment `decision` names now (an
-    outcome of an earlier decision's experiment is not this one's); None otherwise."""
-    path = run_folder / OUTCOME
-    if decision.experiment is None or not path.is_file():
+    outcome of an earlier decision's experiment is not this one's) and sealed here for this
+    run (`store/sealed_files.py`); None otherwise."""
+    content = read_sealed(run_folder / OUTCOME) if decision.experiment is not None else None
+    if content is None:
         return None
     try:
-        kept = Confirmation.model_validate_json(path.read_text(encoding="utf-8"))
+        kept = Confirmation.model_validate(content)
     except ValueError:
         return None
     return kept if kept.experiment == decision.experiment else None
