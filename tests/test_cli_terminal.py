@@ -74,7 +74,7 @@ def test_data_select_prints_the_command_to_evaluate_it_again_on_one_line(runs: P
     )
     assert result.returncode == 0, result.stderr
     (line,) = [line for line in result.stdout.splitlines() if "gym eval run" in line]
-    assert "GYMFLOW_ENVIRONMENTS_PATH=" in line and line.endswith("--benchmark mid"), line
+    assert "GYMFLOW_BENCHMARKS_PATH=" in line and line.endswith("--benchmark mid"), line
     _no_repr(result.stdout)
     profile = gym("data", "profile", LONG_RUN, "--pass-rate", "(0,1)", cwd=runs, env=NARROW)
     assert "selection (pass_rate=(0,1)): keeps 4 of 6 tasks" in profile.stdout, profile.stdout

@@ -8,6 +8,8 @@ import pytest
 from gymflow.store.compact import compact, free_share
 from gymflow.store.db import connect, store_path
 from tests.analysis.builder import RunMeta, StoreBuilder
+from gymflow.store.seal import load_key
+from gymflow.store.sealed_rows import SEALED_ROWS, rows_record, rows_recorded
 
 
 def _snapshot(run_dir) -> dict[str, list[tuple]]:
@@ -31,6 +33,14 @@ def fragmented(tmp_path):
                 "(SELECT rollout_id FROM rollouts WHERE repeat_index = 3)"
             )
         con.execute("DELETE FROM rollouts WHERE repeat_index = 3")
+        # the deletes taken as a writer's: compaction copies only a store whose seals match,
+        # the records of its rollouts and calls included
+        key = load_key(create=False)
+        assert key is not None
+        for spec in SEALED_ROWS.values():
+            if rows_recorded(con, spec):
+                record = rows_record(con, key, spec)
+                con.execute("UPDATE meta SET value = ? WHERE key = ?", [record, spec.record])
         con.execute("CHECKPOINT")
     return run_dir
 

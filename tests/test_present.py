@@ -100,7 +100,7 @@ def test_the_console_prints_markup_and_escapes_as_text():
 
 def test_a_long_line_is_not_hard_wrapped():
     console, out = _console(40)
-    command = "GYMFLOW_ENVIRONMENTS_PATH=runs/a/data gym eval run --benchmark sel"
+    command = "GYMFLOW_BENCHMARKS_PATH=runs/a/data gym eval run --benchmark sel"
     console.print(f"  {command}")
     assert command in out.getvalue().splitlines()[0]
 

@@ -172,10 +172,10 @@ def test_selected_dataset_runs_again_as_a_benchmark(run: Path, prefect_api: str)
         "data", "select", str(run), "--out", str(out), "--name", "informative", cwd=run.parent
     )
     assert result.returncode == 0, result.stderr
-    assert f"GYMFLOW_ENVIRONMENTS_PATH={out} gym eval run --benchmark informative" in " ".join(
+    assert f"GYMFLOW_BENCHMARKS_PATH={out} gym eval run --benchmark informative" in " ".join(
         result.stdout.split()
     )
-    env = {"GYMFLOW_ENVIRONMENTS_PATH": str(out), "PREFECT_API_URL": prefect_api}
+    env = {"GYMFLOW_BENCHMARKS_PATH": str(out), "PREFECT_API_URL": prefect_api}
     rerun = run.parent / "rerun"
     gym(
         *("eval", "run", "--benchmark", "informative", "--repeats", "2", "--out", str(rerun)),

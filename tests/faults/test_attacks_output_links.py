@@ -8,7 +8,8 @@ runs trend`'s ROOT/trend-NAME.html, gate.json, `gym data select`'s RUN/data/…)
 
 gymflow.core.written now writes every file aside and renames it over the name: a rename
 replaces a link and never follows it; a folder gymflow names itself inside a run folder (RUN/data,
-RUN/confirm/…) is refused when it is a link. The targets below are a stand-in home's files."""
+RUN/confirm/…) is refused when it is a link, and so is the folder a file or a store is written
+in (RUN itself, an `--out` folder). The targets below are a stand-in home's files."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import gym
-from tests.faults.stores import collect_run, edit_store, one_error_line, rollout_rows
+from tests.conftest import gym_in_process as in_process
+from tests.faults.stores import collect_run, edit_store, one_error_line, rollout_rows, tree_digest
 
 OWNER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ3b0wnerOwnerOwnerOwner owner@laptop\n"
 ATTACKER_KEY = (
@@ -118,3 +120,54 @@ def test_a_link_at_a_folder_gymflow_names_is_refused(tmp_path: Path) -> None:
     assert f"{run / 'data'}: a symlink where gymflow keeps a folder of its own" in line, line
     assert _digests(home) == before
     assert sorted(p.name for p in (home / ".ssh").iterdir()) == listed  # no benchmarks/ there
+
+
+def test_a_run_folder_that_is_a_link_is_written_through_by_no_writer(tmp_path: Path) -> None:
+    """RUN itself made a link (by whoever can write its parent, a shared runs/ folder) to a
+    folder of the owner's: every default output (report.html, rollouts.jsonl, RUN/data/…) and
+    the store's own writes (a reverify) landed in the folder it points to. The folder a file or
+    a store is written in is refused when it is a link, named with where it points; reading
+    through it is still reading that store (its seals and the ledger decide)."""
+    home = _home(tmp_path)
+    real = collect_run(home / "project")
+    (tmp_path / "runs").mkdir()
+    link = tmp_path / "runs" / "nightly"
+    link.symlink_to(real, target_is_directory=True)
+    before, stored = tree_digest(real), rollout_rows(real / "gymflow.duckdb")
+    for command in (
+        ["report", str(link)],
+        ["export", str(link)],
+        ["data", "select", str(link), "--pass-rate", "[0,1]"],
+        ["eval", "reverify", str(link), "--set", "rel_tol=1e-9"],
+    ):
+        done = in_process(*command, cwd=tmp_path, env={"HOME": str(home)})
+        assert done.returncode == 1, (command, done.stdout + done.stderr)
+        line = one_error_line(done.stderr)
+        assert f"{link}: a symlink (to {real}); gymflow writes into a folder as" in line, line
+    assert tree_digest(real) == before and rollout_rows(real / "gymflow.duckdb") == stored
+    read = in_process("eval", "profile", str(link), "--json", cwd=tmp_path)
+    assert read.returncode == 0, read.stdout + read.stderr
+
+
+def test_an_out_folder_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    """`--out` naming a folder that is a link (`gym data select RUN --out DIR`, a file in it
+    for `gym export`, the run folder `gym import` makes): refused as a run folder is, the
+    folder it points to left alone."""
+    home = _home(tmp_path)
+    run = collect_run(tmp_path / "run")
+    out = tmp_path / "selections"
+    out.symlink_to(home / ".ssh", target_is_directory=True)
+    before = _digests(home), sorted(p.name for p in (home / ".ssh").iterdir())
+    exported = tmp_path / "rollouts.jsonl"
+    in_process("export", str(run), "--format", "nemo-gym", "--out", str(exported), cwd=tmp_path,
+               check=True)  # fmt: skip
+    for command in (
+        ["data", "select", str(run), "--pass-rate", "[0,1]", "--out", str(out)],
+        ["export", str(run), "--out", str(out / "rollouts.jsonl")],
+        ["import", "nemo-gym", str(exported), "--out", str(out), "--environment", "arithmetic"],
+    ):
+        done = in_process(*command, cwd=tmp_path)
+        assert done.returncode == 1, (command, done.stdout + done.stderr)
+        line = one_error_line(done.stderr)
+        assert f"{out}: a symlink (to {home / '.ssh'})" in line, line
+    assert (_digests(home), sorted(p.name for p in (home / ".ssh").iterdir())) == before

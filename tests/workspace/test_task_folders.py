@@ -162,9 +162,9 @@ def test_a_users_workspace_benchmark_travels_with_its_tasks(tmp_path: Path, monk
     import tarfile
 
     from gymflow.core.config import EvalConfig
-    from gymflow.environments.registry import PATH_VARIABLE, on_search_path
+    from gymflow.environments.registry import PATH_VARIABLE
     from gymflow.rollouts.plan import resolve
-    from gymflow.rollouts.travel import bundle_files, pack
+    from gymflow.rollouts.travel import bundle_files, pack, unpacked_on_path
 
     mine = tmp_path / "mine"
     (mine / "tasks").mkdir(parents=True)
@@ -177,11 +177,11 @@ def test_a_users_workspace_benchmark_travels_with_its_tasks(tmp_path: Path, monk
     )
     plan = resolve(config)
     files = bundle_files(plan)
-    assert "tasks/fix-median/solution/solve.sh" in files
+    assert "data/tasks/fix-median/solution/solve.sh" in files
     worker = tmp_path / "worker"
     with tarfile.open(fileobj=io.BytesIO(pack(files))) as tar:
         tar.extractall(worker, filter="data")
     monkeypatch.delenv(PATH_VARIABLE)
-    with on_search_path(worker):
+    with unpacked_on_path(worker):
         there = resolve(config)
     assert there.benchmark_version == plan.benchmark_version

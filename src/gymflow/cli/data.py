@@ -16,6 +16,7 @@ from gymflow.data.profile import DataProfile, data_profile
 from gymflow.data.provenance import provenance
 from gymflow.data.rows import write_selection
 from gymflow.data.select import INFORMATIVE, Filters, parse_band, select_tasks
+from gymflow.environments.registry import BENCHMARKS_VARIABLE
 from gymflow.present import format_counts, format_number, format_percent
 from gymflow.present.terminal import print_table, styled, table
 from gymflow.store.db import connect
@@ -140,9 +141,11 @@ def data_select(
     if paths:
         root = Path(paths["benchmark"]).parent.parent
         # On a line of its own, never wrapped (the console soft-wraps): it is copied and pasted.
+        # The benchmark path, never the environments one: the folder is a run's, and whoever
+        # can write it could add an environment there whose module the command would import.
         console.print("evaluate it again:")
         console.print(
-            f"  GYMFLOW_ENVIRONMENTS_PATH={shlex.quote(str(root))} gym eval run --benchmark {name}"
+            f"  {BENCHMARKS_VARIABLE}={shlex.quote(str(root))} gym eval run --benchmark {name}"
         )
 
 

@@ -62,8 +62,8 @@ def export(
     out: Annotated[
         Path | None,
         typer.Option(
-            help="Output file (default: in RUN_DIR). A symlink is followed (the file it names "
-            "is replaced, the link kept); a device or FIFO is refused."
+            help="Output file (default: in RUN_DIR). A symlink there is replaced, never "
+            "followed; a device or FIFO, or a folder that is a symlink, is refused."
         ),
     ] = None,
     verifier_version: Annotated[

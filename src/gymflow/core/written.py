@@ -11,12 +11,16 @@ rename replaces the link itself and leaves what it pointed to alone. A link plan
 folder (`RUN/report.html` -> ~/.ssh/authorized_keys) made `gym report` replace its target with
 a page whose text the store chose; whether a name is the user's own link or a planted one
 cannot be told apart, so an explicit `--out` is treated the same (write to the resolved path to
-write through a link). A partial's name is unguessable, and it is renamed only while it is
-still a regular file (not swapped for a link while written). A name (or the link at it) that
-is a device, FIFO or socket is refused: a rename would replace the node or the link to it
-(`--out /dev/stdout` as root replaced /dev/stdout with a regular file). A folder that cannot
-be written is one line naming it (`WriteError`), never a traceback. A core module:
-it imports nothing from gymflow but its errors and process checks."""
+write through a link). The same holds one level up: the folder a file is written into (a run
+folder, an `--out` folder) is refused when it is a link, as a store opened for writing in one is
+(`unlinked_folder`): whoever can write a run folder's parent could replace RUN with a link to
+any folder of the owner's, and every default output, the store included, would land there. Its
+ancestors are the user's own layout and are followed. A partial's name is unguessable, and it
+is renamed only while it is still a regular file (not swapped for a link while written). A
+name (or the link at it) that is a device, FIFO or socket is refused: a rename would replace the
+node or the link to it (`--out /dev/stdout` as root replaced /dev/stdout with a regular file). A
+folder that cannot be written is one line naming it (`WriteError`), never a traceback. A core
+module: it imports nothing from gymflow but its errors and process checks."""
 
 from __future__ import annotations
 
@@ -38,11 +42,25 @@ class WriteError(UserError):
     """A file that cannot be written there: the message names it and why."""
 
 
+def unlinked_folder(folder: Path | str) -> Path:
+    """`folder`, the folder gymflow writes files (or a store) into; WriteError when it is a
+    symlink, named with where it points, so the user can name that folder instead."""
+    folder = Path(folder)
+    if folder.is_symlink():
+        raise WriteError(
+            f"{folder}: a symlink (to {os.readlink(folder)}); gymflow writes into a folder as "
+            "it is named, never through a link: name the folder it points to to write there"
+        )
+    return folder
+
+
 def target(path: Path | str) -> Path:
     """The file a write of `path` replaces: `path` itself, a symlink there included (the link
     is replaced, never followed). Raises WriteError for a folder or a special file (a device,
-    FIFO or socket), or a link to one."""
+    FIFO or socket), or a link to one, and for a file in a folder that is a link
+    (`unlinked_folder`)."""
     path = Path(path)
+    unlinked_folder(path.parent)
     try:
         info = path.stat()  # follows links, /proc's magic ones too (/dev/stdout is a pipe's)
     except FileNotFoundError:
@@ -64,9 +82,9 @@ def target(path: Path | str) -> Path:
 
 def own_folder(base: Path | str, *names: str) -> Path:
     """`base/names…`, a folder gymflow names itself inside a folder it was given (RUN/data,
-    RUN/confirm/FACTOR): WriteError when one of `names` is a symlink. Its files would land, and
-    an earlier one be deleted, wherever a link planted there points."""
-    path = Path(base)
+    RUN/confirm/FACTOR): WriteError when `base` or one of `names` is a symlink. Its files would
+    land, and an earlier one be deleted, wherever a link planted there points."""
+    path = unlinked_folder(base)
     for name in names:
         path = path / name
         if path.is_symlink():

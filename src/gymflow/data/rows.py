@@ -1,6 +1,7 @@
 """A selection written as a dataset: NeMo Gym dataset rows (JSONL), optionally Parquet, and a
 dataset benchmark YAML naming the JSONL, so the selected tasks can be evaluated again. The files
-go to `OUT/benchmarks/`, the layout the registry searches: with `GYMFLOW_ENVIRONMENTS_PATH=OUT`,
+go to `OUT/benchmarks/`, the layout the registry searches: with `GYMFLOW_BENCHMARKS_PATH=OUT`
+(benchmark files only: OUT is often a run folder, and nothing in it is imported as code),
 `gym eval run --benchmark NAME` runs the selection.
 
 A row is the task's first recorded request (`responses_create_params`: its input items, and the

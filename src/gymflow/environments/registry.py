@@ -29,7 +29,14 @@ if TYPE_CHECKING:
 #: found by its place, as a user's own are, not imported: that package sits above this framework.
 BUILTIN_DIR = Path(__file__).resolve().parents[1] / "builtin"
 #: Extra folders (os.pathsep-separated) holding environment folders and a `benchmarks/` folder.
+#: An environment's module is imported from there: code the user trusts, never a run's folder.
 PATH_VARIABLE = "GYMFLOW_ENVIRONMENTS_PATH"
+#: Extra folders (os.pathsep-separated) searched for `benchmarks/*.yaml` only: benchmark files
+#: and the rows and task folders they name, which are data. No environment is ever found (so no
+#: module imported) there: `gym data select` writes a selection into a run folder, which anyone
+#: who can write that folder also fills, and a folder of it on the environments path ran their
+#: Python as the owner (attack pass 4, a08).
+BENCHMARKS_VARIABLE = "GYMFLOW_BENCHMARKS_PATH"
 ENTRY_POINT_GROUP = "gymflow.environments"
 
 # re-exported: callers catch the errors, and read benchmarks and manifests, from here
@@ -45,29 +52,41 @@ __all__ = [
 ]
 
 
+def _listed(variable: str) -> list[Path]:
+    return [Path(p).expanduser() for p in os.environ.get(variable, "").split(os.pathsep) if p]
+
+
 def search_roots() -> list[Path]:
-    roots = [BUILTIN_DIR]
-    for part in os.environ.get(PATH_VARIABLE, "").split(os.pathsep):
-        if part:
-            roots.append(Path(part).expanduser())
+    """The folders environments (code) and benchmarks are found in: gymflow's own,
+    `GYMFLOW_ENVIRONMENTS_PATH`, then installed packages'."""
+    roots = [BUILTIN_DIR, *_listed(PATH_VARIABLE)]
     for target in entry_point_objects(ENTRY_POINT_GROUP):
         roots.append(Path(target() if callable(target) else target))
     return roots
 
 
+def benchmark_roots() -> list[Path]:
+    """The folders whose `benchmarks/` holds benchmark files: `search_roots`, then the
+    benchmark-only folders of `GYMFLOW_BENCHMARKS_PATH`."""
+    return [*search_roots(), *_listed(BENCHMARKS_VARIABLE)]
+
+
 @contextmanager
-def on_search_path(root: Path | str) -> Iterator[None]:
-    """`root` searched for environments and benchmarks ahead of the user's path, while the
-    block runs (a benchmark file's own folder, a run's bundle unpacked on a worker)."""
-    saved = os.environ.get(PATH_VARIABLE)
-    os.environ[PATH_VARIABLE] = os.pathsep.join(p for p in (str(root), saved) if p)
+def on_search_path(root: Path | str, *, benchmarks_only: bool = False) -> Iterator[None]:
+    """`root` searched ahead of the user's path while the block runs: for environments and
+    benchmarks (a run's environment folder unpacked on a worker), or with `benchmarks_only`
+    for benchmark files alone (a benchmark file named on the command line, the benchmark and
+    data a run's bundle carries)."""
+    variable = BENCHMARKS_VARIABLE if benchmarks_only else PATH_VARIABLE
+    saved = os.environ.get(variable)
+    os.environ[variable] = os.pathsep.join(p for p in (str(root), saved) if p)
     try:
         yield
     finally:
         if saved is None:
-            os.environ.pop(PATH_VARIABLE, None)
+            os.environ.pop(variable, None)
         else:
-            os.environ[PATH_VARIABLE] = saved
+            os.environ[variable] = saved
 
 
 def _defined_twice(kind: str, name: str, paths: list[Path]) -> RegistryError:
@@ -140,7 +159,10 @@ def load_entrypoint(source: EnvironmentSource) -> type[Environment]:
 
 
 @cache
-def _load_environment(name: str, roots: tuple[Path, ...]) -> Environment:
+def _load_environment(
+    name: str, roots: tuple[Path, ...], benchmarks: tuple[Path, ...]
+) -> Environment:
+    # `benchmarks` keys the cache: a dataset benchmark's environment comes from its file
     sources = _sources(roots)
     if name not in sources:
         dataset_env = _dataset_environment(name)
@@ -191,14 +213,15 @@ def _nemo_gym_environment() -> type[NemoGymEnvironment]:
 
 def load_environment(name: str) -> Environment:
     """The environment named `name`, from the search roots (gymflow's own, then
-    `GYMFLOW_ENVIRONMENTS_PATH`, then installed packages); raises UnknownName with what exists."""
-    return _load_environment(name, tuple(search_roots()))
+    `GYMFLOW_ENVIRONMENTS_PATH`, then installed packages), or the one a dataset or workspace
+    benchmark of that name defines; raises UnknownName with what exists."""
+    return _load_environment(name, tuple(search_roots()), tuple(benchmark_roots()))
 
 
 def _benchmark_paths() -> dict[str, list[Path]]:
     """Every benchmark file by name, in search order (one file reached twice counts once)."""
     paths: dict[str, list[Path]] = {}
-    for root in search_roots():
+    for root in benchmark_roots():
         for path in sorted((root / "benchmarks").glob("*.yaml")):
             paths.setdefault(path.stem, []).append(path)
     return {name: _distinct(found) for name, found in paths.items()}

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gymflow.core.processes import pid_alive
+from gymflow.core.written import unlinked_folder
 from gymflow.interop.nemo_read import InteropError
 from gymflow.store.db import STORE_FILE, StoreError, connect, store_path, transaction
 from gymflow.store.seal import RECORD_VERSION, built_aside, load_key, remember
@@ -36,6 +37,7 @@ def staged_store(out: Path) -> Iterator:
     target = store_path(out)
     run_dir = target.parent
     staging = run_dir.parent / f".{run_dir.name}.importing-{os.getpid()}"
+    unlinked_folder(run_dir)  # the store would be renamed wherever a link there points
     _remove_abandoned(run_dir)
     shutil.rmtree(staging, ignore_errors=True)
     try:

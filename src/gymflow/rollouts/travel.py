@@ -1,17 +1,26 @@
 """What a run resolved from the user's own files travels with it: a worker without them runs the
 same tasks, and an aggregate elsewhere lists the same ones.
 
-A run's benchmark file, its dataset file and its environment folder, when they come from the
-user's folders (`GYMFLOW_ENVIRONMENTS_PATH`) rather than gymflow's package, are packed into one
-tar file in the registry's own layout and stored content-addressed at the shard root
+A run's benchmark file, its dataset file or task folders, and its environment folder, when they
+come from the user's folders (`GYMFLOW_BENCHMARKS_PATH`, `GYMFLOW_ENVIRONMENTS_PATH`) rather than
+gymflow's package, are packed into one tar file and stored content-addressed at the shard root
 (`ROOT/bundles/SHA256.tar`). A shard (or an aggregate) given that name unpacks it, checks its
-checksum, and puts it first on `GYMFLOW_ENVIRONMENTS_PATH` while it runs: the registry then
-resolves the run exactly as the user's machine did, and the benchmark version check
-(`rollouts/published.py`) refuses anything that still differs."""
+checksum, and puts it first on the registry's paths while it runs: the registry then resolves
+the run exactly as the user's machine did, and the benchmark version check
+(`rollouts/published.py`) refuses anything that still differs.
+
+The tar keeps code and data apart: `environments/` holds the environment folder (the user's
+code, from the environments path) and goes on the worker's environments path; `data/` holds the
+benchmark and what it names in the registry's layout (`data/benchmarks/NAME.yaml`) and goes on
+the benchmark path only. A benchmark may come from a run folder (`gym data select`), and a
+folder under it was an environment on the worker, its module imported. A link in what is packed
+is refused: the bundle carries files as they are, never what a link in a run folder points to
+(the seal key)."""
 
 from __future__ import annotations
 
 import io
+import os
 import posixpath
 import tarfile
 import tempfile
@@ -34,25 +43,41 @@ def _shipped(path: Path) -> bool:
     return BUILTIN_DIR in path.resolve().parents
 
 
-def _tree(prefix: str, path: Path) -> dict[str, Path]:
-    if path.is_file():
+#: The bundle's two halves: the environment folder (code) and the benchmark with its data.
+ENVIRONMENTS, DATA = "environments", "data"
+
+
+def _no_link(path: Path) -> Path:
+    if path.is_symlink():
+        raise ConfigError(
+            f"{os.path.normpath(path)}: a symlink; a run's own files travel to its workers as they are, never "
+            "what a link points to: replace it with the file or folder itself"
+        )
+    return path
+
+
+def _tree(prefix: str, path: Path, *, data: bool = True) -> dict[str, Path]:
+    """The files under `path` by their name under `prefix`; in `data` (which may lie in a run
+    folder), a link is refused. An environment folder is the user's code, links and all."""
+    checked = _no_link if data else (lambda part: part)
+    if checked(path).is_file():
         return {prefix: path}
     return {
         posixpath.join(prefix, part.relative_to(path).as_posix()): part
         for part in sorted(path.rglob("*"))
-        if part.is_file() and "__pycache__" not in part.parts
+        if "__pycache__" not in part.parts and checked(part).is_file()
     }
 
 
 def bundle_files(plan: RunPlan) -> dict[str, Path]:
     """The user's files the plan was resolved from, by their name in the bundle (none for a
     run of gymflow's own benchmarks and environments)."""
-    files: dict[str, Path] = {}
+    data: dict[str, Path] = {}
     benchmark = plan.benchmark
     if benchmark is not None:
         path = benchmark_files()[benchmark.name]
         if not _shipped(path):
-            files[f"benchmarks/{path.name}"] = path
+            data[f"benchmarks/{path.name}"] = _no_link(path)
             dataset = benchmark.dataset
             if dataset is not None and dataset.path is not None:
                 name = posixpath.normpath(posixpath.join("benchmarks", dataset.path))
@@ -61,7 +86,7 @@ def bundle_files(plan: RunPlan) -> dict[str, Path]:
                         f"{path}: dataset.path {dataset.path!r} lies outside the folder above "
                         "benchmarks/, so it cannot travel to the workers; move it inside"
                     )
-                files.update(_tree(name, path.parent / dataset.path))
+                data.update(_tree(name, path.parent / dataset.path))
             if benchmark.workspace is not None:  # the task folders, beside it as the user has them
                 name = posixpath.normpath(posixpath.join("benchmarks", benchmark.workspace))
                 if name.startswith("..") or posixpath.isabs(name):
@@ -69,10 +94,12 @@ def bundle_files(plan: RunPlan) -> dict[str, Path]:
                         f"{path}: workspace {benchmark.workspace!r} lies outside the folder above "
                         "benchmarks/, so it cannot travel to the workers; move it inside"
                     )
-                files.update(_tree(name, path.parent / benchmark.workspace))
+                data.update(_tree(name, path.parent / benchmark.workspace))
+    files = {posixpath.join(DATA, name): file for name, file in data.items()}
     source = environment_sources().get(plan.env.name)
     if source is not None and not _shipped(source.folder):
-        files.update(_tree(source.folder.name, source.folder))
+        name = posixpath.join(ENVIRONMENTS, source.folder.name)
+        files.update(_tree(name, source.folder, data=False))
     return files
 
 
@@ -120,5 +147,16 @@ def travelled(bundle: str | None) -> Iterator[None]:
     with tempfile.TemporaryDirectory(prefix="gymflow-bundle-") as unpacked:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             tar.extractall(unpacked, filter="data")  # no links, no paths outside
-        with on_search_path(unpacked):
+        with unpacked_on_path(Path(unpacked)):
             yield
+
+
+@contextmanager
+def unpacked_on_path(folder: Path) -> Iterator[None]:
+    """While inside, the registry reads a bundle unpacked in `folder`: its environment folder
+    on the environments path, its benchmark and data on the benchmark path only."""
+    with (
+        on_search_path(folder / ENVIRONMENTS),
+        on_search_path(folder / DATA, benchmarks_only=True),
+    ):
+        yield

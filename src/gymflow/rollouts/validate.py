@@ -21,7 +21,7 @@ from gymflow.core.prompts import PromptError, render_prompt
 from gymflow.core.protocols import SESSION_TOKEN_HEADER
 from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
 from gymflow.environments.registry import (
-    PATH_VARIABLE,
+    BENCHMARKS_VARIABLE,
     RegistryError,
     load_benchmark,
     load_environment,
@@ -303,12 +303,15 @@ def validate_config(path: Path, *, ping: bool = False) -> ValidationReport:
         return report
     if _is_benchmark_file(path, data):
         # A benchmark definition, not an eval config: check the config that runs it, with the
-        # folder holding its benchmarks/ on the search path (as a user would put it).
+        # folder holding its benchmarks/ on the benchmark path (as a user would put it). Only
+        # on that one: the file may lie in a run folder (`gym data select`), whose other
+        # folders are no environments whose code runs here.
+        root = path.resolve().parent.parent
         report.passed.append(
             f"{source}: a benchmark definition; checked as the config `benchmark: {path.stem}` "
-            f"with {PATH_VARIABLE}={path.resolve().parent.parent}"
+            f"with {BENCHMARKS_VARIABLE}={root}"
         )
-        with on_search_path(path.resolve().parent.parent):
+        with on_search_path(root, benchmarks_only=True):
             return _validate({"benchmark": path.stem}, source, report, ping)
     return _validate(data, source, report, ping)
 

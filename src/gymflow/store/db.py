@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 
 from gymflow.core.errors import RuntimeFailure, UserError, option
-from gymflow.core.written import created, written
+from gymflow.core.written import created, unlinked_folder, written
 from gymflow.store.exact_schema import differences
 from gymflow.store.named_paths import name as _name
 from gymflow.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, SPECS, TABLES
@@ -284,8 +284,12 @@ def _refuse_other_files(path: Path) -> None:
 
 
 def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = False):
-    """Open the store of a run directory. `create` makes the directory and schema if absent."""
+    """Open the store of a run directory. `create` makes the directory and schema if absent.
+    A store opened for writing in a run folder that is a link is refused (WriteError): DuckDB
+    would write wherever the link points (`core.written`)."""
     path = store_path(run_dir)
+    if not read_only:
+        unlinked_folder(path.parent)
     if (holder := _held.get(path.resolve())) is not None:
         return _name(holder.cursor(), path)
     if not path.exists():
