@@ -7,9 +7,9 @@ import pytest
 
 from gymflow.store.compact import compact, free_share
 from gymflow.store.db import connect, store_path
-from tests.analysis.builder import RunMeta, StoreBuilder
 from gymflow.store.seal import load_key
 from gymflow.store.sealed_rows import SEALED_ROWS, rows_record, rows_recorded
+from tests.analysis.builder import RunMeta, StoreBuilder
 
 
 def _snapshot(run_dir) -> dict[str, list[tuple]]:

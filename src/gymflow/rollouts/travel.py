@@ -50,8 +50,8 @@ ENVIRONMENTS, DATA = "environments", "data"
 def _no_link(path: Path) -> Path:
     if path.is_symlink():
         raise ConfigError(
-            f"{os.path.normpath(path)}: a symlink; a run's own files travel to its workers as they are, never "
-            "what a link points to: replace it with the file or folder itself"
+            f"{os.path.normpath(path)}: a symlink; a run's own files travel to its workers as "
+            "they are, never what a link points to: replace it with the file or folder itself"
         )
     return path
 
