@@ -157,3 +157,25 @@ def test_an_export_names_a_value_nested_too_deep(
         line = one_error_line(done.stderr)
         assert done.returncode == 1 and f"table {table}, row " in line and field in line, line
     assert tree_digest(run) == digest
+
+
+def test_text_that_is_not_utf8_is_named_not_a_crash(tmp_path: Path) -> None:
+    """Attack pass 5 (s05): a block of a real store rewritten with DuckDB's checksum made right
+    again (tests/fixtures/hostile/not-utf8, the attacker's mutation #21) leaves a model call's
+    response that is not UTF-8. profile, diagnose and report ended in InvalidInputException,
+    exit 3, from the very scan meant to name a bad value; now one line naming the table and
+    the field, and nothing written."""
+    import gzip
+
+    run = tmp_path / "run"
+    run.mkdir()
+    fixture = Path(__file__).parents[1] / "fixtures" / "hostile" / "not-utf8" / "gymflow.duckdb.gz"
+    (run / "gymflow.duckdb").write_bytes(gzip.decompress(fixture.read_bytes()))
+    digest = tree_digest(run)
+    for words in (("eval", "profile"), ("eval", "diagnose"), ("report",)):
+        done = gym_in_process(*words, str(run), cwd=tmp_path)
+        said = done.stdout + done.stderr
+        assert done.returncode == 1 and "gymflow bug" not in said, (words, said)
+        line = one_error_line(done.stderr)
+        assert "table model_calls" in line and "not UTF-8 text" in line, (words, line)
+    assert tree_digest(run) == digest

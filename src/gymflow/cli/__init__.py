@@ -58,10 +58,15 @@ def _listed() -> None:
 
 
 def _unreadable_store(exc: Exception) -> bool:
-    """A DuckDB read error; DuckDB is not imported to ask (a command that never opened a store
-    cannot raise one)."""
+    """A DuckDB read error: a block it cannot read, or text in the file that is not UTF-8 (a
+    block rewritten with its checksum kept: attack pass 5, s05); DuckDB is not imported to ask
+    (a command that never opened a store cannot raise one)."""
     duckdb = sys.modules.get("duckdb")
-    return duckdb is not None and isinstance(exc, duckdb.IOException)
+    if duckdb is None:
+        return False
+    return isinstance(exc, duckdb.IOException) or (
+        isinstance(exc, duckdb.InvalidInputException) and "Invalid unicode" in str(exc)
+    )
 
 
 def _error(message: str) -> None:
