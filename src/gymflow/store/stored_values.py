@@ -24,6 +24,7 @@ from duckdb import DuckDBPyConnection
 from gymflow.core.config import MAX_REPEATS
 from gymflow.core.errors import UserError
 from gymflow.core.json_text import parse
+from gymflow.store.tool_lists import list_id
 
 
 class StoredValueError(UserError):
@@ -95,6 +96,13 @@ def stored_json(
         raise bad_value(store_name(con), table, row, field, str(exc)) from None
 
 
+def _parsed(text: str) -> Any:
+    try:
+        return parse(text)
+    except ValueError:
+        return None
+
+
 def _object(text: Any) -> str | None:
     """What is wrong with a JSON-object column's value (None: nothing; NULL is allowed)."""
     if text is None:
@@ -107,8 +115,9 @@ def _object(text: Any) -> str | None:
 
 
 def check_small_tables(con: DuckDBPyConnection, where: str) -> None:
-    """The runs rows and verifier versions as gymflow writes them, or StoredValueError: every
-    JSON column an object, `repeats` within a config's limit (1 to `MAX_REPEATS`)."""
+    """The runs rows, verifier versions and tool lists as gymflow writes them, or
+    StoredValueError: every JSON column an object, `repeats` within a config's limit (1 to
+    `MAX_REPEATS`), each tool list a JSON list whose hash is its id."""
     for run_id, repeats, *texts in con.execute(
         "SELECT run_id, repeats, config_json, sampling_json FROM runs ORDER BY run_id"
     ).fetchall():
@@ -125,6 +134,13 @@ def check_small_tables(con: DuckDBPyConnection, where: str) -> None:
     ).fetchall():
         if (wrong := _object(text)) is not None:
             raise bad_value(where, "verifier_versions", version, "params_json", wrong)
+    # a list is spliced into its call's JSON as text where the call refers to it: one not the
+    # list its id hashes, or no JSON list (`], "instructions": "..."`), changed the requests
+    # training data and exports read, under no seal (attack pass 5, s03)
+    for tools_id, text in con.execute("SELECT tools_id, tools_json FROM tool_lists").fetchall():
+        if text is None or list_id(text) != tools_id or not isinstance(_parsed(text), list):
+            raise bad_value(where, "tool_lists", tools_id, "tools_json", "not the JSON list its "
+                            "id is the hash of")  # fmt: skip
 
 
 def _key_sql(table: str) -> str:

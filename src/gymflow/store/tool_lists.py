@@ -18,6 +18,12 @@ REFERENCE = "@tool_list:"
 _KEY = '"tools":"' + REFERENCE
 
 
+def list_id(text: str) -> str:
+    """The id a tool list's JSON text is stored under: its hash, so the id a sealed call holds
+    binds the text too."""
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
 class ToolLists:
     """The tool lists a batch of rows refers to, by id: the writer inserts them with the rows."""
 
@@ -30,7 +36,7 @@ class ToolLists:
         if not isinstance(tools, list) or not tools:
             return json_of(message)
         text = json_of(tools)
-        tools_id = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+        tools_id = list_id(text)
         referred = json_of({**message, "tools": REFERENCE + tools_id})
         if referred.count(_KEY) != 1:  # a message that holds such text already stays whole
             return json_of(message)
