@@ -179,3 +179,18 @@ def test_text_that_is_not_utf8_is_named_not_a_crash(tmp_path: Path) -> None:
         line = one_error_line(done.stderr)
         assert "table model_calls" in line and "not UTF-8 text" in line, (words, line)
     assert tree_digest(run) == digest
+
+
+def test_a_small_tables_value_that_unpacks_huge_is_refused_before_it_is_read(
+    honest: Path, tmp_path: Path
+) -> None:
+    """Attack pass 5 (s04): 200 MB of `runs.config_json` takes 256 KB of the file (DuckDB
+    compresses it), and every open read it whole before any check: health took 1.1 GB. Its
+    size is asked first, and a value past any gymflow writes is one line."""
+    run = tmp_path / "run"
+    shutil.copytree(honest, run)
+    edit_store(run, "UPDATE runs SET config_json = '{\"a\":\"' || repeat('a', 20000000) || '\"}'")
+    done = gym_in_process("eval", "health", str(run), cwd=tmp_path)
+    line = one_error_line(done.stderr)
+    assert done.returncode == 1 and "table runs, row " in line, line
+    assert "field config_json: 20,000,008 bytes of JSON" in line, line

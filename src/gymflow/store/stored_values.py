@@ -114,10 +114,31 @@ def _object(text: Any) -> str | None:
     return None if isinstance(value, dict) else f"JSON {type(value).__name__}, not an object"
 
 
+#: The JSON of the small tables gymflow reads whole at every open: (table, key, column).
+_SMALL_JSON = (
+    ("runs", "run_id", "config_json"),
+    ("runs", "run_id", "sampling_json"),
+    ("verifier_versions", "verifier_version", "params_json"),
+    ("tool_lists", "tools_id", "tools_json"),
+)
+#: A bound far above any config, parameters or tool list gymflow writes.
+SMALL_JSON_BYTES = 16 * 2**20
+
+
 def check_small_tables(con: DuckDBPyConnection, where: str) -> None:
     """The runs rows, verifier versions and tool lists as gymflow writes them, or
     StoredValueError: every JSON column an object, `repeats` within a config's limit (1 to
     `MAX_REPEATS`), each tool list a JSON list whose hash is its id."""
+    for table, key, column in _SMALL_JSON:
+        # read before any value is: a value DuckDB stores compressed (200 MB of config in 256
+        # KB of file) took health 1.1 GB and 12 s before any check (attack pass 5, s04)
+        row = con.execute(
+            f"SELECT {key}, strlen({column}) FROM {table} "
+            f"WHERE strlen({column}) > {SMALL_JSON_BYTES} LIMIT 1"
+        ).fetchone()
+        if row is not None:
+            raise bad_value(where, table, row[0], column, f"{row[1]:,} bytes of JSON (gymflow "
+                            f"writes at most {SMALL_JSON_BYTES:,} here)")  # fmt: skip
     for run_id, repeats, *texts in con.execute(
         "SELECT run_id, repeats, config_json, sampling_json FROM runs ORDER BY run_id"
     ).fetchall():
