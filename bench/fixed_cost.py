@@ -176,12 +176,13 @@ def child(argv: list[str]) -> None:
         ending.exit_process(0)
 
 
-def one_run(src: Path, root: Path, out: Path, workload: list[str], api: str | None) -> dict:
+def one_run(src: Path, root: Path, out: Path, workload: list[str], api: str) -> dict:
     """Stage -> (wall s, CPU s) of one command; 'exit' is measured from outside. `api`: the
-    local server's address, for a checkout that does not read its record."""
-    env = {**os.environ, "PYTHONPATH": str(src), "GYMFLOW_WARM": "off"}
-    if api:
-        env["PREFECT_API_URL"] = api
+    local server's address. Every checkout is given it: the child imports Prefect before the
+    CLI would adopt the server's record, and Prefect reads PREFECT_API_URL once, as it is
+    imported; unset then, the flow ran against an in-process ephemeral API on the same
+    database (2 CPU s more, and stalls of 20 s under load, in whichever checkout ran first)."""
+    env = {**os.environ, "PYTHONPATH": str(src), "GYMFLOW_WARM": "off", "PREFECT_API_URL": api}
     command = [sys.executable, __file__, "--child", json.dumps(
         ["eval", "run", *workload, "--out", str(out)])]  # fmt: skip
     started = time.perf_counter()
@@ -202,7 +203,10 @@ def one_run(src: Path, root: Path, out: Path, workload: list[str], api: str | No
 
 
 def local_api() -> str:
-    """The address of the local Prefect server of this PREFECT_HOME (`gym server --start`)."""
+    """The Prefect API the runs use: PREFECT_API_URL when set, else the address of the local
+    Prefect server of this PREFECT_HOME (`gym server --start`)."""
+    if os.environ.get("PREFECT_API_URL"):
+        return os.environ["PREFECT_API_URL"]
     home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect"))
     record = home / "gymflow-local-server.json"
     if not record.exists():
@@ -228,12 +232,12 @@ def main() -> None:
     srcs = [args.src, *args.compare_src]
     results: dict[Path, list[dict[str, tuple[float, float]]]] = {src: [] for src in srcs}
     loads = []
+    api = local_api()
     with tempfile.TemporaryDirectory(prefix="gymflow-fixed-cost-") as tmp:
         root = Path(tmp)
         for i in range(args.runs):
             for j, src in enumerate(srcs):
                 loads.append(os.getloadavg()[0])
-                api = local_api() if j else None
                 results[src].append(one_run(src, root, root / f"run-{i}-{j}", workload, api))
     report(results, workload, loads)
 

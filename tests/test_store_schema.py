@@ -125,3 +125,24 @@ def test_a_store_records_the_duckdb_that_wrote_it(tmp_path):
     finally:
         con.close()
     assert row == (duckdb.__version__,)
+
+
+def test_the_store_just_made_is_not_checked_again_but_every_later_open_is(tmp_path, monkeypatch):
+    """`connect(create=True)` opens the file it just built from gymflow's schema without the
+    checks for a file from anyone; any later open of it, or a store already there, is checked."""
+    import gymflow.store.db as db
+
+    checked = []
+    check = db._refuse_foreign_objects
+    monkeypatch.setattr(db, "_refuse_foreign_objects", lambda *a: checked.append(a) or check(*a))
+    connect(tmp_path / "run", create=True).close()
+    assert checked == []
+    for read_only in (False, True):
+        connect(tmp_path / "run", create=True, read_only=read_only).close()
+    assert len(checked) == 2
+    con = connect(tmp_path / "run", read_only=True)
+    try:
+        assert db.differences(con) == []
+        assert con.execute(db._FOREIGN_OBJECTS, [[s.name for s in SPECS]]).fetchall() == []
+    finally:
+        con.close()

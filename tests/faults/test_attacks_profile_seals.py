@@ -61,3 +61,47 @@ def test_profile_and_compare_flag_a_forged_store(runs: dict[str, Path], tmp_path
     assert "its seals do not match" in text and "B (" in text
     # reading changed nothing
     assert rollout_rows(b / "gymflow.duckdb") == stored and tree_digest(b) == digest
+
+
+def test_one_analysis_checks_the_seals_once(runs: dict[str, Path], tmp_path: Path, monkeypatch):
+    """`analyse` (the flow's analysis task) checks a store's seals once: health flags what the
+    check found and the profile reports the same check, for a forged store as for a sealed one."""
+    from gymflow.analysis import run as analysis_run
+    from gymflow.store.db import connect
+
+    checks = []
+    check = analysis_run.check_seals_once
+
+    def counted(con, *args, **kwargs):
+        checks.append(args)
+        return check(con, *args, **kwargs)
+
+    monkeypatch.setattr(analysis_run, "check_seals_once", counted)
+    monkeypatch.setattr(analysis_run, "_check_seals", analysis_run.memory_capped_call(counted))
+    import gymflow.analysis.health as health_module
+    import gymflow.analysis.seals as seals_module
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the analysis checked the seals a second time")
+
+    monkeypatch.setattr(health_module, "check_seals_once", refused)
+    monkeypatch.setattr(seals_module, "check_seals_once", refused)
+    b = tmp_path / "b"
+    shutil.copytree(runs["b"], b)
+    with connect(b, read_only=True) as con:
+        sealed = analysis_run.analyse(con)
+    assert len(checks) == 1
+    assert sealed.profile.seals is not None and sealed.profile.seals.intact is True
+    assert sealed.health.checks["seal_mismatch"].count == 0
+
+    edit_store(b, FORGED)
+    with connect(b, read_only=True) as con:
+        forged = analysis_run.analyse(con)
+    assert len(checks) == 2
+    mismatched = forged.health.checks["seal_mismatch"]
+    assert mismatched.count > 0 and forged.health.verdict == "unhealthy"
+    assert forged.profile.seals is not None and forged.profile.seals.intact is False
+    edited = forged.profile.seals.edited[0]
+    assert f"{mismatched.count} verdicts do not match their seal" in edited
+    named = edited.split("(e.g. ")[1].rstrip(")").split(", ")
+    assert named == sorted(mismatched.examples)[: len(named)] and 1 <= len(named) <= 3

@@ -30,6 +30,7 @@ from gymflow.store.db import first_sql, memory_capped_call
 from gymflow.store.queries.rollouts import health_verdicts_sql, stored_count
 from gymflow.store.queries.tasks import task_count
 from gymflow.store.runs import max_repeats
+from gymflow.store.seal import SealCheck
 
 
 class UnknownCheck(UserError, ValueError):
@@ -105,6 +106,7 @@ def health(
     max_examples: int = 20,
     max_listed: int | None = 1000,
     verify_seals: bool = False,
+    seals: SealCheck | None = None,
 ) -> Health:
     """Run every check over the store. The seals are recomputed unless this store's file is
     unchanged since they all matched (`checked_stores.py`); `verify_seals` always recomputes.
@@ -120,14 +122,16 @@ def health(
     "share", "threshold", "examples": [id]}},
     "rollout_verdicts": [{"rollout_id", "task_id", "repeat_index", "checks": [name]}] for the
     unhealthy rollouts only (the rest are healthy), at most `max_listed` (None: all),
-    "rollout_verdicts_truncated": bool}."""
+    "rollout_verdicts_truncated": bool}. `seals`: the seal check of `con` the caller made for
+    this analysis (`analysis.run.analyse`), in place of checking here."""
     gate = gate or Gate()
     unknown = set(gate.per_check) - set(CHECKS) - {TASK_CHECK}
     if unknown:
         raise UnknownCheck(f"no health check named {', '.join(sorted(unknown))}")
     version = check_verifier_version(con, verifier_version)
     spec = reward_spec(con)
-    seals = check_seals_once(con, full=verify_seals)
+    if seals is None:
+        seals = check_seals_once(con, full=verify_seals)
     sealed = seals.store
     _seal_mismatches(con, seals.ids if sealed.state == "sealed" else None)
     variables = {

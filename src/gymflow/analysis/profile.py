@@ -35,6 +35,7 @@ from gymflow.store.db import memory_capped_call
 from gymflow.store.queries.rollouts import usage_summary
 from gymflow.store.queries.scores import majority_votes
 from gymflow.store.runs import run_info
+from gymflow.store.seal import SealCheck
 
 #: rollout columns summarised by percentile
 USAGE_COLUMNS = ("input_tokens", "output_tokens", "num_turns", "num_model_calls", "latency_s")
@@ -152,8 +153,10 @@ def profile(
     failures_as_zero: bool = False,
     bootstrap_samples: int = 1000,
     seed: int = 0,
+    seals: SealCheck | None = None,
 ) -> Profile:
-    """Profile the run in `con` under one verifier version (the newest unless given).
+    """Profile the run in `con` under one verifier version (the newest unless given); `seals`:
+    the seal check of `con` the caller made for this analysis, in place of checking here.
 
     Returns the Profile: run_id, benchmark, environment, model, verifier_version, coverage
     {expected, scored, failed, missing}, failures (how failures were treated), tasks,
@@ -258,7 +261,7 @@ def profile(
             "by_tag": _breakdown(scored, "tags"),
             "by_difficulty": _breakdown(scored, "difficulty"),
             "usage": usage_percentiles(con),
-            "seals": store_seals(con),
+            "seals": store_seals(con, seals),
         }
     )
 

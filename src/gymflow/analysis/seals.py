@@ -11,21 +11,28 @@ from datetime import UTC, datetime
 from gymflow.analysis.results import Seals
 from gymflow.core.errors import UserError
 from gymflow.store.checked_stores import check_seals_once
+from gymflow.store.seal import SealCheck
 
 
 class SealsFailed(UserError):
     """A store whose seals do not match what it holds: none of its numbers is read."""
 
 
-def store_seals(con) -> Seals:
-    """What the seals of the store `con` say: which key sealed it, and what does not match."""
-    found = check_seals_once(con, max_examples=3)
+#: Verdicts a mismatch names at most.
+EXAMPLES = 3
+
+
+def store_seals(con, found: SealCheck | None = None) -> Seals:
+    """What the seals of the store `con` say: which key sealed it, and what does not match;
+    from the check `found` (of `con`, made in this analysis) when given, else checked here."""
+    if found is None:
+        found = check_seals_once(con, max_examples=EXAMPLES)
     store = found.store
     edited = []
     if store.state == "stripped":
         edited.append(f"{found.mismatched} verdicts lost their seals")
     elif found.mismatched:
-        examples = ", ".join(found.examples)
+        examples = ", ".join(found.examples[:EXAMPLES])
         edited.append(f"{found.mismatched} verdicts do not match their seal (e.g. {examples})")
     for sealed, what in (
         (store.tasks_sealed, "the task list"),

@@ -5,6 +5,7 @@ an unsharded run of up to 2,000 rollouts is one batch, and sat at "0 of 1" until
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import re
 import threading
 import time
@@ -50,9 +51,9 @@ def stored_by(client: SyncPrefectClient, flow_run_id: UUID) -> int | None:
 
 class RunProgress:
     """Listens to the collector (`gymflow.core.progress`) while inside. The collector reports from
-    its event loop, so this only counts there; a thread of its own publishes, and a commit never
-    waits for the Prefect API. A failed shard does not count: a run whose last shard failed
-    stops short of 100%."""
+    its event loop, so this only counts there; a thread of its own publishes, from the artifact's
+    creation on, and neither a commit nor the run's start waits for the Prefect API. A failed
+    shard does not count: a run whose last shard failed stops short of 100%."""
 
     def __init__(self, total: int, shards: int = 0) -> None:
         self.total, self.shards = total, shards
@@ -62,10 +63,12 @@ class RunProgress:
         self._logger = get_run_logger()
         self._logged = (0, time.monotonic())  # (tenths of the run, when) of the last line
         self._logged_stored = 0
-        [self.artifact_id] = publish(
-            ProgressArtifact(key=PROGRESS_KEY, progress=0.0, description=self.description())
+        #: made by the publisher's first publish, in the flow run's context (whose artifact it
+        #: is): its API round trip no longer holds up the run's registration
+        self.artifact_id: UUID | None = None
+        self._thread = threading.Thread(
+            target=contextvars.copy_context().run, args=(self._publisher,), name="gymflow-progress"
         )
-        self._thread = threading.Thread(target=self._publisher, name="gymflow-progress")
         self._listening = contextlib.ExitStack()
 
     # the collector's side (gymflow.core.progress.ProgressListener)
@@ -100,7 +103,12 @@ class RunProgress:
     def _publish(self, final: bool = False) -> None:
         with self._lock:
             description, percent, stored = self.description(), self.percent(), self.stored
-        update_progress_artifact(self.artifact_id, progress=percent, description=description)
+        if self.artifact_id is None:
+            [self.artifact_id] = publish(
+                ProgressArtifact(key=PROGRESS_KEY, progress=percent, description=description)
+            )
+        else:
+            update_progress_artifact(self.artifact_id, progress=percent, description=description)
         tenths, now = int(percent // 10), time.monotonic()
         last_tenths, last_time = self._logged
         due = tenths > last_tenths or now - last_time >= LOG_EVERY_S or final
@@ -109,6 +117,8 @@ class RunProgress:
             self._logged, self._logged_stored = (tenths, now), stored
 
     def _publisher(self) -> None:
+        with contextlib.suppress(Exception):  # an API hiccup: the next change publishes again
+            self._publish()
         while not self._closing.wait(PUBLISH_S):
             if self._changed.is_set():
                 self._changed.clear()
