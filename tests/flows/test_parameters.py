@@ -144,30 +144,3 @@ def test_an_eval_config_passes_as_it_is() -> None:
     config = EvalConfig(benchmark="arithmetic-smoke", limit=3)
     assert CONFIG.validate_python(config) is config
     assert CONFIG.validate_python(config.model_dump(mode="json")) == config
-
-
-def test_a_flow_builds_its_schema_only_when_asked(schema) -> None:
-    """A LeanFlow builds its parameter schema when first read (`flows/lean.py`), the same one
-    `prefect deploy` builds, and leaves Prefect's builder in place for every other flow."""
-    import prefect.flows
-    from prefect import flow
-
-    from gymflow.flows.lean import flow as lean_flow
-
-    @lean_flow(name="lazy")
-    def lazy(config: FlowConfig, resume: bool = False) -> None:
-        """Args:
-        config: What to run.
-        """
-
-    assert vars(lazy)["_parameter_schema"] is None
-    assert lazy.parameters.model_dump() == parameter_schema(lazy).model_dump()
-    assert lazy.parameters is lazy.parameters
-    assert evaluation_loop.parameters.model_dump() == schema
-    assert prefect.flows.parameter_schema is parameter_schema
-
-    @flow
-    def plain(count: int = 3) -> int:
-        return count
-
-    assert plain.parameters.model_dump()["properties"]["count"]["default"] == 3

@@ -13,12 +13,7 @@ in plain text, a key in a URL or given as `api_key_env` included. Every flow gym
 (`gymflow.flows.lean.flow`); tests/faults runs each deployment in prefect.yaml to check.
 
 A flow run's heartbeat thread sleeps in 1 s steps, and the run waits for it to wake when it ends:
-0.5 s on average (`without_heartbeat`).
-
-Prefect builds a flow's parameter schema (a JSON schema of every parameter, the whole run config
-included) as the flow is defined, so every process that imports a flow module pays for it (eval-run
-and eval-shard: 0.26 s of 2 CPU s importing them at load 7), though nothing in a run reads it: a
-deployment builds its own (`parameter_schema(flow)`). A `LeanFlow` builds it when first read."""
+0.5 s on average (`without_heartbeat`)."""
 
 from __future__ import annotations
 
@@ -26,17 +21,14 @@ import contextlib
 import functools
 import inspect
 import os
-import threading
 import typing
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import prefect.flows
 from prefect.flows import Flow
 from prefect.futures import PrefectFuture
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.states import State
-from prefect.utilities.callables import ParameterSchema, parameter_schema
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
@@ -50,36 +42,7 @@ def _placeholder(value: Any) -> str:
 REFUSED = "<refused: not stored; the flow run's error says why>"
 
 
-#: Held while a LeanFlow is made, for as long as Prefect's schema builder is stood in for.
-_defining = threading.Lock()
-
-
-def _later(fn: Callable[..., Any]) -> None:
-    return None
-
-
 class LeanFlow(Flow):
-    def __init__(self, fn: Callable[..., Any], **options: Any) -> None:
-        # Flow.__init__ builds the schema through the name prefect.flows holds: for as long as
-        # it runs, that name gives None, and `parameters` builds the schema when first read.
-        with _defining:
-            setattr(prefect.flows, "parameter_schema", _later)  # noqa: B010 (not re-exported)
-            try:
-                super().__init__(fn=fn, **options)
-            finally:
-                setattr(prefect.flows, "parameter_schema", parameter_schema)  # noqa: B010
-
-    @property
-    def parameters(self) -> ParameterSchema:
-        schema = self.__dict__.get("_parameter_schema")
-        if schema is None:
-            schema = self.__dict__["_parameter_schema"] = parameter_schema(self.fn)
-        return schema
-
-    @parameters.setter
-    def parameters(self, schema: ParameterSchema | None) -> None:
-        self.__dict__["_parameter_schema"] = schema
-
     @functools.cached_property
     def _adapters(self) -> dict[str, TypeAdapter]:
         hints = typing.get_type_hints(self.fn)
