@@ -81,7 +81,7 @@ async def _replay(resources, task, row: dict[str, Any]) -> tuple[float | str, li
     (a 4xx, a 500) back to the model and goes on; so does the replay, and the recorded
     response is what `/verify` judges (a failed call is named beside a reward that differs)."""
     from gymflow.core.errors import RuntimeFailure
-    from gymflow.core.protocols import ToolError
+    from gymflow.core.protocols import ToolError, ToolServerError
 
     output = row["response"]["output"]
     failed: list[str] = []
@@ -97,9 +97,11 @@ async def _replay(resources, task, row: dict[str, Any]) -> tuple[float | str, li
             name = str(item.get("name"))
             try:
                 await resources.call_tool(session, name, arguments)
+            except ToolServerError as exc:  # a 500: the model reads it and goes on, kept
+                failed.append(f"{name}: {str(exc).splitlines()[0][:200]}")
             except ToolError:
                 continue  # a 4xx goes back to the model, as NeMo Gym's agent passes it on
-            except RuntimeFailure as exc:
+            except RuntimeFailure as exc:  # an MCP call that got no result
                 failed.append(f"{name}: {str(exc).splitlines()[0][:200]}")
         trajectory = [*task.input_items, *output]
         verdict = await resources.verify(session, task, "", trajectory)

@@ -325,6 +325,7 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "invalid_tool_arguments": lambda b: _bend(
         b, "t0", 1, trajectory=_tool_trajectory(_call("c1", '{"x": 1'), _output("c1"))
     ),
+    "tool_server_error": lambda b: _bend(b, "t0", 1, counters={"tool_server_errors": 1}),
     "runaway_generation": lambda b: _bend(b, "t0", 1, text=_LOOP + "Let me go over the"),
     "tools_never_called": _tools_never_called,
     "sampling_mismatch": lambda b: _with_call(

@@ -138,6 +138,41 @@ def test_a_crashing_tool_is_reported_as_output(notes_env) -> None:
     assert "ZeroDivisionError" in result["output"]
 
 
+def test_a_tool_server_error_crosses_the_wire_as_itself(notes_env) -> None:
+    """A NeMo Gym environment served by gymflow: a tool route's 500 reaches the run's side as
+    the answer the model reads and the failure kept on the rollout, not as a refusal."""
+    from gymflow.core.config import EvalConfig
+    from gymflow.core.protocols import ToolServerError
+    from gymflow.environments.remote import RemoteResourcesServer
+    from gymflow.rollouts.plan import resolve
+
+    def failed(state, arguments):
+        raise ToolServerError("tool route /note answered 500: boom", output='{"detail":"boom"}')
+
+    server = notes_env.resources_server()
+    server.handlers = lambda: {"note": failed}
+    plan = resolve(EvalConfig(environment="notes", resources_url="http://env"))
+    remote = RemoteResourcesServer("http://env", plan)
+
+    async def scenario() -> ToolServerError:
+        await remote.aclose()
+        transport = httpx.ASGITransport(app=create_app(server))
+        remote._http = httpx.AsyncClient(transport=transport, base_url="http://env")
+        try:
+            session = await remote.seed_session(plan.all_tasks[0])
+            with pytest.raises(ToolServerError) as raised:
+                await remote.call_tool(session, "note", {"text": "x"})
+            return raised.value
+        finally:
+            await remote.aclose()
+
+    error = asyncio.run(scenario())
+    assert (str(error), error.model_output()) == (
+        "tool route /note answered 500: boom",
+        '{"detail":"boom"}',
+    )
+
+
 #: The access key the served environment is started with (--key-env), and its variable.
 KEY_VAR, KEY = "GYMFLOW_TEST_RESOURCES_KEY", "k" * 32
 AUTH = {"Authorization": f"Bearer {KEY}"}

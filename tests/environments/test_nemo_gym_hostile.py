@@ -182,6 +182,18 @@ def _by_case(run: Path) -> dict[str, list[tuple]]:
     return by_case
 
 
+def _sent_outputs(trajectory: str) -> list[str]:
+    """The outputs of the calls gymflow sent the server (the simulated policy's malformed
+    calls are answered by the harness, never sent)."""
+    items = json.loads(trajectory)
+    return [
+        i["output"]
+        for i in items
+        if i.get("type") == "function_call_output"
+        and not i["output"].startswith("error: malformed arguments")
+    ]
+
+
 def test_each_bad_answer_is_its_own_failure_never_a_zero(hostile_run) -> None:
     ran, by_case = hostile_run.ran, hostile_run.by_case
     assert ran.returncode == 2, ran.stdout + ran.stderr  # most rollouts unscored: the gate fails
@@ -198,8 +210,23 @@ def test_each_bad_answer_is_its_own_failure_never_a_zero(hostile_run) -> None:
         for status, _, v_status, reward, v_kind, details, _ in by_case[case]:
             assert (status, v_status, reward, v_kind) == ("completed", "error", None, kind), case
             assert "NeMo Gym server http://127.0.0.1:" in json.loads(details)["error"]
-    for status, failure, v_status, *_ in by_case["tool_500"]:  # the tool crashed
-        assert (status, failure, v_status) == ("failed", "tool_error", None)
+    # the tool's server failed: as NeMo Gym's agent, the model reads its answer and goes on to
+    # the verdict; the failure is the rollout's error, not hidden
+    for status, failure, v_status, reward, _, _, trajectory in by_case["tool_500"]:
+        assert (status, failure, v_status, reward) == ("completed", None, "ok", 1.0)
+        assert _sent_outputs(trajectory) == ["Internal Server Error"]
+    con = duckdb.connect(str(hostile_run.work / "run" / "gymflow.duckdb"), read_only=True)
+    try:
+        errors = con.execute(
+            "SELECT r.error, json_extract(r.counters_json, '$.tool_server_errors')::INTEGER "
+            "FROM rollouts r JOIN tasks t USING (task_id) "
+            "WHERE json_extract_string(t.data_json, '$.case') = 'tool_500'"
+        ).fetchall()
+    finally:
+        con.close()
+    assert len(errors) == 3
+    for error, count in errors:
+        assert count == 1 and "/explode answered 500: Internal Server Error" in error
 
 
 def test_good_answers_are_judged_here_with_the_servers_fields(hostile_run) -> None:
@@ -208,9 +235,10 @@ def test_good_answers_are_judged_here_with_the_servers_fields(hostile_run) -> No
         assert (v_status, reward) == ("ok", 1.0)
         assert json.loads(details) == {"judge_note": "fine"}  # the row's fields are not echoed
     for _, _, v_status, reward, _, _, trajectory in by_case["tool_422"]:
-        assert (v_status, reward) == ("ok", 1.0)  # a 422 goes back to the model as a tool error
-        outputs = [i for i in json.loads(trajectory) if i.get("type") == "function_call_output"]
-        assert any(o["output"].startswith("error: 422") for o in outputs)
+        assert (v_status, reward) == ("ok", 1.0)  # a 422's body goes back to the model
+        assert [json.loads(o) for o in _sent_outputs(trajectory)] == [
+            {"detail": [{"loc": ["body", "x"], "msg": "missing"}]}
+        ]
     # three rollouts at once, each counted in its own cookie session
     assert [reward for _, _, _, reward, *_ in by_case["session"]] == [1.0, 1.0, 1.0]
 

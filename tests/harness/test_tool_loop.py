@@ -10,6 +10,7 @@ import pytest
 
 from gymflow.core.config import HarnessConfig, ModelConfig, Sampling
 from gymflow.core.prompts import render_prompt
+from gymflow.core.protocols import ToolServerError
 from gymflow.core.tasks import Task
 from gymflow.environments.base import Environment
 from gymflow.environments.resources import ResourcesServer
@@ -194,6 +195,36 @@ def test_a_crash_cancels_the_other_calls_of_its_turn(ledger) -> None:
     episode, state = asyncio.run(scenario())
     assert episode.failure_kind == "tool_error"
     assert state == {"arrived": 1, "cancelled": True}
+
+
+class _FailingServer(ResourcesServer):
+    """A tool whose server fails as a NeMo Gym route answering 500 does."""
+
+    tool_schemas: ClassVar[dict[str, dict[str, Any]]] = {
+        "lookup": function_tool("lookup", "look a key up", {"type": "object"}),
+    }
+
+    def handlers(self):
+        return {"lookup": self._lookup}
+
+    def _lookup(self, state, arguments):
+        raise ToolServerError(
+            "tool route /lookup answered 500: KeyError('gone')\nthe server's log ends:\nboom",
+            output="KeyError('gone')",
+        )
+
+
+def test_a_tool_server_error_is_read_by_the_model_and_kept(ledger) -> None:
+    """NeMo Gym's agent hands a 500's body to the model and goes on: the rollout goes on to its
+    answer, the model reads the body as it came, and the failure is the episode's evidence."""
+    client = ScriptedClient([[_call("lookup", {}, "k")], [_text("Answer: unknown")]])
+    episode, _ = asyncio.run(_play(ledger, client, server=_FailingServer(ledger)))
+    assert (episode.failure_kind, episode.output_text) == (None, "Answer: unknown")
+    (told,) = [i for i in client.requests[1] if i.get("type") == "function_call_output"]
+    assert told["output"] == "KeyError('gone')"
+    assert (episode.counters["tool_errors"], episode.counters["tool_server_errors"]) == (1, 1)
+    (failure,) = episode.tool_failures
+    assert failure.startswith("tool route /lookup answered 500") and "boom" in failure
 
 
 class _Crowd(ResourcesServer):

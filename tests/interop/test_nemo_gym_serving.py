@@ -502,3 +502,106 @@ def test_a_server_that_looks_its_judge_up_at_start_finds_gymflows(nemo: Path) ->
     assert "the probe answered 400" in log and "asks nothing" in log, log
     assert verdict.failure_kind == "judge_failed", verdict
     assert "the judge gone failed on 1 of 1 calls" in verdict.details["error"]
+
+
+def _calculator_rows(site: Path) -> tuple[list[dict], list[dict]]:
+    """Two rows of math_advanced_calculations and a recorded rollout of each (a passing and a
+    failing play with the same calls): one divides by zero, then divides again and gets its
+    value (NeMo Gym: reward 1); the other only divides by zero (reward 0)."""
+    example = site / "resources_servers" / "math_advanced_calculations" / "data" / "example.jsonl"
+    request = json.loads(example.read_text().splitlines()[0])["responses_create_params"]
+
+    def call(n: int, a: float, b: float, output: str) -> list[dict]:
+        return [
+            {"type": "function_call", "call_id": f"c{n}", "name": "divide",
+             "arguments": json.dumps({"a": a, "b": b})},
+            {"type": "function_call_output", "call_id": f"c{n}", "output": output},
+        ]  # fmt: skip
+
+    def said(text: str) -> dict:
+        return {"type": "message", "role": "assistant", "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}]}  # fmt: skip
+
+    zero = '{"detail":"float division by zero"}'
+    plays = [
+        ("Get me (1.0 / 0.0); if it has none, (1.0 / 1.0).", "[0.5]",
+         [*call(1, 1, 0, zero), *call(2, 1, 1, '{"solution": 0.5}'), said("1/1 is 0.5")]),
+        ("Get me (2.0 / 0.0).", "[1.0]", [*call(1, 2, 0, zero), said("it has no value")]),
+    ]  # fmt: skip
+    rows, recorded = [], []
+    for i, (question, truth, output) in enumerate(plays):
+        params = {**request, "input": [{"role": "user", "content": question}]}
+        row = {"responses_create_params": params, "ground_truth": truth, "id": i, "depth": 1,
+               "breadth": 1}  # fmt: skip
+        rows.append(row)
+        recorded += [{**row, "response": {"output": output}, "reward": r} for r in (1.0, 0.0)]
+    return rows, recorded
+
+
+def test_a_tool_route_answering_500_goes_to_the_model_and_is_kept(
+    nemo: Path, prefect_api: str
+) -> None:
+    """math_advanced_calculations' tool routes answer 500 when their function raises (`divide`
+    by zero: `{"detail":"float division by zero"}`). NeMo Gym's simple agent hands whatever a
+    tool route answers to the model and goes on, so a rollout that divides again gets its value
+    and NeMo Gym's reward 1; gymflow failed it (`tool_error`). Now the model reads the body, the
+    rollout is verified, and the failure is kept: the rollout's error, `gym eval health`'s
+    `tool_server_error`, `gym eval diagnose`'s `tool_error` / `tool_server_error`."""
+    import shutil
+
+    import duckdb
+
+    site = next(VENV.glob("lib/python3*/site-packages"))
+    shutil.copytree(
+        site / "resources_servers" / "math_advanced_calculations",
+        nemo / "resources_servers" / "math_advanced_calculations",
+        ignore=shutil.ignore_patterns("__pycache__", "tests", "*_metrics.json"),
+    )
+    data = nemo / "resources_servers" / "math_advanced_calculations" / "data"
+    rows, recorded = _calculator_rows(site)
+    (data / "example.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (data / "example_rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recorded))
+    env = {**_cli_env(nemo), "PREFECT_API_URL": prefect_api}
+    ran = gym("eval", "run", "--environment", "ng-math_advanced_calculations", "--repeats", "2",
+              "--out", "run", cwd=nemo.parent, env=env, timeout=600)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+    con = duckdb.connect(str(nemo.parent / "run" / "gymflow.duckdb"), read_only=True)
+    try:
+        stored = con.execute(
+            "SELECT json_extract(t.data_json, '$.id')::INTEGER, r.status, r.failure_kind, "
+            "r.error, json_extract(r.counters_json, '$.tool_server_errors')::INTEGER, "
+            "v.status, v.reward, r.rollout_id FROM rollouts r JOIN tasks t USING (task_id) "
+            "JOIN verifications v USING (rollout_id) ORDER BY 1"
+        ).fetchall()
+        sent = con.execute("SELECT rollout_id, request_json FROM model_calls").fetchall()
+    finally:
+        con.close()
+    assert [(row[0], row[1], row[2], row[5], row[6]) for row in stored] == [
+        (0, "completed", None, "ok", 1.0), (0, "completed", None, "ok", 1.0),
+        (1, "completed", None, "ok", 0.0), (1, "completed", None, "ok", 0.0),
+    ]  # fmt: skip
+    for _, _, _, error, count, *_ in stored:
+        assert count == 1
+        assert "/divide answered 500: " in error and "float division by zero" in error
+    told = {  # the rollouts whose model was sent the 500's body as the tool's output
+        rollout_id
+        for rollout_id, request in sent
+        for item in json.loads(request)["input"]
+        if item.get("type") == "function_call_output"
+        and item["output"] == '{"detail":"float division by zero"}'
+    }
+    assert told == {row[7] for row in stored}
+
+    health = gym("eval", "health", "run", "--json", cwd=nemo.parent, env=env)
+    check = json.loads(health.stdout)["checks"]["tool_server_error"]
+    assert (check["status"], check["count"], check["severity"]) == ("failed", 4, "warning")
+    shown = gym("eval", "health", "run", cwd=nemo.parent, env=env).stdout
+    assert "tool_server_error" in shown and "warnings: tool_server_error" in " ".join(shown.split())
+    diagnosed = gym("eval", "diagnose", "run", "--json", cwd=nemo.parent, env=env)
+    taxonomy = json.loads(diagnosed.stdout)["taxonomy"]
+    failing = {row[7] for row in stored if row[6] == 0.0}
+    assert [(t["category"], t["kind"], t["rollouts"], set(t["examples"])) for t in taxonomy] == [
+        ("tool_error", "tool_server_error", 2, failing)
+    ]
+    assert "tool_server_error" in gym("eval", "diagnose", "run", cwd=nemo.parent, env=env).stdout

@@ -3,16 +3,18 @@ tasks worth reading, and rollouts whose verdict looks wrong (verifier suspects).
 
 Every rollout that did not pass gets exactly one category, the first that applies in this order
 (the earliest cause explains the rest): model failure (the rollout failed with a model error
-kind), tool error (the resources server crashed), harness error, tools not called (the run
-offered tools and its server ignored them: `answers.tools_ignored_sql`; the text the model wrote
-instead, cut at the limit or not, follows from that), truncated (incomplete response:
-output-token limit), unverified, verifier error (including judge failures), harness max turns
-(a multi-turn rollout the harness stopped at its turn limit: a single-turn rollout never is, its
-function call is its answer, nor a completed external agent's, which reports its own limit),
-harness malformed tool call, tool error reported to the model, answer in another form (the
-verifier found no answer in the form it reads, a reason its verifier declares as such, yet the
-expected answer appears elsewhere in the text, or the verifier's own lenient reading finds it),
-no answer (such a reason, and the expected answer found nowhere), wrong answer."""
+kind), tool error (the resources server crashed: the rollout failed, or, kind
+`tool_server_error`, it went on past a failed tool's answer as NeMo Gym's agent does), harness
+error, tools not called (the run offered tools and its server ignored them:
+`answers.tools_ignored_sql`; the text the model wrote instead, cut at the limit or not, follows
+from that), truncated (incomplete response: output-token limit), unverified, verifier error
+(including judge failures), harness max turns (a multi-turn rollout the harness stopped at its
+turn limit: a single-turn rollout never is, its function call is its answer, nor a completed
+external agent's, which reports its own limit), harness malformed tool call, tool error
+reported to the model, answer in another form (the verifier found no answer in the form it
+reads, a reason its verifier declares as such, yet the expected answer appears elsewhere in the
+text, or the verifier's own lenient reading finds it), no answer (such a reason, and the
+expected answer found nowhere), wrong answer."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from gymflow.analysis.environment import no_answer_reasons
 from gymflow.analysis.evidence import evidence as evidence_of
 from gymflow.analysis.evidence import prepare as prepare_evidence
 from gymflow.analysis.frames import frame
+from gymflow.analysis.health_checks import TOOL_SERVER_ERROR
 from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.analysis.results import (
     Bucket,
@@ -105,6 +108,7 @@ def _classify_sql(no_answer: tuple[str, ...], harness: str | None) -> str:
             THEN 'model_failure'
           WHEN r.status <> 'completed' AND r.failure_kind = 'tool_error' THEN 'tool_error'
           WHEN r.status <> 'completed' THEN 'harness_error'
+          WHEN {_counter("tool_server_errors")} > 0 THEN 'tool_error'
           WHEN r.rollout_id IN (SELECT rollout_id FROM diag_tools_ignored)
             THEN 'tools_not_called'
           WHEN r.incomplete THEN 'truncated'
@@ -125,6 +129,7 @@ def _classify_sql(no_answer: tuple[str, ...], harness: str | None) -> str:
         END AS category,
         CASE
           WHEN r.status <> 'completed' THEN coalesce(r.failure_kind, 'unknown')
+          WHEN {_counter("tool_server_errors")} > 0 THEN '{TOOL_SERVER_ERROR}'
           WHEN v.status <> 'ok' THEN coalesce(v.failure_kind, 'verifier_error')
           ELSE coalesce({reason}, '')
         END AS kind

@@ -11,7 +11,8 @@ A class says what the stored rollout shows, in this order (the first that applie
   recording proxy refused or took after the deadline, calls its own log counts and the proxy
   did not record, trajectory text no recorded call produced), or a model-using agent made no
   call at all: what was judged is not evidence of the model;
-- `failed_call`: the rollout failed in the model call, the harness or a crashed tool;
+- `failed_call`: the rollout failed in the model call, the harness or a crashed tool, or went
+  on past a tool whose server failed (`tool_server_error`);
 - `echo`: the output copies the prompt back, holds a chat turn marker, or loops a placeholder
   (`gymflow.analysis.signs`): the model continues the prompt rather than answering the turn;
 - `tools_ignored`: the run offered tools and its server ignored them (`answers`'s test);
@@ -41,7 +42,12 @@ from __future__ import annotations
 
 import json
 
-from gymflow.analysis.health_checks import AGENT_RECORD_CHECKS, CHECKS, MODEL_FREE
+from gymflow.analysis.health_checks import (
+    AGENT_RECORD_CHECKS,
+    CHECKS,
+    MODEL_FREE,
+    TOOL_SERVER_ERROR,
+)
 from gymflow.analysis.results import Evidence, EvidencePattern
 from gymflow.analysis.signs import (
     LOWER,
@@ -146,7 +152,8 @@ def _class_sql() -> str:
             THEN 'agent_failed'
           WHEN unrecorded THEN 'unrecorded'
           WHEN category IN ({_quoted(_FAILED_CALL)})
-               OR (category = 'tool_error' AND kind = 'tool_error') THEN 'failed_call'
+               OR (category = 'tool_error' AND kind IN ('tool_error', '{TOOL_SERVER_ERROR}'))
+            THEN 'failed_call'
           WHEN echo OR (looped AND placeholder) THEN 'echo'
           WHEN category = 'tools_not_called' THEN 'tools_ignored'
           WHEN category IN ({_quoted(_SERVING)}) THEN 'serving'

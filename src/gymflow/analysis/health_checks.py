@@ -148,6 +148,13 @@ _FAILED = (
 #: and no answer text are what it is, not missing evidence.
 MODEL_FREE = "coalesce(TRY_CAST(json_extract(counters_json, '$.model_free') AS INTEGER), 0) = 1"
 _NO_ANSWER = f"{no_answer_sql()} AND NOT {MODEL_FREE}"
+#: A rollout a tool's server failed in, the model reading the failed call's answer and going
+#: on (a NeMo Gym tool route's 500): this check's name, and diagnose's kind of `tool_error`.
+TOOL_SERVER_ERROR = "tool_server_error"
+#: Tool calls whose server failed and whose answer the model read (`harness.tool_loop`).
+TOOL_SERVER_ERRORS = (
+    "coalesce(TRY_CAST(json_extract(counters_json, '$.tool_server_errors') AS INTEGER), 0)"
+)
 
 _LOOPS = f"""
 SELECT id FROM (SELECT rollout_id AS id, {columns_sql("output_text")} FROM rollouts)
@@ -362,6 +369,15 @@ CHECKS: dict[str, Check] = {
         SELECT DISTINCT rollout_id AS id FROM tool_items
         WHERE type = 'function_call' AND NOT coalesce(json_valid(arguments), FALSE)
         """,
+        severity="warning",
+    ),
+    # The model read the failed tool's answer and went on, as NeMo Gym's agent goes on, so the
+    # verdict stands as NeMo Gym's; what the run measured there is partly the tool's server.
+    TOOL_SERVER_ERROR: Check(
+        "a tool's server failed on a call (a NeMo Gym tool route answering 500): its answer went "
+        "back to the model as the tool's output and the rollout went on, as NeMo Gym's agent "
+        "goes on; the rollout's error holds the route, the status and the server's log",
+        f"SELECT rollout_id AS id FROM rollouts WHERE {TOOL_SERVER_ERRORS} > 0",
         severity="warning",
     ),
     # Not the token limit (`incomplete_response` says that): a loop, whether the limit cut it

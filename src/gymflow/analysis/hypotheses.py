@@ -78,8 +78,8 @@ HYPOTHESES: dict[str, Hypothesis] = {
         Hypothesis(
             "harness_work",
             "the serving stack or the harness failed, not the policy",
-            "failed model calls, tools the server ignored, turn limits reached while not "
-            "repeating one tool call, answers cut at the "
+            "failed model calls, tool calls whose server failed, tools the server ignored, "
+            "turn limits reached while not repeating one tool call, answers cut at the "
             "output-token limit on their way to an answer (not loops, echoes or placeholders), "
             "and rollouts an external agent lost (it crashed, timed out, stopped at its step "
             "limit, was not installed, or its sandbox failed) or whose model-call record it "

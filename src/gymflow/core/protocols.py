@@ -19,7 +19,25 @@ def bearer(key: str) -> str:
 
 
 class ToolError(Exception):
-    """A tool refused its input. The message goes back to the model as the tool's output."""
+    """A tool refused its input. The message goes back to the model as the tool's output
+    (`error: <message>`), or `output` as it is: a protocol whose agents hand a tool's answer
+    back as it came (NeMo Gym's hands a route's body over whatever its status) gives it."""
+
+    def __init__(self, message: str, *, output: str | None = None) -> None:
+        super().__init__(message)
+        self.output = output
+
+    def model_output(self) -> str:
+        """What the model reads as the tool's output."""
+        return f"error: {self}" if self.output is None else self.output
+
+
+class ToolServerError(ToolError):
+    """The tool's server failed on the call (a NeMo Gym tool route answering 500), and its
+    protocol's agent goes on: the answer goes back to the model as the tool's output, as NeMo
+    Gym's simple agent passes it, so rewards are NeMo Gym's; the message (route, status, the
+    server's log) is kept on the rollout as the failure it is (`counters.tool_server_errors`,
+    the rollout's `error`), never taken for the model's doing."""
 
 
 class ResourcesUnavailable(RuntimeFailure):

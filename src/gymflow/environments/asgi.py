@@ -41,7 +41,13 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.core.protocols import ACCESS_KEY_HEADER, SESSION_TOKEN_HEADER, ToolError, bearer
+from gymflow.core.protocols import (
+    ACCESS_KEY_HEADER,
+    SESSION_TOKEN_HEADER,
+    ToolError,
+    ToolServerError,
+    bearer,
+)
 from gymflow.core.same_text import same_text
 from gymflow.core.tasks import Task
 from gymflow.environments.resources import ResourcesServer
@@ -312,8 +318,10 @@ def create_app(
         async with sessions.use(request.session_id, token) as session:
             try:
                 output = await server.call_tool(session.internal_id, name, request.arguments)
+            except ToolServerError as exc:  # its answer for the model, its failure for the run
+                return {"output": exc.model_output(), "error": True, "server_error": str(exc)}
             except ToolError as exc:
-                return {"output": f"error: {exc}", "error": True}
+                return {"output": exc.model_output(), "error": True}
             except Exception as exc:  # a tool bug is reported to the caller, not a dead server
                 return {
                     "output": f"error: tool {name!r} failed: {type(exc).__name__}: {exc}",

@@ -31,6 +31,7 @@ from gymflow.core.protocols import (
     SESSION_TOKEN_HEADER,
     ResourcesUnavailable,
     ToolError,
+    ToolServerError,
     bearer,
 )
 from gymflow.core.records import Verification
@@ -189,8 +190,10 @@ class RemoteResourcesServer:
         )
         if result.get("crashed"):
             raise RuntimeFailure(result["output"])
+        if result.get("server_error"):
+            raise ToolServerError(str(result["server_error"]), output=result["output"])
         if result["error"]:
-            raise ToolError(result["output"].removeprefix("error: "))
+            raise ToolError(result["output"].removeprefix("error: "), output=result["output"])
         return result["output"]
 
     async def verify(

@@ -29,6 +29,9 @@ class Episode:
     incomplete: bool = False
     num_turns: int = 0
     counters: dict[str, int] = field(default_factory=dict)
+    #: tool calls whose server failed and whose answer went back to the model (ToolServerError):
+    #: each its route, status and answer, the first with the server's log; the rollout's `error`
+    tool_failures: list[str] = field(default_factory=list)
 
 
 class Harness(Protocol):

@@ -13,7 +13,7 @@ from typing import Any
 
 from gymflow.core.config import HarnessConfig
 from gymflow.core.errors import RuntimeFailure
-from gymflow.core.protocols import Resources, ResourcesUnavailable, ToolError
+from gymflow.core.protocols import Resources, ResourcesUnavailable, ToolError, ToolServerError
 from gymflow.core.tasks import Task
 from gymflow.harness.base import Episode, harness, opening_items
 from gymflow.harness.tool_arguments import MalformedArguments, parse_arguments
@@ -24,6 +24,7 @@ from gymflow.models.responses import function_calls, output_text
 COUNTERS = (
     "tool_calls",
     "tool_errors",
+    "tool_server_errors",
     "malformed_tool_calls",
     "unknown_tool_calls",
     "parallel_turns",
@@ -55,8 +56,9 @@ async def _run_call(
     session_id: str,
     call: dict[str, Any],
     schemas: dict[str, dict[str, Any]],
-    counters: dict[str, int],
+    episode: Episode,
 ) -> dict[str, Any]:
+    counters = episode.counters
     name, call_id = call.get("name", ""), call.get("call_id", "")
     counters["tool_calls"] += 1
     schema = schemas.get(name)
@@ -73,9 +75,16 @@ async def _run_call(
         return _output(call_id, f"error: malformed arguments for {name}: {exc}")
     try:
         result = await server.call_tool(session_id, name, arguments)
+    except ToolServerError as exc:  # its answer is the tool's output; the failure is kept
+        counters["tool_errors"] += 1
+        counters["tool_server_errors"] += 1
+        # the server's log is one: told once, with the first failure
+        said = str(exc) if not episode.tool_failures else str(exc).splitlines()[0]
+        episode.tool_failures.append(said)
+        return _output(call_id, exc.model_output())
     except ToolError as exc:
         counters["tool_errors"] += 1
-        return _output(call_id, f"error: {exc}")
+        return _output(call_id, exc.model_output())
     except ResourcesUnavailable as exc:
         raise ToolServerFailure(str(exc), ResourcesUnavailable.kind) from exc
     except Exception as exc:
@@ -117,7 +126,7 @@ async def tool_loop(
         if len(calls) > 1:
             episode.counters["parallel_turns"] += 1
         try:
-            items.extend(await _run_turn(server, session_id, calls, schemas, episode.counters))
+            items.extend(await _run_turn(server, session_id, calls, schemas, episode))
         except ToolServerFailure as exc:
             episode.failure_kind, episode.error = exc.kind, str(exc)
             return episode
@@ -130,17 +139,17 @@ async def _run_turn(
     session_id: str,
     calls: list[dict[str, Any]],
     schemas: dict[str, dict[str, Any]],
-    counters: dict[str, int],
+    episode: Episode,
 ) -> list[dict[str, Any]]:
     """One turn's calls, concurrently; a crashed tool cancels its siblings before the session
     closes, instead of leaving them running against it."""
     if len(calls) == 1:
-        return [await _run_call(server, session_id, calls[0], schemas, counters)]
+        return [await _run_call(server, session_id, calls[0], schemas, episode)]
     slots = asyncio.Semaphore(MAX_CONCURRENT_TOOL_CALLS)
 
     async def bounded(call: dict[str, Any]) -> dict[str, Any]:
         async with slots:
-            return await _run_call(server, session_id, call, schemas, counters)
+            return await _run_call(server, session_id, call, schemas, episode)
 
     try:
         async with asyncio.TaskGroup() as group:

@@ -9,9 +9,14 @@ the rollout's state under a cookie, so each rollout has a cookie jar of its own;
 client keeps none, or rollouts running at once would share a session.
 
 What each answer means here:
-- a tool route's 200 body is the tool's output; a 4xx (NeMo Gym's 422 for arguments its model
-  rejects) goes back to the model as a tool error, as NeMo Gym's agent passes it on; a 500 is
-  the tool crashing (the rollout fails, `tool_error`); no answer, 502-504 or a body that is no
+- a tool route's answer body, whatever its status, is the tool's output the model reads, as
+  NeMo Gym's simple agent hands it on and goes on (so rewards are NeMo Gym's): a 2xx is the
+  tool's answer; a 4xx (NeMo Gym's 422 for arguments its model rejects) is a tool error the
+  model caused (`counters.tool_errors`); a 500 is the tool's server failing
+  (`ToolServerError`): the rollout goes on to `/verify`, and the failure is kept as what it
+  is, its route, status and the tail of the server's log in the rollout's `error` and
+  `counters.tool_server_errors` (`gym eval health`'s `tool_server_error`, `gym eval
+  diagnose`'s `tool_error` / `tool_server_error`); no answer, 502-504 or a body that is no
   JSON where JSON is due is `resources_unavailable` (`--resume` runs it again);
 - `/verify` answering a finite `reward` is judged by this environment's pass threshold (the
   server's own fields are kept as details); no reward, a reward that is no finite number, a 4xx
@@ -34,7 +39,7 @@ import httpx
 from gymflow.core import progress
 from gymflow.core.config import ConfigError
 from gymflow.core.errors import RuntimeFailure
-from gymflow.core.protocols import ResourcesUnavailable, ToolError
+from gymflow.core.protocols import ResourcesUnavailable, ToolError, ToolServerError
 from gymflow.core.records import Verification
 from gymflow.core.tasks import Task
 from gymflow.core.written import written
@@ -370,14 +375,16 @@ class NemoGymResources(ResourcesServer):
         if name in self._mcp_tools:
             return await self._call_mcp(session_id, name, arguments)
         response = await self._post(session_id, f"/{name}", arguments)
-        if response.status_code == 200:
-            return response.text
-        if 400 <= response.status_code < 500:
-            raise ToolError(f"{response.status_code}: {response.text[:2000]}")
+        status, body = response.status_code, response.text
+        if 200 <= status < 300:
+            return body
+        if 400 <= status < 500:
+            raise ToolError(f"{status}: {body[:2000]}", output=body)
         tail = self.log_tail()
-        raise RuntimeFailure(
-            f"tool route /{name} answered {response.status_code}: {response.text[:300]}"
-            + (f"\nthe server's log ends:\n{tail}" if tail else "")
+        raise ToolServerError(
+            f"tool route {self.url}/{name} answered {status}: {body[:300]}"
+            + (f"\nthe server's log ends:\n{tail}" if tail else ""),
+            output=body,
         )
 
     async def _call_mcp(self, session_id: str, name: str, arguments: dict[str, Any]) -> str:
