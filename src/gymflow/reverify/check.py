@@ -19,7 +19,7 @@ from gymflow.store import verifier_versions
 from gymflow.store.db import connect, store_path
 from gymflow.store.queries.verdicts import recheck_rows
 from gymflow.store.runs import run_info
-from gymflow.store.seal import SealCheck, SealState, check_seals
+from gymflow.store.seal import SealCheck, SealState, check_seals, older_state
 from gymflow.verifiers.identity import code_hash
 
 
@@ -72,6 +72,10 @@ class Rechecked(Result):
     calls_sealed: bool | None = None
     #: the store's task list is the one sealed (`store/seal.py`); None: not checked
     tasks_sealed: bool | None = None
+    #: the store is an older sealed state of itself put back, or its generation record is not
+    #: the one sealed (`store/generations.py`): one line naming the store (and both
+    #: generations); None: neither, or not checked
+    generation_failure: str | None = None
     #: False: nothing was judged, because the parameters or the inputs read as edited (a
     #: verifier built from them could reach whatever they name: a judge's `base_url`, sent the
     #: owner's key from the `api_key_env` they name)
@@ -87,6 +91,7 @@ class Rechecked(Result):
             and self.rollouts_sealed is not False
             and self.calls_sealed is not False
             and self.tasks_sealed is not False
+            and self.generation_failure is None
         )
 
 
@@ -153,7 +158,7 @@ def check(
             seals = check_seals(con)
             named = _params_named(version, server)
             if not named or seals.store.inputs_sealed is False:
-                return _unjudged(env, version, seals, named)
+                return _unjudged(env, version, seals, named, store)
             return _check_with(con, store, env, server, tasks, version, row[2], max_listed, seals)
         finally:
             server.close()
@@ -221,7 +226,12 @@ def _check_with(
         rollouts_sealed=seals.store.rollouts_sealed,
         calls_sealed=seals.store.calls_sealed,
         tasks_sealed=seals.store.tasks_sealed,
+        generation_failure=_generation_failure(seals, store),
     )
+
+
+def _generation_failure(seals: SealCheck, store: Path) -> str | None:
+    return f"{store}: {older_state(seals.store)}" if seals.store.older_state else None
 
 
 def _params_named(version: str, server: ResourcesServer) -> bool:
@@ -230,7 +240,9 @@ def _params_named(version: str, server: ResourcesServer) -> bool:
     return version == server.verifier_version or version.startswith(f"{server.verifier_version}+")
 
 
-def _unjudged(env: Environment, version: str, seals: SealCheck, named: bool) -> Rechecked:
+def _unjudged(
+    env: Environment, version: str, seals: SealCheck, named: bool, store: Path
+) -> Rechecked:
     return Rechecked(
         environment=env.name,
         version=version,
@@ -247,5 +259,6 @@ def _unjudged(env: Environment, version: str, seals: SealCheck, named: bool) -> 
         rollouts_sealed=seals.store.rollouts_sealed,
         calls_sealed=seals.store.calls_sealed,
         tasks_sealed=seals.store.tasks_sealed,
+        generation_failure=_generation_failure(seals, store),
         judged=False,
     )

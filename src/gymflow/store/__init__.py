@@ -17,6 +17,7 @@ __all__ = [
     "compact",
     "db",
     "exact_schema",
+    "generations",
     "handle",
     "merge",
     "queries",
