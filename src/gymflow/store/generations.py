@@ -43,7 +43,7 @@ from duckdb import DuckDBPyConnection
 from gymflow.core.errors import UserError
 from gymflow.core.same_text import same_text
 from gymflow.core.user_folders import private_folder, user_config
-from gymflow.store.db import after_commit, open_transaction
+from gymflow.store.commits import after_commit, open_transaction
 from gymflow.store.named_paths import path_names, recorded_names
 
 GENERATION_KEY = "generation"
