@@ -23,6 +23,7 @@ import shutil
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 from tests.faults.stores import (
@@ -292,3 +293,35 @@ def test_a_shard_put_back_to_an_older_state_is_not_merged(tmp_path: Path) -> Non
     assert done.returncode != 0 and f"generation {was} of this store" in refusal, refusal
     assert f"to generation {now}:" in refusal and str(shards[1]) in refusal
     assert not (merged / "gymflow.duckdb").exists() and tree_digest(shards[1]) == digest
+
+
+def test_a_write_that_rolls_back_records_no_generation(tmp_path: Path) -> None:
+    """The generation is recorded beside the key only once the writer's transaction has
+    committed: one that failed after raising it (a disk full at its commit, a kill) leaves the
+    store at its generation and the record with it, and the store opens healthy."""
+    from gymflow.store.db import connect, transaction
+    from gymflow.store.generations import recorded_at
+    from gymflow.store.seal import claim, load_key, seal_tasks
+
+    run = collect_run(tmp_path / "run", limit=4)
+    key = load_key(create=False)
+    assert key is not None
+    store = run / "gymflow.duckdb"
+    at = _generation(run)
+    assert recorded_at(key, store) == at > 0
+    con = connect(run)
+    try:
+        with pytest.raises(RuntimeError), transaction(con):
+            seal_tasks(con, claim(con, str(run)))
+            raise RuntimeError("the commit never happens")
+    finally:
+        con.close()
+    assert _generation(run) == recorded_at(key, store) == at
+    assert _numbers(run, tmp_path)["health"] == (0, "healthy", [])
+    con = connect(run)
+    try:
+        with transaction(con):
+            seal_tasks(con, claim(con, str(run)))
+    finally:
+        con.close()
+    assert _generation(run) == recorded_at(key, store) == at + 1

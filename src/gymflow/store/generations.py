@@ -9,13 +9,13 @@ latest state apart is a counter no one without the key can raise:
 
 - `meta.generation` holds a number and a MAC of it together with the store's seal records
   (`BOUND`: the seal record, the task list's, the inputs', the rows' records), rewritten, one
-  higher, by every writer when it claims the store (`seal.claim`) and each time it writes one
-  of those records (`write_generation`). The record of a newer state copied into an older one
-  does not hold over the older one's records.
+  higher, by every writer that claims the store (`seal.claim`) or writes one of those records
+  (`write_generation`), once per transaction, last in it. The record of a newer state copied
+  into an older one does not hold over the older one's records.
 - Beside the seal key, `store-generations/` keeps per key and store path the highest
   generation a writer committed there (one small file each, rewritten aside and renamed: the
   append-only `sealed-stores` ledger would grow by a line per batch of a run). It is written
-  once the writer's transaction committed (`db.after_commit`): a generation recorded before a
+  once the writer's transaction committed (`commits.py`): a generation recorded before a
   commit that then failed would make the store read as put back; a writer killed between its
   commit and the record leaves the store one generation ahead of it, which reads as fine.
 
@@ -43,7 +43,7 @@ from duckdb import DuckDBPyConnection
 from gymflow.core.errors import UserError
 from gymflow.core.same_text import same_text
 from gymflow.core.user_folders import private_folder, user_config
-from gymflow.store.commits import after_commit, open_transaction
+from gymflow.store.commits import Open, open_transaction
 from gymflow.store.named_paths import path_names, recorded_names
 
 GENERATION_KEY = "generation"
@@ -90,18 +90,21 @@ def _parsed(text: str) -> tuple[int, str] | None:
     return int(number), mac
 
 
-def _bound(con: DuckDBPyConnection) -> str:
-    """The seal records as stored, each framed by its length (an absent one by its name alone)."""
-    stored = {
-        str(name): str(value)
-        for name, value in con.execute(
-            "SELECT key, value FROM meta WHERE list_contains(?, key)", [list(BOUND)]
-        ).fetchall()
-    }
+def _framed(stored: dict[str, str]) -> str:
+    """The seal records among `stored` (`meta` by key), each framed by its length (an absent
+    one by its name alone)."""
     return "".join(
         f"{name}\n" if name not in stored else f"{name}={len(stored[name])}:{stored[name]}\n"
         for name in BOUND
     )
+
+
+def _bound(con: DuckDBPyConnection) -> str:
+    """The seal records as stored (`_framed`)."""
+    rows = con.execute(
+        "SELECT key, value FROM meta WHERE list_contains(?, key)", [list(BOUND)]
+    ).fetchall()
+    return _framed({str(name): str(value) for name, value in rows})
 
 
 def _mac(con: DuckDBPyConnection, key: SealKey, number: int) -> str:
@@ -131,8 +134,9 @@ def read_generation(con: DuckDBPyConnection, key: SealKey) -> Generation:
 class _Pending:
     """The generation a writer's open transaction took its store to, to record once committed."""
 
-    #: the transaction's (`db.open_transaction`; None: none open, recorded at once)
-    transaction: object | None
+    #: the transaction it is written in (`commits.open_transaction`; None: none open, written
+    #: and recorded at once)
+    transaction: Open | None
     key_id: str = ""
     names: tuple[str, ...] = ()
     number: int = 0
@@ -164,20 +168,36 @@ def fresh_history(con: DuckDBPyConnection) -> None:
 
 
 def write_generation(con: DuckDBPyConnection, key: SealKey) -> None:
-    """Raise the store's generation by one, sealed over its seal records as they are now: what
-    every writer does each time it writes one of them (`BOUND`), in its transaction. The path's
-    record follows once that commits (now, outside a transaction)."""
-    number = stored_number(con) + 1
-    con.execute(
-        "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        [GENERATION_KEY, f"{number}:{_mac(con, key, number)}"],
-    )
+    """Raise the store's generation by one, sealed over its seal records: what every writer
+    does when it claims the store and each time it writes one of them (`BOUND`). Inside a
+    `transaction`, once, last in it (over the records as it leaves them: a batch writes
+    several), and the path's record once it committed; outside one, now."""
     pending = _pending_for(con)
     if pending.key_id != key.key_id:  # first in this transaction: where it is is read once
         pending.key_id, pending.names = key.key_id, recorded_names(con)
-    pending.number = number
-    if not after_commit(con, "generation", lambda: _flush(con, pending)):
+    if pending.transaction is None:
+        _write(con, key, pending)
         _flush(con, pending)
+        return
+    pending.transaction.before["generation"] = lambda: _write(con, key, pending)
+    pending.transaction.after["generation"] = lambda: _flush(con, pending)
+
+
+def _write(con: DuckDBPyConnection, key: SealKey, pending: _Pending) -> None:
+    stored = {
+        str(name): str(value)
+        for name, value in con.execute(
+            "SELECT key, value FROM meta WHERE list_contains(?, key)",
+            [[*BOUND, GENERATION_KEY]],
+        ).fetchall()
+    }
+    parsed = _parsed(stored.get(GENERATION_KEY, ""))
+    pending.number = (parsed[0] if parsed else 0) + 1
+    mac = key.mac(f"{_LABEL}{pending.number}\n{_framed(stored)}")[:_HEX]
+    con.execute(
+        "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [GENERATION_KEY, f"{pending.number}:{mac}"],
+    )
 
 
 def _flush(con: DuckDBPyConnection, pending: _Pending) -> None:

@@ -35,9 +35,18 @@ def named_path(con: DuckDBPyConnection) -> str | None:
         return None
 
 
+#: `store_names` of each connection asked, once: a connection's file does not change (a
+#: writer asks at every batch).
+_store_names: weakref.WeakKeyDictionary[DuckDBPyConnection, tuple[str, ...]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def store_names(con: DuckDBPyConnection) -> tuple[str, ...]:
     """The store file `con` has open by the path it was opened at and by its real path (one,
     when they are the same; none: in memory)."""
+    with contextlib.suppress(TypeError, KeyError):
+        return _store_names[con]
     row = con.execute(
         "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
     ).fetchone()
@@ -45,7 +54,10 @@ def store_names(con: DuckDBPyConnection) -> tuple[str, ...]:
         return ()
     named = named_path(con)
     real = os.path.realpath(row[0])  # DuckDB reports the file it opened, links followed
-    return (real,) if named is None or os.path.abspath(named) == real else (named, real)
+    names = (real,) if named is None or os.path.abspath(named) == real else (named, real)
+    with contextlib.suppress(TypeError):
+        _store_names[con] = names
+    return names
 
 
 def path_names(path: Path | str) -> tuple[str, ...]:
