@@ -118,7 +118,7 @@ def test_an_older_sealed_state_put_back_is_refused_everywhere(tmp_path: Path) ->
         refusal = one_error_line(done.stderr)
         assert done.returncode == 2, done.stdout + done.stderr
         assert f"generation {was} of this store" in refusal and f"generation {now}:" in refusal
-        assert "nothing was written" in refusal
+        assert f"{run / 'gymflow.duckdb'}: " in refusal and "nothing was written" in refusal
     assert rollout_rows(run / "gymflow.duckdb") == stored and tree_digest(run) == digest
     # the same bytes in a folder of their own open: a copy kept on purpose
     kept = tmp_path / "kept"
