@@ -325,3 +325,21 @@ def test_a_write_that_rolls_back_records_no_generation(tmp_path: Path) -> None:
     finally:
         con.close()
     assert _generation(run) == recorded_at(key, store) == at + 1
+
+
+def test_a_copy_gymflow_makes_over_an_older_one_opens(tmp_path: Path) -> None:
+    """A study's arm starts from a copy of its base run's store (`db.copy_store`): copied
+    again over an arm a writer took further, the copy's history starts where its source's is,
+    so it opens; the source's own record is untouched."""
+    from gymflow.store.db import copy_store
+
+    base = collect_run(tmp_path / "base", limit=4)
+    arm = tmp_path / "arm"
+    arm.mkdir()
+    copy_store(base, arm)
+    gym("eval", "reverify", str(arm), "--set", "abs_tol=0.5", cwd=tmp_path, check=True)
+    assert _generation(arm) > _generation(base)
+    copy_store(base, arm)
+    assert _generation(arm) == _generation(base)
+    assert _numbers(arm, tmp_path)["health"] == (0, "healthy", [])
+    assert _numbers(base, tmp_path)["health"] == (0, "healthy", [])
