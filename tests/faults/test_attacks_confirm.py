@@ -9,43 +9,14 @@ from __future__ import annotations
 
 import json
 import secrets
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 
+from tests.faults.recorder import recording_server
 from tests.faults.stores import collect_run, edit_store, query, run_gym, tree_digest
 
 OWNER_KEY = "sk-owner-secret-0123456789abcdef"
-
-
-class _Capture(BaseHTTPRequestHandler):
-    seen: ClassVar[list[str]] = []
-
-    def _record(self) -> None:
-        _Capture.seen.append(str(self.headers.get("Authorization")))
-        self.send_response(500)
-        self.end_headers()
-
-    do_GET = do_POST = _record
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def attacker() -> str:
-    _Capture.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Capture)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _point_at(run: Path, url: str) -> None:
@@ -58,16 +29,17 @@ def _point_at(run: Path, url: str) -> None:
 
 @pytest.mark.parametrize("whose", ["own_edited", "foreign"])
 def test_confirm_calls_no_server_a_store_names_unless_this_machine_sealed_it(
-    tmp_path: Path, prefect_api: str, attacker: str, whose: str
+    tmp_path: Path, prefect_api: str, whose: str
 ) -> None:
     run = collect_run(tmp_path / "run", limit=10, repeats=2)
-    _point_at(run, attacker)
     env = {"OPENAI_API_KEY": OWNER_KEY}
     if whose == "foreign":  # the run was sealed by its sender's key, not this machine's
         env["GYMFLOW_SEAL_KEY"] = secrets.token_hex(32)
-    before = tree_digest(run)
-    done = run_gym("eval", "decide", str(run), "--confirm", cwd=tmp_path, prefect_api=prefect_api,
-                   env=env)  # fmt: skip
+    with recording_server() as attacker:
+        _point_at(run, attacker.url)
+        before = tree_digest(run)
+        done = run_gym("eval", "decide", str(run), "--confirm", cwd=tmp_path,
+                       prefect_api=prefect_api, env=env)  # fmt: skip
     said = " ".join(done.stderr.split())
     assert done.returncode == 1, done.stdout + done.stderr
     expected = {
@@ -76,6 +48,6 @@ def test_confirm_calls_no_server_a_store_names_unless_this_machine_sealed_it(
         "machine does not hold",
     }
     assert expected[whose] in said, said
-    assert _Capture.seen == []  # no request, with or without the key
+    assert attacker.received == []  # no request, with or without the key
     assert OWNER_KEY not in done.stdout + done.stderr
     assert tree_digest(run) == before  # nothing written: no confirm/ folder, no outcome

@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import gym as gym_process
 from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
+from tests.faults.recorder import recording_server
 from tests.faults.stores import collect_run, edit_store, resealed, rollout_rows, tree_digest
 
 
@@ -165,27 +166,9 @@ def test_a_server_that_judges_the_trajectory_is_not_text_only(tmp_path, monkeypa
     assert all(reward == float(bool(json.loads(t or "[]"))) for t, reward in stored)
 
 
-def test_edited_judge_parameters_reach_nothing(tmp_path, monkeypatch) -> None:
-    """An attacker's pass (a17): one UPDATE pointed a math_judge version's stored `base_url` at
-    the attacker's server and its `api_key_env` at the variable holding the owner's seal key;
-    `--check` built the judge from them and sent the key as a Bearer token before saying the
-    parameters were edited. Now nothing is judged under parameters or inputs that read as
-    edited: the check fails and no request leaves."""
-    import http.server
-    import threading
-
-    received: list[str] = []
-
-    class Recorder(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            received.append(self.headers.get("authorization", ""))
-            self.send_response(500)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    bench = tmp_path / "envs" / "benchmarks"
+def _judged_benchmark(root, judge: str) -> None:
+    """A dataset benchmark graded by math_judge at `judge`, under `root`/envs."""
+    bench = root / "envs" / "benchmarks"
     bench.mkdir(parents=True)
     (bench / "judged.jsonl").write_text(
         "".join(
@@ -197,32 +180,35 @@ def test_edited_judge_parameters_reach_nothing(tmp_path, monkeypatch) -> None:
         "name: judged\ndescription: graded by a judge model\n"
         "dataset: {path: judged.jsonl, fields: {id: id, prompt: [question], "
         "verifier: {answer: answer}}}\n"
-        "verifier: {name: math_judge, params: {base_url: 'http://127.0.0.1:9/v1'}}\n"
-        "prompt_template: '{{ question }}'\nrepeats: 1\n"
+        f"verifier: {{name: math_judge, params: {{base_url: '{judge}', api_key_env: JUDGE_KEY, "
+        "verify_first: false}}\nprompt_template: '{{ question }}'\nrepeats: 1\n"
     )
+
+
+def test_edited_judge_parameters_reach_nothing(tmp_path, monkeypatch) -> None:
+    """An attacker's pass (a17): one UPDATE pointed a math_judge version's stored `base_url` at
+    the attacker's server and its `api_key_env` at the variable holding the owner's key;
+    `--check` built the judge from them and sent the key as a Bearer token before saying the
+    parameters were edited. Now nothing is judged under parameters or inputs that read as
+    edited: the check fails and no request leaves. (The seal key's own variable is refused as
+    any api_key_env: test_attacks_form.)"""
+    _judged_benchmark(tmp_path, "http://127.0.0.1:9/v1")
     monkeypatch.setenv("GYMFLOW_ENVIRONMENTS_PATH", str(tmp_path / "envs"))
     run = collect_run(tmp_path / "run", benchmark="judged", limit=3, repeats=1)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    with recording_server() as attacker:
         (params,) = (
             duckdb.connect(str(run / "gymflow.duckdb"), read_only=True)
             .execute("SELECT params_json FROM verifier_versions")
             .fetchone()
         )
-        # the seal key's own variable is refused as any api_key_env (test_attacks_form); the
-        # owner's judge key is what an edit would now aim at
-        edited = {**json.loads(params), "base_url": url, "api_key_env": "JUDGE_KEY"}
+        edited = {**json.loads(params), "base_url": attacker.url}
         edit_store(run, f"UPDATE verifier_versions SET params_json = '{json.dumps(edited)}'")
         before = tree_digest(run)
         # a process, as a user's: the key in its environment is what must not travel
         keys = {"GYMFLOW_SEAL_KEY": "0" * 64, "JUDGE_KEY": "owner-judge-key"}
         out = gym_process("eval", "reverify", str(run), "--check", "--json", cwd=tmp_path,
                           env=keys)  # fmt: skip
-    finally:
-        server.shutdown()
-    assert received == []  # on 2a91e13: three requests, each with the key as a Bearer token
+    assert attacker.received == []  # on 2a91e13: three requests, each with the key as a Bearer
     assert out.returncode == 2, out.stdout + out.stderr
     found = json.loads(out.stdout)
     assert found["judged"] is False and found["checked"] == 0 and found["agrees"] is False
@@ -236,56 +222,22 @@ def test_a_run_someone_sent_names_no_judge_to_send_the_owners_key_to(tmp_path, m
     --check` sent the key there. Now a store this machine did not seal names no server a
     verifier calls: the check judges nothing (exit 2, saying why), and a reverify is refused
     (a writer refuses a store sealed by another key in any case)."""
-    import http.server
-    import threading
-
-    received: list[str] = []
-
-    class Recorder(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            received.append(self.headers.get("authorization", ""))
-            self.send_response(500)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    bench = tmp_path / "envs" / "benchmarks"
-    bench.mkdir(parents=True)
-    (bench / "judged.jsonl").write_text(
-        "".join(
-            json.dumps({"id": f"j{i}", "question": f"What is {i}+{i}?", "answer": 2 * i}) + "\n"
-            for i in range(1, 4)
-        )
-    )
-    (bench / "judged.yaml").write_text(
-        "name: judged\ndescription: graded by a judge model\n"
-        "dataset: {path: judged.jsonl, fields: {id: id, prompt: [question], "
-        "verifier: {answer: answer}}}\n"
-        f"verifier: {{name: math_judge, params: {{base_url: '{url}', api_key_env: JUDGE_KEY, "
-        "verify_first: false}}\nprompt_template: '{{ question }}'\nrepeats: 1\n"
-    )
-    monkeypatch.setenv("GYMFLOW_ENVIRONMENTS_PATH", str(tmp_path / "envs"))
-    try:
+    with recording_server() as attacker:
+        _judged_benchmark(tmp_path, attacker.url)
+        monkeypatch.setenv("GYMFLOW_ENVIRONMENTS_PATH", str(tmp_path / "envs"))
         run = collect_run(tmp_path / "run", benchmark="judged", limit=3, repeats=1)
-        received.clear()  # the sender's own run asked its judge; the owner's commands follow
+        attacker.received.clear()  # the sender's own run asked its judge; the owner's follow
         before = tree_digest(run)
         owner = {"GYMFLOW_SEAL_KEY": "1" * 64, "JUDGE_KEY": "owner-judge-key"}
         checked = gym_process("eval", "reverify", str(run), "--check", "--json", cwd=tmp_path,
                               env=owner)  # fmt: skip
         again = gym_process("eval", "reverify", str(run), "--set", "threshold=0.4",
                             cwd=tmp_path, env=owner)  # fmt: skip
-        assert received == []
-        assert tree_digest(run) == before
-        assert checked.returncode == 2, checked.stdout + checked.stderr
-        found = json.loads(checked.stdout)
-        assert found["judged"] is False and found["agrees"] is False
-        assert f"its stored parameters name {url}" in found["unjudged_why"]
-        assert again.returncode == 1, again.stdout + again.stderr
-        said = " ".join(again.stderr.split())
-        assert "a key this machine does not hold" in said, said
-    finally:
-        server.shutdown()
+    assert attacker.received == []
+    assert tree_digest(run) == before
+    assert checked.returncode == 2, checked.stdout + checked.stderr
+    found = json.loads(checked.stdout)
+    assert found["judged"] is False and found["agrees"] is False
+    assert f"its stored parameters name {attacker.url}" in found["unjudged_why"]
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert "a key this machine does not hold" in " ".join(again.stderr.split())
