@@ -22,6 +22,8 @@ from tests.faults.stores import one_error_line
 INTERNAL = {
     "gymflow.core.protocols.ToolError": "a tool's refusal: the tool loop hands its "
     "message to the model as the tool's output",
+    "gymflow.core.protocols.ToolServerError": "a tool's server failing on one call: the tool "
+    "loop hands its answer to the model and keeps the failure as the rollout's evidence",
     "gymflow.harness.tool_arguments.MalformedArguments": "the model's unusable tool arguments: "
     "the tool loop tells the model",
     "gymflow.simulated.policy_server.SimulatedReset": "the simulated server's way to drop a "
