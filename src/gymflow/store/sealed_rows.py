@@ -34,7 +34,6 @@ from duckdb import DuckDBPyConnection
 
 from gymflow.core.same_text import same_text
 from gymflow.store.arrow_reads import arrow_batches
-from gymflow.store.generations import write_generation
 from gymflow.store.sealed_inputs import framed
 
 
@@ -43,11 +42,6 @@ class SealKey(Protocol):
 
     @property
     def sealer(self) -> Any: ...
-
-    @property
-    def key_id(self) -> str: ...
-
-    def mac(self, text: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -182,13 +176,11 @@ def _stored(con: DuckDBPyConnection, spec: SealedRows) -> str | None:
     return None if row is None else str(row[0])
 
 
-def _write(con: DuckDBPyConnection, key: SealKey, spec: SealedRows, value: str) -> None:
-    """The table's record, and the store's generation sealed over it (`generations.py`)."""
+def _write(con: DuckDBPyConnection, spec: SealedRows, value: str) -> None:
     con.execute(
         "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         [spec.record, value],
     )
-    write_generation(con, key)
 
 
 def rows_record(con: DuckDBPyConnection, key: SealKey, spec: SealedRows) -> str:
@@ -207,7 +199,7 @@ def seal_rows(con: DuckDBPyConnection, key: SealKey, *, unrecorded_only: bool = 
     store first sealed, or sealed before they were)."""
     for spec in SEALED_ROWS.values():
         if not (unrecorded_only and rows_recorded(con, spec)):
-            _write(con, key, spec, rows_record(con, key, spec))
+            _write(con, spec, rows_record(con, key, spec))
 
 
 def rows_sealed(con: DuckDBPyConnection, key: SealKey, spec: SealedRows) -> bool | None:
@@ -220,12 +212,7 @@ def rows_sealed(con: DuckDBPyConnection, key: SealKey, spec: SealedRows) -> bool
 
 
 def _refold(
-    con: DuckDBPyConnection,
-    key: SealKey,
-    spec: SealedRows,
-    stored: str,
-    change: tuple[int, bytes],
-    sign: int,
+    con: DuckDBPyConnection, spec: SealedRows, stored: str, change: tuple[int, bytes], sign: int
 ) -> None:
     parsed = _parsed(stored)
     if parsed is None:
@@ -233,7 +220,7 @@ def _refold(
     count, digest = parsed
     n, fold = change
     total = np.frombuffer(digest, dtype=np.uint64) ^ np.frombuffer(fold, dtype=np.uint64)
-    _write(con, key, spec, _text(count + sign * n, total.tobytes()))
+    _write(con, spec, _text(count + sign * n, total.tobytes()))
 
 
 def rows_added(
@@ -249,8 +236,7 @@ def rows_added(
     stored = _stored(con, spec)
     if stored is None:
         return  # not sealed yet, or sealed before the record: the next record written seals all
-    key = claim()
-    _refold(con, key, spec, stored, _folded(key, [messages]), +1)
+    _refold(con, spec, stored, _folded(claim(), [messages]), +1)
 
 
 def rows_removed(
@@ -265,5 +251,4 @@ def rows_removed(
     stored = _stored(con, spec)
     if stored is None:
         return
-    key = claim()
-    _refold(con, key, spec, stored, _fold(con, key, spec, where, params), -1)
+    _refold(con, spec, stored, _fold(con, claim(), spec, where, params), -1)
