@@ -52,23 +52,26 @@ SINGLE_TURN_BOUND = 1024  # bytes a rollout
 
 def inline_bytes(run_dir: Path, scratch: Path) -> int:
     """The store's size with every tool list put back inline in the JSON that refers to it,
-    rewritten into a fresh file as the run's compaction does."""
+    rewritten into a fresh file as the run's compaction does (DuckDB's own copy: gymflow's
+    compaction refuses a store whose calls no longer match their seals, as this edit makes)."""
     import duckdb
 
-    from gymflow.store.compact import compact
     from gymflow.store.tool_lists import expanded
 
     copy = scratch / "inline"
     copy.mkdir()
-    shutil.copyfile(run_dir / "gymflow.duckdb", copy / "gymflow.duckdb")
-    with duckdb.connect(str(copy / "gymflow.duckdb")) as con:
+    shutil.copyfile(run_dir / "gymflow.duckdb", copy / "edited.duckdb")
+    with duckdb.connect(str(copy / "edited.duckdb")) as con:
         con.execute(
             f"UPDATE model_calls SET request_json = {expanded('request_json')}, "
             f"response_json = {expanded('response_json')}"
         )
         con.execute("DROP TABLE tool_lists")
         con.execute("CHECKPOINT")
-    compact(copy, min_free_share=0.0)
+    with duckdb.connect(str(copy / "gymflow.duckdb")) as con:
+        con.execute(f"ATTACH '{copy / 'edited.duckdb'}' AS edited (READ_ONLY)")
+        con.execute("COPY FROM DATABASE edited TO gymflow")
+        con.execute("CHECKPOINT")
     return store_bytes(copy)
 
 
