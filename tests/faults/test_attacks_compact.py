@@ -55,7 +55,7 @@ def _file(run: Path) -> tuple[int, str]:
 def test_an_honest_store_is_compacted_with_the_same_rows(tmp_path: Path) -> None:
     run = collect_run(tmp_path / "run")
     rows, inode = rollout_rows(run / "gymflow.duckdb"), _file(run)[0]
-    assert compact(run, min_free_share=0.0).rewritten
+    assert compact(run, min_free_share=0.0, min_free_bytes=0).rewritten
     assert _file(run)[0] != inode and rollout_rows(run / "gymflow.duckdb") == rows
     assert _health(run, tmp_path) == (0, ("healthy", []))
 
@@ -71,7 +71,7 @@ def test_a_store_that_fails_a_check_is_refused_and_left_as_it_is(
     listed = sorted(p.name for p in run.iterdir())
 
     with pytest.raises(GymflowError) as refused:
-        compact(run, min_free_share=0.0)
+        compact(run, min_free_share=0.0, min_free_bytes=0)
     said = str(refused.value)
     assert said.startswith(str(run / "gymflow.duckdb")) and refusal in said, said
     assert "\n" not in said

@@ -4,7 +4,9 @@ A run commits its rollouts in small groups as they finish (so a kill loses littl
 reuses the blocks a checkpoint frees but never gives them back: a 20,000-rollout single-turn
 store holds about 15% free blocks, and a copy of it is 11% smaller (1,049 -> 918 bytes a rollout,
 bench/store_size.py). Once a run's writes are done, a store with enough free space is copied into
-a fresh file, which then replaces it in one rename: a kill at any point leaves either the old
+a fresh file (enough: a tenth of its blocks and at least 4 MiB, since the copy costs a run's fixed
+time (0.17 s at 200 rollouts, bench/fixed_cost.py) and a small store's free blocks are a few
+hundred KiB), which then replaces it in one rename: a kill at any point leaves either the old
 store or the new one, never a half-written one.
 
 What is copied is opened as every reader opens a store (`db.connect`: no object gymflow did not
@@ -25,8 +27,10 @@ from gymflow.store.db import connect, store_path
 from gymflow.store.handle import Connection, one_row
 from gymflow.store.sealed_first import check_before_writing
 
-#: Rewrite when at least this share of the store's blocks are free.
+#: Rewrite when at least this share of the store's blocks are free...
 MIN_FREE_SHARE = 0.1
+#: ...and they hold at least this many bytes.
+MIN_FREE_BYTES = 4 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,22 +41,29 @@ class Compaction:
     rewritten: bool
 
 
-def _free_share(con: Connection) -> float:
-    total, free = one_row(
+def _free(con: Connection) -> tuple[float, int]:
+    """The share of the store's blocks that are free, and their bytes."""
+    total, free, block = one_row(
         con,
-        "SELECT total_blocks, free_blocks FROM pragma_database_size() "
+        "SELECT total_blocks, free_blocks, block_size FROM pragma_database_size() "
         "WHERE database_name = current_database()",
     )
-    return free / total if total else 0.0
+    return (free / total if total else 0.0), free * block
 
 
 def free_share(path: Path) -> float:
     with connect(path, read_only=True) as con:
-        return _free_share(con)
+        return _free(con)[0]
 
 
-def compact(run_dir: Path | str, *, min_free_share: float = MIN_FREE_SHARE) -> Compaction:
-    """Copy the store into a fresh file when at least `min_free_share` of its blocks are free.
+def compact(
+    run_dir: Path | str,
+    *,
+    min_free_share: float = MIN_FREE_SHARE,
+    min_free_bytes: int = MIN_FREE_BYTES,
+) -> Compaction:
+    """Copy the store into a fresh file when at least `min_free_share` of its blocks are free
+    and they hold at least `min_free_bytes`.
     Call it only when nothing writes the store (a reader that has it open keeps the old file).
     Raises StoreError or SealsBroken, naming the store, for one that is not what gymflow
     wrote; nothing is written then."""
@@ -61,8 +72,8 @@ def compact(run_dir: Path | str, *, min_free_share: float = MIN_FREE_SHARE) -> C
     if path.with_name(path.name + ".wal").exists():
         return Compaction(before, before, free_share(path), rewritten=False)
     with connect(path, read_only=True) as con:
-        share = _free_share(con)
-        if share < min_free_share:
+        share, free_bytes = _free(con)
+        if share < min_free_share or free_bytes < min_free_bytes:
             return Compaction(before, before, share, rewritten=False)
         check_before_writing(con, f"{path}: not compacted")
         database = str(one_row(con, "SELECT current_database()")[0]).replace('"', '""')
