@@ -41,7 +41,7 @@ def _imported_by(argv: list[str]) -> list[str]:
         "heavy = ('duckdb', 'polars', 'numpy', 'prefect', 'gymflow.flows')\n"
         "print(sorted(m for m in sys.modules if m.startswith('gymflow.cli.') and m not in "
         "('gymflow.cli.app', 'gymflow.cli.commands', 'gymflow.cli.ending', "
-        "'gymflow.cli.exit_codes', "
+        "'gymflow.cli.exit_codes', 'gymflow.cli.imports', "
         "'gymflow.cli.local_prefect') "
         "or m in heavy))"
     )
@@ -105,3 +105,27 @@ def test_the_command_ends_without_the_teardown_but_as_python_would() -> None:
     ran = subprocess.run([sys.executable, "-c", called], capture_output=True, text=True)
     assert ran.returncode == exit_codes.BAD_INPUT, ran.stderr
     assert "torn down" in ran.stdout and "atexit ran" in ran.stdout, ran.stdout
+
+
+def test_the_command_imports_with_no_full_collection_and_collects_after() -> None:
+    """The `gym` process imports its command's modules with the cyclic collector off, freezes
+    them, and has it on again once they are in (gymflow.cli.imports); a program that calls
+    `main` keeps its collector as it is."""
+    probe = (
+        "import atexit, gc, runpy, sys\n"
+        "seen = []\n"
+        "gc.callbacks.append(lambda phase, info: seen.append(info['generation']))\n"
+        "atexit.register(lambda: print(gc.isenabled(), gc.get_freeze_count() > 0, 2 in seen))\n"
+        "sys.argv = ['gym', 'eval', 'run', '--help']\n"
+        "runpy.run_module('gymflow.cli', run_name='__main__', alter_sys=True)\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert ran.returncode == exit_codes.OK, ran.stderr
+    assert ran.stdout.splitlines()[-1] == "True True False", ran.stdout
+    called = probe.replace(
+        "runpy.run_module('gymflow.cli', run_name='__main__', alter_sys=True)",
+        "from gymflow.cli import main\nmain()",
+    )
+    ran = subprocess.run([sys.executable, "-c", called], capture_output=True, text=True)
+    assert ran.returncode == exit_codes.OK, ran.stderr
+    assert ran.stdout.splitlines()[-1].startswith("True False"), ran.stdout

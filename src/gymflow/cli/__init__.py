@@ -22,6 +22,7 @@ import typer
 
 from gymflow.cli import ending, exit_codes
 from gymflow.cli.commands import COMMANDS, GROUPS
+from gymflow.cli.imports import importing
 from gymflow.core.errors import GymflowError
 from gymflow.present.terminal import styled
 
@@ -76,8 +77,9 @@ def _error(message: str) -> None:
 
 
 def main() -> None:
-    _register(sys.argv[1:])
-    from gymflow.cli.app import app
+    with importing():
+        _register(sys.argv[1:])
+        from gymflow.cli.app import app
 
     try:
         code = app(standalone_mode=False)

@@ -23,6 +23,7 @@ from gymflow.cli.app import (
 )
 from gymflow.cli.config_flags import flag_for, with_config_flags
 from gymflow.cli.config_flags import overrides as config_overrides
+from gymflow.cli.imports import importing
 from gymflow.cli.scale import server_hint_once
 from gymflow.core import progress
 from gymflow.core.config import (
@@ -136,11 +137,12 @@ def run_loop(
     """Run the evaluation loop flow with a progress bar on the plan `check_before_run` made:
     handed down to the flow (which takes a config, as the UI and a schedule give it), and its
     tags given to the flow run as Prefect creates it."""
-    from prefect import tags
+    with importing():
+        from prefect import tags
 
-    from gymflow.flows.eval_run import evaluation_loop
-    from gymflow.flows.labels import run_tags
-    from gymflow.flows.lean import without_heartbeat
+        from gymflow.flows.eval_run import evaluation_loop
+        from gymflow.flows.labels import run_tags
+        from gymflow.flows.lean import without_heartbeat
 
     _quiet_prefect_console()
     server_hint_once()
