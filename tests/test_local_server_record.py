@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -25,6 +26,12 @@ from tests.conftest import gym
 def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     """An unrelated process of this user, leading its own process group as a server would."""
     process = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    # Popen returns once the child is forked, maybe before it runs `sleep`: its identity read
+    # then would be the forked Python's command line, another process's once `sleep` starts
+    deadline = time.monotonic() + 30
+    while (local_prefect.identity(process.pid) or (0, []))[1] != ["sleep", "600"]:
+        assert time.monotonic() < deadline, "sleep did not start"
+        time.sleep(0.01)
     yield process
     process.kill()
     process.wait()
