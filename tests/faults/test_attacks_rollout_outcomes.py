@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import gym
+from tests.conftest import gym, gym_in_process
 from tests.faults.stores import (
     as_an_older_gymflow_left_it,
     collect_run,
@@ -74,11 +74,11 @@ EDITS = {
 
 def _numbers(run: Path, cwd: Path) -> dict:
     """Every number profile reports, and health's exit code, verdict and gate failures."""
-    read = gym("eval", "profile", str(run), "--json", cwd=cwd)
+    read = gym_in_process("eval", "profile", str(run), "--json", cwd=cwd)
     profile = json.loads(read.stdout)
     # an edited store's numbers are printed, flagged by its seals, and profile exits 2
     assert read.returncode == (2 if profile["seals"]["intact"] is False else 0), read.stderr
-    done = gym("eval", "health", str(run), "--json", "--verify-seals", cwd=cwd)
+    done = gym_in_process("eval", "health", str(run), "--json", "--verify-seals", cwd=cwd)
     health = json.loads(done.stdout)
     return {
         "profile": {k: v for k, v in profile.items() if isinstance(v, int | float)},
@@ -111,7 +111,7 @@ def test_an_edited_rollout_outcome_reads_as_tampered(
         assert failures == (["calls_edited"] if calls else []) + ["rollouts_edited"], after
     if edit not in ("cut at the limit", "turn limit claimed"):
         assert after["profile"]["pass@1"] != before["profile"]["pass@1"], (before, after)
-    checked = gym("eval", "reverify", str(run), "--check", cwd=tmp_path)
+    checked = gym_in_process("eval", "reverify", str(run), "--check", cwd=tmp_path)
     assert checked.returncode == 2, checked.stdout + checked.stderr
     assert "rollouts do not match their seal" in checked.stdout, checked.stdout
     # every writer refuses to build on it: a new version, a verifier version made current
@@ -119,7 +119,7 @@ def test_an_edited_rollout_outcome_reads_as_tampered(
         ("eval", "reverify", str(run), "--set", "abs_tol=0.5"),
         ("eval", "reverify", str(run), "--failed-only"),
     ):
-        done = gym(*command, cwd=tmp_path)
+        done = gym_in_process(*command, cwd=tmp_path)
         assert done.returncode == 2, done.stdout + done.stderr
         assert "rollouts' runs, tasks, repeats, statuses" in one_error_line(done.stderr)
     assert rollout_rows(run / "gymflow.duckdb") == stored
@@ -175,7 +175,7 @@ def test_an_older_seal_record_put_back_does_not_switch_the_rollouts_check_off(
         "unhealthy",
         ["calls_edited", "rollouts_edited", "task_list_edited"],
     ), after
-    done = gym("eval", "reverify", str(run), "--set", "abs_tol=0.5", cwd=tmp_path)
+    done = gym_in_process("eval", "reverify", str(run), "--set", "abs_tol=0.5", cwd=tmp_path)
     assert done.returncode == 2 and "nothing was written" in one_error_line(done.stderr)
     assert rollout_rows(run / "gymflow.duckdb") == stored and tree_digest(run) == digest
 
@@ -216,7 +216,7 @@ def test_an_older_record_put_back_in_a_moved_store_is_an_edit(honest: Path, tmp_
         ("eval", "reverify", str(run), "--set", "abs_tol=0.5"),
         ("eval", "reverify", str(run), "--check"),
     ):
-        done = gym(*command, cwd=tmp_path)
+        done = gym_in_process(*command, cwd=tmp_path)
         assert done.returncode == 2, done.stdout + done.stderr
     assert "the run's task list does not match its seal" in done.stdout, done.stdout
     assert rollout_rows(run / "gymflow.duckdb") == stored and tree_digest(run) == digest
@@ -237,6 +237,6 @@ def test_a_seal_text_with_a_character_outside_ascii_is_an_edit_not_a_crash(
     shutil.copytree(honest, run)
     edit_store(run, f"UPDATE meta SET value = 'é' WHERE key = '{meta_key}'")
     for command in (("eval", "health", str(run)), ("eval", "profile", str(run))):
-        done = gym(*command, cwd=tmp_path)
+        done = gym_in_process(*command, cwd=tmp_path)
         assert "Traceback" not in done.stderr and "gymflow bug" not in done.stderr, done.stderr
         assert done.returncode == (0 if meta_key == "seal" else 2), done.stdout + done.stderr
