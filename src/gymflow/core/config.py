@@ -291,17 +291,36 @@ API_KEY_ENV_PATTERN = (
     f"(?!{'|'.join(_any_case(p) for p in _KEY_PREFIXES if re.fullmatch(r'[A-Za-z_]+', p))})"
     "(?!(?=.{20})_*[A-Za-z0-9]*[0-9][A-Za-z0-9]*_*$)" + ENV_VAR_NAME.removeprefix("^")
 )
+#: A server's address: http or https, with a host. Without a scheme (`//host:port/v1`,
+#: `host:port/v1`) aiohttp still sent the request as HTTP, with the key the config names, while
+#: `named_servers` (which finds a store's servers by `://`) saw no server in it: a run someone
+#: sent had `decide --confirm` and `reverify --check` call the sender's server with the
+#: owner's keys (attack pass 6, s10 and s11).
+HTTP_URL = r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#@\s]+(?:[/?#].*)?$"
+
+
+def require_http_url(url: str | None) -> str | None:
+    if url is not None and not re.match(HTTP_URL, url):
+        raise ValueError(
+            "a server's URL begins with http:// or https:// and names its host "
+            "(e.g. http://127.0.0.1:8000/v1)"
+        )
+    return url
+
+
 #: A model server's URL, wherever one is given (config, Prefect form, judge parameters).
 ServerUrl = Annotated[
     str,
     AfterValidator(refuse_url_credentials),
-    WithJsonSchema({"type": "string", "pattern": URL_PATTERN}),
+    AfterValidator(require_http_url),
+    WithJsonSchema({"type": "string", "pattern": f"^(?={HTTP_URL[1:]})" + URL_PATTERN[1:]}),
 ]
 
 
 def named_servers(config: object) -> list[str]:
     """Every address (`scheme://…`) a config or parameters hold, anywhere in them: where a run
-    of it sends requests, with the keys it names."""
+    of it sends requests, with the keys it names. Every server a run calls is a `ServerUrl`,
+    which holds `://` (`require_http_url`): a value without it is refused before any call."""
     values: list[object] = []
     if isinstance(config, dict):
         values = list(cast("dict[object, object]", config).values())

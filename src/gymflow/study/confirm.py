@@ -93,7 +93,9 @@ def _reverify(store: Path, folder: Path, experiment: Experiment) -> tuple[Path, 
 def _rerun(store: Path, folder: Path, experiment: Experiment, tasks: list[str]) -> tuple[Path, str]:
     """The run's config with the one factor changed, collected on `tasks` into `folder`;
     (the run folder, its verifier version)."""
-    from gymflow.core.config import EvalConfig
+    from pydantic import ValidationError
+
+    from gymflow.core.config import EvalConfig, format_validation_error
     from gymflow.rollouts.collect import run_collect
     from gymflow.rollouts.plan import resolve
     from gymflow.rollouts.registration import register_run
@@ -116,7 +118,11 @@ def _rerun(store: Path, folder: Path, experiment: Experiment, tasks: list[str]) 
     config = _merged(stored_config, experiment.change)
     config["out"] = str(folder)
     config.pop("shard", None)
-    plan = resolve(EvalConfig.model_validate(config))
+    try:
+        validated = EvalConfig.model_validate(config)
+    except ValidationError as exc:
+        raise ConfirmError(format_validation_error(exc, f"{store}: runs.config_json")) from None
+    plan = resolve(validated)
     wanted = set(tasks)
     keys = [key for key in plan.keys() if key[0] in wanted]  # noqa: SIM118 (a list)
     if not keys:
