@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import re
-import shutil
 import stat
 import threading
 import time
@@ -92,6 +92,8 @@ def _open_files(name: str) -> set[tuple[int, int, int]]:
 
 #: What a DuckDB database file holds after its header's checksum (8 bytes).
 DUCKDB_MAGIC = b"DUCK"
+#: A DuckDB file's headers before its first block: the main header and two database headers.
+_HEADERS_BYTES = 3 * 4096
 #: gymflow's stores need no extension DuckDB would fetch: a SQLite file named as a store made it
 #: try to download `sqlite_scanner` over the network (attack pass 5, s09).
 _NO_EXTENSIONS: dict[str, str | bool | int | float | list[str]] = {
@@ -261,7 +263,7 @@ def copy_store(source: Path | str, run_dir: Path | str) -> Path:
 
     target = store_path(run_dir)
     with written(target) as (partial,):
-        shutil.copyfile(store_path(source), partial)
+        copy_data(store_path(source), partial)
     remember_copy(store_path(source), target)
     return target
 
@@ -271,16 +273,109 @@ def store_path(run_dir: Path | str) -> Path:
     return path if path.suffix == ".duckdb" else path / STORE_FILE
 
 
-def _refuse_other_files(path: Path) -> None:
-    """StoreError unless `path` is a regular file that begins as a DuckDB database does: a FIFO
-    never answers DuckDB's read (`gym eval health`, and `gym runs list` of its root, waited
-    forever), and a SQLite file made DuckDB reach for an extension (attack pass 5, s09)."""
+#: Bytes a store copy reads and writes at once.
+COPY_CHUNK = 8 << 20
+
+
+def refuse_other_wal(path: Path) -> None:
+    """StoreError unless the write-ahead log DuckDB derives from the store's name, if any, is a
+    regular file with no other name (lstat: a link is not followed). A link there had the next
+    writer write its log into whatever it named (the seal key, another run's store), a FIFO
+    there hung every reader (attack pass 6, s12)."""
+    wal = path.with_name(path.name + ".wal")
+    try:
+        log = os.lstat(wal)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(log.st_mode) or log.st_nlink != 1:
+        raise StoreError(
+            f"{wal}: not a write-ahead log gymflow's store wrote (a link, FIFO, device, folder or "
+            "a file with other names): DuckDB would read or write through it; remove it"
+        )
+
+
+def _refuse_other_files(path: Path, *, writing: bool) -> None:
+    """StoreError unless `path` is a regular file that begins as a DuckDB database does, beside
+    a write-ahead log of its own (`refuse_other_wal`). A FIFO never answers DuckDB's read (`gym
+    eval health`, and `gym runs list` of its root, waited forever), and a SQLite file made
+    DuckDB reach for an extension (attack pass 5, s09). A writer also refuses a store file that
+    is a link or has other names: its writes would land in another run's store."""
+    refuse_other_wal(path)
+    if writing:
+        own = os.lstat(path)
+        if not stat.S_ISREG(own.st_mode) or own.st_nlink != 1:
+            raise StoreError(
+                f"{path}: a link, or a file with other names: writing it would write another "
+                "file; copy the store into a folder of its own to write it"
+            )
     if not stat.S_ISREG(os.stat(path).st_mode):
         raise StoreError(f"{path}: not a regular file (a folder, FIFO or device): no store here")
     with path.open("rb") as file:
         magic = file.read(len(DUCKDB_MAGIC) + 8)[8:]
     if magic != DUCKDB_MAGIC:
         raise StoreError(f"{path}: not a DuckDB database (empty, or another format): no store here")
+
+
+def _refuse_a_longer_file(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """StoreError when the file is longer than the database DuckDB found in it allows (its
+    headers, its blocks, as much again for a checkpoint a kill cut short, and 64 MiB). A tail
+    that takes no disk (`truncate -s +16G`) opened as if it were not there, and the digest of
+    every seal check read it whole: health 3.8 s -> 143 s (attack pass 6, s17)."""
+    total, block = con.execute(
+        "SELECT total_blocks, block_size FROM pragma_database_size() "
+        "WHERE database_name = current_database()"
+    ).fetchone() or (0, 0)
+    database = _HEADERS_BYTES + int(total) * int(block)
+    size = os.stat(path).st_size
+    if size > 2 * database + (64 << 20):
+        raise StoreError(
+            f"{path}: {size:,} bytes, for a database of {database:,}: bytes after the database's "
+            "end (a file extended by hand?); not opened"
+        )
+
+
+def copy_data(source: Path, target: Path) -> None:
+    """Copy the regular file `source` to `target` (created, owner-only), its holes left holes:
+    the bytes written are the data `source` holds, whatever length it claims (a shard store's
+    16 GB tail of nothing was written out in full by `shutil.copyfile`, attack pass 6, s17). A
+    `source` that is not a regular file (a FIFO, a device) is StoreError, before any read."""
+    fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise StoreError(f"{source}: not a regular file (a folder, FIFO or device)")
+        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            for start, end in _data_extents(fd, info.st_size):
+                at = start
+                while at < end and (chunk := os.pread(fd, min(COPY_CHUNK, end - at), at)):
+                    os.pwrite(out, chunk, at)
+                    at += len(chunk)
+            os.ftruncate(out, info.st_size)
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+
+
+def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
+    """The (start, end) ranges of `fd` that hold data (SEEK_DATA and SEEK_HOLE; the whole file
+    where the file system cannot say)."""
+    extents: list[tuple[int, int]] = []
+    at = 0
+    while at < size:
+        try:
+            start = os.lseek(fd, at, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data after `at`: the rest is a hole
+                break
+            if exc.errno == errno.EINVAL:  # the file system does not tell holes apart
+                return [(0, size)]
+            raise
+        end = os.lseek(fd, start, os.SEEK_HOLE)
+        extents.append((start, end))
+        at = end
+    return extents
 
 
 def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = False):
@@ -300,7 +395,7 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
             made = _create(path)
         except duckdb.Error as exc:
             raise StoreError(f"{path}: cannot create the store: {exc}") from None
-    _refuse_other_files(path)
+    _refuse_other_files(path, writing=not read_only)
     try:
         con = _open(path, read_only and path.exists())
     except duckdb.IOException as exc:
@@ -314,6 +409,7 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
         # schema and nothing else: the checks and the schema's statements (46 of 114 CPU ms
         # of making a store, at load 7) are for a file from anyone, as every later open's is.
         if made is None or _opened.get(con, (None,))[1:] != made:
+            _refuse_a_longer_file(con, path)
             _refuse_foreign_objects(con, path)
             _refuse_other_schema(con, path)
             if read_only:

@@ -8,7 +8,6 @@ from the caller, which resolves the run's stored config (`rollouts/merge.py`).""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,7 +16,15 @@ from typing import Any, cast
 import duckdb
 
 from gymflow.core.errors import GymflowError
-from gymflow.store.db import StoreError, StoreFailure, connect, store_path, transaction
+from gymflow.store.db import (
+    StoreError,
+    StoreFailure,
+    connect,
+    copy_data,
+    refuse_other_wal,
+    store_path,
+    transaction,
+)
 from gymflow.store.handle import one_row
 from gymflow.store.runs import RolloutKey, RunInfo, check_run_store, missing_keys, run_info
 from gymflow.store.seal import (
@@ -107,11 +114,12 @@ def snapshot(path: Path | str, folder: Path) -> Path:
     source = store_path(path)
     if not source.is_file():
         raise StoreError(f"{source}: no gymflow store here")
+    refuse_other_wal(source)
     target = folder / f"shard-{len(list(folder.glob('*.duckdb')))}.duckdb"
-    shutil.copyfile(source, target)
+    copy_data(source, target)
     wal = source.with_name(source.name + ".wal")
-    if wal.is_file():
-        shutil.copyfile(wal, target.with_name(target.name + ".wal"))
+    if wal.exists():
+        copy_data(wal, target.with_name(target.name + ".wal"))
     return target
 
 
