@@ -4,7 +4,6 @@ nothing; the seals are recomputed too (`store/seal.py`)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from gymflow.analysis.results import Result
@@ -16,6 +15,7 @@ from gymflow.environments.resources import ResourcesServer
 from gymflow.reverify.new_version import (
     BATCH,
     ReverifyError,
+    run_server,
     store_named_servers,
     stored_params,
     verify_all,
@@ -152,8 +152,7 @@ def check(
         except UserError as exc:
             raise ReverifyError(f"version {version}: {exc}") from None
         try:
-            run_config = json.loads(run.config_json or "{}")
-            refusal = server.reverify_refusal(run_config.get("resources_url"))
+            refusal = server.reverify_refusal(run_server(con, run))
             if refusal is not None:
                 raise ReverifyError(
                     f"cannot re-check version {version}: {refusal}; its verdicts cannot be "

@@ -29,7 +29,7 @@ import yaml
 from gymflow.analysis.outcomes import REVERIFY_SOURCE
 from gymflow.analysis.profile import headline
 from gymflow.analysis.results import Headline, Result
-from gymflow.analysis.seals import own_or_refused
+from gymflow.analysis.seals import own_or_refused, store_seals
 from gymflow.core import bounded_yaml
 from gymflow.core.config import named_servers
 from gymflow.core.errors import UserError
@@ -157,6 +157,18 @@ def store_named_servers(params: dict[str, Any], given: dict[str, Any]) -> list[s
     owner's JUDGE_KEY variable, and `reverify --check` sent the key there)."""
     mine = set(named_servers(given))
     return sorted({url for url in named_servers(params) if url not in mine})
+
+
+def run_server(con, run: RunInfo) -> str | None:
+    """The resources server the run's stored config names (a NeMo Gym server is asked there
+    first), only where this machine sealed the store and every seal matches; else None, and
+    the environment's own server is started. A store from anyone names its own server, which
+    then judged every stored rollout: `reverify --check` of a run someone sent said "6 agree"
+    from the sender's server (attack pass 6, s21)."""
+    url = json.loads(run.config_json or "{}").get("resources_url")
+    if not isinstance(url, str) or not url or store_seals(con).intact is not True:
+        return None
+    return url
 
 
 def _version_of(con, server: ResourcesServer) -> str:
@@ -467,9 +479,7 @@ def _reverify_with(
     """reverify's work once its resources server is built (the caller closes it), under the
     analyses' memory cap: what it writes is one transaction, which running out of memory rolls
     back before it runs again uncapped (10M rollouts: 3.9 GiB capped, 4.2 GiB not)."""
-    # the run's own server, when it was served: a NeMo Gym server is asked there first
-    run_config = json.loads(run.config_json or "{}")
-    refusal = server.reverify_refusal(run_config.get("resources_url"))
+    refusal = server.reverify_refusal(run_server(con, run))
     if refusal is not None and not force:
         raise ReverifyError(f"{refusal}; pass --force to verify without it")
     new_version = _version_of(con, server)
