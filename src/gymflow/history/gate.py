@@ -312,10 +312,11 @@ def _untrusted(run_dir: Path, *, compared: bool) -> tuple[str, ...]:
 
 
 def save_verdict(verdict: GateVerdict) -> Path:
-    return write_sealed(Path(verdict.run_dir) / GATE_FILE, verdict.as_dict())
+    run_dir = Path(verdict.run_dir)
+    return write_sealed(run_dir / GATE_FILE, verdict.as_dict(), run_dir=run_dir)
 
 
 def load_verdict(run_dir: Path) -> dict[str, Any] | None:
     """The last gate verdict stored beside a run, or None (never gated, unreadable, or not
     sealed here for this run: `store/sealed_files.py`)."""
-    return read_sealed(run_dir / GATE_FILE)
+    return read_sealed(run_dir / GATE_FILE, run_dir=run_dir)

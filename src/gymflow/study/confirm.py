@@ -177,14 +177,18 @@ def confirm(run_dir: Path | str, experiment: Experiment | None) -> Confirmation 
 def save_outcome(run_folder: Path, confirmation: Confirmation) -> Path:
     """Keep `confirmation` beside the run (RUN/confirm/outcome.json) for its report."""
     path = own_folder(run_folder, OUTCOME.parent.name) / OUTCOME.name
-    return write_sealed(path, confirmation.as_json())
+    return write_sealed(path, confirmation.as_json(), run_dir=run_folder)
 
 
 def load_outcome(run_folder: Path, decision) -> Confirmation | None:
     """The outcome kept beside the run, when it is of the experiment `decision` names now (an
     outcome of an earlier decision's experiment is not this one's) and sealed here for this
     run (`store/sealed_files.py`); None otherwise."""
-    content = read_sealed(run_folder / OUTCOME) if decision.experiment is not None else None
+    content = (
+        read_sealed(run_folder / OUTCOME, run_dir=run_folder)
+        if decision.experiment is not None
+        else None
+    )
     if content is None:
         return None
     try:
