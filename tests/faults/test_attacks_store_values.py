@@ -239,7 +239,10 @@ def test_a_large_tables_text_past_the_bound_is_refused_naming_its_row(
     edit_store(run, *(["PRAGMA disable_checkpoint_on_shutdown"] if wal else []), sql)
     assert (run / "gymflow.duckdb.wal").exists() == wal
     digest = tree_digest(run)
-    for name, words in COMMANDS.items():
+    # every command meets the bound where it opens the store: each is run on the answer, health
+    # on the other fields
+    commands = COMMANDS if edit == "answer" else {"health": COMMANDS["health"]}
+    for name, words in commands.items():
         done = gym_in_process(*(str(run) if w == "{run}" else w for w in words), cwd=tmp_path)
         said = done.stdout + done.stderr
         assert done.returncode == 1 and "gymflow bug" not in said, (name, said)
