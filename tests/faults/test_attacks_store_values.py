@@ -259,14 +259,19 @@ def test_a_store_within_the_bound_opens_without_reading_its_text(honest: Path) -
     costs seconds on every command)."""
     from gymflow.core.config import MAX_TEXT_BYTES
     from gymflow.store.db import connect
-    from gymflow.store.stored_values import longest_text, text_columns
+    from gymflow.store.stored_values import longest_texts
 
     con = connect(honest, read_only=True)
     try:
-        columns = text_columns(con)
-        assert {"rollouts", "model_calls", "verifications", "tasks"} <= set(columns)
-        for table, names in columns.items():
-            longest = longest_text(con, table, names)
-            assert all(n is not None and n <= MAX_TEXT_BYTES for n in longest), (table, longest)
+        longest = longest_texts(con)
+        assert {table for table, _ in longest} == {
+            "rollouts",
+            "model_calls",
+            "verifications",
+            "tasks",
+        }
+        assert ("rollouts", "output_text") in longest and ("model_calls", "request_json") in longest
+        unknown = [key for key, n in longest.items() if n is None or n > MAX_TEXT_BYTES]
+        assert not unknown, unknown
     finally:
         con.close()

@@ -173,36 +173,36 @@ def check_small_tables(con: DuckDBPyConnection, where: str) -> None:
 LARGE_TABLES = ("tasks", "rollouts", "model_calls", "verifications")
 
 
-def text_columns(con: DuckDBPyConnection) -> dict[str, list[str]]:
-    """The text columns of the large tables the store's file holds, by table."""
+def longest_texts(con: DuckDBPyConnection) -> dict[tuple[str, str], int | None]:
+    """The longest value of each text column of the large tables the store's file holds, by
+    (table, column), as DuckDB's statistics of the table hold it (None: not known), in two
+    queries and without reading a value: the statistics of an empty selection of each table,
+    kept by the outer join that gives it one row (`stats()` over the table itself scans it).
+    Tables by their qualified names: a read-only open of an older store puts a temporary view
+    in front of one (`db._stand_in_for_new_tables`)."""
     rows = con.execute(
-        "SELECT table_name, list(column_name ORDER BY column_index) FROM duckdb_columns() "
-        "WHERE database_name = current_database() AND schema_name = 'main' "
-        "AND data_type = 'VARCHAR' AND list_contains(?, table_name) "
-        "GROUP BY table_name",
+        "SELECT database_name, table_name, list(column_name ORDER BY column_index) "
+        "FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND data_type = 'VARCHAR' AND list_contains(?, table_name) "
+        "GROUP BY ALL ORDER BY table_name",
         [list(LARGE_TABLES)],
     ).fetchall()
-    return {table: columns for table, columns in rows}
-
-
-def _in_file(con: DuckDBPyConnection, table: str) -> str:
-    """`table` of the store's file, by its qualified name: a read-only open of an older store
-    puts a temporary view in front of it (`db._stand_in_for_new_tables`)."""
-    database = con.execute("SELECT current_database()").fetchone()
-    name = str(database[0] if database else "").replace('"', '""')
-    return f'"{name}".main.{table}'
-
-
-def longest_text(con: DuckDBPyConnection, table: str, columns: list[str]) -> list[int | None]:
-    """The longest value of each text column as DuckDB's statistics of the table hold it (None:
-    not known), without reading a value: the statistics of an empty selection of the table,
-    kept by the outer join that gives it one row (`stats()` over the table itself scans it)."""
-    lengths = ", ".join(f"stats(x.{c})['max_string_length']::BIGINT" for c in columns)
-    row = con.execute(
-        f"SELECT {lengths} FROM (SELECT * FROM {_in_file(con, table)} WHERE rowid < 0) x "
-        "RIGHT JOIN (SELECT 1) ON TRUE"
-    ).fetchone()
-    return list(row) if row is not None else [None] * len(columns)
+    if not rows:
+        return {}
+    parts: list[str] = []
+    for database, table, columns in rows:
+        name = '"{}".main.{}'.format(str(database).replace('"', '""'), table)
+        lengths = ", ".join(f"stats(x.{c})['max_string_length']::BIGINT" for c in columns)
+        parts.append(
+            f"SELECT '{table}', [{lengths}] FROM (SELECT * FROM {name} WHERE rowid < 0) x "
+            "RIGHT JOIN (SELECT 1) ON TRUE"
+        )
+    found = dict(con.execute(" UNION ALL ".join(parts)).fetchall())
+    return {
+        (table, column): longest
+        for _, table, columns in rows
+        for column, longest in zip(columns, found[table], strict=True)
+    }
 
 
 def check_large_text(con: DuckDBPyConnection, where: str) -> None:
@@ -214,17 +214,18 @@ def check_large_text(con: DuckDBPyConnection, where: str) -> None:
     value passes the bound, or is not known, is scanned, to name the row. What this trusts: the
     statistics in the file, as DuckDB's own planner does; a file rewritten with statistics
     that understate a value (and its checksums made right) is not caught here."""
-    for table, columns in text_columns(con).items():
-        for column, longest in zip(columns, longest_text(con, table, columns), strict=True):
-            if longest is not None and longest <= MAX_TEXT_BYTES:
-                continue
-            row = con.execute(
-                f"SELECT {_key_sql(table)}, strlen({column}) FROM {_in_file(con, table)} "
-                f"WHERE strlen({column}) > {MAX_TEXT_BYTES} LIMIT 1"
-            ).fetchone()
-            if row is not None:
-                raise bad_value(where, table, row[0], column, f"{row[1]:,} bytes of text "
-                                f"(gymflow writes at most {MAX_TEXT_BYTES:,} here)")  # fmt: skip
+    for (table, column), longest in longest_texts(con).items():
+        if longest is not None and longest <= MAX_TEXT_BYTES:
+            continue
+        database = con.execute("SELECT current_database()").fetchone()
+        name = '"{}".main.{}'.format(str(database[0] if database else "").replace('"', '""'), table)
+        row = con.execute(
+            f"SELECT {_key_sql(table)}, strlen({column}) FROM {name} "
+            f"WHERE strlen({column}) > {MAX_TEXT_BYTES} LIMIT 1"
+        ).fetchone()
+        if row is not None:
+            raise bad_value(where, table, row[0], column, f"{row[1]:,} bytes of text "
+                            f"(gymflow writes at most {MAX_TEXT_BYTES:,} here)")  # fmt: skip
 
 
 def _key_sql(table: str) -> str:
