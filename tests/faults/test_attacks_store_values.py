@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import gym_in_process
-from tests.faults.stores import collect_run, edit_store, one_error_line, rollout_rows, tree_digest
+from tests.faults.stores import (
+    collect_run,
+    edit_store,
+    one_error_line,
+    query,
+    rollout_rows,
+    tree_digest,
+)
 
 ONE = "(SELECT rollout_id FROM rollouts ORDER BY rollout_id LIMIT 1)"
 DEEP = "'{\"a\":' || repeat('[', 100000) || repeat(']', 100000) || '}'"
@@ -194,3 +201,77 @@ def test_a_small_tables_value_that_unpacks_huge_is_refused_before_it_is_read(
     line = one_error_line(done.stderr)
     assert done.returncode == 1 and "table runs, row " in line, line
     assert "field config_json: 20,000,008 bytes of JSON" in line, line
+
+
+#: A text just past the bound of any field gymflow writes (core.config.MAX_TEXT_BYTES, 64 MiB),
+#: as one row of each large table: (table, field, the edit).
+PAST = "repeat('a', 70000000)"
+HUGE_TEXT = {
+    "answer": ("rollouts", "output_text", f"UPDATE rollouts SET output_text = {PAST} "
+               f"WHERE rollout_id = {ONE}"),
+    "trajectory": ("rollouts", "trajectory_json", f"UPDATE rollouts SET trajectory_json = "
+                   f"'[\"' || {PAST} || '\"]' WHERE rollout_id = {ONE}"),
+    "response": ("model_calls", "response_json", f"UPDATE model_calls SET response_json = "
+                 f"'{{\"a\":\"' || {PAST} || '\"}}' WHERE rollout_id = {ONE}"),
+    "details": ("verifications", "details_json", f"UPDATE verifications SET details_json = "
+                f"'{{\"extracted\":\"' || {PAST} || '\"}}' WHERE rollout_id = {ONE}"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("edit", "wal"),
+    [*((edit, False) for edit in sorted(HUGE_TEXT)), ("answer", True)],
+    ids=[*sorted(HUGE_TEXT), "answer left in the WAL"],
+)
+def test_a_large_tables_text_past_the_bound_is_refused_naming_its_row(
+    honest: Path, tmp_path: Path, edit: str, wal: bool
+) -> None:
+    """Attack pass s04, the large tables' class: 70 MB of one rollout's answer (or trajectory,
+    a call's response, a verdict's details) takes a few hundred KB of the file, and every
+    analysis read it whole, lowered, split and matched it. Past the bound of anything gymflow
+    writes, it is one line naming the store, the table, the row and the field, found from
+    DuckDB's statistics of the column (an open reads no value), whether the edit was
+    checkpointed or left in the WAL a read replays; nothing stored changes."""
+    run = tmp_path / "run"
+    shutil.copytree(honest, run)
+    table, field, sql = HUGE_TEXT[edit]
+    row = query(run / "gymflow.duckdb", f"SELECT {ONE}")[0][0]
+    edit_store(run, *(["PRAGMA disable_checkpoint_on_shutdown"] if wal else []), sql)
+    assert (run / "gymflow.duckdb.wal").exists() == wal
+    digest = tree_digest(run)
+    # every command meets the bound where it opens the store: each is run on the answer, health
+    # on the other fields
+    commands = COMMANDS if edit == "answer" else {"health": COMMANDS["health"]}
+    for name, words in commands.items():
+        done = gym_in_process(*(str(run) if w == "{run}" else w for w in words), cwd=tmp_path)
+        said = done.stdout + done.stderr
+        assert done.returncode == 1 and "gymflow bug" not in said, (name, said)
+        line = one_error_line(done.stderr)
+        assert str(run / "gymflow.duckdb") in line, (name, line)
+        assert f"table {table}, row {row}" in line and f"field {field}: " in line, (name, line)
+        assert "bytes of text (gymflow writes at most 67,108,864 here)" in line, (name, line)
+    assert tree_digest(run) == digest
+
+
+def test_a_store_within_the_bound_opens_without_reading_its_text(honest: Path) -> None:
+    """The bound is asked of DuckDB's statistics: every text column of an honest store is known
+    to be within it, so no open scans one (at ten million rollouts a scan of the text columns
+    costs seconds on every command)."""
+    from gymflow.core.config import MAX_TEXT_BYTES
+    from gymflow.store.db import connect
+    from gymflow.store.stored_values import longest_texts
+
+    con = connect(honest, read_only=True)
+    try:
+        longest = longest_texts(con)
+        assert {table for table, _ in longest} == {
+            "rollouts",
+            "model_calls",
+            "verifications",
+            "tasks",
+        }
+        assert ("rollouts", "output_text") in longest and ("model_calls", "request_json") in longest
+        unknown = [key for key, n in longest.items() if n is None or n > MAX_TEXT_BYTES]
+        assert not unknown, unknown
+    finally:
+        con.close()

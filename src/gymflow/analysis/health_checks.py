@@ -2,11 +2,12 @@
 
 A check yields the ids it flags: rollout ids for `rollout` checks, `task_id#repeat` keys for the
 `run` check on missing rows, task ids for the `task` check. Parameters reach the SQL as DuckDB
-session variables (`getvariable('name')`), so every check stays a plain, copyable query. Three
+session variables (`getvariable('name')`), so every check stays a plain, copyable query. Four
 temporary tables are built once and shared (`SHARED_TABLES`): `tool_items` (the trajectories'
-function calls and outputs, unnested), `rollout_calls` (each rollout's token totals beside its
-calls' sums, last status and sampling) and `task_repeats` (each task's stored rollouts beside
-its distinct expected repeats). `health.health` runs them."""
+function calls and outputs, unnested), `call_tasks` (per task: its rollouts' calls and warm
+answers, and the rollouts a call check may flag with their token totals beside their calls' sums,
+last status and sampling, unnested as `rollout_calls`) and `task_repeats` (each task's stored
+rollouts beside its distinct expected repeats). `health.health` runs them."""
 
 from __future__ import annotations
 
@@ -57,21 +58,36 @@ FROM items
 WHERE item->>'type' IN ('function_call', 'function_call_output')
 """
 
-# One row per rollout: its token totals beside its calls' sums and last status, whether any
-# call sampled above temperature 0 and whether any sent other sampling than the run's config
-# (each call's sampling parsed once, by one multi-path extract), and the answer of a completed
-# rollout sampled warm, as a hash (`identical_repeats` compares answers within a task: two
-# different answers read alike once in 2^64). The call checks read this instead of each joining
-# or parsing ten million rows again; a table of the calls themselves (1.5 GiB at 10M rollouts)
-# is never built. A store holds one run (`store.runs.run_info`).
+# Each rollout's token totals beside its calls' sums and last status, whether any call sampled
+# above temperature 0 and whether any sent other sampling than the run's config (each call's
+# sampling parsed once, by one multi-path extract), and the answer of a completed rollout
+# sampled warm, as a hash (`identical_repeats` compares answers within a task: two different
+# answers read alike once in 2^64). Grouped by task in the same pass: what `identical_repeats`
+# and `duplicate_identity` read of every rollout (the answers' spread, the calls' count), and
+# the few rollouts some call check flags, kept whole (`rollout_calls` unnests them). A table of
+# every rollout (10M rows written to be scanned seven times) or of the calls themselves (1.5 GiB
+# at 10M rollouts) is never built. A store holds one run (`store.runs.run_info`).
 _SAMPLING = (
     "json_extract_string(sampling_json, ['$.temperature', '$.top_p', '$.max_output_tokens'])"
 )
 _DIFFERS = " OR ".join(
     f"c.{key} IS DISTINCT FROM run.{key}" for key in ("temperature", "top_p", "max_output_tokens")
 )
-_ROLLOUT_CALLS = f"""
-CREATE OR REPLACE TEMP TABLE rollout_calls AS
+#: A rollout one of the checks reading `rollout_calls` may flag (each check's own test decides).
+_CALL_FLAGGED = " OR ".join(
+    f"coalesce({test}, FALSE)"
+    for test in (
+        "m.calls IS NULL",
+        "m.calls > 1",
+        "m.last_status = 'error'",
+        "r.input_tokens IS NULL OR r.output_tokens IS NULL OR m.without_usage > 0",
+        "r.input_tokens <> coalesce(m.input_sum, 0)",
+        "r.output_tokens <> coalesce(m.output_sum, 0)",
+        "m.sampling_differs",
+    )
+)
+_CALL_TASKS = f"""
+CREATE OR REPLACE TEMP TABLE call_tasks AS
 WITH configured AS (
     SELECT TRUE AS present, TRY_CAST(s[1] AS DOUBLE) AS temperature,
            TRY_CAST(s[2] AS DOUBLE) AS top_p, TRY_CAST(s[3] AS DOUBLE) AS max_output_tokens
@@ -83,26 +99,44 @@ sent AS (
            TRY_CAST(s[2] AS DOUBLE) AS top_p,
            TRY_CAST(s[3] AS BIGINT) AS max_output_tokens
     FROM (SELECT *, {_SAMPLING} AS s FROM model_calls)
+),
+rollout_calls AS (
+    SELECT r.rollout_id, r.task_id, r.input_tokens, r.output_tokens,
+           m.calls, m.input_sum, m.output_sum, m.without_usage, m.last_status, m.warm,
+           m.sampling_differs,
+           CASE WHEN r.status = 'completed' AND m.warm
+                THEN hash(r.output_text, r.output_tokens, r.num_turns) END AS warm_answer,
+           {_CALL_FLAGGED} AS flagged
+    FROM rollouts r
+    LEFT JOIN (
+        SELECT rollout_id,
+               count(*) AS calls,
+               sum(coalesce(input_tokens, 0)) AS input_sum,
+               sum(coalesce(output_tokens, 0)) AS output_sum,
+               count(*) FILTER (
+                   WHERE status <> 'error' AND (input_tokens IS NULL OR output_tokens IS NULL)
+               ) AS without_usage,
+               arg_max(status, call_index::BIGINT * 1000000 + attempt) AS last_status,
+               bool_or(c.temperature > 0) AS warm,
+               bool_or(coalesce(run.present, FALSE) AND ({_DIFFERS})) AS sampling_differs
+        FROM sent c LEFT JOIN configured run ON TRUE GROUP BY rollout_id
+    ) m USING (rollout_id)
 )
-SELECT r.rollout_id, r.task_id, r.input_tokens, r.output_tokens,
-       m.calls, m.input_sum, m.output_sum, m.without_usage, m.last_status, m.warm,
-       m.sampling_differs,
-       CASE WHEN r.status = 'completed' AND m.warm
-            THEN hash(r.output_text, r.output_tokens, r.num_turns) END AS warm_answer
-FROM rollouts r
-LEFT JOIN (
-    SELECT rollout_id,
-           count(*) AS calls,
-           sum(coalesce(input_tokens, 0)) AS input_sum,
-           sum(coalesce(output_tokens, 0)) AS output_sum,
-           count(*) FILTER (
-               WHERE status <> 'error' AND (input_tokens IS NULL OR output_tokens IS NULL)
-           ) AS without_usage,
-           arg_max(status, call_index::BIGINT * 1000000 + attempt) AS last_status,
-           bool_or(c.temperature > 0) AS warm,
-           bool_or(coalesce(run.present, FALSE) AND ({_DIFFERS})) AS sampling_differs
-    FROM sent c LEFT JOIN configured run ON TRUE GROUP BY rollout_id
-) m USING (rollout_id)
+SELECT task_id,
+       count(warm_answer) AS warm_answers,
+       min(warm_answer) <> max(warm_answer) AS warm_varied,
+       sum(calls) AS calls,
+       list({{'rollout_id': rollout_id, 'task_id': task_id, 'input_tokens': input_tokens,
+              'output_tokens': output_tokens, 'calls': calls, 'input_sum': input_sum,
+              'output_sum': output_sum, 'without_usage': without_usage,
+              'last_status': last_status, 'warm': warm, 'sampling_differs': sampling_differs}})
+           FILTER (WHERE flagged) AS flagged
+FROM rollout_calls GROUP BY task_id
+"""
+# The rollouts a call check may flag, one row each, as `call_tasks` kept them.
+_ROLLOUT_CALLS = """
+CREATE OR REPLACE TEMP TABLE rollout_calls AS
+SELECT unnest(f) FROM (SELECT unnest(flagged) AS f FROM call_tasks)
 """
 
 # One row per task that has rollouts: how many are stored, and how many of the expected repeats
@@ -268,7 +302,7 @@ CHECKS: dict[str, Check] = {
         WHERE rollout_id IN (SELECT rollout_id FROM rollout_calls WHERE calls > 1)
            -- calls of no stored rollout are not in rollout_calls: then every call is looked at
            OR (SELECT count(*) FROM model_calls)
-              <> (SELECT coalesce(sum(calls), 0) FROM rollout_calls)
+              <> (SELECT coalesce(sum(calls), 0) FROM call_tasks)
         GROUP BY rollout_id, call_index, attempt HAVING count(*) > 1
         """,
     ),
@@ -410,9 +444,7 @@ CHECKS: dict[str, Check] = {
         "sampling (a dropped seed or temperature, a cache)",
         """
         WITH per_task AS (
-            SELECT task_id, min(warm_answer) <> max(warm_answer) AS varied
-            FROM rollout_calls WHERE warm_answer IS NOT NULL
-            GROUP BY task_id HAVING count(*) > 1
+            SELECT task_id, warm_varied AS varied FROM call_tasks WHERE warm_answers > 1
         )
         SELECT task_id AS id FROM per_task
         WHERE NOT EXISTS (SELECT 1 FROM per_task WHERE varied)
@@ -590,6 +622,7 @@ GROUP BY r.task_id HAVING count(*) = count(u.id)
 #: The temporary tables the checks read, by name, each built by its statement in this order.
 SHARED_TABLES = {
     "tool_items": _TOOL_ITEMS,
+    "call_tasks": _CALL_TASKS,
     "rollout_calls": _ROLLOUT_CALLS,
     "task_repeats": _TASK_REPEATS,
 }

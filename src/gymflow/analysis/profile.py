@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from gymflow.analysis.frames import frame
 from gymflow.analysis.outcomes import (
     check_verifier_version,
     coverage_of,
@@ -33,7 +34,7 @@ from gymflow.analysis.stats import (
 from gymflow.environments.registry import RegistryError, environment_sources
 from gymflow.store.db import memory_capped_call
 from gymflow.store.queries.rollouts import usage_summary
-from gymflow.store.queries.scores import majority_votes
+from gymflow.store.queries.scores import majority_votes, score_groups_sql, task_counts_sql
 from gymflow.store.runs import run_info
 from gymflow.store.seal import SealCheck
 
@@ -117,15 +118,34 @@ def weighting_note(pass1: float | None, pooled: float | None, tasks: int, rollou
     )
 
 
-def majority_at_k(con, verifier_version: str, *, failures_as_zero: bool = False) -> float | None:
-    """Mean over tasks of majority-vote correctness over all of a task's scored rollouts.
+def majority_at_k(con, groups: str) -> float | None:
+    """Mean over tasks of majority-vote correctness over all of a task's scored rollouts, from
+    the table `groups` (`score_groups_sql(answers=True)`).
 
     Votes are the verifier's extracted answers after normalisation; the task counts as solved
     when the most common answer is a correct one, with ties split evenly (the expected score of
     a random tie-break). A task whose rollouts extracted nothing scores 0. None when the verifier
     reports no extracted answers at all."""
-    voted, score = majority_votes(con, verifier_version, failures_as_zero=failures_as_zero)
+    voted, score = majority_votes(con, groups)
     return score if voted else None
+
+
+#: The temporary table of a profile's score groups: per task and extracted answer.
+_GROUPS = "profile_score_groups"
+
+
+def _tasks_and_majority(
+    con, version: str, *, failures_as_zero: bool
+) -> tuple[pl.DataFrame, float | None]:
+    """The per-task counts (`outcomes.task_table`) and majority@k, from one join of the
+    rollouts with their verdicts."""
+    groups = score_groups_sql(failures_as_zero=failures_as_zero, answers=True)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {_GROUPS} AS {groups}", [version])
+    try:
+        tasks = frame(con, f"{task_counts_sql(groups=_GROUPS)} ORDER BY t.task_id")
+        return tasks, majority_at_k(con, _GROUPS)
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {_GROUPS}")
 
 
 def usage_percentiles(con) -> dict[str, Usage]:
@@ -175,7 +195,7 @@ def profile(
     (None where undefined)."""
     version = check_verifier_version(con, verifier_version)
     run = run_info(con)
-    tasks = task_table(con, version, failures_as_zero=failures_as_zero)
+    tasks, majority = _tasks_and_majority(con, version, failures_as_zero=failures_as_zero)
     scored = tasks.filter(pl.col("n") > 0).with_columns(
         p=pl.col("c") / pl.col("n"), reward_mean=pl.col("reward_sum") / pl.col("n")
     )
@@ -204,7 +224,6 @@ def profile(
     reward_variance = variance_components(
         n, scored["reward_sum"].to_numpy(), scored["reward_sq_sum"].to_numpy()
     )
-    majority = majority_at_k(con, version, failures_as_zero=failures_as_zero)
     key = [str(k) for k in ks]
     return Profile.model_validate(
         {

@@ -31,6 +31,11 @@ class ConfigError(UserError, ValueError):
 #: Most rollouts per task a run may ask for (the run form's bound too): every stage enumerates
 #: tasks x repeats, so `repeats: 1e12` would take the machine's memory before the first call.
 MAX_REPEATS = 1000
+#: The longest text gymflow stores in one field of a rollout, model call, verdict or task (an
+#: answer, a trajectory, a request): the bound of every body its servers and proxy read, 8
+#: times the default answer bound. A store holding a longer one was not written by gymflow and
+#: is refused on open (`store.stored_values.check_large_text`).
+MAX_TEXT_BYTES = 64 << 20
 #: Most output tokens a call may ask for: a larger integer cannot be sent (JSON encoders stop at
 #: 64 bits) and made every rollout a harness error.
 MAX_OUTPUT_TOKENS = 2**31 - 1
@@ -395,6 +400,7 @@ class ModelConfig(_Strict):
     max_response_bytes: int = Field(
         default=8 << 20,
         ge=1024,
+        le=MAX_TEXT_BYTES,
         description="Longest answer read; a longer one is recorded as response_too_large.",
     )
     timeout_s: float = Field(default=60.0, gt=0.0, description="Total time allowed for one call.")

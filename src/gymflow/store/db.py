@@ -21,7 +21,11 @@ from gymflow.core.written import created, unlinked_folder, written
 from gymflow.store.exact_schema import differences
 from gymflow.store.named_paths import name as _name
 from gymflow.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, SPECS, TABLES
-from gymflow.store.stored_values import check_small_tables, named_bad_values
+from gymflow.store.stored_values import (
+    check_large_text,
+    check_small_tables,
+    named_bad_values,
+)
 
 STORE_FILE = "gymflow.duckdb"
 
@@ -418,6 +422,7 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
             else:
                 _schema(con, path)
         check_small_tables(con, str(path))
+        check_large_text(con, str(path))
     except BaseException:
         con.close()
         raise

@@ -21,7 +21,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import duckdb
 from duckdb import DuckDBPyConnection
 
-from gymflow.core.config import MAX_REPEATS
+from gymflow.core.config import MAX_REPEATS, MAX_TEXT_BYTES
 from gymflow.core.errors import UserError
 from gymflow.core.json_text import parse
 from gymflow.store.tool_lists import list_id
@@ -167,6 +167,65 @@ def check_small_tables(con: DuckDBPyConnection, where: str) -> None:
         if text is None or list_id(text) != tools_id or not isinstance(_parsed(text), list):
             raise bad_value(where, "tool_lists", tools_id, "tools_json", "not the JSON list its "
                             "id is the hash of")  # fmt: skip
+
+
+#: The tables whose text is read row by row by the analysis, never whole at an open.
+LARGE_TABLES = ("tasks", "rollouts", "model_calls", "verifications")
+
+
+def longest_texts(con: DuckDBPyConnection) -> dict[tuple[str, str], int | None]:
+    """The longest value of each text column of the large tables the store's file holds, by
+    (table, column), as DuckDB's statistics of the table hold it (None: not known), in two
+    queries and without reading a value: the statistics of an empty selection of each table,
+    kept by the outer join that gives it one row (`stats()` over the table itself scans it).
+    Tables by their qualified names: a read-only open of an older store puts a temporary view
+    in front of one (`db._stand_in_for_new_tables`)."""
+    rows = con.execute(
+        "SELECT database_name, table_name, list(column_name ORDER BY column_index) "
+        "FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND data_type = 'VARCHAR' AND list_contains(?, table_name) "
+        "GROUP BY ALL ORDER BY table_name",
+        [list(LARGE_TABLES)],
+    ).fetchall()
+    if not rows:
+        return {}
+    parts: list[str] = []
+    for database, table, columns in rows:
+        name = '"{}".main.{}'.format(str(database).replace('"', '""'), table)
+        lengths = ", ".join(f"stats(x.{c})['max_string_length']::BIGINT" for c in columns)
+        parts.append(
+            f"SELECT '{table}', [{lengths}] FROM (SELECT * FROM {name} WHERE rowid < 0) x "
+            "RIGHT JOIN (SELECT 1) ON TRUE"
+        )
+    found = dict(con.execute(" UNION ALL ".join(parts)).fetchall())
+    return {
+        (table, column): longest
+        for _, table, columns in rows
+        for column, longest in zip(columns, found[table], strict=True)
+    }
+
+
+def check_large_text(con: DuckDBPyConnection, where: str) -> None:
+    """Every text value of the large tables within MAX_TEXT_BYTES, or StoredValueError naming
+    the table, the row and the field: a value of gigabytes in one rollout's output was read
+    whole by every analysis command, many times over (lowered, split, matched). Asked of
+    DuckDB's statistics of each column (the longest value it holds, kept as rows are written,
+    updated or replayed from a WAL), so an open reads no value; only a column whose longest
+    value passes the bound, or is not known, is scanned, to name the row. What this trusts: the
+    statistics in the file, as DuckDB's own planner does; a file rewritten with statistics
+    that understate a value (and its checksums made right) is not caught here."""
+    for (table, column), longest in longest_texts(con).items():
+        if longest is not None and longest <= MAX_TEXT_BYTES:
+            continue
+        database = con.execute("SELECT current_database()").fetchone()
+        name = '"{}".main.{}'.format(str(database[0] if database else "").replace('"', '""'), table)
+        row = con.execute(
+            f"SELECT {_key_sql(table)}, strlen({column}) FROM {name} "
+            f"WHERE strlen({column}) > {MAX_TEXT_BYTES} LIMIT 1"
+        ).fetchone()
+        if row is not None:
+            raise bad_value(where, table, row[0], column, f"{row[1]:,} bytes of text "
+                            f"(gymflow writes at most {MAX_TEXT_BYTES:,} here)")  # fmt: skip
 
 
 def _key_sql(table: str) -> str:

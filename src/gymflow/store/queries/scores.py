@@ -17,27 +17,49 @@ def scored_filter(failures_as_zero: bool) -> str:
     return "r.rollout_id IS NOT NULL" if failures_as_zero else SCORED_SQL
 
 
-def task_counts_sql(*, failures_as_zero: bool = False) -> str:
-    """SQL (one `?`: the verifier version) yielding one row per task in the store: task_id, tags,
-    difficulty, n (scored rollouts), c (passing), reward_sum and reward_sq_sum over scored
-    rollouts, stored (rollouts stored) and verified (completed with an ok verification, the
-    `scored` of coverage). Tasks with nothing scored have n = 0."""
+def score_groups_sql(*, failures_as_zero: bool = False, answers: bool = False) -> str:
+    """SQL (one `?`: the verifier version) yielding one row per task of the stored rollouts
+    and, with `answers`, per answer its scored rollouts' verdicts extracted (`raw`, NULL for a
+    rollout not scored or with none; always NULL without): n (scored rollouts), c (passing),
+    reward_sum and reward_sq_sum over scored rollouts, stored, verified (completed with an ok
+    verification). What the per-task counts and, with `answers`, the majority vote read: one
+    join of the rollouts with their verdicts for both (profile joined them twice)."""
     scored = scored_filter(failures_as_zero)
     reward = "coalesce(v.reward, 0.0)" if failures_as_zero else "v.reward"
+    raw = (
+        f"CASE WHEN {scored} THEN {extracted_sql('v.details_json')} END"
+        if answers
+        else "NULL::VARCHAR"
+    )
+    return f"""
+        SELECT r.task_id, {raw} AS raw,
+               count(*) FILTER (WHERE {scored}) AS n,
+               count(*) FILTER (WHERE {scored} AND coalesce(v.passed, FALSE)) AS c,
+               sum({reward}) FILTER (WHERE {scored}) AS reward_sum,
+               sum({reward} * {reward}) FILTER (WHERE {scored}) AS reward_sq_sum,
+               count(*) AS stored,
+               count(*) FILTER (WHERE {SCORED_SQL}) AS verified
+        FROM rollouts r
+        LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+        GROUP BY ALL
+    """
+
+
+def task_counts_sql(*, failures_as_zero: bool = False, groups: str | None = None) -> str:
+    """SQL yielding one row per task in the store: task_id, tags, difficulty, n (scored
+    rollouts), c (passing), reward_sum and reward_sq_sum over scored rollouts, stored (rollouts
+    stored) and verified (completed with an ok verification, the `scored` of coverage). Tasks
+    with nothing scored have n = 0. Read from `groups`, a table `score_groups_sql` filled, when
+    given (no parameter); else from that query (one `?`: the verifier version)."""
+    source = groups or f"({score_groups_sql(failures_as_zero=failures_as_zero)})"
     # Aggregate on task_id alone, then attach tags and difficulty: grouping by a list column
     # (tags) costs more than the whole join at a million rollouts.
     return f"""
         WITH counts AS (
-            SELECT r.task_id,
-                   count(*) FILTER (WHERE {scored}) AS n,
-                   count(*) FILTER (WHERE {scored} AND coalesce(v.passed, FALSE)) AS c,
-                   sum({reward}) FILTER (WHERE {scored}) AS reward_sum,
-                   sum({reward} * {reward}) FILTER (WHERE {scored}) AS reward_sq_sum,
-                   count(*) AS stored,
-                   count(*) FILTER (WHERE {SCORED_SQL}) AS verified
-            FROM rollouts r
-            LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-            GROUP BY r.task_id
+            SELECT task_id, sum(n)::BIGINT AS n, sum(c)::BIGINT AS c,
+                   sum(reward_sum) AS reward_sum, sum(reward_sq_sum) AS reward_sq_sum,
+                   sum(stored)::BIGINT AS stored, sum(verified)::BIGINT AS verified
+            FROM {source} GROUP BY task_id
         )
         SELECT t.task_id, t.tags, t.difficulty,
                coalesce(k.n, 0) AS n, coalesce(k.c, 0) AS c,
@@ -65,31 +87,21 @@ def coverage_counts(con: Connection, verifier_version: str) -> tuple[int, int, i
     return expected, stored, scored
 
 
-def majority_votes(
-    con: Connection, verifier_version: str, *, failures_as_zero: bool = False
-) -> tuple[int, float | None]:
-    """(answers voted, mean majority-vote score over tasks): a task's scored rollouts vote with
-    their extracted answers after normalisation, the task scores the share of correct answers
-    among the most voted ones (ties split evenly), 0 when nothing was extracted."""
-    scored = scored_filter(failures_as_zero)
-    # Group the raw extracted strings first and normalise only the distinct ones: the regexes
-    # then run on a few rows per task instead of on every rollout.
+def majority_votes(con: Connection, groups: str) -> tuple[int, float | None]:
+    """(answers voted, mean majority-vote score over tasks), from `groups`, a table
+    `score_groups_sql(answers=True)` filled: a task's scored rollouts vote with their extracted
+    answers after normalisation, the task scores the share of correct answers among the most
+    voted ones (ties split evenly), 0 when nothing was extracted."""
+    # The raw extracted strings are grouped first and only the distinct ones normalised: the
+    # regexes then run on a few rows per task instead of on every rollout. A group with an
+    # answer holds scored rollouts only: its votes are n, and it is correct when one passed.
     answer = normalised_sql("raw")
     voted, score = one_row(
         con,
         f"""
-        WITH raw_votes AS (
-            SELECT r.task_id, {extracted_sql("v.details_json")} AS raw,
-                   count(*) AS votes, bool_or(coalesce(v.passed, FALSE)) AS correct
-            FROM rollouts r
-            LEFT JOIN verifications v
-              ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-            WHERE {scored}
-            GROUP BY ALL
-        ),
-        votes AS (
-            SELECT task_id, {answer} AS answer, sum(votes) AS votes, bool_or(correct) AS correct
-            FROM raw_votes WHERE raw IS NOT NULL GROUP BY ALL
+        WITH votes AS (
+            SELECT task_id, {answer} AS answer, sum(n) AS votes, bool_or(c > 0) AS correct
+            FROM {groups} WHERE raw IS NOT NULL GROUP BY ALL
         ),
         winners AS (
             SELECT task_id, avg(correct::DOUBLE) AS score
@@ -100,9 +112,9 @@ def majority_votes(
         )
         SELECT (SELECT count(*) FROM votes WHERE answer <> ''),
                avg(coalesce(w.score, 0.0))
-        FROM (SELECT DISTINCT task_id FROM raw_votes) s LEFT JOIN winners w USING (task_id)
+        FROM (SELECT task_id FROM {groups} GROUP BY task_id HAVING sum(n) > 0) s
+        LEFT JOIN winners w USING (task_id)
         """,
-        [verifier_version],
     )
     return voted, score
 
