@@ -203,6 +203,24 @@ def test_a_small_tables_value_that_unpacks_huge_is_refused_before_it_is_read(
     assert "field config_json: 20,000,008 bytes of JSON" in line, line
 
 
+def test_many_capped_values_of_the_small_tables_are_refused_together(
+    honest: Path, tmp_path: Path
+) -> None:
+    """Attack pass 6 (s16): each value under the bound, but 20 tool lists of 15 MB (half a MB
+    of file) read at once took health 767 MB before its refusal. Their total is asked first."""
+    run = tmp_path / "run"
+    shutil.copytree(honest, run)
+    edit_store(
+        run,
+        "INSERT INTO tool_lists SELECT 'forged-' || i, '[\"' || repeat('a', 15000000) || '\"]' "
+        "FROM range(20) t(i)",
+    )
+    done = gym_in_process("eval", "health", str(run), cwd=tmp_path)
+    line = one_error_line(done.stderr)
+    assert done.returncode == 1 and "bytes of JSON in its runs, verifier versions" in line, line
+    assert "most in tool_lists.tools_json" in line, line
+
+
 #: A text just past the bound of any field gymflow writes (core.config.MAX_TEXT_BYTES, 64 MiB),
 #: as one row of each large table: (table, field, the edit).
 PAST = "repeat('a', 70000000)"

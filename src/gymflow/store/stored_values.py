@@ -124,8 +124,11 @@ _SMALL_JSON = (
     ("verifier_versions", "verifier_version", "params_json"),
     ("tool_lists", "tools_id", "tools_json"),
 )
-#: A bound far above any config, parameters or tool list gymflow writes.
+#: A bound far above any config, parameters or tool list gymflow writes...
 SMALL_JSON_BYTES = 16 * 2**20
+#: ...and on all of them together: each capped, many rows were read at once all the same (20
+#: tool lists of 15 MB, half a MB of file, took health 767 MB; attack pass 6, s16).
+SMALL_JSON_TOTAL_BYTES = 256 * 2**20
 
 
 def check_small_tables(con: DuckDBPyConnection, where: str) -> None:
@@ -135,15 +138,23 @@ def check_small_tables(con: DuckDBPyConnection, where: str) -> None:
     # sized before any value is read: a value DuckDB stores compressed (200 MB of config in 256
     # KB of file) took health 1.1 GB and 12 s before any check (attack pass 5, s04); one query
     # for every column, as every open runs it
-    oversized = " UNION ALL ".join(
-        f"(SELECT '{table}', '{column}', {key}, strlen({column}) FROM {table} "
-        f"WHERE strlen({column}) > {SMALL_JSON_BYTES} LIMIT 1)"
+    sizes = " UNION ALL ".join(
+        f"(SELECT '{table}', '{column}', arg_max({key}, strlen({column})), "
+        f"max(strlen({column})), sum(strlen({column})) FROM {table})"
         for table, key, column in _SMALL_JSON
     )
-    if (row := con.execute(f"{oversized} LIMIT 1").fetchone()) is not None:
-        table, column, key, size = row
-        raise bad_value(where, table, key, column, f"{size:,} bytes of JSON (gymflow writes at "
-                        f"most {SMALL_JSON_BYTES:,} here)")  # fmt: skip
+    found = con.execute(sizes).fetchall()
+    for table, column, key, longest, _ in found:
+        if longest is not None and longest > SMALL_JSON_BYTES:
+            raise bad_value(where, table, key, column, f"{longest:,} bytes of JSON (gymflow "
+                            f"writes at most {SMALL_JSON_BYTES:,} here)")  # fmt: skip
+    if (total := sum(int(row[4] or 0) for row in found)) > SMALL_JSON_TOTAL_BYTES:
+        table, column, *_ = max(found, key=lambda row: int(row[4] or 0))
+        raise StoredValueError(
+            f"{where}: {total:,} bytes of JSON in its runs, verifier versions and tool lists, "
+            f"most in {table}.{column} (gymflow writes at most {SMALL_JSON_TOTAL_BYTES:,} in "
+            "all); not read"
+        )
     for run_id, repeats, *texts in con.execute(
         "SELECT run_id, repeats, config_json, sampling_json FROM runs ORDER BY run_id"
     ).fetchall():
