@@ -12,8 +12,13 @@ import resource
 import shutil
 from pathlib import Path
 
+import pytest
+
+from gymflow.core import bounded_yaml
+from gymflow.core.bounded_yaml import YamlFileError
 from gymflow.history.gate import GATE_FILE
 from gymflow.store.sealed_files import read_sealed, write_sealed
+from tests.conftest import gym
 from tests.faults.stores import collect_run, edit_store
 
 VERDICT = {"passed": True, "checks": ["+0.0 points"]}
@@ -49,3 +54,16 @@ def test_a_huge_or_special_file_is_not_read(tmp_path: Path) -> None:
     gate.unlink()
     os.mkfifo(gate)
     assert read_sealed(gate, run_dir=run) is None  # never waits on a writer
+
+
+def test_a_fifo_among_the_benchmarks_hangs_nothing(tmp_path: Path) -> None:
+    """s20: a FIFO named `*.yaml` in a folder of benchmarks hung `gym list benchmarks` and
+    every run naming a benchmark, its open waiting for a writer."""
+    folder = tmp_path / "benchmarks"
+    folder.mkdir()
+    os.mkfifo(folder / "bad.yaml")
+    env = {"GYMFLOW_BENCHMARKS_PATH": str(folder)}
+    listed = gym("list", "benchmarks", cwd=tmp_path, env=env, timeout=60)
+    assert listed.returncode == 0 and "arithmetic-smoke" in listed.stdout, listed.stderr
+    with pytest.raises(YamlFileError, match="a FIFO or socket"):
+        bounded_yaml.read_text(folder / "bad.yaml")

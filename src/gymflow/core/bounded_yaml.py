@@ -12,6 +12,8 @@ digits, was a ValueError traceback from inside the loader)."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +100,14 @@ def safe_load(stream: str | bytes) -> Any:
 
 def read_text(path: Path) -> str:
     """A YAML file's text; `YamlFileError` for one over MAX_FILE_BYTES (or endless, as a device
-    or FIFO is) or not UTF-8 (a binary named by mistake); OSError as `open` raises it."""
-    with path.open("rb") as handle:
+    is), a FIFO or socket, or not UTF-8 (a binary named by mistake); OSError as `open` raises
+    it. Opened without blocking: a FIFO named `*.yaml` in a folder of benchmarks hung `gym list
+    benchmarks` and every run naming a benchmark, waiting for a writer (attack pass 6, s20)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        kind = os.fstat(fd).st_mode
+        if stat.S_ISFIFO(kind) or stat.S_ISSOCK(kind):
+            raise YamlFileError("a FIFO or socket, not a file")
         data = handle.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
         raise YamlFileError(f"longer than {MAX_FILE_BYTES} bytes")
