@@ -192,10 +192,11 @@ def resealed(store: Path) -> None:
         con.close()
 
 
-def seal_health(run: Path, cwd: Path, *extra: str) -> dict:
+def seal_health(run: Path, cwd: Path, *extra: str, gym_command: Any = gym) -> dict:
     """`gym eval health RUN --json`'s exit code, verdict, seal mismatches and when the seals were
-    last checked; a refusal (one line on stderr, nothing vouched for) has no verdict."""
-    done = gym("eval", "health", str(run), "--json", *extra, cwd=cwd)
+    last checked, run by `gym_command` (a `gym` runner); a refusal (one line on stderr, nothing
+    vouched for) has no verdict."""
+    done = gym_command("eval", "health", str(run), "--json", *extra, cwd=cwd)
     if not done.stdout.strip():
         return {"code": done.returncode, "verdict": None, "mismatch": None, "checked_at": None}
     report = json.loads(done.stdout)
