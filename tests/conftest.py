@@ -71,13 +71,15 @@ def gym_in_process(
     out, err = io.StringIO(), io.StringIO()
     saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
     os.environ.update({"COLUMNS": "200", **(env or {})})
+    # the width a `gym` process's consoles take from COLUMNS when they are made
+    width = int(os.environ["COLUMNS"])
     local_prefect.configure()  # what importing gymflow.cli.app does in a fresh `gym`
     widths = {c: c._width for c in (cli_app.console, cli_app.errors)}
     os.chdir(cwd)
     sys.argv = [GYM, *args]
     try:
         for console in widths:
-            console.width = 200
+            console.width = width
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 main()

@@ -46,3 +46,17 @@ def test_in_process_says_what_the_process_says(folder: Path, args: tuple[str, ..
         process.stdout,
         process.stderr,
     )
+
+
+def test_in_process_lays_out_at_the_width_columns_names(folder: Path) -> None:
+    """COLUMNS=80 (tests/faults/test_attacks_terminal.py's width) lays health's table out as
+    the process does, not at the helper's default of 200."""
+    narrow = {"COLUMNS": "80"}
+    process = gym("eval", "health", "run", cwd=folder, env=narrow)
+    assert process.stdout != gym("eval", "health", "run", cwd=folder).stdout  # width matters
+    inline = gym_in_process("eval", "health", "run", cwd=folder, env=narrow)
+    assert (inline.returncode, inline.stdout, inline.stderr) == (
+        process.returncode,
+        process.stdout,
+        process.stderr,
+    )

@@ -15,7 +15,7 @@ from gymflow.cli import exit_codes
 from gymflow.core.errors import GateFailed, GymflowError, RuntimeFailure, UserError
 from gymflow.core.registry import UnknownName
 from gymflow.rollouts.stopping import RunStopped
-from tests.conftest import gym
+from tests.conftest import gym, gym_in_process
 from tests.faults.stores import one_error_line
 
 #: Exceptions that are control flow inside one component and never end a command.
@@ -92,15 +92,17 @@ def test_a_lookup_error_reads_as_raised():
 def test_bad_config_and_bad_flags_exit_1_in_one_line(tmp_path: Path):
     config = tmp_path / "bad.yaml"
     config.write_text(f"benchmark: arithmetic-smoke\nout: {tmp_path / 'run'}\nrepetas: 2\n")
-    result = gym("eval", "run", str(config), cwd=tmp_path)
+    result = gym_in_process("eval", "run", str(config), cwd=tmp_path)
     assert result.returncode == exit_codes.BAD_INPUT
     assert str(config) in one_error_line(result.stderr) and "repetas" in result.stderr
     assert not (tmp_path / "run").exists()
-    # raised where the input is read (no handler of the command's own): same one line
+    # raised where the input is read (no handler of the command's own): same one line; the
+    # servers and the bad GYMFLOW_LOCAL_PREFECT stay gym processes (not refused, a server would
+    # serve on; the variable is read as `gym` starts, before `main`)
     params = gym("serve", "environment", "arithmetic", "--param", "nope=1", cwd=tmp_path)
     assert params.returncode == exit_codes.BAD_INPUT
     assert "verifier 'numeric_match' parameters: nope" in one_error_line(params.stderr)
-    study = gym("study", "run", str(tmp_path / "nowhere.yaml"), "--check", cwd=tmp_path)
+    study = gym_in_process("study", "run", str(tmp_path / "nowhere.yaml"), "--check", cwd=tmp_path)
     assert study.returncode == exit_codes.BAD_INPUT
     assert "nowhere.yaml: cannot read config" in one_error_line(study.stderr)
     unknown = gym("serve", "model", "--benchmark", "no-such-bench", cwd=tmp_path)
@@ -142,7 +144,7 @@ def test_a_bug_prints_its_traceback_and_exits_3(tmp_path: Path):
     (folder / "environment.yaml").write_text(_BUGGY_MANIFEST)
     (folder / "env.py").write_text(_BUGGY_ENV)
     env = {"GYMFLOW_ENVIRONMENTS_PATH": str(tmp_path / "envs")}
-    result = gym("list", "environments", "buggy", cwd=tmp_path, env=env)
+    result = gym_in_process("list", "environments", "buggy", cwd=tmp_path, env=env)
     assert result.returncode == exit_codes.RUNTIME, result.stderr
     assert "Traceback (most recent call last)" in result.stderr
     assert "return 1 / 0" in result.stderr  # the frame that raised, without GYMFLOW_DEBUG

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -30,12 +31,14 @@ from gymflow.rollouts.travel import publish_bundle, travelled
 from gymflow.store.db import StoreError
 from gymflow.store.remote import AlreadyExists, Remote, RemoteError
 from gymflow.store.seal import SealKey
-from tests.conftest import gym
+from tests.conftest import gym, gym_in_process
 from tests.environments.test_dataset import ROWS, write_benchmark, write_rows
-from tests.faults.stores import collect_run, query
+from tests.faults.stores import collect_run, copied_run, query
 
 
-@pytest.fixture(params=["s3", "file"])
+#: SeaweedFS is the slow tier's, as the `s3` fixture is (tests/conftest.py, SLOW_FIXTURES): asked
+#: for by name here, the fixture alone would not mark these
+@pytest.fixture(params=[pytest.param("s3", marks=pytest.mark.slow), "file"])
 def root(request, tmp_path) -> str:
     """A shard root on S3 (SeaweedFS) or on this disk (file://), one per test."""
     if request.param == "file":
@@ -52,9 +55,26 @@ def test_a_conditional_write_has_one_winner(root):
     assert remote.read("absent.json") is None
 
 
-def _shard(tmp_path: Path, index: int = 0, count: int = 2) -> tuple[Path, EvalConfig]:
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int, int], Path]:
+    """Shard `index` of `count`, collected once in the module (for `_shard` to copy)."""
+    made: dict[tuple[int, int], Path] = {}
+
+    def shard_run(index: int, count: int) -> Path:
+        if (index, count) not in made:
+            folder = tmp_path_factory.mktemp("collected") / f"shard-{index}"
+            made[(index, count)] = collect_run(folder, shard={"index": index, "count": count})
+        return made[(index, count)]
+
+    return shard_run
+
+
+def _shard(
+    collected: Callable[[int, int], Path], tmp_path: Path, index: int = 0, count: int = 2
+) -> tuple[Path, EvalConfig]:
+    """A copy (`copied_run`) at `tmp_path` of the module's shard `index` of `count`."""
     config = {"shard": {"index": index, "count": count}}
-    run_dir = collect_run(tmp_path / f"shard-{index}", **config)
+    run_dir = copied_run(collected(index, count), tmp_path / f"shard-{index}")
     return run_dir, EvalConfig.model_validate(
         {"benchmark": "arithmetic-smoke", "limit": 6, "repeats": 2, **config}
     )
@@ -64,8 +84,8 @@ def _rollouts(run_dir: Path) -> int:
     return query(run_dir / "gymflow.duckdb", "SELECT count(*) FROM rollouts")[0][0]
 
 
-def test_checkpoints_restore_and_a_late_duplicate_commit_is_refused(root, tmp_path):
-    run_dir, config = _shard(tmp_path)
+def test_checkpoints_restore_and_a_late_duplicate_commit_is_refused(collected, root, tmp_path):
+    run_dir, config = _shard(collected, tmp_path)
     stored = _rollouts(run_dir)
     shard = PublishedShard(f"{root}/run/shard-0-of-2")
     # a checkpoint holds what is new since the last one; a second with nothing new writes none
@@ -94,8 +114,8 @@ def test_checkpoints_restore_and_a_late_duplicate_commit_is_refused(root, tmp_pa
     assert shard.restore(tmp_path / "third").source == "committed"
 
 
-def test_a_file_altered_after_its_commit_is_refused(root, tmp_path):
-    run_dir, _ = _shard(tmp_path)
+def test_a_file_altered_after_its_commit_is_refused(collected, root, tmp_path):
+    run_dir, _ = _shard(collected, tmp_path)
     shard = PublishedShard(f"{root}/run/shard-0-of-2")
     manifest = shard.commit(run_dir, "a1")
     name = manifest.files["rollouts"].name
@@ -104,10 +124,10 @@ def test_a_file_altered_after_its_commit_is_refused(root, tmp_path):
         shard.restore(tmp_path / "elsewhere")
 
 
-def test_aggregate_reads_committed_shards_from_the_url(s3, tmp_path):
+def test_aggregate_reads_committed_shards_from_the_url(collected, s3, tmp_path):
     url = s3.url(tmp_path.name, "run")
     for index in (0, 1):
-        run_dir, _ = _shard(tmp_path, index)
+        run_dir, _ = _shard(collected, tmp_path, index)
         PublishedShard(f"{url}/shard-{index}-of-2").commit(run_dir, f"a{index}")
     out = tmp_path / "merged"
     env = {**s3.env, "PREFECT_API_URL": ""}
@@ -128,9 +148,9 @@ def test_aggregate_reads_committed_shards_from_the_url(s3, tmp_path):
     assert missing.returncode == 1 and "no committed shard result here" in missing.stderr
 
 
-def test_a_shard_whose_every_rollout_failed_is_not_complete(tmp_path):
+def test_a_shard_whose_every_rollout_failed_is_not_complete(collected, tmp_path):
     # the local policy answering nothing: every rollout a transport failure, all stored
-    run_dir, config = _shard(tmp_path, 0, 1)
+    run_dir, config = _shard(collected, tmp_path, 0, 1)
     con = duckdb.connect(str(run_dir / "gymflow.duckdb"))
     try:
         con.execute("UPDATE rollouts SET status = 'failed', failure_kind = 'transport'")
@@ -262,11 +282,11 @@ FORGERIES = {
 
 
 @pytest.mark.parametrize("change", FORGERIES)
-def test_a_forged_committed_manifest_is_refused_in_one_line(root, tmp_path, change):
+def test_a_forged_committed_manifest_is_refused_in_one_line(collected, root, tmp_path, change):
     """Whatever a forged COMMITTED.json says, no reader leaves the shard's folder, believes its
     counts or crashes: restore, progress and a rerun of the shard each refuse it with one
     StoreError naming the URL and the field."""
-    run_dir, config = _shard(tmp_path)
+    run_dir, config = _shard(collected, tmp_path)
     shard = PublishedShard(f"{root}/run/shard-0-of-2")
     shard.commit(run_dir, "a1")
     manifest = _committed_json(shard)
@@ -290,14 +310,14 @@ def test_a_forged_committed_manifest_is_refused_in_one_line(root, tmp_path, chan
         run_published(mine, collect, every_s=60, every_rollouts=100, log=lambda _: None)
 
 
-def test_a_forged_manifest_is_one_error_line_from_aggregate(tmp_path):
-    run_dir, _ = _shard(tmp_path)
+def test_a_forged_manifest_is_one_error_line_from_aggregate(collected, tmp_path):
+    run_dir, _ = _shard(collected, tmp_path)
     url = f"file://{tmp_path / 'root'}/run"
     shard = PublishedShard(f"{url}/shard-0-of-2")
     shard.commit(run_dir, "a1")
     shard.remote.put(COMMITTED, _forge(_committed_json(shard), "a name climbing out"))
     out = tmp_path / "merged"
-    result = gym(
+    result = gym_in_process(
         "eval", "aggregate", url, "--out", str(out), cwd=tmp_path, env={"PREFECT_API_URL": ""}
     )
     assert result.returncode == 1 and "Traceback" not in result.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import gym
+from tests.conftest import gym, gym_in_process
 from tests.real_model.plans import ENVS, FIXTURES
 from tests.real_model.record import unpack
 
@@ -56,7 +56,8 @@ def test_confirm_reverifies_a_real_models_answers_without_a_model_call(tmp_path:
     pattern anywhere) as a what-if reverify of a copy, no model server running."""
     run = unpack(FIXTURES / "scenario-verifier-fullmatch", tmp_path / "run")
     env = {"GYMFLOW_ENVIRONMENTS_PATH": str(ENVS)}
-    out = gym("eval", "decide", str(run), "--confirm", "--json", cwd=tmp_path, env=env)
+    # a reverify of a copy, no Prefect flow: in-process
+    out = gym_in_process("eval", "decide", str(run), "--confirm", "--json", cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr
     payload = json.loads(out.stdout)
     decision, outcome = payload["decision"], payload["confirmation"]
@@ -66,5 +67,6 @@ def test_confirm_reverifies_a_real_models_answers_without_a_model_call(tmp_path:
     assert outcome["ran"] and outcome["effect"], outcome["why"]
     assert outcome["run_dir"] == str(run / "confirm" / "verifier_params")
     # the run itself is read as before: the what-if lives in its copy
-    again = json.loads(gym("eval", "decide", str(run), "--json", cwd=tmp_path, env=env).stdout)
+    again = gym_in_process("eval", "decide", str(run), "--json", cwd=tmp_path, env=env)
+    again = json.loads(again.stdout)
     assert again["decision"]["action"] == "verifier_repair"

@@ -20,7 +20,7 @@ from gymflow.simulated.endpoint import model_endpoint
 from gymflow.store.db import connect
 from gymflow.verifiers.base import VerifyInput, get_verifier
 from tests.analysis.builder import RunMeta, StoreBuilder, reseal
-from tests.conftest import ROOT, gym, gym_in_process
+from tests.conftest import ROOT, gym_in_process
 
 
 @pytest.fixture
@@ -271,14 +271,18 @@ def test_bad_settings_and_stateful_environments_are_refused(
         reseal(sealed)
     with pytest.raises(ReverifyError, match="reverify_stateless: false"):
         reverify(run, {"extract": "last_number"})
+    # in-process: the registry has read this folder (its cache is keyed by the path) and nothing
+    # in it changes after
     env = {"GYMFLOW_ENVIRONMENTS_PATH": str(tmp_path / "envs")}
-    out = gym("eval", "reverify", "run", "--set", "extract=last_number", cwd=tmp_path, env=env)
+    out = gym_in_process(
+        "eval", "reverify", "run", "--set", "extract=last_number", cwd=tmp_path, env=env
+    )
     assert out.returncode == 1 and "--force" in out.stderr
     con = connect(run, read_only=True)
     versions = con.execute("SELECT count(*) FROM verifier_versions").fetchone()[0]
     con.close()
     assert versions == 1 and _rows(run, StoreBuilder().verifier_version) == before
-    forced = gym(
+    forced = gym_in_process(
         "eval",
         "reverify",
         "run",

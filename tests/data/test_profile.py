@@ -11,7 +11,7 @@ import pytest
 
 from gymflow.data.neardup import components, group_documents, recall_at, signatures
 from tests.analysis.builder import RunMeta, StoreBuilder
-from tests.conftest import gym, gym_in_process
+from tests.conftest import gym_in_process
 
 APPLES = "Tom has 3 apples and buys 4 more apples at the market today. How many apples now?"
 PROMPTS = {
@@ -96,10 +96,10 @@ def test_near_duplicates_grouped_with_their_pass_rates(run: Path) -> None:
 
 
 def test_profile_text_and_bad_threshold(run: Path) -> None:
-    result = gym("data", "profile", str(run), "--threshold", "0.4", cwd=run.parent)
+    result = gym_in_process("data", "profile", str(run), "--threshold", "0.4", cwd=run.parent)
     assert result.returncode == 0, result.stderr
     assert "2 informative" in result.stdout and "1 groups, 3 tasks" in result.stdout
-    bad = gym("data", "profile", str(run), "--threshold", "0", cwd=run.parent)
+    bad = gym_in_process("data", "profile", str(run), "--threshold", "0", cwd=run.parent)
     assert bad.returncode == 1 and "--threshold 0.0: need 0 < threshold <= 1" in bad.stderr
 
 

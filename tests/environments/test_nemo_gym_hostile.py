@@ -19,6 +19,8 @@ import pytest
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
+# gym, not gym_in_process: a process loads a NeMo Gym environment once by name, whatever
+# GYMFLOW_NEMO_GYM_PATH names later (in-process, the second test here read the first's folder)
 from tests.conftest import gym
 from tests.faults.test_attacks_resources import serving
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from gymflow.environments.registry import PATH_VARIABLE
 from gymflow.environments.scaffold import scaffold
 from gymflow.rollouts.validate import validate_config
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # validate writes nothing: no process needed
 
 
 def _files(root: Path) -> list[Path]:

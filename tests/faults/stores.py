@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.registration import register_run
 from gymflow.simulated.endpoint import local_policy_server
 from gymflow.store.db import connect
+from gymflow.store.seal import remember_copy
 from tests.conftest import gym
 
 
@@ -87,6 +89,16 @@ def collect_run(out: Path, **config: Any) -> Path:
     finally:
         con.close()
     return out
+
+
+def copied_run(source: Path, to: Path) -> Path:
+    """A copy at `to` of a run `collect_run` made (a module's one honest run), recorded as
+    sealed by this machine as `source` is: what `collect_run` of the same config at `to` leaves
+    (the run id is the config's, not the folder's), without collecting again (a policy
+    server's start and the collection: 1 to 2 s of a test on a busy machine)."""
+    shutil.copytree(source, to)
+    remember_copy(source / "gymflow.duckdb", to / "gymflow.duckdb")
+    return to
 
 
 def edit_store(run: Path, *statements: str) -> None:
@@ -180,10 +192,11 @@ def resealed(store: Path) -> None:
         con.close()
 
 
-def seal_health(run: Path, cwd: Path, *extra: str) -> dict:
+def seal_health(run: Path, cwd: Path, *extra: str, gym_command: Any = gym) -> dict:
     """`gym eval health RUN --json`'s exit code, verdict, seal mismatches and when the seals were
-    last checked; a refusal (one line on stderr, nothing vouched for) has no verdict."""
-    done = gym("eval", "health", str(run), "--json", *extra, cwd=cwd)
+    last checked, run by `gym_command` (a `gym` runner); a refusal (one line on stderr, nothing
+    vouched for) has no verdict."""
+    done = gym_command("eval", "health", str(run), "--json", *extra, cwd=cwd)
     if not done.stdout.strip():
         return {"code": done.returncode, "verdict": None, "mismatch": None, "checked_at": None}
     report = json.loads(done.stdout)

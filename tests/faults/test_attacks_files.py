@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GYM, gym, require_tool
-from tests.faults.stores import collect_run, one_error_line, rollout_rows, tree_digest
+from tests.conftest import GYM, gym, gym_in_process, require_tool
+from tests.faults.stores import collect_run, copied_run, one_error_line, rollout_rows, tree_digest
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,10 @@ def test_out_refuses_a_special_file_and_replaces_a_symlink(run: Path, tmp_path: 
     before = tree_digest(run)
     for name, path in _special_files(tmp_path).items():
         kind = os.stat(path).st_mode
-        refused = gym("export", str(run), "--out", str(path), cwd=tmp_path, timeout=120)
+        # a process for a FIFO (written to, it would block until the timeout) and /dev/stdout
+        # (what it is is the process's: a pipe for `gym`, pytest's capture file in this one)
+        runner = gym_in_process if name == "device" else gym
+        refused = runner("export", str(run), "--out", str(path), cwd=tmp_path)
         assert refused.returncode == 1, (name, refused.stdout, refused.stderr)
         assert "not a regular file" in one_error_line(refused.stderr), name
         assert os.stat(path).st_mode == kind, name  # still the device, FIFO or link
@@ -56,7 +59,7 @@ def test_out_refuses_a_special_file_and_replaces_a_symlink(run: Path, tmp_path: 
     real.write_text("old\n")
     link = tmp_path / "latest.jsonl"
     link.symlink_to(real)
-    gym("export", str(run), "--out", str(link), cwd=tmp_path, check=True, timeout=120)
+    gym_in_process("export", str(run), "--out", str(link), cwd=tmp_path, check=True)
     assert not link.is_symlink() and link.read_text().count("\n") == 12
     assert real.read_text() == "old\n"  # an explicit --out that is a link: replaced, not followed
     assert sorted(p.name for p in real.parent.iterdir()) == ["rollouts.jsonl"]
@@ -71,8 +74,8 @@ def _full_disk() -> None:
 def test_a_selection_cut_by_a_full_disk_leaves_the_previous_one_whole(tmp_path: Path) -> None:
     run = collect_run(tmp_path / "run", limit=30)
     out = tmp_path / "data"
-    gym("data", "select", str(run), "--out", str(out), "--pass-rate", "[0,1]", cwd=tmp_path,
-        check=True, timeout=120)  # fmt: skip
+    gym_in_process("data", "select", str(run), "--out", str(out), "--pass-rate", "[0,1]",
+                   cwd=tmp_path, check=True)  # fmt: skip
     previous = tree_digest(out)
     full = subprocess.run(
         [GYM, "data", "select", str(run), "--out", str(out), "--pass-rate", "[0,1]"],
@@ -92,8 +95,8 @@ def test_a_selection_cut_by_a_full_disk_leaves_the_previous_one_whole(tmp_path: 
 def test_a_killed_aggregate_never_blocks_the_next(tmp_path: Path) -> None:
     shards = [collect_run(tmp_path / f"shard{i}", shard={"index": i, "count": 2}) for i in (0, 1)]
     reference = tmp_path / "reference"
-    gym("eval", "aggregate", *map(str, shards), "--out", str(reference), cwd=tmp_path,
-        check=True, timeout=300)  # fmt: skip
+    gym_in_process("eval", "aggregate", *map(str, shards), "--out", str(reference),
+                   cwd=tmp_path, check=True)  # fmt: skip
     merged = tmp_path / "merged"
     for delay in (0.5, 1.0, 1.5, 2.0, 3.0):  # killed wherever it is: importing, creating, merging
         process = subprocess.Popen(
@@ -107,7 +110,8 @@ def test_a_killed_aggregate_never_blocks_the_next(tmp_path: Path) -> None:
         process.wait()
         if (merged / "gymflow.duckdb").exists():
             break
-    done = gym("eval", "aggregate", *map(str, shards), "--out", str(merged), cwd=tmp_path)
+    done = gym_in_process("eval", "aggregate", *map(str, shards), "--out", str(merged),
+                          cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert rollout_rows(merged / "gymflow.duckdb") == rollout_rows(reference / "gymflow.duckdb")
 
@@ -144,21 +148,20 @@ def test_a_read_only_place_is_one_error_line_naming_it(run: Path, tmp_path: Path
     assert list(folder.iterdir()) == []
 
 
-def test_a_link_into_gymflows_own_folder_is_not_written_through(tmp_path: Path) -> None:
+def test_a_link_into_gymflows_own_folder_is_not_written_through(run: Path, tmp_path: Path) -> None:
     """An attacker's pass (a12): `RUN/report.html` linked to the records of sealed stores, and
     the owner's `gym report RUN` replaced them with the report, which switched off the check
     that a sealed store was stripped (linked to the seal key, it destroyed the key). The link
     is now replaced by the report; the records are left alone."""
     from gymflow.store.seal import key_file
 
-    run = collect_run(tmp_path / "run")
+    run = copied_run(run, tmp_path / "run")
     records = key_file().with_name("sealed-stores")
     assert records.exists()  # the run above was recorded there
     before = records.read_bytes()
     (run / "report.html").unlink(missing_ok=True)
     (run / "report.html").symlink_to(records)
-    done = subprocess.run([GYM, "report", str(run)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    done = gym_in_process("report", str(run), cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"report: {run / 'report.html'}" in done.stdout
     assert not (run / "report.html").is_symlink()

@@ -19,17 +19,27 @@ import shutil
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from gymflow.rollouts import merge as merging
 from gymflow.store.seal import key_file
 from tests.conftest import gym_in_process as gym
-from tests.faults.stores import collect_run, edit_store, rollout_rows, tree_digest
+from tests.faults.stores import collect_run, copied_run, edit_store, rollout_rows, tree_digest
 
 #: A forgery without the key: failing outputs and verdicts passed, every seal and record gone.
 FORGED = (
     "UPDATE verifications SET seal = NULL, passed = true, reward = 1",
     "DELETE FROM meta WHERE key IN ('seal', 'task_seal', 'inputs_seal', 'rollouts_seal')",
 )
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A run and the two shards of one, collected once: each test attacks copies."""
+    root = tmp_path_factory.mktemp("collected")
+    shards = {f"shard{i}": collect_run(root / f"shard{i}", shard={"index": i, "count": 2})
+              for i in range(2)}  # fmt: skip
+    return {"run": collect_run(root / "run"), **shards}
 
 
 def _health(run: Path, cwd: Path) -> tuple[int, str, list[str]]:
@@ -42,8 +52,10 @@ def _pass_at_1(run: Path, cwd: Path) -> float:
     return json.loads(gym("eval", "profile", str(run), "--json", cwd=cwd).stdout)["pass@1"]
 
 
-def test_a_store_replaced_by_a_link_to_a_stripped_copy_is_stripped(tmp_path: Path) -> None:
-    run = collect_run(tmp_path / "run")
+def test_a_store_replaced_by_a_link_to_a_stripped_copy_is_stripped(
+    collected: dict[str, Path], tmp_path: Path
+) -> None:
+    run = copied_run(collected["run"], tmp_path / "run")
     honest = _pass_at_1(run, tmp_path)
     assert honest < 1.0 and _health(run, tmp_path)[:2] == (0, "healthy")
     shadow = run / ".shadow.duckdb"
@@ -61,12 +73,14 @@ def test_a_store_replaced_by_a_link_to_a_stripped_copy_is_stripped(tmp_path: Pat
     assert rollout_rows(shadow) == stored and tree_digest(run) == digest
 
 
-def _shards(tmp_path: Path) -> list[Path]:
-    return [collect_run(tmp_path / f"shard{i}", shard={"index": i, "count": 2}) for i in range(2)]
+def _shards(collected: dict[str, Path], tmp_path: Path) -> list[Path]:
+    return [copied_run(collected[f"shard{i}"], tmp_path / f"shard{i}") for i in range(2)]
 
 
-def test_a_shard_linked_to_a_stripped_copy_is_refused(tmp_path: Path) -> None:
-    shards = _shards(tmp_path)
+def test_a_shard_linked_to_a_stripped_copy_is_refused(
+    collected: dict[str, Path], tmp_path: Path
+) -> None:
+    shards = _shards(collected, tmp_path)
     honest = tmp_path / "honest"
     gym("eval", "aggregate", *map(str, shards), "--out", str(honest), cwd=tmp_path, check=True)
     elsewhere = tmp_path / "elsewhere" / "shard1"
@@ -81,11 +95,13 @@ def test_a_shard_linked_to_a_stripped_copy_is_refused(tmp_path: Path) -> None:
     assert _pass_at_1(honest, tmp_path) < 1.0
 
 
-def test_a_shard_swapped_after_its_check_is_not_what_is_merged(tmp_path: Path, monkeypatch) -> None:
+def test_a_shard_swapped_after_its_check_is_not_what_is_merged(
+    collected: dict[str, Path], tmp_path: Path, monkeypatch
+) -> None:
     """The swap the attacker timed with inotify, made here between the shards' check and the
     copy: a store whose `rollouts` is a view reading the seal key. The merge copies what it
     checked; the key is nowhere in the run store."""
-    shards = _shards(tmp_path)
+    shards = _shards(collected, tmp_path)
     evil = tmp_path / "evil.duckdb"
     shutil.copyfile(shards[1] / "gymflow.duckdb", evil)
     con = duckdb.connect(str(evil))

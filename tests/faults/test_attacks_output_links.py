@@ -18,14 +18,26 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import gym
 from tests.conftest import gym_in_process as in_process
-from tests.faults.stores import collect_run, edit_store, one_error_line, rollout_rows, tree_digest
+from tests.faults.stores import (
+    collect_run,
+    copied_run,
+    edit_store,
+    one_error_line,
+    rollout_rows,
+    tree_digest,
+)
 
 OWNER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ3b0wnerOwnerOwnerOwner owner@laptop\n"
 ATTACKER_KEY = (
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOkWy34BPDxldW/8rSDlmqFY4C4+qhVHs1nDQCjCVv9S attacker@evil"
 )
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run each test here plants its links around a copy of."""
+    return collect_run(tmp_path_factory.mktemp("honest") / "run")
 
 
 def _home(tmp_path: Path) -> Path:
@@ -53,10 +65,10 @@ def _keys(path: Path) -> list[str]:
     return [line for line in path.read_text().splitlines() if line.startswith("ssh-ed25519")]
 
 
-def test_a_report_link_to_authorized_keys_leaves_them_alone(tmp_path: Path) -> None:
+def test_a_report_link_to_authorized_keys_leaves_them_alone(honest: Path, tmp_path: Path) -> None:
     home = _home(tmp_path)
     keys = home / ".ssh" / "authorized_keys"
-    run = collect_run(tmp_path / "run")
+    run = copied_run(honest, tmp_path / "run")
     line = "\\n" + ATTACKER_KEY + "\\n"  # a JSON-escaped newline inside the trajectory's text
     edit_store(
         run,
@@ -70,7 +82,7 @@ def test_a_report_link_to_authorized_keys_leaves_them_alone(tmp_path: Path) -> N
     before, stored = _digests(home), rollout_rows(run / "gymflow.duckdb")
     assert _keys(keys) == [OWNER_KEY.strip()]
 
-    done = gym("report", str(run), cwd=tmp_path, env={"HOME": str(home)})
+    done = in_process("report", str(run), cwd=tmp_path, env={"HOME": str(home)})
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"report: {run / 'report.html'}" in done.stdout  # was: report: …/authorized_keys
     assert _digests(home) == before
@@ -85,11 +97,11 @@ def test_a_report_link_to_authorized_keys_leaves_them_alone(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("output", ["export", "trend"])
 def test_other_default_outputs_replace_a_link_and_never_follow_it(
-    output: str, tmp_path: Path
+    output: str, honest: Path, tmp_path: Path
 ) -> None:
     home = _home(tmp_path)
     root = tmp_path / "runs"
-    run = collect_run(root / "nightly")
+    run = copied_run(honest, root / "nightly")
     if output == "export":  # default: RUN/rollouts.jsonl
         name, command = run / "rollouts.jsonl", ["export", str(run)]
     else:  # default: ROOT/trend-BENCHMARK.html
@@ -98,7 +110,7 @@ def test_other_default_outputs_replace_a_link_and_never_follow_it(
     _plant(name, home / ".bashrc")
     before, stored = _digests(home), rollout_rows(run / "gymflow.duckdb")
 
-    done = gym(*command, cwd=tmp_path, env={"HOME": str(home)})
+    done = in_process(*command, cwd=tmp_path, env={"HOME": str(home)})
     assert done.returncode == 0, done.stdout + done.stderr
     assert _digests(home) == before
     assert not name.is_symlink() and name.stat().st_size > 100
@@ -106,15 +118,15 @@ def test_other_default_outputs_replace_a_link_and_never_follow_it(
     assert not [p for p in name.parent.iterdir() if p.name.endswith(".partial")]
 
 
-def test_a_link_at_a_folder_gymflow_names_is_refused(tmp_path: Path) -> None:
+def test_a_link_at_a_folder_gymflow_names_is_refused(honest: Path, tmp_path: Path) -> None:
     """`gym data select RUN` writes RUN/data/benchmarks/NAME.*: a link planted at RUN/data
     put the selection wherever it pointed (here the stand-in home's .ssh)."""
     home = _home(tmp_path)
-    run = collect_run(tmp_path / "run")
+    run = copied_run(honest, tmp_path / "run")
     (run / "data").symlink_to(home / ".ssh", target_is_directory=True)
     before, listed = _digests(home), sorted(p.name for p in (home / ".ssh").iterdir())
 
-    done = gym("data", "select", str(run), "--pass-rate", "[0,1]", cwd=tmp_path)
+    done = in_process("data", "select", str(run), "--pass-rate", "[0,1]", cwd=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     line = one_error_line(done.stderr)
     assert f"{run / 'data'}: a symlink where gymflow keeps a folder of its own" in line, line
@@ -122,14 +134,16 @@ def test_a_link_at_a_folder_gymflow_names_is_refused(tmp_path: Path) -> None:
     assert sorted(p.name for p in (home / ".ssh").iterdir()) == listed  # no benchmarks/ there
 
 
-def test_a_run_folder_that_is_a_link_is_written_through_by_no_writer(tmp_path: Path) -> None:
+def test_a_run_folder_that_is_a_link_is_written_through_by_no_writer(
+    honest: Path, tmp_path: Path
+) -> None:
     """RUN itself made a link (by whoever can write its parent, a shared runs/ folder) to a
     folder of the owner's: every default output (report.html, rollouts.jsonl, RUN/data/…) and
     the store's own writes (a reverify) landed in the folder it points to. The folder a file or
     a store is written in is refused when it is a link, named with where it points; reading
     through it is still reading that store (its seals and the ledger decide)."""
     home = _home(tmp_path)
-    real = collect_run(home / "project")
+    real = copied_run(honest, home / "project")
     (tmp_path / "runs").mkdir()
     link = tmp_path / "runs" / "nightly"
     link.symlink_to(real, target_is_directory=True)
@@ -149,12 +163,12 @@ def test_a_run_folder_that_is_a_link_is_written_through_by_no_writer(tmp_path: P
     assert read.returncode == 0, read.stdout + read.stderr
 
 
-def test_an_out_folder_that_is_a_link_is_refused(tmp_path: Path) -> None:
+def test_an_out_folder_that_is_a_link_is_refused(honest: Path, tmp_path: Path) -> None:
     """`--out` naming a folder that is a link (`gym data select RUN --out DIR`, a file in it
     for `gym export`, the run folder `gym import` makes): refused as a run folder is, the
     folder it points to left alone."""
     home = _home(tmp_path)
-    run = collect_run(tmp_path / "run")
+    run = copied_run(honest, tmp_path / "run")
     out = tmp_path / "selections"
     out.symlink_to(home / ".ssh", target_is_directory=True)
     before = _digests(home), sorted(p.name for p in (home / ".ssh").iterdir())

@@ -11,6 +11,7 @@ the store, the row and the column; nothing is written either way."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -18,15 +19,28 @@ import pytest
 from tests.conftest import gym as gym_process
 from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 from tests.faults.recorder import recording_server
-from tests.faults.stores import collect_run, edit_store, resealed, rollout_rows, tree_digest
+from tests.faults.stores import (
+    collect_run,
+    copied_run,
+    edit_store,
+    resealed,
+    rollout_rows,
+    tree_digest,
+)
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run of `collect_run`'s config every test here forges a copy of."""
+    return collect_run(tmp_path_factory.mktemp("honest") / "run")
 
 
 def _check(run, cwd):
     return gym("eval", "reverify", str(run), "--check", "--json", cwd=cwd)
 
 
-def test_parameters_edited_to_pass_everything_fail_the_check(tmp_path) -> None:
-    run = collect_run(tmp_path / "run")
+def test_parameters_edited_to_pass_everything_fail_the_check(honest: Path, tmp_path) -> None:
+    run = copied_run(honest, tmp_path / "run")
     edit_store(
         run,
         "UPDATE verifier_versions SET params_json = "
@@ -45,8 +59,8 @@ def test_parameters_edited_to_pass_everything_fail_the_check(tmp_path) -> None:
     assert tree_digest(run) == before
 
 
-def test_deleted_failing_verdicts_are_differences(tmp_path) -> None:
-    run = collect_run(tmp_path / "run")
+def test_deleted_failing_verdicts_are_differences(honest: Path, tmp_path) -> None:
+    run = copied_run(honest, tmp_path / "run")
     failing = {
         r
         for (r,) in duckdb.connect(str(run / "gymflow.duckdb"), read_only=True)
@@ -65,8 +79,8 @@ def test_deleted_failing_verdicts_are_differences(tmp_path) -> None:
     assert tree_digest(run) == before
 
 
-def test_null_keys_of_a_forged_verdict_are_listed(tmp_path) -> None:
-    run = collect_run(tmp_path / "run")
+def test_null_keys_of_a_forged_verdict_are_listed(honest: Path, tmp_path) -> None:
+    run = copied_run(honest, tmp_path / "run")
     edit_store(
         run,
         "UPDATE rollouts SET repeat_index = NULL",
@@ -107,10 +121,10 @@ EDITED = (1, "edited in the file; nothing written")
     + [(e, (1, n), ("--set", "abs_tol=0.5")) for e, n in STORED[2:]],
 )
 def test_a_corrupt_stored_value_is_named_and_nothing_is_written(
-    tmp_path, edit: str, expected: tuple[int, str], command: tuple[str, ...]
+    honest: Path, tmp_path, edit: str, expected: tuple[int, str], command: tuple[str, ...]
 ) -> None:
     code, named = expected
-    run = collect_run(tmp_path / "run")
+    run = copied_run(honest, tmp_path / "run")
     edit_store(run, edit)
     before = rollout_rows(run / "gymflow.duckdb")
     versions = duckdb.connect(str(run / "gymflow.duckdb"), read_only=True).execute(

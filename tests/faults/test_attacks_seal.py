@@ -36,6 +36,7 @@ from gymflow.store.seal import (
 from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 from tests.faults.stores import (
     collect_run,
+    copied_run,
     edit_store,
     one_error_line,
     rollout_rows,
@@ -43,6 +44,12 @@ from tests.faults.stores import (
 )
 
 OTHER_KEY = "ab" * 32  # another host's GYMFLOW_SEAL_KEY
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run every test here that needs `collect_run`'s own config edits a copy of."""
+    return collect_run(tmp_path_factory.mktemp("honest") / "run")
 
 
 #: A failing rollout's output rewritten to its task's reference answer, its verdict to a pass.
@@ -85,8 +92,10 @@ def test_the_seal_is_hmac_sha256_of_the_message_framed_in_sql() -> None:
     assert table.column("seal").to_pylist() == [expected]
 
 
-def test_an_output_rewritten_to_the_reference_and_passed_is_unhealthy(tmp_path) -> None:
-    run = collect_run(tmp_path / "run")
+def test_an_output_rewritten_to_the_reference_and_passed_is_unhealthy(
+    honest: Path, tmp_path
+) -> None:
+    run = copied_run(honest, tmp_path / "run")
     clean = gym("eval", "health", str(run), "--json", cwd=tmp_path)
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert json.loads(clean.stdout)["checks"]["seal_mismatch"]["status"] == "ok"
@@ -138,8 +147,10 @@ MOVED = {
 
 
 @pytest.mark.parametrize("edit", sorted(MOVED))
-def test_a_rollout_moved_or_left_out_of_scores_is_unhealthy(tmp_path, edit: str) -> None:
-    run = collect_run(tmp_path / "run")
+def test_a_rollout_moved_or_left_out_of_scores_is_unhealthy(
+    honest: Path, tmp_path, edit: str
+) -> None:
+    run = copied_run(honest, tmp_path / "run")
     failing = _failing(run)
     assert failing
     listed = "(" + ", ".join(f"'{rid}'" for rid in sorted(failing)) + ")"
@@ -157,12 +168,12 @@ def test_a_rollout_moved_or_left_out_of_scores_is_unhealthy(tmp_path, edit: str)
     assert tree_digest(run) == digest  # health changes nothing stored
 
 
-def test_a_sealed_rollout_copied_from_another_run_is_unhealthy(tmp_path) -> None:
+def test_a_sealed_rollout_copied_from_another_run_is_unhealthy(honest: Path, tmp_path) -> None:
     """A passing rollout of another run sealed by this machine, copied with its verdict and
     model calls over a failing one of the same task and repeat (its calls' sampling set to
     this run's): seals matched, and health read healthy at pass@1 0.75 -> 0.83 (attacker's
     pass, issue 28). Its seal binds its run_id, which is not this run's."""
-    run = collect_run(tmp_path / "run")
+    run = copied_run(honest, tmp_path / "run")
     other = collect_run(tmp_path / "other", sampling={"seed": 7})
     db, other_db = run / "gymflow.duckdb", other / "gymflow.duckdb"
     con = duckdb.connect(str(db))
@@ -196,16 +207,16 @@ def test_a_sealed_rollout_copied_from_another_run_is_unhealthy(tmp_path) -> None
     assert rollout_rows(db) == before  # health changes nothing stored
 
 
-def test_a_verdict_whose_seal_is_removed_reads_as_tampered(tmp_path) -> None:
-    run = collect_run(tmp_path / "run")
+def test_a_verdict_whose_seal_is_removed_reads_as_tampered(honest: Path, tmp_path) -> None:
+    run = copied_run(honest, tmp_path / "run")
     edit_store(run, *REWRITTEN, "UPDATE verifications SET seal = NULL WHERE passed")
     report = json.loads(gym("eval", "health", str(run), "--json", cwd=tmp_path).stdout)
     assert report["verdict"] == "unhealthy"
     assert report["checks"]["verdict_unsealed"]["count"] == 0
 
 
-def test_reverify_seals_its_verdicts_and_the_superseded_keep_theirs(tmp_path) -> None:
-    run = collect_run(tmp_path / "run")
+def test_reverify_seals_its_verdicts_and_the_superseded_keep_theirs(honest: Path, tmp_path) -> None:
+    run = copied_run(honest, tmp_path / "run")
     out = gym("eval", "reverify", str(run), "--set", "abs_tol=5", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     con = duckdb.connect(str(run / "gymflow.duckdb"), read_only=True)
@@ -223,8 +234,8 @@ def test_reverify_seals_its_verdicts_and_the_superseded_keep_theirs(tmp_path) ->
 UNSEAL = ("ALTER TABLE verifications DROP COLUMN seal", "DELETE FROM meta WHERE key = 'seal'")
 
 
-def test_a_store_from_before_the_seal_is_a_warning(tmp_path) -> None:
-    written = collect_run(tmp_path / "written")
+def test_a_store_from_before_the_seal_is_a_warning(honest: Path, tmp_path) -> None:
+    written = copied_run(honest, tmp_path / "written")
     # what an older gymflow wrote: no seal column, no seal record, at a path never sealed here
     edit_store(written, *UNSEAL)
     run = written.rename(tmp_path / "run")
@@ -256,12 +267,14 @@ def test_a_store_from_before_the_seal_is_a_warning(tmp_path) -> None:
     ],
     ids=["unsealed", "another-key"],
 )
-def test_seals_stripped_from_a_store_sealed_here_are_an_integrity_failure(tmp_path, strip):
+def test_seals_stripped_from_a_store_sealed_here_are_an_integrity_failure(
+    honest: Path, tmp_path, strip
+):
     """Every seal and the seal record removed or rewritten together, with the failing outputs
     rewritten to the reference and passed: inside the file nothing tells this from an older or
     a colleague's store, which only warn, and pass@1 read 1.0 healthy (attacker's pass, issue
     28). This machine remembers the path of every store it sealed (beside the key)."""
-    run = collect_run(tmp_path / "run")
+    run = copied_run(honest, tmp_path / "run")
     _failing(run)
     edit_store(run, *REWRITTEN, *strip)
     before, digest = rollout_rows(run / "gymflow.duckdb"), tree_digest(run)
@@ -282,8 +295,8 @@ def test_seals_stripped_from_a_store_sealed_here_are_an_integrity_failure(tmp_pa
     assert rollout_rows(run / "gymflow.duckdb") == before
 
 
-def test_a_store_sealed_with_another_key_says_so(tmp_path) -> None:
-    run = collect_run(tmp_path / "run")
+def test_a_store_sealed_with_another_key_says_so(honest: Path, tmp_path) -> None:
+    run = copied_run(honest, tmp_path / "run")
     other = {"GYMFLOW_SEAL_KEY": OTHER_KEY}
     checked = gym("eval", "health", str(run), "--json", cwd=tmp_path, env=other)
     report = json.loads(checked.stdout)
@@ -302,12 +315,12 @@ def test_a_store_sealed_with_another_key_says_so(tmp_path) -> None:
     assert tree_digest(run) == digest  # refused before anything was written
 
 
-def test_a_seal_record_edited_to_name_another_key_still_checks(tmp_path) -> None:
+def test_a_seal_record_edited_to_name_another_key_still_checks(honest: Path, tmp_path) -> None:
     """The record naming the sealing key is in the store: set to another key's id, every check
     skipped the seals (`seal_key_unknown`, a warning) and a rewritten run read healthy at
     pass@1 1.0 (attacker's pass, issue 28). Seals this machine's key made are checked by it
     whatever the record says."""
-    run = collect_run(tmp_path / "run")
+    run = copied_run(honest, tmp_path / "run")
     rewritten = _failing(run)
     edit_store(
         run,
@@ -328,10 +341,10 @@ def test_a_seal_record_edited_to_name_another_key_still_checks(tmp_path) -> None
     assert tree_digest(run) == digest and rollout_rows(run / "gymflow.duckdb") == before
 
 
-def test_a_key_file_others_can_read_is_one_error_line(tmp_path) -> None:
+def test_a_key_file_others_can_read_is_one_error_line(honest: Path, tmp_path) -> None:
     config = tmp_path / "config"
     env = {"XDG_CONFIG_HOME": str(config)}
-    run = collect_run(tmp_path / "run")
+    run = copied_run(honest, tmp_path / "run")
     # the first use makes the key file, owner-only; a readable one is refused, never used
     gym("eval", "reverify", str(run), "--set", "abs_tol=5", cwd=tmp_path, env=env)
     key_file = config / "gymflow" / "seal.key"
@@ -442,9 +455,9 @@ def test_a_shard_store_sealed_with_another_key_is_refused_at_merge(tmp_path, mon
 
 
 def test_a_run_resumed_with_another_key_is_refused_before_any_model_call(
-    tmp_path, monkeypatch
+    honest: Path, tmp_path, monkeypatch
 ) -> None:
-    run = collect_run(tmp_path / "run")
+    run = copied_run(honest, tmp_path / "run")
     before = rollout_rows(run / "gymflow.duckdb")
     plan = resolve(
         EvalConfig.model_validate(
@@ -461,11 +474,11 @@ def test_a_run_resumed_with_another_key_is_refused_before_any_model_call(
     assert rollout_rows(run / "gymflow.duckdb") == before
 
 
-def test_a_task_deleted_with_all_it_held_is_an_integrity_failure(tmp_path) -> None:
+def test_a_task_deleted_with_all_it_held_is_an_integrity_failure(honest: Path, tmp_path) -> None:
     """A failing task taken out with its rollouts, verdicts and calls: every verdict left keeps
     its seal and every count agrees, and pass@1 read 0.90 instead of 0.75, healthy (attacker's
     pass, issue 28). The task list is sealed too."""
-    run = collect_run(tmp_path / "run")
+    run = copied_run(honest, tmp_path / "run")
     con = duckdb.connect(str(run / "gymflow.duckdb"), read_only=True)
     try:
         (task,) = con.execute(

@@ -14,10 +14,19 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
+
 from gymflow.store.checked_stores import Checked, file_digest, file_state, record_file
 from gymflow.store.seal import load_key
 from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
-from tests.faults.stores import collect_run, edit_store, rollout_rows, seal_health, tree_digest
+from tests.faults.stores import (
+    collect_run,
+    copied_run,
+    edit_store,
+    rollout_rows,
+    seal_health,
+    tree_digest,
+)
 
 PASSED = (
     "UPDATE rollouts SET output_text = 'Answer: ' || t.reference FROM tasks t "
@@ -27,17 +36,27 @@ PASSED = (
 )
 
 
-def test_an_unchanged_store_is_checked_once_and_says_when(tmp_path: Path) -> None:
-    run = collect_run(tmp_path / "run")
-    first = seal_health(run, tmp_path)
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run every test here checks a copy of."""
+    return collect_run(tmp_path_factory.mktemp("honest") / "run")
+
+
+def _health(run: Path, cwd: Path, *extra: str) -> dict:
+    return seal_health(run, cwd, *extra, gym_command=gym)
+
+
+def test_an_unchanged_store_is_checked_once_and_says_when(honest: Path, tmp_path: Path) -> None:
+    run = copied_run(honest, tmp_path / "run")
+    first = _health(run, tmp_path)
     assert first == {"code": 0, "verdict": "healthy", "mismatch": 0, "checked_at": None}
     assert stat.S_IMODE(record_file().stat().st_mode) == 0o600
     profile = gym("eval", "profile", str(run), "--json", cwd=tmp_path, check=True).stdout
-    again = seal_health(run, tmp_path)
+    again = _health(run, tmp_path)
     assert again["checked_at"] is not None and again["verdict"] == "healthy"
     shown = gym("eval", "health", str(run), cwd=tmp_path, check=True).stdout
     assert "every one matched at" in " ".join(shown.split())
-    full = seal_health(run, tmp_path, "--verify-seals")
+    full = _health(run, tmp_path, "--verify-seals")
     assert full["checked_at"] is None and full["verdict"] == "healthy"
     # the same numbers; its seals were recomputed by the full check since (`checked_at`)
     again_profile = json.loads(gym("eval", "profile", str(run), "--json", cwd=tmp_path).stdout)
@@ -47,27 +66,28 @@ def test_an_unchanged_store_is_checked_once_and_says_when(tmp_path: Path) -> Non
 
 
 def test_an_edit_after_the_check_is_checked_in_full_even_with_mtime_set_back(
+    honest: Path,
     tmp_path: Path,
 ) -> None:
     """The attack the record invites: edit the checked store, then set its modification time
     back. The change time moved anyway, so the state differs and every seal is recomputed."""
-    run = collect_run(tmp_path / "run")
-    assert seal_health(run, tmp_path)["checked_at"] is None
+    run = copied_run(honest, tmp_path / "run")
+    assert _health(run, tmp_path)["checked_at"] is None
     store = run / "gymflow.duckdb"
     before = os.stat(store)
     edit_store(run, *PASSED)
     os.utime(store, ns=(before.st_atime_ns, before.st_mtime_ns))
     wal = Path(f"{store}.wal")
     assert not wal.exists()
-    after = seal_health(run, tmp_path)
+    after = _health(run, tmp_path)
     assert after["checked_at"] is None and after["mismatch"] > 0
     assert (after["code"], after["verdict"]) == (2, "unhealthy")
 
 
-def test_a_record_not_made_with_the_key_is_not_taken(tmp_path: Path) -> None:
+def test_a_record_not_made_with_the_key_is_not_taken(honest: Path, tmp_path: Path) -> None:
     """Whoever can write the record file (not the key) writes one for the edited store's
     state: its MAC does not verify, the seals are recomputed."""
-    run = collect_run(tmp_path / "run")
+    run = copied_run(honest, tmp_path / "run")
     edit_store(run, *PASSED)
     path = os.path.realpath(run / "gymflow.duckdb")
     entry = {
@@ -80,15 +100,15 @@ def test_a_record_not_made_with_the_key_is_not_taken(tmp_path: Path) -> None:
     record_file().parent.mkdir(parents=True, exist_ok=True)
     record_file().write_text(json.dumps(entry) + "\n")
     record_file().chmod(0o600)
-    found = seal_health(run, tmp_path)
+    found = _health(run, tmp_path)
     assert found["checked_at"] is None and found["verdict"] == "unhealthy"
 
 
-def test_reverify_check_and_verify_seals_always_recompute(tmp_path: Path) -> None:
+def test_reverify_check_and_verify_seals_always_recompute(honest: Path, tmp_path: Path) -> None:
     """A record that vouches for an edited state (made here with the key, as a stale record
     would be) is taken by health, by design; `--verify-seals` and `reverify --check` ignore it
     and find every rewritten verdict. Nothing stored changes."""
-    run = collect_run(tmp_path / "run")
+    run = copied_run(honest, tmp_path / "run")
     edit_store(run, *PASSED)
     key = load_key(create=False)
     assert key is not None
@@ -104,19 +124,19 @@ def test_reverify_check_and_verify_seals_always_recompute(tmp_path: Path) -> Non
     record_file().write_text(json.dumps(entry) + "\n")
     record_file().chmod(0o600)  # gymflow's own mode: without it the order of tests decides
     stored, digest = rollout_rows(run / "gymflow.duckdb"), tree_digest(run)
-    assert seal_health(run, tmp_path)["checked_at"] is not None
-    full = seal_health(run, tmp_path, "--verify-seals")
+    assert _health(run, tmp_path)["checked_at"] is not None
+    full = _health(run, tmp_path, "--verify-seals")
     assert full["mismatch"] > 0 and full["code"] == 2
     checked = gym("eval", "reverify", str(run), "--check", "--json", cwd=tmp_path)
     assert checked.returncode == 2 and json.loads(checked.stdout)["seal_mismatches"] > 0
     assert rollout_rows(run / "gymflow.duckdb") == stored and tree_digest(run) == digest
 
 
-def test_a_reverify_of_a_checked_store_leaves_it_checked(tmp_path: Path) -> None:
-    run = collect_run(tmp_path / "run")
-    seal_health(run, tmp_path)
+def test_a_reverify_of_a_checked_store_leaves_it_checked(honest: Path, tmp_path: Path) -> None:
+    run = copied_run(honest, tmp_path / "run")
+    _health(run, tmp_path)
     gym("eval", "reverify", str(run), "--set", "abs_tol=0.5", cwd=tmp_path, check=True)
-    after = seal_health(run, tmp_path)
+    after = _health(run, tmp_path)
     assert after["checked_at"] is not None and after["verdict"] == "healthy"
-    full = seal_health(run, tmp_path, "--verify-seals")
+    full = _health(run, tmp_path, "--verify-seals")
     assert full["verdict"] == "healthy" and full["mismatch"] == 0

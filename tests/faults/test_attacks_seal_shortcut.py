@@ -22,14 +22,13 @@ import json
 import mmap
 import os
 import shutil
-import subprocess
 import threading
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import GYM
-from tests.faults.stores import collect_run, edit_store, rollout_rows, seal_health
+from tests.conftest import gym_in_process
+from tests.faults.stores import collect_run, copied_run, edit_store, rollout_rows, seal_health
 
 FORGED = (
     "UPDATE rollouts SET output_text = 'Answer: ' || t.reference FROM tasks t "
@@ -39,20 +38,15 @@ FORGED = (
 )
 
 
-def _gym(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [GYM, *args],
-        cwd=cwd,
-        env={**os.environ, "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run every test here attacks a copy of."""
+    return collect_run(tmp_path_factory.mktemp("honest") / "run")
 
 
 def _pass_at_1(run: Path, cwd: Path) -> tuple[int, float]:
     """Profile's exit code (2: it found the store's seals broken) and pass@1."""
-    done = _gym("eval", "profile", str(run), "--json", cwd=cwd)
+    done = gym_in_process("eval", "profile", str(run), "--json", cwd=cwd)
     assert done.returncode in (0, 2), done.stderr
     return done.returncode, json.loads(done.stdout)["pass@1"]
 
@@ -65,8 +59,10 @@ def _forged_copy(run: Path, folder: Path) -> Path:
     return forged
 
 
-def test_a_write_through_a_shared_map_is_not_taken_as_unchanged(tmp_path: Path) -> None:
-    run = collect_run(tmp_path / "run")
+def test_a_write_through_a_shared_map_is_not_taken_as_unchanged(
+    honest: Path, tmp_path: Path
+) -> None:
+    run = copied_run(honest, tmp_path / "run")
     store = run / "gymflow.duckdb"
     forged = _forged_copy(run, tmp_path / "forged") / "gymflow.duckdb"
     size = max(store.stat().st_size, forged.stat().st_size)
@@ -78,7 +74,7 @@ def test_a_write_through_a_shared_map_is_not_taken_as_unchanged(tmp_path: Path) 
     with open(store, "r+b") as opened, mmap.mmap(opened.fileno(), size) as mapped:
         for at in range(0, size, mmap.PAGESIZE):  # every page dirtied: later writes fault never
             mapped[at : at + 1] = mapped[at : at + 1]
-        first = seal_health(run, tmp_path)
+        first = seal_health(run, tmp_path, gym_command=gym_in_process)
         assert first == {"code": 0, "verdict": "healthy", "mismatch": 0, "checked_at": None}
         state = os.stat(store)
         mapped[:] = image
@@ -93,7 +89,7 @@ def test_a_write_through_a_shared_map_is_not_taken_as_unchanged(tmp_path: Path) 
     # what the attack wants read, which profile's own seal check (not taken from the record
     # either) flags: exit 2
     assert _pass_at_1(run, tmp_path) == (2, 1.0)
-    after = seal_health(run, tmp_path)
+    after = seal_health(run, tmp_path, gym_command=gym_in_process)
     assert after["checked_at"] is None, after  # recomputed, not taken from the record
     assert (after["code"], after["verdict"]) == (2, "unhealthy") and after["mismatch"] > 0
     assert rollout_rows(store) != before[1]  # the forged content, read and refused
@@ -142,15 +138,17 @@ def _swapped_while_opened(run: Path, forged: Path):
 
 
 def test_a_run_folder_swapped_while_health_opens_it_is_not_taken_as_checked(
-    tmp_path: Path,
+    honest: Path, tmp_path: Path
 ) -> None:
-    run = collect_run(tmp_path / "runs" / "run")
+    run = copied_run(honest, tmp_path / "runs" / "run")
     store = run / "gymflow.duckdb"
     forged = _forged_copy(run, tmp_path / "forged")
     stored = rollout_rows(store)
-    first = seal_health(run, tmp_path)
+    first = seal_health(run, tmp_path, gym_command=gym_in_process)
     assert first == {"code": 0, "verdict": "healthy", "mismatch": 0, "checked_at": None}
     with _swapped_while_opened(run, forged) as opened:
+        # a `gym` process (`seal_health`'s default): the swap races another process's open,
+        # not this one's reader, which would hold the thread swapping back at the GIL
         raced = seal_health(run, tmp_path)
     assert opened.is_set() and rollout_rows(store) == stored  # the original is back
     if raced["checked_at"] is not None:
@@ -159,5 +157,6 @@ def test_a_run_folder_swapped_while_health_opens_it_is_not_taken_as_checked(
         assert opened.later == 0 and raced["verdict"] == "healthy", raced
     else:  # the forged file read: checked in full and unhealthy, or refused mid-swap
         assert raced["code"] != 0 and raced["verdict"] != "healthy", raced
-    again = seal_health(run, tmp_path)  # the original, unchanged: still taken from its record
+    # the original, unchanged: still taken from its record
+    again = seal_health(run, tmp_path, gym_command=gym_in_process)
     assert again["verdict"] == "healthy" and again["checked_at"] is not None

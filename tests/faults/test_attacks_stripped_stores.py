@@ -13,15 +13,30 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
+
 from gymflow.store.seal import ledger_file, load_key
 from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
-from tests.faults.stores import collect_run, edit_store, imported_copy, rollout_rows, tree_digest
+from tests.faults.stores import (
+    collect_run,
+    copied_run,
+    edit_store,
+    imported_copy,
+    rollout_rows,
+    tree_digest,
+)
 
 #: The attack: every seal and the seal record removed, every verdict a pass.
 STRIPPED = (
     "UPDATE verifications SET seal = NULL, passed = true, reward = 1",
     "DELETE FROM meta WHERE key IN ('seal', 'task_seal', 'inputs_seal')",
 )
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run every test here but the merge's starts from a copy of."""
+    return collect_run(tmp_path_factory.mktemp("honest") / "run")
 
 
 def _ledger() -> list[str]:
@@ -61,33 +76,37 @@ def test_a_merged_run_store_is_recorded_and_stripped_fails(tmp_path: Path) -> No
     _stripped_fails(merged, tmp_path)
 
 
-def test_an_import_is_recorded_at_its_final_path_never_the_staging_one(tmp_path: Path) -> None:
-    run = collect_run(tmp_path / "source")
+def test_an_import_is_recorded_at_its_final_path_never_the_staging_one(
+    honest: Path, tmp_path: Path
+) -> None:
+    run = copied_run(honest, tmp_path / "source")
     imported = imported_copy(run, tmp_path, gym)
     assert not [path for path in _ledger() if ".importing-" in path]
     _stripped_fails(imported, tmp_path, recheck=False)
 
 
-def test_a_copy_gymflow_makes_of_a_sealed_store_is_recorded(tmp_path: Path) -> None:
+def test_a_copy_gymflow_makes_of_a_sealed_store_is_recorded(honest: Path, tmp_path: Path) -> None:
     """A study's arm starts from a copy of its base run's store (`db.copy_store`)."""
     from gymflow.store.db import copy_store
 
-    run = collect_run(tmp_path / "base")
+    run = copied_run(honest, tmp_path / "base")
     copy_store(run, tmp_path / "arm")
     _stripped_fails(tmp_path / "arm", tmp_path)
 
 
-def test_a_compacted_store_stays_recorded(tmp_path: Path) -> None:
+def test_a_compacted_store_stays_recorded(honest: Path, tmp_path: Path) -> None:
     """compact rewrites the store into a fresh file renamed over it: the same path."""
     from gymflow.store.compact import compact
 
-    run = collect_run(tmp_path / "run")
+    run = copied_run(honest, tmp_path / "run")
     assert compact(run, min_free_share=0.0, min_free_bytes=0).rewritten
     _stripped_fails(run, tmp_path)
 
 
-def test_a_stripped_store_moved_elsewhere_then_back_still_fails(tmp_path: Path) -> None:
-    run = collect_run(tmp_path / "run")
+def test_a_stripped_store_moved_elsewhere_then_back_still_fails(
+    honest: Path, tmp_path: Path
+) -> None:
+    run = copied_run(honest, tmp_path / "run")
     shutil.move(run, tmp_path / "away")
     shutil.move(tmp_path / "away", run)
     _stripped_fails(run, tmp_path)

@@ -14,7 +14,7 @@ import pytest
 
 from gymflow.present import safe_text
 from tests.analysis.builder import RunMeta, StoreBuilder
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # reads of stored runs: no process needed
 from tests.faults.stores import tree_digest
 
 #: An OSC window title, cursor up + erase line (the fake "health: healthy" overwrite), a bell,

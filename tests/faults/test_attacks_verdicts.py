@@ -6,12 +6,19 @@ threshold is now an integrity failure: the run is unhealthy and the gate fails."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import duckdb
 import pytest
 
 from tests.conftest import gym_in_process as gym  # reads stored runs: no process needed
-from tests.faults.stores import collect_run, rollout_rows
+from tests.faults.stores import collect_run, copied_run, rollout_rows
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run every test here edits a copy of."""
+    return collect_run(tmp_path_factory.mktemp("honest") / "run")
 
 
 @pytest.mark.parametrize(
@@ -25,9 +32,9 @@ from tests.faults.stores import collect_run, rollout_rows
     ids=["failed_as_passed", "verdict_removed", "passed_as_failed"],
 )
 def test_a_verdict_that_disagrees_with_its_reward_makes_the_run_unhealthy(
-    tmp_path, forgery: str
+    honest: Path, tmp_path, forgery: str
 ) -> None:
-    run = collect_run(tmp_path / "run")
+    run = copied_run(honest, tmp_path / "run")
     healthy = gym("eval", "health", str(run), "--json", cwd=tmp_path)
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
     assert json.loads(healthy.stdout)["checks"]["verdict_disagrees"]["count"] == 0
@@ -58,12 +65,14 @@ def _forged_consistently(run) -> int:
     return changed
 
 
-def test_verdicts_forged_consistently_are_found_by_judging_the_rollouts_again(tmp_path) -> None:
+def test_verdicts_forged_consistently_are_found_by_judging_the_rollouts_again(
+    honest: Path, tmp_path
+) -> None:
     """`passed` and `reward` set together agree with each other: health reads the run healthy,
     and a routine reverify (which recomputes every seal first) refuses it. `reverify --check`
     judges every stored rollout again under the version's own parameters, lists each verdict
     that differs and exits 2, and writes nothing; on an unedited store it agrees (exit 0)."""
-    run = collect_run(tmp_path / "run")
+    run = copied_run(honest, tmp_path / "run")
     clean = gym("eval", "reverify", str(run), "--check", "--json", cwd=tmp_path)
     assert clean.returncode == 0, clean.stdout + clean.stderr
     agreed = json.loads(clean.stdout)
@@ -106,11 +115,11 @@ def test_a_verifier_of_live_state_cannot_be_checked_and_says_so(tmp_path) -> Non
     assert rollout_rows(run / "gymflow.duckdb") == before
 
 
-def test_a_run_read_under_a_reverify_says_so_with_its_parameters(tmp_path) -> None:
+def test_a_run_read_under_a_reverify_says_so_with_its_parameters(honest: Path, tmp_path) -> None:
     """After `use-version`, profile and health named the version read but not that it was a
     reverify, nor its parameters: the numbers read as the run's own. Both say it, in text and
     in --json, and reading changes nothing stored."""
-    run = collect_run(tmp_path / "run")
+    run = copied_run(honest, tmp_path / "run")
     done = gym("eval", "reverify", str(run), "--set", "abs_tol=0.5", "--json", cwd=tmp_path)
     new = json.loads(done.stdout)["new_version"]
     own = json.loads(gym("eval", "profile", str(run), "--json", cwd=tmp_path).stdout)

@@ -8,9 +8,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from gymflow.cli import exit_codes
-from tests.conftest import ROOT, gym
-from tests.faults.stores import collect_run, one_error_line, tree_digest
+from tests.conftest import ROOT, gym, gym_in_process
+from tests.faults.stores import collect_run, copied_run, one_error_line, tree_digest
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A two-rollout run, a copy of which each reverify below is refused on."""
+    return collect_run(tmp_path_factory.mktemp("small") / "run", limit=2, repeats=1)
 
 
 def laughs(levels: int = 9) -> str:
@@ -49,8 +57,8 @@ def test_alias_bombs_are_refused_on_every_yaml_path(tmp_path: Path):
     assert str(manifest) in line and "aliases expand it" in line
 
 
-def test_a_bomb_in_a_reverify_value_changes_nothing(tmp_path: Path):
-    run = collect_run(tmp_path / "run", limit=2, repeats=1)
+def test_a_bomb_in_a_reverify_value_changes_nothing(small: Path, tmp_path: Path):
+    run = copied_run(small, tmp_path / "run")
     before = tree_digest(run)
     levels = [f"&l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]
     value = f"[&l0 [1,1,1,1,1,1,1,1,1], {', '.join(levels)}]"
@@ -81,20 +89,22 @@ def test_no_module_reads_yaml_but_through_the_bounded_loader():
 LONG = "9" * 5000
 
 
-def test_an_integer_too_long_to_convert_is_one_error_naming_its_field(tmp_path: Path):
+def test_an_integer_too_long_to_convert_is_one_error_naming_its_field(small: Path, tmp_path: Path):
     """Python refuses to convert past 4,300 digits, inside the YAML loader: `gym env validate`
     and `gym eval reverify --set` ended in a ValueError traceback, exit 3."""
     config = tmp_path / "long.yaml"
     config.write_text(f"benchmark: arithmetic-smoke\nseed: {LONG}\n")
-    validated = gym("env", "validate", str(config), cwd=tmp_path, timeout=120)
+    # in-process: a long integer expands nothing (the bombs above stay processes, whose
+    # timeout and memory a regression would exhaust, not this one's)
+    validated = gym_in_process("env", "validate", str(config), cwd=tmp_path)
     assert validated.returncode == exit_codes.BAD_INPUT, validated.stderr
     assert "Traceback" not in validated.stdout + validated.stderr
     shown = " ".join(validated.stdout.split())
     assert "field 'seed', line 2: an integer of 5000 characters (at most 1000)" in shown
 
-    run = collect_run(tmp_path / "run", limit=2, repeats=1)
+    run = copied_run(small, tmp_path / "run")
     before = tree_digest(run)
-    refused = gym("eval", "reverify", str(run), "--set", f"abs_tol={LONG}", cwd=tmp_path)
+    refused = gym_in_process("eval", "reverify", str(run), "--set", f"abs_tol={LONG}", cwd=tmp_path)
     assert refused.returncode == exit_codes.BAD_INPUT
     line = one_error_line(refused.stderr)
     assert line == "error: --set abs_tol: line 1: an integer of 5000 characters (at most 1000)"

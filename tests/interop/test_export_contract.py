@@ -11,7 +11,7 @@ import duckdb
 
 from gymflow.interop.nemo_gym import import_rollouts
 from gymflow.models.nemo_gym_shapes import REQUEST_FIELDS
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # exports of stored runs: no process needed
 from tests.faults.stores import resealed
 from tests.interop.test_real_files import DATA, _query
 

@@ -17,7 +17,7 @@ from gymflow.interop.export import export_run
 from gymflow.interop.nemo_gym import import_rollouts
 from gymflow.models.responses import output_text
 from gymflow.store.db import connect
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # import, export and reads: no process needed
 
 TASKS = [make_task(i) for i in range(5)]
 

@@ -14,7 +14,7 @@ import pytest
 from gymflow.analysis.health import health
 from gymflow.interop.nemo_gym import import_rollouts
 from gymflow.store.db import connect
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # imports and reads: no process needed
 
 DATA = Path(__file__).parent / "data"
 FILES = sorted(DATA.glob("*/example_rollouts.jsonl"))

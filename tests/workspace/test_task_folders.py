@@ -17,7 +17,7 @@ from gymflow.environments.workspace.harbor_task import (
     parse_reward,
     read_task,
 )
-from tests.conftest import gym
+from tests.conftest import gym, gym_in_process
 
 SHIPPED = Path(__file__).resolve().parents[2] / "src" / "gymflow" / "builtin" / "workspace"
 
@@ -107,13 +107,14 @@ def _user_benchmark(tmp_path: Path) -> Path:
 
 def test_validate_refuses_each_bad_task_naming_it(tmp_path: Path) -> None:
     folder = _user_benchmark(tmp_path)
-    result = gym("env", "validate", "eval.yaml", "--json", cwd=folder,
-                 env={"GYMFLOW_ENVIRONMENTS_PATH": str(folder)})  # fmt: skip
+    result = gym_in_process("env", "validate", "eval.yaml", "--json", cwd=folder,
+                            env={"GYMFLOW_ENVIRONMENTS_PATH": str(folder)})  # fmt: skip
     assert result.returncode == 1, result.stdout + result.stderr
     problems = "\n".join(json.loads(result.stdout)["problems"])
     assert "task 'csv-filter-sort'" in problems and "tests/test.sh: missing" in problems
     # fix the broken one: the sandbox's refusals are what is left, each named with its reason
     shutil.rmtree(folder / "tasks" / "csv-filter-sort")
+    # a process: this one's registry read the folder before the task was removed
     result = gym("env", "validate", "eval.yaml", "--json", cwd=folder,
                  env={"GYMFLOW_ENVIRONMENTS_PATH": str(folder)})  # fmt: skip
     assert result.returncode == 1
@@ -130,18 +131,18 @@ def test_validate_passes_the_shipped_benchmark(tmp_path: Path) -> None:
     (tmp_path / "eval.yaml").write_text(
         "benchmark: workspace-basics\nharness: {name: command, agent: oracle}\nout: runs/x\n"
     )
-    result = gym("env", "validate", "eval.yaml", "--json", cwd=tmp_path)
+    result = gym_in_process("env", "validate", "eval.yaml", "--json", cwd=tmp_path)
     report = json.loads(result.stdout)
     assert result.returncode == 0, report["problems"]
     assert any("24 workspace tasks valid" in line for line in report["passed"])
 
 
 def test_list_and_search_show_workspace_benchmarks(tmp_path: Path) -> None:
-    listed = gym("list", "benchmarks", "--json", cwd=tmp_path, check=True)
+    listed = gym_in_process("list", "benchmarks", "--json", cwd=tmp_path, check=True)
     names = {row["name"]: row for row in json.loads(listed.stdout)}
     assert names["workspace-basics"]["environment"] == "workspace-basics"
     assert "warning" not in listed.stderr, listed.stderr
-    found = gym("search", "git", "--json", cwd=tmp_path, check=True)
+    found = gym_in_process("search", "git", "--json", cwd=tmp_path, check=True)
     assert "workspace-basics" in [hit["name"] for hit in json.loads(found.stdout)]
 
 
