@@ -209,6 +209,13 @@ def test_a_server_that_stops_mid_answer_is_a_transport_error() -> None:
     assert "mid-answer" in str(outcome.error)
 
 
+def test_a_head_without_end_costs_its_bound_not_memory() -> None:
+    endless = b"HTTP/1.1 200 OK\r\n" + b"x-pad: " + b"a" * (1 << 20)
+    (outcome,), _ = _calls(lambda _: (endless, False))
+    assert outcome.error is not None and outcome.error.kind == "response_too_large"
+    assert "head passed 65,536 bytes" in str(outcome.error)
+
+
 def test_garbage_instead_of_http_is_a_transport_error() -> None:
     (outcome,), _ = _calls(lambda _: (b"SSH-2.0-OpenSSH_9.6\r\n", True))
     assert outcome.error is not None and outcome.error.kind == "transport_error"

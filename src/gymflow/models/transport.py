@@ -41,6 +41,9 @@ from gymflow.models.errors import ModelError, ModelTimeout, ResponseTooLarge, Tr
 EVIDENCE_HEAD_BYTES = 2048
 #: How long a host name's addresses are reused before they are looked up again.
 DNS_TTL_S = 300.0
+#: Longest status line and headers read before the answer's head must have ended (aiohttp's
+#: limits are 8 KiB a line): a server that sends headers without end costs this, not memory.
+MAX_HEAD_BYTES = 64 << 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,7 @@ class _Connection(asyncio.Protocol):
         self.reusable = False  # idle, open, and its last answer ended cleanly
         self._waiter: asyncio.Future[Reply] | None = None
         self._answer = _Answer()
+        self._head_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
         self._deadline = 0.0
         self._last_data = 0.0
@@ -96,14 +100,23 @@ class _Connection(asyncio.Protocol):
         self._last_data = self._loop.time()
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserCallbackError as exc:
-            # a callback's own failure (over the bound, a bad gzip stream), already settled,
-            # or a bug: kept, so it is not lost
+        except httptools.HttpParserCallbackError as exc:  # a bug in a callback: kept, not lost
             self._fail(TransportFailure(f"{type(exc.__context__).__name__}: {exc.__context__}"))
         except httptools.HttpParserError as exc:
             self._fail(TransportFailure(f"not an HTTP/1.1 answer: {exc}"))
+        else:
+            if not self._answer.status:  # the head has not ended yet
+                self._head_bytes += len(data)
+                if self._head_bytes > MAX_HEAD_BYTES:
+                    self._fail(
+                        ResponseTooLarge(
+                            f"the answer's head passed {MAX_HEAD_BYTES:,} bytes without ending; "
+                            "reading stopped"
+                        )
+                    )
 
     def eof_received(self) -> bool:
+        self.reusable = False
         return False  # close our side too; connection_lost settles the answer
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -193,6 +206,7 @@ class _Connection(asyncio.Protocol):
         """Write the request; the future holds its answer or its ModelError."""
         self.reusable = False
         self._answer = _Answer()
+        self._head_bytes = 0
         self._waiter = waiter = self._loop.create_future()
         self._deadline = deadline
         self._last_data = self._loop.time()
@@ -321,7 +335,7 @@ class JsonPoster:
         while True:
             while self._idle:
                 connection = self._idle.pop()
-                if connection.reusable:
+                if connection.reusable and not connection.transport.is_closing():
                     return connection
             if len(self._open) + self._opening < self.max_connections:
                 return await self._connect(loop, deadline)
