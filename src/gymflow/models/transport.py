@@ -13,7 +13,9 @@ What it keeps of an HTTP client: https (the system's CAs, the host name checked)
 wrong), at most `max_connections` open, Content-Length, chunked and until-close answers, gzip and
 deflate answers (Accept-Encoding names only those), interim 1xx answers skipped, redirects not
 followed (a 3xx is the answer), host names resolved once per DNS_TTL_S. No proxy: the environment's
-proxy settings were not read before either (aiohttp's `trust_env` is off unless asked for).
+proxy settings were not read before either (aiohttp's `trust_env` is off unless asked for). No
+cookies: aiohttp's session sent a server's cookies back; a model API's answers do not depend on
+them, and a load balancer's sticky cookie would have pinned every rollout to one backend.
 
 Failures come out as the model failure kinds they mean, so the client never has to guess what a
 library's exception says about the server. An answer is counted as it arrives, after
