@@ -3,11 +3,10 @@
 The server is a raw ASGI app under uvicorn in its own process, answering every POST with the same
 small Responses API object, so the figure is the client's limit, not the server's. Three clients,
 each at the same concurrency: aiohttp, httpx with its default transport, and gymflow's model
-client (`ResponsesClient.create`: aiohttp underneath, plus the Responses validation and the
-evidence record every call keeps); aiohttp and gymflow's client both on the default asyncio loop
-and on uvloop, the loop gymflow's collector runs on. This is the physical limit of a
-single-process rollout collector; bench/e2e_rollouts.py divides its rollouts/s by the aiohttp
-figure.
+client (`ResponsesClient.create`: its own HTTP/1.1 transport, models/transport.py, plus the
+Responses validation and the evidence record every call keeps); aiohttp and gymflow's client both
+on the default asyncio loop and on uvloop, the loop gymflow's collector runs on. The aiohttp
+figure is the yardstick: bench/e2e_rollouts.py divides its rollouts/s by it.
 
     python bench/ceiling.py [--seconds 5] [--concurrency 64]
 """

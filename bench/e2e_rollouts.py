@@ -60,13 +60,20 @@ class Figure:
 
 
 def write_benchmark(root: Path, environment: str, split: str, rollouts: int) -> tuple[int, int]:
-    """Write benchmarks/bench-e2e.yaml under `root`; return (tasks, repeats) covering `rollouts`,
-    or as many as a config allows of a small split (at most MAX_REPEATS a task)."""
+    """Write benchmarks/bench-e2e.yaml under `root`; return (tasks, repeats) covering `rollouts`
+    exactly where the split allows (the most tasks that divide it: 20,480 rollouts of a
+    2,000-task split are 1,280 x 16, so a latency run fills whole windows of 1,024), else as
+    near as a config allows (at most MAX_REPEATS a task)."""
     from gymflow.core.config import MAX_REPEATS
     from gymflow.environments.registry import load_environment
 
     available = len(load_environment(environment).tasks(split))
-    limit = min(available, rollouts)
+    exact = (
+        tasks
+        for tasks in range(min(available, rollouts), 0, -1)
+        if rollouts % tasks == 0 and rollouts // tasks <= MAX_REPEATS
+    )
+    limit = next(exact, min(available, rollouts))
     repeats = min(MAX_REPEATS, max(1, round(rollouts / limit)))
     (root / "benchmarks").mkdir(parents=True, exist_ok=True)
     spec = {

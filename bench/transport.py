@@ -9,8 +9,8 @@ requests back to back. Candidates:
 - aiohttp, raw (the ceiling)
 - httpx with its default transport (httpcore)
 - httpx over the `httpx-aiohttp` package's transport
-- gymflow's `ResponsesClient.create`: aiohttp (models/transport.py) plus the Responses validation
-  and the evidence record
+- gymflow's `ResponsesClient.create`: its own HTTP/1.1 transport (models/transport.py: an asyncio
+  Protocol and httptools' parser) plus the Responses validation and the evidence record
 
     python bench/transport.py [--seconds 2] [--rounds 3] [--concurrency 1 8 16 64]
 
