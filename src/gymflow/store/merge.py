@@ -18,14 +18,17 @@ import duckdb
 
 from gymflow.core.errors import GymflowError
 from gymflow.store.db import StoreError, StoreFailure, connect, store_path, transaction
+from gymflow.store.generations import read_generation, recorded_at
 from gymflow.store.handle import one_row
 from gymflow.store.runs import RolloutKey, RunInfo, check_run_store, missing_keys, run_info
 from gymflow.store.seal import (
     SealKey,
     SealKeyError,
+    StoreSeal,
     claim,
     foreign_key_message,
     load_key,
+    older_state,
     seal_tasks,
 )
 from gymflow.store.sealed_first import check_before_writing
@@ -144,6 +147,8 @@ def _checked_shard(con: duckdb.DuckDBPyConnection, path: Path, copy: Path) -> Sh
     # its rows would be sealed into the merged store as they are: checked first
     _check_shard_key(con, "main", path, load_key(create=False))
     checked = check_before_writing(con, f"{path}: refused")
+    if checked:
+        _check_shard_generation(con, path, load_key(create=False))
     verdicts: int = one_row(con, "SELECT count(*) FROM verifications")[0]
     if not checked and (rollouts or verdicts):
         # A store gymflow writes is sealed from its first row; one that reads as unsealed had
@@ -154,6 +159,24 @@ def _checked_shard(con: duckdb.DuckDBPyConnection, path: Path, copy: Path) -> Sh
             "vouches for them; a shard gymflow writes is sealed"
         )
     return ShardInfo(path=path, run=run, indices=indices, rollouts=rollouts, snapshot=copy)
+
+
+def _check_shard_generation(
+    con: duckdb.DuckDBPyConnection, shard: Path, key: SealKey | None
+) -> None:
+    """A shard put back to an older sealed state of itself is refused: its snapshot is checked
+    at a private path, so its generation is compared with the one recorded for the shard's own
+    (`generations.py`)."""
+    if key is None:
+        return
+    found = StoreSeal(
+        "sealed",
+        key.key_id,
+        generation=read_generation(con, key).number,
+        generation_recorded=recorded_at(key, shard),
+    )
+    if found.rolled_back:
+        raise StoreError(f"{shard}: refused: {older_state(found)}; nothing merged")
 
 
 def check_identity(reference: RunInfo, shard: ShardInfo, reference_name: str) -> None:
