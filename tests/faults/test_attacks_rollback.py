@@ -343,3 +343,60 @@ def test_a_copy_gymflow_makes_over_an_older_one_opens(tmp_path: Path) -> None:
     assert _generation(arm) == _generation(base)
     assert _numbers(arm, tmp_path)["health"] == (0, "healthy", [])
     assert _numbers(base, tmp_path)["health"] == (0, "healthy", [])
+
+
+def _raised(run: Path, cwd: Path, times: int) -> None:
+    """The run's store taken `times` generations further by its writers (reverify)."""
+    for i in range(times):
+        tol = 0.5 / 2**i
+        gym("eval", "reverify", str(run), "--set", f"abs_tol={tol}", cwd=cwd, check=True)
+
+
+def test_a_merge_or_a_restore_where_a_deleted_store_was_opens(tmp_path: Path) -> None:
+    """A merge into the folder of a deleted run, and a shard's checkpoints restored where a
+    store was (a retried shard's local store), make new stores at those paths: their
+    generations start again below the deleted store's, and they open healthy (the merge read
+    `seal_rolled_back`, exit 2, before). The path's history goes on from there: an older state
+    of the merged store put back is refused, and so is one with its seal and generation
+    records deleted, which no writer takes for a new store."""
+    from gymflow.rollouts.published import PublishedShard
+
+    shards = [collect_run(tmp_path / f"shard{i}", shard={"index": i, "count": 2}) for i in range(2)]
+    reference = tmp_path / "reference"
+    gym("eval", "aggregate", *map(str, shards), "--out", str(reference), cwd=tmp_path, check=True)
+    expected = _numbers(reference, tmp_path)
+    assert expected["health"] == (0, "healthy", []) and expected["check"] == 0
+
+    run = collect_run(tmp_path / "run", limit=10)
+    _raised(run, tmp_path, 3)
+    deleted = _generation(run)
+    shutil.rmtree(run)
+    gym("eval", "aggregate", *map(str, shards), "--out", str(run), cwd=tmp_path, check=True)
+    assert _generation(run) < deleted
+    assert _numbers(run, tmp_path) == expected
+
+    # the merged store's history goes on: its older state put back is refused
+    older = (run / "gymflow.duckdb").read_bytes()
+    _raised(run, tmp_path, 1)
+    _written_back(run, older)
+    put_back = _numbers(run, tmp_path)
+    assert put_back["health"] == (2, "unhealthy", ["seal_rolled_back"]), put_back
+    # ... and with its seal and generation records deleted, it is no new store to a merge
+    edit_store(run, "DELETE FROM meta WHERE key IN ('seal', 'generation')")
+    digest = tree_digest(run)
+    done = gym("eval", "aggregate", *map(str, shards), "--out", str(run), cwd=tmp_path)
+    refusal = one_error_line(done.stderr)
+    assert done.returncode == 2 and f"{run / 'gymflow.duckdb'}: generation 0 of this" in refusal
+    assert tree_digest(run) == digest
+
+    # a shard's checkpoints restored where a store went further before
+    shard = PublishedShard(f"file://{tmp_path / 'root'}/run/shard-0-of-2")
+    shard.checkpoint(shards[0], "a1", 0, set())
+    local = collect_run(tmp_path / "local", limit=10)
+    _raised(local, tmp_path, 3)
+    shutil.rmtree(local)
+    shard.restore(local)
+    assert rollout_rows(local / "gymflow.duckdb") == rollout_rows(shards[0] / "gymflow.duckdb")
+    numbers = _numbers(local, tmp_path)
+    assert numbers["notes"] == [] and numbers["seals"] == [] and numbers["check"] == 0, numbers
+    assert "seal_rolled_back" not in numbers["health"][2]

@@ -22,9 +22,10 @@ latest state apart is a counter no one without the key can raise:
 A store whose generation is below the one recorded for its path is an older copy put back
 (`seal.StoreSeal.rolled_back`): health's `seal_rolled_back`, `reverify --check` and profile
 (exit 2), and every writer refuses it. A path's history starts with the first seal of a store
-there (a new run where an older one was deleted, an import or a merge into a new folder) and
-with a copy gymflow makes (`record_at`); a store copied by hand to a new path has none there,
-and opens. Stores written before the generation existed (seal record versions 1 to 4) read as
+there (a new run where an older one was deleted, an import), with rows copied into a store that
+held none (a merge into a folder, a retried shard's checkpoints restored: `merge.copy_rows`),
+and with a copy gymflow makes (`record_at`); a store copied by hand to a new path has none
+there, and opens. Stores written before the generation existed (seal record versions 1 to 4) read as
 generation 0, and get one with their next sealed write."""
 
 from __future__ import annotations

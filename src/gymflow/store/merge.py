@@ -18,7 +18,7 @@ import duckdb
 
 from gymflow.core.errors import GymflowError
 from gymflow.store.db import StoreError, StoreFailure, connect, store_path, transaction
-from gymflow.store.generations import read_generation, recorded_at
+from gymflow.store.generations import GENERATION_KEY, fresh_history, read_generation, recorded_at
 from gymflow.store.handle import one_row
 from gymflow.store.runs import RolloutKey, RunInfo, check_run_store, missing_keys, run_info
 from gymflow.store.seal import (
@@ -295,6 +295,13 @@ def copy_rows(con, relation: Callable[[str], str | None]) -> dict[str, int]:
     `relation(table)` is the SQL relation holding that table's rows (an attached store's table,
     a Parquet file), or None where the source has none. Returns the rows added per table."""
     added = {}
+    store = cast(duckdb.DuckDBPyConnection, con)
+    # A store that holds nothing yet (made for this copy: a merge into a new folder, a shard's
+    # checkpoints restored) is a new store at its path: its generations start again, even
+    # where a deleted store's went higher (`generations.py`). One that holds rows or a record
+    # is not: an older copy put back, its records removed, is still refused as one.
+    if _holds_nothing(store):
+        fresh_history(store)
     for table in KEYED_TABLES:
         added[table] = _insert(con, table, f"SELECT * FROM {relation(table)}")
     for table in REFERRED_TABLES:
@@ -315,9 +322,18 @@ def copy_rows(con, relation: Callable[[str], str | None]) -> dict[str, int]:
     claim(con, "run store", legacy_added=con.execute(unsealed).fetchone()[0] - before)
     # every rollout and model call as merged (the shards' records cover their own), with the
     # key just claimed
-    store = cast(duckdb.DuckDBPyConnection, con)
     seal_rows(store, claim(store, "run store"))
     return added
+
+
+def _holds_nothing(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the store holds no rollout, no verdict and no seal or generation record."""
+    return one_row(
+        con,
+        "SELECT NOT EXISTS (FROM main.rollouts) AND NOT EXISTS (FROM main.verifications) "
+        "AND NOT EXISTS (FROM main.meta WHERE list_contains(?, key))",
+        [["seal", GENERATION_KEY]],
+    )[0]
 
 
 def _check_shard_key(con, alias: str, shard: Path, key: SealKey | None) -> None:
