@@ -400,3 +400,33 @@ def test_a_merge_or_a_restore_where_a_deleted_store_was_opens(tmp_path: Path) ->
     numbers = _numbers(local, tmp_path)
     assert numbers["notes"] == [] and numbers["seals"] == [] and numbers["check"] == 0, numbers
     assert "seal_rolled_back" not in numbers["health"][2]
+
+
+def test_a_confirmation_made_again_opens(tmp_path: Path) -> None:
+    """`gym eval decide RUN --confirm` judges a copy of the run again (`study/confirm.py`) in
+    the run's `confirm/FACTOR` folder, replacing an earlier confirmation's copy: that copy was
+    taken a generation further by its reverify, and the new copy of the run read as that
+    one put back ("generation 2 of this store ... to generation 3"; the second confirmation
+    refused). The copy is gymflow's own now (`db.copy_store`): its history starts where the
+    run's is, and the same confirmation made twice gives the same outcome."""
+    from gymflow.analysis.results import Experiment
+    from gymflow.study.confirm import confirm
+
+    run = collect_run(tmp_path / "run", limit=6)
+    tasks = [row[0] for row in query(run / "gymflow.duckdb", "SELECT task_id FROM tasks")]
+    experiment = Experiment(
+        action="verifier_repair",
+        factor="verifier_params",
+        change={"verifier_params": {"abs_tol": 0.5}},
+        kind="reverify",
+        tasks=tasks,
+        predicted="a lenient tolerance passes more answers",
+        how="judge the stored answers again with abs_tol 0.5",
+    )
+    first = confirm(run, experiment)
+    assert first is not None and first.ran
+    second = confirm(run, experiment)
+    assert second == first
+    copy = Path(str(second.run_dir))
+    assert _numbers(copy, tmp_path)["health"] == (0, "healthy", [])
+    assert _numbers(run, tmp_path)["health"] == (0, "healthy", [])
