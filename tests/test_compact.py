@@ -8,7 +8,7 @@ import pytest
 from gymflow.store.compact import compact, free_share
 from gymflow.store.db import connect, store_path
 from gymflow.store.seal import load_key
-from gymflow.store.sealed_rows import SEALED_ROWS, rows_record, rows_recorded
+from gymflow.store.sealed_rows import seal_rows
 from tests.analysis.builder import RunMeta, StoreBuilder
 
 
@@ -33,14 +33,12 @@ def fragmented(tmp_path):
                 "(SELECT rollout_id FROM rollouts WHERE repeat_index = 3)"
             )
         con.execute("DELETE FROM rollouts WHERE repeat_index = 3")
-        # the deletes taken as a writer's: compaction copies only a store whose seals match,
-        # the records of its rollouts and calls included
+        # the deletes sealed as a writer seals its own (`seal_rows`: the records of the
+        # rollouts and calls, and the store's generation over them): compaction copies only a
+        # store whose seals match
         key = load_key(create=False)
         assert key is not None
-        for spec in SEALED_ROWS.values():
-            if rows_recorded(con, spec):
-                record = rows_record(con, key, spec)
-                con.execute("UPDATE meta SET value = ? WHERE key = ?", [record, spec.record])
+        seal_rows(con, key)
         con.execute("CHECKPOINT")
     return run_dir
 

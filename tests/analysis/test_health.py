@@ -228,6 +228,15 @@ def _inputs_edited(b):
     return b.meta.run_id
 
 
+def _generation_put_back(b):
+    """An older generation record put in the file (an older state's, or one copied from a newer
+    state): every seal record still matches, the generation record does not hold over them
+    (store/generations.py)."""
+    edit = "UPDATE meta SET value = '1:' || repeat('0', 32) WHERE key = 'generation'"
+    b.after_write.append((edit, []))
+    return b.meta.run_id
+
+
 def _rollout_edited(b):
     """One rollout's turn count edited in the file: no verdict's seal covers it; the seal over
     every rollout's identity and outcome does not match (store/sealed_rows.py)."""
@@ -343,6 +352,7 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "inputs_edited": _inputs_edited,
     "rollouts_edited": _rollout_edited,
     "calls_edited": _call_edited,
+    "seal_rolled_back": _generation_put_back,
     "verdict_unsealed": _before_the_seal,
     "seal_key_unknown": _another_key,
     TASK_CHECK: _every_repeat,

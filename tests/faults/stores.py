@@ -112,28 +112,35 @@ def edit_store(run: Path, *statements: str) -> None:
 
 
 def as_an_older_gymflow_left_it(run: Path, version: int) -> None:
-    """The store as a gymflow writing seal records of `version` (1 to 3) left it, made with
+    """The store as a gymflow writing seal records of `version` (1 to 4) left it, made with
     this machine's key as that gymflow would: its record of that version, its task list sealed
-    under it, and no seal of what that version did not seal (1: its inputs; 1 and 2: its
-    rollouts; all: its model calls). What an attacker cannot do: the task list's seal needs
-    the key."""
+    under it, its inputs under the MAC of then (without the server's report), and no seal of
+    what that version did not seal (1: its inputs; 1 and 2: its rollouts; 1 to 3: its model
+    calls; all: its generation, and none recorded for its path). What an attacker cannot do:
+    the task list's seal needs the key."""
+    from gymflow.store.generations import record_at
     from gymflow.store.seal import _record, _task_list_mac, load_key
+    from gymflow.store.sealed_inputs import inputs_mac
 
     key = load_key(create=False)
     assert key is not None
     con = duckdb.connect(str(run / "gymflow.duckdb"), read_only=True)
     try:
         task_seal = _task_list_mac(con, key, version)
+        inputs = inputs_mac(con, key, 1)
     finally:
         con.close()
     edit_store(
         run,
         f"UPDATE meta SET value = '{_record(key, 0, version=version)}' WHERE key = 'seal'",
         f"UPDATE meta SET value = '{task_seal}' WHERE key = 'task_seal'",
-        "DELETE FROM meta WHERE key = 'calls_seal'",
+        f"UPDATE meta SET value = '{inputs}' WHERE key = 'inputs_seal'",
+        "DELETE FROM meta WHERE key = 'generation'",
+        *(["DELETE FROM meta WHERE key = 'calls_seal'"] if version < 4 else []),
         *(["DELETE FROM meta WHERE key = 'rollouts_seal'"] if version < 3 else []),
         *(["DELETE FROM meta WHERE key = 'inputs_seal'"] if version < 2 else []),
     )
+    record_at(key, run / "gymflow.duckdb", 0)
 
 
 def one_error_line(stderr: str) -> str:
@@ -163,6 +170,7 @@ def resealed(store: Path) -> None:
     """Every verdict of `store` sealed again, with this machine's key, over its rollout as
     stored now, and its rollouts and model calls (`sealed_rows.py`): the state a writer would
     have sealed (an edit made by SQL, taken as honest)."""
+    from gymflow.store.generations import write_generation
     from gymflow.store.seal import MESSAGE, load_key, message_sql, sealed
     from gymflow.store.sealed_rows import SEALED_ROWS, rows_record, rows_recorded
 
@@ -188,6 +196,7 @@ def resealed(store: Path) -> None:
             "WHERE s.rollout_id = verifications.rollout_id "
             "AND s.verifier_version = verifications.verifier_version"
         )
+        write_generation(con, key)  # over the records just written, as every writer does
     finally:
         con.close()
 

@@ -30,7 +30,7 @@ from gymflow.store.db import first_sql, memory_capped_call
 from gymflow.store.queries.rollouts import health_verdicts_sql, stored_count
 from gymflow.store.queries.tasks import task_count
 from gymflow.store.runs import max_repeats
-from gymflow.store.seal import SealCheck
+from gymflow.store.seal import SealCheck, StoreSeal, older_state, store_file
 
 
 class UnknownCheck(UserError, ValueError):
@@ -142,6 +142,7 @@ def health(
         "inputs_sealed": sealed.inputs_sealed,
         "rollouts_sealed": sealed.rollouts_sealed,
         "calls_sealed": sealed.calls_sealed,
+        "generation_ok": not sealed.older_state if sealed.state == "sealed" else None,
         "verifier_version": version,
         "repeats": max_repeats(con) or 0,
         "reward_low": spec.low if spec else None,
@@ -214,10 +215,18 @@ def health(
         checks=checks,
         rollout_verdicts=verdicts.to_dicts(),
         rollout_verdicts_truncated=max_listed is not None and unhealthy > max_listed,
+        seal_notes=_seal_notes(con, sealed),
         seals_checked_at=None
         if seals.checked_at is None
         else datetime.fromtimestamp(seals.checked_at, UTC).replace(microsecond=0),
     )
+
+
+def _seal_notes(con, sealed: StoreSeal) -> list[str]:
+    """What the seals say that no count shows, one line each, naming the store."""
+    if not sealed.older_state:
+        return []
+    return [f"{store_file(con) or 'the store'}: {older_state(sealed)}"]
 
 
 def rollout_verdicts(

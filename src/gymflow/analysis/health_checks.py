@@ -541,7 +541,8 @@ CHECKS: dict[str, Check] = {
     "inputs_edited": Check(
         "what decides the run's numbers besides its verdicts (the tasks' prompts, references "
         "and data, the run's row, the verifier versions with their parameters, which version "
-        "is current, which of an import's rollouts it stored without a verdict) is not what "
+        "is current, which of an import's rollouts it stored without a verdict, the model "
+        "server's report of itself) is not what "
         "its writers sealed: edited in the file (an answer key, a lenient version made "
         "current, a verdict deleted from an import)",
         "SELECT run_id AS id FROM runs WHERE NOT getvariable('inputs_sealed')",
@@ -567,6 +568,17 @@ CHECKS: dict[str, Check] = {
         "SELECT run_id AS id FROM runs WHERE NOT getvariable('calls_sealed')",
         level="run",
         needs=("calls_sealed",),
+    ),
+    "seal_rolled_back": Check(
+        "the store is an older sealed state of itself put back at its path: its generation "
+        "(raised by every writer that seals, sealed with its seal records) is below the one "
+        "this machine's writers took the store at this path to (recorded beside the seal key), "
+        "or its generation record is not the one sealed over its seal records (a newer state's "
+        "record copied into an older one): every seal of that older state matches, so only the "
+        "generation shows it",
+        "SELECT run_id AS id FROM runs WHERE NOT getvariable('generation_ok')",
+        level="run",
+        needs=("generation_ok",),
     ),
     "seal_stripped": Check(
         "a verdict of a store this machine sealed at this path (its sealed-stores ledger, beside "

@@ -112,6 +112,9 @@ class Health(Result):
     #: the store's unchanged file (`store/checked_stores.py`); None: recomputed now (or not
     #: sealed by this machine's key)
     seals_checked_at: datetime | None = None
+    #: what the seals say that no count shows, one line each naming the store (an older state
+    #: of it put back: both generations)
+    seal_notes: list[str] = Field(default_factory=list)
 
     @property
     def broken(self) -> list[str]:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from gymflow.analysis.results import Seals
 from gymflow.core.errors import UserError
 from gymflow.store.checked_stores import check_seals_once
-from gymflow.store.seal import SealCheck
+from gymflow.store.seal import SealCheck, older_state
 
 
 class SealsFailed(UserError):
@@ -42,6 +42,8 @@ def store_seals(con, found: SealCheck | None = None) -> Seals:
     ):
         if sealed is False:
             edited.append(f"{what} not as sealed")
+    if store.older_state:
+        edited.append(older_state(store))
     checkable = store.state in ("sealed", "stripped") and found.mismatched is not None
     return Seals(
         state=store.state,

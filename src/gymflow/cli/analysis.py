@@ -404,6 +404,8 @@ def eval_health(
             + f"; verifier {result.verifier_version}"
         )
         print_version_read(result.version_read)
+        for note in result.seal_notes:
+            console.print(note, style="bold red", markup=False, highlight=False)
         if result.seals_checked_at is not None:
             console.print(
                 f"seals: every one matched at {result.seals_checked_at:%Y-%m-%d %H:%M:%S} UTC, "

@@ -193,6 +193,7 @@ def _print_seals(result) -> None:
         (result.rollouts_sealed, f"the run's rollouts do not match their seal: {ROLLOUTS_EDITED}"),
         (result.calls_sealed, f"the run's model calls do not match their seal: {CALLS_EDITED}"),
         (result.tasks_sealed, f"the run's task list does not match its seal: {TASK_LIST_EDITED}"),
+        (result.generation_failure is None, result.generation_failure or ""),
     ]
     if result.seal_state == "stripped":
         edited.append((False, f"{result.seal_mismatches} verdicts lost their seals: {STRIPPED}"))
@@ -206,7 +207,7 @@ def _print_seals(result) -> None:
     for sealed, said in edited:
         if sealed is False:
             console.print(said, style="bold red", markup=False, highlight=False)
-    if result.seal_state == "stripped" or result.seal_mismatches:
+    if result.seal_state == "stripped" or result.seal_mismatches or result.generation_failure:
         return
     if result.seal_state == "foreign":
         console.print(

@@ -18,6 +18,7 @@ from gymflow.core.processes import pid_alive
 from gymflow.core.written import unlinked_folder
 from gymflow.interop.nemo_read import InteropError
 from gymflow.store.db import STORE_FILE, StoreError, connect, store_path, transaction
+from gymflow.store.generations import record_at, stored_number
 from gymflow.store.seal import RECORD_VERSION, built_aside, load_key, remember
 
 
@@ -50,12 +51,15 @@ def staged_store(out: Path) -> Iterator:
         with built_aside(store_path(staging)), transaction(con):
             yield con
         con.execute("CHECKPOINT")
+        generation = stored_number(con)
         con.close()
         run_dir.mkdir(parents=True, exist_ok=True)
         os.replace(staging / STORE_FILE, target)
-        # recorded as sealed where it now is, never at the staging path it was sealed at
+        # recorded as sealed where it now is, never at the staging path it was sealed at; its
+        # generations start there (a store imported over another one opens)
         if (key := load_key(create=False)) is not None:
             remember(target, key, version=RECORD_VERSION)
+            record_at(key, target, generation)
     except OSError as exc:
         raise InteropError(f"{run_dir}: cannot write the store: {exc}") from None
     finally:

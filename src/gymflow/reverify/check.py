@@ -25,7 +25,7 @@ from gymflow.store import verifier_versions
 from gymflow.store.db import connect, store_path
 from gymflow.store.queries.verdicts import recheck_rows
 from gymflow.store.runs import run_info
-from gymflow.store.seal import SealCheck, SealState, check_seals
+from gymflow.store.seal import SealCheck, SealState, check_seals, older_state
 from gymflow.verifiers.identity import code_hash
 
 
@@ -78,6 +78,10 @@ class Rechecked(Result):
     calls_sealed: bool | None = None
     #: the store's task list is the one sealed (`store/seal.py`); None: not checked
     tasks_sealed: bool | None = None
+    #: the store is an older sealed state of itself put back, or its generation record is not
+    #: the one sealed (`store/generations.py`): one line naming the store (and both
+    #: generations); None: neither, or not checked
+    generation_failure: str | None = None
     #: False: nothing was judged (`unjudged_why`), because the parameters or the inputs read as
     #: edited, or name a server a store this machine did not seal may not name (a verifier
     #: built from them would call it: a judge's `base_url`, sent the owner's key from the
@@ -96,6 +100,7 @@ class Rechecked(Result):
             and self.rollouts_sealed is not False
             and self.calls_sealed is not False
             and self.tasks_sealed is not False
+            and self.generation_failure is None
         )
 
 
@@ -162,7 +167,7 @@ def check(
             seals = check_seals(con)
             named = _params_named(version, server)
             if not named or seals.store.inputs_sealed is False:
-                return _unjudged(env, version, seals, named, EDITED)
+                return _unjudged(env, version, seals, named, store, EDITED)
             if (servers := store_named_servers(params, {})) and seals.store.state != "sealed":
                 why = (
                     f"its stored parameters name {', '.join(servers)}, which the verifier would "
@@ -170,7 +175,7 @@ def check(
                     "(judge it again with your own server: `gym eval reverify RUN --set "
                     "base_url=...`)"
                 )
-                return _unjudged(env, version, seals, named, why)
+                return _unjudged(env, version, seals, named, store, why)
             return _check_with(con, store, env, server, tasks, version, row[2], max_listed, seals)
         finally:
             server.close()
@@ -238,7 +243,12 @@ def _check_with(
         rollouts_sealed=seals.store.rollouts_sealed,
         calls_sealed=seals.store.calls_sealed,
         tasks_sealed=seals.store.tasks_sealed,
+        generation_failure=_generation_failure(seals, store),
     )
+
+
+def _generation_failure(seals: SealCheck, store: Path) -> str | None:
+    return f"{store}: {older_state(seals.store)}" if seals.store.older_state else None
 
 
 def _params_named(version: str, server: ResourcesServer) -> bool:
@@ -253,7 +263,9 @@ EDITED = (
 )
 
 
-def _unjudged(env: Environment, version: str, seals: SealCheck, named: bool, why: str) -> Rechecked:
+def _unjudged(
+    env: Environment, version: str, seals: SealCheck, named: bool, store: Path, why: str
+) -> Rechecked:
     return Rechecked(
         environment=env.name,
         version=version,
@@ -270,6 +282,7 @@ def _unjudged(env: Environment, version: str, seals: SealCheck, named: bool, why
         rollouts_sealed=seals.store.rollouts_sealed,
         calls_sealed=seals.store.calls_sealed,
         tasks_sealed=seals.store.tasks_sealed,
+        generation_failure=_generation_failure(seals, store),
         judged=False,
         unjudged_why=why,
     )

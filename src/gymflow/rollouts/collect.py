@@ -170,7 +170,7 @@ class Collector:
     def __enter__(self) -> Collector:
         # what a real model server reports about itself (model, version): a factor of the run
         if self.plan.config.model.kind != "local" and self.base_url:
-            record_server_report(self.con, server_report(self.base_url))
+            record_server_report(self.con, server_report(self.base_url), str(self.plan.run_dir))
         sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
         with contextlib.ExitStack() as settings:
             settings.enter_context(_run_long_gc())

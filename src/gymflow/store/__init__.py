@@ -14,9 +14,11 @@ __tier__ = 1
 __all__ = [
     "arrow_reads",
     "checked_stores",
+    "commits",
     "compact",
     "db",
     "exact_schema",
+    "generations",
     "handle",
     "merge",
     "queries",

@@ -18,6 +18,7 @@ import duckdb
 
 from gymflow.core.errors import RuntimeFailure, UserError, option
 from gymflow.core.written import created, unlinked_folder, written
+from gymflow.store.commits import transaction as transaction
 from gymflow.store.exact_schema import differences
 from gymflow.store.named_paths import name as _name
 from gymflow.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, SPECS, TABLES
@@ -182,21 +183,6 @@ def held(run_dir: Path | str) -> Iterator[None]:
         with _held_lock:
             del _held[path]
         con.close()
-
-
-@contextlib.contextmanager
-def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """BEGIN, then COMMIT, or ROLLBACK on any error. A COMMIT that failed has rolled back
-    already, and a second ROLLBACK would raise "no transaction is active" in place of the error
-    that says why: that one is kept."""
-    con.execute("BEGIN TRANSACTION")
-    try:
-        yield
-        con.execute("COMMIT")
-    except BaseException:
-        with contextlib.suppress(duckdb.Error):
-            con.execute("ROLLBACK")
-        raise
 
 
 #: DuckDB's memory while an analysis reads a whole store (health, profile, diagnose, reverify).

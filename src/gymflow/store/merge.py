@@ -25,14 +25,17 @@ from gymflow.store.db import (
     store_path,
     transaction,
 )
+from gymflow.store.generations import GENERATION_KEY, fresh_history, read_generation, recorded_at
 from gymflow.store.handle import one_row
 from gymflow.store.runs import RolloutKey, RunInfo, check_run_store, missing_keys, run_info
 from gymflow.store.seal import (
     SealKey,
     SealKeyError,
+    StoreSeal,
     claim,
     foreign_key_message,
     load_key,
+    older_state,
     seal_tasks,
 )
 from gymflow.store.sealed_first import check_before_writing
@@ -152,6 +155,8 @@ def _checked_shard(con: duckdb.DuckDBPyConnection, path: Path, copy: Path) -> Sh
     # its rows would be sealed into the merged store as they are: checked first
     _check_shard_key(con, "main", path, load_key(create=False))
     checked = check_before_writing(con, f"{path}: refused")
+    if checked:
+        _check_shard_generation(con, path, load_key(create=False))
     verdicts: int = one_row(con, "SELECT count(*) FROM verifications")[0]
     if not checked and (rollouts or verdicts):
         # A store gymflow writes is sealed from its first row; one that reads as unsealed had
@@ -162,6 +167,24 @@ def _checked_shard(con: duckdb.DuckDBPyConnection, path: Path, copy: Path) -> Sh
             "vouches for them; a shard gymflow writes is sealed"
         )
     return ShardInfo(path=path, run=run, indices=indices, rollouts=rollouts, snapshot=copy)
+
+
+def _check_shard_generation(
+    con: duckdb.DuckDBPyConnection, shard: Path, key: SealKey | None
+) -> None:
+    """A shard put back to an older sealed state of itself is refused: its snapshot is checked
+    at a private path, so its generation is compared with the one recorded for the shard's own
+    (`generations.py`)."""
+    if key is None:
+        return
+    found = StoreSeal(
+        "sealed",
+        key.key_id,
+        generation=read_generation(con, key).number,
+        generation_recorded=recorded_at(key, shard),
+    )
+    if found.rolled_back:
+        raise StoreError(f"{shard}: refused: {older_state(found)}; nothing merged")
 
 
 def check_identity(reference: RunInfo, shard: ShardInfo, reference_name: str) -> None:
@@ -280,6 +303,13 @@ def copy_rows(con, relation: Callable[[str], str | None]) -> dict[str, int]:
     `relation(table)` is the SQL relation holding that table's rows (an attached store's table,
     a Parquet file), or None where the source has none. Returns the rows added per table."""
     added = {}
+    store = cast(duckdb.DuckDBPyConnection, con)
+    # A store that holds nothing yet (made for this copy: a merge into a new folder, a shard's
+    # checkpoints restored) is a new store at its path: its generations start again, even
+    # where a deleted store's went higher (`generations.py`). One that holds rows or a record
+    # is not: an older copy put back, its records removed, is still refused as one.
+    if _holds_nothing(store):
+        fresh_history(store)
     for table in KEYED_TABLES:
         added[table] = _insert(con, table, f"SELECT * FROM {relation(table)}")
     for table in REFERRED_TABLES:
@@ -300,9 +330,18 @@ def copy_rows(con, relation: Callable[[str], str | None]) -> dict[str, int]:
     claim(con, "run store", legacy_added=con.execute(unsealed).fetchone()[0] - before)
     # every rollout and model call as merged (the shards' records cover their own), with the
     # key just claimed
-    store = cast(duckdb.DuckDBPyConnection, con)
     seal_rows(store, claim(store, "run store"))
     return added
+
+
+def _holds_nothing(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the store holds no rollout, no verdict and no seal or generation record."""
+    return one_row(
+        con,
+        "SELECT NOT EXISTS (FROM main.rollouts) AND NOT EXISTS (FROM main.verifications) "
+        "AND NOT EXISTS (FROM main.meta WHERE list_contains(?, key))",
+        [["seal", GENERATION_KEY]],
+    )[0]
 
 
 def _check_shard_key(con, alias: str, shard: Path, key: SealKey | None) -> None:

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
-import contextvars
 import functools
 import hmac
 import os
@@ -46,8 +44,16 @@ from gymflow.core.errors import UserError
 from gymflow.core.same_text import same_text
 from gymflow.core.user_folders import user_config
 from gymflow.store.arrow_reads import arrow_batches, joined_strings
-from gymflow.store.named_paths import named_path
-from gymflow.store.sealed_inputs import inputs_sealed, seal_inputs
+from gymflow.store.generations import (
+    fresh_history,
+    read_generation,
+    record_at,
+    recorded,
+    write_generation,
+)
+from gymflow.store.named_paths import built_aside as built_aside
+from gymflow.store.named_paths import path_names, recorded_names, store_names
+from gymflow.store.sealed_inputs import INPUTS_VERSION, inputs_sealed, seal_inputs
 from gymflow.store.sealed_rows import MODEL_CALLS, ROLLOUTS, rows_recorded, rows_sealed, seal_rows
 
 #: Bytes of a key made on first use, and the fewest a given key may have.
@@ -309,18 +315,67 @@ class StoreSeal:
     #: the version its seal record verifies as under this key (1 to `RECORD_VERSION`); 0 when
     #: no record verifies (none, garbled, another key's): the task list's seal is read by it
     record_version: int = 0
+    #: its seal record says the store's generation is sealed (`generations.py`): a missing
+    #: record of it is an edit, not an older store
+    generation_required: bool = False
+    #: its generation (`armed_state`; 0: none stored, as in a store sealed before it existed)
+    generation: int = 0
+    #: whether its generation record is the one sealed over its seal records (None: not
+    #: checked, or none stored by a store sealed before it existed)
+    generation_sealed: bool | None = None
+    #: the highest generation this machine's writers took the store at its path to (0: none)
+    generation_recorded: int = 0
+
+    @property
+    def rolled_back(self) -> bool:
+        """An older sealed state of the store put back at its path: its generation is below
+        the one this machine's writers took it to there."""
+        return self.state == "sealed" and self.generation < self.generation_recorded
+
+    @property
+    def older_state(self) -> bool:
+        """An older sealed state of the store, which only its generation shows: put back at its
+        path (`rolled_back`), or given a newer state's generation record, which does not hold
+        over its own seal records though each of them does. A seal record edited or removed is
+        that record's own failure (its check says which), not this one."""
+        if self.rolled_back:
+            return True
+        return (
+            self.generation_sealed is False
+            and self.record_version > 0
+            and self.tasks_sealed is not False
+            and self.inputs_sealed is not False
+            and self.rollouts_sealed is not False
+            and self.calls_sealed is not False
+        )
 
 
 #: The seal record version this gymflow writes: what each version says is sealed beside the
 #: verdicts and the task list (a version cannot be changed without the key, so a record of
 #: version N whose store lacks the seal of what N seals was edited).
-RECORD_VERSION = 4
+RECORD_VERSION = 5
 _SEALED_BY_VERSION = {
     1: {},
     2: {"inputs_required": True},  # `sealed_inputs.py`
     3: {"inputs_required": True, "rollouts_required": True},  # `sealed_rows.ROLLOUTS`
     4: {"inputs_required": True, "rollouts_required": True, "calls_required": True},
+    # the generation (`generations.py`), and the server's report among the inputs
+    5: {
+        "inputs_required": True,
+        "rollouts_required": True,
+        "calls_required": True,
+        "generation_required": True,
+    },
 }
+
+
+def _inputs_versions(record_version: int) -> tuple[int, ...]:
+    """The inputs' MAC versions (`sealed_inputs.SEALED_META`) a store whose seal record is of
+    `record_version` may hold: only version 2 (the server's report sealed) from record 5 on, so
+    an older MAC put back cannot leave the report out; before, either (a record of before 5
+    over a version 2 MAC was put back from another store: its task list, sealed under the
+    record's version, says so)."""
+    return (INPUTS_VERSION,) if record_version >= 5 else (INPUTS_VERSION, 1)
 
 
 def _required(version: int) -> dict[str, bool]:
@@ -337,7 +392,8 @@ def _record(key: SealKey, legacy: int, *, version: int = RECORD_VERSION) -> str:
     """The seal record; version 2 says the store's inputs (`sealed_inputs.py`) are sealed too,
     so a store whose record is version 2 and whose inputs seal is gone was edited (version 1,
     written before, says nothing of them; a version cannot be changed without the key);
-    version 3 says the same of its rollouts, version 4 of its model calls (`sealed_rows.py`)."""
+    version 3 says the same of its rollouts, version 4 of its model calls (`sealed_rows.py`),
+    version 5 of its generation (`generations.py`) and the server's report."""
     body = f"{key.key_id}:{legacy}"
     label = "gymflow store seal " if version == 1 else f"gymflow store seal v{version} "
     return f"{body}:{key.mac(label + body)[:SEAL_HEX]}"
@@ -391,31 +447,11 @@ def store_file(con: DuckDBPyConnection) -> str | None:
     return names[-1] if names else None
 
 
-def store_names(con: DuckDBPyConnection) -> tuple[str, ...]:
-    """The store file `con` has open by the path it was opened at and by its real path (one,
-    when they are the same; none: in memory)."""
-    row = con.execute(
-        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
-    ).fetchone()
-    if not row or not row[0]:
-        return ()
-    named = named_path(con)
-    real = os.path.realpath(row[0])  # DuckDB reports the file it opened, links followed
-    return (real,) if named is None or os.path.abspath(named) == real else (named, real)
-
-
-def _names(path: Path | str) -> tuple[str, ...]:
-    """`path` as named (absolute) and as it resolves. The ledger lists a store by both: a
-    sealed store's path turned into a link to a copy stripped of its seals would otherwise read
-    as a store never sealed (attack pass 4: pass@1 0.60 -> 1.00, healthy)."""
-    named, real = os.path.abspath(path), os.path.realpath(path)
-    return (named,) if named == real else (named, real)
-
-
 #: The ledger's tag of a store sealed under each record version from 3 on: sealed with its
-#: rollouts (3), and its model calls (4) (`sealed_rows.py`). A seal record of an older version
-#: found there later was put back from another store, to switch their check off.
-_LEDGER_TAGS = {3: "rollouts", 4: "calls"}
+#: rollouts (3), its model calls (4) (`sealed_rows.py`) and its generation (5). A seal record of
+#: an older version found there later was put back from another store, to switch their check
+#: off.
+_LEDGER_TAGS = {3: "rollouts", 4: "calls", 5: "generation"}
 
 
 def _entry(key: SealKey, path: str, *, version: int = 0) -> str:
@@ -425,26 +461,8 @@ def _entry(key: SealKey, path: str, *, version: int = 0) -> str:
     return f"{key.key_id}\t{tag}\t{path}\n" if tag else f"{key.key_id}\t{path}\n"
 
 
-#: Stores being built aside (an import's staging folder), recorded only at their final path.
-_BUILT_ASIDE: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
-    "gymflow_built_aside", default=frozenset()
-)
-
-
-@contextlib.contextmanager
-def built_aside(path: Path | str) -> Iterator[None]:
-    """Inside, the store at `path` is not recorded as sealed: it is built to be renamed, and
-    the caller records it where it ends up (`remember`)."""
-    token = _BUILT_ASIDE.set(_BUILT_ASIDE.get() | set(_names(path)))
-    try:
-        yield
-    finally:
-        _BUILT_ASIDE.reset(token)
-
-
 def _remember(con: DuckDBPyConnection, key: SealKey, *, version: int = 0) -> None:
-    names = store_names(con)
-    if names and not set(names) & _BUILT_ASIDE.get():
+    if names := recorded_names(con):
         remember(names[0], key, version=version)
 
 
@@ -452,11 +470,11 @@ def remember(path: Path | str, key: SealKey, *, version: int = 0) -> None:
     """Record that `key` sealed the store at `path` (its final path: a store built aside and
     renamed into place is recorded where it ends up), once; with `version`, under a seal record
     of that version (a store this gymflow wrote: `RECORD_VERSION`), which seals what every
-    version up to it seals. It is listed by its path as named and as it resolves (`_names`)."""
+    version up to it seals. It is listed by its path as named and as it resolves (`path_names`)."""
     ledger = ledger_file()
     lines = [
         entry
-        for name in _names(path)
+        for name in path_names(path)
         for entry in [
             _entry(key, name),
             *(_entry(key, name, version=v) for v in _LEDGER_TAGS if v <= version),
@@ -480,9 +498,12 @@ def remember_copy(source: Path, copy: Path) -> None:
     key = load_key(create=False)
     if key is None:
         return
-    ledger, names = ledger_file(), _names(source)
+    ledger, names = ledger_file(), path_names(source)
     if any(_listed(ledger, _entry(key, name)) for name in names):
         remember(copy, key, version=max(_listed_version(ledger, key, name) for name in names))
+    # the copy's history starts where the source's is (a copy over an older one at that path
+    # must open; one of a source put back is refused as the source is)
+    record_at(key, copy, recorded(key, names))
 
 
 def _listed_version(ledger: Path, key: SealKey, path: str) -> int:
@@ -528,7 +549,7 @@ def store_seal(con: DuckDBPyConnection, key: SealKey | None) -> StoreSeal:
     found = _seal_record(con, key)
     if found.state in ("unsealed", "foreign") and key is not None and _remembered(con, key):
         return StoreSeal("stripped", key.key_id)
-    if found.state == "sealed" and key is not None and not found.calls_required:
+    if found.state == "sealed" and key is not None and 0 < found.record_version < RECORD_VERSION:
         # an older record where this machine sealed under a newer one: put back from another
         # store, to switch the check of what the newer one seals off
         remembered = _remembered_version(con, key)
@@ -588,8 +609,8 @@ def _seal_record(con, key: SealKey | None) -> StoreSeal:
         )
     legacy_text = rest.partition(":")[0]
     legacy = int(legacy_text) if legacy_text.isdigit() and len(legacy_text) < 19 else 0
-    # newest first: version 3 before its model calls were sealed, 2 before its rollouts were,
-    # 1 before its inputs were
+    # newest first: version 4 before its generation was sealed, 3 before its model calls were,
+    # 2 before its rollouts were, 1 before its inputs were
     for version in sorted(_SEALED_BY_VERSION, reverse=True):
         if same_text(_record(key, legacy, version=version), str(row[0])):
             return StoreSeal("sealed", key_id, legacy, **_required(version), record_version=version)
@@ -626,6 +647,7 @@ _TASK_LIST_LABELS = {
     2: "gymflow task list\n",
     3: "gymflow task list v3\n",
     4: "gymflow task list v4\n",
+    5: "gymflow task list v5\n",
 }
 
 
@@ -639,12 +661,14 @@ def _task_list_mac(con: DuckDBPyConnection, key: SealKey, version: int) -> str:
 
 
 def _write_task_seal(con: DuckDBPyConnection, key: SealKey) -> None:
-    """The task list sealed under the record a writer leaves (`RECORD_VERSION`)."""
+    """The task list sealed under the record a writer leaves (`RECORD_VERSION`), and the
+    store's generation over both (`generations.py`)."""
     con.execute(
         "INSERT INTO meta VALUES ('task_seal', ?) "
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         [_task_list_mac(con, key, RECORD_VERSION)],
     )
+    write_generation(con, key)
 
 
 def seal_tasks(con: DuckDBPyConnection, key: SealKey) -> None:
@@ -653,7 +677,7 @@ def seal_tasks(con: DuckDBPyConnection, key: SealKey) -> None:
     its inputs, rollouts or model calls were gets the record that says they are
     (`_write_record`)."""
     found = _seal_record(con, key)
-    if found.state == "sealed" and not found.calls_required:
+    if found.state == "sealed" and 0 < found.record_version < RECORD_VERSION:
         _write_record(con, key, found.legacy)
     _write_task_seal(con, key)
     seal_inputs(con, key)
@@ -674,9 +698,27 @@ TASK_LIST_EDITED = (
     "its task list is not the one its writers sealed: a task (with its rollouts) deleted or "
     "added in the file, or an older store's seal record put in place of its own"
 )
+GENERATION_EDITED = (
+    "its generation record is not the one its writers sealed over its seal records: removed, "
+    "edited, or a newer state's record copied into an older state of the store"
+)
+
+
+def older_state(found: StoreSeal) -> str:
+    """What a store put back to an older sealed state of itself (`StoreSeal.older_state`) is,
+    naming both generations (its caller names the path)."""
+    if not found.rolled_back:
+        return GENERATION_EDITED
+    return (
+        f"generation {found.generation} of this store, but this machine's writers took the "
+        f"store at this path to generation {found.generation_recorded}: an older copy of it "
+        "was put back (a copy kept on purpose opens in a folder of its own)"
+    )
+
+
 INPUTS_EDITED = (
-    "its tasks, verifier versions, run row or current version are not those its writers "
-    "sealed: edited in the file"
+    "its tasks, verifier versions, run row, current version or model server's report are not "
+    "those its writers sealed: edited in the file"
 )
 
 
@@ -691,7 +733,7 @@ def check_inputs(con, where: str) -> None:
     found = store_seal(con, key)
     if found.state != "sealed":
         return
-    inputs = inputs_sealed(con, key)
+    inputs = inputs_sealed(con, key, _inputs_versions(found.record_version))
     if inputs is False or (inputs is None and found.inputs_required):
         raise SealKeyError(f"{where}: {INPUTS_EDITED}; nothing written")
 
@@ -704,7 +746,7 @@ def task_list_sealed(con: DuckDBPyConnection, key: SealKey, version: int) -> boo
         return False
     # `version`: the one the store's record verifies as (`StoreSeal.record_version`); when
     # no record verifies (deleted or garbled: every seal is then required): any label
-    versions = (version,) if version else (RECORD_VERSION, 3, 1)
+    versions = (version,) if version else tuple(sorted(_TASK_LIST_LABELS, reverse=True))
     return any(same_text(str(row[0]), _task_list_mac(con, key, v)) for v in versions)
 
 
@@ -723,6 +765,8 @@ def claim(con: DuckDBPyConnection, where: str, *, legacy_added: int = 0) -> Seal
     if found.state == "foreign":
         raise SealKeyError(foreign_key_message(where, found.key_id, key))
     first = found.state in ("unsealed", "stripped")  # stripped of nothing: a failed first write
+    if first:
+        fresh_history(con)  # a new store at this path: its generations start again
     # sealed verdicts but no record: copied in from a sealed shard (a merge's first write);
     # the record is written with only what the caller copied in unsealed counted as legacy
     unrecorded = not first and _record_row(con) is None
@@ -732,6 +776,9 @@ def claim(con: DuckDBPyConnection, where: str, *, legacy_added: int = 0) -> Seal
     if first or unrecorded:
         _remember(con, key)
         seal_tasks(con, key)
+    # every writer raises the store's generation, also one that writes no seal record (new
+    # verdicts of a version already stored): its state before is then an older one
+    write_generation(con, key)
     return key
 
 
@@ -760,6 +807,8 @@ class SealCheck:
             and self.store.inputs_sealed is not False
             and self.store.rollouts_sealed is not False
             and self.store.calls_sealed is not False
+            and self.store.generation_sealed is not False
+            and not self.store.rolled_back
         )
 
 
@@ -774,9 +823,13 @@ def armed_state(
     found = store_seal(con, key := load_key(create=False))
     if found.state != "sealed" or key is None:
         return found, None
-    inputs = inputs_sealed(con, key)
+    inputs = inputs_sealed(con, key, _inputs_versions(found.record_version))
     if inputs is None and found.inputs_required:
         inputs = False  # the seal of the inputs was removed
+    generation = read_generation(con, key)
+    generation_sealed = generation.sealed
+    if generation_sealed is None and found.generation_required:
+        generation_sealed = False  # its record was removed
     rows: dict[str, bool | None] = {}
     for name, spec, required in (
         ("rollouts", ROLLOUTS, found.rollouts_required),
@@ -794,6 +847,9 @@ def armed_state(
         inputs_sealed=inputs,
         rollouts_sealed=rows["rollouts"],
         calls_sealed=rows["calls"],
+        generation=generation.number,
+        generation_sealed=generation_sealed,
+        generation_recorded=recorded(key, store_names(con)),
     ), key
 
 

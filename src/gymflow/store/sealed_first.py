@@ -39,6 +39,7 @@ from gymflow.store.seal import (
     check_seals,
     load_key,
     message_sql,
+    older_state,
 )
 from gymflow.store.sealed_inputs import imported_only, unjudged_sealed
 
@@ -91,7 +92,8 @@ def _verdicts_deleted(con: DuckDBPyConnection, key: SealKey) -> str | None:
 def check_before_writing(con: DuckDBPyConnection, where: str) -> bool:
     """Refuse when the store `con` has open is not what its writers sealed: SealsBroken (exit
     2) when a seal does not match, the seals were stripped, a verdict was deleted or the task
-    list is not the one sealed; SealKeyError (`seal.check_inputs`) when its inputs were
+    list is not the one sealed, or it is an older sealed state of itself put back
+    (`generations.py`); SealKeyError (`seal.check_inputs`) when its inputs were
     edited. `where` names the store in the one-line refusal. Returns whether every seal was
     checked and matched (False: nothing to vouch for, e.g. a store not yet sealed, which the
     writer's `claim` seals, or refuses when another key sealed it)."""
@@ -123,6 +125,8 @@ def check_before_writing(con: DuckDBPyConnection, where: str) -> bool:
         _refuse(where, ROLLOUTS_EDITED)
     if seal.calls_sealed is False:
         _refuse(where, CALLS_EDITED)
+    if seal.rolled_back or seal.generation_sealed is False:
+        _refuse(where, older_state(seal))
     return True
 
 

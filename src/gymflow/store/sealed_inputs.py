@@ -1,7 +1,7 @@
 """The seal on what decides a number besides the verdicts: the tasks (prompt, reference, the
 data a verifier reads, tags, difficulty), the run's row (config, repeats, the version it was
-judged under), every verifier version with its parameters and code hash, and which version is
-current.
+judged under), every verifier version with its parameters and code hash, which version is
+current, and the model server's report of itself (`server_reports.py`, from inputs MAC version 2).
 
 A verdict's seal covers the verdict and its rollout, not these. An attacker's pass over 193679f
 edited them alone: a lenient what-if version (its parameters copied from the original's) made
@@ -30,15 +30,21 @@ from duckdb import DuckDBPyConnection
 
 from gymflow.core.same_text import same_text
 from gymflow.store.arrow_reads import arrow_batches
+from gymflow.store.generations import write_generation
 from gymflow.store.schema import COLUMNS
 
 
 class SealKey(Protocol):
     """What sealing the inputs needs of `seal.SealKey` (which imports this module): its HMAC
-    state."""
+    state, its id and MAC (the store's generation, `generations.py`)."""
 
     @property
     def sealer(self) -> Any: ...
+
+    @property
+    def key_id(self) -> str: ...
+
+    def mac(self, text: str) -> str: ...
 
 
 INPUTS_KEY = "inputs_seal"
@@ -53,8 +59,16 @@ UNJUDGED_SQL = """
       AND NOT EXISTS (SELECT 1 FROM verifications v WHERE v.rollout_id = r.rollout_id)
     ORDER BY r.rollout_id
 """
-#: The `meta` keys whose value decides a number (which verifier version is read).
-SEALED_META = ("current_verifier_version",)
+#: The model server's report of itself (`server_reports.py`): which server, model and engine
+#: answered, a factor `profile --compare` attributes a difference to.
+SERVER_REPORT_KEY = "server_report"
+#: The `meta` keys whose value decides a number or a sentence of advice, by the version of the
+#: inputs' MAC: which verifier version is read (1); and the server's report (2, written with
+#: seal record version 5): two runs differing only in their seed read "3 factors differ" once
+#: their reports were edited, every seal intact (attack pass 4, a05).
+SEALED_META = {1: ("current_verifier_version",), 2: ("current_verifier_version", SERVER_REPORT_KEY)}
+#: The inputs' MAC a writer seals with.
+INPUTS_VERSION = 2
 #: Each sealed table with the columns that order its rows (its key).
 SEALED_TABLES = {
     "runs": ("run_id",),
@@ -80,10 +94,10 @@ def _rows_sql(table: str, key: tuple[str, ...], present: set[str]) -> str:
     )
 
 
-def inputs_mac(con: DuckDBPyConnection, key: SealKey) -> str:
-    """The MAC of every sealed row, in key order."""
+def inputs_mac(con: DuckDBPyConnection, key: SealKey, version: int = INPUTS_VERSION) -> str:
+    """The MAC of every sealed row, in key order, and of the `meta` values `version` seals."""
     mac = key.sealer.fresh()
-    mac.update(b"gymflow sealed inputs v1\n")
+    mac.update(f"gymflow sealed inputs v{version}\n".encode())
     present: dict[str, set[str]] = {}
     for table, column in con.execute(
         "SELECT table_name, column_name FROM duckdb_columns() "
@@ -97,7 +111,7 @@ def inputs_mac(con: DuckDBPyConnection, key: SealKey) -> str:
             for row in batch.column(0).to_pylist():
                 mac.update(b"%d:" % len(row) + row + b"\n")
     mac.update(b"\x1emeta\n")
-    for name in SEALED_META:
+    for name in SEALED_META[version]:
         row = con.execute("SELECT value FROM meta WHERE key = ?", [name]).fetchone()
         value = b"" if row is None else str(row[0]).encode()
         mac.update(f"{name}={len(value)}:".encode() + value + b"\n")
@@ -145,16 +159,20 @@ def unjudged_sealed(con: DuckDBPyConnection, key: SealKey) -> tuple[int, int] | 
     return (int(stored) if stored.isdigit() else -1, int(now.partition(":")[0]))
 
 
-def inputs_sealed(con: DuckDBPyConnection, key: SealKey) -> bool | None:
-    """Whether the sealed rows are those the store's writers sealed; None when the store holds
-    no such seal (written before it)."""
+def inputs_sealed(
+    con: DuckDBPyConnection, key: SealKey, versions: tuple[int, ...] = (INPUTS_VERSION,)
+) -> bool | None:
+    """Whether the sealed rows are those the store's writers sealed, under one of the MAC's
+    `versions` (the one its seal record says: `seal._inputs_versions`); None when the store
+    holds no such seal (written before it)."""
     row = con.execute("SELECT value FROM meta WHERE key = ?", [INPUTS_KEY]).fetchone()
     if row is None:
         return None
-    return same_text(str(row[0]), inputs_mac(con, key)) and (unjudged_sealed(con, key) is None)
+    same = any(same_text(str(row[0]), inputs_mac(con, key, version)) for version in versions)
+    return same and (unjudged_sealed(con, key) is None)
 
 
-def seal_inputs(con, key: SealKey) -> None:
+def seal_inputs(con: DuckDBPyConnection, key: SealKey) -> None:
     """Seal the inputs as they are now; an import's rollouts without a verdict first."""
     if imported_only(con):
         con.execute(
@@ -165,3 +183,4 @@ def seal_inputs(con, key: SealKey) -> None:
         "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         [INPUTS_KEY, inputs_mac(con, key)],
     )
+    write_generation(con, key)

@@ -34,6 +34,7 @@ from duckdb import DuckDBPyConnection
 
 from gymflow.core.same_text import same_text
 from gymflow.store.arrow_reads import arrow_batches
+from gymflow.store.generations import write_generation
 from gymflow.store.sealed_inputs import framed
 
 
@@ -42,6 +43,11 @@ class SealKey(Protocol):
 
     @property
     def sealer(self) -> Any: ...
+
+    @property
+    def key_id(self) -> str: ...
+
+    def mac(self, text: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -176,11 +182,13 @@ def _stored(con: DuckDBPyConnection, spec: SealedRows) -> str | None:
     return None if row is None else str(row[0])
 
 
-def _write(con: DuckDBPyConnection, spec: SealedRows, value: str) -> None:
+def _write(con: DuckDBPyConnection, key: SealKey, spec: SealedRows, value: str) -> None:
+    """The table's record, and the store's generation sealed over it (`generations.py`)."""
     con.execute(
         "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         [spec.record, value],
     )
+    write_generation(con, key)
 
 
 def rows_record(con: DuckDBPyConnection, key: SealKey, spec: SealedRows) -> str:
@@ -199,7 +207,7 @@ def seal_rows(con: DuckDBPyConnection, key: SealKey, *, unrecorded_only: bool = 
     store first sealed, or sealed before they were)."""
     for spec in SEALED_ROWS.values():
         if not (unrecorded_only and rows_recorded(con, spec)):
-            _write(con, spec, rows_record(con, key, spec))
+            _write(con, key, spec, rows_record(con, key, spec))
 
 
 def rows_sealed(con: DuckDBPyConnection, key: SealKey, spec: SealedRows) -> bool | None:
@@ -212,7 +220,12 @@ def rows_sealed(con: DuckDBPyConnection, key: SealKey, spec: SealedRows) -> bool
 
 
 def _refold(
-    con: DuckDBPyConnection, spec: SealedRows, stored: str, change: tuple[int, bytes], sign: int
+    con: DuckDBPyConnection,
+    key: SealKey,
+    spec: SealedRows,
+    stored: str,
+    change: tuple[int, bytes],
+    sign: int,
 ) -> None:
     parsed = _parsed(stored)
     if parsed is None:
@@ -220,7 +233,7 @@ def _refold(
     count, digest = parsed
     n, fold = change
     total = np.frombuffer(digest, dtype=np.uint64) ^ np.frombuffer(fold, dtype=np.uint64)
-    _write(con, spec, _text(count + sign * n, total.tobytes()))
+    _write(con, key, spec, _text(count + sign * n, total.tobytes()))
 
 
 def rows_added(
@@ -236,7 +249,8 @@ def rows_added(
     stored = _stored(con, spec)
     if stored is None:
         return  # not sealed yet, or sealed before the record: the next record written seals all
-    _refold(con, spec, stored, _folded(claim(), [messages]), +1)
+    key = claim()
+    _refold(con, key, spec, stored, _folded(key, [messages]), +1)
 
 
 def rows_removed(
@@ -251,4 +265,5 @@ def rows_removed(
     stored = _stored(con, spec)
     if stored is None:
         return
-    _refold(con, spec, stored, _fold(con, claim(), spec, where, params), -1)
+    key = claim()
+    _refold(con, key, spec, stored, _fold(con, key, spec, where, params), -1)

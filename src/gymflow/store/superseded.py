@@ -44,6 +44,8 @@ def _set_aside(
         moved = con.execute("SELECT count(*) FROM set_aside").fetchone()[0]
         store = cast(DuckDBPyConnection, con)
         key = functools.cache(lambda: claim(store, "run store"))
+        if moved:
+            key()  # what it sets aside leaves an older state: the generation is raised
         for table in tables if moved else ():
             where = f"rollout_id IN (SELECT rollout_id FROM set_aside) {only_version}"
             if (spec := SEALED_ROWS.get(table)) is not None:  # out of its seal as they leave

@@ -13,7 +13,7 @@ import duckdb
 
 from gymflow.store.db import StoreError, transaction
 from gymflow.store.handle import Connection
-from gymflow.store.seal import claim, seal_tasks
+from gymflow.store.seal import claim, seal_tasks, store_file
 from gymflow.store.sealed_first import check_before_writing
 
 CURRENT_KEY = "current_verifier_version"
@@ -47,7 +47,7 @@ def make_current(con: duckdb.DuckDBPyConnection, version: str) -> None:
         raise StoreError(
             f"no verifier version {version!r} in this store (have: {', '.join(stored) or 'none'})"
         )
-    where = "run store"
+    where = store_file(con) or "run store"  # a refusal names the file
     check_before_writing(con, where)
     # the choice decides every number read: sealed with the run's inputs (store/sealed_inputs.py),
     # in the same transaction, so a kill between them cannot leave inputs that read as edited

@@ -26,8 +26,8 @@ from gymflow.analysis.results import Confirmation, Experiment
 from gymflow.analysis.seals import own_or_refused
 from gymflow.core.config import named_servers
 from gymflow.core.errors import UserError
-from gymflow.core.written import own_folder, written
-from gymflow.store.db import connect, store_path
+from gymflow.core.written import own_folder
+from gymflow.store.db import connect, copy_store, store_path
 from gymflow.store.queries.scores import task_judged_shares, task_pass_rates
 from gymflow.store.runs import config_json
 from gymflow.store.sealed_files import read_sealed, write_sealed
@@ -84,8 +84,9 @@ def _reverify(store: Path, folder: Path, experiment: Experiment) -> tuple[Path, 
     from gymflow.reverify.new_version import reverify
 
     folder.mkdir(parents=True)
-    with written(folder / store.name) as (partial,):
-        shutil.copyfile(store, partial)
+    # gymflow's own copy (`copy_store`): its history starts where the run's is, so the copy
+    # made again over an earlier confirmation that took its copy further opens
+    copy_store(store, folder)
     result = reverify(folder, experiment.change.get("verifier_params", {}), max_listed=0)
     return folder, result.new_version
 

@@ -1,0 +1,276 @@
+"""Which sealed state of a store is its latest: the store's generation, and the highest one this
+machine's writers took each store path to.
+
+Every state a store passes through is sealed by the owner's key, so an older state of the same
+store put back in place passes every check: the bytes copied aside while a lenient what-if
+version was current, written back after the owner went back to the original version, read
+pass@1 100% for 60%, healthy, `reverify --check` clean (attack pass 4, a07). What tells the
+latest state apart is a counter no one without the key can raise:
+
+- `meta.generation` holds a number and a MAC of it together with the store's seal records
+  (`BOUND`: the seal record, the task list's, the inputs', the rows' records), rewritten, one
+  higher, by every writer that claims the store (`seal.claim`) or writes one of those records
+  (`write_generation`), once per transaction, last in it. The record of a newer state copied
+  into an older one does not hold over the older one's records.
+- Beside the seal key, `store-generations/` keeps per key and store path the highest
+  generation a writer committed there (one small file each, rewritten aside and renamed: the
+  append-only `sealed-stores` ledger would grow by a line per batch of a run). It is written
+  once the writer's transaction committed (`commits.py`): a generation recorded before a
+  commit that then failed would make the store read as put back; a writer killed between its
+  commit and the record leaves the store one generation ahead of it, which reads as fine.
+
+A store whose generation is below the one recorded for its path is an older copy put back
+(`seal.StoreSeal.rolled_back`): health's `seal_rolled_back`, `reverify --check` and profile
+(exit 2), and every writer refuses it. A path's history starts with the first seal of a store
+there (a new run where an older one was deleted, an import), with rows copied into a store that
+held none (a merge into a folder, a retried shard's checkpoints restored: `merge.copy_rows`),
+and with a copy gymflow makes (`record_at`); a store copied by hand to a new path has none
+there, and opens. Stores written before the generation existed (seal record versions 1 to 4) read as
+generation 0, and get one with their next sealed write."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from duckdb import DuckDBPyConnection
+
+from gymflow.core.errors import UserError
+from gymflow.core.same_text import same_text
+from gymflow.core.user_folders import private_folder, user_config
+from gymflow.store.commits import Open, open_transaction
+from gymflow.store.named_paths import path_names, recorded_names
+
+GENERATION_KEY = "generation"
+#: The `meta` records a generation is sealed with: every seal record a writer rewrites.
+BOUND = ("seal", "task_seal", "inputs_seal", "unjudged_seal", "rollouts_seal", "calls_seal")
+_LABEL = "gymflow store generation v1\n"
+_HEX = 32
+#: Digits a generation may have (an int64 holds them): anything longer is no generation.
+_MAX_DIGITS = 18
+
+
+class SealKey(Protocol):
+    """What the generation needs of `seal.SealKey` (which imports this module)."""
+
+    @property
+    def key_id(self) -> str: ...
+
+    def mac(self, text: str) -> str: ...
+
+
+class GenerationsError(UserError):
+    """The record of store generations beside the seal key cannot be used: not this user's,
+    writable by others, or unreadable."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A store's generation as stored: `number` (0: none stored) and whether its record holds
+    over the store's seal records under this key (None: no record)."""
+
+    number: int
+    sealed: bool | None
+
+
+def _stored(con: DuckDBPyConnection) -> str | None:
+    row = con.execute("SELECT value FROM meta WHERE key = ?", [GENERATION_KEY]).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _parsed(text: str) -> tuple[int, str] | None:
+    number, _, mac = text.partition(":")
+    if not number.isdigit() or len(number) > _MAX_DIGITS:
+        return None
+    return int(number), mac
+
+
+def _framed(stored: dict[str, str]) -> str:
+    """The seal records among `stored` (`meta` by key), each framed by its length (an absent
+    one by its name alone)."""
+    return "".join(
+        f"{name}\n" if name not in stored else f"{name}={len(stored[name])}:{stored[name]}\n"
+        for name in BOUND
+    )
+
+
+def _bound(con: DuckDBPyConnection) -> str:
+    """The seal records as stored (`_framed`)."""
+    rows = con.execute(
+        "SELECT key, value FROM meta WHERE list_contains(?, key)", [list(BOUND)]
+    ).fetchall()
+    return _framed({str(name): str(value) for name, value in rows})
+
+
+def _mac(con: DuckDBPyConnection, key: SealKey, number: int) -> str:
+    return key.mac(f"{_LABEL}{number}\n{_bound(con)}")[:_HEX]
+
+
+def stored_number(con: DuckDBPyConnection) -> int:
+    """The store's generation as its record says, unchecked (0: none)."""
+    parsed = _parsed(_stored(con) or "")
+    return parsed[0] if parsed else 0
+
+
+def read_generation(con: DuckDBPyConnection, key: SealKey) -> Generation:
+    """The store's generation, and whether its record is the one `key` sealed over the seal
+    records the store holds now."""
+    text = _stored(con)
+    if text is None:
+        return Generation(0, None)
+    parsed = _parsed(text)
+    if parsed is None:
+        return Generation(0, False)
+    number, mac = parsed
+    return Generation(number, same_text(mac, _mac(con, key, number)))
+
+
+@dataclass
+class _Pending:
+    """The generation a writer's open transaction took its store to, to record once committed."""
+
+    #: the transaction it is written in (`commits.open_transaction`; None: none open, written
+    #: and recorded at once)
+    transaction: Open | None
+    key_id: str = ""
+    names: tuple[str, ...] = ()
+    number: int = 0
+    #: the store's first seal: its path's history starts again (`fresh_history`)
+    fresh: bool = False
+
+
+_pending: weakref.WeakKeyDictionary[DuckDBPyConnection, _Pending] = weakref.WeakKeyDictionary()
+
+
+def _pending_for(con: DuckDBPyConnection) -> _Pending:
+    """The open transaction's pending record (a new one for a new transaction: one that rolled
+    back left nothing to record)."""
+    current = open_transaction(con)
+    try:
+        found = _pending.get(con)
+        if found is None or found.transaction is not current:
+            found = _pending[con] = _Pending(current)
+        return found
+    except TypeError:  # not weakly referable: recorded now, as outside a transaction
+        return _Pending(None)
+
+
+def fresh_history(con: DuckDBPyConnection) -> None:
+    """The store `con` has open is sealed for the first time (a new store, where another may
+    have been before it): the generation its writer commits replaces the one recorded for its
+    path, rather than having to exceed it."""
+    _pending_for(con).fresh = True
+
+
+def write_generation(con: DuckDBPyConnection, key: SealKey) -> None:
+    """Raise the store's generation by one, sealed over its seal records: what every writer
+    does when it claims the store and each time it writes one of them (`BOUND`). Inside a
+    `transaction`, once, last in it (over the records as it leaves them: a batch writes
+    several), and the path's record once it committed; outside one, now."""
+    pending = _pending_for(con)
+    if pending.key_id != key.key_id:  # first in this transaction: where it is is read once
+        pending.key_id, pending.names = key.key_id, recorded_names(con)
+    if pending.transaction is None:
+        _write(con, key, pending)
+        _flush(con, pending)
+        return
+    pending.transaction.before["generation"] = lambda: _write(con, key, pending)
+    pending.transaction.after["generation"] = lambda: _flush(con, pending)
+
+
+def _write(con: DuckDBPyConnection, key: SealKey, pending: _Pending) -> None:
+    stored = {
+        str(name): str(value)
+        for name, value in con.execute(
+            "SELECT key, value FROM meta WHERE list_contains(?, key)",
+            [[*BOUND, GENERATION_KEY]],
+        ).fetchall()
+    }
+    parsed = _parsed(stored.get(GENERATION_KEY, ""))
+    pending.number = (parsed[0] if parsed else 0) + 1
+    mac = key.mac(f"{_LABEL}{pending.number}\n{_framed(stored)}")[:_HEX]
+    con.execute(
+        "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [GENERATION_KEY, f"{pending.number}:{mac}"],
+    )
+
+
+def _flush(con: DuckDBPyConnection, pending: _Pending) -> None:
+    with contextlib.suppress(TypeError, KeyError):
+        del _pending[con]
+    for name in pending.names:
+        _record(pending.key_id, name, pending.number, fresh=pending.fresh)
+
+
+def folder() -> Path:
+    """`store-generations/` beside the seal key: one file per key and store path."""
+    return user_config("store-generations")
+
+
+def _file(key_id: str, path: str) -> Path:
+    return folder() / hashlib.sha256(f"{key_id}\0{path}".encode()).hexdigest()[:40]
+
+
+def _read(file: Path, path: str) -> int:
+    """The generation `file` records for the store at `path` (0: none)."""
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return 0
+    except OSError as exc:
+        raise GenerationsError(f"{file}: cannot read the store's generation: {exc}") from None
+    with os.fdopen(fd, encoding="utf-8", errors="replace") as opened:
+        info = os.fstat(opened.fileno())
+        if (
+            not stat.S_ISREG(info.st_mode)
+            or info.st_uid != os.geteuid()
+            or stat.S_IMODE(info.st_mode) & 0o022
+        ):
+            raise GenerationsError(f"{file}: writable by others or not this user's; refused")
+        number, _, named = opened.read(4096).rstrip("\n").partition("\t")
+    if named != path or not number.isdigit() or len(number) > _MAX_DIGITS:
+        return 0
+    return int(number)
+
+
+def _record(key_id: str, path: str, number: int, *, fresh: bool) -> None:
+    file = _file(key_id, path)
+    if not fresh and _read(file, path) >= number:
+        return
+    if not private_folder(file.parent, create=True):
+        raise GenerationsError(
+            f"{file.parent}: cannot record the store's generation: not a folder only this user "
+            "can reach"
+        )
+    partial = file.with_name(f".{file.name}.{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(f"{number}\t{path}\n")
+        os.replace(partial, file)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise GenerationsError(f"{file}: cannot record the store's generation: {exc}") from None
+
+
+def recorded(key: SealKey, names: tuple[str, ...]) -> int:
+    """The highest generation this machine's writers took the store at any of `names` to."""
+    return max((_read(_file(key.key_id, name), name) for name in names), default=0)
+
+
+def recorded_at(key: SealKey, path: Path | str) -> int:
+    """`recorded` for the store at `path` (as named and as it resolves)."""
+    return recorded(key, path_names(path))
+
+
+def record_at(key: SealKey, path: Path | str, number: int) -> None:
+    """The store at `path` starts its history at generation `number`: a store gymflow built
+    aside and renamed there (an import), or a copy it made of another (a study's arm)."""
+    for name in path_names(path):
+        _record(key.key_id, name, number, fresh=True)
