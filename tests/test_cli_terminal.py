@@ -16,7 +16,7 @@ from gymflow.cli.evaluate import build_config
 from gymflow.environments.registry import load_benchmark
 from gymflow.store.db import connect
 from tests.analysis.builder import RunMeta, StoreBuilder
-from tests.conftest import ROOT, gym
+from tests.conftest import ROOT, gym, gym_in_process
 from tests.faults.stores import gym_env
 
 #: The pages that state the claims these tests check (docs/basics/options.md: the flags;
@@ -44,7 +44,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_health_at_80_columns_shows_every_check_name_whole(runs: Path):
-    result = gym("eval", "health", LONG_RUN, cwd=runs, env=NARROW, check=True)
+    result = gym_in_process("eval", "health", LONG_RUN, cwd=runs, env=NARROW, check=True)
     with connect(runs / LONG_RUN, read_only=True) as con:
         names = list(health(con).checks)
     words = result.stdout.split()
@@ -57,7 +57,7 @@ def test_health_at_80_columns_shows_every_check_name_whole(runs: Path):
 
 
 def test_runs_list_at_80_columns_shows_the_run_path_whole(runs: Path):
-    result = gym("runs", "list", "runs", cwd=runs, env=NARROW, check=True)
+    result = gym_in_process("runs", "list", "runs", cwd=runs, env=NARROW, check=True)
     assert LONG_RUN in result.stdout.split(), result.stdout
     assert "…" not in result.stdout and "None" not in result.stdout
     # The SQL hint runs as printed, with only the Python package gymflow installs.
@@ -69,32 +69,34 @@ def test_runs_list_at_80_columns_shows_the_run_path_whole(runs: Path):
 
 
 def test_data_select_prints_the_command_to_evaluate_it_again_on_one_line(runs: Path):
-    result = gym(
+    result = gym_in_process(
         "data", "select", LONG_RUN, "--pass-rate", "(0,1)", "--name", "mid", cwd=runs, env=NARROW
     )
     assert result.returncode == 0, result.stderr
     (line,) = [line for line in result.stdout.splitlines() if "gym eval run" in line]
     assert "GYMFLOW_BENCHMARKS_PATH=" in line and line.endswith("--benchmark mid"), line
     _no_repr(result.stdout)
-    profile = gym("data", "profile", LONG_RUN, "--pass-rate", "(0,1)", cwd=runs, env=NARROW)
+    profile = gym_in_process(
+        "data", "profile", LONG_RUN, "--pass-rate", "(0,1)", cwd=runs, env=NARROW
+    )
     assert "selection (pass_rate=(0,1)): keeps 4 of 6 tasks" in profile.stdout, profile.stdout
 
 
 def test_profile_compare_and_diagnose_print_no_reprs_nor_long_floats(runs: Path):
-    compared = gym(
+    compared = gym_in_process(
         "eval", "profile", LONG_RUN, "--compare", LONG_RUN, cwd=runs, env=NARROW, check=True
     )
     assert "coverage: expected 18, scored 18, failed 0, missing 0" in compared.stdout
     assert re.search(r"correlation \d(\.\d{1,2})?\b", compared.stdout), compared.stdout
     assert not re.search(r"\d\.\d{5,}", compared.stdout), compared.stdout
-    diagnosed = gym("eval", "diagnose", LONG_RUN, cwd=runs, env=NARROW, check=True)
+    diagnosed = gym_in_process("eval", "diagnose", LONG_RUN, cwd=runs, env=NARROW, check=True)
     assert re.search(r"evidence: \d+ rollouts \([a-z_]+ \d+", diagnosed.stdout), diagnosed.stdout
     for output in (compared.stdout, diagnosed.stdout):
         _no_repr(output)
 
 
 def test_an_unknown_verifier_parameter_names_the_flag_and_the_known_ones(runs: Path):
-    result = gym("eval", "reverify", LONG_RUN, "--set", "bogus=1", cwd=runs)
+    result = gym_in_process("eval", "reverify", LONG_RUN, "--set", "bogus=1", cwd=runs)
     assert result.returncode == 1
     assert "--set: " in result.stderr and "bogus: not a parameter of numeric_match" in result.stderr
     assert "its parameters: extract" in result.stderr
@@ -107,7 +109,7 @@ def test_validate_ping_checks_the_api_key_variable(tmp_path: Path):
         "benchmark: arithmetic-smoke\nlimit: 2\nmodel: {kind: responses, base_url: "
         '"http://127.0.0.1:9/v1", name: m, api_key_env: GYMFLOW_TEST_UNSET_KEY}\n'
     )
-    result = gym("env", "validate", str(config), "--ping", cwd=tmp_path)
+    result = gym_in_process("env", "validate", str(config), "--ping", cwd=tmp_path)
     assert result.returncode == 1, result.stdout
     assert "FAIL model.api_key_env names GYMFLOW_TEST_UNSET_KEY, which is not set" in result.stdout
     assert not result.stdout.rstrip().endswith("valid")
@@ -125,7 +127,9 @@ def test_the_flags_the_docs_name_exist():
     (claim,) = re.findall(r"(?i)the fields most often varied also have flags \(([^)]*)\)", flat)
     flags = re.findall(r"`(--[a-z-]+)`", claim)
     assert {"--temperature", "--api-key-env", "--harness", "--prompt-template"} <= set(flags)
-    shown = gym("eval", "run", "--help", cwd=ROOT, env={"COLUMNS": "200"}, check=True).stdout
+    shown = gym_in_process(
+        "eval", "run", "--help", cwd=ROOT, env={"COLUMNS": "200"}, check=True
+    ).stdout
     missing = [flag for flag in flags if not re.search(rf"{flag}\b", shown)]
     assert not missing, missing
 
@@ -150,18 +154,18 @@ def test_an_import_without_an_environment_says_what_reverify_needs(tmp_path: Pat
     from tests.interop.test_real_files import DATA
 
     rows = DATA / "blackjack" / "example_rollouts.jsonl"
-    gym("import", "nemo-gym", str(rows), "--out", "runs/ng", cwd=tmp_path, check=True)
-    refused = gym("eval", "reverify", "runs/ng", cwd=tmp_path)
+    gym_in_process("import", "nemo-gym", str(rows), "--out", "runs/ng", cwd=tmp_path, check=True)
+    refused = gym_in_process("eval", "reverify", "runs/ng", cwd=tmp_path)
     assert refused.returncode == 1
     said = " ".join(refused.stderr.split())
     assert "names no environment (imported without --environment?)" in said, said
     assert "unknown environment ''" not in said
-    listed = gym("runs", "list", "runs", cwd=tmp_path, env=NARROW, check=True)
+    listed = gym_in_process("runs", "list", "runs", cwd=tmp_path, env=NARROW, check=True)
     assert "None" not in listed.stdout and "runs/ng" in listed.stdout.split(), listed.stdout
 
 
 def test_a_bad_flag_value_is_named_by_its_flag(tmp_path: Path):
-    result = gym(
+    result = gym_in_process(
         "eval", "run", "--benchmark", "arithmetic-smoke", "--temperature", "5",
         "--concurrency", "0", cwd=tmp_path,
     )  # fmt: skip
@@ -189,7 +193,7 @@ def test_compare_html_shows_effective_settings_as_values(tmp_path: Path):
         b.after_write.append(("UPDATE runs SET config_json = ?", [json.dumps(config)]))
         b.reseal = True
         b.write(tmp_path / side)
-    gym("report", "a", "--compare", "b", cwd=tmp_path, check=True)
+    gym_in_process("report", "a", "--compare", "b", cwd=tmp_path, check=True)
     page = (tmp_path / "a" / "compare.html").read_text()
     changes = page[page.index('id="factors"') : page.index('<div class="pair">')]
     assert 'data-factor="sampling' not in changes and "null" not in changes

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # refused before any run starts: no process needed
 
 CASES = {
     "unknown_key": ("benchmark: arithmetic-smoke\nrepeets: 3\n", "repeets"),

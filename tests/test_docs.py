@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from gymflow.cli import COMMANDS
-from tests.conftest import ROOT, gym
+from tests.conftest import ROOT, gym, gym_in_process
 from tests.faults.stores import gym_env
 
 README = (ROOT / "README.md").read_text()
@@ -64,7 +64,7 @@ def test_every_command_has_a_reference_page_in_the_nav(site: Path):
 
 
 def test_a_command_page_holds_every_flag_its_help_prints(site: Path):
-    shown = gym("eval", "run", "--help", cwd=ROOT, check=True).stdout
+    shown = gym_in_process("eval", "run", "--help", cwd=ROOT, check=True).stdout
     flags = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", shown)) - {"--help"}
     page = _text(site / "reference" / "gym-eval-run.html")
     missing = sorted(flag for flag in flags if flag not in page)
@@ -219,7 +219,7 @@ def test_every_config_study_and_benchmark_example_is_valid(tmp_path: Path):
         else:
             continue
         (folder / target).write_text(yaml.safe_dump(example))
-        result = gym(*args, cwd=folder)
+        result = gym_in_process(*args, cwd=folder)  # checks only: no process needed
         assert result.returncode == 0, (page.name, result.stdout, result.stderr)
         checked.append(page.name)
     assert {"options.md", "studies.md", "benchmarks.md"} <= set(checked), checked

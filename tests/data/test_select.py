@@ -90,7 +90,7 @@ def test_counts_say_what_each_filter_rejects(run: Path) -> None:
 
 def test_selection_writes_nemo_gym_rows_a_benchmark_and_provenance(run: Path) -> None:
     out = run.parent / "picked" / "benchmarks"
-    result = gym(
+    result = gym_in_process(
         *("data", "select", str(run), "--out", str(out.parent), "--name", "hard-ones"),
         *("--pass-rate", "[0,0.5]", "--parquet"),
         cwd=run.parent,

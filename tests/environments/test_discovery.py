@@ -12,7 +12,7 @@ from gymflow.environments import registry
 from gymflow.environments.registry import PATH_VARIABLE
 from gymflow.environments.scaffold import scaffold
 from gymflow.environments.search import load_catalog, search
-from tests.conftest import gym
+from tests.conftest import gym, gym_in_process
 
 SHIPPED = registry.BUILTIN_DIR
 
@@ -122,16 +122,18 @@ def test_list_and_search_as_subprocesses(fixture_root: Path, tmp_path: Path) -> 
 
 def test_one_environment_in_full(tmp_path: Path) -> None:
     detail = json.loads(
-        gym("list", "environments", "arithmetic", "--json", cwd=tmp_path, check=True).stdout
+        gym_in_process(
+            "list", "environments", "arithmetic", "--json", cwd=tmp_path, check=True
+        ).stdout
     )
     assert detail["verifier"] == {"name": "numeric_match", "params": {"extract": "answer_line"}}
     assert detail["verifier_version"].startswith("numeric_match@")
     assert "arithmetic-smoke" in detail["benchmarks"]
     assert "{{ question }}" in detail["prompt_template"]
-    shown = gym("list", "environments", "arithmetic", cwd=tmp_path, check=True).stdout
+    shown = gym_in_process("list", "environments", "arithmetic", cwd=tmp_path, check=True).stdout
     assert "prompt template" in shown and "numeric_match@" in shown
 
-    missing = gym("list", "environments", "no-such-env", cwd=tmp_path)
+    missing = gym_in_process("list", "environments", "no-such-env", cwd=tmp_path)
     assert missing.returncode == 1 and "unknown environment 'no-such-env'" in missing.stderr
 
 
@@ -163,6 +165,6 @@ def test_environments_from_an_entry_point(tmp_path: Path) -> None:
 )
 def test_real_environments_rank_first(query: str, expected: str, tmp_path: Path) -> None:
     assert (SHIPPED / expected / "environment.yaml").exists()  # ranked among the shipped ones
-    found = json.loads(gym("search", query, "--json", cwd=tmp_path, check=True).stdout)
+    found = json.loads(gym_in_process("search", query, "--json", cwd=tmp_path, check=True).stdout)
     assert found[0]["name"] == expected, [hit["name"] for hit in found[:5]]
     assert found[0]["kind"] == "environment"

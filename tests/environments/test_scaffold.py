@@ -14,7 +14,7 @@ import pytest
 import gymflow
 from gymflow.environments.registry import PATH_VARIABLE
 from gymflow.environments.scaffold import ScaffoldError, class_name, scaffold
-from tests.conftest import gym
+from tests.conftest import gym, gym_in_process
 
 
 @pytest.mark.prefect  # `gym eval run`: a flow on Prefect's ephemeral server
@@ -95,7 +95,7 @@ def test_init_refuses_bad_names_and_existing_folders(tmp_path: Path) -> None:
     scaffold("first", tmp_path)
     with pytest.raises(ScaffoldError, match="already exists"):
         scaffold("first", tmp_path)
-    result = gym("env", "init", "first", "--dir", str(tmp_path), cwd=tmp_path)
+    result = gym_in_process("env", "init", "first", "--dir", str(tmp_path), cwd=tmp_path)
     assert result.returncode == 1
     assert "already exists" in result.stderr
 

@@ -18,7 +18,7 @@ from gymflow.interop.nemo_gym import import_rollouts
 from gymflow.interop.nemo_read import InteropError
 from gymflow.store.db import store_path
 from tests.analysis.builder import RunMeta, StoreBuilder
-from tests.conftest import gym
+from tests.conftest import gym, gym_in_process
 
 GOOD = {
     "responses_create_params": {
@@ -160,6 +160,7 @@ def test_null_text_parts_import_without_a_traceback(tmp_path: Path) -> None:
 def test_the_cli_names_the_line_for_a_surrogate(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
     path.write_text(HOSTILE["lone surrogate"][0] + "\n")
+    # a process: its stderr is an encoded pipe, where a surrogate in the message would fail
     out = gym("import", "nemo-gym", str(path), "--out", "run", cwd=tmp_path, timeout=120)
     assert out.returncode == 1, out.stderr
     assert "Traceback" not in out.stderr
@@ -251,7 +252,7 @@ def test_a_content_filtered_response_imports_as_refused_not_scored(tmp_path: Pat
         + filtered.replace('"_ng_rollout_index": 0', '"_ng_rollout_index": 1')
         + "\n"
     )
-    out = gym("import", "nemo-gym", str(path), "--out", "run", cwd=tmp_path, timeout=120)
+    out = gym_in_process("import", "nemo-gym", str(path), "--out", "run", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     con = duckdb.connect(str(store_path(tmp_path / "run")), read_only=True)
     try:
@@ -270,7 +271,7 @@ def test_a_file_saved_by_a_windows_tool_imports_as_it_is(tmp_path: Path) -> None
     second = _edited(lambda r: r.update(_ng_rollout_index=1, reward=0.0))
     text = json.dumps(GOOD) + "\r\n" + second + "\r\n"
     (tmp_path / "r.jsonl").write_bytes(b"\xef\xbb\xbf" + text.encode())
-    out = gym("import", "nemo-gym", "r.jsonl", "--out", "run", "--json", cwd=tmp_path, timeout=120)
+    out = gym_in_process("import", "nemo-gym", "r.jsonl", "--out", "run", "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     result = json.loads(out.stdout)
     assert (result["tasks"], result["rollouts"], result["failed"]) == (1, 2, 0)
@@ -285,7 +286,7 @@ def test_a_file_saved_by_a_windows_tool_imports_as_it_is(tmp_path: Path) -> None
 
 def test_the_cli_refuses_a_reward_given_twice(tmp_path: Path) -> None:
     (tmp_path / "r.jsonl").write_text(HOSTILE["reward given twice"][0] + "\n")
-    out = gym("import", "nemo-gym", "r.jsonl", "--out", "run", cwd=tmp_path, timeout=120)
+    out = gym_in_process("import", "nemo-gym", "r.jsonl", "--out", "run", cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "Traceback" not in out.stderr
     assert "r.jsonl:1: reward: given more than once" in " ".join(out.stderr.split())
@@ -304,7 +305,7 @@ def test_two_files_concatenated_are_refused_not_merged_into_each_others_tasks(
         )
     )
     (tmp_path / "r.jsonl").write_text(json.dumps(GOOD) + "\n" + other + "\n")
-    out = gym("import", "nemo-gym", "r.jsonl", "--out", "run", cwd=tmp_path, timeout=120)
+    out = gym_in_process("import", "nemo-gym", "r.jsonl", "--out", "run", cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
     said = " ".join(out.stderr.split())
     assert (
@@ -324,8 +325,10 @@ def test_an_exported_grading_failure_imports_unscored(tmp_path: Path) -> None:
     record = b.rollouts[-1]
     record.verification = dataclasses.replace(record.verification, reward=float("nan"))
     b.write(tmp_path / "run")
-    gym("export", "run", "--format", "nemo-gym", "--out", "r.jsonl", cwd=tmp_path, check=True)
-    gym("import", "nemo-gym", "r.jsonl", "--out", "back", cwd=tmp_path, check=True)
+    gym_in_process(
+        "export", "run", "--format", "nemo-gym", "--out", "r.jsonl", cwd=tmp_path, check=True
+    )
+    gym_in_process("import", "nemo-gym", "r.jsonl", "--out", "back", cwd=tmp_path, check=True)
     con = duckdb.connect(str(store_path(tmp_path / "back")), read_only=True)
     try:
         rows = con.execute(
@@ -338,7 +341,7 @@ def test_an_exported_grading_failure_imports_unscored(tmp_path: Path) -> None:
         (0, "completed", "ok", 1.0, None),
         (1, "completed", "error", None, "non_finite_reward"),
     ]
-    profile = gym("eval", "profile", "back", "--json", cwd=tmp_path, check=True)
+    profile = gym_in_process("eval", "profile", "back", "--json", cwd=tmp_path, check=True)
     assert json.loads(profile.stdout)["coverage"]["scored"] == 1
 
 
@@ -353,7 +356,7 @@ def test_a_failures_line_of_another_task_is_refused(tmp_path: Path) -> None:
         )
     )
     (tmp_path / "r_failures.jsonl").write_text(other + "\n")
-    out = gym("import", "nemo-gym", "r.jsonl", "--out", "run", cwd=tmp_path, timeout=120)
+    out = gym_in_process("import", "nemo-gym", "r.jsonl", "--out", "run", cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
     said = " ".join(out.stderr.split())
     assert (

@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # reads of stored runs: no process needed
 from tests.faults.stores import collect_run, edit_store, one_error_line, query, tree_digest
 
 #: The attacker's forge.py: each failing verdict's output rewritten to the task's reference

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import gym
-from tests.faults.stores import collect_run, gym_env, tree_digest
+from tests.conftest import gym, gym_in_process
+from tests.faults.stores import collect_run, copied_run, gym_env, tree_digest
 
 ENVS = Path(__file__).parent / "envs"  # dupes/ and benchmarks/missing-split.yaml
 
@@ -21,10 +21,13 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return collect_run(tmp_path_factory.mktemp("bad-input") / "run")
 
 
-def refused(*args: str, cwd: Path, guarded: list[Path], env: dict | None = None) -> str:
-    """Run `gym *args`, expect a refusal; return its message with Rich's wrapping undone."""
+def refused(
+    *args: str, cwd: Path, guarded: list[Path], env: dict | None = None, runner=gym_in_process
+) -> str:
+    """Run `gym *args` (in this process unless `runner` says otherwise: each is refused before
+    anything runs), expect a refusal; return its message with Rich's wrapping undone."""
     before = {path: tree_digest(path) for path in guarded}
-    result = gym(*args, cwd=cwd, env=env)
+    result = runner(*args, cwd=cwd, env=env)
     assert result.returncode != 0, result.stdout
     assert "Traceback" not in result.stderr, result.stderr
     assert {path: tree_digest(path) for path in guarded} == before, "a refusal changed a store"
@@ -89,10 +92,10 @@ def test_benchmark_naming_a_missing_split_names_the_file(stored: Path, tmp_path:
     assert f"{bench_file}: split:" in message and "no split 'holdout'" in message
 
 
-def test_shard_store_from_another_config_is_refused(tmp_path: Path) -> None:
+def test_shard_store_from_another_config_is_refused(stored: Path, tmp_path: Path) -> None:
     ours = collect_run(tmp_path / "shard0", shard={"index": 0, "count": 2})
     theirs = collect_run(tmp_path / "shard1", repeats=3, shard={"index": 1, "count": 2})
-    merged = collect_run(tmp_path / "merged")  # an existing run store the merge must not touch
+    merged = copied_run(stored, tmp_path / "merged")  # a run store the merge must not touch
     message = refused("eval", "aggregate", str(ours), str(theirs), "--out", str(merged),
                       cwd=tmp_path, guarded=[ours, theirs, merged])  # fmt: skip
     assert f"{theirs}: refused" in message
@@ -150,6 +153,7 @@ def test_a_config_that_is_not_text_or_never_ends_is_refused(stored: Path, tmp_pa
     message = refused("eval", "run", str(binary), "--out", str(stored), cwd=tmp_path,
                       guarded=[stored])  # fmt: skip
     assert f"error: {binary}: cannot read config: not UTF-8 text (byte" in message
+    # a gym process: /dev/zero read to the end would take pytest's memory, not its own
     validated = gym("env", "validate", "/dev/zero", cwd=tmp_path)
     assert validated.returncode == 1 and "Traceback" not in validated.stderr
     assert "/dev/zero: cannot read config: longer than 67108864 bytes" in validated.stdout
@@ -157,6 +161,7 @@ def test_a_config_that_is_not_text_or_never_ends_is_refused(stored: Path, tmp_pa
 
 def test_a_port_out_of_range_is_refused_not_served_nowhere(tmp_path: Path) -> None:
     """`--port 99999` printed "serving … on :99999" and then waited forever, serving nothing."""
+    # a gym process: were it not refused, it would serve on
     message = refused("serve", "environment", "arithmetic", "--port", "99999", cwd=tmp_path,
-                      guarded=[])  # fmt: skip
+                      guarded=[], runner=gym)  # fmt: skip
     assert "Invalid value for '--port'" in message

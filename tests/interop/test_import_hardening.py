@@ -15,7 +15,7 @@ import pytest
 from gymflow.cli.app import print_json
 from gymflow.interop.nemo_gym import import_rollouts
 from gymflow.interop.nemo_read import InteropError
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # imports and exports: no process needed
 from tests.interop.test_real_files import DATA, _query
 
 REAL = DATA / "blackjack" / "example_rollouts.jsonl"
