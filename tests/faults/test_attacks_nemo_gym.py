@@ -18,8 +18,11 @@ from tests.faults.test_attacks_resources import serving
 HUGE = "1" + "0" * 400  # 1e400 as an integer: no float holds it
 
 
-def fake_app(reward: str) -> FastAPI:
+def fake_app(reward: str, asked: list[str] | None = None) -> FastAPI:
+    """A NeMo Gym resources server answering every `/verify` with `reward` (JSON text); each
+    reverify-mode and verify request is kept in `asked`, when given."""
     app = FastAPI()
+    kept = asked if asked is not None else []
 
     @app.post("/seed_session")
     async def seed() -> dict:
@@ -27,11 +30,13 @@ def fake_app(reward: str) -> FastAPI:
 
     @app.get("/reverify_mode")
     async def reverify_mode() -> str:
+        kept.append("GET /reverify_mode")
         return "stateless"
 
     @app.post("/verify")
     async def verify(request: Request) -> Response:
         await request.body()
+        kept.append("POST /verify")
         return Response(f'{{"reward": {reward}}}', media_type="application/json")
 
     return app

@@ -9,34 +9,11 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from fastapi import FastAPI, Request
-
 from tests.conftest import gym
 from tests.environments.test_nemo_gym_hostile import _folder, _recorded, _row
 from tests.faults.stores import tree_digest
+from tests.faults.test_attacks_nemo_gym import fake_app
 from tests.faults.test_attacks_resources import serving
-
-
-def passing_app(asked: list[str]) -> FastAPI:
-    """The sender's server: every answer passes, every request kept."""
-    app = FastAPI()
-
-    @app.post("/seed_session")
-    async def seed() -> dict:
-        return {}
-
-    @app.get("/reverify_mode")
-    async def reverify_mode() -> str:
-        asked.append("GET /reverify_mode")
-        return "stateless"
-
-    @app.post("/verify")
-    async def verify(request: Request) -> dict:
-        await request.body()
-        asked.append("POST /verify")
-        return {"reward": 1.0}
-
-    return app
 
 
 def test_a_run_someone_sent_does_not_choose_the_server_that_judges_it(
@@ -49,7 +26,7 @@ def test_a_run_someone_sent_does_not_choose_the_server_that_judges_it(
         "GYMFLOW_SEAL_KEY": secrets.token_hex(32),
     }
     asked: list[str] = []
-    with serving(passing_app(asked)) as url:
+    with serving(fake_app("1.0", asked)) as url:  # the sender's: every answer passes
         (tmp_path / "eval.yaml").write_text(
             f"environment: ng-fake\nrepeats: 2\nout: run\nresources_url: {url}\n"
         )
