@@ -21,6 +21,8 @@ import stat
 from pathlib import Path
 from typing import Any, cast
 
+import duckdb
+
 from gymflow.core.errors import GymflowError
 from gymflow.core.json_text import parse
 from gymflow.core.written import write_text
@@ -58,7 +60,7 @@ def store_state(run_dir: Path) -> str:
         with connect(run_dir, read_only=True) as con:
             runs = con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()
             meta = con.execute("SELECT key, value FROM meta ORDER BY key").fetchall()
-    except GymflowError:
+    except (GymflowError, duckdb.Error):  # no store, or one that cannot be read: no state
         return ""
     text = json.dumps([[str(r[0]) for r in runs], [[str(k), str(v)] for k, v in meta]])
     return hashlib.sha256(text.encode()).hexdigest()
