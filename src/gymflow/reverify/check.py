@@ -157,18 +157,19 @@ def check(
         except UserError as exc:
             raise ReverifyError(f"version {version}: {exc}") from None
         try:
-            refusal = server.reverify_refusal(run_server(con, run))
+            seals = check_seals(con)
+            trusted = seals.store.state == "sealed"
+            refusal = server.reverify_refusal(run_server(run, trusted=trusted))
             if refusal is not None:
                 raise ReverifyError(
                     f"cannot re-check version {version}: {refusal}; its verdicts cannot be "
                     "recomputed from the store"
                 )
             tasks = trusted_tasks(con, store, run, env, task_code=server.verifier.task_code)
-            seals = check_seals(con)
             named = _params_named(version, server)
             if not named or seals.store.inputs_sealed is False:
                 return _unjudged(env, version, seals, named, store, EDITED)
-            if (servers := store_named_servers(params, {})) and seals.store.state != "sealed":
+            if (servers := store_named_servers(params, {})) and not trusted:
                 why = (
                     f"its stored parameters name {', '.join(servers)}, which the verifier would "
                     "call with the keys they name, and only a store this machine sealed may "

@@ -29,7 +29,7 @@ import yaml
 from gymflow.analysis.outcomes import REVERIFY_SOURCE
 from gymflow.analysis.profile import headline
 from gymflow.analysis.results import Headline, Result
-from gymflow.analysis.seals import own_or_refused, store_seals
+from gymflow.analysis.seals import own_or_refused
 from gymflow.core import bounded_yaml
 from gymflow.core.config import named_servers
 from gymflow.core.errors import UserError
@@ -159,16 +159,14 @@ def store_named_servers(params: dict[str, Any], given: dict[str, Any]) -> list[s
     return sorted({url for url in named_servers(params) if url not in mine})
 
 
-def run_server(con, run: RunInfo) -> str | None:
+def run_server(run: RunInfo, *, trusted: bool) -> str | None:
     """The resources server the run's stored config names (a NeMo Gym server is asked there
-    first), only where this machine sealed the store and every seal matches; else None, and
-    the environment's own server is started. A store from anyone names its own server, which
-    then judged every stored rollout: `reverify --check` of a run someone sent said "6 agree"
-    from the sender's server (attack pass 6, s21)."""
+    first), only for a store this machine sealed (`trusted`: the caller's seal check says so);
+    else None, and the environment's own server is started. A store from anyone names its own
+    server, which then judged every stored rollout: `reverify --check` of a run someone sent
+    said "6 agree" from the sender's server (attack pass 6, s21)."""
     url = json.loads(run.config_json or "{}").get("resources_url")
-    if not isinstance(url, str) or not url or store_seals(con).intact is not True:
-        return None
-    return url
+    return url if trusted and isinstance(url, str) and url else None
 
 
 def _version_of(con, server: ResourcesServer) -> str:
@@ -447,6 +445,7 @@ def reverify(
                 failed_only=failed_only,
                 max_listed=max_listed,
                 make_current=make_current,
+                trusted=was_checked,
             )
         finally:
             server.close()
@@ -475,11 +474,13 @@ def _reverify_with(
     failed_only: bool,
     max_listed: int | None,
     make_current: bool,
+    trusted: bool,
 ) -> Reverified:
     """reverify's work once its resources server is built (the caller closes it), under the
     analyses' memory cap: what it writes is one transaction, which running out of memory rolls
-    back before it runs again uncapped (10M rollouts: 3.9 GiB capped, 4.2 GiB not)."""
-    refusal = server.reverify_refusal(run_server(con, run))
+    back before it runs again uncapped (10M rollouts: 3.9 GiB capped, 4.2 GiB not). `trusted`:
+    the writer's check found every seal this machine's and matching."""
+    refusal = server.reverify_refusal(run_server(run, trusted=trusted))
     if refusal is not None and not force:
         raise ReverifyError(f"{refusal}; pass --force to verify without it")
     new_version = _version_of(con, server)
