@@ -287,3 +287,18 @@ def test_validate_names_a_tool_the_server_has_no_route_for(tmp_path: Path) -> No
         checked = gym("env", "validate", "eval.yaml", cwd=tmp_path, env=env)
     assert checked.returncode == 1, checked.stdout + checked.stderr
     assert f"NeMo Gym server {url} has no POST route /nowhere" in checked.stdout + checked.stderr
+
+
+def test_a_changed_search_path_loads_the_environment_from_its_new_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One process (a Prefect worker, the in-process tests) that loads `ng-fake` under one
+    `GYMFLOW_NEMO_GYM_PATH` and again under another gets the second folder's server, not the
+    first one's kept from before."""
+    from gymflow.environments.registry import load_environment
+
+    first, second = _folder(tmp_path / "a", [_row("ok")]), _folder(tmp_path / "b", [_row("ok")])
+    monkeypatch.setenv("GYMFLOW_NEMO_GYM_PATH", str(first))
+    assert load_environment("ng-fake").server.root == first
+    monkeypatch.setenv("GYMFLOW_NEMO_GYM_PATH", str(second))
+    assert load_environment("ng-fake").server.root == second

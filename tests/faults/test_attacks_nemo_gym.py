@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 from fastapi import FastAPI, Request, Response
 
 from tests.conftest import gym
 from tests.environments.test_nemo_gym_hostile import _folder, _recorded, _row
+from tests.faults.stores import query
 from tests.faults.test_attacks_resources import serving
 
 HUGE = "1" + "0" * 400  # 1e400 as an integer: no float holds it
@@ -43,15 +43,12 @@ def fake_app(reward: str, asked: list[str] | None = None) -> FastAPI:
 
 
 def _stored(run: Path) -> list[tuple]:
-    con = duckdb.connect(str(run / "gymflow.duckdb"), read_only=True)
-    try:
-        return con.execute(
-            "SELECT r.rollout_id, r.status, r.failure_kind, v.verifier_version, v.status, "
-            "v.reward, v.passed, v.failure_kind FROM rollouts r "
-            "LEFT JOIN verifications v USING (rollout_id) ORDER BY r.rollout_id"
-        ).fetchall()
-    finally:
-        con.close()
+    return query(
+        run / "gymflow.duckdb",
+        "SELECT r.rollout_id, r.status, r.failure_kind, v.verifier_version, v.status, "
+        "v.reward, v.passed, v.failure_kind FROM rollouts r "
+        "LEFT JOIN verifications v USING (rollout_id) ORDER BY r.rollout_id",
+    )
 
 
 def test_a_reward_past_floats_range_is_a_bad_reward_never_a_dropped_rollout(

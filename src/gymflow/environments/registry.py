@@ -160,9 +160,10 @@ def load_entrypoint(source: EnvironmentSource) -> type[Environment]:
 
 @cache
 def _load_environment(
-    name: str, roots: tuple[Path, ...], benchmarks: tuple[Path, ...]
+    name: str, roots: tuple[Path, ...], benchmarks: tuple[Path, ...], nemo: tuple[Path, ...]
 ) -> Environment:
-    # `benchmarks` keys the cache: a dataset benchmark's environment comes from its file
+    # every search path keys the cache: a dataset benchmark's environment comes from its file,
+    # a NeMo Gym one from the server folders of `nemo`
     sources = _sources(roots)
     if name not in sources:
         dataset_env = _dataset_environment(name)
@@ -215,7 +216,7 @@ def load_environment(name: str) -> Environment:
     """The environment named `name`, from the search roots (gymflow's own, then
     `GYMFLOW_ENVIRONMENTS_PATH`, then installed packages), or the one a dataset or workspace
     benchmark of that name defines; raises UnknownName with what exists."""
-    return _load_environment(name, tuple(search_roots()), tuple(benchmark_roots()))
+    return _load_environment(name, tuple(search_roots()), tuple(benchmark_roots()), nemo_roots())
 
 
 def _benchmark_paths() -> dict[str, list[Path]]:
