@@ -13,7 +13,8 @@ import re
 
 import pytest
 
-from gymflow.core.config import EvalConfig, ModelConfig, named_servers
+from gymflow.core.config import EvalConfig, ModelConfig
+from gymflow.core.credentials import named_servers
 from gymflow.verifiers.math_judge import MathJudgeParams
 from tests.conftest import gym
 from tests.faults.recorder import recording_server

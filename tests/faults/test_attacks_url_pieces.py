@@ -65,7 +65,7 @@ def test_what_is_no_key_stays_accepted(schema, url: str) -> None:
 def test_the_delimiter_lookalikes_are_every_one_unicode_has() -> None:
     import unicodedata
 
-    from gymflow.core.config import _DELIMITER_LOOKALIKES
+    from gymflow.core.credentials import _DELIMITER_LOOKALIKES
 
     every = {
         c

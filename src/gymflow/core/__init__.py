@@ -1,5 +1,6 @@
 """The ground floor: the types and services every layer shares. Tasks, records and statuses;
-the config models (`config`) and the errors every package raises (`errors`); the one registry
+the config models (`config`), the rules that keep credentials out of them (`credentials`)
+and the errors every package raises (`errors`); the one registry
 behind verifiers, harnesses and environments (`registry`); bounded YAML and Jinja; files written
 aside and renamed into place (`written`); progress listeners, processes, the user's folders.
 
@@ -15,6 +16,7 @@ __all__ = [
     "bounded_jinja",
     "bounded_yaml",
     "config",
+    "credentials",
     "errors",
     "json_text",
     "layout",

@@ -31,7 +31,7 @@ from gymflow.analysis.profile import headline
 from gymflow.analysis.results import Headline, Result
 from gymflow.analysis.seals import own_or_refused
 from gymflow.core import bounded_yaml
-from gymflow.core.config import named_servers
+from gymflow.core.credentials import named_servers
 from gymflow.core.errors import UserError
 from gymflow.core.records import Verification
 from gymflow.core.tasks import Task

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from duckdb import DuckDBPyConnection
 
-from gymflow.core.config import SEAL_KEY_ENV
+from gymflow.core.credentials import SEAL_KEY_ENV
 from gymflow.core.errors import UserError
 from gymflow.core.same_text import same_text
 from gymflow.core.user_folders import user_config

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from gymflow.analysis.results import Confirmation, Experiment
 from gymflow.analysis.seals import own_or_refused
-from gymflow.core.config import named_servers
+from gymflow.core.credentials import named_servers
 from gymflow.core.errors import UserError
 from gymflow.core.written import own_folder
 from gymflow.store.db import connect, copy_store, store_path

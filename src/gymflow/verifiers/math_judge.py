@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.core.config import ApiKeyEnv, ServerUrl
+from gymflow.core.credentials import ApiKeyEnv, ServerUrl
 from gymflow.verifiers.base import DataField, Verdict, VerifierError, VerifyInput, verifier
 from gymflow.verifiers.math_answer import (
     NO_ANSWER_REASONS,

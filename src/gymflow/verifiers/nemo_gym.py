@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymflow.core.config import ApiKeyEnv, ServerUrl
+from gymflow.core.credentials import ApiKeyEnv, ServerUrl
 from gymflow.verifiers.base import Verdict, VerifierError, VerifyInput, verifier
 
 
