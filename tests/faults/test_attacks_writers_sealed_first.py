@@ -40,6 +40,16 @@ ATTACKS = {
         (FORGED_OUTPUTS, "DELETE FROM verifications WHERE NOT passed"),
         "verdicts were deleted",
     ),
+    # attack pass 7, s03: the failing verdicts moved, seals and all, where a reverify sets aside
+    # the ones it judges again; only an errored or carried verdict there excuses a gap
+    "verdicts-set-aside": (
+        (
+            "INSERT INTO superseded_verifications "
+            "SELECT *, 1, now()::TIMESTAMP FROM verifications WHERE NOT passed",
+            "DELETE FROM verifications WHERE NOT passed",
+        ),
+        "verdicts were deleted",
+    ),
 }
 
 

@@ -42,6 +42,7 @@ from gymflow.store.seal import (
     older_state,
 )
 from gymflow.store.sealed_inputs import imported_only, unjudged_sealed
+from gymflow.store.superseded import rejudged_sql
 
 
 class SealsBroken(GateFailed):
@@ -49,12 +50,15 @@ class SealsBroken(GateFailed):
     2), nothing written."""
 
 
-#: Completed rollouts with no live verdict, and whether a verdict set aside for them carries a
-#: seal that still matches (the message its seal is the MAC of, per set-aside verdict).
+#: Completed rollouts with no live verdict, and whether a verdict set aside for them to be
+#: judged again carries a seal that still matches (the message its seal is the MAC of). Only
+#: one a reverify sets aside excuses the gap: sealed passes and failures moved there read as
+#: honest, the failures gone from every score (attack pass 7, s03).
 _UNJUDGED = f"""
     SELECT r.rollout_id, s.seal, {message_sql("s", "r")} AS {MESSAGE}
     FROM rollouts r
-    LEFT JOIN superseded_verifications s USING (rollout_id)
+    LEFT JOIN superseded_verifications s
+        ON s.rollout_id = r.rollout_id AND {rejudged_sql("s")}
     WHERE r.status = 'completed'
       AND NOT EXISTS (SELECT 1 FROM verifications v WHERE v.rollout_id = r.rollout_id)
 """

@@ -21,6 +21,18 @@ from gymflow.store.sealed_rows import SEALED_ROWS, rows_removed
 REJUDGED_STATUSES = ("error",)
 
 
+def rejudged_sql(alias: str = "", *, carried: bool = True) -> str:
+    """A verdict (of table `alias`) that a reverify sets aside to judge again: one that errored,
+    and with `carried`, one a `--failed-only` reverify copied from its base version. No other
+    verdict is ever set aside: one in `superseded_verifications` is a verdict moved there."""
+    column = f"{alias}." if alias else ""
+    statuses = ", ".join(f"'{status}'" for status in REJUDGED_STATUSES)
+    found = f"{column}status IN ({statuses})"
+    if carried:
+        found += f" OR json_extract_string({column}details_json, '$.carried_from') IS NOT NULL"
+    return f"({found})"
+
+
 def _set_aside(
     con, ids_sql: str, params: list, tables: tuple[str, ...], *, version: str | None = None
 ) -> int:
@@ -85,12 +97,11 @@ def supersede_verifications(con, verifier_version: str, *, carried: bool = False
     judge that failed), and with `carried` those a `--failed-only` reverify copied from its base
     version (`details.carried_from`: verdicts of other parameters, never judged by these): a
     reverify judges those rollouts again under the same version."""
-    carried_sql = "OR json_extract_string(details_json, '$.carried_from') IS NOT NULL"
     return _set_aside(
         con,
         "SELECT rollout_id FROM verifications WHERE verifier_version = $version "
-        f"AND (list_contains($statuses, status) {carried_sql if carried else ''})",
-        {"version": verifier_version, "statuses": list(REJUDGED_STATUSES)},
+        f"AND {rejudged_sql(carried=carried)}",
+        {"version": verifier_version},
         ("verifications",),
         version=verifier_version,
     )
