@@ -12,6 +12,7 @@ off the worker's environments path too, and refuses a link among it."""
 from __future__ import annotations
 
 import io
+import json
 import shlex
 import shutil
 import tarfile
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gymflow.cli.app import console
 from gymflow.core.config import ConfigError, EvalConfig
 from gymflow.environments.registry import (
     BENCHMARKS_VARIABLE,
@@ -145,3 +147,76 @@ def test_a_link_among_a_benchmarks_data_is_refused_not_packed(
     with pytest.raises(ConfigError, match="a symlink") as refused:
         bundle_files(plan)
     assert str(link) in str(refused.value)
+
+
+def _code_exec_selection(benchmarks: Path, marker: Path) -> None:
+    """The attacker's edit of a selection (attack pass 7, s01): a code_exec benchmark over rows
+    whose tests, once loaded, write `marker` (their stand-in for reading the seal key)."""
+    test = f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran as the owner')\n"
+    row = {
+        "prompt": 'def f():\n    """Return 1."""\n',
+        "test": test + "def check(candidate):\n    pass\n",
+        "entry_point": "f",
+        "responses_create_params": {"input": [{"role": "user", "content": "write f"}]},
+        "_gymflow": {"task_id": "t0", "reference": "return 1"},
+    }
+    (benchmarks / "selection.jsonl").write_text(json.dumps(row) + "\n")
+    (benchmarks / "selection.yaml").write_text(
+        "name: selection\ndataset:\n  path: selection.jsonl\n  format: nemo_gym\n  fields:\n"
+        "    id: _gymflow.task_id\n    reference: _gymflow.reference\n"
+        "    verifier: [prompt, test, entry_point]\nverifier:\n  name: code_exec\nrepeats: 1\n"
+    )
+
+
+def test_a_selection_made_code_exec_in_the_run_folder_runs_nothing(
+    tmp_path: Path, prefect_api: str
+) -> None:
+    """A benchmark on the data path cannot choose a verifier that loads its rows as code in
+    gymflow's process, nor name a server: the owner's pasted command is refused, naming the
+    file; the same folder on the environments path (the owner's explicit trust) runs it."""
+    run = collect_run(tmp_path / "run")
+    selected = gym("data", "select", str(run), "--pass-rate", "[0,1]", cwd=tmp_path)
+    (line,) = [line for line in selected.stdout.splitlines() if "gym eval run" in line]
+    assignment, _, *command = shlex.split(line)
+    variable, folder = assignment.split("=", 1)
+    marker = tmp_path / "pwned"
+    _code_exec_selection(run / "data" / "benchmarks", marker)
+    stored, digest = rollout_rows(run / "gymflow.duckdb"), tree_digest(run)
+
+    again = tmp_path / "again"
+    ran = run_gym(*command, "--out", str(again), cwd=tmp_path, prefect_api=prefect_api,
+                  env={variable: folder})  # fmt: skip
+    out = " ".join((ran.stdout + ran.stderr).split())
+    assert ran.returncode != 0 and not marker.exists(), out
+    assert "selection.yaml: verifier 'code_exec' runs each row's tests as code" in out, out
+    assert not (again / "gymflow.duckdb").exists()
+    assert rollout_rows(run / "gymflow.duckdb") == stored and tree_digest(run) == digest
+
+    # a judge's server named in the file: refused the same way, before any call
+    judged = (
+        (run / "data" / "benchmarks" / "selection.yaml")
+        .read_text()
+        .replace(
+            "  name: code_exec\n",
+            "  name: math_judge\n  params: {judge: {base_url: 'http://127.0.0.1:9/v1', "
+            "api_key_env: OPENAI_API_KEY}}\n",
+        )
+    )
+    (run / "data" / "benchmarks" / "selection.yaml").write_text(judged)
+    ran = gym("env", "validate", str(run / "data" / "benchmarks" / "selection.yaml"), cwd=tmp_path)
+    assert "names a server (http://127.0.0.1:9/v1)" in " ".join(ran.stdout.split()), ran.stdout
+
+
+def test_select_says_how_to_trust_a_selection_that_runs_code(tmp_path: Path) -> None:
+    """`gym data select` of a run whose verifier loads its tests as code prints no command to
+    paste: it says what the file chooses and how the owner trusts it."""
+    from gymflow.cli.data import _print_how_to_evaluate
+
+    benchmarks = tmp_path / "data" / "benchmarks"
+    benchmarks.mkdir(parents=True)
+    _code_exec_selection(benchmarks, tmp_path / "pwned")
+    with console.capture() as captured:
+        _print_how_to_evaluate(benchmarks / "selection.yaml", "selection")
+    printed = " ".join(captured.get().split())
+    assert "gym eval run" not in printed and PATH_VARIABLE in printed, printed
+    assert "runs each row's tests as code" in printed and not (tmp_path / "pwned").exists()

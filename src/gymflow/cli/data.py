@@ -10,13 +10,15 @@ import typer
 
 from gymflow.analysis.seals import intact_or_refused
 from gymflow.cli.app import console, data_app, fail, print_json, warn_stale_report
+from gymflow.core import bounded_yaml
 from gymflow.core.written import own_folder
 from gymflow.data.chat import KINDS, TrajectoryFilters, prepare_trajectories, write_trajectories
 from gymflow.data.profile import DataProfile, data_profile
 from gymflow.data.provenance import provenance
 from gymflow.data.rows import write_selection
 from gymflow.data.select import INFORMATIVE, Filters, parse_band, select_tasks
-from gymflow.environments.registry import BENCHMARKS_VARIABLE
+from gymflow.environments.benchmark import Benchmark
+from gymflow.environments.registry import BENCHMARKS_VARIABLE, PATH_VARIABLE, beyond_data
 from gymflow.present import format_counts, format_number, format_percent
 from gymflow.present.terminal import print_table, styled, table
 from gymflow.store.db import connect
@@ -139,14 +141,27 @@ def data_select(
     for kind, path in paths.items():
         console.print(f"  {kind}: {path}")
     if paths:
-        root = Path(paths["benchmark"]).parent.parent
-        # On a line of its own, never wrapped (the console soft-wraps): it is copied and pasted.
-        # The benchmark path, never the environments one: the folder is a run's, and whoever
-        # can write it could add an environment there whose module the command would import.
-        console.print("evaluate it again:")
+        _print_how_to_evaluate(Path(paths["benchmark"]), name)
+
+
+def _print_how_to_evaluate(benchmark: Path, name: str) -> None:
+    root = benchmark.parent.parent
+    data = bounded_yaml.safe_load(bounded_yaml.read_text(benchmark))
+    beyond = beyond_data(data, Benchmark.model_validate(data))
+    if beyond:
+        # data cannot choose this (`beyond_data`): trusting it is the owner's act, not a paste
         console.print(
-            f"  {BENCHMARKS_VARIABLE}={shlex.quote(str(root))} gym eval run --benchmark {name}"
+            f"evaluate it again: {beyond}, so gymflow does not run it from the run's folder: "
+            f"read it, copy {root} somewhere only you write, and put that on {PATH_VARIABLE}"
         )
+        return
+    # On a line of its own, never wrapped (the console soft-wraps): it is copied and pasted.
+    # The benchmark path, never the environments one: the folder is a run's, and whoever
+    # can write it could add an environment there whose module the command would import.
+    console.print("evaluate it again:")
+    console.print(
+        f"  {BENCHMARKS_VARIABLE}={shlex.quote(str(root))} gym eval run --benchmark {name}"
+    )
 
 
 def _run_folder(run_dir: Path) -> Path:

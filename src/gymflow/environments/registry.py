@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from gymflow.core import bounded_yaml
 from gymflow.core.config import Sampling, format_validation_error
+from gymflow.core.credentials import named_servers
 from gymflow.core.registry import Registry, RegistryError, UnknownName, entry_point_objects
 from gymflow.environments.base import Environment
 from gymflow.environments.benchmark import Benchmark
@@ -21,6 +22,7 @@ from gymflow.environments.dataset.environment import DatasetEnvironment
 from gymflow.environments.entrypoint import EnvironmentSource, entrypoint_class, read_manifest
 from gymflow.environments.nemo_gym.folder import nemo_servers
 from gymflow.environments.nemo_gym.folder import roots as nemo_roots
+from gymflow.verifiers.base import get_verifier
 
 if TYPE_CHECKING:
     from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
@@ -72,17 +74,24 @@ def benchmark_roots() -> list[Path]:
 
 
 @contextmanager
-def on_search_path(root: Path | str, *, benchmarks_only: bool = False) -> Iterator[None]:
+def on_search_path(
+    root: Path | str, *, benchmarks_only: bool = False, vetted: bool = False
+) -> Iterator[None]:
     """`root` searched ahead of the user's path while the block runs: for environments and
     benchmarks (a run's environment folder unpacked on a worker), or with `benchmarks_only`
     for benchmark files alone (a benchmark file named on the command line, the benchmark and
-    data a run's bundle carries)."""
+    data a run's bundle carries). `vetted`: its benchmarks were checked as data already (a
+    bundle's, where its run was planned), so they may choose what data may not (`beyond_data`)."""
     variable = BENCHMARKS_VARIABLE if benchmarks_only else PATH_VARIABLE
     saved = os.environ.get(variable)
     os.environ[variable] = os.pathsep.join(p for p in (str(root), saved) if p)
+    if vetted:
+        _vetted.append(Path(root).resolve())
     try:
         yield
     finally:
+        if vetted:
+            _vetted.remove(Path(root).resolve())
         if saved is None:
             os.environ.pop(variable, None)
         else:
@@ -241,11 +250,47 @@ def load_benchmark(name: str) -> Benchmark:
         raise _defined_twice("benchmark", name, paths[name])
     try:
         data = bounded_yaml.safe_load(bounded_yaml.read_text(path))
-        return Benchmark.model_validate(data)
+        benchmark = Benchmark.model_validate(data)
     except yaml.YAMLError as exc:
         raise RegistryError(f"{path}: malformed YAML: {exc}") from None
     except ValidationError as exc:
         raise RegistryError(format_validation_error(exc, str(path))) from None
+    if _data_only(path):
+        beyond = beyond_data(data, benchmark)
+        if beyond:
+            raise RegistryError(
+                f"{path}: {beyond}, and a benchmark on {BENCHMARKS_VARIABLE} is data from a "
+                "folder you may not have written (a run's): read it, copy the folder somewhere "
+                f"only you write, and put that on {PATH_VARIABLE} to trust it as your own"
+            )
+    return benchmark
+
+
+#: The benchmark roots of the bundles being read (`on_search_path(vetted=True)`).
+_vetted: list[Path] = []
+
+
+def _data_only(path: Path) -> bool:
+    """Whether the benchmark file was found only through `GYMFLOW_BENCHMARKS_PATH`: data."""
+    root = path.parent.parent.resolve()
+    trusted = {*(r.resolve() for r in search_roots()), *_vetted}
+    return root not in trusted and root in {r.resolve() for r in _listed(BENCHMARKS_VARIABLE)}
+
+
+def beyond_data(data: Any, benchmark: Benchmark) -> str | None:
+    """What a benchmark file chooses that data from anyone must not, in words (None: nothing).
+    A benchmark on the data path (a selection in a run folder, which whoever can write the
+    folder also fills) cannot pick a verifier that loads its rows as code in the trusted process
+    (`task_code`: code_exec's tests), nor name a server, where a run sends the owner's keys:
+    someone who could write a run folder made its selection `code_exec` over rows of their own,
+    and the owner's pasted command ran their Python (attack pass 7, s01)."""
+    ref = benchmark.verifier
+    if ref is not None and get_verifier(ref.name).task_code:
+        return f"verifier {ref.name!r} runs each row's tests as code in gymflow's own process"
+    servers = named_servers(data)
+    if servers:
+        return f"it names a server ({servers[0]}), where a run would send your keys"
+    return None
 
 
 def with_benchmark_sampling(data: dict[str, Any]) -> dict[str, Any]:

@@ -154,9 +154,10 @@ def travelled(bundle: str | None) -> Iterator[None]:
 @contextmanager
 def unpacked_on_path(folder: Path) -> Iterator[None]:
     """While inside, the registry reads a bundle unpacked in `folder`: its environment folder
-    on the environments path, its benchmark and data on the benchmark path only."""
+    on the environments path, its benchmark and data on the benchmark path only, checked as
+    data where the run was planned (`bundle_files` packs what `resolve` loaded)."""
     with (
         on_search_path(folder / ENVIRONMENTS),
-        on_search_path(folder / DATA, benchmarks_only=True),
+        on_search_path(folder / DATA, benchmarks_only=True, vetted=True),
     ):
         yield
