@@ -194,6 +194,13 @@ def test_a_store_main_wrote_is_refused_until_migrated_with_every_number_unchange
         assert done.returncode == 1, (command, done.stdout, done.stderr)
         line = one_error_line(done.stderr)
         assert "sealed by an earlier gymflow (seal record version 5)" in line and refusal in line
+    # only the key that sealed it migrates it: not this session's, nor none
+    from gymflow.store.seal import load_key
+
+    load_key(create=True)
+    foreign = gym("eval", "migrate", str(run), cwd=tmp_path)
+    assert foreign.returncode == 1
+    assert "sealed with a key this machine does not hold" in one_error_line(foreign.stderr)
     assert _data(run) == stored and tree_digest(run) == digest
 
     done = gym("eval", "migrate", str(run), "--json", cwd=tmp_path, env=FIXTURE_KEY, check=True)
