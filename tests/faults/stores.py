@@ -112,22 +112,30 @@ def edit_store(run: Path, *statements: str) -> None:
 
 
 def as_an_older_gymflow_left_it(run: Path, version: int) -> None:
-    """The store as a gymflow writing seal records of `version` (1 to 4) left it, made with
+    """The store as a gymflow writing seal records of `version` (1 to 5) left it, made with
     this machine's key as that gymflow would: its record of that version, its task list sealed
-    under it, its inputs under the MAC of then (without the server's report), and no seal of
-    what that version did not seal (1: its inputs; 1 and 2: its rollouts; 1 to 3: its model
-    calls; all: its generation, and none recorded for its path). What an attacker cannot do:
-    the task list's seal needs the key."""
-    from gymflow.store.generations import record_at
-    from gymflow.store.seal import _record, _task_list_mac, load_key
-    from gymflow.store.sealed_inputs import inputs_mac
+    under it, its inputs under the MAC of then (without the server's report before 5), its
+    rows' records with their count in plain text (3 to 5: `COUNT:XOR`), no seal of what that
+    version did not seal (1: its inputs; 1 and 2: its rollouts; 1 to 3: its model calls; 1 to
+    4: its generation, and none recorded for its path), and this machine's sealed-stores ledger
+    naming no later version at its path. What an attacker cannot do: the task list's seal needs
+    the key."""
+    from gymflow.store.generations import record_at, write_generation
+    from gymflow.store.named_paths import path_names
+    from gymflow.store.seal import _record, _task_list_mac, ledger_file, load_key
+    from gymflow.store.sealed_inputs import INPUTS_VERSION, inputs_mac
+    from gymflow.store.sealed_rows import MODEL_CALLS, ROLLOUTS, rows_record
 
     key = load_key(create=False)
     assert key is not None
     con = duckdb.connect(str(run / "gymflow.duckdb"), read_only=True)
     try:
         task_seal = _task_list_mac(con, key, version)
-        inputs = inputs_mac(con, key, 1)
+        inputs = inputs_mac(con, key, INPUTS_VERSION if version >= 5 else 1)
+        earlier = {
+            spec.record: rows_record(con, key, spec, counted=False)
+            for spec in (ROLLOUTS, MODEL_CALLS)
+        }
     finally:
         con.close()
     edit_store(
@@ -135,12 +143,41 @@ def as_an_older_gymflow_left_it(run: Path, version: int) -> None:
         f"UPDATE meta SET value = '{_record(key, 0, version=version)}' WHERE key = 'seal'",
         f"UPDATE meta SET value = '{task_seal}' WHERE key = 'task_seal'",
         f"UPDATE meta SET value = '{inputs}' WHERE key = 'inputs_seal'",
+        *(
+            f"UPDATE meta SET value = '{text}' WHERE key = '{name}'"
+            for name, text in earlier.items()
+        ),
         "DELETE FROM meta WHERE key = 'generation'",
         *(["DELETE FROM meta WHERE key = 'calls_seal'"] if version < 4 else []),
         *(["DELETE FROM meta WHERE key = 'rollouts_seal'"] if version < 3 else []),
         *(["DELETE FROM meta WHERE key = 'inputs_seal'"] if version < 2 else []),
     )
-    record_at(key, run / "gymflow.duckdb", 0)
+    later = {"rollouts": 3, "calls": 4, "generation": 5, "counts": 6}
+    ledger = ledger_file()
+    if ledger.exists():  # what a gymflow of `version` wrote there: no tag of a later one
+        kept = [
+            line
+            for line in ledger.read_text().splitlines(keepends=True)
+            if not (
+                line.count("\t") == 2
+                and line.split("\t")[2].rstrip("\n") in path_names(run / "gymflow.duckdb")
+                and later.get(line.split("\t")[1], 0) > version
+            )
+        ]
+        ledger.write_text("".join(kept))
+    number = 0
+    if version >= 5:
+        con = duckdb.connect(str(run / "gymflow.duckdb"))
+        try:
+            write_generation(con, key)  # over its records as that gymflow sealed them
+            number = int(
+                con.execute("SELECT value FROM meta WHERE key = 'generation'")
+                .fetchone()[0]
+                .split(":")[0]
+            )
+        finally:
+            con.close()
+    record_at(key, run / "gymflow.duckdb", number)
 
 
 def one_error_line(stderr: str) -> str:

@@ -7,8 +7,8 @@ Now every model call is sealed as every rollout is (`store/sealed_rows.py`, `met
 an edited, added or deleted call fails `calls_edited` in health (an integrity failure, exit 2),
 makes `gym eval profile` and `reverify --check` exit 2, and every writer (a new verifier
 version, an export) refuses the store with nothing written. A store sealed before the calls were
-(seal record version 3) reads as before and is sealed by its next writer; a version 3 record
-put back in a version 4 store is an edit; a merged and an imported store are sealed whole."""
+(seal record version 3) is refused until `gym eval migrate` seals them; a version 3 record put
+back in a later store is an edit; a merged and an imported store are sealed whole."""
 
 from __future__ import annotations
 
@@ -136,22 +136,24 @@ def test_an_edited_model_call_reads_as_tampered(honest: Path, tmp_path: Path, ed
     assert rollout_rows(run / "gymflow.duckdb") == stored and tree_digest(run) == digest
 
 
-def test_a_store_sealed_before_its_calls_reads_as_before_and_its_next_writer_seals_them(
+def test_a_store_sealed_before_its_calls_is_refused_until_migrated_which_seals_them(
     honest: Path, tmp_path: Path
 ) -> None:
+    """A version 3 store (its rollouts' record's count unkeyed) is refused by reads and writers
+    naming `gym eval migrate` (`test_attacks_seal_counts.py`); an edit of a call cannot be
+    seen by the migration (what a version 3 store is): it seals the calls as they are then, and
+    every number reads as before."""
     run = _copy(honest, tmp_path)
     before = _numbers(run, tmp_path)
     as_an_older_gymflow_left_it(run, 3)
-    older = _numbers(run, tmp_path)
-    # read as before: every number the same, the calls' check skipped (nothing to check them by)
-    assert older["calls_check"] == "skipped"
-    assert {k: v for k, v in older.items() if k != "calls_check"} == {
-        k: v for k, v in before.items() if k != "calls_check"
-    }
-    # an edit of it cannot be seen: what a version 3 store is
+    refused = read("eval", "health", str(run), cwd=tmp_path)
+    assert refused.returncode == 1
+    assert f"run `gym eval migrate {run}`" in one_error_line(refused.stderr)
     edit_store(run, EDITS["latency"][0])
-    assert _numbers(run, tmp_path)["health"] == (0, "healthy", [])
-    # its next writer seals the calls as they are now, under a version 4 record
+    read("eval", "migrate", str(run), cwd=tmp_path, check=True)
+    migrated = _numbers(run, tmp_path)
+    assert migrated == before, (migrated, before)
+    # its next writer adds to the calls' record as to any other
     read("eval", "reverify", str(run), "--set", "abs_tol=0.5", cwd=tmp_path, check=True)
     count, held = _calls_record(run)
     assert count == held > 0
@@ -180,11 +182,12 @@ def _version_3_record_put_back(run: Path) -> None:
 
 @pytest.mark.parametrize("where", ["sealed here", "moved"])
 def test_a_version_3_record_put_back_is_an_edit(honest: Path, tmp_path: Path, where: str) -> None:
-    """Where this machine sealed the store (its sealed-stores ledger says under version 4) the
-    calls' seal is required and its removal is `calls_edited`; anywhere (a moved folder, which
-    the ledger does not name) the task list sealed under version 4's label no longer matches
-    under a version 3 record: `task_list_edited`. Either way `--check` exits 2, every writer
-    refuses and nothing is written."""
+    """Where this machine sealed the store (its sealed-stores ledger says under a later
+    version) the calls' seal is required and its removal is `calls_edited`; anywhere (a moved
+    folder, which the ledger does not name) the rollouts' record, which this key wrote with its
+    count keyed (version 6), says the same; and the task list sealed under the later version's
+    label no longer matches under a version 3 record: `task_list_edited`. Either way `--check`
+    exits 2, every writer refuses and nothing is written."""
     from gymflow.store.seal import RECORD_VERSION, load_key, remember
 
     run = _copy(honest, tmp_path)
@@ -196,9 +199,9 @@ def test_a_version_3_record_put_back_is_an_edit(honest: Path, tmp_path: Path, wh
     _version_3_record_put_back(run)
     stored, digest = rollout_rows(run / "gymflow.duckdb"), tree_digest(run)
     after = _numbers(run, tmp_path)
-    # where the ledger says version 4, the calls' seal is required too
-    calls = ["calls_edited"] if where == "sealed here" else []
-    assert after["health"] == (2, "unhealthy", [*calls, "task_list_edited"]), after["health"]
+    assert after["health"] == (2, "unhealthy", ["calls_edited", "task_list_edited"]), after[
+        "health"
+    ]
     assert after["profile"][2] == before["profile"][2] and after["profile"][:2] == (2, False)
     checked = read("eval", "reverify", str(run), "--check", cwd=tmp_path)
     assert checked.returncode == 2, checked.stdout + checked.stderr

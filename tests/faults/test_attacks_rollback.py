@@ -155,8 +155,8 @@ def test_a_newer_generation_record_copied_into_an_older_state_is_an_edit(
 def test_copies_new_stores_and_older_gymflows_stores_open(tmp_path: Path) -> None:
     """What must not read as a rollback: a run folder copied to a new path (and written there);
     a new run at a path whose older run was deleted; a store an older gymflow sealed (record
-    version 4, no generation), which its next writer gives one, and whose older bytes put back
-    after that are refused."""
+    version 4, no generation), which `gym eval migrate` gives one, and whose older bytes put
+    back after that are refused."""
     run = collect_run(tmp_path / "run", limit=10)
     honest = _numbers(run, tmp_path)
     assert honest["health"] == (0, "healthy", [])
@@ -173,13 +173,16 @@ def test_copies_new_stores_and_older_gymflows_stores_open(tmp_path: Path) -> Non
     again = collect_run(tmp_path / "run", limit=10)
     assert _numbers(again, tmp_path) == honest
 
-    # an older gymflow's store: read as before, given a generation by its next writer
+    # an older gymflow's store: refused until migrated, which gives it a generation
     older = tmp_path / "older"
     shutil.copytree(run, older)
     as_an_older_gymflow_left_it(older, 4)
     assert not query(older / "gymflow.duckdb", "SELECT * FROM meta WHERE key = 'generation'")
-    assert _numbers(older, tmp_path) == honest
+    refused = gym("eval", "health", str(older), cwd=tmp_path)
+    assert refused.returncode == 1 and "gym eval migrate" in one_error_line(refused.stderr)
     as_left = (older / "gymflow.duckdb").read_bytes()
+    gym("eval", "migrate", str(older), cwd=tmp_path, check=True)
+    assert _numbers(older, tmp_path) == honest
     gym("eval", "reverify", str(older), "--set", "abs_tol=0.5", cwd=tmp_path, check=True)
     assert query(older / "gymflow.duckdb", "SELECT value FROM meta WHERE key = 'seal'")[0][0]
     assert _generation(older) > 0
@@ -187,7 +190,12 @@ def test_copies_new_stores_and_older_gymflows_stores_open(tmp_path: Path) -> Non
     assert migrated["health"] == (0, "healthy", []), migrated
     _written_back(older, as_left)
     put_back = _numbers(older, tmp_path)
-    assert put_back["health"] == (2, "unhealthy", ["seal_rolled_back"]), put_back
+    # its rows' records as version 4 wrote them: the ledger says version 6 sealed this path
+    assert put_back["health"] == (
+        2,
+        "unhealthy",
+        ["calls_edited", "rollouts_edited", "seal_rolled_back"],
+    ), put_back
     assert put_back["notes"][0].startswith(f"{older / 'gymflow.duckdb'}: generation 0 of this")
 
 
@@ -244,12 +252,11 @@ def test_an_edited_server_report_is_an_integrity_failure(tmp_path: Path) -> None
     assert [(rollout_rows(r / "gymflow.duckdb"), tree_digest(r)) for r in runs] == stored
 
 
-def test_an_older_stores_server_report_reads_as_before_and_its_next_writer_seals_it(
-    tmp_path: Path,
-) -> None:
-    """A store an older gymflow wrote kept its report unsealed (inputs MAC version 1): it opens
-    healthy, and an edit of its report cannot be seen; its next writer seals the report (seal
-    record 5), after which an edit is `inputs_edited`."""
+def test_an_older_stores_server_report_is_sealed_by_its_migration(tmp_path: Path) -> None:
+    """A store an older gymflow wrote kept its report unsealed (inputs MAC version 1): an edit
+    of its report cannot be seen by its migration (`gym eval migrate`, which every read and
+    writer of it asks for), which seals the report as it is then, after which an edit is
+    `inputs_edited`."""
     from gymflow.store.db import connect
     from gymflow.store.server_reports import record_server_report
 
@@ -262,11 +269,8 @@ def test_an_older_stores_server_report_reads_as_before_and_its_next_writer_seals
     older = tmp_path / "older"
     shutil.copytree(run, older)
     as_an_older_gymflow_left_it(older, 4)
-    honest = _numbers(older, tmp_path)
-    assert honest["health"] == (0, "healthy", [])
     edit_store(older, """UPDATE meta SET value = '{"model": "x"}' WHERE key = 'server_report'""")
-    assert _numbers(older, tmp_path)["health"] == (0, "healthy", [])
-    gym("eval", "reverify", str(older), "--set", "abs_tol=0.5", cwd=tmp_path, check=True)
+    gym("eval", "migrate", str(older), cwd=tmp_path, check=True)
     con = duckdb.connect(str(older / "gymflow.duckdb"), read_only=True)
     record = con.execute("SELECT value FROM meta WHERE key = 'server_report'").fetchone()
     con.close()

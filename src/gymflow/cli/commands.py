@@ -50,6 +50,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
         "Read a run under another stored verifier version from now on.",
     ),
     ("eval", "aggregate"): ("scale", "Merge shard stores into a run store (idempotent)."),
+    ("eval", "migrate"): (
+        "migrate",
+        "Check a store an earlier gymflow sealed, in full, and seal it as this one does.",
+    ),
     ("demo",): ("evaluate", "Run the whole loop on arithmetic-smoke against the simulated policy."),
     ("report",): ("report", "Write the HTML report: opens offline, readable without JavaScript."),
     ("server",): (

@@ -54,7 +54,14 @@ from gymflow.store.generations import (
 from gymflow.store.named_paths import built_aside as built_aside
 from gymflow.store.named_paths import path_names, recorded_names, store_names
 from gymflow.store.sealed_inputs import INPUTS_VERSION, inputs_sealed, seal_inputs
-from gymflow.store.sealed_rows import MODEL_CALLS, ROLLOUTS, rows_recorded, rows_sealed, seal_rows
+from gymflow.store.sealed_rows import (
+    MODEL_CALLS,
+    ROLLOUTS,
+    rows_counted,
+    rows_recorded,
+    rows_sealed,
+    seal_rows,
+)
 
 #: Bytes of a key made on first use, and the fewest a given key may have.
 KEY_BYTES = 32
@@ -312,6 +319,9 @@ class StoreSeal:
     calls_required: bool = False
     #: whether its model calls are the ones sealed, as `rollouts_sealed`
     calls_sealed: bool | None = None
+    #: its seal record says the records of its rollouts and model calls carry their row count
+    #: under the key (`sealed_rows._text`): one without is an edit, not an older store
+    counts_required: bool = False
     #: the version its seal record verifies as under this key (1 to `RECORD_VERSION`); 0 when
     #: no record verifies (none, garbled, another key's): the task list's seal is read by it
     record_version: int = 0
@@ -353,7 +363,7 @@ class StoreSeal:
 #: The seal record version this gymflow writes: what each version says is sealed beside the
 #: verdicts and the task list (a version cannot be changed without the key, so a record of
 #: version N whose store lacks the seal of what N seals was edited).
-RECORD_VERSION = 5
+RECORD_VERSION = 6
 _SEALED_BY_VERSION = {
     1: {},
     2: {"inputs_required": True},  # `sealed_inputs.py`
@@ -365,6 +375,14 @@ _SEALED_BY_VERSION = {
         "rollouts_required": True,
         "calls_required": True,
         "generation_required": True,
+    },
+    # the row count of the rollouts' and model calls' records under the key (`sealed_rows.py`)
+    6: {
+        "inputs_required": True,
+        "rollouts_required": True,
+        "calls_required": True,
+        "generation_required": True,
+        "counts_required": True,
     },
 }
 
@@ -393,7 +411,8 @@ def _record(key: SealKey, legacy: int, *, version: int = RECORD_VERSION) -> str:
     so a store whose record is version 2 and whose inputs seal is gone was edited (version 1,
     written before, says nothing of them; a version cannot be changed without the key);
     version 3 says the same of its rollouts, version 4 of its model calls (`sealed_rows.py`),
-    version 5 of its generation (`generations.py`) and the server's report."""
+    version 5 of its generation (`generations.py`) and the server's report, version 6 of the
+    row counts of the rollouts' and model calls' records."""
     body = f"{key.key_id}:{legacy}"
     label = "gymflow store seal " if version == 1 else f"gymflow store seal v{version} "
     return f"{body}:{key.mac(label + body)[:SEAL_HEX]}"
@@ -448,10 +467,10 @@ def store_file(con: DuckDBPyConnection) -> str | None:
 
 
 #: The ledger's tag of a store sealed under each record version from 3 on: sealed with its
-#: rollouts (3), its model calls (4) (`sealed_rows.py`) and its generation (5). A seal record of
-#: an older version found there later was put back from another store, to switch their check
-#: off.
-_LEDGER_TAGS = {3: "rollouts", 4: "calls", 5: "generation"}
+#: rollouts (3), its model calls (4) (`sealed_rows.py`), its generation (5) and its rows' counts
+#: (6). A seal record of an older version found there later was put back from another store, to
+#: switch their check off.
+_LEDGER_TAGS = {3: "rollouts", 4: "calls", 5: "generation", 6: "counts"}
 
 
 def _entry(key: SealKey, path: str, *, version: int = 0) -> str:
@@ -648,6 +667,7 @@ _TASK_LIST_LABELS = {
     3: "gymflow task list v3\n",
     4: "gymflow task list v4\n",
     5: "gymflow task list v5\n",
+    6: "gymflow task list v6\n",
 }
 
 
@@ -812,17 +832,59 @@ class SealCheck:
         )
 
 
+class EarlierSealError(UserError):
+    """A store this machine's key sealed under an earlier seal record, whose records of its
+    rows leave their count outside the key: read by `gym eval migrate` only."""
+
+
+MIGRATE_COMMAND = "gym eval migrate"
+
+
+def _counted(con: DuckDBPyConnection, key: SealKey, found: StoreSeal) -> tuple[StoreSeal, bool]:
+    """The store's seal as `armed_state` checks it, and whether its rows' records are compared
+    with their count under the key. They are not only when its seal record is of a version
+    that wrote them with the count in plain text (3 to 5: `sealed_rows._earlier_text`) and no
+    record of its rows is one this key wrote with the count keyed: one is (a store sealed under
+    version 6 whose older record was put back), and then everything version 6 seals is
+    required."""
+    if found.counts_required:
+        return found, True
+    counted = [rows_counted(con, key, spec) for spec in (ROLLOUTS, MODEL_CALLS)]
+    if any(counted):
+        return replace(found, **_required(RECORD_VERSION)), True
+    return found, all(record is None for record in counted)
+
+
+def earlier_seal_message(where: str, found: StoreSeal) -> str:
+    """The one-line refusal of a store sealed under an earlier record (`armed_state`), naming
+    the command that migrates it, with its run folder."""
+    return (
+        f"{where}: sealed by an earlier gymflow (seal record version {found.record_version}), "
+        "whose records of its rollouts and model calls leave their row count outside the key "
+        f"(two more copies of a sealed row pass them); run `{MIGRATE_COMMAND} "
+        f"{Path(where).parent}` to check every seal of it in full and seal it as this gymflow does"
+    )
+
+
 def armed_state(
-    con: DuckDBPyConnection, *, rows_matched: bool = False
+    con: DuckDBPyConnection, *, rows_matched: bool = False, earlier: bool = False
 ) -> tuple[StoreSeal, SealKey | None]:
     """Which key sealed the store, and this machine's key when it is that one (the seals can
     then be checked). Never makes a key: a check without one says so. `rows_matched`: the
     store's file is one whose every seal was recomputed and matched, unchanged since
     (`checked_stores.py`): the records of its rollouts and model calls are taken as matching
-    rather than recomputed (every row of both tables: most of a check's cost)."""
+    rather than recomputed (every row of both tables: most of a check's cost).
+
+    A store this key sealed under a record whose rows' counts are unkeyed (versions 3 to 5) is
+    refused (EarlierSealError, naming `gym eval migrate`): its rows' seal cannot tell two more
+    copies of a row. `earlier`: that command's full check, which compares those records as
+    they were written before it seals them anew."""
     found = store_seal(con, key := load_key(create=False))
     if found.state != "sealed" or key is None:
         return found, None
+    found, counted = _counted(con, key, found)
+    if not counted and not earlier:
+        raise EarlierSealError(earlier_seal_message(store_file(con) or "gymflow.duckdb", found))
     inputs = inputs_sealed(con, key, _inputs_versions(found.record_version))
     if inputs is None and found.inputs_required:
         inputs = False  # the seal of the inputs was removed
@@ -838,7 +900,7 @@ def armed_state(
         if rows_matched:
             rows[name] = True if rows_recorded(con, spec) else None
         else:
-            rows[name] = rows_sealed(con, key, spec)
+            rows[name] = rows_sealed(con, key, spec, counted=counted)
         if rows[name] is None and required:
             rows[name] = False  # their seal was removed
     return replace(
@@ -870,9 +932,10 @@ def _mismatched(con, key: SealKey, legacy: int) -> pa.Array:
     return joined_strings(found)
 
 
-def check_seals(con, max_examples: int = 10) -> SealCheck:
-    """Recompute every verdict's seal (reads the store, writes nothing)."""
-    found, key = armed_state(con)
+def check_seals(con, max_examples: int = 10, *, earlier: bool = False) -> SealCheck:
+    """Recompute every verdict's seal (reads the store, writes nothing); `earlier`: as
+    `armed_state`."""
+    found, key = armed_state(con, earlier=earlier)
     if found.state == "stripped":
         ids = joined_strings(
             [b.column(0) for b in _batches(con, "SELECT rollout_id FROM verifications")]

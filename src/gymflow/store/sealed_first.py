@@ -93,15 +93,16 @@ def _verdicts_deleted(con: DuckDBPyConnection, key: SealKey) -> str | None:
     )
 
 
-def check_before_writing(con: DuckDBPyConnection, where: str) -> bool:
+def check_before_writing(con: DuckDBPyConnection, where: str, *, earlier: bool = False) -> bool:
     """Refuse when the store `con` has open is not what its writers sealed: SealsBroken (exit
     2) when a seal does not match, the seals were stripped, a verdict was deleted or the task
     list is not the one sealed, or it is an older sealed state of itself put back
     (`generations.py`); SealKeyError (`seal.check_inputs`) when its inputs were
     edited. `where` names the store in the one-line refusal. Returns whether every seal was
     checked and matched (False: nothing to vouch for, e.g. a store not yet sealed, which the
-    writer's `claim` seals, or refuses when another key sealed it)."""
-    found = check_seals(con, max_examples=3)
+    writer's `claim` seals, or refuses when another key sealed it). `earlier`: the check of a
+    store sealed before its rows' counts were, by `gym eval migrate` (`seal.armed_state`)."""
+    found = check_seals(con, max_examples=3, earlier=earlier)
     seal = found.store
     if seal.state == "stripped":
         held = con.execute("SELECT count(*) FROM rollouts").fetchone()

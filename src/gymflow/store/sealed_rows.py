@@ -10,18 +10,23 @@ no verdict), and pass@1 went from 0.60 to 0.65 with health healthy (second attac
 No seal covered a model call either: its latency and cached tokens edited, nothing noticed, and
 the decision's agent-record checks, health's call checks and `simulated` read them.
 
-One record per table in `meta` (`rollouts_seal`, `calls_seal`): the count of its rows and the
+One record per table in `meta` (`rollouts_seal`, `calls_seal`): the count of its rows, the
 XOR of each row's MAC (HMAC of its framed columns, `sealed_inputs.framed`, computed in Python by
-the key's `sealer` as every seal is). A XOR of MACs of distinct messages is a MAC of the set
-(Bellare, Guérin and Rogaway's XOR MAC): a row changed, added or removed changes it, and without
-the key no change can be made up for. A rollout's id makes its message distinct; a model call's
-(rollout id, call index, attempt) does in every store gymflow writes (`duplicate_identity` flags
-any other), and two copies of one row, whose MACs cancel, change the count. Unlike one MAC over
-every row, the record is kept up to date per batch: a writer adding rows folds in their MACs
-(`insert_sealed` in `writer.py`, from the values as stored: `RETURNING` the message, no read of
-the table back), one setting them aside (`superseded.py`) folds them out, in the transaction
-that writes them; a merge or an import, which writes every row, computes it whole
-(`seal_rows`)."""
+the key's `sealer` as every seal is), and a MAC of the table, the count and the XOR together. A
+XOR of MACs of distinct messages is a MAC of the set (Bellare, Guérin and Rogaway's XOR MAC): a
+row changed, added or removed changes it, and without the key no change can be made up for. A
+rollout's id makes its message distinct; a model call's (rollout id, call index, attempt) does in
+every store gymflow writes (`duplicate_identity` flags any other), and two copies of one row,
+whose MACs cancel, change the count, which is why the count is under the key too: stores sealed
+before it was (seal record versions 3 to 5) held `COUNT:XOR` with the count in plain text, and
+two more copies of a sealed call with the count raised by 2 passed every seal check (attacker's
+pass 6, s14). Those records are read only by `gym eval migrate` (`seal.armed_state`).
+
+Unlike one MAC over every row, the record is kept up to date per batch: a writer adding rows
+folds in their MACs (`insert_sealed` in `writer.py`, from the values as stored: `RETURNING` the
+message, no read of the table back), one setting them aside (`superseded.py`) folds them out,
+in the transaction that writes them; a merge or an import, which writes every row, computes it
+whole (`seal_rows`)."""
 
 from __future__ import annotations
 
@@ -162,17 +167,37 @@ def _fold(
     return _folded(key, (batch.column(0).to_pylist() for batch in arrow_batches(con, sql, params)))
 
 
-def _text(count: int, digest: bytes) -> str:
+#: The label of a record's MAC over its table, count and XOR (`_text`).
+_COUNTED_LABEL = "gymflow sealed rows v2\n"
+#: Hex characters of that MAC kept (128 bits, as a verdict's seal).
+_RECORD_HEX = 32
+
+
+def _text(key: SealKey, spec: SealedRows, count: int, digest: bytes) -> str:
+    """`COUNT:XOR:MAC`, the MAC over the table's record name, the count and the XOR: neither can
+    be changed without the key (two more copies of a row leave the XOR as it was)."""
+    body = f"{count}:{digest.hex()}"
+    mac = key.mac(f"{_COUNTED_LABEL}{spec.record}\n{body}")[:_RECORD_HEX]
+    return f"{body}:{mac}"
+
+
+def _earlier_text(count: int, digest: bytes) -> str:
+    """The record as seal record versions 3 to 5 wrote it: `COUNT:XOR`, the count unkeyed."""
     return f"{count}:{digest.hex()}"
 
 
-def _parsed(text: str) -> tuple[int, bytes] | None:
-    count, _, digest = text.partition(":")
+def _parsed(key: SealKey, spec: SealedRows, text: str) -> tuple[int, bytes] | None:
+    """(count, XOR) of a record `key` wrote (`_text`); None for any other text (an earlier
+    record, a count or XOR edited, garbled)."""
+    count, _, rest = text.partition(":")
+    digest, _, _ = rest.partition(":")
     try:
         raw = bytes.fromhex(digest)
     except ValueError:
         return None
-    if not count.isdigit() or len(raw) != _MAC_BYTES:
+    if not count.isdigit() or len(count) > 18 or len(raw) != _MAC_BYTES:
+        return None
+    if not same_text(text, _text(key, spec, int(count), raw)):
         return None
     return int(count), raw
 
@@ -191,9 +216,20 @@ def _write(con: DuckDBPyConnection, key: SealKey, spec: SealedRows, value: str) 
     write_generation(con, key)
 
 
-def rows_record(con: DuckDBPyConnection, key: SealKey, spec: SealedRows) -> str:
-    """The record of every row `spec`'s table holds now."""
-    return _text(*_fold(con, key, spec, "TRUE", None))
+def rows_record(
+    con: DuckDBPyConnection, key: SealKey, spec: SealedRows, *, counted: bool = True
+) -> str:
+    """The record of every row `spec`'s table holds now; not `counted`: as seal record versions
+    3 to 5 wrote it (`_earlier_text`), what `gym eval migrate` checks such a store against."""
+    count, digest = _fold(con, key, spec, "TRUE", None)
+    return _text(key, spec, count, digest) if counted else _earlier_text(count, digest)
+
+
+def rows_counted(con: DuckDBPyConnection, key: SealKey, spec: SealedRows) -> bool | None:
+    """Whether the table's record is one `key` wrote with its count under the key (`_text`),
+    whatever rows the table holds now; None: no record."""
+    stored = _stored(con, spec)
+    return None if stored is None else _parsed(key, spec, stored) is not None
 
 
 def rows_recorded(con: DuckDBPyConnection, spec: SealedRows) -> bool:
@@ -203,20 +239,26 @@ def rows_recorded(con: DuckDBPyConnection, spec: SealedRows) -> bool:
 
 def seal_rows(con: DuckDBPyConnection, key: SealKey, *, unrecorded_only: bool = False) -> None:
     """Seal every row of every sealed table as it is now (a merge or an import, which wrote
-    them all); with `unrecorded_only`, only the tables the store holds no record of yet (a
-    store first sealed, or sealed before they were)."""
+    them all); with `unrecorded_only`, only the tables the store holds no record of this
+    gymflow's yet (a store first sealed, sealed before they were, or migrated from a record
+    with its count unkeyed: `gym eval migrate`, after checking it in full)."""
     for spec in SEALED_ROWS.values():
-        if not (unrecorded_only and rows_recorded(con, spec)):
-            _write(con, key, spec, rows_record(con, key, spec))
+        stored = _stored(con, spec)
+        if unrecorded_only and stored is not None and _parsed(key, spec, stored) is not None:
+            continue
+        _write(con, key, spec, rows_record(con, key, spec))
 
 
-def rows_sealed(con: DuckDBPyConnection, key: SealKey, spec: SealedRows) -> bool | None:
+def rows_sealed(
+    con: DuckDBPyConnection, key: SealKey, spec: SealedRows, *, counted: bool = True
+) -> bool | None:
     """Whether the table's rows are those the store's writers sealed; None when it holds no
-    record (sealed before it existed: the seal record's version says whether it must)."""
+    record (sealed before it existed: the seal record's version says whether it must).
+    `counted`: as `rows_record`."""
     stored = _stored(con, spec)
     if stored is None:
         return None
-    return same_text(stored, rows_record(con, key, spec))
+    return same_text(stored, rows_record(con, key, spec, counted=counted))
 
 
 def _refold(
@@ -227,13 +269,15 @@ def _refold(
     change: tuple[int, bytes],
     sign: int,
 ) -> None:
-    parsed = _parsed(stored)
+    parsed = _parsed(key, spec, stored)
     if parsed is None:
-        return  # a garbled record stays garbled: it reads as edited, and writers refuse it
+        # a record this key did not write (garbled, its count edited) stays so: it reads as
+        # edited, and writers refuse it; refolded, it would be sealed as if honest
+        return
     count, digest = parsed
     n, fold = change
     total = np.frombuffer(digest, dtype=np.uint64) ^ np.frombuffer(fold, dtype=np.uint64)
-    _write(con, key, spec, _text(count + sign * n, total.tobytes()))
+    _write(con, key, spec, _text(key, spec, count + sign * n, total.tobytes()))
 
 
 def rows_added(

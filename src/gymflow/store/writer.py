@@ -15,7 +15,6 @@ from gymflow.core.records import Rollout
 from gymflow.store.db import StoreFailure, transaction
 from gymflow.store.rows import (
     model_call_row,
-    naive_utc,
     rollout_row_of,
     verification_row,
     verifier_version_row,
@@ -23,6 +22,7 @@ from gymflow.store.rows import (
 from gymflow.store.schema import COLUMNS, SPECS
 from gymflow.store.seal import MESSAGE, SEALED_ROLLOUT, claim, message_sql, sealed
 from gymflow.store.sealed_rows import SEALED_ROWS, SealKey, rows_added
+from gymflow.store.text_bound import Oversized, as_too_large, oversized, without_oversized
 from gymflow.store.tool_lists import ToolLists
 
 #: Arrow types of the store's column types, for `insert_arrow`.
@@ -209,13 +209,22 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
     call_rows: list[tuple[Any, ...]] = []
     verification_rows: list[tuple[Any, ...]] = []
     tool_lists = ToolLists()
-    now = naive_utc(datetime.now(UTC))  # once per batch, not per row
+    now = datetime.now(UTC).replace(tzinfo=None)  # naive UTC, once per batch, not per row
     judged = []  # what each verdict's seal covers of its rollout, as stored
     for r in rollouts:
-        rollout_rows.append(stored := rollout_row_of(r))
-        call_rows.extend(model_call_row(r.rollout_id, c, tool_lists) for c in r.calls)
-        if r.verification is not None:
-            verification_rows.append(verification_row(r.rollout_id, r.verification, now))
+        stored = rollout_row_of(r)
+        calls = [model_call_row(r.rollout_id, c, tool_lists) for c in r.calls]
+        judged_as = r.verification
+        verdict = None if judged_as is None else verification_row(r.rollout_id, judged_as, now)
+        found = _oversized(r.rollout_id, stored, calls, verdict)
+        if found:  # a store gymflow writes is one it opens (`text_bound.py`)
+            r = as_too_large(r, found)
+            stored, verdict = rollout_row_of(r), None
+            calls = [without_oversized(call) for call in calls]
+        rollout_rows.append(stored)
+        call_rows.extend(calls)
+        if verdict is not None:
+            verification_rows.append(verdict)
             judged.append(judged_of(stored))
     if not rollout_rows:
         return 0
@@ -239,6 +248,20 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
             ) from exc
         raise
     return len(rollout_rows)
+
+
+def _oversized(
+    rollout_id: str,
+    stored: tuple[Any, ...],
+    calls: list[tuple[Any, ...]],
+    verdict: tuple[Any, ...] | None,
+) -> list[Oversized]:
+    """Every text value of a rollout's rows past `MAX_TEXT_BYTES` (`text_bound.py`)."""
+    return [
+        *oversized("rollouts", [stored], lambda _: f"rollout {rollout_id}"),
+        *oversized("model_calls", calls, lambda call: f"call {call[1]} (attempt {call[2]})"),
+        *oversized("verifications", [verdict] if verdict else [], lambda _: "its verdict"),
+    ]
 
 
 def _database_path(con) -> str:

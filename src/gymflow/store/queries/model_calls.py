@@ -18,3 +18,18 @@ def answered_by(con: Connection, model: str, sample: int) -> tuple[int, int]:
         [model],
     )
     return answered, said
+
+
+def repeated_calls(con: Connection, examples: int) -> tuple[int, list[str]]:
+    """How many (rollout_id, call_index, attempt) identities more than one model call holds,
+    and up to `examples` of their rollout ids: no gymflow writer stores two (health's
+    `duplicate_identity`), and two copies of one sealed call cancel in a seal record of an
+    earlier gymflow (`store/sealed_rows.py`)."""
+    rows = con.execute(
+        """
+        SELECT rollout_id FROM model_calls
+        GROUP BY rollout_id, call_index, attempt HAVING count(*) > 1
+        ORDER BY rollout_id
+        """
+    ).fetchall()
+    return len(rows), [str(row[0]) for row in rows[:examples]]
