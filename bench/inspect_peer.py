@@ -4,8 +4,9 @@ The workload is bench/e2e_rollouts.py's: gymflow's `arithmetic` tasks (prompt an
 repeated, at zero model latency. Inspect runs them as a Task with `generate()` and `match()`
 scoring against its `mockllm/model`, answering each prompt with the same text gymflow's simulated
 policy gives for a correct answer; epochs play gymflow's repeats, 64 samples in flight. Inspect
-runs in its own virtual environment, which this script creates on first use (python -m venv; pip
-install inspect-ai) under ~/.cache/gymflow-bench; the script re-invokes itself there with
+runs in its own virtual environment: GYMFLOW_INSPECT_VENV's (.ci/run makes it beside the other
+venvs), else one this script creates on first use (python -m venv; pip install inspect-ai) under
+~/.cache/gymflow-bench; the script re-invokes itself there with
 --runner, so this file imports gymflow only in the parent. Offline, mockllm's tiktoken download
 fails, so the runner gives mockllm a len/4 token estimate: the one change made to Inspect.
 
@@ -26,7 +27,10 @@ from pathlib import Path
 
 import tiny
 
-VENV = Path.home() / ".cache" / "gymflow-bench" / "inspect-venv"
+VENV = Path(
+    os.environ.get("GYMFLOW_INSPECT_VENV")
+    or Path.home() / ".cache" / "gymflow-bench" / "inspect-venv"
+)
 CONCURRENCY = 64
 
 

@@ -2,7 +2,8 @@
 
 20,000 rollouts (arithmetic, 500 tasks x 40 repeats) at zero model latency through the eval-run
 flow with 1, 4 and 16 local shards, against a Prefect server started for the benchmark (so every
-task and flow run is recorded, as on a team server). The domain functions the flow's tasks call are
+task and flow run is recorded, as on a team server; PREFECT_API_URL's when one is given, as
+tests/bench/test_tiny.py gives the suite's). The domain functions the flow's tasks call are
 timed from inside: `collect` (rollouts), planning and run registration, the shard merge, the local
 policy server start, and health / profile / diagnose / report. Orchestration is the flow's wall
 time covered by none of them: flow and task run bookkeeping, subflow starts, result handling,
@@ -14,6 +15,7 @@ artifacts, thread hand-offs. Intervals are unions, so concurrent shards are not 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import tempfile
@@ -147,9 +149,11 @@ def main() -> None:
 
     instrument()
     rows = []
+    # a server given (PREFECT_API_URL) is used as it is: the harness would start another
+    given = os.environ.get("PREFECT_API_URL")
     with (
         tempfile.TemporaryDirectory(prefix="gymflow-bench-") as tmp,
-        prefect_test_harness(server_startup_timeout=120),
+        contextlib.nullcontext() if given else prefect_test_harness(server_startup_timeout=120),
     ):
         # The first flow run in a process pays one-off costs (client, flow registration,
         # imports inside Prefect): a small warm-up run keeps them out of the figures.

@@ -201,11 +201,19 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 
 #: What a test costs, in rough seconds, by the costliest thing it uses, for the order in which
-#: groups are handed out (`_longest_first`): a run of a real model a minute or so, a run through
-#: a Prefect server half that; another slow test several seconds, a fast one a fraction of one.
+#: groups are handed out (`_longest_first`): a run of a real model a minute or so (SmolLM2's
+#: server, or Gemma's in tests/real_model/test_chat_templates.py), a run through a Prefect
+#: server half that, and so does a test marked `prefect` that starts a server of its own
+#: (tests/flows/test_hosts.py took 177 s, test_local_server.py 64 s, where 10 s had them handed
+#: out among the last groups); another slow test several seconds, a fast one a fraction of one.
 #: Magnitudes, not measurements: the order needs only the long groups ahead of the short ones.
-COSTLY_FIXTURES_S = {"llama_server": 60.0, "prefect_api": 30.0, "deployment": 30.0}
-SLOW_S, FAST_S = 10.0, 0.5
+COSTLY_FIXTURES_S = {
+    "llama_server": 60.0,
+    "gemma_server": 60.0,
+    "prefect_api": 30.0,
+    "deployment": 30.0,
+}
+PREFECT_S, SLOW_S, FAST_S = 30.0, 10.0, 0.5
 
 
 def estimated_s(item: pytest.Item) -> float:
@@ -213,6 +221,8 @@ def estimated_s(item: pytest.Item) -> float:
     for fixture, seconds in COSTLY_FIXTURES_S.items():
         if fixture in used:
             return seconds
+    if item.get_closest_marker("prefect"):
+        return PREFECT_S
     return SLOW_S if item.get_closest_marker("slow") else FAST_S
 
 

@@ -15,8 +15,10 @@ from tests.real_model.plans import ENVS, FIXTURES
 from tests.real_model.record import unpack
 
 
-@pytest.mark.prefect  # `gym eval run` and the confirming experiment: flows on Prefect
-def test_confirm_raises_the_limit_on_the_cut_tasks_and_the_report_shows_it(tmp_path: Path):
+@pytest.mark.prefect  # `gym eval run` and the confirming experiment: flows on the suite's server
+def test_confirm_raises_the_limit_on_the_cut_tasks_and_the_report_shows_it(
+    tmp_path: Path, prefect_api: str
+):
     config = {
         "benchmark": "arithmetic-smoke",
         "limit": 6,
@@ -25,8 +27,9 @@ def test_confirm_raises_the_limit_on_the_cut_tasks_and_the_report_shows_it(tmp_p
         "out": "run",
     }
     (tmp_path / "cut.yaml").write_text(yaml.safe_dump(config))
-    gym("eval", "run", "cut.yaml", cwd=tmp_path, env={"GYMFLOW_PREFECT": "off"}, timeout=600)
-    out = gym("eval", "decide", "run", "--confirm", "--json", cwd=tmp_path, check=True)
+    env = {"PREFECT_API_URL": prefect_api}
+    gym("eval", "run", "cut.yaml", cwd=tmp_path, env=env, timeout=600)
+    out = gym("eval", "decide", "run", "--confirm", "--json", cwd=tmp_path, env=env, check=True)
     payload = json.loads(out.stdout)
     decision, outcome = payload["decision"], payload["confirmation"]
     assert decision["action"] == "harness_work", decision["why"]

@@ -160,8 +160,8 @@ def test_generated_tasks() -> None:
     assert env.dataset_version("test") == again
 
 
-@pytest.mark.prefect  # `gym eval run`: a flow on Prefect's ephemeral server
-def test_ifeval_end_to_end_through_gym_eval_run(tmp_path: Path) -> None:
+@pytest.mark.prefect  # `gym eval run`: a flow on the suite's Prefect server
+def test_ifeval_end_to_end_through_gym_eval_run(tmp_path: Path, prefect_api: str) -> None:
     gym(
         "eval",
         "run",
@@ -174,6 +174,7 @@ def test_ifeval_end_to_end_through_gym_eval_run(tmp_path: Path) -> None:
         "--out",
         "runs/ifeval",
         cwd=tmp_path,
+        env={"PREFECT_API_URL": prefect_api},
         check=True,
     )
     con = duckdb.connect(str(tmp_path / "runs" / "ifeval" / "gymflow.duckdb"), read_only=True)

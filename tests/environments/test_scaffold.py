@@ -17,8 +17,8 @@ from gymflow.environments.scaffold import ScaffoldError, class_name, scaffold
 from tests.conftest import gym, gym_in_process
 
 
-@pytest.mark.prefect  # `gym eval run`: a flow on Prefect's ephemeral server
-def test_init_creates_an_environment_that_validates(tmp_path: Path) -> None:
+@pytest.mark.prefect  # `gym eval run`: a flow on the suite's Prefect server
+def test_init_creates_an_environment_that_validates(tmp_path: Path, prefect_api: str) -> None:
     created = gym("env", "init", "shop-floor", "--dir", "envs", cwd=tmp_path, check=True)
     root = tmp_path / "envs"
     for name in (
@@ -55,7 +55,7 @@ def test_init_creates_an_environment_that_validates(tmp_path: Path) -> None:
     assert after == [p for p in before if "__pycache__" not in p.parts]
 
     ran = gym("eval", "run", "envs/shop-floor/eval.yaml", "--limit", "3", "--repeats", "1",
-              cwd=tmp_path, env=env, check=True)  # fmt: skip
+              cwd=tmp_path, env={**env, "PREFECT_API_URL": prefect_api}, check=True)  # fmt: skip
     assert "rollouts: 3/3" in ran.stdout and "pass@1 = 100.0%" in ran.stdout, ran.stdout
 
 

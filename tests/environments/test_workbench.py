@@ -225,8 +225,8 @@ def executed_calls(trajectory: list[dict]) -> list[list[ToolCall]]:
     return turns
 
 
-@pytest.mark.prefect  # `gym eval run`: a flow on Prefect's ephemeral server
-def test_backoffice_end_to_end_through_gym_eval_run(tmp_path: Path) -> None:
+@pytest.mark.prefect  # `gym eval run`: a flow on the suite's Prefect server
+def test_backoffice_end_to_end_through_gym_eval_run(tmp_path: Path, prefect_api: str) -> None:
     gym(
         "eval",
         "run",
@@ -239,6 +239,7 @@ def test_backoffice_end_to_end_through_gym_eval_run(tmp_path: Path) -> None:
         "--out",
         "runs/bo",
         cwd=tmp_path,
+        env={"PREFECT_API_URL": prefect_api},
         check=True,
     )
     con = duckdb.connect(str(tmp_path / "runs" / "bo" / "gymflow.duckdb"), read_only=True)
