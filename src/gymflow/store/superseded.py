@@ -34,7 +34,12 @@ def rejudged_sql(alias: str = "", *, carried: bool = True) -> str:
 
 
 def _set_aside(
-    con, ids_sql: str, params: list, tables: tuple[str, ...], *, version: str | None = None
+    con,
+    ids_sql: str,
+    params: dict[str, object],
+    tables: tuple[str, ...],
+    *,
+    version: str | None = None,
 ) -> int:
     """Move the rows of `tables` whose rollout_id `ids_sql` selects (and, with `version`, only
     that verifier version's) into their superseded tables, numbered by the attempts of the
