@@ -1,9 +1,9 @@
 """The Prefect form accepted what the config refuses: an `api_key_env` that is a key, and a
-`base_url` with `user:password@`, made flow runs whose parameters showed them in plain text. The form's fields
-now are the config's own types (gymflow.core.credentials.ServerUrl, ApiKeyEnv): one validator, and
-a JSON Schema pattern built from the same words, which the Prefect server checks before it creates
-a flow run. Here: for every value, the schema Prefect enforces refuses exactly what the config
-refuses, and the form as submitted to the flow refuses it too."""
+`base_url` with `user:password@`, made flow runs whose parameters showed them in plain text. The
+form's fields now are the config's own types (gymflow.core.credentials.ServerUrl, ApiKeyEnv):
+one validator, and a JSON Schema pattern built from the same words, which the Prefect server
+checks before it creates a flow run. Here: for every value, the schema Prefect enforces refuses
+exactly what the config refuses, and the form as submitted to the flow refuses it too."""
 
 from __future__ import annotations
 
