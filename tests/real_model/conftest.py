@@ -11,8 +11,8 @@ CI."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -144,6 +144,24 @@ def serve_litellm(llama_url: str, folder: Path) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with serve_llama(tmp_path_factory.mktemp("llama-server")) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def llama_servers(
+    llama_server: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[str], str]]:
+    """`llama_servers(name)`: the base URL of llama.cpp serving `SERVERS[name]`, each started on
+    first use and kept for the session (SmolLM2's is `llama_server`)."""
+    with ExitStack() as stack:
+        started = {"smollm2": llama_server}
+
+        def url(server: str) -> str:
+            if server not in started:
+                folder = tmp_path_factory.mktemp(f"llama-server-{server}")
+                started[server] = stack.enter_context(serve_llama(folder, server))
+            return started[server]
+
         yield url
 
 

@@ -23,16 +23,24 @@ from tests.real_model.plans import RUN_SCENARIOS, RUNS, by_name
 
 @pytest.fixture(scope="session")
 def real_run(
-    llama_server: str, tmp_path_factory: pytest.TempPathFactory, prefect_api: str, request
+    llama_servers: Callable[[str], str],
+    tmp_path_factory: pytest.TempPathFactory,
+    prefect_api: str,
+    request,
 ) -> Callable[[str], RealRun]:
-    """`real_run(name)`: the run of plan `name`, made on first use and kept for the session."""
+    """`real_run(name)`: the run of plan `name` against its own model's server (Gemma's plans
+    against Gemma's), made on first use and kept for the session."""
     cwd = tmp_path_factory.mktemp("real-runs")
     done: dict[str, RealRun] = {}
 
     def run(name: str) -> RealRun:
         if name not in done:
             plan = by_name(name)
-            url = llama_server if plan.via == "chat" else request.getfixturevalue("litellm_real")
+            if plan.via == "chat":
+                url = llama_servers(plan.server)
+            else:  # LiteLLM's proxy fronts SmolLM2's server only
+                assert plan.server == "smollm2", plan
+                url = request.getfixturevalue("litellm_real")
             done[name] = eval_run(plan, url, cwd, prefect_api)
         return done[name]
 
