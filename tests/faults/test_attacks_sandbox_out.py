@@ -194,3 +194,16 @@ def test_gym_eval_run_with_a_trajectory_linked_to_dev_zero(tmp_path: Path) -> No
     assert (status, failure) == ("completed", None)
     assert "agent/trajectory.json: a link; left in the sandbox" in error
     assert query(store, "SELECT status FROM verifications") == [("ok",)]
+
+
+def test_a_reward_file_past_its_bound_is_no_reward(fix_median: WorkspaceEnvironment) -> None:
+    """reward.txt of "1" and 70,000 spaces: main read its first 64 KiB and judged it 1.0."""
+    test_sh = fix_median.root / "fix-median" / "tests" / "test.sh"
+    test_sh.write_text(
+        "#!/bin/bash\nmkdir -p /logs/verifier\n"
+        "{ echo 1; head -c 70000 /dev/zero | tr '\\0' ' '; } > /logs/verifier/reward.txt\n"
+    )
+    episode, verdict = _rollout(fix_median, "echo done")
+    assert episode.failure_kind is None, episode.error
+    assert (verdict.reward, verdict.failure_kind) == (None, "reward_missing")
+    assert "/logs/verifier/reward.txt is longer than a reward" in verdict.details["error"]

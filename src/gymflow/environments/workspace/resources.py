@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gymflow.core.bounded_files import FileBoundError, read_bounded
+from gymflow.core.bounded_files import FileBoundError, FileTooLong, read_bounded
 from gymflow.core.records import Verification
 from gymflow.core.tasks import Task
 from gymflow.environments.resources import ResourcesServer
@@ -113,11 +113,11 @@ async def _reward_files(sandbox: Sandbox) -> tuple[bytes | None, bytes | None, s
             try:
                 await sandbox.download(f"/logs/verifier/{name}", target)
                 found.append(read_bounded(target, MAX_REWARD_BYTES))
-            except SandboxError:
-                found.append(None)
-            except FileBoundError:
+            except FileTooLong:
                 found.append(None)
                 problem = (
                     f"/logs/verifier/{name} is longer than a reward ({MAX_REWARD_BYTES:,} bytes)"
                 )
+            except (SandboxError, FileBoundError):  # none, or a folder: no reward file
+                found.append(None)
     return found[0], found[1], problem
