@@ -207,3 +207,31 @@ def test_a_reward_file_past_its_bound_is_no_reward(fix_median: WorkspaceEnvironm
     assert episode.failure_kind is None, episode.error
     assert (verdict.reward, verdict.failure_kind) == (None, "reward_missing")
     assert "/logs/verifier/reward.txt is longer than a reward" in verdict.details["error"]
+
+
+def test_the_container_download_keeps_no_link_docker_cp_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`docker cp` copies links as links: what it copies out lands in a folder of gymflow's
+    own, and only what the one rule takes reaches the caller (no engine runs on this machine's
+    CI, so `docker cp` is a stand-in that leaves what the real one would)."""
+    from gymflow.sandboxes import container
+
+    async def docker_cp(*argv: str, timeout_s: float = 600.0) -> tuple[int | None, str]:
+        assert argv[:2] == ("docker", "cp") and argv[2].endswith(":/logs/agent"), argv
+        copied = Path(argv[3])
+        copied.mkdir()
+        (copied / "trajectory.json").symlink_to("/dev/zero")
+        (copied / "codex.jsonl").symlink_to(tmp_path / "host-file")
+        (copied / "kept.log").write_text("kept\n")
+        return 0, ""
+
+    monkeypatch.setattr(container, "_run", docker_cp)
+    box = container.DockerSandbox(SandboxSpec(workspace=tmp_path))
+    target = tmp_path / "out"
+    left = asyncio.run(box.download("/logs/agent", target))
+    assert left == [
+        "agent/codex.jsonl: a link; left in the sandbox",
+        "agent/trajectory.json: a link; left in the sandbox",
+    ]
+    assert _links_under(target) == [] and (target / "kept.log").read_text() == "kept\n"
