@@ -325,6 +325,7 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "calls_after_deadline": _refused_by_proxy("after_deadline"),
     "text_without_call": _text_without_call,
     "agent_calls_unrecorded": lambda b: _bend(b, "t0", 1, counters={"agent_logged_calls": 3}),
+    "agent_log_refused": lambda b: _bend(b, "t0", 1, counters={"agent_logs_refused": 2}),
     "function_call_without_output": lambda b: _bend(
         _executing(b), "t0", 1, trajectory=_tool_trajectory(_call("c1"), _call("c2"), _output("c1"))
     ),

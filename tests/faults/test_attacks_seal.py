@@ -397,7 +397,7 @@ def _published(tmp_path: Path) -> tuple[str, PublishedShard]:
 
 def test_a_shard_whose_data_and_checksums_were_rewritten_is_refused(tmp_path) -> None:
     url, shard = _published(tmp_path)
-    manifest = json.loads(shard.remote.read(COMMITTED))
+    manifest = json.loads(shard.remote.read(COMMITTED, 1 << 20))
     name = manifest["files"]["verifications"]["name"]
     # whoever can write the bucket: every verdict a pass, and the checksum to match
     forged = tmp_path / "forged.parquet"

@@ -42,8 +42,11 @@ def test_a_run_sharded_on_s3_equals_the_run_in_one_store(prefect_api, s3, tmp_pa
     # the run store and report are published beside the shards, as they are
     published = Remote(run_url(scale.shard_root, run_id))
     stored = (tmp_path / "sharded" / "gymflow.duckdb").read_bytes()
-    assert published.read("gymflow.duckdb") == stored
-    assert published.read("report.html") == (tmp_path / "sharded" / "report.html").read_bytes()
+    assert published.read("gymflow.duckdb", 1 << 30) == stored
+    assert (
+        published.read("report.html", 1 << 30)
+        == (tmp_path / "sharded" / "report.html").read_bytes()
+    )
     shards = [shard_config(config(tmp_path / "sharded"), scale, run_id, i) for i in range(2)]
     for shard in shards:
         published = PublishedShard(shard.out)

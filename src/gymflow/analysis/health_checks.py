@@ -263,6 +263,7 @@ AGENT_RECORD_CHECKS = (
     "calls_after_deadline",
     "agent_calls_unrecorded",
     "text_without_call",
+    "agent_log_refused",
 )
 
 #: The temporary table of rollout ids whose seal did not match (`health._seal_mismatches`).
@@ -378,6 +379,14 @@ CHECKS: dict[str, Check] = {
         "an external agent's own log counts a different number of model calls than the "
         "recording proxy recorded for the rollout",
         _CALLS_UNRECORDED,
+    ),
+    # A log the agent left as a link (`-> /dev/zero`, `-> a host file`), a device or past the
+    # bound: left in its sandbox by `Sandbox.download`, so the agent's own account is missing.
+    "agent_log_refused": Check(
+        "an external agent's logs held a link, a device or a file past the bound, left in its "
+        "sandbox unread: its own account of the run is missing (the rollout's error names them)",
+        "SELECT rollout_id AS id FROM rollouts WHERE counters_json LIKE '%agent_logs_refused%' "
+        "AND TRY_CAST(json_extract(counters_json, '$.agent_logs_refused') AS BIGINT) > 0",
     ),
     "text_without_call": Check(
         "an external agent's trajectory holds assistant text that no recorded model call of the "

@@ -8,7 +8,9 @@ health's `text_without_call` sets one against the other).
   with tool calls, tool results) through the chat adapter; its `exit` message is not a message.
 - Codex's `--json` events (`codex.jsonl`): each completed item, an agent message as an
   assistant message, a command run as the call and its output, reasoning as reasoning.
-Pure functions over the folder of logs; a log that is missing or unreadable gives None."""
+Pure functions over the folder of logs; a log that is missing or unreadable gives None. Each
+is read through `read_log`: the folder came out of the agent's sandbox (`Sandbox.download` takes
+no link out), and a log is still opened without following one, and read within the bound."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.core.atif import AtifError, atif_to_items
+from gymflow.core.bounded_files import FileBoundError, read_bounded
+from gymflow.core.config import MAX_TEXT_BYTES
 from gymflow.models.chat_adapter import chat_to_request
 
 #: Where an agent that writes ATIF puts it, as Harbor's agents do (under /logs/agent).
@@ -24,25 +28,31 @@ ATIF_FILE = "trajectory.json"
 _CHAT_ROLES = ("system", "user", "assistant", "tool")
 
 
+def read_log(path: Path) -> bytes:
+    """A log the agent left: a regular file within MAX_TEXT_BYTES, never through a link;
+    FileBoundError (or OSError) otherwise."""
+    return read_bounded(path, MAX_TEXT_BYTES)
+
+
 def atif_trajectory(logs: Path) -> list[dict[str, Any]] | None:
     path = logs / ATIF_FILE
     try:
-        document = json.loads(path.read_text())
+        document = json.loads(read_log(path))
         return atif_to_items(document, source=str(path))
-    except (OSError, ValueError, AtifError):
+    except (OSError, ValueError, AtifError, FileBoundError):
         return None
 
 
 def mini_swe_trajectory(logs: Path) -> list[dict[str, Any]] | None:
     try:
-        messages = json.loads((logs / "mini.traj.json").read_text())["messages"]
+        messages = json.loads(read_log(logs / "mini.traj.json"))["messages"]
         chat = [
             {key: value for key, value in message.items() if key != "extra"}
             for message in messages
             if isinstance(message, dict) and message.get("role") in _CHAT_ROLES
         ]
         return chat_to_request({"messages": chat})["input"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, FileBoundError):
         return None
 
 
@@ -72,8 +82,8 @@ def _codex_item(item: dict[str, Any]) -> list[dict[str, Any]]:
 
 def codex_trajectory(logs: Path, instruction: str) -> list[dict[str, Any]] | None:
     try:
-        lines = (logs / "codex.jsonl").read_text(errors="replace").splitlines()
-    except OSError:
+        lines = read_log(logs / "codex.jsonl").decode(errors="replace").splitlines()
+    except (OSError, FileBoundError):
         return None
     items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": instruction}]
     for line in lines:

@@ -33,7 +33,8 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from gymflow.harness.agent_logs import codex_trajectory, mini_swe_trajectory
+from gymflow.core.bounded_files import FileBoundError
+from gymflow.harness.agent_logs import codex_trajectory, mini_swe_trajectory, read_log
 from gymflow.harness.recipes import AGENT_LOGS, Recipe, register_recipe
 
 #: mini-swe-agent's exit status when it stopped at its step limit (the recipe's own choice).
@@ -94,9 +95,9 @@ def _npm_version(variable: str, default: str, package: str) -> Callable[[], str]
 def mini_swe_calls(logs: Path) -> int | None:
     """The model calls mini-swe-agent's own trajectory counts, or None without one."""
     try:
-        trajectory = json.loads((logs / "mini.traj.json").read_text())
+        trajectory = json.loads(read_log(logs / "mini.traj.json"))
         return int(trajectory["info"]["model_stats"]["api_calls"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, FileBoundError):
         return None
 
 
@@ -106,8 +107,8 @@ _CODEX_REQUEST = re.compile(r'codex_otel\.log_only: event\.name="codex\.api_requ
 def codex_calls(logs: Path) -> int | None:
     """The HTTP requests Codex's own log says it made, or None without a log."""
     try:
-        return len(_CODEX_REQUEST.findall((logs / "codex.log").read_text(errors="replace")))
-    except OSError:
+        return len(_CODEX_REQUEST.findall(read_log(logs / "codex.log").decode(errors="replace")))
+    except (OSError, FileBoundError):
         return None
 
 

@@ -32,6 +32,9 @@ class Episode:
     #: tool calls whose server failed and whose answer went back to the model (ToolServerError):
     #: each its route, status and answer, the first with the server's log; the rollout's `error`
     tool_failures: list[str] = field(default_factory=list)
+    #: what the harness left out of the record and why (a log an external agent left as a link,
+    #: a device or past the bound, never read on the host): the rollout's `error` too
+    left_out: list[str] = field(default_factory=list)
 
 
 class Harness(Protocol):

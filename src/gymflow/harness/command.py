@@ -48,6 +48,8 @@ from gymflow.sandboxes.base import WORKDIR, ExecResult, Sandbox, SandboxError
 
 #: Seconds past the agent's time limit an in-process recipe gets to return its evidence.
 GRACE_S = 30.0
+#: Files left in the sandbox a rollout's error names (the count is in its counters).
+MAX_LEFT_SHOWN = 5
 #: Exit status of a command bash could not find.
 NOT_FOUND = 127
 
@@ -159,16 +161,25 @@ async def command(
 async def _read_agent_logs(sandbox: Sandbox, recipe: Recipe, episode: Episode, prompt: str) -> None:
     """The agent's own account, from its logs: its trajectory (an ATIF file it wrote, else its
     recipe's reader), and how many model calls it says it made (`counters
-    ["agent_logged_calls"]`), both set against the calls the proxy recorded."""
+    ["agent_logged_calls"]`), both set against the calls the proxy recorded. A log the agent
+    left as a link, a device or past the bound stays in the sandbox (`Sandbox.download`): it is
+    counted (`counters["agent_logs_refused"]`) and named in the rollout's error, not read."""
     from gymflow.harness.agent_logs import atif_trajectory
 
     assert recipe.logs is not None
     with tempfile.TemporaryDirectory(prefix="gymflow-agent-logs-") as scratch:
         logs = Path(scratch) / "agent"
         try:
-            await sandbox.download(recipe.logs, logs)
+            left = await sandbox.download(recipe.logs, logs)
         except SandboxError:  # an agent that died before writing any: its exit says why
             return
+        if left:  # health's `agent_log_refused` reads the count
+            episode.counters["agent_logs_refused"] = len(left)
+            shown = "; ".join(left[:MAX_LEFT_SHOWN]) + ("; …" if len(left) > MAX_LEFT_SHOWN else "")
+            episode.left_out.append(
+                f"the agent's logs ({recipe.logs}) held {len(left)} file(s) not taken out of its "
+                f"sandbox, so not read as its own account: {shown}"
+            )
         if recipe.logged_calls is not None:
             logged = recipe.logged_calls(logs)
             if logged is not None:

@@ -409,10 +409,12 @@ async def run_one(
         rollout.trajectory, rollout.calls = episode.trajectory, episode.calls
         rollout.output_text, rollout.incomplete = episode.output_text, episode.incomplete
         rollout.num_turns, rollout.counters = episode.num_turns, episode.counters
-        # a tool's server that failed and was gone past (as NeMo Gym's agent goes on) is kept
-        # as what it is, beside the verdict or the failure that followed
+        # a tool's server that failed and was gone past (as NeMo Gym's agent goes on), or an
+        # agent's log left out of the record, is kept as what it is, beside the verdict or the
+        # failure that followed
         failure = episode.error if episode.failure_kind is not None else None
-        rollout.error = "\n\n".join(filter(None, [failure, *episode.tool_failures])) or None
+        kept = [failure, *episode.tool_failures, *episode.left_out]
+        rollout.error = "\n\n".join(filter(None, kept)) or None
         if episode.failure_kind is not None:
             rollout.failure_kind = episode.failure_kind
         else:

@@ -14,8 +14,10 @@ A shard that runs again, on any host, restores the committed result (nothing lef
 every checkpoint, newest first (a rollout run again after a failed attempt keeps its newest
 rows), and runs only what is missing. Every manifest is read through one model (`Manifest`):
 it names only the shard's own files, of the known tables, and every file is read back against
-the checksum it records, with as many rollouts as it says. Domain code: no Prefect here; the
-shard flow (`flows/eval_shard.py`) drives it."""
+the size and checksum it records, with as many rollouts as it says. Nothing is read before its
+size is known: a manifest past MAX_MANIFEST_BYTES, or a file past its recorded size, is refused
+first (a sparse 6 GB object was read whole: attack pass 7, s05). Domain code: no Prefect here;
+the shard flow (`flows/eval_shard.py`) drives it."""
 
 from __future__ import annotations
 
@@ -47,12 +49,22 @@ from gymflow.store import snapshot
 from gymflow.store.db import STORE_FILE, StoreError, connect, store_path
 from gymflow.store.merge import ShardProgress, stored_progress
 from gymflow.store.queries.rollouts import stored_count, stored_ids
-from gymflow.store.remote import AlreadyExists, Remote, RemoteError, is_url, sha256
+from gymflow.store.remote import (
+    AlreadyExists,
+    ObjectTooLong,
+    Remote,
+    RemoteError,
+    is_url,
+    sha256,
+)
 from gymflow.store.seal import SealKey, foreign_key_message, load_key
 from gymflow.store.snapshot import SNAPSHOT_TABLES
 from gymflow.store.superseded import supersede_failed
 
 COMMITTED = "COMMITTED.json"
+#: The longest manifest read: one names a shard's few files; a sparse 6 GB COMMITTED.json was
+#: read whole before it was parsed (attack pass 7, s05).
+MAX_MANIFEST_BYTES = 1 << 20
 REPORT_FILE = "report.html"
 MANIFEST = "manifest.json"
 
@@ -187,7 +199,7 @@ class PublishedShard:
 
     def committed(self) -> Manifest | None:
         """The committed result's manifest, or None while no attempt committed."""
-        data = self.remote.read(COMMITTED)
+        data = self.remote.read(COMMITTED, MAX_MANIFEST_BYTES)
         return None if data is None else parse_manifest(f"{self.url}/{COMMITTED}", data)
 
     def checkpoints(self) -> list[Manifest]:
@@ -198,24 +210,29 @@ class PublishedShard:
         return [
             parse_manifest(f"{self.url}/{name}", data)
             for name in names
-            if (data := self.remote.read(name))
+            if (data := self.remote.read(name, MAX_MANIFEST_BYTES))
         ]
 
     def _download(self, manifest: Manifest, into: Path) -> dict[str, Path]:
-        """A manifest's files into `into`, each checked against its recorded checksum."""
+        """A manifest's files into `into`, each streamed to disk and hashed as it goes, refused
+        once it passes the size the manifest records (before a byte is read when the storage
+        says so), then checked against its recorded size and checksum."""
         into.mkdir(parents=True, exist_ok=True)
         files = {}
         for table, entry in manifest.files.items():
-            data = self.remote.read(entry.name)
-            if data is None:
+            files[table] = into / f"{table}.parquet"
+            try:
+                got = self.remote.read_into(entry.name, files[table], entry.bytes)
+            except ObjectTooLong as exc:
+                raise StoreError(f"{exc}: its manifest records {entry.bytes:,} bytes (altered); "
+                                 "nothing merged") from None  # fmt: skip
+            if got is None:
                 raise StoreError(f"{self.url}/{entry.name}: missing (named by a manifest)")
-            if sha256(data) != entry.sha256:
+            if got != (entry.sha256, entry.bytes):
                 raise StoreError(
                     f"{self.url}/{entry.name}: checksum mismatch (corrupt or altered); "
                     "refused, nothing merged"
                 )
-            files[table] = into / f"{table}.parquet"
-            files[table].write_bytes(data)
         return files
 
     def restore(self, run_dir: Path, *, checkpoints: bool = True) -> Restored:

@@ -38,6 +38,10 @@ from gymflow.environments.registry import (
 from gymflow.rollouts.plan import RunPlan
 from gymflow.store.remote import AlreadyExists, Remote, RemoteError, sha256
 
+#: The largest bundle a run carries (packed in memory where it starts; read where it is used
+#: only up to this, streamed to disk).
+MAX_BUNDLE_BYTES = 2 << 30
+
 
 def _shipped(path: Path) -> bool:
     return BUILTIN_DIR in path.resolve().parents
@@ -124,6 +128,11 @@ def publish_bundle(plan: RunPlan, shard_root: str) -> str | None:
     if not files:
         return None
     data = pack(files)
+    if len(data) > MAX_BUNDLE_BYTES:
+        raise ConfigError(
+            f"the run's own files ({', '.join(sorted(files)[:3])}, …) pack to {len(data):,} "
+            f"bytes, past the {MAX_BUNDLE_BYTES:,} a run carries to its shards"
+        )
     name = f"bundles/{sha256(data)}.tar"
     # content-addressed: a name already held holds these very bytes (an earlier run's)
     with suppress(AlreadyExists):
@@ -139,15 +148,18 @@ def travelled(bundle: str | None) -> Iterator[None]:
         yield
         return
     folder, name = bundle.rsplit("/", 1)
-    data = Remote(folder).read(name)
-    if data is None:
-        raise RemoteError(f"{bundle}: the run's files are missing from the shard root")
-    if f"{sha256(data)}.tar" != name:
-        raise RemoteError(f"{bundle}: checksum mismatch (corrupt or altered); refused")
-    with tempfile.TemporaryDirectory(prefix="gymflow-bundle-") as unpacked:
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+    with tempfile.TemporaryDirectory(prefix="gymflow-bundle-") as scratch:
+        # streamed to disk, hashed as it goes: never whole in memory (attack pass 7, s05)
+        tar_file, unpacked = Path(scratch, "bundle.tar"), Path(scratch, "unpacked")
+        got = Remote(folder).read_into(name, tar_file, MAX_BUNDLE_BYTES)
+        if got is None:
+            raise RemoteError(f"{bundle}: the run's files are missing from the shard root")
+        if f"{got[0]}.tar" != name:
+            raise RemoteError(f"{bundle}: checksum mismatch (corrupt or altered); refused")
+        with tarfile.open(tar_file) as tar:
             tar.extractall(unpacked, filter="data")  # no links, no paths outside
-        with unpacked_on_path(Path(unpacked)):
+        tar_file.unlink()
+        with unpacked_on_path(unpacked):
             yield
 
 

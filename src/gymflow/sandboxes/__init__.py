@@ -22,4 +22,5 @@ __all__ = [
     "model_bridge",
     "model_socket",
     "sandbox_kind",
+    "taken_out",
 ]

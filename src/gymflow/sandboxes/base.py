@@ -103,8 +103,11 @@ class Sandbox(ABC):
         """Copy a host file or folder's contents to `target` (a folder inside)."""
 
     @abstractmethod
-    async def download(self, source: str, target: Path) -> None:
-        """Copy `source` (a file or folder inside) to the host path `target`."""
+    async def download(self, source: str, target: Path) -> list[str]:
+        """Copy `source` (a file or folder inside) to the host path `target` by the one rule of
+        `sandboxes.taken_out`: folders and regular files within its bounds, never a link.
+        Returns what stayed behind, each "path: why"; SandboxError when `source` is no file or
+        folder (a link included) or cannot be copied."""
 
     @abstractmethod
     async def reset(self, inside: str) -> None:

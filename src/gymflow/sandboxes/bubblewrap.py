@@ -32,8 +32,10 @@ import threading
 import time
 from pathlib import Path
 
+from gymflow.core.bounded_files import FileBoundError
 from gymflow.sandboxes.base import FOLDERS, WORKDIR, ExecResult, Sandbox, SandboxError, SandboxSpec
 from gymflow.sandboxes.model_socket import INSIDE_PORT, ModelSocket, inside_url
+from gymflow.sandboxes.taken_out import copy_out
 from gymflow.verifiers.sandbox import as_user, bwrap_path, user_process_count
 from gymflow.verifiers.sandbox_host import SCRATCH_PREFIX, SLOT_SPAN, UID_BASE, memory_cgroups
 
@@ -170,17 +172,12 @@ class BubblewrapSandbox(Sandbox):
             raise SandboxError(f"cannot copy {source} into the sandbox's {target}: {exc}") from None
         await self._own(target)
 
-    async def download(self, source: str, target: Path) -> None:
-        """Links are copied as links, never followed: what the agent left in its folders may
-        point anywhere on the host."""
+    async def download(self, source: str, target: Path) -> list[str]:
         origin = self._host_path(source)
         try:
-            if origin.is_symlink() or not origin.exists():
-                raise SandboxError(f"{source}: not a file or folder in the sandbox")
-            if origin.is_dir():
-                await asyncio.to_thread(shutil.copytree, origin, target, symlinks=True)
-            else:
-                await asyncio.to_thread(shutil.copyfile, origin, target, follow_symlinks=False)
+            return await asyncio.to_thread(copy_out, origin, target)
+        except (FileNotFoundError, FileBoundError):
+            raise SandboxError(f"{source}: not a file or folder in the sandbox") from None
         except OSError as exc:
             raise SandboxError(f"cannot copy {source} out of the sandbox: {exc}") from None
 

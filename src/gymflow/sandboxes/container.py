@@ -14,14 +14,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import posixpath
 import secrets
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
+from gymflow.core.bounded_files import FileBoundError
 from gymflow.sandboxes.base import FOLDERS, WORKDIR, ExecResult, Sandbox, SandboxError, SandboxSpec
 from gymflow.sandboxes.model_socket import INSIDE_PORT, ModelSocket, inside_url
+from gymflow.sandboxes.taken_out import copy_out
 from gymflow.verifiers.sandbox_host import SCRATCH_PREFIX
 
 DEFAULT_IMAGE = "python:3.12-slim"
@@ -182,10 +185,20 @@ class ContainerSandbox(Sandbox):
         if code != 0:
             raise SandboxError(f"cannot copy {source} into the container's {target}: {output}")
 
-    async def download(self, source: str, target: Path) -> None:
-        code, output = await _run(self.engine, "cp", f"{self.container}:{source}", str(target))
-        if code != 0:
-            raise SandboxError(f"cannot copy {source} out of the container: {output}")
+    async def download(self, source: str, target: Path) -> list[str]:
+        """`docker cp` keeps links as links: it copies into a folder of its own, and only what
+        `copy_out` takes from there reaches `target` (the link is removed with the folder)."""
+        with tempfile.TemporaryDirectory(prefix="gymflow-container-out-") as scratch:
+            copied = Path(scratch) / (posixpath.basename(source.rstrip("/")) or "root")
+            code, output = await _run(self.engine, "cp", f"{self.container}:{source}", str(copied))
+            if code != 0:
+                raise SandboxError(f"cannot copy {source} out of the container: {output}")
+            try:
+                return await asyncio.to_thread(copy_out, copied, target)
+            except (FileNotFoundError, FileBoundError):
+                raise SandboxError(f"{source}: not a file or folder in the container") from None
+            except OSError as exc:
+                raise SandboxError(f"cannot copy {source} out of the container: {exc}") from None
 
     async def reset(self, inside: str) -> None:
         await self._run_checked(f"rm -rf {inside} && mkdir -p {inside}")

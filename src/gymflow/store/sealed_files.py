@@ -16,13 +16,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
-import stat
 from pathlib import Path
 from typing import Any, cast
 
 import duckdb
 
+from gymflow.core.bounded_files import FileBoundError, read_bounded
 from gymflow.core.errors import GymflowError
 from gymflow.core.json_text import parse
 from gymflow.core.written import write_text
@@ -39,17 +38,8 @@ def _small_text(path: Path) -> str | None:
     """The text of `path` when it is a regular file no larger than MAX_BYTES; else None (opened
     without blocking: a FIFO is never waited on)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_BYTES:
-            return None
-        data = file.read(MAX_BYTES + 1)
-    try:
-        return data.decode() if len(data) <= MAX_BYTES else None
-    except UnicodeDecodeError:
+        return read_bounded(path, MAX_BYTES, follow_links=True).decode()
+    except (OSError, FileBoundError, UnicodeDecodeError):
         return None
 
 

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gymflow.core.bounded_files import FileBoundError, FileTooLong, read_bounded
 from gymflow.core.records import Verification
 from gymflow.core.tasks import Task
 from gymflow.environments.resources import ResourcesServer
@@ -75,7 +76,7 @@ class WorkspaceResources(ResourcesServer):
             result = await sandbox.exec(
                 "bash /tests/test.sh", timeout_s=verifier.timeout_sec, env=verifier.env
             )
-            files = await _reward_files(sandbox)
+            *files, problem = await _reward_files(sandbox)
         except SandboxError as exc:
             return self.unjudged("sandbox_error", f"running tests/test.sh: {exc}")
         details: dict[str, Any] = {
@@ -90,6 +91,8 @@ class WorkspaceResources(ResourcesServer):
             details |= {"reason": "memory", "limit": "environment.memory_mb"}
             return self.judged(0.0, None, details, source="the test script's memory limit")
         try:
+            if problem is not None:
+                raise RewardProblem(problem)
             reward, others = parse_reward(*files)
         except RewardProblem as exc:
             return self.unjudged("reward_missing", f"{exc}; {details['test_output'][-500:]}")
@@ -98,18 +101,23 @@ class WorkspaceResources(ResourcesServer):
         return self.judged(reward, None, details, source="tests/test.sh")
 
 
-async def _reward_files(sandbox: Sandbox) -> tuple[bytes | None, bytes | None]:
+async def _reward_files(sandbox: Sandbox) -> tuple[bytes | None, bytes | None, str | None]:
     """reward.txt and reward.json as the test script left them, through the sandbox's own
-    download (which never follows a link out of it)."""
+    download (which never takes a link out of it), each read within MAX_REWARD_BYTES; and why
+    one is no reward (past the bound), or None."""
     found: list[bytes | None] = []
+    problem = None
     with tempfile.TemporaryDirectory(prefix="gymflow-reward-") as folder:
         for name in ("reward.txt", "reward.json"):
             target = Path(folder) / name
             try:
                 await sandbox.download(f"/logs/verifier/{name}", target)
-            except SandboxError:
+                found.append(read_bounded(target, MAX_REWARD_BYTES))
+            except FileTooLong:
                 found.append(None)
-                continue
-            with open(target, "rb") as handle:
-                found.append(handle.read(MAX_REWARD_BYTES))
-    return found[0], found[1]
+                problem = (
+                    f"/logs/verifier/{name} is longer than a reward ({MAX_REWARD_BYTES:,} bytes)"
+                )
+            except (SandboxError, FileBoundError):  # none, or a folder: no reward file
+                found.append(None)
+    return found[0], found[1], problem
