@@ -22,6 +22,7 @@ import polars as pl
 
 from gymflow.analysis.environment import no_answer_reasons
 from gymflow.analysis.evidence import evidence as evidence_of
+from gymflow.analysis.evidence import failing_inputs_sql, prepare_unrecorded
 from gymflow.analysis.evidence import prepare as prepare_evidence
 from gymflow.analysis.frames import frame
 from gymflow.analysis.health_checks import TOOL_SERVER_ERROR
@@ -35,7 +36,7 @@ from gymflow.analysis.results import (
     TaxonomyRow,
 )
 from gymflow.models.errors import ModelError
-from gymflow.store.db import first_sql, memory_capped_call
+from gymflow.store.db import first_rollouts_sql, memory_capped_call, merged_first_sql
 from gymflow.store.queries.answers import (
     appears_in_sql,
     called_sql,
@@ -141,21 +142,27 @@ def _bucket_sql() -> str:
                    WHEN c = 0 THEN 'never_pass' ELSE 'sometimes_pass' END"""
 
 
-def _prepare(con, version: str, no_answer: tuple[str, ...], harness: str | None) -> None:
+def _prepare(
+    con, version: str, no_answer: tuple[str, ...], harness: str | None, examples: int
+) -> None:
     """Temp tables shared by the sections: diag_tasks (bucket per task), diag_tools_ignored (the
-    rollouts offered tools their server ignored) and diag_failures (one classified row per
-    stored rollout that did not pass)."""
+    rollouts offered tools their server ignored), diag_unrecorded (`evidence.prepare_unrecorded`),
+    diag_failures (the rollouts that did not pass, classified, grouped by what decides their
+    category and evidence: `failures_sql`) and diag_judged (the judged rollouts a verdict looks
+    wrong of, grouped: `_prepare_judged`)."""
     con.execute(f"CREATE OR REPLACE TEMP TABLE diag_tools_ignored AS {tools_ignored_sql()}")
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE diag_tasks AS "
         f"SELECT task_id, n, c, {_bucket_sql()} AS bucket FROM ({task_counts_sql()})",
         [version],
     )
+    prepare_unrecorded(con)
     con.execute(
         "CREATE OR REPLACE TEMP TABLE diag_failures AS "
-        + failures_sql(_classify_sql(no_answer, harness)),
+        + failures_sql(_classify_sql(no_answer, harness), failing_inputs_sql(), examples),
         [version],
     )
+    _prepare_judged(con, version, no_answer, examples)
 
 
 def buckets(con) -> dict[str, Bucket]:
@@ -181,10 +188,8 @@ def failure_detail(con, examples: int) -> pl.DataFrame:
     return frame(
         con,
         f"""
-        SELECT category, kind, coalesce(bucket, 'unknown_task') AS bucket,
-               count(*) AS rollouts,
-               {first_sql("rollout_id", "(task_id, repeat_index, rollout_id)", examples)}
-                 AS examples
+        SELECT category, kind, bucket, sum(rollouts)::BIGINT AS rollouts,
+               {merged_first_sql("first", examples)} AS examples
         FROM diag_failures GROUP BY ALL ORDER BY rollouts DESC, category, kind, bucket
         """,
     )
@@ -239,10 +244,40 @@ def sometimes_pass(con, version: str, *, top: int, excerpt: int) -> list[Sometim
     return [SometimesPass.model_validate(row) for row in rows]
 
 
-def verifier_suspects(
-    con, version: str, *, examples: int, no_answer: tuple[str, ...] = ()
-) -> list[Suspect]:
-    """Rollouts whose verdict looks wrong, one Suspect per kind:
+def _prepare_judged(con, version: str, no_answer: tuple[str, ...], examples: int) -> None:
+    """Temp table diag_judged: the judged rollouts a suspect or the evidence's
+    `passed_unanswered` could name, grouped by what decides that: a task's failed rollouts
+    share a few distinct extracted answers, so the regexes normalise each distinct answer once
+    and a rollout is counted, never joined back, at ten million of them (materialising every
+    judged rollout for three readers cost 15 of diagnose's 40 CPU seconds). Each group keeps its
+    first rollouts (`first_rollouts_sql`), so the examples are the first overall."""
+    missing = f"d[3] IN ({_quoted(no_answer)})" if no_answer else "FALSE"
+    details = f"['$.extracted', '$.expected', '$.reason', '$.{LENIENT_MATCH}']"
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE diag_judged AS
+        WITH judged AS ({judged_sql(details)})
+        SELECT task_id,
+               NOT passed AND d[1] IS NOT NULL AS failed,
+               CASE WHEN NOT passed THEN d[1] END AS raw_extracted,
+               CASE WHEN NOT passed THEN d[2] END AS given,
+               passed AND (unanswered OR {missing}) AS passed_without_answer,
+               NOT passed AND d[4] IS NOT NULL AND NOT coalesce({missing}, FALSE)
+                 AS lenient_reading_passes,
+               count(*) AS rollouts,
+               {first_rollouts_sql(examples)} AS first
+        FROM judged
+        WHERE (NOT passed AND (d[1] IS NOT NULL OR d[4] IS NOT NULL))
+           OR (passed AND (unanswered OR {missing}))
+        GROUP BY ALL
+        """,
+        [version],
+    )
+
+
+def verifier_suspects(con, version: str, *, examples: int) -> list[Suspect]:
+    """Rollouts whose verdict looks wrong, one Suspect per kind, from diag_judged
+    (`_prepare_judged`):
 
     - extracted_equals_reference: the verifier extracted an answer equal to the expected one
       (as text after normalisation, or as numbers) yet did not pass it;
@@ -253,52 +288,25 @@ def verifier_suspects(
     - versions_disagree:A|B: rollouts the version read (A) and another stored version (B)
       judge differently."""
     suspects = []
-    missing = f"d[3] IN ({_quoted(no_answer)})" if no_answer else "FALSE"
     extracted, expected = normalised_sql("raw_extracted"), normalised_sql("raw_expected")
-    # The rollouts that could be flagged, grouped by what decides their flags: a task's failed
-    # rollouts share a few distinct extracted answers, so the regexes normalise each distinct
-    # answer once and a rollout is counted, never joined back, at ten million of them
-    # (materialising every judged rollout for three readers cost 15 of diagnose's 40 CPU
-    # seconds). Each group keeps its first rollouts, so the examples are the first overall.
-    first = "{'task_id': task_id, 'repeat_index': repeat_index, 'rollout_id': rollout_id}"
-    details = f"['$.extracted', '$.expected', '$.reason', '$.{LENIENT_MATCH}']"
     rows = con.execute(
         f"""
-        WITH judged AS ({judged_sql(details)}),
-        groups AS MATERIALIZED (
-            SELECT task_id,
-                   NOT passed AND d[1] IS NOT NULL AS failed,
-                   CASE WHEN NOT passed THEN d[1] END AS raw_extracted,
-                   CASE WHEN NOT passed THEN d[2] END AS given,
-                   passed AND (unanswered OR {missing}) AS passed_without_answer,
-                   NOT passed AND d[4] IS NOT NULL AND NOT coalesce({missing}, FALSE)
-                     AS lenient_reading_passes,
-                   count(*) AS rollouts,
-                   min_by({first}, repeat_index, {int(examples)}) AS first
-            FROM judged
-            WHERE (NOT passed AND (d[1] IS NOT NULL OR d[4] IS NOT NULL))
-               OR (passed AND (unanswered OR {missing}))
-            GROUP BY ALL
-        ),
-        answers AS ({with_reference_sql("groups", "given")} WHERE g.failed),
+        WITH answers AS ({with_reference_sql("diag_judged", "given")} WHERE g.failed),
         flagged AS (
             SELECT 'extracted_equals_reference' AS kind, rollouts, first FROM answers
             WHERE {extracted} <> ''
               AND ({extracted} = {expected}
                    OR TRY_CAST({extracted} AS DOUBLE) = TRY_CAST({expected} AS DOUBLE))
             UNION ALL
-            SELECT 'passed_without_answer', rollouts, first FROM groups
+            SELECT 'passed_without_answer', rollouts, first FROM diag_judged
             WHERE passed_without_answer
             UNION ALL
-            SELECT 'lenient_reading_passes', rollouts, first FROM groups
+            SELECT 'lenient_reading_passes', rollouts, first FROM diag_judged
             WHERE lenient_reading_passes
         )
-        SELECT kind, sum(rollouts)::BIGINT,
-               list_transform(list_sort(flatten(list(first)))[1:{int(examples)}],
-                              lambda e: e.rollout_id)
+        SELECT kind, sum(rollouts)::BIGINT, {merged_first_sql("first", examples)}
         FROM flagged GROUP BY kind ORDER BY kind
-        """,
-        [version],
+        """
     ).fetchall()
     descriptions = {
         "extracted_equals_reference": "extracted answer equals the expected answer after "
@@ -341,8 +349,8 @@ def diagnose(
     version = check_verifier_version(con, verifier_version)
     run = run_info(con)
     no_answer = no_answer_reasons(con, version)
-    _prepare(con, version, no_answer, run.harness)
-    prepare_evidence(con, version, no_answer)
+    _prepare(con, version, no_answer, run.harness, examples)
+    prepare_evidence(con, no_answer)
     detail = failure_detail(con, examples)
     stored, expected = stored_and_expected(con)
     return Diagnosis(
@@ -356,6 +364,6 @@ def diagnose(
         taxonomy=taxonomy(detail, examples),
         failures_by_bucket=[FailureRow.model_validate(row) for row in detail.to_dicts()],
         sometimes_pass=sometimes_pass(con, version, top=top, excerpt=excerpt),
-        verifier_suspects=verifier_suspects(con, version, examples=examples, no_answer=no_answer),
+        verifier_suspects=verifier_suspects(con, version, examples=examples),
         evidence=evidence_of(con, version, no_answer, examples=examples),
     )

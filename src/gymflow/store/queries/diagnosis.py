@@ -5,21 +5,34 @@ rollouts' answer forms. The signs and the classes are the analysis's (`gymflow.a
 
 from __future__ import annotations
 
+from gymflow.store.db import first_rollouts_sql
 from gymflow.store.handle import Connection, one_row
 from gymflow.store.queries.answers import no_answer_sql
 
 
-def failures_sql(classify: str) -> str:
-    """SQL (one `?`: the verifier version) for one row per stored rollout that did not pass
-    (not completed, unjudged, or judged and not passed): rollout_id, task_id, repeat_index, its
-    task's bucket (from `diag_tasks`), and the columns `classify` makes over rollouts `r` and
-    verdicts `v`."""
+def failures_sql(classify: str, inputs: str, examples: int) -> str:
+    """SQL (one `?`: the verifier version) for the stored rollouts that did not pass (not
+    completed, unjudged, or judged and not passed), grouped by all that decides their category
+    and evidence class, the output's text among them: a task's failing rollouts repeat a few
+    outputs, so what is read in an output is read once per distinct one, and no table holds a
+    row per failing rollout. Each group: task_id, its task's bucket (from `diag_tasks`;
+    'unknown_task' for a task it lacks), `category` and `kind` (`classify`, over rollouts `r`
+    and verdicts `v`), the columns `inputs` makes over `f` (the rollout's `rollout_id`,
+    `incomplete`, `trajectory_json`, `output_text`, its verdict's `details_json`, category and
+    kind), `rollouts` (how many) and `first` (its first `examples`, `first_rollouts_sql`)."""
     return f"""
-        SELECT r.rollout_id, r.task_id, r.repeat_index, t.bucket, {classify}
-        FROM rollouts r
-        LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-        LEFT JOIN diag_tasks t ON t.task_id = r.task_id
-        WHERE NOT (r.status = 'completed' AND coalesce(v.status = 'ok' AND v.passed, FALSE))
+        WITH f AS (
+            SELECT r.rollout_id, r.task_id, r.repeat_index,
+                   coalesce(t.bucket, 'unknown_task') AS bucket, r.incomplete,
+                   r.trajectory_json, r.output_text, v.details_json, {classify}
+            FROM rollouts r
+            LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
+            LEFT JOIN diag_tasks t ON t.task_id = r.task_id
+            WHERE NOT (r.status = 'completed' AND coalesce(v.status = 'ok' AND v.passed, FALSE))
+        )
+        SELECT task_id, bucket, category, kind, {inputs}, count(*) AS rollouts,
+               {first_rollouts_sql(examples)} AS first
+        FROM f GROUP BY ALL
     """
 
 
@@ -63,35 +76,25 @@ def with_reference_sql(relation: str, given: str) -> str:
     """
 
 
-def evidence_sql(inputs: str, signs: str, klass: str, missing: str) -> str:
-    """SQL (two `?`: the verifier version, twice) for one row per rollout that is evidence:
-    rollout_id, task_id, repeat_index, bucket, class, cut, formless. Every rollout of
-    `diag_failures` (with its bucket): the columns `inputs` makes over it, its rollout `r`,
-    verdict `v` and task `t`, then its `signs` over those columns, classed by `klass` over the
-    signs (each a level of its own, so a piece many signs read is computed once); and every
-    passing rollout without an answer (no answer given, or `missing`, a predicate over `v`),
-    classed `passed_unanswered`."""
+def evidence_sql(inputs: str, signs: str, klass: str) -> str:
+    """SQL for the evidence, grouped as `failures_sql` groups the failing rollouts: task_id,
+    bucket, class, kind, rollouts, first. Every group of `diag_failures`: the columns `inputs`
+    makes over it (`f`) and its task `t`, then its `signs` over those columns, classed by
+    `klass` over the signs (each a level of its own, so a piece many signs read is computed
+    once); and every group of `diag_judged` that passed without an answer, classed
+    `passed_unanswered`."""
     return f"""
         WITH inputs AS (
-            SELECT f.rollout_id, f.task_id, f.repeat_index,
-                   coalesce(f.bucket, 'unknown_task') AS bucket, {inputs}
-            FROM diag_failures f
-            JOIN rollouts r USING (rollout_id)
-            LEFT JOIN verifications v
-              ON v.rollout_id = f.rollout_id AND v.verifier_version = ?
-            LEFT JOIN tasks t ON t.task_id = f.task_id
+            SELECT f.task_id, f.bucket, f.kind, f.rollouts, f.first, {inputs}
+            FROM diag_failures f LEFT JOIN tasks t ON t.task_id = f.task_id
         ),
-        signs AS (SELECT rollout_id, task_id, repeat_index, bucket, {signs} FROM inputs)
-        SELECT rollout_id, task_id, repeat_index, bucket, {klass} AS class, cut, formless
-        FROM signs
+        signs AS (SELECT task_id, bucket, rollouts, first, {signs} FROM inputs)
+        SELECT task_id, bucket, {klass} AS class, kind, rollouts, first FROM signs
         UNION ALL
-        SELECT r.rollout_id, r.task_id, r.repeat_index, coalesce(d.bucket, 'unknown_task'),
-               'passed_unanswered', coalesce(r.incomplete, FALSE), TRUE
-        FROM rollouts r
-        JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-        LEFT JOIN diag_tasks d ON d.task_id = r.task_id
-        WHERE r.status = 'completed' AND v.status = 'ok' AND v.passed
-          AND ({no_answer_sql("r")} OR coalesce({missing}, FALSE))
+        SELECT g.task_id, coalesce(d.bucket, 'unknown_task'), 'passed_unanswered', NULL,
+               g.rollouts, g.first
+        FROM diag_judged g LEFT JOIN diag_tasks d ON d.task_id = g.task_id
+        WHERE g.passed_without_answer
         """
 
 
