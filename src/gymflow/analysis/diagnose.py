@@ -22,7 +22,7 @@ import polars as pl
 
 from gymflow.analysis.environment import no_answer_reasons
 from gymflow.analysis.evidence import evidence as evidence_of
-from gymflow.analysis.evidence import failing_inputs_sql, prepare_unrecorded
+from gymflow.analysis.evidence import failing_inputs, prepare_unrecorded
 from gymflow.analysis.evidence import prepare as prepare_evidence
 from gymflow.analysis.frames import frame
 from gymflow.analysis.health_checks import TOOL_SERVER_ERROR
@@ -36,7 +36,7 @@ from gymflow.analysis.results import (
     TaxonomyRow,
 )
 from gymflow.models.errors import ModelError
-from gymflow.store.db import first_rollouts_sql, memory_capped_call, merged_first_sql
+from gymflow.store.db import memory_capped_call, merged_first_sql
 from gymflow.store.queries.answers import (
     appears_in_sql,
     called_sql,
@@ -46,11 +46,11 @@ from gymflow.store.queries.answers import (
 from gymflow.store.queries.diagnosis import (
     failures_sql,
     judged_of_tasks_sql,
-    judged_sql,
+    rollout_groups_sql,
+    task_buckets_sql,
     with_reference_sql,
 )
 from gymflow.store.queries.rollouts import stored_and_expected
-from gymflow.store.queries.scores import task_counts_sql
 from gymflow.store.queries.verdicts import disagreements
 from gymflow.store.runs import run_info
 from gymflow.verifiers.base import LENIENT_MATCH
@@ -85,7 +85,9 @@ def _quoted(values: list[str] | tuple[str, ...]) -> str:
 
 
 def _counter(name: str) -> str:
-    return f"coalesce(TRY_CAST(json_extract(r.counters_json, '$.{name}') AS INTEGER), 0)"
+    return (
+        f"coalesce(TRY_CAST(json_extract(r.counters_json, '$.{name}') AS INTEGER), 0)"
+    )
 
 
 _LAST_ITEM = "json_extract_string(r.trajectory_json, '$[#-1].type')"
@@ -95,7 +97,7 @@ _LAST_ITEM = "json_extract_string(r.trajectory_json, '$[#-1].type')"
 _OWN_TURN_ENDS = ("single_turn", "command")
 
 
-def _classify_sql(no_answer: tuple[str, ...], harness: str | None) -> str:
+def _classify_sql(no_answer: tuple[str, ...], harness: str | None) -> tuple[str, str]:
     """SQL over rollouts `r` and verifications `v`: (category, kind) of a non-passing rollout;
     `no_answer` are the reasons the verifier declares as "no answer in the expected form", and
     `harness` the run's."""
@@ -103,7 +105,7 @@ def _classify_sql(no_answer: tuple[str, ...], harness: str | None) -> str:
     missing = f"{reason} IN ({_quoted(no_answer)})" if no_answer else "FALSE"
     expected = "json_extract_string(v.details_json, '$.expected')"
     lenient = f"json_extract(v.details_json, '$.{LENIENT_MATCH}') IS NOT NULL"
-    return f"""
+    category = f"""
         CASE
           WHEN r.status <> 'completed' AND r.failure_kind IN ({_quoted(_model_kinds())})
             THEN 'model_failure'
@@ -127,14 +129,15 @@ def _classify_sql(no_answer: tuple[str, ...], harness: str | None) -> str:
             THEN 'answer_in_other_form'
           WHEN {missing} THEN 'no_answer'
           ELSE 'wrong_answer'
-        END AS category,
+        END"""
+    kind = f"""
         CASE
           WHEN r.status <> 'completed' THEN coalesce(r.failure_kind, 'unknown')
           WHEN {_counter("tool_server_errors")} > 0 THEN '{TOOL_SERVER_ERROR}'
           WHEN v.status <> 'ok' THEN coalesce(v.failure_kind, 'verifier_error')
           ELSE coalesce({reason}, '')
-        END AS kind
-    """
+        END"""
+    return category, kind
 
 
 def _bucket_sql() -> str:
@@ -142,27 +145,75 @@ def _bucket_sql() -> str:
                    WHEN c = 0 THEN 'never_pass' ELSE 'sometimes_pass' END"""
 
 
+#: The verdict's details the sections read, as `d[1]` to `d[4]` (`rollout_groups_sql`).
+_DETAILS = f"['$.extracted', '$.expected', '$.reason', '$.{LENIENT_MATCH}']"
+
+
+def _keys_sql(no_answer: tuple[str, ...]) -> str:
+    """SQL over a stored rollout `f` (`rollout_groups_sql`): what diag_rollouts groups the
+    rollouts by. Whether it was scored and passed (the task's counts); for one that did not
+    pass, its category and kind and all the evidence's signs read (`evidence.failing_inputs`,
+    its verdict's details), NULL otherwise, so a task's passing rollouts make one group or a
+    few; whether a verifier suspect names it; and, for an uncut scored rollout, whether its
+    verdict's reason says no answer was found in the verifier's form."""
+    missing = f"f.d[3] IN ({_quoted(no_answer)})" if no_answer else "FALSE"
+    failing = {
+        "category": "f.category",
+        "kind": "f.kind",
+        **failing_inputs(),
+        "reason": "f.d[3]",
+        "extracted": "f.d[1]",
+        "given": "f.d[2]",
+        "lenient": f"json_extract(f.details_json, '$.{LENIENT_MATCH}') IS NOT NULL",
+    }
+    no_answer_list = f"[{_quoted(no_answer)}]::VARCHAR[]"
+    return ", ".join(
+        [
+            "f.scored",
+            "f.passed",
+            "f.failing",
+            *(
+                f"CASE WHEN f.failing THEN {sql} END AS {name}"
+                for name, sql in failing.items()
+            ),
+            (
+                f"CASE WHEN f.scored THEN f.passed AND (f.unanswered OR {missing}) END"
+                " AS passed_without_answer"
+            ),
+            (
+                "CASE WHEN f.scored AND NOT f.passed THEN f.d[4] IS NOT NULL"
+                f" AND NOT coalesce({missing}, FALSE) END AS lenient_reading_passes"
+            ),
+            (
+                "CASE WHEN f.scored AND NOT coalesce(f.incomplete, FALSE)"
+                f" THEN list_contains({no_answer_list}, f.d[3]) END AS uncut_formless"
+            ),
+        ]
+    )
+
+
 def _prepare(
     con, version: str, no_answer: tuple[str, ...], harness: str | None, examples: int
 ) -> None:
-    """Temp tables shared by the sections: diag_tasks (bucket per task), diag_tools_ignored (the
-    rollouts offered tools their server ignored), diag_unrecorded (`evidence.prepare_unrecorded`),
-    diag_failures (the rollouts that did not pass, classified, grouped by what decides their
-    category and evidence: `failures_sql`) and diag_judged (the judged rollouts a verdict looks
-    wrong of, grouped: `_prepare_judged`)."""
-    con.execute(f"CREATE OR REPLACE TEMP TABLE diag_tools_ignored AS {tools_ignored_sql()}")
+    """Temp tables shared by the sections: diag_tools_ignored (the rollouts offered tools their
+    server ignored), diag_unrecorded (`evidence.prepare_unrecorded`), diag_rollouts (the one
+    join of the rollouts with their verdicts, grouped: `rollout_groups_sql` by `_keys_sql`),
+    diag_tasks (bucket per task) and diag_failures (diag_rollouts' groups that did not pass,
+    with their bucket)."""
     con.execute(
-        f"CREATE OR REPLACE TEMP TABLE diag_tasks AS "
-        f"SELECT task_id, n, c, {_bucket_sql()} AS bucket FROM ({task_counts_sql()})",
-        [version],
+        f"CREATE OR REPLACE TEMP TABLE diag_tools_ignored AS {tools_ignored_sql()}"
     )
     prepare_unrecorded(con)
+    category, kind = _classify_sql(no_answer, harness)
     con.execute(
-        "CREATE OR REPLACE TEMP TABLE diag_failures AS "
-        + failures_sql(_classify_sql(no_answer, harness), failing_inputs_sql(), examples),
+        "CREATE OR REPLACE TEMP TABLE diag_rollouts AS "
+        + rollout_groups_sql(category, kind, _keys_sql(no_answer), _DETAILS, examples),
         [version],
     )
-    _prepare_judged(con, version, no_answer, examples)
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE diag_tasks AS {task_buckets_sql(_bucket_sql())}"
+    )
+    con.execute(f"CREATE OR REPLACE TEMP TABLE diag_failures AS {failures_sql()}")
 
 
 def buckets(con) -> dict[str, Bucket]:
@@ -204,7 +255,9 @@ def taxonomy(detail: pl.DataFrame, examples: int) -> list[TaxonomyRow]:
         detail.group_by("category", "kind")
         .agg(
             pl.col("rollouts").sum(),
-            pl.col("examples").list.explode(keep_nulls=False, empty_as_null=False).head(examples),
+            pl.col("examples")
+            .list.explode(keep_nulls=False, empty_as_null=False)
+            .head(examples),
         )
         .sort(["rollouts", "category", "kind"], descending=[True, False, False])
     )
@@ -244,40 +297,10 @@ def sometimes_pass(con, version: str, *, top: int, excerpt: int) -> list[Sometim
     return [SometimesPass.model_validate(row) for row in rows]
 
 
-def _prepare_judged(con, version: str, no_answer: tuple[str, ...], examples: int) -> None:
-    """Temp table diag_judged: the judged rollouts a suspect or the evidence's
-    `passed_unanswered` could name, grouped by what decides that: a task's failed rollouts
-    share a few distinct extracted answers, so the regexes normalise each distinct answer once
-    and a rollout is counted, never joined back, at ten million of them (materialising every
-    judged rollout for three readers cost 15 of diagnose's 40 CPU seconds). Each group keeps its
-    first rollouts (`first_rollouts_sql`), so the examples are the first overall."""
-    missing = f"d[3] IN ({_quoted(no_answer)})" if no_answer else "FALSE"
-    details = f"['$.extracted', '$.expected', '$.reason', '$.{LENIENT_MATCH}']"
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE diag_judged AS
-        WITH judged AS ({judged_sql(details)})
-        SELECT task_id,
-               NOT passed AND d[1] IS NOT NULL AS failed,
-               CASE WHEN NOT passed THEN d[1] END AS raw_extracted,
-               CASE WHEN NOT passed THEN d[2] END AS given,
-               passed AND (unanswered OR {missing}) AS passed_without_answer,
-               NOT passed AND d[4] IS NOT NULL AND NOT coalesce({missing}, FALSE)
-                 AS lenient_reading_passes,
-               count(*) AS rollouts,
-               {first_rollouts_sql(examples)} AS first
-        FROM judged
-        WHERE (NOT passed AND (d[1] IS NOT NULL OR d[4] IS NOT NULL))
-           OR (passed AND (unanswered OR {missing}))
-        GROUP BY ALL
-        """,
-        [version],
-    )
-
-
 def verifier_suspects(con, version: str, *, examples: int) -> list[Suspect]:
-    """Rollouts whose verdict looks wrong, one Suspect per kind, from diag_judged
-    (`_prepare_judged`):
+    """Rollouts whose verdict looks wrong, one Suspect per kind, from diag_rollouts' groups
+    (`_prepare`: a task's failed rollouts share a few distinct extracted answers, so the
+    regexes normalise each distinct answer once and a rollout is counted, never joined back):
 
     - extracted_equals_reference: the verifier extracted an answer equal to the expected one
       (as text after normalisation, or as numbers) yet did not pass it;
@@ -288,20 +311,23 @@ def verifier_suspects(con, version: str, *, examples: int) -> list[Suspect]:
     - versions_disagree:A|B: rollouts the version read (A) and another stored version (B)
       judge differently."""
     suspects = []
-    extracted, expected = normalised_sql("raw_extracted"), normalised_sql("raw_expected")
+    extracted, expected = normalised_sql("extracted"), normalised_sql("raw_expected")
     rows = con.execute(
         f"""
-        WITH answers AS ({with_reference_sql("diag_judged", "given")} WHERE g.failed),
+        WITH answers AS (
+            {with_reference_sql("diag_rollouts", "given")}
+            WHERE g.scored AND NOT g.passed AND g.extracted IS NOT NULL
+        ),
         flagged AS (
             SELECT 'extracted_equals_reference' AS kind, rollouts, first FROM answers
             WHERE {extracted} <> ''
               AND ({extracted} = {expected}
                    OR TRY_CAST({extracted} AS DOUBLE) = TRY_CAST({expected} AS DOUBLE))
             UNION ALL
-            SELECT 'passed_without_answer', rollouts, first FROM diag_judged
+            SELECT 'passed_without_answer', rollouts, first FROM diag_rollouts
             WHERE passed_without_answer
             UNION ALL
-            SELECT 'lenient_reading_passes', rollouts, first FROM diag_judged
+            SELECT 'lenient_reading_passes', rollouts, first FROM diag_rollouts
             WHERE lenient_reading_passes
         )
         SELECT kind, sum(rollouts)::BIGINT, {merged_first_sql("first", examples)}
@@ -319,7 +345,9 @@ def verifier_suspects(con, version: str, *, examples: int) -> list[Suspect]:
     }
     for kind, count, ids in rows:
         suspects.append(
-            Suspect(kind=kind, description=descriptions[kind], count=count, examples=ids)
+            Suspect(
+                kind=kind, description=descriptions[kind], count=count, examples=ids
+            )
         )
     for version_a, version_b, count, ids in disagreements(con, version, examples):
         suspects.append(
@@ -362,7 +390,9 @@ def diagnose(
         non_passing_rollouts=int(detail["rollouts"].sum()) if detail.height else 0,
         buckets=buckets(con),
         taxonomy=taxonomy(detail, examples),
-        failures_by_bucket=[FailureRow.model_validate(row) for row in detail.to_dicts()],
+        failures_by_bucket=[
+            FailureRow.model_validate(row) for row in detail.to_dicts()
+        ],
         sometimes_pass=sometimes_pass(con, version, top=top, excerpt=excerpt),
         verifier_suspects=verifier_suspects(con, version, examples=examples),
         evidence=evidence_of(con, version, no_answer, examples=examples),

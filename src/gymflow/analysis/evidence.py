@@ -64,7 +64,6 @@ from gymflow.store.db import merged_first_sql
 from gymflow.store.queries.answers import appears_in_sql, normalised_sql
 from gymflow.store.queries.diagnosis import evidence_sql, uncut_forms, unrecorded_sql
 from gymflow.store.runs import config_json, repeats_and_sampling
-from gymflow.verifiers.base import LENIENT_MATCH
 
 CLASSES = (
     "unjudged",
@@ -101,21 +100,17 @@ def _quoted(values: tuple[str, ...]) -> str:
     return ", ".join("'" + v.replace("'", "''") + "'" for v in values) or "NULL"
 
 
-def failing_inputs_sql() -> str:
-    """SQL over a failing rollout `f` (`store.queries.diagnosis.failures_sql`): the columns of
-    its rollout and verdict the signs read, what diag_failures groups its rollouts by."""
-    details = "f.details_json"
-    return f"""
-        f.rollout_id IN (SELECT rollout_id FROM diag_unrecorded) AS unrecorded,
-        coalesce(f.incomplete, FALSE) AS cut,
-        CASE WHEN {_AT_LIMIT} THEN {calls_loop_sql("f.trajectory_json")} ELSE FALSE END
-          AS stuck,
-        f.output_text AS output,
-        json_extract_string({details}, '$.reason') AS reason,
-        json_extract_string({details}, '$.extracted') AS extracted,
-        json_extract_string({details}, '$.expected') AS given,
-        json_extract({details}, '$.{LENIENT_MATCH}') IS NOT NULL AS lenient
-    """
+def failing_inputs() -> dict[str, str]:
+    """{name: SQL} over a stored rollout `f` that did not pass (`store.queries.diagnosis
+    .rollout_groups_sql`): what the signs read of it beyond its verdict's details, what
+    diag_failures groups its rollouts by with those details (`reason`, `extracted`, `given`,
+    `lenient`) and its category and kind."""
+    return {
+        "unrecorded": "f.rollout_id IN (SELECT rollout_id FROM diag_unrecorded)",
+        "cut": "coalesce(f.incomplete, FALSE)",
+        "stuck": f"CASE WHEN {_AT_LIMIT} THEN {calls_loop_sql('f.trajectory_json')} ELSE FALSE END",
+        "output": "f.output_text",
+    }
 
 
 def _inputs_sql() -> str:
@@ -223,7 +218,9 @@ def _number(value: object) -> float | None:
     return float(value) if real else None
 
 
-def evidence(con, version: str, no_answer: tuple[str, ...], *, examples: int = 5) -> Evidence:
+def evidence(
+    con, version: str, no_answer: tuple[str, ...], *, examples: int = 5
+) -> Evidence:
     """The evidence of diag_evidence (`prepare`), by class and by task pattern, with the run's
     facts the hypotheses read: its repeats and temperature, and the uncut rollouts' answer
     forms (do rollouts the limit did not cut read in the verifier's form?)."""
@@ -261,8 +258,10 @@ def evidence(con, version: str, no_answer: tuple[str, ...], *, examples: int = 5
         FROM diag_evidence GROUP BY class
         """
     ).fetchall()
-    formless, formed = uncut_forms(con, version, no_answer)
-    tasks_total = con.execute("SELECT count(*) FROM diag_tasks WHERE n > 0").fetchone()[0]
+    formless, formed = uncut_forms(con)
+    tasks_total = con.execute("SELECT count(*) FROM diag_tasks WHERE n > 0").fetchone()[
+        0
+    ]
     agent_kinds = con.execute(
         """
         SELECT kind, sum(rollouts)::BIGINT FROM diag_evidence

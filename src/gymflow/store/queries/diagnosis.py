@@ -8,46 +8,74 @@ from __future__ import annotations
 from gymflow.store.db import first_rollouts_sql
 from gymflow.store.handle import Connection, one_row
 from gymflow.store.queries.answers import no_answer_sql
+from gymflow.store.queries.scores import SCORED_SQL
 
 
-def failures_sql(classify: str, inputs: str, examples: int) -> str:
-    """SQL (one `?`: the verifier version) for the stored rollouts that did not pass (not
-    completed, unjudged, or judged and not passed), grouped by all that decides their category
-    and evidence class, the output's text among them: a task's failing rollouts repeat a few
-    outputs, so what is read in an output is read once per distinct one, and no table holds a
-    row per failing rollout. Each group: task_id, its task's bucket (from `diag_tasks`;
-    'unknown_task' for a task it lacks), `category` and `kind` (`classify`, over rollouts `r`
-    and verdicts `v`), the columns `inputs` makes over `f` (the rollout's `rollout_id`,
-    `incomplete`, `trajectory_json`, `output_text`, its verdict's `details_json`, category and
-    kind), `rollouts` (how many) and `first` (its first `examples`, `first_rollouts_sql`)."""
+def rollout_groups_sql(
+    category: str, kind: str, keys: str, details: str, examples: int
+) -> str:
+    """SQL (one `?`: the verifier version): diagnose's one join of the stored rollouts with
+    their verdicts under that version, grouped by `keys`: what every section reads of a rollout
+    (its task's counts, its category and evidence if it failed, whether a suspect names it,
+    its answer's form) from the same pass, never joined again, and no table holds a row per
+    rollout. A task's rollouts repeat a few outputs and answers, so what is read in an output
+    is read once per distinct one.
+
+    `keys` are columns over `f`, one row per stored rollout: rollout_id, task_id, repeat_index,
+    incomplete, trajectory_json, output_text, details_json; `scored` (completed with an ok
+    verdict), `passed` (its verdict's), `failing` (did not pass: not completed, unjudged, or
+    judged and not passed), `unanswered` (scored and passed with no answer at all, NULL for a
+    rollout not scored and passed), `d` (its verdict's details at the JSON paths `details`, a
+    list literal), and `category` and `kind` (`category` and `kind` over rollouts `r` and
+    verdicts `v`; NULL for a rollout that passed). Each group: task_id, the keys, `rollouts`
+    (how many) and `first` (its first `examples`, `first_rollouts_sql`)."""
+    failing = (
+        "NOT (r.status = 'completed' AND coalesce(v.status = 'ok' AND v.passed, FALSE))"
+    )
     return f"""
         WITH f AS (
-            SELECT r.rollout_id, r.task_id, r.repeat_index,
-                   coalesce(t.bucket, 'unknown_task') AS bucket, r.incomplete,
-                   r.trajectory_json, r.output_text, v.details_json, {classify}
+            SELECT r.rollout_id, r.task_id, r.repeat_index, r.incomplete, r.trajectory_json,
+                   r.output_text, v.details_json, {SCORED_SQL} AS scored, v.passed,
+                   {failing} AS failing,
+                   CASE WHEN {SCORED_SQL} AND v.passed THEN {no_answer_sql("r")} END
+                     AS unanswered,
+                   json_extract_string(v.details_json, {details}) AS d,
+                   CASE WHEN {failing} THEN {category} END AS category,
+                   CASE WHEN {failing} THEN {kind} END AS kind
             FROM rollouts r
             LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-            LEFT JOIN diag_tasks t ON t.task_id = r.task_id
-            WHERE NOT (r.status = 'completed' AND coalesce(v.status = 'ok' AND v.passed, FALSE))
         )
-        SELECT task_id, bucket, category, kind, {inputs}, count(*) AS rollouts,
-               {first_rollouts_sql(examples)} AS first
+        SELECT task_id, {keys}, count(*) AS rollouts, {first_rollouts_sql(examples)} AS first
         FROM f GROUP BY ALL
     """
 
 
-def judged_sql(details: str) -> str:
-    """SQL (one `?`: the verifier version) for every completed rollout judged `ok`: rollout_id,
-    task_id, repeat_index, passed, unanswered (a passing rollout without an answer; NULL for a
-    failing one) and `d`, the fields of its verdict's details at the JSON paths `details` (a
-    list literal)."""
+def task_buckets_sql(bucket: str) -> str:
+    """SQL for one row per task in the store: task_id, n (scored rollouts) and c (passing), as
+    `scores.task_counts_sql` counts them, from `diag_rollouts` (`rollout_groups_sql`), and
+    `bucket` over n and c."""
     return f"""
-        SELECT r.rollout_id, r.task_id, r.repeat_index, v.passed,
-               CASE WHEN v.passed THEN {no_answer_sql("r")} END AS unanswered,
-               json_extract_string(v.details_json, {details}) AS d
-        FROM rollouts r
-        JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-        WHERE r.status = 'completed' AND v.status = 'ok'
+        SELECT task_id, n, c, {bucket} AS bucket
+        FROM (
+            SELECT t.task_id, coalesce(k.n, 0) AS n, coalesce(k.c, 0) AS c
+            FROM tasks t
+            LEFT JOIN (
+                SELECT task_id, sum(rollouts) FILTER (WHERE scored)::BIGINT AS n,
+                       sum(rollouts) FILTER (WHERE scored AND coalesce(passed, FALSE))::BIGINT
+                         AS c
+                FROM diag_rollouts GROUP BY task_id
+            ) k USING (task_id)
+        )
+    """
+
+
+def failures_sql() -> str:
+    """SQL for the groups of `diag_rollouts` that did not pass, with their task's bucket (from
+    `diag_tasks`; 'unknown_task' for a task it lacks)."""
+    return """
+        SELECT g.*, coalesce(t.bucket, 'unknown_task') AS bucket
+        FROM diag_rollouts g LEFT JOIN diag_tasks t ON t.task_id = g.task_id
+        WHERE g.failing
     """
 
 
@@ -81,7 +109,7 @@ def evidence_sql(inputs: str, signs: str, klass: str) -> str:
     bucket, class, kind, rollouts, first. Every group of `diag_failures`: the columns `inputs`
     makes over it (`f`) and its task `t`, then its `signs` over those columns, classed by
     `klass` over the signs (each a level of its own, so a piece many signs read is computed
-    once); and every group of `diag_judged` that passed without an answer, classed
+    once); and every group of `diag_rollouts` that passed without an answer, classed
     `passed_unanswered`."""
     return f"""
         WITH inputs AS (
@@ -93,31 +121,22 @@ def evidence_sql(inputs: str, signs: str, klass: str) -> str:
         UNION ALL
         SELECT g.task_id, coalesce(d.bucket, 'unknown_task'), 'passed_unanswered', NULL,
                g.rollouts, g.first
-        FROM diag_judged g LEFT JOIN diag_tasks d ON d.task_id = g.task_id
+        FROM diag_rollouts g LEFT JOIN diag_tasks d ON d.task_id = g.task_id
         WHERE g.passed_without_answer
         """
 
 
-def uncut_forms(
-    con: Connection, verifier_version: str, no_answer: tuple[str, ...]
-) -> tuple[int, int]:
+def uncut_forms(con: Connection) -> tuple[int, int]:
     """(formless, formed): among the completed, uncut rollouts with an ok verdict, those whose
-    verdict's reason is one of `no_answer` (the verifier found no answer in its form) and the
-    rest."""
+    verdict's reason is one of the verifier's no-answer reasons (it found no answer in its
+    form) and the rest, from `diag_rollouts`' `uncut_formless` (NULL for any other rollout)."""
     formless, formed = one_row(
         con,
         """
-        WITH judged AS (
-            SELECT list_contains(?::VARCHAR[], json_extract_string(v.details_json, '$.reason'))
-                     AS formless
-            FROM rollouts r
-            JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
-            WHERE r.status = 'completed' AND v.status = 'ok' AND NOT coalesce(r.incomplete, FALSE)
-        )
-        SELECT count(*) FILTER (WHERE formless), count(*) FILTER (WHERE NOT formless)
-        FROM judged
+        SELECT coalesce(sum(rollouts) FILTER (WHERE uncut_formless), 0)::BIGINT,
+               coalesce(sum(rollouts) FILTER (WHERE NOT uncut_formless), 0)::BIGINT
+        FROM diag_rollouts
         """,
-        [list(no_answer), verifier_version],
     )
     return formless, formed
 
