@@ -149,6 +149,19 @@ def _bucket_sql() -> str:
 _DETAILS = f"['$.extracted', '$.expected', '$.reason', '$.{LENIENT_MATCH}']"
 
 
+def _unanswered_sql(no_answer: tuple[str, ...]) -> str:
+    """SQL over a scored rollout `f`: it passed without an answer, none given or one its
+    verifier's reason says is not in its form."""
+    missing = f"f.d[3] IN ({_quoted(no_answer)})" if no_answer else "FALSE"
+    return f"f.passed AND (f.unanswered OR {missing})"
+
+
+def _named_sql(no_answer: tuple[str, ...]) -> str:
+    """SQL over a rollout `f`: a section may name it as an example (it failed, or passed
+    without an answer)."""
+    return f"f.failing OR coalesce(f.scored AND {_unanswered_sql(no_answer)}, FALSE)"
+
+
 def _keys_sql(no_answer: tuple[str, ...]) -> str:
     """SQL over a stored rollout `f` (`rollout_groups_sql`): what diag_rollouts groups the
     rollouts by. Whether it was scored and passed (the task's counts); for one that did not
@@ -176,10 +189,7 @@ def _keys_sql(no_answer: tuple[str, ...]) -> str:
                 f"CASE WHEN f.failing THEN {sql} END AS {name}"
                 for name, sql in failing.items()
             ),
-            (
-                f"CASE WHEN f.scored THEN f.passed AND (f.unanswered OR {missing}) END"
-                " AS passed_without_answer"
-            ),
+            f"CASE WHEN f.scored THEN {_unanswered_sql(no_answer)} END AS passed_without_answer",
             (
                 "CASE WHEN f.scored AND NOT f.passed THEN f.d[4] IS NOT NULL"
                 f" AND NOT coalesce({missing}, FALSE) END AS lenient_reading_passes"
@@ -207,7 +217,14 @@ def _prepare(
     category, kind = _classify_sql(no_answer, harness)
     con.execute(
         "CREATE OR REPLACE TEMP TABLE diag_rollouts AS "
-        + rollout_groups_sql(category, kind, _keys_sql(no_answer), _DETAILS, examples),
+        + rollout_groups_sql(
+            category,
+            kind,
+            _keys_sql(no_answer),
+            _named_sql(no_answer),
+            _DETAILS,
+            examples,
+        ),
         [version],
     )
     con.execute(

@@ -12,7 +12,7 @@ from gymflow.store.queries.scores import SCORED_SQL
 
 
 def rollout_groups_sql(
-    category: str, kind: str, keys: str, details: str, examples: int
+    category: str, kind: str, keys: str, named: str, details: str, examples: int
 ) -> str:
     """SQL (one `?`: the verifier version): diagnose's one join of the stored rollouts with
     their verdicts under that version, grouped by `keys`: what every section reads of a rollout
@@ -28,7 +28,11 @@ def rollout_groups_sql(
     rollout not scored and passed), `d` (its verdict's details at the JSON paths `details`, a
     list literal), and `category` and `kind` (`category` and `kind` over rollouts `r` and
     verdicts `v`; NULL for a rollout that passed). Each group: task_id, the keys, `rollouts`
-    (how many) and `first` (its first `examples`, `first_rollouts_sql`)."""
+    (how many) and `first` (its first `examples`, `first_rollouts_sql`, of the rollouts `named`
+    over `f` selects: those a section names; NULL for a group of none, most of a run's)."""
+    first = first_rollouts_sql(examples)
+    if examples > 0:
+        first += f" FILTER (WHERE {named})"
     failing = (
         "NOT (r.status = 'completed' AND coalesce(v.status = 'ok' AND v.passed, FALSE))"
     )
@@ -45,7 +49,7 @@ def rollout_groups_sql(
             FROM rollouts r
             LEFT JOIN verifications v ON v.rollout_id = r.rollout_id AND v.verifier_version = ?
         )
-        SELECT task_id, {keys}, count(*) AS rollouts, {first_rollouts_sql(examples)} AS first
+        SELECT task_id, {keys}, count(*) AS rollouts, {first} AS first
         FROM f GROUP BY ALL
     """
 
