@@ -85,9 +85,7 @@ def _quoted(values: list[str] | tuple[str, ...]) -> str:
 
 
 def _counter(name: str) -> str:
-    return (
-        f"coalesce(TRY_CAST(json_extract(r.counters_json, '$.{name}') AS INTEGER), 0)"
-    )
+    return f"coalesce(TRY_CAST(json_extract(r.counters_json, '$.{name}') AS INTEGER), 0)"
 
 
 _LAST_ITEM = "json_extract_string(r.trajectory_json, '$[#-1].type')"
@@ -185,10 +183,7 @@ def _keys_sql(no_answer: tuple[str, ...]) -> str:
             "f.scored",
             "f.passed",
             "f.failing",
-            *(
-                f"CASE WHEN f.failing THEN {sql} END AS {name}"
-                for name, sql in failing.items()
-            ),
+            *(f"CASE WHEN f.failing THEN {sql} END AS {name}" for name, sql in failing.items()),
             f"CASE WHEN f.scored THEN {_unanswered_sql(no_answer)} END AS passed_without_answer",
             (
                 "CASE WHEN f.scored AND NOT f.passed THEN f.d[4] IS NOT NULL"
@@ -210,9 +205,7 @@ def _prepare(
     join of the rollouts with their verdicts, grouped: `rollout_groups_sql` by `_keys_sql`),
     diag_tasks (bucket per task) and diag_failures (diag_rollouts' groups that did not pass,
     with their bucket)."""
-    con.execute(
-        f"CREATE OR REPLACE TEMP TABLE diag_tools_ignored AS {tools_ignored_sql()}"
-    )
+    con.execute(f"CREATE OR REPLACE TEMP TABLE diag_tools_ignored AS {tools_ignored_sql()}")
     prepare_unrecorded(con)
     category, kind = _classify_sql(no_answer, harness)
     con.execute(
@@ -227,9 +220,7 @@ def _prepare(
         ),
         [version],
     )
-    con.execute(
-        f"CREATE OR REPLACE TEMP TABLE diag_tasks AS {task_buckets_sql(_bucket_sql())}"
-    )
+    con.execute(f"CREATE OR REPLACE TEMP TABLE diag_tasks AS {task_buckets_sql(_bucket_sql())}")
     con.execute(f"CREATE OR REPLACE TEMP TABLE diag_failures AS {failures_sql()}")
 
 
@@ -272,9 +263,7 @@ def taxonomy(detail: pl.DataFrame, examples: int) -> list[TaxonomyRow]:
         detail.group_by("category", "kind")
         .agg(
             pl.col("rollouts").sum(),
-            pl.col("examples")
-            .list.explode(keep_nulls=False, empty_as_null=False)
-            .head(examples),
+            pl.col("examples").list.explode(keep_nulls=False, empty_as_null=False).head(examples),
         )
         .sort(["rollouts", "category", "kind"], descending=[True, False, False])
     )
@@ -362,9 +351,7 @@ def verifier_suspects(con, version: str, *, examples: int) -> list[Suspect]:
     }
     for kind, count, ids in rows:
         suspects.append(
-            Suspect(
-                kind=kind, description=descriptions[kind], count=count, examples=ids
-            )
+            Suspect(kind=kind, description=descriptions[kind], count=count, examples=ids)
         )
     for version_a, version_b, count, ids in disagreements(con, version, examples):
         suspects.append(
@@ -407,9 +394,7 @@ def diagnose(
         non_passing_rollouts=int(detail["rollouts"].sum()) if detail.height else 0,
         buckets=buckets(con),
         taxonomy=taxonomy(detail, examples),
-        failures_by_bucket=[
-            FailureRow.model_validate(row) for row in detail.to_dicts()
-        ],
+        failures_by_bucket=[FailureRow.model_validate(row) for row in detail.to_dicts()],
         sometimes_pass=sometimes_pass(con, version, top=top, excerpt=excerpt),
         verifier_suspects=verifier_suspects(con, version, examples=examples),
         evidence=evidence_of(con, version, no_answer, examples=examples),

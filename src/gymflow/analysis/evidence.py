@@ -187,7 +187,7 @@ def prepare_unrecorded(con) -> None:
 def prepare(con, no_answer: tuple[str, ...]) -> None:
     """Temp table diag_evidence: the rollouts that are evidence in groups of one task, bucket,
     class and kind (`task_id`, `bucket`, `class`, `kind`, `rollouts`, `first`: the group's
-    first rollouts), from diagnose's diag_failures, diag_judged and diag_tasks
+    first rollouts), from diagnose's diag_failures, diag_rollouts and diag_tasks
     (`gymflow.analysis.diagnose._prepare`)."""
     con.execute(
         "CREATE OR REPLACE TEMP TABLE diag_evidence AS "
@@ -218,9 +218,7 @@ def _number(value: object) -> float | None:
     return float(value) if real else None
 
 
-def evidence(
-    con, version: str, no_answer: tuple[str, ...], *, examples: int = 5
-) -> Evidence:
+def evidence(con, version: str, no_answer: tuple[str, ...], *, examples: int = 5) -> Evidence:
     """The evidence of diag_evidence (`prepare`), by class and by task pattern, with the run's
     facts the hypotheses read: its repeats and temperature, and the uncut rollouts' answer
     forms (do rollouts the limit did not cut read in the verifier's form?)."""
@@ -259,9 +257,7 @@ def evidence(
         """
     ).fetchall()
     formless, formed = uncut_forms(con)
-    tasks_total = con.execute("SELECT count(*) FROM diag_tasks WHERE n > 0").fetchone()[
-        0
-    ]
+    tasks_total = con.execute("SELECT count(*) FROM diag_tasks WHERE n > 0").fetchone()[0]
     agent_kinds = con.execute(
         """
         SELECT kind, sum(rollouts)::BIGINT FROM diag_evidence

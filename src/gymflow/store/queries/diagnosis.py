@@ -1,7 +1,9 @@
-"""The SQL of the diagnosis's evidence over the store's tables: the rollouts that are evidence
-(failed, or passed without an answer) with the signs the analysis reads in them, and the uncut
-rollouts' answer forms. The signs and the classes are the analysis's (`gymflow.analysis
-.evidence` passes them as SQL over `r`, `v` and `t`); the joins that feed them are here."""
+"""The SQL of the diagnosis over the store's tables: its one join of the rollouts with their
+verdicts, grouped (`rollout_groups_sql`), and what reads the groups: the tasks' buckets, the
+failures, the evidence (the rollouts that failed or passed without an answer, with the signs
+the analysis reads in them) and the uncut rollouts' answer forms. The classifications, signs
+and classes are the analysis's (`gymflow.analysis.diagnose` and `.evidence` pass them as SQL);
+the joins that feed them are here."""
 
 from __future__ import annotations
 
@@ -33,9 +35,7 @@ def rollout_groups_sql(
     first = first_rollouts_sql(examples)
     if examples > 0:
         first += f" FILTER (WHERE {named})"
-    failing = (
-        "NOT (r.status = 'completed' AND coalesce(v.status = 'ok' AND v.passed, FALSE))"
-    )
+    failing = "NOT (r.status = 'completed' AND coalesce(v.status = 'ok' AND v.passed, FALSE))"
     return f"""
         WITH f AS (
             SELECT r.rollout_id, r.task_id, r.repeat_index, r.incomplete, r.trajectory_json,
@@ -109,7 +109,7 @@ def with_reference_sql(relation: str, given: str) -> str:
 
 
 def evidence_sql(inputs: str, signs: str, klass: str) -> str:
-    """SQL for the evidence, grouped as `failures_sql` groups the failing rollouts: task_id,
+    """SQL for the evidence, in the groups of `diag_rollouts` (`rollout_groups_sql`): task_id,
     bucket, class, kind, rollouts, first. Every group of `diag_failures`: the columns `inputs`
     makes over it (`f`) and its task `t`, then its `signs` over those columns, classed by
     `klass` over the signs (each a level of its own, so a piece many signs read is computed
