@@ -22,6 +22,7 @@ import polars as pl
 
 from gymflow.analysis.environment import no_answer_reasons
 from gymflow.analysis.evidence import evidence as evidence_of
+from gymflow.analysis.evidence import failing_inputs, prepare_unrecorded
 from gymflow.analysis.evidence import prepare as prepare_evidence
 from gymflow.analysis.frames import frame
 from gymflow.analysis.health_checks import TOOL_SERVER_ERROR
@@ -35,7 +36,7 @@ from gymflow.analysis.results import (
     TaxonomyRow,
 )
 from gymflow.models.errors import ModelError
-from gymflow.store.db import first_sql, memory_capped_call
+from gymflow.store.db import memory_capped_call, merged_first_sql
 from gymflow.store.queries.answers import (
     appears_in_sql,
     called_sql,
@@ -45,11 +46,11 @@ from gymflow.store.queries.answers import (
 from gymflow.store.queries.diagnosis import (
     failures_sql,
     judged_of_tasks_sql,
-    judged_sql,
+    rollout_groups_sql,
+    task_buckets_sql,
     with_reference_sql,
 )
 from gymflow.store.queries.rollouts import stored_and_expected
-from gymflow.store.queries.scores import task_counts_sql
 from gymflow.store.queries.verdicts import disagreements
 from gymflow.store.runs import run_info
 from gymflow.verifiers.base import LENIENT_MATCH
@@ -94,7 +95,7 @@ _LAST_ITEM = "json_extract_string(r.trajectory_json, '$[#-1].type')"
 _OWN_TURN_ENDS = ("single_turn", "command")
 
 
-def _classify_sql(no_answer: tuple[str, ...], harness: str | None) -> str:
+def _classify_sql(no_answer: tuple[str, ...], harness: str | None) -> tuple[str, str]:
     """SQL over rollouts `r` and verifications `v`: (category, kind) of a non-passing rollout;
     `no_answer` are the reasons the verifier declares as "no answer in the expected form", and
     `harness` the run's."""
@@ -102,7 +103,7 @@ def _classify_sql(no_answer: tuple[str, ...], harness: str | None) -> str:
     missing = f"{reason} IN ({_quoted(no_answer)})" if no_answer else "FALSE"
     expected = "json_extract_string(v.details_json, '$.expected')"
     lenient = f"json_extract(v.details_json, '$.{LENIENT_MATCH}') IS NOT NULL"
-    return f"""
+    category = f"""
         CASE
           WHEN r.status <> 'completed' AND r.failure_kind IN ({_quoted(_model_kinds())})
             THEN 'model_failure'
@@ -126,14 +127,15 @@ def _classify_sql(no_answer: tuple[str, ...], harness: str | None) -> str:
             THEN 'answer_in_other_form'
           WHEN {missing} THEN 'no_answer'
           ELSE 'wrong_answer'
-        END AS category,
+        END"""
+    kind = f"""
         CASE
           WHEN r.status <> 'completed' THEN coalesce(r.failure_kind, 'unknown')
           WHEN {_counter("tool_server_errors")} > 0 THEN '{TOOL_SERVER_ERROR}'
           WHEN v.status <> 'ok' THEN coalesce(v.failure_kind, 'verifier_error')
           ELSE coalesce({reason}, '')
-        END AS kind
-    """
+        END"""
+    return category, kind
 
 
 def _bucket_sql() -> str:
@@ -141,21 +143,85 @@ def _bucket_sql() -> str:
                    WHEN c = 0 THEN 'never_pass' ELSE 'sometimes_pass' END"""
 
 
-def _prepare(con, version: str, no_answer: tuple[str, ...], harness: str | None) -> None:
-    """Temp tables shared by the sections: diag_tasks (bucket per task), diag_tools_ignored (the
-    rollouts offered tools their server ignored) and diag_failures (one classified row per
-    stored rollout that did not pass)."""
+#: The verdict's details the sections read, as `d[1]` to `d[4]` (`rollout_groups_sql`).
+_DETAILS = f"['$.extracted', '$.expected', '$.reason', '$.{LENIENT_MATCH}']"
+
+
+def _unanswered_sql(no_answer: tuple[str, ...]) -> str:
+    """SQL over a scored rollout `f`: it passed without an answer, none given or one its
+    verifier's reason says is not in its form."""
+    missing = f"f.d[3] IN ({_quoted(no_answer)})" if no_answer else "FALSE"
+    return f"f.passed AND (f.unanswered OR {missing})"
+
+
+def _named_sql(no_answer: tuple[str, ...]) -> str:
+    """SQL over a rollout `f`: a section may name it as an example (it failed, or passed
+    without an answer)."""
+    return f"f.failing OR coalesce(f.scored AND {_unanswered_sql(no_answer)}, FALSE)"
+
+
+def _keys_sql(no_answer: tuple[str, ...]) -> str:
+    """SQL over a stored rollout `f` (`rollout_groups_sql`): what diag_rollouts groups the
+    rollouts by. Whether it was scored and passed (the task's counts); for one that did not
+    pass, its category and kind and all the evidence's signs read (`evidence.failing_inputs`,
+    its verdict's details), NULL otherwise, so a task's passing rollouts make one group or a
+    few; whether a verifier suspect names it; and, for an uncut scored rollout, whether its
+    verdict's reason says no answer was found in the verifier's form."""
+    missing = f"f.d[3] IN ({_quoted(no_answer)})" if no_answer else "FALSE"
+    failing = {
+        "category": "f.category",
+        "kind": "f.kind",
+        **failing_inputs(),
+        "reason": "f.d[3]",
+        "extracted": "f.d[1]",
+        "given": "f.d[2]",
+        "lenient": f"json_extract(f.details_json, '$.{LENIENT_MATCH}') IS NOT NULL",
+    }
+    no_answer_list = f"[{_quoted(no_answer)}]::VARCHAR[]"
+    return ", ".join(
+        [
+            "f.scored",
+            "f.passed",
+            "f.failing",
+            *(f"CASE WHEN f.failing THEN {sql} END AS {name}" for name, sql in failing.items()),
+            f"CASE WHEN f.scored THEN {_unanswered_sql(no_answer)} END AS passed_without_answer",
+            (
+                "CASE WHEN f.scored AND NOT f.passed THEN f.d[4] IS NOT NULL"
+                f" AND NOT coalesce({missing}, FALSE) END AS lenient_reading_passes"
+            ),
+            (
+                "CASE WHEN f.scored AND NOT coalesce(f.incomplete, FALSE)"
+                f" THEN list_contains({no_answer_list}, f.d[3]) END AS uncut_formless"
+            ),
+        ]
+    )
+
+
+def _prepare(
+    con, version: str, no_answer: tuple[str, ...], harness: str | None, examples: int
+) -> None:
+    """Temp tables shared by the sections: diag_tools_ignored (the rollouts offered tools their
+    server ignored), diag_unrecorded (`evidence.prepare_unrecorded`), diag_rollouts (the one
+    join of the rollouts with their verdicts, grouped: `rollout_groups_sql` by `_keys_sql`),
+    diag_tasks (bucket per task) and diag_failures (diag_rollouts' groups that did not pass,
+    with their bucket)."""
     con.execute(f"CREATE OR REPLACE TEMP TABLE diag_tools_ignored AS {tools_ignored_sql()}")
+    prepare_unrecorded(con)
+    category, kind = _classify_sql(no_answer, harness)
     con.execute(
-        f"CREATE OR REPLACE TEMP TABLE diag_tasks AS "
-        f"SELECT task_id, n, c, {_bucket_sql()} AS bucket FROM ({task_counts_sql()})",
+        "CREATE OR REPLACE TEMP TABLE diag_rollouts AS "
+        + rollout_groups_sql(
+            category,
+            kind,
+            _keys_sql(no_answer),
+            _named_sql(no_answer),
+            _DETAILS,
+            examples,
+        ),
         [version],
     )
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE diag_failures AS "
-        + failures_sql(_classify_sql(no_answer, harness)),
-        [version],
-    )
+    con.execute(f"CREATE OR REPLACE TEMP TABLE diag_tasks AS {task_buckets_sql(_bucket_sql())}")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE diag_failures AS {failures_sql()}")
 
 
 def buckets(con) -> dict[str, Bucket]:
@@ -181,10 +247,8 @@ def failure_detail(con, examples: int) -> pl.DataFrame:
     return frame(
         con,
         f"""
-        SELECT category, kind, coalesce(bucket, 'unknown_task') AS bucket,
-               count(*) AS rollouts,
-               {first_sql("rollout_id", "(task_id, repeat_index, rollout_id)", examples)}
-                 AS examples
+        SELECT category, kind, bucket, sum(rollouts)::BIGINT AS rollouts,
+               {merged_first_sql("first", examples)} AS examples
         FROM diag_failures GROUP BY ALL ORDER BY rollouts DESC, category, kind, bucket
         """,
     )
@@ -239,10 +303,10 @@ def sometimes_pass(con, version: str, *, top: int, excerpt: int) -> list[Sometim
     return [SometimesPass.model_validate(row) for row in rows]
 
 
-def verifier_suspects(
-    con, version: str, *, examples: int, no_answer: tuple[str, ...] = ()
-) -> list[Suspect]:
-    """Rollouts whose verdict looks wrong, one Suspect per kind:
+def verifier_suspects(con, version: str, *, examples: int) -> list[Suspect]:
+    """Rollouts whose verdict looks wrong, one Suspect per kind, from diag_rollouts' groups
+    (`_prepare`: a task's failed rollouts share a few distinct extracted answers, so the
+    regexes normalise each distinct answer once and a rollout is counted, never joined back):
 
     - extracted_equals_reference: the verifier extracted an answer equal to the expected one
       (as text after normalisation, or as numbers) yet did not pass it;
@@ -253,52 +317,28 @@ def verifier_suspects(
     - versions_disagree:A|B: rollouts the version read (A) and another stored version (B)
       judge differently."""
     suspects = []
-    missing = f"d[3] IN ({_quoted(no_answer)})" if no_answer else "FALSE"
-    extracted, expected = normalised_sql("raw_extracted"), normalised_sql("raw_expected")
-    # The rollouts that could be flagged, grouped by what decides their flags: a task's failed
-    # rollouts share a few distinct extracted answers, so the regexes normalise each distinct
-    # answer once and a rollout is counted, never joined back, at ten million of them
-    # (materialising every judged rollout for three readers cost 15 of diagnose's 40 CPU
-    # seconds). Each group keeps its first rollouts, so the examples are the first overall.
-    first = "{'task_id': task_id, 'repeat_index': repeat_index, 'rollout_id': rollout_id}"
-    details = f"['$.extracted', '$.expected', '$.reason', '$.{LENIENT_MATCH}']"
+    extracted, expected = normalised_sql("extracted"), normalised_sql("raw_expected")
     rows = con.execute(
         f"""
-        WITH judged AS ({judged_sql(details)}),
-        groups AS MATERIALIZED (
-            SELECT task_id,
-                   NOT passed AND d[1] IS NOT NULL AS failed,
-                   CASE WHEN NOT passed THEN d[1] END AS raw_extracted,
-                   CASE WHEN NOT passed THEN d[2] END AS given,
-                   passed AND (unanswered OR {missing}) AS passed_without_answer,
-                   NOT passed AND d[4] IS NOT NULL AND NOT coalesce({missing}, FALSE)
-                     AS lenient_reading_passes,
-                   count(*) AS rollouts,
-                   min_by({first}, repeat_index, {int(examples)}) AS first
-            FROM judged
-            WHERE (NOT passed AND (d[1] IS NOT NULL OR d[4] IS NOT NULL))
-               OR (passed AND (unanswered OR {missing}))
-            GROUP BY ALL
+        WITH answers AS (
+            {with_reference_sql("diag_rollouts", "given")}
+            WHERE g.scored AND NOT g.passed AND g.extracted IS NOT NULL
         ),
-        answers AS ({with_reference_sql("groups", "given")} WHERE g.failed),
         flagged AS (
             SELECT 'extracted_equals_reference' AS kind, rollouts, first FROM answers
             WHERE {extracted} <> ''
               AND ({extracted} = {expected}
                    OR TRY_CAST({extracted} AS DOUBLE) = TRY_CAST({expected} AS DOUBLE))
             UNION ALL
-            SELECT 'passed_without_answer', rollouts, first FROM groups
+            SELECT 'passed_without_answer', rollouts, first FROM diag_rollouts
             WHERE passed_without_answer
             UNION ALL
-            SELECT 'lenient_reading_passes', rollouts, first FROM groups
+            SELECT 'lenient_reading_passes', rollouts, first FROM diag_rollouts
             WHERE lenient_reading_passes
         )
-        SELECT kind, sum(rollouts)::BIGINT,
-               list_transform(list_sort(flatten(list(first)))[1:{int(examples)}],
-                              lambda e: e.rollout_id)
+        SELECT kind, sum(rollouts)::BIGINT, {merged_first_sql("first", examples)}
         FROM flagged GROUP BY kind ORDER BY kind
-        """,
-        [version],
+        """
     ).fetchall()
     descriptions = {
         "extracted_equals_reference": "extracted answer equals the expected answer after "
@@ -341,8 +381,8 @@ def diagnose(
     version = check_verifier_version(con, verifier_version)
     run = run_info(con)
     no_answer = no_answer_reasons(con, version)
-    _prepare(con, version, no_answer, run.harness)
-    prepare_evidence(con, version, no_answer)
+    _prepare(con, version, no_answer, run.harness, examples)
+    prepare_evidence(con, no_answer)
     detail = failure_detail(con, examples)
     stored, expected = stored_and_expected(con)
     return Diagnosis(
@@ -356,6 +396,6 @@ def diagnose(
         taxonomy=taxonomy(detail, examples),
         failures_by_bucket=[FailureRow.model_validate(row) for row in detail.to_dicts()],
         sometimes_pass=sometimes_pass(con, version, top=top, excerpt=excerpt),
-        verifier_suspects=verifier_suspects(con, version, examples=examples, no_answer=no_answer),
+        verifier_suspects=verifier_suspects(con, version, examples=examples),
         evidence=evidence_of(con, version, no_answer, examples=examples),
     )

@@ -60,11 +60,10 @@ from gymflow.analysis.signs import (
     turn_marker_sql,
 )
 from gymflow.core.statuses import AGENT_FAILURES
-from gymflow.store.db import first_sql
+from gymflow.store.db import merged_first_sql
 from gymflow.store.queries.answers import appears_in_sql, normalised_sql
 from gymflow.store.queries.diagnosis import evidence_sql, uncut_forms, unrecorded_sql
 from gymflow.store.runs import config_json, repeats_and_sampling
-from gymflow.verifiers.base import LENIENT_MATCH
 
 CLASSES = (
     "unjudged",
@@ -101,23 +100,27 @@ def _quoted(values: tuple[str, ...]) -> str:
     return ", ".join("'" + v.replace("'", "''") + "'" for v in values) or "NULL"
 
 
+def failing_inputs() -> dict[str, str]:
+    """{name: SQL} over a stored rollout `f` that did not pass (`store.queries.diagnosis
+    .rollout_groups_sql`): what the signs read of it beyond its verdict's details, what
+    diag_failures groups its rollouts by with those details (`reason`, `extracted`, `given`,
+    `lenient`) and its category and kind."""
+    return {
+        "unrecorded": "f.rollout_id IN (SELECT rollout_id FROM diag_unrecorded)",
+        "cut": "coalesce(f.incomplete, FALSE)",
+        "stuck": f"CASE WHEN {_AT_LIMIT} THEN {calls_loop_sql('f.trajectory_json')} ELSE FALSE END",
+        "output": "f.output_text",
+    }
+
+
 def _inputs_sql() -> str:
-    """SQL over diag_failures `f`, rollouts `r`, verifications `v`, tasks `t`: the columns the
-    signs read, the output's and prompt's pieces (`signs.columns_sql`) among them."""
-    reason = "json_extract_string(v.details_json, '$.reason')"
+    """SQL over a group of diag_failures `f` and its task `t`: the columns the signs read, the
+    output's and prompt's pieces (`signs.columns_sql`) among them."""
     return f"""
-        f.category, f.kind,
-        f.rollout_id IN (SELECT rollout_id FROM diag_unrecorded) AS unrecorded,
-        coalesce(r.incomplete, FALSE) AS cut,
-        CASE WHEN {_AT_LIMIT} THEN {calls_loop_sql("r.trajectory_json")} ELSE FALSE END
-          AS stuck,
-        r.output_text AS output, {reason} AS reason,
-        json_extract_string(v.details_json, '$.extracted') AS extracted,
-        coalesce(json_extract_string(v.details_json, '$.expected'),
-                 json_extract_string(t.data_json, '$.answer')) AS expected,
-        json_extract(v.details_json, '$.{LENIENT_MATCH}') IS NOT NULL AS lenient,
+        f.category, f.kind, f.unrecorded, f.cut, f.stuck, f.output, f.reason, f.extracted,
+        coalesce(f.given, json_extract_string(t.data_json, '$.answer')) AS expected, f.lenient,
         lower({squeezed_sql("t.reference")}) AS squeezed_reference,
-        {columns_sql("r.output_text", "t.prompt")}
+        {columns_sql("f.output", "t.prompt")}
     """
 
 
@@ -172,19 +175,23 @@ def _class_sql() -> str:
     """
 
 
-def prepare(con, version: str, no_answer: tuple[str, ...]) -> None:
-    """Temp table diag_evidence: one row per rollout that is evidence (`rollout_id`, `task_id`,
-    `repeat_index`, `bucket`, `class`, `cut`, `formless`), from diagnose's diag_failures and
-    diag_tasks (`gymflow.analysis.diagnose._prepare`)."""
-    missing = f"json_extract_string(v.details_json, '$.reason') IN ({_quoted(no_answer)})"
+def prepare_unrecorded(con) -> None:
+    """Temp table diag_unrecorded: the rollouts whose agent's model-call record is broken, what
+    `failing_inputs_sql` reads."""
     flagged = [CHECKS[name].sql for name in AGENT_RECORD_CHECKS]
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE diag_unrecorded AS {unrecorded_sql(flagged, MODEL_FREE)}"
     )
+
+
+def prepare(con, no_answer: tuple[str, ...]) -> None:
+    """Temp table diag_evidence: the rollouts that are evidence in groups of one task, bucket,
+    class and kind (`task_id`, `bucket`, `class`, `kind`, `rollouts`, `first`: the group's
+    first rollouts), from diagnose's diag_failures, diag_rollouts and diag_tasks
+    (`gymflow.analysis.diagnose._prepare`)."""
     con.execute(
         "CREATE OR REPLACE TEMP TABLE diag_evidence AS "
-        + evidence_sql(_inputs_sql(), _signs_sql(no_answer), _class_sql(), missing),
-        [version, version],
+        + evidence_sql(_inputs_sql(), _signs_sql(no_answer), _class_sql())
     )
 
 
@@ -216,7 +223,8 @@ def evidence(con, version: str, no_answer: tuple[str, ...], *, examples: int = 5
     facts the hypotheses read: its repeats and temperature, and the uncut rollouts' answer
     forms (do rollouts the limit did not cut read in the verifier's form?)."""
     counts = ", ".join(
-        f"count(*) FILTER (WHERE class = '{name}')::INTEGER AS \"{name}\"" for name in CLASSES
+        f"coalesce(sum(rollouts) FILTER (WHERE class = '{name}'), 0)::INTEGER AS \"{name}\""
+        for name in CLASSES
     )
     rows = con.execute(
         f"""
@@ -244,17 +252,16 @@ def evidence(con, version: str, no_answer: tuple[str, ...], *, examples: int = 5
     ).fetchall()
     by_class = con.execute(
         f"""
-        SELECT class, count(*)::BIGINT,
-               {first_sql("rollout_id", "(task_id, repeat_index, rollout_id)", examples)}
+        SELECT class, sum(rollouts)::BIGINT, {merged_first_sql("first", examples)}
         FROM diag_evidence GROUP BY class
         """
     ).fetchall()
-    formless, formed = uncut_forms(con, version, no_answer)
+    formless, formed = uncut_forms(con)
     tasks_total = con.execute("SELECT count(*) FROM diag_tasks WHERE n > 0").fetchone()[0]
     agent_kinds = con.execute(
         """
-        SELECT f.kind, count(*)::BIGINT FROM diag_evidence e JOIN diag_failures f USING (rollout_id)
-        WHERE e.class = 'agent_failed' GROUP BY f.kind
+        SELECT kind, sum(rollouts)::BIGINT FROM diag_evidence
+        WHERE class = 'agent_failed' GROUP BY kind
         """
     ).fetchall()
     repeats, sampling, agent = _run_facts(con)

@@ -59,8 +59,9 @@ WHERE item->>'type' IN ('function_call', 'function_call_output')
 """
 
 # Each rollout's token totals beside its calls' sums and last status, whether any call sampled
-# above temperature 0 and whether any sent other sampling than the run's config (each call's
-# sampling parsed once, by one multi-path extract), and the answer of a completed rollout
+# above temperature 0 and whether any sent other sampling than the run's config (each distinct
+# sampling parsed once, by one multi-path extract: a run's calls send a few settings, and
+# parsing every call's cost a fifth of this table), and the answer of a completed rollout
 # sampled warm, as a hash (`identical_repeats` compares answers within a task: two different
 # answers read alike once in 2^64). Grouped by task in the same pass: what `identical_repeats`
 # and `duplicate_identity` read of every rollout (the answers' spread, the calls' count), and
@@ -93,12 +94,17 @@ WITH configured AS (
            TRY_CAST(s[2] AS DOUBLE) AS top_p, TRY_CAST(s[3] AS DOUBLE) AS max_output_tokens
     FROM (SELECT {_SAMPLING} AS s FROM runs LIMIT 1)
 ),
+parsed AS (
+    SELECT sampling_json, TRY_CAST(s[1] AS DOUBLE) AS temperature,
+           TRY_CAST(s[2] AS DOUBLE) AS top_p, TRY_CAST(s[3] AS BIGINT) AS max_output_tokens
+    FROM (SELECT sampling_json, {_SAMPLING} AS s
+          FROM (SELECT DISTINCT sampling_json FROM model_calls))
+),
 sent AS (
-    SELECT rollout_id, call_index, attempt, status, input_tokens, output_tokens,
-           TRY_CAST(s[1] AS DOUBLE) AS temperature,
-           TRY_CAST(s[2] AS DOUBLE) AS top_p,
-           TRY_CAST(s[3] AS BIGINT) AS max_output_tokens
-    FROM (SELECT *, {_SAMPLING} AS s FROM model_calls)
+    SELECT c.rollout_id, c.call_index, c.attempt, c.status, c.input_tokens, c.output_tokens,
+           p.temperature, p.top_p, p.max_output_tokens
+    FROM model_calls c
+    JOIN parsed p ON p.sampling_json IS NOT DISTINCT FROM c.sampling_json
 ),
 rollout_calls AS (
     SELECT r.rollout_id, r.task_id, r.input_tokens, r.output_tokens,
@@ -190,9 +196,18 @@ TOOL_SERVER_ERRORS = (
     "coalesce(TRY_CAST(json_extract(counters_json, '$.tool_server_errors') AS INTEGER), 0)"
 )
 
+# Read once per distinct output: a run's outputs repeat (a task's repeats give a few answers),
+# and the words and lines a loop is read in are most of health's work on the outputs. Only the
+# few looping texts are looked up again.
 _LOOPS = f"""
-SELECT id FROM (SELECT rollout_id AS id, {columns_sql("output_text")} FROM rollouts)
-WHERE {loop_sql()}
+WITH looping AS (
+    SELECT output FROM (
+        SELECT output, {columns_sql("output")}
+        FROM (SELECT DISTINCT output_text AS output FROM rollouts)
+    )
+    WHERE {loop_sql()}
+)
+SELECT rollout_id AS id FROM rollouts WHERE output_text IN (SELECT output FROM looping)
 """
 
 

@@ -246,6 +246,25 @@ def first_sql(value: str, order: str, n: int) -> str:
     return f"min_by({value}, {order}, {int(n)})" if n > 0 else "[]"
 
 
+#: The rows a grouped table keeps as its examples, in the order examples are taken.
+FIRST_ROLLOUTS = "{'task_id': task_id, 'repeat_index': repeat_index, 'rollout_id': rollout_id}"
+
+
+def first_rollouts_sql(n: int) -> str:
+    """SQL aggregate over rollouts: the first `n` (by task, repeat, id) as FIRST_ROLLOUTS
+    structs, for a grouped table whose groups `merged_first_sql` merges later."""
+    return first_sql(FIRST_ROLLOUTS, FIRST_ROLLOUTS, n)
+
+
+def merged_first_sql(column: str, n: int) -> str:
+    """SQL aggregate over groups, each holding `first_rollouts_sql`'s list in `column`: the ids
+    of the first `n` rollouts of them all, as `first_sql` over the rollouts themselves gives
+    them (a group's first n hold the whole's first n that fall in it)."""
+    if n <= 0:
+        return "[]"
+    return f"list_transform(list_sort(flatten(list({column})))[1:{int(n)}], lambda e: e.rollout_id)"
+
+
 def copy_store(source: Path | str, run_dir: Path | str) -> Path:
     """Copy a closed store into `run_dir`, replacing the one there in one rename (a copy taken
     again after the source grew must not be half old)."""
