@@ -118,7 +118,6 @@ def as_an_older_gymflow_left_it(run: Path, version: int) -> None:
     what that version did not seal (1: its inputs; 1 and 2: its rollouts; 1 to 3: its model
     calls; all: its generation, and none recorded for its path). What an attacker cannot do:
     the task list's seal needs the key."""
-    from gymflow.store.generations import record_at
     from gymflow.store.seal import _record, _task_list_mac, load_key
     from gymflow.store.sealed_inputs import inputs_mac
 
@@ -140,7 +139,17 @@ def as_an_older_gymflow_left_it(run: Path, version: int) -> None:
         *(["DELETE FROM meta WHERE key = 'rollouts_seal'"] if version < 3 else []),
         *(["DELETE FROM meta WHERE key = 'inputs_seal'"] if version < 2 else []),
     )
-    record_at(key, run / "gymflow.duckdb", 0)
+    forget_generations(key, run / "gymflow.duckdb")
+
+
+def forget_generations(key, store: Path) -> None:
+    """This machine's record of the generations `store`'s path reached, removed (what no
+    gymflow command does: a path's recorded generation never goes down)."""
+    from gymflow.store.generations import _file
+    from gymflow.store.named_paths import path_names
+
+    for name in path_names(store):
+        _file(key.key_id, name).unlink(missing_ok=True)
 
 
 def one_error_line(stderr: str) -> str:
