@@ -536,6 +536,14 @@ def _remembered_version(con: DuckDBPyConnection, key: SealKey) -> int:
     return max((_listed_version(ledger, key, name) for name in store_names(con)), default=0)
 
 
+def sealed_at(path: Path | str) -> bool:
+    """Whether this machine's key sealed the store at `path` there: the ledger lists it by that
+    very path (absolute, links not followed). A copy made by hand at a new path is not listed,
+    a copy gymflow makes is (`remember_copy`)."""
+    key = load_key(create=False)
+    return key is not None and _listed(ledger_file(), _entry(key, os.path.abspath(path)))
+
+
 STRIPPED = (
     "this machine sealed this store, and it now reads as unsealed or sealed by another key: "
     "its seals or seal record were removed or rewritten in the file (or another store was put "
