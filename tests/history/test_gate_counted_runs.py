@@ -78,6 +78,8 @@ def test_a_copy_of_an_older_weak_run_is_not_the_pinned_baseline(tmp_path: Path) 
     # the owner's own run is still the baseline when named
     named = gym("runs", "gate", str(tonight), "--baseline", str(weak), cwd=tmp_path)
     assert named.returncode == 0 and "passed: vs baseline: +15.0 points" in named.stdout
+    # the copy is no older than that baseline: it would not have counted, and is not named
+    assert "left out" not in named.stdout
 
 
 def test_copies_do_not_feed_the_cusum_and_a_run_counts_once(tmp_path: Path) -> None:
