@@ -135,3 +135,22 @@ def test_an_import_or_a_merge_over_a_removed_store_starts_above_it(tmp_path: Pat
     _put_back(merged, removed)
     after = _numbers(merged, tmp_path)
     assert after["health"] == (2, "unhealthy", ["seal_rolled_back"]) and after["check"] == 2
+
+
+def test_a_copy_gymflow_makes_of_a_source_put_back_is_refused_as_the_source_is(
+    tmp_path: Path,
+) -> None:
+    """A copy gymflow makes (a study's arm) starts above what was recorded where it goes only
+    when its source is at its latest state: a source put back to an older state is not raised
+    into a new history by being copied."""
+    from gymflow.store.db import copy_store
+
+    base = collect_run(tmp_path / "base", limit=4)
+    older = (base / "gymflow.duckdb").read_bytes()
+    gym("eval", "reverify", str(base), "--set", "abs_tol=0.5", cwd=tmp_path, check=True)
+    _put_back(base, older)
+    assert _numbers(base, tmp_path)["health"] == (2, "unhealthy", ["seal_rolled_back"])
+    arm = tmp_path / "arm"
+    copy_store(base, arm)
+    assert (arm / "gymflow.duckdb").read_bytes() == older  # no generation written into it
+    assert _numbers(arm, tmp_path)["health"] == (2, "unhealthy", ["seal_rolled_back"])

@@ -250,7 +250,7 @@ def copy_store(source: Path | str, run_dir: Path | str) -> Path:
     """Copy a closed store into `run_dir`, replacing the one there in one rename (a copy taken
     again after the source grew must not be half old). The copy is recorded as sealed where the
     source is, and begins a history at its path (`generations.continue_copy`)."""
-    # pyarrow, for the seal: not on every open
+    # the seal's modules (pyarrow): not on every open
     from gymflow.store.generations import continue_copy
     from gymflow.store.seal import load_key, remember_copy
 

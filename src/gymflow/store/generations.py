@@ -303,17 +303,15 @@ def record_at(key: SealKey, path: Path | str, number: int) -> None:
         _record(key.key_id, name, number)
 
 
-def continue_copy(con: DuckDBPyConnection, key: SealKey, source: Path | str) -> bool:
+def continue_copy(con: DuckDBPyConnection, key: SealKey, source: Path | str) -> None:
     """The copy `con` has open, just made by gymflow of the store at `source` (a study's arm, a
     confirmation), begins a history at its own path: its generation is raised above the one
     recorded there (an earlier copy a writer took further), so it opens, and every store that
     lived there before reads as put back. Only for a source at its latest state: one whose
     generation record `key` did not seal over its seal records, or that is below the one
     recorded at its own path (an older state put back), is left as it is, and its copy is
-    refused as the source is. In the caller's transaction; whether the generation was raised."""
+    refused as the source is. In the caller's transaction."""
     found = read_generation(con, key)
-    if found.sealed is not True or found.number < recorded_at(key, source):
-        return False
-    fresh_history(con)
-    write_generation(con, key)
-    return True
+    if found.sealed is True and found.number >= recorded_at(key, source):
+        fresh_history(con)
+        write_generation(con, key)
