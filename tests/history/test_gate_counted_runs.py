@@ -110,3 +110,22 @@ def test_copies_do_not_feed_the_cusum_and_a_run_counts_once(tmp_path: Path) -> N
         *by_hand.left_out,
         f"{root / 'night-03-by-gymflow'} (the same run as {third}: a run counts once)",
     )
+
+
+def test_earlier_runs_none_of_which_count_are_no_pass(tmp_path: Path) -> None:
+    """Every earlier run under the root left out (copied in, or moved there by hand) leaves
+    nothing to compare with: that is not "nothing to compare with" on a first night, which
+    passes, but a gate that fails until a baseline is named."""
+    weak = _run(tmp_path / "dev" / "weak-experiment", "weak", passing=1, day=0)
+    root = tmp_path / "nightly"
+    first = _run(root / "night-01", "night-01", passing=12, day=1)
+    alone = gym("runs", "gate", str(first), cwd=tmp_path)
+    assert alone.returncode == 0 and "nothing to compare with" in alone.stdout
+    shutil.copytree(weak, root / "night-00")
+    done = gym("runs", "gate", str(first), cwd=tmp_path)
+    said = " ".join(done.stdout.split())
+    assert done.returncode == 2, said  # on main: the copy was the baseline, "passed +55.0"
+    assert said.startswith(
+        "regression gate FAILED: no earlier run counts in the history to compare with (name one "
+        f"with --baseline); left out of the history: {root / 'night-00'} ({NOT_SEALED_HERE})"
+    ), said

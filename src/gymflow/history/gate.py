@@ -100,11 +100,13 @@ class GateVerdict:
     @property
     def passed(self) -> bool:
         """A healthy run, no drop, and every comparison made: a run with nothing scored (every
-        rollout failed) or a pinned baseline that cannot be read is not a pass."""
+        rollout failed), a pinned baseline that cannot be read, or earlier runs none of which
+        count in the history (moved, copied in: a baseline must then be named) is not a pass."""
         return (
             not self.unhealthy
             and not self.untrusted
             and not any(check.regressed or not check.compared for check in self.checks)
+            and bool(self.checks or not self.left_out)
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -131,7 +133,12 @@ class GateVerdict:
         if not self.checks:
             if health:
                 return f"regression gate FAILED: {health}{left}"
-            return f"regression gate: nothing to compare with (no earlier run, no baseline){left}"
+            if self.left_out:
+                return (
+                    "regression gate FAILED: no earlier run counts in the history to compare "
+                    f"with (name one with --baseline){left}"
+                )
+            return "regression gate: nothing to compare with (no earlier run, no baseline)"
         word = "passed" if self.passed else "FAILED"
         return (
             f"regression gate {word}: "
