@@ -177,7 +177,19 @@ def as_an_older_gymflow_left_it(run: Path, version: int) -> None:
             )
         finally:
             con.close()
-    record_at(key, run / "gymflow.duckdb", number)
+    forget_generations(key, run / "gymflow.duckdb")
+    if number:
+        record_at(key, run / "gymflow.duckdb", number)
+
+
+def forget_generations(key, store: Path) -> None:
+    """This machine's record of the generations `store`'s path reached, removed (what no
+    gymflow command does: a path's recorded generation never goes down)."""
+    from gymflow.store.generations import _file
+    from gymflow.store.named_paths import path_names
+
+    for name in path_names(store):
+        _file(key.key_id, name).unlink(missing_ok=True)
 
 
 def one_error_line(stderr: str) -> str:

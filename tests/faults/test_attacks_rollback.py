@@ -333,8 +333,9 @@ def test_a_write_that_rolls_back_records_no_generation(tmp_path: Path) -> None:
 
 def test_a_copy_gymflow_makes_over_an_older_one_opens(tmp_path: Path) -> None:
     """A study's arm starts from a copy of its base run's store (`db.copy_store`): copied
-    again over an arm a writer took further, the copy's history starts where its source's is,
-    so it opens; the source's own record is untouched."""
+    again over an arm a writer took further, the copy's generation starts above the arm's, so
+    it opens, and the arm's earlier store put back is refused; the source's own record is
+    untouched."""
     from gymflow.store.db import copy_store
 
     base = collect_run(tmp_path / "base", limit=4)
@@ -342,11 +343,14 @@ def test_a_copy_gymflow_makes_over_an_older_one_opens(tmp_path: Path) -> None:
     arm.mkdir()
     copy_store(base, arm)
     gym("eval", "reverify", str(arm), "--set", "abs_tol=0.5", cwd=tmp_path, check=True)
-    assert _generation(arm) > _generation(base)
+    earlier, further = (arm / "gymflow.duckdb").read_bytes(), _generation(arm)
+    assert further > _generation(base)
     copy_store(base, arm)
-    assert _generation(arm) == _generation(base)
+    assert _generation(arm) == further + 1
     assert _numbers(arm, tmp_path)["health"] == (0, "healthy", [])
     assert _numbers(base, tmp_path)["health"] == (0, "healthy", [])
+    _written_back(arm, earlier)
+    assert _numbers(arm, tmp_path)["health"] == (2, "unhealthy", ["seal_rolled_back"])
 
 
 def _raised(run: Path, cwd: Path, times: int) -> None:
@@ -359,7 +363,7 @@ def _raised(run: Path, cwd: Path, times: int) -> None:
 def test_a_merge_or_a_restore_where_a_deleted_store_was_opens(tmp_path: Path) -> None:
     """A merge into the folder of a deleted run, and a shard's checkpoints restored where a
     store was (a retried shard's local store), make new stores at those paths: their
-    generations start again below the deleted store's, and they open healthy (the merge read
+    generations start above the deleted store's, and they open healthy (the merge read
     `seal_rolled_back`, exit 2, before). The path's history goes on from there: an older state
     of the merged store put back is refused, and so is one with its seal and generation
     records deleted, which no writer takes for a new store."""
@@ -376,7 +380,7 @@ def test_a_merge_or_a_restore_where_a_deleted_store_was_opens(tmp_path: Path) ->
     deleted = _generation(run)
     shutil.rmtree(run)
     gym("eval", "aggregate", *map(str, shards), "--out", str(run), cwd=tmp_path, check=True)
-    assert _generation(run) < deleted
+    assert _generation(run) > deleted
     assert _numbers(run, tmp_path) == expected
 
     # the merged store's history goes on: its older state put back is refused

@@ -188,7 +188,10 @@ def runs_gate(
     ] = None,
     baseline: Annotated[
         Path | None,
-        typer.Option(help="The pinned baseline run (default: the earliest run under --root)."),
+        typer.Option(
+            help="The pinned baseline run (default: the earliest run under --root that this "
+            "machine sealed where it is)."
+        ),
     ] = None,
     margin: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Drop (0-1) a regression must exceed.")

@@ -5,7 +5,8 @@ Why not a 95% test against the night before: at a nightly's size (50 tasks x 4 r
 raised a false alarm on 2.5% of nights, so on most 30-night months at least once; it caught a
 5-point drop on one night in five; and a drop it missed became the next night's reference, so a
 slow drift was never seen. Here the reference stays put (the baseline: given, or the earliest
-run of the benchmark version in the history), each night's paired t statistic against it,
+run of the benchmark version in the history: the runs under the root that count there,
+`counted.py`), each night's paired t statistic against it,
 z = difference / SE, feeds a one-sided CUSUM, S = max(0, S_before - z - ALLOWANCE), and the gate
 alarms when S exceeds THRESHOLD, or at once when a single night's t is below -LIMIT (S restarts
 at 0 after an alarm): the CUSUM adds small drops up night after night until they are seen, the
@@ -26,6 +27,7 @@ from gymflow.analysis.compare import CompareError, compare
 from gymflow.analysis.health import health
 from gymflow.analysis.paired import PAIRED_TEST
 from gymflow.history.catalog import CatalogEntry, read_entry, refresh
+from gymflow.history.counted import counted
 from gymflow.store.db import StoreError, StoreFailure, connect
 from gymflow.store.sealed_files import read_sealed, write_sealed
 
@@ -90,15 +92,21 @@ class GateVerdict:
     #: why", with verdicts this machine's key cannot check: an edited baseline passed a
     #: 40-point drop.
     untrusted: tuple[str, ...] = ()
+    #: Runs under the root that would have been the baseline or fed the CUSUM but do not count
+    #: in its history (`counted.py`), each "PATH (why)": a copy of an older weak run dropped
+    #: into the root became the pinned baseline.
+    left_out: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
         """A healthy run, no drop, and every comparison made: a run with nothing scored (every
-        rollout failed) or a pinned baseline that cannot be read is not a pass."""
+        rollout failed), a pinned baseline that cannot be read, or earlier runs none of which
+        count in the history (moved, copied in: a baseline must then be named) is not a pass."""
         return (
             not self.unhealthy
             and not self.untrusted
             and not any(check.regressed or not check.compared for check in self.checks)
+            and bool(self.checks or not self.left_out)
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -121,13 +129,23 @@ class GateVerdict:
         )
         if health:
             health += ": its scores cannot be trusted"
+        left = f"; left out of the history: {', '.join(self.left_out)}" if self.left_out else ""
         if not self.checks:
             if health:
-                return f"regression gate FAILED: {health}"
+                return f"regression gate FAILED: {health}{left}"
+            if self.left_out:
+                return (
+                    "regression gate FAILED: no earlier run counts in the history to compare "
+                    f"with (name one with --baseline){left}"
+                )
             return "regression gate: nothing to compare with (no earlier run, no baseline)"
         word = "passed" if self.passed else "FAILED"
-        return f"regression gate {word}: " + "; ".join(
-            [*([health] if health else []), *(f"vs {c.against}: {c.why}" for c in self.checks)]
+        return (
+            f"regression gate {word}: "
+            + "; ".join(
+                [*([health] if health else []), *(f"vs {c.against}: {c.why}" for c in self.checks)]
+            )
+            + left
         )
 
 
@@ -264,15 +282,19 @@ def gate(
 ) -> GateVerdict:
     """Gate `run_dir` against `baseline` (default: the earliest run of its benchmark version
     under `root`, itself by default the folder holding the run's folder), through the CUSUM over
-    the runs of that version between the baseline and this one."""
+    the runs of that version between the baseline and this one. Only runs that count in the
+    root's history (`counted.py`) are either; those left out are named in the verdict."""
     run_dir = run_dir.resolve()
     unhealthy = _untrusted(run_dir, compared=False)
-    earlier = _earlier(refresh(root or run_dir.parent).entries, run_dir)
+    history = counted(_earlier(refresh(root or run_dir.parent).entries, run_dir))
+    earlier = history.runs
+    given = baseline is not None
     if baseline is None:
         pinned = min(earlier, key=lambda e: e.created_at or datetime.min, default=None)
         baseline = Path(pinned.run_dir) if pinned is not None else None
     if baseline is None:
-        return GateVerdict(str(run_dir), margin, TEST, (), unhealthy)
+        left_out = tuple(map(str, history.left_out))
+        return GateVerdict(str(run_dir), margin, TEST, (), unhealthy, left_out=left_out)
     key = str(baseline.resolve())
     since = next((e.created_at for e in earlier if e.run_dir == key), None)
     if since is None:  # a baseline outside the history: the runs after it still feed the CUSUM
@@ -280,6 +302,11 @@ def gate(
             since = read_entry(baseline).created_at
         except (StoreError, StoreFailure, OSError):
             since = None  # not a run: `check` says so
+    left_out = tuple(  # those older than a given baseline would not have counted anyway
+        str(left)
+        for left in history.left_out
+        if not given or (since is not None and (left.entry.created_at or datetime.min) > since)
+    )
     between = sorted(
         (e for e in earlier if since is not None and e.created_at > since),
         key=lambda e: e.created_at or datetime.min,
@@ -289,7 +316,7 @@ def gate(
         f"{other}: {why}" for other in compared for why in _untrusted(other, compared=True)
     )
     found = check(run_dir, baseline, margin=margin, between=compared[1:])
-    return GateVerdict(str(run_dir), margin, TEST, (found,), unhealthy, untrusted)
+    return GateVerdict(str(run_dir), margin, TEST, (found,), unhealthy, untrusted, left_out)
 
 
 #: health warnings that mean a run's verdicts cannot be checked by this machine's key: a run

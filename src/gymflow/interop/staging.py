@@ -18,7 +18,7 @@ from gymflow.core.processes import pid_alive
 from gymflow.core.written import unlinked_folder
 from gymflow.interop.nemo_read import InteropError
 from gymflow.store.db import STORE_FILE, StoreError, connect, store_path, transaction
-from gymflow.store.generations import record_at, stored_number
+from gymflow.store.generations import record_at, start_above, stored_number
 from gymflow.store.seal import RECORD_VERSION, built_aside, load_key, remember
 
 
@@ -49,6 +49,7 @@ def staged_store(out: Path) -> Iterator:
         raise InteropError(f"{run_dir}: cannot create the store: {exc}") from None
     try:
         with built_aside(store_path(staging)), transaction(con):
+            start_above(con, target)  # its generations start above any store's that was there
             yield con
         con.execute("CHECKPOINT")
         generation = stored_number(con)
@@ -56,7 +57,8 @@ def staged_store(out: Path) -> Iterator:
         run_dir.mkdir(parents=True, exist_ok=True)
         os.replace(staging / STORE_FILE, target)
         # recorded as sealed where it now is, never at the staging path it was sealed at; its
-        # generations start there (a store imported over another one opens)
+        # generation, above any recorded there (`start_above`), is recorded there: a store
+        # imported over another one opens, and the one it replaced is refused if put back
         if (key := load_key(create=False)) is not None:
             remember(target, key, version=RECORD_VERSION)
             record_at(key, target, generation)

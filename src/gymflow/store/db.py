@@ -267,13 +267,23 @@ def merged_first_sql(column: str, n: int) -> str:
 
 def copy_store(source: Path | str, run_dir: Path | str) -> Path:
     """Copy a closed store into `run_dir`, replacing the one there in one rename (a copy taken
-    again after the source grew must not be half old)."""
-    from gymflow.store.seal import remember_copy  # pyarrow, for the seal: not on every open
+    again after the source grew must not be half old). The copy is recorded as sealed where the
+    source is, and begins a history at its path (`generations.continue_copy`)."""
+    # the seal's modules (pyarrow): not on every open
+    from gymflow.store.generations import continue_copy
+    from gymflow.store.seal import load_key, remember_copy
 
     target = store_path(run_dir)
     with written(target) as (partial,):
         copy_data(store_path(source), partial)
     remember_copy(store_path(source), target)
+    if (key := load_key(create=False)) is not None:
+        con = connect(target)
+        try:
+            with transaction(con):
+                continue_copy(con, key, store_path(source))
+        finally:
+            con.close()
     return target
 
 

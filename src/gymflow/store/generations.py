@@ -21,12 +21,18 @@ latest state apart is a counter no one without the key can raise:
 
 A store whose generation is below the one recorded for its path is an older copy put back
 (`seal.StoreSeal.rolled_back`): health's `seal_rolled_back`, `reverify --check` and profile
-(exit 2), and every writer refuses it. A path's history starts with the first seal of a store
-there (a new run where an older one was deleted, an import), with rows copied into a store that
-held none (a merge into a folder, a retried shard's checkpoints restored: `merge.copy_rows`),
-and with a copy gymflow makes (`record_at`); a store copied by hand to a new path has none
-there, and opens. Stores written before the generation existed (seal record versions 1 to 4) read as
-generation 0, and get one with their next sealed write."""
+(exit 2), and every writer refuses it. A path's recorded generation never goes down: a store
+that begins a history at a path starts above what was recorded there, so every store that lived
+at that path before, of whatever run, is below it and refused as put back. It reset to the new
+store's own number before, and last night's store copied back over tonight's (re-run into the
+same folder) read as current: health, `reverify --check` and the regression gate passed
+(attack pass 7, s08). A history begins with the first seal of a store at a path (a new run
+where an older one was deleted), with rows copied into a store that held none (a merge into a
+folder, a retried shard's checkpoints restored: `merge.copy_rows`), with an import renamed into
+place (`start_above` its final path) and with a copy gymflow makes of a store (`continue_copy`);
+a store copied by hand to a new path has none there, and opens. Stores written before the
+generation existed (seal record versions 1 to 4) read as generation 0, and get one with their
+next sealed write."""
 
 from __future__ import annotations
 
@@ -141,8 +147,12 @@ class _Pending:
     key_id: str = ""
     names: tuple[str, ...] = ()
     number: int = 0
-    #: the store's first seal: its path's history starts again (`fresh_history`)
+    #: the store begins a history at its path (`fresh_history`): its generation starts above
+    #: the one recorded there, and above the one recorded at each of `above`
     fresh: bool = False
+    #: paths the store begins a history at besides its own (`start_above`: where an import
+    #: built aside is renamed to)
+    above: tuple[str, ...] = ()
 
 
 _pending: weakref.WeakKeyDictionary[DuckDBPyConnection, _Pending] = weakref.WeakKeyDictionary()
@@ -162,10 +172,18 @@ def _pending_for(con: DuckDBPyConnection) -> _Pending:
 
 
 def fresh_history(con: DuckDBPyConnection) -> None:
-    """The store `con` has open is sealed for the first time (a new store, where another may
-    have been before it): the generation its writer commits replaces the one recorded for its
-    path, rather than having to exceed it."""
+    """The store `con` has open begins a history at its path (sealed for the first time, where
+    another store may have been before it): the generation its writer commits starts above the
+    one recorded there, so every store that lived at that path before reads as put back."""
     _pending_for(con).fresh = True
+
+
+def start_above(con: DuckDBPyConnection, path: Path | str) -> None:
+    """`fresh_history`, for a store built aside that will be renamed to `path` (an import): its
+    generation starts above the one recorded at `path` too."""
+    pending = _pending_for(con)
+    pending.fresh = True
+    pending.above = (*pending.above, *path_names(path))
 
 
 def write_generation(con: DuckDBPyConnection, key: SealKey) -> None:
@@ -193,7 +211,13 @@ def _write(con: DuckDBPyConnection, key: SealKey, pending: _Pending) -> None:
         ).fetchall()
     }
     parsed = _parsed(stored.get(GENERATION_KEY, ""))
-    pending.number = (parsed[0] if parsed else 0) + 1
+    floor = 0
+    if pending.fresh:  # read now, in the transaction: a record another writer made since counts
+        floor = max(
+            (_read(_file(pending.key_id, name), name) for name in (*pending.names, *pending.above)),
+            default=0,
+        )
+    pending.number = max(parsed[0] if parsed else 0, floor) + 1
     mac = key.mac(f"{_LABEL}{pending.number}\n{_framed(stored)}")[:_HEX]
     con.execute(
         "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -205,7 +229,7 @@ def _flush(con: DuckDBPyConnection, pending: _Pending) -> None:
     with contextlib.suppress(TypeError, KeyError):
         del _pending[con]
     for name in pending.names:
-        _record(pending.key_id, name, pending.number, fresh=pending.fresh)
+        _record(pending.key_id, name, pending.number)
 
 
 def folder() -> Path:
@@ -239,9 +263,11 @@ def _read(file: Path, path: str) -> int:
     return int(number)
 
 
-def _record(key_id: str, path: str, number: int, *, fresh: bool) -> None:
+def _record(key_id: str, path: str, number: int) -> None:
+    """`number` recorded for the store at `path`, unless one as high is already: a path's
+    recorded generation never goes down."""
     file = _file(key_id, path)
-    if not fresh and _read(file, path) >= number:
+    if _read(file, path) >= number:
         return
     if not private_folder(file.parent, create=True):
         raise GenerationsError(
@@ -270,7 +296,22 @@ def recorded_at(key: SealKey, path: Path | str) -> int:
 
 
 def record_at(key: SealKey, path: Path | str, number: int) -> None:
-    """The store at `path` starts its history at generation `number`: a store gymflow built
-    aside and renamed there (an import), or a copy it made of another (a study's arm)."""
+    """The store at `path` reached generation `number` (where a writer's own transaction did
+    not record it: a store gymflow built aside and renamed there, an import); a higher one
+    already recorded stays."""
     for name in path_names(path):
-        _record(key.key_id, name, number, fresh=True)
+        _record(key.key_id, name, number)
+
+
+def continue_copy(con: DuckDBPyConnection, key: SealKey, source: Path | str) -> None:
+    """The copy `con` has open, just made by gymflow of the store at `source` (a study's arm, a
+    confirmation), begins a history at its own path: its generation is raised above the one
+    recorded there (an earlier copy a writer took further), so it opens, and every store that
+    lived there before reads as put back. Only for a source at its latest state: one whose
+    generation record `key` did not seal over its seal records, or that is below the one
+    recorded at its own path (an older state put back), is left as it is, and its copy is
+    refused as the source is. In the caller's transaction."""
+    found = read_generation(con, key)
+    if found.sealed is True and found.number >= recorded_at(key, source):
+        fresh_history(con)
+        write_generation(con, key)

@@ -305,9 +305,9 @@ def copy_rows(con, relation: Callable[[str], str | None]) -> dict[str, int]:
     added = {}
     store = cast(duckdb.DuckDBPyConnection, con)
     # A store that holds nothing yet (made for this copy: a merge into a new folder, a shard's
-    # checkpoints restored) is a new store at its path: its generations start again, even
-    # where a deleted store's went higher (`generations.py`). One that holds rows or a record
-    # is not: an older copy put back, its records removed, is still refused as one.
+    # checkpoints restored) is a new store at its path: its generation starts above a deleted
+    # store's there, which then reads as put back (`generations.py`). One that holds rows or a
+    # record is not: an older copy put back, its records removed, is still refused as one.
     if _holds_nothing(store):
         fresh_history(store)
     for table in KEYED_TABLES:

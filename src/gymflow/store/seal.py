@@ -520,8 +520,8 @@ def remember_copy(source: Path, copy: Path) -> None:
     ledger, names = ledger_file(), path_names(source)
     if any(_listed(ledger, _entry(key, name)) for name in names):
         remember(copy, key, version=max(_listed_version(ledger, key, name) for name in names))
-    # the copy's history starts where the source's is (a copy over an older one at that path
-    # must open; one of a source put back is refused as the source is)
+    # the copy's recorded history is at least the source's (one of a source put back is
+    # refused as the source is); `db.copy_store` raises the copy above its path's
     record_at(key, copy, recorded(key, names))
 
 
@@ -553,6 +553,14 @@ def _remembered(con: DuckDBPyConnection, key: SealKey) -> bool:
 def _remembered_version(con: DuckDBPyConnection, key: SealKey) -> int:
     ledger = ledger_file()
     return max((_listed_version(ledger, key, name) for name in store_names(con)), default=0)
+
+
+def sealed_at(path: Path | str) -> bool:
+    """Whether this machine's key sealed the store at `path` there: the ledger lists it by that
+    very path (absolute, links not followed). A copy made by hand at a new path is not listed,
+    a copy gymflow makes is (`remember_copy`)."""
+    key = load_key(create=False)
+    return key is not None and _listed(ledger_file(), _entry(key, os.path.abspath(path)))
 
 
 STRIPPED = (
@@ -786,7 +794,7 @@ def claim(con: DuckDBPyConnection, where: str, *, legacy_added: int = 0) -> Seal
         raise SealKeyError(foreign_key_message(where, found.key_id, key))
     first = found.state in ("unsealed", "stripped")  # stripped of nothing: a failed first write
     if first:
-        fresh_history(con)  # a new store at this path: its generations start again
+        fresh_history(con)  # a new store at this path: its generation starts above the path's
     # sealed verdicts but no record: copied in from a sealed shard (a merge's first write);
     # the record is written with only what the caller copied in unsealed counted as legacy
     unrecorded = not first and _record_row(con) is None

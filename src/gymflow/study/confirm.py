@@ -84,8 +84,9 @@ def _reverify(store: Path, folder: Path, experiment: Experiment) -> tuple[Path, 
     from gymflow.reverify.new_version import reverify
 
     folder.mkdir(parents=True)
-    # gymflow's own copy (`copy_store`): its history starts where the run's is, so the copy
-    # made again over an earlier confirmation that took its copy further opens
+    # gymflow's own copy (`copy_store`): its generation starts above the one recorded in
+    # `folder`, so the copy made again over an earlier confirmation that took its copy
+    # further opens
     copy_store(store, folder)
     result = reverify(folder, experiment.change.get("verifier_params", {}), max_listed=0)
     return folder, result.new_version

@@ -1,0 +1,60 @@
+"""Which runs under a root count in its history (the gate's pinned baseline and its CUSUM): a
+run counts only at a path where this machine's key sealed it, and one run counts once.
+
+Trust was decided per store ("is it sealed, by this key?"), where the question is per place
+("is this run one of this root's nights?"). One `cp -r` of the owner's own older, weaker run
+sealed in another folder put a checkable store into the nightly root, dated before every
+night: it became the pinned baseline and turned "FAILED: -35.0 points" into "passed: +20.0
+points" (attack pass 7, s09); copies of a good night would have fed the CUSUM as extra nights.
+The sealed-stores ledger knows where this key sealed each store (`seal.sealed_at`): a copy made
+by hand at a new path is not listed there, a copy gymflow makes is (a study's arm). A run is
+one collection: its run id (the config's fingerprint, shared by every night of an unchanged
+config) and when it was made, which a byte copy keeps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from gymflow.history.catalog import CatalogEntry
+from gymflow.store.db import STORE_FILE
+from gymflow.store.seal import sealed_at
+
+NOT_SEALED_HERE = (
+    "not sealed at this path by this machine's key: a copy made elsewhere, or another's run"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LeftOut:
+    entry: CatalogEntry
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.entry.run_dir} ({self.why})"
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    #: the runs that count, oldest first
+    runs: list[CatalogEntry]
+    left_out: list[LeftOut]
+
+
+def counted(entries: list[CatalogEntry]) -> History:
+    """`entries` (one benchmark version's runs under a root) as they count in its history:
+    those sealed where they are, each run once (the first by path among copies gymflow made),
+    and the others with why they do not count."""
+    runs: dict[tuple[str, datetime | None], CatalogEntry] = {}
+    left_out = []
+    for entry in sorted(entries, key=lambda e: (e.created_at or datetime.min, e.run_dir)):
+        if not sealed_at(Path(entry.run_dir) / STORE_FILE):
+            left_out.append(LeftOut(entry, NOT_SEALED_HERE))
+            continue
+        same = runs.get((entry.run_id, entry.created_at))
+        if same is not None:
+            left_out.append(LeftOut(entry, f"the same run as {same.run_dir}: a run counts once"))
+            continue
+        runs[(entry.run_id, entry.created_at)] = entry
+    return History(list(runs.values()), left_out)
