@@ -130,7 +130,7 @@ class BubblewrapSandbox(Sandbox):
         problem = self.refusal(self.spec)
         if problem:
             raise SandboxError(f"bubblewrap cannot run this task: {problem}")
-        self._root = _root(self.spec)
+        self._root = await asyncio.to_thread(_root, self.spec)  # reads /etc's modes
         self._uid = await _take_uid() if os.geteuid() == 0 else None
         self._scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
         self._scratch.chmod(0o755)
@@ -328,10 +328,10 @@ _GYMFLOW = Path(__file__).resolve().parents[1]
 def _private_inside(folder: Path) -> Path | None:
     """A folder of the user's own (home, the XDG folders, gymflow's key folder) that showing
     `folder` would show, if any."""
-    private = [user_config("seal.key").parent]
-    private += [Path(os.environ[v]) for v in _XDG if os.environ.get(v)]
-    with contextlib.suppress(RuntimeError):  # no home folder
-        private.append(Path.home())
+    private = [Path(os.environ[v]) for v in _XDG if os.environ.get(v)]
+    for folder_of in (lambda: user_config("seal.key").parent, Path.home):
+        with contextlib.suppress(RuntimeError):  # no home folder
+            private.append(folder_of())
     return next((p for p in private if p.resolve().is_relative_to(folder)), None)
 
 
