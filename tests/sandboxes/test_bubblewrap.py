@@ -1,18 +1,22 @@
-"""The bubblewrap workspace sandbox holds its limits: the host's root read-only, no network but
-the model endpoint, the time and memory limits, the answer key hidden, and no host file read
-through a link the sandbox left."""
+"""The bubblewrap workspace sandbox holds its limits: of the host only the system's programs,
+/etc without its secrets and the agent's installs, read-only (nothing else is there at all), no
+network but the model endpoint, the time and memory limits, the answer key hidden, and no host
+file read through a link the sandbox left."""
 
 from __future__ import annotations
 
 import asyncio
 import http.server
+import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from gymflow.sandboxes import SandboxError, SandboxSpec
+from gymflow.sandboxes import SandboxError, SandboxSpec, bubblewrap
 from gymflow.sandboxes.bubblewrap import BubblewrapSandbox
 from tests.conftest import require_tool
 
@@ -79,6 +83,101 @@ def test_workspace_writable_host_root_read_only(workspace: Path) -> None:
     assert not Path("/usr/gymflow-probe").exists()
     # the sandbox worked on its own copy: the task's folder is unchanged
     assert not (workspace / "made.txt").exists()
+
+
+@pytest.fixture
+def host_folder() -> Iterator[Path]:
+    """A folder outside /tmp (which the sandbox replaces with its own), open to every user."""
+    if not os.access("/var/tmp", os.W_OK):
+        pytest.skip("no writable /var/tmp")
+    folder = Path(tempfile.mkdtemp(prefix="gymflow-test-host-", dir="/var/tmp"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _as_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The non-root branch: the commands keep the caller's user id."""
+
+    async def caller() -> None:
+        return None
+
+    monkeypatch.setattr(bubblewrap, "_take_uid", caller)
+
+
+@pytest.mark.parametrize("as_caller", [False, True], ids=["own-uid", "caller-uid"])
+def test_the_root_shows_the_system_and_the_installs_only(
+    workspace: Path, host_folder: Path, monkeypatch: pytest.MonkeyPatch, as_caller: bool
+) -> None:
+    if as_caller:
+        _as_caller(monkeypatch)
+    home = host_folder / "home"
+    monkeypatch.setenv("HOME", str(home))
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text("SECRET-in-home\n")
+    # an interpreter in a folder that stays hidden (pyenv under the home), and a venv of it
+    interpreter = home / ".pyenv" / "versions" / "9.9"
+    (interpreter / "bin").mkdir(parents=True)
+    (interpreter / "bin" / "tool").write_text("the interpreter's own\n")
+    (home / ".pyenv" / "beside.txt").write_text("SECRET-beside-the-interpreter\n")
+    venv = host_folder / "agents" / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "agent").write_text("the agent\n")
+    (venv / "pyvenv.cfg").write_text(f"home = {interpreter / 'bin'}\nversion = 9.9\n")
+    (host_folder / "agents" / "other").mkdir()
+    (host_folder / "agents" / "other" / "solve.sh").write_text("SECRET-another-copy\n")
+    spec = SandboxSpec(workspace=workspace, installs=(venv,))
+    probe = (
+        f"ls /; echo ---; cat {venv}/bin/agent {interpreter}/bin/tool; "
+        f"cat {home}/.aws/credentials {home}/.pyenv/beside.txt "
+        f"{host_folder}/agents/other/solve.sh /etc/shadow; ls /etc/ssl/private; "
+        "echo ---; id -u"
+    )
+
+    async def scenario():
+        async with BubblewrapSandbox(spec) as box:
+            return await box.exec(probe, timeout_s=30)
+
+    result = run(scenario())
+    top, seen, uid = result.output.split("---\n")
+    expected = {"app", "bin", "dev", "etc", "lib", "logs", "proc", "run", "sbin", "solution"}
+    expected |= {"tests", "tmp", "usr", host_folder.parts[1]}  # /var, down to the venv only
+    expected |= {name for name in ("lib32", "lib64", "libx32") if os.path.lexists(f"/{name}")}
+    assert set(top.split()) == expected, top
+    assert "the agent\nthe interpreter's own\n" in seen, seen
+    assert "SECRET" not in seen, seen
+    for hidden in ("/.aws/credentials", "/.pyenv/beside.txt", "/agents/other/solve.sh"):
+        assert f"{hidden}: No such file or directory" in seen, seen
+    assert "root:" not in seen and "/etc/shadow: Permission denied" in seen, seen
+    assert (uid.strip() == "0") is (as_caller and os.geteuid() == 0), uid
+
+
+def test_an_install_that_would_show_the_users_folders_is_refused(
+    workspace: Path, host_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = host_folder / "home"
+    (home / "bin").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(host_folder / "config"))
+    refused = BubblewrapSandbox.refusal(SandboxSpec(workspace=workspace, installs=(host_folder,)))
+    assert refused is not None and f"needs {host_folder} shown" in refused, refused
+    # a venv of an interpreter installed at ~/bin/python: its prefix is the home itself
+    venv = host_folder / "venv"
+    venv.mkdir()
+    (venv / "pyvenv.cfg").write_text(f"home = {home / 'bin'}\n")
+    refused = BubblewrapSandbox.refusal(SandboxSpec(workspace=workspace, installs=(venv,)))
+    assert refused is not None and f"holds {home}" in refused, refused
+    # a prefix inside the home is shown alone, as pyenv's is
+    inside = SandboxSpec(workspace=workspace, installs=(home / "bin",))
+    assert BubblewrapSandbox.refusal(inside) is None
+
+    async def scenario():
+        with pytest.raises(SandboxError, match="a sandbox never shows that"):
+            await BubblewrapSandbox(SandboxSpec(workspace=workspace, installs=(venv,))).start()
+
+    run(scenario())
 
 
 def test_no_network_but_the_model_endpoint(workspace: Path, model_server: str) -> None:

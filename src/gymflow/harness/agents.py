@@ -2,10 +2,11 @@
 
 Each lives in a prefix of its own found through a variable, as the model venvs are (`.ci/run`
 creates them): mini-swe-agent (PyPI) in a venv at `GYMFLOW_MINISWE_VENV`, Codex (`@openai/codex`,
-npm) in a prefix at `GYMFLOW_CODEX_PREFIX`. The sandbox shows the host's root read-only but has
-its own /tmp and runs the agent as a user of its own, so a prefix must sit outside the sandbox's
-folders and be readable by anyone (a venv of the system's python3, not of one under root's 0700
-home): the defaults are under /opt/gymflow-agents. An agent that is not there is
+npm) in a prefix at `GYMFLOW_CODEX_PREFIX`. The sandbox shows the system's programs and, read-only,
+the recipe's prefix (`installs`; a venv's interpreter with it) and nothing else of the host; it
+has its own /tmp and runs the agent as a user of its own, so a prefix must sit outside the
+sandbox's folders and be readable by that user: the defaults are under /opt/gymflow-agents.
+An agent that is not there is
 `agent_install_missing`; its version, read from its package manager's record, is a factor of
 the run (`harness.agent_version`).
 
@@ -44,7 +45,8 @@ _SANDBOX_FOLDERS = ("/tmp", "/app", "/logs", "/tests", "/solution", "/run")
 
 
 def _prefix(variable: str, default: str) -> Path:
-    return Path(os.environ.get(variable) or default)
+    """The prefix, links resolved: the sandbox shows it at that path only."""
+    return Path(os.environ.get(variable) or default).resolve()
 
 
 def _missing(variable: str, default: str, executable: str, hint: str) -> Callable[[], str | None]:
@@ -153,6 +155,7 @@ MINI_SWE_AGENT = register_recipe(
         needs_model=True,
         version=_pypi_version(*MINI_VENV, "mini-swe-agent"),
         missing=_missing(*MINI_VENV, "bin/mini", ".ci/run's GYMFLOW_MINISWE_VENV step"),
+        installs=lambda: (_prefix(*MINI_VENV),),
         env=lambda: {
             "GYMFLOW_AGENT_BIN": str(_prefix(*MINI_VENV) / "bin" / "mini"),
             "MSWEA_GLOBAL_CONFIG_DIR": f"{AGENT_LOGS}/mini-swe-agent",
@@ -178,6 +181,7 @@ CODEX = register_recipe(
         needs_model=True,
         version=_npm_version(*CODEX_PREFIX, "@openai/codex"),
         missing=_missing(*CODEX_PREFIX, "bin/codex", ".ci/run's GYMFLOW_CODEX_PREFIX step"),
+        installs=lambda: (_prefix(*CODEX_PREFIX),),
         env=lambda: {
             "GYMFLOW_AGENT_BIN": str(_prefix(*CODEX_PREFIX) / "bin" / "codex"),
             "CODEX_HOME": f"{AGENT_LOGS}/codex-home",

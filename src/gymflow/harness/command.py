@@ -110,7 +110,7 @@ async def command(
             "harness `command` runs workspace tasks (Harbor's format) only",
         )
     try:
-        sandbox = await open_sandbox(session_id, config.sandbox)
+        sandbox = await open_sandbox(session_id, config.sandbox, recipe.installs())
         workspace_task = server.env.workspace_task(task.task_id)  # type: ignore[attr-defined]
         await _prepare(sandbox, recipe, workspace_task.folder, prompt)
     except SandboxError as exc:

@@ -41,6 +41,9 @@ class Recipe:
     missing: Callable[[], str | None] = lambda: None
     #: extra environment for the command (an install prefix's bin on PATH)
     env: Callable[[], dict[str, str]] = field(default=lambda: {})
+    #: host folders the agent runs from (its install prefix), which the sandbox shows read-only;
+    #: beyond them it shows the system's programs only
+    installs: Callable[[], tuple[Path, ...]] = field(default=lambda: ())
     #: exit statuses that mean the agent stopped at its own step limit
     step_limit_exits: tuple[int, ...] = ()
     #: an in-process agent: run(context) -> Episode (see gymflow.harness.command)

@@ -47,6 +47,9 @@ class SandboxSpec:
     docker_image: str | None = None
     #: host paths the sandbox must not see (the task's tests and solution: the answer key)
     hidden: tuple[Path, ...] = ()
+    #: host folders the agent runs from (its install prefix, a venv), shown read-only at their
+    #: own paths; beyond them a sandbox shows the system's programs only
+    installs: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

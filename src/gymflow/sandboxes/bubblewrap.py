@@ -1,14 +1,20 @@
-"""A workspace sandbox made with bubblewrap: this host's file system, read-only, around the
-task's own writable folders, with no network but the model endpoint.
+"""A workspace sandbox made with bubblewrap: the system's programs, read-only, around the task's
+own writable folders, with no network but the model endpoint.
 
-Design. Every command runs in a fresh bubblewrap (new network, PID, IPC and UTS namespaces) over
-`--ro-bind / /`: the agent finds the host's tools and its own install where they are, and can
-change none of them. The sandbox's folders (/app, /logs, /tests, /solution, /tmp) are folders in a
-scratch directory bound writable, so files live from command to command while processes do not.
-The host's /run is hidden, and so is every path the task names as `hidden` (its tests and its
-solution: the answer key). The network namespace is empty; the model server is reached through a
-unix socket bound in (gymflow.sandboxes.model_socket and model_bridge), so the agent's only way
-out is the endpoint gymflow records.
+Design. Every command runs in a fresh bubblewrap (new network, PID, IPC and UTS namespaces) over a
+root built from an allow-list, the code sandbox's (`gymflow.verifiers.sandbox.system_root`): /usr
+with /bin, /sbin and /lib*, /etc (its files that not every user may read left out: shadow,
+private keys), and the install prefixes the agent runs from (`SandboxSpec.installs`; a venv
+brings its interpreter's prefix, bound alone even where it lies in a folder that stays hidden,
+pyenv under a home folder). Nothing else of the host is there: not read-only but absent, so the
+home folder, the seal key's folder, the runs, other copies of the task and the host's /tmp
+cannot be read by the agent or the task's tests, whoever the command runs as. The sandbox's
+folders (/app, /logs, /tests, /solution, /tmp) are folders in a scratch directory bound
+writable, so files live from command to command while processes do not. The paths the task names
+as `hidden` (its tests and its solution: the answer key) are hidden too where they lie under a
+shown folder. The network namespace is empty; the model server is reached through a unix socket
+bound in (gymflow.sandboxes.model_socket and model_bridge), so the agent's only way out is the
+endpoint gymflow records.
 
 Limits, from task.toml: memory through a memory cgroup per command where the host lets us make one
 (the code sandbox's, gymflow.verifiers.sandbox_host), else an address-space rlimit; CPUs by pinning
@@ -27,16 +33,18 @@ import posixpath
 import resource
 import shutil
 import signal
+import stat
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 from gymflow.core.bounded_files import FileBoundError
+from gymflow.core.user_folders import user_config
 from gymflow.sandboxes.base import FOLDERS, WORKDIR, ExecResult, Sandbox, SandboxError, SandboxSpec
 from gymflow.sandboxes.model_socket import INSIDE_PORT, ModelSocket, inside_url
 from gymflow.sandboxes.taken_out import copy_out
-from gymflow.verifiers.sandbox import as_user, bwrap_path, user_process_count
+from gymflow.verifiers.sandbox import as_user, bwrap_path, system_root, user_process_count
 from gymflow.verifiers.sandbox_host import SCRATCH_PREFIX, SLOT_SPAN, UID_BASE, memory_cgroups
 
 _BRIDGE = Path(__file__).with_name("model_bridge.py")
@@ -90,6 +98,7 @@ class BubblewrapSandbox(Sandbox):
         self._scratch: Path | None = None
         self._uid: int | None = None
         self._socket: ModelSocket | None = None
+        self._root: list[str] = []
         self._execs = 0
 
     @classmethod
@@ -106,6 +115,13 @@ class BubblewrapSandbox(Sandbox):
             )
         if spec.gpus:
             return f"it asks for {spec.gpus} GPU(s); this sandbox has none"
+        for folder in _install_folders(spec.installs):
+            private = _private_inside(folder)
+            if private is not None:
+                return (
+                    f"the agent's install needs {folder} shown, which holds {private}: a "
+                    "sandbox never shows that; install the agent in a folder of its own"
+                )
         cores = len(os.sched_getaffinity(0))
         if spec.cpus > cores:
             return f"it asks for {spec.cpus} CPUs; this host has {cores}"
@@ -116,6 +132,7 @@ class BubblewrapSandbox(Sandbox):
         problem = self.refusal(self.spec)
         if problem:
             raise SandboxError(f"bubblewrap cannot run this task: {problem}")
+        self._root = await asyncio.to_thread(_root, self.spec)  # reads /etc's modes
         self._uid = await _take_uid() if os.geteuid() == 0 else None
         self._scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
         self._scratch.chmod(0o755)
@@ -208,11 +225,8 @@ class BubblewrapSandbox(Sandbox):
         bwrap = bwrap_path()
         argv = [bwrap, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
         argv += ["--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent"]
-        argv += ["--new-session", *_host_root(), "--dev", "/dev", "--proc", "/proc"]
+        argv += ["--new-session", *self._root, "--dev", "/dev", "--proc", "/proc"]
         argv += ["--tmpfs", "/run"]
-        for path in self.spec.hidden:
-            if path.exists():
-                argv += ["--tmpfs", str(path), "--remount-ro", str(path)]
         for folder in FOLDERS:
             argv += ["--bind", str(self._host_path(folder)), folder]
         argv += ["--perms", "0755", "--dir", "/run/gymflow"]
@@ -290,22 +304,82 @@ class BubblewrapSandbox(Sandbox):
         return ExecResult(code, output_text, round(seconds, 3), limit)
 
 
-#: Top-level host folders the sandbox does not take from the host: its own, or made fresh.
-_NOT_FROM_HOST = {name.strip("/") for name in FOLDERS} | {"dev", "proc", "run"}
-
-
-def _host_root() -> list[str]:
-    """The host's top-level entries, read-only, on an empty root (so the sandbox's own folders
-    can be made beside them; `--remount-ro /` then closes the root itself)."""
-    argv = ["--tmpfs", "/"]
-    for entry in sorted(os.scandir("/"), key=lambda e: e.name):
-        if entry.name in _NOT_FROM_HOST:
-            continue
-        if entry.is_symlink():
-            argv += ["--symlink", os.readlink(entry.path), entry.path]
-        else:
-            argv += ["--ro-bind", entry.path, entry.path]
+def _root(spec: SandboxSpec) -> list[str]:
+    """The sandbox's root, on an empty tmpfs (the sandbox's own folders are made beside what it
+    shows; `--remount-ro /` then closes the root itself): the system's programs, /etc without
+    its secrets, and the spec's install prefixes, read-only; then the spec's hidden paths and
+    gymflow's own package where they lie among them."""
+    shown = [Path("/etc"), *_install_folders(spec.installs)]
+    argv = ["--tmpfs", "/", *system_root(shown), *_etc_secrets_hidden()]
+    visible = [Path("/usr"), *shown]
+    for path in (*spec.hidden, _GYMFLOW):
+        if path.exists() and any(path.resolve().is_relative_to(v) for v in visible):
+            argv += ["--tmpfs", str(path.resolve()), "--remount-ro", str(path.resolve())]
     return argv
+
+
+#: gymflow's own package, hidden wherever it is installed: its built-in tasks hold solutions.
+_GYMFLOW = Path(__file__).resolve().parents[1]
+
+
+def _private_inside(folder: Path) -> Path | None:
+    """A folder of the user's own (home, the XDG folders, gymflow's key folder) that showing
+    `folder` would show, if any."""
+    private = [Path(os.environ[v]) for v in _XDG if os.environ.get(v)]
+    for folder_of in (lambda: user_config("seal.key").parent, Path.home):
+        with contextlib.suppress(RuntimeError):  # no home folder
+            private.append(folder_of())
+    return next((p for p in private if p.resolve().is_relative_to(folder)), None)
+
+
+#: The XDG variables naming folders of the user's own.
+_XDG = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR")
+
+
+def _install_folders(installs: tuple[Path, ...]) -> list[Path]:
+    """Each install prefix (resolved), and for a venv its interpreter's own prefix (pyvenv.cfg's
+    `home` is the interpreter's bin folder; a venv's python links to the interpreter)."""
+    folders: set[Path] = set()
+    for install in installs:
+        prefix = install.resolve()
+        folders.add(prefix)
+        try:
+            config = (prefix / "pyvenv.cfg").read_text(errors="replace")
+        except OSError:
+            continue  # not a venv
+        for line in config.splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "home" and value.strip():
+                folders.add(Path(value.strip()).resolve().parent)
+        python = prefix / "bin" / "python"
+        if python.exists():
+            folders.add(python.resolve().parent.parent)
+    return sorted(f for f in folders if f != Path("/"))
+
+
+def _etc_secrets_hidden() -> list[str]:
+    """Arguments that hide what in /etc not every user of the host may read (shadow, private
+    keys, a database's access rules): a file is shown as empty, a folder as an empty one."""
+    argv: list[str] = []
+    for folder, dirs, files in os.walk("/etc"):
+        for name in list(dirs):
+            path = os.path.join(folder, name)
+            if not _readable_by_all(path, 0o005):
+                argv += ["--tmpfs", path, "--remount-ro", path]
+                dirs.remove(name)
+        for name in files:
+            path = os.path.join(folder, name)
+            if not _readable_by_all(path, 0o004):
+                argv += ["--ro-bind", "/dev/null", path]
+    return argv
+
+
+def _readable_by_all(path: str, bits: int) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return True  # gone: nothing to hide
+    return stat.S_ISLNK(info.st_mode) or info.st_mode & bits == bits
 
 
 class _Limits:

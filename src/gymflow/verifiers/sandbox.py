@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,18 +147,8 @@ def _command(bwrap: str, job: Path, limits: SandboxLimits, uid: int | None) -> l
         "sandbox",
         "--die-with-parent",
         "--new-session",
-        "--ro-bind",
-        "/usr",
-        "/usr",
+        *system_root(binds),
     ]
-    for name in ("lib", "lib64", "bin", "sbin"):
-        if Path(f"/usr/{name}").exists():
-            cmd += ["--symlink", f"usr/{name}", f"/{name}"]
-    # bwrap creates missing parents of a mount point as 0700 root: make them traversable.
-    for parent in sorted({a for path in binds for a in path.parents if a != Path("/")}):
-        cmd += ["--perms", "0755", "--dir", str(parent)]
-    for path in binds:
-        cmd += ["--ro-bind", str(path), str(path)]
     for path in hidden:
         cmd += ["--tmpfs", str(path), "--remount-ro", str(path)]
     cmd += ["--perms", "0755", "--dir", "/job"]
@@ -173,6 +163,39 @@ def _command(bwrap: str, job: Path, limits: SandboxLimits, uid: int | None) -> l
     cmd += as_user(bwrap, uid, "/tmp")
     cmd += [str(python), "-I", "-S", "-B", "/job/runner.py", "/job/solution.py"]
     return cmd
+
+
+#: Top-level folders that a merged /usr makes links into it (an older layout, folders of their own).
+_SYSTEM_FOLDERS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
+def system_root(binds: Iterable[Path] = ()) -> list[str]:
+    """bubblewrap arguments for a root that shows the system's programs (/usr, and /bin, /lib...
+    as the host has them) and `binds` (absolute, resolved), read-only, and nothing else of the
+    host: what is not named is not there at all, rather than there read-only. The code sandbox and
+    the workspace sandbox both build their roots with it. A bind under /usr or under another bind
+    is shown already and left out."""
+    argv = ["--ro-bind", "/usr", "/usr"]
+    for name in _SYSTEM_FOLDERS:
+        path = Path("/", name)
+        if path.is_symlink():
+            argv += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            argv += ["--ro-bind", str(path), str(path)]
+    shown = [Path("/usr"), *(Path("/", name) for name in _SYSTEM_FOLDERS)]
+    wanted = sorted(set(binds))
+    kept = [
+        path
+        for path in wanted
+        if not any(path.is_relative_to(other) for other in shown)
+        and not any(path != other and path.is_relative_to(other) for other in wanted)
+    ]
+    # bwrap creates missing parents of a mount point as 0700 root: make them traversable.
+    for parent in sorted({a for path in kept for a in path.parents if a != Path("/")}):
+        argv += ["--perms", "0755", "--dir", str(parent)]
+    for path in kept:
+        argv += ["--ro-bind", str(path), str(path)]
+    return argv
 
 
 def as_user(bwrap: str, uid: int | None, chdir: str) -> list[str]:

@@ -115,7 +115,9 @@ class WorkspaceTask:
     def version(self) -> str:
         return folder_hash(self.folder)
 
-    def sandbox_spec(self, workspace: Path, hidden: tuple[Path, ...] = ()) -> SandboxSpec:
+    def sandbox_spec(
+        self, workspace: Path, hidden: tuple[Path, ...] = (), installs: tuple[Path, ...] = ()
+    ) -> SandboxSpec:
         env = self.config.environment
         return SandboxSpec(
             workspace=workspace,
@@ -127,6 +129,7 @@ class WorkspaceTask:
             dockerfile=self.dockerfile,
             docker_image=env.docker_image,
             hidden=hidden,
+            installs=installs,
         )
 
     def summary(self) -> dict[str, Any]:

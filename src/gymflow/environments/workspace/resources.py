@@ -37,12 +37,16 @@ class WorkspaceResources(ResourcesServer):
         self._sessions[session_id]["sandbox"] = None
         return session_id
 
-    async def open_sandbox(self, session_id: str, kind: str) -> Sandbox:
-        """The session's sandbox of `kind`, started on the task's workspace; it lives until the
-        session closes. Raises SandboxError."""
+    async def open_sandbox(
+        self, session_id: str, kind: str, installs: tuple[Path, ...] = ()
+    ) -> Sandbox:
+        """The session's sandbox of `kind`, started on the task's workspace, showing the agent's
+        `installs`; it lives until the session closes. Raises SandboxError."""
         session = self._sessions[session_id]
         task = self.env.workspace_task(session["task"].task_id)
-        spec = task.sandbox_spec(task.environment_dir, hidden=self.env.hidden_paths())
+        spec = task.sandbox_spec(
+            task.environment_dir, hidden=self.env.hidden_paths(), installs=installs
+        )
         sandbox = sandbox_kind(kind)(spec)
         await sandbox.start()
         session["sandbox"] = sandbox
