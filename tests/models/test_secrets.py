@@ -13,13 +13,8 @@ from urllib.parse import quote, quote_plus
 import pytest
 from aiohttp import web
 
-from gymflow.core.config import (
-    ENV_VAR_NAME,
-    EvalConfig,
-    ModelConfig,
-    Sampling,
-    format_validation_error,
-)
+from gymflow.core.config import EvalConfig, ModelConfig, Sampling, format_validation_error
+from gymflow.core.credentials import ENV_VAR_NAME
 from gymflow.models.client import REDACTED, ResponsesClient
 from gymflow.models.responses import output_text, user_message
 from gymflow.verifiers.math_judge import MathJudgeParams

@@ -21,6 +21,7 @@ __all__ = [
     "generations",
     "handle",
     "merge",
+    "migration",
     "queries",
     "remote",
     "rows",
