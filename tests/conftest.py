@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -386,3 +387,17 @@ def s3(tmp_path_factory: pytest.TempPathFactory):
 
     with seaweed(tmp_path_factory.mktemp("seaweedfs")) as store, exported(store):
         yield store
+
+
+@pytest.fixture
+def host_folder() -> Iterator[Path]:
+    """A folder outside /tmp (which every sandbox replaces with its own), open to every user as a
+    home folder on Debian is: where the owner's files live in a sandbox test."""
+    if not os.access("/var/tmp", os.W_OK):
+        pytest.skip("no writable /var/tmp")
+    folder = Path(tempfile.mkdtemp(prefix="gymflow-test-host-", dir="/var/tmp"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -42,20 +40,6 @@ async def _caller():
 
 bubblewrap._take_uid = _caller
 """
-
-
-@pytest.fixture
-def host_folder() -> Iterator[Path]:
-    """A folder outside /tmp (which every sandbox replaces with its own), open to every user as a
-    home folder on Debian is: where the owner's files live in this test."""
-    if not os.access("/var/tmp", os.W_OK):
-        pytest.skip("no writable /var/tmp")
-    folder = Path(tempfile.mkdtemp(prefix="gymflow-test-host-", dir="/var/tmp"))
-    folder.chmod(0o755)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.mark.parametrize("as_caller", [False, True], ids=["own-uid", "caller-uid"])

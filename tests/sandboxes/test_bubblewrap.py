@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import http.server
 import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,19 +81,6 @@ def test_workspace_writable_host_root_read_only(workspace: Path) -> None:
     assert not Path("/usr/gymflow-probe").exists()
     # the sandbox worked on its own copy: the task's folder is unchanged
     assert not (workspace / "made.txt").exists()
-
-
-@pytest.fixture
-def host_folder() -> Iterator[Path]:
-    """A folder outside /tmp (which the sandbox replaces with its own), open to every user."""
-    if not os.access("/var/tmp", os.W_OK):
-        pytest.skip("no writable /var/tmp")
-    folder = Path(tempfile.mkdtemp(prefix="gymflow-test-host-", dir="/var/tmp"))
-    folder.chmod(0o755)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _as_caller(monkeypatch: pytest.MonkeyPatch) -> None:
