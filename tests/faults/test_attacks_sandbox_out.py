@@ -16,20 +16,17 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gymflow.core.bounded_files import FileBoundError, read_bounded
-from gymflow.core.config import HarnessConfig, ModelConfig, Sampling
 from gymflow.environments.registry import Benchmark
 from gymflow.environments.workspace.environment import WorkspaceEnvironment
-from gymflow.harness.command import command
-from gymflow.models.client import ResponsesClient
 from gymflow.sandboxes import SandboxSpec, taken_out
 from gymflow.sandboxes.bubblewrap import BubblewrapSandbox
 from tests.conftest import GYM, require_tool
 from tests.faults.stores import query
+from tests.workspace.test_agent_outcomes import _own, _rollout
 
 SHIPPED = Path(__file__).resolve().parents[2] / "src" / "gymflow" / "builtin" / "workspace"
 SECRET = "host-secret-7f3a91"
@@ -105,29 +102,6 @@ def fix_median(tmp_path: Path) -> WorkspaceEnvironment:
     return WorkspaceEnvironment.from_benchmark(benchmark, tmp_path / "benchmarks" / "one.yaml")
 
 
-def _rollout(env: WorkspaceEnvironment, line: str) -> tuple[Any, Any]:
-    harness = HarnessConfig(name="command", command=line, agent_version="test-agent 1.0")
-
-    async def scenario():
-        base_url = "http://127.0.0.1:9/v1"
-        config = ModelConfig(kind="chat_completions", base_url=base_url, name="m", max_retries=0)
-        server = env.resources_server()
-        task = env.tasks()[0]
-        async with ResponsesClient(config, base_url, Sampling()) as client:
-            session = await server.seed_session(task)
-            try:
-                episode = await command(
-                    client=client, server=server, session_id=session, task=task,
-                    prompt=task.inputs["instruction"], seed=1, config=harness,
-                )  # fmt: skip
-                verdict = await server.verify(session, task, episode.output_text, [])
-            finally:
-                await server.close_session(session)
-        return episode, verdict
-
-    return asyncio.run(scenario())
-
-
 def test_an_agent_log_linked_out_of_the_sandbox_is_left_there_and_named(
     fix_median: WorkspaceEnvironment, tmp_path: Path
 ) -> None:
@@ -143,7 +117,7 @@ def test_an_agent_log_linked_out_of_the_sandbox_is_left_there_and_named(
         f"ln -sf {host_atif} /logs/agent/trajectory.json && "
         "ln -sf /dev/zero /logs/agent/codex.jsonl && echo done"
     )
-    episode, verdict = _rollout(fix_median, line)
+    episode, verdict = _rollout(fix_median, _own(line))
     assert episode.failure_kind is None, episode.error
     assert SECRET not in json.dumps(episode.trajectory)
     assert episode.counters["agent_logs_refused"] == 2
@@ -203,7 +177,7 @@ def test_a_reward_file_past_its_bound_is_no_reward(fix_median: WorkspaceEnvironm
         "#!/bin/bash\nmkdir -p /logs/verifier\n"
         "{ echo 1; head -c 70000 /dev/zero | tr '\\0' ' '; } > /logs/verifier/reward.txt\n"
     )
-    episode, verdict = _rollout(fix_median, "echo done")
+    episode, verdict = _rollout(fix_median, _own("echo done"))
     assert episode.failure_kind is None, episode.error
     assert (verdict.reward, verdict.failure_kind) == (None, "reward_missing")
     assert "/logs/verifier/reward.txt is longer than a reward" in verdict.details["error"]
