@@ -16,6 +16,7 @@ import pytest
 
 from gymflow.sandboxes import SandboxError, SandboxSpec, bubblewrap
 from gymflow.sandboxes.bubblewrap import BubblewrapSandbox
+from gymflow.verifiers.sandbox_host import SandboxUser
 from tests.conftest import require_tool
 
 
@@ -84,12 +85,8 @@ def test_workspace_writable_host_root_read_only(workspace: Path) -> None:
 
 
 def _as_caller(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The non-root branch: the commands keep the caller's user id."""
-
-    async def caller() -> None:
-        return None
-
-    monkeypatch.setattr(bubblewrap, "_take_uid", caller)
+    """The branch of a non-root owner without subordinate ids: the commands keep its user id."""
+    monkeypatch.setattr(bubblewrap, "sandbox_user", lambda uid: SandboxUser(None))
 
 
 @pytest.mark.parametrize("as_caller", [False, True], ids=["own-uid", "caller-uid"])

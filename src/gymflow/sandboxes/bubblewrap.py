@@ -19,10 +19,14 @@ endpoint gymflow records.
 Limits, from task.toml: memory through a memory cgroup per command where the host lets us make one
 (the code sandbox's, gymflow.verifiers.sandbox_host), else an address-space rlimit; CPUs by pinning
 the command to `cpus` cores; storage as the largest file it may write; time by the caller's
-`timeout_s`, after which the whole process tree is killed. Run as root, commands run as a user id
-of their own (as the code sandbox does, through `as_user`): root's files stay unreadable, and the
-process limit counts only the sandbox's processes. Scratch folders and cgroups are named after the
-owner's pid, so `sandbox_host.sweep_orphans` removes what a killed owner left."""
+`timeout_s`, after which the whole process tree is killed. Commands run as a user id of their own
+(as the code sandbox's do: `sandbox_host.sandbox_user`, then `as_user`): as root, an id of the
+sandbox's slot, and without root a subordinate id in a user namespace of the owner's, so what the
+owner owns among the shown folders stays unreadable and its processes cannot be signalled. Between
+commands the sandbox's folders are the owner's; each command is lent them (and the model socket)
+and gives them back when it ends, so the owner copies files in and out and removes them whatever
+modes the command left. Scratch folders and cgroups are named after the owner's pid, so
+`sandbox_host.sweep_orphans` removes what a killed owner left."""
 
 from __future__ import annotations
 
@@ -45,7 +49,14 @@ from gymflow.sandboxes.base import FOLDERS, WORKDIR, ExecResult, Sandbox, Sandbo
 from gymflow.sandboxes.model_socket import INSIDE_PORT, ModelSocket, inside_url
 from gymflow.sandboxes.taken_out import copy_out
 from gymflow.verifiers.sandbox import as_user, bwrap_path, system_root, user_process_count
-from gymflow.verifiers.sandbox_host import SCRATCH_PREFIX, SLOT_SPAN, UID_BASE, memory_cgroups
+from gymflow.verifiers.sandbox_host import (
+    SCRATCH_PREFIX,
+    SLOT_SPAN,
+    UID_BASE,
+    SandboxUser,
+    memory_cgroups,
+    sandbox_user,
+)
 
 _BRIDGE = Path(__file__).with_name("model_bridge.py")
 #: What runs the bridge inside: the system's interpreter, readable by any user (a pyenv or venv
@@ -96,7 +107,9 @@ class BubblewrapSandbox(Sandbox):
     def __init__(self, spec: SandboxSpec) -> None:
         super().__init__(spec)
         self._scratch: Path | None = None
-        self._uid: int | None = None
+        self._uid: int | None = None  # the slot's, taken from this process's span
+        self._user = SandboxUser(None)
+        self._lent = False  # whether the folders are the sandbox user's (a command runs)
         self._socket: ModelSocket | None = None
         self._root: list[str] = []
         self._execs = 0
@@ -133,15 +146,15 @@ class BubblewrapSandbox(Sandbox):
         if problem:
             raise SandboxError(f"bubblewrap cannot run this task: {problem}")
         self._root = await asyncio.to_thread(_root, self.spec)  # reads /etc's modes
-        self._uid = await _take_uid() if os.geteuid() == 0 else None
+        self._uid = await _take_uid()
+        self._user = await asyncio.to_thread(sandbox_user, self._uid)  # tried once per process
         self._scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
         self._scratch.chmod(0o755)
         try:
             for folder in FOLDERS:
                 self._host_path(folder).mkdir()
-            (self._scratch / "run").mkdir()
+            (self._scratch / "run").mkdir(mode=0o700)  # the model socket: no other user's way in
             await self.upload(self.spec.workspace, WORKDIR)
-            await self._own(*FOLDERS)
         except BaseException:
             await self.stop()
             raise
@@ -151,6 +164,8 @@ class BubblewrapSandbox(Sandbox):
             await self._socket.close()
             self._socket = None
         if self._scratch is not None:
+            with contextlib.suppress(SandboxError):  # removed as far as it can be
+                await self._give_back()
             await asyncio.to_thread(shutil.rmtree, self._scratch, True)
             self._scratch = None
         if self._uid is not None:
@@ -162,7 +177,7 @@ class BubblewrapSandbox(Sandbox):
         if self._socket is not None:
             await self._socket.close()
         self._socket = ModelSocket(self._scratch / "run" / "model.sock", base_url)
-        await self._socket.open(self._uid)
+        await self._socket.open()
         return inside_url(base_url)
 
     # -- files -----------------------------------------------------------------------------------
@@ -187,7 +202,6 @@ class BubblewrapSandbox(Sandbox):
                 await asyncio.to_thread(shutil.copy2, source, destination / source.name)
         except OSError as exc:
             raise SandboxError(f"cannot copy {source} into the sandbox's {target}: {exc}") from None
-        await self._own(target)
 
     async def download(self, source: str, target: Path) -> list[str]:
         origin = self._host_path(source)
@@ -203,27 +217,66 @@ class BubblewrapSandbox(Sandbox):
         path = self._host_path(inside)
         await asyncio.to_thread(shutil.rmtree, path, True)
         path.mkdir(parents=True)
-        await self._own(inside)
 
-    async def _own(self, *insides: str) -> None:
-        if self._uid is None:
+    async def _lend(self) -> None:
+        """Give the sandbox's folders and the model socket to the user its command runs as."""
+        assert self._scratch is not None and self._user.uid is not None
+        self._lent = True
+        paths = [self._host_path(folder) for folder in FOLDERS]
+        if self._socket is not None:
+            paths.append(self._socket.path)
+        await self._chown(paths, self._user.uid)
+
+    async def _give_back(self) -> None:
+        """Take the folders back once the command has ended (root of the user namespace, where
+        there is one, is us): what it left is ours to copy out and remove, and without root
+        (which reads and removes whatever the modes) made readable and writable to us too."""
+        if self._lent:
+            await self._chown([self._host_path(folder) for folder in FOLDERS], 0)
+            self._lent = False
+
+    async def _chown(self, paths: list[Path], uid: int) -> None:
+        """`paths` and everything under them to `uid` (of the sandbox user's namespace), links
+        themselves and never what they point to; given back to us (0) in a user namespace, each
+        also readable and writable (folders searchable) to us, as a folder of mode 000 was not."""
+        if not self._user.namespace:
+
+            def chown_tree() -> None:
+                for root in paths:
+                    os.lchown(root, uid, uid)
+                    for folder, dirs, files in os.walk(root):
+                        for name in dirs + files:
+                            os.lchown(os.path.join(folder, name), uid, uid)
+
+            await asyncio.to_thread(chown_tree)
             return
-        uid = self._uid
-
-        def chown_tree(root: Path) -> None:
-            os.lchown(root, uid, uid)
-            for folder, dirs, files in os.walk(root):
-                for name in dirs + files:
-                    os.lchown(os.path.join(folder, name), uid, uid)
-
-        for inside in insides:
-            await asyncio.to_thread(chown_tree, self._host_path(inside))
+        script = 'chown -R -P -h "$0" -- "$@"' + (' && chmod -R u+rwX -- "$@"' if uid == 0 else "")
+        proc = await asyncio.create_subprocess_exec(
+            *self._user.namespace,
+            "/bin/sh",
+            "-c",
+            script,
+            f"{uid}:{uid}",
+            *map(str, paths),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, error = await proc.communicate()
+        if proc.returncode != 0:
+            raise SandboxError(f"cannot hand the sandbox's folders over: {error.decode()[-300:]}")
 
     # -- commands --------------------------------------------------------------------------------
     def _command(self, command: str, env: dict[str, str]) -> list[str]:
         assert self._scratch is not None
         bwrap = bwrap_path()
-        argv = [bwrap, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+        argv = [
+            *self._user.namespace,
+            bwrap,
+            "--unshare-net",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+        ]
         argv += ["--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent"]
         argv += ["--new-session", *self._root, "--dev", "/dev", "--proc", "/proc"]
         argv += ["--tmpfs", "/run"]
@@ -237,7 +290,7 @@ class BubblewrapSandbox(Sandbox):
         base = {"PATH": _PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "TERM": "dumb"}
         for key, value in (base | env).items():
             argv += ["--setenv", key, value]
-        argv += as_user(bwrap, self._uid, WORKDIR)
+        argv += as_user(bwrap, self._user.uid, WORKDIR)
         if self._socket is not None:
             argv += [BRIDGE_PYTHON, "-I", "/run/gymflow/bridge.py", "/run/gymflow/model.sock"]
             argv += [str(INSIDE_PORT)]
@@ -260,10 +313,12 @@ class BubblewrapSandbox(Sandbox):
         if cgroups is not None:
             group = cgroups.make(f"{self._scratch.name}-e{self._execs}", self.spec.memory_mb << 20)
         log = self._scratch / f"exec-{self._execs}.log"
-        limits = _Limits(self.spec, self._uid, group)
+        limits = _Limits(self.spec, group)
         started = time.monotonic()
         limit = None
         try:
+            if self._user.uid is not None:
+                await self._lend()
             with open(log, "wb") as output:
                 try:
                     proc = await asyncio.create_subprocess_exec(
@@ -295,6 +350,7 @@ class BubblewrapSandbox(Sandbox):
         finally:
             if group is not None:
                 cgroups.remove(group)
+            await self._give_back()
         seconds = time.monotonic() - started
         output_text = _tail(log)
         log.unlink(missing_ok=True)
@@ -386,10 +442,13 @@ class _Limits:
     """The rlimits, cgroup and CPU pinning applied in the child between fork and exec; what the
     command starts inherits them."""
 
-    def __init__(self, spec: SandboxSpec, uid: int | None, group: Path | None) -> None:
+    def __init__(self, spec: SandboxSpec, group: Path | None) -> None:
         self.spec, self.group = spec, group
-        # as root, the sandbox's user id is its own; otherwise our other processes count too
-        self.budget = MAX_PROCESSES + (0 if uid is not None else user_process_count(os.geteuid()))
+        # as root, the sandbox's user id is its own; otherwise our other processes count too (a
+        # user namespace of ours charges its processes to us)
+        self.budget = MAX_PROCESSES
+        if os.geteuid() != 0:
+            self.budget += user_process_count(os.geteuid())
         self.cores = sorted(os.sched_getaffinity(0))[: spec.cpus]
 
     def apply(self) -> None:

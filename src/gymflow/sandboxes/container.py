@@ -132,7 +132,7 @@ class ContainerSandbox(Sandbox):
         if self._socket is not None:
             await self._socket.close()
         self._socket = ModelSocket(self._scratch / "model.sock", base_url)
-        await self._socket.open(None)
+        await self._socket.open()
         (self._scratch / "model.sock").chmod(0o666)  # the image's user is not ours
         return inside_url(base_url)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -38,10 +37,9 @@ class ModelSocket:
         self._server: asyncio.AbstractServer | None = None
         self._pumps: set[asyncio.Task[None]] = set()
 
-    async def open(self, owner: int | None) -> None:
+    async def open(self) -> None:
+        """Listen; the socket is ours alone until the sandbox lends it to its command's user."""
         self._server = await asyncio.start_unix_server(self._connect, path=str(self.path))
-        if owner is not None:  # the sandbox's own user must be able to connect
-            os.chown(self.path, owner, owner)
         self.path.chmod(0o600)
 
     async def _connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

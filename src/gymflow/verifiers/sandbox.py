@@ -16,11 +16,14 @@ processes held to 900 MiB under a 512 MiB limit; the cgroup counts pages however
 Its user may not create user namespaces (bubblewrap's `--disable-userns`), so it cannot become
 root in one and mount its way past the limits.
 
-Why two bubblewraps when we are root: root ignores RLIMIT_NPROC, so the program runs under a user
-id of its own (one per sandbox slot and process, so a fork bomb in one sandbox never eats another's
-process budget). The outer bubblewrap, as root, builds the file system (the interpreter may live
-under a root-only directory); `setpriv` drops to that user id; an inner bubblewrap, as that user,
-creates the user namespace that `--disable-userns` needs. Without root one bubblewrap does both.
+Why two bubblewraps: the program runs under a user id of its own (root ignores RLIMIT_NPROC, and
+an owner's id would let it read what the owner owns among what the root shows; one id per sandbox
+slot and process as root, so a fork bomb in one sandbox never eats another's process budget). The
+outer bubblewrap, as root, builds the file system (the interpreter may live under a root-only
+directory); `setpriv` drops to that user id; an inner bubblewrap, as that user, creates the user
+namespace that `--disable-userns` needs. Without root the same runs as root of a user namespace
+of the owner's subordinate ids (`sandbox_host.sandbox_user`); where the host has none, one
+bubblewrap does both and the program keeps the owner's id.
 
 Every sandbox's scratch folder is named after its owner's pid and removed when the sandbox closes;
 `sandbox_host.sweep_orphans` removes those a killed owner left. A failure of the sandbox itself
@@ -55,6 +58,7 @@ from gymflow.verifiers.sandbox_host import (
     held_slot,
     memory_cgroups,
     sandbox_uid,
+    sandbox_user,
 )
 from gymflow.verifiers.sandbox_runner import MAX_MESSAGE, OutOfTime, Unsupported, decode
 
@@ -201,7 +205,7 @@ def system_root(binds: Iterable[Path] = ()) -> list[str]:
 def as_user(bwrap: str, uid: int | None, chdir: str) -> list[str]:
     """The end of an outer bubblewrap command that runs what follows it as `uid` (None: our own
     user) in a user namespace it may not nest (`--disable-userns`); see the module docstring for
-    why a root caller needs the second bubblewrap."""
+    why a caller with an id to give needs the second bubblewrap."""
     no_userns = ["--unshare-user", "--disable-userns", "--assert-userns-disabled"]
     if uid is None:
         return no_userns
@@ -337,13 +341,13 @@ class Sandbox:
         solution = self._scratch / "solution.py"
         solution.write_text(self.source)
         solution.chmod(0o644)
-        if os.geteuid() == 0:
-            uid: int | None = sandbox_uid(slot)
-            budget = self.limits.max_processes
-        else:
-            # Without root the program keeps our user id, whose other processes count too.
-            uid, budget = None, user_process_count(os.geteuid()) + self.limits.max_processes
-        cmd = _command(bwrap, self._scratch, self.limits, uid)
+        user = sandbox_user(sandbox_uid(slot))
+        budget = self.limits.max_processes
+        if os.geteuid() != 0:
+            # Without root our user id's other processes count too: the budget is set before
+            # the user namespace is made, and the namespace charges its processes to us.
+            budget += user_process_count(os.geteuid())
+        cmd = [*user.namespace, *_command(bwrap, self._scratch, self.limits, user.uid)]
         self._cgroups = memory_cgroups()
         if self._cgroups is not None:
             self._group = self._cgroups.make(self._scratch.name, self.limits.memory_mb << 20)

@@ -1,14 +1,31 @@
 """What a sandbox takes from its host: a slot (bounded concurrency, and a user id of its own
 per slot), a scratch folder, and a memory cgroup where the host lets us make one; and the sweep
-that returns what a killed owner left behind."""
+that returns what a killed owner left behind.
+
+Whose user id a sandbox runs as (`sandbox_user`). As root, the slot's id itself. Without root, a
+user namespace mapping one id to one id (bubblewrap's `--unshare-user --uid N`) would not help:
+the kernel still sees the owner's id, so every file of the owner's that the sandbox's root shows
+(an install prefix, the interpreter's) stays readable and the process budget is the owner's. So
+the sandbox runs in a user namespace whose root is the owner and whose other ids are the owner's
+subordinate ids (/etc/subuid and /etc/subgid, which Debian's useradd gives every new user, mapped
+by the setuid newuidmap and newgidmap of the `uidmap` package, as rootless containers do): inside
+it the same two bubblewraps run as they do for root, and the command's id is a subordinate one,
+which owns nothing of the owner's and may signal none of its processes. Where the host gives no
+subordinate ids (no range, no uidmap, no unprivileged user namespaces) the commands keep the
+owner's id, said once per process: refusing would stop every code verification on a host where
+uidmap is not installed (Debian does not by default), while the allow-list root
+(`sandbox.system_root`) already keeps the home, the key and the runs out of the sandbox whoever it
+runs as; what the owner's id adds is the owner-only files inside what that root shows."""
 
 from __future__ import annotations
 
 import functools
 import os
+import pwd
 import queue
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -17,6 +34,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from gymflow.core import progress
 from gymflow.core.processes import pid_alive
 
 #: Sandbox user ids live far above any real account: base + (pid % 4096) * 64 + slot.
@@ -58,6 +76,95 @@ def held_slot() -> Iterator[int]:
 
 def sandbox_uid(slot: int) -> int:
     return UID_BASE + (os.getpid() % 4096) * SLOT_SPAN + slot
+
+
+# -- whose user id a sandbox runs as -------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SandboxUser:
+    """Who a sandbox's command runs as: `uid` (and the group of the same number), taken by
+    setpriv before the inner bubblewrap, in the user namespace `namespace` starts; None keeps the
+    caller's id. `namespace` is the command line that starts the outer bubblewrap: empty as root,
+    else `unshare` making a namespace whose root is the caller (what it owns stays its own) and
+    whose ids 1..SLOT_SPAN are subordinate ids. Root in either namespace is the caller itself."""
+
+    uid: int | None
+    namespace: tuple[str, ...] = ()
+
+
+def sandbox_user(uid: int) -> SandboxUser:
+    """Who runs a sandbox whose slot gives it `uid` (a `sandbox_uid`): see the module docstring."""
+    if os.geteuid() == 0:
+        return SandboxUser(uid)
+    namespace = _subordinate_namespace()
+    if isinstance(namespace, str):
+        return SandboxUser(None)
+    return SandboxUser(1 + (uid - UID_BASE) % SLOT_SPAN, namespace)
+
+
+#: Where the host lists each user's subordinate ids: `name-or-uid:first:count` a line.
+SUBORDINATE_FILES = (Path("/etc/subuid"), Path("/etc/subgid"))
+
+
+@functools.cache
+def _subordinate_namespace() -> tuple[str, ...] | str:
+    """The `unshare` command line that maps our id to root and SLOT_SPAN subordinate ids after
+    it, tried once; or why there is none, said once (the commands then keep our id)."""
+    namespace = _namespace_command()
+    if isinstance(namespace, tuple):
+        try:
+            tried = subprocess.run(
+                [*namespace, "/bin/true"], capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            namespace = f"a user namespace could not be made: {exc}"
+        else:
+            if tried.returncode == 0:
+                return namespace
+            last = (tried.stderr.strip().splitlines() or ["no message"])[-1]
+            namespace = f"a user namespace of subordinate ids could not be made: {last}"
+    progress.say(
+        f"warning: sandboxed commands run as your own user id: {namespace}. The sandbox still "
+        "shows only the system's programs and the agent's installs, but what you own among them "
+        "is readable to what runs in it"
+    )
+    return namespace
+
+
+def _namespace_command() -> tuple[str, ...] | str:
+    unshare, newuidmap, newgidmap = map(shutil.which, ("unshare", "newuidmap", "newgidmap"))
+    if unshare is None or newuidmap is None or newgidmap is None:
+        return "newuidmap and newgidmap are not installed (Debian: apt-get install uidmap)"
+    subuid, subgid = map(_subordinate_range, SUBORDINATE_FILES)
+    if subuid is None or subgid is None:
+        return (
+            f"/etc/subuid or /etc/subgid gives this user no range of {SLOT_SPAN} ids "
+            "(usermod --add-subuids FIRST-LAST --add-subgids FIRST-LAST)"
+        )
+    return (
+        unshare,
+        "--map-root-user",
+        f"--map-users={subuid},1,{SLOT_SPAN}",
+        f"--map-groups={subgid},1,{SLOT_SPAN}",
+        "--",
+    )
+
+
+def _subordinate_range(path: Path) -> int | None:
+    """The first id of this user's first range in `path` (named by user name or number, in both
+    files) holding at least SLOT_SPAN ids, or None."""
+    names = {str(os.geteuid())}
+    with suppress(KeyError):
+        names.add(pwd.getpwuid(os.geteuid()).pw_name)
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        owner, _, rest = line.strip().partition(":")
+        first, _, count = rest.partition(":")
+        if owner in names and first.isdigit() and count.isdigit() and int(count) >= SLOT_SPAN:
+            return int(first)
+    return None
 
 
 # -- scratch folders -----------------------------------------------------------------------------
