@@ -136,6 +136,35 @@ def test_the_root_shows_the_system_and_the_installs_only(
     assert (uid.strip() == "0") is (as_caller and os.geteuid() == 0), uid
 
 
+@pytest.mark.parametrize("as_caller", [False, True], ids=["own-uid", "caller-uid"])
+def test_etc_names_the_sandboxs_user_and_not_the_hosts(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, as_caller: bool
+) -> None:
+    if as_caller:
+        _as_caller(monkeypatch)
+    host_accounts = [line.split(":")[0] for line in Path("/etc/passwd").read_text().splitlines()]
+    facts = "/etc/subuid /etc/machine-id /etc/hostname /etc/passwd-"
+
+    async def scenario():
+        async with BubblewrapSandbox(SandboxSpec(workspace=workspace)) as box:
+            return await box.exec(
+                f"id -un; cat /etc/passwd; echo ---; cat {facts} 2>/dev/null; echo ---; "
+                "awk 'BEGIN { print \"awk through /etc/alternatives\" }'",
+                timeout_s=30,
+            )
+
+    result = run(scenario())
+    assert result.exit_code == 0, result.output
+    names, facts_seen, awk = result.output.split("---\n")
+    user, *accounts = names.splitlines()
+    assert user == "sandbox", result.output
+    listed = {line.split(":")[0] for line in accounts}
+    assert listed == {"sandbox", "nobody"} | ({"root"} if "sandbox:x:0:" not in names else set())
+    assert not set(host_accounts) - {"root", "nobody"} & {a.split(":")[0] for a in accounts}
+    assert facts_seen == "", facts_seen
+    assert awk == "awk through /etc/alternatives\n", awk
+
+
 def test_an_install_that_would_show_the_users_folders_is_refused(
     workspace: Path, host_folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

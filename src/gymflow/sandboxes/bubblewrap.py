@@ -4,11 +4,16 @@ own writable folders, with no network but the model endpoint.
 Design. Every command runs in a fresh bubblewrap (new network, PID, IPC and UTS namespaces) over a
 root built from an allow-list, the code sandbox's (`gymflow.verifiers.sandbox.system_root`): /usr
 with /bin, /sbin and /lib*, /etc (its files that not every user may read left out: shadow,
-private keys), and the install prefixes the agent runs from (`SandboxSpec.installs`; a venv
+private keys; /etc/passwd and /etc/group listing the sandbox's own user, not the host's accounts;
+the host's name, machine id and subordinate-id lists empty), and the install prefixes the agent
+runs from (`SandboxSpec.installs`; a venv
 brings its interpreter's prefix, bound alone even where it lies in a folder that stays hidden,
 pyenv under a home folder). Nothing else of the host is there: not read-only but absent, so the
 home folder, the seal key's folder, the runs, other copies of the task and the host's /tmp
-cannot be read by the agent or the task's tests, whoever the command runs as. The sandbox's
+cannot be read by the agent or the task's tests, whoever the command runs as. /etc is shown
+whole rather than from a list: Debian's programs reach into it from /usr (424 links here: awk and
+the editor through /etc/alternatives, a JDK's conf, Python's sitecustomize), so a list would break
+what a task's tests run, for files every user of the host may read anyway. The sandbox's
 folders (/app, /logs, /tests, /solution, /tmp) are folders in a scratch directory bound
 writable, so files live from command to command while processes do not. The paths the task names
 as `hidden` (its tests and its solution: the answer key) are hidden too where they lie under a
@@ -154,6 +159,8 @@ class BubblewrapSandbox(Sandbox):
             for folder in FOLDERS:
                 self._host_path(folder).mkdir()
             (self._scratch / "run").mkdir(mode=0o700)  # the model socket: no other user's way in
+            uid = self._user.uid if self._user.uid is not None else os.geteuid()
+            self._root += _accounts(self._scratch / "etc", uid)
             await self.upload(self.spec.workspace, WORKDIR)
         except BaseException:
             await self.stop()
@@ -411,6 +418,42 @@ def _install_folders(installs: tuple[Path, ...]) -> list[Path]:
         if python.exists():
             folders.add(python.resolve().parent.parent)
     return sorted(f for f in folders if f != Path("/"))
+
+
+#: Files of /etc that name the host's accounts or the host itself, hidden (shown empty) though
+#: every user may read them: the account lists are replaced by `_accounts`.
+_HOST_FACTS = (
+    "passwd-",
+    "group-",
+    "subuid",
+    "subuid-",
+    "subgid",
+    "subgid-",
+    "machine-id",
+    "hostname",
+)
+
+
+def _accounts(folder: Path, uid: int) -> list[str]:
+    """Arguments that show /etc/passwd and /etc/group naming root, nobody and the sandbox's own
+    user (`uid`, home /tmp) only, written in `folder`: the host's accounts and their home folders
+    are not listed, and the command's id has a name (git and ssh refuse an id without one)."""
+    folder.mkdir(mode=0o755)
+    # by id, the sandbox's last: a test run as root that keeps our id names it sandbox too
+    users = {0: "root:x:0:0:root:/root:/usr/sbin/nologin"}
+    users[65534] = "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin"
+    users[uid] = f"sandbox:x:{uid}:{uid}:gymflow sandbox:/tmp:/bin/bash"
+    groups = {0: "root:x:0:", 65534: "nogroup:x:65534:", uid: f"sandbox:x:{uid}:"}
+    files = {"passwd": users, "group": groups}
+    argv: list[str] = []
+    for name, lines in files.items():
+        (folder / name).write_text("".join(f"{line}\n" for line in lines.values()))
+        (folder / name).chmod(0o644)
+        argv += ["--ro-bind", str(folder / name), f"/etc/{name}"]
+    for name in _HOST_FACTS:
+        if os.path.lexists(f"/etc/{name}"):
+            argv += ["--ro-bind", "/dev/null", f"/etc/{name}"]
+    return argv
 
 
 def _etc_secrets_hidden() -> list[str]:
