@@ -12,11 +12,8 @@ caller's user id: `sandbox_user` made to keep it, as where the host gives no sub
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pwd
-import shlex
 import shutil
 import subprocess
 import sys
@@ -27,6 +24,14 @@ import orjson
 import pytest
 
 from tests.conftest import gym, require_tool
+from tests.owner import (
+    OWNER,
+    OWNER_WITHOUT_SUBIDS,
+    as_owner,
+    non_root_user,
+    owner_env,
+    owner_folder,
+)
 
 SHIPPED = Path(__file__).resolve().parents[2] / "src" / "gymflow" / "builtin" / "workspace"
 
@@ -111,98 +116,15 @@ def test_neither_the_test_nor_the_agent_sees_the_owners_files(
 
 
 # -- a non-root owner --------------------------------------------------------------------------
-#: The users the owner's tests run as, made once per machine: one with subordinate ids (as
-#: Debian's useradd gives every new user), one without (a system user gets none).
-OWNER, OWNER_WITHOUT_SUBIDS = "gymflow-test-owner", "gymflow-test-nosubids"
 SCENARIO = Path(__file__).with_name("non_root_owner.py")
 
 
-def _test_user(name: str, subordinate: bool) -> tuple[int, int]:
-    """A non-root user (uid, gid), made under a lock (xdist workers share the machine)."""
-    if os.geteuid() != 0:
-        pytest.skip("makes a non-root owner of its own: run as root (CI does)")
-    for tool in ("useradd", "usermod", "setpriv", "unshare", "bwrap"):
-        require_tool(tool)
-    if subordinate:
-        require_tool("newuidmap")  # the uidmap package, which .ci/run installs
-    with open("/var/tmp/gymflow-test-users.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            user = pwd.getpwnam(name)
-        except KeyError:
-            extra = ["--create-home"] if subordinate else ["--system", "--no-create-home"]
-            subprocess.run(["useradd", *extra, "--shell", "/bin/sh", name], check=True)
-            user = pwd.getpwnam(name)
-        listed = (
-            [line.split(":")[0] for line in Path("/etc/subuid").read_text().splitlines() if line]
-            if Path("/etc/subuid").exists()
-            else []
-        )
-        if subordinate and name not in listed:
-            first = _free_subordinate_id()
-            ids = f"{first}-{first + 65535}"
-            subprocess.run(
-                ["usermod", "--add-subuids", ids, "--add-subgids", ids, name], check=True
-            )
-    return user.pw_uid, user.pw_gid
-
-
-def _free_subordinate_id() -> int:
-    ends = [100_000]
-    for path in (Path("/etc/subuid"), Path("/etc/subgid")):
-        for line in path.read_text().splitlines() if path.exists() else []:
-            _, first, count = line.split(":")
-            ends.append(int(first) + int(count))
-    return max(ends)
-
-
-def _reachable(paths: list[Path], stage: Path) -> list[str]:
-    """A command (as root) that runs what follows it in a mount namespace of its own where
-    another user reaches `paths`: a folder no other user may search on the way (root's 0700 home,
-    where pyenv puts this interpreter and CI may clone the project) is replaced by an empty one
-    with only `paths` bound back, through `stage`, an empty folder. Not bubblewrap: it sets
-    no_new_privs, under which the setuid newuidmap maps nothing."""
-    closed: set[Path] = set()
-    wanted: set[Path] = set()
-    for path in paths:
-        above = [a for a in reversed(path.parents) if a != Path("/") and not a.stat().st_mode & 1]
-        if above:
-            closed.add(above[0])
-            wanted.add(path)
-    lines = ["set -e"]
-    for folder in sorted(closed):
-        staged = shlex.quote(f"{stage}{folder}")
-        lines += [f"mkdir -p {staged}", f"mount --rbind {shlex.quote(str(folder))} {staged}"]
-    for folder in sorted(closed):
-        lines.append(f"mount -t tmpfs -o mode=0755 tmpfs {shlex.quote(str(folder))}")
-    for path in sorted(wanted):
-        quoted, staged = shlex.quote(str(path)), shlex.quote(f"{stage}{path}")
-        lines += [f"mkdir -p {quoted}", f"mount --rbind {staged} {quoted}"]
-    script = "\n".join([*lines, 'exec "$@"'])
-    unshare = shutil.which("unshare") or "unshare"
-    return [unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh"]
-
-
-def _as_owner(uid: int, gid: int, work: Path, secret: str) -> tuple[dict, str]:
+def _as_owner(uid: int, gid: int, folder: Path, secret: str) -> tuple[dict, str]:
     """non_root_owner.py run as `uid` with this interpreter and this gymflow; its findings and
     its stderr."""
-    work.mkdir(mode=0o700)
-    os.chown(work, uid, gid)
-    needed = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parents[1]}
-    needed |= {Path(p) for p in sys.path if p and Path(p).is_dir()}
-    needed.add(SCENARIO.parent)
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(work / "home"),
-        "XDG_CONFIG_HOME": str(work / "config"),
-        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
-        "LANG": "C.UTF-8",
-    }
-    stage = work.parent / "stage"
-    stage.mkdir(mode=0o700)
-    argv = _reachable(sorted(needed), stage)
-    argv += [shutil.which("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={gid}"]
-    argv += ["--clear-groups", "--", sys.executable, str(SCENARIO), str(work), secret]
+    work = owner_folder(folder / "owner", uid, gid)
+    argv = [*as_owner(uid, gid, folder / "stage"), sys.executable, str(SCENARIO), str(work), secret]
+    env = owner_env(work)
     ran = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, cwd="/")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     return json.loads(ran.stdout.splitlines()[-1]), ran.stderr
@@ -214,9 +136,9 @@ def test_a_non_root_owners_sandbox_runs_as_a_user_of_its_own(host_folder: Path) 
     sandbox shows (before: the owner's id, so they did), nor the seal key (not there), nor kill
     the owner's process (not in their PID namespace); the owner still copies out and removes
     what the command left, a 0600 file and a folder of mode 000 included."""
-    uid, gid = _test_user(OWNER, subordinate=True)
+    uid, gid = non_root_user(OWNER, subordinate=True)
     secret = "OWNER-TOKEN-" + os.urandom(4).hex()
-    seen, stderr = _as_owner(uid, gid, host_folder / "owner", secret)
+    seen, stderr = _as_owner(uid, gid, host_folder, secret)
     workspace, code = seen["workspace"], seen["code"]
     output = workspace["output"]
     assert seen["owner_uid"] == uid
@@ -235,9 +157,9 @@ def test_a_non_root_owners_sandbox_runs_as_a_user_of_its_own(host_folder: Path) 
 def test_without_subordinate_ids_the_owners_id_is_kept_and_said(host_folder: Path) -> None:
     """No subordinate ids for the owner: the commands keep its id (the allow-list root still
     keeps the key out, and the PID namespace its processes), and gymflow says so once."""
-    uid, gid = _test_user(OWNER_WITHOUT_SUBIDS, subordinate=False)
+    uid, gid = non_root_user(OWNER_WITHOUT_SUBIDS, subordinate=False)
     secret = "OWNER-TOKEN-" + os.urandom(4).hex()
-    seen, stderr = _as_owner(uid, gid, host_folder / "owner", secret)
+    seen, stderr = _as_owner(uid, gid, host_folder, secret)
     output = seen["workspace"]["output"]
     assert f"uid {uid}\n" in output, output
     assert "/gymflow/seal.key: No such file or directory" in output, output

@@ -7,6 +7,8 @@ the installs, a failure in CI."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from gymflow.harness.agents import CODEX_PREFIX, MINI_SWE_AGENT, MINI_VENV
 from gymflow.simulated.local_server import free_port
 from tests.conftest import GYM, gym, require_tool
 from tests.interop.test_atif import harbor_python, validate
+from tests.owner import OWNER, as_owner, non_root_user, owner_env, owner_folder
 from tests.servers import serving, venv_with
 
 SHIPPED = Path(__file__).resolve().parents[2] / "src" / "gymflow" / "builtin" / "workspace"
@@ -146,3 +149,32 @@ def test_a_prefix_the_sandbox_hides_is_refused(monkeypatch) -> None:
     monkeypatch.setenv("GYMFLOW_MINISWE_VENV", "/tmp")
     monkeypatch.setattr("os.access", lambda path, mode: True)
     assert "which the sandbox replaces" in (MINI_SWE_AGENT.missing() or "")
+
+
+@pytest.mark.parametrize("agent", ["mini-swe-agent", "codex"])
+def test_a_non_root_owner_runs_the_real_agent(
+    agent: str, scripted_model: str, host_folder: Path, prefect_api: str
+) -> None:
+    """`gym eval run` as a real non-root user: the agent and the task's tests run as one of its
+    subordinate ids (sandbox_host.sandbox_user), and still reach the reward."""
+    require_tool("bwrap")
+    venv_with(*INSTALLS[agent])
+    uid, gid = non_root_user(OWNER, subordinate=True)
+    work = owner_folder(host_folder / "owner", uid, gid)
+    config = {
+        "benchmark": "workspace-basics", "limit": 1, "repeats": 1,
+        "harness": {"name": "command", "agent": agent, "max_turns": 8},
+        "model": {"kind": "responses", "base_url": scripted_model, "name": "scripted",
+                  "max_retries": 0, "timeout_s": 300},
+        "out": "runs/owner", "concurrency": 1,
+    }  # fmt: skip
+    (work / "eval.yaml").write_text(json.dumps(config))
+    os.chown(work / "eval.yaml", uid, gid)
+    argv = [*as_owner(uid, gid, host_folder / "stage"), GYM, "eval", "run", "eval.yaml"]
+    env = owner_env(work, PREFECT_API_URL=prefect_api)
+    ran = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=1200)
+    store = work / "runs" / "owner" / "gymflow.duckdb"
+    assert store.exists(), ran.stdout + ran.stderr
+    assert "run as your own user id" not in ran.stderr, ran.stderr
+    [(_, status, kind, reward, recorded, logged)] = outcomes(store)
+    assert (status, kind, reward, recorded, logged) == ("completed", None, 1.0, 2, 2)
