@@ -17,13 +17,15 @@ import gymflow.verifiers.sandbox as code_sandbox
 from gymflow.core.user_folders import user_config
 from gymflow.sandboxes import SandboxSpec
 from gymflow.sandboxes.bubblewrap import BubblewrapSandbox
+from gymflow.verifiers import sandbox_host
 from gymflow.verifiers.sandbox import CandidateRaised, Sandbox
 
 TEST_SH = """echo "uid $(id -u)"
 echo "token $(cat {token} 2>&1)"
 echo "key $(cat {key} 2>&1)"
 kill -9 {victim} 2>&1; echo "kill $?"
-mkdir -p /logs/verifier; echo private > /logs/verifier/private.txt; chmod 600 /logs/verifier/private.txt
+mkdir -p /logs/verifier; echo private > /logs/verifier/private.txt
+chmod 600 /logs/verifier/private.txt
 mkdir -p /app/closed/deeper; echo inside > /app/closed/deeper/f; chmod 000 /app/closed
 """
 
@@ -82,6 +84,23 @@ def code(token: Path, victim: int) -> list[object]:
             return [f"raised {exc}"]
 
 
+def orphan(work: Path) -> bool | None:
+    """Whether sweep_orphans removes a scratch folder whose owner was killed while a command had
+    it: a folder of a subordinate id's, mode 700 (None without subordinate ids)."""
+    namespace = sandbox_host._subordinate_namespace()
+    if isinstance(namespace, str):
+        return None
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    root = work / "scratch"
+    folder = root / f"{sandbox_host.SCRATCH_PREFIX}{gone.pid}-x" / "app"
+    folder.mkdir(parents=True)
+    lent = 'touch "$0/f" && chown -R 5:5 "$0" && chmod 700 "$0"'
+    subprocess.run([*namespace, "/bin/sh", "-c", lent, str(folder)], check=True)
+    sandbox_host.sweep_orphans(str(root))
+    return not folder.parent.exists()
+
+
 def main() -> None:
     work, secret = Path(sys.argv[1]), sys.argv[2]
     token = work / "agent" / "token"
@@ -99,6 +118,7 @@ def main() -> None:
             "workspace": asyncio.run(workspace(work, token, key, victim.pid)),
             "code": code(token, victim.pid),
             "victim_alive": victim.poll() is None,
+            "orphan_removed": orphan(work),
         }
     finally:
         victim.send_signal(signal.SIGKILL)

@@ -151,6 +151,7 @@ def test_a_non_root_owners_sandbox_runs_as_a_user_of_its_own(host_folder: Path) 
     assert seen["victim_alive"], seen
     assert workspace.get("copied") == "private\n" and workspace["reset"] == "done", workspace
     assert workspace["scratch_left"] is False, workspace
+    assert seen["orphan_removed"] is True, seen  # what a killed owner left as a subordinate id
     assert "run as your own user id" not in stderr, stderr
 
 

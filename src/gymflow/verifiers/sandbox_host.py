@@ -176,6 +176,8 @@ def sweep_orphans(root: str | None = None) -> list[Path]:
     for folder in Path(root or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
         if _orphaned(folder) and folder.is_dir():
             shutil.rmtree(folder, ignore_errors=True)
+            if folder.exists() and os.geteuid() != 0:
+                _remove_as_namespace_root(folder)
             removed.append(folder)
     cgroups = memory_cgroups()
     if cgroups is not None and root is None:
@@ -183,6 +185,15 @@ def sweep_orphans(root: str | None = None) -> list[Path]:
             if _orphaned(group) and cgroups.remove(group):
                 removed.append(group)
     return removed
+
+
+def _remove_as_namespace_root(folder: Path) -> None:
+    """Remove what a command left in `folder` as one of our subordinate ids (its owner was killed
+    before it took the folders back): only root of our user namespace may."""
+    namespace = _subordinate_namespace()
+    if isinstance(namespace, tuple):
+        with suppress(OSError, subprocess.SubprocessError):
+            subprocess.run([*namespace, "rm", "-rf", "--", str(folder)], timeout=60, check=False)
 
 
 def _orphaned(path: Path) -> bool:
