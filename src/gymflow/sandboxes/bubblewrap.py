@@ -6,9 +6,8 @@ root built from an allow-list, the code sandbox's (`gymflow.verifiers.sandbox.sy
 with /bin, /sbin and /lib*, /etc (its files that not every user may read left out: shadow,
 private keys; /etc/passwd and /etc/group listing the sandbox's own user, not the host's accounts;
 the host's name, machine id and subordinate-id lists empty), and the install prefixes the agent
-runs from (`SandboxSpec.installs`; a venv
-brings its interpreter's prefix, bound alone even where it lies in a folder that stays hidden,
-pyenv under a home folder). Nothing else of the host is there: not read-only but absent, so the
+runs from (`SandboxSpec.installs`; a venv brings its interpreter's prefix, bound alone even where
+it lies in a folder that stays hidden, pyenv under a home folder). Nothing else of the host is there: not read-only but absent, so the
 home folder, the seal key's folder, the runs, other copies of the task and the host's /tmp
 cannot be read by the agent or the task's tests, whoever the command runs as. /etc is shown
 whole rather than from a list: Debian's programs reach into it from /usr (424 links here: awk and

@@ -98,6 +98,9 @@ def sandbox_user(uid: int) -> SandboxUser:
     namespace = _subordinate_namespace()
     if isinstance(namespace, str):
         return SandboxUser(None)
+    # One id per slot of this process. Another process's sandboxes may take the same one: every
+    # command has a user namespace of its own (and PID, IPC, network and mount namespaces), and
+    # the kernel counts processes per user namespace, so no two share anything by the id.
     return SandboxUser(1 + (uid - UID_BASE) % SLOT_SPAN, namespace)
 
 
