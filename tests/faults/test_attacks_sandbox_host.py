@@ -166,5 +166,7 @@ def test_without_subordinate_ids_the_owners_id_is_kept_and_said(host_folder: Pat
     assert "/gymflow/seal.key: No such file or directory" in output, output
     assert "No such process" in output and seen["victim_alive"], seen
     assert secret in output  # what it owns among the shown folders: the stated limit
+    workspace = seen["workspace"]
+    assert workspace["reset"] == "done" and workspace["scratch_left"] is False, workspace
     assert stderr.count("warning: sandboxed commands run as your own user id") == 1, stderr
     assert "gives this user no range" in stderr, stderr

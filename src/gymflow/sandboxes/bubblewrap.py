@@ -7,18 +7,18 @@ with /bin, /sbin and /lib*, /etc (its files that not every user may read left ou
 private keys; /etc/passwd and /etc/group listing the sandbox's own user, not the host's accounts;
 the host's name, machine id and subordinate-id lists empty), and the install prefixes the agent
 runs from (`SandboxSpec.installs`; a venv brings its interpreter's prefix, bound alone even where
-it lies in a folder that stays hidden, pyenv under a home folder). Nothing else of the host is there: not read-only but absent, so the
-home folder, the seal key's folder, the runs, other copies of the task and the host's /tmp
-cannot be read by the agent or the task's tests, whoever the command runs as. /etc is shown
-whole rather than from a list: Debian's programs reach into it from /usr (424 links here: awk and
-the editor through /etc/alternatives, a JDK's conf, Python's sitecustomize), so a list would break
-what a task's tests run, for files every user of the host may read anyway. The sandbox's
-folders (/app, /logs, /tests, /solution, /tmp) are folders in a scratch directory bound
-writable, so files live from command to command while processes do not. The paths the task names
-as `hidden` (its tests and its solution: the answer key) are hidden too where they lie under a
-shown folder. The network namespace is empty; the model server is reached through a unix socket
-bound in (gymflow.sandboxes.model_socket and model_bridge), so the agent's only way out is the
-endpoint gymflow records.
+it lies in a folder that stays hidden, pyenv under a home folder). Nothing else of the host is
+there: not read-only but absent, so the home folder, the seal key's folder, the runs, other
+copies of the task and the host's /tmp cannot be read by the agent or the task's tests, whoever
+the command runs as. /etc is shown whole rather than from a list: Debian's programs reach into it
+from /usr (424 links here: awk and the editor through /etc/alternatives, a JDK's conf, Python's
+sitecustomize), so a list would break what a task's tests run, for files every user of the host
+may read anyway. The sandbox's folders (/app, /logs, /tests, /solution, /tmp) are folders in a
+scratch directory bound writable, so files live from command to command while processes do not.
+The paths the task names as `hidden` (its tests and its solution: the answer key) are hidden
+too where they lie under a shown folder. The network namespace is empty; the model server is
+reached through a unix socket bound in (gymflow.sandboxes.model_socket and model_bridge), so the
+agent's only way out is the endpoint gymflow records.
 
 Limits, from task.toml: memory through a memory cgroup per command where the host lets us make one
 (the code sandbox's, gymflow.verifiers.sandbox_host), else an address-space rlimit; CPUs by pinning
@@ -225,21 +225,28 @@ class BubblewrapSandbox(Sandbox):
         path.mkdir(parents=True)
 
     async def _lend(self) -> None:
-        """Give the sandbox's folders and the model socket to the user its command runs as."""
-        assert self._scratch is not None and self._user.uid is not None
+        """Give the sandbox's folders and the model socket to the user its command runs as (ours
+        already where it keeps our id)."""
+        assert self._scratch is not None
         self._lent = True
         paths = [self._host_path(folder) for folder in FOLDERS]
         if self._socket is not None:
             paths.append(self._socket.path)
-        await self._chown(paths, self._user.uid)
+        if self._user.uid is not None:
+            await self._chown(paths, self._user.uid)
 
     async def _give_back(self) -> None:
         """Take the folders back once the command has ended (root of the user namespace, where
         there is one, is us): what it left is ours to copy out and remove, and without root
         (which reads and removes whatever the modes) made readable and writable to us too."""
-        if self._lent:
-            await self._chown([self._host_path(folder) for folder in FOLDERS], 0)
-            self._lent = False
+        if not self._lent:
+            return
+        folders = [self._host_path(folder) for folder in FOLDERS]
+        if self._user.uid is not None:
+            await self._chown(folders, 0)
+        else:  # our own files: a folder the command left at mode 000 is still ours to open
+            await asyncio.to_thread(_open_to_owner, folders)
+        self._lent = False
 
     async def _chown(self, paths: list[Path], uid: int) -> None:
         """`paths` and everything under them to `uid` (of the sandbox user's namespace), links
@@ -323,8 +330,7 @@ class BubblewrapSandbox(Sandbox):
         started = time.monotonic()
         limit = None
         try:
-            if self._user.uid is not None:
-                await self._lend()
+            await self._lend()
             with open(log, "wb") as output:
                 try:
                     proc = await asyncio.create_subprocess_exec(
@@ -504,6 +510,26 @@ class _Limits:
         resource.setrlimit(resource.RLIMIT_NPROC, (self.budget, self.budget))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         os.sched_setaffinity(0, self.cores)
+
+
+def _open_to_owner(roots: list[Path]) -> None:
+    """What chmod -R u+rwX does, in this process: every folder under `roots` readable, writable
+    and searchable to its owner, every file readable and writable; links are left as they are
+    (the command's processes have ended: nothing swaps a folder for a link meanwhile)."""
+    for root in roots:
+        _add_mode(str(root), 0o700)
+        for folder, dirs, files in os.walk(root):
+            for name in dirs:
+                _add_mode(os.path.join(folder, name), 0o700)  # before os.walk lists it
+            for name in files:
+                _add_mode(os.path.join(folder, name), 0o600)
+
+
+def _add_mode(path: str, bits: int) -> None:
+    with contextlib.suppress(OSError):
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISLNK(mode) and mode & bits != bits:
+            os.chmod(path, stat.S_IMODE(mode) | bits)
 
 
 def _tail(log: Path) -> str:
