@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 from gymflow.core.bounded_files import FileBoundError
+from gymflow.core.trees import remove_tree
 from gymflow.core.user_folders import user_config
 from gymflow.sandboxes.base import FOLDERS, WORKDIR, ExecResult, Sandbox, SandboxError, SandboxSpec
 from gymflow.sandboxes.model_socket import INSIDE_PORT, ModelSocket, inside_url
@@ -151,7 +152,8 @@ class BubblewrapSandbox(Sandbox):
             await self._socket.close()
             self._socket = None
         if self._scratch is not None:
-            await asyncio.to_thread(shutil.rmtree, self._scratch, True)
+            with contextlib.suppress(OSError):  # sweep_orphans takes what stays
+                await asyncio.to_thread(remove_tree, self._scratch)
             self._scratch = None
         if self._uid is not None:
             _give_uid(self._uid)
@@ -201,8 +203,11 @@ class BubblewrapSandbox(Sandbox):
     async def reset(self, inside: str) -> None:
         """Empty a folder inside (what a command left there is gone, links included)."""
         path = self._host_path(inside)
-        await asyncio.to_thread(shutil.rmtree, path, True)
-        path.mkdir(parents=True)
+        try:
+            await asyncio.to_thread(remove_tree, path)
+            path.mkdir(parents=True)
+        except OSError as exc:
+            raise SandboxError(f"cannot empty the sandbox's {inside}: {exc}") from None
         await self._own(inside)
 
     async def _own(self, *insides: str) -> None:

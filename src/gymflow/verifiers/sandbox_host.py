@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import os
 import queue
-import shutil
 import signal
 import tempfile
 import threading
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gymflow.core.processes import pid_alive
+from gymflow.core.trees import remove_tree
 
 #: Sandbox user ids live far above any real account: base + (pid % 4096) * 64 + slot.
 UID_BASE = 1_000_000
@@ -68,7 +68,8 @@ def sweep_orphans(root: str | None = None) -> list[Path]:
     removed = []
     for folder in Path(root or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
         if _orphaned(folder) and folder.is_dir():
-            shutil.rmtree(folder, ignore_errors=True)
+            with suppress(OSError):
+                remove_tree(folder)
             removed.append(folder)
     cgroups = memory_cgroups()
     if cgroups is not None and root is None:
