@@ -133,6 +133,8 @@ def runs_trend(
     entries = [e for e in found if e.seals != "edited"]
     for e in left_out:
         errors.print(styled(("left out:", "bold yellow")), _edited(e), highlight=False)
+    for run_dir, why in catalog.skipped:  # a store that cannot be read never stops the trend
+        errors.print(styled(("skipped:", "bold yellow")), f"{_shown(run_dir)}: {why}")
     if not entries:
         narrowed = "".join(
             f" with {flag} {value}" for flag, value in (("--model", model), ("--arm", arm)) if value
@@ -153,6 +155,7 @@ def runs_trend(
                 "left_out": [
                     {"run_dir": e.run_dir, "why": f"seals fail: {e.seals_edited}"} for e in left_out
                 ],
+                "skipped": [{"run_dir": d, "why": why} for d, why in catalog.skipped],
             }
         )
         return

@@ -31,6 +31,7 @@ __all__ = [
     "same_text",
     "statuses",
     "tasks",
+    "trees",
     "user_folders",
     "written",
 ]

@@ -23,8 +23,10 @@ import duckdb
 from gymflow.analysis.outcomes import check_verifier_version
 from gymflow.analysis.profile import headline
 from gymflow.analysis.seals import store_seals
+from gymflow.core.errors import GymflowError
+from gymflow.core.trees import walk
 from gymflow.core.user_folders import private_folder, user_cache
-from gymflow.store.db import STORE_FILE, StoreError, StoreFailure, connect, transaction
+from gymflow.store.db import STORE_FILE, StoreError, connect, transaction
 from gymflow.store.runs import run_info
 
 #: Shard stores are parts of a run, merged into its store: not runs of their own.
@@ -86,11 +88,8 @@ _DDL = "CREATE TABLE IF NOT EXISTS runs ({})".format(
 def find_stores(root: Path) -> Iterator[Path]:
     """Every run directory under `root` (itself included), shard stores left out."""
     root = root.resolve()
-    for folder, subfolders, files in os.walk(root):
-        depth = len(Path(folder).relative_to(root).parts)
+    for folder, subfolders, files in walk(root, MAX_DEPTH):
         subfolders[:] = sorted(d for d in subfolders if d != SHARD_FOLDER and not d.startswith("."))
-        if depth >= MAX_DEPTH:
-            subfolders.clear()
         if STORE_FILE in files:
             yield Path(folder)
 
@@ -263,7 +262,7 @@ def refresh(root: Path) -> Catalog:
                 continue
             try:
                 entries.append(read_entry(run_dir))
-            except (StoreError, StoreFailure) as exc:  # another file, or one being written
+            except GymflowError as exc:  # another file, one being written, one to migrate
                 skipped.append((key, str(exc)))
                 if cached:
                     entries.append(cached)

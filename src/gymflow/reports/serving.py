@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from gymflow.core.trees import walk
 from gymflow.reports.render import CSP
 
 #: Base URL of a `gym serve reports` server, e.g. http://reports.internal:8200
@@ -40,6 +41,8 @@ SERVED_SUFFIXES = (".html", TRAJECTORIES)
 MEDIA_TYPES = {".html": "text/html; charset=utf-8", TRAJECTORIES: "application/x-ndjson"}
 #: Reports listed on the index page, newest first.
 INDEX_LIMIT = 500
+#: Folders below the root the index looks into (a run's reports sit two or three down).
+INDEX_DEPTH = 16
 
 
 @dataclass(frozen=True)
@@ -141,9 +144,10 @@ def _beside_report(name: str, folder: int) -> bool:
 def _reports(root: Path) -> list[tuple[Path, float]]:
     """The served reports with their modification times, found without following a symlinked
     folder (a link to / made every index page walk the whole file system, for files it would
-    not serve)."""
+    not serve) and at most INDEX_DEPTH folders down (`core.trees.walk`: a folder 1,100 deep made
+    the index answer 500, attack pass 8)."""
     found = []
-    for folder, _, names in os.walk(root):
+    for folder, _, names in walk(root, INDEX_DEPTH):
         for path in (Path(folder) / name for name in names if name.endswith(".html")):
             served = _open_served(root, path.relative_to(root).as_posix())
             if served is not None:

@@ -431,8 +431,13 @@ async def run_one(
         rollout.error = "".join(traceback.format_exception_only(exc)).strip()
     finally:
         if session_id is not None:
-            # a resources server that is gone took its sessions with it
-            with contextlib.suppress(ResourcesUnavailable):
+            try:
                 await server.close_session(session_id)
+            except ResourcesUnavailable:  # a resources server that is gone took its sessions
+                pass
+            except Exception as exc:  # a clean-up that failed is kept; the batch goes on
+                kept = "".join(traceback.format_exception_only(exc)).strip()
+                closing = f"closing the rollout's session failed: {kept}"
+                rollout.error = f"{rollout.error}\n\n{closing}" if rollout.error else closing
         rollout.finished_at = datetime.now(UTC)
     return rollout

@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 
 from gymflow.core.bounded_files import FileBoundError
+from gymflow.core.trees import remove_tree, walk
 from gymflow.core.user_folders import user_config
 from gymflow.sandboxes.base import FOLDERS, WORKDIR, ExecResult, Sandbox, SandboxError, SandboxSpec
 from gymflow.sandboxes.model_socket import INSIDE_PORT, ModelSocket, inside_url
@@ -172,7 +173,8 @@ class BubblewrapSandbox(Sandbox):
         if self._scratch is not None:
             with contextlib.suppress(SandboxError):  # removed as far as it can be
                 await self._give_back()
-            await asyncio.to_thread(shutil.rmtree, self._scratch, True)
+            with contextlib.suppress(OSError):  # sweep_orphans takes what stays
+                await asyncio.to_thread(remove_tree, self._scratch)
             self._scratch = None
         if self._uid is not None:
             _give_uid(self._uid)
@@ -221,8 +223,11 @@ class BubblewrapSandbox(Sandbox):
     async def reset(self, inside: str) -> None:
         """Empty a folder inside (what a command left there is gone, links included)."""
         path = self._host_path(inside)
-        await asyncio.to_thread(shutil.rmtree, path, True)
-        path.mkdir(parents=True)
+        try:
+            await asyncio.to_thread(remove_tree, path)
+            path.mkdir(parents=True)
+        except OSError as exc:
+            raise SandboxError(f"cannot empty the sandbox's {inside}: {exc}") from None
 
     async def _lend(self) -> None:
         """Give the sandbox's folders and the model socket to the user its command runs as (ours
@@ -257,7 +262,7 @@ class BubblewrapSandbox(Sandbox):
             def chown_tree() -> None:
                 for root in paths:
                     os.lchown(root, uid, uid)
-                    for folder, dirs, files in os.walk(root):
+                    for folder, dirs, files in walk(root):
                         for name in dirs + files:
                             os.lchown(os.path.join(folder, name), uid, uid)
 
@@ -518,9 +523,9 @@ def _open_to_owner(roots: list[Path]) -> None:
     (the command's processes have ended: nothing swaps a folder for a link meanwhile)."""
     for root in roots:
         _add_mode(str(root), 0o700)
-        for folder, dirs, files in os.walk(root):
+        for folder, dirs, files in walk(root):
             for name in dirs:
-                _add_mode(os.path.join(folder, name), 0o700)  # before os.walk lists it
+                _add_mode(os.path.join(folder, name), 0o700)  # before walk lists it
             for name in files:
                 _add_mode(os.path.join(folder, name), 0o600)
 

@@ -12,6 +12,7 @@ container, stopped after its time limit by restarting the container (its files s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import posixpath
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 from gymflow.core.bounded_files import FileBoundError
+from gymflow.core.trees import remove_tree
 from gymflow.sandboxes.base import FOLDERS, WORKDIR, ExecResult, Sandbox, SandboxError, SandboxSpec
 from gymflow.sandboxes.model_socket import INSIDE_PORT, ModelSocket, inside_url
 from gymflow.sandboxes.taken_out import copy_out
@@ -211,7 +213,8 @@ class ContainerSandbox(Sandbox):
             await _run(self.engine, "rm", "-f", self.container)
             self._started = False
         if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                remove_tree(self._scratch)
             self._scratch = None
 
 

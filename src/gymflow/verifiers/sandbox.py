@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.core.errors import RuntimeFailure
+from gymflow.core.trees import remove_tree
 from gymflow.verifiers.sandbox_host import (
     SCRATCH_PREFIX,
     held_slot,
@@ -400,7 +401,8 @@ class Sandbox:
                 os.close(fd)
         self._fds = []
         self.output_tail = self._output()[-_TAIL_CHARS:]
-        shutil.rmtree(self._scratch, ignore_errors=True)
+        with suppress(OSError):  # sweep_orphans takes what stays
+            remove_tree(self._scratch)
         self._slot.__exit__(None, None, None)
 
     def _output(self) -> str:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from gymflow.core import progress
 from gymflow.core.processes import pid_alive
+from gymflow.core.trees import remove_tree
 
 #: Sandbox user ids live far above any real account: base + (pid % 4096) * 64 + slot.
 UID_BASE = 1_000_000
@@ -178,7 +179,8 @@ def sweep_orphans(root: str | None = None) -> list[Path]:
     removed = []
     for folder in Path(root or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
         if _orphaned(folder) and folder.is_dir():
-            shutil.rmtree(folder, ignore_errors=True)
+            with suppress(OSError):
+                remove_tree(folder)
             if folder.exists() and os.geteuid() != 0:
                 _remove_as_namespace_root(folder)
             removed.append(folder)
