@@ -29,7 +29,6 @@ import functools
 import hmac
 import os
 import stat
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -262,21 +261,13 @@ class Sealer:
         return pa.StringArray.from_buffers(count, pa.py_buffer(offsets), pa.py_buffer(data))
 
 
-#: Rows a sealing or checking read takes from DuckDB at once (messages are dropped per batch).
-SEAL_BATCH = 65_536
-
-
-def _batches(con, sql: str, params: list | None = None) -> Iterator[pa.RecordBatch]:
-    yield from arrow_batches(con, sql, params, SEAL_BATCH)
-
-
 def sealed(con, key: SealKey, select: str, params: list | None = None) -> pa.Table | None:
     """The rows `select` gives (its last column the message, `message_sql` AS `MESSAGE`) with
     the message replaced by its seal, as Arrow (`seal`), read batch by batch; None for no rows.
     The key stays in this process: DuckDB gets the seals, never what makes them."""
     sealer = key.sealer
     parts = []
-    for batch in _batches(con, select, params):
+    for batch in arrow_batches(con, select, params):
         at = batch.schema.get_field_index(MESSAGE)
         columns = [batch.column(i) for i in range(batch.num_columns) if i != at]
         names = [name for i, name in enumerate(batch.schema.names) if i != at]
@@ -438,7 +429,7 @@ def _sealed_by(con, key: SealKey) -> bool:
     """Whether any stored verdict carries `key`'s seal."""
     if not _has_seal_column(con):
         return False
-    for batch in _batches(con, _VERDICT_MESSAGES + " WHERE v.seal IS NOT NULL"):
+    for batch in arrow_batches(con, _VERDICT_MESSAGES + " WHERE v.seal IS NOT NULL"):
         same = pc.equal(batch.column(1), key.sealer.seals(batch.column(2)))
         if pc.any(same).as_py():
             return True
@@ -929,7 +920,7 @@ def _mismatched(con, key: SealKey, legacy: int) -> pa.Array:
     sealer = key.sealer
     found: list[Any] = []
     unsealed: list[Any] = []
-    for batch in _batches(con, _VERDICT_MESSAGES):
+    for batch in arrow_batches(con, _VERDICT_MESSAGES):
         ids, stored = batch.column(0), batch.column(1)
         again = sealer.seals(batch.column(2))
         # a NULL seal compares as NULL, which `filter` drops: the unsealed are counted apart
@@ -946,7 +937,7 @@ def check_seals(con, max_examples: int = 10, *, earlier: bool = False) -> SealCh
     found, key = armed_state(con, earlier=earlier)
     if found.state == "stripped":
         ids = joined_strings(
-            [b.column(0) for b in _batches(con, "SELECT rollout_id FROM verifications")]
+            [b.column(0) for b in arrow_batches(con, "SELECT rollout_id FROM verifications")]
         )
     elif found.state == "sealed" and key is not None:
         ids = _mismatched(con, key, found.legacy)
