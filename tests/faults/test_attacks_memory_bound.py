@@ -95,8 +95,8 @@ def test_every_read_command_refuses_it_in_one_line(
     monkeypatch.setenv("GYMFLOW_ANALYSIS_MEMORY", BOUND)
     run = _hostile(honest, tmp_path / "run")
     digest = tree_digest(run)
-    words = [{"{run}": str(run), "{out}": str(tmp_path / "out.jsonl")}.get(w, w) for w in
-             COMMANDS[command]]  # fmt: skip
+    out = str(tmp_path / "out.jsonl")
+    words = [str(run) if w == "{run}" else out if w == "{out}" else w for w in COMMANDS[command]]
     done = gym_in_process(*words, cwd=tmp_path)
     said = done.stdout + done.stderr
     assert done.returncode == 1 and "gymflow bug" not in said, (command, said)

@@ -13,6 +13,7 @@ import time
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -226,7 +227,7 @@ def memory_capped_call(fn):
 
     @functools.wraps(fn)
     @named_bad_values
-    def capped(con, *args, **kwargs):
+    def capped(con: duckdb.DuckDBPyConnection, *args: Any, **kwargs: Any):
         try:
             with memory_capped(con):
                 return fn(con, *args, **kwargs)

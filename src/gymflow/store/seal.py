@@ -29,6 +29,7 @@ import functools
 import hmac
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -50,6 +51,7 @@ from gymflow.store.generations import (
     recorded,
     write_generation,
 )
+from gymflow.store.memory_bound import VECTOR_ROWS
 from gymflow.store.named_paths import built_aside as built_aside
 from gymflow.store.named_paths import path_names, recorded_names, store_names
 from gymflow.store.sealed_inputs import INPUTS_VERSION, inputs_sealed, seal_inputs
@@ -261,13 +263,23 @@ class Sealer:
         return pa.StringArray.from_buffers(count, pa.py_buffer(offsets), pa.py_buffer(data))
 
 
+#: Rows a sealing or checking read takes from DuckDB at once (messages are dropped per batch):
+#: one DuckDB vector, whose text the open bounds (`memory_bound.check_text_at_once`); 65,536
+#: rows a batch held 32 vectors' text at once, unbounded by it.
+SEAL_BATCH = VECTOR_ROWS
+
+
+def _batches(con, sql: str, params: list | None = None) -> Iterator[pa.RecordBatch]:
+    yield from arrow_batches(con, sql, params, SEAL_BATCH)
+
+
 def sealed(con, key: SealKey, select: str, params: list | None = None) -> pa.Table | None:
     """The rows `select` gives (its last column the message, `message_sql` AS `MESSAGE`) with
     the message replaced by its seal, as Arrow (`seal`), read batch by batch; None for no rows.
     The key stays in this process: DuckDB gets the seals, never what makes them."""
     sealer = key.sealer
     parts = []
-    for batch in arrow_batches(con, select, params):
+    for batch in _batches(con, select, params):
         at = batch.schema.get_field_index(MESSAGE)
         columns = [batch.column(i) for i in range(batch.num_columns) if i != at]
         names = [name for i, name in enumerate(batch.schema.names) if i != at]
@@ -429,7 +441,7 @@ def _sealed_by(con, key: SealKey) -> bool:
     """Whether any stored verdict carries `key`'s seal."""
     if not _has_seal_column(con):
         return False
-    for batch in arrow_batches(con, _VERDICT_MESSAGES + " WHERE v.seal IS NOT NULL"):
+    for batch in _batches(con, _VERDICT_MESSAGES + " WHERE v.seal IS NOT NULL"):
         same = pc.equal(batch.column(1), key.sealer.seals(batch.column(2)))
         if pc.any(same).as_py():
             return True
@@ -920,7 +932,7 @@ def _mismatched(con, key: SealKey, legacy: int) -> pa.Array:
     sealer = key.sealer
     found: list[Any] = []
     unsealed: list[Any] = []
-    for batch in arrow_batches(con, _VERDICT_MESSAGES):
+    for batch in _batches(con, _VERDICT_MESSAGES):
         ids, stored = batch.column(0), batch.column(1)
         again = sealer.seals(batch.column(2))
         # a NULL seal compares as NULL, which `filter` drops: the unsealed are counted apart
@@ -937,7 +949,7 @@ def check_seals(con, max_examples: int = 10, *, earlier: bool = False) -> SealCh
     found, key = armed_state(con, earlier=earlier)
     if found.state == "stripped":
         ids = joined_strings(
-            [b.column(0) for b in arrow_batches(con, "SELECT rollout_id FROM verifications")]
+            [b.column(0) for b in _batches(con, "SELECT rollout_id FROM verifications")]
         )
     elif found.state == "sealed" and key is not None:
         ids = _mismatched(con, key, found.legacy)
