@@ -3,9 +3,9 @@
 2,048 rows at once, so a bound per value is no bound on what a read holds, and an analysis
 DuckDB could not finish within its memory cap ran again without it. Now one bound,
 `GYMFLOW_ANALYSIS_MEMORY`, covers a read: DuckDB's limit, never lifted, and the text a vector of
-a table may hold (a quarter of it), read from DuckDB's statistics when the store opens. A store
-past it is refused in one line naming the store and what passed the bound, exit 1, nothing
-read or written, with the memory of reading an honest store.
+a table may hold (a quarter of it on 2 cores), read from DuckDB's statistics when the store
+opens. A store past it is refused in one line naming the store and what passed the bound,
+exit 1, nothing read or written, with the memory of reading an honest store.
 
 Scaled down: a bound of 64 MB (16 MB of text a vector) against six values of 8 MB."""
 
@@ -110,7 +110,7 @@ def test_an_honest_store_reads_within_a_bound_of_its_size(
 ) -> None:
     """The same values raise no refusal once the bound holds them: the bound, not the values,
     decides (and the honest store reads under the small bound above)."""
-    monkeypatch.setenv("GYMFLOW_ANALYSIS_MEMORY", "1GB")
+    monkeypatch.setenv("GYMFLOW_ANALYSIS_MEMORY", "8GB")
     run = _hostile(honest, tmp_path / "run")
     done = gym_in_process("eval", "diagnose", str(run), cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -7,14 +7,19 @@ its expressions (the seal's message), its Arrow batch and its Python values. Thi
 took `gym eval health` to 6.9 GB (attack pass 7, s06), past the analysis cap: an analysis DuckDB
 could not finish within the cap ran again without it.
 
-So one bound, `GYMFLOW_ANALYSIS_MEMORY` (default `DEFAULT_BOUND`), covers both sides:
+So one bound, `GYMFLOW_ANALYSIS_MEMORY` (default `DEFAULT_BOUND`), covers both sides, and a
+read takes at most about twice it:
 
-- DuckDB's memory limit while a command analyses a store (`db.memory_capped`). A query DuckDB
-  cannot finish within it is refused (`StoreOverMemory`), never run again without it.
-- The text one vector of a table may hold, from the statistics DuckDB keeps of each column
-  (`check_text_at_once`, on every open, as `stored_values.check_large_text`): at most a
-  quarter of the bound, for the four copies a read makes of it. Refused at the open, before a
-  value is read.
+- DuckDB's memory limit while a command analyses a store (`db.memory_capped`): what DuckDB
+  accounts for, a vector's text as it decompresses it among it (a vector of 1.8 GB failed to
+  allocate under a 1 GB limit). A query DuckDB cannot finish within it is refused
+  (`StoreOverMemory`), never run again without it.
+- What it does not account for: an expression's result over a vector, one per thread DuckDB
+  runs (the seal's message), and the reader's Arrow batch and Python values of one vector. So
+  the text one vector of a table may hold is the bound over DuckDB's threads plus two (a
+  quarter on 2 cores), from the statistics DuckDB keeps of each column (`check_text_at_once`,
+  on every open, as `stored_values.check_large_text`). Refused at the open, before a value is
+  read.
 
 Either refusal is one line naming the store and what passed the bound, a bad-input exit (1),
 nothing written; the store reads with the bound raised."""
@@ -37,9 +42,9 @@ VARIABLE = "GYMFLOW_ANALYSIS_MEMORY"
 DEFAULT_BOUND = "3GB"
 #: Rows DuckDB holds at once per column (its vector size): a read holds their text together.
 VECTOR_ROWS = 2048
-#: Copies of a vector's text a read holds at once: DuckDB's decompressed vector, an
-#: expression's result over it (the seal's message), its Arrow batch, its Python values.
-TEXT_COPIES = 4
+#: Copies of a vector's text a read holds besides one per DuckDB thread: its Arrow batch and
+#: its Python values.
+READ_OUT_COPIES = 2
 
 _UNITS = {
     "b": 1,
@@ -87,9 +92,11 @@ def over_memory(where: str, what: str) -> StoreOverMemory:
     )
 
 
-def text_at_once_bound() -> int:
-    """Bytes of text one vector of a table may hold: a `TEXT_COPIES`th of the bound."""
-    return size_bytes(analysis_memory()) // TEXT_COPIES
+def text_at_once_bound(con: DuckDBPyConnection) -> int:
+    """Bytes of text one vector of a table may hold: the bound over the copies of it a read
+    holds beyond DuckDB's memory limit, one per thread of `con` and `READ_OUT_COPIES`."""
+    threads = con.execute("SELECT current_setting('threads')").fetchone()
+    return size_bytes(analysis_memory()) // (int(threads[0] if threads else 1) + READ_OUT_COPIES)
 
 
 def check_text_at_once(
@@ -104,7 +111,7 @@ def check_text_at_once(
     each segment's rows and total text bytes, no value read): the most text a row group holds,
     which holds any vector of it (a segment spans a row group or less). What this trusts is
     what `check_large_text` trusts: the statistics in the file."""
-    bound = text_at_once_bound()
+    bound = text_at_once_bound(con)
     tables: dict[str, list[int | None]] = {}
     for (table, _), length in longest.items():
         tables.setdefault(table, []).append(length)
