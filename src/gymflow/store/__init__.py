@@ -20,6 +20,7 @@ __all__ = [
     "exact_schema",
     "generations",
     "handle",
+    "memory_bound",
     "merge",
     "migration",
     "queries",

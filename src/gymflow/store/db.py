@@ -13,6 +13,7 @@ import time
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -20,12 +21,15 @@ from gymflow.core.errors import RuntimeFailure, UserError, option
 from gymflow.core.written import created, unlinked_folder, written
 from gymflow.store.commits import transaction as transaction
 from gymflow.store.exact_schema import differences
+from gymflow.store.memory_bound import analysis_memory, check_text_at_once, refused_out_of_memory
 from gymflow.store.named_paths import name as _name
 from gymflow.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, SPECS, TABLES
 from gymflow.store.stored_values import (
     check_large_text,
     check_small_tables,
+    longest_texts,
     named_bad_values,
+    store_name,
 )
 
 STORE_FILE = "gymflow.duckdb"
@@ -185,14 +189,6 @@ def held(run_dir: Path | str) -> Iterator[None]:
         con.close()
 
 
-#: DuckDB's memory while an analysis reads a whole store (health, profile, diagnose, reverify).
-#: Left alone its buffer pool grows towards 80% of the machine's memory: 4.6 GiB for the health
-#: of ten million rollouts. Within this what a query cannot hold spills to disk; at 2 GB the
-#: spilling cost health about a fifth more CPU at 10M and a 10M reverify ran out of memory, at
-#: 3 GB every stage there peaks under 4 GiB (bench/analysis_scale.py).
-ANALYSIS_MEMORY_LIMIT = "3GB"
-
-
 def _memory_limit(con) -> str:
     return con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
 
@@ -204,15 +200,16 @@ def _default_memory_limit() -> str:
 
 
 @contextlib.contextmanager
-def memory_capped(con, limit: str = ANALYSIS_MEMORY_LIMIT) -> Iterator[None]:
-    """DuckDB's memory limit set to `limit` while inside, then RESET (the setting is the
+def memory_capped(con, limit: str | None = None) -> Iterator[None]:
+    """DuckDB's memory limit set to `limit` (the analysis bound, `memory_bound.
+    analysis_memory()`, unless given) while inside, then RESET (the setting is the
     database's, shared by every cursor of it); inside another cap, or where somebody chose a
     limit already (the collector's while it writes), nothing changes: a chosen limit wins, and
     DuckDB prints one rounded, so setting it back would shrink it a little each time."""
 
     untouched = _memory_limit(con) == _default_memory_limit()
     if untouched:
-        con.execute(f"SET memory_limit = '{limit}'")
+        con.execute(f"SET memory_limit = '{limit or analysis_memory()}'")
     try:
         yield
     finally:
@@ -223,18 +220,19 @@ def memory_capped(con, limit: str = ANALYSIS_MEMORY_LIMIT) -> Iterator[None]:
 def memory_capped_call(fn):
     """`fn(con, ...)` run under `memory_capped(con)`: an analysis that reads a whole store and
     writes nothing to it, or writes in transactions that an error rolls back. Where DuckDB
-    cannot do it within the cap (what it cannot spill), it runs again uncapped: slower, never a
-    failure that the machine's memory would have spared. A value DuckDB cannot read is named
-    (`stored_values.named_bad_values`)."""
+    cannot do it within the cap (what it cannot spill) it is refused (`memory_bound.
+    StoreOverMemory`, naming the store), never run again without the cap: what a store holds
+    is anyone's, and 30 values of 60 MB took health to 6.9 GB that way (attack pass 7, s06). A
+    value DuckDB cannot read is named (`stored_values.named_bad_values`)."""
 
     @functools.wraps(fn)
     @named_bad_values
-    def capped(con, *args, **kwargs):
+    def capped(con: duckdb.DuckDBPyConnection, *args: Any, **kwargs: Any):
         try:
             with memory_capped(con):
                 return fn(con, *args, **kwargs)
-        except duckdb.OutOfMemoryException:
-            return fn(con, *args, **kwargs)
+        except duckdb.OutOfMemoryException as exc:
+            raise refused_out_of_memory(store_name(con), exc) from None
 
     return capped
 
@@ -437,7 +435,9 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
             else:
                 _schema(con, path)
         check_small_tables(con, str(path))
-        check_large_text(con, str(path))
+        longest = longest_texts(con)
+        check_large_text(con, str(path), longest)
+        check_text_at_once(con, str(path), longest)
     except BaseException:
         con.close()
         raise

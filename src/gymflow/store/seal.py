@@ -51,6 +51,7 @@ from gymflow.store.generations import (
     recorded,
     write_generation,
 )
+from gymflow.store.memory_bound import VECTOR_ROWS
 from gymflow.store.named_paths import built_aside as built_aside
 from gymflow.store.named_paths import path_names, recorded_names, store_names
 from gymflow.store.sealed_inputs import INPUTS_VERSION, inputs_sealed, seal_inputs
@@ -262,8 +263,10 @@ class Sealer:
         return pa.StringArray.from_buffers(count, pa.py_buffer(offsets), pa.py_buffer(data))
 
 
-#: Rows a sealing or checking read takes from DuckDB at once (messages are dropped per batch).
-SEAL_BATCH = 65_536
+#: Rows a sealing or checking read takes from DuckDB at once (messages are dropped per batch):
+#: one DuckDB vector, whose text the open bounds (`memory_bound.check_text_at_once`); 65,536
+#: rows a batch held 32 vectors' text at once, unbounded by it.
+SEAL_BATCH = VECTOR_ROWS
 
 
 def _batches(con, sql: str, params: list | None = None) -> Iterator[pa.RecordBatch]:

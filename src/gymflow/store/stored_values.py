@@ -216,7 +216,9 @@ def longest_texts(con: DuckDBPyConnection) -> dict[tuple[str, str], int | None]:
     }
 
 
-def check_large_text(con: DuckDBPyConnection, where: str) -> None:
+def check_large_text(
+    con: DuckDBPyConnection, where: str, longest: dict[tuple[str, str], int | None]
+) -> None:
     """Every text value of the large tables within MAX_TEXT_BYTES, or StoredValueError naming
     the table, the row and the field: a value of gigabytes in one rollout's output was read
     whole by every analysis command, many times over (lowered, split, matched). Asked of
@@ -224,9 +226,10 @@ def check_large_text(con: DuckDBPyConnection, where: str) -> None:
     updated or replayed from a WAL), so an open reads no value; only a column whose longest
     value passes the bound, or is not known, is scanned, to name the row. What this trusts: the
     statistics in the file, as DuckDB's own planner does; a file rewritten with statistics
-    that understate a value (and its checksums made right) is not caught here."""
-    for (table, column), longest in longest_texts(con).items():
-        if longest is not None and longest <= MAX_TEXT_BYTES:
+    that understate a value (and its checksums made right) is not caught here. `longest`:
+    `longest_texts(con)`, which the open's other checks of the text read too."""
+    for (table, column), length in longest.items():
+        if length is not None and length <= MAX_TEXT_BYTES:
             continue
         database = con.execute("SELECT current_database()").fetchone()
         name = '"{}".main.{}'.format(str(database[0] if database else "").replace('"', '""'), table)
