@@ -15,7 +15,7 @@ from collections.abc import Callable
 import duckdb
 import pytest
 
-from tests.conftest import gym
+from tests.conftest import gym_in_process
 from tests.real_model import references
 from tests.real_model.conftest import RealRun, eval_run
 from tests.real_model.plans import RUN_SCENARIOS, RUNS, by_name
@@ -56,7 +56,9 @@ def _query(run: RealRun, sql: str) -> list[tuple]:
 
 
 def _json(run: RealRun, *command: str) -> dict:
-    result = gym(*command, str(run.run_dir), "--json", cwd=run.run_dir.parent)
+    """A read of the stored run (health, profile, diagnose): in this process, as the run itself
+    was made by `gym` in a process of its own; the read's process adds nothing to the check."""
+    result = gym_in_process(*command, str(run.run_dir), "--json", cwd=run.run_dir.parent)
     assert result.returncode == 0, result.stdout + result.stderr
     return json.loads(result.stdout)
 
