@@ -142,6 +142,7 @@ def health(
         "inputs_sealed": sealed.inputs_sealed,
         "rollouts_sealed": sealed.rollouts_sealed,
         "calls_sealed": sealed.calls_sealed,
+        "verdicts_sealed": sealed.verdicts_sealed,
         "generation_ok": not sealed.older_state if sealed.state == "sealed" else None,
         "verifier_version": version,
         "repeats": max_repeats(con) or 0,

@@ -57,11 +57,21 @@ from gymflow.store.sealed_inputs import INPUTS_VERSION, inputs_sealed, seal_inpu
 from gymflow.store.sealed_rows import (
     MODEL_CALLS,
     ROLLOUTS,
+    VERDICTS,
+    Fold,
     rows_counted,
+    rows_match,
     rows_recorded,
     rows_sealed,
     seal_rows,
+    seal_table,
 )
+from gymflow.store.unjudged import verdicts_deleted
+from gymflow.store.verdict_message import JUDGED as JUDGED
+from gymflow.store.verdict_message import MESSAGE as MESSAGE
+from gymflow.store.verdict_message import SEALED_ROLLOUT as SEALED_ROLLOUT
+from gymflow.store.verdict_message import SEALED_VERDICT as SEALED_VERDICT
+from gymflow.store.verdict_message import message_sql as message_sql
 
 #: Bytes of a key made on first use, and the fewest a given key may have.
 KEY_BYTES = 32
@@ -188,46 +198,6 @@ def load_key(*, create: bool) -> SealKey | None:
 # generated column, a view) ever sees the key or its pads: a store that reads them reads NULL.
 
 
-def _framed(column: str) -> str:
-    """A value as `bytes:text` (NULL as a bare `:`; `concat` skips NULLs): no two messages of
-    other values read alike. One `concat` builds the whole message: a chain of `||` copied it
-    once per field, a third of its cost."""
-    text = f"{column}::VARCHAR"
-    return f"strlen({text}), ':', {text}"
-
-
-#: The verdict's columns a seal covers, in order (every one but its time).
-SEALED_VERDICT = ("rollout_id", "verifier_version", "status", "failure_kind", "details_json")
-#: The rollout's columns a seal covers: what was judged (final text, trajectory), and what the
-#: scores read beside the verdict: which run, task and repeat it counts for (a verdict moved to
-#: another task by editing `task_id` raised pass@k) and whether it counts at all (a failing
-#: rollout's status set to an error is left out of every score). `rollout_id` alone does not
-#: bind them: nothing recomputes it from them.
-SEALED_ROLLOUT = (
-    "run_id",
-    "task_id",
-    "repeat_index",
-    "status",
-    "failure_kind",
-    "output_text",
-    "trajectory_json",
-)
-#: The column a sealing or checking SELECT names its message (`message_sql`) with.
-MESSAGE = "seal_message"
-
-
-def message_sql(verdict: str, rollout: str, prefix: str = "") -> str:
-    """THE message a verdict's seal is the MAC of, as a BLOB: SQL over a relation `verdict`
-    holding the verdict's columns and `rollout` holding its rollout's `SEALED_ROLLOUT` columns,
-    each named with `prefix` (one relation may be both, the rollout's columns then prefixed
-    apart from the verdict's). The same framing stores sealed before carry."""
-    parts = [_framed(f"{verdict}.{name}") for name in SEALED_VERDICT]
-    # a number and a boolean hold no `|`: as text, NULL as nothing
-    parts += [f"{verdict}.reward", f"{verdict}.passed"]
-    parts += [_framed(f"{rollout}.{prefix}{name}") for name in SEALED_ROLLOUT]
-    return "encode(concat(" + ", '|', ".join(parts) + "))"
-
-
 class Sealer:
     """A key's HMAC-SHA256 with its inner and outer states computed once (`hmac.new(...)`,
     copied per message): the seal of one message is two SHA-256 compressions of it plus two of
@@ -319,6 +289,9 @@ class StoreSeal:
     calls_required: bool = False
     #: whether its model calls are the ones sealed, as `rollouts_sealed`
     calls_sealed: bool | None = None
+    #: whether its verdict set is the one sealed (`sealed_rows.VERDICTS`: `check_seals`; None:
+    #: not checked, or a store sealed before it was whose every completed rollout has a verdict)
+    verdicts_sealed: bool | None = None
     #: its seal record says the records of its rollouts and model calls carry their row count
     #: under the key (`sealed_rows._text`): one without is an edit, not an older store
     counts_required: bool = False
@@ -357,6 +330,7 @@ class StoreSeal:
             and self.inputs_sealed is not False
             and self.rollouts_sealed is not False
             and self.calls_sealed is not False
+            and self.verdicts_sealed is not False
         )
 
 
@@ -429,8 +403,7 @@ def _has_seal_column(con) -> bool:
 
 #: Every stored verdict's id and seal, with the message its seal is the MAC of.
 _VERDICT_MESSAGES = (
-    f"SELECT v.rollout_id, v.seal, {message_sql('v', 'r')} AS {MESSAGE} "
-    "FROM verifications v LEFT JOIN rollouts r USING (rollout_id)"
+    f"SELECT v.rollout_id, v.seal, {message_sql('v', 'r')} AS {MESSAGE} FROM {JUDGED}"
 )
 
 
@@ -722,6 +695,10 @@ CALLS_EDITED = (
     "requests or responses are not those its writers sealed: a call edited, added or deleted "
     "in the file"
 )
+VERDICTS_EDITED = (
+    "its verdicts are not the set its writers sealed: a verdict deleted, added, or moved into "
+    "superseded_verifications in the file (a failing verdict gone leaves every score)"
+)
 TASK_LIST_EDITED = (
     "its task list is not the one its writers sealed: a task (with its rollouts) deleted or "
     "added in the file, or an older store's seal record put in place of its own"
@@ -804,6 +781,10 @@ def claim(con: DuckDBPyConnection, where: str, *, legacy_added: int = 0) -> Seal
     if first or unrecorded:
         _remember(con, key)
         seal_tasks(con, key)
+    elif not rows_recorded(con, VERDICTS):
+        # sealed before its verdict set was: sealed whole now, as the writer's check found it
+        # (`sealed_first.py`: no verdict deleted), before the writer adds or sets one aside
+        seal_table(con, key, VERDICTS)
     # every writer raises the store's generation, also one that writes no seal record (new
     # verdicts of a version already stored): its state before is then an older one
     write_generation(con, key)
@@ -835,6 +816,7 @@ class SealCheck:
             and self.store.inputs_sealed is not False
             and self.store.rollouts_sealed is not False
             and self.store.calls_sealed is not False
+            and self.store.verdicts_sealed is not False
             and self.store.generation_sealed is not False
             and not self.store.rolled_back
         )
@@ -917,27 +899,46 @@ def armed_state(
         inputs_sealed=inputs,
         rollouts_sealed=rows["rollouts"],
         calls_sealed=rows["calls"],
+        # the verdict set's record is compared with the seals `check_seals` recomputes, in the
+        # same pass; a file whose every seal matched held the record it has now
+        verdicts_sealed=True if rows_matched and rows_recorded(con, VERDICTS) else None,
         generation=generation.number,
         generation_sealed=generation_sealed,
         generation_recorded=recorded(key, store_names(con)),
     ), key
 
 
-def _mismatched(con, key: SealKey, legacy: int) -> pa.Array:
+def _mismatched(con, key: SealKey, legacy: int) -> tuple[pa.Array, tuple[int, bytes]]:
     """The rollout ids of the verdicts whose seal is not the one their fields and rollout give
-    under `key`; an unsealed verdict counts when more are unsealed than predate the seal."""
+    under `key` (an unsealed verdict counts when more are unsealed than predate the seal), and
+    the count and XOR of every verdict's seal as recomputed: the verdict set's record
+    (`sealed_rows.VERDICTS`), folded in the same pass."""
     sealer = key.sealer
     found: list[Any] = []
     unsealed: list[Any] = []
+    fold = Fold()
     for batch in _batches(con, _VERDICT_MESSAGES):
         ids, stored = batch.column(0), batch.column(1)
         again = sealer.seals(batch.column(2))
+        fold.add_seals(again)
         # a NULL seal compares as NULL, which `filter` drops: the unsealed are counted apart
         found.append(ids.filter(pc.not_equal(stored, again)))
         unsealed.append(ids.filter(pc.is_null(stored)))
     if sum(len(part) for part in unsealed) > legacy:
         found += unsealed
-    return joined_strings(found)
+    return joined_strings(found), fold.folded
+
+
+def _verdict_set(con, key: SealKey, recomputed: tuple[int, bytes]) -> bool | None:
+    """Whether the store's verdicts are the set its writers sealed: its record against the
+    seals just recomputed. A store sealed before the record has none (its generation, sealed
+    over it since, says so: `generations.OPTIONAL`), and then a completed rollout without a
+    verdict that no reverify set aside (`unjudged.verdicts_deleted`) is the deletion it shows;
+    None: none."""
+    matched = rows_match(con, key, VERDICTS, recomputed)
+    if matched is not None:
+        return matched
+    return False if verdicts_deleted(con, key) is not None else None
 
 
 def check_seals(con, max_examples: int = 10, *, earlier: bool = False) -> SealCheck:
@@ -949,7 +950,8 @@ def check_seals(con, max_examples: int = 10, *, earlier: bool = False) -> SealCh
             [b.column(0) for b in _batches(con, "SELECT rollout_id FROM verifications")]
         )
     elif found.state == "sealed" and key is not None:
-        ids = _mismatched(con, key, found.legacy)
+        ids, recomputed = _mismatched(con, key, found.legacy)
+        found = replace(found, verdicts_sealed=_verdict_set(con, key, recomputed))
     else:
         return SealCheck(found, None, [])
     examples = pc.take(ids, pc.sort_indices(ids)[:max_examples]).to_pylist()
