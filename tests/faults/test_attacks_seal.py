@@ -500,12 +500,13 @@ def test_a_task_deleted_with_all_it_held_is_an_integrity_failure(honest: Path, t
     assert checked.returncode == 2, checked.stdout + checked.stderr
     report = json.loads(checked.stdout)
     # the task's row was one of the sealed inputs too (store/sealed_inputs.py), and its
-    # rollouts and their model calls were sealed (store/sealed_rows.py)
+    # rollouts, their model calls and their verdicts were sealed (store/sealed_rows.py)
     assert report["gate_failures"] == [
         "task_list_edited",
         "inputs_edited",
         "rollouts_edited",
         "calls_edited",
+        "verdicts_edited",
     ], report
 
     assert tree_digest(run) == digest

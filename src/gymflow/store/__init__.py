@@ -37,6 +37,8 @@ __all__ = [
     "stored_values",
     "superseded",
     "tool_lists",
+    "unjudged",
+    "verdict_message",
     "verifier_versions",
     "writer",
 ]

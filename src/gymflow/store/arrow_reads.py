@@ -7,10 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow  # pyright: ignore[reportMissingTypeStubs]
+import pyarrow.compute  # pyright: ignore[reportMissingTypeStubs]
 from duckdb import DuckDBPyConnection
 
 #: pyarrow has no type stubs: its values cross this module as `Any`.
 pa: Any = pyarrow
+pc: Any = pyarrow.compute
 
 
 def arrow_batches(con: DuckDBPyConnection, sql: str, params: Any = None, size: int = 65_536) -> Any:

@@ -908,7 +908,9 @@ def armed_state(
     ), key
 
 
-def _mismatched(con, key: SealKey, legacy: int) -> tuple[pa.Array, tuple[int, bytes]]:
+def _mismatched(
+    con: DuckDBPyConnection, key: SealKey, legacy: int
+) -> tuple[Any, tuple[int, bytes]]:
     """The rollout ids of the verdicts whose seal is not the one their fields and rollout give
     under `key` (an unsealed verdict counts when more are unsealed than predate the seal), and
     the count and XOR of every verdict's seal as recomputed: the verdict set's record
@@ -929,7 +931,9 @@ def _mismatched(con, key: SealKey, legacy: int) -> tuple[pa.Array, tuple[int, by
     return joined_strings(found), fold.folded
 
 
-def _verdict_set(con, key: SealKey, recomputed: tuple[int, bytes]) -> bool | None:
+def _verdict_set(
+    con: DuckDBPyConnection, key: SealKey, recomputed: tuple[int, bytes]
+) -> bool | None:
     """Whether the store's verdicts are the set its writers sealed: its record against the
     seals just recomputed. A store sealed before the record has none (its generation, sealed
     over it since, says so: `generations.OPTIONAL`), and then a completed rollout without a
@@ -941,7 +945,9 @@ def _verdict_set(con, key: SealKey, recomputed: tuple[int, bytes]) -> bool | Non
     return False if verdicts_deleted(con, key) is not None else None
 
 
-def check_seals(con, max_examples: int = 10, *, earlier: bool = False) -> SealCheck:
+def check_seals(
+    con: DuckDBPyConnection, max_examples: int = 10, *, earlier: bool = False
+) -> SealCheck:
     """Recompute every verdict's seal (reads the store, writes nothing); `earlier`: as
     `armed_state`."""
     found, key = armed_state(con, earlier=earlier)

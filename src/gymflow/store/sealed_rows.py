@@ -1,6 +1,7 @@
 """The seal on every row of the tables no verdict's seal covers whole: each rollout's identity and
-outcome, whatever its verdict, and each model call. One piece of code for both (`SealedRows`
-says which table, which columns, under which `meta` key).
+outcome, whatever its verdict, and each model call; and on the verdict set, whose every row has
+a seal but whose absence none shows (`VERDICTS`). One piece of code for all three (`SealedRows`
+says which table, which message, under which `meta` key).
 
 A verdict's seal covers its rollout's text and where it counts, but a rollout without a verdict
 had no seal at all: a failing rollout's verdict deleted and the rollout set to
@@ -10,23 +11,25 @@ no verdict), and pass@1 went from 0.60 to 0.65 with health healthy (second attac
 No seal covered a model call either: its latency and cached tokens edited, nothing noticed, and
 the decision's agent-record checks, health's call checks and `simulated` read them.
 
-One record per table in `meta` (`rollouts_seal`, `calls_seal`): the count of its rows, the
-XOR of each row's MAC (HMAC of its framed columns, `sealed_inputs.framed`, computed in Python by
-the key's `sealer` as every seal is), and a MAC of the table, the count and the XOR together. A
-XOR of MACs of distinct messages is a MAC of the set (Bellare, Guérin and Rogaway's XOR MAC): a
-row changed, added or removed changes it, and without the key no change can be made up for. A
-rollout's id makes its message distinct; a model call's (rollout id, call index, attempt) does in
-every store gymflow writes (`duplicate_identity` flags any other), and two copies of one row,
-whose MACs cancel, change the count, which is why the count is under the key too: stores sealed
-before it was (seal record versions 3 to 5) held `COUNT:XOR` with the count in plain text, and
-two more copies of a sealed call with the count raised by 2 passed every seal check (attacker's
-pass 6, s14). Those records are read only by `gym eval migrate` (`seal.armed_state`).
+One record per table in `meta` (`rollouts_seal`, `calls_seal`, `verdicts_seal`): the count of its
+rows, the XOR of each row's MAC (HMAC of its framed columns, `sealed_inputs.framed`, computed in
+Python by the key's `sealer` as every seal is), and a MAC of the table, the count and the XOR
+together. A XOR of MACs of distinct messages is a MAC of the set (Bellare, Guérin and Rogaway's XOR
+MAC): a row changed, added or removed changes it, and without the key no change can be made up for.
+A rollout's id makes its message distinct, a verdict's (rollout id, verifier version); a model
+call's (rollout id, call index, attempt) does in every store gymflow writes (`duplicate_identity`
+flags any other), and two copies of one row, whose MACs cancel, change the count, which is why the
+count is under the key too: stores sealed before it was (seal record versions 3 to 5) held
+`COUNT:XOR` with the count in plain text, and two more copies of a sealed call with the count
+raised by 2 passed every seal check (attacker's pass 6, s14). Those records are read only by `gym
+eval migrate` (`seal.armed_state`).
 
-Unlike one MAC over every row, the record is kept up to date per batch: a writer adding rows
-folds in their MACs (`insert_sealed` in `writer.py`, from the values as stored: `RETURNING` the
-message, no read of the table back), one setting them aside (`superseded.py`) folds them out,
-in the transaction that writes them; a merge or an import, which writes every row, computes it
-whole (`seal_rows`)."""
+Unlike one MAC over every row, the record is kept up to date per batch: a writer adding rows folds
+in their MACs (`insert_sealed` in `writer.py`, from the values as stored: `RETURNING` the message,
+no read of the table back; a verdict's MAC is its seal, computed as it is written:
+`writer._insert_sealed`), one setting them aside (`superseded.py`) folds them out, in the
+transaction that writes them; a merge or an import, which writes every row, computes it whole
+(`seal_rows`)."""
 
 from __future__ import annotations
 
@@ -35,11 +38,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-import pyarrow as pa
 from duckdb import DuckDBPyConnection
 
 from gymflow.core.same_text import same_text
-from gymflow.store.arrow_reads import arrow_batches
+from gymflow.store.arrow_reads import arrow_batches, pa
 from gymflow.store.generations import write_generation
 from gymflow.store.sealed_inputs import framed
 from gymflow.store.verdict_message import JUDGED, message_sql
@@ -165,9 +167,10 @@ class Fold:
             self._total ^= np.bitwise_xor.reduce(rows, axis=0)
             self.count += len(rows)
 
-    def add_seals(self, seals: pa.Array | pa.ChunkedArray) -> None:
-        """Fold in verdicts' seals (`seal.Sealer.seals`: each one MAC in hex, never NULL),
-        read from the array's buffers: no Python string per seal."""
+    def add_seals(self, seals: Any) -> None:
+        """Fold in verdicts' seals (`seal.Sealer.seals`: each one MAC in hex, never NULL; a
+        pyarrow string array, chunked or not), read from the array's buffers: no Python string
+        per seal."""
         chunks = seals.chunks if isinstance(seals, pa.ChunkedArray) else [seals]
         for chunk in chunks:
             if len(chunk):
@@ -354,9 +357,7 @@ def rows_removed(
     _refold(con, key, spec, stored, _fold(con, key, spec, where, params), -1)
 
 
-def seals_added(
-    con: DuckDBPyConnection, key: SealKey, spec: SealedRows, seals: pa.Array | pa.ChunkedArray
-) -> None:
+def seals_added(con: DuckDBPyConnection, key: SealKey, spec: SealedRows, seals: Any) -> None:
     """Fold verdicts just inserted into the record by their seals (`Fold.add_seals`), which
     are their MACs, as `rows_added` folds rows in by their messages."""
     stored = _stored(con, spec)

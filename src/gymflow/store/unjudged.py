@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-import pyarrow.compute as pc
 from duckdb import DuckDBPyConnection
 
-from gymflow.store.arrow_reads import arrow_batches
+from gymflow.store.arrow_reads import arrow_batches, pc
 from gymflow.store.sealed_inputs import imported_only, unjudged_sealed
 from gymflow.store.verdict_message import MESSAGE, message_sql
 

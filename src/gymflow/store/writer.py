@@ -114,7 +114,7 @@ def insert_verdicts(con, rows: Sequence[Sequence[Any]], judged: Sequence[tuple])
     )
 
 
-def _insert_sealed(con, key: SealKey, verdicts) -> None:
+def _insert_sealed(con: duckdb.DuckDBPyConnection, key: SealKey, verdicts: Any) -> None:
     """Insert sealed verdicts (`seal.sealed`: the verdict columns and `seal`, as Arrow), their
     seals folded into the verdict set's record (`sealed_rows.VERDICTS`)."""
     if verdicts is None:
