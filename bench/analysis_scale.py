@@ -53,8 +53,10 @@ def build_store(path: Path, tasks: int, repeats: int = REPEATS) -> float:
     """Write a synthetic run store with tasks x repeats rollouts; returns seconds taken."""
     from gymflow.environments.registry import load_environment
     from gymflow.store.db import connect
-    from gymflow.store.seal import MESSAGE, claim, message_sql, sealed
+    from gymflow.store.seal import claim
+    from gymflow.store.seal_key import sealed
     from gymflow.store.sealed_rows import VERDICTS, seals_added
+    from gymflow.store.verdict_message import MESSAGE, message_sql
     from gymflow.store.writer import register_verifier_version
 
     started = time.perf_counter()

@@ -160,7 +160,9 @@ def test_an_older_seal_record_put_back_does_not_switch_the_rollouts_check_off(
     rollouts' seal deleted, read as a store sealed before its rollouts were, and the a03 edit
     went unseen. Where this machine sealed the rollouts (its sealed-stores ledger), an older
     record is an edit: health fails and writers refuse, nothing written."""
-    from gymflow.store.seal import RECORD_VERSION, load_key, remember
+    from gymflow.store.seal import RECORD_VERSION
+    from gymflow.store.seal_key import load_key
+    from gymflow.store.sealed_stores import remember
 
     run = tmp_path / "run"
     shutil.copytree(honest, run)
@@ -189,7 +191,8 @@ def _record_put_back(run: Path) -> None:
     same in every store of the key with no verdict from before the seal) put in place of this
     store's own, and the rollouts' and model calls' seals deleted. The task list's seal, which
     needs the key, stays as this store's writers left it."""
-    from gymflow.store.seal import _record, load_key
+    from gymflow.store.seal import _record
+    from gymflow.store.seal_key import load_key
 
     key = load_key(create=False)
     assert key is not None

@@ -24,15 +24,8 @@ from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.published import COMMITTED, PublishedShard
 from gymflow.rollouts.registration import register_run
 from gymflow.store.db import connect
-from gymflow.store.seal import (
-    MESSAGE,
-    SealKey,
-    SealKeyError,
-    key_file,
-    load_key,
-    message_sql,
-    sealed,
-)
+from gymflow.store.seal_key import SealKey, SealKeyError, key_file, load_key, sealed
+from gymflow.store.verdict_message import MESSAGE, message_sql
 from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 from tests.faults.stores import (
     collect_run,

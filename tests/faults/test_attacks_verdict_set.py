@@ -116,7 +116,7 @@ def test_every_read_says_a_store_whose_verdicts_were_removed_fails(
     assert 0 < before < 1
     clean = _reads(run, baseline, tmp_path)
     assert clean["profile"] == (0, before, []) and clean["runs list"] == (0, before, "intact")
-    assert clean["diagnose"] == (0, []) and clean["health"] == (0, 0)
+    assert clean["diagnose"] == (0, []) and clean["health"][0] == 0
 
     edit_store(run, *ATTACKS[attack])
     assert _pass1(run) == 1.0  # what the file says now
@@ -173,7 +173,7 @@ def _as_sealed_before_the_record(run: Path) -> None:
     """The store as a gymflow that kept no record of the verdict set left it: no record, and
     its generation sealed over the records it has (what that gymflow's writers sealed)."""
     from gymflow.store.generations import write_generation
-    from gymflow.store.seal import load_key
+    from gymflow.store.seal_key import load_key
 
     key = load_key(create=False)
     assert key is not None

@@ -34,9 +34,9 @@ from gymflow.store.seal import (
     VERDICTS_EDITED,
     check_inputs,
     check_seals,
-    load_key,
     older_state,
 )
+from gymflow.store.seal_key import load_key
 from gymflow.store.unjudged import verdicts_deleted
 
 

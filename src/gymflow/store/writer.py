@@ -20,10 +20,12 @@ from gymflow.store.rows import (
     verifier_version_row,
 )
 from gymflow.store.schema import COLUMNS, SPECS
-from gymflow.store.seal import MESSAGE, SEALED_ROLLOUT, claim, message_sql, sealed
+from gymflow.store.seal import claim
+from gymflow.store.seal_key import sealed
 from gymflow.store.sealed_rows import SEALED_ROWS, VERDICTS, SealKey, rows_added, seals_added
 from gymflow.store.text_bound import Oversized, as_too_large, oversized, without_oversized
 from gymflow.store.tool_lists import ToolLists
+from gymflow.store.verdict_message import MESSAGE, SEALED_ROLLOUT, message_sql
 
 #: Arrow types of the store's column types, for `insert_arrow`.
 _ARROW = {
