@@ -53,7 +53,10 @@ def build_store(path: Path, tasks: int, repeats: int = REPEATS) -> float:
     """Write a synthetic run store with tasks x repeats rollouts; returns seconds taken."""
     from gymflow.environments.registry import load_environment
     from gymflow.store.db import connect
-    from gymflow.store.seal import MESSAGE, claim, message_sql, sealed
+    from gymflow.store.seal import claim
+    from gymflow.store.seal_key import sealed
+    from gymflow.store.sealed_rows import VERDICTS, seals_added
+    from gymflow.store.verdict_message import MESSAGE, message_sql
     from gymflow.store.writer import register_verifier_version
 
     started = time.perf_counter()
@@ -145,6 +148,7 @@ def build_store(path: Path, tasks: int, repeats: int = REPEATS) -> float:
     con.register("verdicts_sealed", verdicts)
     con.execute("INSERT INTO verifications BY NAME SELECT * FROM verdicts_sealed")
     con.unregister("verdicts_sealed")
+    seals_added(con, key, VERDICTS, verdicts.column("seal"))  # the verdict set's record
     con.execute("DROP TABLE plan")
     con.execute("CHECKPOINT")
     con.close()

@@ -7,7 +7,7 @@ import pytest
 
 from gymflow.store.compact import compact, free_share
 from gymflow.store.db import connect, store_path
-from gymflow.store.seal import load_key
+from gymflow.store.seal_key import load_key
 from gymflow.store.sealed_rows import seal_rows
 from tests.analysis.builder import RunMeta, StoreBuilder
 

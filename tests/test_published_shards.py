@@ -30,7 +30,7 @@ from gymflow.rollouts.published import (
 from gymflow.rollouts.travel import publish_bundle, travelled
 from gymflow.store.db import StoreError
 from gymflow.store.remote import AlreadyExists, Remote, RemoteError
-from gymflow.store.seal import SealKey
+from gymflow.store.seal_key import SealKey
 from tests.conftest import gym, gym_in_process
 from tests.environments.test_dataset import ROWS, write_benchmark, write_rows
 from tests.faults.stores import collect_run, copied_run, query

@@ -257,6 +257,24 @@ def _call_edited(b):
     return b.meta.run_id
 
 
+def _verdict_moved_aside(b):
+    """One verdict moved, with its seal, where a reverify sets aside the verdicts it judges
+    again (attack pass 7, s03): no verdict's seal shows an absence; the record of the verdict
+    set does not match (store/sealed_rows.py)."""
+    where = (
+        "rollout_id IN (SELECT rollout_id FROM rollouts WHERE task_id = 't0' AND repeat_index = 1)"
+    )
+    b.after_write.append(
+        (
+            "INSERT INTO superseded_verifications "
+            f"SELECT *, 1, now()::TIMESTAMP FROM verifications WHERE {where}",
+            [],
+        )
+    )
+    b.after_write.append((f"DELETE FROM verifications WHERE {where}", []))
+    return b.meta.run_id
+
+
 def _another_key(b):
     """A store sealed on a host with another key: its record names that key, and none of its
     seals is this key's (a record edited alone is checked by this key: tests/faults)."""
@@ -353,6 +371,7 @@ MUTATIONS: dict[str, Callable[[StoreBuilder], str]] = {
     "inputs_edited": _inputs_edited,
     "rollouts_edited": _rollout_edited,
     "calls_edited": _call_edited,
+    "verdicts_edited": _verdict_moved_aside,
     "seal_rolled_back": _generation_put_back,
     "verdict_unsealed": _before_the_seal,
     "seal_key_unknown": _another_key,

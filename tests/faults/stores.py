@@ -18,7 +18,7 @@ from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.registration import register_run
 from gymflow.simulated.endpoint import local_policy_server
 from gymflow.store.db import connect
-from gymflow.store.seal import remember_copy
+from gymflow.store.sealed_stores import remember_copy
 from tests.conftest import gym
 
 
@@ -122,9 +122,11 @@ def as_an_older_gymflow_left_it(run: Path, version: int) -> None:
     the key."""
     from gymflow.store.generations import record_at, write_generation
     from gymflow.store.named_paths import path_names
-    from gymflow.store.seal import _record, _task_list_mac, ledger_file, load_key
+    from gymflow.store.seal import _record, _task_list_mac
+    from gymflow.store.seal_key import load_key
     from gymflow.store.sealed_inputs import INPUTS_VERSION, inputs_mac
     from gymflow.store.sealed_rows import MODEL_CALLS, ROLLOUTS, rows_record
+    from gymflow.store.sealed_stores import ledger_file
 
     key = load_key(create=False)
     assert key is not None
@@ -220,8 +222,9 @@ def resealed(store: Path) -> None:
     stored now, and its rollouts and model calls (`sealed_rows.py`): the state a writer would
     have sealed (an edit made by SQL, taken as honest)."""
     from gymflow.store.generations import write_generation
-    from gymflow.store.seal import MESSAGE, load_key, message_sql, sealed
+    from gymflow.store.seal_key import load_key, sealed
     from gymflow.store.sealed_rows import SEALED_ROWS, rows_record, rows_recorded
+    from gymflow.store.verdict_message import MESSAGE, message_sql
 
     con = duckdb.connect(str(store))
     try:

@@ -17,7 +17,7 @@ import pytest
 
 from gymflow.core.errors import GymflowError
 from gymflow.store.compact import compact
-from gymflow.store.seal import key_file
+from gymflow.store.seal_key import key_file
 from tests.conftest import gym_in_process as gym
 from tests.faults.stores import collect_run, edit_store, rollout_rows
 

@@ -153,7 +153,7 @@ def test_a_link_into_gymflows_own_folder_is_not_written_through(run: Path, tmp_p
     the owner's `gym report RUN` replaced them with the report, which switched off the check
     that a sealed store was stripped (linked to the seal key, it destroyed the key). The link
     is now replaced by the report; the records are left alone."""
-    from gymflow.store.seal import key_file
+    from gymflow.store.seal_key import key_file
 
     run = copied_run(run, tmp_path / "run")
     records = key_file().with_name("sealed-stores")

@@ -22,7 +22,7 @@ import duckdb
 import pytest
 
 from gymflow.rollouts import merge as merging
-from gymflow.store.seal import key_file
+from gymflow.store.seal_key import key_file
 from tests.conftest import gym_in_process as gym
 from tests.faults.stores import collect_run, copied_run, edit_store, rollout_rows, tree_digest
 

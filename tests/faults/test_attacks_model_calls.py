@@ -168,7 +168,8 @@ def _version_3_record_put_back(run: Path) -> None:
     same in every such store with no verdict from before the seal) put in place of this one's,
     the calls' seal deleted, then a call's latency and cached tokens edited. The task list's
     seal, which needs the key, stays as this store's writers left it (version 4's label)."""
-    from gymflow.store.seal import _record, load_key
+    from gymflow.store.seal import _record
+    from gymflow.store.seal_key import load_key
 
     key = load_key(create=False)
     assert key is not None
@@ -188,7 +189,9 @@ def test_a_version_3_record_put_back_is_an_edit(honest: Path, tmp_path: Path, wh
     count keyed (version 6), says the same; and the task list sealed under the later version's
     label no longer matches under a version 3 record: `task_list_edited`. Either way `--check`
     exits 2, every writer refuses and nothing is written."""
-    from gymflow.store.seal import RECORD_VERSION, load_key, remember
+    from gymflow.store.seal import RECORD_VERSION
+    from gymflow.store.seal_key import load_key
+    from gymflow.store.sealed_stores import remember
 
     run = _copy(honest, tmp_path)
     if where == "sealed here":
@@ -244,7 +247,7 @@ def test_a_resumes_set_aside_folds_the_calls_out(tmp_path: Path) -> None:
     records lose them in the same transaction, and still match what the store holds."""
     import duckdb
 
-    from gymflow.store.seal import load_key
+    from gymflow.store.seal_key import load_key
     from gymflow.store.sealed_rows import MODEL_CALLS, ROLLOUTS, rows_sealed
     from gymflow.store.superseded import supersede_failed
     from tests.faults.stores import resealed

@@ -83,7 +83,8 @@ def test_a_report_link_to_authorized_keys_leaves_them_alone(honest: Path, tmp_pa
     assert _keys(keys) == [OWNER_KEY.strip()]
 
     done = in_process("report", str(run), cwd=tmp_path, env={"HOME": str(home)})
-    assert done.returncode == 0, done.stdout + done.stderr
+    # written where it belongs, and the edited store said to fail its seals (exit 2, as profile)
+    assert done.returncode == 2 and "its seals do not match" in done.stdout, done.stdout
     assert f"report: {run / 'report.html'}" in done.stdout  # was: report: …/authorized_keys
     assert _digests(home) == before
     assert _keys(keys) == [

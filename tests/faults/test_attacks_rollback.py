@@ -305,7 +305,8 @@ def test_a_write_that_rolls_back_records_no_generation(tmp_path: Path) -> None:
     store at its generation and the record with it, and the store opens healthy."""
     from gymflow.store.db import connect, transaction
     from gymflow.store.generations import recorded_at
-    from gymflow.store.seal import claim, load_key, seal_tasks
+    from gymflow.store.seal import claim, seal_tasks
+    from gymflow.store.seal_key import load_key
 
     run = collect_run(tmp_path / "run", limit=4)
     key = load_key(create=False)

@@ -108,7 +108,11 @@ def test_an_edited_rollout_outcome_reads_as_tampered(
     if edit != "rollout deleted":  # a deleted one is missing too; the others only the seals see
         # the edits that touch the rollout's model calls too fail their seal (sealed_rows.py)
         calls = any("model_calls" in sql for sql in EDITS[edit])
-        assert failures == (["calls_edited"] if calls else []) + ["rollouts_edited"], after
+        # and those that delete its verdict, the verdict set's (sealed_rows.VERDICTS)
+        gone = any("DELETE FROM verifications" in sql for sql in EDITS[edit])
+        expected = ["calls_edited"] if calls else []
+        expected += ["rollouts_edited"] + (["verdicts_edited"] if gone else [])
+        assert failures == expected, after
     if edit not in ("cut at the limit", "turn limit claimed"):
         assert after["profile"]["pass@1"] != before["profile"]["pass@1"], (before, after)
     checked = gym_in_process("eval", "reverify", str(run), "--check", cwd=tmp_path)
@@ -144,7 +148,7 @@ def test_a_store_sealed_before_its_rollouts_opens_and_its_next_writer_seals_them
     assert _numbers(run, tmp_path)["health"] == (
         2,
         "unhealthy",
-        ["calls_edited", "rollouts_edited"],
+        ["calls_edited", "rollouts_edited", "verdicts_edited"],
     )
 
 
@@ -156,7 +160,9 @@ def test_an_older_seal_record_put_back_does_not_switch_the_rollouts_check_off(
     rollouts' seal deleted, read as a store sealed before its rollouts were, and the a03 edit
     went unseen. Where this machine sealed the rollouts (its sealed-stores ledger), an older
     record is an edit: health fails and writers refuse, nothing written."""
-    from gymflow.store.seal import RECORD_VERSION, load_key, remember
+    from gymflow.store.seal import RECORD_VERSION
+    from gymflow.store.seal_key import load_key
+    from gymflow.store.sealed_stores import remember
 
     run = tmp_path / "run"
     shutil.copytree(honest, run)
@@ -173,7 +179,7 @@ def test_an_older_seal_record_put_back_does_not_switch_the_rollouts_check_off(
     assert after["health"] == (
         2,
         "unhealthy",
-        ["calls_edited", "rollouts_edited", "task_list_edited"],
+        ["calls_edited", "rollouts_edited", "task_list_edited", "verdicts_edited"],
     ), after
     done = gym_in_process("eval", "reverify", str(run), "--set", "abs_tol=0.5", cwd=tmp_path)
     assert done.returncode == 2 and "nothing was written" in one_error_line(done.stderr)
@@ -185,7 +191,8 @@ def _record_put_back(run: Path) -> None:
     same in every store of the key with no verdict from before the seal) put in place of this
     store's own, and the rollouts' and model calls' seals deleted. The task list's seal, which
     needs the key, stays as this store's writers left it."""
-    from gymflow.store.seal import _record, load_key
+    from gymflow.store.seal import _record
+    from gymflow.store.seal_key import load_key
 
     key = load_key(create=False)
     assert key is not None
@@ -211,7 +218,7 @@ def test_an_older_record_put_back_in_a_moved_store_is_an_edit(honest: Path, tmp_
     stored, digest = rollout_rows(run / "gymflow.duckdb"), tree_digest(run)
     after = _numbers(run, tmp_path)
     assert after["profile"]["pass@1"] != before["profile"]["pass@1"]
-    assert after["health"] == (2, "unhealthy", ["task_list_edited"]), after
+    assert after["health"] == (2, "unhealthy", ["task_list_edited", "verdicts_edited"]), after
     for command in (
         ("eval", "reverify", str(run), "--set", "abs_tol=0.5"),
         ("eval", "reverify", str(run), "--check"),

@@ -32,7 +32,7 @@ from gymflow.environments.registry import (
 from gymflow.environments.workspace.environment import WorkspaceEnvironment
 from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.travel import bundle_files, pack, unpacked_on_path
-from gymflow.store.seal import key_file
+from gymflow.store.seal_key import key_file
 from tests.conftest import gym
 from tests.faults.stores import collect_run, rollout_rows, run_gym, tree_digest
 

@@ -24,15 +24,8 @@ from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.published import COMMITTED, PublishedShard
 from gymflow.rollouts.registration import register_run
 from gymflow.store.db import connect
-from gymflow.store.seal import (
-    MESSAGE,
-    SealKey,
-    SealKeyError,
-    key_file,
-    load_key,
-    message_sql,
-    sealed,
-)
+from gymflow.store.seal_key import SealKey, SealKeyError, key_file, load_key, sealed
+from gymflow.store.verdict_message import MESSAGE, message_sql
 from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 from tests.faults.stores import (
     collect_run,
@@ -500,12 +493,13 @@ def test_a_task_deleted_with_all_it_held_is_an_integrity_failure(honest: Path, t
     assert checked.returncode == 2, checked.stdout + checked.stderr
     report = json.loads(checked.stdout)
     # the task's row was one of the sealed inputs too (store/sealed_inputs.py), and its
-    # rollouts and their model calls were sealed (store/sealed_rows.py)
+    # rollouts, their model calls and their verdicts were sealed (store/sealed_rows.py)
     assert report["gate_failures"] == [
         "task_list_edited",
         "inputs_edited",
         "rollouts_edited",
         "calls_edited",
+        "verdicts_edited",
     ], report
 
     assert tree_digest(run) == digest

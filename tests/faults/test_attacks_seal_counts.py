@@ -135,7 +135,7 @@ def test_every_rows_record_holds_its_count_under_the_key(honest: Path, tmp_path:
     """Of every table whose rows are sealed (rollouts, model calls): the record with only its
     count changed no longer matches, and a writer never folds rows into such a record (it
     would be sealed as honest)."""
-    from gymflow.store.seal import load_key
+    from gymflow.store.seal_key import load_key
     from gymflow.store.sealed_rows import SEALED_ROWS, rows_added, rows_sealed
 
     run = copied_run(honest, tmp_path / "run")
@@ -195,7 +195,7 @@ def test_a_store_main_wrote_is_refused_until_migrated_with_every_number_unchange
         line = one_error_line(done.stderr)
         assert "sealed by an earlier gymflow (seal record version 5)" in line and refusal in line
     # only the key that sealed it migrates it: not this session's, nor none
-    from gymflow.store.seal import load_key
+    from gymflow.store.seal_key import load_key
 
     load_key(create=True)
     foreign = gym("eval", "migrate", str(run), cwd=tmp_path)
@@ -270,7 +270,8 @@ def test_an_earlier_record_put_back_is_an_edit_not_an_older_store(
     at this path was sealed under 6, so its rows' records are compared with the count keyed
     (`calls_edited`, `rollouts_edited`), and the migration refuses it."""
     run = copied_run(honest, tmp_path / "run")
-    from gymflow.store.seal import _record, load_key
+    from gymflow.store.seal import _record
+    from gymflow.store.seal_key import load_key
     from gymflow.store.sealed_rows import SEALED_ROWS, rows_record
 
     key = load_key(create=False)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gymflow.store.checked_stores import Checked, file_digest, file_state, record_file
-from gymflow.store.seal import load_key
+from gymflow.store.seal_key import load_key
 from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 from tests.faults.stores import (
     collect_run,

@@ -26,7 +26,8 @@ import pytest
 
 from gymflow.analysis.health import health
 from gymflow.store.db import connect, transaction
-from gymflow.store.seal import SEALED_ROLLOUT, SEALED_VERDICT, load_key
+from gymflow.store.seal_key import load_key
+from gymflow.store.verdict_message import SEALED_ROLLOUT, SEALED_VERDICT
 from gymflow.store.writer import VERDICT_COLUMNS, insert_verdicts
 from tests.conftest import gym
 from tests.faults.stores import collect_run, one_error_line, rollout_rows, run_gym, tree_digest

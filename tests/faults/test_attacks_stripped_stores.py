@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.store.seal import ledger_file, load_key
+from gymflow.store.seal_key import load_key
+from gymflow.store.sealed_stores import ledger_file
 from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 from tests.faults.stores import (
     collect_run,

@@ -22,7 +22,7 @@ from gymflow.flows.fan_out import ShardFailed
 from gymflow.flows.parameters import ScaleOptions, shard_dir
 from gymflow.flows.reverify import reverify
 from gymflow.store.db import store_path
-from gymflow.store.seal import load_key
+from gymflow.store.seal_key import load_key
 from gymflow.store.sealed_rows import seal_rows
 from tests.conftest import gym
 

@@ -19,7 +19,7 @@ from gymflow.core.statuses import COMPLETED, FAILED, VERIFIED, VERIFY_ERROR
 from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.registration import register_run
 from gymflow.store.db import connect
-from gymflow.store.seal import SEALED_ROLLOUT
+from gymflow.store.verdict_message import SEALED_ROLLOUT
 from gymflow.store.verifier_versions import make_current
 from gymflow.store.writer import insert_verdicts, register_verifier_version, write_rollouts
 from tests.analysis.builder import reseal

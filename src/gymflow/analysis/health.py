@@ -30,7 +30,8 @@ from gymflow.store.db import first_sql, memory_capped_call
 from gymflow.store.queries.rollouts import health_verdicts_sql, stored_count
 from gymflow.store.queries.tasks import task_count
 from gymflow.store.runs import max_repeats
-from gymflow.store.seal import SealCheck, StoreSeal, older_state, store_file
+from gymflow.store.seal import SealCheck, StoreSeal, older_state
+from gymflow.store.sealed_stores import store_file
 
 
 class UnknownCheck(UserError, ValueError):
@@ -142,6 +143,7 @@ def health(
         "inputs_sealed": sealed.inputs_sealed,
         "rollouts_sealed": sealed.rollouts_sealed,
         "calls_sealed": sealed.calls_sealed,
+        "verdicts_sealed": sealed.verdicts_sealed,
         "generation_ok": not sealed.older_state if sealed.state == "sealed" else None,
         "verifier_version": version,
         "repeats": max_repeats(con) or 0,

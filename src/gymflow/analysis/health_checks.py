@@ -593,6 +593,16 @@ CHECKS: dict[str, Check] = {
         level="run",
         needs=("calls_sealed",),
     ),
+    "verdicts_edited": Check(
+        "the store's verdicts are not the set its writers sealed (their count and the XOR of "
+        "their seals, under the key): a verdict deleted, added, or moved into "
+        "superseded_verifications in the file, which no verdict's own seal can show (failing "
+        "verdicts gone leave every score); in a store sealed before the set was, a completed "
+        "rollout whose verdict is gone without a reverify having set it aside",
+        "SELECT run_id AS id FROM runs WHERE NOT getvariable('verdicts_sealed')",
+        level="run",
+        needs=("verdicts_sealed",),
+    ),
     "seal_rolled_back": Check(
         "the store is an older sealed state of itself put back at its path: its generation "
         "(raised by every writer that seals, sealed with its seal records) is below the one "

@@ -39,6 +39,7 @@ def store_seals(con, found: SealCheck | None = None) -> Seals:
         (store.inputs_sealed, "the inputs (tasks, run row, verifier versions, current version)"),
         (store.rollouts_sealed, "the rollouts' statuses, tasks, repeats or counts"),
         (store.calls_sealed, "the model calls' statuses, latencies, tokens or bodies"),
+        (store.verdicts_sealed, "the verdict set (a verdict deleted, added or moved aside)"),
     ):
         if sealed is False:
             edited.append(f"{what} not as sealed")

@@ -31,7 +31,7 @@ from gymflow.store.db import connect
 
 if TYPE_CHECKING:
     from gymflow.analysis.paired import PairedPower, Power
-    from gymflow.analysis.results import Comparison, Profile, Seals, VersionRead
+    from gymflow.analysis.results import Comparison, Profile, RunAnalysis, Seals, VersionRead
 
 # Each command imports what only it runs (the health checks, the diagnosis) in its body:
 # `gym eval profile` does not pay for the others.
@@ -434,9 +434,26 @@ def eval_diagnose(
     finally:
         con.close()
     result, decision = analysis.diagnosis, analysis.decision
+    seals = analysis.profile.seals
     if json_output:
-        print_json({**result.as_json(), "decision": decision.as_json()})
-        return
+        print_json(
+            {
+                **result.as_json(),
+                "decision": decision.as_json(),
+                "seals": None if seals is None else seals.as_json(),
+            }
+        )
+    else:
+        _print_diagnosis(analysis, top)
+        # as profile: the numbers read, and in red that they are not those sealed (exit 2)
+        print_seals(seals, str(run_dir))
+    _exit_when_edited(analysis.profile)
+
+
+def _print_diagnosis(analysis: RunAnalysis, top: int) -> None:
+    """`gym eval diagnose`'s text: the buckets, taxonomy, sometimes-pass tasks, verifier
+    suspects and the next action."""
+    result, decision = analysis.diagnosis, analysis.decision
     console.print(f"run {result.run_id} · verifier {result.verifier_version}")
     if analysis.profile.simulated:
         console.print(SIMULATED_LINE)

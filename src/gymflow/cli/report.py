@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from gymflow.cli import exit_codes
 from gymflow.cli.app import app, console, fail
 
 
@@ -27,13 +28,13 @@ def report(
     ] = None,
 ) -> None:
     """Write the HTML report: opens offline, readable without JavaScript."""
-    from gymflow.reports.render import export_path, write_run_report
+    from gymflow.cli.analysis import print_seals
+    from gymflow.reports.render import export_path, write_report
 
     if compare is not None and verifier_version is not None:
         fail("--verifier-version applies to a single-run report, not to --compare")
-    path = write_run_report(
-        run_dir, out=out, compare_dir=compare, verifier_version=verifier_version
-    )
+    written = write_report(run_dir, out=out, compare_dir=compare, verifier_version=verifier_version)
+    path = written.path
     from gymflow.reports.stamp import rendered_verifier_version
 
     version = rendered_verifier_version(path)
@@ -42,3 +43,8 @@ def report(
     export = export_path(path)
     if export.exists():
         console.print(f"trajectories: {export.resolve()}", highlight=False, soft_wrap=True)
+    # as profile: written with the numbers read, in red that they are not those sealed (exit 2)
+    for where, seals in written.edited:
+        print_seals(seals, where)
+    if written.edited:
+        raise typer.Exit(exit_codes.GATE_FAILED)

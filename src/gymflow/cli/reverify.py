@@ -186,12 +186,14 @@ def _print_seals(result) -> None:
         ROLLOUTS_EDITED,
         STRIPPED,
         TASK_LIST_EDITED,
+        VERDICTS_EDITED,
     )
 
     edited = [
         (result.inputs_sealed, f"the run's inputs do not match their seal: {INPUTS_EDITED}"),
         (result.rollouts_sealed, f"the run's rollouts do not match their seal: {ROLLOUTS_EDITED}"),
         (result.calls_sealed, f"the run's model calls do not match their seal: {CALLS_EDITED}"),
+        (result.verdicts_sealed, f"the run's verdicts do not match their seal: {VERDICTS_EDITED}"),
         (result.tasks_sealed, f"the run's task list does not match its seal: {TASK_LIST_EDITED}"),
         (result.generation_failure is None, result.generation_failure or ""),
     ]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from gymflow.history.catalog import CatalogEntry
 from gymflow.store.db import STORE_FILE
-from gymflow.store.seal import sealed_at
+from gymflow.store.sealed_stores import sealed_at
 
 NOT_SEALED_HERE = (
     "not sealed at this path by this machine's key: a copy made elsewhere, or another's run"

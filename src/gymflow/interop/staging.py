@@ -19,7 +19,9 @@ from gymflow.core.written import unlinked_folder
 from gymflow.interop.nemo_read import InteropError
 from gymflow.store.db import STORE_FILE, StoreError, connect, store_path, transaction
 from gymflow.store.generations import record_at, start_above, stored_number
-from gymflow.store.seal import RECORD_VERSION, built_aside, load_key, remember
+from gymflow.store.seal import RECORD_VERSION, built_aside
+from gymflow.store.seal_key import load_key
+from gymflow.store.sealed_stores import remember
 
 
 def _remove_abandoned(run_dir: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
@@ -20,7 +21,7 @@ from jinja2 import BaseLoader, Environment, PackageLoader, StrictUndefined, sele
 from markupsafe import Markup
 
 from gymflow import __version__
-from gymflow.analysis.results import RunAnalysis
+from gymflow.analysis.results import RunAnalysis, Seals
 from gymflow.core.written import written
 from gymflow.present import format_number, format_percent, format_points, format_value
 from gymflow.reports import svg
@@ -87,6 +88,14 @@ def _write_export(partial: Path, name: str, rows: list[dict[str, Any]]) -> str:
     return "./" + quote(name)
 
 
+@dataclass(frozen=True, slots=True)
+class WrittenReport:
+    path: Path
+    #: each store read whose seals fail (`analysis.seals`), named as the page names it ("A",
+    #: "B", or the run folder), with what they say: the page states it beside the numbers
+    edited: list[tuple[str, Seals]]
+
+
 def write_run_report(
     run_dir: Path | str,
     *,
@@ -96,10 +105,31 @@ def write_run_report(
     analysis: RunAnalysis | None = None,
     limits: Limits = DEFAULT_LIMITS,
 ) -> Path:
+    """`write_report`'s page."""
+    return write_report(
+        run_dir,
+        out=out,
+        compare_dir=compare_dir,
+        verifier_version=verifier_version,
+        analysis=analysis,
+        limits=limits,
+    ).path
+
+
+def write_report(
+    run_dir: Path | str,
+    *,
+    out: Path | str | None = None,
+    compare_dir: Path | str | None = None,
+    verifier_version: str | None = None,
+    analysis: RunAnalysis | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> WrittenReport:
     """Write `report.html` (or `out`) in the run directory from the run's `analysis` (the flow
     hands over the one it computed; without it, it is computed here, once) and the store's
     trajectories; with `compare_dir`, a comparison report of the two runs (`compare.html`).
-    Nothing is written unless every section could be computed."""
+    Nothing is written unless every section could be computed. A store whose seals fail is
+    reported all the same, as profile prints it, with a banner saying so (`WrittenReport`)."""
     from gymflow.history.gate import load_verdict
     from gymflow.store.db import connect, store_path
     from gymflow.study.confirm import load_outcome
@@ -111,6 +141,10 @@ def write_run_report(
 
         data = compare_sections(Path(run_dir), Path(compare_dir), limits=limits)
         template = "compare.html.j2"
+        read = [
+            (f"A ({run_dir})", data["a"]["profile"]),
+            (f"B ({compare_dir})", data["b"]["profile"]),
+        ]
     else:
         con = connect(run_dir, read_only=True)
         try:
@@ -120,6 +154,7 @@ def write_run_report(
         finally:
             con.close()
         template = "run.html.j2"
+        read = [(str(run_dir), analysis.profile)]
         data["gate"] = load_verdict(store_path(run_dir).parent)
         data["confirmation"] = load_outcome(store_path(run_dir).parent, analysis.decision)
     rows, export = data.pop("export", []), export_path(out_path)
@@ -130,4 +165,7 @@ def write_run_report(
         partials[0].write_text(render(template, data), encoding="utf-8")
     if not rows:
         export.unlink(missing_ok=True)
-    return out_path
+    edited = [
+        (name, p.seals) for name, p in read if p.seals is not None and p.seals.intact is False
+    ]
+    return WrittenReport(out_path, edited)

@@ -76,6 +76,8 @@ class Rechecked(Result):
     rollouts_sealed: bool | None = None
     #: the model calls (`store/sealed_rows.py`) are those sealed; None as `rollouts_sealed`
     calls_sealed: bool | None = None
+    #: the verdict set (`store/sealed_rows.VERDICTS`) is the one sealed; None as `rollouts_sealed`
+    verdicts_sealed: bool | None = None
     #: the store's task list is the one sealed (`store/seal.py`); None: not checked
     tasks_sealed: bool | None = None
     #: the store is an older sealed state of itself put back, or its generation record is not
@@ -99,6 +101,7 @@ class Rechecked(Result):
             and self.inputs_sealed is not False
             and self.rollouts_sealed is not False
             and self.calls_sealed is not False
+            and self.verdicts_sealed is not False
             and self.tasks_sealed is not False
             and self.generation_failure is None
         )
@@ -243,6 +246,7 @@ def _check_with(
         inputs_sealed=seals.store.inputs_sealed,
         rollouts_sealed=seals.store.rollouts_sealed,
         calls_sealed=seals.store.calls_sealed,
+        verdicts_sealed=seals.store.verdicts_sealed,
         tasks_sealed=seals.store.tasks_sealed,
         generation_failure=_generation_failure(seals, store),
     )
@@ -282,6 +286,7 @@ def _unjudged(
         inputs_sealed=seals.store.inputs_sealed,
         rollouts_sealed=seals.store.rollouts_sealed,
         calls_sealed=seals.store.calls_sealed,
+        verdicts_sealed=seals.store.verdicts_sealed,
         tasks_sealed=seals.store.tasks_sealed,
         generation_failure=_generation_failure(seals, store),
         judged=False,

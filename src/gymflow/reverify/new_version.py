@@ -52,7 +52,8 @@ from gymflow.store.queries.verdicts import (
 )
 from gymflow.store.rows import verification_row
 from gymflow.store.runs import RunInfo, run_info
-from gymflow.store.seal import claim, load_key, seal_tasks
+from gymflow.store.seal import claim, seal_tasks
+from gymflow.store.seal_key import load_key
 from gymflow.store.sealed_first import check_before_writing
 from gymflow.store.superseded import supersede_verifications
 from gymflow.store.writer import (

@@ -57,7 +57,8 @@ from gymflow.store.remote import (
     is_url,
     sha256,
 )
-from gymflow.store.seal import SealKey, foreign_key_message, load_key
+from gymflow.store.seal import foreign_key_message
+from gymflow.store.seal_key import SealKey, load_key
 from gymflow.store.snapshot import SNAPSHOT_TABLES
 from gymflow.store.superseded import supersede_failed
 

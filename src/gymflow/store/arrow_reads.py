@@ -7,12 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow  # pyright: ignore[reportMissingTypeStubs]
+import pyarrow.compute  # pyright: ignore[reportMissingTypeStubs]
 from duckdb import DuckDBPyConnection
 
 from gymflow.store.memory_bound import VECTOR_ROWS
 
 #: pyarrow has no type stubs: its values cross this module as `Any`.
 pa: Any = pyarrow
+pc: Any = pyarrow.compute
 
 
 def arrow_batches(

@@ -40,16 +40,9 @@ from duckdb import DuckDBPyConnection
 
 from gymflow.store.arrow_reads import joined_strings
 from gymflow.store.db import opened_file
-from gymflow.store.seal import (
-    SealCheck,
-    SealKey,
-    SealKeyError,
-    armed_state,
-    check_seals,
-    key_file,
-    load_key,
-    store_file,
-)
+from gymflow.store.seal import SealCheck, armed_state, check_seals
+from gymflow.store.seal_key import SealKey, SealKeyError, key_file, load_key
+from gymflow.store.sealed_stores import store_file
 
 #: Stores remembered at most (the oldest checks are forgotten first).
 MAX_REMEMBERED = 2000

@@ -269,7 +269,8 @@ def copy_store(source: Path | str, run_dir: Path | str) -> Path:
     source is, and begins a history at its path (`generations.continue_copy`)."""
     # the seal's modules (pyarrow): not on every open
     from gymflow.store.generations import continue_copy
-    from gymflow.store.seal import load_key, remember_copy
+    from gymflow.store.seal_key import load_key
+    from gymflow.store.sealed_stores import remember_copy
 
     target = store_path(run_dir)
     with written(target) as (partial,):

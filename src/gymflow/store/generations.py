@@ -56,6 +56,13 @@ from gymflow.store.named_paths import path_names, recorded_names
 GENERATION_KEY = "generation"
 #: The `meta` records a generation is sealed with: every seal record a writer rewrites.
 BOUND = ("seal", "task_seal", "inputs_seal", "unjudged_seal", "rollouts_seal", "calls_seal")
+#: Records sealed with it only when present: the verdict set's (`sealed_rows.VERDICTS`), which
+#: stores sealed before it lack, their generation sealed without its name. Present, it cannot be
+#: removed (the generation no longer holds over what is left) nor the generation with it (a
+#: store sealed under record 5 or later requires one), so no seal record version says it is
+#: required: a store without one is one sealed before it, read as before, and sealed whole by
+#: its next writer (`seal.claim`).
+OPTIONAL = ("verdicts_seal",)
 _LABEL = "gymflow store generation v1\n"
 _HEX = 32
 #: Digits a generation may have (an int64 holds them): anything longer is no generation.
@@ -99,17 +106,23 @@ def _parsed(text: str) -> tuple[int, str] | None:
 
 def _framed(stored: dict[str, str]) -> str:
     """The seal records among `stored` (`meta` by key), each framed by its length (an absent
-    one by its name alone)."""
-    return "".join(
-        f"{name}\n" if name not in stored else f"{name}={len(stored[name])}:{stored[name]}\n"
-        for name in BOUND
+    one of `BOUND` by its name alone, of `OPTIONAL` by nothing)."""
+    present = "".join(
+        f"{name}={len(stored[name])}:{stored[name]}\n" for name in OPTIONAL if name in stored
+    )
+    return (
+        "".join(
+            f"{name}\n" if name not in stored else f"{name}={len(stored[name])}:{stored[name]}\n"
+            for name in BOUND
+        )
+        + present
     )
 
 
 def _bound(con: DuckDBPyConnection) -> str:
     """The seal records as stored (`_framed`)."""
     rows = con.execute(
-        "SELECT key, value FROM meta WHERE list_contains(?, key)", [list(BOUND)]
+        "SELECT key, value FROM meta WHERE list_contains(?, key)", [[*BOUND, *OPTIONAL]]
     ).fetchall()
     return _framed({str(name): str(value) for name, value in rows})
 
@@ -207,7 +220,7 @@ def _write(con: DuckDBPyConnection, key: SealKey, pending: _Pending) -> None:
         str(name): str(value)
         for name, value in con.execute(
             "SELECT key, value FROM meta WHERE list_contains(?, key)",
-            [[*BOUND, GENERATION_KEY]],
+            [[*BOUND, *OPTIONAL, GENERATION_KEY]],
         ).fetchall()
     }
     parsed = _parsed(stored.get(GENERATION_KEY, ""))

@@ -28,16 +28,8 @@ from gymflow.store.db import (
 from gymflow.store.generations import GENERATION_KEY, fresh_history, read_generation, recorded_at
 from gymflow.store.handle import one_row
 from gymflow.store.runs import RolloutKey, RunInfo, check_run_store, missing_keys, run_info
-from gymflow.store.seal import (
-    SealKey,
-    SealKeyError,
-    StoreSeal,
-    claim,
-    foreign_key_message,
-    load_key,
-    older_state,
-    seal_tasks,
-)
+from gymflow.store.seal import StoreSeal, claim, foreign_key_message, older_state, seal_tasks
+from gymflow.store.seal_key import SealKey, SealKeyError, load_key
 from gymflow.store.sealed_first import check_before_writing
 from gymflow.store.sealed_rows import seal_rows
 from gymflow.store.writer import insert_rows

@@ -24,17 +24,10 @@ from duckdb import DuckDBPyConnection
 from gymflow.core.errors import UserError
 from gymflow.store.db import transaction
 from gymflow.store.queries.model_calls import repeated_calls
-from gymflow.store.seal import (
-    RECORD_VERSION,
-    SealKeyError,
-    claim,
-    foreign_key_message,
-    load_key,
-    seal_tasks,
-    store_file,
-    store_seal,
-)
+from gymflow.store.seal import RECORD_VERSION, claim, foreign_key_message, seal_tasks, store_seal
+from gymflow.store.seal_key import SealKeyError, load_key
 from gymflow.store.sealed_first import SealsBroken, check_before_writing
+from gymflow.store.sealed_stores import store_file
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,12 @@ failure kind) under a key kept outside the store (`GYMFLOW_SEAL_KEY`, or a key f
 in the user's config folder): whoever can write the DuckDB file or the object storage a shard is
 published to cannot compute it.
 
-The MAC is HMAC-SHA256, truncated to 128 bits, of a message DuckDB frames from the stored values
-(`message_sql`: one expression every writer seals with and every check recomputes), computed in
-Python over the messages read out as Arrow batches (`Sealer`). Neither the key nor anything made
-from it (HMAC's pads) reaches DuckDB: a store is a file from anyone, and any expression it holds
-(a column's default, a generated column) runs in gymflow's statements, so whatever a session
-variable or a statement held, the store could read or copy.
+The key and the MAC are `seal_key.py`'s (HMAC-SHA256, truncated to 128 bits, computed in
+Python: no key material reaches DuckDB), the message each verdict's seal is the MAC of
+`verdict_message.py`'s, the stores this machine sealed `sealed_stores.py`'s, the seals of the
+rows, the verdict set and the inputs `sealed_rows.py`'s and `sealed_inputs.py`'s. This module
+holds what ties them together: the store's seal record and what each version of it says is
+sealed, the writers' claim of a store, and the check of every seal.
 
 Which key sealed a store is in its `meta` table (`seal`: key id, the count of verdicts written
 before the store was first sealed, and a MAC of both): a writer holding another key refuses to
@@ -23,18 +23,10 @@ write, so one store never mixes keys."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import functools
-import hmac
-import os
-import stat
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from duckdb import DuckDBPyConnection
@@ -42,250 +34,32 @@ from duckdb import DuckDBPyConnection
 from gymflow.core.credentials import SEAL_KEY_ENV
 from gymflow.core.errors import UserError
 from gymflow.core.same_text import same_text
-from gymflow.core.user_folders import user_config
-from gymflow.store.arrow_reads import arrow_batches, joined_strings
-from gymflow.store.generations import (
-    fresh_history,
-    read_generation,
-    record_at,
-    recorded,
-    write_generation,
-)
-from gymflow.store.memory_bound import VECTOR_ROWS
+from gymflow.store.arrow_reads import joined_strings
+from gymflow.store.generations import fresh_history, read_generation, recorded, write_generation
 from gymflow.store.named_paths import built_aside as built_aside
-from gymflow.store.named_paths import path_names, recorded_names, store_names
+from gymflow.store.named_paths import store_names
+from gymflow.store.seal_key import SEAL_HEX, SealKey, SealKeyError, as_seals, batches, load_key
 from gymflow.store.sealed_inputs import INPUTS_VERSION, inputs_sealed, seal_inputs
 from gymflow.store.sealed_rows import (
     MODEL_CALLS,
     ROLLOUTS,
+    VERDICTS,
+    Fold,
     rows_counted,
+    rows_match,
     rows_recorded,
     rows_sealed,
     seal_rows,
+    seal_table,
 )
-
-#: Bytes of a key made on first use, and the fewest a given key may have.
-KEY_BYTES = 32
-MIN_KEY_BYTES = 16
-#: Hex characters of a seal kept: HMAC-SHA256 truncated to 128 bits (RFC 2104 allows it).
-SEAL_HEX = 32
-
-
-class SealKeyError(UserError):
-    """No usable seal key: a key file readable by others, not the user's, or a malformed
-    GYMFLOW_SEAL_KEY; or a store or shard sealed with another key than this machine's."""
-
-
-@dataclass(frozen=True)
-class SealKey:
-    secret: bytes
-    #: where the key came from (the variable's name or the file's path), for messages
-    source: str
-
-    @property
-    def key_id(self) -> str:
-        """Names the key without revealing it: stored beside the seals, compared at merge."""
-        return self.mac("gymflow seal key id")[:16]
-
-    def mac(self, text: str) -> str:
-        """HMAC-SHA256 of `text`, hex: the seal of a manifest or of the store's seal record."""
-        return hmac.new(self.secret, text.encode(), "sha256").hexdigest()
-
-    @functools.cached_property
-    def sealer(self) -> Sealer:
-        """The key's HMAC state, computed once: what every verdict's seal is made with."""
-        return Sealer(self)
-
-
-def key_file() -> Path:
-    """`$XDG_CONFIG_HOME/gymflow/seal.key` (by default `~/.config/gymflow/seal.key`)."""
-    return user_config("seal.key")
-
-
-def _decode(text: str, where: str) -> bytes:
-    text = text.strip()
-    try:
-        secret = bytes.fromhex(text)
-    except ValueError:
-        try:
-            secret = base64.b64decode(text, validate=True)
-        except (binascii.Error, ValueError):
-            raise SealKeyError(f"{where}: not a seal key (hex or base64)") from None
-    if len(secret) < MIN_KEY_BYTES:
-        raise SealKeyError(
-            f"{where}: a seal key of {len(secret)} bytes; give at least {MIN_KEY_BYTES} "
-            f"(e.g. `python -c 'import secrets; print(secrets.token_hex({KEY_BYTES}))'`)"
-        )
-    return secret
-
-
-def _checked_file(path: Path) -> bytes:
-    """The key in `path`, refused when anyone but its owner could read it or it is not ours.
-    Checked on the open file, not the path: a file swapped in between a check and a read (by
-    whoever can write the folder) is the file checked."""
-    try:
-        # non-blocking: a FIFO put in its place must not hang every run
-        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as opened:
-            info = os.fstat(opened.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise SealKeyError(f"{path}: seal key file is not a regular file; refused")
-            text = opened.read(4096).decode("utf-8", "replace")
-        if info.st_uid != os.geteuid():
-            raise SealKeyError(f"{path}: seal key file not owned by this user; refused")
-        if stat.S_IMODE(info.st_mode) & 0o077:
-            raise SealKeyError(
-                f"{path}: seal key file is readable or writable by group or others "
-                f"(mode {stat.S_IMODE(info.st_mode):04o}); `chmod 600 {path}`"
-            )
-        return _decode(text, str(path))
-    except OSError as exc:
-        raise SealKeyError(f"{path}: cannot read the seal key: {exc.strerror or exc}") from None
-
-
-def _create_file(path: Path) -> None:
-    """Make the key file whole or not at all: written aside, then linked into place (a link
-    never replaces a file), so a process starting at the same moment reads either no file or
-    the whole key, never the empty file another has just created (8 processes making the key
-    at once: one in ten tries failed with "a seal key of 0 bytes")."""
-    partial = path.with_name(f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}")
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(os.urandom(KEY_BYTES).hex() + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.link(partial, path)
-    except FileExistsError:  # another process made it first: use theirs
-        pass
-    except OSError as exc:
-        raise SealKeyError(
-            f"{path}: cannot create the seal key file: {exc.strerror or exc} "
-            f"(or set {SEAL_KEY_ENV})"
-        ) from None
-    finally:
-        partial.unlink(missing_ok=True)
-
-
-def load_key(*, create: bool) -> SealKey | None:
-    """This machine's seal key: GYMFLOW_SEAL_KEY if set, else the key file, made (0600) when
-    `create` and absent. None when there is none and `create` is false (a reader never makes
-    a key: a check without one says so)."""
-    if given := os.environ.get(SEAL_KEY_ENV):
-        return SealKey(_decode(given, SEAL_KEY_ENV), SEAL_KEY_ENV)
-    path = key_file()
-    if not path.exists():
-        if not create:
-            return None
-        _create_file(path)
-    return SealKey(_checked_file(path), str(path))
-
-
-# -- the seal: a message framed in SQL, its MAC in Python --------------------------------------
-#
-# The message is built by DuckDB from the stored values (one `concat`, no key in it); the MAC is
-# computed here, over the message read out as Arrow batches, from the key's HMAC state made once
-# (`Sealer`). No statement, session variable or expression a store can hold (a default, a
-# generated column, a view) ever sees the key or its pads: a store that reads them reads NULL.
-
-
-def _framed(column: str) -> str:
-    """A value as `bytes:text` (NULL as a bare `:`; `concat` skips NULLs): no two messages of
-    other values read alike. One `concat` builds the whole message: a chain of `||` copied it
-    once per field, a third of its cost."""
-    text = f"{column}::VARCHAR"
-    return f"strlen({text}), ':', {text}"
-
-
-#: The verdict's columns a seal covers, in order (every one but its time).
-SEALED_VERDICT = ("rollout_id", "verifier_version", "status", "failure_kind", "details_json")
-#: The rollout's columns a seal covers: what was judged (final text, trajectory), and what the
-#: scores read beside the verdict: which run, task and repeat it counts for (a verdict moved to
-#: another task by editing `task_id` raised pass@k) and whether it counts at all (a failing
-#: rollout's status set to an error is left out of every score). `rollout_id` alone does not
-#: bind them: nothing recomputes it from them.
-SEALED_ROLLOUT = (
-    "run_id",
-    "task_id",
-    "repeat_index",
-    "status",
-    "failure_kind",
-    "output_text",
-    "trajectory_json",
+from gymflow.store.sealed_stores import (
+    remember_store,
+    remembered,
+    remembered_version,
+    store_file,
 )
-#: The column a sealing or checking SELECT names its message (`message_sql`) with.
-MESSAGE = "seal_message"
-
-
-def message_sql(verdict: str, rollout: str, prefix: str = "") -> str:
-    """THE message a verdict's seal is the MAC of, as a BLOB: SQL over a relation `verdict`
-    holding the verdict's columns and `rollout` holding its rollout's `SEALED_ROLLOUT` columns,
-    each named with `prefix` (one relation may be both, the rollout's columns then prefixed
-    apart from the verdict's). The same framing stores sealed before carry."""
-    parts = [_framed(f"{verdict}.{name}") for name in SEALED_VERDICT]
-    # a number and a boolean hold no `|`: as text, NULL as nothing
-    parts += [f"{verdict}.reward", f"{verdict}.passed"]
-    parts += [_framed(f"{rollout}.{prefix}{name}") for name in SEALED_ROLLOUT]
-    return "encode(concat(" + ", '|', ".join(parts) + "))"
-
-
-class Sealer:
-    """A key's HMAC-SHA256 with its inner and outer states computed once (`hmac.new(...)`,
-    copied per message): the seal of one message is two SHA-256 compressions of it plus two of
-    a block."""
-
-    def __init__(self, key: SealKey) -> None:
-        self._state = hmac.new(key.secret, digestmod="sha256")
-
-    def fresh(self):
-        """A copy of the key's HMAC state, for one message given in parts."""
-        return self._state.copy()
-
-    def seal(self, message: bytes | None) -> str | None:
-        if message is None:
-            return None
-        mac = self._state.copy()
-        mac.update(message)
-        return mac.hexdigest()[:SEAL_HEX]
-
-    def seals(self, messages: pa.Array) -> pa.Array:
-        """The seal of every message (a BLOB column DuckDB framed; never NULL), as an Arrow
-        string array built from its buffers: `pa.array` over Python values imports pandas
-        (0.7 s of a command's start), and one hex of all the digests is faster than one each."""
-        state, digests = self._state, []
-        for message in messages.to_pylist():
-            mac = state.copy()
-            mac.update(message)
-            digests.append(mac.digest()[: SEAL_HEX // 2])
-        count = len(digests)
-        offsets = np.arange(0, SEAL_HEX * (count + 1), SEAL_HEX, dtype=np.int32)
-        data = b"".join(digests).hex().encode("ascii")
-        return pa.StringArray.from_buffers(count, pa.py_buffer(offsets), pa.py_buffer(data))
-
-
-#: Rows a sealing or checking read takes from DuckDB at once (messages are dropped per batch):
-#: one DuckDB vector, whose text the open bounds (`memory_bound.check_text_at_once`); 65,536
-#: rows a batch held 32 vectors' text at once, unbounded by it.
-SEAL_BATCH = VECTOR_ROWS
-
-
-def _batches(con, sql: str, params: list | None = None) -> Iterator[pa.RecordBatch]:
-    yield from arrow_batches(con, sql, params, SEAL_BATCH)
-
-
-def sealed(con, key: SealKey, select: str, params: list | None = None) -> pa.Table | None:
-    """The rows `select` gives (its last column the message, `message_sql` AS `MESSAGE`) with
-    the message replaced by its seal, as Arrow (`seal`), read batch by batch; None for no rows.
-    The key stays in this process: DuckDB gets the seals, never what makes them."""
-    sealer = key.sealer
-    parts = []
-    for batch in _batches(con, select, params):
-        at = batch.schema.get_field_index(MESSAGE)
-        columns = [batch.column(i) for i in range(batch.num_columns) if i != at]
-        names = [name for i, name in enumerate(batch.schema.names) if i != at]
-        parts.append(pa.table([*columns, sealer.seals(batch.column(at))], [*names, "seal"]))
-    return pa.concat_tables(parts) if parts else None
-
+from gymflow.store.unjudged import verdicts_deleted
+from gymflow.store.verdict_message import JUDGED, MESSAGE, message_sql
 
 # -- which key sealed a store ----------------------------------------------------------------
 
@@ -322,6 +96,9 @@ class StoreSeal:
     calls_required: bool = False
     #: whether its model calls are the ones sealed, as `rollouts_sealed`
     calls_sealed: bool | None = None
+    #: whether its verdict set is the one sealed (`sealed_rows.VERDICTS`: `check_seals`; None:
+    #: not checked, or a store sealed before it was whose every completed rollout has a verdict)
+    verdicts_sealed: bool | None = None
     #: its seal record says the records of its rollouts and model calls carry their row count
     #: under the key (`sealed_rows._text`): one without is an edit, not an older store
     counts_required: bool = False
@@ -360,6 +137,7 @@ class StoreSeal:
             and self.inputs_sealed is not False
             and self.rollouts_sealed is not False
             and self.calls_sealed is not False
+            and self.verdicts_sealed is not False
         )
 
 
@@ -432,138 +210,19 @@ def _has_seal_column(con) -> bool:
 
 #: Every stored verdict's id and seal, with the message its seal is the MAC of.
 _VERDICT_MESSAGES = (
-    f"SELECT v.rollout_id, v.seal, {message_sql('v', 'r')} AS {MESSAGE} "
-    "FROM verifications v LEFT JOIN rollouts r USING (rollout_id)"
+    f"SELECT v.rollout_id, v.seal, {message_sql('v', 'r')} AS {MESSAGE} FROM {JUDGED}"
 )
 
 
-def _sealed_by(con, key: SealKey) -> bool:
+def _sealed_by(con: DuckDBPyConnection, key: SealKey) -> bool:
     """Whether any stored verdict carries `key`'s seal."""
     if not _has_seal_column(con):
         return False
-    for batch in _batches(con, _VERDICT_MESSAGES + " WHERE v.seal IS NOT NULL"):
+    for batch in batches(con, _VERDICT_MESSAGES + " WHERE v.seal IS NOT NULL"):
         same = pc.equal(batch.column(1), key.sealer.seals(batch.column(2)))
         if pc.any(same).as_py():
             return True
     return False
-
-
-# -- which stores this machine sealed -------------------------------------------------------
-#
-# Everything in a store can be rewritten together: seals nulled (or the column dropped) and the
-# seal record deleted read as a store an older gymflow wrote, a record naming another key over
-# garbled seals as a colleague's store, and both only warn. What the store cannot hide is where
-# it is: each key keeps, beside the key file, the paths of the stores it sealed, and a store at
-# one of them that reads as unsealed or foreign had its seals removed (`stripped`). A store
-# moved to a new path before being stripped is not caught (docs/advanced/security.md).
-
-
-def ledger_file() -> Path:
-    """The stores this machine's keys sealed: `key id<TAB>store path` lines, owner-only."""
-    return key_file().with_name("sealed-stores")
-
-
-def store_file(con: DuckDBPyConnection) -> str | None:
-    """The real path of the store file `con` has open (None: in memory)."""
-    names = store_names(con)
-    return names[-1] if names else None
-
-
-#: The ledger's tag of a store sealed under each record version from 3 on: sealed with its
-#: rollouts (3), its model calls (4) (`sealed_rows.py`), its generation (5) and its rows' counts
-#: (6). A seal record of an older version found there later was put back from another store, to
-#: switch their check off.
-_LEDGER_TAGS = {3: "rollouts", 4: "calls", 5: "generation", 6: "counts"}
-
-
-def _entry(key: SealKey, path: str, *, version: int = 0) -> str:
-    """A ledger line: the store at `path` sealed by `key`; with a `version` of `_LEDGER_TAGS`,
-    sealed under a record of that version."""
-    tag = _LEDGER_TAGS.get(version)
-    return f"{key.key_id}\t{tag}\t{path}\n" if tag else f"{key.key_id}\t{path}\n"
-
-
-def _remember(con: DuckDBPyConnection, key: SealKey, *, version: int = 0) -> None:
-    if names := recorded_names(con):
-        remember(names[0], key, version=version)
-
-
-def remember(path: Path | str, key: SealKey, *, version: int = 0) -> None:
-    """Record that `key` sealed the store at `path` (its final path: a store built aside and
-    renamed into place is recorded where it ends up), once; with `version`, under a seal record
-    of that version (a store this gymflow wrote: `RECORD_VERSION`), which seals what every
-    version up to it seals. It is listed by its path as named and as it resolves (`path_names`)."""
-    ledger = ledger_file()
-    lines = [
-        entry
-        for name in path_names(path)
-        for entry in [
-            _entry(key, name),
-            *(_entry(key, name, version=v) for v in _LEDGER_TAGS if v <= version),
-        ]
-    ]
-    new = [line for line in lines if not _listed(ledger, line)]
-    if not new:
-        return
-    try:
-        ledger.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    except OSError as exc:
-        raise SealKeyError(f"{ledger}: cannot record the sealed store: {exc.strerror}") from None
-    with os.fdopen(fd, "a") as out:  # one short append: whole even beside another writer
-        out.write("".join(new))
-
-
-def remember_copy(source: Path, copy: Path) -> None:
-    """A copy of a store this machine's key sealed is recorded as sealed too (a study's arm
-    starts from a copy of its base run's store), under the record version the source's was."""
-    key = load_key(create=False)
-    if key is None:
-        return
-    ledger, names = ledger_file(), path_names(source)
-    if any(_listed(ledger, _entry(key, name)) for name in names):
-        remember(copy, key, version=max(_listed_version(ledger, key, name) for name in names))
-    # the copy's recorded history is at least the source's (one of a source put back is
-    # refused as the source is); `db.copy_store` raises the copy above its path's
-    record_at(key, copy, recorded(key, names))
-
-
-def _listed_version(ledger: Path, key: SealKey, path: str) -> int:
-    """The highest record version the ledger says `key` sealed the store at `path` under (0:
-    none of `_LEDGER_TAGS`)."""
-    listed = [v for v in _LEDGER_TAGS if _listed(ledger, _entry(key, path, version=v))]
-    return max(listed, default=0)
-
-
-def _listed(ledger: Path, entry: str) -> bool:
-    if not ledger.exists():
-        return False
-    try:
-        info = ledger.stat()
-        if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) & 0o022:
-            raise SealKeyError(f"{ledger}: writable by others or not this user's; refused")
-        with ledger.open(encoding="utf-8", errors="replace") as lines:
-            return entry in lines
-    except OSError as exc:
-        raise SealKeyError(f"{ledger}: cannot read the sealed stores: {exc.strerror}") from None
-
-
-def _remembered(con: DuckDBPyConnection, key: SealKey) -> bool:
-    ledger = ledger_file()
-    return any(_listed(ledger, _entry(key, name)) for name in store_names(con))
-
-
-def _remembered_version(con: DuckDBPyConnection, key: SealKey) -> int:
-    ledger = ledger_file()
-    return max((_listed_version(ledger, key, name) for name in store_names(con)), default=0)
-
-
-def sealed_at(path: Path | str) -> bool:
-    """Whether this machine's key sealed the store at `path` there: the ledger lists it by that
-    very path (absolute, links not followed). A copy made by hand at a new path is not listed,
-    a copy gymflow makes is (`remember_copy`)."""
-    key = load_key(create=False)
-    return key is not None and _listed(ledger_file(), _entry(key, os.path.abspath(path)))
 
 
 STRIPPED = (
@@ -577,14 +236,14 @@ def store_seal(con: DuckDBPyConnection, key: SealKey | None) -> StoreSeal:
     """Which key sealed the store `con` (`_seal_record`), and `stripped` when that reads as
     unsealed or foreign at a path this machine's key sealed."""
     found = _seal_record(con, key)
-    if found.state in ("unsealed", "foreign") and key is not None and _remembered(con, key):
+    if found.state in ("unsealed", "foreign") and key is not None and remembered(con, key):
         return StoreSeal("stripped", key.key_id)
     if found.state == "sealed" and key is not None and 0 < found.record_version < RECORD_VERSION:
         # an older record where this machine sealed under a newer one: put back from another
         # store, to switch the check of what the newer one seals off
-        remembered = _remembered_version(con, key)
-        if remembered > found.record_version:
-            return replace(found, **_required(remembered))
+        sealed_under = remembered_version(con, key)
+        if sealed_under > found.record_version:
+            return replace(found, **_required(sealed_under))
     return found
 
 
@@ -593,7 +252,7 @@ def _write_record(con: DuckDBPyConnection, key: SealKey, legacy: int) -> None:
     no seal of yet (first sealed, or sealed before they were) sealed whole: the record says
     they are."""
     seal_rows(con, key, unrecorded_only=True)
-    _remember(con, key, version=RECORD_VERSION)
+    remember_store(con, key, version=RECORD_VERSION)
     con.execute(
         "INSERT INTO meta VALUES ('seal', ?) "
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -725,6 +384,10 @@ CALLS_EDITED = (
     "requests or responses are not those its writers sealed: a call edited, added or deleted "
     "in the file"
 )
+VERDICTS_EDITED = (
+    "its verdicts are not the set its writers sealed: a verdict deleted, added, or moved into "
+    "superseded_verifications in the file (a failing verdict gone leaves every score)"
+)
 TASK_LIST_EDITED = (
     "its task list is not the one its writers sealed: a task (with its rollouts) deleted or "
     "added in the file, or an older store's seal record put in place of its own"
@@ -805,8 +468,12 @@ def claim(con: DuckDBPyConnection, where: str, *, legacy_added: int = 0) -> Seal
     if first or legacy_added or unrecorded:
         _write_record(con, key, legacy)
     if first or unrecorded:
-        _remember(con, key)
+        remember_store(con, key)
         seal_tasks(con, key)
+    elif not rows_recorded(con, VERDICTS):
+        # sealed before its verdict set was: sealed whole now, as the writer's check found it
+        # (`sealed_first.py`: no verdict deleted), before the writer adds or sets one aside
+        seal_table(con, key, VERDICTS)
     # every writer raises the store's generation, also one that writes no seal record (new
     # verdicts of a version already stored): its state before is then an older one
     write_generation(con, key)
@@ -838,6 +505,7 @@ class SealCheck:
             and self.store.inputs_sealed is not False
             and self.store.rollouts_sealed is not False
             and self.store.calls_sealed is not False
+            and self.store.verdicts_sealed is not False
             and self.store.generation_sealed is not False
             and not self.store.rolled_back
         )
@@ -920,39 +588,66 @@ def armed_state(
         inputs_sealed=inputs,
         rollouts_sealed=rows["rollouts"],
         calls_sealed=rows["calls"],
+        # the verdict set's record is compared with the seals `check_seals` recomputes, in the
+        # same pass; a file whose every seal matched held the record it has now
+        verdicts_sealed=True if rows_matched and rows_recorded(con, VERDICTS) else None,
         generation=generation.number,
         generation_sealed=generation_sealed,
         generation_recorded=recorded(key, store_names(con)),
     ), key
 
 
-def _mismatched(con, key: SealKey, legacy: int) -> pa.Array:
+def _mismatched(
+    con: DuckDBPyConnection, key: SealKey, legacy: int
+) -> tuple[Any, tuple[int, bytes]]:
     """The rollout ids of the verdicts whose seal is not the one their fields and rollout give
-    under `key`; an unsealed verdict counts when more are unsealed than predate the seal."""
+    under `key` (an unsealed verdict counts when more are unsealed than predate the seal), and
+    the count and XOR of every verdict's seal as recomputed: the verdict set's record
+    (`sealed_rows.VERDICTS`), folded in the same pass."""
     sealer = key.sealer
     found: list[Any] = []
     unsealed: list[Any] = []
-    for batch in _batches(con, _VERDICT_MESSAGES):
+    fold = Fold()
+    for batch in batches(con, _VERDICT_MESSAGES):
         ids, stored = batch.column(0), batch.column(1)
-        again = sealer.seals(batch.column(2))
+        digests = sealer.digests(batch.column(2))
+        fold.add(digests)
+        again = as_seals(digests)
         # a NULL seal compares as NULL, which `filter` drops: the unsealed are counted apart
         found.append(ids.filter(pc.not_equal(stored, again)))
         unsealed.append(ids.filter(pc.is_null(stored)))
     if sum(len(part) for part in unsealed) > legacy:
         found += unsealed
-    return joined_strings(found)
+    return joined_strings(found), fold.folded
 
 
-def check_seals(con, max_examples: int = 10, *, earlier: bool = False) -> SealCheck:
+def _verdict_set(
+    con: DuckDBPyConnection, key: SealKey, recomputed: tuple[int, bytes]
+) -> bool | None:
+    """Whether the store's verdicts are the set its writers sealed: its record against the
+    seals just recomputed. A store sealed before the record has none (its generation, sealed
+    over it since, says so: `generations.OPTIONAL`), and then a completed rollout without a
+    verdict that no reverify set aside (`unjudged.verdicts_deleted`) is the deletion it shows;
+    None: none."""
+    matched = rows_match(con, key, VERDICTS, recomputed)
+    if matched is not None:
+        return matched
+    return False if verdicts_deleted(con, key) is not None else None
+
+
+def check_seals(
+    con: DuckDBPyConnection, max_examples: int = 10, *, earlier: bool = False
+) -> SealCheck:
     """Recompute every verdict's seal (reads the store, writes nothing); `earlier`: as
     `armed_state`."""
     found, key = armed_state(con, earlier=earlier)
     if found.state == "stripped":
         ids = joined_strings(
-            [b.column(0) for b in _batches(con, "SELECT rollout_id FROM verifications")]
+            [b.column(0) for b in batches(con, "SELECT rollout_id FROM verifications")]
         )
     elif found.state == "sealed" and key is not None:
-        ids = _mismatched(con, key, found.legacy)
+        ids, recomputed = _mismatched(con, key, found.legacy)
+        found = replace(found, verdicts_sealed=_verdict_set(con, key, recomputed))
     else:
         return SealCheck(found, None, [])
     examples = pc.take(ids, pc.sort_indices(ids)[:max_examples]).to_pylist()

@@ -26,7 +26,7 @@ from gymflow.core.errors import GymflowError
 from gymflow.core.json_text import parse
 from gymflow.core.written import write_text
 from gymflow.store.db import connect
-from gymflow.store.seal import load_key
+from gymflow.store.seal_key import load_key
 
 SEAL_FIELD = "gymflow_seal"
 #: Past this, a file is not one gymflow wrote: a 1 GB sparse gate.json took `gym report` 2.3 GB

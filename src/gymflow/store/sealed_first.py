@@ -24,73 +24,25 @@ taken from the file it has open, under the lock)."""
 
 from __future__ import annotations
 
-import pyarrow.compute as pc
 from duckdb import DuckDBPyConnection
 
 from gymflow.core.errors import GateFailed
-from gymflow.store.arrow_reads import arrow_batches
 from gymflow.store.seal import (
     CALLS_EDITED,
-    MESSAGE,
     ROLLOUTS_EDITED,
     STRIPPED,
-    SealKey,
+    VERDICTS_EDITED,
     check_inputs,
     check_seals,
-    load_key,
-    message_sql,
     older_state,
 )
-from gymflow.store.sealed_inputs import imported_only, unjudged_sealed
-from gymflow.store.superseded import rejudged_sql
+from gymflow.store.seal_key import load_key
+from gymflow.store.unjudged import verdicts_deleted
 
 
 class SealsBroken(GateFailed):
     """The rollouts a writer would build on are not those sealed: an integrity failure (exit
     2), nothing written."""
-
-
-#: Completed rollouts with no live verdict, and whether a verdict set aside for them to be
-#: judged again carries a seal that still matches (the message its seal is the MAC of). Only
-#: one a reverify sets aside excuses the gap: sealed passes and failures moved there read as
-#: honest, the failures gone from every score (attack pass 7, s03).
-_UNJUDGED = f"""
-    SELECT r.rollout_id, s.seal, {message_sql("s", "r")} AS {MESSAGE}
-    FROM rollouts r
-    LEFT JOIN superseded_verifications s
-        ON s.rollout_id = r.rollout_id AND {rejudged_sql("s")}
-    WHERE r.status = 'completed'
-      AND NOT EXISTS (SELECT 1 FROM verifications v WHERE v.rollout_id = r.rollout_id)
-"""
-
-
-def _verdicts_deleted(con: DuckDBPyConnection, key: SealKey) -> str | None:
-    """What says a verdict was deleted: completed rollouts without any verdict, none of whose
-    set-aside verdicts still match their seal; in an import, other rollouts without a verdict
-    than the ones it sealed as stored so (`sealed_inputs.unjudged_sealed`). None: none was."""
-    if imported_only(con):
-        changed = unjudged_sealed(con, key)
-        if changed is None:
-            return None  # the import's rows without a reward, as it stored them: judging is new
-        stored, now = changed
-        return (
-            f"{now} completed rollouts have no verdict, where the import stored {stored} "
-            "without one: verdicts were deleted"
-        )
-    honest: set[str] = set()
-    seen: set[str] = set()
-    for batch in arrow_batches(con, _UNJUDGED):
-        ids, stored = batch.column(0), batch.column(1)
-        again = key.sealer.seals(pc.fill_null(batch.column(2), b""))
-        seen.update(ids.to_pylist())
-        honest.update(ids.filter(pc.fill_null(pc.equal(stored, again), False)).to_pylist())
-    deleted = sorted(seen - honest)
-    if not deleted:
-        return None
-    return (
-        f"{len(deleted)} completed rollouts once judged have no verdict (e.g. "
-        f"{', '.join(deleted[:3])}): verdicts were deleted"
-    )
 
 
 def check_before_writing(con: DuckDBPyConnection, where: str, *, earlier: bool = False) -> bool:
@@ -120,7 +72,7 @@ def check_before_writing(con: DuckDBPyConnection, where: str, *, earlier: bool =
         )
     key = load_key(create=False)
     assert key is not None  # a sealed check needs it
-    deleted = _verdicts_deleted(con, key)
+    deleted = verdicts_deleted(con, key)
     if deleted is not None:
         _refuse(where, deleted)
     check_inputs(con, where)
@@ -130,6 +82,8 @@ def check_before_writing(con: DuckDBPyConnection, where: str, *, earlier: bool =
         _refuse(where, ROLLOUTS_EDITED)
     if seal.calls_sealed is False:
         _refuse(where, CALLS_EDITED)
+    if seal.verdicts_sealed is False:
+        _refuse(where, VERDICTS_EDITED)
     if seal.rolled_back or seal.generation_sealed is False:
         _refuse(where, older_state(seal))
     return True

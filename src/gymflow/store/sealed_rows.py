@@ -1,6 +1,7 @@
 """The seal on every row of the tables no verdict's seal covers whole: each rollout's identity and
-outcome, whatever its verdict, and each model call. One piece of code for both (`SealedRows`
-says which table, which columns, under which `meta` key).
+outcome, whatever its verdict, and each model call; and on the verdict set, whose every row has
+a seal but whose absence none shows (`VERDICTS`). One piece of code for all three (`SealedRows`
+says which table, which message, under which `meta` key).
 
 A verdict's seal covers its rollout's text and where it counts, but a rollout without a verdict
 had no seal at all: a failing rollout's verdict deleted and the rollout set to
@@ -10,23 +11,25 @@ no verdict), and pass@1 went from 0.60 to 0.65 with health healthy (second attac
 No seal covered a model call either: its latency and cached tokens edited, nothing noticed, and
 the decision's agent-record checks, health's call checks and `simulated` read them.
 
-One record per table in `meta` (`rollouts_seal`, `calls_seal`): the count of its rows, the
-XOR of each row's MAC (HMAC of its framed columns, `sealed_inputs.framed`, computed in Python by
-the key's `sealer` as every seal is), and a MAC of the table, the count and the XOR together. A
-XOR of MACs of distinct messages is a MAC of the set (Bellare, Guérin and Rogaway's XOR MAC): a
-row changed, added or removed changes it, and without the key no change can be made up for. A
-rollout's id makes its message distinct; a model call's (rollout id, call index, attempt) does in
-every store gymflow writes (`duplicate_identity` flags any other), and two copies of one row,
-whose MACs cancel, change the count, which is why the count is under the key too: stores sealed
-before it was (seal record versions 3 to 5) held `COUNT:XOR` with the count in plain text, and
-two more copies of a sealed call with the count raised by 2 passed every seal check (attacker's
-pass 6, s14). Those records are read only by `gym eval migrate` (`seal.armed_state`).
+One record per table in `meta` (`rollouts_seal`, `calls_seal`, `verdicts_seal`): the count of its
+rows, the XOR of each row's MAC (HMAC of its framed columns, `sealed_inputs.framed`, computed in
+Python by the key's `sealer` as every seal is), and a MAC of the table, the count and the XOR
+together. A XOR of MACs of distinct messages is a MAC of the set (Bellare, Guérin and Rogaway's XOR
+MAC): a row changed, added or removed changes it, and without the key no change can be made up for.
+A rollout's id makes its message distinct, a verdict's (rollout id, verifier version); a model
+call's (rollout id, call index, attempt) does in every store gymflow writes (`duplicate_identity`
+flags any other), and two copies of one row, whose MACs cancel, change the count, which is why the
+count is under the key too: stores sealed before it was (seal record versions 3 to 5) held
+`COUNT:XOR` with the count in plain text, and two more copies of a sealed call with the count
+raised by 2 passed every seal check (attacker's pass 6, s14). Those records are read only by `gym
+eval migrate` (`seal.armed_state`).
 
-Unlike one MAC over every row, the record is kept up to date per batch: a writer adding rows
-folds in their MACs (`insert_sealed` in `writer.py`, from the values as stored: `RETURNING` the
-message, no read of the table back), one setting them aside (`superseded.py`) folds them out,
-in the transaction that writes them; a merge or an import, which writes every row, computes it
-whole (`seal_rows`)."""
+Unlike one MAC over every row, the record is kept up to date per batch: a writer adding rows folds
+in their MACs (`insert_sealed` in `writer.py`, from the values as stored: `RETURNING` the message,
+no read of the table back; a verdict's MAC is its seal, computed as it is written:
+`writer._insert_sealed`), one setting them aside (`superseded.py`) folds them out, in the
+transaction that writes them; a merge or an import, which writes every row, computes it whole
+(`seal_rows`)."""
 
 from __future__ import annotations
 
@@ -38,9 +41,10 @@ import numpy as np
 from duckdb import DuckDBPyConnection
 
 from gymflow.core.same_text import same_text
-from gymflow.store.arrow_reads import arrow_batches
+from gymflow.store.arrow_reads import arrow_batches, pa
 from gymflow.store.generations import write_generation
 from gymflow.store.sealed_inputs import framed
+from gymflow.store.verdict_message import JUDGED, message_sql
 
 
 class SealKey(Protocol):
@@ -57,23 +61,24 @@ class SealKey(Protocol):
 
 @dataclass(frozen=True)
 class SealedRows:
-    """A table whose every row is sealed: its record's `meta` key, the label each row's message
-    begins with (a row of one table never reads as another's, nor as a verdict's message, which
-    begins with a framed id) and the columns sealed, in order."""
+    """A table whose every row is sealed: its record's `meta` key, the SQL of a row's message,
+    as a BLOB, and the relation its rows are read from with what the message needs."""
 
     table: str
     record: str
-    label: str
-    columns: tuple[str, ...]
-
-    @property
-    def message(self) -> str:
-        """SQL: a row's message, as a BLOB, over a relation holding the sealed columns."""
-        parts = ", chr(31), ".join(framed(column) for column in self.columns)
-        return f"encode(concat('{self.label}', chr(30), {parts}))"
+    message: str
+    source: str
 
 
-ROLLOUTS = SealedRows(
+def framed_rows(table: str, record: str, label: str, columns: tuple[str, ...]) -> SealedRows:
+    """A table whose row's message is `label` and the `columns`, in order, each framed
+    (`sealed_inputs.framed`), read from the table alone: the label keeps a row of one table
+    from reading as another's, or as a verdict's message, which begins with a framed id."""
+    parts = ", chr(31), ".join(framed(column) for column in columns)
+    return SealedRows(table, record, f"encode(concat('{label}', chr(30), {parts}))", table)
+
+
+ROLLOUTS = framed_rows(
     "rollouts",
     "rollouts_seal",
     "gymflow rollout v1",
@@ -100,7 +105,7 @@ ROLLOUTS = SealedRows(
         "finished_at",
     ),
 )
-MODEL_CALLS = SealedRows(
+MODEL_CALLS = framed_rows(
     "model_calls",
     "calls_seal",
     "gymflow model call v1",
@@ -133,37 +138,71 @@ MODEL_CALLS = SealedRows(
         "error",
     ),
 )
-#: Every table whose rows are sealed, by name: what a merge or an import seals whole, and what
-#: seal record version 4 says is sealed (rollouts from version 3, model calls from 4).
-SEALED_ROWS = {spec.table: spec for spec in (ROLLOUTS, MODEL_CALLS)}
+#: The verdict set: each verdict's MAC is its seal (`verdict_message.message_sql`, over the
+#: verdict beside its rollout), so a writer folds in the seals it just computed and a check the
+#: seals it recomputes, with no second pass over the verdicts. Each verdict's seal shows an edit
+#: of it, not its absence: failing verdicts deleted, or moved into `superseded_verifications`
+#: with their seals, left pass@1 raised in every read but health (attack pass 7, s03).
+VERDICTS = SealedRows("verifications", "verdicts_seal", message_sql("v", "r"), JUDGED)
+#: Every table whose rows are sealed, by name: what a merge or an import seals whole (rollouts
+#: from seal record version 3, model calls from 4, verdicts since the generation is sealed over
+#: their record: `generations.OPTIONAL`).
+SEALED_ROWS = {spec.table: spec for spec in (ROLLOUTS, MODEL_CALLS, VERDICTS)}
 
 #: Bytes of one row's MAC kept (128 bits, as a verdict's seal).
 _MAC_BYTES = 16
 
 
+class Fold:
+    """A running count and XOR of row MACs (`_MAC_BYTES` each)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._total = np.zeros(_MAC_BYTES // 8, dtype=np.uint64)
+
+    def add(self, macs: bytes) -> None:
+        """Fold in the MACs given back to back."""
+        if macs:
+            rows = np.frombuffer(macs, dtype=np.uint64).reshape(-1, _MAC_BYTES // 8)
+            self._total ^= np.bitwise_xor.reduce(rows, axis=0)
+            self.count += len(rows)
+
+    def add_seals(self, seals: Any) -> None:
+        """Fold in verdicts' seals (`seal.Sealer.seals`: each one MAC in hex, never NULL; a
+        pyarrow string array, chunked or not), read from the array's buffers: no Python string
+        per seal."""
+        chunks = seals.chunks if isinstance(seals, pa.ChunkedArray) else [seals]
+        for chunk in chunks:
+            if len(chunk):
+                offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int32)
+                first, last = offsets[chunk.offset], offsets[chunk.offset + len(chunk)]
+                self.add(bytes.fromhex(chunk.buffers()[2].to_pybytes()[first:last].decode()))
+
+    @property
+    def folded(self) -> tuple[int, bytes]:
+        """(how many, the XOR of their MACs)."""
+        return self.count, self._total.tobytes()
+
+
 def _folded(key: SealKey, batches: Iterable[Iterable[bytes]]) -> tuple[int, bytes]:
     """(how many, the XOR of their MACs) of the messages, given in batches."""
     state = key.sealer.fresh()
-    total = np.zeros(_MAC_BYTES // 8, dtype=np.uint64)
-    count = 0
+    fold = Fold()
     for messages in batches:
         macs = bytearray()
         for message in messages:
             mac = state.copy()
             mac.update(message)
             macs += mac.digest()[:_MAC_BYTES]
-        if macs:
-            rows = np.frombuffer(bytes(macs), dtype=np.uint64).reshape(-1, _MAC_BYTES // 8)
-            total ^= np.bitwise_xor.reduce(rows, axis=0)
-            count += len(rows)
-    return count, total.tobytes()
+        fold.add(bytes(macs))
+    return fold.folded
 
 
 def _fold(
     con: DuckDBPyConnection, key: SealKey, spec: SealedRows, where: str, params: Any
 ) -> tuple[int, bytes]:
     """(how many, the XOR of their MACs) of the rows of `spec`'s table `where` selects."""
-    sql = f"SELECT {spec.message} FROM {spec.table} WHERE {where}"
+    sql = f"SELECT {spec.message} FROM {spec.source} WHERE {where}"
     return _folded(key, (batch.column(0).to_pylist() for batch in arrow_batches(con, sql, params)))
 
 
@@ -246,7 +285,12 @@ def seal_rows(con: DuckDBPyConnection, key: SealKey, *, unrecorded_only: bool = 
         stored = _stored(con, spec)
         if unrecorded_only and stored is not None and _parsed(key, spec, stored) is not None:
             continue
-        _write(con, key, spec, rows_record(con, key, spec))
+        seal_table(con, key, spec)
+
+
+def seal_table(con: DuckDBPyConnection, key: SealKey, spec: SealedRows) -> None:
+    """Seal every row of `spec`'s table as it is now (its writer checked them)."""
+    _write(con, key, spec, rows_record(con, key, spec))
 
 
 def rows_sealed(
@@ -311,3 +355,25 @@ def rows_removed(
         return
     key = claim()
     _refold(con, key, spec, stored, _fold(con, key, spec, where, params), -1)
+
+
+def seals_added(con: DuckDBPyConnection, key: SealKey, spec: SealedRows, seals: Any) -> None:
+    """Fold verdicts just inserted into the record by their seals (`Fold.add_seals`), which
+    are their MACs, as `rows_added` folds rows in by their messages."""
+    stored = _stored(con, spec)
+    if stored is None:
+        return  # not sealed yet: the first seal record seals the table whole
+    fold = Fold()
+    fold.add_seals(seals)
+    _refold(con, key, spec, stored, fold.folded, +1)
+
+
+def rows_match(
+    con: DuckDBPyConnection, key: SealKey, spec: SealedRows, found: tuple[int, bytes]
+) -> bool | None:
+    """Whether the table's record is the one `found` (the count and XOR of every row's MAC,
+    computed by the caller as it read them) gives; None when the store holds no record."""
+    stored = _stored(con, spec)
+    if stored is None:
+        return None
+    return same_text(stored, _text(key, spec, *found))

@@ -15,22 +15,7 @@ from duckdb import DuckDBPyConnection
 from gymflow.store.db import transaction
 from gymflow.store.seal import claim
 from gymflow.store.sealed_rows import SEALED_ROWS, rows_removed
-
-#: Verification failure kinds a second judgement may settle (a verifier crash, a judge or a
-#: sandbox that timed out or failed).
-REJUDGED_STATUSES = ("error",)
-
-
-def rejudged_sql(alias: str = "", *, carried: bool = True) -> str:
-    """A verdict (of table `alias`) that a reverify sets aside to judge again: one that errored,
-    and with `carried`, one a `--failed-only` reverify copied from its base version. No other
-    verdict is ever set aside: one in `superseded_verifications` is a verdict moved there."""
-    column = f"{alias}." if alias else ""
-    statuses = ", ".join(f"'{status}'" for status in REJUDGED_STATUSES)
-    found = f"{column}status IN ({statuses})"
-    if carried:
-        found += f" OR json_extract_string({column}details_json, '$.carried_from') IS NOT NULL"
-    return f"({found})"
+from gymflow.store.unjudged import rejudged_sql
 
 
 def _set_aside(
@@ -66,7 +51,9 @@ def _set_aside(
         for table in tables if moved else ():
             where = f"rollout_id IN (SELECT rollout_id FROM set_aside) {only_version}"
             if (spec := SEALED_ROWS.get(table)) is not None:  # out of its seal as they leave
-                rows_removed(store, key, spec, where)
+                rows_removed(
+                    store, key, spec, where, None if version is None else {"version": version}
+                )
             con.execute(
                 f"""
                 INSERT INTO superseded_{table} BY NAME

@@ -13,8 +13,9 @@ import duckdb
 
 from gymflow.store.db import StoreError, transaction
 from gymflow.store.handle import Connection
-from gymflow.store.seal import claim, seal_tasks, store_file
+from gymflow.store.seal import claim, seal_tasks
 from gymflow.store.sealed_first import check_before_writing
+from gymflow.store.sealed_stores import store_file
 
 CURRENT_KEY = "current_verifier_version"
 

@@ -20,10 +20,12 @@ from gymflow.store.rows import (
     verifier_version_row,
 )
 from gymflow.store.schema import COLUMNS, SPECS
-from gymflow.store.seal import MESSAGE, SEALED_ROLLOUT, claim, message_sql, sealed
-from gymflow.store.sealed_rows import SEALED_ROWS, SealKey, rows_added
+from gymflow.store.seal import claim
+from gymflow.store.seal_key import sealed
+from gymflow.store.sealed_rows import SEALED_ROWS, VERDICTS, SealKey, rows_added, seals_added
 from gymflow.store.text_bound import Oversized, as_too_large, oversized, without_oversized
 from gymflow.store.tool_lists import ToolLists
+from gymflow.store.verdict_message import MESSAGE, SEALED_ROLLOUT, message_sql
 
 #: Arrow types of the store's column types, for `insert_arrow`.
 _ARROW = {
@@ -103,6 +105,7 @@ def insert_verdicts(con, rows: Sequence[Sequence[Any]], judged: Sequence[tuple])
     selects = ", ".join(f"unnest(${i + 1}) AS {name}" for i, name in enumerate(names))
     _insert_sealed(
         con,
+        key,
         sealed(
             con,
             key,
@@ -113,8 +116,9 @@ def insert_verdicts(con, rows: Sequence[Sequence[Any]], judged: Sequence[tuple])
     )
 
 
-def _insert_sealed(con, verdicts) -> None:
-    """Insert sealed verdicts (`seal.sealed`: the verdict columns and `seal`, as Arrow)."""
+def _insert_sealed(con: duckdb.DuckDBPyConnection, key: SealKey, verdicts: Any) -> None:
+    """Insert sealed verdicts (`seal.sealed`: the verdict columns and `seal`, as Arrow), their
+    seals folded into the verdict set's record (`sealed_rows.VERDICTS`)."""
     if verdicts is None:
         return
     con.register("verdicts_sealed", verdicts)
@@ -125,6 +129,7 @@ def _insert_sealed(con, verdicts) -> None:
         )
     finally:
         con.unregister("verdicts_sealed")
+    seals_added(con, key, VERDICTS, verdicts.column("seal"))
 
 
 def stage_verdicts(con, rows: Sequence[Sequence[Any]]) -> None:
@@ -182,6 +187,7 @@ def insert_staged(con) -> int:
         mine = f"hash(rollout_id) % {parts} = {part}"
         _insert_sealed(
             con,
+            key,
             sealed(
                 con,
                 key,
