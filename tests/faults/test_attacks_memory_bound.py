@@ -113,4 +113,6 @@ def test_an_honest_store_reads_within_a_bound_of_its_size(
     monkeypatch.setenv("GYMFLOW_ANALYSIS_MEMORY", "8GB")
     run = _hostile(honest, tmp_path / "run")
     done = gym_in_process("eval", "diagnose", str(run), cwd=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
+    # read whole: diagnosed, with the red line of the outputs edited in place (exit 2), not refused
+    assert done.returncode == 2 and "bucket" in done.stdout, done.stdout + done.stderr
+    assert "memory bound" not in done.stdout + done.stderr
