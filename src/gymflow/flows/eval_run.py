@@ -91,10 +91,11 @@ def collecting(config: EvalConfig, run_id: str, scale: ScaleOptions, resume: boo
         return scale.model_copy(update={"collection": collection})
     collection = flow_run_collection(flow_run.scheduled_start_time, flow_run.id)
     if resume:
+        legacy = legacy_shards_at(root)
         earlier = (
             f"; {root} holds shards of an earlier gymflow (no collection): not continued, "
-            f"merge them with `gym eval aggregate {root} --out DIR`"
-            if legacy_shards_at(root)
+            f"merge them by hand (`gym eval aggregate {' '.join(legacy)} --out DIR`)"
+            if legacy
             else ""
         )
         progress.say(

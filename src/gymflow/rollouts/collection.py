@@ -48,21 +48,22 @@ def is_collection(name: str) -> bool:
 def collections_at(run_root: str) -> list[str]:
     """The collections of one run under a shard root (`ROOT/RUN_ID`), oldest first. Folders of
     an earlier gymflow (`shard-I-of-N`, with no collection) are not collections."""
-    if is_url(run_root):
-        names = {name.split("/", 1)[0] for name in Remote(run_root).find("")}
-    else:
-        folder = Path(run_root)
-        names = {p.name for p in folder.iterdir() if p.is_dir()} if folder.is_dir() else set()
-    return sorted(name for name in names if is_collection(name))
+    return sorted(name for name in _folders(run_root) if is_collection(name))
 
 
-def legacy_shards_at(run_root: str) -> bool:
-    """Whether `ROOT/RUN_ID` holds shards written before collections (`shard-I-of-N` directly
-    under it): they are never continued, only merged by hand (`gym eval aggregate`)."""
+def legacy_shards_at(run_root: str) -> list[str]:
+    """The shards written before collections, directly under `ROOT/RUN_ID` (`shard-I-of-N`):
+    never continued, only merged by hand (`gym eval aggregate`)."""
+    found = _folders(run_root)
+    return sorted(f"{run_root.rstrip('/')}/{n}" for n in found if n.startswith("shard-"))
+
+
+def _folders(run_root: str) -> set[str]:
+    """The names of the folders directly under `run_root` (a path or a URL)."""
     if is_url(run_root):
-        return any(name.startswith("shard-") for name in Remote(run_root).find(""))
+        return {name.split("/", 1)[0] for name in Remote(run_root).find("") if "/" in name}
     folder = Path(run_root)
-    return folder.is_dir() and any(p.name.startswith("shard-") for p in folder.iterdir())
+    return {p.name for p in folder.iterdir() if p.is_dir()} if folder.is_dir() else set()
 
 
 def collection_of(config_json: str | None) -> str | None:

@@ -196,7 +196,8 @@ class Restored:
 
 class PublishedShard:
     """One shard's folder at a URL: its checkpoints and its committed result. With a
-    `collection` (the run's that reads it), every manifest must be sealed with that one."""
+    `collection` (the run's that reads or writes it), every manifest is sealed with that one
+    and must be, to be read."""
 
     def __init__(self, url: str, collection: str | None = None) -> None:
         self.url = url.rstrip("/")
@@ -291,6 +292,7 @@ class PublishedShard:
         assert key is not None
         return Manifest(
             **meta,
+            collection=self.collection,
             rollouts=len(snap.rollout_ids),
             failed=snap.failed,
             files=files,
@@ -496,9 +498,7 @@ def run_published(
     commit it, with `meta` in its manifest, if every rollout is stored. Returns what `collect`
     did (nothing, for a shard committed already)."""
     config = plan.config
-    collection = config.shard.collection
-    shard = PublishedShard(config.out, collection)
-    meta = {**(meta or {}), "collection": collection}
+    shard = PublishedShard(config.out, config.shard.collection)
     label = f"shard {config.shard.index}/{config.shard.count}"
     committed = shard.committed()
     if committed is not None:
