@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from gymflow.cli import exit_codes
-from gymflow.rollouts.collection import collections_at
+from gymflow.store.remote import Remote
 from tests.conftest import GYM, free_port
 from tests.faults.stores import query, run_gym
 from tests.faults.test_run_control import Running
@@ -64,6 +64,16 @@ class Checkpoint:
 def _pass_at_1(stdout: str) -> str:
     [line] = [line for line in stdout.splitlines() if line.startswith("pass@1 =")]
     return line
+
+
+def collections_at(run_root: str) -> list[str]:
+    """The collection folders under `ROOT/RUN_ID`, listed here (not by the code under test, so
+    that this module also runs, and fails, on a gymflow before collections)."""
+    if run_root.startswith("s3://"):
+        names = {name.split("/", 1)[0] for name in Remote(run_root).find("") if "/" in name}
+    else:
+        names = {p.name for p in Path(run_root).iterdir()} if Path(run_root).is_dir() else set()
+    return sorted(name for name in names if re.match(r"c\d{8}T\d{6}-[0-9a-f]{8}$", name))
 
 
 def _created(out: Path) -> object:
