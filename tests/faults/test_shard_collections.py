@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -76,7 +77,7 @@ def collections_at(run_root: str) -> list[str]:
     return sorted(name for name in names if re.match(r"c\d{8}T\d{6}-[0-9a-f]{8}$", name))
 
 
-def _created(out: Path) -> object:
+def _created(out: Path) -> datetime:
     return query(out / "gymflow.duckdb", "SELECT created_at FROM runs")[0][0]
 
 
