@@ -188,6 +188,9 @@ def test_local_shards_retried_from_the_ui_end_green(deployment: Deployment, tmp_
     after = shards()
     assert [r["state_type"] for r in after] == ["COMPLETED", "COMPLETED"], after
     assert [r["run_count"] for r in after] == [1, 2]
+    # the Retry continued the collection the first attempt planned, where shard 1 was held
+    collection = failing.parent.parent.name
+    assert [r["parameters"]["config"]["shard"]["collection"] for r in after] == [collection] * 2
     assert_stored_once(tmp_path / "run", 12 * 4)
     with chromium(require_tool("chromium"), UI_FLAGS) as tools:
         page = capture(
