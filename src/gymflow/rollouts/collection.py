@@ -76,10 +76,10 @@ def collection_of(config_json: str | None) -> str | None:
         return None
 
 
-def recorded_collection(run_dir: str) -> str | None:
+def recorded_collection(run_dir: Path | str) -> str | None:
     """The collection the run store at `run_dir` was merged from, if it holds one."""
     path = store_path(run_dir)
-    if is_url(run_dir) or not path.exists():
+    if is_url(str(run_dir)) or not path.exists():
         return None
     try:
         with connect(path, read_only=True) as con:

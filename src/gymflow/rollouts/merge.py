@@ -63,7 +63,7 @@ def check_one_collection(
     names one. Shards of one config stored by another invocation are never mixed in."""
     found = {str(s.path.parent): collection_of(s.run.config_json) for s in shards}
     wanted = {collection} if collection else set(found.values())
-    recorded = recorded_collection(str(run_dir))
+    recorded = recorded_collection(run_dir)
     if recorded is not None:
         wanted.add(recorded)
     if len(wanted) > 1 or any(c not in wanted for c in found.values()):
