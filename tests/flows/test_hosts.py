@@ -310,7 +310,9 @@ def test_a_host_killed_mid_shard_costs_one_checkpoint(s3, tmp_path, monkeypatch)
         con.close()
     assert stored == distinct == expected == LIMIT * 4
     assert calls == stored  # one call a rollout, none lost or doubled
-    scale = ScaleOptions(shards=2, shard_root=root)
+    # the collection the run planned (its shards' flow runs carry it)
+    collection = doomed["parameters"]["config"]["shard"]["collection"]
+    scale = ScaleOptions(shards=2, shard_root=root, collection=collection)
     for index in (0, 1):
         url = shard_config(eval_config, scale, run_id, index).out
         assert Remote(url).find("COMMITTED.json") == ["COMMITTED.json"]

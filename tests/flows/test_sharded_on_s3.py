@@ -40,22 +40,25 @@ def test_a_run_sharded_on_s3_equals_the_run_in_one_store(prefect_api, s3, tmp_pa
 
     run_id = result.aggregate.run_id
     # the run store and report are published beside the shards, as they are
-    published = Remote(run_url(scale.shard_root, run_id))
+    published = Remote(run_url(scale.shard_root, run_id, result.collection))
     stored = (tmp_path / "sharded" / "gymflow.duckdb").read_bytes()
     assert published.read("gymflow.duckdb", 1 << 30) == stored
     assert (
         published.read("report.html", 1 << 30)
         == (tmp_path / "sharded" / "report.html").read_bytes()
     )
-    shards = [shard_config(config(tmp_path / "sharded"), scale, run_id, i) for i in range(2)]
+    planned = scale.model_copy(update={"collection": result.collection})
+    shards = [shard_config(config(tmp_path / "sharded"), planned, run_id, i) for i in range(2)]
     for shard in shards:
-        published = PublishedShard(shard.out)
+        published = PublishedShard(shard.out, result.collection)
+        assert published.committed().collection == result.collection  # sealed in
         committed = published.committed()
         assert committed is not None and committed.failed == 0
         assert len(published.checkpoints()) >= 2  # 60 rollouts a shard, one per 16 at most
 
     # resumed: both shards are committed, so neither runs; the store is unchanged
     again = evaluation_loop(config(tmp_path / "sharded"), resume=True, scale=scale)
+    assert again.collection == result.collection
     assert [s.ran for s in again.shards] == [False, False]
     assert snapshot(tmp_path / "sharded") == before
     # a shard run again after its commit (a duplicate attempt) runs and commits nothing

@@ -21,8 +21,10 @@ from gymflow.flows.eval_shard import eval_shard
 from gymflow.flows.fan_out import ShardFailed
 from gymflow.flows.parameters import ScaleOptions, shard_dir
 from gymflow.flows.reverify import reverify
+from gymflow.rollouts.collection import recorded_collection
 from gymflow.store.db import store_path
 from gymflow.store.seal_key import load_key
+from gymflow.store.sealed_inputs import seal_inputs
 from gymflow.store.sealed_rows import seal_rows
 from tests.conftest import gym
 
@@ -73,6 +75,8 @@ def runs(prefect_api, tmp_path_factory) -> dict[str, Path]:
     state = evaluation_loop(
         config(root / "sharded"), scale=ScaleOptions(shards=2), return_state=True
     )
+    # the collection the run planned: where its shards are
+    assert state.result().collection is not None
     sharded = state.result()
     return {
         "root": root,
@@ -83,10 +87,12 @@ def runs(prefect_api, tmp_path_factory) -> dict[str, Path]:
     }
 
 
-def shard_dirs(run_dir: Path, shards: int = 2) -> list[Path]:
+def shard_dirs(run_dir: Path, shards: int = 2, collection: str | None = None) -> list[Path]:
+    """The shard stores of the run at `run_dir`, of the collection its store was merged from
+    (or `collection`)."""
     run_id = config(run_dir).fingerprint()
-    scale = ScaleOptions(shards=shards)
-    return [shard_dir(config(run_dir), scale, run_id, i) for i in range(shards)]
+    scale = ScaleOptions(shards=shards, collection=collection or recorded_collection(run_dir))
+    return [Path(shard_dir(config(run_dir), scale, run_id, i)) for i in range(shards)]
 
 
 def test_two_shards_aggregate_to_the_unsharded_run(runs) -> None:
@@ -209,7 +215,9 @@ def test_a_failed_shard_is_rerun_alone_and_only_its_missing_rollouts(runs, tmp_p
     """Shard 1's store is held by another process: shard 1 fails, so the run fails; once it is
     released, resuming skips the complete shard 0 and runs only shard 1's missing rollouts."""
     out = tmp_path / "retry"
-    first, second = shard_dirs(out)
+    # named, as a Prefect retry of the flow run names it again; the resume below finds it
+    collection = "c20261205T000000-0000abcd"
+    first, second = shard_dirs(out, collection=collection)
     # shard 1 already holds some rollouts (an earlier, interrupted attempt)
     shutil.copytree(shard_dirs(runs["sharded"])[1], second)
     con = duckdb.connect(str(store_path(second)))
@@ -220,19 +228,30 @@ def test_a_failed_shard_is_rerun_alone_and_only_its_missing_rollouts(runs, tmp_p
             "(SELECT rollout_id FROM rollouts WHERE repeat_index = 3)"
         )
     deleted = con.execute("DELETE FROM rollouts WHERE repeat_index = 3").fetchone()[0]
+    # of this run's collection (a copy of another collection's shard is refused at the merge)
+    con.execute(
+        "UPDATE runs SET config_json = replace(config_json, ?, ?)",
+        [runs["result"].collection, collection],
+    )
     # as an interrupted attempt leaves it: its committed batches' rows sealed, no more
     seal_rows(con, load_key(create=False))
+    seal_inputs(con, load_key(create=False))  # its run row names this collection
     con.close()
     assert 0 < deleted < kept
 
     with locked(store_path(second)), pytest.raises(ShardFailed, match="1 of 2 shards failed"):
         evaluation_loop(
-            config(out), scale=ScaleOptions(shards=2, shard_retries=1, shard_retry_delay_s=0)
+            config(out),
+            scale=ScaleOptions(
+                shards=2, shard_retries=1, shard_retry_delay_s=0, collection=collection
+            ),
         )
     assert rows(first) == rows(shard_dirs(runs["sharded"])[0])
     assert len(rows(second)) == kept - deleted
 
+    # --resume: the collection the run store was merged from (shard 0, before shard 1 failed)
     result = evaluation_loop(config(out), resume=True, scale=ScaleOptions(shards=2))
+    assert result.collection == collection
     shard_0, shard_1 = result.shards
     assert shard_0.ran is False and shard_0.progress.complete
     assert shard_1.ran is True and shard_1.progress.complete

@@ -5,6 +5,7 @@ and the UI's Retry. Slow (a dozen flow-run processes): one test, every wait boun
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from pathlib import Path
 
 import duckdb
@@ -13,6 +14,7 @@ import pytest
 from gymflow.core.config import EvalConfig
 from gymflow.flows.artifacts import PROGRESS_KEY
 from gymflow.flows.parameters import ScaleOptions, shard_dir
+from gymflow.rollouts.collection import flow_run_collection
 from gymflow.store.db import store_path
 from tests.conftest import ROOT, require_tool
 from tests.flows.deployed import POOL, Deployment, call_api, final_state, wait_for
@@ -39,6 +41,19 @@ def shard_runs(api: str, shard_root: Path) -> dict[int, list[str]]:
             run["state_type"]
         )
     return by_shard
+
+
+def planned_shard(created: dict, config: dict, scale: ScaleOptions, index: int) -> Path:
+    """The store of shard `index` of the flow run just `created` (not yet started): in the
+    collection the run plans, named after its flow run, which its Retry names again."""
+    collection = flow_run_collection(
+        datetime.fromisoformat(created["expected_start_time"]), created["id"]
+    )
+    eval_config = EvalConfig.model_validate(config)
+    planned = scale.model_copy(update={"collection": collection})
+    failing = store_path(shard_dir(eval_config, planned, eval_config.fingerprint(), index))
+    failing.parent.mkdir(parents=True)
+    return failing
 
 
 def assert_artifacts_updated_in_place(api: str, run_id: str) -> None:
@@ -95,15 +110,13 @@ def test_eval_run_on_a_work_pool_retried_from_the_ui(deployment: Deployment, tmp
         shard_retries=0,  # task retries are tested in test_shards; here each run is a process
         shard_timeout_s=300,
     )
-    eval_config = EvalConfig.model_validate(config)
-    failing = store_path(shard_dir(eval_config, scale, eval_config.fingerprint(), 1))
-    failing.parent.mkdir(parents=True)
 
     deployment_id = call_api("GET", f"{api}/deployments/name/eval-run/eval-run")["id"]
     parameters = {"config": config, "scale": scale.model_dump(mode="json")}
     created = call_api(
         "POST", f"{api}/deployments/{deployment_id}/create_flow_run", {"parameters": parameters}
     )
+    failing = planned_shard(created, config, scale, 1)
     # another process holds shard 1's store, so shard 1 fails
     with locked(failing):
         first = final_state(api, created["id"], timeout=600)
@@ -146,14 +159,12 @@ def test_local_shards_retried_from_the_ui_end_green(deployment: Deployment, tmp_
     api = deployment.api
     config = {"benchmark": "arithmetic-smoke", "limit": 12, "out": str(tmp_path / "run")}
     scale = ScaleOptions(shards=2, shard_retries=0)
-    eval_config = EvalConfig.model_validate(config)
-    failing = store_path(shard_dir(eval_config, scale, eval_config.fingerprint(), 1))
-    failing.parent.mkdir(parents=True)
     deployment_id = call_api("GET", f"{api}/deployments/name/eval-run/eval-run")["id"]
     parameters = {"config": config, "scale": scale.model_dump(mode="json")}
     created = call_api(
         "POST", f"{api}/deployments/{deployment_id}/create_flow_run", {"parameters": parameters}
     )
+    failing = planned_shard(created, config, scale, 1)
 
     def shards() -> list[dict]:
         query = {"flow_runs": {"parent_flow_run_id": {"any_": [created["id"]]}}}
@@ -177,6 +188,9 @@ def test_local_shards_retried_from_the_ui_end_green(deployment: Deployment, tmp_
     after = shards()
     assert [r["state_type"] for r in after] == ["COMPLETED", "COMPLETED"], after
     assert [r["run_count"] for r in after] == [1, 2]
+    # the Retry continued the collection the first attempt planned, where shard 1 was held
+    collection = failing.parent.parent.name
+    assert [r["parameters"]["config"]["shard"]["collection"] for r in after] == [collection] * 2
     assert_stored_once(tmp_path / "run", 12 * 4)
     with chromium(require_tool("chromium"), UI_FLAGS) as tools:
         page = capture(

@@ -279,11 +279,20 @@ class HarnessConfig(_Strict):
     )
 
 
+#: A collection id (`rollouts/collection.py`): its planning time (UTC, so that ids sort by it),
+#: then a random part.
+COLLECTION_PATTERN = r"^c[0-9]{8}T[0-9]{6}-[0-9a-f]{8}$"
+
+
 class ShardSpec(_Strict):
     """Which shard of the run this is (`--shard I/N`): tasks split by a stable hash of task_id."""
 
     index: int = Field(default=0, ge=0)
     count: int = Field(default=1, ge=1)
+    #: Which collection of the run the shard belongs to (`rollouts/collection.py`): set by the
+    #: run that plans the shards, so a worker stores and seals it with the shard; none for a
+    #: shard run by hand (`--shard I/N`, its `--out` names it) or an unsharded run.
+    collection: str | None = Field(default=None, pattern=COLLECTION_PATTERN)
 
     @model_validator(mode="after")
     def _index_in_range(self) -> ShardSpec:

@@ -36,9 +36,15 @@ from gymflow.flows.fan_out import (
 )
 from gymflow.flows.labels import run_name, tag_run
 from gymflow.flows.lean import flow
-from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions, shard_config
+from gymflow.flows.parameters import UNSHARDED, FlowConfig, ScaleOptions, run_root, shard_config
 from gymflow.flows.progress import RunProgress
 from gymflow.rollouts import stopping
+from gymflow.rollouts.collection import (
+    collections_at,
+    flow_run_collection,
+    legacy_shards_at,
+    recorded_collection,
+)
 from gymflow.rollouts.outcomes import BatchOutcome, ShardOutcome
 from gymflow.rollouts.plan import RunPlan, plan_of
 from gymflow.simulated.endpoint import model_endpoint
@@ -64,6 +70,41 @@ def placed(config: EvalConfig) -> EvalConfig:
     if "{flow_run_id}" in out:
         out = out.replace("{flow_run_id}", str(flow_run.id or uuid4()))
     return config if out == config.out else config.model_copy(update={"out": out})
+
+
+def collecting(config: EvalConfig, run_id: str, scale: ScaleOptions, resume: bool) -> ScaleOptions:
+    """`scale` with the collection this flow run's shards belong to, said to the user. Given
+    (a continuation that names it): that one. With `resume` (the user's `--resume`, not a
+    retry): the collection the run store at `out` was merged from, else the latest of the run
+    at the shard root, else (said so) a new one. Otherwise a new collection, named after this
+    flow run (its scheduled time and id), so a Prefect retry of the flow run names it again
+    and resumes it, while another invocation of the same config never restores its shards."""
+    if not scale.sharded or scale.collection:
+        return scale
+    root = run_root(config, scale, run_id)
+    recorded = recorded_collection(config.out) if resume else None
+    found = collections_at(root) if resume and recorded is None else []
+    if recorded is not None or found:
+        collection = recorded or found[-1]
+        where = f"the one {config.out} was merged from" if recorded else "the latest"
+        progress.say(f"resuming collection {collection} of run {run_id} ({where}, at {root})")
+        return scale.model_copy(update={"collection": collection})
+    collection = flow_run_collection(flow_run.scheduled_start_time, flow_run.id)
+    if resume:
+        legacy = legacy_shards_at(root)
+        earlier = (
+            f"; {root} holds shards of an earlier gymflow (no collection): not continued, "
+            f"merge them by hand (`gym eval aggregate {' '.join(legacy)} --out DIR`)"
+            if legacy
+            else ""
+        )
+        progress.say(
+            f"--resume: no collection of run {run_id} at {root} to continue, so a new "
+            f"collection {collection} starts{earlier}"
+        )
+    else:
+        progress.say(f"collection {collection} of run {run_id}: its shards at {root}/{collection}")
+    return scale.model_copy(update={"collection": collection})
 
 
 def resuming(resume: bool) -> bool:
@@ -112,6 +153,8 @@ def run_evaluation(
     config = placed(config)
     plan = plan_of(config)  # the one plan of this run: every stage below reads it
     tag_run(plan)
+    # before `resuming`: a retry of a new collection's flow run continues that collection
+    scale = collecting(config, plan.run_id, scale, resume)
     resume = resuming(resume)
     try:
         with (
@@ -134,9 +177,16 @@ def run_evaluation(
             # The run's writes are done: its store gives back the blocks its commits freed.
             compact(config.out)
             outcome = analyse_run(config.out)
+            outcome = replace(
+                outcome,
+                batches=batches,
+                shards=shards,
+                aggregate=merged,
+                collection=scale.collection,
+            )
             if scale.shard_root and is_url(scale.shard_root):
-                publish_beside_shards(config, scale.shard_root)
-            return replace(outcome, batches=batches, shards=shards, aggregate=merged)
+                publish_beside_shards(config, scale.shard_root, scale.collection)
+            return outcome
     except stopping.RunStopped as exc:
         if exc.cause == "signal" and supervised():
             if cancelling():
@@ -169,6 +219,8 @@ class RunOutcome:
     batches: tuple[BatchOutcome, ...] = ()
     shards: tuple[ShardOutcome, ...] = ()
     aggregate: MergeReport | None = None
+    #: the collection the shards belong to (`rollouts/collection.py`); none when unsharded
+    collection: str | None = None
 
 
 class UnhealthyRun(GateFailed):

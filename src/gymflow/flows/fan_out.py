@@ -146,10 +146,10 @@ def loopback_urls(config: EvalConfig) -> list[str]:
     return found
 
 
-def publish_beside_shards(config: EvalConfig, shard_root: str) -> list[str]:
-    """Upload the run store and report beside the run's shards: the flow may have run on a
-    worker, whose disk the user does not see."""
-    published = publish_run(config.out, run_url(shard_root, config.fingerprint()))
+def publish_beside_shards(config: EvalConfig, shard_root: str, collection: str | None) -> list[str]:
+    """Upload the run store and report beside the shards of the run's collection: the flow
+    may have run on a worker, whose disk the user does not see."""
+    published = publish_run(config.out, run_url(shard_root, config.fingerprint(), collection))
     print(f"run store and report published: {', '.join(published)}")
     return published
 

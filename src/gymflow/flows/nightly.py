@@ -107,7 +107,7 @@ def nightly(
 
     write_run_report(result.run_dir, analysis=result.analysis)
     if scale.shard_root and is_url(scale.shard_root):  # the published report states it too
-        publish_beside_shards(config, scale.shard_root)
+        publish_beside_shards(config, scale.shard_root, result.collection)
     get_run_logger().info(verdict.summary())
     report = f"\n\nReport: {result.report_url}" if result.report_url else ""
     create_markdown_artifact(

@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 
 from gymflow.core.config import (
+    COLLECTION_PATTERN,
     MAX_REPEATS,
     ApiKeyEnv,
     EvalConfig,
@@ -382,6 +383,14 @@ class ScaleOptions(_Form):
         description="Shard root URL only: a checkpoint once this many rollouts are new.",
     )
 
+    # Set by the flow as it plans the shards (`flows/eval_run.py`), never in the form: a
+    # Prefect retry of the flow run keeps it with the other parameters, and so continues it.
+    collection: SkipJsonSchema[str | None] = Field(
+        default=None,
+        pattern=COLLECTION_PATTERN,
+        description="The collection of the run these shards belong to (a continuation's).",
+    )
+
     @property
     def sharded(self) -> bool:
         return self.shards > 1 or self.work_pool is not None
@@ -394,19 +403,26 @@ UNSHARDED = ScaleOptions()
 def shard_dir(config: EvalConfig, scale: ScaleOptions, run_id: str, index: int) -> str:
     """Where shard `index` of the run keeps its store (a folder) or publishes it (a URL).
     Namespaced by run id, so several runs can share one shard root without a shard store ever
-    holding two runs."""
-    name = f"{run_id}/shard-{index}-of-{scale.shards}"
+    holding two runs, then by collection, so a later collection of the same config (tomorrow's
+    nightly) never restores an earlier one's shards. With no collection, an earlier gymflow's
+    layout (`RUN_ID/shard-I-of-N`), where a shard run by hand finds it."""
+    collection = f"{scale.collection}/" if scale.collection else ""
+    return f"{run_root(config, scale, run_id)}/{collection}shard-{index}-of-{scale.shards}"
+
+
+def run_root(config: EvalConfig, scale: ScaleOptions, run_id: str) -> str:
+    """The folder (or URL) of a run's collections under its shard root: `ROOT/RUN_ID`."""
     if scale.shard_root and is_url(scale.shard_root):
-        return f"{scale.shard_root.rstrip('/')}/{name}"
+        return f"{scale.shard_root.rstrip('/')}/{run_id}"
     root = Path(scale.shard_root) if scale.shard_root else Path(config.out) / "shards"
-    return str(root / name)
+    return str(root / run_id)
 
 
 def shard_config(config: EvalConfig, scale: ScaleOptions, run_id: str, index: int) -> EvalConfig:
     """The config one shard runs: the same run (same fingerprint), its shard, its own store."""
     return config.model_copy(
         update={
-            "shard": ShardSpec(index=index, count=scale.shards),
+            "shard": ShardSpec(index=index, count=scale.shards, collection=scale.collection),
             "out": shard_dir(config, scale, run_id, index),
         }
     )

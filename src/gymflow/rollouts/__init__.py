@@ -8,6 +8,7 @@ __tier__ = 3
 
 __all__ = [
     "collect",
+    "collection",
     "merge",
     "outcomes",
     "plan",

@@ -8,11 +8,19 @@ from pathlib import Path
 
 from gymflow.core.config import ConfigError, EvalConfig, ShardSpec
 from gymflow.environments.registry import RegistryError
+from gymflow.rollouts.collection import collection_of, recorded_collection
 from gymflow.rollouts.plan import RolloutKey, RunPlan, resolve
 from gymflow.rollouts.published import published_progress
 from gymflow.rollouts.registration import task_rows
 from gymflow.store.db import StoreError
-from gymflow.store.merge import MergeReport, ShardProgress, merge_into, read_shards, stored_progress
+from gymflow.store.merge import (
+    MergeReport,
+    ShardInfo,
+    ShardProgress,
+    merge_into,
+    read_shards,
+    stored_progress,
+)
 from gymflow.store.remote import is_url
 from gymflow.store.runs import RunInfo
 
@@ -47,6 +55,27 @@ def check_collected_as(plan: RunPlan, run: RunInfo) -> None:
         )
 
 
+def check_one_collection(
+    run_dir: Path | str, shards: list[ShardInfo], collection: str | None
+) -> None:
+    """The shards are of one collection of the run (`rollouts/collection.py`): `collection`
+    when the flow that planned them gives it, and the one the run store was merged from, if it
+    names one. Shards of one config stored by another invocation are never mixed in."""
+    found = {str(s.path.parent): collection_of(s.run.config_json) for s in shards}
+    wanted = {collection} if collection else set(found.values())
+    recorded = recorded_collection(run_dir)
+    if recorded is not None:
+        wanted.add(recorded)
+    if len(wanted) > 1 or any(c not in wanted for c in found.values()):
+        listed = "; ".join(f"{path}: {c or '(none)'}" for path, c in found.items())
+        expected = " and ".join(sorted(c or "(none)" for c in wanted))
+        raise StoreError(
+            f"shards of more than one collection of this run ({listed}; expected {expected}): "
+            "each invocation of `gym eval run` collects anew; merge one collection's shards "
+            "(ROOT/RUN_ID/COLLECTION) into a run store of its own"
+        )
+
+
 def all_keys(plan: RunPlan) -> list[RolloutKey]:
     """Every shard's rollout keys, in dataset order."""
     return [(task.task_id, r) for task in plan.all_tasks for r in range(plan.repeats)]
@@ -60,6 +89,7 @@ def merge_shards(
     shards); else resolved from the config the shards stored (`gym eval aggregate`)."""
     with tempfile.TemporaryDirectory(prefix="gymflow-shards-") as folder:
         shards = read_shards(run_dir, shard_dirs, Path(folder))
+        check_one_collection(run_dir, shards, plan.config.shard.collection if plan else None)
         if plan is None:
             plan = expected_plan(shards[0].run)
         else:
@@ -80,6 +110,6 @@ def shard_progress(plan: RunPlan) -> ShardProgress:
     shard = plan.config.shard
     if is_url(plan.config.out):
         return published_progress(
-            plan.config.out, plan.run_id, plan.keys(), shard.index, shard.count
+            plan.config.out, plan.run_id, plan.keys(), shard.index, shard.count, shard.collection
         )
     return stored_progress(plan.run_dir, plan.run_id, plan.keys(), shard.index, shard.count)

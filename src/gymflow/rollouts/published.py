@@ -39,7 +39,7 @@ import duckdb
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, model_validator
 
 from gymflow import __version__
-from gymflow.core.config import ConfigError
+from gymflow.core.config import COLLECTION_PATTERN, ConfigError
 from gymflow.core.same_text import same_text
 from gymflow.rollouts.collect import RESUMABLE_KINDS
 from gymflow.rollouts.outcomes import BatchOutcome
@@ -120,6 +120,10 @@ class Manifest(BaseModel):
     failed: NonNegativeInt
     files: dict[str, ManifestFile]
     bundle: str | None = Field(None, pattern=r"/bundles/[0-9a-f]{64}\.tar$")
+    #: the run's collection (`rollouts/collection.py`), sealed: a manifest copied into another
+    #: collection's folder (an earlier night's, put back) is refused there; none: an earlier
+    #: gymflow's
+    collection: str | None = Field(None, pattern=COLLECTION_PATTERN)
     written_at: str = ""
     gymflow_version: str = ""
     duckdb_version: str = ""
@@ -192,16 +196,29 @@ class Restored:
 
 
 class PublishedShard:
-    """One shard's folder at a URL: its checkpoints and its committed result."""
+    """One shard's folder at a URL: its checkpoints and its committed result. With a
+    `collection` (the run's that reads or writes it), every manifest is sealed with that one
+    and must be, to be read."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, collection: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.remote = Remote(self.url)
+        self.collection = collection
+
+    def _parsed(self, name: str, data: bytes) -> Manifest:
+        manifest = parse_manifest(f"{self.url}/{name}", data)
+        if self.collection is not None and manifest.collection != self.collection:
+            raise StoreError(
+                f"{self.url}/{name}: written by collection {manifest.collection or '(none)'} "
+                f"of this run, not by this collection {self.collection} (copied from another "
+                "night of the same config?); refused, nothing merged"
+            )
+        return manifest
 
     def committed(self) -> Manifest | None:
         """The committed result's manifest, or None while no attempt committed."""
         data = self.remote.read(COMMITTED, MAX_MANIFEST_BYTES)
-        return None if data is None else parse_manifest(f"{self.url}/{COMMITTED}", data)
+        return None if data is None else self._parsed(COMMITTED, data)
 
     def checkpoints(self) -> list[Manifest]:
         """The manifest of every whole checkpoint, newest first. A manifest listed but not yet
@@ -209,7 +226,7 @@ class PublishedShard:
         next reader, as a checkpoint without one is."""
         names = sorted(self.remote.find(f"/{MANIFEST}"), reverse=True)
         return [
-            parse_manifest(f"{self.url}/{name}", data)
+            self._parsed(name, data)
             for name in names
             if (data := self.remote.read(name, MAX_MANIFEST_BYTES))
         ]
@@ -276,6 +293,7 @@ class PublishedShard:
         assert key is not None
         return Manifest(
             **meta,
+            collection=self.collection,
             rollouts=len(snap.rollout_ids),
             failed=snap.failed,
             files=files,
@@ -309,14 +327,17 @@ class PublishedShard:
         return manifest
 
 
-def published_progress(url: str, run_id: str, keys: list, index: int, count: int) -> ShardProgress:
+def published_progress(
+    url: str, run_id: str, keys: list, index: int, count: int, collection: str | None = None
+) -> ShardProgress:
     """How much of a shard its committed result holds: a shard is done when committed (a
     result is committed only once every rollout is stored), not while it has checkpoints.
     Counted in the result's files, checked against their checksums, for the shard's own
-    rollout keys: never the counts a manifest states."""
+    rollout keys: never the counts a manifest states. A result sealed by another collection
+    than `collection` (when given) is an error, never progress."""
     with tempfile.TemporaryDirectory(prefix="gymflow-progress-") as scratch:
         try:
-            PublishedShard(url).restore(Path(scratch), checkpoints=False)
+            PublishedShard(url, collection).restore(Path(scratch), checkpoints=False)
         except (RemoteError, StoreError) as exc:
             return ShardProgress(index, count, url, len(keys), 0, error=str(exc))
         return replace(stored_progress(scratch, run_id, keys, index, count), store=url)
@@ -399,9 +420,11 @@ def local_work_dir() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def run_url(shard_root: str, run_id: str) -> str:
-    """Where a run's store and report are published beside its shards."""
-    return f"{shard_root.rstrip('/')}/{run_id}/run"
+def run_url(shard_root: str, run_id: str, collection: str | None) -> str:
+    """Where a run's store and report are published beside its collection's shards (with no
+    collection, an earlier gymflow's place, beside the run's)."""
+    folder = f"{run_id}/{collection}" if collection else run_id
+    return f"{shard_root.rstrip('/')}/{folder}/run"
 
 
 def publish_run(run_dir: Path | str, url: str) -> list[str]:
@@ -476,7 +499,7 @@ def run_published(
     commit it, with `meta` in its manifest, if every rollout is stored. Returns what `collect`
     did (nothing, for a shard committed already)."""
     config = plan.config
-    shard = PublishedShard(config.out)
+    shard = PublishedShard(config.out, config.shard.collection)
     label = f"shard {config.shard.index}/{config.shard.count}"
     committed = shard.committed()
     if committed is not None:

@@ -30,7 +30,11 @@ def register_run(con, plan: RunPlan, *, resume: bool) -> None:
             run_id=plan.run_id,
             created_at=datetime.now(UTC),
             gymflow_version=__version__,
-            config_json=cfg.model_dump_json(exclude={"shard"}),
+            # which shard is the `shards` table's; which collection, the config's record
+            # (`rollouts/collection.py`), so the merge never mixes two collections' shards
+            config_json=cfg.model_dump_json(
+                exclude={"shard": {"index", "count"}} if cfg.shard.collection else {"shard"}
+            ),
             config_hash=plan.run_id,
             benchmark=plan.benchmark.name if plan.benchmark else None,
             benchmark_version=plan.benchmark_version,
