@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 from gymflow.core.bounded_files import FileBoundError
+from gymflow.core.processes import child_env
 from gymflow.core.user_folders import user_config
 from gymflow.sandboxes.base import FOLDERS, WORKDIR, ExecResult, Sandbox, SandboxError, SandboxSpec
 from gymflow.sandboxes.model_socket import INSIDE_PORT, ModelSocket, inside_url
@@ -275,6 +276,7 @@ class BubblewrapSandbox(Sandbox):
                         stderr=output,
                         start_new_session=True,
                         preexec_fn=limits.apply,
+                        env=child_env(),  # what runs inside is given its own (--clearenv)
                     )
                 except OSError as exc:
                     raise SandboxError(f"cannot start bubblewrap: {exc}") from None
