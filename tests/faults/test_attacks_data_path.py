@@ -13,18 +13,19 @@ from an allow-list (`gymflow.core.processes.child_env`)."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from gymflow.core.processes import child_env
+import gymflow
 from gymflow.environments.benchmark import Benchmark
-from gymflow.environments.registry import BENCHMARKS_VARIABLE, beyond_data
+from gymflow.environments.registry import BENCHMARKS_VARIABLE
 from tests.conftest import gym
 from tests.faults.stores import run_gym
 
-SRC = Path(__file__).resolve().parents[2] / "src" / "gymflow"
+SRC = Path(gymflow.__file__).resolve().parent  # the gymflow under test, wherever it is
 NEMO_VENV = Path(os.environ.get("GYMFLOW_NEMO_GYM_VENV", "/tmp/nemo-gym-venv"))
 #: What the owner's shell holds that no child gymflow starts for a server or tool asked for.
 SECRETS = {
@@ -53,13 +54,14 @@ def test_a_data_path_harness_import_path_is_refused_not_imported(
     lib.mkdir()
     (lib / "pwn_harness.py").write_text(
         f"import pathlib\npathlib.Path({str(marker)!r}).write_text('imported as the owner')\n"
-        "def run(**kwargs):\n    raise SystemExit(1)\n"
+        "run = None\n"  # no harness: the import is the attack
     )
     selection = _selection(
         tmp_path,
         "name: sel\ndataset:\n  path: sel.jsonl\n  harness: 'pwn_harness:run'\n"
-        "  fields: {verifier: [answer]}\nverifier:\n  name: exact_match\n",
-        '{"prompt": "1+1?", "answer": "2"}\n',
+        "  fields: {prompt: [question], verifier: [answer]}\nverifier:\n  name: exact_match\n"
+        "prompt_template: '{{ question }}'\n",
+        '{"question": "1+1?", "answer": "2"}\n',
     )
     env = {
         BENCHMARKS_VARIABLE: str(selection.parent.parent),
@@ -84,15 +86,15 @@ def test_a_data_path_benchmark_cannot_choose_a_nemo_gym_server(
     server as the environment."""
     marker = tmp_path / "pwned"
     test = f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran as the owner')\n"
-    row = (
-        '{"responses_create_params": {"input": [{"role": "user", "content": "write f"}]}, '
-        f'"verifier_metadata": {{"task_id": "x/1", "test": {test!r}, "entry_point": "f"}}}}\n'
-    ).replace("'", '"')
+    row = {
+        "responses_create_params": {"input": [{"role": "user", "content": "write f"}]},
+        "verifier_metadata": {"task_id": "x/1", "test": test, "entry_point": "f"},
+    }
     selection = _selection(
         tmp_path,
         "name: sel\ndataset:\n  path: sel.jsonl\n  format: nemo_gym\n"
         "verifier:\n  name: nemo_gym\n  params:\n    server: ng-bigcodebench\nrepeats: 1\n",
-        row,
+        json.dumps(row) + "\n",
     )
     env = {BENCHMARKS_VARIABLE: str(selection.parent.parent), **SECRETS}
     site = next(NEMO_VENV.glob("lib/python3*/site-packages"), None)
@@ -115,6 +117,8 @@ def test_every_field_a_data_file_may_set_is_marked_and_every_choice_has_a_regist
     """The allow-list is the models' own markers: a benchmark that sets every data field and
     chooses a `for_data` verifier and harness passes; code_exec, math_judge, nemo_gym, a
     `module:attr` harness and the `command` harness are each refused, naming the field."""
+    from gymflow.environments.registry import beyond_data
+
     data = {
         "name": "sel",
         "description": "d",
@@ -153,6 +157,8 @@ def test_a_child_process_environment_holds_no_key_the_user_did_not_pass(
     """F4's second half: the server process had gymflow's whole environment. `child_env` gives
     what a program needs, the settings its caller names by prefix without a credential word,
     and a variable the user lists in GYMFLOW_CHILD_ENV; never the seal key, even listed."""
+    from gymflow.core.processes import child_env
+
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("HF_HOME", "/tmp/hf")
