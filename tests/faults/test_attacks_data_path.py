@@ -172,8 +172,9 @@ def test_a_child_process_environment_holds_no_key_the_user_did_not_pass(
 
 
 def _environ(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return dict(item.decode().partition("=")[::2] for item in raw if item)
+    raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
+    pairs = [item.partition("=") for item in raw if item]
+    return {name: value for name, _, value in pairs}
 
 
 def test_a_started_server_and_worker_see_no_key_the_user_did_not_pass(
