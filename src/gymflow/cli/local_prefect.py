@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gymflow.core.errors import RuntimeFailure, UserError
-from gymflow.core.processes import answers_ok
+from gymflow.core.processes import answers_ok, child_env
 
 STATE_FILE = "gymflow-local-server.json"
 LOCK_FILE = "gymflow-local-server.lock"
@@ -325,20 +325,14 @@ def start(reports_root: Path | None = None) -> tuple[LocalServer, bool]:
     return server, True
 
 
-#: What a background server is given of this command's environment: what Python needs to find
-#: gymflow, and Prefect's settings; not the keys and tokens of the shell that happened to start
-#: it, which a server would otherwise hold for as long as it runs.
-_PASSED_ENV = ("PATH", "HOME", "USER", "LANG", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV",
-               "CONDA_PREFIX", "LD_LIBRARY_PATH")  # fmt: skip
-
-
 def _server_env() -> dict[str, str]:
-    return {
-        key: value
-        for key, value in os.environ.items()
-        if key in _PASSED_ENV or key.startswith(("LC_", "PREFECT_", "GYMFLOW_"))
-        if key != "PREFECT_API_URL"
-    }
+    """What a background server is given of this command's environment (`child_env`): what
+    Python needs to find gymflow, Prefect's and gymflow's settings; not the keys and tokens of
+    the shell that happened to start it, which a server would otherwise hold for as long as it
+    runs, nor the API URL this command may have been pointed at."""
+    env = child_env(prefixes=("PREFECT_", "GYMFLOW_"))
+    env.pop("PREFECT_API_URL", None)
+    return env
 
 
 def _spawn(command: list[str], log: Path) -> subprocess.Popen[bytes]:

@@ -20,6 +20,7 @@ from pydantic import (
 from gymflow.core import bounded_yaml
 from gymflow.core.credentials import ApiKeyEnv, ServerUrl, StorageLocation
 from gymflow.core.errors import UserError
+from gymflow.core.registry import DATA
 
 
 class ConfigError(UserError, ValueError):
@@ -50,35 +51,36 @@ class _Strict(BaseModel):
 
 
 class Sampling(_Strict):
-    """Sampling settings sent on every model call, fixed for the whole run."""
+    """Sampling settings sent on every model call, fixed for the whole run: data, wherever a
+    file setting them came from (`DATA`)."""
 
     # null: not sent, so the server's default applies and is recorded as not sent. OpenAI's
     # reasoning models refuse a request that names either (every call a client_error).
-    temperature: float | None = Field(
+    temperature: Annotated[float | None, DATA] = Field(
         default=1.0,
         ge=0.0,
         le=2.0,
         description="Sampling temperature, 0 to 2; null: not sent (for models that refuse it).",
     )
-    top_p: float | None = Field(
+    top_p: Annotated[float | None, DATA] = Field(
         default=1.0,
         gt=0.0,
         le=1.0,
         description="Nucleus sampling's top_p, above 0 to 1; null: not sent (for models that "
         "refuse it).",
     )
-    max_output_tokens: int = Field(
+    max_output_tokens: Annotated[int, DATA] = Field(
         default=1024,
         ge=1,
         le=MAX_OUTPUT_TOKENS,
         description="Output tokens per model call, at most.",
     )
-    seed: int | None = Field(
+    seed: Annotated[int | None, DATA] = Field(
         default=0,
         description="Run seed. Each rollout is sent a seed derived from it, its task and repeat, "
         "so a resumed or sharded run asks for exactly the same samples.",
     )
-    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = Field(
+    reasoning_effort: Annotated[Literal["minimal", "low", "medium", "high"] | None, DATA] = Field(
         default=None,
         description="Sent as reasoning.effort; the model then returns reasoning items.",
     )

@@ -4,7 +4,12 @@ A `Registry[T]` holds what its package registered (a decorator calls `register`)
 looks further in one order: the installed packages' entry points of its group, then, when the
 registry allows it, a `module:attribute` import path naming a user's own component. A name found
 nowhere raises `UnknownName`, which names the kind, the name and every known name. Loading code
-from an import path, an entry point or a file happens here and nowhere else."""
+from an import path, an entry point or a file happens here and nowhere else.
+
+A file found only on the data path (a selection in a run folder, which whoever can write the folder
+fills) is read by an allow-list: each model field says what it is to such a file (`FromData`), and
+a name it chooses is taken only among those its registry holds `for_data` (`Registry.for_data`),
+never through an import path or entry point."""
 
 from __future__ import annotations
 
@@ -12,10 +17,13 @@ import functools
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
 
 from gymflow.core.errors import UserError
 
@@ -104,10 +112,18 @@ class Registry(Generic[T]):
         self._import_paths = import_paths
         self._check = check
         self._items: dict[str, T] = {}
+        self._for_data: set[str] = set()
 
-    def register(self, name: str, item: T) -> T:
-        """Hold `item` under `name` (a later registration of the name replaces it)."""
+    def register(self, name: str, item: T, *, for_data: bool = False) -> T:
+        """Hold `item` under `name` (a later registration of the name replaces it, and is
+        `for_data` only if it says so too). `for_data`: a file found only on the data path may
+        choose it, because it treats a row as data only: it loads no row content as code and
+        starts or calls no server."""
         self._items[name] = item
+        if for_data:
+            self._for_data.add(name)
+        else:
+            self._for_data.discard(name)
         return item
 
     def get(self, name: str) -> T:
@@ -129,6 +145,12 @@ class Registry(Generic[T]):
         self._load_builtins()
         return sorted(self._items)
 
+    def for_data(self) -> list[str]:
+        """The names registered `for_data`, sorted: all a data-path file may choose. Never an
+        import path or entry point: a name such a file gives imports nothing."""
+        self._load_builtins()
+        return sorted(self._for_data)
+
     def __contains__(self, name: object) -> bool:
         self._load_builtins()
         return name in self._items
@@ -146,3 +168,35 @@ class Registry(Generic[T]):
             except BaseException:
                 self._builtins = load  # the next lookup tries again (and shows the error again)
                 raise
+
+
+@dataclass(frozen=True, slots=True)
+class FromData:
+    """What a model field is to a file found only on the data path (`Annotated[T, DATA]`): data
+    (`chooses` None: text, numbers, rows, a nested model whose own fields say), or the name of a
+    component of kind `chooses`, taken only among the names its registry holds `for_data`. A
+    field without this marker is refused in such a file: a field added later is not data until
+    it is marked so."""
+
+    chooses: str | None = None
+
+
+#: The marker of a field that is data wherever its file came from.
+DATA = FromData()
+
+
+def beyond_data_fields(
+    model: BaseModel, prefix: str = ""
+) -> Iterator[tuple[str, FromData | None, Any]]:
+    """Each field the file gave `model` (its defaults are gymflow's own) that is not plain
+    data: its dotted path, its marker (None: not marked, so not data) and its value. A nested
+    model marked data is walked through its own fields."""
+    for name in sorted(model.model_fields_set):
+        info = type(model).model_fields[name]
+        marker = next((m for m in info.metadata if isinstance(m, FromData)), None)
+        value = getattr(model, name)
+        path = f"{prefix}{name}"
+        if marker is None or marker.chooses is not None:
+            yield path, marker, value
+        elif isinstance(value, BaseModel):
+            yield from beyond_data_fields(value, f"{path}.")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gymflow.core.config import MAX_REPEATS, Sampling
+from gymflow.core.registry import DATA, FromData
 from gymflow.environments.dataset.spec import DatasetSpec
 from gymflow.environments.manifest import VerifierRef
 
@@ -19,22 +20,29 @@ class Benchmark(BaseModel):
     With `dataset` (and `verifier`) the benchmark defines its own environment, named after it,
     over the rows of a file or a Hub dataset (`gymflow.environments.dataset`)."""
 
+    # What a file found only on the data path may set (`DATA`) or choose (`FromData`), read by
+    # `environments.registry.beyond_data`. A workspace's tasks are data to gymflow: their tests
+    # and images run only in the task's sandbox, as the agent's code does.
     model_config = ConfigDict(extra="forbid")
-    name: str
-    description: str = ""
-    environment: str = Field("", description="the environment; a dataset benchmark's own name")
-    dataset: DatasetSpec | None = None
-    verifier: VerifierRef | None = Field(None, description="a dataset benchmark's verifier")
-    workspace: str | None = Field(
+    name: Annotated[str, DATA]
+    description: Annotated[str, DATA] = ""
+    environment: Annotated[str, FromData("environment")] = Field(
+        "", description="the environment; a dataset benchmark's own name"
+    )
+    dataset: Annotated[DatasetSpec | None, DATA] = None
+    verifier: Annotated[VerifierRef | None, DATA] = Field(
+        None, description="a dataset benchmark's verifier"
+    )
+    workspace: Annotated[str | None, DATA] = Field(
         None, description="a folder of Harbor tasks (relative to this file): a workspace benchmark"
     )
-    split: str | None = None
-    limit: int | None = Field(None, ge=1)
-    prompt_template: str | None = None
-    repeats: int = Field(1, ge=1, le=MAX_REPEATS)
-    sampling: Sampling = Sampling()
-    verifier_params: dict[str, Any] = Field(default_factory=dict)
-    tags: list[str] = Field(default_factory=list)
+    split: Annotated[str | None, DATA] = None
+    limit: Annotated[int | None, DATA] = Field(None, ge=1)
+    prompt_template: Annotated[str | None, DATA] = None
+    repeats: Annotated[int, DATA] = Field(1, ge=1, le=MAX_REPEATS)
+    sampling: Annotated[Sampling, DATA] = Sampling()
+    verifier_params: Annotated[dict[str, Any], DATA] = Field(default_factory=dict)
+    tags: Annotated[list[str], DATA] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _environment(self) -> Benchmark:

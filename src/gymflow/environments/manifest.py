@@ -5,19 +5,21 @@ environment, as a Protocol: `base` builds the server, so the server cannot impor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gymflow.core.config import refuse_removed
+from gymflow.core.registry import DATA, FromData
 from gymflow.core.tasks import Task
 from gymflow.environments.requirements import Requirement
 
 
 class VerifierRef(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str
-    params: dict[str, Any] = Field(default_factory=dict)
+    # from the data path, only a verifier registered `for_data` (gymflow.core.registry)
+    name: Annotated[str, FromData("verifier")]
+    params: Annotated[dict[str, Any], DATA] = Field(default_factory=dict)
 
 
 class SplitSpec(BaseModel):

@@ -15,14 +15,20 @@ from pydantic import ValidationError
 from gymflow.core import bounded_yaml
 from gymflow.core.config import Sampling, format_validation_error
 from gymflow.core.credentials import named_servers
-from gymflow.core.registry import Registry, RegistryError, UnknownName, entry_point_objects
+from gymflow.core.registry import (
+    Registry,
+    RegistryError,
+    UnknownName,
+    beyond_data_fields,
+    entry_point_objects,
+)
 from gymflow.environments.base import Environment
 from gymflow.environments.benchmark import Benchmark
 from gymflow.environments.dataset.environment import DatasetEnvironment
 from gymflow.environments.entrypoint import EnvironmentSource, entrypoint_class, read_manifest
 from gymflow.environments.nemo_gym.folder import nemo_servers
 from gymflow.environments.nemo_gym.folder import roots as nemo_roots
-from gymflow.verifiers.base import get_verifier
+from gymflow.verifiers.base import VERIFIERS
 
 if TYPE_CHECKING:
     from gymflow.environments.nemo_gym.environment import NemoGymEnvironment
@@ -278,19 +284,49 @@ def _data_only(path: Path) -> bool:
 
 
 def beyond_data(data: Any, benchmark: Benchmark) -> str | None:
-    """What a benchmark file chooses that data from anyone must not, in words (None: nothing).
-    A benchmark on the data path (a selection in a run folder, which whoever can write the
-    folder also fills) cannot pick a verifier that loads its rows as code in the trusted process
-    (`task_code`: code_exec's tests), nor name a server, where a run sends the owner's keys:
-    someone who could write a run folder made its selection `code_exec` over rows of their own,
-    and the owner's pasted command ran their Python (attack pass 7, s01)."""
-    ref = benchmark.verifier
-    if ref is not None and get_verifier(ref.name).task_code:
-        return f"verifier {ref.name!r} runs each row's tests as code in gymflow's own process"
+    """What a benchmark file sets or chooses that data from anyone must not, in words (None:
+    nothing). A benchmark on the data path (a selection in a run folder, which whoever can write
+    the folder also fills) is read by an allow-list: it may set only the fields its model marks
+    as data (`gymflow.core.registry.FromData`), choose a verifier or harness only among those
+    registered `for_data` (they read a row as data, never run it as code nor start a server)
+    and an environment only among those installed or on the environments path, and name no
+    server, where a run sends the owner's keys. What a deny-list let through: `code_exec` over
+    rows of the writer's own (attack pass 7, s01), a harness `module:attr` imported in gymflow's
+    process, a NeMo Gym server that runs a row's test code on the host (attack pass 8, F2, F4)."""
+    for field, marker, value in beyond_data_fields(benchmark):
+        if marker is None or marker.chooses is None:
+            return f"{field}: not data (what it names runs as code)"
+        allowed = _for_data(marker.chooses, benchmark)
+        if value not in allowed:
+            kind = ("an " if marker.chooses[0] in "aeiou" else "a ") + marker.chooses
+            return (
+                f"{field}: {value!r} is not {kind} a data file may choose "
+                f"(only {', '.join(allowed) or 'none'})"
+            )
     servers = named_servers(data)
     if servers:
         return f"it names a server ({servers[0]}), where a run would send your keys"
     return None
+
+
+def _for_data(kind: str, benchmark: Benchmark) -> list[str]:
+    """The names data-path `benchmark` may choose for a field of `kind` (`FromData.chooses`):
+    from the component's registry, never a list of names of this module's own."""
+    if kind == "verifier":
+        return VERIFIERS.for_data()
+    if kind == "harness":
+        # imported here: listing or loading environments needs no harness (nor its model client)
+        from gymflow.harness.base import HARNESSES
+
+        return HARNESSES.for_data()
+    if kind == "environment":
+        # code the owner installed or put on the environments path, with its own rows, or the
+        # one a dataset or workspace benchmark defines, its own name; never a NeMo Gym server's
+        # (a process the row data would choose), which any other name could resolve to
+        defines = benchmark.dataset is not None or benchmark.workspace is not None
+        own = [benchmark.name] if defines else []
+        return sorted({*_sources(tuple(search_roots())).names(), *own})
+    raise ValueError(f"no registry of {kind!r} components")
 
 
 def with_benchmark_sampling(data: dict[str, Any]) -> dict[str, Any]:

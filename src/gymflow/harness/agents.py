@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gymflow.core.bounded_files import FileBoundError
+from gymflow.core.processes import child_env
 from gymflow.harness.agent_logs import codex_trajectory, mini_swe_trajectory, read_log
 from gymflow.harness.recipes import AGENT_LOGS, Recipe, register_recipe
 
@@ -74,7 +75,11 @@ def _pypi_version(variable: str, default: str, package: str) -> Callable[[], str
         script = f"import importlib.metadata as m; print(m.version({package!r}))"
         try:
             found = subprocess.run(
-                [str(python), "-c", script], capture_output=True, text=True, timeout=60
+                [str(python), "-c", script],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=child_env(),
             )
         except OSError:
             return f"{package} (not installed)"

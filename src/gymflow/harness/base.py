@@ -65,11 +65,13 @@ HARNESSES: Registry[Harness] = Registry(
 )
 
 
-def harness(name: str) -> Callable[[Harness], Harness]:
-    """Register a harness function under `name`."""
+def harness(name: str, *, for_data: bool = False) -> Callable[[Harness], Harness]:
+    """Register a harness function under `name`; `for_data`: a benchmark found only on the data
+    path may choose it (it sends a row's prompt to the run's model and runs nothing a row
+    names; `Registry.register`)."""
 
     def register(fn: Harness) -> Harness:
-        return HARNESSES.register(name, fn)
+        return HARNESSES.register(name, fn, for_data=for_data)
 
     return register
 

@@ -10,7 +10,7 @@ from gymflow.models.client import ResponsesClient
 from gymflow.models.responses import output_text
 
 
-@harness("single_turn")
+@harness("single_turn", for_data=True)
 async def single_turn(
     *,
     client: ResponsesClient,

@@ -92,7 +92,7 @@ async def _run_call(
     return _output(call_id, result)
 
 
-@harness("tool_loop")
+@harness("tool_loop", for_data=True)
 async def tool_loop(
     *,
     client: ResponsesClient,

@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 
 from gymflow.core.bounded_files import FileBoundError
+from gymflow.core.processes import child_env
 from gymflow.core.trees import remove_tree, walk
 from gymflow.core.user_folders import user_config
 from gymflow.sandboxes.base import FOLDERS, WORKDIR, ExecResult, Sandbox, SandboxError, SandboxSpec
@@ -278,6 +279,7 @@ class BubblewrapSandbox(Sandbox):
             *map(str, paths),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
+            env=child_env(),
         )
         _, error = await proc.communicate()
         if proc.returncode != 0:
@@ -347,6 +349,7 @@ class BubblewrapSandbox(Sandbox):
                         stderr=output,
                         start_new_session=True,
                         preexec_fn=limits.apply,
+                        env=child_env(),  # what runs inside is given its own (--clearenv)
                     )
                 except OSError as exc:
                     raise SandboxError(f"cannot start bubblewrap: {exc}") from None

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from gymflow.core.bounded_files import FileBoundError
+from gymflow.core.processes import child_env
 from gymflow.core.trees import remove_tree
 from gymflow.sandboxes.base import FOLDERS, WORKDIR, ExecResult, Sandbox, SandboxError, SandboxSpec
 from gymflow.sandboxes.model_socket import INSIDE_PORT, ModelSocket, inside_url
@@ -44,7 +45,9 @@ def engine_ready(engine: str) -> str | None:
     import subprocess
 
     try:
-        done = subprocess.run([path, "info"], capture_output=True, timeout=20, check=False)
+        done = subprocess.run(
+            [path, "info"], capture_output=True, timeout=20, check=False, env=_engine_env()
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"`{engine} info` failed: {exc}"
     if done.returncode != 0:
@@ -53,9 +56,15 @@ def engine_ready(engine: str) -> str | None:
     return None
 
 
+def _engine_env() -> dict[str, str]:
+    # The engine's CLI reads its own settings (the daemon's address, its config folder); a
+    # container sees only what `-e` gives it.
+    return child_env(prefixes=("DOCKER_", "CONTAINER_", "PODMAN_"))
+
+
 async def _run(*argv: str, timeout_s: float = 600.0) -> tuple[int | None, str]:
     proc = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=_engine_env()
     )
     try:
         out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
@@ -162,6 +171,7 @@ class ContainerSandbox(Sandbox):
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
+            env=_engine_env(),
         )
         try:
             out, _ = await asyncio.wait_for(

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from gymflow.core.config import FaultSpec, SimulatedBehaviour
 from gymflow.core.errors import RuntimeFailure
+from gymflow.core.processes import child_env
 from gymflow.simulated.policy import PolicyEntry, save_table
 
 #: How long a stopped server may take to exit before it is killed.
@@ -126,7 +127,7 @@ class LocalPolicyServer:
             self._process = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,
-                env=os.environ.copy(),
+                env=child_env(prefixes=("GYMFLOW_",)),  # it serves answers: it needs no key
                 pass_fds=(ready_write,),
             )
         finally:

@@ -185,13 +185,16 @@ def verifier(
     lenient: dict[str, Any] | None = None,
     text_only: bool = False,
     task_code: bool = False,
+    for_data: bool = False,
 ) -> Callable[[VerifyFn], VerifyFn]:
     """Register a verify function under `name` with its parameter model (none: it takes no
     parameters), how it runs and its bound (`timeout_s`, default 300 s for a `worker` or
     `threads` verifier), and which of its verdicts' reasons mean the output held no answer in
     the form it reads (`no_answer_reasons`), its lenient reading (`lenient`: parameters; see
-    `VerifierSpec.lenient`), and whether its verdict is a pure function of the
-    task and the output text (`text_only`)."""
+    `VerifierSpec.lenient`), whether its verdict is a pure function of the
+    task and the output text (`text_only`), and whether a benchmark found only on the data path
+    may choose it (`for_data`: it reads a row as data only, never as code, and starts or calls
+    no server; `Registry.register`)."""
     if runs not in ("inline", "worker", "threads"):
         raise ValueError(f"verifier {name!r}: runs={runs!r} (known: inline, worker, threads)")
     if runs == "inline" and timeout_s is not None:
@@ -221,6 +224,7 @@ def verifier(
                 text_only=text_only,
                 task_code=task_code,
             ),
+            for_data=for_data,
         )
         return fn
 

@@ -196,6 +196,7 @@ def _assign(problems: list[list[str | None]], row: int, used: set[int]) -> bool:
 
 @verifier(
     "bfcl",
+    for_data=True,
     params=BfclParams,
     fields={
         "category": DataField("text"),

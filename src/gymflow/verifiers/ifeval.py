@@ -216,6 +216,7 @@ class IfevalParams(BaseModel):
 
 @verifier(
     "ifeval",
+    for_data=True,
     params=IfevalParams,
     fields={"constraints": DataField("list")},
     no_answer_reasons=("empty_response",),

@@ -72,6 +72,7 @@ def anywhere(text: str, expected: str, params: ExactParams) -> str | None:
 
 @verifier(
     "exact_match",
+    for_data=True,
     params=ExactParams,
     fields={"answer": DataField("scalar")},
     no_answer_reasons=("no_answer_extracted",),  # no 'Answer:' line, no non-empty line
@@ -119,6 +120,7 @@ class RegexParams(BaseModel):
 # on the collector's event loop.
 @verifier(
     "regex_match",
+    for_data=True,
     params=RegexParams,
     runs="worker",
     timeout_s=10.0,

@@ -118,6 +118,7 @@ def candidate(output_text: str, params: MathAnswerParams) -> tuple[str | None, s
 
 @verifier(
     "math_answer",
+    for_data=True,
     params=MathAnswerParams,
     runs="worker",
     timeout_s=300.0,

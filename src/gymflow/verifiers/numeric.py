@@ -74,6 +74,7 @@ def extract_answer(text: str, mode: str) -> str | None:
 
 @verifier(
     "numeric_match",
+    for_data=True,
     params=NumericParams,
     fields={"answer": DataField("number")},
     # no 'Answer:' line (or no number at all), or one that is no number

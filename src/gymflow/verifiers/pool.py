@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Protocol
 
+from gymflow.core.processes import child_env
 from gymflow.verifiers.oom import killed_since, oom_kills
 
 if TYPE_CHECKING:
@@ -147,8 +148,12 @@ class _Worker:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 # The parent's import path, as multiprocessing's spawn passes it: an environment
-                # may import what a script or test runner put on it.
-                env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, sys.path))},
+                # may import what a script or test runner put on it. gymflow's settings (where
+                # environments and data are), not its keys: a worker judges, it calls no model.
+                env=child_env(
+                    prefixes=("GYMFLOW_", "HF_"),
+                    set_to={"PYTHONPATH": os.pathsep.join(filter(None, sys.path))},
+                ),
             )
         return cls(process, Connection(ours.detach()))
 

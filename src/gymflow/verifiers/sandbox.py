@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.core.errors import RuntimeFailure
+from gymflow.core.processes import child_env
 from gymflow.core.trees import remove_tree
 from gymflow.verifiers.sandbox_host import (
     SCRATCH_PREFIX,
@@ -367,6 +368,7 @@ class Sandbox:
                     stderr=output,
                     start_new_session=True,
                     preexec_fn=lambda: _limit_resources(self.limits, budget, group),
+                    env=child_env(),  # what runs inside is given its own (--clearenv)
                 )
         except OSError as exc:
             raise SandboxError(f"cannot start bubblewrap: {exc}") from None

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gymflow.core import progress
-from gymflow.core.processes import pid_alive
+from gymflow.core.processes import child_env, pid_alive
 from gymflow.core.trees import remove_tree
 
 #: Sandbox user ids live far above any real account: base + (pid % 4096) * 64 + slot.
@@ -117,7 +117,7 @@ def _subordinate_namespace() -> tuple[str, ...] | str:
     if isinstance(namespace, tuple):
         try:
             tried = subprocess.run(
-                [*namespace, "/bin/true"], capture_output=True, text=True, timeout=30
+                [*namespace, "/bin/true"], capture_output=True, text=True, timeout=30, env=child_env()
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             namespace = f"a user namespace could not be made: {exc}"
@@ -198,7 +198,9 @@ def _remove_as_namespace_root(folder: Path) -> None:
     namespace = _subordinate_namespace()
     if isinstance(namespace, tuple):
         with suppress(OSError, subprocess.SubprocessError):
-            subprocess.run([*namespace, "rm", "-rf", "--", str(folder)], timeout=60, check=False)
+            subprocess.run(
+                [*namespace, "rm", "-rf", "--", str(folder)], timeout=60, check=False, env=child_env()
+            )
 
 
 def _orphaned(path: Path) -> bool:

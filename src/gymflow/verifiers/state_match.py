@@ -127,7 +127,12 @@ def _same_leaf(expected: Any, actual: Any) -> bool:
     return expected == actual
 
 
-@verifier("state_match", params=StateMatchParams, fields={"expected_state": DataField("mapping")})
+@verifier(
+    "state_match",
+    for_data=True,
+    params=StateMatchParams,
+    fields={"expected_state": DataField("mapping")},
+)
 def state_match(inp: VerifyInput, params: StateMatchParams) -> Verdict:
     """1 when the session's final state equals the expected state, else 0 with the differences."""
     expected = inp.task.data.get("expected_state")

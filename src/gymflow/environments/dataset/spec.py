@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gymflow.core.config import refuse_removed
+from gymflow.core.registry import DATA, FromData
 from gymflow.environments.manifest import REMOVED_FIELDS
 
 #: Local file formats, by suffix; `nemo_gym` is a JSONL file of NeMo Gym dataset rows, and a
@@ -27,10 +28,12 @@ class HubSource(BaseModel):
     it names, and that commit is part of the benchmark's version."""
 
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, description="repo id, e.g. openai/gsm8k")
-    config: str | None = Field(default=None, description="the dataset's configuration (subset)")
-    split: str = "test"
-    revision: str = Field(default="main", min_length=1)
+    name: Annotated[str, DATA] = Field(min_length=1, description="repo id, e.g. openai/gsm8k")
+    config: Annotated[str | None, DATA] = Field(
+        default=None, description="the dataset's configuration (subset)"
+    )
+    split: Annotated[str, DATA] = "test"
+    revision: Annotated[str, DATA] = Field(default="main", min_length=1)
 
 
 class FieldMap(BaseModel):
@@ -40,15 +43,19 @@ class FieldMap(BaseModel):
     means the same name in both places."""
 
     model_config = ConfigDict(extra="forbid")
-    id: str | None = Field(default=None, description="the row's own id; else a hash of its content")
-    prompt: dict[str, str] = Field(default_factory=dict)
-    verifier: dict[str, str] = Field(default_factory=dict)
-    tags: str | None = Field(default=None, description="a text or a list of texts")
-    difficulty: str | None = None
-    reference: str | None = Field(
+    id: Annotated[str | None, DATA] = Field(
+        default=None, description="the row's own id; else a hash of its content"
+    )
+    prompt: Annotated[dict[str, str], DATA] = Field(default_factory=dict)
+    verifier: Annotated[dict[str, str], DATA] = Field(default_factory=dict)
+    tags: Annotated[str | None, DATA] = Field(default=None, description="a text or a list of texts")
+    difficulty: Annotated[str | None, DATA] = None
+    reference: Annotated[str | None, DATA] = Field(
         default=None, description="a response that passes, for the local simulated policy"
     )
-    tools: str | None = Field(default=None, description="Responses API function tools offered")
+    tools: Annotated[str | None, DATA] = Field(
+        default=None, description="Responses API function tools offered"
+    )
 
     @field_validator("prompt", "verifier", mode="before")
     @classmethod
@@ -63,18 +70,23 @@ class DatasetSpec(BaseModel):
 
     # pass_threshold: .nan would fail every rollout, -.inf pass every one
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    path: str | None = None
-    hub: HubSource | None = None
-    format: Format | None = Field(
+    # what a file found only on the data path may set (gymflow.core.registry.FromData)
+    path: Annotated[str | None, DATA] = None
+    hub: Annotated[HubSource | None, DATA] = None
+    format: Annotated[Format | None, DATA] = Field(
         default=None,
         description="jsonl, parquet, csv, save_to_disk (a folder; from the suffix when unset) "
         "or nemo_gym",
     )
-    split: str = Field(default="test", description="the split name a local file is known by")
-    fields: FieldMap = FieldMap()
-    harness: str = "single_turn"
-    domain: str = "dataset"
-    pass_threshold: float | None = Field(default=None, description="default: the verifier's own")
+    split: Annotated[str, DATA] = Field(
+        default="test", description="the split name a local file is known by"
+    )
+    fields: Annotated[FieldMap, DATA] = FieldMap()
+    harness: Annotated[str, FromData("harness")] = "single_turn"
+    domain: Annotated[str, DATA] = "dataset"
+    pass_threshold: Annotated[float | None, DATA] = Field(
+        default=None, description="default: the verifier's own"
+    )
 
     @model_validator(mode="before")
     @classmethod

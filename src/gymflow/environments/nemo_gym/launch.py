@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 
 from gymflow.core.config import ConfigError
+from gymflow.core.processes import child_env
 from gymflow.environments.nemo_gym.folder import NemoServer
 
 VENV_VARIABLE = "GYMFLOW_NEMO_GYM_VENV"
@@ -112,11 +113,13 @@ class ServerProcess:
         os.close(handle)
         self._log = Path(log)
         read_end, write_end = os.pipe()
-        # unbuffered, so the log's end is what it printed last; offline, so a hub download
-        # says so at once instead of waiting on a network this machine may not have
-        env = {**os.environ, "PYTHONPATH": "", "PYTHONUNBUFFERED": "1",
-               "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # fmt: skip
-        env.pop("RAY_ADDRESS", None)
+        # Not gymflow's environment: a server runs code of its own over the rows (bigcodebench
+        # their tests), and asks its judge through gymflow's endpoint, which holds the key.
+        # Hugging Face's cache settings (no token); unbuffered, so the log's end is what it
+        # printed last; offline, so a hub download says so at once instead of waiting on a
+        # network this machine may not have
+        env = child_env(prefixes=("HF_",), set_to={"PYTHONPATH": "", "PYTHONUNBUFFERED": "1",
+                        "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})  # fmt: skip
         try:
             # appended to, so reading its end (log_tail) never moves where the server writes
             output = self._log.open("ab")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gymflow.core.config import ConfigError
+from gymflow.core.processes import child_env
 from gymflow.environments.nemo_gym.folder import NemoServer
 from gymflow.environments.nemo_gym.launch import nemo_python
 
@@ -178,9 +179,9 @@ def _site_packages(python: Path, server: NemoServer) -> Path:
 
 
 def _run(command: list[str], server: NemoServer) -> str:
-    done = subprocess.run(
-        command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""}
-    )
+    # pip's own settings (its index, without a credential word), never gymflow's keys
+    env = child_env(prefixes=("PIP_", "UV_"), set_to={"PYTHONPATH": ""})
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         output = done.stderr + done.stdout
         missing = _NOT_FOUND.search(output)
