@@ -117,7 +117,11 @@ def _subordinate_namespace() -> tuple[str, ...] | str:
     if isinstance(namespace, tuple):
         try:
             tried = subprocess.run(
-                [*namespace, "/bin/true"], capture_output=True, text=True, timeout=30, env=child_env()
+                [*namespace, "/bin/true"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                env=child_env(),
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             namespace = f"a user namespace could not be made: {exc}"
@@ -199,7 +203,10 @@ def _remove_as_namespace_root(folder: Path) -> None:
     if isinstance(namespace, tuple):
         with suppress(OSError, subprocess.SubprocessError):
             subprocess.run(
-                [*namespace, "rm", "-rf", "--", str(folder)], timeout=60, check=False, env=child_env()
+                [*namespace, "rm", "-rf", "--", str(folder)],
+                timeout=60,
+                check=False,
+                env=child_env(),
             )
 
 
