@@ -29,7 +29,8 @@ def walk(
             entries = list(os.scandir(folder))
         except OSError:
             continue
-        folders, others = [], []
+        folders: list[str] = []
+        others: list[str] = []
         for entry in entries:
             try:
                 is_folder = entry.is_dir(follow_symlinks=False)
@@ -58,7 +59,8 @@ def remove_tree(path: Path | str) -> None:
     try:
         hold = f".removing-{uuid.uuid4().hex}"
         os.mkdir(hold, 0o700, dir_fd=top)
-        pending, moved = [], 0
+        pending: list[str] = []
+        moved = 0
         for name in _empty_but_folders(top):
             if name != hold:
                 pending.append(name)
@@ -81,7 +83,7 @@ def remove_tree(path: Path | str) -> None:
 
 def _empty_but_folders(folder: int) -> list[str]:
     """Remove every entry of the open folder but its folders; their names."""
-    folders = []
+    folders: list[str] = []
     with os.scandir(folder) as entries:
         for entry in list(entries):
             if entry.is_dir(follow_symlinks=False):
