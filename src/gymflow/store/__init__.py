@@ -34,6 +34,7 @@ __all__ = [
     "sealed_rows",
     "server_reports",
     "snapshot",
+    "store_ids",
     "stored_values",
     "superseded",
     "tool_lists",

@@ -48,7 +48,7 @@ from gymflow.store.generations import (
     fresh_history,
     read_generation,
     record_at,
-    recorded,
+    recorded_store,
     write_generation,
 )
 from gymflow.store.named_paths import built_aside as built_aside
@@ -62,6 +62,7 @@ from gymflow.store.sealed_rows import (
     rows_sealed,
     seal_rows,
 )
+from gymflow.store.store_ids import another_store, another_store_message, stored_store_id
 
 #: Bytes of a key made on first use, and the fewest a given key may have.
 KEY_BYTES = 32
@@ -335,12 +336,27 @@ class StoreSeal:
     generation_sealed: bool | None = None
     #: the highest generation this machine's writers took the store at its path to (0: none)
     generation_recorded: int = 0
+    #: the store's id, and the one recorded with `generation_recorded` (`store_ids.py`; None:
+    #: none, as in a store or a record from before ids)
+    store_id: str | None = None
+    store_id_recorded: str | None = None
+
+    @property
+    def another_store(self) -> bool:
+        """Another store than the one this machine's writers last took its path to was put
+        there (`store_ids.another_store`)."""
+        return self.state == "sealed" and another_store(
+            self.store_id, self.store_id_recorded, self.generation_recorded
+        )
 
     @property
     def rolled_back(self) -> bool:
-        """An older sealed state of the store put back at its path: its generation is below
-        the one this machine's writers took it to there."""
-        return self.state == "sealed" and self.generation < self.generation_recorded
+        """A store put back at its path that is not the latest sealed there: an older state of
+        it (its generation is below the one this machine's writers took it to there), or
+        another store (`another_store`)."""
+        return self.state == "sealed" and (
+            self.generation < self.generation_recorded or self.another_store
+        )
 
     @property
     def older_state(self) -> bool:
@@ -520,9 +536,11 @@ def remember_copy(source: Path, copy: Path) -> None:
     ledger, names = ledger_file(), path_names(source)
     if any(_listed(ledger, _entry(key, name)) for name in names):
         remember(copy, key, version=max(_listed_version(ledger, key, name) for name in names))
-    # the copy's recorded history is at least the source's (one of a source put back is
-    # refused as the source is); `db.copy_store` raises the copy above its path's
-    record_at(key, copy, recorded(key, names))
+    # the copy's recorded history is at least the source's, of the same store (one of a source
+    # put back is refused as the source is); `db.copy_store` raises the copy above its path's,
+    # with an id of its own
+    source = recorded_store(key, names)
+    record_at(key, copy, source.number, source.store_id)
 
 
 def _listed_version(ledger: Path, key: SealKey, path: str) -> int:
@@ -734,7 +752,10 @@ GENERATION_EDITED = (
 
 def older_state(found: StoreSeal) -> str:
     """What a store put back to an older sealed state of itself (`StoreSeal.older_state`) is,
-    naming both generations (its caller names the path)."""
+    naming both generations (its caller names the path), or another store put there whose
+    generation is not below (which only its id shows), naming both ids."""
+    if found.another_store and found.generation >= found.generation_recorded:
+        return another_store_message(found.store_id, found.store_id_recorded)
     if not found.rolled_back:
         return GENERATION_EDITED
     return (
@@ -897,6 +918,7 @@ def armed_state(
     if inputs is None and found.inputs_required:
         inputs = False  # the seal of the inputs was removed
     generation = read_generation(con, key)
+    at_path = recorded_store(key, store_names(con))
     generation_sealed = generation.sealed
     if generation_sealed is None and found.generation_required:
         generation_sealed = False  # its record was removed
@@ -919,7 +941,9 @@ def armed_state(
         calls_sealed=rows["calls"],
         generation=generation.number,
         generation_sealed=generation_sealed,
-        generation_recorded=recorded(key, store_names(con)),
+        generation_recorded=at_path.number,
+        store_id=stored_store_id(con),
+        store_id_recorded=at_path.store_id,
     ), key
 
 
