@@ -90,6 +90,12 @@ def test_another_sealed_store_copied_over_the_baseline_is_refused(tmp_path: Path
     code, said = _gate(n2, tmp_path)
     assert code == 2 and said.startswith("regression gate FAILED"), said
     assert "passed" not in said.split(":")[0] and "seal_rolled_back" in said, said
+    # the root's trend leaves it out, with why
+    trend = gym_in_process(
+        "runs", "trend", "arithmetic-smoke", "--root", str(n1.parent), "--json", cwd=tmp_path
+    )
+    (left,) = json.loads(trend.stdout)["left_out"]
+    assert left["run_dir"] == str(n1) and "another store put at this path" in left["why"]
     # a writer refuses, in one line naming the path, both ids and what to do
     current = query(n1 / "gymflow.duckdb", "SELECT verifier_version FROM runs")[0][0]
     done = gym_in_process("eval", "use-version", str(n1), current, cwd=tmp_path)

@@ -30,7 +30,9 @@ same folder) read as current: health, `reverify --check` and the regression gate
 where an older one was deleted), with rows copied into a store that held none (a merge into a
 folder, a retried shard's checkpoints restored: `merge.copy_rows`), with an import renamed into
 place (`start_above` its final path) and with a copy gymflow makes of a store (`continue_copy`);
-a store copied by hand to a new path has none there, and opens. Stores written before the
+a store copied by hand to a new path has none there, and opens. Which store a path's record is
+of is its id (`store_ids.py`), recorded with the generation: a history begun draws a new one.
+Stores written before the
 generation existed (seal record versions 1 to 4) read as generation 0, and get one with their
 next sealed write."""
 

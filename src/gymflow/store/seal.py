@@ -412,8 +412,9 @@ def _inputs_versions(record_version: int) -> tuple[int, ...]:
     return (INPUTS_VERSION,) if record_version >= 5 else (INPUTS_VERSION, 1)
 
 
-def _required(version: int) -> dict[str, bool]:
-    """What a seal record of `version` says is sealed, as `StoreSeal` fields."""
+def _required(version: int) -> dict[str, Any]:
+    """What a seal record of `version` says is sealed, as `StoreSeal` fields (`Any`: splatted
+    into fields not all bools)."""
     return _SEALED_BY_VERSION[version]
 
 
@@ -539,8 +540,8 @@ def remember_copy(source: Path, copy: Path) -> None:
     # the copy's recorded history is at least the source's, of the same store (one of a source
     # put back is refused as the source is); `db.copy_store` raises the copy above its path's,
     # with an id of its own
-    source = recorded_store(key, names)
-    record_at(key, copy, source.number, source.store_id)
+    at_source = recorded_store(key, names)
+    record_at(key, copy, at_source.number, at_source.store_id)
 
 
 def _listed_version(ledger: Path, key: SealKey, path: str) -> int:
