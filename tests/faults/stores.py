@@ -117,10 +117,10 @@ def as_an_older_gymflow_left_it(run: Path, version: int) -> None:
     under it, its inputs under the MAC of then (without the server's report before 5), its
     rows' records with their count in plain text (3 to 5: `COUNT:XOR`), no seal of what that
     version did not seal (1: its inputs; 1 and 2: its rollouts; 1 to 3: its model calls; 1 to
-    4: its generation, and none recorded for its path), and this machine's sealed-stores ledger
-    naming no later version at its path. What an attacker cannot do: the task list's seal needs
-    the key."""
-    from gymflow.store.generations import record_at, write_generation
+    4: its generation, and none recorded for its path; every version: its store id), and this
+    machine's sealed-stores ledger naming no later version at its path. What an attacker cannot
+    do: the task list's seal needs the key."""
+    from gymflow.store.generations import GENERATION_KEY, _mac, record_at
     from gymflow.store.named_paths import path_names
     from gymflow.store.seal import _record, _task_list_mac
     from gymflow.store.seal_key import load_key
@@ -150,6 +150,7 @@ def as_an_older_gymflow_left_it(run: Path, version: int) -> None:
             for name, text in earlier.items()
         ),
         "DELETE FROM meta WHERE key = 'generation'",
+        "DELETE FROM meta WHERE key = 'store_id'",  # a gymflow before store ids
         *(["DELETE FROM meta WHERE key = 'calls_seal'"] if version < 4 else []),
         *(["DELETE FROM meta WHERE key = 'rollouts_seal'"] if version < 3 else []),
         *(["DELETE FROM meta WHERE key = 'inputs_seal'"] if version < 2 else []),
@@ -171,11 +172,9 @@ def as_an_older_gymflow_left_it(run: Path, version: int) -> None:
     if version >= 5:
         con = duckdb.connect(str(run / "gymflow.duckdb"))
         try:
-            write_generation(con, key)  # over its records as that gymflow sealed them
-            number = int(
-                con.execute("SELECT value FROM meta WHERE key = 'generation'")
-                .fetchone()[0]
-                .split(":")[0]
+            number = 1  # sealed over its records as that gymflow sealed them, with no id
+            con.execute(
+                "INSERT INTO meta VALUES (?, ?)", [GENERATION_KEY, f"{number}:{_mac(con, key, 1)}"]
             )
         finally:
             con.close()

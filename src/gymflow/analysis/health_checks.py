@@ -609,7 +609,8 @@ CHECKS: dict[str, Check] = {
         "this machine's writers took the store at this path to (recorded beside the seal key), "
         "or its generation record is not the one sealed over its seal records (a newer state's "
         "record copied into an older one): every seal of that older state matches, so only the "
-        "generation shows it",
+        "generation shows it; or another store put at its path (its store id is not the one "
+        "recorded there: `store/store_ids.py`)",
         "SELECT run_id AS id FROM runs WHERE NOT getvariable('generation_ok')",
         level="run",
         needs=("generation_ok",),

@@ -311,12 +311,14 @@ def eval_run(
     try:
         shard_spec = ShardSpec.parse(shard).model_dump() if shard else None
         timings = {"shard_timeout_s": shard_timeout, "checkpoint_s": checkpoint_s}
-        scale = ScaleOptions(
-            shards=shards,
-            work_pool=work_pool,
-            shard_root=shard_root,
-            shard_retries=shard_retries,
-            **{key: value for key, value in timings.items() if value is not None},
+        scale = ScaleOptions.model_validate(
+            {
+                "shards": shards,
+                "work_pool": work_pool,
+                "shard_root": shard_root,
+                "shard_retries": shard_retries,
+                **{key: value for key, value in timings.items() if value is not None},
+            }
         )
     except ConfigError as exc:
         fail(str(exc))

@@ -22,6 +22,7 @@ from gymflow.store.generations import record_at, start_above, stored_number
 from gymflow.store.seal import RECORD_VERSION, built_aside
 from gymflow.store.seal_key import load_key
 from gymflow.store.sealed_stores import remember
+from gymflow.store.store_ids import stored_store_id
 
 
 def _remove_abandoned(run_dir: Path) -> None:
@@ -54,16 +55,17 @@ def staged_store(out: Path) -> Iterator:
             start_above(con, target)  # its generations start above any store's that was there
             yield con
         con.execute("CHECKPOINT")
-        generation = stored_number(con)
+        generation, store_id = stored_number(con), stored_store_id(con)
         con.close()
         run_dir.mkdir(parents=True, exist_ok=True)
         os.replace(staging / STORE_FILE, target)
         # recorded as sealed where it now is, never at the staging path it was sealed at; its
         # generation, above any recorded there (`start_above`), is recorded there: a store
-        # imported over another one opens, and the one it replaced is refused if put back
+        # imported over another one opens, and the one it replaced is refused if put back;
+        # with its id, drawn afresh (`start_above`): the path's store is now this one
         if (key := load_key(create=False)) is not None:
             remember(target, key, version=RECORD_VERSION)
-            record_at(key, target, generation)
+            record_at(key, target, generation, store_id)
     except OSError as exc:
         raise InteropError(f"{run_dir}: cannot write the store: {exc}") from None
     finally:

@@ -37,6 +37,7 @@ __all__ = [
     "sealed_stores",
     "server_reports",
     "snapshot",
+    "store_ids",
     "stored_values",
     "superseded",
     "tool_lists",

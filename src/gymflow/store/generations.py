@@ -30,7 +30,9 @@ same folder) read as current: health, `reverify --check` and the regression gate
 where an older one was deleted), with rows copied into a store that held none (a merge into a
 folder, a retried shard's checkpoints restored: `merge.copy_rows`), with an import renamed into
 place (`start_above` its final path) and with a copy gymflow makes of a store (`continue_copy`);
-a store copied by hand to a new path has none there, and opens. Stores written before the
+a store copied by hand to a new path has none there, and opens. Which store a path's record is
+of is its id (`store_ids.py`), recorded with the generation: a history begun draws a new one.
+Stores written before the
 generation existed (seal record versions 1 to 4) read as generation 0, and get one with their
 next sealed write."""
 
@@ -52,17 +54,18 @@ from gymflow.core.same_text import same_text
 from gymflow.core.user_folders import private_folder, user_config
 from gymflow.store.commits import Open, open_transaction
 from gymflow.store.named_paths import path_names, recorded_names
+from gymflow.store.store_ids import STORE_ID_KEY, is_store_id, new_store_id
 
 GENERATION_KEY = "generation"
 #: The `meta` records a generation is sealed with: every seal record a writer rewrites.
 BOUND = ("seal", "task_seal", "inputs_seal", "unjudged_seal", "rollouts_seal", "calls_seal")
-#: Records sealed with it only when present: the verdict set's (`sealed_rows.VERDICTS`), which
-#: stores sealed before it lack, their generation sealed without its name. Present, it cannot be
-#: removed (the generation no longer holds over what is left) nor the generation with it (a
-#: store sealed under record 5 or later requires one), so no seal record version says it is
-#: required: a store without one is one sealed before it, read as before, and sealed whole by
-#: its next writer (`seal.claim`).
-OPTIONAL = ("verdicts_seal",)
+#: Records sealed with it only when present: the verdict set's (`sealed_rows.VERDICTS`) and the
+#: store's id (`store_ids.py`), which stores sealed before them lack, their generation sealed
+#: without their names. Present, one cannot be removed or replaced (the generation no longer
+#: holds over what is left) nor the generation with it (a store sealed under record 5 or later
+#: requires one), so no seal record version says it is required: a store without one is one
+#: sealed before it, read as before, and given one by its next writer (`seal.claim`).
+OPTIONAL = ("verdicts_seal", STORE_ID_KEY)
 _LABEL = "gymflow store generation v1\n"
 _HEX = 32
 #: Digits a generation may have (an int64 holds them): anything longer is no generation.
@@ -166,6 +169,9 @@ class _Pending:
     #: paths the store begins a history at besides its own (`start_above`: where an import
     #: built aside is renamed to)
     above: tuple[str, ...] = ()
+    #: the store's id (`store_ids.py`), recorded with `number`: a new one when it begins a
+    #: history, or held none
+    store_id: str | None = None
 
 
 _pending: weakref.WeakKeyDictionary[DuckDBPyConnection, _Pending] = weakref.WeakKeyDictionary()
@@ -227,10 +233,24 @@ def _write(con: DuckDBPyConnection, key: SealKey, pending: _Pending) -> None:
     floor = 0
     if pending.fresh:  # read now, in the transaction: a record another writer made since counts
         floor = max(
-            (_read(_file(pending.key_id, name), name) for name in (*pending.names, *pending.above)),
+            (
+                _read(_file(pending.key_id, name), name).number
+                for name in (*pending.names, *pending.above)
+            ),
             default=0,
         )
     pending.number = max(parsed[0] if parsed else 0, floor) + 1
+    # a new id where the store begins a history, holds none, or holds another than its path's
+    # record (a copy made by hand, first written at its new path: its history and the
+    # original's part here, so neither can be put in the other's place)
+    held = stored.get(STORE_ID_KEY)
+    if pending.fresh or held is None or held != recorded_store(key, pending.names).store_id:
+        stored[STORE_ID_KEY] = new_store_id()
+        con.execute(
+            "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [STORE_ID_KEY, stored[STORE_ID_KEY]],
+        )
+    pending.store_id = stored[STORE_ID_KEY]
     mac = key.mac(f"{_LABEL}{pending.number}\n{_framed(stored)}")[:_HEX]
     con.execute(
         "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -242,7 +262,7 @@ def _flush(con: DuckDBPyConnection, pending: _Pending) -> None:
     with contextlib.suppress(TypeError, KeyError):
         del _pending[con]
     for name in pending.names:
-        _record(pending.key_id, name, pending.number)
+        _record(pending.key_id, name, Recorded(pending.number, pending.store_id))
 
 
 def folder() -> Path:
@@ -254,12 +274,22 @@ def _file(key_id: str, path: str) -> Path:
     return folder() / hashlib.sha256(f"{key_id}\0{path}".encode()).hexdigest()[:40]
 
 
-def _read(file: Path, path: str) -> int:
-    """The generation `file` records for the store at `path` (0: none)."""
+@dataclass(frozen=True)
+class Recorded:
+    """What this machine's writers recorded for a store path: the highest generation they took
+    the store there to (0: none), and that store's id (`store_ids.py`; None: none recorded, a
+    record from before ids or none at all)."""
+
+    number: int
+    store_id: str | None = None
+
+
+def _read(file: Path, path: str) -> Recorded:
+    """What `file` records for the store at `path`: `number[:store id]<TAB>path`."""
     try:
         fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
-        return 0
+        return Recorded(0)
     except OSError as exc:
         raise GenerationsError(f"{file}: cannot read the store's generation: {exc}") from None
     with os.fdopen(fd, encoding="utf-8", errors="replace") as opened:
@@ -270,17 +300,19 @@ def _read(file: Path, path: str) -> int:
             or stat.S_IMODE(info.st_mode) & 0o022
         ):
             raise GenerationsError(f"{file}: writable by others or not this user's; refused")
-        number, _, named = opened.read(4096).rstrip("\n").partition("\t")
+        head, _, named = opened.read(4096).rstrip("\n").partition("\t")
+    number, _, store_id = head.partition(":")
     if named != path or not number.isdigit() or len(number) > _MAX_DIGITS:
-        return 0
-    return int(number)
+        return Recorded(0)
+    return Recorded(int(number), store_id if is_store_id(store_id) else None)
 
 
-def _record(key_id: str, path: str, number: int) -> None:
-    """`number` recorded for the store at `path`, unless one as high is already: a path's
-    recorded generation never goes down."""
+def _record(key_id: str, path: str, record: Recorded) -> None:
+    """`record` kept for the store at `path`, unless a generation as high is already: a path's
+    recorded generation never goes down, and the store recorded with it is the one its writer
+    last took there."""
     file = _file(key_id, path)
-    if _read(file, path) >= number:
+    if _read(file, path).number >= record.number:
         return
     if not private_folder(file.parent, create=True):
         raise GenerationsError(
@@ -291,7 +323,8 @@ def _record(key_id: str, path: str, number: int) -> None:
     try:
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(f"{number}\t{path}\n")
+            head = f"{record.number}:{record.store_id}" if record.store_id else str(record.number)
+            out.write(f"{head}\t{path}\n")
         os.replace(partial, file)
     except OSError as exc:
         partial.unlink(missing_ok=True)
@@ -300,7 +333,14 @@ def _record(key_id: str, path: str, number: int) -> None:
 
 def recorded(key: SealKey, names: tuple[str, ...]) -> int:
     """The highest generation this machine's writers took the store at any of `names` to."""
-    return max((_read(_file(key.key_id, name), name) for name in names), default=0)
+    return recorded_store(key, names).number
+
+
+def recorded_store(key: SealKey, names: tuple[str, ...]) -> Recorded:
+    """What this machine's writers recorded for the store at any of `names` (the names of one
+    path: the record with the highest generation)."""
+    found = [_read(_file(key.key_id, name), name) for name in names]
+    return max(found, key=lambda record: record.number, default=Recorded(0))
 
 
 def recorded_at(key: SealKey, path: Path | str) -> int:
@@ -308,12 +348,18 @@ def recorded_at(key: SealKey, path: Path | str) -> int:
     return recorded(key, path_names(path))
 
 
-def record_at(key: SealKey, path: Path | str, number: int) -> None:
-    """The store at `path` reached generation `number` (where a writer's own transaction did
-    not record it: a store gymflow built aside and renamed there, an import); a higher one
-    already recorded stays."""
+def recorded_store_at(key: SealKey, path: Path | str) -> Recorded:
+    """`recorded_store` for the store at `path` (as named and as it resolves)."""
+    return recorded_store(key, path_names(path))
+
+
+def record_at(key: SealKey, path: Path | str, number: int, store_id: str | None = None) -> None:
+    """The store at `path` reached generation `number`, holding `store_id` (where a writer's own
+    transaction did not record it: a store gymflow built aside and renamed there, an import; a
+    copy's history recorded before the copy begins its own); a higher one already recorded
+    stays."""
     for name in path_names(path):
-        _record(key.key_id, name, number)
+        _record(key.key_id, name, Recorded(number, store_id))
 
 
 def continue_copy(con: DuckDBPyConnection, key: SealKey, source: Path | str) -> None:

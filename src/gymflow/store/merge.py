@@ -25,13 +25,19 @@ from gymflow.store.db import (
     store_path,
     transaction,
 )
-from gymflow.store.generations import GENERATION_KEY, fresh_history, read_generation, recorded_at
+from gymflow.store.generations import (
+    GENERATION_KEY,
+    fresh_history,
+    read_generation,
+    recorded_store_at,
+)
 from gymflow.store.handle import one_row
 from gymflow.store.runs import RolloutKey, RunInfo, check_run_store, missing_keys, run_info
 from gymflow.store.seal import StoreSeal, claim, foreign_key_message, older_state, seal_tasks
 from gymflow.store.seal_key import SealKey, SealKeyError, load_key
 from gymflow.store.sealed_first import check_before_writing
 from gymflow.store.sealed_rows import seal_rows
+from gymflow.store.store_ids import stored_store_id
 from gymflow.store.writer import insert_rows
 
 #: Tables copied from shards, in order. Keyed tables take `INSERT OR IGNORE`; `model_calls` has no
@@ -164,16 +170,19 @@ def _checked_shard(con: duckdb.DuckDBPyConnection, path: Path, copy: Path) -> Sh
 def _check_shard_generation(
     con: duckdb.DuckDBPyConnection, shard: Path, key: SealKey | None
 ) -> None:
-    """A shard put back to an older sealed state of itself is refused: its snapshot is checked
-    at a private path, so its generation is compared with the one recorded for the shard's own
-    (`generations.py`)."""
+    """A shard put back to an older sealed state of itself, or another store put at its path,
+    is refused: its snapshot is checked at a private path, so its generation and id are compared
+    with those recorded for the shard's own (`generations.py`, `store_ids.py`)."""
     if key is None:
         return
+    at_path = recorded_store_at(key, shard)
     found = StoreSeal(
         "sealed",
         key.key_id,
         generation=read_generation(con, key).number,
-        generation_recorded=recorded_at(key, shard),
+        generation_recorded=at_path.number,
+        store_id=stored_store_id(con),
+        store_id_recorded=at_path.store_id,
     )
     if found.rolled_back:
         raise StoreError(f"{shard}: refused: {older_state(found)}; nothing merged")

@@ -35,7 +35,12 @@ from gymflow.core.credentials import SEAL_KEY_ENV
 from gymflow.core.errors import UserError
 from gymflow.core.same_text import same_text
 from gymflow.store.arrow_reads import joined_strings
-from gymflow.store.generations import fresh_history, read_generation, recorded, write_generation
+from gymflow.store.generations import (
+    fresh_history,
+    read_generation,
+    recorded_store,
+    write_generation,
+)
 from gymflow.store.named_paths import built_aside as built_aside
 from gymflow.store.named_paths import store_names
 from gymflow.store.seal_key import SEAL_HEX, SealKey, SealKeyError, as_seals, batches, load_key
@@ -58,6 +63,7 @@ from gymflow.store.sealed_stores import (
     remembered_version,
     store_file,
 )
+from gymflow.store.store_ids import another_store, another_store_message, stored_store_id
 from gymflow.store.unjudged import verdicts_deleted
 from gymflow.store.verdict_message import JUDGED, MESSAGE, message_sql
 
@@ -115,12 +121,27 @@ class StoreSeal:
     generation_sealed: bool | None = None
     #: the highest generation this machine's writers took the store at its path to (0: none)
     generation_recorded: int = 0
+    #: the store's id, and the one recorded with `generation_recorded` (`store_ids.py`; None:
+    #: none, as in a store or a record from before ids)
+    store_id: str | None = None
+    store_id_recorded: str | None = None
+
+    @property
+    def another_store(self) -> bool:
+        """Another store than the one this machine's writers last took its path to was put
+        there (`store_ids.another_store`)."""
+        return self.state == "sealed" and another_store(
+            self.store_id, self.store_id_recorded, self.generation_recorded
+        )
 
     @property
     def rolled_back(self) -> bool:
-        """An older sealed state of the store put back at its path: its generation is below
-        the one this machine's writers took it to there."""
-        return self.state == "sealed" and self.generation < self.generation_recorded
+        """A store put back at its path that is not the latest sealed there: an older state of
+        it (its generation is below the one this machine's writers took it to there), or
+        another store (`another_store`)."""
+        return self.state == "sealed" and (
+            self.generation < self.generation_recorded or self.another_store
+        )
 
     @property
     def older_state(self) -> bool:
@@ -177,8 +198,9 @@ def _inputs_versions(record_version: int) -> tuple[int, ...]:
     return (INPUTS_VERSION,) if record_version >= 5 else (INPUTS_VERSION, 1)
 
 
-def _required(version: int) -> dict[str, bool]:
-    """What a seal record of `version` says is sealed, as `StoreSeal` fields."""
+def _required(version: int) -> dict[str, Any]:
+    """What a seal record of `version` says is sealed, as `StoreSeal` fields (`Any`: splatted
+    into fields not all bools)."""
     return _SEALED_BY_VERSION[version]
 
 
@@ -400,7 +422,10 @@ GENERATION_EDITED = (
 
 def older_state(found: StoreSeal) -> str:
     """What a store put back to an older sealed state of itself (`StoreSeal.older_state`) is,
-    naming both generations (its caller names the path)."""
+    naming both generations (its caller names the path), or another store put there whose
+    generation is not below (which only its id shows), naming both ids."""
+    if found.another_store and found.generation >= found.generation_recorded:
+        return another_store_message(found.store_id, found.store_id_recorded)
     if not found.rolled_back:
         return GENERATION_EDITED
     return (
@@ -568,6 +593,7 @@ def armed_state(
     if inputs is None and found.inputs_required:
         inputs = False  # the seal of the inputs was removed
     generation = read_generation(con, key)
+    at_path = recorded_store(key, store_names(con))
     generation_sealed = generation.sealed
     if generation_sealed is None and found.generation_required:
         generation_sealed = False  # its record was removed
@@ -593,7 +619,9 @@ def armed_state(
         verdicts_sealed=True if rows_matched and rows_recorded(con, VERDICTS) else None,
         generation=generation.number,
         generation_sealed=generation_sealed,
-        generation_recorded=recorded(key, store_names(con)),
+        generation_recorded=at_path.number,
+        store_id=stored_store_id(con),
+        store_id_recorded=at_path.store_id,
     ), key
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from duckdb import DuckDBPyConnection
 
-from gymflow.store.generations import record_at, recorded
+from gymflow.store.generations import record_at, recorded_store
 from gymflow.store.named_paths import path_names, recorded_names, store_names
 from gymflow.store.seal_key import SealKey, SealKeyError, key_file, load_key
 
@@ -84,9 +84,11 @@ def remember_copy(source: Path, copy: Path) -> None:
     ledger, names = ledger_file(), path_names(source)
     if any(_listed(ledger, _entry(key, name)) for name in names):
         remember(copy, key, version=max(_listed_version(ledger, key, name) for name in names))
-    # the copy's recorded history is at least the source's (one of a source put back is
-    # refused as the source is); `db.copy_store` raises the copy above its path's
-    record_at(key, copy, recorded(key, names))
+    # the copy's recorded history is at least the source's, of the same store (one of a source
+    # put back is refused as the source is); `db.copy_store` raises the copy above its path's,
+    # with an id of its own
+    at_source = recorded_store(key, names)
+    record_at(key, copy, at_source.number, at_source.store_id)
 
 
 def _listed_version(ledger: Path, key: SealKey, path: str) -> int:
