@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import hashlib
 import hmac
 import os
 import stat
@@ -228,34 +229,48 @@ def message_sql(verdict: str, rollout: str, prefix: str = "") -> str:
     return "encode(concat(" + ", '|', ".join(parts) + "))"
 
 
+#: SHA-256's block: a longer key is hashed first, a shorter one padded to it (RFC 2104).
+_BLOCK = 64
+
+
 class Sealer:
-    """A key's HMAC-SHA256 with its inner and outer states computed once (`hmac.new(...)`,
-    copied per message): the seal of one message is two SHA-256 compressions of it plus two of
-    a block."""
+    """A key's HMAC-SHA256 with its inner and outer states computed once: the seal of one
+    message is two SHA-256 compressions of it plus two of a block."""
 
     def __init__(self, key: SealKey) -> None:
         self._state = hmac.new(key.secret, digestmod="sha256")
+        # RFC 2104's two keyed SHA-256 states, for one-message MACs (`digest`): a message costs
+        # two C-level hashlib copies, where the `hmac` object's copy is Python-level (0.72
+        # against 1.13 µs a message; three messages sealed a rollout collected)
+        secret = key.secret if len(key.secret) <= _BLOCK else hashlib.sha256(key.secret).digest()
+        padded = secret.ljust(_BLOCK, b"\0")
+        self._inner = hashlib.sha256(padded.translate(hmac.trans_36))
+        self._outer = hashlib.sha256(padded.translate(hmac.trans_5C))
 
     def fresh(self):
         """A copy of the key's HMAC state, for one message given in parts."""
         return self._state.copy()
 
+    def digest(self, message: bytes) -> bytes:
+        """HMAC-SHA256 of one message, whole (32 bytes): `hmac.new(key, message).digest()`."""
+        inner = self._inner.copy()
+        inner.update(message)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
+
     def seal(self, message: bytes | None) -> str | None:
         if message is None:
             return None
-        mac = self._state.copy()
-        mac.update(message)
-        return mac.hexdigest()[:SEAL_HEX]
+        return self.digest(message)[: SEAL_HEX // 2].hex()
 
-    def seals(self, messages: pa.Array) -> pa.Array:
+    def seals(self, messages: Any) -> Any:
         """The seal of every message (a BLOB column DuckDB framed; never NULL), as an Arrow
         string array built from its buffers: `pa.array` over Python values imports pandas
-        (0.7 s of a command's start), and one hex of all the digests is faster than one each."""
-        state, digests = self._state, []
-        for message in messages.to_pylist():
-            mac = state.copy()
-            mac.update(message)
-            digests.append(mac.digest()[: SEAL_HEX // 2])
+        (0.7 s of a command's start), and one hex of all the digests is faster than one each.
+        A `pyarrow.Array` of `messages`, one (`Any`: pyarrow has no type stubs)."""
+        digest = self.digest
+        digests = [digest(message)[: SEAL_HEX // 2] for message in messages.to_pylist()]
         count = len(digests)
         offsets = np.arange(0, SEAL_HEX * (count + 1), SEAL_HEX, dtype=np.int32)
         data = b"".join(digests).hex().encode("ascii")
