@@ -6,6 +6,7 @@ across batches never stopped the run). Batches that run at once share one window
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from gymflow.core.config import EvalConfig
+from gymflow.rollouts import collect
 from gymflow.rollouts.collect import Collector
 from gymflow.rollouts.plan import resolve
 from gymflow.rollouts.registration import register_run
@@ -123,3 +125,33 @@ def test_batches_at_once_share_one_window_the_later_filling_the_earlier_tail(
     second_start = min(times[k][0] for k in second_keys)
     # the second batch waited for the first one's last start, then ran beside its tail
     assert max(first_starts) <= second_start < max(times[k][1] for k in first_keys)
+
+
+def test_full_groups_commit_at_most_once_a_spacing(tmp_path: Path, monkeypatch) -> None:
+    """A commit costs about 20 ms of CPU beyond its rows, so a writer fast enough to take every
+    group of `FLUSH_EVERY` as it filled committed twenty times a second at zero latency: a full
+    group waits until `FLUSH_SPACING_S` after the last commit began (the first commits at
+    once), and every rollout is still committed."""
+    commits: list[tuple[float, int]] = []
+    handed = collect._Committer.commit
+
+    async def commit(self, batch) -> None:  # when each group is handed to the writer
+        commits.append((time.monotonic(), len(batch)))
+        await handed(self, batch)
+
+    # a writer that never keeps a group waiting
+    monkeypatch.setattr(collect, "write_rollouts", lambda _con, batch: len(batch))
+    monkeypatch.setattr(collect._Committer, "commit", commit)
+    plan = _plan(tmp_path / "run", repeats=40, concurrency=64)
+    keys = plan.keys()
+    with (
+        local_policy_server(plan) as server,
+        closing(connect(plan.run_dir)) as con,
+        Collector(plan, con, base_url=server.base_url) as collector,
+    ):
+        collector.run(keys)
+    assert sum(size for _, size in commits) == len(keys)
+    assert commits[0][1] == collect.FLUSH_EVERY
+    starts = [at for at, _ in commits[:-1]]  # the last: the batch's end, whenever it comes
+    gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
+    assert gaps and min(gaps) >= collect.FLUSH_SPACING_S - 0.01, gaps

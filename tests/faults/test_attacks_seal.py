@@ -85,6 +85,19 @@ def test_the_seal_is_hmac_sha256_of_the_message_framed_in_sql() -> None:
     assert table.column("seal").to_pylist() == [expected]
 
 
+@pytest.mark.parametrize("length", [16, 32, 63, 64, 65, 200])
+def test_the_sealer_is_hmac_sha256_for_a_key_of_any_length(length: int) -> None:
+    """The sealer's one-message MAC (its own inner and outer SHA-256 states, not `hmac`'s) is
+    RFC 2104's HMAC whether the key is shorter than SHA-256's 64-byte block, of its length
+    or longer (hashed first): a key given in GYMFLOW_SEAL_KEY may be any of them."""
+    key = SealKey(bytes((7 * i) % 256 for i in range(length)), "test")
+    sealer = key.sealer
+    for message in (b"", b"2:r1|5:ver@1", bytes(range(256)) * 40):
+        expected = hmac.new(key.secret, message, hashlib.sha256)
+        assert sealer.digest(message) == expected.digest()
+        assert sealer.seal(message) == expected.hexdigest()[:32]
+
+
 def test_an_output_rewritten_to_the_reference_and_passed_is_unhealthy(
     honest: Path, tmp_path
 ) -> None:

@@ -152,7 +152,7 @@ def test_every_rows_record_holds_its_count_under_the_key(honest: Path, tmp_path:
             raised = f"{int(count) + 2}:{rest}"
             con.execute("UPDATE meta SET value = ? WHERE key = ?", [raised, spec.record])
             assert rows_sealed(con, key, spec) is False, spec.table
-            rows_added(con, lambda: key, spec, [b"a new row"])
+            rows_added(con, lambda: key, [(spec, [b"a new row"])])
             assert con.execute(
                 "SELECT value FROM meta WHERE key = ?", [spec.record]
             ).fetchone() == (raised,)

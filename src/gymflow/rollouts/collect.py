@@ -39,6 +39,13 @@ from gymflow.store.writer import write_rollouts
 #: the window not taken.
 FLUSH_EVERY = 200
 FLUSH_INTERVAL_S = 0.5
+#: A full group waits until this long after the last commit began: a commit costs about 20 ms
+#: of CPU whatever its size (its fifteen statements: the rows, the seal records, the claim, the
+#: generation), and a writer fast enough to take every group of 200 as it filled at zero model
+#: latency committed twenty times a second, 40% of a core on two (bench/RESULTS.md, issue 45).
+#: At most four a second: a kill loses at most this long of finished rollouts more. The first
+#: group commits as soon as it is full.
+FLUSH_SPACING_S = 0.25
 #: Finished rollouts held while a commit runs before the next worker waits for it (memory).
 MAX_PENDING = 10 * FLUSH_EVERY
 #: The failure kinds `--resume` runs again: those the model client retries, and a served
@@ -249,10 +256,12 @@ class Collector:
             queue.put_nowait(key)
         pending: list[Rollout] = []
         last_flush = time.monotonic()
+        full_from = 0.0  # when a full group may commit: at once for the first
 
         async def flush() -> None:
-            nonlocal last_flush
+            nonlocal last_flush, full_from
             last_flush = time.monotonic()
+            full_from = last_flush + FLUSH_SPACING_S
             batch = pending.copy()
             pending.clear()
             await committer.commit(batch)
@@ -283,8 +292,9 @@ class Collector:
                     stats.failed += 1
                 self.dead_server.saw(rollout.failure_kind, rollout.error)
                 pending.append(rollout)
-                due = (
-                    len(pending) >= FLUSH_EVERY or time.monotonic() - last_flush > FLUSH_INTERVAL_S
+                now = time.monotonic()
+                due = (len(pending) >= FLUSH_EVERY and now >= full_from) or (
+                    now - last_flush > FLUSH_INTERVAL_S
                 )
                 if due and (not committer.busy or len(pending) >= MAX_PENDING):
                     await flush()

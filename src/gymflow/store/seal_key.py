@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import hashlib
 import hmac
 import os
 import stat
@@ -156,24 +157,40 @@ def load_key(*, create: bool) -> SealKey | None:
 # generated column, a view) ever sees the key or its pads: a store that reads them reads NULL.
 
 
+#: SHA-256's block: a longer key is hashed first, a shorter one padded to it (RFC 2104).
+_BLOCK = 64
+
+
 class Sealer:
-    """A key's HMAC-SHA256 with its inner and outer states computed once (`hmac.new(...)`,
-    copied per message): the seal of one message is two SHA-256 compressions of it plus two of
-    a block."""
+    """A key's HMAC-SHA256 with its inner and outer states computed once: the seal of one
+    message is two SHA-256 compressions of it plus two of a block."""
 
     def __init__(self, key: SealKey) -> None:
         self._state = hmac.new(key.secret, digestmod="sha256")
+        # RFC 2104's two keyed SHA-256 states, for one-message MACs (`digest`): a message costs
+        # two C-level hashlib copies, where the `hmac` object's copy is Python-level (0.72
+        # against 1.13 us a message; three messages sealed a rollout collected)
+        secret = key.secret if len(key.secret) <= _BLOCK else hashlib.sha256(key.secret).digest()
+        padded = secret.ljust(_BLOCK, b"\0")
+        self._inner = hashlib.sha256(padded.translate(hmac.trans_36))
+        self._outer = hashlib.sha256(padded.translate(hmac.trans_5C))
 
     def fresh(self):
         """A copy of the key's HMAC state, for one message given in parts."""
         return self._state.copy()
 
+    def digest(self, message: bytes) -> bytes:
+        """HMAC-SHA256 of one message, whole (32 bytes): `hmac.new(key, message).digest()`."""
+        inner = self._inner.copy()
+        inner.update(message)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
+
     def seal(self, message: bytes | None) -> str | None:
         if message is None:
             return None
-        mac = self._state.copy()
-        mac.update(message)
-        return mac.hexdigest()[:SEAL_HEX]
+        return self.digest(message)[: SEAL_HEX // 2].hex()
 
     def seals(self, messages: Any) -> Any:
         """The seal of every message (a BLOB column DuckDB framed; never NULL), as an Arrow
@@ -183,12 +200,8 @@ class Sealer:
     def digests(self, messages: Any) -> bytes:
         """The MAC of every message (as `seals`), back to back, `SEAL_HEX // 2` bytes each: what
         a record of a set of them folds (`sealed_rows.Fold`) with no hex read back."""
-        state, digests = self._state, list[bytes]()
-        for message in messages.to_pylist():
-            mac = state.copy()
-            mac.update(message)
-            digests.append(mac.digest()[: SEAL_HEX // 2])
-        return b"".join(digests)
+        digest = self.digest
+        return b"".join([digest(message)[: SEAL_HEX // 2] for message in messages.to_pylist()])
 
 
 def as_seals(digests: bytes) -> Any:

@@ -33,7 +33,7 @@ transaction that writes them; a merge or an import, which writes every row, comp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -186,15 +186,10 @@ class Fold:
 
 def _folded(key: SealKey, batches: Iterable[Iterable[bytes]]) -> tuple[int, bytes]:
     """(how many, the XOR of their MACs) of the messages, given in batches."""
-    state = key.sealer.fresh()
+    digest = key.sealer.digest
     fold = Fold()
     for messages in batches:
-        macs = bytearray()
-        for message in messages:
-            mac = state.copy()
-            mac.update(message)
-            macs += mac.digest()[:_MAC_BYTES]
-        fold.add(bytes(macs))
+        fold.add(b"".join([digest(message)[:_MAC_BYTES] for message in messages]))
     return fold.folded
 
 
@@ -246,11 +241,15 @@ def _stored(con: DuckDBPyConnection, spec: SealedRows) -> str | None:
     return None if row is None else str(row[0])
 
 
-def _write(con: DuckDBPyConnection, key: SealKey, spec: SealedRows, value: str) -> None:
-    """The table's record, and the store's generation sealed over it (`generations.py`)."""
+def _write(con: DuckDBPyConnection, key: SealKey, records: dict[SealedRows, str]) -> None:
+    """Tables' records, in one statement, and the store's generation sealed over them
+    (`generations.py`)."""
+    if not records:
+        return
     con.execute(
-        "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        [spec.record, value],
+        "INSERT INTO meta VALUES " + ", ".join(["(?, ?)"] * len(records)) + " "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [value for spec, text in records.items() for value in (spec.record, text)],
     )
     write_generation(con, key)
 
@@ -290,7 +289,7 @@ def seal_rows(con: DuckDBPyConnection, key: SealKey, *, unrecorded_only: bool = 
 
 def seal_table(con: DuckDBPyConnection, key: SealKey, spec: SealedRows) -> None:
     """Seal every row of `spec`'s table as it is now (its writer checked them)."""
-    _write(con, key, spec, rows_record(con, key, spec))
+    _write(con, key, {spec: rows_record(con, key, spec)})
 
 
 def rows_sealed(
@@ -305,40 +304,51 @@ def rows_sealed(
     return same_text(stored, rows_record(con, key, spec, counted=counted))
 
 
-def _refold(
-    con: DuckDBPyConnection,
-    key: SealKey,
-    spec: SealedRows,
-    stored: str,
-    change: tuple[int, bytes],
-    sign: int,
-) -> None:
+def _refolded(
+    key: SealKey, spec: SealedRows, stored: str, change: tuple[int, bytes], sign: int
+) -> str | None:
+    """The record `stored` with the rows of `change` folded in (`sign` +1) or out (-1); None
+    for a record this key did not write (garbled, its count edited): it stays so, reads as
+    edited, and writers refuse it; refolded, it would be sealed as if honest."""
     parsed = _parsed(key, spec, stored)
     if parsed is None:
-        # a record this key did not write (garbled, its count edited) stays so: it reads as
-        # edited, and writers refuse it; refolded, it would be sealed as if honest
-        return
+        return None
     count, digest = parsed
     n, fold = change
     total = np.frombuffer(digest, dtype=np.uint64) ^ np.frombuffer(fold, dtype=np.uint64)
-    _write(con, key, spec, _text(key, spec, count + sign * n, total.tobytes()))
+    return _text(key, spec, count + sign * n, total.tobytes())
 
 
 def rows_added(
     con: DuckDBPyConnection,
     claim: Callable[[], SealKey],
-    spec: SealedRows,
-    messages: Iterable[bytes],
+    added: Sequence[tuple[SealedRows, Iterable[bytes]]],
 ) -> None:
-    """Fold the messages (`spec.message`) of rows just inserted into the record, in the
-    writer's transaction, with the key `claim` gives (the writer's `seal.claim`: a store another
-    key sealed is refused); the writer checked the record before writing (`sealed_first.py`).
-    A store without a record gets it whole with its next seal record (`seal._write_record`)."""
-    stored = _stored(con, spec)
-    if stored is None:
-        return  # not sealed yet, or sealed before the record: the next record written seals all
-    key = claim()
-    _refold(con, key, spec, stored, _folded(key, [messages]), +1)
+    """Fold the messages (`spec.message`) of rows just inserted into each table's record, in
+    the writer's transaction, with the key `claim` gives (the writer's `seal.claim`: a store
+    another key sealed is refused); the writer checked the records before writing
+    (`sealed_first.py`). A store without a record gets it whole with its next seal record
+    (`seal._write_record`). Every record is read in one statement and written in one: a
+    collector's commit holds rows of both tables, and each statement costs it about a
+    millisecond whatever its size."""
+    found = dict(
+        con.execute(
+            "SELECT key, value FROM meta WHERE list_contains(?, key)",
+            [[spec.record for spec, _ in added]],
+        ).fetchall()
+    )
+    records: dict[SealedRows, str] = {}
+    key = None
+    for spec, messages in added:
+        stored = found.get(spec.record)
+        if stored is None:
+            continue  # not sealed yet, or sealed before the record: the next record seals all
+        key = claim()
+        text = _refolded(key, spec, str(stored), _folded(key, [messages]), +1)
+        if text is not None:
+            records[spec] = text
+    if key is not None:
+        _write(con, key, records)
 
 
 def rows_removed(
@@ -354,18 +364,20 @@ def rows_removed(
     if stored is None:
         return
     key = claim()
-    _refold(con, key, spec, stored, _fold(con, key, spec, where, params), -1)
+    text = _refolded(key, spec, stored, _fold(con, key, spec, where, params), -1)
+    if text is not None:
+        _write(con, key, {spec: text})
 
 
-def seals_added(con: DuckDBPyConnection, key: SealKey, spec: SealedRows, seals: Any) -> None:
-    """Fold verdicts just inserted into the record by their seals (`Fold.add_seals`), which
-    are their MACs, as `rows_added` folds rows in by their messages."""
+def folded_in(con: DuckDBPyConnection, key: SealKey, spec: SealedRows, fold: Fold) -> None:
+    """Fold verdicts just inserted into the record by their MACs (their seals: `Fold.add`,
+    `Fold.add_seals`), as `rows_added` folds rows in by their messages."""
     stored = _stored(con, spec)
     if stored is None:
         return  # not sealed yet: the first seal record seals the table whole
-    fold = Fold()
-    fold.add_seals(seals)
-    _refold(con, key, spec, stored, fold.folded, +1)
+    text = _refolded(key, spec, stored, fold.folded, +1)
+    if text is not None:
+        _write(con, key, {spec: text})
 
 
 def rows_match(

@@ -21,8 +21,17 @@ from gymflow.store.rows import (
 )
 from gymflow.store.schema import COLUMNS, SPECS
 from gymflow.store.seal import claim
-from gymflow.store.seal_key import sealed
-from gymflow.store.sealed_rows import SEALED_ROWS, VERDICTS, SealKey, rows_added, seals_added
+from gymflow.store.seal_key import SEAL_BATCH as VERDICT_PART
+from gymflow.store.seal_key import SEAL_HEX, sealed
+from gymflow.store.sealed_rows import (
+    SEALED_ROWS,
+    VERDICTS,
+    Fold,
+    SealedRows,
+    SealKey,
+    folded_in,
+    rows_added,
+)
 from gymflow.store.text_bound import Oversized, as_too_large, oversized, without_oversized
 from gymflow.store.tool_lists import ToolLists
 from gymflow.store.verdict_message import MESSAGE, SEALED_ROLLOUT, message_sql
@@ -37,11 +46,15 @@ _ARROW = {
     "TIMESTAMP": pa.timestamp("us"),
     "VARCHAR[]": pa.list_(pa.string()),
 }
+#: pyarrow has no type stubs: what `insert_sealed` builds crosses this module as `Any`.
+_arrow: Any = pa
+#: `_ARROW` as `insert_sealed` converts: its text as `large_string` (`_arrow_rows`).
+_SEALED_ARROW: dict[str, Any] = {"VARCHAR": _arrow.large_string()}
 _SPECS = {spec.name: spec for spec in SPECS}
 _SEALED_AT = tuple(COLUMNS["rollouts"].index(name) for name in SEALED_ROLLOUT)
 
 
-def judged_of(rollout_row: Sequence[Any]) -> tuple:
+def judged_of(rollout_row: Sequence[Any]) -> tuple[Any, ...]:
     """The `SEALED_ROLLOUT` values of a rollout row (`rows.rollout_row`): what its verdict's
     seal covers of it."""
     return tuple(rollout_row[at] for at in _SEALED_AT)
@@ -59,8 +72,19 @@ def insert_rows(
     (SQL over the rows as stored) of each row inserted, when given."""
     if not rows:
         return []
-    columns = COLUMNS[table]
     lists = [list(column) for column in zip(*rows, strict=True)]
+    return _insert_lists(con, table, COLUMNS[table], lists, on_conflict_ignore, returning)
+
+
+def _insert_lists(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    columns: Sequence[str],
+    lists: Sequence[list[Any]],
+    on_conflict_ignore: bool = False,
+    returning: str | None = None,
+) -> list[tuple[Any, ...]]:
+    """`insert_rows` of rows given as one list a column (`columns`, in order)."""
     selects = ", ".join(f"unnest(${i + 1})" for i in range(len(columns)))
     verb = "INSERT OR IGNORE" if on_conflict_ignore else "INSERT"
     sql = f"{verb} INTO {table} ({', '.join(columns)}) SELECT {selects}"
@@ -72,17 +96,47 @@ def insert_rows(
 
 def insert_sealed(
     con: duckdb.DuckDBPyConnection,
-    table: str,
-    rows: Sequence[Sequence[Any]],
+    tables: Sequence[tuple[str, Sequence[Sequence[Any]]]],
     claim_key: Callable[[], SealKey],
 ) -> None:
-    """Insert rows of a table whose every row is sealed (`sealed_rows.py`) and fold them into
-    its record, in the caller's transaction. Each row's message is the insert's `RETURNING`:
-    framed from the values as stored, with no read of the table back (a scan of every stored
-    call, requests and responses, for each batch of a run)."""
-    spec = SEALED_ROWS[table]
-    messages = insert_rows(con, table, rows, returning=spec.message)
-    rows_added(con, claim_key, spec, (message for (message,) in messages))
+    """Insert rows of tables whose every row is sealed (`sealed_rows.py`), (table, rows) each,
+    and fold them into their records, in the caller's transaction. Each row's message is the
+    insert's `RETURNING`: framed from the values as stored, with no read of the table back (a
+    scan of every stored call, requests and responses, for each batch of a run)."""
+    added: list[tuple[SealedRows, list[bytes]]] = []
+    for table, rows in tables:
+        if not rows:
+            continue
+        spec = SEALED_ROWS[table]
+        columns = ", ".join(COLUMNS[table])
+        con.register(_ROWS_IN, _arrow_rows(table, rows))
+        try:
+            messages = con.execute(
+                f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {_ROWS_IN} "
+                f"RETURNING {spec.message}"
+            ).fetchall()
+        finally:
+            con.unregister(_ROWS_IN)
+        added.append((spec, [message for (message,) in messages]))
+    rows_added(con, claim_key, added)
+
+
+#: The name a sealed insert's rows are registered under (`insert_sealed`).
+_ROWS_IN = "rows_sealed_in"
+
+
+def _arrow_rows(table: str, rows: Sequence[Sequence[Any]]) -> Any:
+    """Rows of `table` as Arrow columns of its own types, for `insert_sealed`: pyarrow converts
+    Python values in C, where `unnest` over Python lists has DuckDB convert each value holding
+    the GIL (the collector's event loop waits on it). Text as `large_string`: a commit's
+    requests may pass the 2 GiB a `string` column holds."""
+    spec = _SPECS[table]
+    return _arrow.table(
+        {
+            column.name: _arrow.array(values, _SEALED_ARROW.get(column.type) or _ARROW[column.type])
+            for column, values in zip(spec.columns, zip(*rows, strict=True), strict=True)
+        }
+    )
 
 
 #: The columns a verdict is written with (`rows.verification_row`); its seal is computed from
@@ -93,27 +147,52 @@ _VERDICTS = ", ".join(VERDICT_COLUMNS)
 STAGED_VERDICTS = "verdicts_staged"
 
 
-def insert_verdicts(con, rows: Sequence[Sequence[Any]], judged: Sequence[tuple]) -> None:
+#: The message of each verdict given as column lists (`insert_verdicts`), beside its rollout id.
+_VERDICT_MESSAGES = "SELECT v.rollout_id, {message} FROM (SELECT {selects}) v".format(
+    message=message_sql("v", "v", "rollout_"),
+    selects=", ".join(
+        f"unnest(${i + 1}) AS {name}"
+        for i, name in enumerate(
+            (*VERDICT_COLUMNS, *(f"rollout_{name}" for name in SEALED_ROLLOUT))
+        )
+    ),
+)
+
+
+def insert_verdicts(
+    con: duckdb.DuckDBPyConnection,
+    rows: Sequence[Sequence[Any]],
+    judged: Sequence[tuple[Any, ...]],
+    claim_key: Callable[[], SealKey] | None = None,
+) -> None:
     """Insert verdict rows (`verification_row`), each sealed over what it judged: `judged`
-    holds each row's rollout's stored `SEALED_ROLLOUT` values (`judged_of`), in order."""
+    holds each row's rollout's stored `SEALED_ROLLOUT` values (`judged_of`), in order.
+    `claim_key`: the key the caller's transaction claimed (`write_rollouts` claims once for its
+    rows and verdicts), else claimed here.
+
+    Each part of `VERDICT_PART` verdicts (the seal's read batch) is two statements over the
+    values as given: one framing their messages, one inserting them with their seals. The
+    values are in memory already, so the messages are read whole (`execute`), not streamed
+    through the relation API, which copies every parameter in Python and converts them to
+    DuckDB values twice (a third of a collector commit's CPU); a part bounds what is held at
+    once (an import's whole file)."""
     if not rows:
         return
-    key = claim(con, _database_path(con))
-    names = (*VERDICT_COLUMNS, *(f"rollout_{name}" for name in SEALED_ROLLOUT))
-    lists = [list(column) for column in zip(*rows, strict=True)]
-    lists += [list(column) for column in zip(*judged, strict=True)]
-    selects = ", ".join(f"unnest(${i + 1}) AS {name}" for i, name in enumerate(names))
-    _insert_sealed(
-        con,
-        key,
-        sealed(
-            con,
-            key,
-            f"SELECT {_VERDICTS}, {message_sql('v', 'v', 'rollout_')} AS {MESSAGE} "
-            f"FROM (SELECT {selects}) v",
-            lists,
-        ),
-    )
+    key = claim_key() if claim_key else claim(con, _database_path(con))
+    digest, fold = key.sealer.digest, Fold()
+    for at in range(0, len(rows), VERDICT_PART):
+        verdicts = [list(column) for column in zip(*rows[at : at + VERDICT_PART], strict=True)]
+        lists = verdicts + [
+            list(column) for column in zip(*judged[at : at + VERDICT_PART], strict=True)
+        ]
+        framed = con.execute(_VERDICT_MESSAGES, lists).fetchall()
+        if [rollout for rollout, _ in framed] != verdicts[0]:  # a seal is its own row's only
+            raise RuntimeError("verdict messages came back in another order than given")
+        macs = [digest(message)[: SEAL_HEX // 2] for _, message in framed]
+        fold.add(b"".join(macs))
+        seals = [mac.hex() for mac in macs]
+        _insert_lists(con, "verifications", (*VERDICT_COLUMNS, "seal"), [*verdicts, seals])
+    folded_in(con, key, VERDICTS, fold)  # the verdict set's record
 
 
 def _insert_sealed(con: duckdb.DuckDBPyConnection, key: SealKey, verdicts: Any) -> None:
@@ -129,7 +208,9 @@ def _insert_sealed(con: duckdb.DuckDBPyConnection, key: SealKey, verdicts: Any) 
         )
     finally:
         con.unregister("verdicts_sealed")
-    seals_added(con, key, VERDICTS, verdicts.column("seal"))
+    fold = Fold()
+    fold.add_seals(verdicts.column("seal"))
+    folded_in(con, key, VERDICTS, fold)
 
 
 def stage_verdicts(con, rows: Sequence[Sequence[Any]]) -> None:
@@ -216,7 +297,7 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
     verification_rows: list[tuple[Any, ...]] = []
     tool_lists = ToolLists()
     now = datetime.now(UTC).replace(tzinfo=None)  # naive UTC, once per batch, not per row
-    judged = []  # what each verdict's seal covers of its rollout, as stored
+    judged: list[tuple[Any, ...]] = []  # what each verdict's seal covers of its rollout, as stored
     for r in rollouts:
         stored = rollout_row_of(r)
         calls = [model_call_row(r.rollout_id, c, tool_lists) for c in r.calls]
@@ -240,9 +321,8 @@ def write_rollouts(con, rollouts: Iterable[Rollout]) -> int:
             insert_tool_lists(con, tool_lists)
             # before the verdicts: a first seal record (their `claim`) seals every row whole
             key = functools.cache(lambda: claim(store, _database_path(store)))
-            for table, rows in (("rollouts", rollout_rows), ("model_calls", call_rows)):
-                insert_sealed(store, table, rows, key)
-            insert_verdicts(con, verification_rows, judged)
+            insert_sealed(store, (("rollouts", rollout_rows), ("model_calls", call_rows)), key)
+            insert_verdicts(con, verification_rows, judged, key)
     except Exception as exc:
         if isinstance(
             exc, duckdb.IOException | duckdb.FatalException | duckdb.TransactionException
