@@ -70,7 +70,11 @@ def test_crashing_tools_and_broken_verifiers_are_recorded_not_scored(
     pid_dir = tmp_path / "hung"
     pid_dir.mkdir()
     marker = f"FAULTLAB_PID_DIR={pid_dir}"
-    env = {"GYMFLOW_ENVIRONMENTS_PATH": str(ENVS), "FAULTLAB_PID_DIR": str(pid_dir)}
+    env = {
+        "GYMFLOW_ENVIRONMENTS_PATH": str(ENVS),
+        "FAULTLAB_PID_DIR": str(pid_dir),
+        "GYMFLOW_CHILD_ENV": "FAULTLAB_PID_DIR",  # the verifier workers read it (`child_env`)
+    }
     result = run_gym(
         "eval", "run", "--environment", "faultlab", "--repeats", "2", "--concurrency", "4",
         "--out", str(out), cwd=tmp_path, prefect_api=prefect_api, timeout=600, env=env,
@@ -184,6 +188,7 @@ def test_a_hung_verification_leaves_no_thread_or_process(
     pid_dir.mkdir()
     monkeypatch.setenv("GYMFLOW_ENVIRONMENTS_PATH", str(ENVS))
     monkeypatch.setenv("FAULTLAB_PID_DIR", str(pid_dir))
+    monkeypatch.setenv("GYMFLOW_CHILD_ENV", "FAULTLAB_PID_DIR")  # a worker's variable
     env = load_environment("faultlab")
     server = env.resources_server()
     tasks = [t for t in env.tasks("test")[:10] if _mode(t.task_id) in ("ok", "hang")]
@@ -223,6 +228,7 @@ def test_a_cancelled_rollout_kills_its_hung_verifier(
     pid_dir.mkdir()
     monkeypatch.setenv("GYMFLOW_ENVIRONMENTS_PATH", str(ENVS))
     monkeypatch.setenv("FAULTLAB_PID_DIR", str(pid_dir))
+    monkeypatch.setenv("GYMFLOW_CHILD_ENV", "FAULTLAB_PID_DIR")  # a worker's variable
     env = load_environment("faultlab")
     # A bound far beyond the test: only cancellation can end this verification in time.
     server = env.resources_server()
