@@ -24,8 +24,10 @@ ENVS = Path(__file__).parent / "envs"
 
 
 def _reverify(run: Path, envs: Path, **env: str) -> dict:
+    # the faultlab checker reads its variables in a verifier worker: passed to it by name
+    names = {"GYMFLOW_CHILD_ENV": ",".join(env)} if env else {}
     out = gym("eval", "reverify", str(run), "--json", cwd=run.parent,
-              env={"GYMFLOW_ENVIRONMENTS_PATH": str(envs), **env})  # fmt: skip
+              env={"GYMFLOW_ENVIRONMENTS_PATH": str(envs), **env, **names})  # fmt: skip
     assert out.returncode == exit_codes.OK, out.stderr
     return json.loads(out.stdout)
 
