@@ -126,6 +126,7 @@ def test_prints_at_start_are_not_its_port_and_config_is_resolved(nemo: Path, mon
     """ifbench and vlm_eval_kit print while they are built; math_formal_lean's port is an
     `${oc.env:...}`; verifif's judge URL is `${policy_base_url}`."""
     monkeypatch.setenv("GYMFLOW_TEST_LEVEL", "7")
+    monkeypatch.setenv("GYMFLOW_CHILD_ENV", "GYMFLOW_TEST_LEVEL")  # the server reads it
     write_server(
         nemo, "chatty",
         top='print(\'{"port": 1}\')\nprint("building the index...", flush=True)\n',
