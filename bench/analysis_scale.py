@@ -55,7 +55,7 @@ def build_store(path: Path, tasks: int, repeats: int = REPEATS) -> float:
     from gymflow.store.db import connect
     from gymflow.store.seal import claim
     from gymflow.store.seal_key import sealed
-    from gymflow.store.sealed_rows import VERDICTS, seals_added
+    from gymflow.store.sealed_rows import VERDICTS, Fold, folded_in
     from gymflow.store.verdict_message import MESSAGE, message_sql
     from gymflow.store.writer import register_verifier_version
 
@@ -148,7 +148,9 @@ def build_store(path: Path, tasks: int, repeats: int = REPEATS) -> float:
     con.register("verdicts_sealed", verdicts)
     con.execute("INSERT INTO verifications BY NAME SELECT * FROM verdicts_sealed")
     con.unregister("verdicts_sealed")
-    seals_added(con, key, VERDICTS, verdicts.column("seal"))  # the verdict set's record
+    fold = Fold()
+    fold.add_seals(verdicts.column("seal"))
+    folded_in(con, key, VERDICTS, fold)  # the verdict set's record
     con.execute("DROP TABLE plan")
     con.execute("CHECKPOINT")
     con.close()
