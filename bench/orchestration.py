@@ -104,7 +104,7 @@ def instrument() -> None:
     shard_tasks.merge_shards = timed("merge", shard_tasks.merge_shards)
     shard_tasks.shard_progress = timed("merge", shard_tasks.shard_progress)
     # the domain functions the analysis tasks call, as the tasks module holds them
-    for name in ("analyse", "write_run_report"):
+    for name in ("analyse", "write_report"):
         setattr(analysis_tasks, name, timed("analysis", getattr(analysis_tasks, name)))
     eval_run_module.model_endpoint = timed_entry("model server", eval_run_module.model_endpoint)
     eval_shard_module.model_endpoint = timed_entry("model server", eval_shard_module.model_endpoint)

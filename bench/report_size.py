@@ -80,14 +80,14 @@ def main() -> None:
     work = args.keep or Path(tempfile.mkdtemp(prefix="gymflow-report-bench-"))
     try:
         run_dir, collect_s = collect(work, args.benchmark_env, args.tasks, args.repeats)
-        from gymflow.reports.render import export_path, write_run_report
+        from gymflow.reports.render import export_path, write_report
         from gymflow.store.db import connect
 
         con = connect(run_dir, read_only=True)
         rollouts = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
         con.close()
         started = time.perf_counter()
-        report = write_run_report(run_dir, out=work / "report.html")
+        report = write_report(run_dir, out=work / "report.html").path
         render_s = time.perf_counter() - started
         export = export_path(report)
         binary = shutil.which("chromium") or "/usr/bin/chromium"
@@ -107,7 +107,7 @@ def main() -> None:
                 f"  trajectory export beside it: {export.stat().st_size / 1e6:.2f} MB, "
                 f"{sum(1 for _ in export.open())} trajectories"
             )
-        print(f"  render (write_run_report, all analysis included): {render_s:.2f} s")
+        print(f"  render (write_report, all analysis included): {render_s:.2f} s")
         print(
             f"  Chromium load, navigation start to load event, {len(loads)} loads: "
             f"median {statistics.median(loads):.0f} ms, min {min(loads):.0f}, "

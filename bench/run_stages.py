@@ -51,11 +51,11 @@ def stages(run_dir: Path) -> dict[str, float]:
             health(con)
             cpu.append(time.process_time() - started)
         found["health CPU"] = statistics.median(cpu)
-    from gymflow.reports.render import write_run_report
+    from gymflow.reports.render import write_report
 
     for name in ("first report render", "second, same process"):
         started = time.perf_counter()
-        write_run_report(run_dir, analysis=analysis, out=run_dir / "stages-report.html")
+        write_report(run_dir, analysis=analysis, out=run_dir / "stages-report.html")
         found[name] = time.perf_counter() - started
     context = SimpleNamespace(task=SimpleNamespace(name="analyse-run"))
     started = time.perf_counter()

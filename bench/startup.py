@@ -60,7 +60,7 @@ def run_stages(workload: dict, out: str) -> None:
     """The flow's stages as plain calls (this runs in a process of its own)."""
     from gymflow.analysis.run import analyse
     from gymflow.core.config import EvalConfig
-    from gymflow.reports.render import write_run_report
+    from gymflow.reports.render import write_report
     from gymflow.reports.sections import DEFAULT_LIMITS
     from gymflow.rollouts.collect import Collector
     from gymflow.rollouts.plan import resolve
@@ -87,7 +87,7 @@ def run_stages(workload: dict, out: str) -> None:
     compact(out)
     with connect(out, read_only=True) as con:
         analysis = analyse(con, top=DEFAULT_LIMITS.diagnosed_tasks, excerpt=0)
-    write_run_report(Path(out), analysis=analysis)
+    write_report(Path(out), analysis=analysis)
     assert "prefect" not in sys.modules, "the stages without Prefect imported it"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.reports.render import write_run_report
+from gymflow.reports.render import write_report
 from tests.conftest import gym, require_tool
 from tests.reports.browser import chromium, visit
 from tests.reports.png import pixel_variety
@@ -39,12 +39,12 @@ def reports(eval_run, clean_run, constructed_run, first_version, workdir) -> dic
         check=True,
     )
     return {
-        "clean": write_run_report(clean_run, out=out / "clean.html"),
+        "clean": write_report(clean_run, out=out / "clean.html").path,
         "failures": eval_run / "report.html",
-        "missing-and-hostile": write_run_report(
+        "missing-and-hostile": write_report(
             constructed_run, out=out / "missing.html", verifier_version=first_version
-        ),
-        "reverified": write_run_report(constructed_run, out=out / "reverified.html"),
+        ).path,
+        "reverified": write_report(constructed_run, out=out / "reverified.html").path,
         "comparison": out / "comparison.html",
     }
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gymflow.reports.render import export_path, write_run_report
+from gymflow.reports.render import export_path, write_report
 from gymflow.reports.sections import Limits
 from tests.conftest import gym
 from tests.reports import pages
@@ -60,7 +60,7 @@ def test_first_screen_carries_the_diagnosis_decision_and_its_example_rollouts(ev
 
 
 def test_clean_run_report_is_the_profile(clean_run, workdir):
-    page = pages.read(write_run_report(clean_run, out=workdir / "clean.html"))
+    page = pages.read(write_report(clean_run, out=workdir / "clean.html").path)
     profile = profile_json(clean_run)
     assert_matches_profile(page, profile)
     assert profile["coverage"]["failed"] == profile["coverage"]["missing"] == 0
@@ -72,7 +72,7 @@ def test_clean_run_report_is_the_profile(clean_run, workdir):
 def test_constructed_run_shows_every_outcome_and_the_reward_changes(constructed_run, workdir):
     newest = profile_json(constructed_run)
     assert newest["verifier_version"] == SECOND
-    page = pages.read(write_run_report(constructed_run, out=workdir / "constructed.html"))
+    page = pages.read(write_report(constructed_run, out=workdir / "constructed.html").path)
     assert_matches_profile(page, newest)
     # Under the second version task 1's wrong answers and task 2's first repeat pass; the
     # verifier-error rollout was not re-scored, so it stays unscored.
@@ -84,9 +84,9 @@ def test_constructed_run_shows_every_outcome_and_the_reward_changes(constructed_
 
 
 def test_an_older_verifier_version_can_be_reported(constructed_run, first_version, workdir):
-    out = write_run_report(
+    out = write_report(
         constructed_run, out=workdir / "first.html", verifier_version=first_version
-    )
+    ).path
     page = pages.read(out)
     assert_matches_profile(page, profile_json(constructed_run, "--verifier-version", first_version))
     assert task_codes(page) == CONSTRUCTED
@@ -95,7 +95,7 @@ def test_an_older_verifier_version_can_be_reported(constructed_run, first_versio
 
 
 def test_hostile_strings_render_as_text(constructed_run, workdir):
-    out = write_run_report(constructed_run, out=workdir / "hostile.html")
+    out = write_report(constructed_run, out=workdir / "hostile.html").path
     page = pages.read(out)
     assert page.scripts == 1, "only the report's own table script"
     for tag, attrs in page.tags:
@@ -113,7 +113,7 @@ def test_trajectories_beyond_the_inline_limit_go_to_a_jsonl_beside_the_report(
     constructed_run, first_version, workdir
 ):
     out = workdir / "limited" / "report.html"
-    write_run_report(
+    write_report(
         constructed_run, out=out, verifier_version=first_version, limits=Limits(inline_examples=1)
     )
     page = pages.read(out)

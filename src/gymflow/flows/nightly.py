@@ -103,9 +103,9 @@ def nightly(
         return result
     verdict = gate_run(result.run_dir, gate)
     # The report was written before the gate: again, so that it states the verdict.
-    from gymflow.reports.render import write_run_report
+    from gymflow.reports.render import write_report
 
-    write_run_report(result.run_dir, analysis=result.analysis)
+    write_report(result.run_dir, analysis=result.analysis)
     if scale.shard_root and is_url(scale.shard_root):  # the published report states it too
         publish_beside_shards(config, scale.shard_root, result.collection)
     get_run_logger().info(verdict.summary())

@@ -96,26 +96,6 @@ class WrittenReport:
     edited: list[tuple[str, Seals]]
 
 
-def write_run_report(
-    run_dir: Path | str,
-    *,
-    out: Path | str | None = None,
-    compare_dir: Path | str | None = None,
-    verifier_version: str | None = None,
-    analysis: RunAnalysis | None = None,
-    limits: Limits = DEFAULT_LIMITS,
-) -> Path:
-    """`write_report`'s page."""
-    return write_report(
-        run_dir,
-        out=out,
-        compare_dir=compare_dir,
-        verifier_version=verifier_version,
-        analysis=analysis,
-        limits=limits,
-    ).path
-
-
 def write_report(
     run_dir: Path | str,
     *,

@@ -12,7 +12,7 @@ from prefect.cache_policies import NO_CACHE
 
 from gymflow.analysis.results import RunAnalysis
 from gymflow.analysis.run import analyse
-from gymflow.reports.render import write_run_report
+from gymflow.reports.render import write_report
 from gymflow.reports.sections import DEFAULT_LIMITS
 from gymflow.store.db import connect, store_path
 
@@ -47,4 +47,4 @@ def analyse_store(run_dir: str) -> RunAnalysis:
 
 @task(name="render-report", cache_policy=NO_CACHE)
 def render_report(run_dir: str, analysis: RunAnalysis) -> str:
-    return str(write_run_report(Path(run_dir), analysis=analysis).resolve())
+    return str(write_report(Path(run_dir), analysis=analysis).path.resolve())
