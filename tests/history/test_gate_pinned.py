@@ -53,6 +53,10 @@ def test_a_pinned_baseline_is_every_later_gates(tmp_path: Path) -> None:
     assert gym("report", "runs/nightly/night-03", cwd=tmp_path).returncode == 0
     page = (tonight / "report.html").read_text()
     assert 'data-field="regression.baseline" data-value="pinned"' in page
+    # the root named through a link: the pin is found by the path it resolves to
+    (tmp_path / "alias").symlink_to(tonight.parent)
+    linked = gym("runs", "gate", "alias/night-03", cwd=tmp_path)
+    assert linked.stdout.splitlines()[1] == baseline, linked.stdout
     # the earliest run deleted: the pin still holds (it is not the earliest run's)
     shutil.rmtree(first)
     assert gym("runs", "gate", "runs/nightly/night-03", cwd=tmp_path).returncode == 0

@@ -214,7 +214,7 @@ def runs_gate(
         print_json(verdict.as_dict())
     else:
         console.print(verdict.summary(), highlight=False)
-        if verdict.baseline is not None:
+        if verdict.baseline is not None and not verdict.baseline.refused:  # else the line above
             console.print(verdict.baseline.line(), highlight=False)
         console.print(f"test: {verdict.test}")
     if not verdict.passed:

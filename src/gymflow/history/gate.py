@@ -304,8 +304,10 @@ def gate(
     the baseline and this one. Only runs that count in the root's history (`counted.py`) are
     the default baseline or feed the CUSUM; those left out are named in the verdict. A pinned
     baseline that is not the store pinned fails the gate: no other run is compared with."""
+    # the root as named, not resolved: its pin is looked up by both (`pins.read_pin`), so a
+    # root replaced by a link elsewhere still finds the pin recorded for it
+    root = Path(os.path.abspath(root or Path(os.path.abspath(run_dir)).parent))
     run_dir = run_dir.resolve()
-    root = Path(os.path.abspath(root or run_dir.parent))
     unhealthy = _untrusted(run_dir, compared=False)
     choice = pinned_baseline(root, baseline)
     if choice is not None and choice.refused:

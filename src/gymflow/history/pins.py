@@ -223,7 +223,7 @@ class BaselineChoice:
     def line(self) -> str:
         """The baseline, stated in one line after the gate's verdict."""
         if self.refused:
-            return f"baseline: none compared ({self.refused})"
+            return f"baseline: none compared: {self.refused}"
         if self.pinned:
             return (
                 f"baseline: {self.run_dir}, pinned (store id {self.store_id}, generation "
