@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 import stat
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self, cast
@@ -280,10 +280,7 @@ def held(choice: BaselineChoice) -> BaselineChoice:
 
 
 def _broken(choice: BaselineChoice, why: str) -> BaselineChoice:
-    return BaselineChoice(
-        choice.root, choice.run_dir, True, choice.chosen, choice.record, choice.store_id,
-        choice.generation, choice.pinned_at, refused=why,
-    )  # fmt: skip
+    return replace(choice, refused=why)
 
 
 def record_pin(root: Path, baseline: Path) -> tuple[Pin, Pinned]:
@@ -300,7 +297,8 @@ def record_pin(root: Path, baseline: Path) -> tuple[Pin, Pinned]:
     if held_id is None:
         raise PinError(
             f"{store}: not pinned: its store holds no store id (sealed before ids); its next "
-            f"gymflow write gives it one (e.g. `gym eval use-version {baseline} CURRENT`)"
+            f"gymflow write gives it one (e.g. `gym eval use-version {baseline} VERSION` with "
+            "the version it is read under now)"
         )
     recorded = recorded_store_at(key, store).store_id
     if recorded != held_id:
