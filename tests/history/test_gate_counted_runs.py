@@ -17,29 +17,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import datetime, timedelta
 from pathlib import Path
 
 from gymflow.history.counted import NOT_SEALED_HERE
 from gymflow.history.gate import gate
-from gymflow.store.db import connect, copy_store
-from tests.analysis.builder import RunMeta, StoreBuilder, reseal
+from gymflow.store.db import copy_store
 from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
-
-TASKS, REPEATS = 20, 2
-
-
-def _run(run_dir: Path, name: str, passing: int, day: float) -> Path:
-    """A run of the benchmark made on `day`: tasks below `passing` pass every repeat."""
-    builder = StoreBuilder(RunMeta(run_id=name, model=name, repeats=REPEATS))
-    for i in range(TASKS):
-        builder.task(f"t{i:02d}", answer=i)
-        builder.fill(f"t{i:02d}", ("1" if i < passing else "0") * REPEATS)
-    builder.write(run_dir)
-    with connect(run_dir) as con:
-        con.execute("UPDATE runs SET created_at = ?", [datetime(2026, 1, 1) + timedelta(day)])
-        reseal(con)
-    return run_dir
+from tests.history.runs import dated_run
 
 
 def _gated(run: Path, cwd: Path) -> tuple[int, dict, str]:
@@ -51,10 +35,10 @@ def _gated(run: Path, cwd: Path) -> tuple[int, dict, str]:
 
 
 def test_a_copy_of_an_older_weak_run_is_not_the_pinned_baseline(tmp_path: Path) -> None:
-    weak = _run(tmp_path / "dev" / "weak-experiment", "weak", passing=1, day=0)  # 5%
+    weak = dated_run(tmp_path / "dev" / "weak-experiment", "weak", passing=1, day=0)  # 5%
     root = tmp_path / "nightly"
-    first = _run(root / "night-01", "night-01", passing=12, day=1)  # 60%
-    tonight = _run(root / "night-02", "night-02", passing=4, day=2)  # 20%
+    first = dated_run(root / "night-01", "night-01", passing=12, day=1)  # 60%
+    tonight = dated_run(root / "night-02", "night-02", passing=4, day=2)  # 20%
     code, verdict, said = _gated(tonight, tmp_path)
     (check,) = verdict["checks"]
     assert code == 2 and check["run_dir"] == str(first)
@@ -87,12 +71,12 @@ def test_copies_do_not_feed_the_cusum_and_a_run_counts_once(tmp_path: Path) -> N
     folder, copied by hand three times into the root, fed it three nights of no drop (each
     taking 1 off S), and a copy gymflow made of a night (`copy_store`, as a study's arm: listed
     as sealed there) fed that night twice. Each copy is left out now, named."""
-    good = _run(tmp_path / "dev" / "good", "good", passing=12, day=2.5)
+    good = dated_run(tmp_path / "dev" / "good", "good", passing=12, day=2.5)
     root = tmp_path / "nightly"
-    _run(root / "night-01", "night-01", passing=12, day=1)  # the baseline, 60%
-    _run(root / "night-02", "night-02", passing=7, day=2)  # 35%
-    third = _run(root / "night-03", "night-03", passing=7, day=3)
-    tonight = _run(root / "night-04", "night-04", passing=7, day=4)
+    dated_run(root / "night-01", "night-01", passing=12, day=1)  # the baseline, 60%
+    dated_run(root / "night-02", "night-02", passing=7, day=2)  # 35%
+    third = dated_run(root / "night-03", "night-03", passing=7, day=3)
+    tonight = dated_run(root / "night-04", "night-04", passing=7, day=4)
     alone = gate(tonight, margin=0.02)
     (honest,) = alone.checks
     assert (honest.runs_in_sequence, round(honest.cusum_before, 2)) == (3, 3.03)
@@ -116,9 +100,9 @@ def test_earlier_runs_none_of_which_count_are_no_pass(tmp_path: Path) -> None:
     """Every earlier run under the root left out (copied in, or moved there by hand) leaves
     nothing to compare with: that is not "nothing to compare with" on a first night, which
     passes, but a gate that fails until a baseline is named."""
-    weak = _run(tmp_path / "dev" / "weak-experiment", "weak", passing=1, day=0)
+    weak = dated_run(tmp_path / "dev" / "weak-experiment", "weak", passing=1, day=0)
     root = tmp_path / "nightly"
-    first = _run(root / "night-01", "night-01", passing=12, day=1)
+    first = dated_run(root / "night-01", "night-01", passing=12, day=1)
     alone = gym("runs", "gate", str(first), cwd=tmp_path)
     assert alone.returncode == 0 and "nothing to compare with" in alone.stdout
     shutil.copytree(weak, root / "night-00")

@@ -54,7 +54,13 @@ def test_the_gate_catches_the_regression_and_raises_no_false_alarm(week):
     verdicts = {}  # each night's, read again below (every gate reads each night since the first)
     for night, run_dir in enumerate(week[1:], start=1):
         verdict = gate(run_dir, margin=0.05)  # the pinned baseline by default: the earliest run
-        assert verdict == gate(run_dir, baseline=baseline, margin=0.05)
+        named = gate(run_dir, baseline=baseline, margin=0.05)
+        assert verdict.checks == named.checks and verdict.passed == named.passed
+        # each says how its baseline was chosen, and that it is not pinned
+        assert verdict.baseline is not None and named.baseline is not None
+        assert verdict.baseline.chosen.startswith("the earliest run of its benchmark version")
+        assert named.baseline.chosen == "given with --baseline"
+        assert not verdict.baseline.pinned and not named.baseline.pinned
         verdicts[night] = verdict
         (found,) = verdict.checks
         assert found.against == "baseline" and found.run_dir == str(baseline)

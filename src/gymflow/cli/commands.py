@@ -107,5 +107,9 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
         "runs",
         "Compare a run with a pinned baseline, paired by task; exit 2 on a drop.",
     ),
+    ("runs", "pin"): (
+        "runs",
+        "Pin the baseline every gate under a root compares with, by its store's id.",
+    ),
     ("study", "run"): ("study", "Run the baseline and every variant, then write study.html."),
 }

@@ -192,8 +192,8 @@ def runs_gate(
     baseline: Annotated[
         Path | None,
         typer.Option(
-            help="The pinned baseline run (default: the earliest run under --root that this "
-            "machine sealed where it is)."
+            help="The baseline run, when the root has no pinned one (`gym runs pin`; default: "
+            "the earliest run under --root that this machine sealed where it is)."
         ),
     ] = None,
     margin: Annotated[
@@ -201,10 +201,11 @@ def runs_gate(
     ] = 0.02,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Compare RUN_DIR, paired by task, with a pinned baseline, and feed the paired t statistic
-    to a CUSUM over the runs since the baseline; exit 2 when it alarms on a drop beyond the
-    margin. The verdict is kept as RUN_DIR/gate.json, and
-    `gym report RUN_DIR` states it."""
+    """Compare RUN_DIR, paired by task, with the baseline pinned for the root (`gym runs pin`),
+    and feed the paired t statistic to a CUSUM over the runs since the baseline; exit 2 when it
+    alarms on a drop beyond the margin, or when the pinned store is missing or another store is
+    at its path. Unpinned, it says which run it chose. The verdict is kept as
+    RUN_DIR/gate.json, and `gym report RUN_DIR` states it."""
     from gymflow.history.gate import gate, save_verdict
 
     verdict = gate(run_dir, root=root, baseline=baseline, margin=margin)
@@ -212,7 +213,71 @@ def runs_gate(
     if as_json:
         print_json(verdict.as_dict())
     else:
-        console.print(verdict.summary())
+        console.print(verdict.summary(), highlight=False)
+        if verdict.baseline is not None and not verdict.baseline.refused:  # else the line above
+            console.print(verdict.baseline.line(), highlight=False)
         console.print(f"test: {verdict.test}")
     if not verdict.passed:
+        raise typer.Exit(exit_codes.GATE_FAILED)
+
+
+@runs_app.command("pin")
+def runs_pin(
+    baseline: Annotated[
+        Path | None, typer.Argument(help="The run to pin (omit to show the root's pin).")
+    ] = None,
+    root: Annotated[
+        Path | None,
+        typer.Option(
+            help="The root whose gates compare with it (default: the folder holding BASELINE)."
+        ),
+    ] = None,
+    remove: Annotated[
+        bool, typer.Option("--remove", help="Remove the root's pin: gates choose the earliest run.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Pin BASELINE as the baseline of every `gym runs gate` under ROOT, by its store's id: its
+    seals are checked in full first, and the record (root, run folder, store id, generation,
+    when) is kept owner-only beside the seal key, under the key's MAC. A gate whose pinned store
+    is missing, moved or replaced fails (exit 2), naming the record; it never falls back to
+    another run. Without BASELINE: show the root's pin and whether it holds (exit 2 if not)."""
+    from gymflow.history.gate import pin
+    from gymflow.history.pins import BaselineChoice, pin_file, pinned_baseline, remove_pin
+
+    if baseline is None and root is None:
+        fail("give the run to pin, or --root to show or --remove its pin")
+    if remove and baseline is not None:
+        fail("--remove takes no BASELINE: `gym runs pin --root ROOT --remove`")
+    where = Path(os.path.abspath(root or (baseline or Path()).resolve().parent))
+    if remove:
+        removed = remove_pin(where)
+        if as_json:
+            print_json({"root": str(where), "removed": [str(f) for f in removed]})
+        else:
+            said = ", ".join(map(str, removed)) if removed else "none was recorded"
+            console.print(f"unpinned {where}: {said}", highlight=False)
+        return
+    if baseline is not None:
+        made, before = pin(baseline, root=where)
+        replaced = before.pin.baseline if before.pin is not None else None
+        if as_json:
+            record = str(pin_file(made.root))
+            print_json({"pinned": asdict(made), "record": record, "replaced": replaced})
+            return
+        console.print(
+            f"pinned {made.baseline} as the baseline of every gate under {where}: store id "
+            f"{made.store_id}, generation {made.generation}, {made.pinned_at}",
+            highlight=False,
+        )
+        if before.refused or replaced is not None:
+            console.print(f"replaces: {replaced or before.refused}", highlight=False)
+        return
+    choice = pinned_baseline(where, None)
+    shown = choice or BaselineChoice.unpinned(where, None, "no baseline pinned under this root")
+    if as_json:
+        print_json(asdict(shown))
+    else:
+        console.print(shown.line(), highlight=False)
+    if shown.refused:
         raise typer.Exit(exit_codes.GATE_FAILED)

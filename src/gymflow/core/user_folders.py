@@ -3,6 +3,7 @@ templates, the catalogs of run folders), used only when no one else can reach in
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -26,6 +27,24 @@ def private_folder(folder: Path, *, create: bool) -> bool:
         and info.st_uid == os.getuid()
         and stat.S_IMODE(info.st_mode) & 0o077 == 0
     )
+
+
+def write_private(file: Path, text: str) -> None:
+    """`text` as `file`, owner-only (0600), in a folder only this user can reach (made when
+    absent): written aside under an unguessable name and renamed into place, so a reader finds
+    the previous file or the new one whole. OSError when it cannot be (the folder is someone
+    else's or open to others: PermissionError)."""
+    if not private_folder(file.parent, create=True):
+        raise PermissionError(errno.EACCES, "not a folder only this user can reach", file.parent)
+    partial = file.with_name(f".{file.name}.{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(partial, file)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        raise
 
 
 def user_cache(name: str) -> Path:

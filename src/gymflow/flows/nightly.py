@@ -36,8 +36,9 @@ class GateOptions(BaseModel):
     # Plain strings, empty for "none": the Prefect form shows a text box, not a null type.
     baseline: str = Field(
         default="",
-        description="The pinned baseline run folder every night is compared with (empty: the "
-        "earliest run of the benchmark version in the history folder).",
+        description="The baseline run folder every night is compared with, when the history "
+        "folder has no pinned one (`gym runs pin`; empty: the earliest run of the benchmark "
+        "version in the history folder).",
     )
     margin: float = Field(
         default=0.02,
@@ -108,11 +109,13 @@ def nightly(
     write_report(result.run_dir, analysis=result.analysis)
     if scale.shard_root and is_url(scale.shard_root):  # the published report states it too
         publish_beside_shards(config, scale.shard_root, result.collection)
-    get_run_logger().info(verdict.summary())
+    baseline = f"\n\n{verdict.baseline.line()}" if verdict.baseline is not None else ""
+    get_run_logger().info(verdict.summary() + baseline)
     report = f"\n\nReport: {result.report_url}" if result.report_url else ""
     create_markdown_artifact(
         key="gymflow-regression-gate",
-        markdown=f"# Regression gate\n\n{verdict.summary()}\n\nTest: {verdict.test}.{report}",
+        markdown=f"# Regression gate\n\n{verdict.summary()}{baseline}\n\nTest: {verdict.test}."
+        f"{report}",
         description="Nightly regression gate",
     )
     if not verdict.passed:

@@ -4,9 +4,9 @@ the runs since that baseline so that false alarms are controlled across nights, 
 Why not a 95% test against the night before: at a nightly's size (50 tasks x 4 repeats) it
 raised a false alarm on 2.5% of nights, so on most 30-night months at least once; it caught a
 5-point drop on one night in five; and a drop it missed became the next night's reference, so a
-slow drift was never seen. Here the reference stays put (the baseline: given, or the earliest
-run of the benchmark version in the history: the runs under the root that count there,
-`counted.py`), each night's paired t statistic against it,
+slow drift was never seen. Here the reference stays put (the baseline: the root's pinned one,
+`pins.py`; given; or the earliest run of the benchmark version in the history: the runs under
+the root that count there, `counted.py`), each night's paired t statistic against it,
 z = difference / SE, feeds a one-sided CUSUM, S = max(0, S_before - z - ALLOWANCE), and the gate
 alarms when S exceeds THRESHOLD, or at once when a single night's t is below -LIMIT (S restarts
 at 0 after an alarm): the CUSUM adds small drops up night after night until they are seen, the
@@ -17,6 +17,7 @@ the margin to fail the gate."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -28,6 +29,15 @@ from gymflow.analysis.health import health
 from gymflow.analysis.paired import PAIRED_TEST
 from gymflow.history.catalog import CatalogEntry, read_entry, refresh
 from gymflow.history.counted import counted
+from gymflow.history.pins import (
+    BaselineChoice,
+    Pin,
+    PinError,
+    Pinned,
+    held,
+    pinned_baseline,
+    record_pin,
+)
 from gymflow.store.db import StoreError, StoreFailure, connect
 from gymflow.store.sealed_files import read_sealed, write_sealed
 
@@ -96,14 +106,19 @@ class GateVerdict:
     #: in its history (`counted.py`), each "PATH (why)": a copy of an older weak run dropped
     #: into the root became the pinned baseline.
     left_out: tuple[str, ...] = ()
+    #: Which run it compared with and how it was chosen: the root's pin (`pins.py`), whose
+    #: store missing or replaced fails the gate, or, unpinned, said so.
+    baseline: BaselineChoice | None = None
 
     @property
     def passed(self) -> bool:
         """A healthy run, no drop, and every comparison made: a run with nothing scored (every
-        rollout failed), a pinned baseline that cannot be read, or earlier runs none of which
-        count in the history (moved, copied in: a baseline must then be named) is not a pass."""
+        rollout failed), a baseline that cannot be read, a pinned one that is not the store
+        pinned, or earlier runs none of which count in the history (moved, copied in: a
+        baseline must then be named) is not a pass."""
         return (
-            not self.unhealthy
+            not (self.baseline is not None and self.baseline.refused)
+            and not self.unhealthy
             and not self.untrusted
             and not any(check.regressed or not check.compared for check in self.checks)
             and bool(self.checks or not self.left_out)
@@ -130,6 +145,9 @@ class GateVerdict:
         if health:
             health += ": its scores cannot be trusted"
         left = f"; left out of the history: {', '.join(self.left_out)}" if self.left_out else ""
+        if self.baseline is not None and self.baseline.refused:
+            also = f"; {health}" if health else ""
+            return f"regression gate FAILED: {self.baseline.refused}{also}"
         if not self.checks:
             if health:
                 return f"regression gate FAILED: {health}{left}"
@@ -280,21 +298,40 @@ def gate(
     baseline: Path | None = None,
     margin: float = 0.02,
 ) -> GateVerdict:
-    """Gate `run_dir` against `baseline` (default: the earliest run of its benchmark version
-    under `root`, itself by default the folder holding the run's folder), through the CUSUM over
-    the runs of that version between the baseline and this one. Only runs that count in the
-    root's history (`counted.py`) are either; those left out are named in the verdict."""
+    """Gate `run_dir` against the baseline pinned for `root` (itself by default the folder
+    holding the run's folder: `pins.py`), else `baseline`, else the earliest run of its
+    benchmark version under `root`, through the CUSUM over the runs of that version between
+    the baseline and this one. Only runs that count in the root's history (`counted.py`) are
+    the default baseline or feed the CUSUM; those left out are named in the verdict. A pinned
+    baseline that is not the store pinned fails the gate: no other run is compared with."""
+    # the root as named, not resolved: its pin is looked up by both (`pins.read_pin`), so a
+    # root replaced by a link elsewhere still finds the pin recorded for it
+    root = Path(os.path.abspath(root or Path(os.path.abspath(run_dir)).parent))
     run_dir = run_dir.resolve()
     unhealthy = _untrusted(run_dir, compared=False)
-    history = counted(_earlier(refresh(root or run_dir.parent).entries, run_dir))
+    choice = pinned_baseline(root, baseline)
+    if choice is not None and choice.refused:
+        return GateVerdict(str(run_dir), margin, TEST, (), unhealthy, baseline=choice)
+    history = counted(_earlier(refresh(root).entries, run_dir))
     earlier = history.runs
-    given = baseline is not None
-    if baseline is None:
-        pinned = min(earlier, key=lambda e: e.created_at or datetime.min, default=None)
-        baseline = Path(pinned.run_dir) if pinned is not None else None
-    if baseline is None:
+    if choice is None and baseline is not None:
+        choice = BaselineChoice.unpinned(root, baseline.resolve(), "given with --baseline")
+    if choice is None:
+        first = min(earlier, key=lambda e: e.created_at or datetime.min, default=None)
+        choice = BaselineChoice.unpinned(
+            root,
+            first.run_dir if first is not None else None,
+            f"the earliest run of its benchmark version under {root} that this machine sealed there"
+            if first is not None
+            else f"no earlier run of its benchmark version under {root} that this machine sealed "
+            "there",
+        )
+    if choice.run_dir is None:
         left_out = tuple(map(str, history.left_out))
-        return GateVerdict(str(run_dir), margin, TEST, (), unhealthy, left_out=left_out)
+        return GateVerdict(
+            str(run_dir), margin, TEST, (), unhealthy, left_out=left_out, baseline=choice
+        )
+    baseline, given = Path(choice.run_dir), choice.pinned or baseline is not None
     key = str(baseline.resolve())
     since = next((e.created_at for e in earlier if e.run_dir == key), None)
     if since is None:  # a baseline outside the history: the runs after it still feed the CUSUM
@@ -316,7 +353,22 @@ def gate(
         f"{other}: {why}" for other in compared for why in _untrusted(other, compared=True)
     )
     found = check(run_dir, baseline, margin=margin, between=compared[1:])
-    return GateVerdict(str(run_dir), margin, TEST, (found,), unhealthy, untrusted, left_out)
+    # the pinned store, still at its path once read: one swapped in while the gate read it
+    # would have been what it compared with
+    choice = held(choice)
+    return GateVerdict(str(run_dir), margin, TEST, (found,), unhealthy, untrusted, left_out, choice)
+
+
+def pin(baseline: Path, *, root: Path) -> tuple[Pin, Pinned]:
+    """Pin the store in `baseline` as the baseline of every later gate under `root` (`pins.py`),
+    once every seal of it checks under this machine's key; returns the pin and what the root's
+    record said before. PinError when it cannot be trusted or pinned."""
+    untrusted = _untrusted(baseline, compared=True)
+    if untrusted:
+        raise PinError(
+            f"{baseline}: not pinned: its numbers cannot be trusted ({', '.join(untrusted)})"
+        )
+    return record_pin(Path(os.path.abspath(root)), baseline)
 
 
 #: health warnings that mean a run's verdicts cannot be checked by this machine's key: a run

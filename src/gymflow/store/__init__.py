@@ -23,6 +23,7 @@ __all__ = [
     "memory_bound",
     "merge",
     "migration",
+    "named_paths",
     "queries",
     "remote",
     "rows",

@@ -51,7 +51,7 @@ from duckdb import DuckDBPyConnection
 
 from gymflow.core.errors import UserError
 from gymflow.core.same_text import same_text
-from gymflow.core.user_folders import private_folder, user_config
+from gymflow.core.user_folders import user_config, write_private
 from gymflow.store.commits import Open, open_transaction
 from gymflow.store.named_paths import path_names, recorded_names
 from gymflow.store.store_ids import STORE_ID_KEY, is_store_id, new_store_id
@@ -314,20 +314,10 @@ def _record(key_id: str, path: str, record: Recorded) -> None:
     file = _file(key_id, path)
     if _read(file, path).number >= record.number:
         return
-    if not private_folder(file.parent, create=True):
-        raise GenerationsError(
-            f"{file.parent}: cannot record the store's generation: not a folder only this user "
-            "can reach"
-        )
-    partial = file.with_name(f".{file.name}.{os.getpid()}-{os.urandom(4).hex()}")
+    head = f"{record.number}:{record.store_id}" if record.store_id else str(record.number)
     try:
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            head = f"{record.number}:{record.store_id}" if record.store_id else str(record.number)
-            out.write(f"{head}\t{path}\n")
-        os.replace(partial, file)
+        write_private(file, f"{head}\t{path}\n")
     except OSError as exc:
-        partial.unlink(missing_ok=True)
         raise GenerationsError(f"{file}: cannot record the store's generation: {exc}") from None
 
 
