@@ -105,8 +105,8 @@ def main() -> None:
     reverify = sum("verifier_params" in VARIANTS[name] for name in args.variants)
     print(
         f"study wall time: baseline + {len(args.variants)} variants ({reverify} reverify), "
-        f"arithmetic-smoke {args.limit} tasks x {args.repeats}, model latency {args.latency_ms:g} ms, "
-        f"{os.cpu_count()} cores (shared machine: noisy)"
+        f"arithmetic-smoke {args.limit} tasks x {args.repeats}, "
+        f"model latency {args.latency_ms:g} ms, {os.cpu_count()} cores (shared machine: noisy)"
     )
     for name, seconds in figures.items():
         print(f"{name:<16}{seconds:>8.1f} s")
