@@ -109,7 +109,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=5000)
     parser.add_argument("--skip-inspect", action="store_true")
-    args = tiny.parse(parser, rollouts=200)
+    args = tiny.parse(parser, rollouts=40)
 
     rows, sizes = [], {}
     for name, (environment, split, extra) in WORKLOADS.items():

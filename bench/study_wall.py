@@ -8,7 +8,7 @@ a fixed model latency, run two ways, each from a clean folder:
 - one by one: `gym eval run` for each inference arm in turn, `gym eval reverify` for the
   verifier variant, and `gym eval profile --compare` for each variant against the baseline.
 
-    python bench/study_wall.py [--latency-ms 200] [--limit 50] [--repeats 4]
+    python bench/study_wall.py [--latency-ms 200] [--limit 50] [--repeats 4] [--variants ...]
 """
 
 from __future__ import annotations
@@ -28,7 +28,16 @@ GYM = str(Path(sys.executable).parent / "gym")
 PREFECT_HOME = Path.home() / ".cache" / "gymflow-bench" / "prefect-home"
 
 
-def study(latency_ms: float, limit: int, repeats: int) -> dict:
+#: The variants by name: three inference arms and one reverify.
+VARIANTS = {
+    "seed": {"model": {"skill_seed": 5}},
+    "harness": {"harness": {"system_prompt": "Answer tersely."}},
+    "prompt": {"prompt_template": "{{ question }}\nAnswer: <number>"},
+    "loose": {"verifier_params": {"abs_tol": 1.5}},
+}
+
+
+def study(latency_ms: float, limit: int, repeats: int, variants: list[str]) -> dict:
     model = {"faults": {"latency_ms": latency_ms}}
     return {
         "name": "bench",
@@ -39,12 +48,7 @@ def study(latency_ms: float, limit: int, repeats: int) -> dict:
             "repeats": repeats,
             "model": model,
         },
-        "variants": [
-            {"name": "seed", "set": {"model": {"skill_seed": 5}}},
-            {"name": "harness", "set": {"harness": {"system_prompt": "Answer tersely."}}},
-            {"name": "prompt", "set": {"prompt_template": "{{ question }}\nAnswer: <number>"}},
-            {"name": "loose", "set": {"verifier_params": {"abs_tol": 1.5}}},
-        ],
+        "variants": [{"name": name, "set": VARIANTS[name]} for name in variants],
     }
 
 
@@ -65,9 +69,9 @@ def one_by_one(spec: dict, cwd: Path, env: dict) -> None:
         path.write_text(yaml.safe_dump(arm.config.model_dump(mode="json", exclude_defaults=True)))
         run([GYM, "eval", "run", str(path)], cwd, env)
     base = plan.baseline.config.out
-    loose = next(a for a in plan.variants if a.reverify_only)
-    settings = [f"--set={k}={v}" for k, v in loose.config.verifier_params.items()]
-    run([GYM, "eval", "reverify", base, *settings], cwd, env)
+    for loose in (a for a in plan.variants if a.reverify_only):
+        settings = [f"--set={k}={v}" for k, v in loose.config.verifier_params.items()]
+        run([GYM, "eval", "reverify", base, *settings], cwd, env)
     for arm in plan.variants:
         if not arm.reverify_only:
             run([GYM, "eval", "profile", arm.config.out, "--compare", base], cwd, env)
@@ -78,8 +82,10 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=200.0)
     parser.add_argument("--limit", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=4)
-    args = tiny.parse(parser, latency_ms=20.0, limit=5, repeats=2)
-    spec = study(args.latency_ms, args.limit, args.repeats)
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    # one inference arm and the reverify: each variant is two more `gym` processes, 4 CPU s each
+    args = tiny.parse(parser, latency_ms=20.0, limit=5, repeats=2, variants=["seed", "loose"])
+    spec = study(args.latency_ms, args.limit, args.repeats, args.variants)
     PREFECT_HOME.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PREFECT_HOME": str(PREFECT_HOME),
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING",
@@ -96,10 +102,11 @@ def main() -> None:
             else:
                 one_by_one(spec, cwd, env)
             figures[name] = time.perf_counter() - started
+    reverify = sum("verifier_params" in VARIANTS[name] for name in args.variants)
     print(
-        f"study wall time: baseline + 4 variants (3 inference, 1 reverify), arithmetic-smoke "
-        f"{args.limit} tasks x {args.repeats}, model latency {args.latency_ms:g} ms, "
-        f"{os.cpu_count()} cores (shared machine: noisy)"
+        f"study wall time: baseline + {len(args.variants)} variants ({reverify} reverify), "
+        f"arithmetic-smoke {args.limit} tasks x {args.repeats}, "
+        f"model latency {args.latency_ms:g} ms, {os.cpu_count()} cores (shared machine: noisy)"
     )
     for name, seconds in figures.items():
         print(f"{name:<16}{seconds:>8.1f} s")

@@ -1,5 +1,6 @@
 """Every script under bench/ runs in its tiny mode and prints its figures: a benchmark that a
-change broke fails here, not months later when somebody wants its number."""
+change broke fails here, not months later when somebody wants its number. A script whose tiny
+run a test of its own makes and checks more closely is left to that test (`TESTED_ELSEWHERE`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,17 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name != "tiny.py")
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench"
+#: Scripts whose `--tiny` run another test makes, asserting its exit code and the figures or
+#: tables it prints: run here too, each would cost its CPU twice in the suite for nothing.
+TESTED_ELSEWHERE = {
+    "ci_coverage.py": "tests/analysis/test_bench_scripts.py",
+    "gate_calibration.py": "tests/analysis/test_bench_scripts.py",
+    "decide.py": "tests/analysis/test_decide_bench.py",
+    "startup.py": "tests/test_bench_startup.py",
+}
+SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name not in ("tiny.py", *TESTED_ELSEWHERE))
 
 
 #: The scripts that run NeMo Gym's code, from its own Python 3.12 venv.
@@ -47,3 +57,11 @@ def test_tiny_run(script: str, tmp_path: Path, prefect_api: str) -> None:
     assert any(ch.isdigit() for ch in ran.stdout), (
         f"{script} --tiny printed no figure:\n{ran.stdout}"
     )
+
+
+@pytest.mark.parametrize("script", sorted(TESTED_ELSEWHERE))
+def test_tested_elsewhere_runs_its_tiny_mode(script: str) -> None:
+    """The test a script is left to still runs it with `--tiny`."""
+    test = ROOT / TESTED_ELSEWHERE[script]
+    text = test.read_text()
+    assert script in text and '"--tiny"' in text, f"{test} no longer runs {script} --tiny"

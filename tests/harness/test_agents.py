@@ -48,7 +48,7 @@ def run_agent(agent: str, base_url: str, cwd: Path, prefect_api: str, **extra) -
         "benchmark": "workspace-basics",
         "limit": extra.pop("limit", 3),
         "repeats": 1,
-        "harness": {"name": "command", "agent": agent, "max_turns": 8},
+        "harness": {"name": "command", "agent": agent, "max_turns": extra.pop("max_turns", 8)},
         "model": {"kind": "responses", "base_url": base_url, "name": "scripted",
                   "max_retries": 0, "timeout_s": 300},
         "out": f"runs/{agent}",

@@ -8,9 +8,9 @@ model's 2,048: that refusal is the rollout's failure kind, `context_length_excee
 What llama-cpp-python 0.3.36's `chatml-function-calling` format does with a conversation, seen
 here: a tool turn's output is not rendered (`<|im_start|>tool` and nothing after it), the prompt
 is HTML-escaped (the model writes `&lt;` in its commands), and a call's arguments are generated
-with no token limit. So SmolLM2 repeats its first command, never sees what it printed, and
-mini-swe-agent's conversation ends when a generation fills the context: a
-`context_length_exceeded` from the server, not a wrong answer."""
+with no token limit. So SmolLM2 repeats its first command and never sees what it printed: its
+turns after the second add nothing to what is tested, so mini-swe-agent's run stops at two
+(`MAX_TURNS`)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,11 @@ pytestmark = pytest.mark.slow
 #: Failure kinds a small model may leave an agent in; any other is a defect of the chain
 #: (a server_error was one: see test_a_tool_turn_is_a_request_llama_cpp_takes).
 AGENT_OUTCOMES = {None, "agent_step_limit", "agent_timeout", "context_length_exceeded"}
+#: The agent's turns: its first command and its answer to that command's output, what is
+#: asserted. Each is a 1,200-token prompt for SmolLM2's one-thread server; with eight the test
+#: took 139 CPU s and, at load 13, a rollout's fourth call ran past the task's 300 s agent
+#: timeout, so the agent's own log was one call short; with two, 88 CPU s.
+MAX_TURNS = 2
 
 
 def _run(agent: str, llama_server: str, tmp_path, prefect_api: str):
@@ -35,7 +40,7 @@ def _run(agent: str, llama_server: str, tmp_path, prefect_api: str):
              "tool_choice": "auto", "max_retries": 0, "timeout_s": CALL_TIMEOUT_S}  # fmt: skip
     sampling = {"temperature": 0.0, "top_p": 1.0, "max_output_tokens": 96, "seed": 0}
     store = run_agent(agent, llama_server, tmp_path, prefect_api, limit=2, model=model,
-                      sampling=sampling)  # fmt: skip
+                      sampling=sampling, max_turns=MAX_TURNS)  # fmt: skip
     return outcomes(store)
 
 
