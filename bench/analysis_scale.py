@@ -324,12 +324,16 @@ def main() -> None:
                     for code, (script, src) in codes.items():
                         store = stores[code]
                         if stage == "reverify":  # on a copy: each round judges every rollout
-                            store = root / f"reverified-{code}"
-                            shutil.rmtree(store, ignore_errors=True)
-                            shutil.copytree(stores[code], store)
+                            # at a path never used before: a writer refuses an older copy put
+                            # back where this machine's writers took a store further (the
+                            # sealed-stores ledger), as the second size's copy was
+                            copy = Path(tempfile.mkdtemp(prefix="reverified-", dir=root))
+                            store = shutil.copytree(stores[code], copy / "run")
                         ran = BASELINE_STAGE.get(stage, stage) if code == "baseline" else stage
                         result = stage_in_child(str(script), ran, store, src=src)
                         report_stage(rows, size, stage, result, code)
+                        if stage == "reverify":
+                            shutil.rmtree(store.parent)
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

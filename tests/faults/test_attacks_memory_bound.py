@@ -14,13 +14,26 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from gymflow.core.config import MAX_TEXT_BYTES
+from gymflow.core.records import Rollout, Verification, rollout_id
+from gymflow.store.db import connect
+from gymflow.store.memory_bound import text_at_once_bound
+from gymflow.store.writer import write_rollouts
 from tests.conftest import GYM, gym_in_process
-from tests.faults.stores import collect_run, edit_store, one_error_line, tree_digest
+from tests.faults.stores import (
+    collect_run,
+    copied_run,
+    edit_store,
+    one_error_line,
+    query,
+    tree_digest,
+)
 
 BOUND = "64MB"
 VALUE = 8_000_000
@@ -116,3 +129,87 @@ def test_an_honest_store_reads_within_a_bound_of_its_size(
     # read whole: diagnosed, with the red line of the outputs edited in place (exit 2), not refused
     assert done.returncode == 2 and "bucket" in done.stdout, done.stdout + done.stderr
     assert "memory bound" not in done.stdout + done.stderr
+
+
+#: Rows between two long trajectories of the honest store below: two in each vector.
+SPREAD = 1024
+
+
+def _share() -> int:
+    """The text a vector may hold under BOUND on this machine (a quarter of it on 2 cores)."""
+    con = duckdb.connect()
+    try:
+        return text_at_once_bound(con)
+    finally:
+        con.close()
+
+
+def _with_long_trajectories(honest: Path, to: Path, *, every: int) -> Path:
+    """A copy of the honest run with ten agent rollouts more per long trajectory, written as
+    the collector writes them (`write_rollouts`), one trajectory of an eighth of the share in
+    `every` of them, the rest short: ten long ones, 1.25 shares of text in the table's row
+    group. `every=SPREAD`: two in a vector, what an honest agent run stores; `every=1`: all ten
+    in one vector, crafted."""
+    run = copied_run(honest, to)
+    store = run / "gymflow.duckdb"
+    ((run_id, version),) = query(store, "SELECT run_id, verifier_version FROM runs")
+    tasks = [task for (task,) in query(store, "SELECT task_id FROM tasks")]
+    long_step = "x" * (_share() // 8)
+    started = datetime.now(UTC)
+    rollouts = []
+    for n in range(10 * SPREAD):
+        task_id, repeat_index = tasks[n % len(tasks)], 2 + n // len(tasks)
+        step = long_step if n % every == 0 and n < 10 * every else f"step {n}: ran the tests"
+        rollouts.append(
+            Rollout(
+                rollout_id=rollout_id(run_id, task_id, repeat_index),
+                run_id=run_id,
+                task_id=task_id,
+                repeat_index=repeat_index,
+                seed=n,
+                status="completed",
+                started_at=started,
+                finished_at=started + timedelta(seconds=1),
+                trajectory=[{"type": "message", "role": "assistant", "content": step}],
+                calls=[],
+                output_text="Answer: 42",
+                num_turns=1,
+                verification=Verification(version, "ok", 0.0, False),
+            )
+        )
+    con = connect(run)
+    try:
+        write_rollouts(con, rollouts)
+    finally:
+        con.close()
+    return run
+
+
+def test_an_agent_run_with_a_few_long_trajectories_opens(
+    honest: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent run whose row group holds more text than a vector may (1.25 shares), in a few
+    long trajectories spread over it, two in each vector: a read holds a quarter of the share
+    at once. Measured per vector from the segments' statistics, it opens; measured per row
+    group, as before, every read refused it."""
+    monkeypatch.setenv("GYMFLOW_ANALYSIS_MEMORY", BOUND)
+    run = _with_long_trajectories(honest, tmp_path / "run", every=SPREAD)
+    connect(run, read_only=True).close()
+    done = gym_in_process("eval", "profile", str(run), cwd=tmp_path)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0 and "memory bound" not in said, said
+
+
+def test_the_same_trajectories_in_one_vector_are_refused(
+    honest: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same ten long trajectories in ten rows in a row: one vector holds 1.25 shares, and
+    every read refuses the store at its open."""
+    monkeypatch.setenv("GYMFLOW_ANALYSIS_MEMORY", BOUND)
+    run = _with_long_trajectories(honest, tmp_path / "run", every=1)
+    digest = tree_digest(run)
+    done = gym_in_process("eval", "profile", str(run), cwd=tmp_path)
+    line = one_error_line(done.stderr)
+    assert done.returncode == 1 and "table rollouts holds" in line, done.stdout + done.stderr
+    assert "which DuckDB reads at once" in line and BOUND in line, line
+    assert tree_digest(run) == digest

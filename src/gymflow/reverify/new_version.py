@@ -404,8 +404,10 @@ def reverify(
         # verdicts judged against edited rollouts (their verdicts deleted or forged), an edited
         # answer key or version row would be sealed: refused (store/sealed_first.py); the check
         # runs under this connection's write lock, so the file this writer then writes may be
-        # recorded as checked (its state and bytes read from the file it has open)
-        was_checked = check_before_writing(con, str(store_path(run_dir)))
+        # recorded as checked (its state and bytes read from the file it has open); under the
+        # analyses' cap, as health's same check: each verdict is read with its rollout, and
+        # under DuckDB's default limit (80% of the machine) that join grew with the store
+        was_checked = memory_capped_call(check_before_writing)(con, str(store_path(run_dir)))
         run = run_info(con)
         if not run.environment:  # an import that was not matched to an environment
             raise ReverifyError(

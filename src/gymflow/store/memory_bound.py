@@ -17,9 +17,9 @@ read takes at most about twice it:
 - What it does not account for: an expression's result over a vector, one per thread DuckDB
   runs (the seal's message), and the reader's Arrow batch and Python values of one vector. So
   the text one vector of a table may hold is the bound over DuckDB's threads plus two (a
-  quarter on 2 cores), from the statistics DuckDB keeps of each column (`check_text_at_once`,
-  on every open, as `stored_values.check_large_text`). Refused at the open, before a value is
-  read.
+  quarter on 2 cores), from the statistics DuckDB keeps of each column and, where those could
+  pass it, of each stored segment, vector by vector (`check_text_at_once`, on every open, as
+  `stored_values.check_large_text`). Refused at the open, before a value is read.
 
 Either refusal is one line naming the store and what passed the bound, a bad-input exit (1),
 nothing written; the store reads with the bound raised."""
@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
 import duckdb
 from duckdb import DuckDBPyConnection
 
+from gymflow.core.config import MAX_TEXT_BYTES
 from gymflow.core.errors import UserError
 
 #: The variable that sets the bound, and the bound without it.
@@ -107,37 +109,85 @@ def check_text_at_once(
     longest value of each (table, column) from DuckDB's statistics (`stored_values.
     longest_texts`, read at every open): a table whose longest values fill a vector within the
     bound costs nothing more (every store the benchmarks write: kilobytes). Only a table they
-    do not is measured, from the statistics of its stored segments (`pragma_storage_info`:
-    each segment's rows and total text bytes, no value read): the most text a row group holds,
-    which holds any vector of it (a segment spans a row group or less). What this trusts is
-    what `check_large_text` trusts: the statistics in the file."""
+    do not is measured, vector by vector, from the statistics of its stored segments
+    (`_most_text_in_a_vector`, no value read). What this trusts is what `check_large_text`
+    trusts: the statistics in the file; and it runs after that check, so no value is longer
+    than `MAX_TEXT_BYTES`."""
     bound = text_at_once_bound(con)
-    tables: dict[str, list[int | None]] = {}
-    for (table, _), length in longest.items():
-        tables.setdefault(table, []).append(length)
-    for table, lengths in tables.items():
+    tables: dict[str, dict[str, int | None]] = {}
+    for (table, column), length in longest.items():
+        tables.setdefault(table, {})[column] = length
+    for table, columns in tables.items():
+        lengths = columns.values()
         if None not in lengths and VECTOR_ROWS * sum(length or 0 for length in lengths) <= bound:
             continue
-        group, held = _most_text_in_a_row_group(con, table)
-        if held > bound:
+        most = _most_text_in_a_vector(con, table, columns)
+        if most.held > bound:
             raise over_memory(
                 where,
-                f"table {table} holds {held:,} bytes of text in row group {group} (DuckDB reads "
-                f"{VECTOR_ROWS:,} rows of it at once; at most {bound:,} fit)",
+                f"table {table} holds {most.held:,} bytes of text (at most, by its statistics) in "
+                f"rows {most.first:,} to {most.first + VECTOR_ROWS - 1:,} of row group "
+                f"{most.group}, which DuckDB reads at once; at most {bound:,} fit",
             )
 
 
-def _most_text_in_a_row_group(con: DuckDBPyConnection, table: str) -> tuple[int, int]:
-    """(row group, bytes of text) of the row group of `table` holding the most text."""
+@dataclass(frozen=True, slots=True)
+class VectorText:
+    """The most text one vector of a table may hold: `held` bytes, in the `VECTOR_ROWS` rows
+    from `first` of row group `group`."""
+
+    group: int
+    first: int
+    held: int
+
+
+#: The most text each vector of a table may hold, by the statistics of the segments it reads
+#: (`pragma_storage_info`: per column, runs of rows each with its row count and the longest,
+#: shortest and total length of its text). A scan reads a row group `VECTOR_ROWS` rows at a
+#: time from its first row, and a segment is a run of rows of one column within a row group
+#: (a block's worth: a few hundred rows of kilobytes, tens of thousands of short ones), so a
+#: vector holds of each segment it overlaps, `k` of its `rows` rows, at most `k` of its longest
+#: values and at most its total less the other rows' shortest (nothing for rows that may be
+#: NULL). An honest store's few long values spread over a row group count once each, where the
+#: row group's total counted them all. A segment with updates keeps the statistics of the rows
+#: before them, so its rows count at the longest value of the column (the table's statistics,
+#: which the updates do keep). $1: the table; $2 and $3: its text columns and their longest.
+_VECTOR_TEXT = f"""
+    WITH longest AS (SELECT unnest($2::VARCHAR[]) AS column_name, unnest($3::BIGINT[]) AS longest),
+    segments AS (
+        SELECT row_group_id AS grp, start, count AS rows, has_updates, longest.longest,
+            TRY_CAST(stats['max_string_length'] AS BIGINT) AS seg_longest,
+            TRY_CAST(stats['min_string_length'] AS BIGINT) AS seg_shortest,
+            TRY_CAST(stats['total_string_length'] AS BIGINT) AS total,
+            coalesce(TRY_CAST(stats['has_null'] AS BOOLEAN), TRUE) AS nulls
+        FROM pragma_storage_info($1) JOIN longest USING (column_name)
+        WHERE segment_type = 'VARCHAR'),
+    shares AS (
+        SELECT *, least(start + rows, first + {VECTOR_ROWS}) - greatest(start, first) AS k
+        FROM (SELECT *, {VECTOR_ROWS} * unnest(range(start // {VECTOR_ROWS},
+                (start + rows - 1) // {VECTOR_ROWS} + 1)) AS first FROM segments))
+    SELECT grp, first, sum(CASE
+        WHEN has_updates OR seg_longest IS NULL OR total IS NULL THEN k * longest
+        ELSE least(k * seg_longest,
+            total - (rows - k) * CASE WHEN nulls THEN 0 ELSE seg_shortest END) END
+    )::BIGINT AS held
+    FROM shares GROUP BY grp, first ORDER BY held DESC, grp, first LIMIT 1
+"""
+
+
+def _most_text_in_a_vector(
+    con: DuckDBPyConnection, table: str, longest: dict[str, int | None]
+) -> VectorText:
+    """The vector of `table` that may hold the most text (`_VECTOR_TEXT`); `longest`: the
+    longest value of each of its text columns by the table's statistics, `MAX_TEXT_BYTES`
+    where they do not say (the open's `check_large_text` read every such value)."""
     database = con.execute("SELECT current_database()").fetchone()
     name = '"{}".main.{}'.format(str(database[0] if database else "").replace('"', '""'), table)
     row = con.execute(
-        "SELECT row_group_id, sum(coalesce(TRY_CAST(stats['total_string_length'] AS BIGINT), 0)) "
-        "AS held FROM pragma_storage_info(?) WHERE segment_type = 'VARCHAR' "
-        "GROUP BY row_group_id ORDER BY held DESC LIMIT 1",
-        [name],
+        _VECTOR_TEXT,
+        [name, list(longest), [MAX_TEXT_BYTES if n is None else n for n in longest.values()]],
     ).fetchone()
-    return (int(row[0]), int(row[1])) if row else (0, 0)
+    return VectorText(int(row[0]), int(row[1]), int(row[2])) if row else VectorText(0, 0, 0)
 
 
 def refused_out_of_memory(where: str, error: duckdb.OutOfMemoryException) -> StoreOverMemory:

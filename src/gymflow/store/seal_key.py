@@ -231,13 +231,15 @@ def sealed(
 ) -> Any:
     """The rows `select` gives (its last column the message, `message_sql` AS `MESSAGE`) with
     the message replaced by its seal, as Arrow (`seal`), read batch by batch; None for no rows.
-    The key stays in this process: DuckDB gets the seals, never what makes them. A
-    `pyarrow.Table` or None (`Any`: pyarrow has no type stubs)."""
+    The key stays in this process: DuckDB gets the seals, never what makes them. The other
+    columns are copied out of each batch: a column of a batch DuckDB gave keeps the whole
+    batch alive, the messages too (a million verdicts' held 0.85 GiB until the last was
+    sealed). A `pyarrow.Table` or None (`Any`: pyarrow has no type stubs)."""
     sealer = key.sealer
     parts: list[Any] = []
     for batch in batches(con, select, params):
         at = batch.schema.get_field_index(MESSAGE)
-        columns = [batch.column(i) for i in range(batch.num_columns) if i != at]
+        columns = [pa.concat_arrays([batch.column(i)]) for i in range(batch.num_columns) if i != at]
         names = [name for i, name in enumerate(batch.schema.names) if i != at]
         parts.append(pa.table([*columns, sealer.seals(batch.column(at))], [*names, "seal"]))
     return pa.concat_tables(parts) if parts else None

@@ -145,6 +145,8 @@ VERDICT_COLUMNS = tuple(name for name in COLUMNS["verifications"] if name != "se
 _VERDICTS = ", ".join(VERDICT_COLUMNS)
 #: The temporary table a reverify stages its verdicts in (`stage_verdicts`).
 STAGED_VERDICTS = "verdicts_staged"
+#: A staged verdict's row in `STAGED_VERDICTS` (its `rowid`), beside its seal.
+STAGED_ROW = "staged_row"
 
 
 #: The message of each verdict given as column lists (`insert_verdicts`), beside its rollout id.
@@ -195,21 +197,23 @@ def insert_verdicts(
     folded_in(con, key, VERDICTS, fold)  # the verdict set's record
 
 
-def _insert_sealed(con: duckdb.DuckDBPyConnection, key: SealKey, verdicts: Any) -> None:
-    """Insert sealed verdicts (`seal.sealed`: the verdict columns and `seal`, as Arrow), their
-    seals folded into the verdict set's record (`sealed_rows.VERDICTS`)."""
-    if verdicts is None:
+def _insert_sealed(con: duckdb.DuckDBPyConnection, key: SealKey, seals: Any) -> None:
+    """Insert staged verdicts with their seals (`seal.sealed`: `STAGED_ROW`, the staged
+    verdict's row, and `seal`, as Arrow), folded into the verdict set's record
+    (`sealed_rows.VERDICTS`)."""
+    if seals is None:
         return
-    con.register("verdicts_sealed", verdicts)
+    con.register("verdicts_sealed", seals)
     try:
         con.execute(
             f"INSERT INTO verifications ({_VERDICTS}, seal) "
-            f"SELECT {_VERDICTS}, seal FROM verdicts_sealed"
+            f"SELECT {', '.join(f's.{name}' for name in VERDICT_COLUMNS)}, x.seal "
+            f"FROM verdicts_sealed x JOIN {STAGED_VERDICTS} s ON s.rowid = x.{STAGED_ROW}"
         )
     finally:
         con.unregister("verdicts_sealed")
     fold = Fold()
-    fold.add_seals(verdicts.column("seal"))
+    fold.add_seals(seals.column("seal"))
     folded_in(con, key, VERDICTS, fold)
 
 
@@ -258,11 +262,13 @@ def insert_staged(con) -> int:
     """Store the staged verdicts, each sealed over its rollout as stored, a part of at most
     about `SEAL_PART` verdicts per statement (by a hash of the rollout id, so a part joins only
     its own rollouts; one pass over the rollouts per part however many batches were staged);
-    returns how many."""
+    returns how many. Only each verdict's staged row and seal come out of DuckDB and back: a
+    part's verdicts read out whole with their seals held 0.85 GiB at a million (the messages
+    too, `seal_key.sealed`), and held a part's verdicts, whose details may be a judge's
+    kilobytes; 44 bytes a verdict do not depend on what it says."""
     key = claim(con, _database_path(con))
     _staging(con)
     staged = con.execute(f"SELECT count(*) FROM {STAGED_VERDICTS}").fetchone()[0]
-    s_columns = ", ".join(f"s.{name}" for name in VERDICT_COLUMNS)
     parts = -(-staged // SEAL_PART) or 1
     for part in range(parts):
         mine = f"hash(rollout_id) % {parts} = {part}"
@@ -272,8 +278,8 @@ def insert_staged(con) -> int:
             sealed(
                 con,
                 key,
-                f"SELECT {s_columns}, {message_sql('s', 'r')} AS {MESSAGE} "
-                f"FROM (SELECT * FROM {STAGED_VERDICTS} WHERE {mine}) s "
+                f"SELECT s.{STAGED_ROW}, {message_sql('s', 'r')} AS {MESSAGE} "
+                f"FROM (SELECT rowid AS {STAGED_ROW}, * FROM {STAGED_VERDICTS} WHERE {mine}) s "
                 f"LEFT JOIN (SELECT * FROM rollouts WHERE {mine}) r "
                 "ON r.rollout_id = s.rollout_id",
             ),
