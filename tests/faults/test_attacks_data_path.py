@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -172,6 +173,13 @@ def test_a_child_process_environment_holds_no_key_the_user_did_not_pass(
 
 
 def _environ(pid: int) -> dict[str, str]:
+    """The environment process `pid` was started with, once it runs its own command: read while
+    it is still this process's fork, or inside its `execve` (the new image's environment not yet
+    laid out), /proc shows ours or nothing (a CI run at load 14 read nothing)."""
+    ours, deadline = Path("/proc/self/cmdline").read_bytes(), time.monotonic() + 30
+    while Path(f"/proc/{pid}/cmdline").read_bytes() in (b"", ours):
+        assert time.monotonic() < deadline, f"process {pid} did not start its command in 30 s"
+        time.sleep(0.01)
     raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
     pairs = [item.partition("=") for item in raw if item]
     return {name: value for name, _, value in pairs}
