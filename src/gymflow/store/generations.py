@@ -43,7 +43,7 @@ import hashlib
 import os
 import stat
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -244,7 +244,7 @@ def _write(con: DuckDBPyConnection, key: SealKey, pending: _Pending) -> None:
     # record (a copy made by hand, first written at its new path: its history and the
     # original's part here, so neither can be put in the other's place)
     held = stored.get(STORE_ID_KEY)
-    if pending.fresh or held is None or held != recorded_store(key, pending.names).store_id:
+    if pending.fresh or held is None or (held,) != recorded_store(key, pending.names).store_ids:
         stored[STORE_ID_KEY] = new_store_id()
         con.execute(
             "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -282,6 +282,10 @@ class Recorded:
 
     number: int
     store_id: str | None = None
+    #: every store id recorded at the names a store is reached by (`recorded_store`: its path as
+    #: named and as it resolves), distinct, as named first: the store must be the one recorded
+    #: at each (`store_ids.another_store`)
+    store_ids: tuple[str, ...] = ()
 
 
 def _read(file: Path, path: str) -> Recorded:
@@ -304,7 +308,8 @@ def _read(file: Path, path: str) -> Recorded:
     number, _, store_id = head.partition(":")
     if named != path or not number.isdigit() or len(number) > _MAX_DIGITS:
         return Recorded(0)
-    return Recorded(int(number), store_id if is_store_id(store_id) else None)
+    found = store_id if is_store_id(store_id) else None
+    return Recorded(int(number), found, (found,) if found else ())
 
 
 def _record(key_id: str, path: str, record: Recorded) -> None:
@@ -328,9 +333,14 @@ def recorded(key: SealKey, names: tuple[str, ...]) -> int:
 
 def recorded_store(key: SealKey, names: tuple[str, ...]) -> Recorded:
     """What this machine's writers recorded for the store at any of `names` (the names of one
-    path: the record with the highest generation)."""
+    path): the record with the highest generation, with the ids recorded at every name. A link
+    put at a sealed store's path names two paths: the record of the one it points to (another
+    of the owner's stores, its generation raised by a routine writer) outvoted the path's own,
+    and the link read as the run sealed there (attacker's pass 9, A1)."""
     found = [_read(_file(key.key_id, name), name) for name in names]
-    return max(found, key=lambda record: record.number, default=Recorded(0))
+    best = max(found, key=lambda record: record.number, default=Recorded(0))
+    ids = tuple(dict.fromkeys(i for record in found for i in record.store_ids))
+    return replace(best, store_ids=ids)
 
 
 def recorded_at(key: SealKey, path: Path | str) -> int:

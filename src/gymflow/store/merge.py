@@ -182,7 +182,7 @@ def _check_shard_generation(
         generation=read_generation(con, key).number,
         generation_recorded=at_path.number,
         store_id=stored_store_id(con),
-        store_id_recorded=at_path.store_id,
+        store_ids_recorded=at_path.store_ids,
     )
     if found.rolled_back:
         raise StoreError(f"{shard}: refused: {older_state(found)}; nothing merged")

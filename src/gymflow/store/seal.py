@@ -121,17 +121,18 @@ class StoreSeal:
     generation_sealed: bool | None = None
     #: the highest generation this machine's writers took the store at its path to (0: none)
     generation_recorded: int = 0
-    #: the store's id, and the one recorded with `generation_recorded` (`store_ids.py`; None:
-    #: none, as in a store or a record from before ids)
+    #: the store's id (`store_ids.py`; None: none, as in a store from before ids), and the ids
+    #: recorded at each name its path is reached by (`generations.Recorded.store_ids`; none: no
+    #: record, or records from before ids)
     store_id: str | None = None
-    store_id_recorded: str | None = None
+    store_ids_recorded: tuple[str, ...] = ()
 
     @property
     def another_store(self) -> bool:
         """Another store than the one this machine's writers last took its path to was put
         there (`store_ids.another_store`)."""
         return self.state == "sealed" and another_store(
-            self.store_id, self.store_id_recorded, self.generation_recorded
+            self.store_id, self.store_ids_recorded, self.generation_recorded
         )
 
     @property
@@ -425,7 +426,7 @@ def older_state(found: StoreSeal) -> str:
     naming both generations (its caller names the path), or another store put there whose
     generation is not below (which only its id shows), naming both ids."""
     if found.another_store and found.generation >= found.generation_recorded:
-        return another_store_message(found.store_id, found.store_id_recorded)
+        return another_store_message(found.store_id, found.store_ids_recorded)
     if not found.rolled_back:
         return GENERATION_EDITED
     return (
@@ -621,7 +622,7 @@ def armed_state(
         generation_sealed=generation_sealed,
         generation_recorded=at_path.number,
         store_id=stored_store_id(con),
-        store_id_recorded=at_path.store_id,
+        store_ids_recorded=at_path.store_ids,
     ), key
 
 

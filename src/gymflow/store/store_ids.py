@@ -57,22 +57,30 @@ def stored_store_id(con: DuckDBPyConnection) -> str | None:
     return str(row[0]) if row is not None and is_store_id(str(row[0])) else None
 
 
-def another_store(found: str | None, recorded: str | None, generation_recorded: int) -> bool:
+def another_store(found: str | None, recorded: tuple[str, ...], generation_recorded: int) -> bool:
     """Whether a store holding id `found` is another store than the one this machine's writers
-    recorded at its path (`recorded`, with the path's generation `generation_recorded`): its id
-    is not the one recorded there; or it holds one where the path was written to before ids
-    existed (it was drawn, and recorded, at another path)."""
-    if recorded is not None:
-        return found != recorded
+    recorded at its path (`recorded`: the ids recorded at each name it is reached by, its path
+    as named and as it resolves; `generation_recorded`: the path's generation): its id is not
+    the one recorded at every name (a link put at a sealed store's path to another store names
+    two, and the store can be only one of them); or it holds one where the path was written to
+    before ids existed (it was drawn, and recorded, at another path)."""
+    if recorded:
+        return any(found != each for each in recorded)
     return found is not None and generation_recorded > 0
 
 
-def another_store_message(found: str | None, recorded: str | None) -> str:
+def another_store_message(found: str | None, recorded: tuple[str, ...]) -> str:
     """What a store refused by `another_store` is (its caller names the path)."""
-    expected = recorded or "none: written before store ids"
+    if len(recorded) > 1:
+        expected = (
+            f"{' and '.join(recorded)} at the names this path is reached by (a link: as named "
+            "and as it resolves)"
+        )
+    else:
+        expected = (recorded[0] if recorded else "none: written before store ids") + " here"
     return (
-        f"another store put at this path: this machine's writers recorded store id {expected} "
-        f"here, and this store holds {found or 'none'} (a copy of another run's or an earlier "
-        "store, e.g. by `cp`); put the store that was here back, or move this one to a folder "
-        "of its own (it opens there, and is not counted in that root's history)"
+        f"another store put at this path: this machine's writers recorded store id {expected}, "
+        f"and this store holds {found or 'none'} (a copy of another run's or an earlier "
+        "store, e.g. by `cp` or a link); put the store that was here back, or move this one to a "
+        "folder of its own (it opens there, and is not counted in that root's history)"
     )

@@ -1,0 +1,71 @@
+"""A link put at a sealed store's path to another of the owner's stores (attacker's pass 9, A1).
+
+A store is known by two names when it is reached through a link (its path as named and as it
+resolves), and the ledgers list it by both. Its identity was checked against one record among
+them, the one with the highest generation: a link from the nightly baseline's store to a weak
+experiment whose generation a routine `reverify --set` had raised above the baseline's made the
+experiment's record the one compared, and the link read as the run sealed there. On main, with
+the simulated policy here (15 tasks): `gym runs gate` on tonight's run went from "FAILED: vs
+baseline: -53.3 points" (exit 2) to "passed: +26.7 points" (exit 0), the baseline "healthy",
+`reverify --check` clean; no bytes copied, no key.
+
+Now a store must be the one recorded at every name it is reached by (`store_ids.
+another_store`): the link is another store at the baseline's path, `seal_rolled_back`. A link
+of the owner's own to a run, at a path no writer recorded, still opens."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import gym, gym_in_process
+from tests.faults.stores import tree_digest
+from tests.faults.test_attacks_store_identity import _gate, _generation, _health, _pass1, _run
+
+
+@pytest.mark.parametrize("linked", ["file", "folder"])
+def test_a_link_to_another_sealed_store_at_the_baselines_path_is_refused(
+    tmp_path: Path, linked: str
+) -> None:
+    weak = _run(tmp_path / "experiments" / "weak", 0.2)
+    n1 = _run(tmp_path / "nightly" / "n1", 0.9)
+    n2 = _run(tmp_path / "nightly" / "n2", 0.5)
+    weak_pass, good, tonight = _pass1(weak, tmp_path), _pass1(n1, tmp_path), _pass1(n2, tmp_path)
+    assert weak_pass < tonight < good, (weak_pass, tonight, good)
+    code, said = _gate(n2, tmp_path)
+    assert code == 2 and said.startswith("regression gate FAILED: vs baseline: -"), said
+    # the owner's routine what-if raises the experiment's generation above the baseline's
+    gym_in_process("eval", "reverify", str(weak), "--set", "extract=last_number", cwd=tmp_path)
+    assert _generation(weak) > _generation(n1)
+    stored = tree_digest(weak)
+
+    # the attacker, who writes nightly/: the baseline's store (or folder) becomes a link
+    if linked == "file":
+        os.replace(n1 / "gymflow.duckdb", n1 / ".aside.duckdb")
+        (n1 / "gate.json").unlink(missing_ok=True)
+        (n1 / "gymflow.duckdb").symlink_to(weak / "gymflow.duckdb")
+    else:
+        os.replace(n1, n1.with_name(".n1-aside"))
+        n1.symlink_to(weak, target_is_directory=True)
+
+    assert _pass1(n1, tmp_path) == weak_pass  # the experiment's numbers under the baseline's name
+    assert _health(n1, tmp_path) == (2, "unhealthy", ["seal_rolled_back"])
+    assert gym("eval", "reverify", str(n1), "--check", cwd=tmp_path).returncode == 2
+    if linked == "file":  # a linked folder is not walked into: the root lost its baseline (A3)
+        code, said = _gate(n2, tmp_path)
+        assert code == 2 and said.startswith("regression gate FAILED"), said
+        assert "passed" not in said.split(":")[0] and "seal_rolled_back" in said, said
+    # the experiment itself, at its own path, is untouched and opens
+    assert _health(weak, tmp_path) == (0, "healthy", [])
+    assert tree_digest(weak) == stored
+
+
+def test_the_owners_own_link_to_a_run_opens(tmp_path: Path) -> None:
+    """A link at a path no writer recorded (`latest` -> a run) is the run it points to."""
+    run = _run(tmp_path / "nightly" / "n1", 0.9)
+    latest = tmp_path / "latest"
+    latest.symlink_to(run, target_is_directory=True)
+    assert _health(latest, tmp_path) == (0, "healthy", [])
+    assert _pass1(latest, tmp_path) == _pass1(run, tmp_path)
