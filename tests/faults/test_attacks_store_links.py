@@ -69,3 +69,28 @@ def test_the_owners_own_link_to_a_run_opens(tmp_path: Path) -> None:
     latest.symlink_to(run, target_is_directory=True)
     assert _health(latest, tmp_path) == (0, "healthy", [])
     assert _pass1(latest, tmp_path) == _pass1(run, tmp_path)
+
+
+def test_a_copy_or_link_put_into_the_root_is_not_a_night_of_its_trend(tmp_path: Path) -> None:
+    """`gym runs trend` reads the root's history as the gate does (attacker's pass 9, A2): on
+    main the owner's weak experiment copied (or linked) into the nightly root was drawn as a
+    night, 20% among 100% and 47%, with nothing left out; the gate left it out."""
+    import json
+    import shutil
+
+    weak = _run(tmp_path / "experiments" / "weak", 0.2)
+    n1 = _run(tmp_path / "nightly" / "n1", 0.9)
+    n2 = _run(tmp_path / "nightly" / "n2", 0.5)
+    copied, linked = tmp_path / "nightly" / "n0", tmp_path / "nightly" / "n0-link"
+    copied.mkdir()
+    shutil.copyfile(weak / "gymflow.duckdb", copied / "gymflow.duckdb")  # the attacker
+    linked.mkdir()
+    (linked / "gymflow.duckdb").symlink_to(weak / "gymflow.duckdb")
+    done = gym_in_process(
+        "runs", "trend", "arithmetic-smoke", "--root", str(n1.parent), "--json", cwd=tmp_path
+    )
+    trend = json.loads(done.stdout)
+    assert [run["run_dir"] for run in trend["runs"]] == [str(n1), str(n2)]
+    left = {item["run_dir"]: item["why"] for item in trend["left_out"]}
+    assert set(left) == {str(copied), str(linked)}, left
+    assert all("not sealed at this path" in why for why in left.values()), left

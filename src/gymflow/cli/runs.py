@@ -124,22 +124,33 @@ def runs_trend(
     of different models, harnesses, prompts or sampling are different policies: the trend says
     which it mixes; --model and --arm narrow it."""
     from gymflow.history.catalog import mixed_factors, refresh
+    from gymflow.history.counted import sealed_here
     from gymflow.reports.history import write_trend_report
 
     catalog = refresh(root)
     found = catalog.of_benchmark(benchmark, model=model, arm=arm)
-    # a run whose seals fail is left out of the trend, never drawn with its stored numbers
+    # a run whose seals fail is left out of the trend, never drawn with its stored numbers;
+    # so is one not sealed where it is (a copy or link put into the root), as the gate does
     left_out = [e for e in found if e.seals == "edited"]
-    entries = [e for e in found if e.seals != "edited"]
+    here = sealed_here([e for e in found if e.seals != "edited"])
+    entries = here.runs
     for e in left_out:
         errors.print(styled(("left out:", "bold yellow")), _edited(e), highlight=False)
+    for left in here.left_out:
+        errors.print(styled(("left out:", "bold yellow")), _shown(left.entry.run_dir),
+                     f"({left.why})", highlight=False)  # fmt: skip
     for run_dir, why in catalog.skipped:  # a store that cannot be read never stops the trend
         errors.print(styled(("skipped:", "bold yellow")), f"{_shown(run_dir)}: {why}")
     if not entries:
         narrowed = "".join(
             f" with {flag} {value}" for flag, value in (("--model", model), ("--arm", arm)) if value
         )
-        unread = f" whose seals hold ({len(left_out)} fail)" if left_out else ""
+        unread = " and".join(
+            [
+                *([f" whose seals hold ({len(left_out)} fail)"] if left_out else []),
+                *([f" sealed where it is ({len(here.left_out)} not)"] if here.left_out else []),
+            ]
+        )
         fail(f"no run of {benchmark!r}{unread} under {root}{narrowed}")
     mixed = mixed_factors(entries)
     path = write_trend_report(
@@ -153,7 +164,11 @@ def runs_trend(
                 "mixed": mixed,
                 "runs": [asdict(e) for e in entries],
                 "left_out": [
-                    {"run_dir": e.run_dir, "why": f"seals fail: {e.seals_edited}"} for e in left_out
+                    *(
+                        {"run_dir": e.run_dir, "why": f"seals fail: {e.seals_edited}"}
+                        for e in left_out
+                    ),
+                    *({"run_dir": x.entry.run_dir, "why": x.why} for x in here.left_out),
                 ],
                 "skipped": [{"run_dir": d, "why": why} for d, why in catalog.skipped],
             }
