@@ -52,6 +52,8 @@ def test_a_link_to_another_sealed_store_at_the_baselines_path_is_refused(
 
     assert _pass1(n1, tmp_path) == weak_pass  # the experiment's numbers under the baseline's name
     assert _health(n1, tmp_path) == (2, "unhealthy", ["seal_rolled_back"])
+    said = " ".join(gym("eval", "health", str(n1), cwd=tmp_path).stdout.split())
+    assert f"{n1 / 'gymflow.duckdb'}: another store put at this path" in said, said
     assert gym("eval", "reverify", str(n1), "--check", cwd=tmp_path).returncode == 2
     if linked == "file":  # a linked folder is not walked into: the root lost its baseline (A3)
         code, said = _gate(n2, tmp_path)

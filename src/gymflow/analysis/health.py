@@ -27,11 +27,11 @@ from gymflow.analysis.results import Health
 from gymflow.core.errors import UserError
 from gymflow.store.checked_stores import check_seals_once
 from gymflow.store.db import first_sql, memory_capped_call
+from gymflow.store.named_paths import store_names
 from gymflow.store.queries.rollouts import health_verdicts_sql, stored_count
 from gymflow.store.queries.tasks import task_count
 from gymflow.store.runs import max_repeats
 from gymflow.store.seal import SealCheck, StoreSeal, older_state
-from gymflow.store.sealed_stores import store_file
 
 
 class UnknownCheck(UserError, ValueError):
@@ -225,10 +225,11 @@ def health(
 
 
 def _seal_notes(con, sealed: StoreSeal) -> list[str]:
-    """What the seals say that no count shows, one line each, naming the store."""
+    """What the seals say that no count shows, one line each, naming the store by the path it
+    was opened at (a link at a run's path to another store named that store's own path)."""
     if not sealed.older_state:
         return []
-    return [f"{store_file(con) or 'the store'}: {older_state(sealed)}"]
+    return [f"{next(iter(store_names(con)), 'the store')}: {older_state(sealed)}"]
 
 
 def rollout_verdicts(
