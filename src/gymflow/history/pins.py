@@ -187,10 +187,9 @@ def found_at(run_dir: str, store_id: str, generation: int) -> Found:
         return Found(held_id, f"an older state of it (generation {number}, pinned at {generation})")
     key = load_key(create=False)
     recorded = recorded_store_at(key, store) if key is not None else None
-    if recorded is not None and another_store(held_id, recorded.store_id, recorded.number):
-        return Found(
-            held_id, f"this machine's writers recorded store id {recorded.store_id} there since"
-        )
+    if recorded is not None and another_store(held_id, recorded.store_ids, recorded.number):
+        ids = " and ".join(recorded.store_ids) or "none"
+        return Found(held_id, f"this machine's writers recorded store id {ids} there since")
     return Found(held_id)
 
 
@@ -300,12 +299,13 @@ def record_pin(root: Path, baseline: Path) -> tuple[Pin, Pinned]:
             f"gymflow write gives it one (e.g. `gym eval use-version {baseline} VERSION` with "
             "the version it is read under now)"
         )
-    recorded = recorded_store_at(key, store).store_id
-    if recorded != held_id:
+    # recorded at each name the path is reached by (a link: as named and as it resolves)
+    recorded = recorded_store_at(key, store)
+    if not recorded.store_ids or another_store(held_id, recorded.store_ids, recorded.number):
         raise PinError(
             f"{store}: not pinned: this machine's writers recorded store id "
-            f"{recorded or 'none'} at this path, and it holds {held_id} (a copy made by hand, "
-            "or another's run): pin a run where gymflow wrote it"
+            f"{' and '.join(recorded.store_ids) or 'none'} at this path, and it holds {held_id} "
+            "(a copy made by hand, or another's run): pin a run where gymflow wrote it"
         )
     before = read_pin(root)
     now = datetime.now(UTC).isoformat(timespec="seconds")
