@@ -4,4 +4,4 @@ Cut-off: reads stores and the catalog; no Prefect. Tier 4."""
 
 __tier__ = 4
 
-__all__ = ["catalog", "gate", "pins"]
+__all__ = ["catalog", "counted", "gate", "pins"]
