@@ -70,7 +70,10 @@ def _copy_over(source: Path, run: Path) -> None:
     (run / "gate.json").unlink(missing_ok=True)
 
 
-def test_another_sealed_store_copied_over_the_baseline_is_refused(tmp_path: Path) -> None:
+def owners_runs(tmp_path: Path) -> tuple[Path, Path, Path, float]:
+    """The owner's weak experiment and two nights (a good baseline n1, tonight's n2, whose gate
+    fails), then the owner's routine what-if on the experiment, which raises its generation to
+    the baseline's or past it: (weak, n1, n2, the experiment's pass@1)."""
     weak = _run(tmp_path / "experiments" / "weak", 0.2)
     n1 = _run(tmp_path / "nightly" / "n1", 0.9)
     n2 = _run(tmp_path / "nightly" / "n2", 0.5)
@@ -78,9 +81,13 @@ def test_another_sealed_store_copied_over_the_baseline_is_refused(tmp_path: Path
     assert weak_pass < tonight < good, (weak_pass, tonight, good)
     code, said = _gate(n2, tmp_path)
     assert code == 2 and said.startswith("regression gate FAILED: vs baseline: -"), said
-    # the owner's routine what-if raises the experiment's generation to the baseline's
     gym_in_process("eval", "reverify", str(weak), "--set", "extract=last_number", cwd=tmp_path)
     assert _generation(weak) >= _generation(n1)
+    return weak, n1, n2, weak_pass
+
+
+def test_another_sealed_store_copied_over_the_baseline_is_refused(tmp_path: Path) -> None:
+    weak, n1, n2, weak_pass = owners_runs(tmp_path)
 
     _copy_over(weak, n1)  # the attacker: one `cp`, no key
     stored = tree_digest(n1)

@@ -22,23 +22,22 @@ import pytest
 
 from tests.conftest import gym, gym_in_process
 from tests.faults.stores import tree_digest
-from tests.faults.test_attacks_store_identity import _gate, _generation, _health, _pass1, _run
+from tests.faults.test_attacks_store_identity import (
+    _gate,
+    _generation,
+    _health,
+    _pass1,
+    _run,
+    owners_runs,
+)
 
 
 @pytest.mark.parametrize("linked", ["file", "folder"])
 def test_a_link_to_another_sealed_store_at_the_baselines_path_is_refused(
     tmp_path: Path, linked: str
 ) -> None:
-    weak = _run(tmp_path / "experiments" / "weak", 0.2)
-    n1 = _run(tmp_path / "nightly" / "n1", 0.9)
-    n2 = _run(tmp_path / "nightly" / "n2", 0.5)
-    weak_pass, good, tonight = _pass1(weak, tmp_path), _pass1(n1, tmp_path), _pass1(n2, tmp_path)
-    assert weak_pass < tonight < good, (weak_pass, tonight, good)
-    code, said = _gate(n2, tmp_path)
-    assert code == 2 and said.startswith("regression gate FAILED: vs baseline: -"), said
-    # the owner's routine what-if raises the experiment's generation above the baseline's
-    gym_in_process("eval", "reverify", str(weak), "--set", "extract=last_number", cwd=tmp_path)
-    assert _generation(weak) > _generation(n1)
+    weak, n1, n2, weak_pass = owners_runs(tmp_path)
+    assert _generation(weak) > _generation(n1)  # above: the link's record outvoted n1's
     stored = tree_digest(weak)
 
     # the attacker, who writes nightly/: the baseline's store (or folder) becomes a link
