@@ -288,12 +288,12 @@ class Recorded:
     store_ids: tuple[str, ...] = ()
 
 
-def _read(file: Path, path: str) -> Recorded:
-    """What `file` records for the store at `path`: `number[:store id]<TAB>path`."""
+def _parse(file: Path) -> tuple[Recorded, str]:
+    """What `file` records, `number[:store id]<TAB>path`, and the path it names ("": none)."""
     try:
         fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
-        return Recorded(0)
+        return Recorded(0), ""
     except OSError as exc:
         raise GenerationsError(f"{file}: cannot read the store's generation: {exc}") from None
     with os.fdopen(fd, encoding="utf-8", errors="replace") as opened:
@@ -306,10 +306,16 @@ def _read(file: Path, path: str) -> Recorded:
             raise GenerationsError(f"{file}: writable by others or not this user's; refused")
         head, _, named = opened.read(4096).rstrip("\n").partition("\t")
     number, _, store_id = head.partition(":")
-    if named != path or not number.isdigit() or len(number) > _MAX_DIGITS:
-        return Recorded(0)
+    if not number.isdigit() or len(number) > _MAX_DIGITS:
+        return Recorded(0), ""
     found = store_id if is_store_id(store_id) else None
-    return Recorded(int(number), found, (found,) if found else ())
+    return Recorded(int(number), found, (found,) if found else ()), named
+
+
+def _read(file: Path, path: str) -> Recorded:
+    """What `file` records for the store at `path` (nothing, if it names another path)."""
+    record, named = _parse(file)
+    return record if named == path else Recorded(0)
 
 
 def _record(key_id: str, path: str, record: Recorded) -> None:
@@ -341,6 +347,24 @@ def recorded_store(key: SealKey, names: tuple[str, ...]) -> Recorded:
     best = max(found, key=lambda record: record.number, default=Recorded(0))
     ids = tuple(dict.fromkeys(i for record in found for i in record.store_ids))
     return replace(best, store_ids=ids)
+
+
+def recorded_elsewhere(key: SealKey, store_id: str, names: tuple[str, ...]) -> list[str]:
+    """The store paths, other than `names`, at which this machine's writers last recorded the
+    store `store_id`: a scan of the key's records, asked only of a run continued at a path that
+    has no record of its own (`store/runs.py`)."""
+    records = folder()
+    if not records.is_dir():
+        return []
+    found: list[str] = []
+    for file in sorted(records.iterdir()):
+        if file.name.startswith("."):  # a record being written (`write_private`)
+            continue
+        record, named = _parse(file)
+        mine = named and _file(key.key_id, named) == file  # this key's record of that path
+        if mine and named not in names and store_id in record.store_ids:
+            found.append(named)
+    return found
 
 
 def recorded_at(key: SealKey, path: Path | str) -> int:

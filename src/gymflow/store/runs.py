@@ -3,6 +3,7 @@ from the caller (a plan's, `rollouts/registration.py`): the store resolves no co
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
@@ -10,12 +11,16 @@ from typing import Any
 
 import duckdb
 
-from gymflow.core.errors import option
-from gymflow.store.db import StoreError, store_path, transaction
+from gymflow.core.errors import GymflowError, option
+from gymflow.store.db import StoreError, connect, store_path, transaction
+from gymflow.store.generations import recorded_elsewhere, recorded_store_at
 from gymflow.store.handle import Connection, one_row
+from gymflow.store.named_paths import path_names
 from gymflow.store.schema import COLUMNS
 from gymflow.store.seal import claim, seal_tasks
-from gymflow.store.sealed_first import check_before_writing
+from gymflow.store.seal_key import load_key
+from gymflow.store.sealed_first import SealsBroken, check_before_writing
+from gymflow.store.store_ids import stored_store_id
 from gymflow.store.writer import insert_rows
 
 #: A rollout's place in its run: (task_id, repeat_index).
@@ -23,7 +28,12 @@ RolloutKey = tuple[str, int]
 
 
 def check_run_store(
-    con, run_dir: Path | str, run_id: str, *, resume: bool, benchmark_version: str | None = None
+    con: duckdb.DuckDBPyConnection,
+    run_dir: Path | str,
+    run_id: str,
+    *,
+    resume: bool,
+    benchmark_version: str | None = None,
 ) -> None:
     """A store holds one run: another config is refused, and so are this run's stored rollouts
     unless resuming (so a second `gym eval run` never silently mixes into the first), and so is
@@ -42,11 +52,44 @@ def check_run_store(
             f"benchmark is now version {benchmark_version} (its dataset or protocol changed); "
             f"choose another run folder ({option('out')})"
         )
-    if not resume and con.execute("SELECT count(*) FROM rollouts").fetchone()[0] > 0:
+    if not resume and one_row(con, "SELECT count(*) FROM rollouts")[0] > 0:
         raise StoreError(
             f"{run_dir}: already holds rollouts of this run; continue it ({option('resume')}) "
             f"or choose another run folder ({option('out')})"
         )
+    if resume:
+        _collected_here(con, run_dir)
+
+
+def _collected_here(con: duckdb.DuckDBPyConnection, run_dir: Path | str) -> None:
+    """A store continued at `run_dir` is the one this machine's writers left there, or one they
+    never recorded (a store moved here, a retry on another worker of a pool): a copy of a run
+    that is still where it was collected is refused. Continued, the copy of last night's store
+    put at tonight's `--out` before the nightly run read as tonight's run, no model called, its
+    path then recorded as the run's (attacker's pass 9, A4)."""
+    key, held = load_key(create=False), stored_store_id(con)
+    store = store_path(run_dir)
+    if key is None or held is None or recorded_store_at(key, store).store_ids:
+        return  # the path's own record decides (the open's `another_store`)
+    for elsewhere in recorded_elsewhere(key, held, path_names(store)):
+        if _store_id_at(elsewhere) == held:
+            raise SealsBroken(
+                f"{run_dir}: not continued: it holds the store collected at {elsewhere} (store "
+                f"id {held}), which is still there: a copy, not a run this machine collected "
+                f"here; collect into another run folder ({option('out')}), or move the copy "
+                "away; nothing was written"
+            )
+
+
+def _store_id_at(path: str) -> str | None:
+    """The id of the store at `path` (None: none there, or it cannot be read)."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with connect(path, read_only=True) as other:
+            return stored_store_id(other)
+    except (GymflowError, duckdb.Error):
+        return None
 
 
 def record_run(
