@@ -155,3 +155,27 @@ def test_another_users_prefect_home_is_refused(tmp_path) -> None:
         assert f"PREFECT_HOME {home} belongs to uid 12345" in line, line
     assert list(home.iterdir()) == []
     assert not (tmp_path / "r").exists()
+
+
+def test_a_server_is_recorded_as_the_command_it_runs_not_its_exec(
+    sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Popen returns once the child's `execve` has closed its close-on-exec files, before the
+    new image's command line is laid out: /proc shows none then. A record read in that window
+    held an empty command line, and every later command took the live server for another
+    process (a CI run under load ran its flows without the report server). Here /proc shows
+    none for the first three reads."""
+    real, seen = local_prefect.identity, []
+
+    def mid_exec(pid: int) -> tuple[int, list[str]] | None:
+        found = real(pid)
+        seen.append(pid)
+        if pid == sleeper.pid and found is not None and seen.count(pid) <= 3:
+            return found[0], []
+        return found
+
+    monkeypatch.setattr(local_prefect, "identity", mid_exec)
+    record = local_prefect._recorded(sleeper, "http://127.0.0.1:1")
+    assert record.cmdline == ["sleep", "600"] and seen.count(sleeper.pid) == 4, (record, seen)
+    monkeypatch.undo()
+    assert record.why_not() is None

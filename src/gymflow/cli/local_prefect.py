@@ -346,10 +346,20 @@ def _spawn(command: list[str], log: Path) -> subprocess.Popen[bytes]:
 
 
 def _recorded(process: subprocess.Popen[bytes], url: str) -> Recorded:
-    found = identity(process.pid)
-    if found is None:
-        raise RuntimeFailure(f"a local server process ended as it started ({process.args})")
-    return Recorded(process.pid, found[0], found[1], url)
+    """The record of `process` (its start time and command line) once it runs its own command:
+    read while it is still this process's fork, or inside its `execve`, /proc shows this
+    process's command line or none, and every later command took the server for another
+    process and ran without it (a CI run at load 4: report links were file paths)."""
+    ours, deadline = identity(os.getpid()), time.monotonic() + 30
+    while True:
+        found = identity(process.pid)
+        if found is None:
+            raise RuntimeFailure(f"a local server process ended as it started ({process.args})")
+        if found[1] and (ours is None or found[1] != ours[1]):
+            return Recorded(process.pid, found[0], found[1], url)
+        if time.monotonic() > deadline:
+            raise RuntimeFailure(f"a local server process did not start in 30 s ({process.args})")
+        time.sleep(0.01)
 
 
 def _start_reports(home: Path, root: str) -> Recorded:
