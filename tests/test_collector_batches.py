@@ -142,7 +142,13 @@ def test_full_groups_commit_at_most_once_a_spacing(tmp_path: Path, monkeypatch) 
     # a writer that never keeps a group waiting
     monkeypatch.setattr(collect, "write_rollouts", lambda _con, batch: len(batch))
     monkeypatch.setattr(collect._Committer, "commit", commit)
-    plan = _plan(tmp_path / "run", repeats=40, concurrency=64)
+    # each call takes 50 ms, so 64 at a time fill a group at most every 0.16 s and the run
+    # outlasts several spacings however fast the machine (at zero latency a quiet CI machine
+    # finished it within one spacing: two commits, no gap to measure)
+    faults = {"latency_ms": 50}
+    plan = _plan(
+        tmp_path / "run", repeats=40, concurrency=64, model={"kind": "local", "faults": faults}
+    )
     keys = plan.keys()
     with (
         local_policy_server(plan) as server,
@@ -151,6 +157,7 @@ def test_full_groups_commit_at_most_once_a_spacing(tmp_path: Path, monkeypatch) 
     ):
         collector.run(keys)
     assert sum(size for _, size in commits) == len(keys)
+    assert len(keys) * 0.05 / 64 > 3 * collect.FLUSH_SPACING_S, len(keys)
     assert commits[0][1] == collect.FLUSH_EVERY
     starts = [at for at, _ in commits[:-1]]  # the last: the batch's end, whenever it comes
     gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
