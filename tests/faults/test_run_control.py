@@ -138,6 +138,10 @@ def test_sigterm_and_a_prefect_cancel_stop_a_run_that_resume_completes(
     assert query(store, "SELECT count(*) FROM superseded_rollouts") == [(0,)]
 
 
+#: Each answer 10 ms late, so a run is still collecting when the test stops it.
+LATE = ("--latency-ms", "10")
+
+
 class ModelServer:
     """`gym serve model` on a fixed port: started, killed and started again by the test."""
 
@@ -145,12 +149,12 @@ class ModelServer:
         self.port, self.cwd = port, cwd
         self.process: subprocess.Popen | None = None
 
-    def start(self, *faults: str) -> None:
+    def start(self, *options: str) -> None:
+        """Serve arithmetic-smoke with `gym serve model`'s `options`, in place of any served."""
+        self.stop()
         args = ["serve", "model", "--port", str(self.port), "--benchmark", "arithmetic-smoke"]
-        for fault in faults:
-            args += ["--fault", fault]
         self.process = subprocess.Popen(
-            [GYM, *args, "--latency-ms", "10"],
+            [GYM, *args, *options],
             cwd=self.cwd,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -190,7 +194,7 @@ out: {out}
     )
     store = out / "gymflow.duckdb"
     server = ModelServer(port, tmp_path)
-    server.start()
+    server.start(*LATE)
     try:
         # The server dies mid-run: the run stops early (not 18 minutes of retries), exit 3.
         run = Running(["eval", "run", str(config)], tmp_path, prefect_api)
@@ -210,7 +214,7 @@ out: {out}
         # Back, but answering 500 half the time: `--no-retry-failed` leaves the transport
         # failures as they are; more than 5% of the run fails, so the gate fails (exit 2) and
         # nothing calls the run healthy: not the CLI, the report or `gym eval health`.
-        server.start("500=0.5")
+        server.start(*LATE, "--fault", "500=0.5")
         flaky = run_gym("eval", "run", str(config), "--resume", "--no-retry-failed",
                         cwd=tmp_path, prefect_api=prefect_api)  # fmt: skip
         assert flaky.returncode == exit_codes.GATE_FAILED, flaky.stdout + flaky.stderr
@@ -233,7 +237,7 @@ out: {out}
 
         # Healthy again: a plain `--resume` re-runs every transiently failed rollout; the
         # failed attempts stay as evidence, beside (not among) the live rollouts.
-        server.start()
+        server.start(*LATE)
         final = run_gym("eval", "run", str(config), "--resume", cwd=tmp_path,
                         prefect_api=prefect_api)  # fmt: skip
         assert final.returncode == exit_codes.OK, final.stdout + final.stderr

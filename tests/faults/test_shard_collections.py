@@ -9,57 +9,22 @@ from __future__ import annotations
 
 import re
 import signal
-import subprocess
-import time
 from datetime import datetime
 from pathlib import Path
 
-import httpx
 import pytest
 
 from gymflow.cli import exit_codes
 from gymflow.store.remote import Remote
-from tests.conftest import GYM, free_port
+from tests.conftest import free_port
 from tests.faults.stores import query, run_gym
-from tests.faults.test_run_control import Running
+from tests.faults.test_run_control import ModelServer, Running
 
 CONFIG = """\
 benchmark: arithmetic-smoke
 limit: 30
 model: {{kind: responses, base_url: "http://127.0.0.1:{port}/v1", name: my-checkpoint}}
 """
-
-
-class Checkpoint:
-    """`gym serve model` behind one name: another seed is another checkpoint of the model."""
-
-    def __init__(self, port: int, cwd: Path) -> None:
-        self.port, self.cwd = port, cwd
-        self.process: subprocess.Popen | None = None
-
-    def serve(self, seed: int) -> None:
-        self.stop()
-        args = ["serve", "model", "--benchmark", "arithmetic-smoke", "--seed", str(seed)]
-        self.process = subprocess.Popen(
-            [GYM, *args, "--port", str(self.port)],
-            cwd=self.cwd,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1).is_success:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.1)
-        raise AssertionError("gym serve model did not start")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait(timeout=30)
-            self.process = None
 
 
 def _pass_at_1(stdout: str) -> str:
@@ -95,12 +60,12 @@ def test_a_second_run_of_an_unchanged_config_asks_the_new_model(
     else:
         root = str(tmp_path / "shardroot")
     sharded = ["eval", "run", str(config), "--shards", "2", "--shard-root", root]
-    model = Checkpoint(port, tmp_path)
+    model = ModelServer(port, tmp_path)  # another seed: another checkpoint
     try:
-        model.serve(seed=0)
+        model.start("--seed", "0")
         monday = run_gym(*sharded, "--out", "mon", cwd=tmp_path, prefect_api=prefect_api,
                          check=True)  # fmt: skip
-        model.serve(seed=7)  # Tuesday: a new checkpoint behind the same server and name
+        model.start("--seed", "7")  # Tuesday: a new checkpoint behind the same server and name
         tuesday = run_gym(*sharded, "--out", "tue", cwd=tmp_path, prefect_api=prefect_api,
                           check=True)  # fmt: skip
         truth = run_gym("eval", "run", str(config), "--out", "plain", cwd=tmp_path,
