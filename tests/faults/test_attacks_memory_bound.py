@@ -34,18 +34,12 @@ from tests.faults.stores import (
     query,
     tree_digest,
 )
+from tests.faults.test_attacks_store_values import COMMANDS as READS
 
 BOUND = "64MB"
 VALUE = 8_000_000
 #: Commands that read the whole store; each opens it first.
-COMMANDS = {
-    "health": ("eval", "health", "{run}"),
-    "profile": ("eval", "profile", "{run}"),
-    "diagnose": ("eval", "diagnose", "{run}"),
-    "report": ("report", "{run}"),
-    "reverify --check": ("eval", "reverify", "{run}", "--check"),
-    "export": ("export", "{run}", "--out", "{out}"),
-}
+COMMANDS = {**READS, "export": ("export", "{run}", "--out", "{out}")}
 
 
 @pytest.fixture(scope="module")
