@@ -249,6 +249,11 @@ def _longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
     return [item for name in sorted(groups, key=lambda n: -cost[n]) for item in groups[name]]
 
 
+# First: xdist's worker reads each item's `xdist_group` mark in its own hook of this name to put
+# the group in the node id, and a conftest's hook runs after a plugin registered later (the
+# worker's), so marks added at the default place came too late: every group was split across
+# the workers (each started its own model servers and deployment, and ran plans twice).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") is None and slow_because(item) is not None:
