@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import duckdb
 import pytest
@@ -16,8 +15,7 @@ from gymflow.store.db import memory_capped, memory_capped_call
 from gymflow.store.memory_bound import StoreOverMemory, analysis_memory
 from gymflow.store.seal_key import SealKey, sealed
 from gymflow.store.verdict_message import MESSAGE
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
 
 
 def _limit(con) -> str:
