@@ -22,6 +22,7 @@ from gymflow.reports.serving import reports_app
 from gymflow.sandboxes import taken_out
 from tests.conftest import gym_in_process as gym
 from tests.faults.test_attacks_sandbox_out import fix_median  # noqa: F401 (a fixture)
+from tests.faults.stores import collect_run
 from tests.workspace.test_agent_outcomes import _own, _rollout
 
 #: Deeper than Python's recursion limit (1,000), as the attacker's folder was.
@@ -113,7 +114,9 @@ def test_the_report_index_lists_reports_beside_a_deep_tree(tmp_path: Path) -> No
     assert "nightly/report.html" in answer.text
 
 
-def test_a_store_an_earlier_gymflow_sealed_is_skipped_by_the_trend(tmp_path: Path) -> None:
+def test_a_store_an_earlier_gymflow_sealed_is_skipped_by_the_trend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One store under the root, sealed by this key under seal record 5 (the fixture of
     test_attacks_seal_counts.py): the trend draws the other run and names the one to migrate."""
     from tests.faults.test_attacks_seal_counts import FIXTURE, FIXTURE_KEY
@@ -122,9 +125,9 @@ def test_a_store_an_earlier_gymflow_sealed_is_skipped_by_the_trend(tmp_path: Pat
     (root / "old").mkdir(parents=True)
     with gzip.open(FIXTURE / "gymflow.duckdb.gz") as packed:
         (root / "old" / "gymflow.duckdb").write_bytes(packed.read())
-    ran = gym("eval", "run", "--benchmark", "arithmetic-smoke", "--limit", "5",
-              "--out", str(root / "new"), cwd=tmp_path, env=FIXTURE_KEY)  # fmt: skip
-    assert ran.returncode == 0, ran.stdout + ran.stderr
+    for variable, value in FIXTURE_KEY.items():
+        monkeypatch.setenv(variable, value)
+    collect_run(root / "new", benchmark="arithmetic-smoke", limit=5, repeats=1)
     trend = gym("runs", "trend", "arithmetic-smoke", "--root", str(root), "--json",
                 cwd=tmp_path, env=FIXTURE_KEY)  # fmt: skip
     assert trend.returncode == 0, trend.stdout + trend.stderr

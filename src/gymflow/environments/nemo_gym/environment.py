@@ -107,11 +107,18 @@ class NemoGymEnvironment(Environment):
         return NemoGymResources(self, verifier_params)
 
     def refusals(self, verifier_params: dict[str, Any]) -> list[str]:
-        """Why this server cannot be started for a run, before anything starts: a judge server
-        without `verifier_params.judge`, a requirement that is no registry package."""
+        """Why this server cannot be started for a run, before anything starts: no NeMo Gym
+        interpreter to start it with, a judge server without `verifier_params.judge`, a
+        requirement that is no registry package."""
+        from gymflow.core.config import ConfigError
+        from gymflow.environments.nemo_gym.launch import nemo_python
         from gymflow.environments.nemo_gym.prepare import PrepareError, requirements
 
         problems = []
+        try:
+            nemo_python()
+        except ConfigError as exc:
+            problems.append(str(exc))
         if self.server.asks_judge and not verifier_params.get("judge"):
             names = _judge_names(self.server.fields) or "the policy model"
             problems.append(
