@@ -14,7 +14,8 @@ from gymflow.reports.stamp import rendered_verifier_version
 from gymflow.store.db import StoreError, connect
 from gymflow.store.verifier_versions import current_verifier_version, make_current
 from tests.analysis.builder import RunMeta, StoreBuilder, reseal
-from tests.conftest import gym
+from tests.conftest import gym as gym_process
+from tests.conftest import gym_in_process as gym  # reads and versions of a stored run
 
 
 def _json(*args: str, cwd: Path) -> dict:
@@ -41,7 +42,7 @@ def _read_under(root: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> Path:
     root = tmp_path_factory.mktemp("current")
-    run = gym(
+    run = gym_process(
         "eval", "run", "--benchmark", "arithmetic-smoke", "--limit", "8", "--repeats", "2",
         "--out", "runs/a", cwd=root, env={"PREFECT_API_URL": prefect_api},
     )  # fmt: skip

@@ -18,7 +18,9 @@ from gymflow.analysis.factors import attribution, changed_factors, differing_fac
 from gymflow.analysis.results import Factor
 from gymflow.core.config import NOT_FACTORS, EvalConfig
 from gymflow.store.runs import RunInfo
-from tests.conftest import free_port, gym
+from tests.conftest import free_port
+from tests.conftest import gym as gym_process
+from tests.conftest import gym_in_process as gym  # reads of the stored runs
 from tests.faults.test_run_control import ModelServer
 
 BASE = {
@@ -181,7 +183,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> Path
             ("local", ()),
             ("served", ("--model-kind", "responses", "--model-url", url)),
         ):
-            done = gym("eval", "run", *common, "--out", out, *extra, cwd=root, env=env)
+            done = gym_process("eval", "run", *common, "--out", out, *extra, cwd=root, env=env)
             assert done.returncode == 0, done.stdout + done.stderr
     finally:
         server.stop()

@@ -21,8 +21,8 @@ from gymflow.environments.workspace.environment import WorkspaceEnvironment
 from gymflow.reports.serving import reports_app
 from gymflow.sandboxes import taken_out
 from tests.conftest import gym_in_process as gym
-from tests.faults.test_attacks_sandbox_out import fix_median  # noqa: F401 (a fixture)
 from tests.faults.stores import collect_run
+from tests.faults.test_attacks_sandbox_out import fix_median  # noqa: F401 (a fixture)
 from tests.workspace.test_agent_outcomes import _own, _rollout
 
 #: Deeper than Python's recursion limit (1,000), as the attacker's folder was.

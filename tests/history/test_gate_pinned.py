@@ -8,7 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # reads and pins of stored runs: no process needed
 from tests.faults.stores import query
 from tests.history.runs import dated_run
 

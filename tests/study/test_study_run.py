@@ -12,7 +12,9 @@ import duckdb
 import pytest
 import yaml
 
-from tests.conftest import gym, require_tool
+from tests.conftest import gym as gym_process
+from tests.conftest import gym_in_process as gym  # reads, reports, export and import
+from tests.conftest import require_tool
 from tests.reports.browser import chromium, visit
 
 STUDY = {
@@ -33,7 +35,9 @@ def study_run(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> tup
     cwd = tmp_path_factory.mktemp("study")
     (cwd / "study.yaml").write_text(yaml.safe_dump(STUDY))
     env = {"PREFECT_API_URL": prefect_api}
-    result = gym("study", "run", "study.yaml", "--json", cwd=cwd, env=env, timeout=600, check=True)
+    result = gym_process(
+        "study", "run", "study.yaml", "--json", cwd=cwd, env=env, timeout=600, check=True
+    )
     return cwd, json.loads(result.stdout)
 
 
@@ -101,14 +105,14 @@ def test_every_arm_of_the_simulated_policy_is_called_simulated(study_run, prefec
     page = Path(result["report"]).read_text()
     assert 'data-field="simulated"' in page and "answered every arm" in page
     env = {"PREFECT_API_URL": prefect_api}
-    text = gym("study", "run", "study.yaml", cwd=cwd, env=env, check=True)
+    text = gym_process("study", "run", "study.yaml", cwd=cwd, env=env, check=True)
     assert "SIMULATED: gymflow's simulated policy server answered" in text.stdout
 
 
 def test_running_the_study_again_resumes_and_runs_nothing_new(study_run, prefect_api: str):
     cwd, first = study_run
     env = {"PREFECT_API_URL": prefect_api}
-    again = gym("study", "run", "study.yaml", "--json", cwd=cwd, env=env, check=True)
+    again = gym_process("study", "run", "study.yaml", "--json", cwd=cwd, env=env, check=True)
     again = json.loads(again.stdout)
     assert [v["difference"] for v in again["variants"]] == [
         v["difference"] for v in first["variants"]
