@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from gymflow.core.config import ConfigError
 from gymflow.core.tasks import Task, ToolCall
 from gymflow.environments.base import Environment, EnvironmentManifest
 from gymflow.environments.benchmark import Benchmark
@@ -28,6 +29,7 @@ from gymflow.environments.dataset.mapping import FieldProblem, RowRules, map_row
 from gymflow.environments.dataset.readers import DatasetError, read_rows
 from gymflow.environments.dataset.spec import FieldMap
 from gymflow.environments.nemo_gym.folder import PATH_VARIABLE, NemoServer, nemo_servers
+from gymflow.environments.nemo_gym.launch import nemo_python
 from gymflow.models.responses import output_text
 
 Plan = tuple[tuple[ToolCall, ...], ...]
@@ -110,8 +112,6 @@ class NemoGymEnvironment(Environment):
         """Why this server cannot be started for a run, before anything starts: no NeMo Gym
         interpreter to start it with, a judge server without `verifier_params.judge`, a
         requirement that is no registry package."""
-        from gymflow.core.config import ConfigError
-        from gymflow.environments.nemo_gym.launch import nemo_python
         from gymflow.environments.nemo_gym.prepare import PrepareError, requirements
 
         problems = []
