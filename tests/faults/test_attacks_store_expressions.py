@@ -29,7 +29,7 @@ from gymflow.store.db import connect, transaction
 from gymflow.store.seal_key import load_key
 from gymflow.store.verdict_message import SEALED_ROLLOUT, SEALED_VERDICT
 from gymflow.store.writer import VERDICT_COLUMNS, insert_verdicts
-from tests.conftest import gym
+from tests.conftest import gym_in_process as gym  # reads of stored runs: no process needed
 from tests.faults.stores import collect_run, one_error_line, rollout_rows, run_gym, tree_digest
 
 #: The seal's old SQL (193679f), over the pads wherever a session holds them: what the

@@ -22,10 +22,7 @@ from pathlib import Path
 
 import duckdb
 
-from tests.conftest import (
-    gym,  # health and the gate as typed: a process each
-    gym_in_process,
-)
+from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
 from tests.faults.stores import (
     collect_run,
     edit_store,
@@ -54,7 +51,7 @@ def _health(run: Path, cwd: Path) -> tuple[int, str, list[str]]:
 
 
 def _pass1(run: Path, cwd: Path) -> float:
-    done = gym_in_process("eval", "profile", str(run), "--json", cwd=cwd)
+    done = gym("eval", "profile", str(run), "--json", cwd=cwd)
     return json.loads(done.stdout)["pass@1"]
 
 
@@ -81,7 +78,7 @@ def owners_runs(tmp_path: Path) -> tuple[Path, Path, Path, float]:
     assert weak_pass < tonight < good, (weak_pass, tonight, good)
     code, said = _gate(n2, tmp_path)
     assert code == 2 and said.startswith("regression gate FAILED: vs baseline: -"), said
-    gym_in_process("eval", "reverify", str(weak), "--set", "extract=last_number", cwd=tmp_path)
+    gym("eval", "reverify", str(weak), "--set", "extract=last_number", cwd=tmp_path)
     assert _generation(weak) >= _generation(n1)
     return weak, n1, n2, weak_pass
 
@@ -98,14 +95,14 @@ def test_another_sealed_store_copied_over_the_baseline_is_refused(tmp_path: Path
     assert code == 2 and said.startswith("regression gate FAILED"), said
     assert "passed" not in said.split(":")[0] and "seal_rolled_back" in said, said
     # the root's trend leaves it out, with why
-    trend = gym_in_process(
+    trend = gym(
         "runs", "trend", "arithmetic-smoke", "--root", str(n1.parent), "--json", cwd=tmp_path
     )
     (left,) = json.loads(trend.stdout)["left_out"]
     assert left["run_dir"] == str(n1) and "another store put at this path" in left["why"]
     # a writer refuses, in one line naming the path, both ids and what to do
     current = query(n1 / "gymflow.duckdb", "SELECT verifier_version FROM runs")[0][0]
-    done = gym_in_process("eval", "use-version", str(n1), current, cwd=tmp_path)
+    done = gym("eval", "use-version", str(n1), current, cwd=tmp_path)
     refusal = one_error_line(done.stderr)
     assert done.returncode == 2 and "another store put at this path" in refusal, refusal
     assert str(n1) in refusal and "move this one to a folder of its own" in refusal
@@ -171,7 +168,7 @@ def test_a_store_from_before_ids_opens_and_its_next_writer_binds_it(tmp_path: Pa
     assert _ids(old) == (None, None)
     assert _health(old, tmp_path) == (0, "healthy", [])
     current = query(old / "gymflow.duckdb", "SELECT verifier_version FROM runs")[0][0]
-    done = gym_in_process("eval", "use-version", str(old), current, cwd=tmp_path)
+    done = gym("eval", "use-version", str(old), current, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     held, recorded = _ids(old)
     assert held is not None and held == recorded

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import gym, gym_in_process
+from tests.conftest import gym_in_process
 from tests.faults.stores import tree_digest
 from tests.faults.test_attacks_store_identity import (
     _gate,
@@ -51,9 +51,9 @@ def test_a_link_to_another_sealed_store_at_the_baselines_path_is_refused(
 
     assert _pass1(n1, tmp_path) == weak_pass  # the experiment's numbers under the baseline's name
     assert _health(n1, tmp_path) == (2, "unhealthy", ["seal_rolled_back"])
-    said = " ".join(gym("eval", "health", str(n1), cwd=tmp_path).stdout.split())
+    said = " ".join(gym_in_process("eval", "health", str(n1), cwd=tmp_path).stdout.split())
     assert f"{n1 / 'gymflow.duckdb'}: another store put at this path" in said, said
-    assert gym("eval", "reverify", str(n1), "--check", cwd=tmp_path).returncode == 2
+    assert gym_in_process("eval", "reverify", str(n1), "--check", cwd=tmp_path).returncode == 2
     if linked == "file":  # a linked folder is not walked into: the root lost its baseline (A3)
         code, said = _gate(n2, tmp_path)
         assert code == 2 and said.startswith("regression gate FAILED"), said

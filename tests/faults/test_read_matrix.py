@@ -5,8 +5,9 @@ import with profile's text output. So each read command runs, as typed, on each 
 user has: simulated, imported from NeMo Gym (a real file of nemo-gym 0.4.0), merged from shards,
 reverified (a what-if version beside the run's) and made current. A command may refuse (one
 error line) or fail a gate (exit 2), never end in a traceback or a "gymflow bug". The runs are
-made as a user makes them (`gym`); the reads run in process, whose output and exit code are
-the command's (`gym_in_process`), with no process start per cell."""
+made by the collector and by the commands a user types; those commands and the reads run in
+process, whose output and exit code are the command's (`gym_in_process`), with no process start
+per cell."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import gym, gym_in_process
+from tests.conftest import gym_in_process
 from tests.faults.stores import collect_run, one_error_line
 
 NEMO_FILE = Path(__file__).resolve().parents[1] / "interop" / "data" / "gymnasium"
@@ -41,17 +42,21 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("kinds")
     made = {"simulated": collect_run(root / "simulated" / "run")}
     source = next(NEMO_FILE.glob("*.jsonl"))
-    gym("import", "nemo-gym", str(source), "--out", str(root / "imported" / "run"), cwd=root,
-        check=True)  # fmt: skip
-    made["imported"] = root / "imported" / "run"
+    imported = root / "imported" / "run"
+    gym_in_process("import", "nemo-gym", str(source), "--out", str(imported), cwd=root, check=True)
+    made["imported"] = imported
     shards = [collect_run(root / f"shard{i}", shard={"index": i, "count": 2}) for i in range(2)]
     merged = root / "merged" / "run"
-    gym("eval", "aggregate", *map(str, shards), "--out", str(merged), cwd=root, check=True)
+    gym_in_process(
+        "eval", "aggregate", *map(str, shards), "--out", str(merged), cwd=root, check=True
+    )
     made["merged"] = merged
     for kind, extra in (("reverified", ()), ("made current", ("--make-current",))):
         run = root / kind.replace(" ", "-") / "run"
         shutil.copytree(made["simulated"], run)
-        gym("eval", "reverify", str(run), "--set", "abs_tol=0.5", *extra, cwd=root, check=True)
+        gym_in_process(
+            "eval", "reverify", str(run), "--set", "abs_tol=0.5", *extra, cwd=root, check=True
+        )
         made[kind] = run
     return made
 
