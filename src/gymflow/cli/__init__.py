@@ -72,7 +72,7 @@ def _unreadable_store(exc: Exception) -> bool:
     )
 
 
-def _registered(app: typer.Typer) -> tuple[int, ...]:
+def _command_counts(app: typer.Typer) -> tuple[int, ...]:
     """How many commands `app` and each of its groups hold: what its click command is built
     from."""
     groups = (info.typer_instance for info in app.registered_groups)
@@ -80,11 +80,11 @@ def _registered(app: typer.Typer) -> tuple[int, ...]:
 
 
 @functools.lru_cache(maxsize=1)
-def _built(app: typer.Typer, registered: tuple[int, ...]):
+def _click_command(app: typer.Typer, counts: tuple[int, ...]):
     """The click command Typer builds from `app`, built again only once a command was
-    registered since (`registered`): with every command module imported, as in a process that
+    registered since (`counts`): with every command module imported, as in a process that
     runs many command lines (the tests' `gym_in_process`), a build took 70 ms of each."""
-    del registered  # the cache's key only
+    del counts  # the cache's key only
     return typer.main.get_command(app)
 
 
@@ -100,7 +100,7 @@ def main() -> None:
         from gymflow.cli.app import app
 
     try:
-        code = _built(app, _registered(app))(standalone_mode=False)
+        code = _click_command(app, _command_counts(app))(standalone_mode=False)
     except typer.Abort:  # Ctrl-C outside a run's own handling
         _error("interrupted")
         code = exit_codes.INTERRUPTED
