@@ -4,6 +4,7 @@ suite (tests/flows, which runs flows in this process, has its own session-scoped
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import io
 import os
 import secrets
@@ -152,55 +153,6 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-#: The slow tier, decided here by where a test sits and what it needs, not by a decorator on
-#: each: `pytest -m "not slow"` is the fast tier. Folders whose every test runs Prefect flows or
-#: a real model; markers of what a test opens (a Prefect flow, headless Chromium); fixtures that
-#: start a process costing seconds before the test begins (a Prefect server and `gym eval run`
-#: through it, a deployed work pool, third-party servers in venvs of their own).
-SLOW_FOLDERS = ("tests/flows/", "tests/real_model/")
-SLOW_MARKERS = ("prefect", "browser")
-SLOW_FIXTURES = (
-    "prefect_api",
-    "deployment",
-    "served_model",
-    "llama_server",
-    "s3",
-    # NeMo Gym's interpreter (tests/interop/test_nemo_gym_*.py) and LiteLLM's proxy
-    # (tests/models/test_litellm_contract.py), each from a venv of its own
-    "nemo",
-    "nemo_env",
-    "proxy",
-)
-
-
-def slow_because(item: pytest.Item) -> str | None:
-    """Why `item` belongs to the slow tier (a folder, a marker or a fixture), or None."""
-    path = item.path.relative_to(ROOT).as_posix()
-    for folder in SLOW_FOLDERS:
-        if path.startswith(folder):
-            return f"in {folder}"
-    for name in SLOW_MARKERS:
-        if item.get_closest_marker(name) is not None:
-            return f"marked {name}"
-    for name in SLOW_FIXTURES:
-        if name in getattr(item, "fixturenames", ()):
-            return f"uses {name}"
-    return None
-
-
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Under the fast tier's own expression (`-m "not slow"`) the slow folders are not even
-    imported: tests/flows' conftest imports Prefect's test server, the costliest import of the
-    collection. Any other expression collects them and deselects by marker."""
-    if " ".join(config.getoption("markexpr", "").split()) != "not slow":
-        return None
-    path = collection_path.resolve()
-    if not path.is_relative_to(ROOT):
-        return None
-    where = path.relative_to(ROOT).as_posix() + "/"
-    return True if any(where.startswith(folder) for folder in SLOW_FOLDERS) else None
-
-
 #: What a test costs, in rough seconds, by the costliest thing it uses, for the order in which
 #: groups are handed out (`_longest_first`): a run of a real model a minute or so (SmolLM2's
 #: server, or Gemma's in tests/real_model/test_chat_templates.py), a run through a Prefect
@@ -216,6 +168,65 @@ COSTLY_FIXTURES_S = {
 }
 PREFECT_S, SLOW_S, FAST_S = 30.0, 10.0, 0.5
 
+#: The slow tier, decided here by where a test sits and what it needs, not by a decorator on
+#: each: `pytest -m "not slow"` is the fast tier. Paths (fnmatch patterns, with what one of
+#: their tests costs) whose every test runs Prefect flows or a real model, or replays an attack
+#: pass end to end: tests/faults/test_attacks_*.py build hostile stores, seal them and read
+#: them with several commands, about a second a test but 544 of the fast tier's 1,033
+#: test-seconds; every module they reach, the rest of the tier imports too
+#: (bench/fast_tier_modules.py). Markers of what a test opens (a Prefect flow, headless
+#: Chromium); fixtures that start a process costing seconds before the test begins (a Prefect
+#: server and `gym eval run` through it, a deployed work pool, third-party servers in venvs of
+#: their own).
+SLOW_PATHS = {
+    "tests/flows/*": SLOW_S,
+    "tests/real_model/*": SLOW_S,
+    "tests/faults/test_attacks_*": 1.0,
+}
+SLOW_MARKERS = ("prefect", "browser")
+SLOW_FIXTURES = (
+    "prefect_api",
+    "deployment",
+    "served_model",
+    "llama_server",
+    "s3",
+    # NeMo Gym's interpreter (tests/interop/test_nemo_gym_*.py) and LiteLLM's proxy
+    # (tests/models/test_litellm_contract.py), each from a venv of its own
+    "nemo",
+    "nemo_env",
+    "proxy",
+)
+
+
+def _slow_path(where: str) -> str | None:
+    """The slow tier's pattern `where` (a path under ROOT, POSIX) matches, or None."""
+    return next((p for p in SLOW_PATHS if fnmatch.fnmatchcase(where, p)), None)
+
+
+def slow_because(item: pytest.Item) -> str | None:
+    """Why `item` belongs to the slow tier (a path, a marker or a fixture), or None."""
+    if (pattern := _slow_path(item.path.relative_to(ROOT).as_posix())) is not None:
+        return f"in {pattern}"
+    for name in SLOW_MARKERS:
+        if item.get_closest_marker(name) is not None:
+            return f"marked {name}"
+    for name in SLOW_FIXTURES:
+        if name in getattr(item, "fixturenames", ()):
+            return f"uses {name}"
+    return None
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under the fast tier's own expression (`-m "not slow"`) the slow paths are not even
+    imported: tests/flows' conftest imports Prefect's test server, the costliest import of the
+    collection. Any other expression collects them and deselects by marker."""
+    if " ".join(config.getoption("markexpr", "").split()) != "not slow":
+        return None
+    path = collection_path.resolve()
+    if not path.is_relative_to(ROOT):
+        return None
+    return True if _slow_path(path.relative_to(ROOT).as_posix() + "/") else None
+
 
 def estimated_s(item: pytest.Item) -> float:
     used = getattr(item, "fixturenames", ())
@@ -224,6 +235,8 @@ def estimated_s(item: pytest.Item) -> float:
             return seconds
     if item.get_closest_marker("prefect"):
         return PREFECT_S
+    if (pattern := _slow_path(item.path.relative_to(ROOT).as_posix())) is not None:
+        return SLOW_PATHS[pattern]
     return SLOW_S if item.get_closest_marker("slow") else FAST_S
 
 

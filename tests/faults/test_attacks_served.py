@@ -182,9 +182,6 @@ def test_the_environment_server_bounds_a_body_before_it_reads_it(tmp_path: Path)
         assert verdict.json()["status"] == "ok"
 
 
-# a race probe of 300 fetches against a writer; the fast tier keeps the report server's
-# own refusals (test_the_report_server_serves_regular_files_under_its_root_only)
-@pytest.mark.slow
 def test_the_report_server_serves_the_file_it_opened_not_a_path_checked_before(
     tmp_path: Path,
 ) -> None:
