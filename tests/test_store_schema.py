@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import duckdb
 import pytest
 
 from gymflow.core.records import ModelCall, Verification
-from gymflow.store.db import connect
+from gymflow.store.db import StoreError, connect, store_path
 from gymflow.store.rows import model_call_row, rollout_row, row, verification_row
 from gymflow.store.schema import COLUMNS, SPECS
 from gymflow.store.tool_lists import ToolLists
@@ -146,3 +147,23 @@ def test_the_store_just_made_is_not_checked_again_but_every_later_open_is(tmp_pa
         assert con.execute(db._FOREIGN_OBJECTS, [[s.name for s in SPECS]]).fetchall() == []
     finally:
         con.close()
+
+
+def test_a_store_with_a_trigger_is_refused_before_its_trigger_runs(tmp_path):
+    """DuckDB 2 keeps a trigger in the file: one on `rollouts` would rewrite every verdict
+    passed in the next write of gymflow's. Readers and writers refuse the store, naming it."""
+    run = tmp_path / "run"
+    connect(run, create=True).close()
+    raw = duckdb.connect(str(store_path(run)))
+    try:
+        raw.execute(
+            "CREATE TRIGGER passes AFTER INSERT ON rollouts FOR EACH STATEMENT "
+            "UPDATE verifications SET reward = 1.0, passed = true"
+        )
+    finally:
+        raw.close()
+    before = store_path(run).read_bytes()
+    for read_only in (True, False):
+        with pytest.raises(StoreError, match=r"did not create \(trigger 'passes'\)"):
+            connect(run, read_only=read_only)
+    assert store_path(run).read_bytes() == before

@@ -1,9 +1,10 @@
-"""A store holding objects gymflow did not create. A DuckDB file keeps macros, views, sequences
-and tables of its own: `CREATE MACRO sum(x) AS count(x)` replaced DuckDB's `sum` in gymflow's
-SQL. Read-only connections resolved DuckDB's functions first, but the writers (the collector,
-reverify, merge) did not, and a view over a local file read that file wherever the store was
-opened. Now every connection kind refuses such a store before any of gymflow's SQL runs on it,
-with one line naming the store and each object, and nothing stored changes."""
+"""A store holding objects gymflow did not create. A DuckDB file keeps macros, views, sequences,
+tables and (DuckDB 2) triggers of its own: `CREATE MACRO sum(x) AS count(x)` replaced DuckDB's
+`sum` in gymflow's SQL. Read-only connections resolved DuckDB's functions first, but the writers
+(the collector, reverify, merge) did not, a view over a local file read that file wherever the
+store was opened, and a trigger runs in gymflow's own writes. Now every connection kind refuses
+such a store before any of gymflow's SQL runs on it, with one line naming the store and each
+object, and nothing stored changes."""
 
 from __future__ import annotations
 
@@ -37,6 +38,11 @@ OBJECTS = [
         "table 'hidden'",
     ),
     ("CREATE INDEX by_task ON rollouts (task_id)", "index 'by_task'"),
+    (
+        "CREATE TRIGGER passes AFTER INSERT ON rollouts FOR EACH STATEMENT "
+        "UPDATE verifications SET reward = 1.0, passed = true",
+        "trigger 'passes'",
+    ),
     ("CREATE SCHEMA side; CREATE TABLE side.rollouts (x INTEGER)", "table 'side.rollouts'"),
 ]
 

@@ -461,6 +461,8 @@ _FOREIGN_OBJECTS = """
         WHERE database_name = (SELECT db FROM here) AND NOT internal
     UNION ALL SELECT 'index', schema_name, index_name FROM system.main.duckdb_indexes()
         WHERE database_name = (SELECT db FROM here)
+    UNION ALL SELECT 'trigger', schema_name, trigger_name FROM system.main.duckdb_triggers()
+        WHERE database_name = (SELECT db FROM here)
     UNION ALL SELECT 'schema', schema_name, schema_name FROM system.main.duckdb_schemas()
         WHERE database_name = (SELECT db FROM here) AND schema_name <> 'main'
     UNION ALL SELECT 'table', schema_name, table_name FROM system.main.duckdb_tables()
@@ -478,8 +480,10 @@ def _refuse_foreign_objects(con, path: Path) -> None:
     macros, views, sequences and tables of its own: a macro named as a built-in (`CREATE MACRO
     sum(x) AS count(x)`, a table macro `read_parquet`) replaced DuckDB's function in gymflow's
     SQL, for a collector, reverify or merge writing the store too; a view reads whatever its
-    definition reads (a local file) wherever the store is opened. None of them is data a run
-    wrote, so nothing is lost by refusing; the message names each object to drop."""
+    definition reads (a local file) wherever the store is opened; a trigger (DuckDB 2) runs its
+    statement in gymflow's writes (an insert of rollouts that set every verdict passed). None
+    of them is data a run wrote, so nothing is lost by refusing; the message names each object
+    to drop."""
     found = con.execute(_FOREIGN_OBJECTS, [[spec.name for spec in SPECS]]).fetchall()
     if not found:
         return
@@ -492,9 +496,9 @@ def _refuse_foreign_objects(con, path: Path) -> None:
     more = f" and {len(found) - _FOREIGN_NAMED} more" if len(found) > _FOREIGN_NAMED else ""
     raise StoreError(
         f"{path}: holds objects gymflow did not create ({', '.join(named)}{more}); a store's "
-        "own macros, views and tables would replace DuckDB's functions or gymflow's tables in "
-        "its SQL, so it is not opened: drop them (DROP MACRO ..., DROP VIEW ...) or use the "
-        "run's original store"
+        "own macros, views, tables and triggers would replace DuckDB's functions or gymflow's "
+        "tables in its SQL or run in its writes, so it is not opened: drop them (DROP MACRO "
+        "..., DROP VIEW ..., DROP TRIGGER ...) or use the run's original store"
     )
 
 
