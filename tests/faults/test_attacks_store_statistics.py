@@ -20,12 +20,10 @@ import duckdb
 import numpy as np
 import pytest
 
+from gymflow.store.db import _HEADERS_BYTES
 from tests.conftest import gym_in_process as gym
 from tests.faults.stores import collect_run
 
-#: DuckDB's storage: the file's three headers, then blocks of this size, each beginning with
-#: the checksum of the rest of it (DuckDB 2.0.1).
-HEADERS_BYTES, BLOCK_BYTES = 3 * 4096, 262144
 #: A string column's statistics record as DuckDB 2.0.1 serializes it: min and max, 'ok' each.
 STATUS_OK = b"\xcd\x00\x18ok" + b"\0" * 10 + b"ok" + b"\0" * 10
 
@@ -39,8 +37,13 @@ def _checksum(block: bytes) -> int:
 
 
 def _forge_status_statistics(store: Path) -> int:
-    """Rewrite every min = max = 'ok' statistics record to 'zz', checksums made right; the
-    number of records rewritten."""
+    """Rewrite every min = max = 'ok' statistics record to 'zz', the checksum that begins each
+    block after the file's headers made right; the number of records rewritten."""
+    raw = duckdb.connect(str(store), read_only=True)
+    try:
+        (block_bytes,) = raw.execute("SELECT block_size FROM pragma_database_size()").fetchone()
+    finally:
+        raw.close()
     data = bytearray(store.read_bytes())
     found, at = [], data.find(STATUS_OK)
     while at >= 0:
@@ -50,9 +53,9 @@ def _forge_status_statistics(store: Path) -> int:
     for at in found:
         data[at + 3 : at + 5] = b"zz"
         data[at + 15 : at + 17] = b"zz"
-        blocks.add(HEADERS_BYTES + (at - HEADERS_BYTES) // BLOCK_BYTES * BLOCK_BYTES)
+        blocks.add(_HEADERS_BYTES + (at - _HEADERS_BYTES) // block_bytes * block_bytes)
     for start in blocks:
-        body = bytes(data[start + 8 : start + BLOCK_BYTES])
+        body = bytes(data[start + 8 : start + block_bytes])
         data[start : start + 8] = struct.pack("<Q", _checksum(body))
     store.write_bytes(bytes(data))
     return len(found)
