@@ -26,6 +26,7 @@ import pytest
 from tests import reaper
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "gymflow"
 # The console script pip installed beside this interpreter: exactly what a user runs.
 GYM = str(Path(sys.executable).parent / "gym")
 PREFECT = str(Path(sys.executable).parent / "prefect")
@@ -148,8 +149,11 @@ def pytest_configure(config: pytest.Config) -> None:
         # gymflow's editable sources, so each of the run's ~600 `gym`, bench and helper
         # processes compiled every gymflow module it imported (about 0.5 s of a `gym eval run`'s
         # 5.5 s). Compiled once here, where Python would have cached them, every process reads
-        # them.
-        compileall.compile_dir(ROOT / "src", quiet=1)
+        # them: its modules only, never the Python files its benchmarks ship as data (a task's
+        # workspace, its checks), whose folders a cache would change.
+        for source in PACKAGE.rglob("*.py"):
+            if _importable(source):
+                compileall.compile_file(source, quiet=1)
     token = secrets.token_hex(8)
     os.environ[reaper.VARIABLE] = token
     subprocess.Popen(
@@ -159,6 +163,13 @@ def pytest_configure(config: pytest.Config) -> None:
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # out of reach of the terminal's Ctrl-C and of a killed group
     )
+
+
+def _importable(source: Path) -> bool:
+    """Whether `source` is a module of gymflow's packages: every folder from it up to
+    src/gymflow a package."""
+    folders = source.relative_to(PACKAGE).parents
+    return all((PACKAGE / folder / "__init__.py").is_file() for folder in folders)
 
 
 #: What a test costs, in rough seconds, by the costliest thing it uses, for the order in which
