@@ -4,12 +4,16 @@ tests/test.sh in the bubblewrap sandbox."""
 
 from __future__ import annotations
 
+import compileall
 import json
+import shutil
 from pathlib import Path
 
 import duckdb
 import pytest
 
+from gymflow.environments.registry import PATH_VARIABLE
+from gymflow.environments.workspace.harbor_task import folder_hash
 from tests.conftest import gym, require_tool
 
 pytestmark = pytest.mark.slow
@@ -64,3 +68,36 @@ def test_no_shipped_task_passes_when_the_agent_does_nothing(
     # each judged, and failing: the test script ran on the untouched workspace
     wrong = {task: o for task, o in outcomes.items() if o != ("completed", None, 0.0, False)}
     assert not wrong, wrong
+
+
+def test_tasks_compiled_as_pip_installs_them_keep_their_version_and_pass(
+    tmp_path: Path, prefect_api: str
+) -> None:
+    """pip compiles every .py file it installs: gymflow installed from a wheel ships each task
+    with Python's bytecode caches beside its checks and its workspace's code. They are not the
+    task: its version stays, and git-init-commit (whose check lists the files its commit holds)
+    passes under the oracle, as fix-median (a package in its workspace) does."""
+    require_tool("bwrap")
+    mine = tmp_path / "mine"
+    names = ("fix-median", "git-init-commit")
+    for name in names:
+        shutil.copytree(SHIPPED / name, mine / "tasks" / name)
+    versions = [folder_hash(mine / "tasks" / name) for name in names]
+    compileall.compile_dir(mine / "tasks", quiet=1)
+    assert (mine / "tasks" / "git-init-commit" / "environment" / "__pycache__").is_dir()
+    assert [folder_hash(mine / "tasks" / name) for name in names] == versions
+    (mine / "benchmarks").mkdir()
+    (mine / "benchmarks" / "mine.yaml").write_text("name: mine\nworkspace: ../tasks\n")
+    (tmp_path / "eval.yaml").write_text(
+        "benchmark: mine\nharness: {name: command, agent: oracle}\nout: runs/oracle\n"
+    )
+    result = gym("eval", "run", "eval.yaml", cwd=tmp_path, timeout=600,
+                 env={"PREFECT_API_URL": prefect_api, PATH_VARIABLE: str(mine)})  # fmt: skip
+    store = tmp_path / "runs" / "oracle" / "gymflow.duckdb"
+    assert store.exists(), f"{result.stdout}\n{result.stderr}"
+    con = duckdb.connect(str(store), read_only=True)
+    try:
+        outcomes = _outcomes(con)
+    finally:
+        con.close()
+    assert outcomes == dict.fromkeys(names, ("completed", None, 1.0, True)), outcomes

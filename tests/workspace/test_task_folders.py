@@ -4,6 +4,7 @@ broken or that the chosen sandbox cannot run, with the reason."""
 
 from __future__ import annotations
 
+import compileall
 import json
 import shutil
 from pathlib import Path
@@ -45,6 +46,10 @@ def test_task_toml_fields_and_defaults_are_harbors(tmp_path: Path) -> None:
 def test_version_is_a_hash_of_the_files(tmp_path: Path) -> None:
     folder = _copy_task("fix-median", tmp_path)
     before = folder_hash(folder)
+    assert folder_hash(folder) == before
+    # pip compiles every .py file it installs, a task's included; a check run by hand too
+    compileall.compile_dir(folder, quiet=1)
+    assert list(folder.rglob("__pycache__/*.pyc"))
     assert folder_hash(folder) == before
     (folder / "tests" / "check.py").write_text("raise SystemExit(0)\n")
     assert folder_hash(folder) != before

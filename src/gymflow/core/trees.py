@@ -14,6 +14,20 @@ from pathlib import Path
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
+#: The folder Python writes a bytecode cache into, beside a module it imports or compiles. pip
+#: compiles every .py file it installs, so once gymflow is installed from a wheel each workspace
+#: task it ships holds some (its checks, its workspace's code), as does a task whose check a user
+#: ran by hand. Never a file of the tree it lies in: not hashed into a task's version, not copied
+#: into a sandbox (git-init-commit's check found it in the commit the task asks for), not
+#: packed for a worker.
+BYTECODE_CACHE = "__pycache__"
+
+
+def in_bytecode_cache(relative: Path) -> bool:
+    """Whether `relative` (a path below the root of the tree it lies in) is in a bytecode
+    cache."""
+    return BYTECODE_CACHE in relative.parts
+
 
 def walk(
     root: Path | str, max_depth: int | None = None

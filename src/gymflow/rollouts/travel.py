@@ -29,6 +29,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from gymflow.core.config import ConfigError
+from gymflow.core.trees import in_bytecode_cache
 from gymflow.environments.registry import (
     BUILTIN_DIR,
     benchmark_files,
@@ -69,7 +70,7 @@ def _tree(prefix: str, path: Path, *, data: bool = True) -> dict[str, Path]:
     return {
         posixpath.join(prefix, part.relative_to(path).as_posix()): part
         for part in sorted(path.rglob("*"))
-        if "__pycache__" not in part.parts and checked(part).is_file()
+        if not in_bytecode_cache(part.relative_to(path)) and checked(part).is_file()
     }
 
 

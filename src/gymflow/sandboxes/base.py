@@ -10,16 +10,30 @@ run starts (`refusal`), naming the reason, and `gym env validate` reports it per
 
 from __future__ import annotations
 
+import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
 from gymflow.core.errors import RuntimeFailure
+from gymflow.core.trees import BYTECODE_CACHE
 
 #: The task's workspace inside every sandbox, and the working directory of every command.
 WORKDIR = "/app"
 #: Folders every sandbox has, writable by what runs in it.
 FOLDERS = (WORKDIR, "/logs", "/tests", "/solution", "/tmp")
+
+
+def copy_folder(source: Path, destination: Path) -> None:
+    """`source`'s files into `destination` as a sandbox is given them: links as links, and
+    without Python's bytecode caches (`gymflow.core.trees.BYTECODE_CACHE`)."""
+    shutil.copytree(
+        source,
+        destination,
+        symlinks=True,
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns(BYTECODE_CACHE),
+    )
 
 
 class SandboxError(RuntimeFailure):

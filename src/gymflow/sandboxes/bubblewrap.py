@@ -51,7 +51,15 @@ from gymflow.core.bounded_files import FileBoundError
 from gymflow.core.processes import child_env
 from gymflow.core.trees import remove_tree, walk
 from gymflow.core.user_folders import user_config
-from gymflow.sandboxes.base import FOLDERS, WORKDIR, ExecResult, Sandbox, SandboxError, SandboxSpec
+from gymflow.sandboxes.base import (
+    FOLDERS,
+    WORKDIR,
+    ExecResult,
+    Sandbox,
+    SandboxError,
+    SandboxSpec,
+    copy_folder,
+)
 from gymflow.sandboxes.model_socket import INSIDE_PORT, ModelSocket, inside_url
 from gymflow.sandboxes.taken_out import copy_out
 from gymflow.verifiers.sandbox import as_user, bwrap_path, system_root, user_process_count
@@ -203,9 +211,7 @@ class BubblewrapSandbox(Sandbox):
         destination = self._host_path(target)
         try:
             if source.is_dir():
-                await asyncio.to_thread(
-                    shutil.copytree, source, destination, symlinks=True, dirs_exist_ok=True
-                )
+                await asyncio.to_thread(copy_folder, source, destination)
             else:
                 destination.mkdir(parents=True, exist_ok=True)
                 await asyncio.to_thread(shutil.copy2, source, destination / source.name)

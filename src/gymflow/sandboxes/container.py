@@ -25,7 +25,15 @@ from pathlib import Path
 from gymflow.core.bounded_files import FileBoundError
 from gymflow.core.processes import child_env
 from gymflow.core.trees import remove_tree
-from gymflow.sandboxes.base import FOLDERS, WORKDIR, ExecResult, Sandbox, SandboxError, SandboxSpec
+from gymflow.sandboxes.base import (
+    FOLDERS,
+    WORKDIR,
+    ExecResult,
+    Sandbox,
+    SandboxError,
+    SandboxSpec,
+    copy_folder,
+)
 from gymflow.sandboxes.model_socket import INSIDE_PORT, ModelSocket, inside_url
 from gymflow.sandboxes.taken_out import copy_out
 from gymflow.verifiers.sandbox_host import SCRATCH_PREFIX
@@ -191,9 +199,14 @@ class ContainerSandbox(Sandbox):
         )
 
     async def upload(self, source: Path, target: str) -> None:
+        """A folder goes in as a copy made here (`copy_folder`): `cp` would take it whole."""
         await self._run_checked(f"mkdir -p {target}")
-        origin = f"{source}/." if source.is_dir() else str(source)
-        code, output = await _run(self.engine, "cp", origin, f"{self.container}:{target}")
+        with tempfile.TemporaryDirectory(prefix="gymflow-container-in-") as scratch:
+            origin = str(source)
+            if source.is_dir():
+                await asyncio.to_thread(copy_folder, source, Path(scratch))
+                origin = f"{scratch}/."
+            code, output = await _run(self.engine, "cp", origin, f"{self.container}:{target}")
         if code != 0:
             raise SandboxError(f"cannot copy {source} into the container's {target}: {output}")
 

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gymflow.core.config import format_validation_error
 from gymflow.core.errors import UserError
+from gymflow.core.trees import in_bytecode_cache
 from gymflow.sandboxes.base import SandboxSpec
 
 #: Largest reward file read: a number, or a small JSON object of numbers.
@@ -152,9 +153,11 @@ class WorkspaceTask:
 
 def folder_hash(folder: Path) -> str:
     """A hash of every file's relative path, mode bit for execution and bytes (links by
-    target), in path order."""
+    target), in path order; Python's bytecode caches are not the task's files."""
     digest = hashlib.sha256()
     for path in sorted(folder.rglob("*")):
+        if in_bytecode_cache(path.relative_to(folder)):
+            continue
         relative = path.relative_to(folder).as_posix()
         if path.is_symlink():
             digest.update(f"L{relative}\0{path.readlink()}\0".encode())
