@@ -52,3 +52,30 @@ def test_without_an_engine_the_refusal_names_it(kind, tmp_path: Path, monkeypatc
     monkeypatch.setenv("PATH", str(tmp_path))  # no engine on this PATH
     refusal = kind.refusal(SandboxSpec(workspace=tmp_path))
     assert refusal == f"{kind.engine} is not installed"
+
+
+@pytest.mark.parametrize("kind", ENGINES, ids=lambda kind: kind.name)
+def test_a_folder_goes_in_without_its_bytecode_caches(kind, tmp_path: Path, monkeypatch) -> None:
+    """What `cp` is given, by an engine that records it: the workspace's files, never a
+    `__pycache__` (pip writes one beside every .py file of a task it installs)."""
+    received = tmp_path / "received"
+    engine = tmp_path / "bin" / kind.engine
+    engine.parent.mkdir()
+    engine.write_text(
+        '#!/bin/sh\nif [ "$1" = cp ]; then mkdir -p "$DOCKER_RECEIVED" && '
+        'cp -R "$2" "$DOCKER_RECEIVED/"; fi\n'
+    )
+    engine.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{engine.parent}:/usr/bin:/bin")
+    monkeypatch.setenv("DOCKER_RECEIVED", str(received))
+    workspace = tmp_path / "workspace"
+    (workspace / "pkg" / "__pycache__").mkdir(parents=True)
+    (workspace / "pkg" / "mod.py").write_text("X = 1\n")
+    (workspace / "pkg" / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"\0")
+    box = kind(SandboxSpec(workspace=workspace))
+    box.container = "fake"
+    asyncio.run(box.upload(workspace, "/app"))
+    assert sorted(p.relative_to(received).as_posix() for p in received.rglob("*")) == [
+        "pkg",
+        "pkg/mod.py",
+    ]
