@@ -149,8 +149,8 @@ def pytest_configure(config: pytest.Config) -> None:
         # gymflow's editable sources, so each of the run's ~600 `gym`, bench and helper
         # processes compiled every gymflow module it imported (about 0.5 s of a `gym eval run`'s
         # 5.5 s). Compiled once here, where Python would have cached them, every process reads
-        # them: its modules only, never the Python files its benchmarks ship as data (a task's
-        # workspace, its checks), whose folders a cache would change.
+        # them: its modules only, not the Python files its benchmarks ship as data (a task's
+        # workspace, its checks), which no gymflow process imports.
         for source in PACKAGE.rglob("*.py"):
             if _importable(source):
                 compileall.compile_file(source, quiet=1)

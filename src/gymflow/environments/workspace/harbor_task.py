@@ -156,9 +156,10 @@ def folder_hash(folder: Path) -> str:
     target), in path order; Python's bytecode caches are not the task's files."""
     digest = hashlib.sha256()
     for path in sorted(folder.rglob("*")):
-        if in_bytecode_cache(path.relative_to(folder)):
+        below = path.relative_to(folder)
+        if in_bytecode_cache(below):
             continue
-        relative = path.relative_to(folder).as_posix()
+        relative = below.as_posix()
         if path.is_symlink():
             digest.update(f"L{relative}\0{path.readlink()}\0".encode())
         elif path.is_file():
