@@ -21,16 +21,22 @@ pytestmark = pytest.mark.slow
 SHIPPED = Path(__file__).resolve().parents[2] / "src" / "gymflow" / "builtin" / "workspace"
 
 
-def _run(tmp_path: Path, prefect_api: str, agent: str) -> tuple[duckdb.DuckDBPyConnection, str]:
+def _run(
+    tmp_path: Path,
+    prefect_api: str,
+    agent: str,
+    benchmark: str = "workspace-basics",
+    env: dict[str, str] | None = None,
+) -> tuple[duckdb.DuckDBPyConnection, str]:
     require_tool("bwrap")
     (tmp_path / "eval.yaml").write_text(
-        "benchmark: workspace-basics\n"
+        f"benchmark: {benchmark}\n"
         f"harness: {{name: command, agent: {agent}}}\n"
         f"out: runs/{agent}\n"
         "concurrency: 2\n"
     )
     result = gym("eval", "run", "eval.yaml", cwd=tmp_path, timeout=900,
-                 env={"PREFECT_API_URL": prefect_api})  # fmt: skip
+                 env={"PREFECT_API_URL": prefect_api, **(env or {})})  # fmt: skip
     assert "Traceback" not in result.stderr, result.stderr
     store = tmp_path / "runs" / agent / "gymflow.duckdb"
     assert store.exists(), f"{result.stdout}\n{result.stderr}"
@@ -77,7 +83,6 @@ def test_tasks_compiled_as_pip_installs_them_keep_their_version_and_pass(
     with Python's bytecode caches beside its checks and its workspace's code. They are not the
     task: its version stays, and git-init-commit (whose check lists the files its commit holds)
     passes under the oracle, as fix-median (a package in its workspace) does."""
-    require_tool("bwrap")
     mine = tmp_path / "mine"
     names = ("fix-median", "git-init-commit")
     for name in names:
@@ -88,14 +93,7 @@ def test_tasks_compiled_as_pip_installs_them_keep_their_version_and_pass(
     assert [folder_hash(mine / "tasks" / name) for name in names] == versions
     (mine / "benchmarks").mkdir()
     (mine / "benchmarks" / "mine.yaml").write_text("name: mine\nworkspace: ../tasks\n")
-    (tmp_path / "eval.yaml").write_text(
-        "benchmark: mine\nharness: {name: command, agent: oracle}\nout: runs/oracle\n"
-    )
-    result = gym("eval", "run", "eval.yaml", cwd=tmp_path, timeout=600,
-                 env={"PREFECT_API_URL": prefect_api, PATH_VARIABLE: str(mine)})  # fmt: skip
-    store = tmp_path / "runs" / "oracle" / "gymflow.duckdb"
-    assert store.exists(), f"{result.stdout}\n{result.stderr}"
-    con = duckdb.connect(str(store), read_only=True)
+    con, _ = _run(tmp_path, prefect_api, "oracle", "mine", {PATH_VARIABLE: str(mine)})
     try:
         outcomes = _outcomes(con)
     finally:
