@@ -1,75 +1,34 @@
-"""Known, not fixed: a store's persisted column statistics decide gymflow's answers. DuckDB keeps
-each column's min and max in the file (per table and per row group) and trusts them: the planner
-folds a filter the statistics say no row meets, and a scan skips a row group its zone map rules
-out. Rewriting the statistics of `verifications.status` from 'ok' to 'zz' (the block's checksum
-made right; no row, seal or catalog object changed) opens in both modes, and `gym eval profile`
-scores none of the run's verdicts (plain DuckDB reads `min(status)` 'zz' and `sum((status =
-'ok')::INT)` 0 too; only the values themselves, `list(status)`, still read 'ok'). The open's
-checks read objects and schema, never statistics against values; `SET disabled_optimizers =
-'statistics_propagation'` stops the folding but not the zone maps, and DuckDB has no setting
-that ignores those. Strict: once a store like this is refused, or read by its values, this test
-fails and its mark comes off."""
+"""A store's persisted column statistics decide DuckDB's answers: it keeps each column's least
+and greatest value in the file, per segment and for the table, and trusts them (the planner
+folds a filter they rule out, a scan skips a segment its range excludes). Rewriting the
+statistics of `verifications.status` from 'ok' to 'zz' (each block's checksum made right; no
+row, seal or catalog object changed) opened in both modes, and `gym eval profile` scored none
+of the run's verdicts (plain DuckDB reads `min(status)` 'zz' and no row `WHERE status = 'ok'`;
+only the values themselves, `list(status)`, still read 'ok'). The seal check now compares every
+column's statistics with its values (`store/column_statistics.py`): whichever record is forged,
+the segment's, the table's or both, every command that reads or writes the store refuses it in
+one line naming the file and the column, and nothing stored changes."""
 
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import duckdb
-import numpy as np
 import pytest
 
-from gymflow.store.db import _HEADERS_BYTES
 from tests.conftest import gym_in_process as gym
-from tests.faults.stores import collect_run
-
-#: A string column's statistics record as DuckDB 2.0.1 serializes it: min and max, 'ok' each.
-STATUS_OK = b"\xcd\x00\x18ok" + b"\0" * 10 + b"ok" + b"\0" * 10
-
-
-def _checksum(block: bytes) -> int:
-    """DuckDB's block checksum: every 8-byte word times a constant, all XORed, XOR 5381."""
-    words = np.frombuffer(block, dtype="<u8")
-    with np.errstate(over="ignore"):
-        mixed = np.bitwise_xor.reduce(words * np.uint64(0xBF58476D1CE4E5B9))
-    return int(mixed) ^ 5381
-
-
-def _forge_status_statistics(store: Path) -> int:
-    """Rewrite every min = max = 'ok' statistics record to 'zz', the checksum that begins each
-    block after the file's headers made right; the number of records rewritten."""
-    raw = duckdb.connect(str(store), read_only=True)
-    try:
-        (block_bytes,) = raw.execute("SELECT block_size FROM pragma_database_size()").fetchone()
-    finally:
-        raw.close()
-    data = bytearray(store.read_bytes())
-    found, at = [], data.find(STATUS_OK)
-    while at >= 0:
-        found.append(at)
-        at = data.find(STATUS_OK, at + 1)
-    blocks = set()
-    for at in found:
-        data[at + 3 : at + 5] = b"zz"
-        data[at + 15 : at + 17] = b"zz"
-        blocks.add(_HEADERS_BYTES + (at - _HEADERS_BYTES) // block_bytes * block_bytes)
-    for start in blocks:
-        body = bytes(data[start + 8 : start + block_bytes])
-        data[start : start + 8] = struct.pack("<Q", _checksum(body))
-    store.write_bytes(bytes(data))
-    return len(found)
+from tests.faults.forged_statistics import forge_bounds
+from tests.faults.stores import collect_run, copied_run, one_error_line, tree_digest
 
 
 @pytest.fixture(scope="module")
-def forged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
-    """A collected run whose statistics of `verifications.status` are forged, and how many
-    verdicts it holds. That the forgery took effect is checked in plain DuckDB, failing with
-    `pytest.fail` (not an AssertionError, the one failure the test's mark expects): the values
-    read as stored, 'ok' each, while a filter on them sees none."""
-    run = collect_run(tmp_path_factory.mktemp("forged") / "run")
-    store = run / "gymflow.duckdb"
-    rewritten = _forge_status_statistics(store)
+def honest(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return collect_run(tmp_path_factory.mktemp("statistics") / "run")
+
+
+def _statuses(store: Path) -> tuple[list[str], int]:
+    """The stored statuses as their values read, and how many rows `status = 'ok'` finds."""
     raw = duckdb.connect(str(store), read_only=True)
     try:
         (statuses,) = raw.execute("SELECT list(status) FROM verifications").fetchone() or ([],)
@@ -78,20 +37,41 @@ def forged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
         ).fetchone() or (None,)
     finally:
         raw.close()
-    if not rewritten or not statuses or set(statuses) != {"ok"} or seen != 0:
-        pytest.fail(f"the forgery did not take: {rewritten} records, {statuses}, {seen} seen")
-    return run, len(statuses)
+    return statuses, seen
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="a store's forged statistics are trusted"
-)
-def test_a_store_whose_statistics_were_forged_is_refused_or_read_by_its_values(
-    forged: tuple[Path, int], tmp_path: Path
+COMMANDS = {
+    "profile": ("eval", "profile", "{run}", "--json"),
+    "health": ("eval", "health", "{run}"),
+    "report": ("report", "{run}"),
+    "reverify": ("eval", "reverify", "{run}", "--set", "extract=last_number"),
+}
+
+
+@pytest.mark.parametrize("records", ["both", "table", "segment"])
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_store_whose_statistics_were_forged_is_refused_naming_the_column(
+    honest: Path, tmp_path: Path, records: str, command: str
 ) -> None:
-    run, verdicts = forged
+    run = copied_run(honest, tmp_path / "run")
+    store = run / "gymflow.duckdb"
+    assert forge_bounds(store, ("ok", "ok"), ("zz", "zz"), records)
+    statuses, seen = _statuses(store)
+    assert set(statuses) == {"ok"}, statuses  # the values, and so the seals, are as written
+    if records != "segment":
+        assert seen == 0  # and the answers follow the forged statistics
+    before = tree_digest(run)
+    done = gym(*(part.format(run=run) for part in COMMANDS[command]), cwd=tmp_path)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    line = one_error_line(done.stderr)
+    assert str(store) in line and "verifications.status" in line, line
+    assert "column statistics" in line, line
+    assert tree_digest(run) == before
+
+
+def test_the_same_store_before_the_forgery_is_read(honest: Path, tmp_path: Path) -> None:
+    run = copied_run(honest, tmp_path / "run")
+    statuses, _seen = _statuses(run / "gymflow.duckdb")
     done = gym("eval", "profile", str(run), "--json", cwd=tmp_path)
-    if done.returncode != 0:
-        assert str(run / "gymflow.duckdb") in done.stderr, done.stderr
-        return
-    assert json.loads(done.stdout)["coverage"]["scored"] == verdicts, done.stdout
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["coverage"]["scored"] == len(statuses)

@@ -14,6 +14,7 @@ __tier__ = 1
 __all__ = [
     "arrow_reads",
     "checked_stores",
+    "column_statistics",
     "commits",
     "compact",
     "db",

@@ -35,6 +35,7 @@ from gymflow.core.credentials import SEAL_KEY_ENV
 from gymflow.core.errors import UserError
 from gymflow.core.same_text import same_text
 from gymflow.store.arrow_reads import joined_strings
+from gymflow.store.column_statistics import check_statistics
 from gymflow.store.generations import (
     fresh_history,
     read_generation,
@@ -668,8 +669,11 @@ def check_seals(
     con: DuckDBPyConnection, max_examples: int = 10, *, earlier: bool = False
 ) -> SealCheck:
     """Recompute every verdict's seal (reads the store, writes nothing); `earlier`: as
-    `armed_state`."""
+    `armed_state`. A store whose column statistics exclude a value it holds is refused first
+    (StoreError, `column_statistics.py`): every query would answer from them, the seals' too."""
     found, key = armed_state(con, earlier=earlier)
+    if found.state == "sealed" and key is not None:
+        check_statistics(con, store_file(con) or "gymflow.duckdb")
     if found.state == "stripped":
         ids = joined_strings(
             [b.column(0) for b in batches(con, "SELECT rollout_id FROM verifications")]
