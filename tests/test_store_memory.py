@@ -11,7 +11,7 @@ import sys
 import duckdb
 import pytest
 
-from gymflow.store.db import memory_capped, memory_capped_call
+from gymflow.store.db import memory_capped, memory_capped_call, without_progress_bar
 from gymflow.store.memory_bound import StoreOverMemory, analysis_memory
 from gymflow.store.seal_key import SealKey, sealed
 from gymflow.store.verdict_message import MESSAGE
@@ -77,7 +77,7 @@ def _resident_mib() -> float:
 
 def _held_by_sealed(rows: int) -> float:
     """MiB more resident after `sealed` of `rows` messages of 20 KB than before, its result kept."""
-    con = duckdb.connect()
+    con = without_progress_bar(duckdb.connect())  # its stdout is the figures read
     select = (
         f"SELECT i AS row_number, encode(repeat(chr((65 + i % 26)::INTEGER), 20000)) AS {MESSAGE} "
         "FROM range(?) t(i)"

@@ -26,7 +26,13 @@ from gymflow.analysis.seals import store_seals
 from gymflow.core.errors import GymflowError
 from gymflow.core.trees import walk
 from gymflow.core.user_folders import private_folder, user_cache
-from gymflow.store.db import STORE_FILE, StoreError, connect, transaction
+from gymflow.store.db import (
+    STORE_FILE,
+    StoreError,
+    connect,
+    transaction,
+    without_progress_bar,
+)
 from gymflow.store.runs import run_info
 
 #: Shard stores are parts of a run, merged into its store: not runs of their own.
@@ -154,10 +160,10 @@ def _open_catalog(root: Path) -> tuple[duckdb.DuckDBPyConnection, Path | None]:
     path = catalog_file(root)
     if path is not None:
         try:
-            return duckdb.connect(str(path)), path
+            return without_progress_bar(duckdb.connect(str(path))), path
         except duckdb.Error:  # held by another listing, or not a DuckDB file: go without
             pass
-    return duckdb.connect(":memory:"), None
+    return without_progress_bar(duckdb.connect(":memory:")), None
 
 
 @dataclass(frozen=True, slots=True)

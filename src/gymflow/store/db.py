@@ -111,13 +111,23 @@ _NO_EXTENSIONS: dict[str, str | bool | int | float | list[str]] = {
 }
 
 
+def without_progress_bar(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """`con` with DuckDB's progress bar off: DuckDB prints it on stdout, a pipe too, for a query
+    past 2 s, so `gym eval profile --json` of a large store began with "100%". It is a
+    connection's setting (DuckDB refuses it in a database's config); cursors take it."""
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
 def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     """duckdb.connect, noting the one file of the store's name it opened (`_opened`). A
     read-only DuckDB replays a WAL and closes it; it keeps only the database file open. Files
     another thread opens meanwhile (a /proc file a watchdog reads) have other names; where two
     are new, or the one opened was renamed already, none is noted, and nothing is vouched for."""
     before = _open_files(path.name)
-    con = duckdb.connect(str(path), read_only=read_only, config=_NO_EXTENSIONS)
+    con = without_progress_bar(
+        duckdb.connect(str(path), read_only=read_only, config=_NO_EXTENSIONS)
+    )
     files = _open_files(path.name) - before
     if len(files) == 1:
         _opened[con] = files.pop()
