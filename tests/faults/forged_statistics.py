@@ -28,17 +28,80 @@ def _checksum(block: bytes) -> int:
     return int(mixed) ^ 5381
 
 
-def forge_bounds(store: Path, was: tuple[str, str], now: tuple[str, str], records: str) -> int:
-    """Rewrite the statistics records of bounds `was` to `now` in `store`: of the two a one-
-    segment column has, the segment's (first in the file), the table's (second) or both
-    (`records`); the number rewritten. `pytest.fail` when the file does not hold exactly two."""
+def _rewritten(store: Path, edits: list[tuple[int, bytes]]) -> None:
+    """`store` with each `(offset, bytes)` of `edits` written over it and every block touched
+    given its checksum."""
     raw = duckdb.connect(str(store), read_only=True)
     try:
         (block_bytes,) = raw.execute("SELECT block_size FROM pragma_database_size()").fetchone()
     finally:
         raw.close()
-    old, new = bounds_record(*was), bounds_record(*now)
     data = bytearray(store.read_bytes())
+    blocks = set()
+    for at, new in edits:
+        data[at : at + len(new)] = new
+        blocks.add(_HEADERS_BYTES + (at - _HEADERS_BYTES) // block_bytes * block_bytes)
+    for start in blocks:
+        body = bytes(data[start + 8 : start + block_bytes])
+        data[start : start + 8] = struct.pack("<Q", _checksum(body))
+    store.write_bytes(bytes(data))
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """The unsigned LEB128 integer at `at`, and where it ends."""
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, at
+
+
+def _as_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+#: The bit of a string record's packed field 206 (after its bounds) that says its greatest
+#: value is the whole value, not its first bytes: no listing of DuckDB's shows it.
+MAX_EXACT = 0b100
+
+
+def mark_max_exact(
+    store: Path, low: str, high: str, *, followed_by: tuple[str, str] | None = None
+) -> int:
+    """Flag every string record of bounds `low` and `high` (their first 12 bytes) as holding the
+    whole greatest value, or only those whose next string record has bounds `followed_by` (the
+    next column's); how many were flagged. A value longer than `high` is then above it."""
+    data = store.read_bytes()
+    record = bounds_record(low[:12], high[:12])
+    edits, at = [], data.find(record)
+    while at >= 0:
+        packed_at = at + len(record)
+        if data[packed_at : packed_at + 2] == b"\xce\x00":
+            packed, end = _varint(data, packed_at + 2)
+            flagged = _as_varint(packed | MAX_EXACT)
+            after = data.find(b"\xcd\x00\x18", end)
+            follows = followed_by is None or data[after : after + 27] == bounds_record(*followed_by)
+            if len(flagged) == end - packed_at - 2 and follows:
+                edits.append((packed_at + 2, flagged))
+        at = data.find(record, at + 1)
+    _rewritten(store, edits)
+    return len(edits)
+
+
+def forge_bounds(store: Path, was: tuple[str, str], now: tuple[str, str], records: str) -> int:
+    """Rewrite the statistics records of bounds `was` to `now` in `store`: of the two a one-
+    segment column has, the segment's (first in the file), the table's (second) or both
+    (`records`); the number rewritten. `pytest.fail` when the file does not hold exactly two."""
+    old, new = bounds_record(*was), bounds_record(*now)
+    data = store.read_bytes()
     found, at = [], data.find(old)
     while at >= 0:
         found.append(at)
@@ -46,12 +109,5 @@ def forge_bounds(store: Path, was: tuple[str, str], now: tuple[str, str], record
     if len(found) != 2:
         pytest.fail(f"{len(found)} records of {was} in the file, not a segment's and a table's")
     chosen = {"segment": found[:1], "table": found[1:], "both": found}[records]
-    blocks = set()
-    for at in chosen:
-        data[at : at + len(new)] = new
-        blocks.add(_HEADERS_BYTES + (at - _HEADERS_BYTES) // block_bytes * block_bytes)
-    for start in blocks:
-        body = bytes(data[start + 8 : start + block_bytes])
-        data[start : start + 8] = struct.pack("<Q", _checksum(body))
-    store.write_bytes(bytes(data))
+    _rewritten(store, [(at, new) for at in chosen])
     return len(chosen)

@@ -18,7 +18,7 @@ import duckdb
 import pytest
 
 from tests.conftest import gym_in_process as gym
-from tests.faults.forged_statistics import forge_bounds
+from tests.faults.forged_statistics import forge_bounds, mark_max_exact
 from tests.faults.stores import collect_run, copied_run, one_error_line, tree_digest
 
 
@@ -75,3 +75,25 @@ def test_the_same_store_before_the_forgery_is_read(honest: Path, tmp_path: Path)
     done = gym("eval", "profile", str(run), "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["coverage"]["scored"] == len(statuses)
+
+
+def test_a_greatest_value_flagged_whole_is_refused(honest: Path, tmp_path: Path) -> None:
+    """The flag no listing shows (a string bound is the whole value, not its first 12 bytes) set
+    on `verifications.verifier_version`: every filter on the version found no verdict, and
+    `gym eval profile` scored 0 of 12 while the listed statistics read as before (attacker's
+    pass over 7ffa519)."""
+    run = copied_run(honest, tmp_path / "run")
+    store = run / "gymflow.duckdb"
+    raw = duckdb.connect(str(store), read_only=True)
+    try:
+        (version,) = raw.execute("SELECT any_value(verifier_version) FROM verifications").fetchone()
+    finally:
+        raw.close()
+    flagged = mark_max_exact(store, version, version, followed_by=("ok", "ok"))
+    assert len(version) > 12 and flagged == 2  # the verdicts' segment's record and table's
+    before = tree_digest(run)
+    done = gym("eval", "profile", str(run), "--json", cwd=tmp_path)
+    assert done.returncode == 1, done.stdout
+    line = one_error_line(done.stderr)
+    assert str(store) in line and "verifications.verifier_version" in line, line
+    assert tree_digest(run) == before
