@@ -24,7 +24,7 @@ from gymflow.store.column_statistics import (
     misstated,
 )
 from gymflow.store.db import StoreError
-from tests.faults.forged_statistics import forge_bounds, mark_max_exact
+from tests.faults.forged_statistics import forge_bounds, forge_integer_bounds, mark_max_exact
 
 #: Tables whose every kind of value DuckDB keeps statistics for, each written in its own way.
 HONEST = {
@@ -331,3 +331,24 @@ def test_a_timestamp_python_cannot_hold_is_one_line_naming_the_store(tmp_path: P
             check_statistics(con, str(path))
     finally:
         con.close()
+
+
+def test_a_bound_forged_wider_is_named_where_duckdb_answers_from_it(tmp_path: Path) -> None:
+    """Bounds wider than the values exclude none of them, and a segment's that a deleted row
+    widened are honest; but DuckDB reads an ungrouped `max()` of the column from the table's
+    alone (`runs.repeats` stated 2..9 made health count 42 missing rollouts of 12). The check
+    asks each column's `min()` and `max()` in a query of its own: beside a long string's, DuckDB
+    would read the rows for both."""
+    path = tmp_path / "wider.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE runs AS SELECT 2::INTEGER AS repeats, repeat('x', 40) AS config")
+    con.close()
+    assert forge_integer_bounds(path, (2, 2), (2, 9)) == 2
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        assert con.execute("SELECT max(repeats) FROM runs").fetchone() == (9,)
+        assert con.execute("SELECT max(repeats), max(config) FROM runs").fetchone()[0] == 2
+        found = [str(item) for item in misstated(con, ["runs"])]
+    finally:
+        con.close()
+    assert found == ["runs.repeats (the table: max() reads 9, the rows hold 2)"], found

@@ -96,6 +96,27 @@ def mark_max_exact(
     return len(edits)
 
 
+def integer_record(low: int, high: int) -> bytes:
+    """An integer column's statistics record as DuckDB 2.0.1 serializes its bounds (fields 200
+    and 201, each a value of field 101 flagged present by field 100), for bounds below 64."""
+    return b"".join(
+        bytes([field, 0, 0x64, 0, 1, 0x65, 0, value, 0xFF, 0xFF])
+        for field, value in ((0xC8, low), (0xC9, high))
+    )
+
+
+def forge_integer_bounds(store: Path, was: tuple[int, int], now: tuple[int, int]) -> int:
+    """Rewrite every integer statistics record of bounds `was` to `now` (each below 64); how
+    many were rewritten."""
+    data, old = store.read_bytes(), integer_record(*was)
+    found, at = [], data.find(old)
+    while at >= 0:
+        found.append(at)
+        at = data.find(old, at + 1)
+    _rewritten(store, [(at, integer_record(*now)) for at in found])
+    return len(found)
+
+
 def forge_bounds(store: Path, was: tuple[str, str], now: tuple[str, str], records: str) -> int:
     """Rewrite the statistics records of bounds `was` to `now` in `store`: of the two a one-
     segment column has, the segment's (first in the file), the table's (second) or both

@@ -19,6 +19,7 @@ import pytest
 from gymflow.store.checked_stores import Checked, file_digest, file_state, record_file
 from gymflow.store.seal_key import load_key
 from tests.conftest import gym_in_process as gym  # commands on stored runs: no process needed
+from tests.faults.forged_statistics import forge_bounds
 from tests.faults.stores import (
     collect_run,
     copied_run,
@@ -140,3 +141,25 @@ def test_a_reverify_of_a_checked_store_leaves_it_checked(honest: Path, tmp_path:
     assert after["checked_at"] is not None and after["verdict"] == "healthy"
     full = _health(run, tmp_path, "--verify-seals")
     assert full["verdict"] == "healthy" and full["mismatch"] == 0
+
+
+def test_a_record_an_earlier_check_made_is_not_taken(honest: Path, tmp_path: Path) -> None:
+    """A record says the file passed the full check of the gymflow that wrote it, which checked
+    less: a store whose column statistics were forged, read once by a gymflow before that check
+    existed, was then read by this one with no check at all and scored 0 of 12 (attacker's
+    pass over 6a8be2e). A record of an earlier check's version, MAC'd with the key, is not
+    taken: the file is checked in full, and refused."""
+    run = copied_run(honest, tmp_path / "run")
+    store = run / "gymflow.duckdb"
+    assert forge_bounds(store, ("ok", "ok"), ("zz", "zz"), "both") == 2
+    key = load_key(create=False)
+    assert key is not None
+    path = os.path.realpath(store)
+    state, content = str(file_state(path)), file_digest(path)
+    earlier = key.mac(f"gymflow checked store v2\n{path}\n{state}\n{content}\n{1.0!r}")
+    entry = {"path": path, "state": state, "content": content, "checked_at": 1.0, "mac": earlier}
+    record_file().parent.mkdir(parents=True, exist_ok=True)
+    record_file().write_text(json.dumps(entry) + "\n")
+    record_file().chmod(0o600)
+    done = gym("eval", "profile", str(run), "--json", cwd=tmp_path)
+    assert done.returncode == 1 and "verifications.status" in done.stderr, done.stderr

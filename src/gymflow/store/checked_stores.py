@@ -124,8 +124,10 @@ class Checked:
     checked_at: float
 
     def mac(self, key: SealKey) -> str:
+        # the version names what a full check checks: raised with each check added (v3: the
+        # column statistics), so a file an older gymflow checked is checked again in full
         return key.mac(
-            f"gymflow checked store v2\n{self.path}\n{self.state}\n{self.content}\n"
+            f"gymflow checked store v3\n{self.path}\n{self.state}\n{self.content}\n"
             f"{self.checked_at!r}"
         )
 

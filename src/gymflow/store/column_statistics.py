@@ -389,10 +389,17 @@ def _table(
     ]
     pieces = sorted({segment.first for segment in segments} | {0})
     piece, params = _piece_of_row(pieces, rows)
-    bounds = ", ".join(f'min("{c.name}"), max("{c.name}")' for c in columns if not c.listed)
+    # each its own query: DuckDB reads an ungrouped min() from the statistics only when it can
+    # so read every aggregate of the query (never beside a long string's)
+    bounds = ", ".join(
+        f'(SELECT {pick}("{c.name}") FROM "{table}")'
+        for c in columns
+        if not c.listed
+        for pick in ("min", "max")
+    )
     read = con.execute(
         f'SELECT * FROM (SELECT {", ".join(column.stated for column in columns)} FROM "{table}" '
-        f'LIMIT 1), (SELECT {bounds or "NULL"} FROM "{table}")'
+        f"LIMIT 1), (SELECT {bounds or 'NULL'})"
     ).fetchone()
     stated, answers = (read[: len(columns)], read[len(columns) :]) if read else (None, ())
     with _unpropagated(con):
@@ -478,7 +485,7 @@ def check_statistics(con: DuckDBPyConnection, where: str) -> None:
     """StoreError naming `where` and the columns when a statistic excludes a value held."""
     try:
         found = misstated(con)
-    except (duckdb.Error, ValueError, OverflowError) as exc:
+    except (duckdb.Error, ValueError, TypeError, OverflowError) as exc:
         raise StoreError(
             f"{where}: its column statistics cannot be read ({exc}); DuckDB answers filters "
             "from them, so it is not read: use the run's original store"
