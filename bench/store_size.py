@@ -81,7 +81,7 @@ def measure(environment: str, split: str, extra: Path | None, rollouts: int) -> 
     from gymflow.store.compact import compact
 
     sizes: dict[int, tuple[int, int, int]] = {}
-    written = 0
+    written = inline = 0
     for count in (max(1, rollouts // 10), rollouts):
         with tempfile.TemporaryDirectory(prefix="gymflow-size-") as tmp:
             envs = Path(tmp) / "envs"
@@ -92,7 +92,8 @@ def measure(environment: str, split: str, extra: Path | None, rollouts: int) -> 
             written = store_bytes(Path(tmp) / "run")
             compact(Path(tmp) / "run")
             sizes[count] = (figure.rollouts, figure.model_calls, store_bytes(Path(tmp) / "run"))
-            inline = inline_bytes(Path(tmp) / "run", Path(tmp))
+            if count == rollouts:  # the tenth's figure is never printed
+                inline = inline_bytes(Path(tmp) / "run", Path(tmp))
     (small_n, _, small_bytes), (n, calls, total) = sizes.values()
     return {
         "rollouts": n,
