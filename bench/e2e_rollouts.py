@@ -187,7 +187,7 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=Path, help="write a pyinstrument profile of the collector (.html or text)"
     )
-    args = tiny.parse(parser, rollouts=200, ceiling_seconds=0.5)
+    args = tiny.parse(parser, rollouts=200, ceiling_seconds=0.1)
 
     with tempfile.TemporaryDirectory(prefix="gymflow-bench-") as tmp:
         root = Path(tmp)
