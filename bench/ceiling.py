@@ -186,7 +186,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="timed window per client")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
-    args = tiny.parse(parser, seconds=0.5)
+    args = tiny.parse(parser, seconds=0.1)
     if args.serve:
         import uvicorn
 
