@@ -113,6 +113,15 @@ def _gym(*args: str, cwd: Path, allowed: tuple[int, ...] = (0,)) -> str:
     return done.stdout
 
 
+def _run_verifier_version(run: Path) -> str:
+    """The version the run verified with: read from its store, not `gym eval profile --json`
+    (a process of a second's CPU for one field)."""
+    import duckdb
+
+    with duckdb.connect(str(run / "gymflow.duckdb"), read_only=True) as con:
+        return con.execute("SELECT verifier_version FROM runs").fetchone()[0]
+
+
 def _store_counts(run: Path, version: str) -> dict:
     import duckdb
 
@@ -182,7 +191,7 @@ def main() -> None:
         )
         # the injected failures fail the run's health gate (exit 2): that is expected here
         _gym("eval", "run", "eval.yaml", cwd=work, allowed=(0, 2))
-        version = json.loads(_gym("eval", "profile", "run", "--json", cwd=work))["verifier_version"]
+        version = _run_verifier_version(work / "run")
         _gym("export", "run", "--format", "nemo-gym", "--out", "ng/rollouts.jsonl", cwd=work)
         ng = work / "ng"
         sidecars = [ng / "rollouts_failures.jsonl", ng / "rollouts_materialized_inputs.jsonl"]
