@@ -24,7 +24,12 @@ from gymflow.store.column_statistics import (
     misstated,
 )
 from gymflow.store.db import StoreError
-from tests.faults.forged_statistics import forge_bounds, forge_integer_bounds, mark_max_exact
+from tests.faults.forged_statistics import (
+    forge_bigint_max,
+    forge_bounds,
+    forge_integer_bounds,
+    mark_max_exact,
+)
 
 #: Tables whose every kind of value DuckDB keeps statistics for, each written in its own way.
 HONEST = {
@@ -352,3 +357,36 @@ def test_a_bound_forged_wider_is_named_where_duckdb_answers_from_it(tmp_path: Pa
     finally:
         con.close()
     assert found == ["runs.repeats (the table: max() reads 9, the rows hold 2)"], found
+
+
+def test_a_segment_listing_no_bounds_for_its_values_is_named(tmp_path: Path) -> None:
+    """A segment's greatest value forged below its least: DuckDB lists no bounds for it at all,
+    yet merges each into its row group's and skips the row group by them (a third attacker's
+    pass over 4888f1f: 8 rows found as 0, with statistics propagation off too)."""
+    path = tmp_path / "hidden.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(
+        # wide values: the column takes several segments of its row group
+        "CREATE TABLE t AS SELECT range AS i, (hash(range) >> 3)::BIGINT AS x FROM range(100000)"
+    )
+    con.execute("DELETE FROM t WHERE i = 5")  # the row group's bounds no longer read as exact
+    con.execute("CHECKPOINT")
+    con.close()
+    con = duckdb.connect(str(path), read_only=True)
+    (top,) = con.execute(  # the greatest value of the segment whose least is greatest
+        "SELECT stats['max']::BIGINT FROM pragma_storage_info('t') WHERE column_name = 'x' "
+        "AND column_path = '[1]' ORDER BY stats['min']::BIGINT DESC LIMIT 1"
+    ).fetchone() or (None,)
+    con.close()
+    assert top is not None and forge_bigint_max(path, top, 1) == 1
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        listed = con.execute(
+            "SELECT count(*) FROM pragma_storage_info('t') WHERE column_name = 'x' "
+            "AND column_path = '[1]' AND stats['max'] IS NULL"
+        ).fetchone()
+        assert listed == (1,)  # the forged segment lists no bounds
+        found = [str(item) for item in misstated(con, ["t"])]
+    finally:
+        con.close()
+    assert any(item.startswith("t.x (rows ") and "lists no bounds" in item for item in found), found

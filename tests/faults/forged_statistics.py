@@ -117,6 +117,33 @@ def forge_integer_bounds(store: Path, was: tuple[int, int], now: tuple[int, int]
     return len(found)
 
 
+def _sleb128(value: int, width: int | None = None) -> bytes:
+    """`value` as DuckDB writes a signed integer (signed LEB128), padded to `width` bytes."""
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        last = (value == 0 and not low & 0x40) or (value == -1 and low & 0x40)
+        if last and (width is None or len(out) + 1 >= width):
+            out.append(low)
+            return bytes(out)
+        out.append(low | 0x80)
+
+
+def forge_bigint_max(store: Path, was: int, now: int) -> int:
+    """Rewrite every BIGINT statistics record whose greatest value is `was` to `now` (written
+    in as many bytes); how many were rewritten."""
+    data = store.read_bytes()
+    old = b"\xc9\x00\x64\x00\x01\x65\x00" + _sleb128(was)
+    new = old[:7] + _sleb128(now, len(old) - 7)
+    assert len(new) == len(old), "the new bound takes more bytes than the old"
+    found, at = [], data.find(old)
+    while at >= 0:
+        found.append(at)
+        at = data.find(old, at + 1)
+    _rewritten(store, [(at, new) for at in found])
+    return len(found)
+
+
 def forge_bounds(store: Path, was: tuple[str, str], now: tuple[str, str], records: str) -> int:
     """Rewrite the statistics records of bounds `was` to `now` in `store`: of the two a one-
     segment column has, the segment's (first in the file), the table's (second) or both
