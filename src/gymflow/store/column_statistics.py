@@ -303,26 +303,29 @@ class _Probe:
     """A filter asked of DuckDB, statistics and all, that must find a row: `test` on `column`
     (`= ?` with `value`, or `IS NULL`) over rows `span` (None: the table)."""
 
+    table: str
     column: _Column
     where: str
     test: str
     value: Any = None
     span: tuple[int, int] | None = None
 
-    def sql(self, table: str) -> str:
+    @property
+    def sql(self) -> str:
         rows = "" if self.span is None else f"rowid BETWEEN {self.span[0]} AND {self.span[1]} AND "
-        return f'SELECT count(*) FROM "{table}" WHERE {rows}"{self.column.name}" {self.test}'
+        return f'SELECT count(*) FROM "{self.table}" WHERE {rows}"{self.column.name}" {self.test}'
 
     @property
     def params(self) -> list[Any]:
         return [] if self.test == "IS NULL" else [self.value]
 
-    def failed(self, table: str) -> Misstated:
+    def failed(self) -> Misstated:
         shown = self.test if self.test == "IS NULL" else f"= {self.value!r:.60}"
-        return Misstated(table, self.column.name, self.where, f"a filter {shown} finds no row")
+        return Misstated(self.table, self.column.name, self.where, f"a filter {shown} finds no row")
 
 
 def _probes(
+    table: str,
     column: _Column,
     where: str,
     held: _Values,
@@ -333,27 +336,79 @@ def _probes(
     (a segment DuckDB skips by statistics it does not list) on its least value and NULL."""
     found: list[_Probe] = []
     if held.values and not column.listed:
-        found.append(_Probe(column, where, "= ?", held.high, span))
+        found.append(_Probe(table, column, where, "= ?", held.high, span))
         if everything:
-            found.append(_Probe(column, where, "= ?", held.low, span))
+            found.append(_Probe(table, column, where, "= ?", held.low, span))
     if everything and held.rows > held.values:
-        found.append(_Probe(column, where, "IS NULL", None, span))
+        found.append(_Probe(table, column, where, "IS NULL", None, span))
     return found
 
 
-def _asked(con: DuckDBPyConnection, table: str, probes: list[_Probe]) -> list[Misstated]:
+def _asked(con: DuckDBPyConnection, probes: list[_Probe]) -> list[Misstated]:
     """The probes whose filter finds no row, asked `_PROBES_AT_ONCE` to a statement."""
     failed: list[Misstated] = []
     for at in range(0, len(probes), _PROBES_AT_ONCE):
         batch = probes[at : at + _PROBES_AT_ONCE]
         counts: list[tuple[int, int]] = con.execute(
             " UNION ALL ".join(
-                f"SELECT {n} AS probe, * FROM ({probe.sql(table)})" for n, probe in enumerate(batch)
+                f"SELECT {n} AS probe, * FROM ({probe.sql})" for n, probe in enumerate(batch)
             ),
             [param for probe in batch for param in probe.params],
         ).fetchall()
-        failed += [batch[n].failed(table) for n, count in sorted(counts) if not count]
+        failed += [batch[n].failed() for n, count in sorted(counts) if not count]
     return failed
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """An ungrouped `min()` or `max()` (`pick`) of a column that must read `held`: DuckDB reads
+    it from the bounds where they say they are exact, in a query of its own (beside an
+    aggregate it cannot so answer, it reads the rows for every one)."""
+
+    table: str
+    column: str
+    pick: str
+    held: Any
+
+    def sql(self, n: int) -> str:
+        read = f'{self.pick}("{self.column}")'
+        same = f"{read} IS NOT DISTINCT FROM ?"
+        return f'SELECT {n} AS answer, {same}, {read}::VARCHAR FROM "{self.table}"'
+
+
+def _exact(bound: Any, value: Any, text: bool) -> bool:
+    """The stated bound is the held value itself (not a wider bound, nor a string's first
+    bytes): DuckDB answering `min()` or `max()` from it reads the value."""
+    if text and isinstance(bound, str) and isinstance(value, str):
+        return _bound_bytes(bound) == value.encode()
+    return _order(bound) == _order(value)
+
+
+def _loose(stats: dict[str, Any], held: _Values, text: bool) -> bool:
+    """Some bound of `stats` is not the value `held` holds there."""
+    return bool(held.values) and not (
+        _exact(stats.get("min"), held.low, text) and _exact(stats.get("max"), held.high, text)
+    )
+
+
+def _answered(con: DuckDBPyConnection, answers: list[_Answer]) -> list[Misstated]:
+    """The answers DuckDB gives that are not the values held, asked in one statement."""
+    if not answers:
+        return []
+    read: list[tuple[int, bool, str | None]] = con.execute(
+        " UNION ALL ".join(answer.sql(n) for n, answer in enumerate(answers)),
+        [answer.held for answer in answers],
+    ).fetchall()
+    return [
+        Misstated(
+            answers[n].table,
+            answers[n].column,
+            "the table",
+            f"{answers[n].pick}() reads {str(got)[:60]}, the rows hold {answers[n].held!r:.60}",
+        )
+        for n, same, got in sorted(read)
+        if not same
+    ]
 
 
 #: Held while a check reads values with DuckDB's statistics propagation off (`_unpropagated`).
@@ -377,56 +432,22 @@ def _unpropagated(con: DuckDBPyConnection) -> Generator[None]:
             con.execute(f"SET disabled_optimizers = '{quoted}'")
 
 
-def _answered(
-    table: str, columns: list[_Column], answers: tuple[Any, ...], held: list[_Values]
-) -> list[Misstated]:
-    """The columns whose ungrouped `min()` and `max()` as DuckDB answered them (`answers`, two
-    for each column but a list; from the statistics where it can) are not the least and
-    greatest value held."""
-    found: list[Misstated] = []
-    bounded = [(column, values) for column, values in zip(columns, held, strict=True)]
-    for at, (column, values) in enumerate(c for c in bounded if not c[0].listed):
-        if not values.values:
-            continue
-        for name, answer, value in zip(
-            ("min", "max"), answers[2 * at : 2 * at + 2], (values.low, values.high), strict=True
-        ):
-            if _order(answer) != _order(value):
-                what = f"{name}() reads {answer!r:.60}, the rows hold {value!r:.60}"
-                found.append(Misstated(table, column.name, "the table", what))
-    return found
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """A table as read with statistics propagation off: what each piece of rows holds, and each
+    list column's elements (by list)."""
+
+    #: by piece (None: rows of a transaction not yet stored, which no statistic lists)
+    pieces: dict[int | None, list[_Values]]
+    elements: dict[int, list[tuple[Any, ...]]]
 
 
-def _table(
-    con: DuckDBPyConnection,
-    table: str,
-    described: list[tuple[str, str]],
-    stored: list[tuple[Any, ...]],
-) -> list[Misstated]:
-    segments, rows = _segments(stored)
-    if not segments:
-        return []
-    columns = [
-        _Column(name, kind.removesuffix("[]") == "VARCHAR", kind.endswith("[]"))
-        for name, kind in described
-    ]
-    pieces = sorted({segment.first for segment in segments} | {0})
+def _read_table(
+    con: DuckDBPyConnection, table: str, columns: list[_Column], pieces: list[int], rows: int
+) -> _Held:
     piece, params = _piece_of_row(pieces, rows)
-    # each its own query: DuckDB reads an ungrouped min() from the statistics only when it can
-    # so read every aggregate of the query (never beside a long string's)
-    bounds = ", ".join(
-        f'(SELECT {pick}("{c.name}") FROM "{table}")'
-        for c in columns
-        if not c.listed
-        for pick in ("min", "max")
-    )
-    read = con.execute(
-        f'SELECT * FROM (SELECT {", ".join(column.stated for column in columns)} FROM "{table}" '
-        f"LIMIT 1), (SELECT {bounds or 'NULL'})"
-    ).fetchone()
-    stated, answers = (read[: len(columns)], read[len(columns) :]) if read else (None, ())
-    with _unpropagated(con):
-        held = {
+    return _Held(
+        {
             row[0]: _read(row, columns)
             for row in con.execute(
                 f"SELECT {piece} AS piece, count(*), "
@@ -434,45 +455,80 @@ def _table(
                 f'FROM "{table}" GROUP BY piece',
                 params,
             ).fetchall()
-        }
-        by_list = {
+        },
+        {
             at: con.execute(
                 f"SELECT r, count(*), {column.aggregates('e')} FROM "
                 f'(SELECT rowid AS r, unnest("{column.name}") AS e FROM "{table}") GROUP BY r'
             ).fetchall()
             for at, column in enumerate(columns)
             if column.listed
-        }
-    if not held or stated is None:
-        return []  # every row deleted: no value for a statistic to exclude
-    found: list[Misstated] = []
-    probes: list[_Probe] = []
+        },
+    )
+
+
+@dataclass(slots=True)
+class _Checked:
+    """What the check found so far, and what it still asks DuckDB."""
+
+    found: list[Misstated]
+    probes: list[_Probe]
+    answers: list[_Answer]
+
+
+def _compare(
+    table: str,
+    columns: list[_Column],
+    segments: list[_Segment],
+    pieces: list[int],
+    stated: tuple[Any, ...],
+    held: _Held,
+    into: _Checked,
+) -> None:
+    """Compare a table's listed statistics with what it holds, and note what to ask DuckDB: a
+    filter on a greatest value cut at its bound, every bound of a segment updated in memory,
+    and the ungrouped `min()` and `max()` of a column some of whose stated bounds are not the
+    values themselves (DuckDB reads them from the row groups' or the table's bounds where they
+    say they are exact)."""
     asked: set[tuple[int, int, int]] = set()
+    loose: set[int] = set()
     for segment in segments:
         start = bisect.bisect_left(pieces, segment.first)
         end = bisect.bisect_left(pieces, segment.first + segment.rows)
-        values = _total(held[at][segment.column_id] for at in range(start, end) if at in held)
+        values = _total(
+            held.pieces[at][segment.column_id] for at in range(start, end) if at in held.pieces
+        )
         column = columns[segment.column_id]
         stats = cast(dict[str, Any], segment.stats) if isinstance(segment.stats, dict) else {}
         if not segment.updated:
-            column.check(found, table, segment.where, stats, values, segment.bounded)
+            column.check(into.found, table, segment.where, stats, values, segment.bounded)
+        if segment.bounded and _loose(stats, values, column.text):
+            loose.add(segment.column_id)
         span = (segment.column_id, segment.first, segment.rows)
         if (segment.updated or cut_high(stats, values)) and span not in asked:
             asked.add(span)  # its values' segment and its NULL flags' may span one range
-            bounds = (segment.first, segment.first + segment.rows - 1)
-            probes += _probes(column, segment.where, values, bounds, segment.updated)
-    stored_rows = [parts for at, parts in held.items() if at is not None]
-    totals = [_total(parts[at] for parts in stored_rows) for at in range(len(columns))]
+            rows = (segment.first, segment.first + segment.rows - 1)
+            into.probes += _probes(table, column, segment.where, values, rows, segment.updated)
+    stored = [parts for at, parts in held.pieces.items() if at is not None]
     for at, column in enumerate(columns):
+        total = _total(parts[at] for parts in stored)
         stats = cast(dict[str, Any], stated[at]) if isinstance(stated[at], dict) else {}
-        column.check(found, table, "the table", stats, totals[at])
-        if cut_high(stats, totals[at]):
-            probes += _probes(column, "the table", totals[at], None, everything=False)
+        column.check(into.found, table, "the table", stats, total)
+        if cut_high(stats, total):
+            into.probes += _probes(table, column, "the table", total, None, everything=False)
+        if (
+            total.values
+            and not column.listed
+            and (at in loose or _loose(stats, total, column.text))
+        ):
+            into.answers += [
+                _Answer(table, column.name, "min", total.low),
+                _Answer(table, column.name, "max", total.high),
+            ]
         if column.listed:
             elements = replace(column, name=f"{column.name}[]", listed=False)
-            held_elements = _total(_read(row, [elements])[0] for row in by_list[at])
-            elements.check(found, table, "the table", stats.get("child_stats"), held_elements)
-    return found + _asked(con, table, probes) + _answered(table, columns, answers, totals)
+            by_list = _total(_read(row, [elements])[0] for row in held.elements[at])
+            elements.check(into.found, table, "the table", stats.get("child_stats"), by_list)
 
 
 def misstated(
@@ -499,9 +555,43 @@ def misstated(
         + " ORDER BY t, row_group_id, column_id, column_path, start"
     ).fetchall():
         stored[table].append(tuple(row))
-    return [
-        found for table in present for found in _table(con, table, described[table], stored[table])
-    ]
+    layouts = {table: _segments(stored[table]) for table in present}
+    read = [table for table in present if layouts[table][0]]
+    columns = {
+        table: [
+            _Column(name, kind.removesuffix("[]") == "VARCHAR", kind.endswith("[]"))
+            for name, kind in described[table]
+        ]
+        for table in read
+    }
+    pieces = {
+        table: sorted({segment.first for segment in layouts[table][0]} | {0}) for table in read
+    }
+    stated = {
+        table: con.execute(
+            f'SELECT {", ".join(c.stated for c in columns[table])} FROM "{table}" LIMIT 1'
+        ).fetchone()
+        for table in read
+    }
+    with _unpropagated(con):
+        held = {
+            table: _read_table(con, table, columns[table], pieces[table], layouts[table][1])
+            for table in read
+            if stated[table] is not None
+        }
+    checked = _Checked([], [], [])
+    for table, table_held in held.items():
+        if table_held.pieces:  # else every row deleted: no value for a statistic to exclude
+            _compare(
+                table,
+                columns[table],
+                layouts[table][0],
+                pieces[table],
+                stated[table] or (),
+                table_held,
+                checked,
+            )
+    return checked.found + _asked(con, checked.probes) + _answered(con, checked.answers)
 
 
 def check_statistics(con: DuckDBPyConnection, where: str) -> None:
