@@ -12,15 +12,17 @@ reads the values anyway, compares each column's statistics with them (`misstated
 whose statistics exclude a value it holds is refused (`check_statistics`).
 
 Statistics may be wider than the values (a deleted row's value still counts in its segment's);
-only statistics that exclude a value held are wrong. The values are read grouped by segment
-with DuckDB's statistics propagation off (`_unpropagated`). What the listing shows is compared
-directly, except where it cannot tell: a string's bound is its first bytes (12, or 8 in a file
-of DuckDB 1), with a flag no listing shows saying whether it is the whole value, so a greatest
-value that begins with the bound, and every bound of a segment with rows updated in memory
-(DuckDB merges their statistics, unlisted, with the stored ones), is asked of DuckDB itself: a
-filter on the value must find a row of the segment (`_probes`), and the table's ungrouped
-`min()` and `max()` must read the held values. A list column's element statistics are compared
-for the table only: no filter of gymflow's is pushed into a list's elements."""
+what they exclude is wrong, and what they widen is wrong where DuckDB answers from it. The
+values are read grouped by segment with DuckDB's statistics propagation off (`_unpropagated`).
+What the listing shows is compared directly; what it cannot show is asked of DuckDB itself
+(`_compare`). A string's bound is its first bytes (12, or 8 in a file of DuckDB 1) with a flag,
+listed nowhere, saying whether it is the whole value; a segment updated in memory has bounds
+DuckDB merges with the updates', unlisted; and a bound wider than the values is read by an
+ungrouped `min()` where it is flagged exact. So a filter on a greatest value that goes on past
+its bound, and on every bound of an updated segment, must find a row (`_probes`), and the
+ungrouped `min()` and `max()` of a column some of whose bounds are not the values themselves
+must read the values (`_Answer`). A list column's element statistics are compared for the
+table only: no filter of gymflow's is pushed into a list's elements."""
 
 from __future__ import annotations
 
