@@ -163,3 +163,31 @@ def test_a_record_an_earlier_check_made_is_not_taken(honest: Path, tmp_path: Pat
     record_file().chmod(0o600)
     done = gym("eval", "profile", str(run), "--json", cwd=tmp_path)
     assert done.returncode == 1 and "verifications.status" in done.stderr, done.stderr
+
+
+def test_a_writer_takes_the_statistics_check_from_the_record_alone(
+    honest: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before it writes, a writer recomputes every seal; the column statistics' check it takes
+    from a record of the same bytes passing the full check (they are those bytes), and makes
+    on any other file."""
+    from gymflow.store import seal
+    from gymflow.store.checked_stores import check_seals_once
+    from gymflow.store.db import connect
+    from gymflow.store.sealed_first import check_before_writing
+
+    recorded, other = copied_run(honest, tmp_path / "a"), copied_run(honest, tmp_path / "b")
+    con = connect(recorded, read_only=True)
+    try:
+        assert check_seals_once(con).passed
+    finally:
+        con.close()
+    checked: list[str] = []
+    monkeypatch.setattr(seal, "check_statistics", lambda _con, where: checked.append(where))
+    for run in (recorded, other):
+        con = connect(run)
+        try:
+            assert check_before_writing(con, str(run))
+        finally:
+            con.close()
+    assert checked == [os.path.realpath(other / "gymflow.duckdb")]

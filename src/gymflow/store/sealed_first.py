@@ -11,7 +11,8 @@ answer and deleted their verdicts: health said `verification_missing`, and the o
 `gym eval reverify RUN` judged the edited outputs and sealed them (pass@1 59% -> 100%, healthy,
 `--check` clean); a second pass found merge, resume and import had no such check at all. So
 before it writes, every writer recomputes every seal (never the once-per-state record:
-`checked_stores.py`) and refuses when one does not match, when the seals were stripped, and when
+`checked_stores.py`; only the column statistics' check is taken from it, as the file's own
+bytes) and refuses when one does not match, when the seals were stripped, and when
 a completed rollout of a store this key sealed has no verdict at all: every gymflow writer
 stores a rollout with its verdict, so one without any was judged once and its verdict deleted.
 Only a verdict set aside for judging again (`superseded.py`) whose seal still matches its
@@ -27,6 +28,7 @@ from __future__ import annotations
 from duckdb import DuckDBPyConnection
 
 from gymflow.core.errors import GateFailed
+from gymflow.store.checked_stores import checked_at
 from gymflow.store.seal import (
     CALLS_EDITED,
     ROLLOUTS_EDITED,
@@ -36,7 +38,7 @@ from gymflow.store.seal import (
     check_seals,
     older_state,
 )
-from gymflow.store.seal_key import load_key
+from gymflow.store.seal_key import SealKey, SealKeyError, load_key
 from gymflow.store.unjudged import verdicts_deleted
 
 
@@ -54,7 +56,10 @@ def check_before_writing(con: DuckDBPyConnection, where: str, *, earlier: bool =
     checked and matched (False: nothing to vouch for, e.g. a store not yet sealed, which the
     writer's `claim` seals, or refuses when another key sealed it). `earlier`: the check of a
     store sealed before its rows' counts were, by `gym eval migrate` (`seal.armed_state`)."""
-    found = check_seals(con, max_examples=3, earlier=earlier)
+    key = load_key(create=False)
+    found = check_seals(
+        con, max_examples=3, earlier=earlier, statistics=not _statistics_checked(con, key)
+    )
     seal = found.store
     if seal.state == "stripped":
         held = con.execute("SELECT count(*) FROM rollouts").fetchone()
@@ -70,7 +75,6 @@ def check_before_writing(con: DuckDBPyConnection, where: str, *, earlier: bool =
             f"{found.mismatched} verdicts do not match their seal (e.g. "
             f"{', '.join(found.examples)}): a rollout or verdict was edited",
         )
-    key = load_key(create=False)
     assert key is not None  # a sealed check needs it
     deleted = verdicts_deleted(con, key)
     if deleted is not None:
@@ -87,6 +91,16 @@ def check_before_writing(con: DuckDBPyConnection, where: str, *, earlier: bool =
     if seal.rolled_back or seal.generation_sealed is False:
         _refuse(where, older_state(seal))
     return True
+
+
+def _statistics_checked(con: DuckDBPyConnection, key: SealKey | None) -> bool:
+    """The file's column statistics passed the check already: its bytes are those of a file
+    recorded as passing a full check (`checked_stores.py`, whose record names the check's
+    version). A record that cannot be read vouches for nothing."""
+    try:
+        return key is not None and checked_at(con, key) is not None
+    except SealKeyError:
+        return False
 
 
 def _refuse(where: str, what: str) -> None:
