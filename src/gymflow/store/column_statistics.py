@@ -103,6 +103,11 @@ def _bound(pick: Callable[..., Any], a: Any, b: Any) -> Any:
     return b if a is None else a if b is None else pick(a, b, key=_order)
 
 
+def _as_stats(stated: Any) -> dict[str, Any]:
+    """Statistics as DuckDB gives them (a struct), or none when it gives something else."""
+    return cast(dict[str, Any], stated) if isinstance(stated, dict) else {}
+
+
 def _order(value: Any) -> tuple[int, Any]:
     """DuckDB's order: a float NaN above every number (Python's never compares)."""
     return (1, 0.0) if isinstance(value, float) and value != value else (0, value)
@@ -199,7 +204,7 @@ class _Column:
         bounded: bool = True,
     ):
         what = excludes(
-            cast(dict[str, Any], stats) if isinstance(stats, dict) else {},
+            _as_stats(stats),
             held,
             self.text and not self.listed,
             bounded and not self.listed,
@@ -501,7 +506,7 @@ def _compare(
             held.pieces[at][segment.column_id] for at in range(start, end) if at in held.pieces
         )
         column = columns[segment.column_id]
-        stats = cast(dict[str, Any], segment.stats) if isinstance(segment.stats, dict) else {}
+        stats = _as_stats(segment.stats)
         if not segment.updated:
             column.check(into.found, table, segment.where, stats, values, segment.bounded)
         if segment.bounded and _loose(stats, values, column.text):
@@ -514,7 +519,7 @@ def _compare(
     stored = [parts for at, parts in held.pieces.items() if at is not None]
     for at, column in enumerate(columns):
         total = _total(parts[at] for parts in stored)
-        stats = cast(dict[str, Any], stated[at]) if isinstance(stated[at], dict) else {}
+        stats = _as_stats(stated[at])
         column.check(into.found, table, "the table", stats, total)
         if cut_high(stats, total):
             into.probes += _probes(table, column, "the table", total, None, everything=False)
