@@ -266,11 +266,22 @@ def test_a_host_killed_mid_shard_costs_one_checkpoint(s3, tmp_path, monkeypatch)
                 and r["parameters"]["config"]["shard"]["index"] == index
                 and r["state_type"] in ("RUNNING", "COMPLETED")
             ]
+            if not again and parent.poll() is not None:  # nothing will: say why, not wait
+                raise AssertionError(
+                    f"the run exited {parent.returncode} before the dead host's shard ran again: "
+                    + (tmp_path / "parent.log").read_text()[-5000:]
+                )
             return again[0] if again else None
 
-        retry = wait_for(
-            "the dead host's shard to run again", retried, SHARD_TIMEOUT_S + 480, every=0.5
-        )
+        try:
+            retry = wait_for(
+                "the dead host's shard to run again", retried, SHARD_TIMEOUT_S + 480, every=0.5
+            )
+        except AssertionError as exc:
+            states = [(r["name"], r["state_type"], r["run_count"]) for r in shard_runs(api, run_id)]
+            said = {name: path.read_text()[-3000:] for name, path in logs.items()}
+            said["parent"] = (tmp_path / "parent.log").read_text()[-5000:]
+            raise AssertionError(f"{exc}; shard runs {states}; logs {said}") from None
         duplicate = subprocess.run(
             [sys.executable, "-c", DUPLICATE, json.dumps(doomed["parameters"]), beside.base_url],
             cwd=tmp_path,
