@@ -40,7 +40,7 @@ from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.environments.resources import ResourcesServer
 from gymflow.reverify.task_source import trusted_tasks
 from gymflow.store import verifier_versions
-from gymflow.store.checked_stores import opened, record_checked
+from gymflow.store.checked_stores import as_written, record_written
 from gymflow.store.db import connect, memory_capped_call, store_path, transaction
 from gymflow.store.queries.verdicts import (
     REJUDGE_SOURCE,
@@ -53,7 +53,6 @@ from gymflow.store.queries.verdicts import (
 from gymflow.store.rows import verification_row
 from gymflow.store.runs import RunInfo, run_info
 from gymflow.store.seal import claim, seal_tasks
-from gymflow.store.seal_key import load_key
 from gymflow.store.sealed_first import check_before_writing
 from gymflow.store.superseded import supersede_verifications
 from gymflow.store.writer import (
@@ -453,13 +452,10 @@ def reverify(
         finally:
             server.close()
         if was_checked:
-            con.execute("CHECKPOINT")  # the file as written, taken before the lock is let go
-            if (done := opened(con)) is not None:
-                written = (done.state, done.digest())
+            written = as_written(con)
     finally:
         con.close()
-    if written is not None and (key := load_key(create=False)) is not None:
-        record_checked(store_path(run_dir), key, *written)  # only if unchanged since
+    record_written(store_path(run_dir), written)
     return result
 
 
