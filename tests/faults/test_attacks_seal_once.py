@@ -169,14 +169,15 @@ def test_a_writer_takes_the_statistics_check_from_the_record_alone(
     honest: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before it writes, a writer recomputes every seal; the column statistics' check it takes
-    from a record of the same bytes passing the full check (they are those bytes), and makes
-    on any other file."""
+    from a record of the same bytes passing the full check (they are those bytes, at this
+    path or a copy's), and makes on any other file."""
     from gymflow.store import seal
     from gymflow.store.checked_stores import check_seals_once
     from gymflow.store.db import connect
     from gymflow.store.sealed_first import check_before_writing
 
-    recorded, other = copied_run(honest, tmp_path / "a"), copied_run(honest, tmp_path / "b")
+    recorded, copy = copied_run(honest, tmp_path / "a"), copied_run(honest, tmp_path / "b")
+    other = collect_run(tmp_path / "c", limit=5)  # other bytes
     con = connect(recorded, read_only=True)
     try:
         assert check_seals_once(con).passed
@@ -184,10 +185,36 @@ def test_a_writer_takes_the_statistics_check_from_the_record_alone(
         con.close()
     checked: list[str] = []
     monkeypatch.setattr(seal, "check_statistics", lambda _con, where: checked.append(where))
-    for run in (recorded, other):
+    for run in (recorded, copy, other):
         con = connect(run)
         try:
             assert check_before_writing(con, str(run))
         finally:
             con.close()
     assert checked == [os.path.realpath(other / "gymflow.duckdb")]
+
+
+def test_a_copy_of_a_checked_store_has_its_seals_checked_not_its_statistics(
+    honest: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read of a copy of a checked store recomputes its seals (its path has no record) but
+    takes the statistics' check from the record of the same bytes; `--verify-seals` makes
+    both, and a copy edited after is checked in full."""
+    from gymflow.store import seal
+
+    checked = copied_run(honest, tmp_path / "a")
+    assert _health(checked, tmp_path)["verdict"] == "healthy"
+    copy, edited = copied_run(checked, tmp_path / "b"), copied_run(checked, tmp_path / "c")
+    forge_bounds(edited / "gymflow.duckdb", ("ok", "ok"), ("zz", "zz"), "both")
+    read: list[str] = []
+    real = seal.check_statistics
+    monkeypatch.setattr(
+        seal, "check_statistics", lambda con, where: (read.append(where), real(con, where))
+    )
+    found = _health(copy, tmp_path)
+    assert found == {"code": 0, "verdict": "healthy", "mismatch": 0, "checked_at": None}
+    assert read == []
+    assert _health(copy, tmp_path, "--verify-seals")["verdict"] == "healthy"
+    assert read == [os.path.realpath(copy / "gymflow.duckdb")]
+    done = gym("eval", "profile", str(edited), "--json", cwd=tmp_path)
+    assert done.returncode == 1 and "verifications.status" in done.stderr, done.stderr

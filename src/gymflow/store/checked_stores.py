@@ -20,7 +20,10 @@ A writer records the file it leaves the same way (`as_written`, `record_written`
 collection, a merge or a reverify whose store was checked before it wrote (or was made by it)
 wrote DuckDB's own statistics and gymflow's sealed rows on top, so the run's own health, and
 every read after it, does not recompute them (measured: one full check, 0.17 s of a 200-rollout
-run, 4.3 s of the recompute at a million rollouts, for a digest's 0.23 s).
+run, 4.3 s of the recompute at a million rollouts, for a digest's 0.23 s). The column
+statistics' check reads nothing but the bytes, so it is taken from a record of the same bytes
+at any path (`statistics_checked`): a copy of a checked store has its seals recomputed (its
+path and this machine's records decide them), not its statistics.
 
 What this cannot see: a writer changing the file while a reader reads it (DuckDB reads blocks
 when a query needs them, after any check), which the full check shares. A record is written
@@ -158,20 +161,42 @@ def _read(ledger: Path) -> dict[str, dict[str, Any]]:
         raise SealKeyError(f"{ledger}: cannot read the checked stores: {exc.strerror}") from None
 
 
-def _recorded(path: str, key: SealKey) -> Checked | None:
-    """The record for the store at `path` whose MAC holds under `key`."""
-    entry = _read(record_file()).get(path)
-    if entry is None:
-        return None
+def _valid(entry: dict[str, Any], key: SealKey) -> Checked | None:
+    """A line of the record, if its MAC holds under `key`."""
     try:
         found = Checked(
-            path, str(entry["state"]), str(entry["content"]), float(entry["checked_at"])
-        )
+            str(entry["path"]), str(entry["state"]), str(entry["content"]),
+            float(entry["checked_at"]),
+        )  # fmt: skip
     except (KeyError, TypeError, ValueError):
         return None
     if not isinstance(entry.get("mac"), str) or entry["mac"] != found.mac(key):
         return None
     return found
+
+
+def _recorded(path: str, key: SealKey) -> Checked | None:
+    """The record for the store at `path` whose MAC holds under `key`."""
+    entry = _read(record_file()).get(path)
+    return None if entry is None else _valid(entry, key)
+
+
+def _statistics_passed(content: str, key: SealKey) -> bool:
+    """A file with bytes of digest `content` passed a full check, at any path: the column
+    statistics' check (`column_statistics.py`) reads nothing but the file's bytes, so a copy
+    of a checked store (an honest run copied to compare, a shard's snapshot) is not checked
+    again; its seals, which its path and this machine's records decide, are."""
+    return any(
+        entry.get("content") == content and _valid(entry, key) is not None
+        for entry in _read(record_file()).values()
+    )
+
+
+def statistics_checked(con: DuckDBPyConnection, key: SealKey) -> bool:
+    """The bytes of the file `con` reads passed the column statistics' check before (False when
+    the file is not known: a WAL beside it, or a cursor)."""
+    now = opened(con)
+    return now is not None and _statistics_passed(now.digest(), key)
 
 
 def checked_at(con: DuckDBPyConnection, key: SealKey) -> float | None:
@@ -263,7 +288,8 @@ def check_seals_once(
             return SealCheck(found, 0, [], joined_strings([]), checked_at=when)
     before = opened(con)
     content = before.digest() if before is not None else None
-    result = check_seals(con, max_examples)
+    checked = not full and content is not None and _statistics_passed(content, key)
+    result = check_seals(con, max_examples, statistics=not checked)
     if result.passed and before is not None and content is not None:
         after = opened(con)
         if after is not None and after == before and after.digest() == content:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from duckdb import DuckDBPyConnection
 
 from gymflow.core.errors import GateFailed
-from gymflow.store.checked_stores import checked_at
+from gymflow.store.checked_stores import statistics_checked
 from gymflow.store.seal import (
     CALLS_EDITED,
     ROLLOUTS_EDITED,
@@ -95,10 +95,10 @@ def check_before_writing(con: DuckDBPyConnection, where: str, *, earlier: bool =
 
 def _statistics_checked(con: DuckDBPyConnection, key: SealKey | None) -> bool:
     """The file's column statistics passed the check already: its bytes are those of a file
-    recorded as passing a full check (`checked_stores.py`, whose record names the check's
-    version). A record that cannot be read vouches for nothing."""
+    recorded as passing a full check, at any path (`checked_stores.statistics_checked`, whose
+    record names the check's version). A record that cannot be read vouches for nothing."""
     try:
-        return key is not None and checked_at(con, key) is not None
+        return key is not None and statistics_checked(con, key)
     except SealKeyError:
         return False
 
