@@ -97,3 +97,26 @@ def test_a_greatest_value_flagged_whole_is_refused(honest: Path, tmp_path: Path)
     line = one_error_line(done.stderr)
     assert str(store) in line and "verifications.verifier_version" in line, line
     assert tree_digest(run) == before
+
+
+def test_a_forged_version_lookup_is_refused_as_forged_statistics(
+    honest: Path, tmp_path: Path
+) -> None:
+    """Every record of the verifier version's bounds flagged whole (its table's and the
+    verdicts', the run's): `gym eval profile` looked the version up before the seal check
+    and said the store held no such version (attacker's pass over 6a8be2e). The check now
+    runs first, and the refusal names the forgery."""
+    run = copied_run(honest, tmp_path / "run")
+    store = run / "gymflow.duckdb"
+    raw = duckdb.connect(str(store), read_only=True)
+    try:
+        (version,) = raw.execute("SELECT any_value(verifier_version) FROM verifications").fetchone()
+    finally:
+        raw.close()
+    assert mark_max_exact(store, version, version) > 2
+    before = tree_digest(run)
+    done = gym("eval", "profile", str(run), "--json", cwd=tmp_path)
+    line = one_error_line(done.stderr)
+    assert done.returncode == 1 and "column statistics" in line, line
+    assert "no verifier version" not in line
+    assert tree_digest(run) == before

@@ -19,7 +19,7 @@ from gymflow.analysis.outcomes import (
 )
 from gymflow.analysis.passk import pair_curves, per_task_curves
 from gymflow.analysis.results import Estimate, Headline, Profile, Usage
-from gymflow.analysis.seals import store_seals
+from gymflow.analysis.seals import seal_check, store_seals
 from gymflow.analysis.simulated import simulated
 from gymflow.analysis.stats import (
     BAND_METHOD,
@@ -193,6 +193,9 @@ def profile(
     stderr, ci95, ci95_reason}}, by_difficulty {...}, usage {column: {mean, p50, p90, p99,
     max}}, seals (what the store's seals say: `analysis.seals`). All values are floats or None
     (None where undefined)."""
+    # the seals (and the column statistics every query answers from) before any lookup: a
+    # forged store is refused as what it is, not as a version it seems not to hold
+    seals = seals if seals is not None else seal_check(con)
     version = check_verifier_version(con, verifier_version)
     run = run_info(con)
     tasks, majority = _tasks_and_majority(con, version, failures_as_zero=failures_as_zero)

@@ -22,11 +22,17 @@ class SealsFailed(UserError):
 EXAMPLES = 3
 
 
+def seal_check(con) -> SealCheck:
+    """The seal check of the store `con` an analysis makes (once per file state:
+    `store.checked_stores`); StoreError when its column statistics misstate its values."""
+    return check_seals_once(con, max_examples=EXAMPLES)
+
+
 def store_seals(con, found: SealCheck | None = None) -> Seals:
     """What the seals of the store `con` say: which key sealed it, and what does not match;
     from the check `found` (of `con`, made in this analysis) when given, else checked here."""
     if found is None:
-        found = check_seals_once(con, max_examples=EXAMPLES)
+        found = seal_check(con)
     store = found.store
     edited = []
     if store.state == "stripped":
