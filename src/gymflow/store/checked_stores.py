@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import duckdb
 from duckdb import DuckDBPyConnection
 
 from gymflow.store.arrow_reads import joined_strings
@@ -258,8 +259,11 @@ def as_written(con: DuckDBPyConnection) -> Written | None:
     store was checked before it wrote (`sealed_first.check_before_writing` returned True) or
     was made by it (`db.made_here`): what it holds then is what was checked or sealed, and
     what it wrote (DuckDB's own statistics, gymflow's sealed rows). None when the file is
-    not known (a WAL beside it)."""
-    con.execute("CHECKPOINT")
+    not known (a WAL beside it, or a checkpoint that failed: the record is only a shortcut)."""
+    try:
+        con.execute("CHECKPOINT")
+    except duckdb.Error:
+        return None
     done = opened(con)
     return None if done is None else Written(done.state, done.digest())
 
