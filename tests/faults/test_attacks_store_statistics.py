@@ -40,6 +40,16 @@ def _statuses(store: Path) -> tuple[list[str], int]:
     return statuses, seen
 
 
+def _judged_version(store: Path) -> str:
+    """The verifier version the store's verdicts were judged under."""
+    raw = duckdb.connect(str(store), read_only=True)
+    try:
+        (version,) = raw.execute("SELECT any_value(verifier_version) FROM verifications").fetchone()
+    finally:
+        raw.close()
+    return version
+
+
 COMMANDS = {
     "profile": ("eval", "profile", "{run}", "--json"),
     "health": ("eval", "health", "{run}"),
@@ -84,11 +94,7 @@ def test_a_greatest_value_flagged_whole_is_refused(honest: Path, tmp_path: Path)
     pass over 7ffa519)."""
     run = copied_run(honest, tmp_path / "run")
     store = run / "gymflow.duckdb"
-    raw = duckdb.connect(str(store), read_only=True)
-    try:
-        (version,) = raw.execute("SELECT any_value(verifier_version) FROM verifications").fetchone()
-    finally:
-        raw.close()
+    version = _judged_version(store)
     flagged = mark_max_exact(store, version, version, followed_by=("ok", "ok"))
     assert len(version) > 12 and flagged == 2  # the verdicts' segment's record and table's
     before = tree_digest(run)
@@ -108,11 +114,7 @@ def test_a_forged_version_lookup_is_refused_as_forged_statistics(
     runs first, and the refusal names the forgery."""
     run = copied_run(honest, tmp_path / "run")
     store = run / "gymflow.duckdb"
-    raw = duckdb.connect(str(store), read_only=True)
-    try:
-        (version,) = raw.execute("SELECT any_value(verifier_version) FROM verifications").fetchone()
-    finally:
-        raw.close()
+    version = _judged_version(store)
     assert mark_max_exact(store, version, version) > 2
     before = tree_digest(run)
     done = gym("eval", "profile", str(run), "--json", cwd=tmp_path)

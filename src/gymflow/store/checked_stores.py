@@ -176,20 +176,15 @@ def _valid(entry: dict[str, Any], key: SealKey) -> Checked | None:
     return found
 
 
-def _recorded(path: str, key: SealKey) -> Checked | None:
-    """The record for the store at `path` whose MAC holds under `key`."""
-    entry = _read(record_file()).get(path)
-    return None if entry is None else _valid(entry, key)
-
-
-def _statistics_passed(content: str, key: SealKey) -> bool:
-    """A file with bytes of digest `content` passed a full check, at any path: the column
-    statistics' check (`column_statistics.py`) reads nothing but the file's bytes, so a copy
-    of a checked store (an honest run copied to compare, a shard's snapshot) is not checked
-    again; its seals, which its path and this machine's records decide, are."""
+def _statistics_passed(entries: dict[str, dict[str, Any]], content: str, key: SealKey) -> bool:
+    """A file with bytes of digest `content` passed a full check, at any path (`entries`, the
+    record as `_read` gives it): the column statistics' check (`column_statistics.py`) reads
+    nothing but the file's bytes, so a copy of a checked store (an honest run copied to
+    compare, a shard's snapshot) is not checked again; its seals, which its path and this
+    machine's records decide, are."""
     return any(
         entry.get("content") == content and _valid(entry, key) is not None
-        for entry in _read(record_file()).values()
+        for entry in entries.values()
     )
 
 
@@ -197,22 +192,28 @@ def statistics_checked(con: DuckDBPyConnection, key: SealKey) -> bool:
     """The bytes of the file `con` reads passed the column statistics' check before (False when
     the file is not known: a WAL beside it, or a cursor)."""
     now = opened(con)
-    return now is not None and _statistics_passed(now.digest(), key)
+    return now is not None and _statistics_passed(_read(record_file()), now.digest(), key)
+
+
+def _checked_at(
+    con: DuckDBPyConnection, key: SealKey, entries: dict[str, dict[str, Any]]
+) -> float | None:
+    path, now = store_file(con), opened(con)
+    if path is None or now is None or (entry := entries.get(path)) is None:
+        return None
+    found = _valid(entry, key)
+    if found is None or found.state != now.state:
+        return None
+    if found.content != now.digest():
+        return None  # the same state over other bytes: written through a shared map
+    return found.checked_at
 
 
 def checked_at(con: DuckDBPyConnection, key: SealKey) -> float | None:
     """When the store `con` has open had every seal checked, if the file DuckDB opened is the
     one checked then, in the same state and with the same bytes (and the record's MAC holds);
     else None: check in full."""
-    path, now = store_file(con), opened(con)
-    if path is None or now is None:
-        return None
-    found = _recorded(path, key)
-    if found is None or found.state != now.state:
-        return None
-    if found.content != now.digest():
-        return None  # the same state over other bytes: written through a shared map
-    return found.checked_at
+    return _checked_at(con, key, _read(record_file()))
 
 
 def record_checked(path: Path | str, key: SealKey, state: str | None, content: str) -> None:
@@ -285,14 +286,15 @@ def check_seals_once(
     key = load_key(create=False)
     if path is None or key is None:
         return check_seals(con, max_examples)
-    if not full and (when := checked_at(con, key)) is not None:
+    entries = {} if full else _read(record_file())  # read once for both shortcuts
+    if (when := _checked_at(con, key, entries)) is not None:
         # the same bytes as when every row's seal matched: not recomputed
         found, _ = armed_state(con, rows_matched=True)
         if found.state == "sealed":
             return SealCheck(found, 0, [], joined_strings([]), checked_at=when)
     before = opened(con)
     content = before.digest() if before is not None else None
-    checked = not full and content is not None and _statistics_passed(content, key)
+    checked = content is not None and _statistics_passed(entries, content, key)
     result = check_seals(con, max_examples, statistics=not checked)
     if result.passed and before is not None and content is not None:
         after = opened(con)
