@@ -22,8 +22,7 @@ from gymflow.flows.fan_out import ShardFailed
 from gymflow.flows.parameters import ScaleOptions, shard_dir
 from gymflow.flows.reverify import reverify
 from gymflow.rollouts.collection import recorded_collection
-from gymflow.store.checked_stores import checked_at
-from gymflow.store.db import connect, store_path
+from gymflow.store.db import store_path
 from gymflow.store.seal_key import load_key
 from gymflow.store.sealed_inputs import seal_inputs
 from gymflow.store.sealed_rows import seal_rows
@@ -147,22 +146,6 @@ def test_aggregating_again_changes_nothing(runs) -> None:
     )
     assert "complete" in result.stdout
     assert snapshot(runs["sharded"]) == before
-
-
-def test_each_shard_store_is_left_checked_by_the_shard_that_wrote_it(runs) -> None:
-    """A writer that checked its store before writing (or made it) records the file it leaves:
-    the merge, its next reader, does not recompute the column statistics of what it wrote,
-    and `gym eval health` of a shard says when its seals matched, not recomputing them."""
-    key = load_key(create=False)
-    assert key is not None
-    for shard in shard_dirs(runs["sharded"]):
-        con = connect(shard, read_only=True)
-        try:
-            assert checked_at(con, key) is not None, shard
-        finally:
-            con.close()
-        done = gym("eval", "health", str(shard), "--json", cwd=runs["root"], check=True)
-        assert json.loads(done.stdout)["seals_checked_at"] is not None
 
 
 def test_one_shard_reports_the_missing_pairs(runs, tmp_path) -> None:

@@ -25,8 +25,7 @@ from gymflow.rollouts.registration import prepare_run
 from gymflow.rollouts.travel import travelled
 from gymflow.simulated.endpoint import model_endpoint
 from gymflow.steps.rollouts import collect_batch
-from gymflow.store.checked_stores import as_written, record_written
-from gymflow.store.db import connect, held, made_here, store_path
+from gymflow.store.db import connect, held
 from gymflow.store.remote import is_url
 
 
@@ -55,8 +54,8 @@ def collect_plan(
     machines."""
     batches = _chunks(plan.keys(), plan.config.batch_size)
     collected: list[BatchOutcome] = []
-    with held(plan.run_dir) as holder:
-        checked = prepare_run(plan, resume, retry_failed) or made_here(holder)
+    with held(plan.run_dir):
+        prepare_run(plan, resume, retry_failed)
         with (
             model_endpoint(plan) if base_url is None else nullcontext(base_url) as url,
             closing(connect(plan.run_dir)) as con,
@@ -82,10 +81,6 @@ def collect_plan(
             finally:
                 for future in running:  # the collector closes once no batch runs on it
                     future.wait()
-        # what it held was checked (or this run made it) and what it wrote is sealed: its next
-        # reader need not recompute it
-        written = as_written(holder) if checked else None
-    record_written(store_path(plan.run_dir), written)
     return tuple(collected)
 
 

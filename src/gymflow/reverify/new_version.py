@@ -40,7 +40,6 @@ from gymflow.environments.registry import RegistryError, load_environment
 from gymflow.environments.resources import ResourcesServer
 from gymflow.reverify.task_source import trusted_tasks
 from gymflow.store import verifier_versions
-from gymflow.store.checked_stores import as_written, record_written
 from gymflow.store.db import connect, memory_capped_call, store_path, transaction
 from gymflow.store.queries.verdicts import (
     REJUDGE_SOURCE,
@@ -398,12 +397,9 @@ def reverify(
     parameters; SealsBroken (exit 2, nothing written) when a stored verdict's seal does not
     match or a verdict was deleted (`sealed_first.py`)."""
     con = connect(run_dir)
-    written = None
     try:
         # verdicts judged against edited rollouts (their verdicts deleted or forged), an edited
-        # answer key or version row would be sealed: refused (store/sealed_first.py); the check
-        # runs under this connection's write lock, so the file this writer then writes may be
-        # recorded as checked (its state and bytes read from the file it has open); under the
+        # answer key or version row would be sealed: refused (store/sealed_first.py); under the
         # analyses' cap, as health's same check: each verdict is read with its rollout, and
         # under DuckDB's default limit (80% of the machine) that join grew with the store
         was_checked = memory_capped_call(check_before_writing)(con, str(store_path(run_dir)))
@@ -451,11 +447,8 @@ def reverify(
             )
         finally:
             server.close()
-        if was_checked:
-            written = as_written(con)
     finally:
         con.close()
-    record_written(store_path(run_dir), written)
     return result
 
 

@@ -19,12 +19,11 @@ from gymflow.verifiers.base import get_verifier
 from gymflow.verifiers.identity import code_hash
 
 
-def register_run(con, plan: RunPlan, *, resume: bool) -> bool:
-    """Record the run and its shard's tasks (refused by `store.runs.check_run_store`); whether
-    what the store held before was checked (`store.runs.record_run`)."""
+def register_run(con, plan: RunPlan, *, resume: bool) -> None:
+    """Record the run and its shard's tasks (refused by `store.runs.check_run_store`)."""
     cfg = plan.config
     manifest = plan.env.manifest.verifier
-    return record_run(
+    record_run(
         con,
         plan.run_dir,
         run=run_row(
@@ -91,15 +90,13 @@ def _task_json(data) -> str:
     return json.dumps(data, default=str)
 
 
-def prepare_run(plan: RunPlan, resume: bool, retry_failed: bool = False) -> bool:
+def prepare_run(plan: RunPlan, resume: bool, retry_failed: bool = False) -> None:
     """Register the run in its store; with `retry_failed` (resuming), set aside the rollouts
     whose last attempt failed for a transient reason, so they count as missing and run again.
     Called with the store held for the collection (`store.db.held`): its connection is the
     one the batches then write through. A plain call, not a Prefect task: a task run's API
-    round trips cost more than the registration itself, once per run and per shard. Returns
-    whether what the store held before was checked (`register_run`)."""
+    round trips cost more than the registration itself, once per run and per shard."""
     with connect(plan.run_dir, create=True) as con:
-        checked = register_run(con, plan, resume=resume)
+        register_run(con, plan, resume=resume)
         if resume and retry_failed:
             supersede_failed(con, plan.run_id, RESUMABLE_KINDS)
-    return checked

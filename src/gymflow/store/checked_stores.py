@@ -16,14 +16,14 @@ once, as the recompute reads nearly all of it anyway. A store with a WAL (a writ
 yet checkpointed, or a WAL a read-only open replayed) is checked in full: a read-only DuckDB
 replays a WAL and closes it, so what it read cannot be bound to a file.
 
-A writer records the file it leaves the same way (`as_written`, `record_written`): a
-collection, a merge or a reverify whose store was checked before it wrote (or was made by it)
-wrote DuckDB's own statistics and gymflow's sealed rows on top, so the run's own health, and
-every read after it, does not recompute them (measured: one full check, 0.17 s of a 200-rollout
-run, 4.3 s of the recompute at a million rollouts, for a digest's 0.23 s). The column
-statistics' check reads nothing but the bytes, so it is taken from a record of the same bytes
-at any path (`statistics_checked`): a copy of a checked store has its seals recomputed (its
-path and this machine's records decide them), not its statistics.
+Only a check records: a writer does not record the file it leaves. DuckDB's lock is advisory,
+so bytes another process wrote into the file while a writer held it (a row group the writer did
+not touch) stay through its checkpoint; a record the writer made of the file's digest vouched
+for them, and the forged verdicts read as healthy (attacker's pass over 85efcb0). The first read
+after a write checks in full. The column statistics' check reads nothing but the bytes, so it
+is taken from a record of the same bytes at any path (`statistics_checked`): a copy of a
+checked store has its seals recomputed (its path and this machine's records decide them), not
+its statistics.
 
 What this cannot see: a writer changing the file while a reader reads it (DuckDB reads blocks
 when a query needs them, after any check), which the full check shares. A record is written
@@ -45,7 +45,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import duckdb
 from duckdb import DuckDBPyConnection
 
 from gymflow.store.arrow_reads import joined_strings
@@ -69,8 +68,8 @@ def _state_text(info: os.stat_result) -> str:
 
 
 def file_state(path: Path | str) -> str | None:
-    """The state of the file at `path` (None: not a regular file): what a store's record is
-    compared with once its writer has closed it (`record_checked`)."""
+    """The state of the file at `path` (None: not a regular file): a record is written only
+    while the file at its path is in the state checked (`record_checked`)."""
     try:
         info = os.stat(path)
     except OSError:
@@ -244,36 +243,6 @@ def record_checked(path: Path | str, key: SealKey, state: str | None, content: s
         os.replace(partial, ledger)
     except OSError:
         partial.unlink(missing_ok=True)  # no record: the next read checks in full, as before
-
-
-@dataclass(frozen=True, slots=True)
-class Written:
-    """The file a writer wrote, as it left it: its state and digest (`as_written`)."""
-
-    state: str
-    content: str
-
-
-def as_written(con: DuckDBPyConnection) -> Written | None:
-    """The file `con` has open once its writes are checkpointed into it, taken while `con` still
-    holds the write lock: for `record_written` once it is closed. Only for a writer whose
-    store was checked before it wrote (`sealed_first.check_before_writing` returned True) or
-    was made by it (`db.made_here`): what it holds then is what was checked or sealed, and
-    what it wrote (DuckDB's own statistics, gymflow's sealed rows). None when the file is
-    not known (a WAL beside it, or a checkpoint that failed: the record is only a shortcut)."""
-    try:
-        con.execute("CHECKPOINT")
-    except duckdb.Error:
-        return None
-    done = opened(con)
-    return None if done is None else Written(done.state, done.digest())
-
-
-def record_written(path: Path | str, written: Written | None) -> None:
-    """Record the store a writer left (`as_written`) as checked, once the writer has closed it
-    and if the file is still as it left it: the next read does not recompute what it wrote."""
-    if written is not None and (key := load_key(create=False)) is not None:
-        record_checked(path, key, written.state, written.content)
 
 
 def check_seals_once(

@@ -75,9 +75,6 @@ def _holder(exc: duckdb.Error) -> str | None:
 _opened: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, tuple[int, int, int]] = (
     weakref.WeakKeyDictionary()
 )
-#: Connections whose file `connect` made (`_create`) and opened: what they hold, this process
-#: wrote (`made_here`).
-_made: weakref.WeakSet[duckdb.DuckDBPyConnection] = weakref.WeakSet()
 
 
 def _open_files(name: str) -> set[tuple[int, int, int]]:
@@ -186,17 +183,16 @@ _held_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def held(run_dir: Path | str) -> Iterator[duckdb.DuckDBPyConnection]:
-    """Keep the store open for writing while inside (the connection it yields): every `connect`
-    to it in this process is a cursor of this one connection, so a run's batches never give
-    the lock up between them and no other process (a reader) can take it half-way; readers are
-    told the run is writing."""
+def held(run_dir: Path | str) -> Iterator[None]:
+    """Keep the store open for writing while inside: every `connect` to it in this process is
+    a cursor of this one connection, so a run's batches never give the lock up between them
+    and no other process (a reader) can take it half-way; readers are told the run is writing."""
     path = store_path(run_dir).resolve()
     con = connect(run_dir, create=True)
     with _held_lock:
         _held[path] = con
     try:
-        yield con
+        yield
     finally:
         with _held_lock:
             del _held[path]
@@ -440,8 +436,7 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
         # The file `_create` just built (DuckDB opened that device and inode) holds gymflow's
         # schema and nothing else: the checks and the schema's statements (46 of 114 CPU ms
         # of making a store, at load 7) are for a file from anyone, as every later open's is.
-        ours = made is not None and _opened.get(con, (None,))[1:] == made
-        if not ours:
+        if made is None or _opened.get(con, (None,))[1:] != made:
             _refuse_a_longer_file(con, path)
             _refuse_foreign_objects(con, path)
             _refuse_other_schema(con, path)
@@ -457,17 +452,7 @@ def connect(run_dir: Path | str, *, create: bool = False, read_only: bool = Fals
     except BaseException:
         con.close()
         raise
-    if ours:
-        _made.add(con)
     return _name(con, path)
-
-
-def made_here(con: duckdb.DuckDBPyConnection) -> bool:
-    """`con`'s file is one `connect` made for it: every byte of it this process wrote."""
-    try:
-        return con in _made
-    except TypeError:  # not weakly referable: not a connection `connect` made
-        return False
 
 
 #: What a store holds that gymflow did not create, in one query (about 20 ms on an idle

@@ -16,13 +16,11 @@ from typing import Any, cast
 import duckdb
 
 from gymflow.core.errors import GymflowError
-from gymflow.store.checked_stores import as_written, record_written
 from gymflow.store.db import (
     StoreError,
     StoreFailure,
     connect,
     copy_data,
-    made_here,
     refuse_other_wal,
     store_path,
     transaction,
@@ -246,11 +244,10 @@ def merge_into(
     (`task_rows`: the whole run's, not only the shards' present), then count which of the run's
     rollout `keys` are still missing."""
     con = connect(run_dir, create=True)
-    written = None
     try:
-        checked = check_before_writing(con, str(store_path(run_dir))) or made_here(con)
+        check_before_writing(con, str(store_path(run_dir)))
         added = _copy(con, shards, task_rows, str(run_dir))
-        report = MergeReport(
+        return MergeReport(
             run_id=run_id,
             run_dir=Path(run_dir),
             shard_count=shard_count,
@@ -263,12 +260,8 @@ def merge_into(
             ],
             missing=missing_keys(con, run_id, keys),
         )
-        if checked:  # the shards' rows were checked too: its next reader need not recompute
-            written = as_written(con)
     finally:
         con.close()
-    record_written(store_path(run_dir), written)
-    return report
 
 
 def _copy(

@@ -101,10 +101,9 @@ def record_run(
     tasks: list[tuple[Any, ...]],
     verifier_version: tuple[Any, ...],
     resume: bool,
-) -> bool:
+) -> None:
     """Record a run's rows (`store/rows.py`): its `runs` row, its shard, its shard's tasks and
-    its verifier version, after `check_run_store`. Returns whether every seal of what the store
-    held before was checked and matched (`sealed_first.check_before_writing`)."""
+    its verifier version, after `check_run_store`."""
     check_run_store(
         con,
         run_dir,
@@ -115,7 +114,7 @@ def record_run(
     # a store sealed with another key is refused before a model is called, not at the first
     # batch's commit (store/seal.py: one store, one key); a resumed store whose verdicts or
     # inputs were edited before the new rollouts are sealed beside them (store/sealed_first.py)
-    checked = check_before_writing(con, str(store_path(run_dir)))
+    check_before_writing(con, str(store_path(run_dir)))
     # the rows and their seal in one transaction: a writer killed between them would leave
     # inputs that read as edited, and every later writer would refuse the store
     with transaction(con):
@@ -125,7 +124,6 @@ def record_run(
         insert_rows(con, "tasks", tasks, on_conflict_ignore=True)
         insert_rows(con, "verifier_versions", [verifier_version], on_conflict_ignore=True)
         seal_tasks(con, key)
-    return checked
 
 
 def missing_keys(con, run_id: str, wanted: list[RolloutKey]) -> list[RolloutKey]:

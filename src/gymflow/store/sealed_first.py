@@ -19,9 +19,9 @@ Only a verdict set aside for judging again (`superseded.py`) whose seal still ma
 rollout, or an imported run's row without a reward (never judged by gymflow, and sealed as such
 by the import: `sealed_inputs.py`), leaves a rollout without one honestly.
 
-The check runs on the writer's connection, which holds the store's write lock, so the writer may
-record the file it then wrote as checked (`checked_stores.record_checked`: its state and bytes
-taken from the file it has open, under the lock)."""
+The check vouches for what the writer builds on, never for the file it leaves: DuckDB's lock is
+advisory, so another process can write the file while the writer holds it, and only a later
+check (`checked_stores.check_seals_once`) records a file as checked."""
 
 from __future__ import annotations
 
