@@ -109,6 +109,31 @@ def test_a_merge_refuses_a_destination_whose_verdicts_were_forged_or_deleted(
     assert rollout_rows(merged / "gymflow.duckdb") == stored and tree_digest(merged) == digest
 
 
+def test_a_merge_refuses_a_destination_holding_rollouts_its_key_did_not_seal(
+    shards: list[Path], tmp_path: Path, prefect_api: str
+) -> None:
+    """Attack pass 16: a store of the same run, its seals stripped and every verdict a pass,
+    put at `--out` before the merge. It reads as an older gymflow's store, and the merge kept
+    its rows over the shards' (`INSERT OR IGNORE`) and sealed the rest: pass@1 0.917 for the
+    shards' 0.75, healthy, a `verdict_unsealed` warning only. Now refused, nothing written."""
+    merged = _copy(shards[0], tmp_path / "merged")
+    edit_store(
+        merged,
+        "UPDATE verifications SET seal = NULL, passed = true, reward = 1",
+        "DELETE FROM meta WHERE key IN ('seal', 'task_seal', 'inputs_seal')",
+    )
+    stored, digest = rollout_rows(merged / "gymflow.duckdb"), tree_digest(merged)
+    done = run_gym(
+        "eval", "aggregate", *map(str, shards), "--out", str(merged),
+        cwd=tmp_path, prefect_api=prefect_api,
+    )  # fmt: skip
+    line = one_error_line(done.stderr)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert str(merged / "gymflow.duckdb") in line and "did not seal" in line, line
+    assert "nothing merged" in line and "new folder" in line, line
+    assert rollout_rows(merged / "gymflow.duckdb") == stored and tree_digest(merged) == digest
+
+
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_a_resume_refuses_a_store_whose_verdicts_were_forged_or_deleted(
     tmp_path: Path, prefect_api: str, attack: str

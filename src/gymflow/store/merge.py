@@ -242,10 +242,26 @@ def merge_into(
 ) -> MergeReport:
     """Copy checked `shards` (`read_shards`) into the store at `run_dir` with every task's row
     (`task_rows`: the whole run's, not only the shards' present), then count which of the run's
-    rollout `keys` are still missing."""
+    rollout `keys` are still missing.
+
+    A destination already holding rollouts this machine's key did not seal is refused: the
+    copy keeps a row already there over the shard's (`INSERT OR IGNORE`), and sealing the store
+    would make them an older gymflow's unsealed rows, a warning only; a store planted at `--out`
+    before the merge read pass@1 0.917 for the shards' 0.75, healthy (attack pass 16). The
+    shards hold every rollout, so nothing is lost by merging into a new folder."""
+    where = str(store_path(run_dir))
     con = connect(run_dir, create=True)
     try:
-        check_before_writing(con, str(store_path(run_dir)))
+        if (
+            not check_before_writing(con, where)
+            and con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
+        ):
+            raise StoreError(
+                f"{where}: already holds rollouts this machine's seal key did not seal (an "
+                "older gymflow's, or someone else's), which the merge would keep over the "
+                "shards' own; nothing merged: aggregate into a new folder (--out), the shards "
+                "hold every rollout"
+            )
         added = _copy(con, shards, task_rows, str(run_dir))
         return MergeReport(
             run_id=run_id,
