@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gymflow.store.db import connect
 from tests.faults.stores import (
     collect_run,
     edit_store,
@@ -109,19 +110,44 @@ def test_a_merge_refuses_a_destination_whose_verdicts_were_forged_or_deleted(
     assert rollout_rows(merged / "gymflow.duckdb") == stored and tree_digest(merged) == digest
 
 
-def test_a_merge_refuses_a_destination_holding_rollouts_its_key_did_not_seal(
-    shards: list[Path], tmp_path: Path, prefect_api: str
-) -> None:
-    """Attack pass 16: a store of the same run, its seals stripped and every verdict a pass,
-    put at `--out` before the merge. It reads as an older gymflow's store, and the merge kept
-    its rows over the shards' (`INSERT OR IGNORE`) and sealed the rest: pass@1 0.917 for the
-    shards' 0.75, healthy, a `verdict_unsealed` warning only. Now refused, nothing written."""
-    merged = _copy(shards[0], tmp_path / "merged")
-    edit_store(
-        merged,
+#: Stores planted at `--out` before a merge, each of rows no key sealed (attack pass 16): what
+#: the merge kept over the shards' rows (`INSERT OR IGNORE`) and sealed, healthy each time.
+PLANTED = {
+    # a copy of shard 0 stripped of its seals, every verdict a pass: pass@1 0.917 for 0.75
+    "rollouts": (
         "UPDATE verifications SET seal = NULL, passed = true, reward = 1",
         "DELETE FROM meta WHERE key IN ('seal', 'task_seal', 'inputs_seal')",
-    )
+    ),
+    # a new store of shard 0's verdicts alone, unsealed and passing, no rollout
+    "verdicts": (
+        "INSERT INTO verifications SELECT * REPLACE (NULL AS seal, true AS passed, 1.0 AS reward) "
+        "FROM planted_from.verifications",
+    ),
+    # a new store of the run's row and tasks, forged: the profile named the model and the tags
+    "run and tasks": (
+        "INSERT INTO runs SELECT * REPLACE ('forged-model' AS model) FROM planted_from.runs",
+        "INSERT INTO tasks SELECT * REPLACE (['forged-tag'] AS tags) FROM planted_from.tasks",
+    ),
+}
+
+
+@pytest.mark.parametrize("planted", PLANTED)
+def test_a_merge_refuses_a_destination_holding_rows_its_key_did_not_seal(
+    shards: list[Path], tmp_path: Path, prefect_api: str, planted: str
+) -> None:
+    merged = tmp_path / "merged"
+    if planted == "rollouts":
+        _copy(shards[0], merged)
+        edit_store(merged, *PLANTED[planted])
+    else:
+        connect(merged, create=True).close()
+        source = shards[0] / "gymflow.duckdb"
+        edit_store(
+            merged,
+            f"ATTACH '{source}' AS planted_from (READ_ONLY)",
+            *PLANTED[planted],
+            "DETACH planted_from",
+        )
     stored, digest = rollout_rows(merged / "gymflow.duckdb"), tree_digest(merged)
     done = run_gym(
         "eval", "aggregate", *map(str, shards), "--out", str(merged),

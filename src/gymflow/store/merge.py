@@ -33,6 +33,7 @@ from gymflow.store.generations import (
 )
 from gymflow.store.handle import one_row
 from gymflow.store.runs import RolloutKey, RunInfo, check_run_store, missing_keys, run_info
+from gymflow.store.schema import SPECS
 from gymflow.store.seal import StoreSeal, claim, foreign_key_message, older_state, seal_tasks
 from gymflow.store.seal_key import SealKey, SealKeyError, load_key
 from gymflow.store.sealed_first import check_before_writing
@@ -244,23 +245,22 @@ def merge_into(
     (`task_rows`: the whole run's, not only the shards' present), then count which of the run's
     rollout `keys` are still missing.
 
-    A destination already holding rollouts this machine's key did not seal is refused: the
-    copy keeps a row already there over the shard's (`INSERT OR IGNORE`), and sealing the store
-    would make them an older gymflow's unsealed rows, a warning only; a store planted at `--out`
-    before the merge read pass@1 0.917 for the shards' 0.75, healthy (attack pass 16). The
-    shards hold every rollout, so nothing is lost by merging into a new folder."""
+    A destination holding rows (in any table) that this machine's key did not seal is refused:
+    the copy keeps a row already there over the shard's (`INSERT OR IGNORE`), and sealing the
+    store would make them its own, or an older gymflow's unsealed verdicts, a warning only. A
+    store planted at `--out` before the merge read pass@1 0.917 for the shards' 0.75 (its
+    rollouts and verdicts), 1.0 (its verdicts alone, no rollout), or named a forged model and
+    task tags (its run and task rows), healthy each time (attack pass 16). The shards hold every
+    row, so nothing is lost by merging into a new folder."""
     where = str(store_path(run_dir))
     con = connect(run_dir, create=True)
     try:
-        if (
-            not check_before_writing(con, where)
-            and con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
-        ):
+        if not check_before_writing(con, where) and _holds_rows(con):
             raise StoreError(
-                f"{where}: already holds rollouts this machine's seal key did not seal (an "
-                "older gymflow's, or someone else's), which the merge would keep over the "
-                "shards' own; nothing merged: aggregate into a new folder (--out), the shards "
-                "hold every rollout"
+                f"{where}: already holds rows this machine's seal key did not seal (an older "
+                "gymflow's, or someone else's), which the merge would keep over the shards' "
+                "own; nothing merged: aggregate into a new folder (--out), the shards hold "
+                "every row"
             )
         added = _copy(con, shards, task_rows, str(run_dir))
         return MergeReport(
@@ -349,6 +349,12 @@ def copy_rows(con, relation: Callable[[str], str | None]) -> dict[str, int]:
     # key just claimed
     seal_rows(store, claim(store, "run store"))
     return added
+
+
+def _holds_rows(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether any of gymflow's tables but `meta` (a new store's schema records) holds a row."""
+    tables = [spec.name for spec in SPECS if spec.name != "meta"]
+    return one_row(con, "SELECT " + " OR ".join(f"EXISTS (FROM main.{t})" for t in tables))[0]
 
 
 def _holds_nothing(con: duckdb.DuckDBPyConnection) -> bool:
