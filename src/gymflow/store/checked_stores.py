@@ -197,6 +197,9 @@ def statistics_checked(con: DuckDBPyConnection, key: SealKey) -> bool:
 def _checked_at(
     con: DuckDBPyConnection, key: SealKey, entries: dict[str, dict[str, Any]]
 ) -> float | None:
+    """When the store `con` has open had every seal checked (`entries`, the record as `_read`
+    gives it), if the file DuckDB opened is the one checked then, in the same state and with
+    the same bytes (and the record's MAC holds); else None: check in full."""
     path, now = store_file(con), opened(con)
     if path is None or now is None or (entry := entries.get(path)) is None:
         return None
@@ -206,13 +209,6 @@ def _checked_at(
     if found.content != now.digest():
         return None  # the same state over other bytes: written through a shared map
     return found.checked_at
-
-
-def checked_at(con: DuckDBPyConnection, key: SealKey) -> float | None:
-    """When the store `con` has open had every seal checked, if the file DuckDB opened is the
-    one checked then, in the same state and with the same bytes (and the record's MAC holds);
-    else None: check in full."""
-    return _checked_at(con, key, _read(record_file()))
 
 
 def record_checked(path: Path | str, key: SealKey, state: str | None, content: str) -> None:
